@@ -1,0 +1,112 @@
+"""fiber: the ``multiprocessing`` API on a computer cluster.
+
+``import fiber as multiprocessing`` turns a multiprocessing program into one whose
+processes are jobs on the configured backend (``local`` subprocesses by default; see
+:mod:`fiber.config`). Importing fiber reads no configuration, starts no thread and opens
+no socket: all of that happens on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from . import errors
+from .config import Config, get_config, init
+from .connection import BufferTooShort, Pipe
+from .context import FiberContext, get_context
+from .errors import (
+    AuthenticationError,
+    FiberError,
+    ProcessError,
+    RemoteError,
+    TimeoutError,
+)
+from .meta import meta
+from .process import Process, active_children, current_process, parent_process
+from .queues import JoinableQueue, Queue, SimpleQueue
+
+__version__ = "0.1.0"
+
+_default = get_context(None)
+
+
+def cpu_count() -> int:
+    """Number of CPUs of this machine (as ``multiprocessing.cpu_count``)."""
+    return _default.cpu_count()
+
+
+def get_start_method(allow_none: bool = False) -> str:
+    """The default backend's name."""
+    return _default.get_start_method(allow_none)
+
+
+def set_start_method(method: Optional[str], force: bool = False) -> None:
+    """Make backend ``method`` the default (``"spawn"``: keep the configured one)."""
+    _default.set_start_method(method, force)
+
+
+def get_all_start_methods() -> List[str]:
+    """Every backend name, plus ``"spawn"`` meaning the default backend."""
+    return _default.get_all_start_methods()
+
+
+def set_executable(executable: str) -> None:
+    _default.set_executable(executable)
+
+
+def set_forkserver_preload(module_names: List[str]) -> None:
+    _default.set_forkserver_preload(module_names)
+
+
+def freeze_support() -> None:
+    _default.freeze_support()
+
+
+def allow_connection_pickling() -> None:
+    _default.allow_connection_pickling()
+
+
+def get_logger() -> Any:
+    return _default.get_logger()
+
+
+def log_to_stderr(level: Optional[int] = None) -> Any:
+    return _default.log_to_stderr(level)
+
+
+reducer = _default.reducer
+
+__all__ = [
+    "AuthenticationError",
+    "BufferTooShort",
+    "Config",
+    "FiberContext",
+    "FiberError",
+    "JoinableQueue",
+    "Pipe",
+    "Process",
+    "ProcessError",
+    "Queue",
+    "RemoteError",
+    "SimpleQueue",
+    "TimeoutError",
+    "active_children",
+    "allow_connection_pickling",
+    "cpu_count",
+    "current_process",
+    "errors",
+    "freeze_support",
+    "get_all_start_methods",
+    "get_config",
+    "get_context",
+    "get_logger",
+    "get_start_method",
+    "init",
+    "log_to_stderr",
+    "meta",
+    "parent_process",
+    "reducer",
+    "set_executable",
+    "set_forkserver_preload",
+    "set_start_method",
+]

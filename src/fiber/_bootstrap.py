@@ -1,0 +1,96 @@
+"""The entry point of every fiber job: ``python -m fiber._bootstrap``.
+
+Reads the parent's hub address and the job token from the environment, fetches the launch
+payload (see :mod:`fiber._launcher`), runs the process, reports its exit code, and exits.
+A watchdog thread ends the job when the parent goes away.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import traceback
+
+_exiting = threading.Event()
+
+
+def _watch_parent(address: str) -> None:
+    """End this job when its lifeline to the parent drops (no orphans, ever).
+
+    The lifeline is the anchor connection to the parent's hub: nothing is ever sent on
+    it after the handshake, so a read returns only when it closes (the parent ended or
+    was killed) or fails (keepalive probes found the parent's host unreachable).
+    """
+    from .transport.client import ensure_anchor
+
+    sock = ensure_anchor(address).sock
+    try:
+        while sock.recv(1):
+            pass
+    except OSError:
+        pass
+    if _exiting.is_set():
+        return
+    sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
+    sys.stderr.flush()
+    from . import process
+
+    for child in list(process._children):
+        try:
+            child.kill()
+        except Exception:
+            pass
+    os._exit(1)
+
+
+def main() -> None:
+    from . import _launcher, _runtime, config, process
+
+    parent = os.environ.get(_runtime.PARENT_ENV, "")
+    token_hex = os.environ.pop(_runtime.JOB_ENV, "")
+    if not parent or not token_hex:
+        sys.stderr.write("fiber._bootstrap is started by fiber, not by hand\n")
+        sys.exit(2)
+    token = bytes.fromhex(token_hex)
+    try:
+        payload = _launcher.fetch_payload(parent, token)
+    except BaseException as e:
+        sys.stderr.write(f"fiber: job cannot start: {type(e).__name__}: {e}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    config._install(payload["config"])
+    lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
+                                daemon=True)
+    lifeline.start()
+    for entry in reversed(payload["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(1, entry)
+    cwd = payload["cwd"]
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    process._set_parent(*payload["parent"])
+    try:
+        proc = pickle.loads(payload["process"])
+    except BaseException:
+        sys.stderr.write("fiber: cannot unpickle the process object in the job:\n")
+        traceback.print_exc()
+        exitcode = 1
+    else:
+        exitcode = proc._bootstrap()
+    try:
+        _launcher.report_exit(parent, token, exitcode)
+    except Exception:
+        pass  # the parent is gone or busy; the backend still sees our exit code
+    from .transport import client
+
+    _exiting.set()
+    _runtime.shutdown_hub()
+    client.close_all()
+    lifeline.join(timeout=5)
+    os._exit(exitcode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""The small interface every backend implements.
+
+A backend turns :class:`JobSpec` objects into jobs on one cluster manager, tells their
+state, and ends them. It knows nothing of processes, queues or pools: the API layer above
+builds a command (the fiber bootstrap) and hands it down; data flows only downwards.
+
+::
+
+    API layer ──JobSpec──▶ Backend.submit() ──▶ cluster manager (subprocess, sbatch, pod, ...)
+        ▲                      │
+        └── on_exit(status) ◀── JobWatcher: one thread polls status() for *all* jobs
+
+A backend that can create many jobs in one call (a Slurm job array, a batch of pods) does so
+in ``submit``: a 1,000-worker pool is not 1,000 round trips.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import threading
+import time
+from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+
+__all__ = [
+    "Resources",
+    "JobSpec",
+    "JobHandle",
+    "JobState",
+    "JobStatus",
+    "Backend",
+    "JobWatcher",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What one job asks the cluster for. ``None`` means "the backend's default"."""
+
+    cpu: Optional[float] = None
+    memory_mb: Optional[int] = None
+    gpu: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("cpu", "memory_mb", "gpu"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+            if value < 0 or (name == "cpu" and value == 0):
+                raise ValueError(f"{name} must be positive, got {value!r}")
+            if name != "cpu" and not float(value).is_integer():
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+
+    def merged_over(self, default: Resources) -> Resources:
+        """These resources, with ``default`` filling every field left as None."""
+        return Resources(
+            cpu=self.cpu if self.cpu is not None else default.cpu,
+            memory_mb=self.memory_mb if self.memory_mb is not None else default.memory_mb,
+            gpu=self.gpu if self.gpu is not None else default.gpu,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """One job to run: a command line with its environment and resources."""
+
+    command: Tuple[str, ...]
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    resources: Resources = Resources()
+    image: str = ""
+    name: str = "fiber-job"
+
+
+class JobState(enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"  # the cluster no longer knows the job, or its node failed
+
+    @property
+    def finished(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """A job's state as its backend sees it.
+
+    ``exitcode`` follows ``multiprocessing``: a negative number is the signal that killed
+    the job; ``None`` while it runs or when the backend cannot tell.
+    """
+
+    state: JobState
+    exitcode: Optional[int] = None
+    reason: str = ""
+
+
+@dataclasses.dataclass
+class JobHandle:
+    """A submitted job. ``pid`` is the OS pid where the backend knows it (local)."""
+
+    job_id: str
+    backend: str
+    host: str = ""
+    pid: Optional[int] = None
+
+
+class Backend(abc.ABC):
+    """Create, watch and end jobs on one cluster manager."""
+
+    #: The name under which the backend is registered (``FIBER_BACKEND=<name>``).
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        """Start one job per spec, in as few cluster calls as the manager allows.
+
+        Raises:
+            SubmitError: the cluster manager refused or could not be reached.
+        """
+
+    @abc.abstractmethod
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        """The state of every given job (keyed by ``job_id``), from one query."""
+
+    @abc.abstractmethod
+    def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
+        """Ask jobs to end: SIGTERM-like by default, SIGKILL-like with ``force``."""
+
+    @abc.abstractmethod
+    def listen_host(self) -> str:
+        """The address of this process at which jobs of this backend can reach it."""
+
+    def wait(self, handle: JobHandle, timeout: Optional[float] = None) -> Optional[JobStatus]:
+        """Block until the job finished (its status) or ``timeout`` passed (``None``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            st = self.status([handle])[handle.job_id]
+            if st.state.finished:
+                return st
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
+            delay = min(delay * 1.5, 2.0)
+
+    def watcher(self) -> JobWatcher:
+        """The one watcher of this backend's jobs (created on first use)."""
+        with _WATCHER_LOCK:
+            w = self.__dict__.get("_watcher")
+            if w is None:
+                w = self.__dict__["_watcher"] = JobWatcher(self)
+            return w
+
+    def close(self) -> None:
+        """Release clients and threads; jobs already submitted are not touched."""
+        w = self.__dict__.pop("_watcher", None)
+        if w is not None:
+            w.stop()
+
+
+_WATCHER_LOCK = threading.Lock()
+
+ExitCallback = Callable[[JobHandle, JobStatus], None]
+
+
+class JobWatcher:
+    """One thread that polls the status of *all* watched jobs with one ``status`` call.
+
+    The poll interval starts at ``min_interval`` and backs off to ``max_interval`` while
+    nothing changes; a new job or a state change resets it. Callbacks run on the watcher
+    thread and must be quick.
+    """
+
+    def __init__(self, backend: Backend, min_interval: float = 0.05,
+                 max_interval: float = 2.0) -> None:
+        self._backend = backend
+        self._min = min_interval
+        self._max = max_interval
+        self._jobs: Dict[str, Tuple[JobHandle, ExitCallback]] = {}
+        self._cond = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+        self._stopped = False
+        self._reset = False
+
+    def watch(self, handle: JobHandle, on_exit: ExitCallback) -> None:
+        """Call ``on_exit(handle, status)`` once, when the job has finished."""
+        with self._cond:
+            self._jobs[handle.job_id] = (handle, on_exit)
+            self._reset = True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"fiber-watch-{self._backend.name}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def unwatch(self, handle: JobHandle) -> None:
+        with self._cond:
+            self._jobs.pop(handle.job_id, None)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+
+    def _run(self) -> None:
+        interval = self._min
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                jobs = list(self._jobs.values())
+            try:
+                statuses = self._backend.status([h for h, _ in jobs])
+            except Exception:  # a flaky cluster command: try again later, slower
+                statuses = {}
+            done = 0
+            for handle, on_exit in jobs:
+                st = statuses.get(handle.job_id)
+                if st is not None and st.state.finished:
+                    with self._cond:
+                        self._jobs.pop(handle.job_id, None)
+                    on_exit(handle, st)
+                    done += 1
+            interval = self._min if done else min(interval * 1.5, self._max)
+            with self._cond:
+                if not self._stopped and not self._reset:
+                    self._cond.wait(interval)
+                if self._reset:
+                    self._reset, interval = False, self._min

@@ -1,0 +1,220 @@
+"""fiber's one configuration object, resolved once.
+
+Precedence, highest first::
+
+    fiber.init(key=value)  >  FIBER_KEY environment variables  >  .fiberconfig  >  defaults
+
+``.fiberconfig`` (in the working directory) is an INI file whose ``[fiber]`` section holds
+the same keys as ``fiber.init``; a file without a section header is read as ``[fiber]``.
+Values from text sources are converted to the field's type (``FIBER_DEBUG=false`` is
+``False``); an unknown key or a value of the wrong type raises :class:`ConfigError` naming
+the key and listing the valid ones.
+
+Nothing is read at import time. The first call to :func:`get_config` resolves the config;
+:func:`init` and :func:`override` replace it. Children receive the parent's resolved config
+in their launch payload, so a whole program runs with one configuration.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import dataclasses
+import os
+import threading
+import typing
+from typing import Any, Dict, Iterator, Mapping, Optional
+
+from .errors import ConfigError
+
+__all__ = ["Config", "get_config", "init", "override", "CONFIG_FILE"]
+
+CONFIG_FILE = ".fiberconfig"
+_ENV_PREFIX = "FIBER_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The resolved configuration. Every field can be set by each source above."""
+
+    #: Backend that runs jobs: ``local``, ``slurm``, ``kubernetes``, ``docker``, or a
+    #: third-party backend registered under the ``fiber.backends`` entry-point group.
+    backend: str = "local"
+    #: Address fiber's listening sockets bind to; empty means "the address the backend
+    #: says peers can reach" (in a child: the local address on the route to its parent).
+    listen_host: str = ""
+    #: Verbose logging of fiber's machinery to stderr (never of secrets).
+    debug: bool = False
+    #: Python interpreter jobs run; empty means the interpreter running this program.
+    python: str = ""
+    #: Container image for container backends; empty means the master's own image.
+    image: str = ""
+    #: Default resources of a job whose target has no ``@fiber.meta``.
+    cpu_per_job: float = 1.0
+    memory_per_job_mb: int = 0
+    gpu_per_job: int = 0
+    #: Seconds between liveness heartbeats, and silence after which a peer is lost.
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 3.0
+    #: Seconds a submitted job may take to connect back before it counts as failed.
+    startup_timeout: float = 600.0
+    #: Processes in a Pool created with ``processes=None``; 0 means ``cpu_count()``.
+    pool_processes: int = 0
+    #: Times a pool task that killed its worker is tried again before it fails.
+    pool_max_task_retries: int = 3
+    #: Tasks a pool worker holds beyond the one it runs (prefetch credit).
+    pool_prefetch: int = 2
+
+
+_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
+_TYPES: Dict[str, Any] = typing.get_type_hints(Config)
+
+_lock = threading.Lock()
+_explicit: Dict[str, Any] = {}
+_resolved: Optional[Config] = None
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _convert(key: str, value: Any) -> Any:
+    """Convert ``value`` to the type of field ``key``; raise ConfigError when it can't."""
+    if key not in _FIELDS:
+        raise ConfigError(key, "unknown key", valid=list(_FIELDS))
+    typ = _TYPES[key]
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+                return value.strip().lower() in _TRUE
+            raise ValueError(value)
+        if typ is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if typ is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if typ is str:
+            if not isinstance(value, str):
+                raise ValueError(value)
+            return value
+    except (TypeError, ValueError):
+        raise ConfigError(
+            key, f"expected {typ.__name__}, got {value!r}", valid=list(_FIELDS)
+        ) from None
+    raise AssertionError(f"unsupported config type {typ!r}")  # a bug in Config, not input
+
+
+def _validate(key: str, value: Any) -> None:
+    if key == "backend" and not value:
+        raise ConfigError(key, "must not be empty")
+    if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
+        raise ConfigError(key, f"must be positive, got {value!r}")
+    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch") and value < 0:
+        raise ConfigError(key, f"must not be negative, got {value!r}")
+
+
+def _from_file(path: str) -> Dict[str, str]:
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if not text.lstrip().startswith("["):
+        text = "[fiber]\n" + text
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read_string(text, source=path)
+    except configparser.Error as e:
+        raise ConfigError(path, f"cannot parse: {e}") from None
+    unknown_sections = [s for s in parser.sections() if s != "fiber"]
+    if unknown_sections:
+        raise ConfigError(path, f"unknown section(s) {unknown_sections}; use [fiber]")
+    return dict(parser["fiber"]) if parser.has_section("fiber") else {}
+
+
+def _from_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    out = {}
+    for name, value in environ.items():
+        if name.startswith(_ENV_PREFIX):
+            key = name[len(_ENV_PREFIX):].lower()
+            if key in _FIELDS:
+                out[key] = value
+    return out
+
+
+def resolve(
+    explicit: Mapping[str, Any],
+    environ: Optional[Mapping[str, str]] = None,
+    config_file: Optional[str] = None,
+) -> Config:
+    """Build a Config from the four sources; pure apart from reading the file."""
+    values: Dict[str, Any] = {}
+    sources = (
+        _from_file(config_file if config_file is not None else CONFIG_FILE),
+        _from_env(os.environ if environ is None else environ),
+        dict(explicit),
+    )
+    for source in sources:
+        for key, raw in source.items():
+            value = _convert(key, raw)
+            _validate(key, value)
+            values[key] = value
+    return Config(**values)
+
+
+def get_config() -> Config:
+    """The config in force in this process, resolved on first use."""
+    global _resolved
+    cfg = _resolved
+    if cfg is None:
+        with _lock:
+            if _resolved is None:
+                _resolved = resolve(_explicit)
+            cfg = _resolved
+    return cfg
+
+
+def init(**kwargs: Any) -> Config:
+    """Set configuration from code (highest precedence) and return the result.
+
+    Raises:
+        ConfigError: a key is unknown or a value has the wrong type.
+    """
+    global _resolved
+    with _lock:
+        for key, value in kwargs.items():
+            _validate(key, _convert(key, value))
+        merged = {**_explicit, **kwargs}
+        cfg = resolve(merged)
+        _explicit.clear()
+        _explicit.update(merged)
+        _resolved = cfg
+        return cfg
+
+
+@contextlib.contextmanager
+def override(**kwargs: Any) -> Iterator[Config]:
+    """Temporarily replace config values (for tests); restores the previous config."""
+    global _resolved
+    base = get_config()
+    for key, value in kwargs.items():
+        _validate(key, _convert(key, value))
+    new = dataclasses.replace(base, **{k: _convert(k, v) for k, v in kwargs.items()})
+    with _lock:
+        _resolved = new
+    try:
+        yield new
+    finally:
+        with _lock:
+            _resolved = base
+
+
+def _install(cfg: Config) -> None:
+    """Make ``cfg`` this process's config (a child receiving its parent's config)."""
+    global _resolved
+    with _lock:
+        _resolved = cfg

@@ -1,0 +1,181 @@
+"""Contexts: the backend is the start method.
+
+``fiber.get_context("slurm")`` returns a context whose ``Process``, ``Pool``, ``Queue``...
+run on Slurm, as ``multiprocessing.get_context("spawn")`` binds a start method. The names
+are backend names; ``"spawn"`` (what libraries such as stable-baselines3 ask for) and
+``None`` mean the configured default backend. The module-level API of ``fiber`` is the
+default context's.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import os
+import threading
+from typing import Any, Dict, List, Optional, Type
+
+from . import connection, process, queues
+from .backends import known_backends
+from .config import get_config, init
+from .errors import UnknownBackendError
+
+__all__ = ["FiberContext", "get_context", "DefaultContext"]
+
+_DEFAULT_ALIASES = ("spawn",)
+
+
+class FiberContext:
+    """The multiprocessing API bound to one backend (None: the configured default)."""
+
+    def __init__(self, backend: Optional[str] = None) -> None:
+        self._backend = backend
+        self._process_cls: Optional[Type[process.Process]] = None
+        self._lock = threading.Lock()
+
+    # -- processes ----------------------------------------------------------------------
+
+    @property
+    def Process(self) -> Type[process.Process]:  # noqa: N802 - the multiprocessing name
+        """``Process`` bound to this context's backend."""
+        if self._backend is None:
+            return process.Process
+        with self._lock:
+            if self._process_cls is None:
+                self._process_cls = _bound_process_class(self._backend)
+            return self._process_cls
+
+    def current_process(self) -> process.Process:
+        return process.current_process()
+
+    def parent_process(self) -> Optional[process.Process]:
+        return process.parent_process()
+
+    def active_children(self) -> List[process.Process]:
+        return process.active_children()
+
+    def cpu_count(self) -> int:
+        """CPUs of this machine, as ``multiprocessing.cpu_count``."""
+        count = os.cpu_count()
+        if count is None:
+            raise NotImplementedError("cannot determine number of cpus")
+        return count
+
+    # -- communication ------------------------------------------------------------------
+
+    def Pipe(self, duplex: bool = True) -> Any:  # noqa: N802
+        return connection.Pipe(duplex)
+
+    def Queue(self, maxsize: int = 0) -> queues.Queue:  # noqa: N802
+        return queues.Queue(maxsize, ctx=self)
+
+    def JoinableQueue(self, maxsize: int = 0) -> queues.JoinableQueue:  # noqa: N802
+        return queues.JoinableQueue(maxsize, ctx=self)
+
+    def SimpleQueue(self) -> queues.SimpleQueue:  # noqa: N802
+        return queues.SimpleQueue(ctx=self)
+
+    # -- contexts -----------------------------------------------------------------------
+
+    def get_context(self, method: Optional[str] = None) -> FiberContext:
+        return get_context(method)
+
+    def get_start_method(self, allow_none: bool = False) -> str:
+        """The backend this context starts processes on."""
+        return self._backend or get_config().backend
+
+    def set_start_method(self, method: Optional[str], force: bool = False) -> None:
+        """Make ``method`` (a backend name) the default backend of this program."""
+        if method is None or method in _DEFAULT_ALIASES:
+            return
+        get_context(method)  # raises for unknown names
+        init(backend=method)
+
+    def get_all_start_methods(self) -> List[str]:
+        """Every backend name, plus ``"spawn"`` for the default backend."""
+        return [*known_backends(), *_DEFAULT_ALIASES]
+
+    def set_executable(self, executable: str) -> None:
+        init(python=executable)
+
+    def set_forkserver_preload(self, module_names: List[str]) -> None:
+        """Accepted for compatibility; fiber jobs import what they unpickle."""
+
+    def freeze_support(self) -> None:
+        """Accepted for compatibility (frozen Windows executables only)."""
+
+    def allow_connection_pickling(self) -> None:
+        """Fiber connections always pickle."""
+
+    def get_logger(self) -> Any:
+        import logging
+
+        return logging.getLogger("fiber")
+
+    def log_to_stderr(self, level: Optional[int] = None) -> Any:
+        import logging
+
+        logger = self.get_logger()
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(levelname)s/%(processName)s] %(message)s"))
+        logger.addHandler(handler)
+        if level is not None:
+            logger.setLevel(level)
+        return logger
+
+    @property
+    def reducer(self) -> Any:
+        import multiprocessing.reduction
+
+        return multiprocessing.reduction
+
+    def __repr__(self) -> str:
+        return f"<fiber context backend={self._backend or 'default'}>"
+
+
+DefaultContext = FiberContext
+
+
+def _reduce_as_plain_process(self: process.Process) -> Any:
+    # The child needs no backend binding (and may not know a backend registered at run
+    # time in its parent): it gets a plain Process with the same state.
+    cls = type(self)
+    if cls.__module__ != __name__:  # a user's subclass of a bound class: keep its class
+        return (copyreg.__newobj__, (cls,), self.__getstate__())  # type: ignore[attr-defined]
+    return (_plain_process, (self.__getstate__(),))
+
+
+def _plain_process(state: Dict[str, Any]) -> process.Process:
+    proc = process.Process.__new__(process.Process)
+    proc.__setstate__(state)
+    return proc
+
+
+def _bound_process_class(backend: str) -> Type[process.Process]:
+    """``Process`` bound to ``backend``, reachable by name so that it pickles by reference."""
+    name = "Process_" + "".join(c if c.isalnum() else "_" for c in backend)
+    cls = globals().get(name)
+    if cls is None:
+        cls = type(name, (process.Process,), {"_backend_name": backend, "__module__": __name__,
+                                              "__reduce__": _reduce_as_plain_process})
+        globals()[name] = cls
+    return cls  # type: ignore[no-any-return]
+
+_contexts: Dict[Optional[str], FiberContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def get_context(method: Optional[str] = None) -> FiberContext:
+    """The context of backend ``method``; ``None`` or ``"spawn"``: the default backend.
+
+    Raises:
+        ValueError (UnknownBackendError): no backend of that name.
+    """
+    key = None if method in (None, *_DEFAULT_ALIASES) else method
+    if key is not None and key not in known_backends():
+        raise UnknownBackendError(key, [*known_backends(), *_DEFAULT_ALIASES])
+    with _contexts_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            ctx = _contexts[key] = FiberContext(key)
+        return ctx
+

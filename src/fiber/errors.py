@@ -1,0 +1,131 @@
+"""Every exception fiber raises on purpose.
+
+Public errors also subclass what users of ``multiprocessing`` already catch, so that
+``except multiprocessing.ProcessError`` keeps working after ``import fiber as
+multiprocessing``. Third-party exceptions (sockets, subprocess, cluster clients) are wrapped
+here at the layer boundary and never leak out of fiber's public API.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Optional, Sequence
+
+__all__ = [
+    "FiberError",
+    "ConfigError",
+    "BackendError",
+    "UnknownBackendError",
+    "SubmitError",
+    "TransportError",
+    "AuthenticationError",
+    "ProcessError",
+    "TimeoutError",
+    "RemoteError",
+    "RemoteTraceback",
+    "WorkerLostError",
+]
+
+
+class FiberError(Exception):
+    """Root of every error fiber raises on purpose."""
+
+
+class ConfigError(FiberError, ValueError):
+    """A configuration key is unknown or its value has the wrong type."""
+
+    def __init__(self, key: str, problem: str, valid: Sequence[str] = ()) -> None:
+        self.key = key
+        msg = f"fiber config {key!r}: {problem}"
+        if valid:
+            msg += "; valid keys are: " + ", ".join(sorted(valid))
+        super().__init__(msg)
+
+
+class BackendError(FiberError):
+    """A backend could not do what was asked (submit, query or cancel jobs)."""
+
+
+class UnknownBackendError(BackendError, ValueError):
+    """No backend is registered under the requested name."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        super().__init__(
+            f"unknown fiber backend {name!r}; known backends: {', '.join(sorted(known))}"
+        )
+
+
+class SubmitError(BackendError):
+    """A cluster command failed; carries the command and what it printed."""
+
+    def __init__(
+        self,
+        message: str,
+        command: Optional[Sequence[str]] = None,
+        returncode: Optional[int] = None,
+        stdout: str = "",
+        stderr: str = "",
+    ) -> None:
+        self.command = list(command) if command else None
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        parts = [message]
+        if command:
+            parts.append(f"command: {' '.join(self.command or [])}")
+        if returncode is not None:
+            parts.append(f"exit code: {returncode}")
+        if stdout.strip():
+            parts.append(f"stdout: {stdout.strip()}")
+        if stderr.strip():
+            parts.append(f"stderr: {stderr.strip()}")
+        super().__init__("\n".join(parts))
+
+
+class TransportError(FiberError, ConnectionError):
+    """A fiber connection failed; carries the address it was talking to."""
+
+    def __init__(self, message: str, address: str = "") -> None:
+        self.address = address
+        super().__init__(f"{message} ({address})" if address else message)
+
+
+class AuthenticationError(FiberError, multiprocessing.AuthenticationError):
+    """A peer could not prove it holds the program's secret."""
+
+
+class ProcessError(FiberError, multiprocessing.ProcessError):
+    """A fiber process could not be started or managed."""
+
+
+class TimeoutError(FiberError, multiprocessing.TimeoutError):
+    """A blocking fiber call ran past its deadline."""
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of an exception raised in another fiber process.
+
+    Attached as ``__cause__`` of the re-raised exception so that the caller sees both
+    its own stack and the remote one, like ``concurrent.futures`` does.
+    """
+
+    def __init__(self, tb: str) -> None:
+        self.tb = tb
+        super().__init__(tb)
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+class RemoteError(FiberError):
+    """A remote exception that could not be sent back as itself (e.g. unpicklable)."""
+
+    def __init__(self, type_name: str, message: str, tb: str = "") -> None:
+        self.type_name = type_name
+        self.remote_traceback = tb
+        super().__init__(f"{type_name}: {message}")
+
+
+class WorkerLostError(ProcessError):
+    """A job died while it held work; carries its exit code or signal per attempt."""

@@ -1,0 +1,470 @@
+"""Job-backed processes with the semantics of ``multiprocessing.Process``.
+
+A :class:`Process` is a job on the configured backend (a subprocess with ``local``, a
+Slurm job, a pod, a container). ``start`` submits it (see :mod:`fiber._launcher` for the
+launch protocol), ``join``/``is_alive``/``exitcode`` follow the backend's view of the job,
+``terminate``/``kill`` ask the backend to end it. ``sentinel`` is a real file descriptor
+that becomes readable when the job has ended, so it works with
+``multiprocessing.connection.wait`` and ``select``.
+
+``pid`` is the OS pid where the backend knows it (``local``); elsewhere it is a number
+unique within the program, above the largest Linux pid, so it can never name a local
+process by mistake.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import secrets
+import signal
+import sys
+import threading
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from . import _launcher, _runtime
+from ._served import collecting_handoffs
+from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from .config import get_config
+from .errors import ProcessError
+from .meta import resources_of
+from .transport import auth
+from .transport.serialization import dumps
+
+__all__ = ["Process", "current_process", "parent_process", "active_children"]
+
+_SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
+
+
+class _Job:
+    """The parent's runtime state of one started process (never pickled)."""
+
+    def __init__(self, backend: Backend, token: bytes,
+                 handoffs: List[Callable[[], None]]) -> None:
+        self.backend = backend
+        self.token = token
+        self.handoffs = handoffs
+        self.handle: Optional[JobHandle] = None
+        self.status: Optional[JobStatus] = None
+        self.reported: Optional[int] = None
+        self.remote_pid: Optional[int] = None
+        self.remote_host = ""
+        self.cond = threading.Condition()
+        self.sentinel_r, self._sentinel_w = os.pipe()
+
+    @property
+    def finished(self) -> bool:
+        return self.status is not None
+
+    def exitcode(self) -> Optional[int]:
+        st = self.status
+        if st is None:
+            return None
+        if st.exitcode is not None:
+            return st.exitcode
+        if self.reported is not None:
+            return self.reported
+        return -signal.SIGKILL if st.state in (JobState.CANCELLED, JobState.LOST) else 1
+
+    def finish(self, status: JobStatus) -> None:
+        with self.cond:
+            if self.status is not None:
+                return
+            self.status = status
+            os.close(self._sentinel_w)
+            self.cond.notify_all()
+        _launcher.launcher().remove(self.token)
+        for release in self.handoffs:  # objects the job was handed but may never have taken
+            try:
+                release()
+            except Exception:
+                pass
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.status is not None, timeout)
+
+
+class Process:
+    """A job-backed process; the API of ``multiprocessing.Process``.
+
+    Raises (on ``start``):
+        pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
+            pickled (nothing is submitted).
+        BackendError: the backend could not create the job.
+    """
+
+    #: The backend this class starts jobs on; None means the configured default.
+    _backend_name: ClassVar[Optional[str]] = None
+    _identity: Tuple[int, ...]
+    _counter: "itertools.count[int]"
+
+    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None,
+                 name: Optional[str] = None, args: Iterable[Any] = (),
+                 kwargs: Optional[Mapping[str, Any]] = None, *,
+                 daemon: Optional[bool] = None) -> None:
+        if group is not None:
+            raise ValueError("group argument must be None for now")
+        count = next(_current_process._counter)
+        self._identity = _current_process._identity + (count,)
+        self._config: Dict[str, Any] = dict(_current_process._config)
+        self._parent_pid = os.getpid()
+        self._parent_name = _current_process.name
+        self._target = target
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        self._name = name or "Process-" + ":".join(str(i) for i in self._identity)
+        self._job: Optional[_Job] = None
+        self._closed = False
+        self._counter = itertools.count(1)
+        self._resources: Optional[Resources] = None
+        if daemon is not None:
+            self.daemon = daemon
+
+    # -- what runs in the child -----------------------------------------------------------
+
+    def run(self) -> None:
+        """The code of the process; calls ``target(*args, **kwargs)`` by default."""
+        if self._target is not None:
+            self._target(*self._args, **self._kwargs)
+
+    # -- the parent's controls ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Submit the job that runs this process."""
+        self._check_closed()
+        if self._job is not None:
+            raise ProcessError("cannot start a process twice")
+        if self._parent_pid != os.getpid():
+            raise ProcessError("can only start a process object created by current process")
+        if _current_process._config.get("daemon"):
+            raise ProcessError("daemonic processes are not allowed to have children")
+        cfg = get_config()
+        backend = get_backend(self._backend_name or cfg.backend)
+        with collecting_handoffs() as handoffs:
+            pickled = _pickle_process(self)
+        payload = dumps({"config": cfg, "process": pickled, "sys_path": list(sys.path),
+                         "cwd": os.getcwd(), "parent": (self._parent_name, os.getpid())})
+        token = secrets.token_bytes(16)
+        job = _Job(backend, token, handoffs)
+        _launcher.launcher().add(token, _launcher.Launch(
+            payload, on_started=lambda pid, host: self._on_started(job, pid, host),
+            on_exit_report=lambda code: self._on_exit_report(job, code),
+            on_gone=lambda: self._on_gone(job)))
+        try:
+            job.handle = backend.submit([self._job_spec(cfg, token)])[0]
+        except BaseException:
+            _launcher.launcher().remove(token)
+            os.close(job.sentinel_r)
+            job.finish(JobStatus(JobState.FAILED, None, "submit failed"))
+            raise
+        self._job = job
+        _children.add(self)
+        _register_exit_function()
+        backend.watcher().watch(job.handle, lambda handle, status: job.finish(status))
+
+    def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
+        default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
+                            gpu=cfg.gpu_per_job or None)
+        asked = self._resources or resources_of(self._target) or Resources()
+        env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
+               **auth.secret_env()}
+        return JobSpec(command=(cfg.python or sys.executable, "-m", "fiber._bootstrap"),
+                       env=env, resources=asked.merged_over(default), image=cfg.image,
+                       name=self._name)
+
+    def _on_started(self, job: _Job, pid: int, host: str) -> None:
+        job.remote_pid, job.remote_host = pid, host
+
+    def _on_exit_report(self, job: _Job, code: int) -> None:
+        job.reported = code
+
+    def _on_gone(self, job: _Job) -> None:
+        # A remote child that reported its exit and hung up is done; the backend's own
+        # view may lag by a poll interval. Local jobs are exact: wait for the backend.
+        if job.reported is not None and job.handle is not None and job.backend.name != "local":
+            code = job.reported
+            job.finish(JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code))
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        """Wait until the process ends, or ``timeout`` seconds pass."""
+        self._check_closed()
+        if self._parent_pid != os.getpid():
+            raise ProcessError("can only join a child process")
+        if self._job is None:
+            raise ProcessError("can only join a started process")
+        if self._job.wait(timeout):
+            _children.discard(self)
+
+    def is_alive(self) -> bool:
+        self._check_closed()
+        if self is _current_process:
+            return True
+        if self._parent_pid != os.getpid():
+            raise ProcessError("can only test a child process")
+        job = self._job
+        if job is None:
+            return False
+        if not job.finished and job.handle is not None and job.backend.name == "local":
+            st = job.backend.status([job.handle])[job.handle.job_id]
+            if st.state.finished:
+                job.finish(st)
+        if job.finished:
+            _children.discard(self)
+            return False
+        return True
+
+    def terminate(self) -> None:
+        """Ask the job to end (SIGTERM on the local backend)."""
+        self._check_closed()
+        if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.backend.cancel([self._job.handle])
+
+    def kill(self) -> None:
+        """End the job at once (SIGKILL on the local backend)."""
+        self._check_closed()
+        if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.backend.cancel([self._job.handle], force=True)
+
+    def close(self) -> None:
+        """Release the process's resources; it must have ended."""
+        if self._closed:
+            return
+        if self._job is not None:
+            if not self._job.finished:
+                raise ValueError("Cannot close a process while it is still running. "
+                                 "You should first call join() or terminate().")
+            os.close(self._job.sentinel_r)
+            _children.discard(self)
+        self._closed = True
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise ValueError("process object is closed")
+
+    # -- attributes -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError("name must be a string")
+        self._name = name
+
+    @property
+    def daemon(self) -> bool:
+        return bool(self._config.get("daemon", False))
+
+    @daemon.setter
+    def daemon(self, daemonic: bool) -> None:
+        if self._job is not None:
+            raise ProcessError("process has already started")
+        self._config["daemon"] = bool(daemonic)
+
+    @property
+    def authkey(self) -> bytes:
+        """The program's secret unless set for this process (as in multiprocessing)."""
+        key = self._config.get("authkey")
+        return bytes(key) if key is not None else auth.program_secret()
+
+    @authkey.setter
+    def authkey(self, authkey: bytes) -> None:
+        self._config["authkey"] = bytes(authkey)
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        self._check_closed()
+        if self._job is None:
+            return None
+        if not self._job.finished:
+            self.is_alive()
+        return self._job.exitcode()
+
+    @property
+    def ident(self) -> Optional[int]:
+        self._check_closed()
+        if self is _current_process:
+            return os.getpid()
+        job = self._job
+        if job is None or job.handle is None:
+            return None
+        if job.handle.pid is not None:
+            return job.handle.pid
+        return _SYNTHETIC_PID_BASE + self._identity[-1] + 1000 * len(self._identity)
+
+    pid = ident
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes readable (EOF) when the process has ended."""
+        self._check_closed()
+        if self._job is None:
+            raise ValueError("process not started")
+        return self._job.sentinel_r
+
+    @property
+    def host(self) -> str:
+        """The host the job runs on, once it has connected (fiber extension)."""
+        job = self._job
+        return job.remote_host if job is not None else ""
+
+    def __repr__(self) -> str:
+        if self is _current_process:
+            status = "started"
+        elif self._closed:
+            status = "closed"
+        elif self._job is None:
+            status = "initial"
+        else:
+            code = self.exitcode
+            status = "started" if code is None else f"stopped exitcode={code}"
+            if code is not None and code < 0:
+                try:
+                    status = f"stopped exitcode=-{signal.Signals(-code).name}"
+                except ValueError:
+                    pass
+        daemon = " daemon" if self.daemon else ""
+        return f"<{type(self).__name__} name={self._name!r} {status}{daemon}>"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_job"] = None
+        state["_counter"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._counter = itertools.count(1)
+
+    # -- in the child -----------------------------------------------------------------------
+
+    def _bootstrap(self) -> int:
+        """Run in the child: ``run()`` then the exit protocol; returns the exit code."""
+        global _current_process
+        _current_process = self
+        _children.clear()
+        try:
+            self.run()
+            exitcode = 0
+        except SystemExit as e:
+            exitcode = _exit_code_of(e)
+        except BaseException:
+            import traceback
+
+            sys.stderr.write(f"Process {self.name}:\n")
+            traceback.print_exc()
+            exitcode = 1
+        finally:
+            _exit_function()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+        return exitcode
+
+
+def _pickle_process(proc: Process) -> bytes:
+    # Pickled apart from the payload so that the child unpickles it only once it has the
+    # parent's sys.path: the target may live in a module found through it.
+    import cloudpickle
+
+    return cloudpickle.dumps(proc, protocol=5)
+
+
+def _exit_code_of(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    sys.stderr.write(str(e.code) + "\n")
+    return 1
+
+
+class _MainProcess(Process):
+    def __init__(self) -> None:
+        self._identity = ()
+        self._name = "MainProcess"
+        self._parent_pid = None  # type: ignore[assignment]
+        self._job = None
+        self._closed = False
+        self._counter = itertools.count(1)
+        self._config = {}
+        self._target = None
+        self._args = ()
+        self._kwargs = {}
+        self._resources = None
+
+    def close(self) -> None:
+        pass
+
+
+class _ParentProcess(Process):
+    """The parent as seen from a child (``parent_process()``)."""
+
+    def __init__(self, name: str, pid: int) -> None:
+        self._identity = ()
+        self._name = name
+        self._parent_pid = None  # type: ignore[assignment]
+        self._job = None
+        self._closed = False
+        self._config = {}
+        self._remote_pid = pid
+
+    @property
+    def ident(self) -> Optional[int]:  # type: ignore[override]
+        return self._remote_pid
+
+    pid = ident  # type: ignore[assignment]
+
+    def is_alive(self) -> bool:
+        return True  # a child whose parent is gone does not outlive it (see _launcher)
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        raise ProcessError("cannot join the parent process")
+
+
+_current_process: Process = _MainProcess()
+_parent_process: Optional[Process] = None
+_children: Set[Process] = set()
+_exit_registered = False
+
+
+def current_process() -> Process:
+    """The Process object of the calling process."""
+    return _current_process
+
+
+def parent_process() -> Optional[Process]:
+    """The Process object of the parent, or None in the main process."""
+    return _parent_process
+
+
+def active_children() -> List[Process]:
+    """Started children of this process that have not ended yet (reaps the others)."""
+    return [p for p in list(_children) if p.is_alive()]
+
+
+def _set_parent(name: str, pid: int) -> None:
+    global _parent_process
+    _parent_process = _ParentProcess(name, pid)
+
+
+def _register_exit_function() -> None:
+    global _exit_registered
+    if not _exit_registered:
+        _exit_registered = True
+        atexit.register(_exit_function)
+
+
+def _exit_function() -> None:
+    """At exit, as multiprocessing does: end daemonic children, wait for the others."""
+    for p in active_children():
+        if p.daemon:
+            p.terminate()
+    for p in active_children():
+        p.join()

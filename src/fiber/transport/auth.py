@@ -1,0 +1,90 @@
+"""The program secret and the challenge-response that proves a peer holds it.
+
+Every fiber program has one random 32-byte secret, made by the main process and handed to
+each child through its job's environment (``FIBER_SECRET``), which the child removes from
+its own environment at once. It is never printed, logged, pickled or put in a command line.
+
+Handshake on every new connection, mutual, before anything is unpickled::
+
+    C ─▶ S   HELLO  version, client_nonce, process_id, flags
+    S ─▶ C   CHAL   server_nonce, HMAC(secret, "S" | client_nonce | server_nonce)
+    C ─▶ S   AUTH   HMAC(secret, "C" | server_nonce | client_nonce)
+    S ─▶ C   OK
+
+Both nonces are fresh random values, so a recorded handshake replayed on a new connection
+fails, and each side proves the secret to the other: a client never unpickles what a
+stranger posing as a server sends. Until OK the server reads at most 512 bytes per
+message, unpickles nothing, and closes the connection at the first wrong byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import threading
+from typing import Optional
+
+__all__ = [
+    "program_secret",
+    "server_proof",
+    "client_proof",
+    "verify",
+    "new_nonce",
+    "HELLO",
+    "CHAL",
+    "AUTH",
+    "OK",
+    "DENY",
+    "VERSION",
+    "NONCE_BYTES",
+]
+
+SECRET_ENV = "FIBER_SECRET"
+VERSION = b"fiber/1"
+NONCE_BYTES = 32
+
+HELLO = b"\x00HELLO"
+CHAL = b"\x00CHAL"
+AUTH = b"\x00AUTH"
+OK = b"\x00OK"
+DENY = b"\x00DENY"
+
+_lock = threading.Lock()
+_secret: Optional[bytes] = None
+
+
+def program_secret() -> bytes:
+    """This program's secret: inherited from the parent job, or made here on first use."""
+    global _secret
+    with _lock:
+        if _secret is None:
+            inherited = os.environ.pop(SECRET_ENV, None)
+            _secret = bytes.fromhex(inherited) if inherited else secrets.token_bytes(32)
+        return _secret
+
+
+def secret_env() -> dict:
+    """The environment entry that hands the secret to a child job."""
+    return {SECRET_ENV: program_secret().hex()}
+
+
+def new_nonce() -> bytes:
+    return secrets.token_bytes(NONCE_BYTES)
+
+
+def _mac(*parts: bytes) -> bytes:
+    return hmac.new(program_secret(), b"|".join(parts), hashlib.sha256).digest()
+
+
+def server_proof(client_nonce: bytes, server_nonce: bytes) -> bytes:
+    return _mac(b"S", client_nonce, server_nonce)
+
+
+def client_proof(client_nonce: bytes, server_nonce: bytes) -> bytes:
+    return _mac(b"C", server_nonce, client_nonce)
+
+
+def verify(expected: bytes, given: bytes) -> bool:
+    return hmac.compare_digest(expected, given)

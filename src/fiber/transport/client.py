@@ -1,0 +1,304 @@
+"""The client side of a :class:`~fiber.transport.server.Server`.
+
+A :class:`Client` is one authenticated TCP connection used by one thread: it sends
+``[service, op, req_id, *payload]`` and reads ``[req_id, status, *payload]`` itself, with
+no helper thread in between. It reads nothing until the server proved it holds the secret.
+A closed or broken connection raises :class:`ConnectionLost`; a client never reconnects on
+its own.
+
+In the process that runs the server, :class:`LocalClient` calls the services directly.
+
+:func:`get_client` caches one client per thread and address. The first connection a
+process makes to a server is its *anchor*, kept open until the process ends, so that the
+server can tell when the process is gone (and a child, when its parent is gone).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import select
+import socket
+import struct
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import AuthenticationError, TransportError
+from . import auth
+from .framing import FrameReader, ProtocolError, send_frames
+from .sockets import connect, tune
+
+__all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "process_id", "close_all",
+           "ensure_anchor", "register_local_server", "prune_closed"]
+
+Reply = Tuple[bytes, List[Any]]
+LateReply = Callable[[bytes, List[Any]], None]
+
+
+class ConnectionLost(TransportError):
+    """The server of a fiber object ended or became unreachable."""
+
+
+_PROCESS_ID = secrets.token_bytes(16)
+
+
+def process_id() -> bytes:
+    """A random id of this process, unique across every host of the program."""
+    return _PROCESS_ID
+
+
+class Client:
+    """An authenticated connection to one server, used by one thread at a time."""
+
+    def __init__(self, address: str, *, anchor: bool = False, timeout: float = 30.0,
+                 heartbeat_s: float = 1.0, heartbeat_timeout_s: float = 3.0) -> None:
+        self.address = address
+        self.lost = False
+        self._ids = itertools.count(1)
+        self._late: Dict[bytes, LateReply] = {}
+        self._reader = FrameReader()
+        try:
+            self.sock = connect(address, timeout)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect: {e}", address) from None
+        try:
+            tune(self.sock, heartbeat_s, heartbeat_timeout_s)
+            self._handshake(anchor, timeout)
+            self.sock.settimeout(None)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+                timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
+        """Send a request and wait for its reply: ``(status, payload_frames)``.
+
+        ``on_late`` receives a reply that arrives after this call gave up (timeout,
+        KeyboardInterrupt), so that what the server handed out is not lost.
+
+        Raises:
+            ConnectionLost: the server is gone.
+            TimeoutError: no reply within ``timeout`` (the request may still be served).
+        """
+        req_id = struct.pack("<Q", next(self._ids))
+        self._send([service, op, req_id, *frames])
+        try:
+            return self._wait(req_id, timeout)
+        except BaseException:
+            if on_late is not None and not self.lost:
+                self._late[req_id] = on_late
+            raise
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+        """Send a message that gets no reply."""
+        self._send([service, op, b"", *frames])
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _send(self, frames: List[Any]) -> None:
+        if self.lost:
+            raise ConnectionLost("connection lost", self.address)
+        try:
+            send_frames(self.sock, frames)
+        except OSError as e:
+            self.lost = True
+            raise ConnectionLost(f"send failed: {e}", self.address) from None
+
+    def _recv(self, timeout: Optional[float]) -> Optional[List[Any]]:
+        """One message, or None at the timeout; ConnectionLost when the peer is gone."""
+        reader = self._reader
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not reader.messages:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                    return None
+            try:
+                alive = reader.feed_from(self.sock)
+            except (OSError, ProtocolError) as e:
+                self.lost = True
+                raise ConnectionLost(f"connection lost: {e}", self.address) from None
+            if not alive:
+                self.lost = True
+                raise ConnectionLost("connection lost", self.address)
+        return reader.messages.popleft()
+
+    def _wait(self, req_id: bytes, timeout: Optional[float]) -> Reply:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            msg = self._recv(left)
+            if msg is None:
+                raise TimeoutError(f"no reply from {self.address} within {timeout} s")
+            rid = bytes(msg[0])
+            if rid == req_id:
+                return bytes(msg[1]), msg[2:]
+            late = self._late.pop(rid, None)
+            if late is not None:
+                late(bytes(msg[1]), msg[2:])
+
+    def _handshake(self, anchor: bool, timeout: float) -> None:
+        cnonce = auth.new_nonce()
+        self._send([auth.HELLO, auth.VERSION, cnonce, _PROCESS_ID, b"A" if anchor else b"-"])
+        msg = self._handshake_reply(timeout)
+        if len(msg) != 3 or msg[0] != auth.CHAL or len(msg[1]) != auth.NONCE_BYTES:
+            raise AuthenticationError(f"unexpected handshake reply from {self.address}")
+        snonce = bytes(msg[1])
+        if not auth.verify(auth.server_proof(cnonce, snonce), bytes(msg[2])):
+            raise AuthenticationError(
+                f"the server at {self.address} does not hold this program's secret")
+        self._send([auth.AUTH, auth.client_proof(cnonce, snonce)])
+        msg = self._handshake_reply(timeout)
+        if msg[0] != auth.OK:
+            raise AuthenticationError(f"the server at {self.address} refused our credentials")
+
+    def _handshake_reply(self, timeout: float) -> List[Any]:
+        try:
+            msg = self._recv(timeout)
+        except ConnectionLost:
+            raise AuthenticationError(
+                f"the server at {self.address} closed the connection during the handshake"
+            ) from None
+        if msg is None:
+            raise TransportError(f"no handshake answer within {timeout} s", self.address)
+        return msg
+
+
+class LocalClient:
+    """Calls the services of this process's own server directly, under its lock."""
+
+    lost = False
+
+    def __init__(self, server: Any) -> None:
+        self.address = server.address
+        self._server = server
+        self._ids = itertools.count(1)
+
+    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+                timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
+        server = self._server
+        peer = server.local_peer()
+        req_id = struct.pack("<Q", next(self._ids))
+        payload = _own(frames)
+        with server.lock:
+            server.dispatch(peer, service, op, req_id, payload)
+            try:
+                if not peer.cond.wait_for(lambda: req_id in peer.replies, timeout):
+                    raise TimeoutError(f"no reply from {service!r} within {timeout} s")
+            except BaseException:
+                if on_late is not None:
+                    peer.late[req_id] = on_late
+                raise
+            return peer.replies.pop(req_id)
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+        server = self._server
+        payload = _own(frames)
+        with server.lock:
+            server.dispatch(server.local_peer(), service, op, b"", payload)
+
+
+def _own(frames: Sequence[Any]) -> List[Any]:
+    """Copies of the caller's buffers: it may change them once we return, and a queue
+    keeps them. Large ones become writable bytearrays, handed on without another copy."""
+    return [bytes(f) if memoryview(f).nbytes < 65536 else bytearray(f) for f in frames]
+
+
+_local = threading.local()
+_all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+_anchors: Dict[str, Client] = {}
+_anchor_lock = threading.Lock()
+_local_servers: Dict[str, Any] = {}
+
+
+def register_local_server(server: Any) -> None:
+    """Route this process's calls to ``server`` through :class:`LocalClient`."""
+    _local_servers[server.address] = server
+
+
+def unregister_local_server(server: Any) -> None:
+    _local_servers.pop(server.address, None)
+
+
+def get_client(address: str, timeout: float = 30.0) -> Any:
+    """This thread's client for ``address``, connected and authenticated on first use.
+
+    Raises:
+        ConnectionLost, TransportError: the server cannot be reached.
+        AuthenticationError: the server does not hold the program's secret.
+    """
+    cache: Optional[Dict[str, Any]] = getattr(_local, "clients", None)
+    if cache is None:
+        cache = _local.clients = {}
+    client = cache.get(address)
+    if client is not None and not client.lost:
+        return client
+    server = _local_servers.get(address)
+    if server is not None and server.alive:
+        client = cache[address] = LocalClient(server)
+        return client
+    if client is not None:
+        client.close()
+    prune_closed()
+    ensure_anchor(address, timeout)
+    client = cache[address] = Client(address, timeout=timeout)
+    _all_clients.add(client)
+    return client
+
+
+def ensure_anchor(address: str, timeout: float = 30.0) -> Client:
+    """The connection that tells the server at ``address`` this process is alive."""
+    with _anchor_lock:
+        anchor = _anchors.get(address)
+        if anchor is None or anchor.lost:
+            anchor = _anchors[address] = Client(address, anchor=True, timeout=timeout)
+            _all_clients.add(anchor)
+        return anchor
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        if not select.select([sock], [], [], 0)[0]:
+            return False
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+def prune_closed() -> int:
+    """Close cached connections whose server has gone away; returns how many.
+
+    Called whenever a new connection is made, so that a long-running program that talks
+    to many short-lived servers does not keep their dead sockets open.
+    """
+    closed = 0
+    for client in list(_all_clients):
+        if client.lost or client.sock.fileno() < 0 or _closed_by_peer(client.sock):
+            if client.sock.fileno() >= 0:
+                closed += 1
+            client.lost = True
+            client.close()
+    return closed
+
+
+def close_all() -> None:
+    """Close this thread's clients and every anchor (at process exit)."""
+    cache = getattr(_local, "clients", None) or {}
+    for client in cache.values():
+        if isinstance(client, Client):
+            client.close()
+    cache.clear()
+    with _anchor_lock:
+        for anchor in _anchors.values():
+            try:
+                anchor.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            anchor.close()
+        _anchors.clear()

@@ -1,0 +1,36 @@
+"""Carrying an exception from one process to another, traceback included.
+
+The exception itself travels when it pickles (so ``except ValueError`` works in the
+caller); otherwise a :class:`RemoteError` with its type name and message stands in. Either
+way the formatted remote traceback becomes ``__cause__`` of the exception re-raised in the
+caller, as ``concurrent.futures`` does.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from typing import Any, Tuple
+
+from ..errors import RemoteError, RemoteTraceback
+
+__all__ = ["pack_exception", "unpack_exception"]
+
+
+def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
+    """A picklable record of ``exc``: (exception or None, type name, message, traceback)."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickle.loads(pickle.dumps(exc, protocol=5))
+        carried: Any = exc
+    except Exception:
+        carried = None
+    return carried, type(exc).__qualname__, str(exc), tb
+
+
+def unpack_exception(record: Tuple[Any, str, str, str]) -> BaseException:
+    """The exception to raise in the caller, with the remote traceback as ``__cause__``."""
+    carried, type_name, message, tb = record
+    exc = carried if isinstance(carried, BaseException) else RemoteError(type_name, message, tb)
+    exc.__cause__ = RemoteTraceback(tb)
+    return exc

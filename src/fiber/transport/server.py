@@ -1,0 +1,416 @@
+"""An authenticated message server: one listening TCP socket and one thread.
+
+::
+
+    remote clients (one connection per thread)            Server thread (selector loop)
+    ──────────────────────────────────────────            ─────────────────────────────
+    HELLO/CHAL/AUTH/OK handshake ───────────────▶ per-connection state (nothing unpickled,
+                                                  at most 512 bytes per message until OK)
+    [service, op, req_id, *payload] ────────────▶ services[service].handle(peer, ...)
+                           ◀──────────────────── [req_id, status, *payload]  Server.reply()
+    EOF / reset / keepalive timeout ────────────▶ services.peer_gone / process_gone
+
+    threads of this process ── LocalClient ──▶ services[...].handle(...) called directly,
+                                                under Server.lock, no socket, no thread hop
+
+Services (queues, pipes, process control, pools) run under ``Server.lock``, taken by the
+server thread for each batch of events and by local callers for each call, so they need no
+locks of their own. A *peer* is one connection (or one local thread); a *process* is gone
+when its anchor connection, kept open for the life of the process, is gone.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import heapq
+import itertools
+import os
+import selectors
+import socket
+import threading
+import time
+import traceback
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import TransportError
+from . import auth
+from .framing import FrameReader, Outbox, ProtocolError
+from .serialization import dumps
+from .sockets import listen, tune
+
+__all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer"]
+
+_PREAUTH_LIMIT = 512
+_HANDSHAKE_TTL = 30.0
+_MAX_UNAUTHENTICATED = 1024
+
+
+class Peer:
+    """A client connection after it authenticated."""
+
+    __slots__ = ("peer_id", "process_id", "anchor", "conn")
+
+    def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
+                 conn: Optional[_Conn]) -> None:
+        self.peer_id = peer_id
+        self.process_id = process_id
+        self.anchor = anchor
+        self.conn = conn
+
+
+class LocalPeer(Peer):
+    """A thread of this process calling services directly; replies wake it up."""
+
+    __slots__ = ("replies", "late", "cond")
+
+    def __init__(self, peer_id: int, process_id: bytes, lock: threading.RLock) -> None:
+        super().__init__(peer_id, process_id, False, None)
+        self.replies: Dict[bytes, Tuple[bytes, List[Any]]] = {}
+        self.late: Dict[bytes, Callable[[bytes, List[Any]], None]] = {}
+        self.cond = threading.Condition(lock)
+
+    def deliver(self, req_id: bytes, status: bytes, frames: Sequence[Any]) -> None:
+        late = self.late.pop(req_id, None)
+        if late is not None:
+            late(status, list(frames))
+            return
+        self.replies[req_id] = (status, list(frames))
+        self.cond.notify_all()
+
+
+class Service:
+    """Something served on a Server; every method runs under ``Server.lock``."""
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        raise NotImplementedError
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        """A connection closed; drop what it was waiting for."""
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        """A process lost its anchor connection: it ended or is unreachable."""
+
+
+class Timer:
+    __slots__ = ("when", "fn", "cancelled")
+
+    def __init__(self, when: float, fn: Callable[[], None]) -> None:
+        self.when = when
+        self.fn = fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Conn:
+    __slots__ = ("sock", "reader", "outbox", "state", "cnonce", "snonce", "process_id",
+                 "anchor", "peer", "since", "writing")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = FrameReader(max_message=_PREAUTH_LIMIT)
+        self.outbox = Outbox()
+        self.state = "hello"
+        self.cnonce = self.snonce = self.process_id = b""
+        self.anchor = False
+        self.peer: Optional[Peer] = None
+        self.since = time.monotonic()
+        self.writing = False
+
+
+_LISTENER = object()
+_WAKE = object()
+
+
+class Server:
+    """A TCP listener on ``host`` (random port) served by one thread."""
+
+    def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 3.0,
+                 name: str = "fiber-server") -> None:
+        try:
+            self._listener, self.address = listen(host)
+        except OSError as e:
+            raise TransportError(f"cannot listen on {host!r}: {e}", f"tcp://{host}") from e
+        self._listener.setblocking(False)
+        self._heartbeat = (heartbeat_s, timeout_s)
+        #: Guards every service and every socket write; reentrant for nested calls.
+        self.lock = threading.RLock()
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ, _LISTENER)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._calls: Deque[Callable[[], None]] = collections.deque()
+        self._timers: List[Tuple[float, int, Timer]] = []
+        self._seq = itertools.count()
+        self._peer_ids = itertools.count(1)
+        self._services: Dict[bytes, Service] = {}
+        self._conns: Dict[int, _Conn] = {}
+        self._anchors: Dict[bytes, int] = collections.Counter()
+        self._local = threading.local()
+        #: Connections closed for failing or skipping authentication (for tests, logs).
+        self.dropped = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # -- for any thread ------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # already awake, or closing
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the server thread, under the lock."""
+        self._calls.append(fn)
+        self._wake()
+
+    def register(self, name: bytes, service: Service) -> None:
+        if not name or name[:1] == b"\x00":
+            raise ValueError(f"bad service name {name!r}")
+        with self.lock:
+            self._services[name] = service
+
+    def unregister(self, name: bytes) -> None:
+        with self.lock:
+            self._services.pop(name, None)
+
+    def local_peer(self) -> LocalPeer:
+        """The calling thread's peer for direct calls (see :class:`LocalClient`)."""
+        peer = getattr(self._local, "peer", None)
+        if peer is None:
+            from .client import process_id
+
+            peer = self._local.peer = LocalPeer(next(self._peer_ids), process_id(), self.lock)
+        return peer
+
+    def close(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    # -- for services (under the lock) ---------------------------------------------------
+
+    def reply(self, peer: Peer, req_id: bytes, status: bytes,
+              frames: Sequence[Any] = ()) -> bool:
+        """Send a reply; False when the peer is gone."""
+        if isinstance(peer, LocalPeer):
+            peer.deliver(req_id, status, frames)
+            return True
+        return self.send(peer, [req_id, status, *frames])
+
+    def send(self, peer: Peer, frames: Sequence[Any]) -> bool:
+        """Send a message to a remote peer; False when it is gone."""
+        conn = peer.conn
+        if conn is None or conn.peer is not peer:
+            return False
+        conn.outbox.add(frames)
+        self._flush(conn)
+        return True
+
+    def reply_value(self, peer: Peer, req_id: bytes, value: Any) -> bool:
+        return self.reply(peer, req_id, b"ok", dumps(value))
+
+    def reply_error(self, peer: Peer, req_id: bytes, exc: BaseException) -> bool:
+        from .remote import pack_exception
+
+        return self.reply(peer, req_id, b"err", dumps(pack_exception(exc)))
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        timer = Timer(time.monotonic() + delay, fn)
+        heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
+        if threading.current_thread() is not self._thread:
+            self._wake()
+        return timer
+
+    def process_alive(self, process_id: bytes) -> bool:
+        return self._anchors.get(process_id, 0) > 0
+
+    def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
+                 payload: List[Any]) -> None:
+        """Hand a request to its service (under the lock); errors become replies."""
+        service = self._services.get(name)
+        if service is None:
+            if req_id:
+                self.reply_error(peer, req_id, LookupError(
+                    f"no fiber object {name.decode(errors='replace')!r} here (closed?)"))
+            return
+        try:
+            service.handle(self, peer, op, req_id, payload)
+        except Exception as e:  # a bad request must not kill the server thread
+            if req_id:
+                self.reply_error(peer, req_id, e)
+            else:
+                traceback.print_exc()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                timeout = None
+                if self._timers:
+                    timeout = max(0.0, self._timers[0][0] - time.monotonic())
+                events = self._sel.select(timeout)
+                with self.lock:
+                    for key, mask in events:
+                        self._on_event(key, mask)
+                    while self._calls:
+                        self._calls.popleft()()
+                    self._run_timers()
+        finally:
+            with self.lock:
+                for conn in list(self._conns.values()):
+                    self._close_conn(conn, notify=False)
+                self._sel.close()
+                self._listener.close()
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+
+    def _on_event(self, key: selectors.SelectorKey, mask: int) -> None:
+        if key.data is _LISTENER:
+            self._accept()
+        elif key.data is _WAKE:
+            try:
+                os.read(self._wake_r, 65536)
+            except BlockingIOError:
+                pass
+        else:
+            conn: _Conn = key.data
+            if mask & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
+                self._read(conn)
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, timer = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                timer.fn()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # e.g. EMFILE: try again on the next event
+            sock.setblocking(False)
+            tune(sock, *self._heartbeat)
+            conn = _Conn(sock)
+            self._conns[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+            self._limit_unauthenticated()
+            self.call_later(_HANDSHAKE_TTL, functools.partial(self._expire_handshake, conn))
+
+    def _limit_unauthenticated(self) -> None:
+        waiting = [c for c in self._conns.values() if c.peer is None]
+        for conn in sorted(waiting, key=lambda c: c.since)[:-_MAX_UNAUTHENTICATED or None]:
+            self.dropped += 1
+            self._close_conn(conn)
+
+    def _expire_handshake(self, conn: _Conn) -> None:
+        if conn.peer is None and conn.sock.fileno() >= 0:
+            self.dropped += 1
+            self._close_conn(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        try:
+            done = conn.outbox.flush(conn.sock)
+        except OSError:
+            self._close_conn(conn)
+            return
+        want = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
+        if conn.writing != (not done) and conn.sock.fileno() >= 0:
+            conn.writing = not done
+            self._sel.modify(conn.sock, want, conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            alive = conn.reader.feed_from(conn.sock)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (OSError, ProtocolError):
+            alive = False
+            if conn.peer is None:
+                self.dropped += 1
+        messages = conn.reader.messages
+        while messages and conn.sock.fileno() >= 0:
+            frames = messages.popleft()
+            if conn.peer is not None:
+                if len(frames) >= 3:
+                    self.dispatch(conn.peer, bytes(frames[0]), bytes(frames[1]),
+                                  bytes(frames[2]), frames[3:])
+            elif not self._handshake(conn, frames):
+                self.dropped += 1
+                self._close_conn(conn)
+                return
+        if not alive:
+            self._close_conn(conn)
+
+    def _handshake(self, conn: _Conn, frames: List[Any]) -> bool:
+        if conn.state == "hello":
+            if (len(frames) != 5 or frames[0] != auth.HELLO or frames[1] != auth.VERSION
+                    or len(frames[2]) != auth.NONCE_BYTES or len(frames[3]) != 16):
+                return False
+            conn.cnonce, conn.process_id = bytes(frames[2]), bytes(frames[3])
+            conn.anchor = frames[4] == b"A"
+            conn.snonce = auth.new_nonce()
+            conn.state = "auth"
+            conn.outbox.add([auth.CHAL, conn.snonce,
+                             auth.server_proof(conn.cnonce, conn.snonce)])
+            self._flush(conn)
+            return True
+        if conn.state == "auth":
+            if len(frames) != 2 or frames[0] != auth.AUTH:
+                return False
+            if not auth.verify(auth.client_proof(conn.cnonce, conn.snonce), bytes(frames[1])):
+                conn.outbox.add([auth.DENY])
+                self._flush(conn)
+                return False
+            conn.state = "ready"
+            conn.reader.max_message = None
+            conn.peer = Peer(next(self._peer_ids), conn.process_id, conn.anchor, conn)
+            if conn.anchor:
+                self._anchors[conn.process_id] += 1
+            conn.outbox.add([auth.OK])
+            self._flush(conn)
+            return True
+        return False
+
+    def _close_conn(self, conn: _Conn, notify: bool = True) -> None:
+        sock = conn.sock
+        if sock.fileno() < 0:
+            return
+        self._conns.pop(sock.fileno(), None)
+        try:
+            self._sel.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+        sock.close()
+        peer, conn.peer = conn.peer, None
+        if peer is None or not notify:
+            return
+        for service in list(self._services.values()):
+            service.peer_gone(self, peer)
+        if peer.anchor:
+            self._anchors[peer.process_id] -= 1
+            if self._anchors[peer.process_id] <= 0:
+                del self._anchors[peer.process_id]
+                for service in list(self._services.values()):
+                    service.process_gone(self, peer.process_id)

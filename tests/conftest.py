@@ -1,0 +1,141 @@
+"""Fixtures shared by the test suite.
+
+- ``ctx``: the fiber context of the backend under test. API tests take it, so they run on
+  every backend: ``pytest --backend local`` (default) or ``--backend netns`` (processes in
+  network-namespace "hosts", see fiber.testing.netns). A backend that cannot be set up
+  fails the run under ``CI=true``; it is never skipped there.
+- ``no_leaks`` (autouse): fails a test that leaves child processes or non-fiber threads
+  behind, or connections to servers that are gone.
+- every test has a deadline (pytest-timeout); on timeout faulthandler dumps all threads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+
+import fiber
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--backend", default=os.environ.get("FIBER_TEST_BACKEND", "local"),
+                     help="fiber backend the API tests run on (local, netns, ...)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "api: a multiprocessing-API test run on every backend")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    for item in items:
+        if "ctx" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.api)
+
+
+_hosts = None
+
+
+@pytest.fixture(scope="session")
+def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    global _hosts
+    name = request.config.getoption("--backend")
+    if name == "netns":
+        from fiber.testing.netns import Hosts, use_hosts
+
+        try:
+            _hosts = Hosts(3)
+            _hosts.start()
+        except Exception as e:
+            if IN_CI:
+                pytest.fail(f"netns hosts cannot be set up under CI: {e}")
+            pytest.skip(f"netns hosts unavailable here: {e}")
+        use_hosts(_hosts)
+        fiber.init(backend="netns", listen_host=_hosts.root_ip)
+    else:
+        fiber.init(backend=name)
+    yield name
+    if _hosts is not None:
+        _hosts.stop()
+
+
+@pytest.fixture
+def ctx(backend_name: str) -> fiber.FiberContext:
+    """The context of the backend under test."""
+    return fiber.get_context(backend_name)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,
+               interval: float = 0.02, message: str = "condition") -> None:
+    """Poll ``predicate`` until true; fail the test (with thread dumps) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            import faulthandler
+
+            faulthandler.dump_traceback(all_threads=True)
+            pytest.fail(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+def _children() -> set:
+    """Live descendants, less the standard library's own helper (its resource tracker,
+    started by the reference runs with multiprocessing)."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any("resource_tracker" in word for word in p.cmdline()):
+                continue
+        except psutil.Error:
+            continue
+        out.add(p.pid)
+    return out
+
+
+def _foreign_threads() -> set:
+    return {t for t in threading.enumerate()
+            if t.is_alive() and not t.name.startswith("fiber-") and t is not
+            threading.main_thread()}
+
+
+def _dead_connections() -> int:
+    from fiber.transport.client import prune_closed
+
+    prune_closed()
+    return sum(1 for c in psutil.Process().net_connections(kind="tcp")
+               if c.status == psutil.CONN_CLOSE_WAIT)
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    before_children = _children()
+    before_threads = _foreign_threads()
+    yield
+    for p in fiber.active_children():
+        p.join(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        leaked = _children() - before_children
+        threads = _foreign_threads() - before_threads
+        dead = _dead_connections()
+        if not leaked and not threads and not dead:
+            return
+        time.sleep(0.05)
+    for pid in leaked:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    pytest.fail(f"test leaked: child processes {sorted(leaked)}, threads "
+                f"{sorted(t.name for t in threads)}, {dead} connections to gone servers")

@@ -1,0 +1,90 @@
+"""Targets for child processes; importable by the children (tests/ is on their sys.path)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+
+def noop() -> None:
+    pass
+
+
+def exit_with(code: int) -> None:
+    sys.exit(code)
+
+
+def hard_exit(code: int) -> None:
+    os._exit(code)
+
+
+def raise_value_error(message: str) -> None:
+    raise ValueError(message)
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def kill_self(sig: int = signal.SIGKILL) -> None:
+    os.kill(os.getpid(), sig)
+
+
+def put_identity(q) -> None:  # type: ignore[no-untyped-def]
+    import fiber
+
+    parent = fiber.parent_process()
+    q.put((fiber.current_process().name, os.getpid(), parent.name if parent else None,
+           fiber.get_config().pool_prefetch))
+
+
+def produce(q, start: int, count: int) -> None:  # type: ignore[no-untyped-def]
+    for i in range(start, start + count):
+        q.put(i)
+
+
+def consume(q, out, sentinel=None) -> None:  # type: ignore[no-untyped-def]
+    got = []
+    while True:
+        item = q.get(timeout=60)
+        if item is sentinel:
+            break
+        got.append(item)
+    out.put(got)
+
+
+def echo_pipe(conn) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        conn.send(msg)
+
+
+def send_then_exit(conn, value) -> None:  # type: ignore[no-untyped-def]
+    conn.send(value)
+    conn.close()
+
+
+def joinable_worker(q) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        item = q.get(timeout=60)
+        q.task_done()
+        if item is None:
+            return
+
+
+def roundtrip_queue(inq, outq) -> None:  # type: ignore[no-untyped-def]
+    outq.put(inq.get(timeout=120))
+
+
+def spawn_child_and_report(q, daemon: bool) -> None:  # type: ignore[no-untyped-def]
+    import fiber
+
+    p = fiber.Process(target=sleep, args=(120,), daemon=daemon)
+    p.start()
+    q.put(p.pid)
+    time.sleep(120)

@@ -1,0 +1,122 @@
+"""Pipe and Connection across processes on the backend under test."""
+
+from __future__ import annotations
+
+import array
+import multiprocessing
+import time
+
+import helpers
+import pytest
+
+import fiber
+from fiber.connection import BufferTooShort, wait
+
+
+def test_duplex_echo_with_child(ctx):
+    a, b = ctx.Pipe()
+    p = ctx.Process(target=helpers.echo_pipe, args=(b,))
+    p.start()
+    b.close()
+    for msg in (1, "two", {"three": [3]}, None):
+        a.send(msg)
+        assert a.recv() == msg
+    a.close()  # the child sees EOF and returns
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_one_way_pipe(ctx):
+    r, w = ctx.Pipe(duplex=False)
+    assert r.readable and not r.writable and w.writable and not w.readable
+    with pytest.raises(OSError):
+        r.send(1)
+    with pytest.raises(OSError):
+        w.recv()
+    p = ctx.Process(target=helpers.send_then_exit, args=(w, "hello"))
+    p.start()
+    w.close()
+    assert r.recv() == "hello"
+    p.join(60)
+    with pytest.raises(EOFError):
+        r.recv()
+
+
+def test_eof_when_peer_is_killed(ctx):
+    a, b = ctx.Pipe()
+    p = ctx.Process(target=helpers.echo_pipe, args=(b,))
+    p.start()
+    b.close()
+    a.send("ping")
+    assert a.recv() == "ping"
+    p.kill()
+    p.join(30)
+    with pytest.raises(EOFError):
+        a.recv()
+    assert a.poll(0)  # as with an OS pipe: EOF is "readable"
+
+
+def test_eof_matches_multiprocessing_in_one_process():
+    for mod in (fiber, multiprocessing):
+        a, b = mod.Pipe()
+        b.send(1)
+        b.close()
+        assert a.recv() == 1
+        with pytest.raises(EOFError):
+            a.recv()
+
+
+def test_bytes_api(ctx):
+    a, b = ctx.Pipe()
+    a.send_bytes(b"0123456789", 2, 5)
+    assert b.recv_bytes() == b"23456"
+    a.send_bytes(b"abc")
+    buf = bytearray(10)
+    assert b.recv_bytes_into(buf, 4) == 3 and buf[4:7] == b"abc"
+    a.send_bytes(b"x" * 20)
+    with pytest.raises(BufferTooShort):
+        b.recv_bytes_into(bytearray(5))
+    a.send_bytes(array.array("i", [1, 2]))
+    assert len(b.recv_bytes()) == 8
+    a.send([1, 2])
+    assert b.recv_bytes() == __import__("pickle").dumps([1, 2], protocol=5)
+    a.send_bytes(b"long message")
+    with pytest.raises(OSError):
+        b.recv_bytes(maxlength=3)
+    with pytest.raises(ValueError):
+        a.send_bytes(b"abc", 2, 5)
+
+
+def test_poll_timeout(ctx):
+    a, b = ctx.Pipe()
+    t = time.monotonic()
+    assert b.poll(0.3) is False
+    assert time.monotonic() - t >= 0.25
+    assert b.poll() is False
+    a.send(5)
+    assert b.poll(10) is True
+    assert b.recv() == 5
+
+
+def test_closed_connection_raises(ctx):
+    a, b = ctx.Pipe()
+    a.close()
+    assert a.closed
+    with pytest.raises(OSError):
+        a.send(1)
+    with pytest.raises(OSError):
+        a.recv()
+    with pytest.raises(EOFError):
+        b.recv()
+
+
+def test_wait_over_connections_and_sentinels(ctx):
+    a, b = ctx.Pipe()
+    c, d = ctx.Pipe()
+    p = ctx.Process(target=helpers.sleep, args=(0.5,))
+    p.start()
+    assert wait([a, c], timeout=0.2) == []
+    d.send("x")
+    assert wait([a, c], timeout=10) == [c]
+    assert wait([a, p.sentinel], timeout=30) == [p.sentinel]
+    p.join(10)

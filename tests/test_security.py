@@ -1,0 +1,178 @@
+"""Every connection proves the program's secret before a byte of it is unpickled."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import wait_until
+
+import fiber
+from fiber import _runtime
+from fiber.errors import AuthenticationError
+from fiber.transport import auth
+from fiber.transport.client import Client
+from fiber.transport.framing import FrameReader, pack, send_frames
+from fiber.transport.sockets import split_address
+
+
+class _Trap:
+    """Unpickling this creates a file: proof that something was unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _hub_socket() -> socket.socket:
+    host, port = split_address(_runtime.hub().address)
+    return socket.create_connection((host, port), timeout=10)
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def _queue_still_works() -> None:
+    q = fiber.Queue()
+    q.put("alive")
+    assert q.get(timeout=10) == "alive"
+
+
+def test_random_bytes_are_dropped():
+    hub = _runtime.hub()
+    before = hub.dropped
+    with _hub_socket() as s:
+        s.sendall(os.urandom(4096))
+        assert _closed_by_server(s)
+    wait_until(lambda: hub.dropped > before, 10, message="drop counted")
+    _queue_still_works()
+
+
+def test_pickle_without_handshake_is_never_unpickled(tmp_path):
+    trap = tmp_path / "unpickled"
+    payload = pickle.dumps(_Trap(str(trap)))
+    q = fiber.Queue()  # a real service name the stranger targets
+    with _hub_socket() as s:
+        send_frames(s, [q._name, b"put", b"", b"\0" * 8, payload])
+        assert _closed_by_server(s)
+    assert not trap.exists()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.2)  # nothing was queued
+    _queue_still_works()
+
+
+def test_oversized_message_before_auth_is_refused():
+    with _hub_socket() as s:
+        s.sendall(pack([b"x"])[0][:4] + (10**9).to_bytes(8, "little"))
+        assert _closed_by_server(s)
+
+
+def test_replayed_handshake_fails(tmp_path):
+    trap = tmp_path / "unpickled"
+    # Record a genuine handshake: what an authenticated client sent.
+    recorded = []
+    with _hub_socket() as s:
+        reader = FrameReader()
+        cnonce = auth.new_nonce()
+        hello = [auth.HELLO, auth.VERSION, cnonce, os.urandom(16), b"-"]
+        send_frames(s, hello)
+        while not reader.messages:
+            reader.feed_from(s)
+        _, snonce, _ = reader.messages.popleft()
+        proof = [auth.AUTH, auth.client_proof(cnonce, bytes(snonce))]
+        send_frames(s, proof)
+        while not reader.messages:
+            reader.feed_from(s)
+        assert reader.messages.popleft()[0] == auth.OK
+        recorded = [hello, proof]
+    # Replay it on a new connection, followed by a payload.
+    with _hub_socket() as s:
+        for frames in recorded:
+            send_frames(s, frames)
+        send_frames(s, [b"q0", b"put", b"", b"\0" * 8, pickle.dumps(_Trap(str(trap)))])
+        assert _closed_by_server(s)
+    assert not trap.exists()
+    _queue_still_works()
+
+
+def test_client_with_wrong_secret_is_refused():
+    script = textwrap.dedent(f"""
+        from fiber.errors import AuthenticationError
+        from fiber.transport.client import Client
+        try:
+            Client({_runtime.hub().address!r})
+        except AuthenticationError as e:
+            print("refused:", e)
+    """)
+    env = {**os.environ, "FIBER_SECRET": "00" * 32}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.stdout.startswith("refused:"), out.stderr
+    _queue_still_works()
+
+
+def test_fake_server_is_detected_and_nothing_unpickled(tmp_path):
+    trap = tmp_path / "unpickled"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    import threading
+
+    def impostor() -> None:
+        conn, _ = listener.accept()
+        reader = FrameReader()
+        while not reader.messages:
+            reader.feed_from(conn)
+        send_frames(conn, [auth.CHAL, auth.new_nonce(), os.urandom(32)])
+        send_frames(conn, [b"\0" * 8, b"ok", pickle.dumps(_Trap(str(trap)))])
+        conn.close()
+
+    t = threading.Thread(target=impostor)
+    t.start()
+    with pytest.raises(AuthenticationError, match="does not hold"):
+        Client(f"tcp://127.0.0.1:{port}", timeout=10)
+    t.join(10)
+    listener.close()
+    assert not trap.exists()
+
+
+def test_secret_not_on_command_line(ctx):
+    from fiber.backends import register_backend
+    from fiber.backends.local import LocalBackend
+
+    seen = []
+
+    class Spy(LocalBackend):
+        name = "spy"
+
+        def submit(self, specs):
+            seen.extend(specs)
+            return super().submit(specs)
+
+    register_backend("spy", Spy)
+    p = fiber.get_context("spy").Process(target=print)
+    p.start()
+    p.join(60)
+    secret = fiber.current_process().authkey.hex()
+    assert seen and all(secret not in " ".join(s.command) for s in seen)
+    assert "FIBER_SECRET" in seen[0].env  # handed over through the environment only
