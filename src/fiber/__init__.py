@@ -22,6 +22,7 @@ from .errors import (
     TimeoutError,
 )
 from .meta import meta
+from .pool import Pool
 from .process import Process, active_children, current_process, parent_process
 from .queues import JoinableQueue, Queue, SimpleQueue
 
@@ -84,6 +85,7 @@ __all__ = [
     "FiberError",
     "JoinableQueue",
     "Pipe",
+    "Pool",
     "Process",
     "ProcessError",
     "Queue",

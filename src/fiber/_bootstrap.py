@@ -7,6 +7,7 @@ A watchdog thread ends the job when the parent goes away.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import sys
@@ -60,7 +61,8 @@ def main() -> None:
         sys.stderr.write(f"fiber: job cannot start: {type(e).__name__}: {e}\n")
         sys.stderr.flush()
         os._exit(1)
-    config._install(payload["config"])
+    # listen_host names an address of the parent's host: a child finds its own.
+    config._install(dataclasses.replace(payload["config"], listen_host=""))
     lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
                                 daemon=True)
     lifeline.start()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Dict
 
 UNSUPPORTED: Dict[str, str] = {
-    "Pool": "not built yet: the pool is issue #3",
     "Manager": "not built yet: managers are issue #4",
     "Lock": "not built yet: cluster-wide synchronization primitives are issue #4",
     "RLock": "not built yet: issue #4",

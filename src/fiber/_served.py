@@ -63,10 +63,14 @@ class Handle:
         self._finalizer = None
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
-                 on_late: Optional[LateReply] = None) -> Tuple[bytes, List[Any]]:
-        """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here."""
+                 on_late: Optional[LateReply] = None,
+                 timeout: Optional[float] = None) -> Tuple[bytes, List[Any]]:
+        """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
+
+        ``timeout`` bounds the time to connect, when this is the first call to the server.
+        """
         try:
-            status, payload = get_client(self._address).request(self._name, op, frames,
+            status, payload = get_client(self._address, timeout).request(self._name, op, frames,
                                                            on_late=on_late)
         except ConnectionLost as e:
             raise self._lost(e) from e

@@ -271,7 +271,8 @@ class Connection(Handle):
     def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""
         self._check_readable()
-        status, _ = self._request(b"poll", [self._tag(), encode_wait(True, timeout)])
+        status, _ = self._request(b"poll", [self._tag(), encode_wait(True, timeout)],
+                                  timeout=timeout)
         return status == b"ok"
 
     def close(self) -> None:

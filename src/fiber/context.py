@@ -74,6 +74,12 @@ class FiberContext:
     def SimpleQueue(self) -> queues.SimpleQueue:  # noqa: N802
         return queues.SimpleQueue(ctx=self)
 
+    def Pool(self, processes: Optional[int] = None, initializer: Any = None,  # noqa: N802
+             initargs: Any = (), maxtasksperchild: Optional[int] = None, **kwargs: Any) -> Any:
+        from .pool import Pool
+
+        return Pool(processes, initializer, initargs, maxtasksperchild, context=self, **kwargs)
+
     # -- contexts -----------------------------------------------------------------------
 
     def get_context(self, method: Optional[str] = None) -> FiberContext:

@@ -9,6 +9,7 @@ here at the layer boundary and never leak out of fiber's public API.
 from __future__ import annotations
 
 import multiprocessing
+from concurrent.futures.process import BrokenProcessPool
 from typing import Optional, Sequence
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "RemoteError",
     "RemoteTraceback",
     "WorkerLostError",
+    "BrokenPoolError",
+    "PoolTerminatedError",
 ]
 
 
@@ -128,4 +131,14 @@ class RemoteError(FiberError):
 
 
 class WorkerLostError(ProcessError):
-    """A job died while it held work; carries its exit code or signal per attempt."""
+    """A task killed its worker more times than allowed; names each attempt's exit."""
+
+
+class BrokenPoolError(ProcessError, BrokenProcessPool):
+    """The pool cannot run tasks: its workers keep failing to start, or the backend
+    refuses to create them. Carries the reason (an initializer's traceback, the backend's
+    error)."""
+
+
+class PoolTerminatedError(ProcessError):
+    """The pool was terminated before this task finished."""

@@ -21,7 +21,19 @@ import secrets
 import signal
 import sys
 import threading
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from . import _launcher, _runtime
 from ._served import collecting_handoffs
@@ -32,7 +44,7 @@ from .meta import resources_of
 from .transport import auth
 from .transport.serialization import dumps
 
-__all__ = ["Process", "current_process", "parent_process", "active_children"]
+__all__ = ["Process", "current_process", "parent_process", "active_children", "start_all"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 
@@ -81,6 +93,11 @@ class _Job:
             except Exception:
                 pass
 
+    def abandon(self) -> None:
+        """The job was never submitted: release what was prepared for it."""
+        os.close(self.sentinel_r)
+        self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
+
     def wait(self, timeout: Optional[float]) -> bool:
         with self.cond:
             return self.cond.wait_for(lambda: self.status is not None, timeout)
@@ -98,7 +115,7 @@ class Process:
     #: The backend this class starts jobs on; None means the configured default.
     _backend_name: ClassVar[Optional[str]] = None
     _identity: Tuple[int, ...]
-    _counter: "itertools.count[int]"
+    _counter: itertools.count[int]
 
     def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None,
                  name: Optional[str] = None, args: Iterable[Any] = (),
@@ -133,6 +150,10 @@ class Process:
 
     def start(self) -> None:
         """Submit the job that runs this process."""
+        start_all([self])
+
+    def _prepare(self) -> Tuple[_Job, JobSpec]:
+        """Check, pickle and register this process for launch; nothing is submitted."""
         self._check_closed()
         if self._job is not None:
             raise ProcessError("cannot start a process twice")
@@ -152,24 +173,21 @@ class Process:
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
             on_gone=lambda: self._on_gone(job)))
-        try:
-            job.handle = backend.submit([self._job_spec(cfg, token)])[0]
-        except BaseException:
-            _launcher.launcher().remove(token)
-            os.close(job.sentinel_r)
-            job.finish(JobStatus(JobState.FAILED, None, "submit failed"))
-            raise
+        return job, self._job_spec(cfg, token)
+
+    def _launched(self, job: _Job, handle: JobHandle) -> None:
+        job.handle = handle
         self._job = job
         _children.add(self)
         _register_exit_function()
-        backend.watcher().watch(job.handle, lambda handle, status: job.finish(status))
+        job.backend.watcher().watch(handle, lambda h, status: job.finish(status))
 
     def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
         default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
                             gpu=cfg.gpu_per_job or None)
         asked = self._resources or resources_of(self._target) or Resources()
         env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
-               **auth.secret_env()}
+               "FIBER_LISTEN_HOST": "", **auth.secret_env()}
         return JobSpec(command=(cfg.python or sys.executable, "-m", "fiber._bootstrap"),
                        env=env, resources=asked.merged_over(default), image=cfg.image,
                        name=self._name)
@@ -366,6 +384,38 @@ class Process:
                 except Exception:
                     pass
         return exitcode
+
+
+def start_all(processes: Sequence[Process]) -> None:
+    """Start many processes with one ``submit`` per backend (a job array on Slurm).
+
+    Raises:
+        pickle.PicklingError, TypeError: a target or argument cannot be pickled (nothing
+            is submitted).
+        BackendError: the backend refused; none of that backend's jobs started.
+    """
+    prepared: List[Tuple[Process, _Job, JobSpec]] = []
+    try:
+        for proc in processes:
+            job, spec = proc._prepare()
+            prepared.append((proc, job, spec))
+    except BaseException:
+        for _, job, _ in prepared:
+            job.abandon()
+        raise
+    by_backend: Dict[int, List[Tuple[Process, _Job, JobSpec]]] = {}
+    for item in prepared:
+        by_backend.setdefault(id(item[1].backend), []).append(item)
+    for i, group in enumerate(by_backend.values()):
+        try:
+            handles = group[0][1].backend.submit([spec for _, _, spec in group])
+        except BaseException:
+            for later in list(by_backend.values())[i:]:
+                for _, job, _ in later:
+                    job.abandon()
+            raise
+        for (proc, job, _), handle in zip(group, handles):
+            proc._launched(job, handle)
 
 
 def _pickle_process(proc: Process) -> bytes:

@@ -182,7 +182,8 @@ class Queue(Handle):
         if self._maxsize <= 0:
             self._send(b"put", [encode_wait(block, timeout), *frames])
             return
-        status, _ = self._request(b"put", [encode_wait(block, timeout), *frames])
+        status, _ = self._request(b"put", [encode_wait(block, timeout), *frames],
+                                  timeout=timeout)
         if status == b"full":
             raise _queue.Full
 
@@ -195,7 +196,7 @@ class Queue(Handle):
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
         status, frames = self._request(b"get", [encode_wait(block, timeout)],
-                                       on_late=self._give_back)
+                                       on_late=self._give_back, timeout=timeout)
         if status == b"empty":
             raise _queue.Empty
         return loads(frames)

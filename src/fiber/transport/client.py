@@ -43,6 +43,9 @@ class ConnectionLost(TransportError):
 
 _PROCESS_ID = secrets.token_bytes(16)
 
+#: Seconds to wait for a connection and its handshake when the call has no deadline.
+CONNECT_TIMEOUT = 10.0
+
 
 def process_id() -> bytes:
     """A random id of this process, unique across every host of the program."""
@@ -52,8 +55,8 @@ def process_id() -> bytes:
 class Client:
     """An authenticated connection to one server, used by one thread at a time."""
 
-    def __init__(self, address: str, *, anchor: bool = False, timeout: float = 30.0,
-                 heartbeat_s: float = 1.0, heartbeat_timeout_s: float = 3.0) -> None:
+    def __init__(self, address: str, *, anchor: bool = False, timeout: float = CONNECT_TIMEOUT,
+                 heartbeat: Tuple[float, float] = (1.0, 3.0)) -> None:
         self.address = address
         self.lost = False
         self._ids = itertools.count(1)
@@ -64,7 +67,7 @@ class Client:
         except OSError as e:
             raise ConnectionLost(f"cannot connect: {e}", address) from None
         try:
-            tune(self.sock, heartbeat_s, heartbeat_timeout_s)
+            tune(self.sock, *heartbeat)
             self._handshake(anchor, timeout)
             self.sock.settimeout(None)
         except BaseException:
@@ -116,8 +119,8 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not reader.messages:
             if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                left = max(0.0, deadline - time.monotonic())
+                if not select.select([self.sock], [], [], left)[0]:
                     return None
             try:
                 alive = reader.feed_from(self.sock)
@@ -226,7 +229,14 @@ def unregister_local_server(server: Any) -> None:
     _local_servers.pop(server.address, None)
 
 
-def get_client(address: str, timeout: float = 30.0) -> Any:
+def _heartbeat() -> Tuple[float, float]:
+    from ..config import get_config
+
+    cfg = get_config()
+    return cfg.heartbeat_interval, cfg.heartbeat_timeout
+
+
+def get_client(address: str, timeout: Optional[float] = None) -> Any:
     """This thread's client for ``address``, connected and authenticated on first use.
 
     Raises:
@@ -246,18 +256,20 @@ def get_client(address: str, timeout: float = 30.0) -> Any:
     if client is not None:
         client.close()
     prune_closed()
+    timeout = CONNECT_TIMEOUT if timeout is None else max(0.1, min(timeout, CONNECT_TIMEOUT))
     ensure_anchor(address, timeout)
-    client = cache[address] = Client(address, timeout=timeout)
+    client = cache[address] = Client(address, timeout=timeout, heartbeat=_heartbeat())
     _all_clients.add(client)
     return client
 
 
-def ensure_anchor(address: str, timeout: float = 30.0) -> Client:
+def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     """The connection that tells the server at ``address`` this process is alive."""
     with _anchor_lock:
         anchor = _anchors.get(address)
         if anchor is None or anchor.lost:
-            anchor = _anchors[address] = Client(address, anchor=True, timeout=timeout)
+            anchor = _anchors[address] = Client(address, anchor=True, timeout=timeout,
+                                                heartbeat=_heartbeat())
             _all_clients.add(anchor)
         return anchor
 

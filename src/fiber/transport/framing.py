@@ -62,8 +62,27 @@ def _views(buffers: Sequence[Any]) -> Deque[memoryview]:
     return collections.deque(memoryview(b).cast("B") for b in buffers)
 
 
+_SMALL = 16 * 1024
+
+
+def pack_small(frames: Sequence[Any]) -> Optional[bytes]:
+    """One message as a single bytes object, when it is small (cheaper to write)."""
+    lengths = list(map(_nbytes, frames))
+    if sum(lengths) > _SMALL:
+        return None
+    n = len(frames)
+    header = _HEADERS.get(n)
+    if header is None:
+        header = _HEADERS[n] = struct.Struct(f"<I{n}Q")
+    return header.pack(n, *lengths) + b"".join(frames)
+
+
 def send_frames(sock: socket.socket, frames: Sequence[Any]) -> None:
     """Write one message on a blocking socket."""
+    small = pack_small(frames)
+    if small is not None:
+        sock.sendall(small)
+        return
     buffers = pack(frames)
     if len(buffers) <= _IOV_MAX:
         total = sum(map(_nbytes, buffers))
@@ -85,16 +104,24 @@ class Outbox:
         self.bufs: Deque[memoryview] = collections.deque()
 
     def add(self, frames: Sequence[Any]) -> None:
-        self.bufs.extend(_views(pack(frames)))
+        small = pack_small(frames)
+        if small is not None:
+            self.bufs.append(memoryview(small))
+        else:
+            self.bufs.extend(_views(pack(frames)))
 
     def flush(self, sock: socket.socket) -> bool:
         """Write what the socket takes now; True when everything is written."""
-        while self.bufs:
+        bufs = self.bufs
+        while bufs:
             try:
-                sent = sock.sendmsg(list(self.bufs)[:_IOV_MAX])
+                if len(bufs) == 1:
+                    sent = sock.send(bufs[0])
+                else:
+                    sent = sock.sendmsg(list(bufs)[:_IOV_MAX])
             except (BlockingIOError, InterruptedError):
                 return False
-            _advance(self.bufs, sent)
+            _advance(bufs, sent)
         return True
 
 
@@ -104,7 +131,8 @@ class FrameReader:
     def __init__(self, max_message: Optional[int] = None) -> None:
         self.max_message = max_message  # a limit before the peer authenticated
         self._buf = bytearray()
-        self._lengths: Optional[List[int]] = None
+        self._scratch = bytearray(_CHUNK)
+        self._lengths: Optional[Sequence[int]] = None
         self._frames: List[Any] = []
         self._big: Optional[bytearray] = None
         self._big_filled = 0
@@ -118,8 +146,7 @@ class FrameReader:
             BlockingIOError: nothing to read on a non-blocking socket.
         """
         if self._big is not None:
-            view = memoryview(self._big)[self._big_filled:]
-            n = sock.recv_into(view)
+            n = sock.recv_into(memoryview(self._big)[self._big_filled:])
             if n == 0:
                 return False
             self._big_filled += n
@@ -128,49 +155,69 @@ class FrameReader:
                 self._big = None
                 self._parse()
             return True
-        data = sock.recv(_CHUNK)
-        if not data:
+        n = sock.recv_into(self._scratch)
+        if n == 0:
             return False
-        self._buf += data
+        self._buf += memoryview(self._scratch)[:n]
         self._parse()
         return True
+
+    def _header(self, pos: int) -> int:
+        """Read a message header at ``pos``; returns its size, or 0 if incomplete."""
+        buf = self._buf
+        if len(buf) - pos < 4:
+            return 0
+        (n,) = _COUNT.unpack_from(buf, pos)
+        if n == 0 or n > MAX_FRAMES:
+            raise ProtocolError(f"bad frame count {n}")
+        size = 4 + 8 * n
+        if len(buf) - pos < size:
+            return 0
+        lengths = _lengths_struct(n).unpack_from(buf, pos + 4)
+        if self.max_message is not None and sum(lengths) > self.max_message:
+            raise ProtocolError("message too large before authentication")
+        self._lengths = lengths
+        self._frames = []
+        return size
 
     def _parse(self) -> None:
         buf = self._buf
         pos = 0
         while True:
             if self._lengths is None:
-                if len(buf) - pos < 4:
+                size = self._header(pos)
+                if not size:
                     break
-                (n,) = _COUNT.unpack_from(buf, pos)
-                if n == 0 or n > MAX_FRAMES:
-                    raise ProtocolError(f"bad frame count {n}")
-                if len(buf) - pos < 4 + 8 * n:
-                    break
-                lengths = list(struct.unpack_from(f"<{n}Q", buf, pos + 4))
-                if self.max_message is not None and sum(lengths) > self.max_message:
-                    raise ProtocolError("message too large before authentication")
-                pos += 4 + 8 * n
-                self._lengths = lengths
-                self._frames = []
-            while len(self._frames) < len(self._lengths):
-                size = self._lengths[len(self._frames)]
-                have = len(buf) - pos
-                if have >= size:
-                    self._frames.append(bytes(buf[pos:pos + size]) if size < _BIG
-                                        else bytearray(buf[pos:pos + size]))
+                pos += size
+            lengths = self._lengths
+            assert lengths is not None
+            frames = self._frames
+            while len(frames) < len(lengths):
+                size = lengths[len(frames)]
+                if len(buf) - pos >= size:
+                    frames.append(buf[pos:pos + size])
                     pos += size
-                elif size >= _BIG:
+                elif size >= _BIG:  # read the rest straight into the frame's own buffer
+                    have = len(buf) - pos
                     big = bytearray(size)
                     big[:have] = buf[pos:]
-                    pos += have
+                    del buf[:]
                     self._big, self._big_filled = big, have
-                    del buf[:pos]
                     return
                 else:
                     del buf[:pos]
                     return
-            self.messages.append(self._frames)
+            self.messages.append(frames)
             self._lengths = None
             self._frames = []
         del buf[:pos]
+
+
+_LENGTHS: dict = {}
+
+
+def _lengths_struct(n: int) -> struct.Struct:
+    st = _LENGTHS.get(n)
+    if st is None:
+        st = _LENGTHS[n] = struct.Struct(f"<{n}Q")
+    return st

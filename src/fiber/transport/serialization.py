@@ -49,6 +49,16 @@ def dumps(obj: Any) -> List[Frame]:
         buffers.append(view)
         return False
 
+    # The C pickler is several times cheaper than building a cloudpickle Pickler; its
+    # output is kept unless it refers to __main__ (which the receiver may not have) or
+    # it failed on something only cloudpickle handles (lambdas, local functions).
+    try:
+        head = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+        if b"__main__" not in head:
+            return [head, *buffers]
+    except (pickle.PicklingError, AttributeError, TypeError):
+        pass
+    buffers.clear()
     out = io.BytesIO()
     _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
     return [out.getbuffer(), *buffers]

@@ -1,0 +1,76 @@
+"""What a pool's master and its workers say to each other.
+
+::
+
+    worker ──▶ master   [pool, b"hello", b"", worker_id]              after start-up
+                        [pool, b"init_failed", b"", traceback]        initializer raised
+                        [pool, b"results", b"", RESULTS, *frames]     a batch of results
+    master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
+                        [b"", b"stop"]                                finish what you hold, exit
+
+    TASKS   = n × (task_id u64, function_id u32, has_function u8, n_frames u16)
+              followed, per task, by the function's frames (when has_function) and
+              the frames of (args-list) — one pickle per task, buffers out of band
+    RESULTS = n × (task_id u64, ok u8, n_frames u16) followed by each result's frames
+
+A function is sent to a worker once, by value if it must be (``__main__``, lambdas); later
+tasks name it by its id. Frames are the serialization module's: one pickle, then its
+out-of-band buffers.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterator, List, Sequence, Tuple
+
+__all__ = ["pack_tasks", "unpack_tasks", "pack_results", "unpack_results"]
+
+_TASK = struct.Struct("<QIBH")
+_RESULT = struct.Struct("<QBH")
+
+#: One task on the wire: (task_id, function_id, function frames or None, argument frames).
+WireTask = Tuple[int, int, Any, List[Any]]
+
+
+def pack_tasks(tasks: Sequence[WireTask]) -> List[Any]:
+    header = bytearray()
+    frames: List[Any] = []
+    for task_id, fid, fn_frames, arg_frames in tasks:
+        if fn_frames is not None:
+            frames.append(struct.pack("<H", len(fn_frames)))
+            frames.extend(fn_frames)
+        frames.extend(arg_frames)
+        header += _TASK.pack(task_id, fid, fn_frames is not None, len(arg_frames))
+    return [bytes(header), *frames]
+
+
+def unpack_tasks(frames: Sequence[Any]) -> Iterator[Tuple[int, int, Any, List[Any]]]:
+    header = frames[0]
+    pos = 1
+    for offset in range(0, len(header), _TASK.size):
+        task_id, fid, has_fn, n = _TASK.unpack_from(header, offset)
+        fn_frames = None
+        if has_fn:
+            (k,) = struct.unpack("<H", frames[pos])
+            fn_frames = list(frames[pos + 1:pos + 1 + k])
+            pos += 1 + k
+        yield task_id, fid, fn_frames, list(frames[pos:pos + n])
+        pos += n
+
+
+def pack_results(results: Sequence[Tuple[int, bool, List[Any]]]) -> List[Any]:
+    header = bytearray()
+    frames: List[Any] = []
+    for task_id, ok, result_frames in results:
+        header += _RESULT.pack(task_id, ok, len(result_frames))
+        frames.extend(result_frames)
+    return [bytes(header), *frames]
+
+
+def unpack_results(frames: Sequence[Any]) -> Iterator[Tuple[int, bool, List[Any]]]:
+    header = frames[0]
+    pos = 1
+    for offset in range(0, len(header), _RESULT.size):
+        task_id, ok, n = _RESULT.unpack_from(header, offset)
+        yield task_id, bool(ok), list(frames[pos:pos + n])
+        pos += n

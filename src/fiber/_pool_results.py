@@ -1,0 +1,281 @@
+"""Result objects of a pool: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.
+
+Results arrive on the hub thread as frames (``deliver``); they are unpickled in the
+thread that asks for them (``get``/``next``), or on the pool's callback thread when a
+callback needs the value, so that the hub never runs user code.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+
+from .errors import TimeoutError
+from .transport.remote import unpack_exception
+from .transport.serialization import loads
+
+__all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
+           "CallbackThread"]
+
+Callback = Optional[Callable[[Any], Any]]
+
+
+def _value(ok: bool, frames: List[Any]) -> Tuple[bool, Any]:
+    """Unpickle a delivered result: (True, value) or (False, exception to raise)."""
+    try:
+        obj = loads(frames)
+    except BaseException as e:  # e.g. a class the master cannot import
+        return False, e
+    return (True, obj) if ok else (False, unpack_exception(obj))
+
+
+class CallbackThread:
+    """Runs result callbacks in order, off the hub thread (one per pool, started lazily)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._queue.put(fn)
+
+    def stop(self, wait: bool = True) -> None:
+        self._queue.put(None)
+        if wait and threading.current_thread() is not self._thread:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:
+                import traceback
+
+                traceback.print_exc()
+
+
+class _Flag:
+    """A one-shot event on a bare lock: cheaper to create, set and wait for than
+    ``threading.Event``, which matters once per task."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._lock.release()
+        return self._set
+
+
+class ApplyResult:
+    """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
+
+    def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
+                 error_callback: Callback = None) -> None:
+        self._event = _Flag()
+        self._callbacks = callbacks
+        self._callback = callback
+        self._error_callback = error_callback
+        self._ok = False
+        self._frames: List[Any] = []
+        self._result: Optional[Tuple[bool, Any]] = None
+        self._lock = threading.Lock()
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        self._ok, self._frames = ok, frames
+        self._event.set()
+        if self._callback is not None or self._error_callback is not None:
+            self._callbacks().submit(self._run_callbacks)
+
+    def _run_callbacks(self) -> None:
+        ok, value = self._outcome()
+        if ok and self._callback is not None:
+            self._callback(value)
+        elif not ok and self._error_callback is not None:
+            self._error_callback(value)
+
+    def _outcome(self) -> Tuple[bool, Any]:
+        with self._lock:
+            if self._result is None:
+                self._result = _value(self._ok, self._frames)
+                self._frames = []
+            return self._result
+
+    def ready(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        self._event.wait(timeout)
+
+    def successful(self) -> bool:
+        """Whether the call completed without raising.
+
+        Raises:
+            ValueError: the result is not ready yet.
+        """
+        if not self.ready():
+            raise ValueError(f"{self!r} not ready")
+        return self._outcome()[0]
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """The return value, or the remote exception re-raised with its traceback.
+
+        Raises:
+            fiber.TimeoutError (a multiprocessing.TimeoutError): not ready in time.
+        """
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"result not ready within {timeout} s")
+        ok, value = self._outcome()
+        if ok:
+            return value
+        raise value
+
+
+AsyncResult = ApplyResult
+
+
+class MapResult(ApplyResult):
+    """The result of ``map_async``: chunks are put together in order."""
+
+    def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
+                 callback: Callback = None, error_callback: Callback = None) -> None:
+        super().__init__(callbacks, callback, error_callback)
+        self._chunks: List[Any] = [None] * chunks
+        self._missing = chunks
+        self._length = length
+        if chunks == 0:
+            self._ok, self._result = True, (True, [])
+            self._event.set()
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        if self._event.is_set():
+            return  # an earlier chunk failed: the map has failed
+        if not ok:
+            super().deliver(index, ok, frames)
+            return
+        self._chunks[index] = frames
+        self._missing -= 1
+        if self._missing == 0:
+            self._ok = True
+            self._event.set()
+            if self._callback is not None:
+                self._callbacks().submit(self._run_callbacks)
+
+    def _outcome(self) -> Tuple[bool, Any]:
+        with self._lock:
+            if self._result is None:
+                if not self._ok:
+                    self._result = _value(False, self._frames)
+                else:
+                    values: List[Any] = []
+                    for frames in self._chunks:
+                        ok, chunk = _value(True, frames)
+                        if not ok:
+                            self._result = (False, chunk)
+                            break
+                        values.extend(chunk)
+                    else:
+                        self._result = (True, values)
+                self._chunks = []
+            return self._result
+
+
+class IMapIterator:
+    """The iterator of ``imap``: results in order, the input consumed lazily.
+
+    At most ``window`` chunks are submitted and not yet consumed, so an endless input
+    works; ``next`` tops the window up from the input before it waits.
+    """
+
+    _ordered = True
+
+    def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
+                 window: int) -> None:
+        self._submit = submit
+        self._chunks = chunks
+        self._window = window
+        self._submitted = 0
+        self._consumed = 0
+        self._exhausted = False
+        self._cond = threading.Condition()
+        self._arrived: Dict[int, Tuple[bool, List[Any]]] = {}
+        self._order: Deque[int] = collections.deque()
+        self._buffer: Deque[Any] = collections.deque()
+        self._top_up()
+
+    def _top_up(self) -> None:
+        while not self._exhausted and self._submitted - self._consumed < self._window:
+            try:
+                chunk = next(self._chunks)
+            except StopIteration:
+                self._exhausted = True
+                return
+            index = self._submitted
+            self._submitted += 1
+            self._submit(index, chunk)
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        with self._cond:
+            self._arrived[index] = (ok, frames)
+            if not self._ordered:
+                self._order.append(index)
+            self._cond.notify_all()
+
+    def _take(self, timeout: Optional[float]) -> Tuple[bool, List[Any]]:
+        with self._cond:
+            if not self._cond.wait_for(self._available, timeout):
+                raise TimeoutError(f"no result within {timeout} s")
+            if self._ordered:
+                key = self._consumed
+            else:
+                key = self._order.popleft()
+            return self._arrived.pop(key)
+
+    def _available(self) -> bool:
+        if self._ordered:
+            return self._consumed in self._arrived
+        return bool(self._order)
+
+    def next(self, timeout: Optional[float] = None) -> Any:
+        while not self._buffer:
+            self._top_up()
+            if self._exhausted and self._consumed == self._submitted:
+                raise StopIteration
+            ok, frames = self._take(timeout)
+            self._consumed += 1
+            good, value = _value(ok, frames)
+            if not good:
+                raise value
+            self._buffer.extend(value)
+        return self._buffer.popleft()
+
+    __next__ = next
+
+    def __iter__(self) -> IMapIterator:
+        return self
+
+
+class IMapUnorderedIterator(IMapIterator):
+    """The iterator of ``imap_unordered``: results as they complete."""
+
+    _ordered = False

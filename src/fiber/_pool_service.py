@@ -1,0 +1,280 @@
+"""The master side of a pool: task queue, workers' credit and pending tables, recovery.
+
+::
+
+    Pool.apply_async/map ──submit(tasks)──▶ queue (deque of Task)
+                                              │ dispatch: each worker holds at most
+                                              ▼ prefetch+1 tasks; least-loaded first
+    worker (hello) ◀──── [tasks batch] ──── PoolService ──── pending[worker] = {task_id: Task}
+    worker ──── [results batch] ──────────▶ Task.job.deliver(index, ok, frames), once
+    worker lost (connection closed, job ended) ──▶ its pending tasks back to the front
+                                              of the queue; the one it was running is
+                                              charged an attempt; after max retries it
+                                              fails with WorkerLostError
+
+Everything here runs under the hub's lock (the hub thread for messages from workers, the
+caller's thread for submissions), so a submitted task is written to an idle worker's
+socket by the caller itself, with no thread hop. A task's result is accepted once: a
+duplicate (from a worker presumed dead) is ignored.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+from typing import Any, Callable, Deque, Dict, List, Optional, Set
+
+from ._pool_protocol import WireTask, pack_tasks, unpack_results
+from .errors import WorkerLostError
+from .transport.remote import pack_exception
+from .transport.serialization import dumps
+from .transport.server import Peer, Server, Service
+
+__all__ = ["Task", "WorkerState", "PoolService"]
+
+
+class Task:
+    __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "label")
+
+    def __init__(self, task_id: int, job: Any, index: int, fid: int, frames: List[Any],
+                 label: str) -> None:
+        self.task_id = task_id
+        self.job = job
+        self.index = index
+        self.fid = fid
+        self.frames = frames
+        self.attempts: List[Any] = []  # worker states whose death this task caused
+        self.done = False
+        self.label = label
+
+
+class WorkerState:
+    __slots__ = ("worker_id", "process", "peer", "credit", "pending", "functions",
+                 "assigned", "retiring", "lost", "connected", "exitcode")
+
+    def __init__(self, worker_id: int, process: Any) -> None:
+        self.worker_id = worker_id
+        self.process = process
+        self.peer: Optional[Peer] = None
+        self.credit = 0
+        self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
+        self.functions: Set[int] = set()
+        self.assigned = 0
+        self.retiring = False
+        self.lost = False
+        self.connected = False
+        self.exitcode: Optional[int] = None
+
+
+def describe_exit(ws: WorkerState) -> str:
+    code = ws.exitcode
+    if code is None and not ws.process._closed:
+        code = ws.process.exitcode
+    if code is None:
+        return "still running or unknown (lost contact)"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class PoolService(Service):
+    """One pool's scheduler on the master's hub."""
+
+    def __init__(self, name: bytes, prefetch: int, maxtasks: Optional[int], max_retries: int,
+                 on_worker_gone: Callable[[WorkerState, bool], None]) -> None:
+        self.name = name
+        self.prefetch = prefetch
+        self.maxtasks = maxtasks
+        self.max_retries = max_retries
+        self.on_worker_gone = on_worker_gone
+        self.queue: Deque[Task] = collections.deque()
+        self.workers: Dict[int, WorkerState] = {}
+        self.by_peer: Dict[int, WorkerState] = {}
+        self.functions: Dict[int, List[Any]] = {}
+        self.server: Optional[Server] = None
+        self.init_failures: List[str] = []
+        self.outstanding = 0  # tasks submitted and not yet finished
+        self.closing = False  # close() was called: workers exit once the queue is empty
+
+    # -- from the pool (under the hub lock) ----------------------------------------------
+
+    def add_worker(self, ws: WorkerState) -> None:
+        self.workers[ws.worker_id] = ws
+
+    def submit(self, tasks: List[Task]) -> None:
+        self.queue.extend(tasks)
+        self.outstanding += len(tasks)
+        self.dispatch()
+
+    def cancel(self, task: Task) -> bool:
+        """Remove a task that no worker holds yet."""
+        try:
+            self.queue.remove(task)
+        except ValueError:
+            return False
+        task.done = True
+        self.outstanding -= 1
+        return True
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every task not finished yet (pool terminated or broken)."""
+        record = dumps(pack_exception(exc))
+        tasks = list(self.queue)
+        self.queue.clear()
+        for ws in self.workers.values():
+            tasks.extend(ws.pending.values())
+            ws.pending.clear()
+        for task in tasks:
+            self._finish(task, False, record)
+
+    def retire(self, count: int) -> List[WorkerState]:
+        """Let ``count`` workers finish what they hold and exit (shrinking the pool)."""
+        active = [ws for ws in self.workers.values() if not ws.retiring and not ws.lost]
+        active.sort(key=lambda ws: (ws.connected, len(ws.pending)))
+        chosen = active[:count]
+        for ws in chosen:
+            ws.retiring = True
+            self._maybe_stop(ws)
+        return chosen
+
+    def stop_idle_workers(self) -> None:
+        """After close(): tell every worker to exit once the queue is empty."""
+        for ws in list(self.workers.values()):
+            self._maybe_stop(ws)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _can_take(self, ws: WorkerState) -> bool:
+        return (ws.connected and not ws.lost and not ws.retiring and ws.credit > 0
+                and (self.maxtasks is None or ws.assigned < self.maxtasks))
+
+    def dispatch(self) -> None:
+        """Hand queued tasks to workers with credit, least-loaded first."""
+        if not self.queue:
+            return
+        ready = [ws for ws in self.workers.values() if self._can_take(ws)]
+        if not ready:
+            return
+        batches: Dict[int, List[Task]] = {}
+        while self.queue and ready:
+            ready.sort(key=lambda w: len(w.pending))
+            progressed = False
+            for ws in list(ready):
+                if not self.queue:
+                    break
+                if not self._can_take(ws):
+                    ready.remove(ws)
+                    continue
+                task = self.queue.popleft()
+                ws.pending[task.task_id] = task
+                ws.credit -= 1
+                ws.assigned += 1
+                batches.setdefault(ws.worker_id, []).append(task)
+                progressed = True
+            if not progressed:
+                break
+        for wid, tasks in batches.items():
+            self._send_tasks(self.workers[wid], tasks)
+
+    def _send_tasks(self, ws: WorkerState, tasks: List[Task]) -> None:
+        wire: List[WireTask] = []
+        for task in tasks:
+            fn_frames = None
+            if task.fid not in ws.functions:
+                fn_frames = self.functions[task.fid]
+                ws.functions.add(task.fid)
+            wire.append((task.task_id, task.fid, fn_frames, task.frames))
+        assert self.server is not None and ws.peer is not None
+        if not self.server.send(ws.peer, [b"", b"tasks", *pack_tasks(wire)]):
+            self.worker_lost(ws)
+
+    # -- from workers ----------------------------------------------------------------------
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"results":
+            ws = self.by_peer.get(peer.peer_id)
+            if ws is None:
+                return  # a worker already presumed dead: its results were reassigned
+            for task_id, ok, frames in unpack_results(payload):
+                task = ws.pending.pop(task_id, None)
+                ws.credit += 1
+                if task is not None:
+                    self._finish(task, ok, frames)
+            self._maybe_stop(ws)
+            self.dispatch()
+        elif op == b"hello":
+            ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+            if ws is None or ws.lost:
+                server.send(peer, [b"", b"stop"])
+                return
+            ws.peer = peer
+            ws.connected = True
+            ws.credit = self.prefetch + 1
+            self.by_peer[peer.peer_id] = ws
+            self.init_failures.clear()
+            self.dispatch()
+            self._maybe_stop(ws)
+        elif op == b"init_failed":
+            self.init_failures.append(bytes(payload[0]).decode(errors="replace"))
+        else:
+            raise ValueError(f"unknown pool operation {op!r}")
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        ws = self.by_peer.pop(peer.peer_id, None)
+        if ws is not None:
+            self.worker_lost(ws)
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _finish(self, task: Task, ok: bool, frames: List[Any]) -> None:
+        if task.done:
+            return
+        task.done = True
+        self.outstanding -= 1
+        task.frames = []
+        task.job.deliver(task.index, ok, frames)
+
+    def _maybe_stop(self, ws: WorkerState) -> None:
+        if not ws.connected or ws.lost or ws.pending:
+            return
+        if ws.retiring or (self.closing and not self.queue):
+            if self.server is not None and ws.peer is not None:
+                self.server.send(ws.peer, [b"", b"stop"])
+
+    def worker_lost(self, ws: WorkerState) -> None:
+        """A worker's connection closed or its job ended: reassign what it held."""
+        if ws.lost:
+            return
+        ws.lost = True
+        if ws.peer is not None:
+            self.by_peer.pop(ws.peer.peer_id, None)
+        self.workers.pop(ws.worker_id, None)
+        tasks = list(ws.pending.values())
+        ws.pending.clear()
+        expected = (not tasks and (ws.retiring or self.closing or (
+            self.maxtasks is not None and ws.assigned >= self.maxtasks)))
+        if tasks:
+            running = tasks[0]  # tasks run in the order sent: the first one was running
+            running.attempts.append(ws)
+            if len(running.attempts) > self.max_retries:
+                tasks.pop(0)
+                self._finish(running, False, dumps(pack_exception(self._lost_error(running))))
+        for task in reversed(tasks):
+            self.queue.appendleft(task)
+        self.on_worker_gone(ws, expected)
+        self.dispatch()
+
+    def _lost_error(self, task: Task) -> WorkerLostError:
+        last = task.attempts[-1]
+        if last.exitcode is None and not last.process._closed:
+            last.process.join(2.0)  # its connection closed first; its exit code follows
+        lines = [f"  attempt {i}: worker {ws.worker_id} "
+                 f"({ws.process.name}) {describe_exit(ws)}"
+                 for i, ws in enumerate(task.attempts, 1)]
+        return WorkerLostError(
+            f"{task.label} killed its worker {len(task.attempts)} times; giving up "
+            f"(pool_max_task_retries={self.max_retries}):\n" + "\n".join(lines))

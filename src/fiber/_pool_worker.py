@@ -1,0 +1,120 @@
+"""The loop a pool worker runs (the target of each worker's job).
+
+::
+
+    connect to the master's hub ─▶ initializer(*initargs) ─▶ hello
+    loop:  read task batches (block only when nothing is held)
+           run the next task ─▶ result (value or exception record)
+           send results in batches: at once when nothing else is held, else every
+           64 results or 2 ms, so that cheap tasks are not one message each
+    stop:  when told to, or after ``maxtasks`` tasks, once everything held is done
+
+Tasks are executed in the order received; the master's pending table relies on it (the
+first task a dead worker held is the one that was running).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from ._pool_protocol import pack_results, unpack_tasks
+from .transport.client import get_client
+from .transport.remote import pack_exception
+from .transport.serialization import dumps, loads
+
+__all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
+
+CALL, MAP, STARMAP = 0, 1, 2
+_BATCH = 64
+_BATCH_SECONDS = 0.002
+
+
+def _error(exc: BaseException, stage: str) -> List[Any]:
+    if stage != "running the task":
+        note = f"fiber: error while {stage}"
+        try:
+            exc.add_note(note)  # type: ignore[attr-defined]
+        except AttributeError:  # Python < 3.11
+            pass
+    return dumps(pack_exception(exc))
+
+
+def run_task(functions: Dict[int, Callable[..., Any]], fid: int, fn_frames: Optional[List[Any]],
+             arg_frames: List[Any]) -> Tuple[bool, List[Any]]:
+    """Run one task; returns (ok, frames of the value or of the exception record)."""
+    try:
+        if fn_frames is not None:
+            functions[fid] = loads(fn_frames)
+        fn = functions[fid]
+        mode, data = loads(arg_frames)
+    except BaseException as e:
+        return False, _error(e, "unpickling the task")
+    try:
+        if mode == CALL:
+            args, kwargs = data
+            value = fn(*args, **kwargs)
+        elif mode == MAP:
+            value = [fn(x) for x in data]
+        else:
+            value = [fn(*x) for x in data]
+    except BaseException as e:
+        return False, _error(e, "running the task")
+    try:
+        return True, dumps(value)
+    except BaseException as e:
+        return False, _error(e, "pickling the result")
+
+
+def worker_main(address: str, pool_name: bytes, worker_id: int,
+                initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
+                maxtasks: Optional[int]) -> None:
+    client = get_client(address)
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException:
+            client.send(pool_name, b"init_failed", [traceback.format_exc().encode()])
+            sys.stderr.write(traceback.format_exc())
+            os._exit(1)
+    client.send(pool_name, b"hello", [worker_id.to_bytes(8, "little")])
+    functions: Dict[int, Callable[..., Any]] = {}
+    held: Deque[Tuple[int, int, Any, List[Any]]] = collections.deque()
+    out: List[Tuple[int, bool, List[Any]]] = []
+    first_out = 0.0
+    done = 0
+    stopping = False
+
+    def flush() -> None:
+        if out:
+            client.send(pool_name, b"results", pack_results(out))
+            out.clear()
+
+    while True:
+        while True:  # take in whatever arrived; wait only when there is nothing to do
+            if not held and not stopping:
+                flush()
+            msg = client._recv(0.0 if held or stopping else None)
+            if msg is None:
+                break
+            if msg[1] == b"tasks":
+                held.extend(unpack_tasks(msg[2:]))
+            elif msg[1] == b"stop":
+                stopping = True
+        if not held:
+            flush()
+            if stopping or (maxtasks is not None and done >= maxtasks):
+                return
+            continue
+        task_id, fid, fn_frames, arg_frames = held.popleft()
+        ok, frames = run_task(functions, fid, fn_frames, arg_frames)
+        if not out:
+            first_out = time.monotonic()
+        out.append((task_id, ok, frames))
+        done += 1
+        if not held or len(out) >= _BATCH or time.monotonic() - first_out > _BATCH_SECONDS:
+            flush()

@@ -1,0 +1,456 @@
+"""``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers.
+
+::
+
+    caller thread ── apply_async/map/imap ──▶ pickle (function once, args per task)
+                                              └─▶ PoolService.submit (under the hub lock;
+                                                  written to idle workers right away)
+    hub thread ◀── results from workers ─────── result objects (frames, unpickled on get)
+    maintainer thread (one per pool): starts workers (one backend submit for many),
+        watches their sentinels, replaces the lost, stops the pool when it is done
+    callback thread (started on first use): runs callback / error_callback in order
+
+Workers pull work: each holds at most ``pool_prefetch + 1`` tasks, so a map never runs
+serially on one worker while others idle, and a worker is used as soon as it connects,
+before the rest of the pool has started. A worker that dies gives its tasks back; see
+:mod:`fiber._pool_service` for the exactly-once rules.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import secrets
+import signal
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+
+from . import _runtime
+from ._pool_results import (
+    ApplyResult,
+    AsyncResult,
+    CallbackThread,
+    IMapIterator,
+    IMapUnorderedIterator,
+    MapResult,
+)
+from ._pool_service import PoolService, Task, WorkerState, describe_exit
+from ._pool_worker import CALL, MAP, STARMAP, worker_main
+from .backends import Resources
+from .config import get_config
+from .connection import wait
+from .errors import BrokenPoolError, PoolTerminatedError
+from .process import start_all
+from .transport.remote import pack_exception
+from .transport.serialization import dumps
+
+__all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
+           "IMapUnorderedIterator"]
+
+RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
+_MAX_STARTUP_FAILURES = 3
+_FUNCTION_CACHE = 4096
+
+
+def _label(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _self_inflicted(exitcode: Optional[int]) -> bool:
+    """Whether a worker that died before connecting failed by itself (an exception, a
+    crash) rather than being killed from outside (SIGKILL, SIGTERM: an operator, the OOM
+    killer, a preempted node); only the former counts towards a broken pool."""
+    if exitcode is None:
+        return False
+    return exitcode >= 0 or -exitcode not in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+
+
+class _PoolCore:
+    """The pool's state; referenced by its threads, never by the user's Pool object, so
+    that a pool dropped by its user is garbage-collected and its workers ended."""
+
+    def __init__(self, size: int, ctx: Any, initializer: Optional[Callable[..., Any]],
+                 initargs: Tuple[Any, ...], maxtasks: Optional[int],
+                 resources: Resources) -> None:
+        cfg = get_config()
+        self.ctx = ctx
+        self.size = size
+        self.initializer, self.initargs, self.maxtasks = initializer, initargs, maxtasks
+        self.resources = resources
+        self.hub = _runtime.hub()
+        self.name = b"pool" + secrets.token_hex(6).encode()
+        self.service = PoolService(self.name, cfg.pool_prefetch, maxtasks,
+                                   cfg.pool_max_task_retries, self._on_worker_gone)
+        self.service.server = self.hub
+        self.hub.register(self.name, self.service)
+        self.state = RUN
+        self.broken: Optional[BaseException] = None
+        self.startup_failures = 0
+        self.window = max(16, 2 * size * (cfg.pool_prefetch + 1))
+        self._worker_ids = itertools.count(1)
+        self._task_ids = itertools.count(1)
+        self._fids: collections.OrderedDict[Any, int] = collections.OrderedDict()
+        self._callbacks: Optional[CallbackThread] = None
+        #: Started workers whose process has not been closed yet, by sentinel.
+        self.procs: Dict[int, WorkerState] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self.maintainer = threading.Thread(target=self._maintain, daemon=True,
+                                           name=f"fiber-pool-{self.name.decode()[4:]}")
+        self.maintainer.start()
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def callbacks(self) -> CallbackThread:
+        if self._callbacks is None:
+            self._callbacks = CallbackThread(f"fiber-pool-callbacks-{self.name.decode()[4:]}")
+        return self._callbacks
+
+    def _fid(self, fn: Callable[..., Any]) -> int:
+        try:
+            key: Any = fn
+            hash(key)
+        except TypeError:
+            key = ("id", id(fn))
+        fid = self._fids.get(key)
+        if fid is None:
+            fid = len(self.service.functions) + 1
+            while fid in self.service.functions:
+                fid += 1
+            self.service.functions[fid] = dumps(fn)
+            self._fids[key] = fid
+            while len(self._fids) > _FUNCTION_CACHE:
+                self._fids.popitem(last=False)
+        else:
+            self._fids.move_to_end(key)
+        return fid
+
+    def check_running(self) -> None:
+        if self.state != RUN:
+            raise ValueError("Pool not running")
+        if self.broken is not None:
+            raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
+
+    def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
+               job: Any, label: str) -> None:
+        """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone."""
+        with self.hub.lock:
+            self.check_running()
+            try:
+                fid = self._fid(fn)
+            except Exception as e:
+                for index, _ in items:
+                    job.deliver(index, False, dumps(pack_exception(e)))
+                return
+        tasks: List[Task] = []
+        for index, data in items:
+            try:
+                frames = dumps((mode, data))
+            except Exception as e:
+                job.deliver(index, False, dumps(pack_exception(e)))
+                continue
+            tasks.append(Task(next(self._task_ids), job, index, fid, frames,
+                              f"{label} (task {index})"))
+        with self.hub.lock:
+            self.check_running()
+            self.service.submit(tasks)
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def _live_workers(self) -> List[WorkerState]:
+        return [ws for ws in self.service.workers.values() if not ws.lost]
+
+    def _start_workers(self, count: int) -> None:
+        states = []
+        for _ in range(count):
+            wid = next(self._worker_ids)
+            proc = self.ctx.Process(
+                target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
+                args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
+                      self.maxtasks))
+            proc._resources = self.resources
+            states.append(WorkerState(wid, proc))
+        try:
+            start_all([ws.process for ws in states])
+        except Exception as e:
+            with self.hub.lock:
+                if not self._live_workers():
+                    self._break(e)
+            return
+        with self.hub.lock:
+            for ws in states:
+                self.service.add_worker(ws)
+                self.procs[ws.process.sentinel] = ws
+
+    def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
+        """Called under the hub lock when a worker is lost or has exited."""
+        if ws.connected:
+            self.startup_failures = 0
+        elif not expected and _self_inflicted(ws.exitcode):
+            self.startup_failures += 1
+            if self.startup_failures >= _MAX_STARTUP_FAILURES and not any(
+                    w.connected for w in self._live_workers()):
+                reason = (self.service.init_failures[-1] if self.service.init_failures
+                          else f"the last worker's job ended with {describe_exit(ws)}"
+                          " before it connected")
+                self._break(BrokenPoolError(
+                    f"{self.startup_failures} workers in a row failed to start:\n{reason}"))
+        self.wake()
+
+    def _break(self, exc: BaseException) -> None:
+        if self.broken is None:
+            self.broken = exc
+            self.service.fail_all(exc)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _maintain(self) -> None:
+        try:
+            while True:
+                with self.hub.lock:
+                    active = [ws for ws in self._live_workers() if not ws.retiring]
+                    need = self.size - len(active) if (
+                        self.state == RUN and self.broken is None) else 0
+                    if self.state != RUN and not self.procs:
+                        return
+                if need > 0:
+                    self._start_workers(need)
+                    continue
+                ready = wait([self._wake_r, *self.procs], timeout=None)
+                if self._wake_r in ready:
+                    os.read(self._wake_r, 4096)
+                for fd in ready:
+                    ws = self.procs.get(fd)  # type: ignore[call-overload]
+                    if ws is not None:
+                        with self.hub.lock:
+                            ws.exitcode = ws.process.exitcode
+                            self.service.worker_lost(ws)
+                            del self.procs[fd]
+                        ws.process.close()
+        finally:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def resize(self, size: int) -> None:
+        if not isinstance(size, int) or size < 1:
+            raise ValueError("Number of processes must be at least 1")
+        with self.hub.lock:
+            self.check_running()
+            self.size = size
+            surplus = len([ws for ws in self._live_workers() if not ws.retiring]) - size
+            if surplus > 0:
+                self.service.retire(surplus)
+        self.wake()
+
+    def close(self) -> None:
+        with self.hub.lock:
+            if self.state == RUN:
+                self.state = CLOSE
+                self.service.closing = True
+                self.service.stop_idle_workers()
+        self.wake()
+
+    def terminate(self) -> None:
+        with self.hub.lock:
+            if self.state == TERMINATE:
+                return
+            self.state = TERMINATE
+            self.service.closing = True
+            self.service.fail_all(PoolTerminatedError("the pool was terminated"))
+            workers = list(self.procs.values())
+        for ws in workers:
+            try:
+                ws.process.terminate()
+            except Exception:
+                pass
+        self.wake()
+        self.join()
+
+    def join(self) -> None:
+        if self.maintainer is not threading.current_thread():
+            self.maintainer.join()
+        if self._callbacks is not None:
+            self._callbacks.stop()
+        self.hub.unregister(self.name)
+
+
+class Pool:
+    """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
+
+    ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
+    ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
+
+    Raises:
+        ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
+        TypeError: ``initializer`` is not callable.
+    """
+
+    def __init__(self, processes: Optional[int] = None,
+                 initializer: Optional[Callable[..., Any]] = None,
+                 initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
+                 context: Any = None, *, cpu: Optional[float] = None,
+                 memory: Optional[int] = None, gpu: Optional[int] = None) -> None:
+        if processes is None:
+            processes = get_config().pool_processes or os.cpu_count() or 1
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise ValueError("Number of processes must be at least 1")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if maxtasksperchild is not None and (
+                not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
+            raise ValueError("maxtasksperchild must be a positive int or None")
+        if context is None:
+            from .context import get_context
+
+            context = get_context()
+        self._core = _PoolCore(processes, context, initializer, tuple(initargs),
+                               maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
+        self._finalizer = weakref.finalize(self, self._core.terminate)
+
+    @property
+    def _processes(self) -> int:
+        return self._core.size
+
+    # -- apply -------------------------------------------------------------------------
+
+    def apply(self, func: Callable[..., Any], args: Iterable[Any] = (),
+              kwds: Optional[Mapping[str, Any]] = None) -> Any:
+        """Call ``func(*args, **kwds)`` in a worker and return its result."""
+        return self.apply_async(func, args, kwds).get()
+
+    def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (),
+                    kwds: Optional[Mapping[str, Any]] = None,
+                    callback: Optional[Callable[[Any], Any]] = None,
+                    error_callback: Optional[Callable[[BaseException], Any]] = None
+                    ) -> ApplyResult:
+        """Submit one call; the result's ``get()`` returns its value or re-raises.
+
+        Raises:
+            ValueError: the pool was closed or terminated.
+        """
+        core = self._core
+        core.check_running()
+        result = ApplyResult(core.callbacks, callback, error_callback)
+        core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
+                    f"apply({_label(func)})")
+        return result
+
+    # -- map -----------------------------------------------------------------------------
+
+    def _chunks(self, iterable: Iterable[Any], chunksize: Optional[int]
+                ) -> Tuple[List[List[Any]], int]:
+        items = list(iterable)
+        if chunksize is None:
+            chunksize, extra = divmod(len(items), self._core.size * 4)
+            if extra:
+                chunksize += 1
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        return [items[i:i + chunksize] for i in range(0, len(items), chunksize)], len(items)
+
+    def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],
+                   chunksize: Optional[int], mode: int, callback: Any,
+                   error_callback: Any) -> MapResult:
+        core = self._core
+        core.check_running()
+        chunks, length = self._chunks(iterable, chunksize)
+        result = MapResult(core.callbacks, len(chunks), length, callback, error_callback)
+        core.submit(func, mode, enumerate(chunks), result, f"map({_label(func)})")
+        return result
+
+    def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+            chunksize: Optional[int] = None) -> List[Any]:
+        """``[func(x) for x in iterable]`` computed by the workers, in order."""
+        return self._map_async(func, iterable, chunksize, MAP, None, None).get()
+
+    def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+                  chunksize: Optional[int] = None, callback: Any = None,
+                  error_callback: Any = None) -> MapResult:
+        return self._map_async(func, iterable, chunksize, MAP, callback, error_callback)
+
+    def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
+                chunksize: Optional[int] = None) -> List[Any]:
+        """``[func(*args) for args in iterable]`` computed by the workers, in order."""
+        return self._map_async(func, iterable, chunksize, STARMAP, None, None).get()
+
+    def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
+                      chunksize: Optional[int] = None, callback: Any = None,
+                      error_callback: Any = None) -> MapResult:
+        return self._map_async(func, iterable, chunksize, STARMAP, callback, error_callback)
+
+    def _imap(self, cls: Any, func: Callable[[Any], Any], iterable: Iterable[Any],
+              chunksize: int) -> IMapIterator:
+        core = self._core
+        core.check_running()
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        source = iter(iterable)
+        chunks: Iterator[List[Any]] = iter(
+            lambda: list(itertools.islice(source, chunksize)), [])
+        holder: List[IMapIterator] = []
+
+        def submit(index: int, chunk: List[Any]) -> None:
+            core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({_label(func)})")
+
+        holder.append(cls.__new__(cls))
+        cls.__init__(holder[0], submit, chunks, core.window)
+        return holder[0]
+
+    def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+             chunksize: int = 1) -> IMapIterator:
+        """Like ``map`` but lazy: consumes ``iterable`` as results are taken, in order."""
+        return self._imap(IMapIterator, func, iterable, chunksize)
+
+    def imap_unordered(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+                       chunksize: int = 1) -> IMapIterator:
+        """Like ``imap`` but yields results as they complete."""
+        return self._imap(IMapUnorderedIterator, func, iterable, chunksize)
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def resize(self, processes: int) -> None:
+        """Grow or shrink the running pool; retiring workers finish the tasks they hold."""
+        self._core.resize(processes)
+
+    def close(self) -> None:
+        """Accept no more tasks; workers exit once all submitted work is done."""
+        self._core.close()
+
+    def terminate(self) -> None:
+        """End every worker now; unfinished results fail with PoolTerminatedError."""
+        self._finalizer()
+
+    def join(self) -> None:
+        """Wait for the workers to exit (after ``close`` or ``terminate``).
+
+        Raises:
+            ValueError: the pool is still running.
+        """
+        if self._core.state == RUN:
+            raise ValueError("Pool is still running")
+        self._core.join()
+
+    def __enter__(self) -> Pool:
+        self._core.check_running()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.terminate()
+
+    def __reduce__(self) -> Any:
+        raise NotImplementedError(
+            "pool objects cannot be passed between processes or pickled")
+
+    def __repr__(self) -> str:
+        core = self._core
+        return (f"<fiber.Pool state={core.state} pool_size={core.size} "
+                f"workers={len(core._live_workers())}>")
+

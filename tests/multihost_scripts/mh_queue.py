@@ -1,0 +1,66 @@
+"""One Queue (served by the master), three writers on three hosts, two readers on two
+hosts: every item arrives exactly once."""
+
+import time
+
+import _common
+
+import fiber
+from fiber.testing import netns
+
+PER_WRITER = 300
+STOP = "stop"
+
+
+def writer(q, w, n):
+    for j in range(n):
+        q.put((w, j, b"x" * (j % 7) * 100))
+
+
+def reader(q, out, r):
+    got = []
+    while True:
+        item = q.get(timeout=_common.TIMEOUT)
+        if item == STOP:
+            break
+        got.append(item[:2])
+    out.put((r, _common.my_ip(), got))
+
+
+def main():
+    hosts = _common.setup()
+    q, out = fiber.Queue(), fiber.Queue()
+    t0 = time.monotonic()
+    readers, writers = [], []
+    for r, host in ((0, 2), (1, 3)):
+        with netns.on_host(host):
+            p = fiber.Process(target=reader, args=(q, out, r))
+            p.start()
+        readers.append(p)
+    for w, host in ((0, 1), (1, 2), (2, 3)):
+        with netns.on_host(host):
+            p = fiber.Process(target=writer, args=(q, w, PER_WRITER))
+            p.start()
+        writers.append(p)
+    _common.join_all(writers, 60)
+    for _ in readers:
+        q.put(STOP)
+    results = sorted(out.get(timeout=_common.TIMEOUT) for _ in readers)
+    _common.join_all(readers)
+    items = [tuple(x) for _, _, got in results for x in got]
+    per_reader = [len(got) for _, _, got in results]
+    # each writer's items reach one reader in the order they were put
+    ordered = all(
+        [j for w2, j in got if w2 == w] == sorted(j for w2, j in got if w2 == w)
+        for _, _, got in results for w in range(3))
+    _common.result(
+        total=len(items), unique=len(set(items)), expected=3 * PER_WRITER,
+        missing=sorted(set((w, j) for w in range(3) for j in range(PER_WRITER)) - set(items))[:10],
+        per_reader=per_reader, reader_ips=[ip for _, ip, _ in results],
+        host_ips=[ip for _, ip in hosts.hosts], ordered=ordered,
+        exitcodes=[p.exitcode for p in writers + readers],
+        seconds=round(time.monotonic() - t0, 2))
+
+
+if __name__ == "__main__":
+    main()
