@@ -66,6 +66,23 @@ def test_random_bytes_are_dropped():
     _queue_still_works()
 
 
+def test_strangers_on_the_unix_socket_are_dropped_too():
+    import socket as _socket
+
+    from fiber.transport.sockets import _unix_name
+
+    name = _unix_name(_runtime.hub().address)
+    assert name, "the hub should listen on an abstract Unix socket on Linux"
+    hub = _runtime.hub()
+    before = hub.dropped
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as s:
+        s.connect("\0" + name)
+        s.sendall(os.urandom(4096))
+        assert _closed_by_server(s)
+    wait_until(lambda: hub.dropped > before, 10, message="drop counted")
+    _queue_still_works()
+
+
 def test_pickle_without_handshake_is_never_unpickled(tmp_path):
     trap = tmp_path / "unpickled"
     payload = pickle.dumps(_Trap(str(trap)))

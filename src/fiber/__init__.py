@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from . import errors
+from . import errors, futures
 from .config import Config, get_config, init
 from .connection import BufferTooShort, Pipe
 from .context import FiberContext, get_context
@@ -97,6 +97,7 @@ __all__ = [
     "cpu_count",
     "current_process",
     "errors",
+    "futures",
     "freeze_support",
     "get_all_start_methods",
     "get_config",

@@ -11,7 +11,8 @@
     TASKS   = n × (task_id u64, function_id u32, has_function u8, n_frames u16)
               followed, per task, by the function's frames (when has_function) and
               the frames of (args-list) — one pickle per task, buffers out of band
-    RESULTS = n × (task_id u64, ok u8, n_frames u16) followed by each result's frames
+    RESULTS = busy f64 (seconds spent running these tasks), then
+              n × (task_id u64, ok u8, n_frames u16), followed by each result's frames
 
 A function is sent to a worker once, by value if it must be (``__main__``, lambdas); later
 tasks name it by its id. Frames are the serialization module's: one pickle, then its
@@ -23,10 +24,11 @@ from __future__ import annotations
 import struct
 from typing import Any, Iterator, List, Sequence, Tuple
 
-__all__ = ["pack_tasks", "unpack_tasks", "pack_results", "unpack_results"]
+__all__ = ["pack_tasks", "unpack_tasks", "pack_results", "unpack_results", "results_busy"]
 
 _TASK = struct.Struct("<QIBH")
 _RESULT = struct.Struct("<QBH")
+_BUSY = struct.Struct("<d")
 
 #: One task on the wire: (task_id, function_id, function frames or None, argument frames).
 WireTask = Tuple[int, int, Any, List[Any]]
@@ -58,8 +60,8 @@ def unpack_tasks(frames: Sequence[Any]) -> Iterator[Tuple[int, int, Any, List[An
         pos += n
 
 
-def pack_results(results: Sequence[Tuple[int, bool, List[Any]]]) -> List[Any]:
-    header = bytearray()
+def pack_results(results: Sequence[Tuple[int, bool, List[Any]]], busy: float) -> List[Any]:
+    header = bytearray(_BUSY.pack(busy))
     frames: List[Any] = []
     for task_id, ok, result_frames in results:
         header += _RESULT.pack(task_id, ok, len(result_frames))
@@ -67,10 +69,15 @@ def pack_results(results: Sequence[Tuple[int, bool, List[Any]]]) -> List[Any]:
     return [bytes(header), *frames]
 
 
+def results_busy(frames: Sequence[Any]) -> float:
+    """Seconds the worker spent running the tasks of a results batch."""
+    return float(_BUSY.unpack_from(frames[0])[0])
+
+
 def unpack_results(frames: Sequence[Any]) -> Iterator[Tuple[int, bool, List[Any]]]:
     header = frames[0]
     pos = 1
-    for offset in range(0, len(header), _RESULT.size):
+    for offset in range(_BUSY.size, len(header), _RESULT.size):
         task_id, ok, n = _RESULT.unpack_from(header, offset)
         yield task_id, bool(ok), list(frames[pos:pos + n])
         pos += n

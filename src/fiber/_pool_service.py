@@ -24,13 +24,16 @@ import collections
 import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
-from ._pool_protocol import WireTask, pack_tasks, unpack_results
+from ._pool_protocol import WireTask, pack_tasks, results_busy, unpack_results
 from .errors import WorkerLostError
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
 from .transport.server import Peer, Server, Service
 
 __all__ = ["Task", "WorkerState", "PoolService"]
+
+_HOLD = 0.002  # seconds of work a worker of quick tasks holds
+_MAX_CREDIT = 64
 
 
 class Task:
@@ -49,14 +52,15 @@ class Task:
 
 
 class WorkerState:
-    __slots__ = ("worker_id", "process", "peer", "credit", "pending", "functions",
-                 "assigned", "retiring", "lost", "connected", "exitcode")
+    __slots__ = ("worker_id", "process", "peer", "limit", "pending", "functions",
+                 "assigned", "retiring", "lost", "connected", "exitcode", "task_seconds")
 
     def __init__(self, worker_id: int, process: Any) -> None:
         self.worker_id = worker_id
         self.process = process
         self.peer: Optional[Peer] = None
-        self.credit = 0
+        self.limit = 0  # tasks it may hold: its credit
+        self.task_seconds = 0.01  # running average of its tasks' duration
         self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
         self.functions: Set[int] = set()
         self.assigned = 0
@@ -148,7 +152,8 @@ class PoolService(Service):
     # -- dispatch ------------------------------------------------------------------------
 
     def _can_take(self, ws: WorkerState) -> bool:
-        return (ws.connected and not ws.lost and not ws.retiring and ws.credit > 0
+        return (ws.connected and not ws.lost and not ws.retiring
+                and len(ws.pending) < ws.limit
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
 
     def dispatch(self) -> None:
@@ -170,7 +175,6 @@ class PoolService(Service):
                     continue
                 task = self.queue.popleft()
                 ws.pending[task.task_id] = task
-                ws.credit -= 1
                 ws.assigned += 1
                 batches.setdefault(ws.worker_id, []).append(task)
                 progressed = True
@@ -199,11 +203,13 @@ class PoolService(Service):
             ws = self.by_peer.get(peer.peer_id)
             if ws is None:
                 return  # a worker already presumed dead: its results were reassigned
+            count = 0
             for task_id, ok, frames in unpack_results(payload):
+                count += 1
                 task = ws.pending.pop(task_id, None)
-                ws.credit += 1
                 if task is not None:
                     self._finish(task, ok, frames)
+            self._adapt(ws, results_busy(payload) / max(1, count))
             self._maybe_stop(ws)
             self.dispatch()
         elif op == b"hello":
@@ -213,7 +219,7 @@ class PoolService(Service):
                 return
             ws.peer = peer
             ws.connected = True
-            ws.credit = self.prefetch + 1
+            ws.limit = self.prefetch + 1
             self.by_peer[peer.peer_id] = ws
             self.init_failures.clear()
             self.dispatch()
@@ -227,6 +233,14 @@ class PoolService(Service):
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is not None:
             self.worker_lost(ws)
+
+    def _adapt(self, ws: WorkerState, seconds_per_task: float) -> None:
+        """Credit grows for quick tasks, so that a worker holds about ``_HOLD`` seconds of
+        work and never idles on a round trip; it stays at ``prefetch + 1`` for slow tasks,
+        which keeps long tasks spread evenly over the workers."""
+        ws.task_seconds = 0.7 * ws.task_seconds + 0.3 * seconds_per_task
+        quick = int(_HOLD / max(ws.task_seconds, 1e-6))
+        ws.limit = max(self.prefetch + 1, min(_MAX_CREDIT, quick))
 
     # -- bookkeeping -------------------------------------------------------------------
 

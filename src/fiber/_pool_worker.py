@@ -5,8 +5,9 @@
     connect to the master's hub ─▶ initializer(*initargs) ─▶ hello
     loop:  read task batches (block only when nothing is held)
            run the next task ─▶ result (value or exception record)
-           send results in batches: at once when nothing else is held, else every
-           64 results or 2 ms, so that cheap tasks are not one message each
+           send results in batches: at once when nothing else is held or the task took
+           over 2 ms, else every 64 results or 2 ms, so that cheap tasks are not one
+           message each (the batch says how long its tasks ran: the master's credit)
     stop:  when told to, or after ``maxtasks`` tasks, once everything held is done
 
 Tasks are executed in the order received; the master's pending table relies on it (the
@@ -86,13 +87,16 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     held: Deque[Tuple[int, int, Any, List[Any]]] = collections.deque()
     out: List[Tuple[int, bool, List[Any]]] = []
     first_out = 0.0
+    busy = 0.0
     done = 0
     stopping = False
 
     def flush() -> None:
+        nonlocal busy
         if out:
-            client.send(pool_name, b"results", pack_results(out))
+            client.send(pool_name, b"results", pack_results(out, busy))
             out.clear()
+            busy = 0.0
 
     while True:
         while True:  # take in whatever arrived; wait only when there is nothing to do
@@ -111,10 +115,14 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
                 return
             continue
         task_id, fid, fn_frames, arg_frames = held.popleft()
+        started = time.monotonic()
         ok, frames = run_task(functions, fid, fn_frames, arg_frames)
+        now = time.monotonic()
+        busy += now - started
         if not out:
-            first_out = time.monotonic()
+            first_out = started
         out.append((task_id, ok, frames))
         done += 1
-        if not held or len(out) >= _BATCH or time.monotonic() - first_out > _BATCH_SECONDS:
+        # Batch only results of quick tasks: a slow task's result goes out at once.
+        if not held or len(out) >= _BATCH or now - first_out > _BATCH_SECONDS:
             flush()

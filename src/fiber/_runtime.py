@@ -20,6 +20,7 @@ from .backends import get_backend
 from .config import get_config
 from .transport.client import register_local_server, unregister_local_server
 from .transport.server import Server
+from .transport.sockets import split_address
 
 __all__ = ["hub", "listen_host", "parent_address", "shutdown_hub"]
 
@@ -37,9 +38,7 @@ def parent_address() -> str:
 
 
 def _host_of(address: str) -> str:
-    hostport = address.split("://", 1)[-1]
-    host = hostport.rsplit(":", 1)[0]
-    return host.strip("[]")
+    return split_address(address)[0]
 
 
 def _route_to(host: str) -> str:

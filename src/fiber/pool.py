@@ -134,7 +134,7 @@ class _PoolCore:
             raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
 
     def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
-               job: Any, label: str) -> None:
+               job: Any, label: str) -> List[Task]:
         """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone."""
         with self.hub.lock:
             self.check_running()
@@ -143,7 +143,7 @@ class _PoolCore:
             except Exception as e:
                 for index, _ in items:
                     job.deliver(index, False, dumps(pack_exception(e)))
-                return
+                return []
         tasks: List[Task] = []
         for index, data in items:
             try:
@@ -156,6 +156,12 @@ class _PoolCore:
         with self.hub.lock:
             self.check_running()
             self.service.submit(tasks)
+        return tasks
+
+    def cancel(self, task: Task) -> bool:
+        """Withdraw a task no worker holds yet; False once it was handed out."""
+        with self.hub.lock:
+            return self.service.cancel(task)
 
     # -- workers ---------------------------------------------------------------------------
 

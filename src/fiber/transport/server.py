@@ -131,15 +131,16 @@ class Server:
     def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 3.0,
                  name: str = "fiber-server") -> None:
         try:
-            self._listener, self.address = listen(host)
+            self._listeners, self.address = listen(host)
         except OSError as e:
             raise TransportError(f"cannot listen on {host!r}: {e}", f"tcp://{host}") from e
-        self._listener.setblocking(False)
         self._heartbeat = (heartbeat_s, timeout_s)
         #: Guards every service and every socket write; reentrant for nested calls.
         self.lock = threading.RLock()
         self._sel = selectors.DefaultSelector()
-        self._sel.register(self._listener, selectors.EVENT_READ, _LISTENER)
+        for listener in self._listeners:
+            listener.setblocking(False)
+            self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -276,13 +277,14 @@ class Server:
                 for conn in list(self._conns.values()):
                     self._close_conn(conn, notify=False)
                 self._sel.close()
-                self._listener.close()
+                for listener in self._listeners:
+                    listener.close()
                 os.close(self._wake_r)
                 os.close(self._wake_w)
 
     def _on_event(self, key: selectors.SelectorKey, mask: int) -> None:
         if key.data is _LISTENER:
-            self._accept()
+            self._accept(key.fileobj)  # type: ignore[arg-type]
         elif key.data is _WAKE:
             try:
                 os.read(self._wake_r, 65536)
@@ -302,10 +304,10 @@ class Server:
             if not timer.cancelled:
                 timer.fn()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                sock, _ = self._listener.accept()
+                sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:

@@ -1,0 +1,99 @@
+"""Pool overhead against multiprocessing.Pool, measured in the same run.
+
+    .venv/bin/python benchmarks/pool_overhead.py [--quick]
+
+1. Framework overhead (the Fiber paper's test): 5 workers, sleep tasks of 1 s, 100 ms,
+   10 ms and 1 ms, sized so that the ideal total is 1 s; "rounds" (5 tasks, wait, repeat:
+   the RL/ES step pattern) and "batch" (one map of all tasks). Pool start-up excluded.
+2. No-op throughput: map with chunksize 1 over 20,000 tasks (tasks/s).
+3. apply round trip: median and p99 over 2,000 calls.
+4. A 10 MB and a 100 MB numpy array to a worker and back (MB/s).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+
+import numpy as np
+from _common import latencies, table, timed
+
+import fiber
+
+WORKERS = 5
+
+
+def sleep_task(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def noop(x: int) -> int:
+    return x
+
+
+def echo(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def overhead(pool, duration: float, mode: str) -> float:
+    total = int(round(1.0 / duration)) * WORKERS
+    if mode == "batch":
+        return timed(lambda: pool.map(sleep_task, [duration] * total, chunksize=1))
+    rounds = total // WORKERS
+
+    def run() -> None:
+        for _ in range(rounds):
+            pool.map(sleep_task, [duration] * WORKERS, chunksize=1)
+
+    return timed(run)
+
+
+def warm(pool) -> None:
+    for _ in range(3):
+        pool.map(noop, range(WORKERS * 4), chunksize=1)
+
+
+def main(quick: bool = False) -> None:
+    durations = [0.1, 0.01, 0.001] if quick else [1.0, 0.1, 0.01, 0.001]
+    mp = multiprocessing.get_context("spawn").Pool(WORKERS)
+    fb = fiber.Pool(WORKERS)
+    try:
+        warm(mp)
+        warm(fb)
+        rows = []
+        for mode in ("rounds", "batch"):
+            for d in durations:
+                m, f = overhead(mp, d, mode), overhead(fb, d, mode)
+                rows.append((mode, f"{d * 1000:g} ms", m, f, f / m))
+        table("1. framework overhead: seconds for an ideal 1 s of work (5 workers)",
+              ["mode", "task", "multiprocessing s", "fiber s", "fiber/mp"], rows)
+
+        n = 20_000
+        m = n / timed(lambda: mp.map(noop, range(n), chunksize=1))
+        f = n / timed(lambda: fb.map(noop, range(n), chunksize=1))
+        table("2. no-op throughput, map(chunksize=1) over 20,000 tasks",
+              ["multiprocessing tasks/s", "fiber tasks/s", "fiber/mp"], [(m, f, f / m)])
+
+        calls = 2000
+        lm = latencies(lambda: mp.apply(noop, (1,)), calls)
+        lf = latencies(lambda: fb.apply(noop, (1,)), calls)
+        table("3. apply round trip over 2,000 calls (microseconds)",
+              ["", "multiprocessing", "fiber", "fiber/mp"],
+              [(k, lm[k] * 1e6, lf[k] * 1e6, lf[k] / lm[k]) for k in ("median", "p99")])
+
+        rows = []
+        for mb in (10, 100):
+            a = np.random.rand(mb * 1024 * 1024 // 8)
+            tm = timed(lambda a=a: mp.apply(echo, (a,)), 3)
+            tf = timed(lambda a=a: fb.apply(echo, (a,)), 3)
+            rows.append((f"{mb} MB", 2 * mb / tm, 2 * mb / tf, tm / tf))
+        table("4. numpy array to a worker and back (MB/s, both directions counted)",
+              ["size", "multiprocessing MB/s", "fiber MB/s", "fiber/mp speed"], rows)
+    finally:
+        mp.terminate()
+        fb.terminate()
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv)
