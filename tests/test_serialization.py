@@ -37,17 +37,49 @@ def test_unpicklable_raises_type_error():
         dumps(threading.Lock())
 
 
-def test_framing_200mb_over_a_socket_pair():
-    a, b = socket.socketpair()
+def _tcp_pair():
+    listener = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(listener.getsockname())
+    b, _ = listener.accept()
+    listener.close()
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+def test_framing_200mb(kind):
+    """Unix sockets carry big frames as memfds, TCP as bytes; both arrive intact."""
+    a, b = socket.socketpair() if kind == "unix" else _tcp_pair()
     big = np.arange(25_000_000, dtype=np.float64)
     t = threading.Thread(target=send_frames, args=(a, dumps(big)))
     t.start()
-    reader = FrameReader()
+    reader = FrameReader(unix=kind == "unix")
     while not reader.messages:
         assert reader.feed_from(b)
     t.join()
-    got = loads(reader.messages.popleft())
-    assert np.array_equal(big, got)
+    frames = reader.messages.popleft()
+    got = loads(frames)
+    assert np.array_equal(big, got) and got.flags.writeable
+    got[0] = -1  # a private mapping: the sender's memory is not touched
+    assert big[0] == 0
+    assert (type(frames[1]).__name__ == "mmap") == (kind == "unix")
+    a.close()
+    b.close()
+    reader.close()
+
+
+def test_descriptors_before_auth_are_refused_and_closed():
+    import os
+
+    a, b = socket.socketpair()
+    r, w = os.pipe()
+    a.sendmsg([(1).to_bytes(4, "little") + ((1 << 63) | (1 << 20)).to_bytes(8, "little")],
+              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, __import__("array").array("i", [r]))])
+    reader = FrameReader(max_message=512, unix=True)
+    with pytest.raises(ProtocolError):
+        reader.feed_from(b)
+    reader.close()
+    for fd in (r, w):
+        os.close(fd)
     a.close()
     b.close()
 

@@ -61,11 +61,11 @@ class Client:
         self.lost = False
         self._ids = itertools.count(1)
         self._late: Dict[bytes, LateReply] = {}
-        self._reader = FrameReader()
         try:
             self.sock = connect(address, timeout)
         except OSError as e:
             raise ConnectionLost(f"cannot connect: {e}", address) from None
+        self._reader = FrameReader(unix=self.sock.family == socket.AF_UNIX)
         try:
             tune(self.sock, *heartbeat)
             self._handshake(anchor, timeout)
@@ -103,6 +103,7 @@ class Client:
             self.sock.close()
         except OSError:
             pass
+        self._reader.close()
 
     def _send(self, frames: List[Any]) -> None:
         if self.lost:

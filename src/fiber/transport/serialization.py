@@ -17,6 +17,7 @@ an array received is writable, as with ``multiprocessing``, without a further co
 from __future__ import annotations
 
 import io
+import mmap
 import pickle
 from typing import Any, List, Sequence, Union
 
@@ -67,5 +68,5 @@ def dumps(obj: Any) -> List[Frame]:
 def loads(frames: Sequence[Any]) -> Any:
     """Rebuild the object from ``dumps`` frames (bytes, bytearrays or memoryviews)."""
     head = frames[0]
-    buffers = [f if isinstance(f, bytearray) else bytearray(f) for f in frames[1:]]
+    buffers = [f if isinstance(f, (bytearray, mmap.mmap)) else bytearray(f) for f in frames[1:]]
     return pickle.loads(memoryview(head), buffers=buffers)

@@ -111,8 +111,9 @@ class _Conn:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.reader = FrameReader(max_message=_PREAUTH_LIMIT)
-        self.outbox = Outbox()
+        unix = sock.family == socket.AF_UNIX
+        self.reader = FrameReader(max_message=_PREAUTH_LIMIT, unix=unix)
+        self.outbox = Outbox(unix=unix)
         self.state = "hello"
         self.cnonce = self.snonce = self.process_id = b""
         self.anchor = False
@@ -405,6 +406,8 @@ class Server:
         except (KeyError, ValueError):
             pass
         sock.close()
+        conn.reader.close()
+        conn.outbox.close()
         peer, conn.peer = conn.peer, None
         if peer is None or not notify:
             return
