@@ -1,4 +1,4 @@
-"""Estimate pi with fiber processes: each job throws darts, the master adds up the hits.
+"""Estimate pi with a pool of fiber workers, and with processes and a queue.
 
 Runs unchanged on any backend:  python examples/pi_estimation.py
                                 FIBER_BACKEND=slurm python examples/pi_estimation.py
@@ -10,32 +10,43 @@ import time
 import fiber
 
 
-@fiber.meta(cpu=1)
-def throw_darts(n: int, seed: int, results: fiber.Queue) -> None:
+def throw_darts(seed: int, n: int = 200_000) -> int:
+    """How many of ``n`` random darts land inside the quarter circle."""
     rng = random.Random(seed)
-    hits = sum(1 for _ in range(n) if rng.random() ** 2 + rng.random() ** 2 <= 1.0)
-    results.put((fiber.current_process().name, hits))
+    return sum(1 for _ in range(n) if rng.random() ** 2 + rng.random() ** 2 <= 1.0)
 
 
-def main(workers: int = 4, darts_per_worker: int = 500_000) -> float:
-    results = fiber.Queue()
-    jobs = [fiber.Process(target=throw_darts, args=(darts_per_worker, seed, results))
-            for seed in range(workers)]
+@fiber.meta(cpu=1, memory=256)
+def report_darts(seed: int, results: fiber.Queue) -> None:
+    results.put((fiber.current_process().name, throw_darts(seed)))
+
+
+def with_pool(workers: int, batches: int) -> float:
     start = time.time()
+    with fiber.Pool(workers, cpu=1, memory=256) as pool:
+        hits = pool.map(throw_darts, range(batches))
+    pi = 4.0 * sum(hits) / (batches * 200_000)
+    print(f"Pool.map:  pi ~= {pi:.5f} from {batches} tasks on {workers} workers "
+          f"in {time.time() - start:.2f} s")
+    return pi
+
+
+def with_processes(workers: int) -> float:
+    start = time.time()
+    results = fiber.Queue()
+    jobs = [fiber.Process(target=report_darts, args=(seed, results)) for seed in range(workers)]
     for job in jobs:
         job.start()
-    hits = 0
-    for _ in jobs:
-        name, h = results.get(timeout=300)
-        print(f"  {name}: {h} hits")
-        hits += h
+    hits = [results.get(timeout=300) for _ in jobs]
     for job in jobs:
         job.join()
-    pi = 4.0 * hits / (workers * darts_per_worker)
-    print(f"pi ~= {pi:.5f} from {workers} jobs on backend {fiber.get_config().backend!r}"
-          f" in {time.time() - start:.2f} s")
+    pi = 4.0 * sum(h for _, h in hits) / (workers * 200_000)
+    print(f"Processes: pi ~= {pi:.5f} from {workers} jobs ({', '.join(n for n, _ in hits)}) "
+          f"in {time.time() - start:.2f} s")
     return pi
 
 
 if __name__ == "__main__":
-    main()
+    print(f"backend: {fiber.get_config().backend}")
+    with_pool(workers=4, batches=40)
+    with_processes(workers=4)
