@@ -196,8 +196,11 @@ class LocalClient:
                 if not peer.cond.wait_for(lambda: req_id in peer.replies, timeout):
                     raise TimeoutError(f"no reply from {service!r} within {timeout} s")
             except BaseException:
-                if on_late is not None:
+                got = peer.replies.pop(req_id, None)
+                if got is None and on_late is not None:
                     peer.late[req_id] = on_late
+                elif got is not None and on_late is not None:
+                    on_late(*got)  # answered just as we gave up: hand it back
                 raise
             return peer.replies.pop(req_id)
 
