@@ -296,3 +296,35 @@ def test_daemon_children_end_with_parent_and_others_are_joined(backend_name):
     assert parent.wait(60) == 0
     assert time.monotonic() - t >= 1.0  # the non-daemonic child was joined
     wait_until(lambda: _gone(d) and _gone(n), 10, message="children to exit")
+
+
+class NeverStarts(LocalBackend):
+    """A real local job that never runs fiber's bootstrap (a cluster that lost it)."""
+
+    name = "never-starts"
+
+    def submit(self, specs):
+        return super().submit([JobSpec(command=(sys.executable, "-c", "import time; "
+                                                "time.sleep(60)"), env=s.env)
+                               for s in specs])
+
+
+def test_job_that_never_connects_is_cancelled_after_startup_timeout(capfd):
+    register_backend("never-starts", NeverStarts)
+    with fiber.config.override(startup_timeout=1.0):
+        p = fiber.get_context("never-starts").Process(target=helpers.noop)
+        p.start()
+        p.join(30)
+    assert p.exitcode == -signal.SIGKILL
+    assert "did not start within" in capfd.readouterr().err
+
+
+def test_debug_logging_goes_to_stderr():
+    out = subprocess.run(
+        [sys.executable, "-c", "import fiber, helpers\n"
+         "p = fiber.Process(target=helpers.noop); p.start(); p.join(60)"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "FIBER_DEBUG": "1", "PYTHONPATH": os.path.dirname(__file__)})
+    assert "started Process-1 as local job" in out.stderr, out.stderr
+    secret_free = os.environ.get("FIBER_SECRET", "no-secret-set")
+    assert secret_free not in out.stderr

@@ -25,6 +25,7 @@ import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from ._pool_protocol import WireTask, pack_tasks, results_busy, unpack_results
+from ._log import log
 from .errors import WorkerLostError
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
@@ -264,6 +265,7 @@ class PoolService(Service):
         if ws.lost:
             return
         ws.lost = True
+        log("pool worker %s lost, holding %d tasks", ws.worker_id, len(ws.pending))
         if ws.peer is not None:
             self.by_peer.pop(ws.peer.peer_id, None)
         self.workers.pop(ws.worker_id, None)

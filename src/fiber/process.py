@@ -21,6 +21,7 @@ import secrets
 import signal
 import sys
 import threading
+import weakref
 from typing import (
     Any,
     Callable,
@@ -40,6 +41,7 @@ from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from .config import get_config
 from .errors import ProcessError
+from ._log import log
 from .meta import resources_of
 from .transport import auth
 from .transport.serialization import dumps
@@ -180,7 +182,28 @@ class Process:
         self._job = job
         _children.add(self)
         _register_exit_function()
-        job.backend.watcher().watch(handle, lambda h, status: job.finish(status))
+        log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
+        job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
+        hub = _runtime.hub()
+        ref = weakref.ref(self)  # the timer must not keep an ended process alive
+        with hub.lock:
+            hub.call_later(get_config().startup_timeout,
+                           lambda: ref() is not None and ref()._check_started(job))
+
+    def _on_finished(self, job: _Job, status: JobStatus) -> None:
+        log("%s ended: %s %s", self._name, status.state.value, status.reason)
+        job.finish(status)
+
+    def _check_started(self, job: _Job) -> None:
+        # A job the cluster never ran (stuck pending, lost at launch) must not wait forever:
+        # after startup_timeout without connecting back it is cancelled and counts as ended.
+        if job.remote_pid is not None or job.finished or job.handle is None:
+            return
+        log("%s did not connect within startup_timeout; cancelling it", self._name)
+        sys.stderr.write(f"fiber: {self._name} did not start within "
+                         f"{get_config().startup_timeout} s; cancelling its job\n")
+        threading.Thread(target=job.backend.cancel, args=([job.handle], True),
+                         name="fiber-cancel", daemon=True).start()
 
     def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
         default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
