@@ -144,3 +144,16 @@ def test_get_interrupted_loses_nothing(ctx):
         q.put(i)
     got = [q.get(timeout=10) for _ in range(50)]
     assert got == list(range(50))
+
+
+def test_shared_queue_outlives_the_creators_handle(ctx):
+    import gc
+
+    carrier = ctx.Queue()
+    q = ctx.Queue()
+    q.put("still here")
+    carrier.put(q)  # shared: another process may hold it longer than we do
+    del q
+    gc.collect()
+    other = carrier.get(timeout=10)
+    assert other.get(timeout=10) == "still here"

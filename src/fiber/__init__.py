@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from . import errors, futures
+from . import errors, futures, managers
 from .config import Config, get_config, init
 from .connection import BufferTooShort, Pipe
 from .context import FiberContext, get_context
@@ -25,6 +25,17 @@ from .meta import meta
 from .pool import Pool
 from .process import Process, active_children, current_process, parent_process
 from .queues import JoinableQueue, Queue, SimpleQueue
+from .sharedctypes import Array, RawArray, RawValue, Value
+from .synchronize import (
+    Barrier,
+    BoundedSemaphore,
+    BrokenBarrierError,
+    Condition,
+    Event,
+    Lock,
+    RLock,
+    Semaphore,
+)
 
 __version__ = "0.1.0"
 
@@ -34,6 +45,11 @@ _default = get_context(None)
 def cpu_count() -> int:
     """Number of CPUs of this machine (as ``multiprocessing.cpu_count``)."""
     return _default.cpu_count()
+
+
+def Manager() -> managers.SyncManager:  # noqa: N802 - the multiprocessing name
+    """A started :class:`fiber.managers.SyncManager` (its server is a job)."""
+    return _default.Manager()  # type: ignore[no-any-return]
 
 
 def get_start_method(allow_none: bool = False) -> str:
@@ -78,20 +94,33 @@ def log_to_stderr(level: Optional[int] = None) -> Any:
 reducer = _default.reducer
 
 __all__ = [
+    "Array",
     "AuthenticationError",
+    "Barrier",
+    "BoundedSemaphore",
+    "BrokenBarrierError",
     "BufferTooShort",
+    "Condition",
     "Config",
+    "Event",
     "FiberContext",
     "FiberError",
     "JoinableQueue",
+    "Lock",
+    "Manager",
     "Pipe",
     "Pool",
     "Process",
     "ProcessError",
     "Queue",
+    "RLock",
+    "RawArray",
+    "RawValue",
     "RemoteError",
+    "Semaphore",
     "SimpleQueue",
     "TimeoutError",
+    "Value",
     "active_children",
     "allow_connection_pickling",
     "cpu_count",
@@ -106,6 +135,7 @@ __all__ = [
     "get_start_method",
     "init",
     "log_to_stderr",
+    "managers",
     "meta",
     "parent_process",
     "reducer",

@@ -45,17 +45,26 @@ def decode_wait(frame: Any) -> Optional[float]:
 
 
 class Handle:
-    """The picklable client side of an object served on some process's hub."""
+    """The picklable client side of an object served on some process's hub.
+
+    Lifetime: an object never shared is unregistered when its creator drops it; once it
+    has been pickled (sent to another process, which may hold it longer than the
+    creator), it is served until the creating process ends.
+    """
 
     def __init__(self, service: Service, kind: bytes) -> None:
         hub = _runtime.hub()
         self._name = kind + secrets.token_hex(8).encode()
         self._address = hub.address
         hub.register(self._name, service)
+        self._shared = [False]
         self._finalizer: Optional[weakref.finalize] = weakref.finalize(
-            self, _unregister, hub, self._name)
+            self, _unregister, hub, self._name, self._shared)
 
     def __getstate__(self) -> Tuple[bytes, str]:
+        shared = self.__dict__.get("_shared")
+        if shared is not None:
+            shared[0] = True
         return (self._name, self._address)
 
     def __setstate__(self, state: Tuple[bytes, str]) -> None:
@@ -89,8 +98,8 @@ class Handle:
         return e
 
 
-def _unregister(hub: Any, name: bytes) -> None:
-    if hub.alive and os.getpid() == _runtime._hub_pid:
+def _unregister(hub: Any, name: bytes, shared: List[bool]) -> None:
+    if not shared[0] and hub.alive and os.getpid() == _runtime._hub_pid:
         try:
             hub.unregister(name)
         except Exception:

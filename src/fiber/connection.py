@@ -138,8 +138,7 @@ class Connection(Handle):
         service = PipeService(process_id())
         a = cls(service, 0, True, duplex)
         b = cls.__new__(cls)
-        Handle.__setstate__(b, Handle.__getstate__(a))
-        b._finalizer = None
+        Handle.__setstate__(b, (a._name, a._address))
         b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives
         b._end, b._readable, b._writable = 1, duplex, True
         b._closed = b._peer_eof = False

@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Type
 
-from . import connection, process, queues
+from . import connection, process, queues, sharedctypes, synchronize
 from .backends import known_backends
 from .config import get_config, init
 from .errors import UnknownBackendError
@@ -79,6 +79,51 @@ class FiberContext:
         from .pool import Pool
 
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self, **kwargs)
+
+    # -- synchronization and shared data (fiber.synchronize, fiber.sharedctypes) --------
+
+    def Lock(self) -> synchronize.Lock:  # noqa: N802
+        return synchronize.Lock(ctx=self)
+
+    def RLock(self) -> synchronize.RLock:  # noqa: N802
+        return synchronize.RLock(ctx=self)
+
+    def Semaphore(self, value: int = 1) -> synchronize.Semaphore:  # noqa: N802
+        return synchronize.Semaphore(value, ctx=self)
+
+    def BoundedSemaphore(self, value: int = 1) -> synchronize.BoundedSemaphore:  # noqa: N802
+        return synchronize.BoundedSemaphore(value, ctx=self)
+
+    def Condition(self, lock: Any = None) -> synchronize.Condition:  # noqa: N802
+        return synchronize.Condition(lock, ctx=self)
+
+    def Event(self) -> synchronize.Event:  # noqa: N802
+        return synchronize.Event(ctx=self)
+
+    def Barrier(self, parties: int, action: Any = None,  # noqa: N802
+                timeout: Optional[float] = None) -> synchronize.Barrier:
+        return synchronize.Barrier(parties, action, timeout, ctx=self)
+
+    def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True) -> Any:  # noqa: N802
+        return sharedctypes.Value(typecode_or_type, *args, lock=lock, ctx=self)
+
+    def Array(self, typecode_or_type: Any, size_or_initializer: Any, *,  # noqa: N802
+              lock: Any = True) -> Any:
+        return sharedctypes.Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
+
+    def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:  # noqa: N802
+        return sharedctypes.RawValue(typecode_or_type, *args)
+
+    def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:  # noqa: N802
+        return sharedctypes.RawArray(typecode_or_type, size_or_initializer)
+
+    def Manager(self) -> Any:  # noqa: N802
+        """A started :class:`fiber.managers.SyncManager` whose server runs on this backend."""
+        from .managers import SyncManager
+
+        manager = SyncManager(ctx=self)
+        manager.start()
+        return manager
 
     # -- contexts -----------------------------------------------------------------------
 

@@ -186,9 +186,14 @@ class Process:
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive
+
+        def check() -> None:
+            proc = ref()
+            if proc is not None:
+                proc._check_started(job)
+
         with hub.lock:
-            hub.call_later(get_config().startup_timeout,
-                           lambda: ref() is not None and ref()._check_started(job))
+            hub.call_later(get_config().startup_timeout, check)
 
     def _on_finished(self, job: _Job, status: JobStatus) -> None:
         log("%s ended: %s %s", self._name, status.state.value, status.reason)

@@ -1,0 +1,273 @@
+"""``Value``, ``Array``, ``RawValue`` and ``RawArray``: ctypes data shared across hosts.
+
+::
+
+    any fiber process                          hub of the creating process
+    ─────────────────                          ───────────────────────────
+    v.value ───── [get, tid, "value"] ───────▶ ValueService: the ctypes object itself
+    v.value = 3 ─ [set, tid, "value", 3] ────▶   (c_int, c_double, c_char * 10, ...)
+    a[2:5] ────── [getitem, tid, slice] ─────▶   guarded by the Value's lock: an access
+    a[0] = 1 ──── [setitem, tid, (0, 1)] ────▶   waits while another thread holds it
+    with v.get_lock(): ...  ─────────────────▶ LockService of an RLock (fiber.synchronize)
+
+There is no memory shared between hosts, so the data lives in the creating process, as a
+real ctypes object (values convert, truncate and wrap exactly as in ``multiprocessing``),
+and every access is one round trip to its hub. As with ``multiprocessing``, each access of
+a synchronized ``Value`` or ``Array`` takes its lock: the server runs it when the lock is
+free or held by the caller's thread, so ``with v.get_lock(): v.value += 1`` is atomic
+across processes and hosts (four round trips). ``RawValue``/``RawArray`` (``lock=False``)
+are the same objects without a lock; each single access is still atomic.
+
+What differs from ``multiprocessing``: the objects are handles, not ctypes instances (no
+``memoryview``, no passing to C), and they pickle freely (to a queue, a pipe, a child).
+Supported types: the typecodes of :mod:`array` and simple ctypes types; structures are not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing.sharedctypes as _mpsc
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+from . import synchronize
+from ._served import Handle
+from .transport.serialization import dumps, loads
+from .transport.server import Peer, Server, Service
+
+__all__ = ["Value", "Array", "RawValue", "RawArray", "SharedValue", "SharedArray",
+           "Synchronized", "SynchronizedArray", "SynchronizedString"]
+
+_TYPE = Union[str, type]
+typecode_to_type: Dict[str, Any] = _mpsc.typecode_to_type  # type: ignore[attr-defined]
+
+
+class ValueService(Service):
+    """One ctypes object; accesses carrying a thread id wait for the guard lock."""
+
+    def __init__(self, obj: Any, guard: Optional[synchronize.LockService]) -> None:
+        self.obj = obj
+        self.guard = guard
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        tid = bytes(payload[0])
+        args = payload[1:]
+        if self.guard is not None and tid:
+            self.guard.run_guarded((peer.process_id, tid),
+                                   lambda: self._run(server, peer, op, req_id, args))
+        else:
+            self._run(server, peer, op, req_id, args)
+
+    def _run(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+             args: List[Any]) -> None:
+        try:
+            if op == b"get":
+                server.reply_value(peer, req_id, getattr(self.obj, bytes(args[0]).decode()))
+            elif op == b"set":
+                setattr(self.obj, bytes(args[0]).decode(), loads(args[1:]))
+                server.reply(peer, req_id, b"ok")
+            elif op == b"getitem":
+                server.reply_value(peer, req_id, self.obj[loads(args)])
+            elif op == b"setitem":
+                key, value = loads(args)
+                self.obj[key] = value
+                server.reply(peer, req_id, b"ok")
+            else:
+                raise ValueError(f"unknown value operation {op!r}")
+        except Exception as e:
+            server.reply_error(peer, req_id, e)
+
+
+def _ctype(typecode_or_type: _TYPE) -> Any:
+    t = typecode_to_type.get(typecode_or_type, typecode_or_type)  # type: ignore
+    if isinstance(t, str) or not isinstance(t, type) or not issubclass(
+            t, ctypes._SimpleCData):
+        raise TypeError(f"fiber shares typecodes and simple ctypes types, not "
+                        f"{typecode_or_type!r}")
+    return t
+
+
+class SharedValue(Handle):
+    """A ctypes value served by its creator's hub (``RawValue``; ``Value`` adds a lock)."""
+
+    _lock: Any = None  # the lock taken by the server (None: unguarded)
+    _client_lock: Any = None  # a lock taken by this side (a lock served elsewhere)
+    _owner: Any = None  # what a get_obj() view keeps alive
+
+    def __init__(self, obj: Any, lock: Any = None) -> None:
+        self._type_name = type(obj).__name__
+        guard = None
+        if lock is not None:
+            guard = getattr(lock, "_service", None)  # set only where the lock was created
+            self._lock = lock
+            if guard is None:
+                self._client_lock = lock
+        super().__init__(ValueService(obj, guard), b"V")
+
+    def __getstate__(self) -> Any:
+        return (super().__getstate__(), self._type_name, self._lock, self._client_lock,
+                self._extra_state())
+
+    def __setstate__(self, state: Any) -> None:
+        base, self._type_name, self._lock, self._client_lock, extra = state
+        super().__setstate__(base)
+        self._set_extra_state(extra)
+
+    def _extra_state(self) -> Any:
+        return None
+
+    def _set_extra_state(self, extra: Any) -> None:
+        pass
+
+    def _call(self, op: bytes, frames: List[Any]) -> Any:
+        tid = synchronize._tid() if self._lock is not None and self._client_lock is None \
+            else b""
+        if self._client_lock is not None:
+            with self._client_lock:
+                return self._request(op, [tid, *frames])
+        return self._request(op, [tid, *frames])
+
+    def _get(self, attr: bytes) -> Any:
+        return loads(self._call(b"get", [attr])[1])
+
+    def _set(self, attr: bytes, value: Any) -> None:
+        self._call(b"set", [attr, *dumps(value)])
+
+    @property
+    def value(self) -> Any:
+        return self._get(b"value")
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._set(b"value", value)
+
+    def get_obj(self) -> SharedValue:
+        """The same data without the lock (as multiprocessing's raw ctypes object)."""
+        raw = type(self).__new__(_RAW_OF.get(type(self), type(self)))
+        raw.__setstate__(self.__getstate__())
+        raw._lock = raw._client_lock = None
+        raw._owner = self  # keeps the service registered while the view lives
+        return raw
+
+    def __repr__(self) -> str:
+        return f"<fiber.{type(self).__name__} {self._type_name} {self._name.decode()}>"
+
+
+class _Synchronized:
+    """What a lock adds to a shared value or array (mixed in first)."""
+
+    def get_lock(self) -> Any:
+        return self._lock  # type: ignore[attr-defined]
+
+    def acquire(self, *args: Any) -> bool:
+        return bool(self._lock.acquire(*args))  # type: ignore[attr-defined]
+
+    def release(self) -> None:
+        self._lock.release()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> bool:
+        return bool(self._lock.__enter__())  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.__exit__(*exc)  # type: ignore[attr-defined]
+
+
+class Synchronized(_Synchronized, SharedValue):
+    """A ``Value`` with its lock: ``.value``, ``get_lock()``, ``get_obj()``, ``with v:``."""
+
+
+class SharedArray(SharedValue):
+    """A ctypes array served by its creator's hub: ``a[i]``, ``a[i:j]``, ``len(a)``."""
+
+    def __init__(self, obj: Any, lock: Any = None) -> None:
+        self._length = len(obj)
+        super().__init__(obj, lock)
+
+    def _extra_state(self) -> Any:
+        return self._length
+
+    def _set_extra_state(self, extra: Any) -> None:
+        self._length = extra
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, key: Union[int, slice]) -> Any:
+        return loads(self._call(b"getitem", dumps(key))[1])
+
+    def __setitem__(self, key: Union[int, slice], value: Any) -> None:
+        self._call(b"setitem", dumps((key, value)))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self[:])  # one round trip: a snapshot
+
+
+class SharedString(SharedArray):
+    """A ``c_char`` array: also ``.value`` (up to the first NUL) and ``.raw``."""
+
+    @property
+    def raw(self) -> bytes:
+        return bytes(self._get(b"raw"))
+
+    @raw.setter
+    def raw(self, value: bytes) -> None:
+        self._set(b"raw", value)
+
+
+class SynchronizedArray(_Synchronized, SharedArray):
+    """An ``Array`` with its lock."""
+
+
+class SynchronizedString(_Synchronized, SharedString):
+    """An ``Array('c', ...)`` with its lock."""
+
+
+_RAW_OF = {Synchronized: SharedValue, SynchronizedArray: SharedArray,
+           SynchronizedString: SharedString}
+
+
+def _lock_for(lock: Any) -> Any:
+    if lock is True:
+        return synchronize.RLock()
+    if not hasattr(lock, "acquire"):
+        raise AttributeError(f"{lock!r} has no method 'acquire'")
+    return lock
+
+
+def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
+    """A shared ctypes value without a lock (each single access is still atomic)."""
+    return SharedValue(_ctype(typecode_or_type)(*args))
+
+
+def _array(t: Any, size_or_initializer: Union[int, Any]) -> Any:
+    if isinstance(size_or_initializer, int):
+        return (t * size_or_initializer)()
+    items = list(size_or_initializer)
+    return (t * len(items))(*items)
+
+
+def RawArray(typecode_or_type: _TYPE,  # noqa: N802
+             size_or_initializer: Union[int, Any]) -> SharedArray:
+    """A shared ctypes array without a lock, of a size or from a sequence."""
+    t = _ctype(typecode_or_type)
+    return (SharedString if t is ctypes.c_char else SharedArray)(_array(t, size_or_initializer))
+
+
+def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
+          ctx: Any = None) -> SharedValue:
+    """A shared ctypes value; with ``lock`` (default: a new fiber RLock) a Synchronized."""
+    obj = _ctype(typecode_or_type)(*args)
+    if lock is False or lock is None:
+        return SharedValue(obj)
+    return Synchronized(obj, _lock_for(lock))
+
+
+def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # noqa: N802
+          lock: Any = True, ctx: Any = None) -> SharedArray:
+    """A shared ctypes array; with ``lock`` (default: a new fiber RLock) synchronized."""
+    t = _ctype(typecode_or_type)
+    obj = _array(t, size_or_initializer)
+    if lock is False or lock is None:
+        return (SharedString if t is ctypes.c_char else SharedArray)(obj)
+    cls = SynchronizedString if t is ctypes.c_char else SynchronizedArray
+    return cls(obj, _lock_for(lock))

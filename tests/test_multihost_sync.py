@@ -1,0 +1,57 @@
+"""Synchronization primitives and managers across network-namespace hosts.
+
+Same approach as ``test_multihost.py`` (whose ``hosts`` fixture and ``run_scenario`` this
+module reuses): each scenario is a script under ``tests/multihost_scripts/`` run in a
+fresh interpreter, with the master in the root namespace and processes on three hosts.
+"""
+
+from __future__ import annotations
+
+from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
+
+from fiber.testing import netns
+
+
+def test_counters_under_locks_are_exact_across_hosts(hosts: netns.Hosts) -> None:  # noqa: F811
+    r = run_scenario(hosts, "mh_sync_counter.py")
+    assert r["managed"] == r["value"] == r["expected"]
+    assert r["worker_ips"] == r["host_ips"]  # two workers on each host
+    h1 = r["host_ips"][0]
+    assert r["manager_address"].startswith(f"tcp://{h1}:")  # the manager ran on host 1
+    assert r["exitcodes"] == [0] * 6
+
+
+def test_barrier_and_event_across_hosts(hosts: netns.Hosts) -> None:  # noqa: F811
+    r = run_scenario(hosts, "mh_sync_barrier_event.py")
+    assert r["indices"] == [0, 1, 2, 3]
+    assert r["party_ips"] == r["host_ips"]
+    assert r["action_runs"] == 1
+    assert r["action_ip"] in r["host_ips"] + [hosts.root_ip]
+    assert r["woken"] == [True, True, True] and r["wake_seconds"] < 10
+    assert r["exitcodes"] == [0, 0, 0]
+
+
+def test_lock_released_when_holder_dies_on_another_host(hosts: netns.Hosts) -> None:  # noqa: F811
+    r = run_scenario(hosts, "mh_sync_lock_death.py")
+    h1, h2, h3 = r["host_ips"]
+    assert r["held_elsewhere"] and r["holder_ip"] == h2 and r["holder_exit"] == -9
+    assert r["master_got"] and r["master_seconds"] < 5
+    assert r["server_ip"] == h1 and r["holder3_ip"] == h3 and r["taker_ip"] == h2
+    assert r["taker_waited"] and r["taker_got"]
+
+
+def test_manager_killed_mid_call_fails_callers(hosts: netns.Hosts) -> None:  # noqa: F811
+    r = run_scenario(hosts, "mh_sync_manager_kill.py")
+    h1, h2, _ = r["host_ips"]
+    assert r["manager_ip"] == h1 and r["client_ip"] == h2
+    assert r["child"][0].startswith("ConnectionLost") and r["child"][1] < 10, r
+    assert r["master"][0].startswith("ConnectionLost") and r["master"][1] < 10, r
+    assert r["child_exit"] == 0 and r["seconds"] < 15
+
+
+def test_async_manager_objects_on_hosts(hosts: netns.Hosts) -> None:  # noqa: F811
+    r = run_scenario(hosts, "mh_sync_async.py")
+    assert r["reverse_ok"]
+    assert r["pids"] == 3 and set(r["ips"]) <= set(r["host_ips"])
+    assert r["parallel_seconds"] < 2.5
+    assert r["error"] == ["ValueError", "remote failure", True]
