@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import collections
+import functools
 import mmap
 import os
 import socket
@@ -44,14 +45,18 @@ class ProtocolError(Exception):
     """The peer sent bytes that are not a well-formed message (or too large before auth)."""
 
 
-_HEADERS: dict = {}
+@functools.lru_cache(maxsize=256)
+def _struct(fmt: str) -> struct.Struct:
+    return struct.Struct(fmt)
 
 
 def _header(n: int) -> struct.Struct:
-    st = _HEADERS.get(n)
-    if st is None:
-        st = _HEADERS[n] = struct.Struct(f"<I{n}Q")
-    return st
+    """Frame count and lengths of an ``n``-frame message."""
+    return _struct(f"<I{n}Q")
+
+
+def _lengths_struct(n: int) -> struct.Struct:
+    return _struct(f"<{n}Q")
 
 
 def _nbytes(frame: Any) -> int:
@@ -306,12 +311,3 @@ class FrameReader:
             self._frames = []
         del buf[:pos]
 
-
-_LENGTHS: dict = {}
-
-
-def _lengths_struct(n: int) -> struct.Struct:
-    st = _LENGTHS.get(n)
-    if st is None:
-        st = _LENGTHS[n] = struct.Struct(f"<{n}Q")
-    return st
