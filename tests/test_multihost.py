@@ -175,3 +175,20 @@ def test_partitioned_host_child_exits_by_itself(hosts: netns.Hosts) -> None:
     # the master's blocked call on a queue served on the cut-off host failed, not hung
     assert r["master_get"] not in ("still blocked",) and r["master_get_seconds"] < 15, r
     hosts.check()  # reconnected: the other tests can use host 2 again
+
+
+def test_pool_across_hosts(hosts: netns.Hosts) -> None:
+    r = run_scenario(hosts, "mh_pool.py")
+    host_ips = set(r["host_ips"])
+    # tasks ran on several hosts, each on its own address; all results, in order
+    assert r["first_ok"], r
+    assert set(r["task_ips"]) <= host_ips and len(r["task_ips"]) >= 2, r
+    assert r["worker_ips"] == sorted(host_ips), r  # 6 workers, round robin over 3 hosts
+    # a worker holding tasks was killed with kill -9 mid-map: the map still completed
+    assert r["picked"] and r["victim_held"] and not r["ready_at_kill"], r
+    assert 0 < r["outstanding_at_kill"] <= 240, r
+    assert r["second_ok"] and r["second_count"] == 300, r
+    assert set(r["second_ips"]) <= host_ips and len(r["second_ips"]) >= 2, r
+    assert r["victim_seen_lost"] and r["victim_exitcode"] == -9, r
+    # the pool replaced the worker and goes on
+    assert r["replaced"] and r["third_ok"] and not r["third_pids_include_victim"], r

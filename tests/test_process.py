@@ -328,3 +328,19 @@ def test_debug_logging_goes_to_stderr():
     assert "started Process-1 as local job" in out.stderr, out.stderr
     secret_free = os.environ.get("FIBER_SECRET", "no-secret-set")
     assert secret_free not in out.stderr
+
+
+class FarAway(LocalBackend):
+    """A backend whose jobs would run on another network (they never start here)."""
+
+    name = "far-away"
+
+    def listen_host(self):
+        return "10.9.8.7"
+
+
+def test_a_job_that_could_not_reach_this_process_is_refused_clearly():
+    register_backend("far-away", FarAway)
+    p = fiber.get_context("far-away").Process(target=helpers.noop)
+    with pytest.raises(ProcessError, match="listen_host"):
+        p.start()

@@ -14,9 +14,12 @@
     RESULTS = busy f64 (seconds spent running these tasks), then
               n × (task_id u64, ok u8, n_frames u16), followed by each result's frames
 
-A function is sent to a worker once, by value if it must be (``__main__``, lambdas); later
-tasks name it by its id. Frames are the serialization module's: one pickle, then its
-out-of-band buffers.
+A function is pickled once per ``map``/``apply`` call (so a callable's state is taken
+when it is submitted, as with multiprocessing) and sent to a worker once; later tasks name
+it by its id. Master and worker keep the same LRU of the last ``FUNCTION_SLOTS`` ids
+per worker, updated in the same order (the order tasks are sent and received), so they
+always agree on what the worker holds. Frames are the serialization module's: one
+pickle, then its out-of-band buffers.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from typing import Any, Iterator, List, Sequence, Tuple
 __all__ = ["pack_tasks", "unpack_tasks", "pack_results", "unpack_results", "results_busy"]
 
 _TASK = struct.Struct("<QIBH")
+
+#: Functions a worker keeps, least recently used first out (same on both sides).
+FUNCTION_SLOTS = 32
 _RESULT = struct.Struct("<QBH")
 _BUSY = struct.Struct("<d")
 

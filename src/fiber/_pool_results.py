@@ -100,19 +100,31 @@ class ApplyResult:
         self._frames: List[Any] = []
         self._result: Optional[Tuple[bool, Any]] = None
         self._lock = threading.Lock()
+        self._completed = False
 
     def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        if self._completed:
+            return
         self._ok, self._frames = ok, frames
-        self._event.set()
+        self._complete()
+
+    def _complete(self) -> None:
+        """Ready: at once, or — as in multiprocessing — once its callback has run."""
+        self._completed = True
         if self._callback is not None or self._error_callback is not None:
             self._callbacks().submit(self._run_callbacks)
+        else:
+            self._event.set()
 
     def _run_callbacks(self) -> None:
-        ok, value = self._outcome()
-        if ok and self._callback is not None:
-            self._callback(value)
-        elif not ok and self._error_callback is not None:
-            self._error_callback(value)
+        try:
+            ok, value = self._outcome()
+            if ok and self._callback is not None:
+                self._callback(value)
+            elif not ok and self._error_callback is not None:
+                self._error_callback(value)
+        finally:
+            self._event.set()
 
     def _outcome(self) -> Tuple[bool, Any]:
         with self._lock:
@@ -165,10 +177,10 @@ class MapResult(ApplyResult):
         self._length = length
         if chunks == 0:
             self._ok, self._result = True, (True, [])
-            self._event.set()
+            self._complete()
 
     def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
-        if self._event.is_set():
+        if self._completed:
             return  # an earlier chunk failed: the map has failed
         if not ok:
             super().deliver(index, ok, frames)
@@ -177,9 +189,7 @@ class MapResult(ApplyResult):
         self._missing -= 1
         if self._missing == 0:
             self._ok = True
-            self._event.set()
-            if self._callback is not None:
-                self._callbacks().submit(self._run_callbacks)
+            self._complete()
 
     def _outcome(self) -> Tuple[bool, Any]:
         with self._lock:

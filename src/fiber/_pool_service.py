@@ -24,7 +24,7 @@ import collections
 import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
-from ._pool_protocol import WireTask, pack_tasks, results_busy, unpack_results
+from ._pool_protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
 from ._log import log
 from .errors import WorkerLostError
 from .transport.remote import pack_exception
@@ -38,7 +38,8 @@ _MAX_CREDIT = 64
 
 
 class Task:
-    __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "label")
+    __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "label",
+                 "suspect")
 
     def __init__(self, task_id: int, job: Any, index: int, fid: int, frames: List[Any],
                  label: str) -> None:
@@ -50,6 +51,9 @@ class Task:
         self.attempts: List[Any] = []  # worker states whose death this task caused
         self.done = False
         self.label = label
+        #: Held by a worker that died holding several tasks: it may be the one that killed
+        #: it, so it runs alone on a worker until it completes (see worker_lost).
+        self.suspect = False
 
 
 class WorkerState:
@@ -63,7 +67,8 @@ class WorkerState:
         self.limit = 0  # tasks it may hold: its credit
         self.task_seconds = 0.01  # running average of its tasks' duration
         self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
-        self.functions: Set[int] = set()
+        #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
+        self.functions: "collections.OrderedDict[int, None]" = collections.OrderedDict()
         self.assigned = 0
         self.retiring = False
         self.lost = False
@@ -98,7 +103,9 @@ class PoolService(Service):
         self.queue: Deque[Task] = collections.deque()
         self.workers: Dict[int, WorkerState] = {}
         self.by_peer: Dict[int, WorkerState] = {}
-        self.functions: Dict[int, List[Any]] = {}
+        self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
+        self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
+        self.cached_functions: Set[int] = set()  # fids the pool may reuse
         self.server: Optional[Server] = None
         self.init_failures: List[str] = []
         self.outstanding = 0  # tasks submitted and not yet finished
@@ -112,7 +119,15 @@ class PoolService(Service):
     def submit(self, tasks: List[Task]) -> None:
         self.queue.extend(tasks)
         self.outstanding += len(tasks)
+        for task in tasks:
+            self.function_refs[task.fid] += 1
         self.dispatch()
+
+    def release_function(self, fid: int) -> None:
+        """Forget a function no task needs any more and no submitter will reuse."""
+        if self.function_refs.get(fid, 0) <= 0 and fid not in self.cached_functions:
+            self.functions.pop(fid, None)
+            self.function_refs.pop(fid, None)
 
     def cancel(self, task: Task) -> bool:
         """Remove a task that no worker holds yet."""
@@ -122,6 +137,8 @@ class PoolService(Service):
             return False
         task.done = True
         self.outstanding -= 1
+        self.function_refs[task.fid] -= 1
+        self.release_function(task.fid)
         return True
 
     def fail_all(self, exc: BaseException) -> None:
@@ -153,6 +170,8 @@ class PoolService(Service):
     # -- dispatch ------------------------------------------------------------------------
 
     def _can_take(self, ws: WorkerState) -> bool:
+        if ws.pending and next(iter(ws.pending.values())).suspect:
+            return False  # a suspect runs alone
         return (ws.connected and not ws.lost and not ws.retiring
                 and len(ws.pending) < ws.limit
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
@@ -174,6 +193,8 @@ class PoolService(Service):
                 if not self._can_take(ws):
                     ready.remove(ws)
                     continue
+                if self.queue[0].suspect and ws.pending:
+                    continue  # only an idle worker takes a suspect
                 task = self.queue.popleft()
                 ws.pending[task.task_id] = task
                 ws.assigned += 1
@@ -188,9 +209,13 @@ class PoolService(Service):
         wire: List[WireTask] = []
         for task in tasks:
             fn_frames = None
-            if task.fid not in ws.functions:
+            if task.fid in ws.functions:
+                ws.functions.move_to_end(task.fid)
+            else:
                 fn_frames = self.functions[task.fid]
-                ws.functions.add(task.fid)
+                ws.functions[task.fid] = None
+                while len(ws.functions) > FUNCTION_SLOTS:
+                    ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
         assert self.server is not None and ws.peer is not None
         if not self.server.send(ws.peer, [b"", b"tasks", *pack_tasks(wire)]):
@@ -251,6 +276,9 @@ class PoolService(Service):
         task.done = True
         self.outstanding -= 1
         task.frames = []
+        self.function_refs[task.fid] -= 1
+        if self.function_refs[task.fid] <= 0:
+            self.release_function(task.fid)
         task.job.deliver(task.index, ok, frames)
 
     def _maybe_stop(self, ws: WorkerState) -> None:
@@ -273,12 +301,18 @@ class PoolService(Service):
         ws.pending.clear()
         expected = (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
-        if tasks:
-            running = tasks[0]  # tasks run in the order sent: the first one was running
-            running.attempts.append(ws)
-            if len(running.attempts) > self.max_retries:
-                tasks.pop(0)
-                self._finish(running, False, dumps(pack_exception(self._lost_error(running))))
+        if len(tasks) == 1:
+            # It held one task: that task was running when the worker died.
+            culprit = tasks[0]
+            culprit.attempts.append(ws)
+            if len(culprit.attempts) > self.max_retries:
+                tasks.clear()
+                self._finish(culprit, False, dumps(pack_exception(self._lost_error(culprit))))
+        else:
+            # Any of them may have been running (results of quick tasks are sent in
+            # batches): none is charged; each runs alone until it completes.
+            for task in tasks:
+                task.suspect = True
         for task in reversed(tasks):
             self.queue.appendleft(task)
         self.on_worker_gone(ws, expected)

@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ._pool_protocol import pack_results, unpack_tasks
+from ._pool_protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
 from .transport.client import get_client
 from .transport.remote import pack_exception
 from .transport.serialization import dumps, loads
@@ -45,13 +45,49 @@ def _error(exc: BaseException, stage: str) -> List[Any]:
     return dumps(pack_exception(exc))
 
 
-def run_task(functions: Dict[int, Callable[..., Any]], fid: int, fn_frames: Optional[List[Any]],
-             arg_frames: List[Any]) -> Tuple[bool, List[Any]]:
+class _Function:
+    """A function as received: unpickled on first use, its failure remembered."""
+
+    __slots__ = ("frames", "fn", "error")
+
+    def __init__(self, frames: List[Any]) -> None:
+        self.frames: Optional[List[Any]] = frames
+        self.fn: Optional[Callable[..., Any]] = None
+        self.error: Optional[BaseException] = None
+
+    def get(self) -> Callable[..., Any]:
+        if self.frames is not None:
+            frames, self.frames = self.frames, None
+            try:
+                self.fn = loads(frames)
+            except BaseException as e:
+                self.error = e
+        if self.error is not None:
+            raise self.error
+        assert self.fn is not None
+        return self.fn
+
+
+class FunctionCache:
+    """The worker's side of the per-worker function LRU (see _pool_protocol)."""
+
+    def __init__(self) -> None:
+        self._entries: "collections.OrderedDict[int, _Function]" = collections.OrderedDict()
+
+    def receive(self, fid: int, fn_frames: Optional[List[Any]]) -> _Function:
+        if fn_frames is not None:
+            self._entries[fid] = _Function(fn_frames)
+        entry = self._entries[fid]
+        self._entries.move_to_end(fid)
+        while len(self._entries) > FUNCTION_SLOTS:
+            self._entries.popitem(last=False)
+        return entry
+
+
+def run_task(function: _Function, arg_frames: List[Any]) -> Tuple[bool, List[Any]]:
     """Run one task; returns (ok, frames of the value or of the exception record)."""
     try:
-        if fn_frames is not None:
-            functions[fid] = loads(fn_frames)
-        fn = functions[fid]
+        fn = function.get()
         mode, data = loads(arg_frames)
     except BaseException as e:
         return False, _error(e, "unpickling the task")
@@ -83,8 +119,8 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             sys.stderr.write(traceback.format_exc())
             os._exit(1)
     client.send(pool_name, b"hello", [worker_id.to_bytes(8, "little")])
-    functions: Dict[int, Callable[..., Any]] = {}
-    held: Deque[Tuple[int, int, Any, List[Any]]] = collections.deque()
+    functions = FunctionCache()
+    held: Deque[Tuple[int, _Function, List[Any]]] = collections.deque()
     out: List[Tuple[int, bool, List[Any]]] = []
     first_out = 0.0
     busy = 0.0
@@ -102,11 +138,13 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         while True:  # take in whatever arrived; wait only when there is nothing to do
             if not held and not stopping:
                 flush()
-            msg = client._recv(0.0 if held or stopping else None)
+            finished = maxtasks is not None and done >= maxtasks
+            msg = client._recv(0.0 if held or stopping or finished else None)
             if msg is None:
                 break
             if msg[1] == b"tasks":
-                held.extend(unpack_tasks(msg[2:]))
+                held.extend((task_id, functions.receive(fid, fn_frames), arg_frames)
+                            for task_id, fid, fn_frames, arg_frames in unpack_tasks(msg[2:]))
             elif msg[1] == b"stop":
                 stopping = True
         if not held:
@@ -114,9 +152,9 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             if stopping or (maxtasks is not None and done >= maxtasks):
                 return
             continue
-        task_id, fid, fn_frames, arg_frames = held.popleft()
+        task_id, function, arg_frames = held.popleft()
         started = time.monotonic()
-        ok, frames = run_task(functions, fid, fn_frames, arg_frames)
+        ok, frames = run_task(function, arg_frames)
         now = time.monotonic()
         busy += now - started
         if not out:

@@ -42,7 +42,7 @@ from .backends import Resources
 from .config import get_config
 from .connection import wait
 from .errors import BrokenPoolError, PoolTerminatedError
-from .process import start_all
+from .process import start_all, terminate_all
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
 
@@ -51,7 +51,7 @@ __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
 
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 _MAX_STARTUP_FAILURES = 3
-_FUNCTION_CACHE = 4096
+_FUNCTION_CACHE = 256
 
 
 def _label(fn: Any) -> str:
@@ -91,6 +91,7 @@ class _PoolCore:
         self.window = max(16, 2 * size * (cfg.pool_prefetch + 1))
         self._worker_ids = itertools.count(1)
         self._task_ids = itertools.count(1)
+        self._function_ids = itertools.count(1)
         self._fids: collections.OrderedDict[Any, int] = collections.OrderedDict()
         self._callbacks: Optional[CallbackThread] = None
         #: Started workers whose process has not been closed yet, by sentinel.
@@ -109,22 +110,26 @@ class _PoolCore:
         return self._callbacks
 
     def _fid(self, fn: Callable[..., Any]) -> int:
-        try:
-            key: Any = fn
-            hash(key)
-        except TypeError:
-            key = ("id", id(fn))
-        fid = self._fids.get(key)
-        if fid is None:
-            fid = len(self.service.functions) + 1
-            while fid in self.service.functions:
-                fid += 1
-            self.service.functions[fid] = dumps(fn)
-            self._fids[key] = fid
-            while len(self._fids) > _FUNCTION_CACHE:
-                self._fids.popitem(last=False)
-        else:
+        """The id of ``fn`` as pickled now (called under the hub lock).
+
+        The function is pickled at every submission, so a callable's state is the one it
+        has when submitted; equal pickles share an id, so a worker receives each once.
+        """
+        frames = dumps(fn)
+        key = bytes(frames[0]) if len(frames) == 1 else None  # big buffers: not cached
+        fid = self._fids.get(key) if key is not None else None
+        if fid is not None:
             self._fids.move_to_end(key)
+            return fid
+        fid = next(self._function_ids)
+        self.service.functions[fid] = frames
+        if key is not None:
+            self._fids[key] = fid
+            self.service.cached_functions.add(fid)
+            while len(self._fids) > _FUNCTION_CACHE:
+                _, old = self._fids.popitem(last=False)
+                self.service.cached_functions.discard(old)
+                self.service.release_function(old)
         return fid
 
     def check_running(self) -> None:
@@ -155,6 +160,8 @@ class _PoolCore:
                               f"{label} (task {index})"))
         with self.hub.lock:
             self.check_running()
+            if not tasks:
+                self.service.release_function(fid)
             self.service.submit(tasks)
         return tasks
 
@@ -178,16 +185,20 @@ class _PoolCore:
                       self.maxtasks))
             proc._resources = self.resources
             states.append(WorkerState(wid, proc))
+        with self.hub.lock:  # known before they start: a quick one says hello at once
+            for ws in states:
+                self.service.add_worker(ws)
         try:
             start_all([ws.process for ws in states])
         except Exception as e:
             with self.hub.lock:
+                for ws in states:
+                    self.service.workers.pop(ws.worker_id, None)
                 if not self._live_workers():
                     self._break(e)
             return
         with self.hub.lock:
             for ws in states:
-                self.service.add_worker(ws)
                 self.procs[ws.process.sentinel] = ws
 
     def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
@@ -221,9 +232,12 @@ class _PoolCore:
             while True:
                 with self.hub.lock:
                     active = [ws for ws in self._live_workers() if not ws.retiring]
+                    # After close(), lost workers are still replaced while work remains.
+                    working = self.state == RUN or (
+                        self.state == CLOSE and self.service.outstanding > 0)
                     need = self.size - len(active) if (
-                        self.state == RUN and self.broken is None) else 0
-                    if self.state != RUN and not self.procs:
+                        working and self.broken is None) else 0
+                    if self.state != RUN and not self.procs and need <= 0:
                         return
                 if need > 0:
                     self._start_workers(need)
@@ -272,11 +286,7 @@ class _PoolCore:
             self.service.closing = True
             self.service.fail_all(PoolTerminatedError("the pool was terminated"))
             workers = list(self.procs.values())
-        for ws in workers:
-            try:
-                ws.process.terminate()
-            except Exception:
-                pass
+        terminate_all([ws.process for ws in workers])
         self.wake()
         self.join()
 
@@ -356,7 +366,7 @@ class Pool:
         items = list(iterable)
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._core.size * 4)
-            if extra:
+            if extra or not items:
                 chunksize += 1
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")

@@ -45,8 +45,10 @@ from ._log import log
 from .meta import resources_of
 from .transport import auth
 from .transport.serialization import dumps
+from .transport.sockets import split_address
 
-__all__ = ["Process", "current_process", "parent_process", "active_children", "start_all"]
+__all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
+           "terminate_all"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 
@@ -165,6 +167,7 @@ class Process:
             raise ProcessError("daemonic processes are not allowed to have children")
         cfg = get_config()
         backend = get_backend(self._backend_name or cfg.backend)
+        _check_reachable(backend)
         with collecting_handoffs() as handoffs:
             pickled = _pickle_process(self)
         payload = dumps({"config": cfg, "process": pickled, "sys_path": list(sys.path),
@@ -446,6 +449,26 @@ def start_all(processes: Sequence[Process]) -> None:
             proc._launched(job, handle)
 
 
+_LOOPBACK = ("127.", "::1", "localhost")
+
+
+def _check_reachable(backend: Backend) -> None:
+    """Refuse to start a job that could not reach this process's hub.
+
+    The hub binds once, to the address of the backend configured when it started; a
+    context on another backend whose jobs run elsewhere needs ``listen_host``.
+    """
+    hub_host = split_address(_runtime.hub().address)[0]
+    if not hub_host.startswith(_LOOPBACK):
+        return
+    wanted = backend.listen_host()
+    if not wanted.startswith(_LOOPBACK):
+        raise ProcessError(
+            f"this process listens on {hub_host}, which jobs of backend {backend.name!r} "
+            f"cannot reach (it suggests {wanted}); set listen_host (FIBER_LISTEN_HOST) or "
+            f"make {backend.name!r} the configured backend before fiber is first used")
+
+
 def _pickle_process(proc: Process) -> bytes:
     # Pickled apart from the payload so that the child unpickles it only once it has the
     # parent's sys.path: the target may live in a module found through it.
@@ -539,10 +562,22 @@ def _register_exit_function() -> None:
         atexit.register(_exit_function)
 
 
+def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
+    """End many processes with one ``cancel`` per backend (one ``scancel`` on Slurm)."""
+    by_backend: Dict[int, List[_Job]] = {}
+    for proc in processes:
+        job = proc._job
+        if job is not None and job.handle is not None and not job.finished:
+            by_backend.setdefault(id(job.backend), []).append(job)
+    for jobs in by_backend.values():
+        try:
+            jobs[0].backend.cancel([job.handle for job in jobs if job.handle], force=force)
+        except Exception as e:  # one backend failing must not stop the others
+            sys.stderr.write(f"fiber: cannot cancel {len(jobs)} jobs: {e}\n")
+
+
 def _exit_function() -> None:
     """At exit, as multiprocessing does: end daemonic children, wait for the others."""
-    for p in active_children():
-        if p.daemon:
-            p.terminate()
+    terminate_all([p for p in active_children() if p.daemon])
     for p in active_children():
         p.join()
