@@ -34,6 +34,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "api: a multiprocessing-API test run on every backend")
+    config.addinivalue_line(
+        "markers", "local_pids: the test kills or identifies workers by OS pid, which only "
+        "the local and netns backends give (their jobs are processes of this machine); "
+        "cluster backends have their own crash tests (node crash, container kill)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
@@ -89,13 +93,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,
 
 def _children() -> set:
     """Live descendants, less the standard library's own helper (its resource tracker,
-    started by the reference runs with multiprocessing)."""
+    started by the reference runs with multiprocessing) and the local backend's fork
+    server (one per process, kept for its lifetime; the jobs it forks still count)."""
     out = set()
     for p in psutil.Process().children(recursive=True):
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if any("resource_tracker" in word for word in p.cmdline()):
+            if any("resource_tracker" in word or word == "fiber.backends._forkserver"
+                   for word in p.cmdline()):
                 continue
         except psutil.Error:
             continue

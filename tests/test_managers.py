@@ -293,6 +293,7 @@ def test_async_creation_error_and_lost_job(remote):
         h.get(timeout=30)
 
 
+@pytest.mark.local_pids
 def test_async_object_in_the_manager_and_freed_jobs(remote):
     local = remote.LocalCounter(5)
     assert local.add(1).get(timeout=60) == 6

@@ -300,6 +300,7 @@ def test_imap_exceptions_match_multiprocessing(ctx, mp_pool):
 # -- life cycle ----------------------------------------------------------------------------
 
 
+@pytest.mark.local_pids
 def test_context_manager_terminates(ctx, mp_pool):
     with ctx.Pool(2) as pool:
         assert pool.apply_async(ph.square, (3,)).get(timeout=60) == 9
@@ -319,6 +320,7 @@ def test_context_manager_terminates(ctx, mp_pool):
         ref.apply_async(ph.square, (1,))  # the same after multiprocessing's with-block
 
 
+@pytest.mark.local_pids
 def test_close_then_join_finishes_the_work(ctx):
     pool = ctx.Pool(2)
     r = pool.map_async(ph.sleep_then_pid, range(40), 1)
@@ -410,6 +412,7 @@ def test_maxtasksperchild_replaces_workers(ctx):
         assert pool.apply_async(ph.square, (9,)).get(timeout=60) == 81
 
 
+@pytest.mark.local_pids
 def test_resize_grow_and_shrink_while_a_map_runs(ctx):
     with ctx.Pool(2) as pool:
         r = pool.map_async(functools.partial(ph.sleep_then_pid, seconds=0.02), range(300), 1)
@@ -430,6 +433,7 @@ def test_resize_grow_and_shrink_while_a_map_runs(ctx):
         assert pool.map_async(ph.square, range(10)).get(timeout=60) == [x * x for x in range(10)]
 
 
+@pytest.mark.local_pids
 def test_garbage_collected_pool_ends_its_workers(ctx):
     pool = ctx.Pool(2)
     assert pool.map_async(ph.square, range(10)).get(timeout=60) == [x * x for x in range(10)]
@@ -446,6 +450,7 @@ def test_garbage_collected_pool_ends_its_workers(ctx):
                message="the pool's thread to end")
 
 
+@pytest.mark.local_pids
 def test_terminate_fails_unfinished_results(ctx):
     pool = ctx.Pool(2)
     slow = functools.partial(ph.sleep_return, seconds=60)
@@ -574,6 +579,7 @@ def test_pool_resources_reach_each_workers_job_spec():
 # -- scheduling ------------------------------------------------------------------------------
 
 
+@pytest.mark.local_pids
 def test_the_first_worker_works_before_the_others_have_connected(ctx):
     # workers 2 to 4 take 30 s to start: the pool must not wait for them (the first, or
     # a replacement of it, starts at once)

@@ -11,6 +11,7 @@ import threading
 from typing import List
 
 import pool_helpers as ph
+import pytest
 
 N = 10_000
 EXPECTED = [x * 3 + 1 for x in range(N)]  # pool_helpers.tiny
@@ -58,6 +59,7 @@ class Chaos:
         self._thread.join(30)
 
 
+@pytest.mark.local_pids
 def test_map_of_10000_tasks_while_workers_are_killed(ctx):
     with ctx.Pool(4) as pool:
         with Chaos(pool) as chaos:
@@ -70,6 +72,7 @@ def test_map_of_10000_tasks_while_workers_are_killed(ctx):
             x * x for x in range(20)]
 
 
+@pytest.mark.local_pids
 def test_imap_unordered_under_chaos_delivers_each_result_exactly_once(ctx):
     with ctx.Pool(4) as pool:
         with Chaos(pool) as chaos:

@@ -165,6 +165,7 @@ def test_a_task_that_killed_its_worker_once_is_retried(ctx, tmp_path, api):
         assert pool.apply_async(ph.square, (5,)).get(timeout=60) == 25
 
 
+@pytest.mark.local_pids
 def test_a_task_whose_worker_was_killed_from_outside_is_retried(ctx):
     with ctx.Pool(2) as pool:
         r = pool.apply_async(ph.sleep_then_pid, ("survivor", 1.0))
@@ -191,6 +192,7 @@ def test_retries_follow_pool_max_task_retries(ctx):
         assert pool.apply_async(ph.square, (3,)).get(timeout=60) == 9
 
 
+@pytest.mark.local_pids
 def test_work_held_by_a_worker_lost_after_close_is_still_done(ctx):
     """close() means: no new work, but what was submitted is done. A worker killed after
     close() (preempted node, OOM killer) must be replaced while work is left."""

@@ -24,8 +24,8 @@ import collections
 import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
-from ._pool_protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
 from ._log import log
+from ._pool_protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
 from .errors import WorkerLostError
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
@@ -68,7 +68,7 @@ class WorkerState:
         self.task_seconds = 0.01  # running average of its tasks' duration
         self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
         #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
-        self.functions: "collections.OrderedDict[int, None]" = collections.OrderedDict()
+        self.functions: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.assigned = 0
         self.retiring = False
         self.lost = False

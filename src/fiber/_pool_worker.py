@@ -21,7 +21,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from ._pool_protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
 from .transport.client import get_client
@@ -72,7 +72,7 @@ class FunctionCache:
     """The worker's side of the per-worker function LRU (see _pool_protocol)."""
 
     def __init__(self) -> None:
-        self._entries: "collections.OrderedDict[int, _Function]" = collections.OrderedDict()
+        self._entries: collections.OrderedDict[int, _Function] = collections.OrderedDict()
 
     def receive(self, fid: int, fn_frames: Optional[List[Any]]) -> _Function:
         if fn_frames is not None:

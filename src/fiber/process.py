@@ -37,11 +37,11 @@ from typing import (
 )
 
 from . import _launcher, _runtime
+from ._log import log
 from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from .config import get_config
 from .errors import ProcessError
-from ._log import log
 from .meta import resources_of
 from .transport import auth
 from .transport.serialization import dumps
