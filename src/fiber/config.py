@@ -65,6 +65,58 @@ class Config:
     pool_max_task_retries: int = 3
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit).
     pool_prefetch: int = 2
+    #: Slurm partition of fiber's jobs (``sbatch --partition``); empty: the cluster's
+    #: default partition.
+    slurm_partition: str = ""
+    #: Slurm account charged for fiber's jobs (``--account``); empty: the user's default.
+    slurm_account: str = ""
+    #: Slurm quality of service of fiber's jobs (``--qos``); empty: the default.
+    slurm_qos: str = ""
+    #: Time limit of each Slurm job or step (``--time``, Slurm syntax: ``30``,
+    #: ``1:00:00``, ``2-00:00:00``); empty: the partition's default.
+    slurm_time_limit: str = ""
+    #: More ``sbatch`` arguments, split like a shell command line
+    #: (``--constraint=v100 --exclusive``); not used for job steps.
+    slurm_extra_args: str = ""
+    #: Slurm job names are ``<prefix>-<process name>`` (``fiber-PoolWorker`` for a pool).
+    slurm_job_name_prefix: str = "fiber"
+    #: Directory of Slurm job logs (one ``<job name>-<job id>.out`` per job); empty:
+    #: ``fiber-slurm-<uid>`` under the system temp dir. Must be writable from the nodes.
+    slurm_output_dir: str = ""
+    #: ``jobs``: every process is an ``sbatch`` job; ``steps``: every process is a job step
+    #: (``srun``) of the allocation the program runs in; ``auto``: steps inside an
+    #: allocation (``SLURM_JOB_ID`` set), jobs otherwise.
+    slurm_mode: str = "auto"
+    #: Local backend: start jobs by forking a pre-imported template process (a fork
+    #: server, started with the first job) instead of a new interpreter per job; False:
+    #: every job is a subprocess.
+    local_fork_server: bool = True
+    #: Modules the local fork server imports before it forks jobs: comma-separated names,
+    #: ``auto`` (the third-party packages the master has imported from site-packages, e.g.
+    #: numpy) or empty (only fiber). Read when the fork server starts.
+    local_preload: str = "auto"
+    #: Docker engine of the ``docker`` backend (``unix:///var/run/docker.sock``,
+    #: ``tcp://host:2376``); empty: ``DOCKER_HOST`` (and ``DOCKER_TLS_VERIFY``,
+    #: ``DOCKER_CERT_PATH``), else the engine's default socket.
+    docker_host: str = ""
+    #: Network of fiber's containers: ``host`` (the host's network stack: jobs reach the
+    #: master on 127.0.0.1), ``bridge`` or a user-defined network (the master listens on
+    #: its gateway unless ``listen_host`` is set); empty: the master's own network when it
+    #: runs in a container, else the engine's default (``bridge``).
+    docker_network: str = ""
+    #: Python interpreter inside the image (``python`` wins when set); empty: the master's
+    #: own interpreter path when the jobs run the master's own image, else ``python3``.
+    docker_python: str = ""
+    #: Bind mounts of every container, comma-separated ``host_path[:container_path][:ro]``
+    #: (``/data:/data:ro,/scratch``); the container path defaults to the host path.
+    docker_mounts: str = ""
+    #: Seconds each call to the Docker engine may take before it fails (no hang).
+    docker_timeout: float = 60.0
+    #: Containers share the host's PID namespace (``--pid=host``, no init process): on an
+    #: engine reached through a Unix socket, ``Process.pid`` is then the job's pid on this
+    #: host, as with ``local``, and the job can be signalled by it. False: each container
+    #: has its own PID namespace, and fiber uses synthetic pids.
+    docker_pid_host: bool = False
 
 
 _FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}

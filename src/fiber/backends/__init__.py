@@ -30,6 +30,8 @@ __all__ = [
 
 _BUILTIN: Dict[str, str] = {
     "local": "fiber.backends.local:LocalBackend",
+    "slurm": "fiber.backends.slurm:SlurmBackend",
+    "docker": "fiber.backends.docker:DockerBackend",
 }
 
 _extra: Dict[str, Type[Backend]] = {}

@@ -1,8 +1,15 @@
-"""The ``local`` backend: every job is a subprocess of this process. The default.
+"""The ``local`` backend: every job is a process on this machine. The default.
 
-Job exits are seen at once: one watcher thread waits on a pidfd per child (Linux) and
-falls back to polling elsewhere. ``@fiber.meta`` resources are recorded but not enforced:
-a laptop has no scheduler to honour them.
+A job running fiber's bootstrap with this interpreter is forked by the *fork server* (see
+:mod:`fiber.backends._forkserver`), a template process started with the first such job
+that has fiber and the master's packages imported already; every other job, and every job
+when the fork server is disabled (config ``local_fork_server``) or cannot work, is a
+subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
+
+Job exits are seen at once: one watcher thread waits on a pidfd per subprocess (Linux) and
+is woken by the fork server's exit reports; it falls back to polling elsewhere.
+``@fiber.meta`` resources are recorded but not enforced: a laptop has no scheduler to
+honour them.
 """
 
 from __future__ import annotations
@@ -12,11 +19,15 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
+from ..config import get_config
 from ..errors import SubmitError
+from . import _forkserver
 from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from ._forkserver import ForkedJob, ForkServerError
 
 __all__ = ["LocalBackend"]
 
@@ -35,13 +46,35 @@ def _status_of(returncode: Optional[int]) -> JobStatus:
     return JobStatus(JobState.FAILED, returncode, f"exit code {returncode}")
 
 
+_Proc = Union["subprocess.Popen[bytes]", ForkedJob]
+
+
+def _current_status(proc: _Proc) -> JobStatus:
+    if isinstance(proc, ForkedJob):
+        if proc.lost_reason:
+            return JobStatus(JobState.LOST, None, proc.lost_reason)
+        return _status_of(proc.returncode)
+    return _status_of(proc.poll())
+
+
+_BOOTSTRAP = ("-m", "fiber._bootstrap")
+_noted: set = set()
+
+
+def _note_once(message: str) -> None:
+    if message not in _noted:
+        _noted.add(message)
+        sys.stderr.write(f"fiber: {message}\n")
+        sys.stderr.flush()
+
+
 class LocalBackend(Backend):
     """Run jobs as subprocesses on this machine."""
 
     name = "local"
 
     def __init__(self) -> None:
-        self._procs: Dict[str, subprocess.Popen] = {}
+        self._procs: Dict[str, _Proc] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -53,20 +86,59 @@ class LocalBackend(Backend):
         handles = []
         for spec in specs:
             index = next(self._ids)
-            argv = self.command_prefix(spec, index) + list(spec.command)
+            prefix = self.command_prefix(spec, index)
+            argv = prefix + list(spec.command)
             env = dict(os.environ)
             env.update(spec.env)
-            try:
-                proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, close_fds=True)
-            except OSError as e:
-                raise SubmitError(f"cannot start local job: {e}", command=argv) from e
+            proc: Optional[_Proc] = None if prefix else self._fork(argv, env)
+            if proc is None:
+                try:
+                    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                            close_fds=True)
+                except OSError as e:
+                    raise SubmitError(f"cannot start local job: {e}", command=argv) from e
             job_id = f"{os.getpid()}-{index}"
             with self._lock:
                 self._procs[job_id] = proc
             handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
         return handles
 
-    def _proc(self, handle: JobHandle) -> Optional[subprocess.Popen]:
+    def _fork(self, argv: List[str], env: Dict[str, str]) -> Optional[ForkedJob]:
+        """The job forked by the fork server, or None: start it as a subprocess."""
+        if (tuple(argv[1:]) != _BOOTSTRAP or not _forkserver.supported()
+                or os.path.abspath(argv[0]) != os.path.abspath(sys.executable)):
+            return None
+        cfg = get_config()
+        if not cfg.local_fork_server:
+            return None
+        try:
+            server = _forkserver.get_server(sys.executable, cfg.local_preload)
+        except ForkServerError as e:
+            _note_once(f"{e}; local jobs start as subprocesses")
+            return None
+        if cfg.debug and server.preload_failures:
+            _note_once(f"the fork server could not preload {server.preload_failures}")
+        try:
+            cwd: Optional[str] = os.getcwd()
+        except OSError:
+            cwd = None
+        try:
+            return server.fork(argv, env, cwd, self._forked_job_ended)
+        except ForkServerError as e:
+            _note_once(f"{e}; this job starts as a subprocess")
+            return None
+
+    def _forked_job_ended(self) -> None:
+        """A forked job's exit was reported (on the fork server's reader thread)."""
+        w = self.__dict__.get("_watcher")
+        if isinstance(w, _PidfdWatcher):
+            w._wake()
+        elif w is not None:
+            with w._cond:
+                w._reset = True
+                w._cond.notify()
+
+    def _proc(self, handle: JobHandle) -> Optional[_Proc]:
         with self._lock:
             return self._procs.get(handle.job_id)
 
@@ -76,7 +148,7 @@ class LocalBackend(Backend):
             proc = self._proc(h)
             out[h.job_id] = (
                 JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                else _status_of(proc.poll())
+                else _current_status(proc)
             )
         return out
 
@@ -84,6 +156,8 @@ class LocalBackend(Backend):
         proc = self._proc(handle)
         if proc is None:
             return JobStatus(JobState.LOST, None, "unknown job")
+        if isinstance(proc, ForkedJob):
+            return _current_status(proc) if proc.wait(timeout) else None
         try:
             return _status_of(proc.wait(timeout))
         except subprocess.TimeoutExpired:
@@ -92,7 +166,7 @@ class LocalBackend(Backend):
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
         for h in handles:
             proc = self._proc(h)
-            if proc is not None and proc.poll() is None:
+            if proc is not None and not _current_status(proc).state.finished:
                 try:
                     proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
                 except ProcessLookupError:
@@ -142,6 +216,9 @@ class _PidfdWatcher(JobWatcher):
         super().stop()
 
     def _run(self) -> None:
+        # Each round checks the jobs of a fresh snapshot *before* waiting: a job watched,
+        # or a forked job reported, while we waited is seen in the next round (the wake
+        # byte that announced it ends the wait), never one wait later.
         fds: Dict[str, int] = {}
         try:
             while True:
@@ -149,10 +226,21 @@ class _PidfdWatcher(JobWatcher):
                     if self._stopped:
                         return
                     jobs = dict(self._jobs)
+                for job_id, (handle, on_exit) in list(jobs.items()):
+                    proc = self._local._proc(handle)
+                    status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
+                              else _current_status(proc))
+                    if status.state.finished:
+                        with self._cond:
+                            self._jobs.pop(job_id, None)
+                        del jobs[job_id]
+                        on_exit(handle, status)
                 for job_id in set(fds) - set(jobs):
                     os.close(fds.pop(job_id))
                 for job_id, (handle, _) in jobs.items():
                     if job_id not in fds and handle.pid is not None:
+                        if isinstance(self._local._proc(handle), ForkedJob):
+                            continue  # no pidfd: the fork server's exit report wakes us
                         try:
                             fds[job_id] = os.pidfd_open(handle.pid)  # type: ignore[attr-defined]
                         except ProcessLookupError:
@@ -160,16 +248,6 @@ class _PidfdWatcher(JobWatcher):
                 ready, _, _ = select.select([self._wake_r, *fds.values()], [], [], 1.0)
                 if self._wake_r in ready:
                     os.read(self._wake_r, 4096)
-                for job_id, (handle, on_exit) in jobs.items():
-                    proc = self._local._proc(handle)
-                    code = proc.poll() if proc is not None else None
-                    if proc is None or code is not None:
-                        with self._cond:
-                            self._jobs.pop(job_id, None)
-                        if job_id in fds:
-                            os.close(fds.pop(job_id))
-                        on_exit(handle, _status_of(code) if proc is not None
-                                else JobStatus(JobState.LOST, None, "unknown job"))
         finally:
             for fd in fds.values():
                 os.close(fd)

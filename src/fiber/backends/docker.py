@@ -1,0 +1,708 @@
+"""The ``docker`` backend: every fiber process is a container on a Docker engine.
+
+Needs the Docker SDK for Python, the optional extra ``pip install 'fiber-cluster[docker]'``
+(a clear :class:`~fiber.errors.SubmitError` names it when it is missing). The engine is
+``docker_host`` if set, else ``DOCKER_HOST`` (with ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``),
+else the engine's default socket. Every engine call has a timeout (``docker_timeout``): an
+engine that is unreachable or stuck gives an error, never a hang.
+
+Jobs
+    One container per job, named after its job id (``fiber-<program>-<n>``), labelled
+    ``fiber.program`` (the master's id, inherited by fiber processes in the containers),
+    ``fiber.job``, ``fiber.name`` (the process name) and ``fiber.master`` (the host:pid that
+    submitted it). The image is the job's ``image`` (config ``image``),
+    else, when the master itself runs in a container of this engine, that container's image.
+    Images are never pulled: a missing one fails the submit at once, naming it. Containers
+    run with ``--init`` (tini forwards signals: the job's Python is not PID 1, which would
+    ignore SIGTERM) and ``PYTHONUNBUFFERED=1`` (``docker logs`` shows output as it comes).
+    The job runs ``docker_python`` (default: the master's interpreter path when the job runs
+    the master's own image, else ``python3``) unless ``python`` is set.
+
+PIDs
+    Each container has its own PID namespace, with tini as its PID 1 (``Process.pid`` is a
+    synthetic number, as on any cluster), unless ``docker_pid_host``: then containers share
+    the host's PID namespace with no init, and on an engine reached through a Unix socket
+    ``Process.pid`` is the job's pid on this host (``os.kill`` and ``psutil`` work on it, as
+    with ``local``).
+
+Resources
+    ``cpu`` is ``NanoCpus`` (a CFS quota: 0.5 CPU is half a core), ``memory`` a hard
+    ``Memory`` limit with no swap beyond it, ``gpu`` a device request for that many GPUs
+    (needs the engine's NVIDIA runtime; the engine's refusal is the submit error).
+
+Many jobs at once
+    ``submit`` creates and starts the containers from a few threads in parallel (a pool of
+    100 workers is not 200 engine round trips in a row). Any failure removes the containers
+    of that submit and raises :class:`~fiber.errors.SubmitError` with the engine's reason.
+
+Status
+    One ``containers.list(all=True, filters={"label": "fiber.program=<id>"})`` call per
+    poll for all jobs. A container that has exited is inspected once (exit code, OOM kill),
+    its output is kept (the last ``_LOG_TAIL`` lines: :meth:`DockerBackend.logs`) and it is
+    removed. Exit codes follow ``multiprocessing``: a job killed by signal ``n`` reports
+    ``-n`` (``kill()`` gives -9, ``terminate()`` -15, a ``docker kill`` from outside -9;
+    tini's own report in the output tells a signal from a job's ``sys.exit(128 + n)``), one
+    the kernel's OOM killer ended -9 with that reason; other codes are reported as they are.
+    Jobs that fiber signalled end CANCELLED, others SUCCEEDED or FAILED.
+
+Cancel
+    ``kill`` with SIGTERM, or SIGKILL with ``force`` (the engine signals tini, which passes
+    SIGTERM on to the job; SIGKILL ends the whole container).
+
+Networking (``docker_network``)
+    ``host``: containers share the host's network stack, and the master listens on
+    127.0.0.1 (everything stays on loopback; the fastest). ``bridge`` or a user-defined
+    network: the master listens on the network's gateway address, the host's side of the
+    bridge (or on its own address there when it runs in a container of that network);
+    ``listen_host`` overrides. Unset: the master's own network when it runs in a container,
+    else ``bridge``.
+
+Files
+    Children find their code through the master's ``sys.path``: the image must hold the
+    program's modules at the same paths, or ``docker_mounts`` bind-mounts them
+    (``/home/me/proj:/home/me/proj:ro``). A child starts in the master's working directory
+    when that path exists in the container.
+
+Cleanup
+    Every container of the program is removed when the master exits (``atexit``, registered
+    by the first submit), including those that its children started. A SIGKILLed master
+    runs no hook, but its children's lifeline makes each job exit within seconds; their
+    exited containers stay until removed
+    (``docker container prune --filter label=fiber.program``).
+
+Fiber processes inside the containers can start their own children on the same engine only
+if they can reach it (mount its socket and set ``docker_host``); the program's secret is in
+each container's environment, visible to whoever may inspect containers on that engine
+(who is root on its host anyway).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import functools
+import itertools
+import os
+import re
+import secrets
+import signal
+import socket
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+from .._log import log
+from ..config import Config, get_config
+from ..errors import BackendError, ConfigError, SubmitError
+from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus
+
+__all__ = ["DockerBackend", "exit_status", "parse_mounts", "own_container_id",
+           "LABEL_PROGRAM", "LABEL_JOB", "LABEL_NAME"]
+
+LABEL_PROGRAM = "fiber.program"
+LABEL_JOB = "fiber.job"
+LABEL_NAME = "fiber.name"
+LABEL_MASTER = "fiber.master"
+#: Environment variable through which fiber processes in containers inherit the program id.
+PROGRAM_ENV = "FIBER_DOCKER_PROGRAM"
+
+_PARALLEL = 8  # engine calls in flight for one submit, cancel or cleanup
+_LOG_TAIL = 1000  # lines of each exited container's output kept for logs()
+_LOG_BYTES = 256 * 1024
+_KEEP_LOGS = 256  # exited jobs whose output is kept (the most recent)
+_EXIT_TIMEOUT = 10.0  # seconds per engine call while the master exits
+
+_EXTRA_HINT = "pip install 'fiber-cluster[docker]'"
+
+
+def _docker() -> Any:
+    """The Docker SDK module, or a SubmitError naming the extra that provides it."""
+    try:
+        import docker
+    except ImportError as e:
+        raise SubmitError(
+            "the docker backend needs the Docker SDK for Python (the `docker` package), "
+            f"which is not installed: {_EXTRA_HINT}") from e
+    return docker
+
+
+# -- pure helpers -------------------------------------------------------------------------
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+_TINI_SIGNALLED = re.compile(rb"\] Main child exited with signal \(with signal '([^']*)'\)")
+_TINI_EXITED = re.compile(rb"\] Main child exited normally \(with status '(\d+)'\)")
+_TINI_LINE = re.compile(r"^\[(?:INFO|DEBUG|TRACE) +tini \(\d+\)\] .*\n?", re.MULTILINE)
+
+
+def exit_status(code: int, oom_killed: bool = False, signalled: Sequence[int] = (),
+                error: str = "", memory_mb: Optional[int] = None,
+                output: bytes = b"") -> JobStatus:
+    """The :class:`JobStatus` of an exited container.
+
+    ``code`` is the container's exit code: tini's, which is ``128 + n`` when the job died of
+    signal ``n``. tini says which it was in the container's ``output`` (fiber sets
+    ``TINI_VERBOSITY=2``), so a job's own ``sys.exit(137)`` stays 137. Without that line (tini
+    itself was killed, by fiber, ``docker kill`` or the OOM killer; or another init), a code
+    ``128 + n`` is taken as signal ``n``, as shells do. ``signalled`` are the signals fiber
+    sent it, ``error`` the engine's own error text.
+    """
+    if oom_killed:
+        limit = f" (memory limit {memory_mb} MB)" if memory_mb else ""
+        return JobStatus(JobState.FAILED, -signal.SIGKILL,
+                         f"killed by the kernel's OOM killer: out of memory{limit}")
+    exited = _TINI_EXITED.findall(output)
+    by_signal = 128 < code <= 128 + 64 and (
+        bool(_TINI_SIGNALLED.search(output)) or not exited)
+    if by_signal:
+        sig = code - 128
+        if sig in signalled:
+            return JobStatus(JobState.CANCELLED, -sig,
+                             f"killed by {_signal_name(sig)} (cancelled)")
+        return JobStatus(JobState.FAILED, -sig, f"killed by {_signal_name(sig)}")
+    if code == 0 and not error:
+        return JobStatus(JobState.SUCCEEDED, 0)
+    reason = f"exit code {code}"
+    if error:
+        reason += f": {error}"
+    return JobStatus(JobState.FAILED, code, reason)
+
+
+def parse_mounts(text: str) -> List[str]:
+    """``docker_mounts`` (``src[:dst][:ro|rw],...``) as the engine's bind strings."""
+    binds = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        parts = item.split(":")
+        mode = "rw"
+        if len(parts) > 1 and parts[-1] in ("ro", "rw"):
+            mode = parts.pop()
+        if len(parts) == 1:
+            parts.append(parts[0])
+        if len(parts) != 2 or not all(p.startswith("/") for p in parts):
+            raise ConfigError("docker_mounts", f"expected host_path[:container_path][:ro] "
+                              f"with absolute paths, got {item!r}")
+        binds.append(f"{parts[0]}:{parts[1]}:{mode}")
+    return binds
+
+
+# Docker: <data-root>/containers/<id>/hostname; podman: .../<id>/userdata/hostname
+_CONTAINER_ID = re.compile(r"/([0-9a-f]{64})/(?:userdata/)?hostname$")
+_CGROUP_ID = re.compile(r"(?:/docker/|/docker-|/libpod-)([0-9a-f]{64})")
+
+
+def own_container_id() -> Optional[str]:
+    """The id of the Docker container this process runs in, or None (not in one).
+
+    The engine bind-mounts ``<data-root>/containers/<id>/hostname`` on ``/etc/hostname``;
+    cgroup v1 paths (``/docker/<id>``) are the fallback.
+    """
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[4] == "/etc/hostname":
+                    m = _CONTAINER_ID.search(fields[3])
+                    if m:
+                        return m.group(1)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            m = _CGROUP_ID.search(f.read())
+            if m:
+                return m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> List[Tuple[Optional[R],
+                                                                       Optional[BaseException]]]:
+    """``fn`` over ``items`` from up to ``_PARALLEL`` short-lived threads, in order, as
+    ``(result, None)`` or ``(None, exception)``. Plain threads, not an executor: this also
+    runs at interpreter exit, after executors refuse new work."""
+    out: List[Tuple[Optional[R], Optional[BaseException]]] = [(None, None)] * len(items)
+    if len(items) <= 1:
+        for i, item in enumerate(items):
+            try:
+                out[i] = (fn(item), None)
+            except Exception as e:
+                out[i] = (None, e)
+        return out
+    index = itertools.count()
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(index)
+            if i >= len(items):
+                return
+            try:
+                out[i] = (fn(items[i]), None)
+            except Exception as e:
+                out[i] = (None, e)
+
+    threads = [threading.Thread(target=work, name=f"fiber-docker-{k}", daemon=True)
+               for k in range(min(_PARALLEL, len(items)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+# -- the backend --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Job:
+    job_id: str
+    name: str
+    engine: str
+    memory_mb: Optional[int] = None
+    container_id: str = ""
+    pid: Optional[int] = None
+    signalled: List[int] = dataclasses.field(default_factory=list)
+    final: Optional[JobStatus] = None
+    #: Held while its exit is read: concurrent status() calls finish a job once.
+    finishing: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+class _Engine:
+    """One engine's API client (created on first use, reused by every thread)."""
+
+    def __init__(self, url: str, client: Any) -> None:
+        self.url = url
+        self.api = client
+        self.own: Optional[Dict[str, Any]] = None
+        self.own_checked = False
+
+
+class DockerBackend(Backend):
+    """Run every job as a container on a Docker engine."""
+
+    name = "docker"
+
+    def __init__(self) -> None:
+        #: The program's id: the value of every container's ``fiber.program`` label. A fiber
+        #: process in a container inherits it, so that the master's status query and exit
+        #: hook also see the containers its children started (processes in containers end
+        #: with ``os._exit``: no exit hook of theirs runs).
+        inherited = os.environ.get(PROGRAM_ENV, "")
+        self.program = inherited or secrets.token_hex(6)
+        self._prefix = f"fiber-{self.program}-" + (f"{secrets.token_hex(3)}-" if inherited
+                                                   else "")
+        self._pid = os.getpid()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._jobs: Dict[str, _Job] = {}
+        self._engines: Dict[Tuple[str, float], _Engine] = {}
+        self._logs: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._atexit = False
+
+    # -- the engine ---------------------------------------------------------------------
+
+    def _engine(self, cfg: Optional[Config] = None) -> _Engine:
+        """The client of the configured engine; SubmitError when it cannot be reached."""
+        cfg = cfg or get_config()
+        if cfg.docker_timeout <= 0:
+            raise ConfigError("docker_timeout", f"must be positive, got {cfg.docker_timeout!r}")
+        docker = _docker()
+        kwargs = docker.utils.kwargs_from_env()
+        if cfg.docker_host:
+            kwargs["base_url"] = cfg.docker_host
+        url = str(kwargs.get("base_url") or "unix:///var/run/docker.sock")
+        key = (url, cfg.docker_timeout)
+        with self._lock:
+            engine = self._engines.get(key)
+        if engine is not None:
+            return engine
+        try:
+            # version="auto" asks the engine its API version: an unreachable one fails here
+            client = docker.APIClient(version="auto", timeout=cfg.docker_timeout,
+                                      max_pool_size=_PARALLEL + 2, **kwargs)
+        except Exception as e:
+            raise SubmitError(f"cannot reach the Docker engine at {url}: {_reason(e)}") from e
+        with self._lock:
+            engine = self._engines.setdefault(key, _Engine(url, client))
+        return engine
+
+    def _own_container(self, engine: _Engine) -> Optional[Dict[str, Any]]:
+        """``inspect`` of the container this master runs in, when it is on this engine."""
+        if not engine.own_checked:
+            cid = own_container_id()
+            info = None
+            if cid is not None:
+                try:
+                    info = engine.api.inspect_container(cid)
+                except Exception as e:  # another engine's container, or none
+                    log("docker: own container %s not on %s: %s", cid[:12], engine.url, e)
+            engine.own, engine.own_checked = info, True
+        return engine.own
+
+    def _network(self, engine: Optional[_Engine], cfg: Config) -> str:
+        if cfg.docker_network:
+            return cfg.docker_network
+        own = self._own_container(engine) if engine is not None else None
+        if own is not None:
+            mode = str(own.get("HostConfig", {}).get("NetworkMode") or "default")
+            return "bridge" if mode == "default" else mode
+        return "bridge"
+
+    def listen_host(self) -> str:
+        cfg = get_config()
+        if cfg.docker_network == "host" or cfg.docker_network.startswith("container:"):
+            return "127.0.0.1"
+        engine = self._engine(cfg)
+        network = self._network(engine, cfg)
+        if network == "host" or network.startswith("container:"):
+            return "127.0.0.1"
+        if network == "none":
+            raise BackendError("docker_network 'none' leaves jobs no way to reach the master")
+        own = self._own_container(engine)
+        try:
+            if own is not None:  # the master's own address on that network
+                nets = own.get("NetworkSettings", {}).get("Networks") or {}
+                ip = (nets.get(network) or {}).get("IPAddress")
+                if ip:
+                    return str(ip)
+            info = engine.api.inspect_network(network)
+            for pool in (info.get("IPAM") or {}).get("Config") or []:
+                gateway = str(pool.get("Gateway") or "").split("/")[0]
+                if gateway and ":" not in gateway:
+                    return gateway
+        except Exception as e:
+            raise SubmitError(f"cannot find the gateway of Docker network {network!r} on "
+                              f"{engine.url}: {_reason(e)}; set listen_host") from e
+        raise SubmitError(f"Docker network {network!r} on {engine.url} has no IPv4 gateway; "
+                          "set listen_host to an address of this host that its containers "
+                          "can reach")
+
+    # -- submit ---------------------------------------------------------------------------
+
+    def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        if not specs:
+            return []
+        docker = _docker()
+        cfg = get_config()
+        engine = self._engine(cfg)
+        network = self._network(engine, cfg)
+        binds = parse_mounts(cfg.docker_mounts)
+        own = self._own_container(engine)
+        self._register_atexit()
+        jobs: List[_Job] = []
+        creates: List[Dict[str, Any]] = []
+        master = f"{socket.gethostname()}:{os.getpid()}"
+        for spec in specs:
+            job_id = f"{self._prefix}{next(self._ids)}"
+            image = spec.image or (str(own.get("Image") or "") if own is not None else "")
+            if not image:
+                raise SubmitError("the docker backend needs an image: set the config key "
+                                  "`image` (FIBER_IMAGE), or run the master in a container "
+                                  "of the engine (its image is then used)")
+            own_image = own is not None and image in (own.get("Image"),
+                                                      own.get("Config", {}).get("Image"))
+            res = spec.resources
+            memory_mb = int(res.memory_mb) if res.memory_mb else None
+            try:
+                host_config = engine.api.create_host_config(
+                    init=not cfg.docker_pid_host,
+                    pid_mode="host" if cfg.docker_pid_host else None,
+                    network_mode=network,
+                    binds=binds or None,
+                    nano_cpus=int(round(res.cpu * 1e9)) if res.cpu else None,
+                    mem_limit=memory_mb * 2**20 if memory_mb else None,
+                    memswap_limit=memory_mb * 2**20 if memory_mb else None,
+                    device_requests=[docker.types.DeviceRequest(
+                        count=int(res.gpu), capabilities=[["gpu"]])] if res.gpu else None,
+                )
+            except Exception as e:  # the SDK refuses a setting for this engine's API
+                raise SubmitError(f"cannot configure Docker job {job_id} ({spec.name}): "
+                                  f"{_reason(e)}") from e
+            # TINI_VERBOSITY=2: tini (--init) writes how the job ended (exit code or signal)
+            env = {"PYTHONUNBUFFERED": "1", "TINI_VERBOSITY": "2", PROGRAM_ENV: self.program,
+                   **spec.env}
+            creates.append(dict(
+                image=image, command=self._command(spec, cfg, own_image), name=job_id,
+                environment=env, host_config=host_config, detach=True,
+                labels={LABEL_PROGRAM: self.program, LABEL_JOB: job_id,
+                        LABEL_NAME: spec.name[:255], LABEL_MASTER: master},
+            ))
+            jobs.append(_Job(job_id, spec.name, engine.url, memory_mb))
+
+        host_pids = cfg.docker_pid_host and engine.url.startswith(("unix:", "http+unix:"))
+
+        def create_and_start(i: int) -> str:
+            job = jobs[i]
+            try:
+                cid = str(engine.api.create_container(**creates[i])["Id"])
+                job.container_id = cid
+                engine.api.start(cid)
+                if host_pids:  # the container's process is a process of this host
+                    pid = engine.api.inspect_container(cid)["State"].get("Pid")
+                    job.pid = int(pid) if pid else None
+            except Exception as e:
+                raise SubmitError(f"cannot start Docker job {job.job_id} ({job.name}) "
+                                  f"from image {creates[i]['image']!r} on {engine.url}: "
+                                  f"{_reason(e, creates[i]['image'])}") from e
+            return cid
+
+        results = _parallel(create_and_start, range(len(jobs)))  # type: ignore[arg-type]
+        failed = [(job, err) for job, (_, err) in zip(jobs, results) if err is not None]
+        if failed:
+            _parallel(lambda job: self._remove(engine, job.container_id or job.job_id), jobs)
+            first = failed[0][1]
+            more = f" ({len(failed)} of {len(jobs)} jobs failed)" if len(jobs) > 1 else ""
+            if isinstance(first, SubmitError):
+                raise SubmitError(f"{first}{more}") from first.__cause__
+            raise SubmitError(f"cannot start Docker jobs{more}: {first}") from first
+        handles = []
+        with self._lock:
+            for job in jobs:
+                self._jobs[job.job_id] = job
+                handles.append(JobHandle(job.job_id, self.name, host=job.container_id[:12],
+                                         pid=job.pid))
+        log("docker: started %d container(s) on %s (network %s)", len(jobs), engine.url,
+            network)
+        return handles
+
+    def _command(self, spec: JobSpec, cfg: Config, own_image: bool) -> List[str]:
+        argv = list(spec.command)
+        if argv and not cfg.python and argv[0] == sys.executable:
+            # the master's interpreter path means nothing in a foreign image
+            if cfg.docker_python:
+                argv[0] = cfg.docker_python
+            elif not own_image:
+                argv[0] = "python3"
+        return argv
+
+    def _remove(self, engine: _Engine, ref: str) -> None:
+        try:
+            engine.api.remove_container(ref, force=True, v=True)
+        except Exception as e:
+            if not _is_not_found(e):
+                log("docker: cannot remove container %s: %s", ref, _reason(e))
+
+    # -- status ---------------------------------------------------------------------------
+
+    def _engine_of(self, job: _Job) -> _Engine:
+        with self._lock:
+            for (url, _), engine in self._engines.items():
+                if url == job.engine:
+                    return engine
+        raise BackendError(f"no client for Docker engine {job.engine}")  # pragma: no cover
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        out: Dict[str, JobStatus] = {}
+        live: Dict[str, List[_Job]] = {}
+        with self._lock:
+            for h in handles:
+                job = self._jobs.get(h.job_id)
+                if job is None:
+                    out[h.job_id] = JobStatus(JobState.LOST, None, "unknown job")
+                elif job.final is not None:
+                    out[h.job_id] = job.final
+                else:
+                    live.setdefault(job.engine, []).append(job)
+        for jobs in live.values():
+            engine = self._engine_of(jobs[0])
+            try:  # the one query for all of this master's containers
+                listed = engine.api.containers(
+                    all=True, filters={"label": f"{LABEL_PROGRAM}={self.program}"})
+            except Exception as e:
+                raise BackendError(f"cannot list containers on {engine.url}: "
+                                   f"{_reason(e)}") from e
+            by_job = {str((c.get("Labels") or {}).get(LABEL_JOB)): c for c in listed}
+            exited = []
+            for job in jobs:
+                c = by_job.get(job.job_id)
+                if c is None:
+                    if job.final is None:  # not removed by us: someone else did
+                        job.final = JobStatus(JobState.LOST, None,
+                                              "its container was removed outside fiber")
+                    out[job.job_id] = job.final
+                elif c.get("State") in ("exited", "dead"):
+                    exited.append(job)
+                elif c.get("State") == "created":
+                    out[job.job_id] = JobStatus(JobState.PENDING)
+                else:  # running, paused, restarting, removing
+                    out[job.job_id] = JobStatus(JobState.RUNNING)
+            if exited:
+                _parallel(functools.partial(self._finish, engine), exited)
+                for job in exited:
+                    if job.final is not None:
+                        out[job.job_id] = job.final
+                    else:  # inspect failed (engine hiccup): exited, code unknown yet
+                        out[job.job_id] = JobStatus(JobState.RUNNING)
+        return out
+
+    def _finish(self, engine: _Engine, job: _Job) -> None:
+        """An exited container: read its exit code, keep its output, remove it."""
+        with job.finishing:
+            if job.final is None:
+                self._read_exit(engine, job)
+
+    def _read_exit(self, engine: _Engine, job: _Job) -> None:
+        try:
+            state = engine.api.inspect_container(job.container_id)["State"]
+        except Exception as e:
+            if _is_not_found(e):
+                job.final = JobStatus(JobState.LOST, None, "its container was removed "
+                                      "outside fiber before its exit code was read")
+            return
+        try:
+            out = engine.api.logs(job.container_id, stdout=True, stderr=True, tail=_LOG_TAIL)
+        except Exception:
+            out = b""
+        with self._lock:
+            self._logs[job.job_id] = bytes(out[-_LOG_BYTES:])
+            while len(self._logs) > _KEEP_LOGS:
+                self._logs.popitem(last=False)
+        status = exit_status(int(state.get("ExitCode") or 0), bool(state.get("OOMKilled")),
+                             job.signalled, str(state.get("Error") or ""), job.memory_mb,
+                             bytes(out[-4096:]))
+        if status.exitcode in (126, 127) and out:  # the command itself could not run
+            last = _without_tini(out.decode("utf-8", "replace")).strip().splitlines()[-1:]
+            status = dataclasses.replace(status, reason=f"{status.reason}: {last[0]}"
+                                         if last else status.reason)
+        log("docker: %s (%s) exited: %s", job.job_id, job.name, status.reason or "exit code 0")
+        job.final = status  # before the removal: a concurrent status() must not call it lost
+        self._remove(engine, job.container_id)
+
+    def logs(self, handle: JobHandle, tail: Optional[int] = None) -> str:
+        """A job's output (stdout and stderr): live while its container exists, else the
+        last lines kept when it was removed ('' for a job whose output was not kept)."""
+        with self._lock:
+            job = self._jobs.get(handle.job_id)
+            kept = self._logs.get(handle.job_id)
+        if job is None:
+            raise BackendError(f"unknown Docker job {handle.job_id}")
+        if kept is None and job.final is None:
+            engine = self._engine_of(job)
+            try:
+                kept = engine.api.logs(job.container_id, stdout=True, stderr=True,
+                                       tail=tail if tail is not None else "all")
+            except Exception as e:
+                if not _is_not_found(e):
+                    raise BackendError(f"cannot read the logs of {handle.job_id}: "
+                                       f"{_reason(e)}") from e
+            with self._lock:  # it may have been removed meanwhile, its output kept
+                kept = self._logs.get(handle.job_id, kept)
+        text = _without_tini((kept or b"").decode("utf-8", "replace"))
+        if tail is not None:
+            text = "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
+        return text
+
+    # -- cancel and cleanup ---------------------------------------------------------------
+
+    def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
+        sig = signal.SIGKILL if force else signal.SIGTERM
+        targets = []
+        with self._lock:
+            for h in handles:
+                job = self._jobs.get(h.job_id)
+                if job is not None and job.final is None:
+                    job.signalled.append(int(sig))
+                    targets.append(job)
+
+        def kill(job: _Job) -> None:
+            try:
+                self._engine_of(job).api.kill(job.container_id, signal=sig.name)
+            except Exception as e:
+                if not (_is_not_found(e) or _is_conflict(e)):  # gone, or not running
+                    raise BackendError(f"cannot signal Docker job {job.job_id}: "
+                                       f"{_reason(e)}") from e
+
+        errors = [err for _, err in _parallel(kill, targets) if err is not None]
+        if errors:
+            raise errors[0]
+
+    def _register_atexit(self) -> None:
+        with self._lock:
+            if self._atexit:
+                return
+            self._atexit = True
+        atexit.register(self.remove_all)
+
+    def remove_all(self) -> None:
+        """Remove every container of this master (running ones are killed); at exit."""
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            engines = list(self._engines.values())
+        for engine in engines:
+            api = engine.api
+            try:
+                api.timeout = min(float(api.timeout), _EXIT_TIMEOUT)
+                listed = api.containers(all=True,
+                                        filters={"label": f"{LABEL_PROGRAM}={self.program}"})
+            except Exception as e:
+                log("docker: cannot list containers at exit on %s: %s", engine.url, e)
+                continue
+            with self._lock:
+                for job in self._jobs.values():
+                    if job.final is None and job.engine == engine.url:
+                        job.final = JobStatus(JobState.CANCELLED, -signal.SIGKILL,
+                                              "removed at the master's exit")
+            _parallel(functools.partial(self._remove, engine), [str(c["Id"]) for c in listed])
+
+    def forget(self, handle: JobHandle) -> None:
+        """Drop a finished job's bookkeeping."""
+        with self._lock:
+            job = self._jobs.get(handle.job_id)
+            if job is not None and job.final is not None:
+                del self._jobs[handle.job_id]
+                self._logs.pop(handle.job_id, None)
+
+
+def _without_tini(text: str) -> str:
+    """Output less tini's own lines (``[INFO  tini (1)] ...``)."""
+    return _TINI_LINE.sub("", text)
+
+
+# -- engine errors ------------------------------------------------------------------------
+
+
+def _status_code(e: BaseException) -> Optional[int]:
+    response = getattr(e, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def _is_not_found(e: BaseException) -> bool:
+    return _status_code(e) == 404
+
+
+def _is_conflict(e: BaseException) -> bool:
+    return _status_code(e) == 409
+
+
+def _reason(e: BaseException, image: str = "") -> str:
+    """What the engine (or the connection to it) said, in one line."""
+    explanation = getattr(e, "explanation", None)
+    if explanation:
+        text = str(explanation)
+        if image and _is_not_found(e) and "image" in text.lower():
+            return (f"image {image!r} is not on the engine (fiber does not pull images: "
+                    f"pull or build it there first): {text}")
+        return text
+    name = type(e).__name__
+    if "Timeout" in name:
+        return f"the engine did not answer in time ({name}: {e})"
+    if "ConnectionError" in name or isinstance(e, ConnectionError):
+        return f"cannot connect ({e})"
+    return f"{name}: {e}"

@@ -1,0 +1,491 @@
+"""The ``docker`` backend against a real Docker engine.
+
+Needs an engine at ``DOCKER_HOST`` with the image ``fiber-test:latest`` (``FIBER_IMAGE``);
+``scripts/test`` starts one with ``scripts/container-engine.sh``; by hand::
+
+    scripts/container-engine.sh install && scripts/container-engine.sh start
+    scripts/container-engine.sh image && eval "$(scripts/container-engine.sh test-env)"
+    pytest tests/test_docker.py
+
+Without a usable engine these tests are skipped, except under ``CI=true``, where they fail.
+They use the backend's defaults (own PID namespace per container, tini as PID 1) on host
+networking, with the tests directory mounted so that children import this module; the
+bridge network and an image without any mount are exercised by scripts run as ``__main__``
+(tests/docker_scripts/), whose functions travel by value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Tuple
+
+import pytest
+from conftest import IN_CI, wait_until
+
+import fiber
+from fiber.backends import get_backend
+from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
+from fiber.errors import ConfigError, ProcessError, SubmitError
+
+IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(TESTS, "docker_scripts")
+
+
+# -- targets (run in containers: this module is imported there through the mount) --------
+
+
+def report(q: Any) -> None:
+    q.put((socket.gethostname(), os.getpid()))
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def exit_with(code: int) -> None:
+    sys.exit(code)
+
+
+def kill_self(sig: int) -> None:
+    os.kill(os.getpid(), sig)
+    time.sleep(30)
+
+
+def chatty(text: str) -> None:
+    print(text)
+    print(text + "-on-stderr", file=sys.stderr)
+
+
+@fiber.meta(cpu=0.5, memory=128)
+def limited(q: Any) -> None:
+    q.put("started")
+    time.sleep(60)
+
+
+@fiber.meta(memory=96)
+def hog() -> None:
+    chunks = []
+    for _ in range(64):  # 1 GiB, page by page, far above the limit
+        b = bytearray(16 * 2**20)
+        b[::4096] = b"x" * len(b[::4096])
+        chunks.append(b)
+
+
+@fiber.meta(gpu=1)
+def wants_gpu() -> None:
+    pass
+
+
+def slow_square(x: int) -> int:
+    time.sleep(0.05)
+    return x * x
+
+
+# -- fixtures -----------------------------------------------------------------------------
+
+
+def _unusable(why: str) -> None:
+    if IN_CI:
+        pytest.fail(f"the Docker engine is unusable under CI=true: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    """A client of the test engine (the one the backend uses: DOCKER_HOST)."""
+    try:
+        import docker
+    except ImportError:
+        _unusable("the Docker SDK for Python is not installed (pip install docker)")
+    where = os.environ.get("DOCKER_HOST", "the default socket")
+    try:
+        api = docker.APIClient(version="auto", timeout=30, **docker.utils.kwargs_from_env())
+    except Exception as e:
+        _unusable(f"no Docker engine at {where}: {e}")
+    try:
+        api.inspect_image(IMAGE)
+    except Exception as e:
+        api.close()
+        _unusable(f"image {IMAGE} is not on the engine at {where} "
+                  f"(scripts/container-engine.sh image): {e}")
+    yield api
+    api.close()
+
+
+@pytest.fixture(autouse=True)
+def docker_config(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For tests on the engine (those taking ``engine``): the backend's defaults, on host
+    networking, with this directory mounted; afterwards no container of this program may
+    still run."""
+    if "engine" not in request.fixturenames:
+        yield
+        return
+    engine = request.getfixturevalue("engine")
+    with fiber.config.override(backend="docker", image=IMAGE, docker_network="host",
+                               docker_mounts=f"{TESTS}:{TESTS}:ro", docker_pid_host=False):
+        yield
+    program = backend().program
+    running: List[Any] = []
+
+    def none_running() -> bool:
+        running[:] = engine.containers(filters={"label": f"fiber.program={program}"})
+        return not running
+
+    deadline = time.monotonic() + 30
+    while not none_running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for c in running:
+        engine.remove_container(c["Id"], force=True)
+    assert not running, f"containers left running: {[c['Names'] for c in running]}"
+
+
+def backend() -> DockerBackend:
+    b = get_backend("docker")
+    assert isinstance(b, DockerBackend)
+    return b
+
+
+def dctx() -> Any:
+    return fiber.get_context("docker")
+
+
+def containers_of(engine: Any, **labels: str) -> List[Dict[str, Any]]:
+    filters = [f"{k.replace('_', '.')}={v}" for k, v in labels.items()]
+    return list(engine.containers(all=True, filters={"label": filters}))
+
+
+def final_status(p: Any) -> Any:
+    """The backend's final status of a joined process (the watcher may lag its join)."""
+    st = backend().wait(p._job.handle, 30)
+    assert st is not None and st.state.finished, st
+    return st
+
+
+def script_env() -> Dict[str, str]:
+    """The environment of a scenario script: no FIBER_* setting of this run but the engine."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FIBER_") or k == "FIBER_DOCKER_HOST"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SCRIPTS, env.get("PYTHONPATH")]))
+    return env
+
+
+def run_script(*args: str, timeout: float = 180) -> Dict[str, Any]:
+    cp = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                        timeout=timeout, env=script_env())
+    lines = [ln for ln in cp.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert cp.returncode == 0 and lines, f"{args}: exit {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def test_a_process_runs_in_a_labelled_container(engine):
+    q = dctx().Queue()
+    p = dctx().Process(target=report, args=(q,), name="labelled")
+    p.start()
+    host, pid = q.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0
+    handle = p._job.handle
+    assert p.pid != pid and p.pid > 1 << 22  # a synthetic pid: the container has its own
+    assert pid < 100  # ... PID namespace, in which tini is PID 1
+    (c,) = containers_of(engine, fiber_job=handle.job_id)  # not yet removed, or exited
+    assert c["Labels"]["fiber.program"] == backend().program
+    assert c["Labels"]["fiber.name"] == "labelled"
+    assert c["Id"].startswith(handle.host) and len(handle.host) == 12
+    assert c["Names"] == [f"/{handle.job_id}"]
+    assert c["HostConfig"]["NetworkMode"] == "host"
+    assert host == socket.gethostname()  # host networking shares the host's name
+    final_status(p)
+    wait_until(lambda: not containers_of(engine, fiber_job=handle.job_id), 10,
+               message="the exited container removed")
+
+
+def test_exit_codes(engine):
+    cases = [(exit_with, 0, 0), (exit_with, 3, 3), (exit_with, 137, 137),
+             (kill_self, signal.SIGKILL, -9), (kill_self, signal.SIGTERM, -15)]
+    procs = [dctx().Process(target=f, args=(a,)) for f, a, _ in cases]
+    fiber.process.start_all(procs)  # one submit: the containers are created in parallel
+    for p, (f, a, want) in zip(procs, cases):
+        p.join(60)
+        assert p.exitcode == want, (f.__name__, a)
+        st = final_status(p)
+        assert st.exitcode == want and st.state.value == ("succeeded" if want == 0 else "failed")
+
+
+def test_kill_and_terminate_give_negative_signals(engine):
+    for method, sig in (("kill", signal.SIGKILL), ("terminate", signal.SIGTERM)):
+        q = dctx().Queue()
+        p = dctx().Process(target=limited.__wrapped__, args=(q,))
+        p.start()
+        assert q.get(timeout=60) == "started"
+        getattr(p, method)()
+        p.join(30)
+        assert p.exitcode == -sig, method
+        st = final_status(p)
+        assert st.state.value == "cancelled" and st.exitcode == -sig
+        assert signal.Signals(sig).name in st.reason
+
+
+def test_resources_are_mapped(engine):
+    q = dctx().Queue()
+    p = dctx().Process(target=limited, args=(q,))
+    p.start()
+    assert q.get(timeout=60) == "started"
+    info = engine.inspect_container(p._job.handle.job_id)
+    hc = info["HostConfig"]
+    assert hc["NanoCpus"] == 500_000_000
+    assert hc["Memory"] == 128 * 2**20 and hc["MemorySwap"] == 128 * 2**20
+    assert hc["Init"] is True
+    p.kill()
+    p.join(30)
+
+
+def test_out_of_memory_is_reported(engine):
+    p = dctx().Process(target=hog)
+    p.start()
+    p.join(60)
+    assert p.exitcode == -9
+    st = final_status(p)
+    assert "OOM" in st.reason and "96 MB" in st.reason
+
+
+def test_gpu_request_fails_with_the_engines_reason(engine):
+    if "nvidia" in (engine.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime")
+    p = dctx().Process(target=wants_gpu)
+    t = time.monotonic()
+    with pytest.raises(SubmitError) as info:
+        p.start()
+    assert time.monotonic() - t < 30
+    assert "gpu" in str(info.value).lower()
+    assert not containers_of(engine, fiber_program=backend().program, fiber_name=p.name)
+
+
+def test_output_is_kept_after_the_container_is_removed(engine):
+    p = dctx().Process(target=chatty, args=("hello-logs",))
+    p.start()
+    p.join(60)
+    final_status(p)
+    handle = p._job.handle
+    wait_until(lambda: not containers_of(engine, fiber_job=handle.job_id), 10,
+               message="the exited container removed")
+    out = backend().logs(handle)
+    assert "hello-logs\n" in out and "hello-logs-on-stderr" in out
+    assert "tini" not in out  # tini's own report of the exit is not the job's output
+    assert backend().logs(handle, tail=1).count("\n") == 1
+
+
+def test_many_processes_start_with_one_submit(engine):
+    q = dctx().Queue()
+    procs = [dctx().Process(target=report, args=(q,)) for _ in range(8)]
+    t = time.monotonic()
+    fiber.process.start_all(procs)
+    submit = time.monotonic() - t
+    got = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert len(got) == 8
+    print(f"8 containers created and started in {submit:.2f} s")
+
+
+def test_pid_host_mode_gives_real_pids(engine):
+    import psutil
+
+    with fiber.config.override(docker_pid_host=True):
+        q = dctx().Queue()
+        p = dctx().Process(target=report, args=(q,))
+        p.start()
+        _, pid = q.get(timeout=60)
+        assert p.pid == pid  # the child's own pid is Process.pid
+        p.join(60)
+        assert p.exitcode == 0
+        p = dctx().Process(target=sleep, args=(60,))
+        p.start()
+        wait_until(lambda: p.host != "", 60, message="the child connected")
+        assert "fiber._bootstrap" in psutil.Process(p.pid).cmdline()  # a process of this host
+        hc = engine.inspect_container(p._job.handle.job_id)["HostConfig"]
+        assert hc["PidMode"] == "host" and not hc["Init"]
+        os.kill(p.pid, signal.SIGTERM)  # from this host, by pid, as with multiprocessing
+        p.join(30)
+        assert p.exitcode == -15
+
+
+# -- pools --------------------------------------------------------------------------------
+
+
+def test_pool_workers_are_containers_on_the_bridge_network(engine):
+    got = run_script(os.path.join(SCRIPTS, "pool_hostnames.py"), IMAGE)
+    short_ids = {cid[:12] for cid in got["ids"]}
+    assert len(got["ids"]) == 3
+    assert set(got["hosts"]) <= short_ids and len(set(got["hosts"])) >= 2, got
+    gateway = engine.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+    assert got["listen"].startswith(f"tcp://{gateway}:")  # the master listened on the bridge
+    wait_until(lambda: not containers_of(engine, fiber_program=got["program"]), 30,
+               message="every container of the script removed at its exit")
+
+
+def test_a_worker_container_killed_mid_map_loses_no_result(engine):
+    with dctx().Pool(2) as pool:
+        r = pool.map_async(slow_square, range(60), 1)
+        busy = lambda: [ws for ws in pool._core._live_workers()  # noqa: E731
+                        if ws.connected and ws.pending]
+        wait_until(lambda: len(busy()) >= 1, 60, message="a worker holds tasks")
+        victim = busy()[0].process._job.handle
+        engine.kill(victim.job_id, signal="SIGKILL")  # `docker kill`, from outside fiber
+        assert r.get(timeout=120) == [x * x for x in range(60)]
+        st = backend().wait(victim, 30)
+        assert st is not None and st.exitcode == -9 and st.state.value == "failed"
+
+
+# -- the master's end ------------------------------------------------------------------------
+
+
+def _start_master(mode: str) -> Tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "master.py"), mode, IMAGE],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=script_env())
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY "):
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"master.py {mode} did not start: {line!r}\n{err}")
+    return proc, line.split()[1]
+
+
+def test_a_sigkilled_master_leaves_no_running_container(engine):
+    proc, program = _start_master("wait")
+    try:
+        assert len(engine.containers(filters={"label": f"fiber.program={program}"})) == 3
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        t = time.monotonic()
+        wait_until(lambda: not engine.containers(
+            filters={"label": f"fiber.program={program}"}), 30,
+            message="no container of the killed master running")
+        print(f"containers ended {time.monotonic() - t:.1f} s after the master's SIGKILL")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+        for c in containers_of(engine, fiber_program=program):  # exited ones stay
+            engine.remove_container(c["Id"], force=True)
+
+
+def test_the_masters_exit_removes_all_its_containers(engine):
+    proc, program = _start_master("exit")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert not containers_of(engine, fiber_program=program)  # running or exited
+
+
+def test_a_master_in_a_container_runs_its_children_on_its_image(engine):
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        pytest.skip("the engine's socket must be mountable into a container")
+    sock = host[len("unix://"):]
+    c = engine.create_container(
+        IMAGE, ["python3", os.path.join(SCRIPTS, "in_container.py")],
+        environment={"DOCKER_HOST": host, "PYTHONPATH": SCRIPTS},
+        host_config=engine.create_host_config(
+            network_mode="host", init=True, binds=[f"{TESTS}:{TESTS}:ro", f"{sock}:{sock}"]),
+        labels={"fiber.test": "in-container"})
+    try:
+        engine.start(c["Id"])
+        code = engine.wait(c["Id"], timeout=120)["StatusCode"]
+        out = engine.logs(c["Id"]).decode()
+        assert code == 0, out
+        got = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    finally:
+        engine.remove_container(c["Id"], force=True)
+    image_id = engine.inspect_image(IMAGE)["Id"]
+    assert got["own"] == c["Id"]
+    assert got["got"] == "hello from a child" and got["exitcode"] == 0
+    assert got["child_image"] == image_id  # its own image, though `image` was not set
+    assert got["child_network"] == "host"  # and its own network
+    assert got["child_command"][0] == got["executable"]  # and its own interpreter
+
+
+# -- failures are quick and say why -------------------------------------------------------
+
+
+def test_a_missing_image_fails_the_submit_quickly(engine):
+    with fiber.config.override(image="fiber-no-such-image:never"):
+        p = dctx().Process(target=sleep, args=(1,))
+        t = time.monotonic()
+        with pytest.raises(SubmitError) as info:
+            p.start()
+        assert time.monotonic() - t < 10
+    assert "fiber-no-such-image:never" in str(info.value)
+    assert not containers_of(engine, fiber_program=backend().program, fiber_name=p.name)
+
+
+def test_a_failed_submit_of_many_removes_the_containers_it_created(engine):
+    procs = [dctx().Process(target=sleep, args=(30,)) for _ in range(3)]
+    procs.append(dctx().Process(target=wants_gpu))
+    if "nvidia" in (engine.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime")
+    with pytest.raises(SubmitError) as info:
+        fiber.process.start_all(procs)
+    assert "1 of 4 jobs failed" in str(info.value)
+    for p in procs:
+        assert not containers_of(engine, fiber_program=backend().program, fiber_name=p.name)
+
+
+def test_an_unreachable_engine_fails_the_submit_quickly(engine, tmp_path):
+    dead = f"unix://{tmp_path}/no-engine.sock"
+    with fiber.config.override(docker_host=dead):
+        p = dctx().Process(target=sleep, args=(1,))
+        t = time.monotonic()
+        with pytest.raises(SubmitError) as info:
+            p.start()
+        assert time.monotonic() - t < 10
+    assert "no-engine.sock" in str(info.value)
+
+
+def test_a_bridge_job_of_a_master_on_loopback_fails_at_once(engine):
+    from fiber import _runtime
+    from fiber.transport.sockets import split_address
+
+    dctx().Queue()  # the hub is up, on the address of host networking
+    if split_address(_runtime.hub().address)[0] != "127.0.0.1":
+        pytest.skip("this process's hub does not listen on loopback")
+    with fiber.config.override(docker_network="bridge"):
+        with pytest.raises(ProcessError) as info:  # fiber.process checks before submitting
+            dctx().Process(target=sleep, args=(1,)).start()
+    gateway = engine.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+    assert "cannot reach" in str(info.value) and gateway in str(info.value)
+
+
+# -- units ---------------------------------------------------------------------------------
+
+
+def test_exit_status_reads_tinis_report():
+    assert exit_status(0).exitcode == 0
+    assert exit_status(3).exitcode == 3
+    signalled = b"[INFO  tini (1)] Main child exited with signal (with signal 'Killed')\n"
+    normal = b"[INFO  tini (1)] Main child exited normally (with status '137')\n"
+    assert exit_status(137, output=signalled).exitcode == -9
+    assert exit_status(137, output=normal).exitcode == 137
+    assert exit_status(137).exitcode == -9  # tini itself killed: taken as SIGKILL
+    st = exit_status(143, signalled=[15], output=b"x")
+    assert st.exitcode == -15 and st.state.value == "cancelled"
+    st = exit_status(137, oom_killed=True, memory_mb=64)
+    assert st.exitcode == -9 and "OOM" in st.reason and "64 MB" in st.reason
+
+
+def test_parse_mounts():
+    assert parse_mounts("") == []
+    assert parse_mounts("/a, /b:/c:ro ,/d:rw") == ["/a:/a:rw", "/b:/c:ro", "/d:/d:rw"]
+    with pytest.raises(ConfigError):
+        parse_mounts("relative:/x")

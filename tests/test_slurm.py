@@ -1,0 +1,678 @@
+"""The ``slurm`` backend.
+
+Two kinds of tests:
+
+- without a cluster: the parsing of Slurm's output, the state and exit-code mapping, and
+  the commands the backend runs, against fake ``sbatch``/``squeue``/``scancel``/
+  ``scontrol`` on ``PATH``;
+- on the real test cluster that ``scripts/test`` starts (``scripts/slurm-cluster.sh start
+  3``: slurmctld and three slurmd in network namespaces, nodes ``node1..3``). This module
+  starts nothing itself. Without ``SLURM_CONF`` or with an unreachable cluster those tests
+  fail under ``CI=true`` and are skipped otherwise. Scenarios that kill or end the master
+  run it as a script under ``tests/slurm_scripts/`` (a fresh interpreter) that prints
+  ``RESULT <json>``.
+
+Run by hand (as root)::
+
+    scripts/slurm-cluster.sh start 3 && eval "$(scripts/slurm-cluster.sh env)"
+    FIBER_LISTEN_HOST=$FIBER_SLURM_DRIVER_ADDR .venv/bin/python -m pytest tests/test_slurm.py
+    scripts/slurm-cluster.sh stop
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+import fiber
+from fiber import _runtime
+from fiber.backends import JobHandle, JobSpec, JobState, Resources, get_backend
+from fiber.backends._batch import render_script, split_env
+from fiber.backends.slurm import (
+    OWN_JOB_ENV,
+    SlurmBackend,
+    controller_address,
+    parse_exit_pair,
+    parse_raw_exit,
+    parse_sacct,
+    parse_squeue,
+    status_of,
+)
+from fiber.errors import ConfigError, SubmitError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "slurm_scripts")
+CLUSTER_SH = os.path.join(os.path.dirname(HERE), "scripts", "slurm-cluster.sh")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+NODES = ["node1", "node2", "node3"]
+
+if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)
+
+import slurm_targets  # noqa: E402
+
+# -- without a cluster ------------------------------------------------------------------
+
+
+def test_exit_codes_follow_multiprocessing():
+    assert parse_raw_exit("0") == 0
+    assert parse_raw_exit("256") == 1  # exit(1): status 1 << 8
+    assert parse_raw_exit(str(137 << 8)) == 137  # ExitCode 137:0 (python SIGKILLed in sh)
+    assert parse_raw_exit("9") == -9  # ExitCode 0:9 (the batch shell itself killed)
+    assert parse_raw_exit("15") == -15
+    assert parse_raw_exit("") is None and parse_raw_exit("N/A") is None
+    assert parse_exit_pair("3:0") == 3
+    assert parse_exit_pair("137:0") == 137
+    assert parse_exit_pair("0:9") == -9
+    assert parse_exit_pair("0:15") == -15
+    assert parse_exit_pair("bogus") is None
+
+
+def test_states_map_to_job_states():
+    assert status_of("PENDING", None).state == JobState.PENDING
+    assert status_of("CONFIGURING", None).state == JobState.PENDING
+    assert status_of("RUNNING", None).state == JobState.RUNNING
+    assert status_of("COMPLETING", 0).state == JobState.RUNNING  # processes may live on
+    done = status_of("COMPLETED", 0)
+    assert (done.state, done.exitcode) == (JobState.SUCCEEDED, 0)
+    failed = status_of("FAILED", 3, "NonZeroExitCode")
+    assert (failed.state, failed.exitcode) == (JobState.FAILED, 3)
+    assert status_of("FAILED", -9).exitcode == -9
+    assert status_of("FAILED", 137).exitcode == 137
+    assert status_of("FAILED", 0, "JobLaunchFailure").exitcode == 1  # never ran
+    cancelled = status_of("CANCELLED", -15)
+    assert (cancelled.state, cancelled.exitcode) == (JobState.CANCELLED, -15)
+    assert status_of("CANCELLED", -15, cancelled="kill").exitcode == -9
+    assert status_of("CANCELLED", 0, cancelled="term").exitcode == -15  # was pending
+    lost = status_of("NODE_FAIL", None, "NodeDown", "node2")
+    assert lost.state == JobState.LOST and lost.exitcode is None
+    assert "NODE_FAIL" in lost.reason and "NodeDown" in lost.reason and "node2" in lost.reason
+    timeout = status_of("TIMEOUT", 0)
+    assert (timeout.state, timeout.exitcode) == (JobState.FAILED, -15)
+    assert "time limit" in timeout.reason
+    assert status_of("OUT_OF_MEMORY", 0).exitcode == -9
+    assert status_of("PREEMPTED", None).state == JobState.LOST
+    assert status_of("WEIRD_NEW_STATE", None).state == JobState.LOST
+
+
+def test_parse_squeue_and_sacct():
+    out = ("12_0|RUNNING|node1|None|0|\n12_1|FAILED|node2|NonZeroExitCode|768|\n"
+           "13|NODE_FAIL|node3|NodeDown|0|\n14|PENDING||Resources|0|\n\n")
+    rows = parse_squeue(out)
+    assert rows["12_0"] == ("RUNNING", "node1", "", 0)
+    assert rows["12_1"] == ("FAILED", "node2", "NonZeroExitCode", 3)
+    assert rows["13"][0] == "NODE_FAIL" and rows["14"] == ("PENDING", "", "Resources", 0)
+    acct = parse_sacct("12_3|CANCELLED by 0|0:15\n13|COMPLETED|0:0\n14|FAILED|137:0\n")
+    assert acct == {"12_3": ("CANCELLED", -15), "13": ("COMPLETED", 0), "14": ("FAILED", 137)}
+
+
+def test_controller_address():
+    assert controller_address("SlurmctldHost[0]        = ctl(10.201.0.2)\n") == "10.201.0.2"
+    assert controller_address("ClusterName=x\nSlurmctldHost=head01\n") == "head01"
+    assert controller_address("slurmctldhost=a(1.2.3.4)\nSlurmctldHost=b\n") == "1.2.3.4"
+    assert controller_address("ControlMachine=old\n") == "old"
+    assert controller_address("# SlurmctldHost=commented\n") == ""
+
+
+def test_job_script_exports_each_tasks_environment(tmp_path):
+    envs = [{"FIBER_SECRET": "s3cret", "FIBER_JOB": f"tok{i}", "Q": "it's \"q\" $x"}
+            for i in range(3)]
+    common, own = split_env(envs)
+    assert common == {"FIBER_SECRET": "s3cret", "Q": "it's \"q\" $x"}
+    assert own == [{"FIBER_JOB": "tok0"}, {"FIBER_JOB": "tok1"}, {"FIBER_JOB": "tok2"}]
+    script = render_script(["env"], common, own, index_var="SLURM_ARRAY_TASK_ID",
+                           setup=[f'export {OWN_JOB_ENV}="$SLURM_JOB_ID"'])
+    assert script.count("s3cret") == 1  # shared entries are written once
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    for i in range(3):
+        out = subprocess.run(["sh", str(path)], capture_output=True, text=True, timeout=30,
+                             env={"SLURM_ARRAY_TASK_ID": str(i), "SLURM_JOB_ID": "77",
+                                  "PATH": os.environ["PATH"]}).stdout.splitlines()
+        assert f"FIBER_JOB=tok{i}" in out and "FIBER_SECRET=s3cret" in out
+        assert "Q=it's \"q\" $x" in out and f"{OWN_JOB_ENV}=77" in out
+    bad = subprocess.run(["sh", str(path)], capture_output=True, text=True, timeout=30,
+                         env={"SLURM_ARRAY_TASK_ID": "9", "PATH": os.environ["PATH"]})
+    assert bad.returncode == 2 and "no job" in bad.stderr
+    with pytest.raises(ValueError, match="invalid environment variable name"):
+        render_script(["true"], {"BAD NAME": "x"}, [{}])
+
+
+_FAKE = {
+    "sbatch": """#!/bin/sh
+n=$(cat "$FAKE_DIR/count" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$FAKE_DIR/count"
+printf '%s\\n' "$@" > "$FAKE_DIR/sbatch.$n.argv"
+cat > "$FAKE_DIR/sbatch.$n.script"
+if [ -n "$FAKE_SBATCH_FAIL" ]; then echo "sbatch: error: $FAKE_SBATCH_FAIL" >&2; exit 1; fi
+if [ -n "$FAKE_SLEEP" ]; then sleep "$FAKE_SLEEP"; fi
+echo "$((100 + n));fakecluster"
+""",
+    "squeue": """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_DIR/squeue.log"
+cat "$FAKE_DIR/squeue.out" 2>/dev/null
+""",
+    "scancel": """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_DIR/scancel.log"
+""",
+    "scontrol": """#!/bin/sh
+echo "SlurmctldHost[0]        = ctl(127.0.0.1)"
+echo "AccountingStorageType   = accounting_storage/none"
+echo "MaxArraySize            = 4"
+""",
+}
+
+
+class FakeSlurmBackend(SlurmBackend):
+    """A backend whose exit hook is removed after the test (its jobs are fake)."""
+
+    made: List[SlurmBackend] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        FakeSlurmBackend.made.append(self)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch) -> Iterator[Any]:
+    """Fake Slurm commands on PATH; they record their arguments in ``tmp_path``. Use
+    ``FakeSlurmBackend`` with it."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body in _FAKE.items():
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    try:
+        with fiber.config.override(slurm_output_dir=str(tmp_path / "logs"),
+                                   slurm_mode="jobs"):
+            yield tmp_path
+    finally:
+        for b in FakeSlurmBackend.made:
+            atexit.unregister(b.cancel_unfinished)
+        FakeSlurmBackend.made.clear()
+
+
+def _calls(d: Any, n: int) -> List[List[str]]:
+    return [(d / f"sbatch.{i}.argv").read_text().splitlines() for i in range(1, n + 1)]
+
+
+def _spec(i: int, command=("python", "-m", "fiber._bootstrap"), resources=Resources(cpu=1),
+          name: Optional[str] = None) -> JobSpec:
+    return JobSpec(command=tuple(command), resources=resources, name=name or f"PoolWorker-{i}",
+                   env={"FIBER_PARENT": "tcp://10.0.0.1:5000", "FIBER_JOB": f"{i:032x}",
+                        "FIBER_LISTEN_HOST": "", "FIBER_SECRET": "ab" * 32})
+
+
+def test_sbatch_command_lines_arrays_and_secrets(fake_slurm):
+    b = FakeSlurmBackend()
+    with fiber.config.override(slurm_partition="gpu", slurm_account="acct", slurm_qos="high",
+                               slurm_time_limit="1:00:00", slurm_job_name_prefix="rl",
+                               slurm_extra_args="--constraint='v100|a100' --exclusive"):
+        handles = b.submit([_spec(i) for i in range(3)]
+                           + [_spec(9, resources=Resources(cpu=1.5, memory_mb=2048, gpu=1),
+                                    name="trainer")])
+    assert [h.job_id for h in handles] == ["101_0", "101_1", "101_2", "102"]
+    assert all(h.pid is None and h.backend == "slurm" for h in handles)
+    array, single = _calls(fake_slurm, 2)
+    assert "--array=0-2" in array and not any(a.startswith("--array") for a in single)
+    for argv in (array, single):
+        for flag in ("--parsable", "--no-requeue", "--partition=gpu", "--account=acct",
+                     "--qos=high", "--time=1:00:00", "--constraint=v100|a100", "--exclusive",
+                     "--nodes=1", "--ntasks=1"):
+            assert flag in argv, (flag, argv)
+        assert not any("ab" * 32 in a or "FIBER_JOB" in a for a in argv)  # no secrets
+    assert "--job-name=rl-PoolWorker" in array and "--job-name=rl-trainer" in single
+    assert "--cpus-per-task=1" in array and "--cpus-per-task=2" in single  # ceil(1.5)
+    assert "--mem=2048" in single and "--gpus=1" in single
+    assert not any(a.startswith(("--mem", "--gpus")) for a in array)
+    logs = fake_slurm / "logs"
+    assert f"--output={logs}/%x-%A_%a.out" in array and f"--output={logs}/%x-%j.out" in single
+    script = (fake_slurm / "sbatch.1.script").read_text()
+    assert script.count("ab" * 32) == 1 and 'case "${SLURM_ARRAY_TASK_ID:-}" in' in script
+    assert all(f"{i:032x}" in script for i in range(3))
+    assert script.rstrip().endswith("exec python -m fiber._bootstrap")
+    assert f"{9:032x}" in (fake_slurm / "sbatch.2.script").read_text()
+
+
+def test_large_groups_are_split_at_max_array_size(fake_slurm):
+    handles = FakeSlurmBackend().submit([_spec(i) for i in range(1003)])  # fake MaxArraySize=4
+    assert len(handles) == 1003 and handles[0].job_id == "101_0"
+    assert handles[4].job_id == "102_0" and handles[-1].job_id == "351_2"
+    assert "--array=0-3" in _calls(fake_slurm, 1)[0]
+
+
+def test_status_is_one_squeue_call_and_cancel_is_scancel(fake_slurm):
+    b = FakeSlurmBackend()
+    handles = b.submit([_spec(i) for i in range(3)]
+                       + [_spec(7, resources=Resources(cpu=2), name="solo")])
+    (fake_slurm / "squeue.out").write_text(
+        "101_0|RUNNING|node1|None|0|\n101_1|CANCELLED|node2|None|15|\n"
+        "101_2|NODE_FAIL|node3|NodeDown|0|\n102|COMPLETED|node1|None|0|\n")
+    b.cancel([handles[1]], force=True)
+    st = b.status(handles)
+    calls = (fake_slurm / "squeue.log").read_text().splitlines()
+    assert len(calls) == 1 and "--jobs=101,102" in calls[0] and "--states=all" in calls[0]
+    assert st["101_0"].state == JobState.RUNNING and handles[0].host == "node1"
+    assert (st["101_1"].state, st["101_1"].exitcode) == (JobState.CANCELLED, -9)
+    assert st["101_2"].state == JobState.LOST and "NodeDown" in st["101_2"].reason
+    assert (st["102"].state, st["102"].exitcode) == (JobState.SUCCEEDED, 0)
+    assert (fake_slurm / "scancel.log").read_text().split() == ["--signal=KILL", "101_1"]
+    # finished jobs are not asked again, and squeue forgetting a job makes it LOST
+    (fake_slurm / "squeue.out").write_text("")
+    st = b.status(handles)
+    assert st["102"].state == JobState.SUCCEEDED
+    assert st["101_0"].state == JobState.LOST and "no longer lists" in st["101_0"].reason
+    assert "--jobs=101" in (fake_slurm / "squeue.log").read_text().splitlines()[-1]
+    b.cancel_unfinished()  # at exit: nothing is left unfinished
+    assert len((fake_slurm / "scancel.log").read_text().splitlines()) == 1
+
+
+def test_exit_hook_cancels_unfinished_jobs(fake_slurm):
+    b = FakeSlurmBackend()
+    handles = b.submit([_spec(i) for i in range(2)])
+    (fake_slurm / "squeue.out").write_text("101_0|COMPLETED|node1|None|0|\n"
+                                           "101_1|RUNNING|node1|None|0|\n")
+    b.status(handles)
+    b.cancel_unfinished()
+    assert (fake_slurm / "scancel.log").read_text().split() == ["101_1"]
+
+
+def test_failed_commands_raise_submit_error(fake_slurm, monkeypatch):
+    b = FakeSlurmBackend()
+    monkeypatch.setenv("FAKE_SBATCH_FAIL", "invalid partition specified: nosuch")
+    with pytest.raises(SubmitError) as err:
+        b.submit([_spec(1)])
+    e = err.value
+    assert e.returncode == 1 and "invalid partition specified: nosuch" in e.stderr
+    assert e.command and e.command[0] == "sbatch" and "nosuch" in str(e)
+    monkeypatch.delenv("FAKE_SBATCH_FAIL")
+    monkeypatch.setenv("FAKE_SLEEP", "30")
+    b.submit_timeout = 0.5
+    t = time.monotonic()
+    with pytest.raises(SubmitError, match="no answer within 0.5 s"):
+        b.submit([_spec(1)])
+    assert time.monotonic() - t < 10
+    monkeypatch.setenv("PATH", str(fake_slurm / "empty"))
+    with pytest.raises(SubmitError, match="not found"):
+        FakeSlurmBackend().submit([_spec(1)])
+
+
+def test_mode_selection(monkeypatch):
+    b = FakeSlurmBackend()
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv(OWN_JOB_ENV, raising=False)
+    with fiber.config.override(slurm_mode="auto"):
+        assert b.mode() == "jobs"
+        monkeypatch.setenv("SLURM_JOB_ID", "42")  # inside an allocation: steps
+        assert b.mode() == "steps"
+        monkeypatch.setenv(OWN_JOB_ENV, "42")  # a fiber job itself: jobs
+        assert b.mode() == "jobs"
+    with fiber.config.override(slurm_mode="jobs"):
+        monkeypatch.delenv(OWN_JOB_ENV)
+        assert b.mode() == "jobs"
+    with fiber.config.override(slurm_mode="bogus"), pytest.raises(ConfigError, match="slurm_mode"):
+        b.mode()
+    monkeypatch.delenv("SLURM_JOB_ID")
+    with fiber.config.override(slurm_mode="steps"), pytest.raises(SubmitError, match="salloc"):
+        b.submit([_spec(1)])
+
+
+def test_default_log_directory_is_private(fake_slurm, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with fiber.config.override(slurm_output_dir=""):
+        path = FakeSlurmBackend().output_dir()
+    assert path == os.path.join(str(tmp_path), f"fiber-slurm-{os.getuid()}")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+
+
+def test_config_keys_and_registry():
+    cfg = fiber.config.resolve({}, environ={"FIBER_SLURM_PARTITION": "gpu",
+                                            "FIBER_SLURM_MODE": "steps"}, config_file="/none")
+    assert (cfg.slurm_partition, cfg.slurm_mode, cfg.slurm_job_name_prefix) == (
+        "gpu", "steps", "fiber")
+    assert "slurm" in fiber.backends.known_backends()
+    assert isinstance(get_backend("slurm"), SlurmBackend)
+
+
+# -- on the test cluster ----------------------------------------------------------------
+
+
+def _run(argv: List[str], timeout: float = 30, **kw: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+def _nodes_idle() -> List[str]:
+    cp = _run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], timeout=15)
+    return sorted(set(cp.stdout.split())) if cp.returncode == 0 else []
+
+
+def _wait_nodes_idle(timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while _nodes_idle() != NODES:
+        if time.monotonic() > deadline:
+            pytest.fail(f"nodes not idle after {timeout} s:\n"
+                        + _run(["sinfo", "-N", "-l"]).stdout + _run(["squeue"]).stdout)
+        time.sleep(0.2)
+
+
+def _live_jobs(ids: List[str]) -> List[str]:
+    """Those of ``ids`` squeue still shows pending, running or completing."""
+    bases = sorted({i.split("_")[0] for i in ids})
+    cp = _run(["squeue", "-h", "-r", "-j", ",".join(bases), "-o", "%i %T"], timeout=15)
+    return [line for line in cp.stdout.splitlines() if line.split()[0] in ids]
+
+
+def _cluster_sh(*args: str) -> None:
+    cp = _run([CLUSTER_SH, *args], timeout=60)
+    assert cp.returncode == 0, cp.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """The running test cluster; the driver address (where the master listens)."""
+    problem = ""
+    if not os.environ.get("SLURM_CONF"):
+        problem = "SLURM_CONF is not set"
+    else:
+        try:
+            cp = _run(["sinfo", "-h", "-N", "-o", "%N"], timeout=20)
+            nodes = sorted(set(cp.stdout.split()))
+            if cp.returncode != 0 or nodes != NODES:
+                problem = (f"`sinfo` (exit {cp.returncode}) shows nodes {nodes}, expected "
+                           f"{NODES}: {cp.stderr.strip()}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            problem = f"`sinfo` failed: {e}"
+    if problem:
+        message = (f"no Slurm test cluster: {problem} (start it with `scripts/slurm-cluster.sh"
+                   " start 3` and `eval \"$(scripts/slurm-cluster.sh env)\"`)")
+        if IN_CI:
+            pytest.fail(message + "; CI=true: the Slurm tests must run", pytrace=False)
+        pytest.skip(message)
+    driver = os.environ.get("FIBER_SLURM_DRIVER_ADDR", "10.201.0.1")
+    hub = _runtime.hub_if_started()
+    if hub is None and not fiber.get_config().listen_host:
+        fiber.init(listen_host=driver)  # one hub per process: jobs on the nodes reach it
+    elif hub is not None and hub.address.split("://")[-1].startswith("127."):
+        pytest.fail(f"this process's hub listens on {hub.address}, which Slurm jobs cannot "
+                    "reach: set FIBER_LISTEN_HOST to the cluster address", pytrace=False)
+    _wait_nodes_idle()
+    yield driver
+
+
+@pytest.fixture
+def slurm(cluster: str) -> Any:
+    return fiber.get_context("slurm")
+
+
+def _scenario_env() -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FIBER_BACKEND",)}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _result(stdout: str, stderr: str = "", returncode: int = 0) -> Dict[str, Any]:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"no RESULT (exit {returncode})\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
+
+
+def test_process_exit_codes_kill_and_terminate(slurm):
+    p = slurm.Process(target=slurm_targets.exit_with, args=(3,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 3
+    assert p._job.handle.pid is None and p.pid >= 1 << 22  # synthetic pid
+    assert p.host in NODES  # the child's own report
+    deadline = time.monotonic() + 30  # the watcher fills JobHandle.host from squeue %N
+    while p._job.handle.host not in NODES and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert p._job.handle.host in NODES
+    ok = slurm.Process(target=slurm_targets.sleep, args=(0,))
+    ok.start()
+    ok.join(60)
+    assert ok.exitcode == 0
+    s = slurm.Process(target=slurm_targets.kill_self, args=(signal.SIGKILL,))
+    s.start()
+    s.join(60)
+    assert s.exitcode == -9  # python SIGKILLed: ExitCode 0:9 (the script exec-s python)
+    for how, code in (("kill", -9), ("terminate", -15)):
+        k = slurm.Process(target=slurm_targets.sleep, args=(120,))
+        k.start()
+        deadline = time.monotonic() + 60
+        while not k.host and time.monotonic() < deadline:  # connected: running
+            time.sleep(0.05)
+        assert k.is_alive()
+        getattr(k, how)()
+        k.join(30)
+        assert k.exitcode == code, how
+        assert k.host in NODES
+    pending = slurm.Process(target=slurm_targets.sleep, args=(120,))
+    with fiber.config.override(slurm_extra_args="--begin=now+1hour"):
+        pending.start()
+    assert get_backend("slurm").status([pending._job.handle])[
+        pending._job.handle.job_id].state == JobState.PENDING
+    pending.terminate()
+    pending.join(30)
+    assert pending.exitcode == -15
+
+
+def test_pool_is_one_job_array_spread_over_three_nodes(slurm, monkeypatch):
+    backend = get_backend("slurm")
+    calls: List[List[str]] = []
+    run = backend.run_command
+
+    def counting(argv, **kw):  # type: ignore[no-untyped-def]
+        calls.append(list(argv))
+        return run(argv, **kw)
+
+    monkeypatch.setattr(backend, "run_command", counting)
+    with slurm.Pool(6) as pool:
+        results = pool.map(slurm_targets.slow_square, range(60), chunksize=1)
+        handles = [ws.process._job.handle for ws in pool._core.procs.values()]
+        assert [r for r, _ in results] == [x * x for x in range(60)]
+        assert sorted({h for _, h in results}) == NODES  # all three nodes worked
+        sbatch = [c for c in calls if c[0] == "sbatch"]
+        assert len(sbatch) == 1 and "--array=0-5" in sbatch[0]
+        array_ids = {h.job_id.split("_")[0] for h in handles}
+        assert len(array_ids) == 1 and len(handles) == 6
+        array_id = array_ids.pop()
+        assert sorted(h.job_id for h in handles) == [f"{array_id}_{i}" for i in range(6)]
+        shown = _run(["squeue", "-h", "-r", "-t", "all", "-j", array_id, "-o", "%i %N"]).stdout
+        assert sorted(line.split()[0] for line in shown.splitlines()) == [
+            f"{array_id}_{i}" for i in range(6)]
+        assert sorted({h.host for h in handles}) == NODES  # squeue %N filled JobHandle.host
+        calls.clear()
+        statuses = backend.status(handles)
+        assert [c[0] for c in calls] == ["squeue"]  # one query for all jobs
+        assert all(st.state == JobState.RUNNING for st in statuses.values())
+
+
+def _pool_handles(pool: Any) -> List[JobHandle]:
+    return [ws.process._job.handle for ws in list(pool._core.procs.values())]
+
+
+def _wait_lost(handles: List[JobHandle], timeout: float = 60) -> Dict[str, Any]:
+    backend = get_backend("slurm")
+    deadline = time.monotonic() + timeout
+    while True:
+        st = backend.status(handles)
+        if all(s.state.finished for s in st.values()):
+            return st
+        if time.monotonic() > deadline:
+            pytest.fail(f"jobs not finished after {timeout} s: {st}")
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("how", ["crash", "partition"])
+def test_node_failure_mid_map_every_result_once(slurm, how):
+    node = 2 if how == "crash" else 3
+    tasks = [(i, 0.3) for i in range(120)]
+    try:
+        with slurm.Pool(6) as pool:
+            result = pool.starmap_async(slurm_targets.where, tasks, chunksize=1)
+            deadline = time.monotonic() + 60
+            while not all(h.host for h in _pool_handles(pool)):
+                assert time.monotonic() < deadline, "workers did not start"
+                time.sleep(0.1)
+            time.sleep(2)  # every worker busy
+            victims = [h for h in _pool_handles(pool) if h.host == f"node{node}"]
+            assert len(victims) == 2, [(h.job_id, h.host) for h in _pool_handles(pool)]
+            if how == "crash":
+                _cluster_sh("crash", str(node))
+            else:
+                _cluster_sh("partition", str(node), "on")
+            t = time.monotonic()
+            values = result.get(timeout=180)
+            took = time.monotonic() - t
+            assert sorted(x for x, _, _ in values) == list(range(120))  # each once, in order
+            assert [x for x, _, _ in values] == list(range(120))
+            st = _wait_lost(victims)  # Slurm marks the node down: NODE_FAIL
+            for h in victims:
+                assert st[h.job_id].state == JobState.LOST, st
+                assert "NODE_FAIL" in st[h.job_id].reason
+            print(f"{how}: map finished {took:.1f} s after the failure; victims {st}")
+    finally:
+        if how == "crash":
+            _cluster_sh("restart-node", str(node))
+        else:
+            _cluster_sh("partition", str(node), "off")
+    _wait_nodes_idle()
+
+
+def test_master_sigkilled_every_job_gone_within_30s(cluster):
+    proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "sk_master_killed.py")],
+                            env=_scenario_env(), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = ""
+        deadline = time.monotonic() + 120
+        while not line.startswith("RESULT ") and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+        r = _result(line, "" if proc.poll() is None else proc.stderr.read())  # type: ignore
+        ids = r["job_ids"]
+        assert len(ids) == 9 and r["hosts"]
+        assert _live_jobs(ids), "the jobs should be alive before the kill"
+        proc.kill()
+        proc.wait(30)
+        t = time.monotonic()
+        while _live_jobs(ids):
+            assert time.monotonic() - t < 30, f"jobs alive 30 s after SIGKILL: {_live_jobs(ids)}"
+            time.sleep(0.2)
+        print(f"all {len(ids)} jobs gone {time.monotonic() - t:.1f} s after the master's SIGKILL")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+    _wait_nodes_idle()
+
+
+@pytest.mark.parametrize("how", ["normal", "exception"])
+def test_master_exit_cancels_its_jobs(cluster, how):
+    cp = _run([sys.executable, os.path.join(SCRIPTS, "sk_exit_cleanup.py"), how], timeout=180,
+              env=_scenario_env(), cwd=SCRIPTS)
+    r = _result(cp.stdout, cp.stderr, cp.returncode)
+    assert cp.returncode == (0 if how == "normal" else 1), cp.stderr
+    assert r["states"] == ["RUNNING", "PENDING"]
+    # cancelled before the master's exit returned (COMPLETING: Slurm is still reaping)
+    assert all(line.endswith("COMPLETING") for line in _live_jobs(r["job_ids"]))
+    deadline = time.monotonic() + 30
+    while _live_jobs(r["job_ids"]):
+        assert time.monotonic() < deadline, _live_jobs(r["job_ids"])
+        time.sleep(0.2)
+    shown = _run(["squeue", "-h", "-t", "all", "-j", ",".join(r["job_ids"]), "-o", "%T"]).stdout
+    assert shown.split() == ["CANCELLED", "CANCELLED"]
+
+
+def test_bad_partition_is_a_clear_submit_error(slurm):
+    p = slurm.Process(target=slurm_targets.sleep, args=(0,))
+    with fiber.config.override(slurm_partition="no-such-partition"):
+        t = time.monotonic()
+        with pytest.raises(SubmitError) as err:
+            p.start()
+    assert time.monotonic() - t < 10
+    e = err.value
+    assert "no-such-partition" in str(e) and "partition" in e.stderr
+    assert e.command and e.command[0] == "sbatch" and e.returncode not in (None, 0)
+    assert p not in fiber.active_children()
+
+
+def _conf_with(tmp_path: Any, **replace: str) -> str:
+    lines = []
+    with open(os.environ["SLURM_CONF"]) as f:
+        for line in f:
+            key = line.split("=", 1)[0].strip()
+            if key in replace:
+                continue
+            lines.append(line.rstrip("\n"))
+    lines += [f"{k}={v}" for k, v in replace.items()]
+    path = tmp_path / "slurm.conf"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_unreachable_controller_is_a_quick_submit_error(cluster, tmp_path, monkeypatch):
+    spec = JobSpec(command=("true",), name="unreachable")
+    # a controller port nobody listens on: sbatch gives up by itself
+    monkeypatch.setenv("SLURM_CONF", _conf_with(tmp_path, SlurmctldPort="6999"))
+    t = time.monotonic()
+    with pytest.raises(SubmitError) as err:
+        SlurmBackend().submit([spec])
+    assert time.monotonic() - t < 20
+    assert "Unable to contact slurm controller" in err.value.stderr
+    assert err.value.command and err.value.command[0] == "sbatch"
+    # a controller address that never answers: the command timeout ends the wait
+    monkeypatch.setenv("SLURM_CONF", _conf_with(tmp_path, SlurmctldHost="ctl(10.201.0.99)"))
+    backend = SlurmBackend()
+    backend.submit_timeout = 2.0
+    t = time.monotonic()
+    with pytest.raises(SubmitError, match="sbatch.*no answer within 2 s|Unable to contact"):
+        backend.submit([spec])
+    assert time.monotonic() - t < 10
+
+
+def test_child_job_starts_a_grandchild_job(slurm):
+    q = slurm.Queue()
+    p = slurm.Process(target=slurm_targets.start_grandchild, args=(q,))
+    p.start()
+    r = q.get(timeout=180)
+    p.join(60)
+    assert p.exitcode == 0 and r["grandchild_exitcode"] == 0
+    (child_host, child_job), (grand_host, grand_job) = r["child"], r["grandchild"]
+    assert child_host in NODES and grand_host in NODES
+    assert child_job and grand_job and child_job != grand_job  # its own sbatch job
+
+
+def test_steps_inside_an_allocation(cluster, tmp_path):
+    out = tmp_path / "steps.out"
+    env = {k: v for k, v in _scenario_env().items() if k != "FIBER_LISTEN_HOST"}
+    cp = _run(["sbatch", "--wait", "--parsable", "-N3", "-n6", f"--output={out}",
+               "--job-name=fiber-test-steps", f"--chdir={SCRIPTS}",
+               f"--wrap={sys.executable} {os.path.join(SCRIPTS, 'steps_master.py')}"],
+              timeout=240, env=env)
+    text = out.read_text() if out.exists() else ""
+    r = _result(text, cp.stderr, cp.returncode)
+    assert cp.returncode == 0, text
+    alloc = cp.stdout.strip().split(";")[0]
+    assert r["mode"] == "steps" and r["allocation"] == alloc
+    assert r["exit3"] == 3 and r["exit3_job_id"].startswith(f"{alloc}:")
+    assert r["self_killed"] == -9
+    assert r["kill"] == -9 and r["terminate"] == -15
+    assert r["child_host_and_job"][1] == alloc  # a step of the allocation, not a new job
+    assert r["pool_ok"] and r["pool_hosts"] == NODES
+    _wait_nodes_idle()
