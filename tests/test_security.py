@@ -193,3 +193,27 @@ def test_secret_not_on_command_line(ctx):
     secret = fiber.current_process().authkey.hex()
     assert seen and all(secret not in " ".join(s.command) for s in seen)
     assert "FIBER_SECRET" in seen[0].env  # handed over through the environment only
+
+
+def test_a_bug_in_a_service_does_not_stop_the_hub(capfd):
+    from fiber.transport.server import Service
+
+    class Buggy(Service):
+        def handle(self, server, peer, op, req_id, payload):
+            server.reply(peer, req_id, b"ok")
+
+        def peer_gone(self, server, peer):
+            raise RuntimeError("a bug in a service")
+
+    hub = _runtime.hub()
+    hub.register(b"buggy-service", Buggy())
+    try:
+        client = Client(hub.address, timeout=10)  # a real connection, not a local call
+        assert client.request(b"buggy-service", b"x", timeout=10)[0] == b"ok"
+        client.close()  # the server's peer_gone raises
+        wait_until(lambda: "a bug in a service" in capfd.readouterr().err, 10,
+                   message="the error reported")
+        assert hub.alive
+        _queue_still_works()
+    finally:
+        hub.unregister(b"buggy-service")

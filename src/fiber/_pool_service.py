@@ -320,7 +320,7 @@ class PoolService(Service):
 
     def _lost_error(self, task: Task) -> WorkerLostError:
         last = task.attempts[-1]
-        if last.exitcode is None and not last.process._closed:
+        if last.exitcode is None and not last.process._closed and last.process._job:
             last.process.join(2.0)  # its connection closed first; its exit code follows
         lines = [f"  attempt {i}: worker {ws.worker_id} "
                  f"({ws.process.name}) {describe_exit(ws)}"

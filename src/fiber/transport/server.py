@@ -28,6 +28,7 @@ import itertools
 import os
 import selectors
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -269,9 +270,9 @@ class Server:
                 events = self._sel.select(timeout)
                 with self.lock:
                     for key, mask in events:
-                        self._on_event(key, mask)
+                        self._guarded(self._on_event, key, mask)
                     while self._calls:
-                        self._calls.popleft()()
+                        self._guarded(self._calls.popleft())
                     self._run_timers()
         finally:
             with self.lock:
@@ -298,12 +299,20 @@ class Server:
             if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
                 self._read(conn)
 
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run loop work; a bug in one service must not stop the server for all others."""
+        try:
+            fn(*args)
+        except Exception:
+            sys.stderr.write("fiber: error in the server loop (it goes on):\n")
+            traceback.print_exc()
+
     def _run_timers(self) -> None:
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
             _, _, timer = heapq.heappop(self._timers)
             if not timer.cancelled:
-                timer.fn()
+                self._guarded(timer.fn)
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
