@@ -589,6 +589,9 @@ def test_the_first_worker_works_before_the_others_have_connected(ctx):
         pid = pool.apply_async(ph.getpid).get(timeout=20)
         assert time.monotonic() - t < 20
         ready = [ws for ws in live(pool) if ws.connected]
+        # A forked worker can answer before the pool's start_all() has returned its pid.
+        wait_until(lambda: all(ws.process.pid is not None for ws in ready), 10,
+                   message="the worker's pid known")
         assert [ws.process.pid for ws in ready] == [pid]
         out = pool.map_async(ph.square, range(30), 1).get(timeout=20)
         assert out == [x * x for x in range(30)]

@@ -200,6 +200,9 @@ class _PoolCore:
         with self.hub.lock:
             for ws in states:
                 self.procs[ws.process.sentinel] = ws
+            terminated = self.state == TERMINATE
+        if terminated:  # terminate() ran while these were being submitted
+            terminate_all([ws.process for ws in states])
 
     def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
         """Called under the hub lock when a worker is lost or has exited."""
