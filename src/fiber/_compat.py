@@ -9,7 +9,4 @@ from __future__ import annotations
 
 from typing import Dict
 
-UNSUPPORTED: Dict[str, str] = {
-    "set_forkserver_preload": "",  # provided, kept for the test's completeness
-}
-UNSUPPORTED = {k: v for k, v in UNSUPPORTED.items() if v}
+UNSUPPORTED: Dict[str, str] = {}

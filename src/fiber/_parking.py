@@ -54,6 +54,20 @@ class Parking(Service):
         self.waiters.append(w)
         return w
 
+    def answer_or_park(self, server: Server, peer: Peer, req_id: bytes, wait: Optional[float],
+                       ready: bool) -> bool:
+        """Answer ``ok`` when ``ready``, ``no`` when the caller will not wait, else park it.
+
+        Returns whether it answered ``ok`` now (the caller then takes what it granted).
+        """
+        if ready:
+            server.reply(peer, req_id, b"ok")
+        elif wait == 0:
+            server.reply(peer, req_id, b"no")
+        else:
+            self.park(server, peer, req_id, wait)
+        return ready
+
     def take(self, w: Waiter) -> Waiter:
         self.waiters.remove(w)
         if w.timer is not None:

@@ -131,7 +131,6 @@ class Connection(Handle):
         self._readable = readable
         self._writable = writable
         self._closed = False
-        self._peer_eof = False
 
     @classmethod
     def _pair(cls, duplex: bool) -> Tuple[Connection, Connection]:
@@ -141,7 +140,7 @@ class Connection(Handle):
         Handle.__setstate__(b, (a._name, a._address))
         b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives
         b._end, b._readable, b._writable = 1, duplex, True
-        b._closed = b._peer_eof = False
+        b._closed = False
         return a, b
 
     def __reduce__(self) -> Any:
@@ -304,7 +303,7 @@ def _rebuild(state: Any, end: int, readable: bool, writable: bool,
     conn = Connection.__new__(Connection)
     Handle.__setstate__(conn, state)
     conn._end, conn._readable, conn._writable = end, readable, writable
-    conn._closed = conn._peer_eof = False
+    conn._closed = False
     conn._request(b"attach", [conn._tag(), token])
     return conn
 

@@ -232,14 +232,9 @@ class SemaphoreService(Parking):
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
         if op == b"acquire":
-            wait = decode_wait(payload[0])
-            if self.value > 0:
+            if self.answer_or_park(server, peer, req_id, decode_wait(payload[0]),
+                                   self.value > 0):
                 self.value -= 1
-                server.reply(peer, req_id, b"ok")
-            elif wait == 0:
-                server.reply(peer, req_id, b"no")
-            else:
-                self.park(server, peer, req_id, wait)
         elif op == b"release":
             if self.maxvalue is not None and self.value >= self.maxvalue:
                 raise ValueError("semaphore or lock released too many times")
@@ -318,13 +313,7 @@ class EventService(Parking):
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
         if op == b"wait":
-            wait = decode_wait(payload[0])
-            if self.flag:
-                server.reply(peer, req_id, b"ok")
-            elif wait == 0:
-                server.reply(peer, req_id, b"no")
-            else:
-                self.park(server, peer, req_id, wait)
+            self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.flag)
         elif op == b"set":
             self.flag = True
             for w in list(self.waiters):
