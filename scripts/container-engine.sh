@@ -11,7 +11,7 @@
 #   container-engine.sh image      fiber-base:bookworm (debootstrap minbase + python3-venv, then
 #                                  `docker import`; skipped when the engine has it), then
 #                                  fiber-test:latest: this checkout and numpy, cloudpickle, psutil,
-#                                  pytest, docker (pinned by requirements/constraints.txt) in a venv at
+#                                  pytest, docker, kubernetes (pinned by requirements/constraints.txt) in a venv at
 #                                  /opt/fiber, first on PATH (`python3` is that venv's). Built with
 #                                  --network none from wheels made on the host; layers are cached.
 #   container-engine.sh stop       remove running containers, stop the dockerd started here, unmount
@@ -48,6 +48,7 @@
 #
 # Environment: FIBER_DOCKER_DIR (state, default /var/tmp/fiber-docker), FIBER_DOCKER_NET (first
 # three octets of the bridge's /24, default 10.203.0), FIBER_DOCKER_BRIDGE (default fbdock0),
+# FIBER_DOCKER_CACHE (debootstrap tarball and wheels, default $FIBER_DOCKER_DIR),
 # FIBER_DOCKER_START_TIMEOUT (s, default 60), PYTHON (interpreter that builds the wheels;
 # default: the repo's .venv, else python3). Only processes this script started are signalled.
 set -euo pipefail
@@ -58,6 +59,8 @@ BRIDGE=${FIBER_DOCKER_BRIDGE:-fbdock0}
 START_TIMEOUT=${FIBER_DOCKER_START_TIMEOUT:-60}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SOCK=$DIR/docker.sock
+# images' build inputs (debootstrap tarball, wheels): shareable between engines
+CACHE=${FIBER_DOCKER_CACHE:-$DIR}
 BASE_IMAGE=fiber-base:bookworm
 TEST_IMAGE=fiber-test:latest
 DOCKER=/usr/bin/docker
@@ -175,18 +178,18 @@ base_image() {
     log "$BASE_IMAGE: present (cached)"
     return
   fi
-  local tar=$DIR/cache/rootfs-bookworm.tar
-  mkdir -p "$DIR/cache"
+  local tar=$CACHE/cache/rootfs-bookworm.tar
+  mkdir -p "$CACHE/cache"
   if [ ! -s "$tar" ]; then
     command -v debootstrap >/dev/null 2>&1 || die "debootstrap is not installed: run '$0 install'"
-    local root=$DIR/cache/rootfs mirror
+    local root=$CACHE/cache/rootfs mirror
     mirror=$(debian_mirror)
     log "debootstrap bookworm (minbase + python3-venv) from $mirror"
     rm -rf "$root"
     if ! debootstrap --variant=minbase --include=python3,python3-venv bookworm "$root" "$mirror" \
-        > "$DIR/cache/debootstrap.log" 2>&1; then
-      tail -20 "$DIR/cache/debootstrap.log" >&2 || true
-      die "debootstrap failed (log: $DIR/cache/debootstrap.log)"
+        > "$CACHE/cache/debootstrap.log" 2>&1; then
+      tail -20 "$CACHE/cache/debootstrap.log" >&2 || true
+      die "debootstrap failed (log: $CACHE/cache/debootstrap.log)"
     fi
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
     tar -C "$root" -cf "$tar.part" . && mv "$tar.part" "$tar"
@@ -199,8 +202,8 @@ base_image() {
 wheels() {
   # Wheels of the image's packages, made by the host's pip (its cache makes a repeat fast);
   # skipped when the constraints and the list are those of the wheels already made.
-  local py=$1 deps=$DIR/build/deps stamp want
-  want="numpy cloudpickle psutil pytest docker"
+  local py=$1 deps=$CACHE/build/deps stamp want
+  want="numpy cloudpickle psutil pytest docker kubernetes"
   stamp=$( (cat "$REPO/requirements/constraints.txt"; echo "$want"; "$py" -c 'import sys; print(sys.version_info[:2])') \
     | sha256sum | cut -c1-16)
   if [ "$(cat "$deps/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
@@ -213,11 +216,11 @@ wheels() {
   # fiber's own wheel: rebuilt only when its sources changed (a build costs ~6 s)
   stamp=$( (cd "$REPO" && find src -path '*/__pycache__' -prune -o -type f -print | LC_ALL=C sort \
     | xargs sha256sum && sha256sum pyproject.toml README.md) | sha256sum | cut -c1-16)
-  if [ "$(cat "$DIR/build/fiber/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
-    rm -rf "$DIR/build/fiber"; mkdir -p "$DIR/build/fiber"
+  if [ "$(cat "$CACHE/build/fiber/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
+    rm -rf "$CACHE/build/fiber"; mkdir -p "$CACHE/build/fiber"
     pip_quiet "$py" -m pip wheel -q --disable-pip-version-check --no-deps \
-      --wheel-dir "$DIR/build/fiber" "$REPO"
-    echo "$stamp" > "$DIR/build/fiber/.stamp"
+      --wheel-dir "$CACHE/build/fiber" "$REPO"
+    echo "$stamp" > "$CACHE/build/fiber/.stamp"
   fi
 }
 
@@ -227,12 +230,12 @@ test_image() {
     if [ -x "$REPO/.venv/bin/python" ]; then py=$REPO/.venv/bin/python; else py=python3; fi
   fi
   wheels "$py"
-  cat > "$DIR/build/Dockerfile" <<'EOF'
+  cat > "$CACHE/build/Dockerfile" <<'EOF'
 FROM fiber-base:bookworm
 COPY deps/ /tmp/deps/
 RUN python3 -m venv /opt/fiber \
  && /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check \
-      --find-links /tmp/deps numpy cloudpickle psutil pytest docker \
+      --find-links /tmp/deps numpy cloudpickle psutil pytest docker kubernetes \
  && rm -rf /tmp/deps
 COPY fiber/ /tmp/fiber/
 RUN /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check \
@@ -241,7 +244,7 @@ RUN /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-versio
  && /opt/fiber/bin/python -c "import fiber, numpy, cloudpickle, psutil"
 ENV PATH=/opt/fiber/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 EOF
-  "$DOCKER" build -q --network none -t "$TEST_IMAGE" "$DIR/build" >/dev/null
+  "$DOCKER" build -q --network none -t "$TEST_IMAGE" "$CACHE/build" >/dev/null
   "$DOCKER" image prune -f >/dev/null 2>&1 || true   # the previous fiber-test layers
   log "$TEST_IMAGE: built ($("$DOCKER" image inspect -f '{{.Id}}' "$TEST_IMAGE" | cut -c8-19))"
   local host_v image_v

@@ -117,6 +117,35 @@ class Config:
     #: host, as with ``local``, and the job can be signalled by it. False: each container
     #: has its own PID namespace, and fiber uses synthetic pids.
     docker_pid_host: bool = False
+    #: Namespace of the ``kubernetes`` backend's pods; empty: the master pod's own namespace
+    #: when the master runs in a pod, else the kubeconfig context's, else ``default``.
+    kubernetes_namespace: str = ""
+    #: kubeconfig file of the ``kubernetes`` backend; empty: the pod's service account when
+    #: the master runs in a pod, else ``KUBECONFIG`` or ``~/.kube/config``.
+    kubernetes_kubeconfig: str = ""
+    #: ``host:port`` at which processes in pods reach the API server (to start their own
+    #: children); empty: the cluster's ``kubernetes`` service. Set it on a cluster whose
+    #: service address pods cannot reach (no kube-proxy).
+    kubernetes_pod_api_server: str = ""
+    #: Service account of fiber's pods; empty: the master pod's own, else the namespace's
+    #: default. Processes in pods that start children need the rights of deploy/rbac.yaml.
+    kubernetes_service_account: str = ""
+    #: ``imagePullPolicy`` of fiber's pods (``Always``, ``IfNotPresent``, ``Never``);
+    #: empty: the cluster's default (``Always`` for a ``:latest`` image).
+    kubernetes_image_pull_policy: str = ""
+    #: Seconds a pod may wait on something that needs a person (unschedulable, image pull
+    #: back-off) before its job fails with the cluster's reason; 0: wait for ever (an
+    #: autoscaling cluster adds nodes for unschedulable pods).
+    kubernetes_pending_timeout: float = 60.0
+    #: Pods get CPU limits equal to their requests; False: requests only (no CFS
+    #: throttling; the pod may use idle CPUs of its node).
+    kubernetes_cpu_limits: bool = True
+    #: hostPath volumes of every pod, comma-separated ``node_path[:pod_path][:ro]``: for
+    #: one-node clusters (kind, minikube) and node-local data; the pod path defaults to the
+    #: node path.
+    kubernetes_mounts: str = ""
+    #: Seconds each call to the Kubernetes API may take before it fails (no hang).
+    kubernetes_timeout: float = 30.0
 
 
 _FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
@@ -164,10 +193,15 @@ def _convert(key: str, value: Any) -> Any:
 def _validate(key: str, value: Any) -> None:
     if key == "backend" and not value:
         raise ConfigError(key, "must not be empty")
-    if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
+    if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout",
+               "kubernetes_timeout") and value <= 0:
         raise ConfigError(key, f"must be positive, got {value!r}")
-    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch") and value < 0:
+    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch",
+               "kubernetes_pending_timeout") and value < 0:
         raise ConfigError(key, f"must not be negative, got {value!r}")
+    if key == "kubernetes_image_pull_policy" and value not in ("", "Always", "IfNotPresent",
+                                                               "Never"):
+        raise ConfigError(key, f"must be Always, IfNotPresent or Never, got {value!r}")
 
 
 def _from_file(path: str) -> Dict[str, str]:

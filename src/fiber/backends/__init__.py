@@ -32,6 +32,7 @@ _BUILTIN: Dict[str, str] = {
     "local": "fiber.backends.local:LocalBackend",
     "slurm": "fiber.backends.slurm:SlurmBackend",
     "docker": "fiber.backends.docker:DockerBackend",
+    "kubernetes": "fiber.backends.kubernetes:KubernetesBackend",
 }
 
 _extra: Dict[str, Type[Backend]] = {}

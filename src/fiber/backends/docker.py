@@ -90,12 +90,14 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._log import log
 from ..config import Config, get_config
 from ..errors import BackendError, ConfigError, SubmitError
+from . import _common
 from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus
+from ._common import PARALLEL, parallel, signal_name
 
 __all__ = ["DockerBackend", "exit_status", "parse_mounts", "own_container_id",
            "LABEL_PROGRAM", "LABEL_JOB", "LABEL_NAME"]
@@ -107,7 +109,6 @@ LABEL_MASTER = "fiber.master"
 #: Environment variable through which fiber processes in containers inherit the program id.
 PROGRAM_ENV = "FIBER_DOCKER_PROGRAM"
 
-_PARALLEL = 8  # engine calls in flight for one submit, cancel or cleanup
 _LOG_TAIL = 1000  # lines of each exited container's output kept for logs()
 _LOG_BYTES = 256 * 1024
 _KEEP_LOGS = 256  # exited jobs whose output is kept (the most recent)
@@ -128,13 +129,6 @@ def _docker() -> Any:
 
 
 # -- pure helpers -------------------------------------------------------------------------
-
-
-def _signal_name(n: int) -> str:
-    try:
-        return signal.Signals(n).name
-    except ValueError:
-        return f"signal {n}"
 
 
 _TINI_SIGNALLED = re.compile(rb"\] Main child exited with signal \(with signal '([^']*)'\)")
@@ -165,8 +159,8 @@ def exit_status(code: int, oom_killed: bool = False, signalled: Sequence[int] = 
         sig = code - 128
         if sig in signalled:
             return JobStatus(JobState.CANCELLED, -sig,
-                             f"killed by {_signal_name(sig)} (cancelled)")
-        return JobStatus(JobState.FAILED, -sig, f"killed by {_signal_name(sig)}")
+                             f"killed by {signal_name(sig)} (cancelled)")
+        return JobStatus(JobState.FAILED, -sig, f"killed by {signal_name(sig)}")
     if code == 0 and not error:
         return JobStatus(JobState.SUCCEEDED, 0)
     reason = f"exit code {code}"
@@ -177,21 +171,8 @@ def exit_status(code: int, oom_killed: bool = False, signalled: Sequence[int] = 
 
 def parse_mounts(text: str) -> List[str]:
     """``docker_mounts`` (``src[:dst][:ro|rw],...``) as the engine's bind strings."""
-    binds = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        parts = item.split(":")
-        mode = "rw"
-        if len(parts) > 1 and parts[-1] in ("ro", "rw"):
-            mode = parts.pop()
-        if len(parts) == 1:
-            parts.append(parts[0])
-        if len(parts) != 2 or not all(p.startswith("/") for p in parts):
-            raise ConfigError("docker_mounts", f"expected host_path[:container_path][:ro] "
-                              f"with absolute paths, got {item!r}")
-        binds.append(f"{parts[0]}:{parts[1]}:{mode}")
-    return binds
+    return [f"{src}:{dst}:{'ro' if ro else 'rw'}"
+            for src, dst, ro in _common.parse_mounts("docker_mounts", text)]
 
 
 # Docker: <data-root>/containers/<id>/hostname; podman: .../<id>/userdata/hostname
@@ -223,46 +204,6 @@ def own_container_id() -> Optional[str]:
     except OSError:
         pass
     return None
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> List[Tuple[Optional[R],
-                                                                       Optional[BaseException]]]:
-    """``fn`` over ``items`` from up to ``_PARALLEL`` short-lived threads, in order, as
-    ``(result, None)`` or ``(None, exception)``. Plain threads, not an executor: this also
-    runs at interpreter exit, after executors refuse new work."""
-    out: List[Tuple[Optional[R], Optional[BaseException]]] = [(None, None)] * len(items)
-    if len(items) <= 1:
-        for i, item in enumerate(items):
-            try:
-                out[i] = (fn(item), None)
-            except Exception as e:
-                out[i] = (None, e)
-        return out
-    index = itertools.count()
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                i = next(index)
-            if i >= len(items):
-                return
-            try:
-                out[i] = (fn(items[i]), None)
-            except Exception as e:
-                out[i] = (None, e)
-
-    threads = [threading.Thread(target=work, name=f"fiber-docker-{k}", daemon=True)
-               for k in range(min(_PARALLEL, len(items)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
 
 
 # -- the backend --------------------------------------------------------------------------
@@ -334,7 +275,7 @@ class DockerBackend(Backend):
         try:
             # version="auto" asks the engine its API version: an unreachable one fails here
             client = docker.APIClient(version="auto", timeout=cfg.docker_timeout,
-                                      max_pool_size=_PARALLEL + 2, **kwargs)
+                                      max_pool_size=PARALLEL + 2, **kwargs)
         except Exception as e:
             raise SubmitError(f"cannot reach the Docker engine at {url}: {_reason(e)}") from e
         with self._lock:
@@ -461,10 +402,10 @@ class DockerBackend(Backend):
                                   f"{_reason(e, creates[i]['image'])}") from e
             return cid
 
-        results = _parallel(create_and_start, range(len(jobs)))  # type: ignore[arg-type]
+        results = parallel(create_and_start, range(len(jobs)))  # type: ignore[arg-type]
         failed = [(job, err) for job, (_, err) in zip(jobs, results) if err is not None]
         if failed:
-            _parallel(lambda job: self._remove(engine, job.container_id or job.job_id), jobs)
+            parallel(lambda job: self._remove(engine, job.container_id or job.job_id), jobs)
             first = failed[0][1]
             more = f" ({len(failed)} of {len(jobs)} jobs failed)" if len(jobs) > 1 else ""
             if isinstance(first, SubmitError):
@@ -542,7 +483,7 @@ class DockerBackend(Backend):
                 else:  # running, paused, restarting, removing
                     out[job.job_id] = JobStatus(JobState.RUNNING)
             if exited:
-                _parallel(functools.partial(self._finish, engine), exited)
+                parallel(functools.partial(self._finish, engine), exited)
                 for job in exited:
                     if job.final is not None:
                         out[job.job_id] = job.final
@@ -627,7 +568,7 @@ class DockerBackend(Backend):
                     raise BackendError(f"cannot signal Docker job {job.job_id}: "
                                        f"{_reason(e)}") from e
 
-        errors = [err for _, err in _parallel(kill, targets) if err is not None]
+        errors = [err for _, err in parallel(kill, targets) if err is not None]
         if errors:
             raise errors[0]
 
@@ -658,7 +599,7 @@ class DockerBackend(Backend):
                     if job.final is None and job.engine == engine.url:
                         job.final = JobStatus(JobState.CANCELLED, -signal.SIGKILL,
                                               "removed at the master's exit")
-            _parallel(functools.partial(self._remove, engine), [str(c["Id"]) for c in listed])
+            parallel(functools.partial(self._remove, engine), [str(c["Id"]) for c in listed])
 
     def forget(self, handle: JobHandle) -> None:
         """Drop a finished job's bookkeeping."""

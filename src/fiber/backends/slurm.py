@@ -67,7 +67,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -78,6 +77,7 @@ from ..config import get_config
 from ..errors import BackendError, ConfigError, SubmitError
 from ._base import JobHandle, JobSpec, JobState, JobStatus, JobWatcher
 from ._batch import BatchBackend, parse_job_id, render_script, split_env
+from ._common import route_to
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV"]
@@ -201,15 +201,6 @@ def controller_address(config_text: str) -> str:
     return ""
 
 
-def _route_to(host: str) -> str:
-    """The local address the kernel would use to reach ``host`` (no packet is sent)."""
-    infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
-    family, _, _, _, addr = infos[0]
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect(addr)
-        return str(s.getsockname()[0])
-
-
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
 
@@ -327,7 +318,7 @@ class SlurmBackend(BatchBackend):
             return cfg.listen_host
         host = self._controller_host()
         try:
-            return _route_to(host)
+            return route_to(host)
         except OSError as e:
             raise BackendError(f"no route to the Slurm controller {host!r} ({e}); set "
                                "listen_host (FIBER_LISTEN_HOST) to this host's cluster "

@@ -1,0 +1,455 @@
+"""The ``kubernetes`` backend: its pods, checked offline against current Kubernetes schemas,
+and its behaviour on a real Kubernetes node.
+
+The node tests need a cluster at ``KUBECONFIG`` on which the image ``FIBER_IMAGE`` (default
+``fiber-test:latest``) is present and the settings of ``scripts/k8s-node.sh test-env`` hold
+(namespace ``fiber-test`` with deploy/rbac.yaml applied, this directory mounted into pods).
+``scripts/test`` starts a one-node cluster with ``scripts/k8s-node.sh``; by hand::
+
+    scripts/k8s-node.sh build && scripts/k8s-node.sh start
+    eval "$(scripts/k8s-node.sh test-env)" && pytest tests/test_kubernetes.py
+
+Without a usable cluster the node tests are skipped, except under ``CI=true``, where they
+fail. The offline tests (manifests, status mapping) always run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from typing import Any, Dict, Iterator, List
+
+import pytest
+import yaml
+from conftest import IN_CI, wait_until
+
+import fiber
+from fiber.backends import JobSpec, Resources, get_backend
+from fiber.backends.kubernetes import (
+    LABEL_JOB,
+    LABEL_PROGRAM,
+    KubernetesBackend,
+    pod_manifest,
+    pod_status,
+)
+from fiber.errors import ConfigError, SubmitError
+
+IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
+NAMESPACE = os.environ.get("FIBER_KUBERNETES_NAMESPACE") or "fiber-test"
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+
+
+# -- targets (run in pods: this module is imported there through the mount) -------------
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def exit_with(code: int) -> None:
+    sys.exit(code)
+
+
+def chatty(text: str) -> None:
+    print(text, flush=True)
+
+
+def slow_square(x: int) -> int:
+    time.sleep(0.05)
+    return x * x
+
+
+@fiber.meta(memory=96)
+def hog() -> None:
+    chunks = []
+    for _ in range(64):  # 1 GiB, page by page, far above the limit
+        b = bytearray(16 * 2**20)
+        b[::4096] = b"x" * len(b[::4096])
+        chunks.append(b)
+
+
+@fiber.meta(cpu=64)
+def too_big() -> None:
+    pass
+
+
+# -- offline: the pods we ask for -------------------------------------------------------
+
+
+def _manifest(**kw: Any) -> Dict[str, Any]:
+    spec = JobSpec(command=("python3", "-m", "fiber._bootstrap"), env={"A": "1"},
+                   resources=kw.pop("resources", Resources(cpu=0.5, memory_mb=256, gpu=1)),
+                   image="img:1", name="PoolWorker-1")
+    args: Dict[str, Any] = dict(name="fiber-abc-1", namespace="ns", image="img:1",
+                                command=list(spec.command),
+                                labels={LABEL_PROGRAM: "abc", LABEL_JOB: "fiber-abc-1"},
+                                annotations={"fiber.name": spec.name},
+                                env={"A": "1"}, owner={"name": "master", "uid": "u-1"},
+                                service_account="fiber", pull_policy="IfNotPresent",
+                                mounts=[("/data", "/data", True)])
+    args.update(kw)
+    return pod_manifest(spec, **args)
+
+
+def test_pod_manifest():
+    pod = _manifest()
+    spec = pod["spec"]
+    (c,) = spec["containers"]
+    assert spec["restartPolicy"] == "Never" and spec["shareProcessNamespace"] is True
+    assert spec["serviceAccountName"] == "fiber"
+    assert c["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"},
+                              "limits": {"cpu": "500m", "memory": "256Mi",
+                                         "nvidia.com/gpu": "1"}}
+    assert pod["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "master", "uid": "u-1"}]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["A"]["value"] == "1"
+    assert env["FIBER_K8S_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["FIBER_K8S_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert c["volumeMounts"] == [{"name": "fiber-mount-0", "mountPath": "/data",
+                                  "readOnly": True}]
+    assert spec["volumes"] == [{"name": "fiber-mount-0", "hostPath": {"path": "/data"}}]
+    no_limits = _manifest(cpu_limits=False, resources=Resources(cpu=2))["spec"]["containers"][0]
+    assert no_limits["resources"] == {"requests": {"cpu": "2"}}
+    bare = _manifest(owner=None, service_account="", mounts=(), pull_policy="",
+                     resources=Resources())
+    assert "ownerReferences" not in bare["metadata"] and "volumes" not in bare["spec"]
+    assert "resources" not in bare["spec"]["containers"][0]
+
+
+def _validate_all(docs: List[Dict[str, Any]]) -> None:
+    import kubernetes_validate
+    from kubernetes_validate import utils
+
+    versions = sorted({"1.25.0", utils.latest_version()})
+    assert len(versions) == 2, versions
+    for version in versions:
+        for doc in docs:
+            # raises ValidationError (with the path of the bad field) on any schema error
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_pod_manifests_valid_for_current_kubernetes_releases():
+    """Every kind of pod the backend makes, against the schemas of 1.25 and the newest."""
+    _validate_all([
+        _manifest(),
+        _manifest(cpu_limits=False),
+        _manifest(owner=None, service_account="", mounts=(), pull_policy="",
+                  resources=Resources()),
+    ])
+
+
+def test_rbac_manifest_valid_and_least_privilege():
+    with open(os.path.join(REPO, "deploy", "rbac.yaml"), encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    _validate_all(docs)
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    rules = {tuple(r["resources"]): sorted(r["verbs"]) for r in role["rules"]}
+    assert rules == {("pods",): ["create", "delete", "get", "list", "watch"],
+                     ("pods/log",): ["get"]}
+    assert not [d for d in docs if d["kind"].startswith("Cluster")]
+
+
+def _pod(phase: str, state: Dict[str, Any], conditions: Any = (),
+         **status: Any) -> Dict[str, Any]:
+    return {"status": {"phase": phase, "conditions": list(conditions),
+                       "containerStatuses": [{"image": "img:1", "state": state}], **status}}
+
+
+@pytest.mark.parametrize("pod,kw,state,code,reason", [
+    (None, {}, "lost", None, "deleted outside fiber"),
+    (None, {"signalled": [signal.SIGTERM]}, "cancelled", -15, "SIGTERM"),
+    (_pod("Running", {"running": {}}), {}, "running", None, ""),
+    (_pod("Succeeded", {"terminated": {"exitCode": 0}}), {}, "succeeded", 0, ""),
+    (_pod("Failed", {"terminated": {"exitCode": 3}}), {}, "failed", 3, "exit code 3"),
+    (_pod("Failed", {"terminated": {"exitCode": 137}}), {}, "failed", -9, "SIGKILL"),
+    (_pod("Failed", {"terminated": {"exitCode": 143}}), {"signalled": [15]}, "cancelled",
+     -15, "cancelled"),
+    (_pod("Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},),
+     {"memory_mb": 96}, "failed", -9, "OOM killer: out of memory (memory limit 96 MB)"),
+    (_pod("Pending", {"waiting": {"reason": "ErrImageNeverPull", "message": "no img:1"}}),
+     {}, "failed", None, "ErrImageNeverPull: no img:1"),
+    (_pod("Pending", {"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}}),
+     {"blocked_for": 5, "pending_timeout": 10}, "pending", None, ""),
+    (_pod("Pending", {"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}}),
+     {"blocked_for": 10, "pending_timeout": 10}, "failed", None, "ImagePullBackOff: back-off"),
+    (_pod("Pending", {}, [{"type": "PodScheduled", "status": "False",
+                           "reason": "Unschedulable", "message": "1 Insufficient cpu."}]),
+     {"blocked_for": 99, "pending_timeout": 10}, "failed", None, "unschedulable: 1 Insuff"),
+    (_pod("Pending", {}, [{"type": "PodScheduled", "status": "False",
+                           "reason": "Unschedulable", "message": "1 Insufficient cpu."}]),
+     {"blocked_for": 1e6, "pending_timeout": 0}, "pending", None, ""),
+    (_pod("Failed", {}, reason="Evicted", message="low on memory"), {}, "failed", None,
+     "Evicted: low on memory"),
+    (_pod("Unknown", {}), {}, "lost", None, "lost contact"),
+])
+def test_pod_status(pod, kw, state, code, reason):
+    st, _ = pod_status(pod, **kw)
+    assert st.state.value == state and st.exitcode == code
+    assert reason in st.reason, st.reason
+
+
+def test_pod_status_names_what_blocks_a_pending_pod():
+    pod = _pod("Pending", {}, [{"type": "PodScheduled", "status": "False",
+                                "reason": "Unschedulable", "message": "0/1 nodes"}])
+    st, blocked = pod_status(pod, blocked_for=0, pending_timeout=10)
+    assert st.state.value == "pending" and blocked == "unschedulable: 0/1 nodes"
+
+
+def test_missing_client_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
+    with fiber.config.override(backend="kubernetes"):
+        with pytest.raises(SubmitError, match=r"fiber-cluster\[kubernetes\]"):
+            KubernetesBackend().submit([JobSpec(command=("true",))])
+
+
+def test_bad_pull_policy_is_a_config_error():
+    with pytest.raises(ConfigError, match="kubernetes_image_pull_policy"):
+        with fiber.config.override(kubernetes_image_pull_policy="Sometimes"):
+            pass
+
+
+def test_unreachable_api_server_is_a_clear_error(tmp_path):
+    """A kubeconfig naming a port where nothing listens: SubmitError, at once."""
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    with fiber.config.override(backend="kubernetes", kubernetes_kubeconfig=str(cfg),
+                               kubernetes_timeout=5):
+        t0 = time.monotonic()
+        with pytest.raises(SubmitError, match="cannot create pod .*cannot connect|refused"):
+            KubernetesBackend().submit([JobSpec(command=("true",), image=IMAGE)])
+        assert time.monotonic() - t0 < 15
+
+
+def test_no_credentials_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with fiber.config.override(backend="kubernetes"):
+        with pytest.raises(SubmitError, match="cannot find credentials"):
+            KubernetesBackend().submit([JobSpec(command=("true",))])
+
+
+# -- on the node ------------------------------------------------------------------------
+
+
+def _unusable(why: str) -> None:
+    if IN_CI:
+        pytest.fail(f"the Kubernetes test node is unusable under CI=true: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[Any]:
+    """A client of the test cluster (the one the backend uses: KUBECONFIG)."""
+    try:
+        import kubernetes
+    except ImportError:
+        _unusable("the Kubernetes client is not installed (pip install kubernetes)")
+    try:
+        kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+        core = kubernetes.client.CoreV1Api()
+        core.read_namespace(NAMESPACE, _request_timeout=10)
+    except Exception as e:
+        _unusable(f"no usable cluster at KUBECONFIG={os.environ.get('KUBECONFIG')} with "
+                  f"namespace {NAMESPACE} (scripts/k8s-node.sh start && eval "
+                  f"\"$(scripts/k8s-node.sh test-env)\"): {e}")
+    yield core
+
+
+@pytest.fixture(autouse=True)
+def k8s_config(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Node tests run with the test-env settings; afterwards no pod of the program runs."""
+    if "api" not in request.fixturenames:
+        yield
+        return
+    core = request.getfixturevalue("api")
+    with fiber.config.override(backend="kubernetes", image=IMAGE, kubernetes_namespace=NAMESPACE,
+                               kubernetes_pending_timeout=60):
+        yield
+    program = backend().program
+
+    def none_running() -> bool:
+        pods = pods_of(core, program)
+        return not [p for p in pods if p.status.phase in ("Pending", "Running")]
+
+    wait_until(none_running, 60, interval=0.5, message="pods of this program still running")
+
+
+def backend() -> KubernetesBackend:
+    b = get_backend("kubernetes")
+    assert isinstance(b, KubernetesBackend)
+    return b
+
+
+def kctx() -> Any:
+    return fiber.get_context("kubernetes")
+
+
+def pods_of(core: Any, program: str) -> List[Any]:
+    return list(core.list_namespaced_pod(NAMESPACE,
+                                         label_selector=f"{LABEL_PROGRAM}={program}").items)
+
+
+def test_exit_codes_and_the_pod_is_deleted_after(api):
+    for code in (0, 3):
+        p = kctx().Process(target=exit_with, args=(code,), name=f"exits-{code}")
+        p.start()
+        job_id = p._job.handle.job_id
+        pod = api.read_namespaced_pod(job_id, NAMESPACE)
+        assert pod.metadata.namespace == NAMESPACE != "default"
+        assert pod.metadata.labels[LABEL_JOB] == job_id
+        assert pod.metadata.annotations["fiber.name"] == f"exits-{code}"
+        assert pod.spec.restart_policy == "Never"
+        p.join(120)
+        assert p.exitcode == code
+    wait_until(lambda: not pods_of(api, backend().program), 60, interval=0.5,
+               message="ended pods are deleted")
+
+
+def test_terminate_and_kill(api):
+    for method, sig in (("terminate", signal.SIGTERM), ("kill", signal.SIGKILL)):
+        p = kctx().Process(target=sleep, args=(120,))
+        p.start()
+        wait_until(p.is_alive, 120, message="pod running")
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        getattr(p, method)()
+        p.join(60)
+        assert p.exitcode == -sig
+        assert time.monotonic() - t0 < 30
+
+
+def test_logs(api):
+    p = kctx().Process(target=chatty, args=("hello from a pod",))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    # the child reported its exit; the cluster's view of its pod may lag: once the backend
+    # has seen the pod end, its output is kept (the pod itself is deleted)
+    st = backend().wait(p._job.handle, 60)
+    assert st is not None and st.state.value == "succeeded", st
+    assert "hello from a pod" in backend().logs(p._job.handle)
+
+
+def test_pool_over_pods_survives_a_deleted_worker_pod(api):
+    with kctx().Pool(3) as pool:
+        result = pool.map_async(slow_square, range(200), chunksize=1)
+        wait_until(lambda: len(pods_of(api, backend().program)) >= 3, 120, interval=0.5,
+                   message="3 worker pods")
+        time.sleep(2)
+        victim = next(p for p in pods_of(api, backend().program)
+                      if p.status.phase == "Running")
+        api.delete_namespaced_pod(victim.metadata.name, NAMESPACE, grace_period_seconds=0)
+        assert result.get(300) == [x * x for x in range(200)]
+
+
+@pytest.mark.parametrize("policy,reason", [("Never", "ErrImageNeverPull"),
+                                           ("IfNotPresent", "ErrImagePull|ImagePullBackOff")])
+def test_bad_image_is_a_clear_error(api, policy, reason, capfd):
+    with fiber.config.override(image="fiber-no-such-image:1", kubernetes_image_pull_policy=policy,
+                               kubernetes_pending_timeout=3):
+        p = kctx().Process(target=sleep, args=(1,))
+        p.start()
+        p.join(120)
+    assert p.exitcode == 1
+    st = p._job.status
+    assert st.state.value == "failed"
+    assert re.search(reason, st.reason), st.reason
+    assert "fiber-no-such-image:1" in st.reason or "fiber-no-such-image" in capfd.readouterr().err
+
+
+def test_unschedulable_request_is_a_clear_error(api, capfd):
+    with fiber.config.override(kubernetes_pending_timeout=3):
+        p = kctx().Process(target=too_big)
+        p.start()
+        p.join(120)
+    assert p.exitcode == 1
+    assert "unschedulable" in p._job.status.reason and "Insufficient cpu" in p._job.status.reason
+    assert "Insufficient cpu" in capfd.readouterr().err  # told to the user, not only logged
+
+
+def test_bad_image_breaks_a_pool_with_the_reason(api):
+    with fiber.config.override(image="fiber-no-such-image:1", kubernetes_image_pull_policy="Never"):
+        with kctx().Pool(2) as pool:
+            with pytest.raises(fiber.errors.BrokenPoolError, match="ErrImageNeverPull"):
+                pool.apply(slow_square, (3,))
+
+
+def test_oom_killed_job(api):
+    with fiber.config.override(kubernetes_cpu_limits=True):
+        p = kctx().Process(target=hog)
+        p.start()
+        p.join(120)
+    assert p.exitcode == -signal.SIGKILL
+    assert "OOM" in p._job.status.reason
+
+
+def _master_pod(name: str, workers: int) -> Dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k in (
+        "FIBER_KUBERNETES_POD_API_SERVER", "FIBER_KUBERNETES_IMAGE_PULL_POLICY",
+        "FIBER_CPU_PER_JOB", "FIBER_KUBERNETES_CPU_LIMITS", "FIBER_KUBERNETES_MOUNTS")}
+    env["FIBER_BACKEND"] = "kubernetes"
+    container: Dict[str, Any] = {
+        "name": "master", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", os.path.join(TESTS, "k8s_scripts", "master.py"), str(workers)],
+        "env": [{"name": k, "value": v} for k, v in env.items()]}
+    pod: Dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"fiber-test": "master"}},
+        "spec": {"restartPolicy": "Never", "serviceAccountName": "fiber",
+                 "containers": [container]}}
+    if "FIBER_KUBERNETES_MOUNTS" in env:  # the test node: tests/ comes from the host
+        container["volumeMounts"] = [{"name": "tests", "mountPath": TESTS, "readOnly": True}]
+        pod["spec"]["volumes"] = [{"name": "tests", "hostPath": {"path": TESTS}}]
+    return pod
+
+
+def test_master_pod_owns_its_workers_and_deleting_it_deletes_them(api):
+    """A master in a pod: no image, no namespace configured (both found from its own pod);
+    its workers carry an owner reference to it, so deleting it deletes them."""
+    name = f"fiber-test-master-{os.getpid()}"
+    api.create_namespaced_pod(NAMESPACE, _master_pod(name, 3))
+    try:
+        out: Dict[str, Any] = {}
+
+        def result() -> bool:
+            try:
+                text = api.read_namespaced_pod_log(name, NAMESPACE)
+            except Exception:
+                return False
+            lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]
+            if lines:
+                out.update(json.loads(lines[-1][len("RESULT "):]))
+            return bool(lines)
+
+        wait_until(result, 180, interval=1, message="the master pod's pool result")
+        master = api.read_namespaced_pod(name, NAMESPACE)
+        owned = [p for p in api.list_namespaced_pod(NAMESPACE).items
+                 if any(r.uid == master.metadata.uid for r in p.metadata.owner_references or ())]
+        assert len(owned) == 3 and set(out["hosts"]) == {p.metadata.name for p in owned}
+        for p in owned:
+            assert p.spec.containers[0].image == IMAGE  # the master pod's own image
+            assert p.spec.service_account_name == "fiber"  # and its service account
+        api.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+        def workers_gone() -> bool:
+            left = {p.metadata.name for p in api.list_namespaced_pod(NAMESPACE).items}
+            return not left & {p.metadata.name for p in owned}
+
+        wait_until(workers_gone, 90, interval=0.5,
+                   message="the garbage collector deletes the workers")
+    finally:
+        try:
+            api.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+        except Exception:
+            pass
