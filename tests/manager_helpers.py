@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -147,6 +148,10 @@ class Counter:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> str:
+        """This process, uniquely across hosts and pods."""
+        return f"{socket.gethostname()}:{os.getpid()}"
 
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)

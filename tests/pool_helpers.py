@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import threading
 import time
 from typing import Any, Optional, Tuple
@@ -25,6 +26,15 @@ def add(a: int, b: int) -> int:
 
 def with_pid(x: Any) -> Tuple[Any, int]:
     return x, os.getpid()
+
+
+def process_key() -> str:
+    """This process, uniquely across hosts and pods (each pod has its own pid 7)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def with_process_key(x: Any) -> Tuple[Any, str]:
+    return x, process_key()
 
 
 def sleep_then_pid(x: Any, seconds: float = 0.01) -> Tuple[Any, int]:
@@ -79,8 +89,8 @@ def set_state(*values: Any) -> None:
     STATE = values
 
 
-def get_state(_: Any = None) -> Tuple[Optional[Tuple[Any, ...]], int]:
-    return STATE, os.getpid()
+def get_state(_: Any = None) -> Tuple[Optional[Tuple[Any, ...]], str]:
+    return STATE, process_key()
 
 
 def init_raises(message: str) -> None:

@@ -249,8 +249,8 @@ def test_async_handles_resolve_in_any_order(remote):
     handles = [c.add(k) for c in counters for k in (1, 2)]
     got = [h.get(timeout=60) for h in reversed(handles)]
     assert got == [203, 201, 103, 101, 3, 1]
-    pids = {h.get(timeout=60) for h in [c.pid() for c in counters]}
-    assert len(pids) == 3  # each object in its own job
+    where = {h.get(timeout=60) for h in [c.where() for c in counters]}
+    assert len(where) == 3  # each object in its own job
 
 
 def test_async_calls_run_in_parallel_and_in_order(remote):

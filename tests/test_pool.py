@@ -404,9 +404,9 @@ def test_initializer_and_initargs_run_in_each_worker(ctx):
 
 def test_maxtasksperchild_replaces_workers(ctx):
     with ctx.Pool(2, maxtasksperchild=3) as pool:
-        out = pool.map_async(ph.with_pid, range(30), 1).get(timeout=20)
+        out = pool.map_async(ph.with_process_key, range(30), 1).get(timeout=20)
         assert [x for x, _ in out] == list(range(30))
-        per_worker = collections.Counter(pid for _, pid in out)
+        per_worker = collections.Counter(key for _, key in out)
         assert max(per_worker.values()) <= 3, per_worker
         assert len(per_worker) >= 10 > 2
         assert pool.apply_async(ph.square, (9,)).get(timeout=60) == 81

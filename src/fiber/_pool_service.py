@@ -84,10 +84,15 @@ def describe_exit(ws: WorkerState) -> str:
         return "still running or unknown (lost contact)"
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            text = f"killed by {signal.Signals(-code).name}"
         except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+            text = f"killed by signal {-code}"
+    else:
+        text = f"exit code {code}"
+    # what the cluster said of the job (an image it could not pull, the OOM killer...)
+    job = ws.process._job
+    reason = job.status.reason if job is not None and job.status is not None else ""
+    return f"{text}: {reason}" if reason and reason != text else text
 
 
 class PoolService(Service):

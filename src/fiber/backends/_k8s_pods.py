@@ -161,11 +161,13 @@ def pod_status(pod: Optional[Dict[str, Any]], *, signalled: Sequence[int] = (),
     reason = str(waiting.get("reason") or "")
     message = str(waiting.get("message") or "").strip()
     image = containers[0].get("image", "") if containers else ""
+    if image and image not in message:  # the runtime's message may not name it
+        message = f"image {image}: {message}" if message else f"image {image}"
     if reason in _FATAL_WAITING:
-        return JobStatus(JobState.FAILED, None, f"{reason}: {message or image}"), ""
+        return JobStatus(JobState.FAILED, None, f"{reason}: {message}"), ""
     blocked = ""
     if reason in _STUCK_WAITING:
-        blocked = f"{reason}: {message or image}"
+        blocked = f"{reason}: {message}"
     for cond in status.get("conditions") or []:
         if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
                 and cond.get("reason") == "Unschedulable"):

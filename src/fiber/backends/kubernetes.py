@@ -205,8 +205,8 @@ class KubernetesBackend(Backend):
             raise SubmitError(f"cannot find credentials for the Kubernetes API: {e} (set "
                               "kubernetes_kubeconfig, KUBECONFIG, or run in a pod)") from e
         conf.retries = 1
+        conf.connection_pool_maxsize = PARALLEL + 2  # parallel creation reuses connections
         api = k8s.client.CoreV1Api(k8s.client.ApiClient(conf))
-        api.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = PARALLEL + 2
         own = self._own_pod(api, cfg) if _in_pod() else None
         if own is not None and not namespace:
             namespace = str(own["metadata"]["namespace"])
