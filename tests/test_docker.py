@@ -29,7 +29,7 @@ import pytest
 from conftest import IN_CI, wait_until
 
 import fiber
-from fiber.backends import get_backend
+from fiber.backends import JobSpec, get_backend
 from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
 from fiber.errors import ConfigError, ProcessError, SubmitError
 
@@ -489,3 +489,10 @@ def test_parse_mounts():
     assert parse_mounts("/a, /b:/c:ro ,/d:rw") == ["/a:/a:rw", "/b:/c:ro", "/d:/d:rw"]
     with pytest.raises(ConfigError):
         parse_mounts("relative:/x")
+
+
+def test_missing_sdk_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "docker", None)
+    with fiber.config.override(backend="docker"):
+        with pytest.raises(SubmitError, match=r"fiber-cluster\[docker\]"):
+            DockerBackend().submit([JobSpec(command=("true",))])

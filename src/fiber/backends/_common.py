@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import signal
 import socket
 import threading
-from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SubmitError
 
-__all__ = ["parallel", "parse_mounts", "route_to", "signal_name", "PARALLEL"]
+__all__ = ["import_extra", "parallel", "parse_mounts", "route_to", "signal_name", "PARALLEL"]
 
 #: Cluster calls in flight for one submit, cancel or cleanup.
 PARALLEL = 8
@@ -93,3 +94,14 @@ def signal_name(n: int) -> str:
         return signal.Signals(n).name
     except ValueError:
         return f"signal {n}"
+
+
+def import_extra(module: str, backend: str, what: str) -> Any:
+    """``module``, the client library a backend needs, or a SubmitError naming the extra
+    of fiber that installs it (``fiber-cluster[<backend>]``)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise SubmitError(f"the {backend} backend needs {what} (the `{module}` package), "
+                          f"which is not installed: pip install 'fiber-cluster[{backend}]'"
+                          ) from e

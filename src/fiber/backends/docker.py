@@ -78,26 +78,22 @@ each container's environment, visible to whoever may inspect containers on that 
 
 from __future__ import annotations
 
-import atexit
-import collections
 import dataclasses
 import functools
-import itertools
 import os
 import re
-import secrets
 import signal
 import socket
 import sys
-import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._log import log
 from ..config import Config, get_config
 from ..errors import BackendError, ConfigError, SubmitError
 from . import _common
-from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus
-from ._common import PARALLEL, parallel, signal_name
+from ._base import JobHandle, JobSpec, JobState, JobStatus
+from ._common import PARALLEL, import_extra, parallel, signal_name
+from ._labelled import LabelledBackend, TrackedJob
 
 __all__ = ["DockerBackend", "exit_status", "parse_mounts", "own_container_id",
            "LABEL_PROGRAM", "LABEL_JOB", "LABEL_NAME"]
@@ -111,21 +107,12 @@ PROGRAM_ENV = "FIBER_DOCKER_PROGRAM"
 
 _LOG_TAIL = 1000  # lines of each exited container's output kept for logs()
 _LOG_BYTES = 256 * 1024
-_KEEP_LOGS = 256  # exited jobs whose output is kept (the most recent)
 _EXIT_TIMEOUT = 10.0  # seconds per engine call while the master exits
 
-_EXTRA_HINT = "pip install 'fiber-cluster[docker]'"
 
 
 def _docker() -> Any:
-    """The Docker SDK module, or a SubmitError naming the extra that provides it."""
-    try:
-        import docker
-    except ImportError as e:
-        raise SubmitError(
-            "the docker backend needs the Docker SDK for Python (the `docker` package), "
-            f"which is not installed: {_EXTRA_HINT}") from e
-    return docker
+    return import_extra("docker", "docker", "the Docker SDK for Python")
 
 
 # -- pure helpers -------------------------------------------------------------------------
@@ -210,17 +197,10 @@ def own_container_id() -> Optional[str]:
 
 
 @dataclasses.dataclass
-class _Job:
-    job_id: str
-    name: str
-    engine: str
-    memory_mb: Optional[int] = None
+class _Job(TrackedJob):
+    engine: str = ""
     container_id: str = ""
     pid: Optional[int] = None
-    signalled: List[int] = dataclasses.field(default_factory=list)
-    final: Optional[JobStatus] = None
-    #: Held while its exit is read: concurrent status() calls finish a job once.
-    finishing: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 class _Engine:
@@ -233,27 +213,18 @@ class _Engine:
         self.own_checked = False
 
 
-class DockerBackend(Backend):
+class DockerBackend(LabelledBackend[_Job, bytes]):
     """Run every job as a container on a Docker engine."""
 
     name = "docker"
 
     def __init__(self) -> None:
-        #: The program's id: the value of every container's ``fiber.program`` label. A fiber
-        #: process in a container inherits it, so that the master's status query and exit
-        #: hook also see the containers its children started (processes in containers end
-        #: with ``os._exit``: no exit hook of theirs runs).
-        inherited = os.environ.get(PROGRAM_ENV, "")
-        self.program = inherited or secrets.token_hex(6)
-        self._prefix = f"fiber-{self.program}-" + (f"{secrets.token_hex(3)}-" if inherited
-                                                   else "")
-        self._pid = os.getpid()
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._jobs: Dict[str, _Job] = {}
+        # The program's id (``fiber.program`` label) is inherited by fiber processes in the
+        # containers, so that the master's status query and exit hook also see the
+        # containers its children started (processes in containers end with ``os._exit``:
+        # no exit hook of theirs runs).
+        super().__init__(PROGRAM_ENV)
         self._engines: Dict[Tuple[str, float], _Engine] = {}
-        self._logs: collections.OrderedDict[str, bytes] = collections.OrderedDict()
-        self._atexit = False
 
     # -- the engine ---------------------------------------------------------------------
 
@@ -349,7 +320,7 @@ class DockerBackend(Backend):
         creates: List[Dict[str, Any]] = []
         master = f"{socket.gethostname()}:{os.getpid()}"
         for spec in specs:
-            job_id = f"{self._prefix}{next(self._ids)}"
+            job_id = self._new_job_id()
             image = spec.image or (str(own.get("Image") or "") if own is not None else "")
             if not image:
                 raise SubmitError("the docker backend needs an image: set the config key "
@@ -383,7 +354,7 @@ class DockerBackend(Backend):
                 labels={LABEL_PROGRAM: self.program, LABEL_JOB: job_id,
                         LABEL_NAME: spec.name[:255], LABEL_MASTER: master},
             ))
-            jobs.append(_Job(job_id, spec.name, engine.url, memory_mb))
+            jobs.append(_Job(job_id, spec.name, memory_mb, engine=engine.url))
 
         host_pids = cfg.docker_pid_host and engine.url.startswith(("unix:", "http+unix:"))
 
@@ -411,12 +382,9 @@ class DockerBackend(Backend):
             if isinstance(first, SubmitError):
                 raise SubmitError(f"{first}{more}") from first.__cause__
             raise SubmitError(f"cannot start Docker jobs{more}: {first}") from first
-        handles = []
-        with self._lock:
-            for job in jobs:
-                self._jobs[job.job_id] = job
-                handles.append(JobHandle(job.job_id, self.name, host=job.container_id[:12],
-                                         pid=job.pid))
+        self._add(jobs)
+        handles = [JobHandle(job.job_id, self.name, host=job.container_id[:12], pid=job.pid)
+                   for job in jobs]
         log("docker: started %d container(s) on %s (network %s)", len(jobs), engine.url,
             network)
         return handles
@@ -448,17 +416,10 @@ class DockerBackend(Backend):
         raise BackendError(f"no client for Docker engine {job.engine}")  # pragma: no cover
 
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out: Dict[str, JobStatus] = {}
+        out, queried = self._split(handles)
         live: Dict[str, List[_Job]] = {}
-        with self._lock:
-            for h in handles:
-                job = self._jobs.get(h.job_id)
-                if job is None:
-                    out[h.job_id] = JobStatus(JobState.LOST, None, "unknown job")
-                elif job.final is not None:
-                    out[h.job_id] = job.final
-                else:
-                    live.setdefault(job.engine, []).append(job)
+        for job in queried:
+            live.setdefault(job.engine, []).append(job)
         for jobs in live.values():
             engine = self._engine_of(jobs[0])
             try:  # the one query for all of this master's containers
@@ -509,10 +470,7 @@ class DockerBackend(Backend):
             out = engine.api.logs(job.container_id, stdout=True, stderr=True, tail=_LOG_TAIL)
         except Exception:
             out = b""
-        with self._lock:
-            self._logs[job.job_id] = bytes(out[-_LOG_BYTES:])
-            while len(self._logs) > _KEEP_LOGS:
-                self._logs.popitem(last=False)
+        self._keep_log(job.job_id, bytes(out[-_LOG_BYTES:]))
         status = exit_status(int(state.get("ExitCode") or 0), bool(state.get("OOMKilled")),
                              job.signalled, str(state.get("Error") or ""), job.memory_mb,
                              bytes(out[-4096:]))
@@ -527,9 +485,7 @@ class DockerBackend(Backend):
     def logs(self, handle: JobHandle, tail: Optional[int] = None) -> str:
         """A job's output (stdout and stderr): live while its container exists, else the
         last lines kept when it was removed ('' for a job whose output was not kept)."""
-        with self._lock:
-            job = self._jobs.get(handle.job_id)
-            kept = self._logs.get(handle.job_id)
+        job, kept = self._known(handle.job_id)
         if job is None:
             raise BackendError(f"unknown Docker job {handle.job_id}")
         if kept is None and job.final is None:
@@ -541,8 +497,7 @@ class DockerBackend(Backend):
                 if not _is_not_found(e):
                     raise BackendError(f"cannot read the logs of {handle.job_id}: "
                                        f"{_reason(e)}") from e
-            with self._lock:  # it may have been removed meanwhile, its output kept
-                kept = self._logs.get(handle.job_id, kept)
+            kept = self._kept_log(handle.job_id, kept)  # removed meanwhile, output kept?
         text = _without_tini((kept or b"").decode("utf-8", "replace"))
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
@@ -551,14 +506,7 @@ class DockerBackend(Backend):
     # -- cancel and cleanup ---------------------------------------------------------------
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
-        sig = signal.SIGKILL if force else signal.SIGTERM
-        targets = []
-        with self._lock:
-            for h in handles:
-                job = self._jobs.get(h.job_id)
-                if job is not None and job.final is None:
-                    job.signalled.append(int(sig))
-                    targets.append(job)
+        sig, targets = self._mark_signalled(handles, force)
 
         def kill(job: _Job) -> None:
             try:
@@ -572,17 +520,8 @@ class DockerBackend(Backend):
         if errors:
             raise errors[0]
 
-    def _register_atexit(self) -> None:
-        with self._lock:
-            if self._atexit:
-                return
-            self._atexit = True
-        atexit.register(self.remove_all)
-
     def remove_all(self) -> None:
-        """Remove every container of this master (running ones are killed); at exit."""
-        if os.getpid() != self._pid:
-            return
+        """Remove every container of this program (running ones are killed); at exit."""
         with self._lock:
             engines = list(self._engines.values())
         for engine in engines:
@@ -594,20 +533,7 @@ class DockerBackend(Backend):
             except Exception as e:
                 log("docker: cannot list containers at exit on %s: %s", engine.url, e)
                 continue
-            with self._lock:
-                for job in self._jobs.values():
-                    if job.final is None and job.engine == engine.url:
-                        job.final = JobStatus(JobState.CANCELLED, -signal.SIGKILL,
-                                              "removed at the master's exit")
             parallel(functools.partial(self._remove, engine), [str(c["Id"]) for c in listed])
-
-    def forget(self, handle: JobHandle) -> None:
-        """Drop a finished job's bookkeeping."""
-        with self._lock:
-            job = self._jobs.get(handle.job_id)
-            if job is not None and job.final is not None:
-                del self._jobs[handle.job_id]
-                self._logs.pop(handle.job_id, None)
 
 
 def _without_tini(text: str) -> str:

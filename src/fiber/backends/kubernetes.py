@@ -60,18 +60,12 @@ Files
 
 from __future__ import annotations
 
-import atexit
-import collections
 import dataclasses
 import functools
-import itertools
 import json
 import os
-import secrets
-import signal
 import socket
 import sys
-import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
@@ -79,8 +73,8 @@ from urllib.parse import urlsplit
 from .._log import log
 from ..config import Config, get_config
 from ..errors import BackendError, SubmitError
-from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus
-from ._common import PARALLEL, parallel, parse_mounts, route_to
+from ._base import JobHandle, JobSpec, JobState, JobStatus
+from ._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
 from ._k8s_pods import (
     CONTAINER,
     POD_IP_ENV,
@@ -91,6 +85,7 @@ from ._k8s_pods import (
     pod_manifest,
     pod_status,
 )
+from ._labelled import LabelledBackend, TrackedJob
 
 __all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
 
@@ -103,38 +98,21 @@ PROGRAM_ENV = "FIBER_K8S_PROGRAM"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 _LOG_TAIL = 1000  # lines of each ended pod's output kept for logs()
-_KEEP_LOGS = 256  # ended jobs whose output is kept (the most recent)
 _EXIT_TIMEOUT = 10.0  # seconds per API call while the master exits
-
-_EXTRA_HINT = "pip install 'fiber-cluster[kubernetes]'"
 
 
 def _client() -> Any:
-    """The Kubernetes client package, or a SubmitError naming the extra that provides it."""
-    try:
-        import kubernetes
-    except ImportError as e:
-        raise SubmitError(
-            "the kubernetes backend needs the Kubernetes Python client (the `kubernetes` "
-            f"package), which is not installed: {_EXTRA_HINT}") from e
-    return kubernetes
+    return import_extra("kubernetes", "kubernetes", "the Kubernetes Python client")
 
 
 # -- the backend --------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
-class _Job:
-    job_id: str
-    name: str
-    namespace: str
-    memory_mb: Optional[int] = None
-    signalled: List[int] = dataclasses.field(default_factory=list)
-    final: Optional[JobStatus] = None
-    blocked_since: Optional[float] = None
+class _Job(TrackedJob):
+    namespace: str = ""
+    blocked_since: Optional[float] = None  # since when a pending pod waits on a person
     started: bool = False  # seen running
-    #: Held while its end is read: concurrent status() calls finish a job once.
-    finishing: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 @dataclasses.dataclass
@@ -151,23 +129,26 @@ def _in_pod() -> bool:
     return os.path.exists(os.path.join(SERVICE_ACCOUNT_DIR, "token"))
 
 
-class KubernetesBackend(Backend):
+def _own_namespace() -> str:
+    """The namespace of the pod this process runs in ('' outside a pod)."""
+    namespace = os.environ.get(POD_NAMESPACE_ENV, "")
+    if not namespace:
+        try:
+            with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as f:
+                namespace = f.read().strip()
+        except OSError:
+            pass
+    return namespace
+
+
+class KubernetesBackend(LabelledBackend[_Job, str]):
     """Run every job as a pod on a Kubernetes cluster."""
 
     name = "kubernetes"
 
     def __init__(self) -> None:
-        inherited = os.environ.get(PROGRAM_ENV, "")
-        self.program = inherited or secrets.token_hex(6)
-        self._prefix = f"fiber-{self.program}-" + (f"{secrets.token_hex(3)}-" if inherited
-                                                   else "")
-        self._pid = os.getpid()
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._jobs: Dict[str, _Job] = {}
+        super().__init__(PROGRAM_ENV)
         self._clusters: Dict[Tuple[str, str, str], _Cluster] = {}
-        self._logs: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._atexit = False
 
     # -- the cluster ----------------------------------------------------------------------
 
@@ -208,15 +189,8 @@ class KubernetesBackend(Backend):
         conf.connection_pool_maxsize = PARALLEL + 2  # parallel creation reuses connections
         api = k8s.client.CoreV1Api(k8s.client.ApiClient(conf))
         own = self._own_pod(api, cfg) if _in_pod() else None
-        if own is not None and not namespace:
-            namespace = str(own["metadata"]["namespace"])
         if _in_pod() and not namespace:
-            try:
-                with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"),
-                          encoding="utf-8") as f:
-                    namespace = f.read().strip()
-            except OSError:
-                pass
+            namespace = _own_namespace()
         cluster = _Cluster(api, urlsplit(conf.host).hostname or "",
                            cfg.kubernetes_namespace or namespace or "default", own)
         with self._lock:
@@ -226,14 +200,9 @@ class KubernetesBackend(Backend):
     def _own_pod(self, api: Any, cfg: Config) -> Optional[Dict[str, Any]]:
         """This process's own pod (JSON), found by its name, or None."""
         name = os.environ.get(POD_NAME_ENV) or socket.gethostname()
-        namespace = os.environ.get(POD_NAMESPACE_ENV, "")
+        namespace = _own_namespace()
         if not namespace:
-            try:
-                with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"),
-                          encoding="utf-8") as f:
-                    namespace = f.read().strip()
-            except OSError:
-                return None
+            return None
         try:
             resp = api.read_namespaced_pod(name, namespace, _preload_content=False,
                                            _request_timeout=cfg.kubernetes_timeout)
@@ -276,7 +245,7 @@ class KubernetesBackend(Backend):
         jobs: List[_Job] = []
         pods: List[Dict[str, Any]] = []
         for spec in specs:
-            job_id = f"{self._prefix}{next(self._ids)}"
+            job_id = self._new_job_id()
             image = spec.image or str(own_container.get("image") or "")
             if not image:
                 raise SubmitError("the kubernetes backend needs an image: set the config key "
@@ -296,7 +265,7 @@ class KubernetesBackend(Backend):
                 owner=owner, service_account=service_account,
                 pull_policy=cfg.kubernetes_image_pull_policy,
                 cpu_limits=cfg.kubernetes_cpu_limits, mounts=mounts))
-            jobs.append(_Job(job_id, spec.name, cluster.namespace, memory_mb))
+            jobs.append(_Job(job_id, spec.name, memory_mb, namespace=cluster.namespace))
 
         def create(i: int) -> None:
             try:
@@ -313,9 +282,7 @@ class KubernetesBackend(Backend):
                      jobs)
             more = f" ({len(failed)} of {len(jobs)} pods failed)" if len(jobs) > 1 else ""
             raise SubmitError(f"{failed[0]}{more}") from failed[0].__cause__
-        with self._lock:
-            for job in jobs:
-                self._jobs[job.job_id] = job
+        self._add(jobs)
         log("kubernetes: created %d pod(s) in %s", len(jobs), cluster.namespace)
         return [JobHandle(job.job_id, self.name, host=job.job_id) for job in jobs]
 
@@ -333,17 +300,7 @@ class KubernetesBackend(Backend):
     # -- status ---------------------------------------------------------------------------
 
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out: Dict[str, JobStatus] = {}
-        live: List[_Job] = []
-        with self._lock:
-            for h in handles:
-                job = self._jobs.get(h.job_id)
-                if job is None:
-                    out[h.job_id] = JobStatus(JobState.LOST, None, "unknown job")
-                elif job.final is not None:
-                    out[h.job_id] = job.final
-                else:
-                    live.append(job)
+        out, live = self._split(handles)
         if not live:
             return out
         cfg = get_config()
@@ -394,10 +351,7 @@ class KubernetesBackend(Backend):
                         tail_lines=_LOG_TAIL, _request_timeout=cfg.kubernetes_timeout))
                 except Exception:
                     text = ""
-            with self._lock:
-                self._logs[job.job_id] = text
-                while len(self._logs) > _KEEP_LOGS:
-                    self._logs.popitem(last=False)
+            self._keep_log(job.job_id, text)
             log("kubernetes: %s (%s) ended: %s", job.job_id, job.name,
                 st.reason or "exit code 0")
             job.final = st  # before the deletion: a concurrent status() must not call it lost
@@ -409,9 +363,7 @@ class KubernetesBackend(Backend):
     def logs(self, handle: JobHandle, tail: Optional[int] = None) -> str:
         """A job's output: live while its pod exists, else the last lines kept when it was
         deleted ('' for a job whose output was not kept)."""
-        with self._lock:
-            job = self._jobs.get(handle.job_id)
-            kept = self._logs.get(handle.job_id)
+        job, kept = self._known(handle.job_id)
         if job is None:
             raise BackendError(f"unknown Kubernetes job {handle.job_id}")
         if kept is None:
@@ -426,8 +378,7 @@ class KubernetesBackend(Backend):
                 if not is_not_found(e) and getattr(e, "status", None) != 400:
                     raise BackendError(f"cannot read the logs of {handle.job_id}: "
                                        f"{api_reason(e)}") from e
-            with self._lock:
-                kept = self._logs.get(handle.job_id, kept)
+            kept = self._kept_log(handle.job_id, kept)  # deleted meanwhile, output kept?
         text = kept or ""
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
@@ -436,14 +387,7 @@ class KubernetesBackend(Backend):
     # -- cancel and cleanup ---------------------------------------------------------------
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
-        sig = signal.SIGKILL if force else signal.SIGTERM
-        targets = []
-        with self._lock:
-            for h in handles:
-                job = self._jobs.get(h.job_id)
-                if job is not None and job.final is None:
-                    job.signalled.append(int(sig))
-                    targets.append(job)
+        _, targets = self._mark_signalled(handles, force)
         if not targets:
             return
         cfg = get_config()
@@ -458,23 +402,10 @@ class KubernetesBackend(Backend):
         if errors:
             raise errors[0]
 
-    def _register_atexit(self) -> None:
-        with self._lock:
-            if self._atexit:
-                return
-            self._atexit = True
-        atexit.register(self.delete_all)
-
-    def delete_all(self) -> None:
+    def remove_all(self) -> None:
         """Delete every pod of this program (running ones are killed); at exit."""
-        if os.getpid() != self._pid:
-            return
         with self._lock:
             clusters = list(self._clusters.values())
-            for job in self._jobs.values():
-                if job.final is None:
-                    job.final = JobStatus(JobState.CANCELLED, -signal.SIGKILL,
-                                          "deleted at the master's exit")
         timeout = min(get_config().kubernetes_timeout, _EXIT_TIMEOUT)
         for cluster in clusters:
             # list + delete (not deletecollection): the verbs of deploy/rbac.yaml suffice
@@ -491,11 +422,3 @@ class KubernetesBackend(Backend):
             for _, err in parallel(delete, names):
                 if err is not None:
                     log("kubernetes: at exit: %s", err)
-
-    def forget(self, handle: JobHandle) -> None:
-        """Drop a finished job's bookkeeping."""
-        with self._lock:
-            job = self._jobs.get(handle.job_id)
-            if job is not None and job.final is not None:
-                del self._jobs[handle.job_id]
-                self._logs.pop(handle.job_id, None)
