@@ -1,6 +1,7 @@
 """Pool overhead against multiprocessing.Pool, measured in the same run.
 
-    .venv/bin/python benchmarks/pool_overhead.py [--quick]
+    .venv/bin/python benchmarks/pool_overhead.py [--quick] [--only SECTION ...]
+        [--durations MS ...] [--modes rounds|batch ...]
 
 1. Framework overhead (the Fiber paper's test): 5 workers, sleep tasks of 1 s, 100 ms,
    10 ms and 1 ms, sized so that the ideal total is 1 s; "rounds" (5 tasks, wait, repeat:
@@ -12,9 +13,10 @@
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
-import sys
 import time
+from typing import List
 
 import numpy as np
 from _common import latencies, table, timed
@@ -54,46 +56,57 @@ def warm(pool) -> None:
         pool.map(noop, range(WORKERS * 4), chunksize=1)
 
 
-def main(quick: bool = False) -> None:
-    durations = [0.1, 0.01, 0.001] if quick else [1.0, 0.1, 0.01, 0.001]
+def main(sections: List[int], durations: List[float], modes: List[str]) -> None:
     mp = multiprocessing.get_context("spawn").Pool(WORKERS)
     fb = fiber.Pool(WORKERS)
     try:
         warm(mp)
         warm(fb)
-        rows = []
-        for mode in ("rounds", "batch"):
-            for d in durations:
-                m, f = overhead(mp, d, mode), overhead(fb, d, mode)
-                rows.append((mode, f"{d * 1000:g} ms", m, f, f / m))
-        table("1. framework overhead: seconds for an ideal 1 s of work (5 workers)",
-              ["mode", "task", "multiprocessing s", "fiber s", "fiber/mp"], rows)
-
-        n = 20_000
-        m = n / timed(lambda: mp.map(noop, range(n), chunksize=1))
-        f = n / timed(lambda: fb.map(noop, range(n), chunksize=1))
-        table("2. no-op throughput, map(chunksize=1) over 20,000 tasks",
-              ["multiprocessing tasks/s", "fiber tasks/s", "fiber/mp"], [(m, f, f / m)])
-
-        calls = 2000
-        lm = latencies(lambda: mp.apply(noop, (1,)), calls)
-        lf = latencies(lambda: fb.apply(noop, (1,)), calls)
-        table("3. apply round trip over 2,000 calls (microseconds)",
-              ["", "multiprocessing", "fiber", "fiber/mp"],
-              [(k, lm[k] * 1e6, lf[k] * 1e6, lf[k] / lm[k]) for k in ("median", "p99")])
-
-        rows = []
-        for mb in (10, 100):
-            a = np.random.rand(mb * 1024 * 1024 // 8)
-            tm = timed(lambda a=a: mp.apply(echo, (a,)), 3)
-            tf = timed(lambda a=a: fb.apply(echo, (a,)), 3)
-            rows.append((f"{mb} MB", 2 * mb / tm, 2 * mb / tf, tm / tf))
-        table("4. numpy array to a worker and back (MB/s, both directions counted)",
-              ["size", "multiprocessing MB/s", "fiber MB/s", "fiber/mp speed"], rows)
+        if 1 in sections:
+            rows = []
+            for mode in modes:
+                for d in durations:
+                    m, f = overhead(mp, d, mode), overhead(fb, d, mode)
+                    rows.append((mode, f"{d * 1000:g} ms", m, f, f / m))
+            table("1. framework overhead: seconds for an ideal 1 s of work (5 workers)",
+                  ["mode", "task", "multiprocessing s", "fiber s", "fiber/mp"], rows)
+        if 2 in sections:
+            n = 20_000
+            m = n / timed(lambda: mp.map(noop, range(n), chunksize=1))
+            f = n / timed(lambda: fb.map(noop, range(n), chunksize=1))
+            table("2. no-op throughput, map(chunksize=1) over 20,000 tasks",
+                  ["multiprocessing tasks/s", "fiber tasks/s", "fiber/mp"], [(m, f, f / m)])
+        if 3 in sections:
+            calls = 2000
+            lm = latencies(lambda: mp.apply(noop, (1,)), calls)
+            lf = latencies(lambda: fb.apply(noop, (1,)), calls)
+            table("3. apply round trip over 2,000 calls (microseconds)",
+                  ["", "multiprocessing", "fiber", "fiber/mp"],
+                  [(k, lm[k] * 1e6, lf[k] * 1e6, lf[k] / lm[k]) for k in ("median", "p99")])
+        if 4 in sections:
+            rows = []
+            for mb in (10, 100):
+                a = np.random.rand(mb * 1024 * 1024 // 8)
+                tm = timed(lambda a=a: mp.apply(echo, (a,)), 3)
+                tf = timed(lambda a=a: fb.apply(echo, (a,)), 3)
+                rows.append((f"{mb} MB", 2 * mb / tm, 2 * mb / tf, tm / tf))
+            table("4. numpy array to a worker and back (MB/s, both directions counted)",
+                  ["size", "multiprocessing MB/s", "fiber MB/s", "fiber/mp speed"], rows)
     finally:
         mp.terminate()
         fb.terminate()
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="leave out the 1 s tasks")
+    parser.add_argument("--only", type=int, nargs="+", choices=[1, 2, 3, 4],
+                        default=[1, 2, 3, 4], help="sections to run")
+    parser.add_argument("--durations", type=float, nargs="+", metavar="MS",
+                        help="task durations of section 1, in ms")
+    parser.add_argument("--modes", nargs="+", choices=["rounds", "batch"],
+                        default=["rounds", "batch"], help="modes of section 1")
+    args = parser.parse_args()
+    chosen = ([ms / 1000 for ms in args.durations] if args.durations
+              else [0.1, 0.01, 0.001] if args.quick else [1.0, 0.1, 0.01, 0.001])
+    main(args.only, chosen, args.modes)

@@ -90,6 +90,22 @@ def cube(x):  # defined in the test module: workers import it by reference
 # -- apply ---------------------------------------------------------------------------------
 
 
+def test_apply_from_several_threads(ctx):
+    """One waiting thread serves the hub's connections and the others wait as usual
+    (see Server.wait_serving): each thread gets exactly its own results."""
+    out = {}
+    with ctx.Pool(2) as pool:
+        def run(k):
+            out[k] = [pool.apply(ph.square, (k * 100 + i,)) for i in range(50)]
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert out == {k: [(k * 100 + i) ** 2 for i in range(50)] for k in range(4)}
+
+
 def test_apply_matches_multiprocessing(ctx, mp_pool):
     with ctx.Pool(2) as pool:
         assert pool.apply(ph.square, (7,)) == 49

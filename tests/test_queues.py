@@ -21,6 +21,31 @@ def test_put_get_between_processes(ctx):
     p.join(60)
 
 
+def test_waiting_threads_of_the_creating_process(ctx):
+    """In the queue's own process one waiting thread serves the hub's connections and
+    the others wait as usual; each is woken by an item from a child or from a thread."""
+    q, out = ctx.Queue(), ctx.Queue()
+    got = []
+    getters = [threading.Thread(target=lambda: got.append(q.get(timeout=60)))
+               for _ in range(3)]
+    for t in getters:
+        t.start()
+    p = ctx.Process(target=helpers.roundtrip_queue, args=(out, q))
+    p.start()
+    out.put("from a child")
+    threading.Timer(0.2, q.put, ("from a thread",)).start()
+    q.put("from here")
+    for t in getters:
+        t.join(60)
+    assert sorted(got) == ["from a child", "from a thread", "from here"]
+    # A reply made by another thread wakes the thread that serves meanwhile.
+    threading.Timer(0.2, q.put, ("late",)).start()
+    t0 = time.monotonic()
+    assert q.get(timeout=60) == "late"
+    assert time.monotonic() - t0 < 10
+    p.join(60)
+
+
 def test_get_timeout_and_nonblocking_raise_empty(ctx):
     q = ctx.Queue()
     t = time.monotonic()

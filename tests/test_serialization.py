@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -59,12 +60,66 @@ def test_framing_200mb(kind):
     frames = reader.messages.popleft()
     got = loads(frames)
     assert np.array_equal(big, got) and got.flags.writeable
-    got[0] = -1  # a private mapping: the sender's memory is not touched
+    got[0] = -1  # the memfd was a copy: the sender's memory is not touched
     assert big[0] == 0
     assert (type(frames[1]).__name__ == "mmap") == (kind == "unix")
     a.close()
     b.close()
     reader.close()
+
+
+def _one_message(sock, frames):
+    send_frames(sock[0], frames)
+    reader = FrameReader(unix=True)
+    while not reader.messages:
+        assert reader.feed_from(sock[1])
+    return reader.messages.popleft()
+
+
+def _memfd_inode(frame):
+    from fiber.transport import memfd
+
+    return os.fstat(memfd._kept[memfd._address(frame)][1]).st_ino
+
+
+def test_received_frame_sent_on_unchanged_is_not_copied():
+    """A big frame received as a memfd and sent on unmodified (a worker returning its
+    argument) travels as the same sealed memfd; once written to, it is copied."""
+    pair = socket.socketpair()
+    big = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
+    first = _one_message(pair, dumps(big))
+    arr = loads(first)
+    again = _one_message(pair, dumps(arr))
+    assert _memfd_inode(again[1]) == _memfd_inode(first[1])
+    assert np.array_equal(loads(again), big)
+    arr[7] = -1  # a private page now: the memfd no longer holds this array
+    changed = loads(_one_message(pair, dumps(arr)))
+    assert changed[7] == -1 and big[7] == 7 and loads(again)[7] == 7
+    for sock in pair:
+        sock.close()
+
+
+def test_memfd_whose_size_is_not_sealed_is_copied_on_arrival():
+    """A memfd frame is mapped shared (no copy) only when its size is sealed: one its
+    sender could still truncate is copied, so that the receiver can never get SIGBUS."""
+    import array
+    import os
+
+    a, b = socket.socketpair()
+    size = 2 << 20
+    fd = os.memfd_create("test-frame")
+    os.write(fd, b"x" * size)
+    a.sendmsg([(1).to_bytes(4, "little") + ((1 << 63) | size).to_bytes(8, "little")],
+              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    reader = FrameReader(unix=True)
+    while not reader.messages:
+        assert reader.feed_from(b)
+    (frame,) = reader.messages.popleft()
+    os.ftruncate(fd, 0)  # the sender takes the pages back
+    assert frame[:] == b"x" * size
+    for closing in (a, b, reader):
+        closing.close()
+    os.close(fd)
 
 
 def test_descriptors_before_auth_are_refused_and_closed():

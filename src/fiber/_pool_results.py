@@ -1,8 +1,12 @@
 """Result objects of a pool: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.
 
-Results arrive on the hub thread as frames (``deliver``); they are unpickled in the
+Results arrive as frames (``deliver``, under the hub's lock); they are unpickled in the
 thread that asks for them (``get``/``next``), or on the pool's callback thread when a
 callback needs the value, so that the hub never runs user code.
+
+A thread that waits for a result serves the hub's connections meanwhile
+(``Server.wait_serving``): the worker's message wakes it directly, and the hub thread
+sleeps on. Whatever completes a result on another thread nudges it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 from .errors import TimeoutError
 from .transport.remote import unpack_exception
 from .transport.serialization import loads
+from .transport.server import Server
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "CallbackThread"]
@@ -64,17 +69,26 @@ class _Flag:
     """A one-shot event on a bare lock: cheaper to create, set and wait for than
     ``threading.Event``, which matters once per task."""
 
-    __slots__ = ("_lock", "_set")
+    __slots__ = ("_lock", "_set", "_server")
 
-    def __init__(self) -> None:
+    def __init__(self, server: Optional[Server] = None) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
         self._set = False
+        self._server = server
 
     def set(self) -> None:
         if not self._set:
             self._set = True
             self._lock.release()
+            if self._server is not None:
+                self._server.nudge()
+
+    def wait_serving(self, timeout: Optional[float]) -> bool:
+        """``wait``, serving the hub's connections meanwhile when this thread can."""
+        if self._server is None:
+            return self.wait(timeout)
+        return self._server.wait_serving(self.is_set, timeout, self.wait)
 
     def is_set(self) -> bool:
         return self._set
@@ -91,8 +105,8 @@ class ApplyResult:
     """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
 
     def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
-                 error_callback: Callback = None) -> None:
-        self._event = _Flag()
+                 error_callback: Callback = None, server: Optional[Server] = None) -> None:
+        self._event = _Flag(server)
         self._callbacks = callbacks
         self._callback = callback
         self._error_callback = error_callback
@@ -137,7 +151,7 @@ class ApplyResult:
         return self._event.is_set()
 
     def wait(self, timeout: Optional[float] = None) -> None:
-        self._event.wait(timeout)
+        self._event.wait_serving(timeout)
 
     def successful(self) -> bool:
         """Whether the call completed without raising.
@@ -155,7 +169,7 @@ class ApplyResult:
         Raises:
             fiber.TimeoutError (a multiprocessing.TimeoutError): not ready in time.
         """
-        if not self._event.wait(timeout):
+        if not self._event.wait_serving(timeout):
             raise TimeoutError(f"result not ready within {timeout} s")
         ok, value = self._outcome()
         if ok:
@@ -170,8 +184,9 @@ class MapResult(ApplyResult):
     """The result of ``map_async``: chunks are put together in order."""
 
     def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
-                 callback: Callback = None, error_callback: Callback = None) -> None:
-        super().__init__(callbacks, callback, error_callback)
+                 callback: Callback = None, error_callback: Callback = None,
+                 server: Optional[Server] = None) -> None:
+        super().__init__(callbacks, callback, error_callback, server)
         self._chunks: List[Any] = [None] * chunks
         self._missing = chunks
         self._length = length
@@ -220,8 +235,9 @@ class IMapIterator:
     _ordered = True
 
     def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
-                 window: int) -> None:
+                 window: int, server: Optional[Server] = None) -> None:
         self._submit = submit
+        self._server = server
         self._chunks = chunks
         self._window = window
         self._submitted = 0
@@ -250,11 +266,19 @@ class IMapIterator:
             if not self._ordered:
                 self._order.append(index)
             self._cond.notify_all()
+        if self._server is not None:
+            self._server.nudge()
+
+    def _wait(self, timeout: Optional[float]) -> bool:
+        with self._cond:
+            return self._cond.wait_for(self._available, timeout)
 
     def _take(self, timeout: Optional[float]) -> Tuple[bool, List[Any]]:
+        ready = (self._wait(timeout) if self._server is None
+                 else self._server.wait_serving(self._available, timeout, self._wait))
+        if not ready:
+            raise TimeoutError(f"no result within {timeout} s")
         with self._cond:
-            if not self._cond.wait_for(self._available, timeout):
-                raise TimeoutError(f"no result within {timeout} s")
             if self._ordered:
                 key = self._consumed
             else:

@@ -12,9 +12,10 @@
                                               charged an attempt; after max retries it
                                               fails with WorkerLostError
 
-Everything here runs under the hub's lock (the hub thread for messages from workers, the
-caller's thread for submissions), so a submitted task is written to an idle worker's
-socket by the caller itself, with no thread hop. A task's result is accepted once: a
+Everything here runs under the hub's lock (for messages from workers, the hub thread or
+a thread waiting for a result, see ``Server.wait_serving``; for submissions, the caller's
+thread), so a submitted task is written to an idle worker's socket by the caller itself,
+with no thread hop. A task's result is accepted once: a
 duplicate (from a worker presumed dead) is ignored.
 """
 

@@ -5,7 +5,9 @@
     caller thread ── apply_async/map/imap ──▶ pickle (function once, args per task)
                                               └─▶ PoolService.submit (under the hub lock;
                                                   written to idle workers right away)
-    hub thread ◀── results from workers ─────── result objects (frames, unpickled on get)
+    results from workers ──▶ result objects (frames, unpickled on get), read by the
+        thread waiting in get()/next() (Server.wait_serving: no hand-off between threads;
+        apply and short maps are queued while it serves), else by the hub thread
     maintainer thread (one per pool): starts workers (one backend submit for many),
         watches their sentinels, replaces the lost, stops the pool when it is done
     callback thread (started on first use): runs callback / error_callback in order
@@ -46,6 +48,7 @@ from .errors import BrokenPoolError, PoolTerminatedError
 from .process import start_all, terminate_all
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
+from .transport.server import Serving
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
@@ -53,6 +56,7 @@ __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 _MAX_STARTUP_FAILURES = 3
 _FUNCTION_CACHE = 256
+_SLICE = 256  # tasks queued at a time after the first slice (see _PoolCore.submit)
 
 
 def _label(fn: Any) -> str:
@@ -150,8 +154,17 @@ class _PoolCore:
             raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
 
     def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
-               job: Any, label: str) -> List[Task]:
-        """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone."""
+               job: Any, label: str, serving: Optional[Serving] = None) -> List[Task]:
+        """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
+
+        Tasks are pickled and queued in slices, so that the workers start on the first
+        ones while the rest of a long map is being pickled (5,000 tasks take ~50 ms).
+        ``serving`` (the hub's, of a caller that waits for the result next) is started
+        just before the last slice is queued, once every item is pickled.
+
+        Raises:
+            ValueError, BrokenPoolError: the pool is not running (nothing was queued).
+        """
         with self.hub.lock:
             self.check_running()
             try:
@@ -160,21 +173,49 @@ class _PoolCore:
                 for index, _ in items:
                     job.deliver(index, False, dumps(pack_exception(e)))
                 return []
+            self.service.function_refs[fid] += 1  # kept while tasks are being queued
         tasks: List[Task] = []
-        for index, data in items:
-            try:
-                frames = dumps((mode, data))
-            except Exception as e:
-                job.deliver(index, False, dumps(pack_exception(e)))
-                continue
-            tasks.append(Task(next(self._task_ids), job, index, fid, frames,
-                              f"{label} (task {index})"))
-        with self.hub.lock:
-            self.check_running()
-            if not tasks:
+        pending: List[Task] = []
+        source = iter(items)
+        try:
+            for index, data in source:
+                try:
+                    frames = dumps((mode, data))
+                except Exception as e:
+                    job.deliver(index, False, dumps(pack_exception(e)))
+                    continue
+                pending.append(Task(next(self._task_ids), job, index, fid, frames,
+                                    f"{label} (task {index})"))
+                if len(pending) >= (_SLICE if tasks else self.window):
+                    # the hub thread serves while later slices are pickled (this thread
+                    # would read nothing then: heartbeats must not go unread)
+                    self._enqueue(pending, tasks, job, source, None)
+                    pending = []
+            self._enqueue(pending, tasks, job, source, serving)
+        finally:
+            with self.hub.lock:
+                self.service.function_refs[fid] -= 1
                 self.service.release_function(fid)
-            self.service.submit(tasks)
         return tasks
+
+    def _enqueue(self, pending: List[Task], tasks: List[Task], job: Any,
+                 rest: Iterator[Tuple[int, Any]], serving: Optional[Serving]) -> None:
+        """Queue a slice of tasks; if the pool stopped after an earlier slice, the slice
+        and the items not pickled yet fail with the reason (their result must come)."""
+        if serving is not None:
+            serving.start()
+        with self.hub.lock:
+            try:
+                self.check_running()
+            except Exception as e:
+                if not tasks:
+                    raise
+                record = dumps(pack_exception(e))
+                for index in [t.index for t in pending] + [i for i, _ in rest]:
+                    job.deliver(index, False, record)
+                return
+            self.service.submit(pending)
+        tasks.extend(pending)
 
     def cancel(self, task: Task) -> bool:
         """Withdraw a task no worker holds yet; False once it was handed out."""
@@ -354,7 +395,13 @@ class Pool:
     def apply(self, func: Callable[..., Any], args: Iterable[Any] = (),
               kwds: Optional[Mapping[str, Any]] = None) -> Any:
         """Call ``func(*args, **kwds)`` in a worker and return its result."""
-        return self.apply_async(func, args, kwds).get()
+        # Queued while this thread serves the hub: a result quicker than our way from the
+        # submission to get() still wakes this thread, not the hub thread.
+        serving = self._core.hub.serving()
+        try:
+            return self._apply_async(func, args, kwds, None, None, serving).get()
+        finally:
+            serving.stop()
 
     def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (),
                     kwds: Optional[Mapping[str, Any]] = None,
@@ -366,11 +413,16 @@ class Pool:
         Raises:
             ValueError: the pool was closed or terminated.
         """
+        return self._apply_async(func, args, kwds, callback, error_callback)
+
+    def _apply_async(self, func: Callable[..., Any], args: Iterable[Any],
+                     kwds: Optional[Mapping[str, Any]], callback: Any, error_callback: Any,
+                     serving: Optional[Serving] = None) -> ApplyResult:
         core = self._core
         core.check_running()
-        result = ApplyResult(core.callbacks, callback, error_callback)
+        result = ApplyResult(core.callbacks, callback, error_callback, core.hub)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
-                    f"apply({_label(func)})")
+                    f"apply({_label(func)})", serving)
         return result
 
     # -- map -----------------------------------------------------------------------------
@@ -388,18 +440,28 @@ class Pool:
 
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],
                    chunksize: Optional[int], mode: int, callback: Any,
-                   error_callback: Any) -> MapResult:
+                   error_callback: Any, wait: bool = False) -> Any:
+        """The MapResult, or with ``wait`` its value."""
         core = self._core
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
-        result = MapResult(core.callbacks, len(chunks), length, callback, error_callback)
-        core.submit(func, mode, enumerate(chunks), result, f"map({_label(func)})")
-        return result
+        result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
+                           core.hub)
+        # A short map waited for at once is queued while this thread serves the hub (see
+        # apply); a long one is not: results must be taken in while the rest is pickled.
+        serving = core.hub.serving() if wait and len(chunks) <= core.window else None
+        try:
+            core.submit(func, mode, enumerate(chunks), result, f"map({_label(func)})",
+                        serving)
+            return result.get() if wait else result
+        finally:
+            if serving is not None:
+                serving.stop()
 
     def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
             chunksize: Optional[int] = None) -> List[Any]:
         """``[func(x) for x in iterable]`` computed by the workers, in order."""
-        return self._map_async(func, iterable, chunksize, MAP, None, None).get()
+        return self._map_async(func, iterable, chunksize, MAP, None, None, wait=True)
 
     def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
                   chunksize: Optional[int] = None, callback: Any = None,
@@ -409,7 +471,7 @@ class Pool:
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None) -> List[Any]:
         """``[func(*args) for args in iterable]`` computed by the workers, in order."""
-        return self._map_async(func, iterable, chunksize, STARMAP, None, None).get()
+        return self._map_async(func, iterable, chunksize, STARMAP, None, None, wait=True)
 
     def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                       chunksize: Optional[int] = None, callback: Any = None,
@@ -431,7 +493,7 @@ class Pool:
             core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({_label(func)})")
 
         holder.append(cls.__new__(cls))
-        cls.__init__(holder[0], submit, chunks, core.window)
+        cls.__init__(holder[0], submit, chunks, core.window, core.hub)
         return holder[0]
 
     def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],

@@ -6,7 +6,8 @@ no helper thread in between. It reads nothing until the server proved it holds t
 A closed or broken connection raises :class:`ConnectionLost`; a client never reconnects on
 its own.
 
-In the process that runs the server, :class:`LocalClient` calls the services directly.
+In the process that runs the server, :class:`LocalClient` calls the services directly, and
+waits for a reply by serving the server's connections itself (``Server.wait_serving``).
 
 :func:`get_client` caches one client per thread and address. The first connection a
 process makes to a server is its *anchor*, kept open until the process ends, so that the
@@ -65,7 +66,8 @@ class Client:
             self.sock = connect(address, timeout)
         except OSError as e:
             raise ConnectionLost(f"cannot connect: {e}", address) from None
-        self._reader = FrameReader(unix=self.sock.family == socket.AF_UNIX)
+        self._unix = self.sock.family == socket.AF_UNIX
+        self._reader = FrameReader(unix=self._unix)
         try:
             tune(self.sock, *heartbeat)
             self._handshake(anchor, timeout)
@@ -109,7 +111,7 @@ class Client:
         if self.lost:
             raise ConnectionLost("connection lost", self.address)
         try:
-            send_frames(self.sock, frames)
+            send_frames(self.sock, frames, self._unix)
         except OSError as e:
             self.lost = True
             raise ConnectionLost(f"send failed: {e}", self.address) from None
@@ -119,12 +121,17 @@ class Client:
         reader = self._reader
         deadline = None if timeout is None else time.monotonic() + timeout
         while not reader.messages:
+            flags = 0
             if deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
-                if not select.select([self.sock], [], [], left)[0]:
+                if left == 0:
+                    flags = socket.MSG_DONTWAIT  # a poll: one syscall, not select + recv
+                elif not select.select([self.sock], [], [], left)[0]:
                     return None
             try:
-                alive = reader.feed_from(self.sock)
+                alive = reader.feed_from(self.sock, flags)
+            except BlockingIOError:
+                return None
             except (OSError, ProtocolError) as e:
                 self.lost = True
                 raise ConnectionLost(f"connection lost: {e}", self.address) from None
@@ -190,19 +197,26 @@ class LocalClient:
         peer = server.local_peer()
         req_id = struct.pack("<Q", next(self._ids))
         payload = _own(frames)
+        replies = peer.replies
+
+        def wait(left: Optional[float]) -> bool:
+            with server.lock:
+                return peer.cond.wait_for(lambda: req_id in replies, left)
+
         with server.lock:
             server.dispatch(peer, service, op, req_id, payload)
-            try:
-                if not peer.cond.wait_for(lambda: req_id in peer.replies, timeout):
-                    raise TimeoutError(f"no reply from {service!r} within {timeout} s")
-            except BaseException:
-                got = peer.replies.pop(req_id, None)
+        try:
+            if not server.wait_serving(lambda: req_id in replies, timeout, wait):
+                raise TimeoutError(f"no reply from {service!r} within {timeout} s")
+        except BaseException:
+            with server.lock:
+                got = replies.pop(req_id, None)
                 if got is None and on_late is not None:
                     peer.late[req_id] = on_late
                 elif got is not None and on_late is not None:
                     on_late(*got)  # answered just as we gave up: hand it back
-                raise
-            return peer.replies.pop(req_id)
+            raise
+        return replies.pop(req_id)
 
     def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
         server = self._server

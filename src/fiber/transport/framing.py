@@ -9,10 +9,10 @@ joined string) and large frames are read with ``recv_into`` straight into a ``by
 of their size: one copy from the kernel, and a writable buffer for numpy at the end.
 
 On a Unix socket (a peer on the same host) a frame of 1 MiB or more does not go through
-the socket at all: it is copied once into a memfd whose descriptor travels with the
-message (``SCM_RIGHTS``), its length marked by the top bit, and the receiver maps it
-(private, writable) without a copy. A 100 MB array then costs one ``memcpy`` each way
-instead of two copies through the kernel in small pieces.
+the socket at all: it travels as a sealed memfd (see :mod:`.memfd`) whose descriptor goes
+with the message (``SCM_RIGHTS``), its length marked by the top bit; the receiver maps it
+without a copy. A 100 MB array then costs one ``memcpy`` each way instead of two copies
+through the kernel in small pieces, and none when a received array is sent on unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import socket
 import struct
 from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
+from . import memfd
+
 __all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES"]
 
 MAX_FRAMES = 65536
@@ -38,7 +40,7 @@ _SHM_MIN = 1 << 20  # frames this large go through a memfd on Unix sockets
 _SHM_FLAG = 1 << 63
 _MAX_FDS = 64
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
-_HAS_MEMFD = hasattr(os, "memfd_create")
+_MSG_CTRUNC = int(socket.MSG_CTRUNC)  # a plain int: enum arithmetic costs ~1 us a message
 
 
 class ProtocolError(Exception):
@@ -46,34 +48,18 @@ class ProtocolError(Exception):
 
 
 @functools.lru_cache(maxsize=256)
-def _struct(fmt: str) -> struct.Struct:
-    return struct.Struct(fmt)
-
-
 def _header(n: int) -> struct.Struct:
     """Frame count and lengths of an ``n``-frame message."""
-    return _struct(f"<I{n}Q")
+    return struct.Struct(f"<I{n}Q")
 
 
+@functools.lru_cache(maxsize=256)
 def _lengths_struct(n: int) -> struct.Struct:
-    return _struct(f"<{n}Q")
+    return struct.Struct(f"<{n}Q")
 
 
 def _nbytes(frame: Any) -> int:
     return len(frame) if type(frame) is bytes else memoryview(frame).nbytes
-
-
-def _to_memfd(frame: Any, size: int) -> int:
-    fd = os.memfd_create("fiber-frame", os.MFD_CLOEXEC)  # type: ignore[attr-defined]
-    try:
-        view = memoryview(frame).cast("B")
-        written = 0
-        while written < size:
-            written += os.write(fd, view[written:])
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 #: What a message becomes on the way out: buffers, and descriptors to send with them.
@@ -83,18 +69,21 @@ Encoded = Tuple[List[Any], List[int]]
 def encode(frames: Sequence[Any], unix: bool = False) -> Encoded:
     """The buffers of one message (small ones joined) and the memfds of its big frames."""
     lengths = list(map(_nbytes, frames))
+    total = sum(lengths)
     fds: List[int] = []
-    body: List[Any] = list(frames)
-    if unix and _HAS_MEMFD and max(lengths, default=0) >= _SHM_MIN:
+    body: Sequence[Any] = frames
+    if unix and total >= _SHM_MIN and memfd.AVAILABLE and max(lengths) >= _SHM_MIN:
         body = []
+        total = 0
         for i, (frame, size) in enumerate(zip(frames, lengths)):
             if size >= _SHM_MIN and len(fds) < _MAX_FDS:
-                fds.append(_to_memfd(frame, size))
+                fds.append(memfd.to_memfd(frame, size))
                 lengths[i] = size | _SHM_FLAG
             else:
                 body.append(frame)
-    header = _header(len(frames)).pack(len(frames), *lengths)
-    if sum(map(_nbytes, body)) <= _SMALL:
+                total += size
+    header = _header(len(lengths)).pack(len(lengths), *lengths)
+    if total <= _SMALL:
         return [header + b"".join(body)], fds
     return [header, *body], fds
 
@@ -124,9 +113,12 @@ def _advance(bufs: Deque[Any], sent: int) -> None:
         bufs.popleft()
 
 
-def send_frames(sock: socket.socket, frames: Sequence[Any]) -> None:
-    """Write one message on a blocking socket."""
-    buffers, fds = encode(frames, sock.family == socket.AF_UNIX)
+def send_frames(sock: socket.socket, frames: Sequence[Any], unix: Optional[bool] = None) -> None:
+    """Write one message on a blocking socket (``unix``: whether it is an AF_UNIX one,
+    which callers that send often pass: ``sock.family`` builds an enum at every call)."""
+    if unix is None:
+        unix = sock.family == socket.AF_UNIX
+    buffers, fds = encode(frames, unix)
     try:
         if len(buffers) == 1 and not fds:
             sock.sendall(buffers[0])
@@ -205,28 +197,29 @@ class FrameReader:
         self._fds: Deque[int] = collections.deque()
         self.messages: Deque[List[Any]] = collections.deque()
 
-    def _recv_into(self, sock: socket.socket, view: memoryview) -> int:
+    def _recv_into(self, sock: socket.socket, view: memoryview, flags: int) -> int:
         if not self.unix:
-            return sock.recv_into(view)
-        n, ancdata, flags, _ = sock.recvmsg_into([view], _ANCILLARY)
+            return sock.recv_into(view, 0, flags)
+        n, ancdata, flags, _ = sock.recvmsg_into([view], _ANCILLARY, flags)
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
                 self._fds.extend(fds)
-        if flags & socket.MSG_CTRUNC:
+        if flags & _MSG_CTRUNC:
             raise ProtocolError("too many descriptors in one message")
         return int(n)
 
-    def feed_from(self, sock: socket.socket) -> bool:
-        """Read what is available (one ``recv``); False at end of stream.
+    def feed_from(self, sock: socket.socket, flags: int = 0) -> bool:
+        """Read what is available (one ``recv`` with ``flags``); False at end of stream.
 
         Raises:
             ProtocolError: malformed or over-limit message.
-            BlockingIOError: nothing to read on a non-blocking socket.
+            BlockingIOError: nothing to read on a non-blocking socket (or with
+                ``MSG_DONTWAIT``).
         """
         if self._big is not None:
-            n = self._recv_into(sock, memoryview(self._big)[self._big_filled:])
+            n = self._recv_into(sock, memoryview(self._big)[self._big_filled:], flags)
             if n == 0:
                 return False
             self._big_filled += n
@@ -235,7 +228,7 @@ class FrameReader:
                 self._big = None
                 self._parse()
             return True
-        n = self._recv_into(sock, memoryview(self._scratch))
+        n = self._recv_into(sock, memoryview(self._scratch), flags)
         if n == 0:
             return False
         self._buf += memoryview(self._scratch)[:n]
@@ -265,17 +258,13 @@ class FrameReader:
         self._frames = []
         return size
 
-    def _mapped(self, size: int) -> mmap.mmap:
+    def _mapped(self, size: int) -> Union[mmap.mmap, bytearray]:
         if not self.unix or not self._fds:
             raise ProtocolError("a shared-memory frame without its descriptor")
-        fd = self._fds.popleft()
         try:
-            if os.fstat(fd).st_size < size:
-                raise ProtocolError("shared-memory frame shorter than announced")
-            flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
-            return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+            return memfd.receive(self._fds.popleft(), size)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
 
     def _parse(self) -> None:
         buf = self._buf

@@ -1,0 +1,89 @@
+"""Round-trip latency of a pool's ``apply`` and of a ``Pipe`` echo, against multiprocessing.
+
+    .venv/bin/python benchmarks/latency.py [--calls N] [--only apply|pipe] [--fiber-only]
+
+``apply``: ``pool.apply(noop, (1,))`` on a pool of 5 workers. ``pipe``: the parent sends an
+object through a ``Pipe`` to a child that sends it back. Median and p99 in microseconds.
+``--fiber-only`` skips multiprocessing (for profiling one side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+from typing import Any, Dict, List
+
+from _common import latencies, table
+
+import fiber
+
+WORKERS = 5
+
+
+def noop(x: int) -> int:
+    return x
+
+
+def echo_child(conn: Any) -> None:
+    try:
+        while True:
+            conn.send(conn.recv())
+    except EOFError:
+        pass
+
+
+def apply_rtt(module: Any, calls: int) -> Dict[str, float]:
+    ctx = module.get_context("spawn") if module is multiprocessing else module
+    pool = ctx.Pool(WORKERS)
+    try:
+        for _ in range(3):
+            pool.map(noop, range(WORKERS * 4), chunksize=1)
+        return latencies(lambda: pool.apply(noop, (1,)), calls)
+    finally:
+        pool.terminate()
+
+
+def pipe_rtt(module: Any, calls: int) -> Dict[str, float]:
+    ctx = module.get_context("spawn") if module is multiprocessing else module
+    a, b = ctx.Pipe()
+    child = ctx.Process(target=echo_child, args=(b,))
+    child.start()
+    b.close()
+    try:
+        for _ in range(20):
+            a.send(1)
+            a.recv()
+
+        def one() -> None:
+            a.send(1)
+            a.recv()
+
+        return latencies(one, calls)
+    finally:
+        a.close()
+        child.join(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--only", choices=["apply", "pipe"])
+    parser.add_argument("--fiber-only", action="store_true")
+    args = parser.parse_args()
+    kinds = [args.only] if args.only else ["apply", "pipe"]
+    modules: List[Any] = [fiber] if args.fiber_only else [multiprocessing, fiber]
+    for kind in kinds:
+        fn = apply_rtt if kind == "apply" else pipe_rtt
+        results = [fn(m, args.calls) for m in modules]
+        if len(results) == 1:
+            table(f"{kind} round trip over {args.calls} calls (microseconds)",
+                  ["", "fiber"], [(k, results[0][k] * 1e6) for k in ("median", "p99")])
+        else:
+            lm, lf = results
+            table(f"{kind} round trip over {args.calls} calls (microseconds)",
+                  ["", "multiprocessing", "fiber", "fiber/mp"],
+                  [(k, lm[k] * 1e6, lf[k] * 1e6, lf[k] / lm[k]) for k in ("median", "p99")])
+
+
+if __name__ == "__main__":
+    main()

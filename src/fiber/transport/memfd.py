@@ -1,0 +1,160 @@
+"""Large frames between processes of one host as sealed memfds, passed on without a copy.
+
+::
+
+    sender                                   receiver
+    ──────                                   ────────
+    copy the frame into a new memfd          map it private (no copy; a write copies
+    seal it: size and content fixed           only the page written), remember
+    send the descriptor (SCM_RIGHTS) ───────▶ address -> memfd
+                                             send that mapping on, unmodified
+                                   ◀──────── (a worker returning its argument, a hub
+                                              forwarding a queue item): the same memfd
+                                              again, no copy
+
+A sealed memfd never changes, so every process that maps it sees the same bytes, and a
+mapping none of whose pages was written (``/proc/self/pagemap``: no anonymous page) holds
+exactly the memfd's content. Sealing the size also means that a mapping can never lose
+its pages under its reader (a SIGBUS); a memfd that arrives without the seals is read
+into memory of the receiver's own instead of being mapped.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import fcntl
+import mmap
+import os
+import threading
+import weakref
+from typing import Any, Dict, Optional, Tuple, Union
+
+__all__ = ["AVAILABLE", "to_memfd", "receive"]
+
+_SEALS = (getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
+          | getattr(fcntl, "F_SEAL_WRITE", 0))
+AVAILABLE = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and _SEALS != 0
+
+#: Received memfds remembered for sending on (each keeps a descriptor open).
+_MAX_KEPT = 64
+_PAGE = mmap.PAGESIZE
+_lock = threading.RLock()  # reentrant: a mapping may be freed, and forgotten, while held
+_kept: Dict[int, Tuple[int, int, weakref.ref[mmap.mmap]]] = {}  # address: (size, fd, map)
+
+
+def to_memfd(frame: Any, size: int) -> int:
+    """A sealed memfd holding ``frame``: the one it came in, when it is an unmodified
+    received mapping, else a new copy. The caller closes the descriptor."""
+    fd = _kept_memfd(frame, size)
+    if fd is not None:
+        return fd
+    fd = os.memfd_create(  # type: ignore[attr-defined]
+        "fiber-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
+    try:
+        view = memoryview(frame).cast("B")
+        written = 0
+        while written < size:
+            written += os.write(fd, view[written:])
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)  # type: ignore[attr-defined]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def receive(fd: int, size: int) -> Union[mmap.mmap, bytearray]:
+    """The frame in a received memfd (takes the descriptor: keeps or closes it).
+
+    Raises:
+        ValueError: the memfd is shorter than ``size``.
+    """
+    keep = False
+    try:
+        if os.fstat(fd).st_size < size:
+            raise ValueError("shared-memory frame shorter than announced")
+        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:  # type: ignore[attr-defined]
+            return _read_all(fd, size)
+        try:
+            mapping = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
+                                prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except PermissionError:  # kernels that refuse a writable map of a sealed memfd
+            return _read_all(fd, size)
+        keep = _keep(mapping, fd, size)
+        return mapping
+    finally:
+        if not keep:
+            os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytearray:
+    """The content of a memfd that may still change (read, so no SIGBUS is possible)."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    filled = 0
+    while filled < size:
+        n = os.preadv(fd, [view[filled:]], filled)
+        if n <= 0:
+            raise ValueError("shared-memory frame shorter than announced")
+        filled += n
+    return buf
+
+
+def _address(buf: Any) -> Optional[int]:
+    """Where a writable buffer starts in memory (None for a read-only one)."""
+    try:
+        probe = ctypes.c_char.from_buffer(buf)
+    except (TypeError, ValueError):
+        return None
+    address = ctypes.addressof(probe)
+    del probe  # releases the buffer export at once
+    return address
+
+
+def _keep(mapping: mmap.mmap, fd: int, size: int) -> bool:
+    address = _address(mapping)
+    with _lock:
+        if address is None or len(_kept) >= _MAX_KEPT:
+            return False
+        _kept[address] = (size, fd, weakref.ref(mapping, lambda _: _forget(address, fd)))
+    return True
+
+
+def _forget(address: int, fd: int) -> None:
+    """A kept mapping was freed: its descriptor goes too."""
+    with _lock:
+        entry = _kept.get(address)
+        if entry is not None and entry[1] == fd:
+            del _kept[address]
+    os.close(fd)
+
+
+def _kept_memfd(frame: Any, size: int) -> Optional[int]:
+    """A new descriptor of the memfd ``frame`` was received in, if ``frame`` is the
+    whole of that mapping and none of its pages was written since."""
+    address = _address(frame)
+    if address is None:
+        return None
+    with _lock:
+        entry = _kept.get(address)
+        if entry is None or entry[0] != size or entry[2]() is None:
+            return None
+        if not _unwritten(address, size):
+            return None
+        return os.dup(entry[1])
+
+
+def _unwritten(address: int, size: int) -> bool:
+    """Whether no page of a private file mapping was copied on write (or swapped out,
+    which only anonymous pages are): bits 63 present, 62 swapped, 61 file page."""
+    first, count = address // _PAGE, (size + _PAGE - 1) // _PAGE
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
+            data = os.pread(pagemap.fileno(), count * 8, first * 8)
+    except OSError:
+        return False
+    if len(data) != count * 8:
+        return False
+    entries = array.array("Q")
+    entries.frombytes(data)
+    return {entry >> 61 for entry in entries} <= {0, 1, 5}  # absent, or present file page
