@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from fiber.testing import netns
+from fiber.testing import _hosts, netns
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_scripts")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -44,7 +44,7 @@ def hosts() -> Iterator[netns.Hosts]:
     finally:
         index = h.index
         h.stop()
-        namespaces, links = netns._ours(index)
+        namespaces, links = _hosts._ours(index)
         assert not namespaces and not links, f"left behind: {namespaces} {links}"
 
 

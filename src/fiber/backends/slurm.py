@@ -64,7 +64,6 @@ import dataclasses
 import itertools
 import math
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -78,136 +77,32 @@ from ..errors import BackendError, ConfigError, SubmitError
 from ._base import JobHandle, JobSpec, JobState, JobStatus, JobWatcher
 from ._batch import BatchBackend, parse_job_id, render_script, split_env
 from ._common import route_to
+from ._slurm_status import (
+    PENDING_STATES,
+    SQUEUE_FORMAT,
+    array_name,
+    controller_address,
+    parse_exit_pair,
+    parse_raw_exit,
+    parse_sacct,
+    parse_squeue,
+    safe_name,
+    status_of,
+    step_status,
+)
 
-__all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_sacct",
+__all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV"]
 
 #: Set by fiber's job script to the job's own id: a process whose ``SLURM_JOB_ID`` is its
 #: own fiber job (not an allocation it was given) submits its children as jobs.
 OWN_JOB_ENV = "FIBER_SLURM_OWN_JOB"
 
-_SQUEUE_FORMAT = "JobArrayID:|,State:|,NodeList:|,Reason:|,exit_code:|"
-
-_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-            "RESV_DEL_HOLD", "POWER_UP_NODE"}
-_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING",
-            "STAGE_OUT", "UPDATE_DB"}
-_LOST = {"NODE_FAIL": "its node failed", "BOOT_FAIL": "its node failed to boot",
-         "PREEMPTED": "preempted", "REVOKED": "revoked (federation)"}
-_FAILED = {"FAILED": "", "TIMEOUT": "time limit reached", "OUT_OF_MEMORY": "out of memory",
-           "DEADLINE": "deadline reached", "SPECIAL_EXIT": "special exit"}
-
 #: A job that squeue has never shown is LOST after this many seconds.
 _UNSEEN_GRACE = 60.0
 _DEFAULT_MAX_ARRAY = 1001  # Slurm's MaxArraySize default: indices 0..1000
 _BENIGN_SCANCEL = ("Invalid job id", "already completing or completed", "Job has already finished",
                    "Job/step already completing")
-
-
-# -- parsing ----------------------------------------------------------------------------
-
-
-def parse_raw_exit(raw: str) -> Optional[int]:
-    """``squeue -O exit_code`` (a wait status: code << 8 | signal) in ``multiprocessing``
-    convention: the exit code, or minus the signal that ended the job."""
-    raw = raw.strip()
-    if not raw.lstrip("-").isdigit():
-        return None
-    status = int(raw)
-    if status < 0:
-        return None
-    sig = status & 0x7F
-    return -sig if sig else (status >> 8) & 0xFF
-
-
-def parse_exit_pair(pair: str) -> Optional[int]:
-    """Slurm's ``ExitCode`` ``"code:signal"`` (scontrol, sacct) as above."""
-    m = re.match(r"^\s*(\d+):(\d+)\s*$", pair)
-    if m is None:
-        return None
-    code, sig = int(m.group(1)), int(m.group(2))
-    return -sig if sig else code
-
-
-def parse_squeue(stdout: str) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
-    """``{job id: (state, nodes, reason, exit code)}`` from ``squeue -O`` with
-    :data:`_SQUEUE_FORMAT` (array tasks as ``<array id>_<index>``)."""
-    rows: Dict[str, Tuple[str, str, str, Optional[int]]] = {}
-    for line in stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) < 5 or not parts[0].strip():
-            continue
-        job_id, state, nodes, reason, raw = (p.strip() for p in parts[:5])
-        state = state.split()[0].upper() if state else ""
-        rows[job_id] = (state, "" if nodes in ("(null)", "None") else nodes,
-                        "" if reason in ("None", "(null)") else reason, parse_raw_exit(raw))
-    return rows
-
-
-def parse_sacct(stdout: str) -> Dict[str, Tuple[str, Optional[int]]]:
-    """``{job id: (state, exit code)}`` from ``sacct -n -P -X -o JobID,State,ExitCode``."""
-    rows: Dict[str, Tuple[str, Optional[int]]] = {}
-    for line in stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) < 3 or not parts[0].strip():
-            continue
-        state = parts[1].split()[0].upper() if parts[1].strip() else ""
-        rows[parts[0].strip()] = (state, parse_exit_pair(parts[2]))
-    return rows
-
-
-def status_of(state: str, exitcode: Optional[int], reason: str = "", nodes: str = "",
-              cancelled: Optional[str] = None) -> JobStatus:
-    """A :class:`JobStatus` from a Slurm job state; ``cancelled`` is ``"kill"`` or
-    ``"term"`` when fiber cancelled the job."""
-    if state in _PENDING:
-        return JobStatus(JobState.PENDING, None, reason)
-    if state in _RUNNING or not state:
-        return JobStatus(JobState.RUNNING, None, reason)
-    if state == "COMPLETED":
-        return JobStatus(JobState.SUCCEEDED, 0)
-    if state == "CANCELLED":
-        code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
-        who = "cancelled by fiber" if cancelled else "cancelled (scancel)"
-        return JobStatus(JobState.CANCELLED, code, who)
-    if state in _LOST:
-        where = f" ({nodes})" if nodes and state in ("NODE_FAIL", "BOOT_FAIL") else ""
-        why = f"Slurm {state}: {_LOST[state]}{where}" + (f", reason {reason}" if reason else "")
-        return JobStatus(JobState.LOST, None, why)
-    if state in _FAILED:
-        if not exitcode:  # no failure in the status word: say why from the state
-            exitcode = -signal.SIGKILL if state == "OUT_OF_MEMORY" else (
-                -signal.SIGTERM if state in ("TIMEOUT", "DEADLINE") else 1)
-        what = _FAILED[state] or (f"killed by signal {-exitcode}" if exitcode < 0
-                                  else f"exit code {exitcode}")
-        return JobStatus(JobState.FAILED, exitcode, f"Slurm {state}: {what}"
-                         + (f" ({reason})" if reason and reason != "NonZeroExitCode" else ""))
-    return JobStatus(JobState.LOST, None, f"unknown Slurm state {state!r}")
-
-
-def controller_address(config_text: str) -> str:
-    """The slurmctld host in ``scontrol show config`` output or a slurm.conf: the address
-    in parentheses (``ctl(10.0.0.2)``) if given, else the host name."""
-    for line in config_text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        m = re.match(r"^(SlurmctldHost(?:\[0\])?|ControlAddr|ControlMachine)\s*=\s*(\S+)",
-                     line, re.IGNORECASE)
-        if m:
-            value = m.group(2)
-            inner = re.search(r"\(([^)]+)\)", value)
-            if inner:
-                return inner.group(1)
-            return value.split(",")[0]
-    return ""
-
-
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
-
-
-def _array_name(names: Sequence[str]) -> str:
-    common = os.path.commonprefix(list(names)).rstrip("-_:.0123456789")
-    return common or "array"
 
 
 # -- the backend -------------------------------------------------------------------------
@@ -394,9 +289,9 @@ class SlurmBackend(BatchBackend):
     def _sbatch(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         n = len(specs)
-        prefix = _safe_name(cfg.slurm_job_name_prefix or "fiber")
-        label = specs[0].name if n == 1 else _array_name([s.name for s in specs])
-        name = f"{prefix}-{_safe_name(label)}"
+        prefix = safe_name(cfg.slurm_job_name_prefix or "fiber")
+        label = specs[0].name if n == 1 else array_name([s.name for s in specs])
+        name = f"{prefix}-{safe_name(label)}"
         out = os.path.join(self.output_dir(), "%x-%A_%a.out" if n > 1 else "%x-%j.out")
         argv = ["sbatch", "--parsable", "--no-requeue", f"--job-name={name}",
                 f"--output={out}", "--nodes=1", "--ntasks=1", *self._resource_args(specs[0])]
@@ -443,11 +338,11 @@ class SlurmBackend(BatchBackend):
     def _submit_steps(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         alloc = os.environ["SLURM_JOB_ID"]
-        prefix = _safe_name(cfg.slurm_job_name_prefix or "fiber")
+        prefix = safe_name(cfg.slurm_job_name_prefix or "fiber")
         handles: List[JobHandle] = []
         for spec in specs:
             n = next(self._step_ids)
-            name = f"{prefix}-{_safe_name(spec.name)}-{os.getpid()}.{n}"
+            name = f"{prefix}-{safe_name(spec.name)}-{os.getpid()}.{n}"
             argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", *self._resource_args(spec),
                     f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
             if cfg.slurm_time_limit:
@@ -486,7 +381,7 @@ class SlurmBackend(BatchBackend):
 
     def _squeue(self, ids: Sequence[str]) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
         argv = ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(ids)}",
-                f"--Format={_SQUEUE_FORMAT}"]
+                f"--Format={SQUEUE_FORMAT}"]
         cp = self.run_command(argv, timeout=self.query_timeout, what="squeue", check=False)
         if cp.returncode != 0:
             if "Invalid job id" in cp.stderr:  # every one of them has been purged
@@ -521,7 +416,7 @@ class SlurmBackend(BatchBackend):
                     continue
                 rec.seen = True
                 state, nodes, reason, code = row
-                if nodes and state not in _PENDING:
+                if nodes and state not in PENDING_STATES:
                     h.host = rec.handle.host = nodes
                 st = status_of(state, code, reason, nodes, rec.cancelled)
                 if st.state.finished:
@@ -590,7 +485,7 @@ class SlurmBackend(BatchBackend):
                     s.handle.host = nodes
         for s, h in zip(steps, handles):
             h.host = s.handle.host
-            out[h.job_id] = _step_status(s.popen.poll(), s.cancelled)
+            out[h.job_id] = step_status(s.popen.poll(), s.cancelled)
         return out
 
     # -- cancel --------------------------------------------------------------------------
@@ -663,19 +558,3 @@ class SlurmBackend(BatchBackend):
             except subprocess.TimeoutExpired:
                 s.popen.kill()
                 s.popen.wait()
-
-
-def _step_status(rc: Optional[int], cancelled: Optional[str]) -> JobStatus:
-    """A step's status from its ``srun``'s exit status (128 + n: the task got signal n)."""
-    if rc is None:
-        return JobStatus(JobState.RUNNING)
-    if rc == 0:
-        return JobStatus(JobState.SUCCEEDED, 0)
-    if cancelled:
-        code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
-        return JobStatus(JobState.CANCELLED, code, "cancelled by fiber")
-    if rc < 0:  # srun itself was killed
-        return JobStatus(JobState.FAILED, rc, f"srun killed by signal {-rc}")
-    if 128 < rc < 128 + 65:
-        return JobStatus(JobState.FAILED, -(rc - 128), f"killed by signal {rc - 128}")
-    return JobStatus(JobState.FAILED, rc, f"exit code {rc}")

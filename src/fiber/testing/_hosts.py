@@ -1,0 +1,539 @@
+"""Several "hosts" on one Linux machine: network namespaces joined by a bridge (root only).
+The backend that runs jobs on them is :mod:`fiber.testing.netns`, which documents both."""
+
+
+from __future__ import annotations
+
+import atexit
+import errno
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["Hosts", "HostList", "cleanup_stale", "HOSTS_ENV", "NETWORK"]
+
+#: Every address this module assigns lies in this network.
+NETWORK = ipaddress.ip_network("10.202.0.0/16")
+#: Environment variable through which jobs inherit the host list (JSON).
+HOSTS_ENV = "FIBER_NETNS_HOSTS"
+
+_PREFIX = "fbt"
+_MAX_HOSTS = 200  # host i gets .(10 + i)
+_ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable",
+                "prohibit", "blackhole", "nat", "anycast"}
+
+
+# -- running commands ---------------------------------------------------------------------
+
+
+def _fmt(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _run(argv: Sequence[str], *, check: bool = True,
+         timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run a command; with ``check``, a failure raises RuntimeError saying what and why."""
+    try:
+        cp = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        raise RuntimeError(f"command `{_fmt(argv)}` cannot run: {e} "
+                           "(netns hosts need `ip` from iproute2)") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"command `{_fmt(argv)}` did not finish within {timeout} s") from None
+    if check and cp.returncode != 0:
+        out = cp.stderr.strip() or cp.stdout.strip() or "(no output)"
+        hint = ""
+        if "Operation not permitted" in out or os.geteuid() != 0:
+            hint = " (netns hosts need root, or CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+        raise RuntimeError(
+            f"command `{_fmt(argv)}` failed with exit code {cp.returncode}: {out}{hint}")
+    return cp
+
+
+def _names_of_namespaces() -> List[str]:
+    out = _run(["ip", "netns", "list"]).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _names_of_links() -> List[str]:
+    out = _run(["ip", "-o", "link", "show"]).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.append(parts[1].strip().split("@")[0])
+    return names
+
+
+def _ours(index: Optional[int] = None) -> Tuple[Dict[int, List[str]], Dict[int, List[str]]]:
+    """Namespaces and links named like ours, by index: ({k: [ns]}, {k: [link]})."""
+    k_pat = r"\d{1,3}" if index is None else str(index)
+    ns_re = re.compile(rf"^{_PREFIX}({k_pat})-h\d+$")
+    link_re = re.compile(rf"^{_PREFIX}({k_pat})(br|h\d+)$")
+    namespaces: Dict[int, List[str]] = {}
+    links: Dict[int, List[str]] = {}
+    for name in _names_of_namespaces():
+        m = ns_re.match(name)
+        if m:
+            namespaces.setdefault(int(m.group(1)), []).append(name)
+    for name in _names_of_links():
+        m = link_re.match(name)
+        if m:
+            links.setdefault(int(m.group(1)), []).append(name)
+    return namespaces, links
+
+
+def _netns_pids(ns: str) -> List[int]:
+    cp = _run(["ip", "netns", "pids", ns], check=False)
+    return [int(tok) for tok in cp.stdout.split() if tok.isdigit()]
+
+
+def _kill_all_in(ns: str, timeout: float = 5.0) -> List[int]:
+    """SIGKILL every process in namespace ``ns``; the pids still there after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [p for p in _netns_pids(ns) if p != os.getpid()]
+        if not pids or time.monotonic() >= deadline:
+            return pids
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+def _remove(namespaces: Sequence[str], links: Sequence[str]) -> List[str]:
+    """Delete namespaces (killing their processes first) and links; the problems met."""
+    problems = []
+    for ns in namespaces:
+        left = _kill_all_in(ns)
+        if left:
+            problems.append(f"processes {left} in {ns} survived SIGKILL")
+    for ns in namespaces:
+        cp = _run(["ip", "netns", "delete", ns], check=False)
+        if cp.returncode != 0 and os.path.exists(f"/run/netns/{ns}"):
+            problems.append(f"`ip netns delete {ns}` failed: {cp.stderr.strip()}")
+    # veths first (a veth whose namespace is held by a stray process outlives `netns
+    # delete`; deleting our end deletes the pair), the bridge last.
+    existing = set(_names_of_links())
+    for link in sorted(links, key=lambda name: name.endswith("br")):
+        if link not in existing:
+            continue
+        cp = _run(["ip", "link", "delete", link], check=False)
+        if cp.returncode != 0 and link in _names_of_links():
+            problems.append(f"`ip link delete {link}` failed: {cp.stderr.strip()}")
+    return problems
+
+
+# -- index claims -------------------------------------------------------------------------
+
+
+def _lock_dir() -> str:
+    for base in ("/run", tempfile.gettempdir()):
+        path = os.path.join(base, "fiber-testing-netns")
+        try:
+            os.makedirs(path, exist_ok=True)
+            if os.access(path, os.W_OK):
+                return path
+        except OSError:
+            continue
+    raise RuntimeError("no writable directory for netns lock files (/run or the temp dir)")
+
+
+def _try_claim(index: int) -> Optional[int]:
+    """A file descriptor holding the lock of ``index``, or None when another run has it."""
+    fd = os.open(os.path.join(_lock_dir(), f"{index}.lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def _release(fd: Optional[int]) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)  # drops the flock
+        except OSError:
+            pass
+
+
+def cleanup_stale() -> List[str]:
+    """Remove hosts left behind by runs that died (their lock is free); what was removed."""
+    namespaces, links = _ours()
+    removed = []
+    for k in sorted(set(namespaces) | set(links)):
+        fd = _try_claim(k)
+        if fd is None:
+            continue  # a live run owns it
+        try:
+            _remove(namespaces.get(k, []), links.get(k, []))
+            removed += namespaces.get(k, []) + links.get(k, [])
+        finally:
+            _release(fd)
+    return removed
+
+
+def _subnet_in_use(subnet: ipaddress.IPv4Network) -> Optional[str]:
+    """The route or address of this (root) namespace that overlaps ``subnet``, if any."""
+    for line in _run(["ip", "-4", "-o", "addr", "show"]).stdout.splitlines():
+        toks = line.split()
+        if "inet" in toks:
+            iface = ipaddress.ip_interface(toks[toks.index("inet") + 1])
+            if iface.network.overlaps(subnet):
+                return f"address {iface} on {toks[1]}"
+    for line in _run(["ip", "-4", "route", "show", "table", "all"]).stdout.splitlines():
+        toks = line.split()
+        if not toks:
+            continue
+        dest = toks[1] if toks[0] in _ROUTE_TYPES and len(toks) > 1 else toks[0]
+        if dest == "default":
+            continue
+        try:
+            net = ipaddress.ip_network(dest, strict=False)
+        except ValueError:
+            continue
+        if net.overlaps(subnet):
+            return f"route {line.strip()}"
+    return None
+
+
+# -- hosts --------------------------------------------------------------------------------
+
+
+class HostList:
+    """Where jobs can be placed: ``(namespace, ip)`` per host and the master's address."""
+
+    def __init__(self, hosts: Sequence[Tuple[str, str]], root_ip: str) -> None:
+        self._hosts = [(str(n), str(a)) for n, a in hosts]
+        self._root_ip = root_ip
+
+    @property
+    def hosts(self) -> List[Tuple[str, str]]:
+        return list(self._hosts)
+
+    @property
+    def root_ip(self) -> str:
+        return self._root_ip
+
+    def exec_prefix(self, i: int) -> List[str]:
+        return ["ip", "netns", "exec", self.hosts[_check_host(i, len(self._hosts)) - 1][0]]
+
+    def to_env(self) -> str:
+        return json.dumps({"root_ip": self.root_ip, "hosts": self.hosts})
+
+    @classmethod
+    def from_env(cls, value: str) -> HostList:
+        data = json.loads(value)
+        return cls([tuple(h) for h in data["hosts"]], data["root_ip"])
+
+
+def _check_host(i: int, n: int) -> int:
+    if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i <= n:
+        raise IndexError(f"host number must be in 1..{n} (hosts are h1..h{n}), got {i!r}")
+    return i
+
+
+class Hosts:
+    """N network-namespace "hosts" on a bridge; see the module docstring.
+
+    Hosts are numbered from 1 (``h1`` .. ``hN``) in :meth:`exec_prefix`, :meth:`partition`
+    and :meth:`name`; :attr:`hosts` lists them in that order. Needs root.
+
+    Raises (from :meth:`start`):
+        RuntimeError: a setup command failed (the message names it, its exit code and its
+            stderr) or the hosts cannot reach each other; whatever was created is removed.
+    """
+
+    def __init__(self, n: int = 3, *, index: Optional[int] = None,
+                 check: bool = True) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_HOSTS:
+            raise ValueError(f"n must be in 1..{_MAX_HOSTS}, got {n!r}")
+        if index is not None and not 0 <= index <= 255:
+            raise ValueError(f"index must be in 0..255, got {index!r}")
+        self.n = n
+        self._want_index = index
+        self._check = check
+        self._k: Optional[int] = None
+        self._lock_fd: Optional[int] = None
+        self._started = False
+        self._mutex = threading.RLock()
+
+    # -- names and addresses ------------------------------------------------------------
+
+    @property
+    def index(self) -> int:
+        """The claimed ``<k>``: names ``fbt<k>...``, network 10.202.<k>.0/24."""
+        if self._k is None:
+            raise RuntimeError("Hosts not started")
+        return self._k
+
+    @property
+    def tag(self) -> str:
+        return f"{_PREFIX}{self.index}"
+
+    @property
+    def subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"{NETWORK.network_address + (self.index << 8)}/24")
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.tag}br"
+
+    @property
+    def root_ip(self) -> str:
+        """The root namespace's address on the bridge: where the master listens."""
+        return str(self.subnet.network_address + 1)
+
+    def name(self, i: int) -> str:
+        """The namespace of host ``i`` (1-based)."""
+        return f"{self.tag}-h{_check_host(i, self.n)}"
+
+    def ip(self, i: int) -> str:
+        return str(self.subnet.network_address + 10 + _check_host(i, self.n))
+
+    def veth(self, i: int) -> str:
+        """The bridge-side (root namespace) end of host ``i``'s veth pair."""
+        return f"{self.tag}h{_check_host(i, self.n)}"
+
+    @property
+    def hosts(self) -> List[Tuple[str, str]]:
+        """``(namespace, ip)`` of h1 .. hN."""
+        return [(self.name(i), self.ip(i)) for i in range(1, self.n + 1)]
+
+    def exec_prefix(self, i: int) -> List[str]:
+        """The argv prefix that runs a command in host ``i`` (1-based)."""
+        self._require_started()
+        return ["ip", "netns", "exec", self.name(i)]
+
+    def pids(self, i: int) -> List[int]:
+        """Pids of the processes running in host ``i``."""
+        self._require_started()
+        return _netns_pids(self.name(i))
+
+    def host_list(self) -> HostList:
+        self._require_started()
+        return HostList(self.hosts, self.root_ip)
+
+    def to_env(self) -> str:
+        return self.host_list().to_env()
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise RuntimeError("Hosts not started: call start() first")
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def start(self) -> Hosts:
+        """Create the bridge, the namespaces and their links (idempotent); returns self."""
+        with self._mutex:
+            if self._started:
+                return self
+            try:
+                cleanup_stale()
+                self._claim_index()
+                self._create()
+                self._started = True
+                if self._check:
+                    self.check()
+            except BaseException as e:
+                self._started = False
+                try:
+                    self.stop()
+                except Exception as cleanup_error:  # keep the first error, mention this one
+                    raise RuntimeError(f"{e}\n(cleanup after the failure also failed: "
+                                       f"{cleanup_error})") from e
+                raise
+            atexit.register(self._stop_at_exit)
+            return self
+
+    def _claim_index(self) -> None:
+        order = ([self._want_index] if self._want_index is not None
+                 else [(os.getpid() + j) % 256 for j in range(256)])
+        busy = []
+        for k in order:
+            fd = _try_claim(k)
+            if fd is None:
+                busy.append(f"{k}: claimed by another run")
+                continue
+            self._k, self._lock_fd = k, fd  # from here on, stop() cleans up index k
+            namespaces, links = _ours(k)
+            if namespaces.get(k) or links.get(k):  # left by a run that died
+                _remove(namespaces.get(k, []), links.get(k, []))
+            used = _subnet_in_use(self.subnet)
+            if used is None:
+                return
+            busy.append(f"{k}: {self.subnet} in use ({used})")
+            self._k, self._lock_fd = None, None
+            _release(fd)
+        raise RuntimeError("no free 10.202.<k>.0/24 network for netns hosts: "
+                           + "; ".join(busy[:5]) + (" ..." if len(busy) > 5 else ""))
+
+    def _create(self) -> None:
+        br = self.bridge
+        _run(["ip", "link", "add", br, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{self.root_ip}/24", "dev", br])
+        _run(["ip", "link", "set", br, "up"])
+        for i in range(1, self.n + 1):
+            ns, veth = self.name(i), self.veth(i)
+            _run(["ip", "netns", "add", ns])
+            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
+                  "netns", ns])
+            _run(["ip", "link", "set", veth, "master", br, "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"])
+            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        for i in range(1, self.n + 1):
+            self._wait_link_up(i)
+
+    def _wait_link_up(self, i: int, timeout: float = 10.0) -> None:
+        """Wait until host ``i``'s link carries packets.
+
+        The kernel applies a carrier change to a device's queue (and to its operstate) up
+        to a second later (linkwatch); a packet sent before that is dropped, so an ARP
+        request right after a reconnect is lost and connect() fails with "No route to
+        host". Wait for both ends to be operationally up and the bridge port forwarding.
+        """
+        deadline = time.monotonic() + timeout
+        sysfs = f"/sys/class/net/{self.veth(i)}"
+        while True:
+            try:
+                with open(f"{sysfs}/operstate") as f:
+                    root_up = f.read().strip() == "up"
+                with open(f"{sysfs}/brport/state") as f:
+                    forwarding = f.read().strip() == "3"  # BR_STATE_FORWARDING
+            except OSError:
+                root_up = forwarding = True  # no sysfs here: nothing to wait for
+            if root_up and forwarding:
+                out = _run(["ip", "-n", self.name(i), "-o", "link", "show", "dev", "eth0"]).stdout
+                if " state UP " in out:
+                    return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"the link of host {self.name(i)} is not up after "
+                                   f"{timeout} s (root end {self.veth(i)}: up={root_up}, "
+                                   f"forwarding={forwarding})")
+            time.sleep(0.02)
+
+    def check(self, timeout: float = 10.0) -> None:
+        """Verify TCP connectivity: every host to the root, and h2..hN to h1.
+
+        Raises:
+            RuntimeError: a connection failed (a firewall on bridged traffic, say).
+        """
+        self._require_started()
+        import socket
+
+        code = ("import socket,sys\n"
+                "for a in sys.argv[1:]:\n"
+                "    h, p = a.rsplit(':', 1)\n"
+                f"    socket.create_connection((h, int(p)), timeout={timeout!r}).close()\n")
+        listen_code = ("import socket,sys\n"
+                       "s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(64)\n"
+                       "print(s.getsockname()[1], flush=True); sys.stdin.read()\n")
+        root = socket.socket()
+        root.bind((self.root_ip, 0))
+        root.listen(64)
+        listener = subprocess.Popen(
+            self.exec_prefix(1) + [sys.executable, "-c", listen_code, self.ip(1)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert listener.stdout is not None
+            line = listener.stdout.readline().strip()
+            if not line.isdigit():
+                raise RuntimeError(f"connectivity check: no listener in {self.name(1)}: "
+                                   f"{listener.stderr.read() if listener.stderr else ''}")
+            h1 = f"{self.ip(1)}:{line}"
+            to_root = f"{self.root_ip}:{root.getsockname()[1]}"
+            for i in range(1, self.n + 1):
+                targets = [to_root] + ([h1] if i > 1 else [])
+                argv = self.exec_prefix(i) + [sys.executable, "-c", code, *targets]
+                cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                    text=True, timeout=timeout + 20)
+                if cp.returncode != 0:
+                    raise RuntimeError(
+                        f"connectivity check failed: host {self.name(i)} ({self.ip(i)}) "
+                        f"cannot connect to {' and '.join(targets)}: "
+                        f"`{_fmt(argv)}` exited with {cp.returncode}: "
+                        f"{(cp.stderr.strip().splitlines() or ['(no output)'])[-1]}. A firewall "
+                        "on bridged traffic (net.bridge.bridge-nf-call-iptables=1 with an "
+                        "iptables FORWARD policy of DROP, as Docker sets) would do this.")
+        finally:
+            root.close()
+            try:
+                listener.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                listener.kill()
+                listener.communicate()
+
+    def partition(self, i: int, on: bool = True) -> None:
+        """``on``: cut host ``i`` off the bridge (its veth goes down); else reconnect it."""
+        self._require_started()
+        _run(["ip", "link", "set", self.veth(i), "down" if on else "up"])
+        if not on:
+            self._wait_link_up(i)
+            # Forget addresses that failed to resolve while cut off, on both sides.
+            _run(["ip", "-n", self.name(i), "neigh", "flush", "dev", "eth0"], check=False)
+            _run(["ip", "neigh", "flush", "dev", self.bridge, "to", self.ip(i)], check=False)
+
+    def stop(self) -> None:
+        """Kill every process in the hosts and delete everything (idempotent).
+
+        Raises:
+            RuntimeError: something could not be removed (the message says what).
+        """
+        with self._mutex:
+            k = self._k
+            if k is None:
+                return
+            self._started = False
+            try:
+                namespaces, links = _ours(k)
+                names = sorted(set(namespaces.get(k, [])))
+                problems = _remove(names, links.get(k, []))
+                namespaces, links = _ours(k)
+                left = namespaces.get(k, []) + links.get(k, [])
+                if left:
+                    problems.append(f"still present: {left}")
+            finally:
+                _release(self._lock_fd)
+                self._k, self._lock_fd = None, None
+                atexit.unregister(self._stop_at_exit)
+            if problems:
+                raise RuntimeError("netns hosts not fully removed: " + "; ".join(problems))
+
+    def _stop_at_exit(self) -> None:
+        try:
+            self.stop()
+        except Exception as e:
+            sys.stderr.write(f"fiber.testing.netns: {e}\n")
+
+    def __enter__(self) -> Hosts:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        if self._k is None:
+            return f"<Hosts n={self.n} stopped>"
+        return f"<Hosts n={self.n} {self.tag} {self.subnet} root={self.root_ip}>"
