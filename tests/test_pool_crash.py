@@ -171,8 +171,10 @@ def test_a_task_whose_worker_was_killed_from_outside_is_retried(ctx):
         r = pool.apply_async(ph.sleep_then_pid, ("survivor", 1.0))
 
         def holders():
+            # a worker can say hello and take the task before its start() has returned,
+            # while its Process does not know its pid yet
             return [ws.process.pid for ws in pool._core._live_workers()
-                    if ws.connected and ws.pending]
+                    if ws.connected and ws.pending and ws.process.pid is not None]
 
         wait_until(lambda: len(holders()) == 1, 60, message="a worker holds the task")
         (victim,) = holders()

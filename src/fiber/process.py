@@ -200,9 +200,10 @@ class Process:
 
     def _on_finished(self, job: _Job, status: JobStatus) -> None:
         log("%s ended: %s %s", self._name, status.state.value, status.reason)
-        if status.state is JobState.FAILED and job.remote_pid is None and status.reason:
-            # the cluster could not run it (bad image, no node fits...): say why, as a
-            # child's own traceback would have
+        if (status.state is JobState.FAILED and status.exitcode is None
+                and job.remote_pid is None and status.reason):
+            # the cluster never ran it (bad image, no node fits...): say why, as a child's
+            # own traceback would have
             sys.stderr.write(f"fiber: the job of {self._name} failed before it started: "
                              f"{status.reason}\n")
         job.finish(status)
