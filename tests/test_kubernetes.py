@@ -425,7 +425,7 @@ def test_master_pod_owns_its_workers_and_deleting_it_deletes_them(api):
 
         def result() -> bool:
             try:
-                text = api.read_namespaced_pod_log(name, NAMESPACE)
+                text = api.read_namespaced_pod_log(name, NAMESPACE) or ""  # None: no output yet
             except Exception:
                 return False
             lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]

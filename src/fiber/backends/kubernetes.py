@@ -346,9 +346,10 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             text = ""
             if st.state is not JobState.LOST and not st.reason.startswith("pod deleted"):
                 try:
-                    text = str(cluster.api.read_namespaced_pod_log(
+                    text = (cluster.api.read_namespaced_pod_log(
                         job.job_id, cluster.namespace, container=CONTAINER,
-                        tail_lines=_LOG_TAIL, _request_timeout=cfg.kubernetes_timeout))
+                        tail_lines=_LOG_TAIL, _request_timeout=cfg.kubernetes_timeout)
+                        or "")  # the client gives None for a pod that printed nothing
                 except Exception:
                     text = ""
             self._keep_log(job.job_id, text)
@@ -371,9 +372,9 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             cluster = self._cluster(cfg)
             try:
                 kwargs = {"tail_lines": tail} if tail is not None else {}
-                kept = str(cluster.api.read_namespaced_pod_log(
+                kept = (cluster.api.read_namespaced_pod_log(
                     job.job_id, job.namespace, container=CONTAINER,
-                    _request_timeout=cfg.kubernetes_timeout, **kwargs))
+                    _request_timeout=cfg.kubernetes_timeout, **kwargs) or "")
             except Exception as e:
                 if not is_not_found(e) and getattr(e, "status", None) != 400:
                     raise BackendError(f"cannot read the logs of {handle.job_id}: "
