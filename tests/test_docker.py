@@ -26,7 +26,7 @@ import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
-from conftest import IN_CI, wait_until
+from conftest import unusable, wait_until
 
 import fiber
 from fiber.backends import JobSpec, get_backend
@@ -34,6 +34,7 @@ from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
 from fiber.errors import ConfigError, ProcessError, SubmitError
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
+ENGINE = "the Docker engine"  # what tests/conftest.unusable names
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(TESTS, "docker_scripts")
 
@@ -91,29 +92,23 @@ def slow_square(x: int) -> int:
 # -- fixtures -----------------------------------------------------------------------------
 
 
-def _unusable(why: str) -> None:
-    if IN_CI:
-        pytest.fail(f"the Docker engine is unusable under CI=true: {why}")
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
     """A client of the test engine (the one the backend uses: DOCKER_HOST)."""
     try:
         import docker
     except ImportError:
-        _unusable("the Docker SDK for Python is not installed (pip install docker)")
+        unusable(ENGINE, "the Docker SDK for Python is not installed (pip install docker)")
     where = os.environ.get("DOCKER_HOST", "the default socket")
     try:
         api = docker.APIClient(version="auto", timeout=30, **docker.utils.kwargs_from_env())
     except Exception as e:
-        _unusable(f"no Docker engine at {where}: {e}")
+        unusable(ENGINE, f"no Docker engine at {where}: {e}")
     try:
         api.inspect_image(IMAGE)
     except Exception as e:
         api.close()
-        _unusable(f"image {IMAGE} is not on the engine at {where} "
+        unusable(ENGINE, f"image {IMAGE} is not on the engine at {where} "
                   f"(scripts/container-engine.sh image): {e}")
     yield api
     api.close()

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 import yaml
-from conftest import IN_CI, wait_until
+from conftest import unusable, wait_until
 
 import fiber
 from fiber.backends import JobSpec, Resources, get_backend
@@ -39,6 +39,7 @@ from fiber.backends.kubernetes import (
 from fiber.errors import ConfigError, SubmitError
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
+NODE = "the Kubernetes test node"  # what tests/conftest.unusable names
 NAMESPACE = os.environ.get("FIBER_KUBERNETES_NAMESPACE") or "fiber-test"
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
@@ -243,25 +244,19 @@ def test_no_credentials_is_a_clear_error(tmp_path, monkeypatch):
 # -- on the node ------------------------------------------------------------------------
 
 
-def _unusable(why: str) -> None:
-    if IN_CI:
-        pytest.fail(f"the Kubernetes test node is unusable under CI=true: {why}")
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def api() -> Iterator[Any]:
     """A client of the test cluster (the one the backend uses: KUBECONFIG)."""
     try:
         import kubernetes
     except ImportError:
-        _unusable("the Kubernetes client is not installed (pip install kubernetes)")
+        unusable(NODE, "the Kubernetes client is not installed (pip install kubernetes)")
     try:
         kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
         core = kubernetes.client.CoreV1Api()
         core.read_namespace(NAMESPACE, _request_timeout=10)
     except Exception as e:
-        _unusable(f"no usable cluster at KUBECONFIG={os.environ.get('KUBECONFIG')} with "
+        unusable(NODE, f"no usable cluster at KUBECONFIG={os.environ.get('KUBECONFIG')} with "
                   f"namespace {NAMESPACE} (scripts/k8s-node.sh start && eval "
                   f"\"$(scripts/k8s-node.sh test-env)\"): {e}")
     yield core
