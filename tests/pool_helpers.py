@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from typing import Any, Optional, Tuple
 
 import fiber
@@ -28,9 +29,14 @@ def with_pid(x: Any) -> Tuple[Any, int]:
     return x, os.getpid()
 
 
+_IMPORTED = uuid.uuid4().hex[:8]  # differs between containers that share a hostname and pids
+
+
 def process_key() -> str:
-    """This process, uniquely across hosts and pods (each pod has its own pid 7)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process, uniquely across hosts, pods and containers (each pod or container has its
+    own pid namespace, so the same few pids; containers on host networking share a hostname).
+    A process forked after this module was imported keeps the token but has its own pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_IMPORTED}"
 
 
 def with_process_key(x: Any) -> Tuple[Any, str]:
@@ -40,6 +46,11 @@ def with_process_key(x: Any) -> Tuple[Any, str]:
 def sleep_then_pid(x: Any, seconds: float = 0.01) -> Tuple[Any, int]:
     time.sleep(seconds)
     return x, os.getpid()
+
+
+def sleep_then_key(x: Any, seconds: float = 0.01) -> Tuple[Any, str]:
+    time.sleep(seconds)
+    return x, process_key()
 
 
 def sleep_return(x: Any, seconds: float) -> Any:
