@@ -189,3 +189,20 @@ def test_pool_across_hosts(hosts: netns.Hosts) -> None:
     assert r["victim_seen_lost"] and r["victim_exitcode"] == -9, r
     # the pool replaced the worker and goes on
     assert r["replaced"] and r["third_ok"] and not r["third_pids_include_victim"], r
+
+
+def test_connect_retries_a_missing_route_for_a_moment_only() -> None:
+    """A pod's route can be missing for a moment after it starts: connect retries EHOSTUNREACH
+    for a few seconds, then gives up; a refused connection fails at once."""
+    script = os.path.join(SCRIPTS, "mh_unreachable.py")
+    cp = subprocess.run(["unshare", "-n", sys.executable, script], capture_output=True,
+                        text=True, timeout=SCRIPT_TIMEOUT)
+    lines = [x for x in cp.stdout.splitlines() if x.startswith("RESULT ")]
+    if cp.returncode != 0 and not lines and "unshare" in cp.stderr:
+        unusable("a network namespace (unshare -n, root)", cp.stderr.strip())
+    assert cp.returncode == 0 and lines, cp.stderr
+    r = json.loads(lines[-1][len("RESULT "):])
+    assert r["for_good"]["outcome"] == "EHOSTUNREACH" and 2.5 < r["for_good"]["seconds"] < 10, r
+    assert r["for_a_moment"]["outcome"] == "connected", r
+    assert 0.9 < r["for_a_moment"]["seconds"] < 2.5, r
+    assert r["refused"]["outcome"] == "ECONNREFUSED" and r["refused"]["seconds"] < 1, r

@@ -14,12 +14,17 @@ by ``TCP_USER_TIMEOUT``.
 
 from __future__ import annotations
 
+import errno
 import secrets
 import socket
 import sys
+import time
 from typing import List, Optional, Tuple
 
 __all__ = ["tune", "listen", "connect", "split_address"]
+
+_TRANSIENT = (errno.EHOSTUNREACH, errno.ENETUNREACH)
+_UNREACHABLE_RETRY_S = 3.0
 
 
 def tune(sock: socket.socket, heartbeat_s: float, timeout_s: float) -> None:
@@ -92,4 +97,14 @@ def connect(address: str, timeout: float) -> socket.socket:
         except OSError:
             unix.close()
     host, port = split_address(address)
-    return socket.create_connection((host, port), timeout=timeout)
+    # A route or neighbour entry can be missing for a moment (a pod's network set up
+    # just now, its IP reused from a pod deleted a moment ago): that is retried for a
+    # few seconds. A refused connection is not: nothing listens there.
+    deadline = time.monotonic() + min(timeout, _UNREACHABLE_RETRY_S)
+    while True:
+        try:
+            return socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            if e.errno not in _TRANSIENT or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)
