@@ -106,7 +106,7 @@ def _children() -> set:
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if any("resource_tracker" in word or word == "fiber.backends._forkserver"
+            if any("resource_tracker" in word or word == "fiber.backends._forkserver_template"
                    for word in p.cmdline()):
                 continue
         except psutil.Error:

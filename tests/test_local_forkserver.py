@@ -353,7 +353,7 @@ def test_a_template_that_cannot_start_falls_back_clearly(local, tmp_path, monkey
     finally:
         _forkserver._failed = None  # let the next tests use a fork server again
         for proc in psutil.Process().children():
-            if "fiber.backends._forkserver" in proc.cmdline():
+            if _forkserver.MODULE in proc.cmdline():
                 assert _wait_gone(proc.pid, 10), "a template that failed was left running"
 
 
@@ -468,7 +468,7 @@ def test_no_secret_on_any_command_line_or_in_the_templates_environment(local):
             with open(f"/proc/{pid}/environ", "rb") as f:  # the env the process began with
                 assert secret not in f.read()
         with open(f"/proc/{template}/cmdline", "rb") as f:
-            assert b"fiber.backends._forkserver" in f.read()
+            assert _forkserver.MODULE.encode() in f.read()
         with open(f"/proc/{template}/environ", "rb") as f:
             assert b"FIBER_SECRET" not in f.read()
     finally:

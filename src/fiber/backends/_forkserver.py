@@ -3,8 +3,8 @@
 A job started as ``python -m fiber._bootstrap`` pays for a new interpreter and for
 ``import fiber`` (about 0.2 s of CPU), and more when its code imports numpy or torch. On
 its first such job the local backend starts instead one *template* process
-(``python -m fiber.backends._forkserver``) that imports fiber, preloads the packages the
-master uses (config ``local_preload``) and then only forks: each child applies its job's
+(:mod:`fiber.backends._forkserver_template`) that imports fiber, preloads the packages
+the master uses (config ``local_preload``) and then only forks: each child applies its job's
 environment and runs the bootstrap in-process, as ``python -m fiber._bootstrap`` would.
 
 ::
@@ -35,10 +35,7 @@ the backend. The next job starts a new template.
 
 from __future__ import annotations
 
-import array
-import errno
 import itertools
-import json
 import os
 import select
 import signal
@@ -46,23 +43,19 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+
+from ._forkserver_template import MAX_MESSAGE, MODULE, UNTOUCHED_SIGNALS, recv_message, send_message
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_pid",
            "auto_preload", "supported", "MODULE"]
 
-#: The module the template runs (``python -m``); tests find the template by it.
-MODULE = "fiber.backends._forkserver"
-#: Largest message either side sends (a fork request with its environment).
-MAX_MESSAGE = 1 << 20
 #: Seconds the template may take to import fiber and the preload modules.
 START_TIMEOUT = 60.0
 #: Seconds the template may take to answer a fork request before it counts as stuck.
 FORK_TIMEOUT = 20.0
 
-_FD_SPACE = socket.CMSG_SPACE(8 * array.array("i").itemsize)
 _PRIVATE_ENV = ("FIBER_SECRET", "FIBER_JOB", "FIBER_PARENT")
-_UNTOUCHED_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGXFZ"}
 #: Never preloaded by "auto": tools that import-time-hook the master, not the jobs' code.
 _NOT_PRELOADED = {"pip", "setuptools", "pkg_resources", "pluggy", "iniconfig", "py",
                   "IPython", "ipykernel", "jupyter_client", "jupyter_core", "traitlets",
@@ -78,44 +71,6 @@ def supported() -> bool:
     SCM_RIGHTS and pidfds)."""
     return (sys.platform.startswith("linux") and hasattr(os, "fork")
             and hasattr(os, "pidfd_open") and hasattr(socket, "SOCK_SEQPACKET"))
-
-
-# -- messages ------------------------------------------------------------------------------
-
-
-def _send(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) -> None:
-    data = json.dumps(obj, separators=(",", ":")).encode()
-    if len(data) > MAX_MESSAGE:
-        raise ValueError(f"the request is larger than {MAX_MESSAGE} bytes")
-    if fds:
-        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                               array.array("i", fds).tobytes())])
-    else:
-        sock.sendall(data)
-
-
-def _recv(sock: socket.socket, bufsize: int) -> Optional[Tuple[Dict[str, Any], List[int]]]:
-    """One message and the fds that came with it; None at EOF."""
-    data, ancdata, flags, _ = sock.recvmsg(bufsize, _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
-    fds: List[int] = []
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            a = array.array("i")
-            a.frombytes(cdata[:len(cdata) - len(cdata) % a.itemsize])
-            fds.extend(a)
-    if not data and not fds:
-        return None
-    try:
-        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            raise ValueError("truncated message")
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise ValueError("bad message")
-    except ValueError:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return obj, fds
 
 
 def _describe(code: Optional[int]) -> str:
@@ -257,13 +212,13 @@ class ForkServer:
 
     def _handshake(self, preload: Sequence[str], timeout: float) -> None:
         try:
-            _send(self._sock, {"op": "init", "preload": list(preload),
+            send_message(self._sock, {"op": "init", "preload": list(preload),
                                "sys_path": list(sys.path)})
             if not select.select([self._sock], [], [], timeout)[0]:
                 raise ForkServerError(
                     f"the fork server did not get ready within {timeout:g} s "
                     f"(preloading {', '.join(preload) or 'nothing'})")
-            msg = _recv(self._sock, 1 << 16)
+            msg = recv_message(self._sock, 1 << 16)
         except (OSError, ValueError) as e:
             raise ForkServerError(f"the fork server failed to start: {e}") from None
         if msg is None:
@@ -307,7 +262,7 @@ class ForkServer:
                    "stdio": [fd in stdio for fd in (1, 2)], "ignored": _ignored_signals()}
         try:
             with self._send_lock:
-                _send(self._sock, request, stdio)
+                send_message(self._sock, request, stdio)
         except (OSError, ValueError) as e:
             with self._lock:
                 self._pending.pop(job_id, None)
@@ -347,7 +302,7 @@ class ForkServer:
         error = ""
         try:
             while True:
-                msg = _recv(self._sock, 1 << 16)
+                msg = recv_message(self._sock, 1 << 16)
                 if msg is None:
                     break
                 self._dispatch(*msg)
@@ -442,7 +397,7 @@ def _ignored_signals() -> List[int]:
     does too."""
     out = []
     for sig in signal.valid_signals():
-        if isinstance(sig, signal.Signals) and sig.name in _UNTOUCHED_SIGNALS:
+        if isinstance(sig, signal.Signals) and sig.name in UNTOUCHED_SIGNALS:
             continue
         try:
             if signal.getsignal(sig) == signal.SIG_IGN:
@@ -533,226 +488,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-# -- the template ----------------------------------------------------------------------------
-
-
-def _template(fd: int) -> None:
-    """The template's main loop: preload, then fork on request and report exits."""
-    import importlib
-    import importlib.util
-    import warnings
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the jobs, not for us
-    sock = socket.socket(fileno=fd)
-    msg = _recv(sock, 1 << 20)
-    if msg is None:
-        return
-    init, _ = msg
-    # What the bootstrap and the pool worker import, then the master's packages.
-    import cloudpickle  # noqa: F401
-
-    import fiber  # noqa: F401
-    from fiber import _launcher, _pool_worker, connection, queues  # noqa: F401
-
-    spec = importlib.util.find_spec("fiber._bootstrap")
-    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
-        _send(sock, {"op": "error", "error": "cannot find fiber._bootstrap"})
-        return
-    code = spec.loader.get_code("fiber._bootstrap")
-    own_path = list(sys.path)
-    sys.path[:] = list(init.get("sys_path") or own_path)
-    preloaded, failed = [], {}
-    for name in init.get("preload", []):
-        try:
-            importlib.import_module(name)
-            preloaded.append(name)
-        except BaseException as e:  # noqa: B036 - a preload must never end the template
-            failed[name] = f"{type(e).__name__}: {e}"[:500]
-        if threading.active_count() > 1:
-            _send(sock, {"op": "error", "error": f"importing {name!r} started a thread "
-                         "(set local_preload to the modules to preload without it)"})
-            return
-    sys.path[:] = own_path
-    _send(sock, {"op": "ready", "pid": os.getpid(), "preloaded": preloaded,
-                 "failed": failed})
-
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    context = _ChildContext(sock, (wake_r, wake_w), spec, code)
-    while True:
-        _reap(sock)
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
-        if wake_r in ready:
-            try:
-                while os.read(wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
-        if sock.fileno() in ready:
-            msg = _recv(sock, MAX_MESSAGE)
-            if msg is None:
-                return  # the master ended
-            request, fds = msg
-            if request.get("op") != "fork":
-                for f in fds:
-                    os.close(f)
-                continue
-            for stream in (sys.stdout, sys.stderr):
-                if stream is not None:
-                    stream.flush()
-            try:
-                with warnings.catch_warnings():  # native threads (BLAS pools) are fork-safe
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    pid = os.fork()
-            except OSError as e:
-                for f in fds:
-                    os.close(f)
-                _send(sock, {"op": "fork_failed", "id": request["id"], "error": str(e)})
-                continue
-            if pid == 0:
-                context.run(request, fds)  # never returns
-            for f in fds:
-                os.close(f)
-            try:
-                pidfd: List[int] = [os.pidfd_open(pid)]  # type: ignore[attr-defined]
-            except OSError:
-                pidfd = []
-            try:
-                _send(sock, {"op": "forked", "id": request["id"], "pid": pid}, pidfd)
-            finally:
-                for f in pidfd:
-                    os.close(f)
-
-
-def _reap(sock: socket.socket) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send(sock, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
-
-
-class _ChildContext:
-    """What a forked child needs to become a fresh ``python -m fiber._bootstrap``."""
-
-    def __init__(self, sock: socket.socket, fds: Tuple[int, int], spec: Any,
-                 code: Any) -> None:
-        self.sock = sock
-        self.fds = fds
-        self.spec = spec
-        self.code = code
-        cwd = os.getcwd()
-        #: sys.path[0] of ``python -m`` is the working directory it started in.
-        self.path0 = cwd if sys.path and sys.path[0] == cwd else None
-
-    def run(self, request: Dict[str, Any], fds: List[int]) -> None:
-        exitcode = 1
-        try:
-            self._become(request, fds)
-            exitcode = self._bootstrap(request)
-        except SystemExit as e:
-            exitcode = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    if stream is not None:
-                        stream.flush()
-                except Exception:
-                    pass
-            os._exit(exitcode)
-
-    def _become(self, request: Dict[str, Any], fds: List[int]) -> None:
-        self.sock.close()
-        signal.set_wakeup_fd(-1)
-        for f in self.fds:
-            os.close(f)
-        ignored = set(request.get("ignored", []))
-        for sig in signal.valid_signals():
-            if isinstance(sig, signal.Signals) and sig.name in _UNTOUCHED_SIGNALS:
-                continue
-            want: Any = (signal.SIG_IGN if int(sig) in ignored
-                         else signal.default_int_handler if sig == signal.SIGINT
-                         else signal.SIG_DFL)
-            try:
-                if signal.getsignal(sig) != want:
-                    signal.signal(sig, want)
-            except (OSError, ValueError, TypeError):
-                pass
-        fds = list(fds)
-        for target, present in zip((1, 2), request.get("stdio", [])):
-            if present and fds:
-                f = fds.pop(0)
-                os.dup2(f, target)
-                os.close(f)
-        for f in fds:
-            os.close(f)
-        out: Any = sys.stdout
-        if out is not None and hasattr(out, "reconfigure"):  # as a new interpreter would
-            out.reconfigure(line_buffering=os.isatty(1) and not out.write_through)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        cwd = request.get("cwd")
-        if cwd:
-            try:
-                os.chdir(cwd)
-            except OSError:
-                pass
-            if self.path0 is not None and sys.path and sys.path[0] == self.path0:
-                sys.path[0] = cwd
-        # Per-process state made at import in the template: fresh in every child, as in a
-        # new interpreter.
-        from fiber import config
-        from fiber.transport import client
-
-        client._PROCESS_ID = os.urandom(16)
-        config._resolved = None
-        numpy_random = sys.modules.get("numpy.random")
-        if numpy_random is not None:
-            try:
-                numpy_random.seed()  # type: ignore[attr-defined]
-            except Exception:
-                pass
-
-    def _bootstrap(self, request: Dict[str, Any]) -> int:
-        """Run fiber._bootstrap as ``__main__``, as ``python -m`` does."""
-        import builtins
-        import types
-
-        main = types.ModuleType("__main__")
-        main.__dict__.update(__file__=self.spec.origin, __cached__=None,
-                             __loader__=self.spec.loader, __package__="fiber",
-                             __spec__=self.spec, __builtins__=builtins)
-        sys.modules["__main__"] = main
-        sys.argv = [self.spec.origin, *request.get("argv", [])[3:]]
-        exec(self.code, main.__dict__)  # ends with os._exit (the job's exit code)
-        return 0
-
-
-def _main() -> None:
-    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        sys.stderr.write(f"{MODULE} is started by fiber's local backend, not by hand\n")
-        sys.exit(2)
-    try:
-        _template(int(sys.argv[1]))
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the master ended while we wrote to it
-    except OSError as e:
-        if e.errno not in (errno.EBADF, errno.ENOTCONN):
-            raise
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    _main()

@@ -1,0 +1,291 @@
+"""The fork server's template process: preload, then fork jobs on request.
+
+Started by the local backend as ``python -m fiber.backends._forkserver_template FD``; its
+only channel is the inherited end of a private ``SOCK_SEQPACKET`` socketpair (``FD``). The
+master's side and the protocol are in :mod:`fiber.backends._forkserver`. This module also
+holds what both sides share: the JSON message framing and the signals never reset.
+"""
+
+from __future__ import annotations
+
+import array
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+#: The module the template runs (``python -m``); tests find the template by it.
+MODULE = "fiber.backends._forkserver_template"
+#: Largest message either side sends (a fork request with its environment).
+MAX_MESSAGE = 1 << 20
+#: Signals a forked child leaves as they are (cannot be caught, or Python's own setup).
+UNTOUCHED_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGXFZ"}
+
+_FD_SPACE = socket.CMSG_SPACE(8 * array.array("i").itemsize)
+
+
+# -- messages ------------------------------------------------------------------------------
+
+
+def send_message(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) -> None:
+    """Send one message, with ``fds`` passed as SCM_RIGHTS."""
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    if len(data) > MAX_MESSAGE:
+        raise ValueError(f"the request is larger than {MAX_MESSAGE} bytes")
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                               array.array("i", fds).tobytes())])
+    else:
+        sock.sendall(data)
+
+
+def recv_message(sock: socket.socket, bufsize: int) -> Optional[Tuple[Dict[str, Any], List[int]]]:
+    """One message and the fds that came with it; None at EOF."""
+    data, ancdata, flags, _ = sock.recvmsg(bufsize, _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+    fds: List[int] = []
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            a = array.array("i")
+            a.frombytes(cdata[:len(cdata) - len(cdata) % a.itemsize])
+            fds.extend(a)
+    if not data and not fds:
+        return None
+    try:
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise ValueError("truncated message")
+        obj = json.loads(data)
+        if not isinstance(obj, dict):
+            raise ValueError("bad message")
+    except ValueError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return obj, fds
+
+
+# -- the template ----------------------------------------------------------------------------
+
+
+def _template(fd: int) -> None:
+    """The template's main loop: preload, then fork on request and report exits."""
+    import importlib
+    import importlib.util
+    import warnings
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the jobs, not for us
+    sock = socket.socket(fileno=fd)
+    msg = recv_message(sock, 1 << 20)
+    if msg is None:
+        return
+    init, _ = msg
+    # What the bootstrap and the pool worker import, then the master's packages.
+    import cloudpickle  # noqa: F401
+
+    import fiber  # noqa: F401
+    from fiber import _launcher, _pool_worker, connection, queues  # noqa: F401
+
+    spec = importlib.util.find_spec("fiber._bootstrap")
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+        send_message(sock, {"op": "error", "error": "cannot find fiber._bootstrap"})
+        return
+    code = spec.loader.get_code("fiber._bootstrap")
+    own_path = list(sys.path)
+    sys.path[:] = list(init.get("sys_path") or own_path)
+    preloaded, failed = [], {}
+    for name in init.get("preload", []):
+        try:
+            importlib.import_module(name)
+            preloaded.append(name)
+        except BaseException as e:  # noqa: B036 - a preload must never end the template
+            failed[name] = f"{type(e).__name__}: {e}"[:500]
+        if threading.active_count() > 1:
+            send_message(sock, {"op": "error", "error": f"importing {name!r} started a thread "
+                         "(set local_preload to the modules to preload without it)"})
+            return
+    sys.path[:] = own_path
+    send_message(sock, {"op": "ready", "pid": os.getpid(), "preloaded": preloaded,
+                 "failed": failed})
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    context = _ChildContext(sock, (wake_r, wake_w), spec, code)
+    while True:
+        _reap(sock)
+        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if sock.fileno() in ready:
+            msg = recv_message(sock, MAX_MESSAGE)
+            if msg is None:
+                return  # the master ended
+            request, fds = msg
+            if request.get("op") != "fork":
+                for f in fds:
+                    os.close(f)
+                continue
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            try:
+                with warnings.catch_warnings():  # native threads (BLAS pools) are fork-safe
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError as e:
+                for f in fds:
+                    os.close(f)
+                send_message(sock, {"op": "fork_failed", "id": request["id"], "error": str(e)})
+                continue
+            if pid == 0:
+                context.run(request, fds)  # never returns
+            for f in fds:
+                os.close(f)
+            try:
+                pidfd: List[int] = [os.pidfd_open(pid)]  # type: ignore[attr-defined]
+            except OSError:
+                pidfd = []
+            try:
+                send_message(sock, {"op": "forked", "id": request["id"], "pid": pid}, pidfd)
+            finally:
+                for f in pidfd:
+                    os.close(f)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        send_message(sock, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+class _ChildContext:
+    """What a forked child needs to become a fresh ``python -m fiber._bootstrap``."""
+
+    def __init__(self, sock: socket.socket, fds: Tuple[int, int], spec: Any,
+                 code: Any) -> None:
+        self.sock = sock
+        self.fds = fds
+        self.spec = spec
+        self.code = code
+        cwd = os.getcwd()
+        #: sys.path[0] of ``python -m`` is the working directory it started in.
+        self.path0 = cwd if sys.path and sys.path[0] == cwd else None
+
+    def run(self, request: Dict[str, Any], fds: List[int]) -> None:
+        exitcode = 1
+        try:
+            self._become(request, fds)
+            exitcode = self._bootstrap(request)
+        except SystemExit as e:
+            exitcode = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    if stream is not None:
+                        stream.flush()
+                except Exception:
+                    pass
+            os._exit(exitcode)
+
+    def _become(self, request: Dict[str, Any], fds: List[int]) -> None:
+        self.sock.close()
+        signal.set_wakeup_fd(-1)
+        for f in self.fds:
+            os.close(f)
+        ignored = set(request.get("ignored", []))
+        for sig in signal.valid_signals():
+            if isinstance(sig, signal.Signals) and sig.name in UNTOUCHED_SIGNALS:
+                continue
+            want: Any = (signal.SIG_IGN if int(sig) in ignored
+                         else signal.default_int_handler if sig == signal.SIGINT
+                         else signal.SIG_DFL)
+            try:
+                if signal.getsignal(sig) != want:
+                    signal.signal(sig, want)
+            except (OSError, ValueError, TypeError):
+                pass
+        fds = list(fds)
+        for target, present in zip((1, 2), request.get("stdio", [])):
+            if present and fds:
+                f = fds.pop(0)
+                os.dup2(f, target)
+                os.close(f)
+        for f in fds:
+            os.close(f)
+        out: Any = sys.stdout
+        if out is not None and hasattr(out, "reconfigure"):  # as a new interpreter would
+            out.reconfigure(line_buffering=os.isatty(1) and not out.write_through)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        cwd = request.get("cwd")
+        if cwd:
+            try:
+                os.chdir(cwd)
+            except OSError:
+                pass
+            if self.path0 is not None and sys.path and sys.path[0] == self.path0:
+                sys.path[0] = cwd
+        # Per-process state made at import in the template: fresh in every child, as in a
+        # new interpreter.
+        from fiber import config
+        from fiber.transport import client
+
+        client._PROCESS_ID = os.urandom(16)
+        config._resolved = None
+        numpy_random = sys.modules.get("numpy.random")
+        if numpy_random is not None:
+            try:
+                numpy_random.seed()  # type: ignore[attr-defined]
+            except Exception:
+                pass
+
+    def _bootstrap(self, request: Dict[str, Any]) -> int:
+        """Run fiber._bootstrap as ``__main__``, as ``python -m`` does."""
+        import builtins
+        import types
+
+        main = types.ModuleType("__main__")
+        main.__dict__.update(__file__=self.spec.origin, __cached__=None,
+                             __loader__=self.spec.loader, __package__="fiber",
+                             __spec__=self.spec, __builtins__=builtins)
+        sys.modules["__main__"] = main
+        sys.argv = [self.spec.origin, *request.get("argv", [])[3:]]
+        exec(self.code, main.__dict__)  # ends with os._exit (the job's exit code)
+        return 0
+
+
+def _main() -> None:
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
+        sys.stderr.write(f"{MODULE} is started by fiber's local backend, not by hand\n")
+        sys.exit(2)
+    try:
+        _template(int(sys.argv[1]))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the master ended while we wrote to it
+    except OSError as e:
+        if e.errno not in (errno.EBADF, errno.ENOTCONN):
+            raise
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _main()
