@@ -344,3 +344,29 @@ def test_a_job_that_could_not_reach_this_process_is_refused_clearly():
     p = fiber.get_context("far-away").Process(target=helpers.noop)
     with pytest.raises(ProcessError, match="listen_host"):
         p.start()
+
+
+def test_a_collected_process_releases_its_jobs_record_in_the_backend():
+    """A program that starts processes without end (a pool with maxtasksperchild=1) must not
+    grow the backend's bookkeeping: a finished process, once collected, releases its job."""
+    import gc
+
+    from fiber.backends import get_backend
+
+    backend = get_backend("local")
+    assert isinstance(backend, LocalBackend)
+    ctx = fiber.get_context("local")
+    seen = set()
+    for _ in range(10):
+        p = ctx.Process(target=time.sleep, args=(0,))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        seen.add(p._job.handle.job_id)
+    del p
+
+    def released() -> bool:
+        gc.collect()
+        return not seen & set(backend._procs)
+
+    wait_until(released, 30, message="the backend still keeps finished, collected jobs")

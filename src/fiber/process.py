@@ -187,6 +187,9 @@ class Process:
         _register_exit_function()
         log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
+        # the watcher holds this object until the job ends; once it is gone too, nothing
+        # can ask the backend about the job again
+        weakref.finalize(self, job.backend.release, handle)
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive
 

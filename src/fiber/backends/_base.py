@@ -21,7 +21,9 @@ import dataclasses
 import enum
 import threading
 import time
-from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from ..errors import BackendError
 
 __all__ = [
     "Resources",
@@ -29,6 +31,7 @@ __all__ = [
     "JobHandle",
     "JobState",
     "JobStatus",
+    "JobInfo",
     "Backend",
     "JobWatcher",
 ]
@@ -110,6 +113,18 @@ class JobHandle:
     pid: Optional[int] = None
 
 
+@dataclasses.dataclass(frozen=True)
+class JobInfo:
+    """A fiber job as the cluster lists it, whichever program started it (``fiber ps``)."""
+
+    job_id: str
+    program: str
+    name: str
+    state: str  # the cluster's word for it ("running", "exited (1)", "Pending", ...)
+    created: str = ""  # ISO 8601, UTC
+    image: str = ""
+
+
 class Backend(abc.ABC):
     """Create, watch and end jobs on one cluster manager."""
 
@@ -156,6 +171,44 @@ class Backend(abc.ABC):
             if w is None:
                 w = self.__dict__["_watcher"] = JobWatcher(self)
             return w
+
+    def release(self, handle: JobHandle) -> None:
+        """Drop what the backend keeps of a finished job whose process object is gone (a
+        long-running program starts jobs without end: a pool with ``maxtasksperchild``)."""
+        return None
+
+    # -- the ``fiber`` command line: jobs on the cluster, of any program ----------------
+
+    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
+        """The job's output as it is written, until the job ends; None when the backend
+        cannot stream it (the local backend: the job writes to this process's own stdout)."""
+        return None
+
+    def main_spec(self, spec: JobSpec) -> JobSpec:
+        """The spec of a main program started by ``fiber run``: ``spec`` with what it needs
+        to start jobs of its own on this cluster (the Docker backend gives it the engine)."""
+        return spec
+
+    def detach(self) -> None:
+        """Let the jobs started so far outlive this process (``fiber run --detach``)."""
+        return None
+
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        """Every fiber job the cluster knows (only ``program``'s if given), oldest first."""
+        raise BackendError(self._no_record("list jobs"))
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        """The output of any fiber job the cluster still has."""
+        raise BackendError(self._no_record("read the logs of a job it did not start"))
+
+    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        """Kill and remove every job of ``program``, or (no program) the jobs named; the
+        ids of the jobs removed."""
+        raise BackendError(self._no_record("stop a job it did not start"))
+
+    def _no_record(self, what: str) -> str:
+        return (f"the {self.name} backend cannot {what} (the docker and kubernetes backends "
+                "can; use the cluster's own tools)")
 
     def close(self) -> None:
         """Release clients and threads; jobs already submitted are not touched."""
@@ -212,6 +265,22 @@ class JobWatcher:
         if t is not None and t is not threading.current_thread():
             t.join(timeout=5)
 
+    def _deliver(self, jobs: List[Tuple[JobHandle, ExitCallback]]) -> int:
+        """Query ``jobs`` once; call back (and stop watching) those that finished."""
+        try:
+            statuses = self._backend.status([h for h, _ in jobs])
+        except Exception:  # a flaky cluster command: try again later, slower
+            return 0
+        done = 0
+        for handle, on_exit in jobs:
+            st = statuses.get(handle.job_id)
+            if st is not None and st.state.finished:
+                with self._cond:
+                    self._jobs.pop(handle.job_id, None)
+                on_exit(handle, st)
+                done += 1
+        return done
+
     def _run(self) -> None:
         interval = self._min
         while True:
@@ -221,18 +290,8 @@ class JobWatcher:
                 if self._stopped:
                     return
                 jobs = list(self._jobs.values())
-            try:
-                statuses = self._backend.status([h for h, _ in jobs])
-            except Exception:  # a flaky cluster command: try again later, slower
-                statuses = {}
-            done = 0
-            for handle, on_exit in jobs:
-                st = statuses.get(handle.job_id)
-                if st is not None and st.state.finished:
-                    with self._cond:
-                        self._jobs.pop(handle.job_id, None)
-                    on_exit(handle, st)
-                    done += 1
+            done = self._deliver(jobs)
+            del jobs  # a delivered job's callback holds its process: not while we wait
             interval = self._min if done else min(interval * 1.5, self._max)
             with self._cond:
                 if not self._stopped and not self._reset:

@@ -51,6 +51,8 @@ class LabelledBackend(Backend, Generic[J, L]):
 
     def __init__(self, program_env: str) -> None:
         inherited = os.environ.get(program_env, "")
+        #: Whether the id came from the parent: a child or a ``fiber run`` main program.
+        self.inherited = bool(inherited)
         #: The program's id: the value of every job's ``fiber.program`` label.
         self.program = inherited or secrets.token_hex(6)
         self._prefix = f"fiber-{self.program}-" + (f"{secrets.token_hex(3)}-" if inherited
@@ -61,6 +63,7 @@ class LabelledBackend(Backend, Generic[J, L]):
         self._jobs: Dict[str, J] = {}
         self._logs: collections.OrderedDict[str, L] = collections.OrderedDict()
         self._atexit = False
+        self._detached = False
 
     def _new_job_id(self) -> str:
         """``fiber-<program>-<n>``: a valid container name, pod name and label value."""
@@ -122,8 +125,12 @@ class LabelledBackend(Backend, Generic[J, L]):
             self._atexit = True
         atexit.register(self._exit_cleanup)
 
+    def detach(self) -> None:
+        with self._lock:
+            self._detached = True
+
     def _exit_cleanup(self) -> None:
-        if os.getpid() != self._pid:  # a forked copy of the master: not its jobs
+        if os.getpid() != self._pid or self._detached:  # a fork of the master: not its jobs
             return
         with self._lock:
             for job in self._jobs.values():
@@ -136,8 +143,7 @@ class LabelledBackend(Backend, Generic[J, L]):
         """Remove every job of this program from the cluster (at the master's exit)."""
         raise NotImplementedError
 
-    def forget(self, handle: JobHandle) -> None:
-        """Drop a finished job's bookkeeping."""
+    def release(self, handle: JobHandle) -> None:
         with self._lock:
             job = self._jobs.get(handle.job_id)
             if job is not None and job.final is not None:

@@ -21,12 +21,12 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ..config import get_config
 from ..errors import SubmitError
 from . import _forkserver
-from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from ._base import Backend, ExitCallback, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
 from ._forkserver import ForkedJob, ForkServerError
 
 __all__ = ["LocalBackend"]
@@ -175,10 +175,11 @@ class LocalBackend(Backend):
     def listen_host(self) -> str:
         return "127.0.0.1"
 
-    def forget(self, handle: JobHandle) -> None:
-        """Drop a finished job's bookkeeping."""
+    def release(self, handle: JobHandle) -> None:
         with self._lock:
-            self._procs.pop(handle.job_id, None)
+            proc = self._procs.get(handle.job_id)
+            if proc is not None and _current_status(proc).state.finished:
+                del self._procs[handle.job_id]
 
     def watcher(self) -> JobWatcher:
         if not hasattr(os, "pidfd_open"):
@@ -215,6 +216,20 @@ class _PidfdWatcher(JobWatcher):
         self._wake()
         super().stop()
 
+    def _deliver_ended(self, jobs: Dict[str, Tuple[JobHandle, ExitCallback]]) -> None:
+        """Call back (and drop from ``jobs``) the jobs that ended. A method of its own: a
+        delivered callback holds its process object, which must not stay referenced by
+        ``_run``'s locals while it waits."""
+        for job_id, (handle, on_exit) in list(jobs.items()):
+            proc = self._local._proc(handle)
+            status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
+                      else _current_status(proc))
+            if status.state.finished:
+                with self._cond:
+                    self._jobs.pop(job_id, None)
+                del jobs[job_id]
+                on_exit(handle, status)
+
     def _run(self) -> None:
         # Each round checks the jobs of a fresh snapshot *before* waiting: a job watched,
         # or a forked job reported, while we waited is seen in the next round (the wake
@@ -226,15 +241,7 @@ class _PidfdWatcher(JobWatcher):
                     if self._stopped:
                         return
                     jobs = dict(self._jobs)
-                for job_id, (handle, on_exit) in list(jobs.items()):
-                    proc = self._local._proc(handle)
-                    status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                              else _current_status(proc))
-                    if status.state.finished:
-                        with self._cond:
-                            self._jobs.pop(job_id, None)
-                        del jobs[job_id]
-                        on_exit(handle, status)
+                self._deliver_ended(jobs)
                 for job_id in set(fds) - set(jobs):
                     os.close(fds.pop(job_id))
                 for job_id, (handle, _) in jobs.items():
