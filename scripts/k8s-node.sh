@@ -68,6 +68,21 @@ alive() {
 running() { alive "$(cat "$DIR/$1.pid" 2>/dev/null || true)"; }
 in_ns() { ip netns exec $NS "$@"; }
 built() { local c; for c in $COMPONENTS; do [ -x "$BIN/$c" ] || return 1; done; }
+# Debian's kubectl (the node's own version), unpacked into $BIN rather than installed: some
+# machine images already have a kubectl package owning /usr/bin/kubectl (gcloud's), which
+# Debian's kubernetes-client cannot be installed over
+kubectl() { "$BIN/kubectl" "$@"; }
+fetch_kubectl() {
+  [ -x "$BIN/kubectl" ] && return
+  local tmp; tmp=$(mktemp -d)
+  ( cd "$tmp" && { apt-get download kubernetes-client >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get download kubernetes-client >/dev/null; }; } ) \
+    || { rm -rf "$tmp"; die "cannot download Debian's kubernetes-client (kubectl)"; }
+  dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$tmp/x"
+  mkdir -p "$BIN"
+  install -m 755 "$tmp/x/usr/bin/kubectl" "$BIN/kubectl"
+  rm -rf "$tmp"
+}
 
 build() {
   if built; then log "already built ($BIN)"; return; fi
@@ -191,10 +206,11 @@ start() {
   [ "$(id -u)" = 0 ] || die "start needs root"
   built || die "Kubernetes binaries missing in $BIN: run '$0 build' first"
   local t0; t0=$(date +%s)
-  command -v etcd >/dev/null && command -v kubectl >/dev/null && command -v openssl >/dev/null || {
+  command -v etcd >/dev/null && command -v openssl >/dev/null || {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends etcd-server kubernetes-client openssl >/dev/null; }
+    apt-get install -y -qq --no-install-recommends etcd-server openssl >/dev/null; }
+  fetch_kubectl
   mkdir -p "$DIR"
   netns_up
   credentials
@@ -293,7 +309,7 @@ print_test_env() {
   kubectl get namespace fiber-test >/dev/null 2>&1 || kubectl create namespace fiber-test >/dev/null
   kubectl apply -n fiber-test -f "$REPO/deploy/rbac.yaml" >/dev/null
   wait_for "the fiber service account's token" 60 sh -c \
-    "kubectl -n fiber-test get serviceaccount fiber -o jsonpath='{.secrets[0].name}' | grep -q ."
+    "'$BIN/kubectl' -n fiber-test get serviceaccount fiber -o jsonpath='{.secrets[0].name}' | grep -q ."
   mkdir -p "$DIR/tmp"; chmod 1777 "$DIR/tmp"
   print_env
   echo "export TMPDIR=$DIR/tmp"

@@ -26,6 +26,15 @@ import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
+from cli_helpers import (
+    MAIN,
+    fiber_cli,
+    fiber_popen,
+    ready_and_listed,
+    started_job,
+    stop_program,
+    tagged,
+)
 from conftest import unusable, wait_until
 
 import fiber
@@ -460,6 +469,60 @@ def test_a_bridge_job_of_a_master_on_loopback_fails_at_once(engine):
             dctx().Process(target=sleep, args=(1,)).start()
     gateway = engine.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
     assert "cannot reach" in str(info.value) and gateway in str(info.value)
+
+
+# -- the fiber command ----------------------------------------------------------------------
+
+
+def test_fiber_run_runs_the_program_in_a_container_with_its_pool_on_the_engine(engine):
+    r = fiber_cli("run", "-b", "docker", "-c", "pool_prefetch=5", "--", "python3", MAIN, "3")
+    assert r.returncode == 3, r.stderr
+    got = tagged(r.stdout, "RESULT")
+    job = started_job(r.stderr)
+    program = job.split("-")[1]
+    assert got["squares"] == [x * x for x in range(20)]
+    assert got["backend"] == "docker" and got["prefetch"] == 5  # the command's config
+    assert len(got["main"]) == 64 and len(got["workers"]) == 2  # all in containers
+    assert got["main"] not in got["workers"]
+    assert f"{job} failed: exit code 3" in r.stderr
+    assert not containers_of(engine, fiber_program=program)  # main and workers removed
+
+
+def test_fiber_run_detached_then_ps_logs_and_stop(engine):
+    r = fiber_cli("run", "-b", "docker", "--detach", "--", "python3", MAIN, "hold")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    program = job.split("-")[1]
+    try:
+        got = ready_and_listed("docker", job, 3)  # the main program and its 2 workers
+        assert len(got["workers"]) == 2
+        assert len(containers_of(engine, fiber_program=program)) == 3
+        stop_program("docker", program, lambda: not containers_of(engine,
+                                                                   fiber_program=program))
+        gone = fiber_cli("logs", "-b", "docker", job)
+        assert gone.returncode == 1 and job in gone.stderr
+    finally:
+        for c in containers_of(engine, fiber_program=program):
+            engine.remove_container(c["Id"], force=True)
+
+
+def test_ctrl_c_on_fiber_run_removes_the_program_and_its_workers(engine):
+    proc = fiber_popen("run", "-b", "docker", "--", "python3", MAIN, "hold")
+    program = ""
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), line + proc.stderr.read()
+        program = started_job(proc.stderr.readline()).split("-")[1]
+        assert len(containers_of(engine, fiber_program=program)) == 3
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+        assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
+        assert not containers_of(engine, fiber_program=program)
+    finally:
+        proc.kill()
+        proc.wait()
+        for c in containers_of(engine, fiber_program=program) if program else []:
+            engine.remove_container(c["Id"], force=True)
 
 
 # -- units ---------------------------------------------------------------------------------

@@ -25,6 +25,15 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 import yaml
+from cli_helpers import (
+    MAIN,
+    fiber_cli,
+    fiber_popen,
+    ready_and_listed,
+    started_job,
+    stop_program,
+    tagged,
+)
 from conftest import unusable, wait_until
 
 import fiber
@@ -449,3 +458,59 @@ def test_master_pod_owns_its_workers_and_deleting_it_deletes_them(api):
             api.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
         except Exception:
             pass
+
+
+# -- the fiber command ----------------------------------------------------------------------
+
+
+def test_fiber_run_runs_the_program_in_a_pod_with_its_pool_on_the_cluster(api):
+    r = fiber_cli("run", "-b", "kubernetes", "-c", "pool_prefetch=5", "--", "python3", MAIN,
+                  "3", timeout=600)
+    assert r.returncode == 3, r.stderr
+    got = tagged(r.stdout, "RESULT")
+    job = started_job(r.stderr)
+    assert got["squares"] == [x * x for x in range(20)]
+    assert got["backend"] == "kubernetes" and got["prefetch"] == 5  # the command's config
+    assert got["host"] == job  # it ran in its pod
+    assert len(got["workers"]) == 2 and got["main"] not in got["workers"]
+    assert f"{job} failed: exit code 3" in r.stderr
+    program = job.split("-")[1]
+    wait_until(lambda: not pods_of(api, program), 60, interval=0.5,
+               message="the program's pods are deleted")
+
+
+def test_fiber_run_detached_then_ps_logs_and_stop(api):
+    r = fiber_cli("run", "-b", "kubernetes", "--detach", "--", "python3", MAIN, "hold")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    program = job.split("-")[1]
+    try:
+        ready_and_listed("kubernetes", job, 3)  # the main program and its 2 workers
+        master = api.read_namespaced_pod(job, NAMESPACE)
+        workers = [p for p in pods_of(api, program) if p.metadata.name != job]
+        assert len(workers) == 2 and all(
+            [r.uid for r in p.metadata.owner_references or ()] == [master.metadata.uid]
+            for p in workers)  # owned by the main pod
+        stop_program("kubernetes", program, lambda: not pods_of(api, program))
+    finally:
+        for p in pods_of(api, program):
+            api.delete_namespaced_pod(p.metadata.name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_ctrl_c_on_fiber_run_deletes_the_program_and_its_workers(api):
+    proc = fiber_popen("run", "-b", "kubernetes", "--", "python3", MAIN, "hold")
+    program = ""
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), line + proc.stderr.read()
+        program = started_job(proc.stderr.readline()).split("-")[1]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+        assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
+        wait_until(lambda: not pods_of(api, program), 60, interval=0.5,
+                   message="the program's pods are deleted")
+    finally:
+        proc.kill()
+        proc.wait()
+        for p in pods_of(api, program) if program else []:
+            api.delete_namespaced_pod(p.metadata.name, NAMESPACE, grace_period_seconds=0)

@@ -33,6 +33,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
+from cli_helpers import MAIN, fiber_cli, started_job, tagged
 from conftest import unusable
 
 import fiber
@@ -595,6 +596,19 @@ def test_master_exit_cancels_its_jobs(cluster, how):
         time.sleep(0.2)
     shown = _run(["squeue", "-h", "-t", "all", "-j", ",".join(r["job_ids"]), "-o", "%T"]).stdout
     assert shown.split() == ["CANCELLED", "CANCELLED"]
+
+
+def test_fiber_run_runs_the_program_as_a_batch_job_and_follows_its_output(cluster):
+    r = fiber_cli("run", "-b", "slurm", "-c", "pool_prefetch=5", "--", sys.executable, MAIN,
+                  "3", timeout=600)
+    assert r.returncode == 3, r.stderr
+    got = tagged(r.stdout, "RESULT")  # read from the job's output file as it grew
+    assert got["squares"] == [x * x for x in range(20)]
+    assert got["backend"] == "slurm" and got["prefetch"] == 5  # the command's config
+    job = started_job(r.stderr)
+    assert job.isdigit() and f"{job} failed" in r.stderr and "exit code 3" in r.stderr
+    assert len(got["workers"]) == 2  # its pool: Slurm jobs of their own
+    _wait_nodes_idle()
 
 
 def test_bad_partition_is_a_clear_submit_error(slurm):

@@ -23,7 +23,7 @@ import dataclasses
 import os
 import threading
 import typing
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
 
 from .errors import ConfigError
 
@@ -251,6 +251,25 @@ def resolve(
             _validate(key, value)
             values[key] = value
     return Config(**values)
+
+
+def to_env(cfg: Config,
+           skip: Sequence[str] = ("listen_host", "kubernetes_kubeconfig")) -> Dict[str, str]:
+    """``FIBER_*`` variables that make a new process resolve ``cfg``'s non-default values
+    (``fiber run`` hands the config to the main program this way). The ``skip`` keys name
+    this machine, not the job's (``listen_host``, a kubeconfig's path): they are set empty,
+    so that a job that inherits this environment too (``sbatch``) does not take them."""
+    out = {}
+    for field in dataclasses.fields(Config):
+        value = getattr(cfg, field.name)
+        if field.name in skip:
+            out[_ENV_PREFIX + field.name.upper()] = ""
+            continue
+        if value == field.default:
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out[_ENV_PREFIX + field.name.upper()] = text
+    return out
 
 
 def get_config() -> Config:

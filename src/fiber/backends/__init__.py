@@ -13,11 +13,12 @@ import threading
 from typing import Dict, List, Type
 
 from ..errors import UnknownBackendError
-from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher, Resources
+from ._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher, Resources
 
 __all__ = [
     "Backend",
     "JobHandle",
+    "JobInfo",
     "JobSpec",
     "JobState",
     "JobStatus",

@@ -184,6 +184,10 @@ class BatchBackend(Backend):
             for job_id in job_ids:
                 self._unfinished.pop(job_id, None)
 
+    def detach(self) -> None:
+        with self._batch_lock:
+            self._unfinished.clear()
+
     def unfinished(self) -> List[JobHandle]:
         """Jobs submitted by this process and not (yet) seen finished."""
         with self._batch_lock:

@@ -18,13 +18,15 @@ import os
 import secrets
 import signal
 import threading
-from typing import Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
+import time
+from typing import Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from ._base import Backend, JobHandle, JobState, JobStatus
 
 __all__ = ["TrackedJob", "LabelledBackend"]
 
 _KEEP_LOGS = 256  # ended jobs whose output is kept (the most recent)
+_REMOVE_ROUNDS = 5  # listings by fiber stop (a program may start a job meanwhile)
 
 
 @dataclasses.dataclass
@@ -140,7 +142,32 @@ class LabelledBackend(Backend, Generic[J, L]):
         self.remove_all()
 
     def remove_all(self) -> None:
-        """Remove every job of this program from the cluster (at the master's exit)."""
+        """Remove this program's jobs from the cluster (running ones are killed); at the
+        master's exit. A program whose id is inherited (a main program started by ``fiber
+        run``) removes only the jobs it started itself."""
+        with self._lock:
+            mine = set(self._jobs)
+        if self.inherited:
+            self._remove_listed("", mine, at_exit=True)
+        else:
+            self._remove_listed(self.program, set(), at_exit=True)
+
+    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        # A program being removed may still start a job (a pool replacing a worker that
+        # was just removed): list again until nothing new is left.
+        removed: List[str] = []
+        for _ in range(_REMOVE_ROUNDS):
+            done = [j for j in self._remove_listed(program, set(job_ids)) if j not in removed]
+            if not done:  # (a deleted pod may be listed while it terminates)
+                break
+            removed.extend(done)
+            time.sleep(0.5)
+        return removed
+
+    def _remove_listed(self, program: str, wanted: Set[str],
+                       at_exit: bool = False) -> List[str]:
+        """Remove the jobs the cluster lists now of ``program`` (or, without one, those
+        named in ``wanted``); their ids. ``at_exit``: with an exiting master's timeouts."""
         raise NotImplementedError
 
     def release(self, handle: JobHandle) -> None:

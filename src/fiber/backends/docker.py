@@ -67,8 +67,9 @@ Cleanup
     Every container of the program is removed when the master exits (``atexit``, registered
     by the first submit), including those that its children started. A SIGKILLed master
     runs no hook, but its children's lifeline makes each job exit within seconds; their
-    exited containers stay until removed
-    (``docker container prune --filter label=fiber.program``).
+    exited containers stay until removed (``fiber stop PROGRAM``). A main program started
+    by ``fiber run`` inherits its id from the command and removes only the containers it
+    started; ``fiber run`` itself removes the rest when it ends (not with ``--detach``).
 
 Fiber processes inside the containers can start their own children on the same engine only
 if they can reach it (mount its socket and set ``docker_host``); the program's secret is in
@@ -78,21 +79,31 @@ each container's environment, visible to whoever may inspect containers on that 
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import datetime
 import functools
 import os
-import re
-import signal
 import socket
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .._log import log
 from ..config import Config, get_config
 from ..errors import BackendError, ConfigError, SubmitError
-from . import _common
-from ._base import JobHandle, JobSpec, JobState, JobStatus
-from ._common import PARALLEL, import_extra, parallel, signal_name
+from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from ._common import PARALLEL, parallel
+from ._docker_util import (
+    client_kwargs,
+    docker_sdk,
+    engine_reason,
+    exit_status,
+    is_conflict,
+    is_not_found,
+    own_container_id,
+    parse_mounts,
+    without_tini,
+)
 from ._labelled import LabelledBackend, TrackedJob
 
 __all__ = ["DockerBackend", "exit_status", "parse_mounts", "own_container_id",
@@ -104,93 +115,13 @@ LABEL_NAME = "fiber.name"
 LABEL_MASTER = "fiber.master"
 #: Environment variable through which fiber processes in containers inherit the program id.
 PROGRAM_ENV = "FIBER_DOCKER_PROGRAM"
+#: Where a ``fiber run`` main program finds the engine's socket in its container.
+MAIN_ENGINE_SOCKET = "/run/fiber-docker.sock"
+_MAIN_ENV = "FIBER_DOCKER_MAIN_SOCKET"  # the host's socket to mount there
 
 _LOG_TAIL = 1000  # lines of each exited container's output kept for logs()
 _LOG_BYTES = 256 * 1024
 _EXIT_TIMEOUT = 10.0  # seconds per engine call while the master exits
-
-
-
-def _docker() -> Any:
-    return import_extra("docker", "docker", "the Docker SDK for Python")
-
-
-# -- pure helpers -------------------------------------------------------------------------
-
-
-_TINI_SIGNALLED = re.compile(rb"\] Main child exited with signal \(with signal '([^']*)'\)")
-_TINI_EXITED = re.compile(rb"\] Main child exited normally \(with status '(\d+)'\)")
-_TINI_LINE = re.compile(r"^\[(?:INFO|DEBUG|TRACE) +tini \(\d+\)\] .*\n?", re.MULTILINE)
-
-
-def exit_status(code: int, oom_killed: bool = False, signalled: Sequence[int] = (),
-                error: str = "", memory_mb: Optional[int] = None,
-                output: bytes = b"") -> JobStatus:
-    """The :class:`JobStatus` of an exited container.
-
-    ``code`` is the container's exit code: tini's, which is ``128 + n`` when the job died of
-    signal ``n``. tini says which it was in the container's ``output`` (fiber sets
-    ``TINI_VERBOSITY=2``), so a job's own ``sys.exit(137)`` stays 137. Without that line (tini
-    itself was killed, by fiber, ``docker kill`` or the OOM killer; or another init), a code
-    ``128 + n`` is taken as signal ``n``, as shells do. ``signalled`` are the signals fiber
-    sent it, ``error`` the engine's own error text.
-    """
-    if oom_killed:
-        limit = f" (memory limit {memory_mb} MB)" if memory_mb else ""
-        return JobStatus(JobState.FAILED, -signal.SIGKILL,
-                         f"killed by the kernel's OOM killer: out of memory{limit}")
-    exited = _TINI_EXITED.findall(output)
-    by_signal = 128 < code <= 128 + 64 and (
-        bool(_TINI_SIGNALLED.search(output)) or not exited)
-    if by_signal:
-        sig = code - 128
-        if sig in signalled:
-            return JobStatus(JobState.CANCELLED, -sig,
-                             f"killed by {signal_name(sig)} (cancelled)")
-        return JobStatus(JobState.FAILED, -sig, f"killed by {signal_name(sig)}")
-    if code == 0 and not error:
-        return JobStatus(JobState.SUCCEEDED, 0)
-    reason = f"exit code {code}"
-    if error:
-        reason += f": {error}"
-    return JobStatus(JobState.FAILED, code, reason)
-
-
-def parse_mounts(text: str) -> List[str]:
-    """``docker_mounts`` (``src[:dst][:ro|rw],...``) as the engine's bind strings."""
-    return [f"{src}:{dst}:{'ro' if ro else 'rw'}"
-            for src, dst, ro in _common.parse_mounts("docker_mounts", text)]
-
-
-# Docker: <data-root>/containers/<id>/hostname; podman: .../<id>/userdata/hostname
-_CONTAINER_ID = re.compile(r"/([0-9a-f]{64})/(?:userdata/)?hostname$")
-_CGROUP_ID = re.compile(r"(?:/docker/|/docker-|/libpod-)([0-9a-f]{64})")
-
-
-def own_container_id() -> Optional[str]:
-    """The id of the Docker container this process runs in, or None (not in one).
-
-    The engine bind-mounts ``<data-root>/containers/<id>/hostname`` on ``/etc/hostname``;
-    cgroup v1 paths (``/docker/<id>``) are the fallback.
-    """
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) > 4 and fields[4] == "/etc/hostname":
-                    m = _CONTAINER_ID.search(fields[3])
-                    if m:
-                        return m.group(1)
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            m = _CGROUP_ID.search(f.read())
-            if m:
-                return m.group(1)
-    except OSError:
-        pass
-    return None
 
 
 # -- the backend --------------------------------------------------------------------------
@@ -233,11 +164,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         cfg = cfg or get_config()
         if cfg.docker_timeout <= 0:
             raise ConfigError("docker_timeout", f"must be positive, got {cfg.docker_timeout!r}")
-        docker = _docker()
-        kwargs = docker.utils.kwargs_from_env()
-        if cfg.docker_host:
-            kwargs["base_url"] = cfg.docker_host
-        url = str(kwargs.get("base_url") or "unix:///var/run/docker.sock")
+        docker = docker_sdk()
+        url, kwargs = client_kwargs(cfg)
         key = (url, cfg.docker_timeout)
         with self._lock:
             engine = self._engines.get(key)
@@ -248,7 +176,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
             client = docker.APIClient(version="auto", timeout=cfg.docker_timeout,
                                       max_pool_size=PARALLEL + 2, **kwargs)
         except Exception as e:
-            raise SubmitError(f"cannot reach the Docker engine at {url}: {_reason(e)}") from e
+            raise SubmitError(f"cannot reach the Docker engine at {url}: {engine_reason(e)}") from e
         with self._lock:
             engine = self._engines.setdefault(key, _Engine(url, client))
         return engine
@@ -299,7 +227,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                     return gateway
         except Exception as e:
             raise SubmitError(f"cannot find the gateway of Docker network {network!r} on "
-                              f"{engine.url}: {_reason(e)}; set listen_host") from e
+                              f"{engine.url}: {engine_reason(e)}; set listen_host") from e
         raise SubmitError(f"Docker network {network!r} on {engine.url} has no IPv4 gateway; "
                           "set listen_host to an address of this host that its containers "
                           "can reach")
@@ -309,7 +237,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         if not specs:
             return []
-        docker = _docker()
+        docker = docker_sdk()
         cfg = get_config()
         engine = self._engine(cfg)
         network = self._network(engine, cfg)
@@ -335,7 +263,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                     init=not cfg.docker_pid_host,
                     pid_mode="host" if cfg.docker_pid_host else None,
                     network_mode=network,
-                    binds=binds or None,
+                    binds=(binds + [f"{spec.env[_MAIN_ENV]}:{MAIN_ENGINE_SOCKET}:rw"]
+                           if _MAIN_ENV in spec.env else binds) or None,
                     nano_cpus=int(round(res.cpu * 1e9)) if res.cpu else None,
                     mem_limit=memory_mb * 2**20 if memory_mb else None,
                     memswap_limit=memory_mb * 2**20 if memory_mb else None,
@@ -344,7 +273,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                 )
             except Exception as e:  # the SDK refuses a setting for this engine's API
                 raise SubmitError(f"cannot configure Docker job {job_id} ({spec.name}): "
-                                  f"{_reason(e)}") from e
+                                  f"{engine_reason(e)}") from e
             # TINI_VERBOSITY=2: tini (--init) writes how the job ended (exit code or signal)
             env = {"PYTHONUNBUFFERED": "1", "TINI_VERBOSITY": "2", PROGRAM_ENV: self.program,
                    **spec.env}
@@ -370,7 +299,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
             except Exception as e:
                 raise SubmitError(f"cannot start Docker job {job.job_id} ({job.name}) "
                                   f"from image {creates[i]['image']!r} on {engine.url}: "
-                                  f"{_reason(e, creates[i]['image'])}") from e
+                                  f"{engine_reason(e, creates[i]['image'])}") from e
             return cid
 
         results = parallel(create_and_start, range(len(jobs)))  # type: ignore[arg-type]
@@ -403,8 +332,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         try:
             engine.api.remove_container(ref, force=True, v=True)
         except Exception as e:
-            if not _is_not_found(e):
-                log("docker: cannot remove container %s: %s", ref, _reason(e))
+            if not is_not_found(e):
+                log("docker: cannot remove container %s: %s", ref, engine_reason(e))
 
     # -- status ---------------------------------------------------------------------------
 
@@ -427,7 +356,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                     all=True, filters={"label": f"{LABEL_PROGRAM}={self.program}"})
             except Exception as e:
                 raise BackendError(f"cannot list containers on {engine.url}: "
-                                   f"{_reason(e)}") from e
+                                   f"{engine_reason(e)}") from e
             by_job = {str((c.get("Labels") or {}).get(LABEL_JOB)): c for c in listed}
             exited = []
             for job in jobs:
@@ -462,7 +391,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         try:
             state = engine.api.inspect_container(job.container_id)["State"]
         except Exception as e:
-            if _is_not_found(e):
+            if is_not_found(e):
                 job.final = JobStatus(JobState.LOST, None, "its container was removed "
                                       "outside fiber before its exit code was read")
             return
@@ -475,7 +404,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                              job.signalled, str(state.get("Error") or ""), job.memory_mb,
                              bytes(out[-4096:]))
         if status.exitcode in (126, 127) and out:  # the command itself could not run
-            last = _without_tini(out.decode("utf-8", "replace")).strip().splitlines()[-1:]
+            last = without_tini(out.decode("utf-8", "replace")).strip().splitlines()[-1:]
             status = dataclasses.replace(status, reason=f"{status.reason}: {last[0]}"
                                          if last else status.reason)
         log("docker: %s (%s) exited: %s", job.job_id, job.name, status.reason or "exit code 0")
@@ -494,11 +423,11 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                 kept = engine.api.logs(job.container_id, stdout=True, stderr=True,
                                        tail=tail if tail is not None else "all")
             except Exception as e:
-                if not _is_not_found(e):
+                if not is_not_found(e):
                     raise BackendError(f"cannot read the logs of {handle.job_id}: "
-                                       f"{_reason(e)}") from e
+                                       f"{engine_reason(e)}") from e
             kept = self._kept_log(handle.job_id, kept)  # removed meanwhile, output kept?
-        text = _without_tini((kept or b"").decode("utf-8", "replace"))
+        text = without_tini((kept or b"").decode("utf-8", "replace"))
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
         return text
@@ -512,64 +441,95 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
             try:
                 self._engine_of(job).api.kill(job.container_id, signal=sig.name)
             except Exception as e:
-                if not (_is_not_found(e) or _is_conflict(e)):  # gone, or not running
+                if not (is_not_found(e) or is_conflict(e)):  # gone, or not running
                     raise BackendError(f"cannot signal Docker job {job.job_id}: "
-                                       f"{_reason(e)}") from e
+                                       f"{engine_reason(e)}") from e
 
         errors = [err for _, err in parallel(kill, targets) if err is not None]
         if errors:
             raise errors[0]
 
-    def remove_all(self) -> None:
-        """Remove every container of this program (running ones are killed); at exit."""
+    def _remove_listed(self, program: str, wanted: Set[str],
+                       at_exit: bool = False) -> List[str]:
         with self._lock:
             engines = list(self._engines.values())
-        for engine in engines:
-            api = engine.api
+        removed: List[str] = []
+        for engine in engines or [self._engine()]:
             try:
-                api.timeout = min(float(api.timeout), _EXIT_TIMEOUT)
-                listed = api.containers(all=True,
-                                        filters={"label": f"{LABEL_PROGRAM}={self.program}"})
+                if at_exit:  # each engine call from now on
+                    engine.api.timeout = min(float(engine.api.timeout), _EXIT_TIMEOUT)
+                listed = engine.api.containers(all=True, filters={"label": _label(program)})
             except Exception as e:
-                log("docker: cannot list containers at exit on %s: %s", engine.url, e)
+                log("docker: cannot list containers on %s: %s", engine.url, engine_reason(e))
                 continue
-            parallel(functools.partial(self._remove, engine), [str(c["Id"]) for c in listed])
+            ids = {str(c["Id"]): str((c.get("Labels") or {}).get(LABEL_JOB)) for c in listed}
+            ids = {cid: job for cid, job in ids.items() if program or job in wanted}
+            parallel(functools.partial(self._remove, engine), list(ids))
+            removed.extend(ids.values())
+        return removed
+
+    # -- the ``fiber`` command line -----------------------------------------------------
+
+    def main_spec(self, spec: JobSpec) -> JobSpec:
+        """A main program's container gets the engine's socket (only it, not the workers:
+        access to the engine is root on its host), or the engine's URL when it is remote."""
+        url, _ = client_kwargs(get_config())
+        env = {**spec.env, "FIBER_DOCKER_HOST": url}
+        scheme, _, path = url.partition("://")
+        if scheme == "unix":
+            env.update({"FIBER_DOCKER_HOST": f"unix://{MAIN_ENGINE_SOCKET}", _MAIN_ENV: path})
+        return dataclasses.replace(spec, env=env)
+
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        engine = self._engine()
+        try:
+            listed = engine.api.containers(all=True, filters={"label": _label(program)})
+        except Exception as e:
+            raise BackendError(f"cannot list containers on {engine.url}: {engine_reason(e)}") from e
+        out = []
+        for c in sorted(listed, key=lambda c: int(c.get("Created") or 0)):
+            labels = c.get("Labels") or {}
+            created = datetime.datetime.fromtimestamp(int(c.get("Created") or 0),
+                                                      datetime.timezone.utc)
+            out.append(JobInfo(str(labels.get(LABEL_JOB)), str(labels.get(LABEL_PROGRAM)),
+                               str(labels.get(LABEL_NAME, "")), str(c.get("Status") or ""),
+                               created.isoformat(timespec="seconds"), str(c.get("Image"))))
+        return out
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        engine = self._engine()
+        try:
+            out = engine.api.logs(job_id, stdout=True, stderr=True,
+                                  tail=tail if tail is not None else "all")
+        except Exception as e:
+            raise BackendError(f"cannot read the logs of {job_id}: {engine_reason(e)}") from e
+        return without_tini(bytes(out).decode("utf-8", "replace"))
+
+    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
+        job, _ = self._known(handle.job_id)
+        if job is None or job.final is not None:
+            return None
+        url, kwargs = client_kwargs(get_config())
+        # its own client, without a read timeout: a job may print nothing for hours
+        client = docker_sdk().APIClient(version=self._engine_of(job).api.api_version,
+                                     timeout=None, **kwargs)
+
+        def lines() -> Iterator[str]:
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            try:
+                for chunk in client.logs(job.container_id, stdout=True, stderr=True,
+                                         stream=True, follow=True):
+                    yield without_tini(decoder.decode(chunk))
+            except Exception as e:
+                if not is_not_found(e):
+                    raise BackendError(f"cannot follow the output of {job.job_id} on {url}: "
+                                       f"{engine_reason(e)}") from e
+            finally:
+                client.close()
+
+        return lines()
 
 
-def _without_tini(text: str) -> str:
-    """Output less tini's own lines (``[INFO  tini (1)] ...``)."""
-    return _TINI_LINE.sub("", text)
-
-
-# -- engine errors ------------------------------------------------------------------------
-
-
-def _status_code(e: BaseException) -> Optional[int]:
-    response = getattr(e, "response", None)
-    code = getattr(response, "status_code", None)
-    return code if isinstance(code, int) else None
-
-
-def _is_not_found(e: BaseException) -> bool:
-    return _status_code(e) == 404
-
-
-def _is_conflict(e: BaseException) -> bool:
-    return _status_code(e) == 409
-
-
-def _reason(e: BaseException, image: str = "") -> str:
-    """What the engine (or the connection to it) said, in one line."""
-    explanation = getattr(e, "explanation", None)
-    if explanation:
-        text = str(explanation)
-        if image and _is_not_found(e) and "image" in text.lower():
-            return (f"image {image!r} is not on the engine (fiber does not pull images: "
-                    f"pull or build it there first): {text}")
-        return text
-    name = type(e).__name__
-    if "Timeout" in name:
-        return f"the engine did not answer in time ({name}: {e})"
-    if "ConnectionError" in name or isinstance(e, ConnectionError):
-        return f"cannot connect ({e})"
-    return f"{name}: {e}"
+def _label(program: str) -> str:
+    """The label filter of one program's containers, or of every fiber container."""
+    return f"{LABEL_PROGRAM}={program}" if program else LABEL_PROGRAM

@@ -45,7 +45,10 @@ Cancel
     Delete the pod: SIGTERM, then SIGKILL after its grace period; with ``force``, grace 0.
     Every pod of the program is deleted when the master exits. A SIGKILLed master runs no
     hook: its children's lifeline ends their processes within seconds, and when the master is
-    a pod, the owner references make the cluster delete the pods.
+    a pod, the owner references make the cluster delete the pods (otherwise the ended pods
+    stay until ``fiber stop PROGRAM``). A main program started by ``fiber run`` inherits its
+    id from the command and deletes only the pods it started; ``fiber run`` deletes the
+    rest when it ends (not with ``--detach``).
 
 Networking
     Jobs reach each other at their pod IPs. A master outside the cluster listens on its
@@ -60,6 +63,7 @@ Files
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import functools
 import json
@@ -67,13 +71,13 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 from .._log import log
 from ..config import Config, get_config
 from ..errors import BackendError, SubmitError
-from ._base import JobHandle, JobSpec, JobState, JobStatus
+from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
 from ._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
 from ._k8s_pods import (
     CONTAINER,
@@ -403,23 +407,99 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         if errors:
             raise errors[0]
 
-    def remove_all(self) -> None:
-        """Delete every pod of this program (running ones are killed); at exit."""
+    def _remove_listed(self, program: str, wanted: Set[str],
+                       at_exit: bool = False) -> List[str]:
+        timeout = get_config().kubernetes_timeout
+        if at_exit:
+            timeout = min(timeout, _EXIT_TIMEOUT)
         with self._lock:
-            clusters = list(self._clusters.values())
-        timeout = min(get_config().kubernetes_timeout, _EXIT_TIMEOUT)
+            clusters = list(self._clusters.values()) or [self._cluster()]
+        removed: List[str] = []
         for cluster in clusters:
             # list + delete (not deletecollection): the verbs of deploy/rbac.yaml suffice
             try:
-                resp = cluster.api.list_namespaced_pod(
-                    cluster.namespace, label_selector=f"{LABEL_PROGRAM}={self.program}",
-                    _preload_content=False, _request_timeout=timeout)
-                names = [p["metadata"]["name"] for p in json.loads(resp.data).get("items") or []]
+                names = [p["metadata"]["name"] for p in self._list(cluster, program, timeout)]
             except Exception as e:
-                log("kubernetes: cannot list the pods of %s at exit: %s", self.program,
+                log("kubernetes: cannot list the pods of %s: %s", program or "fiber",
                     api_reason(e))
                 continue
+            names = [n for n in names if program or n in wanted]
             delete = functools.partial(self._delete, cluster, grace=0, timeout=timeout)
-            for _, err in parallel(delete, names):
-                if err is not None:
-                    log("kubernetes: at exit: %s", err)
+            for name, (_, err) in zip(names, parallel(delete, names)):
+                if err is None:
+                    removed.append(name)
+                else:
+                    log("kubernetes: %s", err)
+        return removed
+
+    def _list(self, cluster: _Cluster, program: str, timeout: float) -> List[Dict[str, Any]]:
+        """The pods (JSON) of one program, or every fiber pod, in the cluster's namespace."""
+        resp = cluster.api.list_namespaced_pod(
+            cluster.namespace, _preload_content=False, _request_timeout=timeout,
+            label_selector=f"{LABEL_PROGRAM}={program}" if program else LABEL_PROGRAM)
+        return list(json.loads(resp.data).get("items") or [])
+
+    # -- the ``fiber`` command line -----------------------------------------------------
+
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+        try:
+            pods = self._list(cluster, program, cfg.kubernetes_timeout)
+        except Exception as e:
+            raise BackendError(f"cannot list pods in {cluster.namespace!r}: "
+                               f"{api_reason(e)}") from e
+        out = []
+        for p in pods:
+            meta, labels = p["metadata"], p["metadata"].get("labels") or {}
+            status, blocked = pod_status(p)
+            phase = str((p.get("status") or {}).get("phase") or "Unknown")
+            why = blocked or status.reason
+            state = f"{phase}: {why}" if why else phase
+            containers = (p.get("spec") or {}).get("containers") or [{}]
+            out.append(JobInfo(meta["name"], str(labels.get(LABEL_PROGRAM, "")),
+                               str((meta.get("annotations") or {}).get(ANNOTATION_NAME, "")),
+                               state, str(meta.get("creationTimestamp") or ""),
+                               str(containers[0].get("image") or "")))
+        return sorted(out, key=lambda j: j.created)
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+        try:
+            kwargs = {"tail_lines": tail} if tail is not None else {}
+            return str(cluster.api.read_namespaced_pod_log(
+                job_id, cluster.namespace, container=CONTAINER,
+                _request_timeout=cfg.kubernetes_timeout, **kwargs) or "")
+        except Exception as e:
+            raise BackendError(f"cannot read the logs of {job_id}: {api_reason(e)}") from e
+
+    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
+        job, _ = self._known(handle.job_id)
+        if job is None or job.final is not None:
+            return None
+        cluster = self._cluster()
+
+        def lines() -> Iterator[str]:
+            # the log can be read once the container started: wait for that, or the end
+            while not job.started:
+                if self.status([handle])[handle.job_id].state.finished:
+                    yield self.logs(handle)  # kept when its pod was deleted
+                    return
+                time.sleep(0.5)
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            try:  # no read timeout: a job may print nothing for hours
+                resp = cluster.api.read_namespaced_pod_log(
+                    job.job_id, job.namespace, container=CONTAINER, follow=True,
+                    _preload_content=False)
+                try:
+                    for chunk in resp.stream(4096, decode_content=True):
+                        yield decoder.decode(chunk)
+                finally:
+                    resp.release_conn()
+            except Exception as e:
+                if not is_not_found(e) and getattr(e, "status", None) != 400:
+                    raise BackendError(f"cannot follow the output of {job.job_id}: "
+                                       f"{api_reason(e)}") from e
+
+        return lines()

@@ -60,6 +60,7 @@ point it at a shared filesystem that the nodes can write (``$HOME/...``).
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import itertools
 import math
@@ -70,7 +71,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import get_config
 from ..errors import BackendError, ConfigError, SubmitError
@@ -115,6 +116,7 @@ class _Job:
     seen: bool = False
     cancelled: Optional[str] = None  # "term" | "kill" once fiber cancelled it
     final: Optional[JobStatus] = None
+    output: str = ""  # its output file (a job alone in its sbatch)
 
 
 @dataclasses.dataclass
@@ -331,7 +333,8 @@ class SlurmBackend(BatchBackend):
         now = time.monotonic()
         with self._lock:
             for h in handles:
-                self._jobs[h.job_id] = _Job(h, now)
+                self._jobs[h.job_id] = _Job(h, now, output=out.replace("%x", name).replace(
+                    "%j", job_id) if n == 1 else "")
         self.remember(handles)
         return handles
 
@@ -547,6 +550,47 @@ class SlurmBackend(BatchBackend):
                     s.popen.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+    def release(self, handle: JobHandle) -> None:
+        with self._lock:
+            rec = self._jobs.get(handle.job_id)
+            if rec is not None and rec.final is not None:
+                del self._jobs[handle.job_id]
+            step = self._steps.get(handle.job_id)
+            if step is not None and step.popen.poll() is not None:
+                del self._steps[handle.job_id]
+
+    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
+        """A batch job's output file (``slurm_output_dir``, shared with the nodes), read
+        as it grows, until the job has ended."""
+        with self._lock:
+            rec = self._jobs.get(handle.job_id)
+        path = rec.output if rec is not None else ""
+        if not path:  # a job array's task, a step
+            return None
+
+        def read() -> Iterator[str]:
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            f = None
+            delay = 0.2
+            try:
+                while True:
+                    ended = self.status([handle])[handle.job_id].state.finished
+                    if f is None and os.path.exists(path):
+                        f = open(path, "rb")  # noqa: SIM115 - closed below
+                    chunk = f.read() if f is not None else b""
+                    if chunk:
+                        yield decoder.decode(chunk)
+                        delay = 0.2
+                    if ended:
+                        return
+                    time.sleep(delay)
+                    delay = min(delay * 1.5, 2.0)
+            finally:
+                if f is not None:
+                    f.close()
+
+        return read()
 
     def cancel_unfinished(self) -> None:
         super().cancel_unfinished()

@@ -1,0 +1,236 @@
+"""The ``fiber`` command: run a program as a cluster job, and list, read and stop jobs.
+
+::
+
+    fiber run [-b BACKEND] [--image IMAGE] [-c KEY=VALUE]... [-d] [--] COMMAND [ARG]...
+    fiber ps [-b BACKEND] [PROGRAM]
+    fiber logs [-b BACKEND] [--tail N] JOB
+    fiber stop [-b BACKEND] PROGRAM|JOB...
+
+``fiber run`` starts ``COMMAND`` (``python main.py``, say) as one job of the configured
+backend: on Docker a container of the configured image, on Kubernetes a pod, on Slurm a
+batch job, locally a subprocess. The program gets this machine's fiber config through
+``FIBER_*`` variables, so the processes and pools it starts are jobs of the same cluster;
+their containers or pods carry the program's id. The command then prints the program's
+output as it is written, and ends with its exit code. Ctrl-C (or SIGTERM) stops the
+program and every job it started (a second Ctrl-C kills them). With ``--detach`` it
+prints the job's id and leaves the program running; ``fiber logs`` and ``fiber stop``
+take it from there.
+
+``ps``, ``logs`` and ``stop`` work on the backends whose cluster keeps jobs by label
+(``docker``, ``kubernetes``) and see the jobs of every fiber program there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import config
+from .backends import Backend, JobHandle, JobSpec, JobStatus, Resources, get_backend
+from .errors import FiberError
+
+
+class UsageError(Exception):
+    """A command line that cannot be run (exit status 2, as argparse's own errors)."""
+
+__all__ = ["main"]
+
+_NAME = "fiber run"  # the name of every main program's job (``fiber ps`` shows it)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``fiber`` command; its exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        overrides = _overrides(args)
+        if overrides:
+            config.init(**overrides)
+        backend = get_backend(config.get_config().backend)
+        return int(args.handler(backend, args))
+    except UsageError as e:
+        parser.error(str(e))  # exits with status 2
+    except FiberError as e:
+        print(f"fiber: error: {e}", file=sys.stderr)
+    return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="fiber", description="Run a program as a job on a cluster; list, read and "
+        "stop fiber jobs. Settings come from .fiberconfig and FIBER_* variables, as for a "
+        "program using fiber.")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:
+        p = commands.add_parser(name, help=help, description=help)
+        p.add_argument("-b", "--backend", help="the backend (config key backend)")
+        p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a config value, as in .fiberconfig (repeatable)")
+        p.set_defaults(handler=handler)
+        return p
+
+    run = command("run", _run, "start a program as a job and follow its output")
+    run.add_argument("--image", help="the image of its container or pod (config key image)")
+    run.add_argument("--cpu", type=float, help="CPUs for the program's own job")
+    run.add_argument("--memory", type=int, metavar="MB", help="memory for its own job")
+    run.add_argument("--gpu", type=int, help="GPUs for its own job")
+    run.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="an environment variable of the program (repeatable)")
+    run.add_argument("-d", "--detach", action="store_true",
+                     help="print the job's id and leave the program running")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...")
+
+    ps = command("ps", _ps, "list the fiber jobs on the cluster, oldest first")
+    ps.add_argument("filter", nargs="?", default="", metavar="PROGRAM",
+                    help="only this program's jobs")
+
+    logs = command("logs", _logs, "print a job's output")
+    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+
+    stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs")
+    stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB")
+    return top
+
+
+def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--config {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    if args.backend:
+        out["backend"] = args.backend
+    if getattr(args, "image", None):
+        out["image"] = args.image
+    return out
+
+
+# -- run ------------------------------------------------------------------------------------
+
+
+def _run(backend: Backend, args: argparse.Namespace) -> int:
+    command = list(args.program)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("fiber run needs the command to run")
+    cfg = config.get_config()
+    env = config.to_env(cfg)  # the program's processes become jobs of the same cluster
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+        env[name] = value
+    spec = backend.main_spec(JobSpec(
+        command=tuple(command), env=env, image=cfg.image,
+        resources=Resources(cpu=args.cpu, memory_mb=args.memory, gpu=args.gpu),
+        name=f"{_NAME}: {shlex.join(command)}"[:200]))
+    [handle] = backend.submit([spec])
+    if args.detach:
+        backend.detach()
+        print(handle.job_id)
+        return 0
+    print(f"fiber: {handle.job_id} started ({backend.name}); Ctrl-C stops it",
+          file=sys.stderr, flush=True)
+    stopper = _Stopper(backend, handle)
+    with stopper:
+        stream = backend.follow(handle)
+        if stream is not None:
+            for text in stream:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        status = backend.wait(handle)
+    assert status is not None
+    return _exit_code(handle, status)
+
+
+def _exit_code(handle: JobHandle, status: JobStatus) -> int:
+    """The program's exit code as a shell gives it (128 + n: killed by signal n)."""
+    code = status.exitcode
+    if code == 0:
+        return 0
+    print(f"fiber: {handle.job_id} {status.state.value}: {status.reason or code}",
+          file=sys.stderr)
+    if code is None:
+        return 1
+    return 128 - code if code < 0 else code
+
+
+class _Stopper:
+    """While a program runs: SIGINT and SIGTERM stop its job (SIGTERM-like), and a second
+    one kills it; the job's end, not the signal, ends ``fiber run``."""
+
+    def __init__(self, backend: Backend, handle: JobHandle) -> None:
+        self._backend = backend
+        self._handle = handle
+        self._count = 0
+        self._old: Dict[int, Any] = {}
+
+    def __enter__(self) -> _Stopper:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._count += 1
+        force = self._count > 1
+        print(f"\nfiber: {'killing' if force else 'stopping'} {self._handle.job_id}",
+              file=sys.stderr, flush=True)
+        # not in the handler itself: a cluster call may take a while
+        threading.Thread(target=self._cancel, args=(force,), daemon=True).start()
+
+    def _cancel(self, force: bool) -> None:
+        try:
+            self._backend.cancel([self._handle], force=force)
+        except FiberError as e:
+            print(f"fiber: cannot stop {self._handle.job_id}: {e}", file=sys.stderr)
+
+
+# -- ps, logs, stop ---------------------------------------------------------------------------
+
+
+def _ps(backend: Backend, args: argparse.Namespace) -> int:
+    jobs = backend.find_jobs(args.filter)
+    rows: List[Sequence[str]] = [("JOB", "PROGRAM", "STATE", "CREATED", "NAME")]
+    rows += [(j.job_id, j.program, j.state, j.created, j.name) for j in jobs]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
+    return 0
+
+
+def _logs(backend: Backend, args: argparse.Namespace) -> int:
+    sys.stdout.write(backend.read_logs(args.job, args.tail))
+    return 0
+
+
+def _stop(backend: Backend, args: argparse.Namespace) -> int:
+    known = {j.job_id: j.program for j in backend.find_jobs()}
+    programs = set(known.values())
+    missing = [t for t in args.targets if t not in programs and t not in known]
+    for target in args.targets:
+        if target in programs:
+            removed = backend.remove_jobs(program=target)
+            print(f"program {target}: removed {len(removed)} job(s)")
+        elif target in known:
+            backend.remove_jobs(job_ids=[target])
+            print(f"job {target}: removed")
+    for target in missing:
+        print(f"fiber: no fiber program or job named {target!r}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

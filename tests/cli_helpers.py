@@ -1,0 +1,69 @@
+"""Running the ``fiber`` command in tests (tests/test_cli.py, test_docker.py,
+test_kubernetes.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any, Callable, Dict
+
+from conftest import wait_until
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+MAIN = os.path.join(TESTS, "cli_scripts", "main_pool.py")
+FIBER = [sys.executable, "-m", "fiber"]
+
+
+def fiber_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``fiber ARGS...`` in a subprocess, to its end; its output captured."""
+    return subprocess.run([*FIBER, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def fiber_popen(*args: str) -> subprocess.Popen:
+    """``fiber ARGS...`` started in a subprocess, its output piped."""
+    return subprocess.Popen([*FIBER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+
+
+def tagged(text: str, tag: str) -> Dict[str, Any]:
+    """The JSON of the last ``TAG <json>`` line of a program's output."""
+    lines = [ln for ln in text.splitlines() if ln.startswith(tag + " ")]
+    assert lines, f"no {tag} line in the output:\n{text}"
+    return dict(json.loads(lines[-1][len(tag) + 1:]))
+
+
+def started_job(stderr: str) -> str:
+    """The job id ``fiber run`` announced (``fiber: <job> started``)."""
+    m = re.search(r"^fiber: (\S+) started", stderr, re.MULTILINE)
+    assert m, f"fiber run did not say which job it started:\n{stderr}"
+    return m.group(1)
+
+
+def ready_and_listed(backend: str, job: str, jobs: int) -> Dict[str, Any]:
+    """For a detached ``main_pool.py hold``: wait for its READY line (``fiber logs``), check
+    that ``fiber ps`` lists the program's ``jobs`` jobs, the main one named after its
+    command; the READY json."""
+    wait_until(lambda: "READY " in fiber_cli("logs", "-b", backend, job).stdout, 300,
+               interval=1, message="the detached program's output")
+    got = tagged(fiber_cli("logs", "-b", backend, job).stdout, "READY")
+    program = job.split("-")[1]
+    ps = fiber_cli("ps", "-b", backend, program)
+    assert ps.returncode == 0, ps.stderr
+    rows = [ln.split() for ln in ps.stdout.splitlines()[1:]]
+    assert len(rows) == jobs and {row[1] for row in rows} == {program}, ps.stdout
+    main_row = [ln for ln in ps.stdout.splitlines() if ln.startswith(job + " ")]
+    assert main_row and f"fiber run: python3 {MAIN} hold" in main_row[0], ps.stdout
+    return got
+
+
+def stop_program(backend: str, program: str, gone: Callable[[], bool]) -> None:
+    """``fiber stop PROGRAM`` removes its jobs (``gone`` says so); a second one finds none."""
+    stop = fiber_cli("stop", "-b", backend, program)
+    assert stop.returncode == 0 and re.search(r"removed [3-9] job", stop.stdout), stop
+    wait_until(gone, 60, interval=0.5, message="the stopped program's jobs are removed")
+    again = fiber_cli("stop", "-b", backend, program)
+    assert again.returncode == 1 and "no fiber program or job" in again.stderr

@@ -1,0 +1,105 @@
+"""The ``fiber`` command on the local backend: ``fiber run`` follows a program and ends with
+its exit code, Ctrl-C stops it, bad command lines and settings are clear errors. The same
+command on Docker and Kubernetes is tested in tests/test_docker.py and test_kubernetes.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+
+from cli_helpers import MAIN, fiber_cli, fiber_popen, started_job, tagged
+from conftest import wait_until
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_run_follows_a_program_with_a_pool_and_ends_with_its_exit_code():
+    r = fiber_cli("run", "-c", "pool_prefetch=5", "--", sys.executable, MAIN, "3")
+    assert r.returncode == 3, r.stderr
+    got = tagged(r.stdout, "RESULT")
+    assert got["squares"] == [x * x for x in range(20)]
+    assert got["prefetch"] == 5  # the command's config reached the program
+    assert got["main"].split(":")[1] not in {w.split(":")[1] for w in got["workers"]}
+    assert f"{started_job(r.stderr)} failed: exit code 3" in r.stderr
+
+
+def test_run_of_a_program_that_succeeds_is_quiet_and_exits_0():
+    r = fiber_cli("run", sys.executable, "-c", "print('hello')")
+    assert (r.returncode, r.stdout) == (0, "hello\n"), r.stderr
+    assert "failed" not in r.stderr
+
+
+def test_a_program_killed_by_a_signal_exits_128_plus_the_signal():
+    r = fiber_cli("run", "--", sys.executable, "-c",
+                  "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    assert "SIGKILL" in r.stderr
+
+
+def test_ctrl_c_stops_the_program_and_its_workers():
+    proc = fiber_popen("run", "--", sys.executable, MAIN, "hold")
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), line + proc.stderr.read()
+        got = tagged(line, "READY")
+        pids = [int(w.split(":")[1]) for w in [got["main"], *got["workers"]]]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        assert proc.returncode == 128 + signal.SIGTERM  # the program got SIGTERM
+        assert "stopping" in proc.stderr.read()
+        wait_until(lambda: all(_gone(p) for p in pids), 30,
+                   message="the program and its workers end")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_env_option_reaches_the_program():
+    r = fiber_cli("run", "-e", "FIBER_TEST_VALUE=a=b", "--", sys.executable, "-c",
+                  "import os; print(os.environ['FIBER_TEST_VALUE'])")
+    assert (r.returncode, r.stdout) == (0, "a=b\n"), r.stderr
+
+
+def test_bad_command_lines_are_usage_errors():
+    r = fiber_cli("run")
+    assert r.returncode == 2 and "needs the command" in r.stderr
+    r = fiber_cli("run", "-c", "pool_prefetch", "--", "true")
+    assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+    r = fiber_cli("run", "-e", "NOVALUE", "--", "true")
+    assert r.returncode == 2 and "NAME=VALUE" in r.stderr
+    r = fiber_cli("frobnicate")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_bad_settings_are_clear_errors():
+    r = fiber_cli("run", "-c", "no_such_key=1", "--", "true")
+    assert r.returncode == 1 and "unknown key" in r.stderr and "pool_prefetch" in r.stderr
+    r = fiber_cli("run", "-c", "pool_prefetch=many", "--", "true")
+    assert r.returncode == 1 and "expected int" in r.stderr
+    r = fiber_cli("run", "-b", "no-such-backend", "--", "true")
+    assert r.returncode == 1 and "no-such-backend" in r.stderr and "local" in r.stderr
+    r = fiber_cli("run", "--", "/no/such/program")
+    assert r.returncode != 0 and "/no/such/program" in r.stderr
+
+
+def test_ps_logs_stop_name_the_backends_that_can():
+    for args in (["ps"], ["logs", "some-job"], ["stop", "some-job"]):
+        r = fiber_cli(*args)
+        assert r.returncode == 1, r
+        assert "local backend cannot" in r.stderr and "kubernetes" in r.stderr
+
+
+def test_the_fiber_command_is_installed():
+    exe = shutil.which("fiber", path=os.path.dirname(sys.executable))
+    assert exe is not None, "pip install did not install the fiber command"
+    r = fiber_cli("--help")
+    assert r.returncode == 0 and "run" in r.stdout and "stop" in r.stdout
