@@ -60,10 +60,11 @@ def ready_and_listed(backend: str, job: str, jobs: int) -> Dict[str, Any]:
     return got
 
 
-def stop_program(backend: str, program: str, gone: Callable[[], bool]) -> None:
-    """``fiber stop PROGRAM`` removes its jobs (``gone`` says so); a second one finds none."""
-    stop = fiber_cli("stop", "-b", backend, program)
+def stop_program(backend: str, target: str, gone: Callable[[], bool]) -> None:
+    """``fiber stop TARGET`` (a program, or its main job) removes the program's jobs (``gone``
+    says so); a second one finds none."""
+    stop = fiber_cli("stop", "-b", backend, target)
     assert stop.returncode == 0 and re.search(r"removed [3-9] job", stop.stdout), stop
     wait_until(gone, 60, interval=0.5, message="the stopped program's jobs are removed")
-    again = fiber_cli("stop", "-b", backend, program)
+    again = fiber_cli("stop", "-b", backend, target)
     assert again.returncode == 1 and "no fiber program or job" in again.stderr

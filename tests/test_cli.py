@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 
 from cli_helpers import MAIN, fiber_cli, fiber_popen, started_job, tagged
 from conftest import wait_until
@@ -103,3 +104,34 @@ def test_the_fiber_command_is_installed():
     assert exe is not None, "pip install did not install the fiber command"
     r = fiber_cli("--help")
     assert r.returncode == 0 and "run" in r.stdout and "stop" in r.stdout
+
+
+def test_a_second_ctrl_c_kills_a_program_that_ignores_sigterm():
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('READY', flush=True); time.sleep(120)")
+    proc = fiber_popen("run", "--", sys.executable, "-c", code)
+    try:
+        assert proc.stdout.readline() == "READY\n", proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1)
+        assert proc.poll() is None  # SIGTERM ignored: still running
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        assert proc.returncode == 128 + signal.SIGKILL, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_detach_on_the_local_backend_is_refused_before_anything_starts():
+    r = fiber_cli("run", "--detach", "--", sys.executable, "-c", "print('ran')")
+    assert r.returncode == 1 and "cannot leave a job running" in r.stderr
+    assert "ran" not in r.stdout
+
+
+def test_bad_resources_are_usage_errors_and_listen_host_stays_on_this_machine():
+    r = fiber_cli("run", "--cpu", "0", "--", "true")
+    assert r.returncode == 2 and "cpu must be positive" in r.stderr
+    r = fiber_cli("run", "-c", "listen_host=127.0.0.1", "--", sys.executable, "-c",
+                  "import fiber; print(fiber.config.get_config().listen_host)")
+    assert (r.returncode, r.stdout) == (0, "127.0.0.1\n"), r.stderr

@@ -497,12 +497,32 @@ def test_fiber_run_detached_then_ps_logs_and_stop(engine):
         got = ready_and_listed("docker", job, 3)  # the main program and its 2 workers
         assert len(got["workers"]) == 2
         assert len(containers_of(engine, fiber_program=program)) == 3
-        stop_program("docker", program, lambda: not containers_of(engine,
-                                                                   fiber_program=program))
+        # the main job's id stops the whole program
+        stop_program("docker", job, lambda: not containers_of(engine, fiber_program=program))
         gone = fiber_cli("logs", "-b", "docker", job)
         assert gone.returncode == 1 and job in gone.stderr
     finally:
         for c in containers_of(engine, fiber_program=program):
+            engine.remove_container(c["Id"], force=True)
+
+
+def test_a_closed_output_pipe_ends_fiber_run_and_its_program_quietly(engine):
+    code = "import time\nfor i in range(10**6):\n    print(i, flush=True)\n    time.sleep(0.001)"
+    proc = fiber_popen("run", "-b", "docker", "--", "python3", "-c", code)
+    program = ""
+    try:
+        assert proc.stdout.readline() == "0\n", proc.stderr.read()
+        proc.stdout.close()  # as `| head -1` does
+        proc.wait(120)
+        err = proc.stderr.read()
+        assert proc.returncode == 128 + signal.SIGPIPE, err
+        assert "Traceback" not in err
+        program = started_job(err).split("-")[1]
+        assert not containers_of(engine, fiber_program=program)  # the program was ended
+    finally:
+        proc.kill()
+        proc.wait()
+        for c in containers_of(engine, fiber_program=program) if program else []:
             engine.remove_container(c["Id"], force=True)
 
 

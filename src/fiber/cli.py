@@ -24,10 +24,12 @@ take it from there.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import config
@@ -47,6 +49,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``fiber`` command; its exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):  # a job's output may not fit this terminal
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         overrides = _overrides(args)
         if overrides:
@@ -57,6 +61,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(e))  # exits with status 2
     except FiberError as e:
         print(f"fiber: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
     return 1
 
 
@@ -129,27 +135,68 @@ def _run(backend: Backend, args: argparse.Namespace) -> int:
         if not sep or not name:
             raise UsageError(f"--env {item!r}: expected NAME=VALUE")
         env[name] = value
+    try:
+        resources = Resources(cpu=args.cpu, memory_mb=args.memory, gpu=args.gpu)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--cpu/--memory/--gpu: {e}") from None
     spec = backend.main_spec(JobSpec(
-        command=tuple(command), env=env, image=cfg.image,
-        resources=Resources(cpu=args.cpu, memory_mb=args.memory, gpu=args.gpu),
+        command=tuple(command), env=env, image=cfg.image, resources=resources,
         name=f"{_NAME}: {shlex.join(command)}"[:200]))
-    [handle] = backend.submit([spec])
     if args.detach:
-        backend.detach()
+        backend.detach()  # before submit: this process's jobs now outlive it
+        [handle] = backend.submit([spec])
         print(handle.job_id)
         return 0
-    print(f"fiber: {handle.job_id} started ({backend.name}); Ctrl-C stops it",
-          file=sys.stderr, flush=True)
-    stopper = _Stopper(backend, handle)
-    with stopper:
-        stream = backend.follow(handle)
-        if stream is not None:
-            for text in stream:
-                sys.stdout.write(text)
-                sys.stdout.flush()
-        status = backend.wait(handle)
-    assert status is not None
+    with _Stopper(backend) as stopper:  # before submit: Ctrl-C then stops what it started
+        [handle] = backend.submit([spec])
+        print(f"fiber: {handle.job_id} started ({backend.name}); Ctrl-C stops it",
+              file=sys.stderr, flush=True)
+        stopper.attach(handle)
+        try:
+            _print_output(backend, handle)
+        except BrokenPipeError:  # our reader is gone (| head): end the job, as SIGPIPE would
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the exit's flush
+            stopper.stop(force=False)
+            _wait(backend, handle)
+            return 128 + signal.SIGPIPE
+        status = _wait(backend, handle)
     return _exit_code(handle, status)
+
+
+def _print_output(backend: Backend, handle: JobHandle) -> None:
+    """The job's output, as it is written, while the backend can stream it."""
+    try:
+        stream = backend.follow(handle)
+        if stream is None:
+            return
+        for text in stream:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    except FiberError as e:
+        _say(f"lost the output of {handle.job_id} ({e}); still waiting for its end")
+
+
+def _wait(backend: Backend, handle: JobHandle) -> JobStatus:
+    """The job's final status. A cluster that does not answer for a while is asked again:
+    a failed query must not end ``fiber run``, whose exit would remove the job."""
+    delay, failures = 1.0, 0
+    while True:
+        try:
+            status = backend.wait(handle, timeout=60)
+        except FiberError as e:
+            failures += 1
+            if failures == 1 or failures % 10 == 0:
+                _say(f"cannot read the state of {handle.job_id} ({e}); trying again")
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            continue
+        if status is not None:
+            return status
+        delay, failures = 1.0, 0
+
+
+def _say(text: str) -> None:
+    print(f"fiber: {text}", file=sys.stderr, flush=True)
 
 
 def _exit_code(handle: JobHandle, status: JobStatus) -> int:
@@ -157,25 +204,27 @@ def _exit_code(handle: JobHandle, status: JobStatus) -> int:
     code = status.exitcode
     if code == 0:
         return 0
-    print(f"fiber: {handle.job_id} {status.state.value}: {status.reason or code}",
-          file=sys.stderr)
+    _say(f"{handle.job_id} {status.state.value}: {status.reason or code}")
     if code is None:
         return 1
     return 128 - code if code < 0 else code
 
 
 class _Stopper:
-    """While a program runs: SIGINT and SIGTERM stop its job (SIGTERM-like), and a second
-    one kills it; the job's end, not the signal, ends ``fiber run``."""
+    """While ``fiber run`` waits: SIGINT, SIGTERM and SIGHUP stop the job (SIGTERM-like)
+    and a second one kills it; the job's end, not the signal, ends ``fiber run``. A third
+    gives up waiting (KeyboardInterrupt; the exit hooks still remove the jobs)."""
 
-    def __init__(self, backend: Backend, handle: JobHandle) -> None:
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, backend: Backend) -> None:
         self._backend = backend
-        self._handle = handle
+        self._handle: Optional[JobHandle] = None
         self._count = 0
         self._old: Dict[int, Any] = {}
 
     def __enter__(self) -> _Stopper:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self._SIGNALS:
             self._old[sig] = signal.signal(sig, self._on_signal)
         return self
 
@@ -183,19 +232,34 @@ class _Stopper:
         for sig, old in self._old.items():
             signal.signal(sig, old)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._count += 1
-        force = self._count > 1
-        print(f"\nfiber: {'killing' if force else 'stopping'} {self._handle.job_id}",
-              file=sys.stderr, flush=True)
-        # not in the handler itself: a cluster call may take a while
+    def attach(self, handle: JobHandle) -> None:
+        """The job submitted; a signal that came during the submission acts now."""
+        self._handle = handle
+        if self._count:
+            self.stop(force=self._count > 1)
+
+    def stop(self, force: bool) -> None:
+        """Cancel the job from a thread of its own (a cluster call may take a while)."""
         threading.Thread(target=self._cancel, args=(force,), daemon=True).start()
 
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._count += 1
+        if self._count > 2:
+            raise KeyboardInterrupt
+        force = self._count > 1
+        what = self._handle.job_id if self._handle is not None else "the program"
+        print(f"\nfiber: {'killing' if force else 'stopping'} {what} (again to "
+              f"{'stop waiting' if force else 'kill it'})", file=sys.stderr, flush=True)
+        if self._handle is not None:
+            self.stop(force)
+
     def _cancel(self, force: bool) -> None:
+        if self._handle is None:
+            return
         try:
             self._backend.cancel([self._handle], force=force)
         except FiberError as e:
-            print(f"fiber: cannot stop {self._handle.job_id}: {e}", file=sys.stderr)
+            _say(f"cannot stop {self._handle.job_id}: {e}")
 
 
 # -- ps, logs, stop ---------------------------------------------------------------------------
@@ -217,18 +281,23 @@ def _logs(backend: Backend, args: argparse.Namespace) -> int:
 
 
 def _stop(backend: Backend, args: argparse.Namespace) -> int:
-    known = {j.job_id: j.program for j in backend.find_jobs()}
-    programs = set(known.values())
+    known = {j.job_id: j for j in backend.find_jobs()}
+    programs = {j.program for j in known.values()}
     missing = [t for t in args.targets if t not in programs and t not in known]
-    for target in args.targets:
+    for target in [t for t in args.targets if t not in missing]:
+        job = known.get(target)
+        if job is not None and job.name.startswith(_NAME + ":"):
+            target = job.program  # a program's main job: the whole program
         if target in programs:
             removed = backend.remove_jobs(program=target)
             print(f"program {target}: removed {len(removed)} job(s)")
-        elif target in known:
-            backend.remove_jobs(job_ids=[target])
-            print(f"job {target}: removed")
+        else:
+            removed = backend.remove_jobs(job_ids=[target])
+            print(f"job {target}: {'removed' if removed else 'not removed'}")
+        if not removed:
+            missing.append(target)
     for target in missing:
-        print(f"fiber: no fiber program or job named {target!r}", file=sys.stderr)
+        print(f"fiber: no fiber program or job named {target!r} was removed", file=sys.stderr)
     return 1 if missing else 0
 
 

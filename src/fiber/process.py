@@ -15,6 +15,7 @@ process by mistake.
 from __future__ import annotations
 
 import atexit
+import collections
 import itertools
 import os
 import secrets
@@ -26,6 +27,7 @@ from typing import (
     Any,
     Callable,
     ClassVar,
+    Deque,
     Dict,
     Iterable,
     List,
@@ -51,6 +53,21 @@ __all__ = ["Process", "current_process", "parent_process", "active_children", "s
            "terminate_all"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
+
+
+#: Jobs whose Process objects were collected. A finalizer may run inside garbage
+#: collection while this thread holds a backend's lock: it only appends here (lock-free),
+#: and the next start releases them.
+_collected: Deque[Tuple[Backend, JobHandle]] = collections.deque()
+
+
+def _release_collected() -> None:
+    while _collected:
+        try:
+            backend, handle = _collected.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        backend.release(handle)
 
 
 class _Job:
@@ -189,7 +206,8 @@ class Process:
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
         # the watcher holds this object until the job ends; once it is gone too, nothing
         # can ask the backend about the job again
-        weakref.finalize(self, job.backend.release, handle)
+        weakref.finalize(self, _collected.append, (job.backend, handle))
+        _release_collected()
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive
 

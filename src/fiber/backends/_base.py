@@ -195,8 +195,13 @@ class Backend(abc.ABC):
         return spec
 
     def detach(self) -> None:
-        """Let the jobs started so far outlive this process (``fiber run --detach``)."""
-        return None
+        """From now on, let this process's jobs outlive it (``fiber run --detach``).
+
+        Raises:
+            BackendError: the backend cannot (its jobs are this process's children).
+        """
+        raise BackendError(f"the {self.name} backend cannot leave a job running after "
+                           "fiber run ends (run fiber run itself in the background)")
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
         """Every fiber job the cluster knows (only ``program``'s if given), oldest first."""

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import abc
 import atexit
+import codecs
 import os
 import re
 import shlex
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+import time
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SubmitError
 from ._base import Backend, JobHandle, JobStatus
@@ -127,6 +129,8 @@ class BatchBackend(Backend):
         self._batch_lock = threading.Lock()
         self._unfinished: Dict[str, JobHandle] = {}
         self._cleanup_registered = False
+        #: Jobs outlive this process (``fiber run --detach``): nothing is cancelled at exit.
+        self.detached = False
 
     # -- commands ----------------------------------------------------------------------
 
@@ -186,7 +190,7 @@ class BatchBackend(Backend):
 
     def detach(self) -> None:
         with self._batch_lock:
-            self._unfinished.clear()
+            self.detached = True
 
     def unfinished(self) -> List[JobHandle]:
         """Jobs submitted by this process and not (yet) seen finished."""
@@ -195,6 +199,8 @@ class BatchBackend(Backend):
 
     def cancel_unfinished(self) -> None:
         """Cancel every job submitted and not seen finished (runs at exit)."""
+        if self.detached:
+            return
         handles = self.unfinished()
         if not handles:
             return
@@ -227,3 +233,30 @@ def _text(data: object) -> str:
     if isinstance(data, bytes):
         return data.decode(errors="replace")
     return str(data)
+
+
+def follow_file(path: str, ended: Callable[[], bool], missing: str) -> Iterator[str]:
+    """A batch job's output file as it grows, until ``ended()`` (asked before each read, so
+    that what the job wrote before its end is read). The file is opened afresh each time: a
+    network file system's cache of an open file can hide its last writes. ``missing`` says
+    why a file that never appeared is not here."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    offset, delay = 0, 0.2
+    while True:
+        done = ended()
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            yield decoder.decode(chunk)
+            delay = 0.2
+        if done:
+            if not offset and not os.path.exists(path):
+                yield f"[fiber: no output file {path} on this machine: {missing}]\n"
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)

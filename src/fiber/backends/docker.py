@@ -328,12 +328,15 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                 argv[0] = "python3"
         return argv
 
-    def _remove(self, engine: _Engine, ref: str) -> None:
+    def _remove(self, engine: _Engine, ref: str) -> bool:
+        """Remove a container, killing it if it runs; whether it is gone."""
         try:
             engine.api.remove_container(ref, force=True, v=True)
         except Exception as e:
             if not is_not_found(e):
                 log("docker: cannot remove container %s: %s", ref, engine_reason(e))
+                return False
+        return True
 
     # -- status ---------------------------------------------------------------------------
 
@@ -464,8 +467,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                 continue
             ids = {str(c["Id"]): str((c.get("Labels") or {}).get(LABEL_JOB)) for c in listed}
             ids = {cid: job for cid, job in ids.items() if program or job in wanted}
-            parallel(functools.partial(self._remove, engine), list(ids))
-            removed.extend(ids.values())
+            gone = parallel(functools.partial(self._remove, engine), list(ids))
+            removed.extend(job for job, (ok, _) in zip(ids.values(), gone) if ok)
         return removed
 
     # -- the ``fiber`` command line -----------------------------------------------------

@@ -481,8 +481,11 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         cluster = self._cluster()
 
         def lines() -> Iterator[str]:
-            # the log can be read once the container started: wait for that, or the end
-            while not job.started:
+            # The log can be read once the container runs or has ended. Wait for that by
+            # reading the pod itself: status() deletes an ended pod, keeping only the tail
+            # of its output; it is asked only while the pod waits (it fails a pod that
+            # cannot start).
+            while not self._container_began(cluster, job):
                 if self.status([handle])[handle.job_id].state.finished:
                     yield self.logs(handle)  # kept when its pod was deleted
                     return
@@ -503,3 +506,16 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                                        f"{api_reason(e)}") from e
 
         return lines()
+
+    def _container_began(self, cluster: _Cluster, job: _Job) -> bool:
+        """Whether the job's container runs or has ended (False when that is unknown)."""
+        try:
+            resp = cluster.api.read_namespaced_pod(
+                job.job_id, job.namespace, _preload_content=False,
+                _request_timeout=get_config().kubernetes_timeout)
+            pod = json.loads(resp.data)
+        except Exception:
+            return False
+        states = [cs.get("state") or {}
+                  for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+        return any("running" in st or "terminated" in st for st in states)

@@ -14,6 +14,7 @@ honour them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import select
@@ -174,6 +175,11 @@ class LocalBackend(Backend):
 
     def listen_host(self) -> str:
         return "127.0.0.1"
+
+    def main_spec(self, spec: JobSpec) -> JobSpec:
+        """A main program here runs on this machine: it keeps this machine's listen_host."""
+        host = get_config().listen_host
+        return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
 
     def release(self, handle: JobHandle) -> None:
         with self._lock:

@@ -60,7 +60,6 @@ point it at a shared filesystem that the nodes can write (``$HOME/...``).
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import itertools
 import math
@@ -76,7 +75,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from ..config import get_config
 from ..errors import BackendError, ConfigError, SubmitError
 from ._base import JobHandle, JobSpec, JobState, JobStatus, JobWatcher
-from ._batch import BatchBackend, parse_job_id, render_script, split_env
+from ._batch import BatchBackend, follow_file, parse_job_id, render_script, split_env
 from ._common import route_to
 from ._slurm_status import (
     PENDING_STATES,
@@ -569,31 +568,18 @@ class SlurmBackend(BatchBackend):
         if not path:  # a job array's task, a step
             return None
 
-        def read() -> Iterator[str]:
-            decoder = codecs.getincrementaldecoder("utf-8")("replace")
-            f = None
-            delay = 0.2
+        def ended() -> bool:
             try:
-                while True:
-                    ended = self.status([handle])[handle.job_id].state.finished
-                    if f is None and os.path.exists(path):
-                        f = open(path, "rb")  # noqa: SIM115 - closed below
-                    chunk = f.read() if f is not None else b""
-                    if chunk:
-                        yield decoder.decode(chunk)
-                        delay = 0.2
-                    if ended:
-                        return
-                    time.sleep(delay)
-                    delay = min(delay * 1.5, 2.0)
-            finally:
-                if f is not None:
-                    f.close()
+                return self.status([handle])[handle.job_id].state.finished
+            except BackendError:  # a busy controller: not a reason to stop following
+                return False
 
-        return read()
+        return follow_file(path, ended, "slurm_output_dir is not shared with the node")
 
     def cancel_unfinished(self) -> None:
         super().cancel_unfinished()
+        if self.detached:
+            return
         with self._lock:
             steps = list(self._steps.values())
         for s in steps:  # reap the sruns (they end with their steps)
