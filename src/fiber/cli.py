@@ -12,10 +12,10 @@ backend: on Docker a container of the configured image, on Kubernetes a pod, on 
 batch job, locally a subprocess. The program gets this machine's fiber config through
 ``FIBER_*`` variables, so the processes and pools it starts are jobs of the same cluster;
 their containers or pods carry the program's id. The command then prints the program's
-output as it is written, and ends with its exit code. Ctrl-C (or SIGTERM) stops the
-program and every job it started (a second Ctrl-C kills them). With ``--detach`` it
-prints the job's id and leaves the program running; ``fiber logs`` and ``fiber stop``
-take it from there.
+output as it is written, and ends with its exit code. Ctrl-C (or SIGTERM, SIGHUP) stops
+the program and every job it started; a second one kills them, a third stops waiting.
+With ``--detach`` it prints the job's id and leaves the program running; ``fiber logs``
+and ``fiber stop`` take it from there.
 
 ``ps``, ``logs`` and ``stop`` work on the backends whose cluster keeps jobs by label
 (``docker``, ``kubernetes``) and see the jobs of every fiber program there.
