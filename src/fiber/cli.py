@@ -36,13 +36,13 @@ from . import config
 from .backends import Backend, JobHandle, JobSpec, JobStatus, Resources, get_backend
 from .errors import FiberError
 
-
-class UsageError(Exception):
-    """A command line that cannot be run (exit status 2, as argparse's own errors)."""
-
 __all__ = ["main"]
 
 _NAME = "fiber run"  # the name of every main program's job (``fiber ps`` shows it)
+
+
+class UsageError(Exception):
+    """A command line that cannot be run (exit status 2, as argparse's own errors)."""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
