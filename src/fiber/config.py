@@ -253,16 +253,16 @@ def resolve(
     return Config(**values)
 
 
-def to_env(cfg: Config,
-           skip: Sequence[str] = ("listen_host", "kubernetes_kubeconfig")) -> Dict[str, str]:
+def to_env(cfg: Config, machine_keys: Sequence[str] = ("listen_host", "kubernetes_kubeconfig")
+           ) -> Dict[str, str]:
     """``FIBER_*`` variables that make a new process resolve ``cfg``'s non-default values
-    (``fiber run`` hands the config to the main program this way). The ``skip`` keys name
+    (``fiber run`` hands the config to the main program this way). ``machine_keys`` name
     this machine, not the job's (``listen_host``, a kubeconfig's path): they are set empty,
     so that a job that inherits this environment too (``sbatch``) does not take them."""
     out = {}
     for field in dataclasses.fields(Config):
         value = getattr(cfg, field.name)
-        if field.name in skip:
+        if field.name in machine_keys:
             out[_ENV_PREFIX + field.name.upper()] = ""
             continue
         if value == field.default:
