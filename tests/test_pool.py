@@ -106,6 +106,54 @@ def test_apply_from_several_threads(ctx):
     assert out == {k: [(k * 100 + i) ** 2 for i in range(50)] for k in range(4)}
 
 
+def _wait_cpu(pool, tasks: int, seconds: float) -> float:
+    """CPU time this thread spends waiting for ``tasks`` tasks of ``seconds`` each."""
+    r = pool.starmap_async(ph.sleep_return, [(i, seconds) for i in range(tasks)],
+                           chunksize=1)
+    start = time.thread_time()
+    assert r.get(timeout=60) == list(range(tasks))
+    return time.thread_time() - start
+
+
+def test_waiting_thread_polls_then_sleeps(ctx):
+    """A thread waiting for a result polls the connections for ``pool_spin_us`` before it
+    sleeps, and never longer; with 0 it sleeps at once."""
+    with fiber.config.override(pool_spin_us=200_000):
+        with ctx.Pool(1) as pool:
+            pool.apply(ph.square, (1,))  # connected
+            spun = _wait_cpu(pool, 1, 1.5)
+    assert 0.1 < spun < 0.7, spun
+    with fiber.config.override(pool_spin_us=0):
+        with ctx.Pool(1) as pool:
+            pool.apply(ph.square, (1,))
+            slept = _wait_cpu(pool, 1, 1.5)
+    assert slept < 0.05, slept
+
+
+def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx, backend_name):
+    """While the pool's workers on this host that hold tasks need every CPU, a waiting
+    thread does not poll (it would delay the results it waits for); once one is free
+    again, or when the workers are on other hosts, it does."""
+    cpus = fiber._pool_service._CPUS
+    with fiber.config.override(pool_spin_us=200_000):
+        with ctx.Pool(cpus) as pool:
+            service = pool._core.service
+            wait_until(lambda: connected(pool) == cpus, 60)
+            assert service.spin_budget() == pytest.approx(0.2)  # idle
+            here = all(ws.same_host for ws in live(pool))
+            assert here or backend_name != "local"  # connected through the Unix socket
+            r = pool.starmap_async(ph.sleep_return, [(i, 1.0) for i in range(cpus)],
+                                   chunksize=1)
+            wait_until(lambda: all(ws.pending for ws in live(pool)), 30)
+            assert service.spin_budget() == (0.0 if here else pytest.approx(0.2))
+            start = time.thread_time()
+            assert r.get(timeout=60) == list(range(cpus))
+            waited = time.thread_time() - start
+            assert service.spin_budget() == pytest.approx(0.2)
+    # polling from the first result on only (the others follow within milliseconds)
+    assert (waited < 0.1) if here else (waited > 0.1), waited
+
+
 def test_apply_matches_multiprocessing(ctx, mp_pool):
     with ctx.Pool(2) as pool:
         assert pool.apply(ph.square, (7,)) == 49

@@ -25,6 +25,8 @@ __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnord
            "CallbackThread"]
 
 Callback = Optional[Callable[[Any], Any]]
+#: Seconds a waiting thread may poll before it sleeps (``Server.wait_serving``).
+Spin = Optional[Callable[[], float]]
 
 
 def _value(ok: bool, frames: List[Any]) -> Tuple[bool, Any]:
@@ -69,13 +71,14 @@ class _Flag:
     """A one-shot event on a bare lock: cheaper to create, set and wait for than
     ``threading.Event``, which matters once per task."""
 
-    __slots__ = ("_lock", "_set", "_server")
+    __slots__ = ("_lock", "_set", "_server", "_spin")
 
-    def __init__(self, server: Optional[Server] = None) -> None:
+    def __init__(self, server: Optional[Server] = None, spin: Spin = None) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
         self._set = False
         self._server = server
+        self._spin = spin
 
     def set(self) -> None:
         if not self._set:
@@ -88,7 +91,7 @@ class _Flag:
         """``wait``, serving the hub's connections meanwhile when this thread can."""
         if self._server is None:
             return self.wait(timeout)
-        return self._server.wait_serving(self.is_set, timeout, self.wait)
+        return self._server.wait_serving(self.is_set, timeout, self.wait, self._spin)
 
     def is_set(self) -> bool:
         return self._set
@@ -105,8 +108,9 @@ class ApplyResult:
     """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
 
     def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
-                 error_callback: Callback = None, server: Optional[Server] = None) -> None:
-        self._event = _Flag(server)
+                 error_callback: Callback = None, server: Optional[Server] = None,
+                 spin: Spin = None) -> None:
+        self._event = _Flag(server, spin)
         self._callbacks = callbacks
         self._callback = callback
         self._error_callback = error_callback
@@ -185,8 +189,8 @@ class MapResult(ApplyResult):
 
     def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
                  callback: Callback = None, error_callback: Callback = None,
-                 server: Optional[Server] = None) -> None:
-        super().__init__(callbacks, callback, error_callback, server)
+                 server: Optional[Server] = None, spin: Spin = None) -> None:
+        super().__init__(callbacks, callback, error_callback, server, spin)
         self._chunks: List[Any] = [None] * chunks
         self._missing = chunks
         self._length = length
@@ -235,9 +239,10 @@ class IMapIterator:
     _ordered = True
 
     def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
-                 window: int, server: Optional[Server] = None) -> None:
+                 window: int, server: Optional[Server] = None, spin: Spin = None) -> None:
         self._submit = submit
         self._server = server
+        self._spin = spin
         self._chunks = chunks
         self._window = window
         self._submitted = 0
@@ -275,7 +280,8 @@ class IMapIterator:
 
     def _take(self, timeout: Optional[float]) -> Tuple[bool, List[Any]]:
         ready = (self._wait(timeout) if self._server is None
-                 else self._server.wait_serving(self._available, timeout, self._wait))
+                 else self._server.wait_serving(self._available, timeout, self._wait,
+                                                self._spin))
         if not ready:
             raise TimeoutError(f"no result within {timeout} s")
         with self._cond:

@@ -22,6 +22,7 @@ duplicate (from a worker presumed dead) is ignored.
 from __future__ import annotations
 
 import collections
+import os
 import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
@@ -36,6 +37,9 @@ __all__ = ["Task", "WorkerState", "PoolService"]
 
 _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
+#: CPUs this process may run on (and, as far as it can tell, its workers on this host).
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+    os.cpu_count() or 1)
 
 
 class Task:
@@ -59,7 +63,8 @@ class Task:
 
 class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "limit", "pending", "functions",
-                 "assigned", "retiring", "lost", "connected", "exitcode", "task_seconds")
+                 "assigned", "retiring", "lost", "connected", "exitcode", "task_seconds",
+                 "same_host")
 
     def __init__(self, worker_id: int, process: Any) -> None:
         self.worker_id = worker_id
@@ -75,6 +80,7 @@ class WorkerState:
         self.lost = False
         self.connected = False
         self.exitcode: Optional[int] = None
+        self.same_host = False  # runs on the master's host (known once it connects)
 
 
 def describe_exit(ws: WorkerState) -> str:
@@ -100,8 +106,10 @@ class PoolService(Service):
     """One pool's scheduler on the master's hub."""
 
     def __init__(self, name: bytes, prefetch: int, maxtasks: Optional[int], max_retries: int,
-                 on_worker_gone: Callable[[WorkerState, bool], None]) -> None:
+                 on_worker_gone: Callable[[WorkerState, bool], None],
+                 spin: float = 0.0) -> None:
         self.name = name
+        self.spin = spin
         self.prefetch = prefetch
         self.maxtasks = maxtasks
         self.max_retries = max_retries
@@ -115,9 +123,19 @@ class PoolService(Service):
         self.server: Optional[Server] = None
         self.init_failures: List[str] = []
         self.outstanding = 0  # tasks submitted and not yet finished
+        #: Workers on this host holding tasks (ids): each may want a CPU of this host.
+        self.busy_here: Set[int] = set()
         self.closing = False  # close() was called: workers exit once the queue is empty
 
     # -- from the pool (under the hub lock) ----------------------------------------------
+
+    def spin_budget(self) -> float:
+        """Seconds a thread waiting for a result may poll before it sleeps (see
+        ``Server.wait_serving``): the configured spin while this host has a CPU that no
+        busy worker of the pool may need, else none, since a poll on a CPU a worker
+        wants would delay the very result it waits for. Read without the lock: a stale
+        count only makes one wait poll or sleep when it need not."""
+        return self.spin if len(self.busy_here) < _CPUS else 0.0
 
     def add_worker(self, ws: WorkerState) -> None:
         self.workers[ws.worker_id] = ws
@@ -155,6 +173,7 @@ class PoolService(Service):
         for ws in self.workers.values():
             tasks.extend(ws.pending.values())
             ws.pending.clear()
+        self.busy_here.clear()
         for task in tasks:
             self._finish(task, False, record)
 
@@ -223,6 +242,8 @@ class PoolService(Service):
                 while len(ws.functions) > FUNCTION_SLOTS:
                     ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
+        if ws.same_host:
+            self.busy_here.add(ws.worker_id)
         assert self.server is not None and ws.peer is not None
         if not self.server.send(ws.peer, [b"", b"tasks", *pack_tasks(wire)]):
             self.worker_lost(ws)
@@ -241,6 +262,8 @@ class PoolService(Service):
                 task = ws.pending.pop(task_id, None)
                 if task is not None:
                     self._finish(task, ok, frames)
+            if not ws.pending:
+                self.busy_here.discard(ws.worker_id)
             self._adapt(ws, results_busy(payload) / max(1, count))
             self._maybe_stop(ws)
             self.dispatch()
@@ -250,6 +273,7 @@ class PoolService(Service):
                 server.send(peer, [b"", b"stop"])
                 return
             ws.peer = peer
+            ws.same_host = peer.same_host
             ws.connected = True
             ws.limit = self.prefetch + 1
             self.by_peer[peer.peer_id] = ws
@@ -305,6 +329,7 @@ class PoolService(Service):
         self.workers.pop(ws.worker_id, None)
         tasks = list(ws.pending.values())
         ws.pending.clear()
+        self.busy_here.discard(ws.worker_id)
         expected = (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
         if len(tasks) == 1:

@@ -87,7 +87,8 @@ class _PoolCore:
         self.hub = _runtime.hub()
         self.name = b"pool" + secrets.token_hex(6).encode()
         self.service = PoolService(self.name, cfg.pool_prefetch, maxtasks,
-                                   cfg.pool_max_task_retries, self._on_worker_gone)
+                                   cfg.pool_max_task_retries, self._on_worker_gone,
+                                   cfg.pool_spin_us * 1e-6)
         self.service.server = self.hub
         self.hub.register(self.name, self.service)
         self.state = RUN
@@ -420,7 +421,8 @@ class Pool:
                      serving: Optional[Serving] = None) -> ApplyResult:
         core = self._core
         core.check_running()
-        result = ApplyResult(core.callbacks, callback, error_callback, core.hub)
+        result = ApplyResult(core.callbacks, callback, error_callback, core.hub,
+                             core.service.spin_budget)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
                     f"apply({_label(func)})", serving)
         return result
@@ -446,7 +448,7 @@ class Pool:
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
         result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
-                           core.hub)
+                           core.hub, core.service.spin_budget)
         # A short map waited for at once is queued while this thread serves the hub (see
         # apply); a long one is not: results must be taken in while the rest is pickled.
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None
@@ -493,7 +495,8 @@ class Pool:
             core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({_label(func)})")
 
         holder.append(cls.__new__(cls))
-        cls.__init__(holder[0], submit, chunks, core.window, core.hub)
+        cls.__init__(holder[0], submit, chunks, core.window, core.hub,
+                     core.service.spin_budget)
         return holder[0]
 
     def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],

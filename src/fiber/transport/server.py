@@ -64,7 +64,7 @@ _MAX_UNAUTHENTICATED = 1024
 class Peer:
     """A client connection after it authenticated."""
 
-    __slots__ = ("peer_id", "process_id", "anchor", "conn")
+    __slots__ = ("peer_id", "process_id", "anchor", "conn", "same_host")
 
     def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
                  conn: Optional[_Conn]) -> None:
@@ -72,6 +72,8 @@ class Peer:
         self.process_id = process_id
         self.anchor = anchor
         self.conn = conn
+        #: Connected through the Unix socket: a process on this host, sharing its CPUs.
+        self.same_host = conn is None or conn.reader.unix
 
 
 class LocalPeer(Peer):
@@ -275,13 +277,19 @@ class Server:
                 pass
 
     def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
-                     wait: Callable[[Optional[float]], bool]) -> bool:
+                     wait: Callable[[Optional[float]], bool],
+                     spin: Optional[Callable[[], float]] = None) -> bool:
         """Wait up to ``timeout`` s for ``done()``, serving the connections on this thread.
 
         Whatever makes ``done()`` true on another thread must call :meth:`nudge` after it
         (replies to local peers do). Where this thread cannot serve (another one does, it
         holds the lock, it is the server thread, the server is stopping) it calls
         ``wait(timeout)``, the caller's ordinary wait, instead. Returns ``done()``.
+
+        ``spin()``, asked before each wait for the connections, gives the seconds this
+        thread may poll them before it sleeps: a message that comes within that time is
+        then read at once, without the wake-up of a sleeping thread (30-50 us on a VM,
+        more than a third of a round trip) and with the CPU's caches still warm.
         """
         if done():
             return True
@@ -289,7 +297,7 @@ class Server:
         with self.serving() as serving:
             while serving and not done():
                 left = _left(deadline)
-                events = self._sel.select(left)
+                events = self._select(left, 0.0 if spin is None else spin())
                 with self.lock:
                     self._handle(events)
                 if left == 0 or self._stopping:
@@ -298,6 +306,20 @@ class Server:
             return True
         left = _left(deadline)
         return left != 0 and wait(left)
+
+    def _select(self, timeout: Optional[float], spin: float) -> _Events:
+        """The connections' events: polled for up to ``spin`` s, then waited for."""
+        if spin > 0 and timeout != 0:
+            now = time.monotonic()
+            end = now + (spin if timeout is None else min(spin, timeout))
+            while now < end:
+                events = self._sel.select(0)
+                if events:
+                    return events
+                now = time.monotonic()
+            if timeout is not None:
+                timeout = max(0.0, timeout - spin)
+        return self._sel.select(timeout)
 
     def serving(self) -> Serving:
         """A block in which this thread serves the connections (when it can: ``as``
