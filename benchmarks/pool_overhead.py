@@ -9,16 +9,20 @@
 2. No-op throughput: map with chunksize 1 over 20,000 tasks (tasks/s).
 3. apply round trip: median and p99 over 2,000 calls.
 4. A 10 MB and a 100 MB numpy array to a worker and back (MB/s).
+5. CPU time of a 1 ms round (section 1's rounds), in the master and in the workers: on a
+   machine with few cores, what a round costs in CPU bounds how fast rounds can go.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import time
 from typing import List
 
 import numpy as np
+import psutil
 from _common import latencies, table, timed
 
 import fiber
@@ -78,6 +82,30 @@ def floor(duration: float) -> float:
     return slowest
 
 
+def _cpu(pids: List[int]) -> float:
+    """CPU seconds (user + system) used so far by these processes."""
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+
+def round_cpu(pool, pids: List[int], rounds: int = 1000) -> List[float]:
+    """Microseconds of CPU per 1 ms round: the master process (all its threads), the
+    workers, and both."""
+    me = [os.getpid()]
+    m0, w0 = _cpu(me), _cpu(pids)
+    for _ in range(rounds):
+        pool.map(sleep_task, [0.001] * WORKERS, chunksize=1)
+    master, workers = (_cpu(me) - m0) / rounds * 1e6, (_cpu(pids) - w0) / rounds * 1e6
+    return [master, workers, master + workers]
+
+
+def sleep_cpu(calls: int = 2000) -> float:
+    """Microseconds of CPU that ``time.sleep(0.001)`` itself costs (timer, wake-up)."""
+    t = time.process_time()
+    for _ in range(calls):
+        time.sleep(0.001)
+    return (time.process_time() - t) / calls * 1e6
+
+
 def warm(pool) -> None:
     for _ in range(3):
         pool.map(noop, range(WORKERS * 4), chunksize=1)
@@ -121,6 +149,15 @@ def main(sections: List[int], durations: List[float], modes: List[str]) -> None:
                 rows.append((f"{mb} MB", 2 * mb / tm, 2 * mb / tf, tm / tf))
             table("4. numpy array to a worker and back (MB/s, both directions counted)",
                   ["size", "multiprocessing MB/s", "fiber MB/s", "fiber/mp speed"], rows)
+        if 5 in sections:
+            m = round_cpu(mp, [p.pid for p in mp._pool])  # type: ignore[attr-defined]
+            f = round_cpu(fb, [ws.process.pid for ws in fb._core.procs.values()])
+            alone = sleep_cpu()
+            table(f"5. CPU per 1 ms round of 5 tasks (microseconds; {os.cpu_count()} cores; "
+                  f"time.sleep(0.001) alone costs {alone:.0f} us of CPU, "
+                  f"{WORKERS * alone:.0f} per round)",
+                  ["", "multiprocessing", "fiber", "fiber/mp"],
+                  [(k, a, b, b / a) for k, a, b in zip(("master", "workers", "total"), m, f)])
     finally:
         mp.terminate()
         fb.terminate()
@@ -129,8 +166,8 @@ def main(sections: List[int], durations: List[float], modes: List[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="leave out the 1 s tasks")
-    parser.add_argument("--only", type=int, nargs="+", choices=[1, 2, 3, 4],
-                        default=[1, 2, 3, 4], help="sections to run")
+    parser.add_argument("--only", type=int, nargs="+", choices=[1, 2, 3, 4, 5],
+                        default=[1, 2, 3, 4, 5], help="sections to run")
     parser.add_argument("--durations", type=float, nargs="+", metavar="MS",
                         help="task durations of section 1, in ms")
     parser.add_argument("--modes", nargs="+", choices=["rounds", "batch"],
