@@ -23,6 +23,7 @@ import fiber
 from fiber.backends import register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import PoolTerminatedError, RemoteTraceback
+from fiber.transport.server import Server
 
 # map(), apply(), starmap() and join() have no timeout of their own: bound every test
 pytestmark = pytest.mark.timeout(120)
@@ -128,6 +129,31 @@ def test_waiting_thread_polls_then_sleeps(ctx):
             pool.apply(ph.square, (1,))
             slept = _wait_cpu(pool, 1, 1.5)
     assert slept < 0.05, slept
+
+
+def test_a_wait_polls_for_its_budget_in_all_however_often_it_is_woken():
+    """Messages that wake a waiting thread without ending its wait (another thread's
+    results, say) do not make it poll again: the budget bounds a whole wait."""
+    server = Server("127.0.0.1", name="fiber-test-server")
+    stop = threading.Event()
+
+    def nudge() -> None:
+        while not stop.is_set():
+            server.nudge()
+            time.sleep(0.002)
+
+    nudger = threading.Thread(target=nudge)
+    nudger.start()
+    try:
+        start = time.thread_time()
+        assert not server.wait_serving(lambda: False, 1.0, lambda left: False,
+                                       lambda: 0.05)
+        cpu = time.thread_time() - start
+    finally:
+        stop.set()
+        nudger.join()
+        server.close()
+    assert 0.03 < cpu < 0.3, cpu
 
 
 def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx, backend_name):

@@ -22,6 +22,7 @@ duplicate (from a worker presumed dead) is ignored.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
@@ -37,9 +38,25 @@ __all__ = ["Task", "WorkerState", "PoolService"]
 
 _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
-#: CPUs this process may run on (and, as far as it can tell, its workers on this host).
-_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-    os.cpu_count() or 1)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use (and, as far as it can tell, its workers on this host):
+    its CPU affinity, bounded by a cgroup v2 CPU quota (a container limited to 2 CPUs of a
+    64-core host)."""
+    count = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+_CPUS = usable_cpus()
 
 
 class Task:

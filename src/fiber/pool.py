@@ -245,8 +245,8 @@ class _PoolCore:
             start_all([ws.process for ws in states])
         except Exception as e:
             with self.hub.lock:
-                for ws in states:
-                    self.service.workers.pop(ws.worker_id, None)
+                for ws in states:  # one that connected meanwhile gives its tasks back
+                    self.service.worker_lost(ws)
                 if not self._live_workers():
                     self._break(e)
             return
