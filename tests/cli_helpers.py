@@ -1,5 +1,5 @@
 """Running the ``fiber`` command in tests (tests/test_cli.py, test_docker.py,
-test_kubernetes.py)."""
+test_kubernetes.py, test_slurm.py)."""
 
 from __future__ import annotations
 
@@ -43,20 +43,30 @@ def started_job(stderr: str) -> str:
     return m.group(1)
 
 
-def ready_and_listed(backend: str, job: str, jobs: int) -> Dict[str, Any]:
-    """For a detached ``main_pool.py hold``: wait for its READY line (``fiber logs``), check
-    that ``fiber ps`` lists the program's ``jobs`` jobs, the main one named after its
-    command; the READY json."""
+def program_of(backend: str, job: str) -> str:
+    """The program of ``job``, as ``fiber ps`` lists it."""
+    ps = fiber_cli("ps", "-b", backend)
+    assert ps.returncode == 0, ps.stderr
+    programs = [ln.split()[1] for ln in ps.stdout.splitlines()[1:] if ln.split()[0] == job]
+    assert programs, f"fiber ps does not list {job}:\n{ps.stdout}"
+    return programs[0]
+
+
+def ready_and_listed(backend: str, job: str, jobs: int, python: str = "python3"
+                     ) -> Dict[str, Any]:
+    """For a detached ``main_pool.py hold`` run with ``python``: wait for its READY line
+    (``fiber logs``), check that ``fiber ps`` lists the program's ``jobs`` jobs, the main
+    one named after its command; the READY json."""
     wait_until(lambda: "READY " in fiber_cli("logs", "-b", backend, job).stdout, 300,
                interval=1, message="the detached program's output")
     got = tagged(fiber_cli("logs", "-b", backend, job).stdout, "READY")
-    program = job.split("-")[1]
+    program = program_of(backend, job)
     ps = fiber_cli("ps", "-b", backend, program)
     assert ps.returncode == 0, ps.stderr
     rows = [ln.split() for ln in ps.stdout.splitlines()[1:]]
     assert len(rows) == jobs and {row[1] for row in rows} == {program}, ps.stdout
     main_row = [ln for ln in ps.stdout.splitlines() if ln.startswith(job + " ")]
-    assert main_row and f"fiber run: python3 {MAIN} hold" in main_row[0], ps.stdout
+    assert main_row and f"fiber run: {python} {MAIN} hold" in main_row[0], ps.stdout
     return got
 
 

@@ -33,15 +33,27 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
-from cli_helpers import MAIN, fiber_cli, started_job, tagged
+from cli_helpers import (
+    MAIN,
+    fiber_cli,
+    fiber_popen,
+    program_of,
+    ready_and_listed,
+    started_job,
+    stop_program,
+    tagged,
+)
 from conftest import unusable
 
 import fiber
 from fiber import _runtime
 from fiber.backends import JobHandle, JobSpec, JobState, Resources, get_backend
 from fiber.backends._batch import render_script, split_env
+from fiber.backends._slurm_jobs import last_lines, output_dir
+from fiber.backends._slurm_status import job_comment, parse_listing, stdout_path
 from fiber.backends.slurm import (
     OWN_JOB_ENV,
+    PROGRAM_ENV,
     SlurmBackend,
     controller_address,
     parse_exit_pair,
@@ -50,7 +62,7 @@ from fiber.backends.slurm import (
     parse_squeue,
     status_of,
 )
-from fiber.errors import ConfigError, SubmitError
+from fiber.errors import BackendError, ConfigError, SubmitError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "slurm_scripts")
@@ -115,6 +127,37 @@ def test_parse_squeue_and_sacct():
     assert rows["13"][0] == "NODE_FAIL" and rows["14"] == ("PENDING", "", "Resources", 0)
     acct = parse_sacct("12_3|CANCELLED by 0|0:15\n13|COMPLETED|0:0\n14|FAILED|137:0\n")
     assert acct == {"12_3": ("CANCELLED", -15), "13": ("COMPLETED", 0), "14": ("FAILED", 137)}
+
+
+def test_job_comments_are_listed_back():
+    comment = job_comment("ab12", "fiber run:  python3 x.py\n hold")
+    assert comment == "fiber ab12 fiber run: python3 x.py hold"
+    out = (f"7|RUNNING|2026-11-23T16:20:01|{comment}        \n"
+           "8_1|CANCELLED by 0|2026-11-23T16:20:02|fiber ab12 PoolWorker\n"
+           "9|PENDING|N/A|someone else's job\n10|PENDING|N/A|\n")
+    rows = parse_listing(out)
+    assert [(r.job_id, r.program, r.name, r.state) for r in rows] == [
+        ("7", "ab12", "fiber run: python3 x.py hold", "running"),
+        ("8_1", "ab12", "PoolWorker", "cancelled")]
+    assert rows[0].submitted.endswith("Z") and len(rows[0].submitted) == 20
+    text = "   StdErr=/o/e.out\n   StdIn=/dev/null\n   StdOut=/o/my logs/fiber-x-7.out\n"
+    assert stdout_path(text) == "/o/my logs/fiber-x-7.out" and stdout_path("JobId=7\n") == ""
+    assert last_lines("a\nb\nc\n", 2) == "b\nc\n" and last_lines("a\nb", 1) == "b"
+    assert last_lines("x\r50%\r100%\ny\n", 2) == "x\r50%\r100%\ny\n"  # \r ends no line
+    assert last_lines("a\n", 0) == ""
+
+
+def test_a_program_started_by_fiber_run_has_an_id_of_its_own(monkeypatch):
+    monkeypatch.setenv(PROGRAM_ENV, "parent12")
+    backend = SlurmBackend()
+    assert backend.program == "parent12" and backend.inherited  # a child of that program
+    backend.main_spec(JobSpec(command=("true",)))
+    assert backend.program != "parent12" and not backend.inherited  # fiber run inside it
+
+
+def test_logs_refuse_what_is_not_a_job_id():
+    with pytest.raises(BackendError, match="not a Slurm job id"):
+        SlurmBackend().read_logs("*")
 
 
 def test_controller_address():
@@ -333,7 +376,7 @@ def test_mode_selection(monkeypatch):
 def test_default_log_directory_is_private(fake_slurm, monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with fiber.config.override(slurm_output_dir=""):
-        path = FakeSlurmBackend().output_dir()
+        path = output_dir()
     assert path == os.path.join(str(tmp_path), f"fiber-slurm-{os.getuid()}")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
 
@@ -353,6 +396,10 @@ def test_config_keys_and_registry():
 def _run(argv: List[str], timeout: float = 30, **kw: Any) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, **kw)
+
+
+def _node_cpus() -> int:
+    return int(_run(["sinfo", "-h", "-N", "-o", "%c"], timeout=15).stdout.split()[0])
 
 
 def _nodes_idle() -> List[str]:
@@ -608,6 +655,73 @@ def test_fiber_run_runs_the_program_as_a_batch_job_and_follows_its_output(cluste
     job = started_job(r.stderr)
     assert job.isdigit() and f"{job} failed" in r.stderr and "exit code 3" in r.stderr
     assert len(got["workers"]) == 2  # its pool: Slurm jobs of their own
+    _wait_nodes_idle()
+
+
+def test_fiber_run_detached_then_ps_logs_and_stop(cluster):
+    """A detached program and its pool are this user's fiber jobs on the cluster: listed by
+    program (their comment), their output read from the job's file, all cancelled by the
+    main job's id; Slurm lists them as cancelled afterwards, and their output stays."""
+    r = fiber_cli("run", "-b", "slurm", "--detach", "--", sys.executable, MAIN, "hold")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    assert job.isdigit(), r.stdout
+    try:
+        got = ready_and_listed("slurm", job, 3, python=sys.executable)
+        assert len(got["workers"]) == 2
+        program = program_of("slurm", job)
+        ids = [ln.split()[0] for ln in fiber_cli("ps", "-b", "slurm", program).stdout
+               .splitlines()[1:]]
+        assert ids[0] == job and all(i.startswith(ids[1].split("_")[0]) for i in ids[1:])
+        stop_program("slurm", job, lambda: not _live_jobs(ids))
+        ps = fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:]
+        assert [ln.split()[2] for ln in ps] == ["cancelled"] * 3, ps
+        tail = fiber_cli("logs", "-b", "slurm", "--tail", "2", job)  # READY, Slurm's word
+        assert tail.returncode == 0 and tail.stdout.startswith("READY "), tail
+        assert tail.stdout.count("\n") == 2 and f"JOB {job} ON" in tail.stdout, tail
+    finally:
+        _run(["scancel", job])
+    unknown = fiber_cli("logs", "-b", "slurm", "999999")
+    assert unknown.returncode == 1 and "999999" in unknown.stderr
+    _wait_nodes_idle()
+
+
+def test_ctrl_c_on_fiber_run_cancels_the_programs_queued_workers(cluster):
+    """With two of the three nodes taken, the program and one worker run on the third and
+    the second worker waits in the queue; Ctrl-C on fiber run cancels all three, the queued
+    one included (it would otherwise start, find no master and end only then)."""
+    blocker = _run(["sbatch", "--parsable", "--array=0-1", f"--cpus-per-task={_node_cpus()}",
+                    "-o", "/dev/null", "--wrap", "sleep 300"]).stdout.strip()
+    t = time.monotonic()
+    while len(_nodes_idle()) != len(NODES) - 2:
+        assert time.monotonic() - t < 60, "the blockers did not start"
+        time.sleep(0.2)
+    proc = fiber_popen("run", "-b", "slurm", "--", sys.executable, MAIN, "hold")
+    program = ""
+    try:
+        line = proc.stdout.readline()  # the program went on with the one worker it got
+        assert line.startswith("READY "), line + proc.stderr.read()
+        job = started_job(proc.stderr.readline())
+        program = program_of("slurm", job)
+        ps = fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:]
+        before = {ln.split()[0]: ln.split()[2] for ln in ps}
+        assert sorted(before.values()) == ["pending", "running", "running"], ps
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+        assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
+        ps = fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:]
+        after = {ln.split()[0]: ln.split()[2] for ln in ps}
+        assert after.keys() == before.keys(), ps
+        queued = [j for j, state in before.items() if state == "pending"]
+        assert after[job] == after[queued[0]] == "cancelled", ps  # the queued one never ran
+        # the running worker: cancelled, or ended by itself once its master was gone
+        assert set(after.values()) <= {"cancelled", "failed"}, ps
+    finally:
+        proc.kill()
+        proc.wait()
+        _run(["scancel", blocker])
+        if program:
+            fiber_cli("stop", "-b", "slurm", program)
     _wait_nodes_idle()
 
 

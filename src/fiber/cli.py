@@ -18,7 +18,8 @@ With ``--detach`` it prints the job's id and leaves the program running; ``fiber
 and ``fiber stop`` take it from there.
 
 ``ps``, ``logs`` and ``stop`` work on the backends whose cluster keeps jobs by label
-(``docker``, ``kubernetes``) and see the jobs of every fiber program there.
+(``docker``, ``kubernetes``) or comment (``slurm``: this user's batch jobs) and see the
+jobs of every fiber program there.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("job", metavar="JOB")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
 
-    stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs")
+    stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs "
+                   "(on Slurm: cancel them)")
     stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB")
     return top
 
@@ -257,7 +259,7 @@ class _Stopper:
         if self._handle is None:
             return
         try:
-            self._backend.cancel([self._handle], force=force)
+            self._backend.stop_main(self._handle, force=force)
         except FiberError as e:
             _say(f"cannot stop {self._handle.job_id}: {e}")
 

@@ -194,6 +194,12 @@ class Backend(abc.ABC):
         to start jobs of its own on this cluster (the Docker backend gives it the engine)."""
         return spec
 
+    def stop_main(self, handle: JobHandle, force: bool = False) -> None:
+        """Stop a program that ``fiber run`` started as job ``handle``: by default its job
+        alone (its processes end the jobs they started). A backend whose cluster would
+        start the program's queued jobs meanwhile cancels those too."""
+        self.cancel([handle], force=force)
+
     def detach(self) -> None:
         """From now on, let this process's jobs outlive it (``fiber run --detach``).
 
@@ -217,8 +223,8 @@ class Backend(abc.ABC):
         raise BackendError(self._no_record("stop a job it did not start"))
 
     def _no_record(self, what: str) -> str:
-        return (f"the {self.name} backend cannot {what} (the docker and kubernetes backends "
-                "can; use the cluster's own tools)")
+        return (f"the {self.name} backend cannot {what} (the docker, kubernetes and slurm "
+                "backends can; use the cluster's own tools)")
 
     def close(self) -> None:
         """Release clients and threads; jobs already submitted are not touched."""

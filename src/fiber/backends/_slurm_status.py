@@ -1,21 +1,26 @@
 """What Slurm's commands print, read: ``squeue``/``sacct`` output and exit codes, Slurm job
-states as fiber's :class:`JobStatus`, ``scontrol show config``; and the names fiber gives
-jobs. Pure functions, tested without a cluster."""
+states as fiber's :class:`JobStatus`, ``scontrol show config``; and the names and comments
+fiber gives jobs. Pure functions, tested without a cluster."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import signal
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._base import JobState, JobStatus
 
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
            "controller_address", "step_status", "safe_name", "array_name", "SQUEUE_FORMAT",
-           "PENDING_STATES"]
+           "PENDING_STATES", "LIST_FORMAT", "Listed", "job_comment", "parse_listing",
+           "stdout_path"]
 
 SQUEUE_FORMAT = "JobArrayID:|,State:|,NodeList:|,Reason:|,exit_code:|"
+#: ``squeue -O`` of ``fiber ps``: the comment last, unpadded by the split below.
+LIST_FORMAT = "JobArrayID:|,State:|,SubmitTime:|,Comment:1000"
+_COMMENT_TAG = "fiber"
 
 PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                   "RESV_DEL_HOLD", "POWER_UP_NODE"}
@@ -144,3 +149,52 @@ def step_status(rc: Optional[int], cancelled: Optional[str]) -> JobStatus:
     if 128 < rc < 128 + 65:
         return JobStatus(JobState.FAILED, -(rc - 128), f"killed by signal {rc - 128}")
     return JobStatus(JobState.FAILED, rc, f"exit code {rc}")
+
+
+def job_comment(program: str, name: str) -> str:
+    """The ``--comment`` of a fiber job: ``fiber <program id> <name>``, which ``fiber ps``
+    reads back (Slurm keeps no labels; the comment is the field it shows for any job)."""
+    return " ".join(f"{_COMMENT_TAG} {program} {name}".split())[:250]
+
+
+class Listed(NamedTuple):
+    """A fiber job as ``squeue`` lists it."""
+
+    job_id: str
+    program: str
+    name: str
+    state: str  # Slurm's word, lower case ("running", "cancelled", ...)
+    submitted: str  # ISO 8601, UTC ("" when Slurm gave none)
+
+
+def parse_listing(stdout: str) -> List[Listed]:
+    """The fiber jobs (those with a :func:`job_comment`) in ``squeue -O`` output with
+    :data:`LIST_FORMAT`, in the order listed; other jobs are left out."""
+    rows = []
+    for line in stdout.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) < 4:
+            continue
+        job_id, state, submitted, comment = (p.strip() for p in parts)
+        words = comment.split(" ", 2)
+        if len(words) < 2 or words[0] != _COMMENT_TAG or not job_id:
+            continue
+        rows.append(Listed(job_id, words[1], words[2] if len(words) > 2 else "",
+                           state.split()[0].lower() if state else "", _utc(submitted)))
+    return rows
+
+
+def _utc(local: str) -> str:
+    """Slurm's ``2026-11-23T16:20:01`` (the controller's local time, as this host reads
+    it) in UTC; "" for ``N/A`` or ``Unknown``."""
+    try:
+        when = datetime.datetime.strptime(local, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return ""
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stdout_path(scontrol_job: str) -> str:
+    """The ``StdOut=`` of ``scontrol show job`` output ("" when absent)."""
+    m = re.search(r"^\s*StdOut=(.*?)\s*$", scontrol_job, re.MULTILINE)
+    return m.group(1) if m else ""

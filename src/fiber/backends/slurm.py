@@ -64,24 +64,28 @@ import dataclasses
 import itertools
 import math
 import os
+import secrets
 import shlex
 import signal
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..config import get_config
-from ..errors import BackendError, ConfigError, SubmitError
-from ._base import JobHandle, JobSpec, JobState, JobStatus, JobWatcher
-from ._batch import BatchBackend, follow_file, parse_job_id, render_script, split_env
+from ..errors import BackendError, ConfigError, FiberError, SubmitError
+from . import _slurm_jobs
+from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
+from ._batch import BatchBackend, parse_job_id, render_script, split_env
 from ._common import route_to
+from ._slurm_jobs import output_dir
 from ._slurm_status import (
     PENDING_STATES,
     SQUEUE_FORMAT,
     array_name,
     controller_address,
+    job_comment,
     parse_exit_pair,
     parse_raw_exit,
     parse_sacct,
@@ -92,11 +96,13 @@ from ._slurm_status import (
 )
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
-           "status_of", "controller_address", "OWN_JOB_ENV"]
+           "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
 
 #: Set by fiber's job script to the job's own id: a process whose ``SLURM_JOB_ID`` is its
 #: own fiber job (not an allocation it was given) submits its children as jobs.
 OWN_JOB_ENV = "FIBER_SLURM_OWN_JOB"
+#: The program's id, inherited by its processes: every job's comment names it.
+PROGRAM_ENV = "FIBER_SLURM_PROGRAM"
 
 #: A job that squeue has never shown is LOST after this many seconds.
 _UNSEEN_GRACE = 60.0
@@ -140,6 +146,12 @@ class SlurmBackend(BatchBackend):
         self._step_ids = itertools.count(1)
         self._ctl_config: Optional[Dict[str, str]] = None
         self._ctl_text = ""
+        #: The program's id, in every job's comment (``fiber ps``); a child inherits it.
+        self.program = os.environ.get(PROGRAM_ENV) or secrets.token_hex(6)
+        #: Whether the id came from a parent (else, at exit, the jobs of this process's
+        #: descendants are cancelled too: those of a program that ``fiber run`` stopped).
+        self.inherited = bool(os.environ.get(PROGRAM_ENV))
+        self._sbatched = False  # whether this process submitted batch jobs
 
     #: Shortest interval between two status polls: each is a ``squeue`` RPC to slurmctld,
     #: which a shared controller should not get 20 times a second. Normal exits do not
@@ -227,22 +239,6 @@ class SlurmBackend(BatchBackend):
             return False
         return bool(storage) and not storage.endswith("/none")
 
-    def output_dir(self) -> str:
-        """The directory of job logs (created with mode 0700 when missing)."""
-        configured = get_config().slurm_output_dir
-        path = configured or os.path.join(tempfile.gettempdir(), f"fiber-slurm-{os.getuid()}")
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-            st = os.stat(path)
-        except OSError as e:
-            raise SubmitError(f"cannot create the Slurm log directory {path!r}: {e}") from None
-        if not configured and (st.st_uid != os.getuid() or st.st_mode & 0o077):
-            if st.st_uid != os.getuid():
-                raise SubmitError(f"the Slurm log directory {path!r} belongs to another "
-                                  "user; set slurm_output_dir")
-            os.chmod(path, 0o700)
-        return path
-
     # -- submit --------------------------------------------------------------------------
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
@@ -293,8 +289,9 @@ class SlurmBackend(BatchBackend):
         prefix = safe_name(cfg.slurm_job_name_prefix or "fiber")
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
         name = f"{prefix}-{safe_name(label)}"
-        out = os.path.join(self.output_dir(), "%x-%A_%a.out" if n > 1 else "%x-%j.out")
+        out = os.path.join(output_dir(), "%x-%A_%a.out" if n > 1 else "%x-%j.out")
         argv = ["sbatch", "--parsable", "--no-requeue", f"--job-name={name}",
+                f"--comment={job_comment(self.program, label)}",
                 f"--output={out}", "--nodes=1", "--ntasks=1", *self._resource_args(specs[0])]
         for flag, value in (("--partition", cfg.slurm_partition),
                             ("--account", cfg.slurm_account), ("--qos", cfg.slurm_qos),
@@ -308,7 +305,7 @@ class SlurmBackend(BatchBackend):
         except ValueError as e:
             raise ConfigError("slurm_extra_args", f"cannot split {cfg.slurm_extra_args!r}: {e}"
                               ) from None
-        common, own = split_env([dict(s.env) for s in specs])
+        common, own = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
         try:
             script = render_script(specs[0].command, common, own,
                                    index_var="SLURM_ARRAY_TASK_ID",
@@ -320,6 +317,7 @@ class SlurmBackend(BatchBackend):
             ("qos", cfg.slurm_qos)) if v)
         what = (f"sbatch (submitting {n} fiber job{'s as a job array' if n > 1 else ''}"
                 + (f"; {where}" if where else "") + ")")
+        self._sbatched = True
         cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)
         try:
             job_id = parse_job_id(cp.stdout, r"^\s*(\d+)")
@@ -512,6 +510,10 @@ class SlurmBackend(BatchBackend):
         if steps:
             self._cancel_steps(steps, how)
 
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
+        """``scancel`` jobs by id, whoever submitted them (``fiber stop``)."""
+        self._scancel(ids, force)
+
     def _scancel(self, ids: Sequence[str], force: bool) -> None:
         for k in range(0, len(ids), 500):
             argv = ["scancel", *(["--signal=KILL"] if force else []), *ids[k:k + 500]]
@@ -560,26 +562,43 @@ class SlurmBackend(BatchBackend):
                 del self._steps[handle.job_id]
 
     def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
-        """A batch job's output file (``slurm_output_dir``, shared with the nodes), read
-        as it grows, until the job has ended."""
         with self._lock:
             rec = self._jobs.get(handle.job_id)
-        path = rec.output if rec is not None else ""
-        if not path:  # a job array's task, a step
-            return None
+        return _slurm_jobs.follow(self, handle, rec.output if rec is not None else "")
 
-        def ended() -> bool:
-            try:
-                return self.status([handle])[handle.job_id].state.finished
-            except BackendError:  # a busy controller: not a reason to stop following
-                return False
+    # -- fiber ps, logs, stop: the batch jobs of any fiber program of this user ------------
 
-        return follow_file(path, ended, "slurm_output_dir is not shared with the node")
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        return _slurm_jobs.find_jobs(self, program)
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        return _slurm_jobs.read_logs(self, job_id, tail)
+
+    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        return _slurm_jobs.remove_jobs(self, program, job_ids)
+
+    def main_spec(self, spec: JobSpec) -> JobSpec:
+        # a program of its own, also when fiber run runs inside another program's job
+        self.program, self.inherited = secrets.token_hex(6), False
+        return spec
+
+    def stop_main(self, handle: JobHandle, force: bool = False) -> None:
+        """The program's job, and its processes' jobs still queued (they have this
+        process's program id): they would otherwise start once a CPU is freed, only to
+        find their master gone. Running ones are left to the program's own cleanup."""
+        self.cancel([handle], force=force)
+        _slurm_jobs.remove_jobs(self, self.program, force=force, queued_only=True)
 
     def cancel_unfinished(self) -> None:
         super().cancel_unfinished()
         if self.detached:
             return
+        if not self.inherited and self._sbatched:
+            try:
+                _slurm_jobs.remove_jobs(self, self.program)
+            except FiberError as e:  # at exit: say so, never raise
+                sys.stderr.write(f"fiber: could not cancel the Slurm jobs of program "
+                                 f"{self.program} at exit ({str(e).splitlines()[0]})\n")
         with self._lock:
             steps = list(self._steps.values())
         for s in steps:  # reap the sruns (they end with their steps)
