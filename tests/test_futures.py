@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
 
 import helpers
+import pool_helpers
 import pytest
 from conftest import wait_until
 
@@ -64,6 +66,61 @@ def test_cancel_queued_futures_and_shutdown(ctx):
     assert sum(f.cancelled() for f in queued) >= 15  # all but the prefetched few
     with pytest.raises(RuntimeError, match="after shutdown"):
         ex.submit(square, 1)
+
+
+def test_result_waits_in_its_thread_and_honours_its_timeout(ctx):
+    """result() and exception() read the reply in the waiting thread (the pool's callback
+    thread never settles such a future), give up at their timeout, and several threads
+    may wait for one future; done callbacks run as usual."""
+    with Executor(1, mp_context=ctx) as ex:
+        ex.submit(square, 1).result(60)  # the worker connected
+        callbacks = ex._pool._core.callbacks()
+        seen = []
+        f = ex.submit(pool_helpers.sleep_return, "v", 1.5)
+        f.add_done_callback(lambda fut: seen.append(threading.current_thread()))
+        t = time.monotonic()
+        with pytest.raises(cf.TimeoutError):
+            f.result(timeout=0.3)
+        assert 0.25 < time.monotonic() - t < 1.2
+        with pytest.raises(cf.TimeoutError):
+            f.exception(timeout=0)
+        got = []
+        others = [threading.Thread(target=lambda: got.append(f.result(60))) for _ in range(2)]
+        for other in others:
+            other.start()
+        assert f.result(60) == "v" and f.exception(0) is None
+        for other in others:
+            other.join(60)
+        assert got == ["v", "v"]
+        assert seen and seen[0] is not callbacks._thread  # set by a waiting thread
+        g = ex.submit(square, 3)  # nobody waits in result(): the callback thread settles it
+        wait_until(g.done, 60, message="a future nobody waits for")
+        assert g.result(0) == 9
+
+
+def test_cancel_ends_a_wait_in_another_thread(ctx):
+    with Executor(1, mp_context=ctx) as ex:
+        busy = ex.submit(pool_helpers.sleep_return, None, 2.0)
+        wait_until(lambda: not ex._pool._core.service.queue and busy._tasks, 60,
+                   message="the first task handed to the worker")
+        wait_until(lambda: ex._pool._core.service.workers and all(
+            ws.pending for ws in ex._pool._core.service.workers.values()), 60)
+        queued = [ex.submit(square, i) for i in range(5)]  # the last ones stay queued
+        outcome = []
+
+        def wait_for_it() -> None:
+            try:
+                queued[-1].result(60)
+            except cf.CancelledError:
+                outcome.append(time.monotonic())
+
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        time.sleep(0.3)  # waiting (and serving the hub)
+        t = time.monotonic()
+        assert queued[-1].cancel()
+        waiter.join(30)
+        assert outcome and outcome[0] - t < 5  # not at its 60 s timeout
 
 
 def test_bad_max_workers():

@@ -3,7 +3,10 @@
 ::
 
     Executor.submit(fn, *args) ──▶ Pool task (see fiber.pool) ──▶ Future
-    result from a worker ──▶ callback thread ──▶ future.set_result / set_exception
+    result from a worker ──▶ the thread in future.result()/exception(), which serves the
+        hub meanwhile (as a pool's get() does) ──▶ future.set_result / set_exception
+      or, with nobody waiting so (done callbacks, wait(), as_completed()), the pool's
+        callback thread ──▶ future.set_result / set_exception
 
 Futures fail with the worker's exception, its remote traceback as ``__cause__``. A future
 can be cancelled until a worker has been handed its task; a task handed out is "running"
@@ -21,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional
 
 from ._pool_results import ApplyResult
@@ -32,10 +36,12 @@ __all__ = ["Executor", "ProcessPoolExecutor"]
 
 
 class _Future(cf.Future):
-    """A Future whose ``cancel`` withdraws its task from the pool while it is queued."""
+    """A Future whose ``cancel`` withdraws its task from the pool while it is queued, and
+    whose ``result``/``exception`` read the worker's reply in the waiting thread."""
 
     _tasks: List[Task]
     _executor: Executor
+    _source: _FutureResult
 
     def cancel(self) -> bool:
         with self._condition:  # type: ignore[attr-defined]
@@ -44,7 +50,16 @@ class _Future(cf.Future):
         if self._tasks and not self._executor._pool._core.cancel(self._tasks[0]):
             self.set_running_or_notify_cancel_quietly()
             return False
-        return super().cancel()
+        cancelled = super().cancel()
+        if cancelled:
+            self._source.wake()  # a thread serving in result() for it
+        return cancelled
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        return super().result(self._source.wait_and_settle(timeout))
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        return super().exception(self._source.wait_and_settle(timeout))
 
     def set_running_or_notify_cancel_quietly(self) -> None:
         with self._condition:  # type: ignore[attr-defined]
@@ -53,21 +68,56 @@ class _Future(cf.Future):
 
 
 class _FutureResult(ApplyResult):
-    """Delivers a pool result into a Future (on the pool's callback thread)."""
+    """Delivers a pool result into a Future: in a thread waiting in ``result()`` (which
+    serves the hub, so that the worker's reply wakes it alone), else on the pool's
+    callback thread."""
 
     def __init__(self, pool: Pool, future: _Future) -> None:
-        super().__init__(pool._core.callbacks, self._done, self._done_error)
+        core = pool._core
+        super().__init__(core.callbacks, server=core.hub, spin=core.service.spin_budget)
         self._future = future
+        self._hub = core.hub
+        self._waiting = 0  # threads in wait(); under the hub's lock, as deliveries are
+        self._settle_lock = threading.Lock()
+        self._settled = False
 
-    def _done(self, value: Any) -> None:
-        if not self._future.cancelled():
-            self._future.set_running_or_notify_cancel_quietly()
+    def _complete(self) -> None:  # under the hub's lock
+        super()._complete()  # sets the flag a waiting thread waits for
+        if not self._waiting:
+            self._callbacks().submit(self._settle)
+
+    def wake(self) -> None:
+        """End a wait for a future that will get no result (it was cancelled)."""
+        self._event.set()
+
+    def wait_and_settle(self, timeout: Optional[float]) -> Optional[float]:
+        """Wait for the reply serving the hub, and settle the future with it; the time
+        left of ``timeout``."""
+        if self._future.done():
+            return timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._hub.lock:
+            self._waiting += 1
+        try:
+            self._event.wait_serving(timeout)
+        finally:
+            with self._hub.lock:
+                self._waiting -= 1
+        self._settle()
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _settle(self) -> None:
+        """Put the outcome into the future, once, if it has come."""
+        with self._settle_lock:
+            if self._settled or not self._completed or self._future.cancelled():
+                return
+            self._settled = True
+        ok, value = self._outcome()
+        self._future.set_running_or_notify_cancel_quietly()
+        if ok:
             self._future.set_result(value)
-
-    def _done_error(self, exc: BaseException) -> None:
-        if not self._future.cancelled():
-            self._future.set_running_or_notify_cancel_quietly()
-            self._future.set_exception(exc)
+        else:
+            self._future.set_exception(value)
 
 
 def _run_chunk(fn: Callable[..., Any], chunk: List[Any]) -> List[Any]:
@@ -107,7 +157,7 @@ class Executor(cf.Executor):
             future._tasks = []
             self._futures.add(future)
         future.add_done_callback(self._forget)
-        result = _FutureResult(self._pool, future)
+        result = future._source = _FutureResult(self._pool, future)
         future._tasks = self._pool._core.submit(fn, CALL, [(0, (args, kwargs))], result,
                                                 f"submit({getattr(fn, '__qualname__', fn)})")
         return future
