@@ -13,10 +13,11 @@ builds a command (the fiber bootstrap) and hands it down; data flows only downwa
 A backend that can create many jobs in one call (a Slurm job array, a batch of pods) does so
 in ``submit``: a 1,000-worker pool is not 1,000 round trips.
 
-The rest is optional, with defaults that say what a backend cannot do: ``release`` (drop a
-finished job's record), and what the ``fiber`` command uses: ``main_spec``, ``follow``
-and ``detach`` for ``fiber run``; ``find_jobs``, ``read_logs`` and ``remove_jobs`` for
-``fiber ps``, ``logs`` and ``stop``, on jobs of any program that the cluster still keeps.
+The rest is optional, with defaults that say what a backend cannot do: ``release`` (drop
+a finished job's record), and what the ``fiber`` command uses: ``main_spec``,
+``follow``, ``stop_main`` and ``detach`` for ``fiber run``; ``find_jobs``, ``read_logs``
+and ``remove_jobs`` for ``fiber ps``, ``logs`` and ``stop``, on jobs of any program that
+the cluster still keeps.
 """
 
 from __future__ import annotations
