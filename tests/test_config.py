@@ -33,7 +33,7 @@ def test_environment_strings_are_converted(tmp_path):
     ({"FIBER_POOL_PREFETCH": "many"}, "pool_prefetch"),
     ({"FIBER_DEBUG": "maybe"}, "debug"),
     ({"FIBER_HEARTBEAT_TIMEOUT": "-1"}, "heartbeat_timeout"),
-    ({"FIBER_POOL_SPIN_US": "-200"}, "pool_spin_us"),
+    ({"FIBER_SPIN_US": "-200"}, "spin_us"),
 ])
 def test_bad_value_names_key_and_valid_keys(tmp_path, env, key):
     with pytest.raises(ConfigError) as err:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import array
 import multiprocessing
+import threading
 import time
 
 import helpers
 import pytest
 
 import fiber
+from fiber import _cpus
 from fiber.connection import BufferTooShort, wait
 
 
@@ -120,3 +122,35 @@ def test_wait_over_connections_and_sentinels(ctx):
     assert wait([a, c], timeout=10) == [c]
     assert wait([a, p.sentinel], timeout=30) == [p.sentinel]
     p.join(10)
+
+
+def _recv_cpu(seconds: float) -> float:
+    """CPU time this thread spends in a recv() that another thread answers ``seconds``
+    later."""
+    a, b = fiber.Pipe()
+    sender = threading.Timer(seconds, b.send, ("late",))
+    sender.start()
+    start = time.thread_time()
+    assert a.recv() == "late"
+    cpu = time.thread_time() - start
+    sender.join()
+    a.close()
+    b.close()
+    return cpu
+
+
+def test_a_wait_polls_only_while_a_cpu_is_spare(monkeypatch):
+    """A thread waiting for a local reply (here a pipe's next item) polls for ``spin_us``
+    before it sleeps, only while the runnable tasks of the host leave a CPU to spare."""
+    assert _cpus.runnable(b"0.52 0.58 0.59 2/345 6789\n") == 2
+    assert isinstance(_cpus.spare_cpu(), bool)
+    with fiber.config.override(spin_us=200_000):
+        monkeypatch.setattr(_cpus, "spare_cpu", lambda: True)
+        spun = _recv_cpu(1.0)
+        monkeypatch.setattr(_cpus, "spare_cpu", lambda: False)
+        busy = _recv_cpu(0.5)
+    with fiber.config.override(spin_us=0):
+        monkeypatch.setattr(_cpus, "spare_cpu", lambda: True)
+        off = _recv_cpu(0.5)
+    assert 0.1 < spun < 0.7, spun
+    assert busy < 0.05 and off < 0.05, (busy, off)

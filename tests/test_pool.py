@@ -117,14 +117,14 @@ def _wait_cpu(pool, tasks: int, seconds: float) -> float:
 
 
 def test_waiting_thread_polls_then_sleeps(ctx):
-    """A thread waiting for a result polls the connections for ``pool_spin_us`` before it
+    """A thread waiting for a result polls the connections for ``spin_us`` before it
     sleeps, and never longer; with 0 it sleeps at once."""
-    with fiber.config.override(pool_spin_us=200_000):
+    with fiber.config.override(spin_us=200_000):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))  # connected
             spun = _wait_cpu(pool, 1, 1.5)
     assert 0.1 < spun < 0.7, spun
-    with fiber.config.override(pool_spin_us=0):
+    with fiber.config.override(spin_us=0):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))
             slept = _wait_cpu(pool, 1, 1.5)
@@ -160,8 +160,8 @@ def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx, backend_name):
     """While the pool's workers on this host that hold tasks need every CPU, a waiting
     thread does not poll (it would delay the results it waits for); once one is free
     again, or when the workers are on other hosts, it does."""
-    cpus = fiber._pool_service._CPUS
-    with fiber.config.override(pool_spin_us=200_000):
+    cpus = fiber._cpus.CPUS
+    with fiber.config.override(spin_us=200_000):
         with ctx.Pool(cpus) as pool:
             service = pool._core.service
             wait_until(lambda: connected(pool) == cpus, 60)

@@ -22,11 +22,10 @@ duplicate (from a worker presumed dead) is ignored.
 from __future__ import annotations
 
 import collections
-import math
-import os
 import signal
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
+from ._cpus import CPUS
 from ._log import log
 from ._pool_protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
 from .errors import WorkerLostError
@@ -39,24 +38,6 @@ __all__ = ["Task", "WorkerState", "PoolService"]
 _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
 
-
-def usable_cpus() -> int:
-    """CPUs this process may use (and, as far as it can tell, its workers on this host):
-    its CPU affinity, bounded by a cgroup v2 CPU quota (a container limited to 2 CPUs of a
-    64-core host)."""
-    count = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else os.cpu_count() or 1)
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            count = min(count, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return count
-
-
-_CPUS = usable_cpus()
 
 
 class Task:
@@ -152,7 +133,7 @@ class PoolService(Service):
         busy worker of the pool may need, else none, since a poll on a CPU a worker
         wants would delay the very result it waits for. Read without the lock: a stale
         count only makes one wait poll or sleep when it need not."""
-        return self.spin if len(self.busy_here) < _CPUS else 0.0
+        return self.spin if len(self.busy_here) < CPUS else 0.0
 
     def add_worker(self, ws: WorkerState) -> None:
         self.workers[ws.worker_id] = ws

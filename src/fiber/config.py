@@ -65,10 +65,11 @@ class Config:
     pool_max_task_retries: int = 3
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit).
     pool_prefetch: int = 2
-    #: Microseconds a thread waiting for a pool result polls for it before it sleeps,
-    #: while this host has a CPU that no busy worker of the pool may need: a quick result
-    #: is then read without the wake-up of a sleeping thread. 0: never poll.
-    pool_spin_us: int = 200
+    #: Microseconds a thread waiting for a message (a pool result, the next item of a
+    #: pipe or queue of this process, a lock) polls for it before it sleeps, while this
+    #: host has a CPU to spare: a quick reply is then read without the wake-up of a
+    #: sleeping thread. 0: never poll.
+    spin_us: int = 200
     #: Slurm partition of fiber's jobs (``sbatch --partition``); empty: the cluster's
     #: default partition.
     slurm_partition: str = ""
@@ -200,7 +201,7 @@ def _validate(key: str, value: Any) -> None:
     if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout",
                "kubernetes_timeout") and value <= 0:
         raise ConfigError(key, f"must be positive, got {value!r}")
-    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "pool_spin_us",
+    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "spin_us",
                "kubernetes_pending_timeout") and value < 0:
         raise ConfigError(key, f"must not be negative, got {value!r}")
     if key == "kubernetes_image_pull_policy" and value not in ("", "Always", "IfNotPresent",

@@ -88,7 +88,7 @@ class _PoolCore:
         self.name = b"pool" + secrets.token_hex(6).encode()
         self.service = PoolService(self.name, cfg.pool_prefetch, maxtasks,
                                    cfg.pool_max_task_retries, self._on_worker_gone,
-                                   cfg.pool_spin_us * 1e-6)
+                                   cfg.spin_us * 1e-6)
         self.service.server = self.hub
         self.hub.register(self.name, self.service)
         self.state = RUN

@@ -26,6 +26,8 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .. import _cpus
+from ..config import get_config
 from ..errors import AuthenticationError, TransportError
 from . import auth
 from .framing import FrameReader, ProtocolError, send_frames
@@ -206,7 +208,7 @@ class LocalClient:
         with server.lock:
             server.dispatch(peer, service, op, req_id, payload)
         try:
-            if not server.wait_serving(lambda: req_id in replies, timeout, wait):
+            if not server.wait_serving(lambda: req_id in replies, timeout, wait, _spin):
                 raise TimeoutError(f"no reply from {service!r} within {timeout} s")
         except BaseException:
             with server.lock:
@@ -223,6 +225,12 @@ class LocalClient:
         payload = _own(frames)
         with server.lock:
             server.dispatch(server.local_peer(), service, op, b"", payload)
+
+
+def _spin() -> float:
+    """Seconds a thread waiting for a local reply may poll first (see fiber._cpus)."""
+    seconds: float = get_config().spin_us * 1e-6
+    return seconds if seconds and _cpus.spare_cpu() else 0.0
 
 
 def _own(frames: Sequence[Any]) -> List[Any]:
@@ -248,8 +256,6 @@ def unregister_local_server(server: Any) -> None:
 
 
 def _heartbeat() -> Tuple[float, float]:
-    from ..config import get_config
-
     cfg = get_config()
     return cfg.heartbeat_interval, cfg.heartbeat_timeout
 
