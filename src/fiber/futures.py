@@ -77,7 +77,7 @@ class _FutureResult(ApplyResult):
         super().__init__(core.callbacks, server=core.hub, spin=core.service.spin_budget)
         self._future = future
         self._hub = core.hub
-        self._waiting = 0  # threads in wait(); under the hub's lock, as deliveries are
+        self._waiting = 0  # threads in wait_and_settle(); under the hub lock, as deliveries
         self._settle_lock = threading.Lock()
         self._settled = False
 
