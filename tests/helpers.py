@@ -88,3 +88,15 @@ def spawn_child_and_report(q, daemon: bool) -> None:  # type: ignore[no-untyped-
     p.start()
     q.put(p.pid)
     time.sleep(120)
+
+
+def timed_recv(conn, spare: bool) -> None:  # type: ignore[no-untyped-def]
+    """Say ``ready``, then receive one item, with ``fiber._cpus.spare_cpu`` answering
+    ``spare``; send back the item and the CPU time this thread spent waiting for it."""
+    from fiber import _cpus
+
+    _cpus.spare_cpu = lambda: spare  # type: ignore[assignment]
+    conn.send("ready")
+    start = time.thread_time()
+    item = conn.recv()
+    conn.send((item, time.thread_time() - start))

@@ -154,3 +154,24 @@ def test_a_wait_polls_only_while_a_cpu_is_spare(monkeypatch):
         off = _recv_cpu(0.5)
     assert 0.1 < spun < 0.7, spun
     assert busy < 0.05 and off < 0.05, (busy, off)
+
+
+@pytest.mark.parametrize("spare", [True, False])
+def test_a_child_waiting_for_a_reply_polls_only_while_a_cpu_is_spare(ctx, spare):
+    """A child's wait for a reply of another process's hub (here its pipe end's next
+    item) polls for ``spin_us`` first, while a CPU is spare."""
+    a, b = ctx.Pipe()
+    with fiber.config.override(spin_us=200_000):  # the config travels to the child
+        p = ctx.Process(target=helpers.timed_recv, args=(b, spare))
+        p.start()
+    b.close()
+    assert a.recv() == "ready"
+    time.sleep(1.0)  # the child is waiting
+    a.send("late")
+    item, cpu = a.recv()
+    p.join(60)
+    assert item == "late" and p.exitcode == 0
+    if spare:
+        assert 0.1 < cpu < 0.7, cpu
+    else:
+        assert cpu < 0.05, cpu

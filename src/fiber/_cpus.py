@@ -1,8 +1,9 @@
 """The CPUs of this host that fiber may use, and whether one is to spare right now.
 
-A thread that waits for a message (a pool result, a pipe's or a queue's next item) polls
-for it a short while before it sleeps (``spin_us``), since a sleeping thread takes 30-50
-us to wake on a VM and then runs on cold caches. Polling is only worth it on a CPU that
+A thread that waits for a message (a pool result, a pipe's or a queue's next item, in the
+process that holds it or in another) polls for it a short while before it sleeps
+(``spin_us``), since a sleeping thread takes 30-50 us to wake on a VM and then runs on
+cold caches. Polling is only worth it on a CPU that
 nothing else wants: on a busy host it would delay the very process whose message the
 thread waits for. Pools know which of their workers hold tasks; other waits ask the
 kernel how many tasks are runnable (``/proc/loadavg``, read with one ``pread``).

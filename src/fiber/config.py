@@ -65,10 +65,10 @@ class Config:
     pool_max_task_retries: int = 3
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit).
     pool_prefetch: int = 2
-    #: Microseconds a thread waiting for a message (a pool result, the next item of a
-    #: pipe or queue of this process, a lock) polls for it before it sleeps, while this
-    #: host has a CPU to spare: a quick reply is then read without the wake-up of a
-    #: sleeping thread. 0: never poll.
+    #: Microseconds a thread waiting for a message (a pool result, a pipe's or queue's
+    #: next item, a lock) polls for it before it sleeps, while this host has a CPU to
+    #: spare: a quick reply is then read without the wake-up of a sleeping thread.
+    #: 0: never poll.
     spin_us: int = 200
     #: Slurm partition of fiber's jobs (``sbatch --partition``); empty: the cluster's
     #: default partition.

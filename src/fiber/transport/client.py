@@ -118,6 +118,25 @@ class Client:
             self.lost = True
             raise ConnectionLost(f"send failed: {e}", self.address) from None
 
+    def _poll(self, seconds: float) -> None:
+        """Read what comes within ``seconds``, polling, until a message is complete.
+
+        Raises:
+            ConnectionLost: as :meth:`_recv`.
+        """
+        end = time.monotonic() + seconds
+        while not self._reader.messages and time.monotonic() < end:
+            try:
+                alive = self._reader.feed_from(self.sock, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except (OSError, ProtocolError) as e:
+                self.lost = True
+                raise ConnectionLost(f"connection lost: {e}", self.address) from None
+            if not alive:
+                self.lost = True
+                raise ConnectionLost("connection lost", self.address)
+
     def _recv(self, timeout: Optional[float]) -> Optional[List[Any]]:
         """One message, or None at the timeout; ConnectionLost when the peer is gone."""
         reader = self._reader
@@ -144,6 +163,9 @@ class Client:
 
     def _wait(self, req_id: bytes, timeout: Optional[float]) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
+        spin = _spin() if not self._reader.messages else 0.0
+        if spin:  # a quick reply is then read without a wake-up (see fiber._cpus)
+            self._poll(spin if timeout is None else min(spin, timeout))
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             msg = self._recv(left)
@@ -228,7 +250,7 @@ class LocalClient:
 
 
 def _spin() -> float:
-    """Seconds a thread waiting for a local reply may poll first (see fiber._cpus)."""
+    """Seconds a thread waiting for a reply may poll first (see fiber._cpus)."""
     seconds: float = get_config().spin_us * 1e-6
     return seconds if seconds and _cpus.spare_cpu() else 0.0
 
