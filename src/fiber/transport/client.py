@@ -126,16 +126,7 @@ class Client:
         """
         end = time.monotonic() + seconds
         while not self._reader.messages and time.monotonic() < end:
-            try:
-                alive = self._reader.feed_from(self.sock, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                continue
-            except (OSError, ProtocolError) as e:
-                self.lost = True
-                raise ConnectionLost(f"connection lost: {e}", self.address) from None
-            if not alive:
-                self.lost = True
-                raise ConnectionLost("connection lost", self.address)
+            self._feed(socket.MSG_DONTWAIT)
 
     def _recv(self, timeout: Optional[float]) -> Optional[List[Any]]:
         """One message, or None at the timeout; ConnectionLost when the peer is gone."""
@@ -149,17 +140,27 @@ class Client:
                     flags = socket.MSG_DONTWAIT  # a poll: one syscall, not select + recv
                 elif not select.select([self.sock], [], [], left)[0]:
                     return None
-            try:
-                alive = reader.feed_from(self.sock, flags)
-            except BlockingIOError:
+            if not self._feed(flags):
                 return None
-            except (OSError, ProtocolError) as e:
-                self.lost = True
-                raise ConnectionLost(f"connection lost: {e}", self.address) from None
-            if not alive:
-                self.lost = True
-                raise ConnectionLost("connection lost", self.address)
         return reader.messages.popleft()
+
+    def _feed(self, flags: int) -> bool:
+        """One read into the reader; False when nothing was there (a non-blocking read).
+
+        Raises:
+            ConnectionLost: the peer closed the connection, or it failed.
+        """
+        try:
+            alive = self._reader.feed_from(self.sock, flags)
+        except BlockingIOError:
+            return False
+        except (OSError, ProtocolError) as e:
+            self.lost = True
+            raise ConnectionLost(f"connection lost: {e}", self.address) from None
+        if not alive:
+            self.lost = True
+            raise ConnectionLost("connection lost", self.address)
+        return True
 
     def _wait(self, req_id: bytes, timeout: Optional[float]) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
