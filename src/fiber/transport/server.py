@@ -305,6 +305,8 @@ class Server:
                     began = time.monotonic()
                     events = self._poll(allowance if left is None else min(allowance, left))
                     spun += time.monotonic() - began
+                    if not events:
+                        spin = None  # the budget is spent: not asked again (a pread)
                 if not events:
                     events = self._sel.select(_left(deadline))
                 with self.lock:
