@@ -48,7 +48,7 @@ from conftest import unusable
 import fiber
 from fiber import _runtime
 from fiber.backends import JobHandle, JobSpec, JobState, Resources, get_backend
-from fiber.backends._batch import render_script, split_env
+from fiber.backends._batch import follow_file, render_script, split_env
 from fiber.backends._slurm_jobs import last_lines, output_dir
 from fiber.backends._slurm_status import job_comment, parse_listing, stdout_path
 from fiber.backends.slurm import (
@@ -158,6 +158,24 @@ def test_a_program_started_by_fiber_run_has_an_id_of_its_own(monkeypatch):
 def test_logs_refuse_what_is_not_a_job_id():
     with pytest.raises(BackendError, match="not a Slurm job id"):
         SlurmBackend().read_logs("*")
+
+
+def test_follow_skips_an_earlier_jobs_file_of_the_same_name(tmp_path):
+    """Job ids start again when a cluster's state is reset: the output file of an earlier
+    job with the same name and id is not shown as this job's."""
+    path = tmp_path / "fiber-x-7.out"
+    path.write_text("an earlier job's output\n")
+    os.utime(path, (time.time() - 3600,) * 2)
+    asked = []
+
+    def ended() -> bool:
+        asked.append(1)
+        if len(asked) == 3:
+            path.write_text("this job's output\n")  # the job truncates it and writes
+        return len(asked) >= 4
+
+    assert "".join(follow_file(str(path), ended, "?", since=time.time())) == (
+        "this job's output\n")
 
 
 def test_controller_address():

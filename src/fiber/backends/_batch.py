@@ -235,19 +235,28 @@ def _text(data: object) -> str:
     return str(data)
 
 
-def follow_file(path: str, ended: Callable[[], bool], missing: str) -> Iterator[str]:
+def follow_file(path: str, ended: Callable[[], bool], missing: str,
+                since: float = 0.0) -> Iterator[str]:
     """A batch job's output file as it grows, until ``ended()`` (asked before each read, so
     that what the job wrote before its end is read). The file is opened afresh each time: a
     network file system's cache of an open file can hide its last writes. ``missing`` says
-    why a file that never appeared is not here."""
+    why a file that never appeared is not here.
+
+    A file last written before ``since`` (the job's submission, wall clock; a second of
+    slack for the nodes' clocks) is an earlier job's of the same name and id (ids start
+    again when a cluster's state is reset): it is not read until the job truncates it."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     offset, delay = 0, 0.2
     while True:
         done = ended()
         try:
             with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
+                st = os.fstat(f.fileno())
+                if st.st_mtime < since - 1.0:
+                    chunk = b""
+                else:
+                    f.seek(offset)
+                    chunk = f.read()
         except FileNotFoundError:
             chunk = b""
         if chunk:

@@ -55,9 +55,11 @@ def output_dir() -> str:
     return path
 
 
-def follow(backend: SlurmBackend, handle: JobHandle, path: str) -> Optional[Iterator[str]]:
+def follow(backend: SlurmBackend, handle: JobHandle, path: str,
+           since: float) -> Optional[Iterator[str]]:
     """A batch job's output file ``path`` (in ``slurm_output_dir``, shared with the nodes),
-    read as it grows, until the job has ended; None without one (an array task, a step)."""
+    written since ``since`` (its submission), read as it grows, until the job has ended;
+    None without one (an array task, a step)."""
     if not path:
         return None
 
@@ -67,7 +69,7 @@ def follow(backend: SlurmBackend, handle: JobHandle, path: str) -> Optional[Iter
         except BackendError:  # a busy controller: not a reason to stop following
             return False
 
-    return follow_file(path, ended, "slurm_output_dir is not shared with the node")
+    return follow_file(path, ended, "slurm_output_dir is not shared with the node", since)
 
 
 def find_jobs(backend: SlurmBackend, program: str = "") -> List[JobInfo]:

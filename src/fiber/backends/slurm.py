@@ -564,7 +564,10 @@ class SlurmBackend(BatchBackend):
     def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
         with self._lock:
             rec = self._jobs.get(handle.job_id)
-        return _slurm_jobs.follow(self, handle, rec.output if rec is not None else "")
+        if rec is None:
+            return None
+        since = time.time() - (time.monotonic() - rec.submitted)  # submitted, wall clock
+        return _slurm_jobs.follow(self, handle, rec.output, since)
 
     # -- fiber ps, logs, stop: the batch jobs of any fiber program of this user ------------
 
