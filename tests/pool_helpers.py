@@ -53,6 +53,17 @@ def sleep_then_key(x: Any, seconds: float = 0.01) -> Tuple[Any, str]:
     return x, process_key()
 
 
+def use_master_objects(x: int, queue: Any, lock: Any, event: Any) -> int:
+    """Calls to objects served by the pool master's hub, the hub the worker takes its
+    tasks from, while more tasks may be pushed to it."""
+    with lock:
+        value = queue.get(timeout=60)
+    if not event.wait(timeout=60):
+        raise RuntimeError("the event was not set")
+    time.sleep(0.005)
+    return value + x
+
+
 def sleep_return(x: Any, seconds: float) -> Any:
     time.sleep(seconds)
     return x

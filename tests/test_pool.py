@@ -700,6 +700,21 @@ def test_a_pool_starts_exactly_its_workers(ctx):
     assert replaced == []
 
 
+def test_tasks_may_call_objects_of_the_masters_hub(ctx):
+    """A task waiting for a reply from the master's queue, lock or event while the master
+    pushes the worker its next tasks: no task is taken for a reply and lost (they were,
+    and the map hung, while the worker's task channel was its thread's cached client)."""
+    queue, lock, event = ctx.Queue(), ctx.Lock(), ctx.Event()
+    event.set()
+    for i in range(60):
+        queue.put(1000 * i)
+    with ctx.Pool(2) as pool:
+        task = functools.partial(ph.use_master_objects, queue=queue, lock=lock, event=event)
+        out = pool.map_async(task, range(60), 1).get(timeout=60)
+    assert sorted(v - v % 1000 for v in out) == [1000 * i for i in range(60)]
+    assert sorted(v % 1000 for v in out) == list(range(60))
+
+
 def test_a_map_of_short_tasks_is_spread_over_the_workers(ctx):
     with ctx.Pool(4) as pool:  # not waiting for the workers to connect
         out = pool.map_async(functools.partial(ph.sleep_then_key, seconds=0.01), range(200),

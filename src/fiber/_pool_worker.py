@@ -25,7 +25,7 @@ import traceback
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from ._pool_protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
-from .transport.client import get_client
+from .transport.client import own_client
 from .transport.remote import pack_exception
 from .transport.serialization import dumps, loads
 
@@ -111,7 +111,9 @@ def run_task(function: _Function, arg_frames: List[Any]) -> Tuple[bool, List[Any
 def worker_main(address: str, pool_name: bytes, worker_id: int,
                 initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
                 maxtasks: Optional[int]) -> None:
-    client = get_client(address)
+    # Not the thread's cached client: a task that calls an object of the master's hub
+    # (a queue, a lock) reads replies on that one, and would drop the tasks pushed here.
+    client = own_client(address)
     if initializer is not None:
         try:
             initializer(*initargs)

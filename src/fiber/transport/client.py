@@ -33,8 +33,8 @@ from . import auth
 from .framing import FrameReader, ProtocolError, send_frames
 from .sockets import connect, tune
 
-__all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "process_id", "close_all",
-           "ensure_anchor", "register_local_server", "prune_closed"]
+__all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
+           "close_all", "ensure_anchor", "register_local_server", "prune_closed"]
 
 Reply = Tuple[bytes, List[Any]]
 LateReply = Callable[[bytes, List[Any]], None]
@@ -306,6 +306,22 @@ def get_client(address: str, timeout: Optional[float] = None) -> Any:
     timeout = CONNECT_TIMEOUT if timeout is None else max(0.1, min(timeout, CONNECT_TIMEOUT))
     ensure_anchor(address, timeout)
     client = cache[address] = Client(address, timeout=timeout, heartbeat=_heartbeat())
+    _all_clients.add(client)
+    return client
+
+
+def own_client(address: str) -> Client:
+    """A connection to ``address`` for the caller alone, not this thread's cached one.
+
+    For a channel on which the server also pushes messages nobody asked for (a pool's
+    tasks): :meth:`Client.request` drops what is not a reply, so user code that calls
+    the same server through :func:`get_client` on that thread must not share it.
+
+    Raises:
+        ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
+    """
+    ensure_anchor(address)
+    client = Client(address, heartbeat=_heartbeat())
     _all_clients.add(client)
     return client
 
