@@ -100,3 +100,33 @@ def timed_recv(conn, spare: bool) -> None:  # type: ignore[no-untyped-def]
     start = time.thread_time()
     item = conn.recv()
     conn.send((item, time.thread_time() - start))
+
+
+def pipe_of_my_own(conn) -> None:  # type: ignore[no-untyped-def]
+    """Create a pipe here (served by this process's hub), hand one end back through
+    ``conn``, then on each command: ``"send"`` sends on the kept end, ``"watches"`` says
+    how many ``wait()`` calls this hub holds, ``"wait"`` waits on ``conn``'s parent end
+    too... and ``None`` ends."""
+    import fiber
+    from fiber import _runtime
+    from fiber._conn_wait import WAIT_SERVICE
+
+    mine, theirs = fiber.Pipe()
+    conn.send(theirs)
+    while True:
+        cmd = conn.recv()
+        if cmd is None:
+            return
+        if cmd == "send":
+            mine.send("from the child's hub")
+        elif cmd == "watches":
+            conn.send(len(_runtime.hub().service(WAIT_SERVICE).watches))
+
+
+def wait_then_report(conns) -> None:  # type: ignore[no-untyped-def]
+    """Wait (no timeout) on pipe ends served by the parent's hub; report which were
+    ready, by index, on the first one."""
+    from fiber.connection import wait
+
+    ready = wait(conns)
+    conns[0].send([conns.index(c) for c in ready])

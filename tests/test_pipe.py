@@ -9,6 +9,7 @@ import time
 
 import helpers
 import pytest
+from conftest import wait_until
 
 import fiber
 from fiber import _cpus
@@ -122,6 +123,101 @@ def test_wait_over_connections_and_sentinels(ctx):
     assert wait([a, c], timeout=10) == [c]
     assert wait([a, p.sentinel], timeout=30) == [p.sentinel]
     p.join(10)
+
+
+def _hub_watches() -> int:
+    from fiber import _runtime
+    from fiber._conn_wait import WAIT_SERVICE
+
+    return len(_runtime.hub().service(WAIT_SERVICE).watches)
+
+
+def test_wait_is_answered_by_the_message_that_makes_an_end_ready():
+    """A wait with no timeout returns when another thread sends; only the ready ends."""
+    pairs = [fiber.Pipe() for _ in range(3)]
+    threading.Timer(0.3, pairs[1][1].send, ("x",)).start()
+    assert wait([a for a, _ in pairs]) == [pairs[1][0]]
+    pairs[2][1].send("y")
+    pairs[0][1].close()  # EOF counts as ready, as with an OS pipe
+    assert wait([a for a, _ in pairs], timeout=10) == [a for a, _ in pairs]
+    assert _hub_watches() == 0
+
+
+def test_wait_times_out_and_leaves_nothing_on_the_hub():
+    (a, b), (c, _d) = fiber.Pipe(), fiber.Pipe()
+    start = time.monotonic()
+    assert wait([a, c], timeout=0.3) == []
+    assert time.monotonic() - start >= 0.29
+    assert wait([a, c], timeout=0) == []
+    assert _hub_watches() == 0
+    with pytest.raises(OSError):
+        wait([b, fiber.Pipe(duplex=False)[1]])  # write-only, as multiprocessing
+    b.close()
+    with pytest.raises(OSError):
+        wait([b])  # closed
+
+
+def test_several_threads_wait_on_one_end():
+    a, b = fiber.Pipe()
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(wait([a], timeout=60)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    b.send("x")
+    for t in threads:
+        t.join(60)
+    assert got == [[a]] * 3  # readiness wakes every waiter; one of them will recv
+
+
+def test_wait_over_hubs_and_sentinels(ctx):
+    """Ends served by this process's hub and a child's, and a sentinel, in one wait:
+    each source wakes it, and the requests it no longer needs are withdrawn from both
+    hubs."""
+    a, b = ctx.Pipe()
+    p = ctx.Process(target=helpers.pipe_of_my_own, args=(b,))
+    p.start()
+    b.close()
+    theirs = a.recv()
+    local, other = ctx.Pipe()
+    sleeper = ctx.Process(target=helpers.sleep, args=(120,))
+    sleeper.start()
+    watched = [local, theirs, sleeper.sentinel]
+    assert wait(watched, timeout=0.2) == []
+    a.send("send")
+    assert wait(watched, timeout=60) == [theirs]
+    assert theirs.recv() == "from the child's hub"
+    threading.Timer(0.3, other.send, ("here",)).start()
+    assert wait(watched, timeout=60) == [local]
+    assert local.recv() == "here"
+    sleeper.kill()
+    assert wait(watched, timeout=60) == [sleeper.sentinel]
+    assert _hub_watches() == 0
+
+    def child_watches() -> int:  # a withdrawal is a message the child's hub reads later
+        a.send("watches")
+        return a.recv()
+
+    wait_until(lambda: child_watches() == 0, timeout=30)
+    a.send(None)
+    assert wait([local, theirs], timeout=60) == [theirs]  # the child ended: EOF
+    with pytest.raises(EOFError):
+        theirs.recv()
+    p.join(60)
+    sleeper.join(60)
+
+
+def test_wait_in_a_child_over_ends_of_the_parents_hub(ctx):
+    a, b = ctx.Pipe()
+    c, d = ctx.Pipe()
+    p = ctx.Process(target=helpers.wait_then_report, args=([b, d],))
+    p.start()
+    time.sleep(0.3)
+    c.send("x")
+    assert a.recv() == [1]
+    p.join(60)
+    assert p.exitcode == 0
 
 
 def _recv_cpu(seconds: float) -> float:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import collections
 import pickle
 import secrets
-import selectors
-import time
-from typing import Any, Deque, Iterable, List, Optional, Set, Tuple
+from typing import Any, Deque, List, Optional, Set, Tuple
 
+from . import _conn_wait, _runtime
+from ._conn_wait import wait
 from ._served import Handle, add_handoff, decode_wait, encode_wait
 from .transport.client import ConnectionLost, process_id
 from .transport.serialization import dumps, loads
@@ -45,10 +45,16 @@ class PipeService(Service):
         self.waiters: Tuple[List[Tuple[Peer, bytes, bytes, Optional[Timer]]], ...] = ([], [])
         self.holders: Tuple[Set[bytes], Set[bytes]] = ({creator}, {creator})
         self.handoffs: Tuple[Set[bytes], Set[bytes]] = (set(), set())
+        #: Per end, callbacks of ``wait()`` calls (see _conn_wait), told when it is ready.
+        self.watchers: Tuple[List[_conn_wait.Watch], ...] = ([], [])
 
     def _peer_closed(self, end: int) -> bool:
         other = 1 - end
         return not self.holders[other] and not self.handoffs[other]
+
+    def ready(self, end: int) -> bool:
+        """Whether a ``recv`` on ``end`` would not block."""
+        return bool(self.channels[end]) or self._peer_closed(end)
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
@@ -97,11 +103,15 @@ class PipeService(Service):
 
     def _serve(self, server: Server, end: int) -> None:
         waiters = self.waiters[end]
-        while waiters and (self.channels[end] or self._peer_closed(end)):
+        while waiters and self.ready(end):
             pid, req_id, op, timer = waiters.pop(0)
             if timer is not None:
                 timer.cancel()
             self._answer(server, end, pid, req_id, op)
+        # Blocked recvs took what came first; wait() calls are told if anything is left.
+        if self.watchers[end] and self.ready(end):
+            for watch in list(self.watchers[end]):
+                watch.notify()
 
     def _timeout(self, server: Server, end: int, entry: Tuple[Any, ...]) -> None:
         for i, w in enumerate(self.waiters[end]):
@@ -136,6 +146,7 @@ class Connection(Handle):
     def _pair(cls, duplex: bool) -> Tuple[Connection, Connection]:
         service = PipeService(process_id())
         a = cls(service, 0, True, duplex)
+        _conn_wait.ensure_service(_runtime.hub())
         b = cls.__new__(cls)
         Handle.__setstate__(b, (a._name, a._address))
         b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives
@@ -311,36 +322,3 @@ def _rebuild(state: Any, end: int, readable: bool, writable: bool,
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
     """Two connected ends; with ``duplex=False`` the first only receives, the second sends."""
     return Connection._pair(duplex)
-
-
-def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[Any]:
-    """The objects of ``object_list`` that are ready, waiting up to ``timeout`` s.
-
-    Accepts fiber Connections (ready when ``recv`` would not block), process sentinels
-    and other file descriptors or objects with ``fileno()``. Fiber connections are polled
-    with a back-off from 1 ms to 50 ms, so a ready connection is seen within 50 ms.
-    """
-    objects = list(object_list)
-    conns = [o for o in objects if isinstance(o, Connection)]
-    others = [o for o in objects if not isinstance(o, Connection)]
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.001
-    with selectors.DefaultSelector() as sel:
-        for o in others:
-            sel.register(o, selectors.EVENT_READ)
-        while True:
-            ready: List[Any] = [c for c in conns if c.poll(0)]
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if ready:
-                pause: Optional[float] = 0.0
-            elif conns:
-                pause = delay if left is None else min(delay, left)
-            else:
-                pause = left
-            if others:
-                ready += [key.fileobj for key, _ in sel.select(pause)]
-            elif pause:
-                time.sleep(pause)
-            if ready or left == 0 or not objects:
-                return ready
-            delay = min(delay * 2, 0.05)

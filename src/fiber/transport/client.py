@@ -102,6 +102,37 @@ class Client:
         """Send a message that gets no reply."""
         self._send([service, op, b"", *frames])
 
+    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+              on_reply: LateReply) -> bytes:
+        """Send a request without waiting; its reply goes to ``on_reply`` when a later
+        read of this client meets it (:meth:`serve_late`, or another request's wait).
+        Returns the request's id."""
+        req_id = struct.pack("<Q", next(self._ids))
+        self._late[req_id] = on_reply
+        try:
+            self._send([service, op, req_id, *frames])
+        except BaseException:
+            del self._late[req_id]
+            raise
+        return req_id
+
+    def serve_late(self) -> None:
+        """Read what has come, without blocking, and hand the replies it completes to
+        their ``on_reply`` (what is no reply to a started request is dropped, as in
+        :meth:`request`).
+
+        Raises:
+            ConnectionLost: the server is gone.
+        """
+        while self._feed(socket.MSG_DONTWAIT):
+            pass
+        messages = self._reader.messages
+        while messages:
+            msg = messages.popleft()
+            late = self._late.pop(bytes(msg[0]), None)
+            if late is not None:
+                late(bytes(msg[1]), msg[2:])
+
     def close(self) -> None:
         try:
             self.sock.close()
@@ -248,6 +279,19 @@ class LocalClient:
         payload = _own(frames)
         with server.lock:
             server.dispatch(server.local_peer(), service, op, b"", payload)
+
+    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+              on_reply: LateReply) -> bytes:
+        """As :meth:`Client.start`; ``on_reply`` is called under the server's lock, on
+        whichever thread answers (this one, when the answer is immediate)."""
+        server = self._server
+        peer = server.local_peer()
+        req_id = struct.pack("<Q", next(self._ids))
+        payload = _own(frames)
+        with server.lock:
+            peer.late[req_id] = on_reply
+            server.dispatch(peer, service, op, req_id, payload)
+        return req_id
 
 
 def _spin() -> float:

@@ -257,6 +257,10 @@ class Server:
         with self.lock:
             self._services.pop(name, None)
 
+    def service(self, name: bytes) -> Optional[Service]:
+        """The service registered as ``name``, if any."""
+        return self._services.get(name)
+
     def local_peer(self) -> LocalPeer:
         """The calling thread's peer for direct calls (see :class:`LocalClient`)."""
         peer = getattr(self._local, "peer", None)
