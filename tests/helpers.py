@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 
@@ -130,3 +131,8 @@ def wait_then_report(conns) -> None:  # type: ignore[no-untyped-def]
 
     ready = wait(conns)
     conns[0].send([conns.index(c) for c in ready])
+
+
+def put_from_a_thread_later(q, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """Return at once, leaving a non-daemon thread that puts "late" after ``seconds``."""
+    threading.Thread(target=lambda: (time.sleep(seconds), q.put("late"))).start()

@@ -187,6 +187,47 @@ def test_process_subclass_with_run():
     assert p.exitcode == 0
 
 
+def test_a_subclass_is_named_after_its_class(ctx):
+    class Worker(fiber.Process):
+        pass
+
+    assert Worker().name.startswith("Worker-")
+    assert ctx.Process(target=helpers.noop).name.startswith("Process-")
+    assert multiprocessing.Process().name.startswith("Process-")
+
+
+def test_a_child_ends_once_its_non_daemon_threads_have(ctx):
+    """As multiprocessing: run() returning does not cut the child's other threads short."""
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.put_from_a_thread_later, args=(q, 0.5))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert q.get(timeout=10) == "late"
+
+
+def test_started_processes_keep_no_descriptor_once_collected():
+    """Each started process has a sentinel (a pipe); it is closed when the Process object
+    is collected, as multiprocessing does, not only by close()."""
+    import gc
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    ctx = fiber.get_context("local")
+    ctx.Process(target=helpers.noop).start()  # the first start opens what stays open
+    gc.collect()
+    before = open_fds()
+    for _ in range(30):
+        p = ctx.Process(target=helpers.noop)
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        del p
+    gc.collect()
+    assert open_fds() - before < 10
+
+
 def test_active_children(ctx):
     p = ctx.Process(target=helpers.sleep, args=(30,))
     p.start()

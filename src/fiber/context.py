@@ -207,7 +207,8 @@ def _bound_process_class(backend: str) -> Type[process.Process]:
     cls = globals().get(name)
     if cls is None:
         cls = type(name, (process.Process,), {"_backend_name": backend, "__module__": __name__,
-                                              "__reduce__": _reduce_as_plain_process})
+                                              "__reduce__": _reduce_as_plain_process,
+                                              "_named_as": "Process"})
         globals()[name] = cls
     return cls  # type: ignore[no-any-return]
 

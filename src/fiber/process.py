@@ -61,6 +61,13 @@ _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 _collected: Deque[Tuple[Backend, JobHandle]] = collections.deque()
 
 
+def _collect(job: _Job) -> None:
+    """A started Process object was collected (it may be inside garbage collection)."""
+    job.close_sentinel()
+    assert job.handle is not None
+    _collected.append((job.backend, job.handle))
+
+
 def _release_collected() -> None:
     while _collected:
         try:
@@ -116,8 +123,14 @@ class _Job:
 
     def abandon(self) -> None:
         """The job was never submitted: release what was prepared for it."""
-        os.close(self.sentinel_r)
+        self.close_sentinel()
         self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
+
+    def close_sentinel(self) -> None:
+        """Close the sentinel's read end, once (``close()``, or the process collected)."""
+        fd, self.sentinel_r = self.sentinel_r, -1
+        if fd >= 0:
+            os.close(fd)
 
     def wait(self, timeout: Optional[float]) -> bool:
         with self.cond:
@@ -152,7 +165,8 @@ class Process:
         self._target = target
         self._args = tuple(args)
         self._kwargs = dict(kwargs or {})
-        self._name = name or "Process-" + ":".join(str(i) for i in self._identity)
+        kind = type(self).__dict__.get("_named_as", type(self).__name__)
+        self._name = name or f"{kind}-" + ":".join(map(str, self._identity))
         self._job: Optional[_Job] = None
         self._closed = False
         self._counter = itertools.count(1)
@@ -205,8 +219,9 @@ class Process:
         log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
         # the watcher holds this object until the job ends; once it is gone too, nothing
-        # can ask the backend about the job again
-        weakref.finalize(self, _collected.append, (job.backend, handle))
+        # can ask the backend about the job again, nor wait on its sentinel (closed then,
+        # as multiprocessing does, or every process started would keep a descriptor)
+        weakref.finalize(self, _collect, job)
         _release_collected()
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive
@@ -311,7 +326,7 @@ class Process:
             if not self._job.finished:
                 raise ValueError("Cannot close a process while it is still running. "
                                  "You should first call join() or terminate().")
-            os.close(self._job.sentinel_r)
+            self._job.close_sentinel()
             _children.discard(self)
         self._closed = True
 
@@ -436,6 +451,10 @@ class Process:
             exitcode = 1
         finally:
             _exit_function()
+            # As multiprocessing: the process ends when its non-daemon threads have.
+            shutdown = getattr(threading, "_shutdown", None)
+            if shutdown is not None:
+                shutdown()
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
