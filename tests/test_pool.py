@@ -9,6 +9,9 @@ import gc
 import itertools
 import multiprocessing
 import pickle
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import weakref
@@ -581,6 +584,38 @@ def test_remote_exception_reraised_with_its_type_and_remote_traceback(ctx):
         # the pool keeps working, on the same worker
         assert pool.apply_async(ph.square, (11,)).get(timeout=60) == 121
         assert pool.map_async(ph.square, range(5)).get(timeout=60) == [0, 1, 4, 9, 16]
+
+
+def test_an_exception_class_of_the_main_script_is_raised_as_itself():
+    """An exception class defined in the main script (pickled by value) comes back as
+    that class, so that ``except EnvCrashed`` works as with multiprocessing; before, a
+    plain-pickle check made it a RemoteError."""
+    code = textwrap.dedent("""
+        import fiber, fiber.futures
+
+        class EnvCrashed(Exception):
+            pass
+
+        def rollout(seed):
+            raise EnvCrashed(seed)
+
+        if __name__ == "__main__":
+            with fiber.Pool(1) as pool:
+                try:
+                    pool.apply(rollout, (7,))
+                except EnvCrashed as e:
+                    print("pool", e.args, type(e.__cause__).__name__)
+                errors = []
+                pool.apply_async(rollout, (8,), error_callback=errors.append).wait(60)
+                print("callback", type(errors[0]) is EnvCrashed)
+            with fiber.futures.Executor(1) as ex:
+                print("executor", type(ex.submit(rollout, 3).exception(timeout=60)) is EnvCrashed)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == [
+        "pool (7,) RemoteTraceback", "callback True", "executor True"], out.stdout
 
 
 def test_lambdas_and_closures_go_by_value(ctx):

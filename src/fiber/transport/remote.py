@@ -1,18 +1,20 @@
 """Carrying an exception from one process to another, traceback included.
 
 The exception itself travels when it pickles (so ``except ValueError`` works in the
-caller); otherwise a :class:`RemoteError` with its type name and message stands in. Either
+caller), by value when its class was defined in the main script (so ``except MyError``
+works too: cloudpickle gives the caller its own class back); otherwise a
+:class:`RemoteError` with its type name and message stands in. Either
 way the formatted remote traceback becomes ``__cause__`` of the exception re-raised in the
 caller, as ``concurrent.futures`` does.
 """
 
 from __future__ import annotations
 
-import pickle
 import traceback
 from typing import Any, Tuple
 
 from ..errors import RemoteError, RemoteTraceback
+from .serialization import dumps, loads
 
 __all__ = ["pack_exception", "unpack_exception"]
 
@@ -21,7 +23,7 @@ def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
     """A picklable record of ``exc``: (exception or None, type name, message, traceback)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        pickle.loads(pickle.dumps(exc, protocol=5))
+        loads(dumps(exc))
         carried: Any = exc
     except Exception:
         carried = None
