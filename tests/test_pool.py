@@ -544,6 +544,29 @@ def test_garbage_collected_pool_ends_its_workers(ctx):
 
 
 @pytest.mark.local_pids
+def _unnamed_pools(ctx):
+    """Results of pools nobody names (outside an assert, whose rewriting keeps the
+    intermediate values alive)."""
+    it = ctx.Pool(2).imap(cube, range(4))
+    gc.collect()
+    first = list(it)
+    result = ctx.Pool(2).map_async(cube, range(4))
+    gc.collect()
+    second = result.get(60)
+    result = ctx.Pool(1).apply_async(cube, (3,))
+    gc.collect()
+    return first, second, result.get(60)
+
+
+def test_a_pool_held_only_by_its_results_runs_them(ctx):
+    """As multiprocessing: a result or an imap iterator keeps its pool alive, so a pool
+    used without a name is not terminated by its collection under a pending result."""
+    assert _unnamed_pools(ctx) == ([0, 1, 8, 27], [0, 1, 8, 27], 27)
+    ref = weakref.ref(ctx.Pool(1))  # with nothing holding it, it is collected
+    gc.collect()
+    assert ref() is None
+
+
 def test_terminate_fails_unfinished_results(ctx):
     pool = ctx.Pool(2)
     slow = functools.partial(ph.sleep_return, seconds=60)

@@ -107,6 +107,9 @@ class _Flag:
 class ApplyResult:
     """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
 
+    #: The pool, kept from collection (which terminates it) while the result is held.
+    _pool: Any = None
+
     def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
                  error_callback: Callback = None, server: Optional[Server] = None,
                  spin: Spin = None) -> None:
@@ -237,6 +240,7 @@ class IMapIterator:
     """
 
     _ordered = True
+    _pool: Any = None  # as ApplyResult._pool
 
     def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
                  window: int, server: Optional[Server] = None, spin: Spin = None) -> None:

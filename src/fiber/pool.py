@@ -423,6 +423,7 @@ class Pool:
         core.check_running()
         result = ApplyResult(core.callbacks, callback, error_callback, core.hub,
                              core.service.spin_budget)
+        result._pool = self  # as multiprocessing: a result keeps its pool from collection
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
                     f"apply({_label(func)})", serving)
         return result
@@ -449,6 +450,7 @@ class Pool:
         chunks, length = self._chunks(iterable, chunksize)
         result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
                            core.hub, core.service.spin_budget)
+        result._pool = self
         # A short map waited for at once is queued while this thread serves the hub (see
         # apply); a long one is not: results must be taken in while the rest is pickled.
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None
@@ -497,6 +499,7 @@ class Pool:
         holder.append(cls.__new__(cls))
         cls.__init__(holder[0], submit, chunks, core.window, core.hub,
                      core.service.spin_budget)
+        holder[0]._pool = self
         return holder[0]
 
     def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],
