@@ -217,3 +217,32 @@ def test_a_bug_in_a_service_does_not_stop_the_hub(capfd):
         _queue_still_works()
     finally:
         hub.unregister(b"buggy-service")
+
+
+def test_closed_connections_are_not_kept_until_their_handshake_deadline():
+    """Each accepted connection has a handshake deadline (30 s); a connection closed
+    before it must not stay in memory until then (a pool that replaces its workers
+    makes many: they were ~0.8 MB each)."""
+    import gc
+
+    from fiber.transport import server as server_module
+    from fiber.transport.server import Server
+
+    def conns_in_memory() -> int:
+        gc.collect()
+        return sum(isinstance(o, server_module._Conn) for o in gc.get_objects())
+
+    srv = Server("127.0.0.1", name="fiber-test-server")
+    try:
+        before = conns_in_memory()
+        for _ in range(20):
+            client = Client(srv.address)
+            wait_until(lambda: len(srv._conns) > 0, 10)
+            client.close()
+            wait_until(lambda: not srv._conns, 10, message="the server closed its end")
+        # all but the last, which the server thread's last batch of events may hold
+        wait_until(lambda: conns_in_memory() <= before + 1, 10,
+                   message="closed connections are still in memory")
+        assert server_module._HANDSHAKE_TTL >= 10  # the deadlines have not passed
+    finally:
+        srv.close()

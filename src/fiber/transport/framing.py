@@ -28,7 +28,7 @@ from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 from . import memfd
 
-__all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES"]
+__all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES", "new_scratch"]
 
 MAX_FRAMES = 65536
 _COUNT = struct.Struct("<I")
@@ -182,14 +182,23 @@ class Outbox:
         self.items.clear()
 
 
+def new_scratch() -> bytearray:
+    """A read buffer for :class:`FrameReader` (``scratch``)."""
+    return bytearray(_CHUNK)
+
+
 class FrameReader:
     """Incremental parser of messages read from one socket."""
 
-    def __init__(self, max_message: Optional[int] = None, unix: bool = False) -> None:
+    def __init__(self, max_message: Optional[int] = None, unix: bool = False,
+                 scratch: Optional[bytearray] = None) -> None:
+        """``scratch``: the buffer each read goes into before it is parsed, shared by
+        readers that are never fed at the same time (a server's, under its lock): one
+        of its own is 256 KiB per connection."""
         self.max_message = max_message  # a limit before the peer authenticated
         self.unix = unix
         self._buf = bytearray()
-        self._scratch = bytearray(_CHUNK)
+        self._scratch = bytearray(_CHUNK) if scratch is None else scratch
         self._lengths: Optional[Sequence[int]] = None
         self._frames: List[Any] = []
         self._big: Optional[bytearray] = None

@@ -46,11 +46,12 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
 from . import auth
-from .framing import FrameReader, Outbox, ProtocolError
+from .framing import FrameReader, Outbox, ProtocolError, new_scratch
 from .serialization import dumps
 from .sockets import listen, tune
 
@@ -166,12 +167,12 @@ def _pipe() -> Tuple[int, int]:
 
 class _Conn:
     __slots__ = ("sock", "reader", "outbox", "state", "cnonce", "snonce", "process_id",
-                 "anchor", "peer", "since", "writing")
+                 "anchor", "peer", "since", "writing", "__weakref__")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, scratch: bytearray) -> None:
         self.sock = sock
         unix = sock.family == socket.AF_UNIX
-        self.reader = FrameReader(max_message=_PREAUTH_LIMIT, unix=unix)
+        self.reader = FrameReader(max_message=_PREAUTH_LIMIT, unix=unix, scratch=scratch)
         self.outbox = Outbox(unix=unix)
         self.state = "hello"
         self.cnonce = self.snonce = self.process_id = b""
@@ -226,6 +227,7 @@ class Server:
         self._peer_ids = itertools.count(1)
         self._services: Dict[bytes, Service] = {}
         self._conns: Dict[int, _Conn] = {}
+        self._scratch = new_scratch()  # the connections' read buffer: read under the lock
         self._anchors: Dict[bytes, int] = collections.Counter()
         self._local = threading.local()
         #: Connections closed for failing or skipping authentication (for tests, logs).
@@ -524,11 +526,14 @@ class Server:
                 return  # e.g. EMFILE: try again on the next event
             sock.setblocking(False)
             tune(sock, *self._heartbeat)
-            conn = _Conn(sock)
+            conn = _Conn(sock, self._scratch)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
             self._limit_unauthenticated()
-            self.call_later(_HANDSHAKE_TTL, functools.partial(self._expire_handshake, conn))
+            # A weak reference: a connection closed before the timer must not stay in
+            # memory until it fires (a pool replacing workers makes many).
+            self.call_later(_HANDSHAKE_TTL,
+                            functools.partial(self._expire_handshake, weakref.ref(conn)))
 
     def _limit_unauthenticated(self) -> None:
         waiting = [c for c in self._conns.values() if c.peer is None]
@@ -536,8 +541,9 @@ class Server:
             self.dropped += 1
             self._close_conn(conn)
 
-    def _expire_handshake(self, conn: _Conn) -> None:
-        if conn.peer is None and conn.sock.fileno() >= 0:
+    def _expire_handshake(self, ref: weakref.ref[_Conn]) -> None:
+        conn = ref()
+        if conn is not None and conn.peer is None and conn.sock.fileno() >= 0:
             self.dropped += 1
             self._close_conn(conn)
 
