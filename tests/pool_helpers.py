@@ -64,6 +64,12 @@ def use_master_objects(x: int, queue: Any, lock: Any, event: Any) -> int:
     return value + x
 
 
+def count_then_fail(n: int) -> Any:
+    """An input that gives ``0..n-1``, then raises."""
+    yield from range(n)
+    raise KeyError("the input failed")
+
+
 def sleep_return(x: Any, seconds: float) -> Any:
     time.sleep(seconds)
     return x

@@ -381,6 +381,34 @@ def test_imap_is_lazy_over_an_endless_generator(ctx, method, chunksize):
     assert 50 <= drawn < 1000, drawn
 
 
+@pytest.mark.parametrize("n", [0, 3, 100])
+@pytest.mark.parametrize("method", ["imap", "imap_unordered"])
+def test_an_input_that_raises_matches_multiprocessing(ctx, mp_pool, method, n):
+    """imap yields the results of what the input gave, then raises the input's error,
+    then stops; never raised by imap() itself, nor losing results in flight."""
+    def run(pool):
+        it = getattr(pool, method)(ph.square, ph.count_then_fail(n))
+        got = []
+        try:
+            for _ in range(n + 1):
+                got.append(it.next(timeout=60))
+        except KeyError as e:
+            got.append(("raised", str(e)))
+        with pytest.raises(StopIteration):
+            it.next(timeout=60)
+        return got
+
+    with ctx.Pool(2) as pool:
+        ours = run(pool)
+    theirs = run(mp_pool)
+    assert ours[-1] == ("raised", "'the input failed'")
+    assert sorted(ours[:-1]) == [x * x for x in range(n)]
+    if method == "imap":
+        assert ours == theirs
+    else:  # multiprocessing's error may overtake results (it is a task of its own)
+        assert ours[-1] in theirs
+
+
 def test_imap_exceptions_match_multiprocessing(ctx, mp_pool):
     expected = outcomes(mp_pool.imap(ph.fail_on_5, range(10)))
     assert expected[5] == ("err", "ValueError", "bad item 5") and len(expected) == 10

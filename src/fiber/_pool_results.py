@@ -236,7 +236,9 @@ class IMapIterator:
     """The iterator of ``imap``: results in order, the input consumed lazily.
 
     At most ``window`` chunks are submitted and not yet consumed, so an endless input
-    works; ``next`` tops the window up from the input before it waits.
+    works; ``next`` tops the window up from the input before it waits. An exception
+    raised by the input is raised by ``next`` in its place, after the results of what
+    the input gave before (as multiprocessing), and ends the iteration.
     """
 
     _ordered = True
@@ -252,6 +254,7 @@ class IMapIterator:
         self._submitted = 0
         self._consumed = 0
         self._exhausted = False
+        self._input_error: Optional[Exception] = None
         self._cond = threading.Condition()
         self._arrived: Dict[int, Tuple[bool, List[Any]]] = {}
         self._order: Deque[int] = collections.deque()
@@ -264,6 +267,10 @@ class IMapIterator:
                 chunk = next(self._chunks)
             except StopIteration:
                 self._exhausted = True
+                return
+            except Exception as e:
+                self._exhausted = True
+                self._input_error = e
                 return
             index = self._submitted
             self._submitted += 1
@@ -304,6 +311,9 @@ class IMapIterator:
         while not self._buffer:
             self._top_up()
             if self._exhausted and self._consumed == self._submitted:
+                error, self._input_error = self._input_error, None
+                if error is not None:
+                    raise error
                 raise StopIteration
             ok, frames = self._take(timeout)
             self._consumed += 1
