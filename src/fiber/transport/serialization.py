@@ -4,7 +4,9 @@ Pickle protocol 5. Large buffers (numpy arrays, ``bytes``, ``bytearray``, anythi
 exposes ``PickleBuffer``) are never copied into the pickle string: they travel as frames
 of their own, written to the socket without a copy. Functions and classes defined in ``__main__``
 or interactively (lambdas, closures) go by value through cloudpickle; everything
-importable goes by reference, as with plain pickle.
+importable goes by reference, as with plain pickle. The functions of ``__main__`` are rebuilt
+on one globals namespace per process, as if it had imported the main script (see
+:mod:`._main_namespace`): a Pool initializer's globals are seen by the tasks.
 
 On receipt each out-of-band buffer is read straight into a writable ``bytearray``, so that
 an array received is writable, as with ``multiprocessing``, without a further copy.
@@ -19,11 +21,14 @@ from __future__ import annotations
 import io
 import mmap
 import pickle
+import types
 from typing import Any, List, Sequence, Union
 
 import cloudpickle
 
-__all__ = ["dumps", "loads", "OOB_THRESHOLD", "Frame"]
+from ._main_namespace import make_function, set_function_state
+
+__all__ = ["dumps", "dumps_bytes", "loads", "OOB_THRESHOLD", "Frame"]
 
 #: Buffers at least this large go out of band; smaller ones are cheaper in the pickle.
 OOB_THRESHOLD = 64 * 1024
@@ -32,7 +37,18 @@ Frame = Union[bytes, bytearray, memoryview]
 
 
 class _Pickler(cloudpickle.Pickler):
-    """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers."""
+    """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers.
+
+    A function of ``__main__`` names fiber's reconstructors instead of cloudpickle's, so
+    that any unpickler (plain ``pickle.loads`` too) rebuilds it on the shared namespace.
+    """
+
+    def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
+        reduced = super()._dynamic_function_reduce(func)
+        if func.__globals__.get("__name__") != "__main__":
+            return reduced
+        _, newargs, state, _, _, _ = reduced
+        return make_function, newargs, state, None, None, set_function_state
 
 
 def dumps(obj: Any) -> List[Frame]:
@@ -63,6 +79,18 @@ def dumps(obj: Any) -> List[Frame]:
     out = io.BytesIO()
     _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
     return [out.getbuffer(), *buffers]
+
+
+def dumps_bytes(obj: Any) -> bytes:
+    """Serialize ``obj`` into one pickle, buffers in band, functions of ``__main__`` as with
+    ``dumps``: for a pickle that travels inside another message (a job's launch payload).
+
+    Raises:
+        pickle.PicklingError, TypeError, AttributeError: ``obj`` cannot be pickled.
+    """
+    out = io.BytesIO()
+    _Pickler(out, protocol=5).dump(obj)
+    return out.getvalue()
 
 
 def loads(frames: Sequence[Any]) -> Any:

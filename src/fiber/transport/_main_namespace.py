@@ -1,0 +1,81 @@
+"""One globals namespace for the functions of the program's ``__main__`` rebuilt here.
+
+A job never imports the user's main script: the functions defined there travel by value
+(cloudpickle), and cloudpickle gives the functions of every separate pickle a globals dict of
+their own. A Pool's initializer (pickled in the worker's launch payload) and its task function
+(pickled apart) would not see each other's globals, so ``global model; model = v`` in the
+initializer would be lost to the tasks. A ``multiprocessing`` worker imports the main script,
+and all its functions share that module's globals; here they share :data:`namespace`::
+
+    serialization's pickler, for a function whose globals are __main__'s:
+        (make_function, (code, base_globals, name, defaults, closure),
+         state (holds the values of the globals the function uses), set_function_state)
+    any unpickler in any process:
+        make_function       builds the function on `namespace`
+        set_function_state  merges the globals it brings into `namespace` (rule below)
+
+Merge rule: a pickled function brings the values its globals had when it was pickled. A name
+takes the pickled value unless code of this process assigned it since: ``_installed`` keeps
+the value last installed from a pickle for each name, and a name is replaced only if it is
+absent or still holds that value. So the initializer's ``model = "loaded"`` survives the tasks'
+``model = None``, while a helper function redefined in a notebook replaces the older one.
+
+``namespace`` is not ``sys.modules["__main__"].__dict__``: in a fiber job that module is
+fiber's bootstrap, whose own globals the user's names must not overwrite. Classes of
+``__main__`` need nothing more: cloudpickle rebuilds one class per definition, and their
+methods are functions of ``__main__``, rebuilt here.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any, Dict, Optional, Tuple
+
+from cloudpickle import cloudpickle as _cloudpickle
+
+__all__ = ["namespace", "make_function", "set_function_state"]
+
+#: The globals of every function of ``__main__`` rebuilt in this process.
+namespace: Dict[str, Any] = {}
+
+# name -> the value last installed from a pickle (a strong reference: an identity check on
+# an id could be fooled once the value is gone and its id reused)
+_installed: Dict[str, Any] = {}
+
+# several threads may unpickle at once (the hub's, a pool worker's, the user's)
+_lock = threading.Lock()
+
+
+def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: Optional[str],
+                  argdefs: Optional[Tuple[Any, ...]],
+                  closure: Optional[Tuple[Any, ...]]) -> types.FunctionType:
+    """cloudpickle's ``_make_function``, with :data:`namespace` for the function's globals.
+
+    ``base_globals`` holds the module attributes that relative imports need (``__name__``,
+    ``__file__``, ...); they are set once, by the first function of ``__main__`` rebuilt.
+    """
+    with _lock:
+        for key, value in base_globals.items():
+            namespace.setdefault(key, value)
+    return _cloudpickle._make_function(code, namespace, name, argdefs, closure)
+
+
+def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]
+                       ) -> None:
+    """cloudpickle's ``_function_setstate``, merging the globals brought into :data:`namespace`
+    by the rule of this module's docstring instead of overwriting them all."""
+    attributes, slots = state
+    with _lock:
+        for name, value in slots["__globals__"].items():
+            _merge(name, value)
+    _cloudpickle._function_setstate(func, (attributes, {**slots, "__globals__": {}}))
+
+
+def _merge(name: str, value: Any) -> None:
+    """Install a pickled global unless code of this process has assigned the name since."""
+    if name not in namespace or (name in _installed and namespace[name] is _installed[name]):
+        namespace[name] = value
+        _installed[name] = value
+    else:  # the name is this process's own while it exists: the old value is not kept alive
+        _installed.pop(name, None)
