@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -134,3 +137,80 @@ def test_fiber_module_is_a_drop_in_for_pool_users():
     with multiprocessing.Pool(2) as pool:
         assert pool.map(square, [1, 2, 3]) == [1, 4, 9]
     assert fiber.futures.ProcessPoolExecutor is Executor
+
+
+def _busy_then_queued(ex: cf.Executor, count: int) -> tuple:
+    """A call a worker holds (it sleeps) and ``count`` calls queued behind it, the last
+    ones surely queued still (a fiber worker holds a few tasks at most, a stdlib call
+    queue max_workers + 1)."""
+    busy = ex.submit(pool_helpers.sleep_return, "busy", 1.0)
+    if isinstance(ex, Executor):  # its futures show a worker holds them only once asked
+        service = ex._pool._core.service
+        wait_until(lambda: busy._tasks and busy._tasks[0] not in service.queue, 60,
+                   message="the first call handed to the worker")
+    else:
+        wait_until(busy.running, 60, message="the first call running")
+    return busy, [ex.submit(square, i) for i in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["fiber", "stdlib"])
+def test_a_cancelled_future_is_done_for_wait_and_as_completed(ctx, kind):
+    """As with the stdlib's executors (run alike here): wait() and as_completed() count a
+    cancelled future as done, its done callbacks run once however often it is
+    cancelled, from however many threads, and a running or finished one cannot be."""
+    with Executor(1, mp_context=ctx) if kind == "fiber" else cf.ProcessPoolExecutor(1) as ex:
+        busy, queued = _busy_then_queued(ex, 10)
+        last = queued[-1]
+        calls = []
+        last.add_done_callback(calls.append)
+        assert not busy.cancel() and busy.running()
+        cancellers = [threading.Thread(target=last.cancel) for _ in range(4)]
+        for t in cancellers:
+            t.start()
+        for t in cancellers:
+            t.join(30)
+        assert last.cancel() and last.cancelled() and last.done()
+        assert calls == [last]
+        done, not_done = cf.wait([last], timeout=60)
+        assert done == {last} and not not_done
+        assert next(cf.as_completed([last], timeout=60)) is last
+        with pytest.raises(cf.CancelledError):
+            last.result(1)
+        done, not_done = cf.wait([busy, *queued], timeout=60)
+        assert not not_done
+        assert busy.result(0) == "busy" and not busy.cancel()
+        assert [f.result(0) for f in queued[:-1]] == [i * i for i in range(9)]
+        assert calls == [last]
+
+
+def test_futures_cancelled_by_shutdown_are_done_for_wait(ctx):
+    ex = Executor(1, mp_context=ctx)
+    busy, queued = _busy_then_queued(ex, 20)
+    ex.shutdown(wait=False, cancel_futures=True)
+    cancelled = [f for f in queued if f.cancelled()]
+    assert len(cancelled) >= 15  # all but the few the worker holds
+    done, not_done = cf.wait(cancelled, timeout=60)
+    assert not not_done
+    assert len(list(cf.as_completed(queued, timeout=60))) == 20
+    assert busy.result(60) == "busy"
+    ex.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("kind", ["fiber", "stdlib"])
+@pytest.mark.parametrize("cancel_futures", [False, True])
+def test_the_interpreter_waits_for_pending_work_at_exit(tmp_path, kind, cancel_futures):
+    """A program that shuts an executor down without waiting, drops it and ends still gets
+    its pending calls done, as concurrent.futures documents (the stdlib executor is run
+    alike); with cancel_futures, only those a worker held run."""
+    tests_dir = os.path.dirname(__file__)
+    out = subprocess.run(
+        [sys.executable, os.path.join(tests_dir, "futures_helpers.py"), kind, str(tmp_path),
+         "1", "10", "1" if cancel_futures else "0"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": tests_dir})
+    assert out.returncode == 0, out.stderr
+    written = len(os.listdir(tmp_path))
+    if not cancel_futures:
+        assert written == 10, out.stderr
+    elif kind == "fiber":  # the stdlib's cancels nothing once the executor was dropped
+        assert 1 <= written < 10, out.stderr

@@ -7,10 +7,15 @@
         hub meanwhile (as a pool's get() does) ──▶ future.set_result / set_exception
       or, with nobody waiting so (done callbacks, wait(), as_completed()), the pool's
         callback thread ──▶ future.set_result / set_exception
+    future.cancel() ──▶ task withdrawn from the pool's queue ──▶ wait()/as_completed()
+        told (CANCELLED_AND_NOTIFIED), done callbacks, a thread in result() woken
 
 Futures fail with the worker's exception, its remote traceback as ``__cause__``. A future
-can be cancelled until a worker has been handed its task; a task handed out is "running"
-as far as the executor can tell (``running()`` is True for it).
+can be cancelled until a worker has been handed its task (``cancel()`` withdraws it from
+the pool's queue); the pool does not say when a worker takes a task, so ``running()``
+turns True only when a ``cancel()`` finds it handed out. As with the stdlib, the
+interpreter does not exit before the pending futures are done, even after
+``shutdown(wait=False)`` (see ``_PendingWork``).
 
 Why not ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())``: that
 class builds its call queue from ``multiprocessing.queues.Queue``, whose OS pipes and
@@ -23,9 +28,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Set
 
 from ._pool_results import ApplyResult
 from ._pool_service import Task
@@ -37,23 +43,42 @@ __all__ = ["Executor", "ProcessPoolExecutor"]
 
 class _Future(cf.Future):
     """A Future whose ``cancel`` withdraws its task from the pool while it is queued, and
-    whose ``result``/``exception`` read the worker's reply in the waiting thread."""
+    whose ``result``/``exception`` read the worker's reply in the waiting thread.
 
-    _tasks: List[Task]
-    _executor: Executor
-    _source: _FutureResult
+    A withdrawn task never reaches a worker and gets no result, so ``cancel`` also does at
+    once what the stdlib's executors do when they find a cancelled item in their queue:
+    it calls ``set_running_or_notify_cancel``, which tells ``wait()`` and
+    ``as_completed()`` (without it they would never count the future as done).
+    """
+
+    def __init__(self, executor: Executor) -> None:
+        super().__init__()
+        self._executor = executor
+        self._tasks: List[Task] = []  # set by submit(), which holds the executor's lock
+        self._source = _FutureResult(executor._pool, self)
 
     def cancel(self) -> bool:
+        """Cancel the call unless a worker holds its task (then it is running: False).
+
+        The task is withdrawn and the state changed under the future's lock, so that two
+        threads cancelling at once agree, and no result can come for a withdrawn task.
+        """
         with self._condition:  # type: ignore[attr-defined]
-            if self._state in ("FINISHED",):  # type: ignore[attr-defined]
-                return False
-        if self._tasks and not self._executor._pool._core.cancel(self._tasks[0]):
-            self.set_running_or_notify_cancel_quietly()
-            return False
-        cancelled = super().cancel()
-        if cancelled:
-            self._source.wake()  # a thread serving in result() for it
-        return cancelled
+            if self._state == "PENDING" and not self._withdraw():  # type: ignore[attr-defined]
+                self._state = "RUNNING"  # type: ignore[attr-defined]
+            if self._state != "PENDING":  # type: ignore[attr-defined]
+                return self.cancelled()  # True if an earlier cancel() did it
+            self._state = "CANCELLED"  # type: ignore[attr-defined]
+            self.set_running_or_notify_cancel()  # now CANCELLED_AND_NOTIFIED
+            self._condition.notify_all()  # type: ignore[attr-defined]
+        self._source.wake()  # a thread serving the hub in result() for it
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
+
+    def _withdraw(self) -> bool:
+        """Take the task out of the pool's queue; False once a worker holds it, or if
+        there is no task (its call could not be pickled: that failure is on its way)."""
+        return bool(self._tasks) and self._executor._pool._core.cancel(self._tasks[0])
 
     def result(self, timeout: Optional[float] = None) -> Any:
         return super().result(self._source.wait_and_settle(timeout))
@@ -61,7 +86,9 @@ class _Future(cf.Future):
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         return super().exception(self._source.wait_and_settle(timeout))
 
-    def set_running_or_notify_cancel_quietly(self) -> None:
+    def mark_running(self) -> None:
+        """PENDING → RUNNING: a worker holds the task, so it can no longer be cancelled.
+        Unlike ``set_running_or_notify_cancel``, a future running already is no error."""
         with self._condition:  # type: ignore[attr-defined]
             if self._state == "PENDING":  # type: ignore[attr-defined]
                 self._state = "RUNNING"  # type: ignore[attr-defined]
@@ -113,7 +140,7 @@ class _FutureResult(ApplyResult):
                 return
             self._settled = True
         ok, value = self._outcome()
-        self._future.set_running_or_notify_cancel_quietly()
+        self._future.mark_running()
         if ok:
             self._future.set_result(value)
         else:
@@ -122,6 +149,61 @@ class _FutureResult(ApplyResult):
 
 def _run_chunk(fn: Callable[..., Any], chunk: List[Any]) -> List[Any]:
     return [fn(*args) for args in chunk]
+
+
+class _PendingWork:
+    """The executors with futures not done yet, which the interpreter waits for at exit.
+
+    ``concurrent.futures`` documents that the interpreter does not exit until all pending
+    futures are done, whatever ``shutdown(wait=...)`` said. As the stdlib, a hook
+    registered with ``threading._register_atexit`` does it: it runs once the main thread
+    has ended, before the ``atexit`` handlers, among them the pool's finalizer, which
+    would terminate the workers. Holding the executors here also keeps one the program
+    dropped (and its pool) alive until its work is done, as the stdlib's manager thread
+    does.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._executors: Set[Executor] = set()
+        self._hooked = False
+        self._exiting = False
+
+    def add(self, executor: Executor) -> None:
+        """Wait for ``executor`` at exit (called when it gets a first pending future).
+
+        Raises:
+            RuntimeError: the interpreter is exiting; work queued now might be dropped.
+        """
+        with self._lock:
+            if self._exiting:
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            if not self._hooked:
+                threading._register_atexit(self._finish)  # type: ignore[attr-defined]
+                os.register_at_fork(after_in_child=self._after_fork_in_child)
+                self._hooked = True
+            self._executors.add(executor)
+
+    def discard(self, executor: Executor) -> None:
+        """Forget ``executor``: it has no pending future left."""
+        with self._lock:
+            self._executors.discard(executor)
+
+    def _after_fork_in_child(self) -> None:
+        # A fork of the program (os.fork in user code) has copies of the executors, but
+        # none of their threads and workers: no work of theirs to wait for at its exit.
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._executors = set()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._exiting = True
+            executors = list(self._executors)
+        for executor in executors:
+            executor.shutdown(wait=True)  # its cancel_futures, if any, took effect already
+
+
+_PENDING = _PendingWork()
 
 
 class Executor(cf.Executor):
@@ -140,31 +222,40 @@ class Executor(cf.Executor):
         self._pool = Pool(max_workers, initializer, initargs, max_tasks_per_child,
                           context=mp_context, **resources)
         self._shutdown = False
+        #: Held while a call is submitted, so that shutdown(cancel_futures=True) sees
+        #: every future together with its task, as the stdlib's executors do.
         self._lock = threading.Lock()
-        self._futures: set[_Future] = set()
+        self._futures: Set[_Future] = set()  # not done yet
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
         """Schedule ``fn(*args, **kwargs)``; returns its Future.
 
         Raises:
-            RuntimeError: the executor was shut down.
+            RuntimeError: the executor was shut down, or the interpreter is exiting.
         """
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            future = _Future()
-            future._executor = self
-            future._tasks = []
+            if not self._futures:
+                _PENDING.add(self)
+            future = _Future(self)
+            future.add_done_callback(self._forget)  # runs on another thread: not done yet
+            try:
+                future._tasks = self._pool._core.submit(
+                    fn, CALL, [(0, (args, kwargs))], future._source,
+                    f"submit({getattr(fn, '__qualname__', fn)})")
+            except BaseException:
+                if not self._futures:
+                    _PENDING.discard(self)
+                raise
             self._futures.add(future)
-        future.add_done_callback(self._forget)
-        result = future._source = _FutureResult(self._pool, future)
-        future._tasks = self._pool._core.submit(fn, CALL, [(0, (args, kwargs))], result,
-                                                f"submit({getattr(fn, '__qualname__', fn)})")
         return future
 
     def _forget(self, future: cf.Future) -> None:
         with self._lock:
             self._futures.discard(future)  # type: ignore[arg-type]
+            if not self._futures:
+                _PENDING.discard(self)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
             timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[Any]:
@@ -179,6 +270,10 @@ class Executor(cf.Executor):
         return itertools.chain.from_iterable(results)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Accept no more calls; with ``cancel_futures``, cancel those no worker holds yet;
+        with ``wait``, return once the others are done and the workers have exited.
+        Without ``wait``, they still finish before the interpreter exits (see
+        ``_PendingWork``)."""
         with self._lock:
             self._shutdown = True
             pending = list(self._futures)
