@@ -64,6 +64,19 @@ def use_master_objects(x: int, queue: Any, lock: Any, event: Any) -> int:
     return value + x
 
 
+def gated(x: Any, gate: Any, started: Any = None) -> Any:
+    """Say it started (on ``started``, a queue), then: ``"long"`` waits for ``gate``
+    (an event), anything else sleeps 30 ms. Returns ``x``."""
+    if started is not None:
+        started.put(x)
+    if x == "long":
+        if not gate.wait(120):
+            raise RuntimeError("the gate was never opened")
+    else:
+        time.sleep(0.03)
+    return x
+
+
 def count_then_fail(n: int) -> Any:
     """An input that gives ``0..n-1``, then raises."""
     yield from range(n)

@@ -386,7 +386,7 @@ def test_imap_is_lazy_over_an_endless_generator(ctx, method, chunksize):
 def test_an_input_that_raises_matches_multiprocessing(ctx, mp_pool, method, n):
     """imap yields the results of what the input gave, then raises the input's error,
     then stops; never raised by imap() itself, nor losing results in flight."""
-    def run(pool):
+    def run(pool, ends_after_error=True):
         it = getattr(pool, method)(ph.square, ph.count_then_fail(n))
         got = []
         try:
@@ -394,13 +394,14 @@ def test_an_input_that_raises_matches_multiprocessing(ctx, mp_pool, method, n):
                 got.append(it.next(timeout=60))
         except KeyError as e:
             got.append(("raised", str(e)))
-        with pytest.raises(StopIteration):
-            it.next(timeout=60)
+        if ends_after_error:
+            with pytest.raises(StopIteration):
+                it.next(timeout=60)
         return got
 
     with ctx.Pool(2) as pool:
         ours = run(pool)
-    theirs = run(mp_pool)
+    theirs = run(mp_pool, ends_after_error=method == "imap")
     assert ours[-1] == ("raised", "'the input failed'")
     assert sorted(ours[:-1]) == [x * x for x in range(n)]
     if method == "imap":
@@ -799,6 +800,34 @@ def test_tasks_may_call_objects_of_the_masters_hub(ctx):
         out = pool.map_async(task, range(60), 1).get(timeout=60)
     assert sorted(v - v % 1000 for v in out) == [1000 * i for i in range(60)]
     assert sorted(v % 1000 for v in out) == list(range(60))
+
+
+def test_a_fresh_pools_first_worker_does_not_take_the_others_work(ctx):
+    """Tasks of a function whose length is not known yet are handed one per worker: 4
+    tasks on a fresh Pool(4) all run at once (they wait for each other), instead of the
+    first worker to connect holding 3 of them."""
+    started, gate = ctx.Queue(), ctx.Event()
+    with ctx.Pool(4) as pool:
+        result = pool.map_async(functools.partial(ph.gated, gate=gate, started=started),
+                                ["long"] * 4, 1)
+        for _ in range(4):
+            started.get(timeout=300)  # all four running together
+        gate.set()
+        assert result.get(60) == ["long"] * 4
+
+
+def test_slow_tasks_are_not_held_behind_a_long_one(ctx):
+    """Once a function's tasks are known to be slow (30 ms), a worker holds one at a
+    time: the short tasks all go to the other worker while one runs a long task, instead
+    of some waiting behind it (the long one ends only once they are all done)."""
+    gate = ctx.Event()
+    task = functools.partial(ph.gated, gate=gate)  # pickles alike: one function id
+    with ctx.Pool(2) as pool:
+        assert pool.map(task, range(6), 1) == list(range(6))  # now known to be slow
+        it = pool.imap_unordered(task, ["long", *range(8)], 1)
+        assert sorted(it.next(timeout=60) for _ in range(8)) == list(range(8))
+        gate.set()
+        assert it.next(timeout=60) == "long"
 
 
 def test_a_map_of_short_tasks_is_spread_over_the_workers(ctx):

@@ -3,8 +3,8 @@
 ::
 
     Pool.apply_async/map ──submit(tasks)──▶ queue (deque of Task)
-                                              │ dispatch: each worker holds at most
-                                              ▼ prefetch+1 tasks; least-loaded first
+                                              │ dispatch: a worker holds at most its
+                                              ▼ credit of tasks; least-loaded first
     worker (hello) ◀──── [tasks batch] ──── PoolService ──── pending[worker] = {task_id: Task}
     worker ──── [results batch] ──────────▶ Task.job.deliver(index, ok, frames), once
     worker lost (connection closed, job ended) ──▶ its pending tasks back to the front
@@ -37,6 +37,7 @@ __all__ = ["Task", "WorkerState", "PoolService"]
 
 _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
+_SLOW = 0.02  # tasks at least this long are not prefetched (see PoolService.credit)
 
 
 
@@ -60,16 +61,13 @@ class Task:
 
 
 class WorkerState:
-    __slots__ = ("worker_id", "process", "peer", "limit", "pending", "functions",
-                 "assigned", "retiring", "lost", "connected", "exitcode", "task_seconds",
-                 "same_host")
+    __slots__ = ("worker_id", "process", "peer", "pending", "functions",
+                 "assigned", "retiring", "lost", "connected", "exitcode", "same_host")
 
     def __init__(self, worker_id: int, process: Any) -> None:
         self.worker_id = worker_id
         self.process = process
         self.peer: Optional[Peer] = None
-        self.limit = 0  # tasks it may hold: its credit
-        self.task_seconds = 0.01  # running average of its tasks' duration
         self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
         #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
         self.functions: collections.OrderedDict[int, None] = collections.OrderedDict()
@@ -118,6 +116,7 @@ class PoolService(Service):
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
+        self.task_seconds: Dict[int, float] = {}  # fid -> running average of a task's run
         self.server: Optional[Server] = None
         self.init_failures: List[str] = []
         self.outstanding = 0  # tasks submitted and not yet finished
@@ -150,6 +149,7 @@ class PoolService(Service):
         if self.function_refs.get(fid, 0) <= 0 and fid not in self.cached_functions:
             self.functions.pop(fid, None)
             self.function_refs.pop(fid, None)
+            self.task_seconds.pop(fid, None)
 
     def cancel(self, task: Task) -> bool:
         """Remove a task that no worker holds yet."""
@@ -196,8 +196,21 @@ class PoolService(Service):
         if ws.pending and next(iter(ws.pending.values())).suspect:
             return False  # a suspect runs alone
         return (ws.connected and not ws.lost and not ws.retiring
-                and len(ws.pending) < ws.limit
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
+
+    def credit(self, fid: int) -> int:
+        """How many tasks of function ``fid`` a worker may hold, the one it runs included.
+
+        Quick tasks are prefetched, so that a worker never idles on a round trip: it
+        holds about ``_HOLD`` seconds of them, at least ``prefetch + 1``. A task whose
+        length is not known yet (no result of its function so far) or that is slow
+        (``_SLOW``, where a round trip is a few percent of it at most) is not: a task
+        held behind a long one waits while other workers may idle, and a pool's first
+        worker to connect would take the work of those still starting."""
+        seconds = self.task_seconds.get(fid)
+        if seconds is None or seconds >= _SLOW:
+            return 1
+        return max(self.prefetch + 1, min(_MAX_CREDIT, int(_HOLD / max(seconds, 1e-6))))
 
     def dispatch(self) -> None:
         """Hand queued tasks to workers with credit, least-loaded first."""
@@ -218,6 +231,8 @@ class PoolService(Service):
                     continue
                 if self.queue[0].suspect and ws.pending:
                     continue  # only an idle worker takes a suspect
+                if len(ws.pending) >= self.credit(self.queue[0].fid):
+                    continue
                 task = self.queue.popleft()
                 ws.pending[task.task_id] = task
                 ws.assigned += 1
@@ -254,15 +269,15 @@ class PoolService(Service):
             ws = self.by_peer.get(peer.peer_id)
             if ws is None:
                 return  # a worker already presumed dead: its results were reassigned
-            count = 0
+            fids = []
             for task_id, ok, frames in unpack_results(payload):
-                count += 1
                 task = ws.pending.pop(task_id, None)
                 if task is not None:
+                    fids.append(task.fid)
                     self._finish(task, ok, frames)
             if not ws.pending:
                 self.busy_here.discard(ws.worker_id)
-            self._adapt(ws, results_busy(payload) / max(1, count))
+            self._measure(fids, results_busy(payload))
             self._maybe_stop(ws)
             self.dispatch()
         elif op == b"hello":
@@ -273,7 +288,6 @@ class PoolService(Service):
             ws.peer = peer
             ws.same_host = peer.same_host
             ws.connected = True
-            ws.limit = self.prefetch + 1
             self.by_peer[peer.peer_id] = ws
             self.init_failures.clear()
             self.dispatch()
@@ -288,13 +302,15 @@ class PoolService(Service):
         if ws is not None:
             self.worker_lost(ws)
 
-    def _adapt(self, ws: WorkerState, seconds_per_task: float) -> None:
-        """Credit grows for quick tasks, so that a worker holds about ``_HOLD`` seconds of
-        work and never idles on a round trip; it stays at ``prefetch + 1`` for slow tasks,
-        which keeps long tasks spread evenly over the workers."""
-        ws.task_seconds = 0.7 * ws.task_seconds + 0.3 * seconds_per_task
-        quick = int(_HOLD / max(ws.task_seconds, 1e-6))
-        ws.limit = max(self.prefetch + 1, min(_MAX_CREDIT, quick))
+    def _measure(self, fids: List[int], busy: float) -> None:
+        """Update the running average task length of the functions of a results batch
+        (``busy``: the seconds its tasks ran, as the worker measured)."""
+        if not fids:
+            return
+        each = busy / len(fids)
+        for fid in set(fids):
+            old = self.task_seconds.get(fid)
+            self.task_seconds[fid] = each if old is None else 0.7 * old + 0.3 * each
 
     # -- bookkeeping -------------------------------------------------------------------
 

@@ -63,7 +63,8 @@ class Config:
     pool_processes: int = 0
     #: Times a pool task that killed its worker is tried again before it fails.
     pool_max_task_retries: int = 3
-    #: Tasks a pool worker holds beyond the one it runs (prefetch credit).
+    #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
+    #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
     pool_prefetch: int = 2
     #: Microseconds a thread waiting for a message (a pool result, a pipe's or queue's
     #: next item, a lock) polls for it before it sleeps, while this host has a CPU to
