@@ -108,12 +108,6 @@ def test_functions_not_of_main_keep_their_own_globals():
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "main_namespace_script.py")
 
-# Until fiber.process._pickle_process pickles with serialization.dumps_bytes (it calls
-# cloudpickle.dumps, whose reconstructors give the functions of a launch payload globals of
-# their own), a Process target or Pool initializer does not share the namespace.
-_NEEDS_PROCESS_PICKLE = pytest.mark.xfail(
-    strict=True, reason="fiber.process._pickle_process must use serialization.dumps_bytes")
-
 
 def _run_main_script(scenario: str):
     """Run a scenario of tests/main_namespace_script.py as ``__main__``; its JSON result."""
@@ -123,7 +117,6 @@ def _run_main_script(scenario: str):
     return json.loads(out.stdout.splitlines()[-1])
 
 
-@_NEEDS_PROCESS_PICKLE
 def test_pool_initializer_sets_globals_the_tasks_read():
     assert _run_main_script("initializer") == ["loaded"] * 4
 
@@ -137,7 +130,6 @@ def test_helper_redefined_between_maps_is_the_new_one_in_the_worker():
     assert _run_main_script("redefinition") == [old, new, new]
 
 
-@_NEEDS_PROCESS_PICKLE
 def test_process_target_globals_are_read_by_a_function_sent_later():
     assert _run_main_script("process_target") == "set by the target"
 

@@ -517,10 +517,12 @@ def _check_reachable(backend: Backend) -> None:
 
 def _pickle_process(proc: Process) -> bytes:
     # Pickled apart from the payload so that the child unpickles it only once it has the
-    # parent's sys.path: the target may live in a module found through it.
-    import cloudpickle
+    # parent's sys.path: the target may live in a module found through it. As every other
+    # pickle, functions of __main__ go by value into the one namespace the job keeps for
+    # them (a pool's initializer sets the globals its tasks read).
+    from .transport.serialization import dumps_bytes
 
-    return cloudpickle.dumps(proc, protocol=5)
+    return dumps_bytes(proc)
 
 
 def _exit_code_of(e: SystemExit) -> int:
