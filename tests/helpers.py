@@ -136,3 +136,13 @@ def wait_then_report(conns) -> None:  # type: ignore[no-untyped-def]
 def put_from_a_thread_later(q, seconds: float) -> None:  # type: ignore[no-untyped-def]
     """Return at once, leaving a non-daemon thread that puts "late" after ``seconds``."""
     threading.Thread(target=lambda: (time.sleep(seconds), q.put("late"))).start()
+
+
+def recv_n_then_exit(conn, n: int) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(n):
+        conn.recv()
+
+
+def send_many(conn, count: int, size: int) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(count):
+        conn.send_bytes(b"x" * size)

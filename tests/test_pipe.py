@@ -101,6 +101,50 @@ def test_poll_timeout(ctx):
     assert b.recv() == 5
 
 
+def test_send_to_a_closed_end_raises_broken_pipe_in_the_creator(ctx):
+    """As with an OS pipe: a send once the reading end is closed everywhere raises
+    BrokenPipeError (here in the pipe's creator), whether it was closed here or by the
+    end of the child that held it."""
+    a, b = ctx.Pipe()
+    b.close()
+    with pytest.raises(BrokenPipeError):
+        a.send(1)
+    with pytest.raises(BrokenPipeError):
+        a.send_bytes(b"1")
+    r, w = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=helpers.recv_n_then_exit, args=(r, 3))
+    p.start()
+    r.close()
+    for i in range(3):
+        w.send(i)
+    p.join(60)
+
+    def broken() -> bool:  # the hub learns of the child's end a moment after join()
+        try:
+            w.send("more")
+        except BrokenPipeError:
+            return True
+        return False
+
+    wait_until(broken, 30, message="BrokenPipeError once the reader has ended")
+
+
+def test_what_is_sent_to_an_end_nobody_holds_is_not_kept(ctx):
+    """A child sending into a pipe whose reader is closed does not fill its creator's
+    memory: the messages are dropped (the sender, elsewhere, is not told)."""
+    from fiber import _runtime
+
+    r, w = ctx.Pipe(duplex=False)
+    r.close()
+    p = ctx.Process(target=helpers.send_many, args=(w, 200, 100_000))
+    p.start()
+    w.close()
+    p.join(120)
+    assert p.exitcode == 0
+    service = _runtime.hub().service(r._name)
+    assert service is not None and len(service.channels[0]) == 0
+
+
 def test_closed_connection_raises(ctx):
     a, b = ctx.Pipe()
     a.close()

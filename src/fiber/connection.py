@@ -9,7 +9,10 @@ A pipe lives on the hub of the process that created it, as two one-way channels:
 which processes hold each end (an end is held from its creation or unpickling until
 ``close`` or the end of the holding process). When nobody holds the other end and the
 channel is empty, ``recv`` raises ``EOFError``, as with an OS pipe whose writers are all
-closed. An end pickled into a job's launch payload counts as held until the job takes it
+closed. What is sent to an end nobody holds any more is dropped, not kept for ever; in
+the pipe's creator ``send`` then raises ``BrokenPipeError``, as with an OS pipe whose
+reader is closed (elsewhere the sender is not told: that would cost a round trip). An
+end pickled into a job's launch payload counts as held until the job takes it
 or ends.
 """
 
@@ -60,6 +63,8 @@ class PipeService(Service):
                payload: List[Any]) -> None:
         end = payload[0][0] - 48  # b"0" or b"1"
         if op == b"send":
+            if self._peer_closed(end):
+                return  # nobody can ever read it (see the module docstring)
             self.channels[1 - end].append(payload[1:])
             self._serve(server, 1 - end)
         elif op in (b"recv", b"poll"):
@@ -199,10 +204,24 @@ class Connection(Handle):
     # -- sending ------------------------------------------------------------------------
 
     def send(self, obj: Any) -> None:
-        """Send a picklable object to the other end."""
+        """Send a picklable object to the other end.
+
+        Raises:
+            BrokenPipeError: the other end is closed everywhere (known at once in the
+                pipe's creator only; elsewhere the message is dropped).
+        """
         self._check_writable()
+        self._check_not_broken()
         frames = dumps(obj)
         self._send(b"send", [self._tag(), _PICKLED, *frames])
+
+    def _check_not_broken(self) -> None:
+        hub = _runtime.hub_if_started()
+        if hub is None or hub.address != self._address:
+            return
+        service = hub.service(self._name)
+        if isinstance(service, PipeService) and service._peer_closed(self._end):
+            raise BrokenPipeError(32, "the other end of the pipe is closed")
 
     def send_bytes(self, buf: Any, offset: int = 0, size: Optional[int] = None) -> None:
         """Send bytes from a bytes-like object, as one message."""
@@ -214,6 +233,7 @@ class Connection(Handle):
             size = len(view) - offset
         if size < 0 or offset + size > len(view):
             raise ValueError("buffer length < offset + size")
+        self._check_not_broken()
         self._send(b"send", [self._tag(), _RAW, bytes(view[offset:offset + size])])
 
     # -- receiving ----------------------------------------------------------------------
