@@ -245,6 +245,14 @@ def test_contexts_and_start_methods():
     with pytest.raises(ValueError) as err:
         fiber.get_context("no-such-backend")
     assert "local" in str(err.value)
+    # what PyTorch programs ask for: children that start clean, as fiber's always do
+    assert fiber.get_context("forkserver") is fiber.get_context()
+    assert "forkserver" in methods
+    fiber.set_start_method("forkserver", force=True)
+    with pytest.raises(ValueError, match="cannot be forked"):
+        fiber.get_context("fork")
+    with pytest.raises(ValueError, match="cannot be forked"):
+        fiber.set_start_method("fork", force=True)
 
 
 def test_unknown_backend_from_config_is_clear():

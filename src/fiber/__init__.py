@@ -58,12 +58,13 @@ def get_start_method(allow_none: bool = False) -> str:
 
 
 def set_start_method(method: Optional[str], force: bool = False) -> None:
-    """Make backend ``method`` the default (``"spawn"``: keep the configured one)."""
+    """Make backend ``method`` the default (``"spawn"``, ``"forkserver"``: keep the configured
+    one)."""
     _default.set_start_method(method, force)
 
 
 def get_all_start_methods() -> List[str]:
-    """Every backend name, plus ``"spawn"`` meaning the default backend."""
+    """Every backend name, plus ``"spawn"`` and ``"forkserver"`` meaning the default one."""
     return _default.get_all_start_methods()
 
 

@@ -2,9 +2,11 @@
 
 ``fiber.get_context("slurm")`` returns a context whose ``Process``, ``Pool``, ``Queue``...
 run on Slurm, as ``multiprocessing.get_context("spawn")`` binds a start method. The names
-are backend names; ``"spawn"`` (what libraries such as stable-baselines3 ask for) and
-``None`` mean the configured default backend. The module-level API of ``fiber`` is the
-default context's.
+are backend names; ``"spawn"`` (what libraries such as stable-baselines3 ask for),
+``"forkserver"`` (what PyTorch programs often ask for: children that start clean, as
+fiber's do) and ``None`` mean the configured default backend. ``"fork"`` is refused with
+its reason: a job on another host cannot inherit this process's memory. The module-level
+API of ``fiber`` is the default context's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .errors import UnknownBackendError
 
 __all__ = ["FiberContext", "get_context", "DefaultContext"]
 
-_DEFAULT_ALIASES = ("spawn",)
+_DEFAULT_ALIASES = ("spawn", "forkserver")
 
 
 class FiberContext:
@@ -142,7 +144,7 @@ class FiberContext:
         init(backend=method)
 
     def get_all_start_methods(self) -> List[str]:
-        """Every backend name, plus ``"spawn"`` for the default backend."""
+        """Every backend name, plus ``"spawn"`` and ``"forkserver"`` for the default one."""
         return [*known_backends(), *_DEFAULT_ALIASES]
 
     def set_executable(self, executable: str) -> None:
@@ -217,12 +219,18 @@ _contexts_lock = threading.Lock()
 
 
 def get_context(method: Optional[str] = None) -> FiberContext:
-    """The context of backend ``method``; ``None`` or ``"spawn"``: the default backend.
+    """The context of backend ``method``; ``None``, ``"spawn"`` or ``"forkserver"``: the
+    default backend.
 
     Raises:
         ValueError (UnknownBackendError): no backend of that name.
     """
     key = None if method in (None, *_DEFAULT_ALIASES) else method
+    if key == "fork" and key not in known_backends():
+        raise UnknownBackendError(key, [*known_backends(), *_DEFAULT_ALIASES], hint=(
+            "fiber processes cannot be forked from this one (a job may run on another "
+            "host): they start clean, as with 'spawn' or 'forkserver', which fiber accepts; "
+            "what a child needs must reach it in its arguments"))
     if key is not None and key not in known_backends():
         raise UnknownBackendError(key, [*known_backends(), *_DEFAULT_ALIASES])
     with _contexts_lock:

@@ -52,10 +52,11 @@ class BackendError(FiberError):
 class UnknownBackendError(BackendError, ValueError):
     """No backend is registered under the requested name."""
 
-    def __init__(self, name: str, known: Sequence[str]) -> None:
+    def __init__(self, name: str, known: Sequence[str], hint: str = "") -> None:
         self.name = name
         super().__init__(
             f"unknown fiber backend {name!r}; known backends: {', '.join(sorted(known))}"
+            + (f" ({hint})" if hint else "")
         )
 
 
