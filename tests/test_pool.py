@@ -410,6 +410,22 @@ def test_an_input_that_raises_matches_multiprocessing(ctx, mp_pool, method, n):
         assert ours[-1] in theirs
 
 
+def test_one_imap_iterator_shared_by_threads(ctx):
+    """Threads taking from one iterator get every result once between them and all see
+    its end (one of them waited for ever for a result that another had taken)."""
+    with ctx.Pool(2) as pool:
+        it = pool.imap(ph.square, range(200))
+        got = []
+        threads = [threading.Thread(target=lambda: got.extend(it), daemon=True)
+                   for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert sorted(got) == [x * x for x in range(200)]
+
+
 def test_imap_exceptions_match_multiprocessing(ctx, mp_pool):
     expected = outcomes(mp_pool.imap(ph.fail_on_5, range(10)))
     assert expected[5] == ("err", "ValueError", "bad item 5") and len(expected) == 10

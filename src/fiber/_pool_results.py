@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from .errors import TimeoutError
@@ -255,6 +256,7 @@ class IMapIterator:
         self._consumed = 0
         self._exhausted = False
         self._input_error: Optional[Exception] = None
+        self._turn = threading.Lock()  # the thread taking the next result
         self._cond = threading.Condition()
         self._arrived: Dict[int, Tuple[bool, List[Any]]] = {}
         self._order: Deque[int] = collections.deque()
@@ -308,6 +310,18 @@ class IMapIterator:
         return bool(self._order)
 
     def next(self, timeout: Optional[float] = None) -> Any:
+        """The next result; one thread at a time (others wait their turn, within their
+        ``timeout``), as two threads sharing an iterator would otherwise both wait for
+        the last result and one of them for ever."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._turn.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise TimeoutError(f"no result within {timeout} s")
+        try:
+            return self._next(deadline)
+        finally:
+            self._turn.release()
+
+    def _next(self, deadline: Optional[float]) -> Any:
         while not self._buffer:
             self._top_up()
             if self._exhausted and self._consumed == self._submitted:
@@ -315,7 +329,8 @@ class IMapIterator:
                 if error is not None:
                     raise error
                 raise StopIteration
-            ok, frames = self._take(timeout)
+            ok, frames = self._take(
+                None if deadline is None else max(0.0, deadline - time.monotonic()))
             self._consumed += 1
             good, value = _value(ok, frames)
             if not good:
