@@ -113,7 +113,7 @@ def test_replayed_handshake_fails(tmp_path):
         send_frames(s, hello)
         while not reader.messages:
             reader.feed_from(s)
-        _, snonce, _ = reader.messages.popleft()
+        _, snonce, _, _ = reader.messages.popleft()
         proof = [auth.AUTH, auth.client_proof(cnonce, bytes(snonce))]
         send_frames(s, proof)
         while not reader.messages:
@@ -160,7 +160,7 @@ def test_fake_server_is_detected_and_nothing_unpickled(tmp_path):
         reader = FrameReader()
         while not reader.messages:
             reader.feed_from(conn)
-        send_frames(conn, [auth.CHAL, auth.new_nonce(), os.urandom(32)])
+        send_frames(conn, [auth.CHAL, auth.new_nonce(), os.urandom(32), b"fiber-0"])
         send_frames(conn, [b"\0" * 8, b"ok", pickle.dumps(_Trap(str(trap)))])
         conn.close()
 
@@ -244,5 +244,23 @@ def test_closed_connections_are_not_kept_until_their_handshake_deadline():
         wait_until(lambda: conns_in_memory() <= before + 1, 10,
                    message="closed connections are still in memory")
         assert server_module._HANDSHAKE_TTL >= 10  # the deadlines have not passed
+    finally:
+        srv.close()
+
+
+def test_an_address_whose_server_ended_reaches_no_other_server():
+    """A server's address names it (its random Unix name): after it ends, another server
+    of the program that got its TCP port is not taken for it (a pipe of a dead child then
+    answered "no fiber object here" instead of EOFError)."""
+    from fiber.transport.client import ConnectionLost
+    from fiber.transport.server import Server
+
+    srv = Server("127.0.0.1", name="fiber-test-server")
+    try:
+        tcp, _, name = srv.address.partition("/unix=")
+        assert name, "this platform gives servers no unique name"
+        Client(srv.address, timeout=10).close()  # its own address is fine
+        with pytest.raises(ConnectionLost, match="has ended"):
+            Client(f"{tcp}/unix=fiber-0123456789abcdef", timeout=10)  # an ended one's
     finally:
         srv.close()

@@ -31,7 +31,7 @@ from ..config import get_config
 from ..errors import AuthenticationError, TransportError
 from . import auth
 from .framing import FrameReader, ProtocolError, send_frames
-from .sockets import connect, tune
+from .sockets import connect, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
            "close_all", "ensure_anchor", "register_local_server", "prune_closed"]
@@ -214,12 +214,15 @@ class Client:
         cnonce = auth.new_nonce()
         self._send([auth.HELLO, auth.VERSION, cnonce, _PROCESS_ID, b"A" if anchor else b"-"])
         msg = self._handshake_reply(timeout)
-        if len(msg) != 3 or msg[0] != auth.CHAL or len(msg[1]) != auth.NONCE_BYTES:
+        if len(msg) != 4 or msg[0] != auth.CHAL or len(msg[1]) != auth.NONCE_BYTES:
             raise AuthenticationError(f"unexpected handshake reply from {self.address}")
         snonce = bytes(msg[1])
         if not auth.verify(auth.server_proof(cnonce, snonce), bytes(msg[2])):
             raise AuthenticationError(
                 f"the server at {self.address} does not hold this program's secret")
+        if bytes(msg[3]) != server_id(self.address).encode():
+            raise ConnectionLost("this server has ended; another one of the program listens "
+                                 "at its port now", self.address)
         self._send([auth.AUTH, auth.client_proof(cnonce, snonce)])
         msg = self._handshake_reply(timeout)
         if msg[0] != auth.OK:

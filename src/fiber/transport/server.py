@@ -53,7 +53,7 @@ from ..errors import TransportError
 from . import auth
 from .framing import FrameReader, Outbox, ProtocolError, new_scratch
 from .serialization import dumps
-from .sockets import listen, tune
+from .sockets import listen, server_id, tune
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
@@ -228,6 +228,7 @@ class Server:
         self._services: Dict[bytes, Service] = {}
         self._conns: Dict[int, _Conn] = {}
         self._scratch = new_scratch()  # the connections' read buffer: read under the lock
+        self._id = server_id(self.address).encode()  # told to clients (see auth)
         self._anchors: Dict[bytes, int] = collections.Counter()
         self._local = threading.local()
         #: Connections closed for failing or skipping authentication (for tests, logs).
@@ -591,7 +592,7 @@ class Server:
             conn.snonce = auth.new_nonce()
             conn.state = "auth"
             conn.outbox.add([auth.CHAL, conn.snonce,
-                             auth.server_proof(conn.cnonce, conn.snonce)])
+                             auth.server_proof(conn.cnonce, conn.snonce), self._id])
             self._flush(conn)
             return True
         if conn.state == "auth":

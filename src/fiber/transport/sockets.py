@@ -52,6 +52,11 @@ def split_address(address: str) -> Tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def server_id(address: str) -> str:
+    """The unique name of the server at ``address`` ("" if its address has none)."""
+    return _unix_name(address) or ""
+
+
 def _unix_name(address: str) -> Optional[str]:
     _, _, rest = address[len("tcp://"):].partition("/unix=")
     return rest or None
