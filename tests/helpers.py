@@ -146,3 +146,15 @@ def recv_n_then_exit(conn, n: int) -> None:  # type: ignore[no-untyped-def]
 def send_many(conn, count: int, size: int) -> None:  # type: ignore[no-untyped-def]
     for _ in range(count):
         conn.send_bytes(b"x" * size)
+
+
+def ask_and_report(conn, out) -> None:  # type: ignore[no-untyped-def]
+    """Send "ping" on ``conn``, send the answer on ``out``, close ``conn``."""
+    conn.send("ping")
+    out.send(conn.recv())
+    conn.close()
+
+
+def echo_pipe_from(q) -> None:  # type: ignore[no-untyped-def]
+    """echo_pipe on a connection taken from queue ``q``."""
+    echo_pipe(q.get(timeout=60))

@@ -29,6 +29,29 @@ def test_duplex_echo_with_child(ctx):
     assert p.exitcode == 0
 
 
+def test_an_end_given_away_outlives_the_creators_end(ctx):
+    """The creator keeps one end and gives the other away; once it closes and drops its
+    own, the other holder still reads what is left, then EOF (the pipe was unregistered
+    when the creator's end, never pickled itself, was collected: LookupError)."""
+    import gc
+
+    a, b = ctx.Pipe()
+    q = ctx.Queue()
+    echo = ctx.Process(target=helpers.echo_pipe_from, args=(q,))
+    echo.start()
+    q.put(b)  # pickled, and nothing keeps it here
+    b.close()
+    del b
+    a.send("one")
+    assert a.recv() == "one"
+    a.send("two")
+    a.close()
+    del a
+    gc.collect()
+    echo.join(60)  # echoes "two" into a closed end (dropped), then sees EOF and returns
+    assert echo.exitcode == 0
+
+
 def test_one_way_pipe(ctx):
     r, w = ctx.Pipe(duplex=False)
     assert r.readable and not r.writable and w.writable and not w.readable

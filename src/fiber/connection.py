@@ -155,6 +155,7 @@ class Connection(Handle):
         b = cls.__new__(cls)
         Handle.__setstate__(b, (a._name, a._address))
         b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives
+        b._shared = a._shared  # pickling either end keeps it served once both are dropped
         b._end, b._readable, b._writable = 1, duplex, True
         b._closed = False
         return a, b
