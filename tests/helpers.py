@@ -148,13 +148,6 @@ def send_many(conn, count: int, size: int) -> None:  # type: ignore[no-untyped-d
         conn.send_bytes(b"x" * size)
 
 
-def ask_and_report(conn, out) -> None:  # type: ignore[no-untyped-def]
-    """Send "ping" on ``conn``, send the answer on ``out``, close ``conn``."""
-    conn.send("ping")
-    out.send(conn.recv())
-    conn.close()
-
-
 def echo_pipe_from(q) -> None:  # type: ignore[no-untyped-def]
     """echo_pipe on a connection taken from queue ``q``."""
     echo_pipe(q.get(timeout=60))
