@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import queue
+import signal
 import threading
 import time
+from typing import Iterator
 
 import helpers
 import numpy as np
 import pytest
+from conftest import wait_until
+
+import fiber
 
 
 def test_put_get_between_processes(ctx):
@@ -182,3 +189,195 @@ def test_shared_queue_outlives_the_creators_handle(ctx):
     gc.collect()
     other = carrier.get(timeout=10)
     assert other.get(timeout=10) == "still here"
+
+
+# -- a blocking put on a bounded queue abandoned by its caller -------------------------
+
+
+class Interrupted(Exception):
+    """Raised by the SIGALRM handler, as a program's own handler might."""
+
+
+def _raise_interrupted(signum, frame):  # type: ignore[no-untyped-def]
+    raise Interrupted()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float, handler=_raise_interrupted) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """Run ``handler`` (raise Interrupted) in the main thread after ``seconds``;
+    pytest-timeout's own SIGALRM handler and timer are restored afterwards."""
+    old_handler = signal.signal(signal.SIGALRM, handler)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay:
+            left = max(0.01, old_delay - (time.monotonic() - start))
+            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+def put_interrupted_by_alarm(q, out, release) -> None:  # type: ignore[no-untyped-def]
+    """Child: a put on a full queue, interrupted by this process's own SIGALRM handler.
+    It stays alive until released: its exit would drop a put left parked."""
+    q.qsize()  # connected before the alarm is armed
+    signal.signal(signal.SIGALRM, _raise_interrupted)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        q.put("second")
+        out.put("not interrupted")
+    except Interrupted:
+        out.put("interrupted")  # same hub and connection as q: its withdrawal came first
+    release.get(timeout=60)
+
+
+def _join_within(q, seconds: float) -> bool:  # type: ignore[no-untyped-def]
+    t = threading.Thread(target=q.join, daemon=True)
+    t.start()
+    t.join(seconds)
+    return not t.is_alive()
+
+
+def _assert_holds_only(q, first: str) -> None:  # type: ignore[no-untyped-def]
+    assert q.get(timeout=10) == first
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.5)  # multiprocessing: empty (before the fix "second" came here)
+    assert q.qsize() == 0
+
+
+@pytest.mark.parametrize("kind", ["Queue", "JoinableQueue"])
+def test_put_interrupted_by_a_signal_is_not_delivered(ctx, kind):
+    q = getattr(ctx, kind)(maxsize=1)
+    q.put("first")
+    with pytest.raises(Interrupted), _alarm(0.3):
+        q.put("second")
+    _assert_holds_only(q, "first")
+    q.put("third", timeout=10)  # the slot is free, no withdrawn put takes it
+    assert q.get(timeout=10) == "third"
+    if kind == "JoinableQueue":
+        q.task_done()
+        q.task_done()
+        assert _join_within(q, 30), "join() hangs: the withdrawn put was counted"
+
+
+@pytest.mark.parametrize("kind", ["Queue", "JoinableQueue"])
+def test_put_interrupted_in_a_child_is_not_delivered(ctx, kind):
+    q, out, release = getattr(ctx, kind)(maxsize=1), ctx.Queue(), ctx.Queue()
+    q.put("first")
+    p = ctx.Process(target=put_interrupted_by_alarm, args=(q, out, release))
+    p.start()
+    try:
+        assert out.get(timeout=60) == "interrupted"
+        _assert_holds_only(q, "first")
+        if kind == "JoinableQueue":
+            q.task_done()
+            assert _join_within(q, 30), "join() hangs: the withdrawn put was counted"
+    finally:
+        release.put(None)
+        p.join(60)
+    assert p.exitcode == 0
+
+
+def test_put_timeout_full_leaves_nothing_behind(ctx):
+    q = ctx.Queue(maxsize=1)
+    q.put("first")
+    with pytest.raises(queue.Full):
+        q.put("second", timeout=0.3)
+    with pytest.raises(Interrupted), _alarm(0.3):  # a put with a timeout, abandoned
+        q.put("third", timeout=60)
+    _assert_holds_only(q, "first")
+
+
+def test_joinable_join_returns_after_an_abandoned_put(ctx):
+    q = ctx.JoinableQueue(maxsize=1)
+    q.put("first")
+    with pytest.raises(Interrupted), _alarm(0.3):
+        q.put("second")
+    assert q.get(timeout=10) == "first"
+    q.task_done()
+    joined = _join_within(q, 30)
+    if not joined:  # release the waiting thread before failing
+        q.get(timeout=10)
+        q.task_done()
+    assert joined, "join() hangs: the abandoned put was admitted and counted"
+
+
+def put_interrupted_after_admission(q, out, parked, admitted):  # type: ignore[no-untyped-def]
+    """Child: the SIGALRM handler, run while the put waits, lets the parent take an item
+    (which admits the put) and only then raises: the caller gives up on an admitted put."""
+    import os
+
+    def late_interrupt(signum, frame):  # type: ignore[no-untyped-def]
+        open(parked, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(admitted) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise Interrupted()
+
+    q.qsize()  # connected before the alarm is armed
+    signal.signal(signal.SIGALRM, late_interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        q.put("second")
+        out.put("not interrupted")
+    except Interrupted:
+        out.put("interrupted")
+
+
+def _assert_holds_once(q, item: str) -> None:  # type: ignore[no-untyped-def]
+    assert q.get(timeout=10) == item
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.5)
+    if isinstance(q, fiber.JoinableQueue):
+        q.task_done()
+        q.task_done()
+        assert _join_within(q, 30), "join() hangs: the unfinished count is off"
+        with pytest.raises(ValueError, match="too many"):
+            q.task_done()
+
+
+@pytest.mark.parametrize("kind", ["Queue", "JoinableQueue"])
+def test_put_abandoned_after_admission_counts_once_in_a_child(ctx, kind, tmp_path):
+    q, out = getattr(ctx, kind)(maxsize=1), ctx.Queue()
+    q.put("first")
+    parked, admitted = str(tmp_path / "parked"), tmp_path / "admitted"
+    p = ctx.Process(target=put_interrupted_after_admission,
+                    args=(q, out, parked, str(admitted)))
+    p.start()
+    wait_until(lambda: os.path.exists(parked), 60, message="the child's put is parked")
+    assert q.get(timeout=10) == "first"  # admits the parked put
+    admitted.touch()
+    assert out.get(timeout=60) == "interrupted"
+    p.join(60)
+    assert p.exitcode == 0
+    _assert_holds_once(q, "second")  # put once, as a put that completed
+
+
+@pytest.mark.parametrize("kind", ["Queue", "JoinableQueue"])
+def test_put_abandoned_after_admission_counts_once_locally(ctx, kind):
+    q = getattr(ctx, kind)(maxsize=1)
+    q.put("first")
+    taken = threading.Event()
+    got = []
+
+    def consumer() -> None:
+        got.append(q.get(timeout=60))  # admits the parked put of the main thread
+        taken.set()
+
+    t = threading.Thread(target=consumer)
+
+    def late_interrupt(signum, frame):  # type: ignore[no-untyped-def]
+        t.start()
+        taken.wait(60)
+        raise Interrupted()
+
+    try:
+        with pytest.raises(Interrupted), _alarm(0.3, late_interrupt):
+            q.put("second")
+    finally:
+        if t.ident is not None:
+            t.join(60)
+    assert got == ["first"]
+    _assert_holds_once(q, "second")

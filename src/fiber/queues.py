@@ -5,21 +5,29 @@
     writers (any process)                hub of the creating process           readers
     ─────────────────────                ───────────────────────────           ───────
     put(x) ── [put, frames] ───────────▶ QueueService                ◀── [get, wait] ── get()
-                (no reply unless            items: deque of frames    ──── frames ─────▶
-                 maxsize > 0)               getters / putters waiting
-                                            (answered when possible
-                                             or when their timeout ends)
+              (maxsize=0: no reply)         items: deque of frames    ──── frames ─────▶
+    put(x) ── [put_wait, wait, ticket,      getters / putters waiting
+               frames] ────────────────▶    (answered when possible
+           ◀── ok | full ───────────────     or when their timeout ends)
+    (gave up) [withdraw, ticket] ──────▶    a parked put is dropped
 
 The server stores items as the frames they arrived in and never unpickles them. An item
 is handed to exactly one waiting ``get``; a reader that gives up after the server sent it
 (KeyboardInterrupt) returns it to the front of the queue, so nothing is lost or delivered
 twice. With ``maxsize=0`` a ``put`` is fire-and-forget, as with multiprocessing's feeder
 thread; with a bound, it waits for the server's acknowledgement.
+
+A bounded ``put`` carries a ticket. If its caller gives up while the put is parked
+(KeyboardInterrupt, a signal handler that raises), it sends ``[withdraw, ticket]`` on the
+same connection, so the server sees it after the put: a put still parked is dropped and
+its item never enters the queue, as with multiprocessing; a put the server admitted just
+before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import queue as _queue
 import struct
 from typing import Any, Deque, List, Optional, Tuple
@@ -31,6 +39,11 @@ from .transport.server import Peer, Server, Service, Timer
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 
 _Waiter = Tuple[Peer, bytes, Optional[Timer]]
+#: A parked bounded put: (peer, req_id, timer, frames, ticket).
+_Putter = Tuple[Peer, bytes, Optional[Timer], List[Any], bytes]
+
+#: Tickets of bounded puts; unique per connection, which is all the server compares.
+_tickets = itertools.count(1)
 
 
 class QueueService(Service):
@@ -41,8 +54,7 @@ class QueueService(Service):
         self.joinable = joinable
         self.items: Deque[List[Any]] = collections.deque()
         self.getters: Deque[_Waiter] = collections.deque()
-        self.putters: Deque[Tuple[Peer, bytes, Optional[Timer], List[Any]]] = (
-            collections.deque())
+        self.putters: Deque[_Putter] = collections.deque()
         self.joiners: List[Tuple[Peer, bytes]] = []
         self.unfinished = 0
 
@@ -52,20 +64,13 @@ class QueueService(Service):
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
         pid = peer
-        if op == b"put":
-            wait = decode_wait(payload[0])
-            frames = payload[1:]
-            if not self._full():
-                self._add(server, frames)
-                if req_id:
-                    server.reply(pid, req_id, b"ok")
-            elif wait == 0:
-                server.reply(pid, req_id, b"full")
-            else:
-                entry = (pid, req_id, None, frames)
-                timer = None if wait is None else server.call_later(
-                    wait, lambda: self._expire(server, self.putters, entry, b"full"))
-                self.putters.append((pid, req_id, timer, frames))
+        if op == b"put":  # unbounded, fire-and-forget: the item's frames
+            self._add(server, payload)
+        elif op == b"put_wait":  # bounded: [wait, ticket, *frames], always answered
+            self._put_wait(server, pid, req_id, decode_wait(payload[0]), bytes(payload[1]),
+                           payload[2:])
+        elif op == b"withdraw":  # the caller of a bounded put gave up
+            self._withdraw(server, pid, bytes(payload[0]))
         elif op == b"get":
             wait = decode_wait(payload[0])
             if self.items:
@@ -101,6 +106,30 @@ class QueueService(Service):
         else:
             raise ValueError(f"unknown queue operation {op!r}")
 
+    def _put_wait(self, server: Server, pid: Peer, req_id: bytes, wait: Optional[float],
+                  ticket: bytes, frames: List[Any]) -> None:
+        if not self._full():
+            self._add(server, frames)
+            server.reply(pid, req_id, b"ok")
+        elif wait == 0:
+            server.reply(pid, req_id, b"full")
+        else:
+            entry = (pid, req_id)
+            timer = None if wait is None else server.call_later(
+                wait, lambda: self._expire(server, self.putters, entry, b"full"))
+            self.putters.append((pid, req_id, timer, frames, ticket))
+
+    def _withdraw(self, server: Server, pid: Peer, ticket: bytes) -> None:
+        """Drop the put ``ticket`` if still parked: it never happened. If it was admitted
+        (or timed out) before this arrived, there is nothing to undo."""
+        for i, (ppid, preq, timer, _, pticket) in enumerate(self.putters):
+            if ppid is pid and pticket == ticket:
+                del self.putters[i]
+                if timer is not None:
+                    timer.cancel()
+                server.reply(pid, preq, b"withdrawn")  # consumes the caller's late handler
+                return
+
     def _add(self, server: Server, frames: List[Any]) -> None:
         self.items.append(frames)
         if self.joinable:
@@ -117,7 +146,7 @@ class QueueService(Service):
 
     def _admit_putters(self, server: Server) -> None:
         while self.putters and not self._full():
-            ppid, preq, timer, frames = self.putters.popleft()
+            ppid, preq, timer, frames, _ = self.putters.popleft()
             if timer is not None:
                 timer.cancel()
             self.items.append(frames)
@@ -148,6 +177,11 @@ class QueueService(Service):
         self.joiners = [j for j in self.joiners if j[0] is not peer]
 
 
+def _ignore(status: bytes, frames: List[Any]) -> None:
+    """The late answer to a put its caller gave up on: admitted (then it stays, as a put
+    that completed), withdrawn or timed out; nothing is left to do."""
+
+
 class Queue(Handle):
     """A process- and host-shared FIFO queue with the API of ``multiprocessing.Queue``."""
 
@@ -171,6 +205,10 @@ class Queue(Handle):
     def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` in the queue.
 
+        A blocking put on a bounded queue that its caller abandons (KeyboardInterrupt, an
+        exception raised by a signal handler) is withdrawn: its item is not put, unless
+        the server admitted it at that very moment, when it counts as put.
+
         Raises:
             queue.Full: the queue is bounded and stayed full (``block``/``timeout``).
             ValueError: the queue was closed in this process.
@@ -180,12 +218,24 @@ class Queue(Handle):
             raise ValueError(f"Queue {self!r} is closed")
         frames = dumps(obj)
         if self._maxsize <= 0:
-            self._send(b"put", [encode_wait(block, timeout), *frames])
+            self._send(b"put", frames)
             return
-        status, _ = self._request(b"put", [encode_wait(block, timeout), *frames],
-                                  timeout=timeout)
+        ticket = struct.pack("<Q", next(_tickets))
+        try:
+            status, _ = self._request(b"put_wait", [encode_wait(block, timeout), ticket, *frames],
+                                      on_late=_ignore, timeout=timeout)
+        except BaseException:
+            self._withdraw(ticket)
+            raise
         if status == b"full":
             raise _queue.Full
+
+    def _withdraw(self, ticket: bytes) -> None:
+        """Take back a put its caller gave up on, unless the server admitted it already."""
+        try:
+            self._send(b"withdraw", [ticket])
+        except Exception:
+            pass  # the server is gone, and the parked put with it
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
         """Remove and return an item.
