@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -27,12 +28,18 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def _stdlib_executor(workers: int) -> cf.ProcessPoolExecutor:
+    """The reference, with spawned workers: forking this multi-threaded test process (the
+    hub's threads) can deadlock a child, and did, in CI."""
+    return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
 def test_submit_map_and_chunks(ctx):
     with Executor(2, mp_context=ctx) as ex:
         assert ex.submit(add, 2, b=3).result(60) == 5
         assert list(ex.map(square, range(10))) == [x * x for x in range(10)]
         assert list(ex.map(add, range(7), range(7), chunksize=3)) == [2 * x for x in range(7)]
-        with cf.ProcessPoolExecutor(2) as ref:
+        with _stdlib_executor(2) as ref:
             assert list(ref.map(square, range(10))) == list(ex.map(square, range(10)))
 
 
@@ -158,7 +165,7 @@ def test_a_cancelled_future_is_done_for_wait_and_as_completed(ctx, kind):
     """As with the stdlib's executors (run alike here): wait() and as_completed() count a
     cancelled future as done, its done callbacks run once however often it is
     cancelled, from however many threads, and a running or finished one cannot be."""
-    with Executor(1, mp_context=ctx) if kind == "fiber" else cf.ProcessPoolExecutor(1) as ex:
+    with Executor(1, mp_context=ctx) if kind == "fiber" else _stdlib_executor(1) as ex:
         busy, queued = _busy_then_queued(ex, 10)
         last = queued[-1]
         calls = []
