@@ -151,3 +151,53 @@ def send_many(conn, count: int, size: int) -> None:  # type: ignore[no-untyped-d
 def echo_pipe_from(q) -> None:  # type: ignore[no-untyped-def]
     """echo_pipe on a connection taken from queue ``q``."""
     echo_pipe(q.get(timeout=60))
+
+
+def report_parent_sentinel(q) -> None:  # type: ignore[no-untyped-def]
+    """Put what waiting 0.5 s on ``parent_process().sentinel`` returned, whether the
+    parent is alive and whether the sentinel is the same descriptor twice (or the error)."""
+    import multiprocessing.connection
+
+    import fiber
+
+    parent = fiber.parent_process()
+    try:
+        fd = parent.sentinel
+    except Exception as e:
+        q.put(repr(e))
+        return
+    q.put((multiprocessing.connection.wait([fd], timeout=0.5), parent.is_alive(),
+           fd == parent.sentinel))
+
+
+def watch_parent_sentinel(q) -> None:  # type: ignore[no-untyped-def]
+    """The multiprocessing idiom: a thread waits on ``parent_process().sentinel``. It puts
+    ``("watching", pid, is_alive, ready)`` before waiting and ``("gone", ready,
+    is_alive)`` once the sentinel is readable; this job then waits to be ended."""
+    import multiprocessing.connection
+
+    import fiber
+
+    parent = fiber.parent_process()
+
+    def watch() -> None:
+        try:
+            fd = parent.sentinel
+        except Exception as e:
+            q.put(("error", repr(e)))
+            return
+        q.put(("watching", os.getpid(), parent.is_alive(),
+               multiprocessing.connection.wait([fd], timeout=0)))
+        ready = multiprocessing.connection.wait([fd], timeout=120)
+        q.put(("gone", ready == [fd], parent.is_alive()))
+
+    threading.Thread(target=watch, daemon=True).start()
+    time.sleep(120)
+
+
+def start_sentinel_watcher(q) -> None:  # type: ignore[no-untyped-def]
+    """Start a child running ``watch_parent_sentinel(q)``, then wait to be killed."""
+    import fiber
+
+    fiber.Process(target=watch_parent_sentinel, args=(q,)).start()
+    time.sleep(120)

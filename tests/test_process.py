@@ -420,3 +420,30 @@ def test_a_collected_process_releases_its_jobs_record_in_the_backend():
         return not seen & set(backend._procs)
 
     wait_until(released, 30, message="the backend still keeps finished, collected jobs")
+
+
+def test_parent_sentinel_is_not_ready_while_the_parent_lives(ctx):
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.report_parent_sentinel, args=(q,))
+    p.start()
+    assert q.get(timeout=60) == ([], True, True)
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_parent_sentinel_is_ready_once_the_parent_is_killed(ctx):
+    # The grandchild's lifeline ends it once its parent is gone, but only after the
+    # sentinel is readable and a thread waiting on it has had time to report.
+    q = ctx.Queue()
+    child = ctx.Process(target=helpers.start_sentinel_watcher, args=(q,))
+    child.start()
+    msg = q.get(timeout=60)
+    assert msg[0] == "watching", msg
+    _, pid, alive, ready = msg
+    assert alive is True and ready == []
+    child.kill()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL
+    assert q.get(timeout=30) == ("gone", True, False)
+    if ctx.get_start_method() in ("local", "netns"):
+        wait_until(lambda: _gone(pid), 30, message="the grandchild to end")

@@ -12,9 +12,15 @@ import os
 import pickle
 import sys
 import threading
+import time
 import traceback
 
 _exiting = threading.Event()
+
+#: How long a job whose parent is gone lets its threads run before it ends, when it has
+#: handed out ``parent_process().sentinel``: a thread waiting on it wakes and can react
+#: (the multiprocessing idiom), yet the job never outlives its parent for long.
+SENTINEL_GRACE_S = 0.5
 
 
 def _watch_parent(address: str) -> None:
@@ -23,6 +29,10 @@ def _watch_parent(address: str) -> None:
     The lifeline is the anchor connection to the parent's hub: nothing is ever sent on
     it after the handshake, so a read returns only when it closes (the parent ended or
     was killed) or fails (keepalive probes found the parent's host unreachable).
+
+    ``parent_process().sentinel`` turns readable first (and ``is_alive()`` False); the
+    job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
+    anyone took the sentinel.
     """
     from .transport.client import ensure_anchor
 
@@ -34,15 +44,18 @@ def _watch_parent(address: str) -> None:
         pass
     if _exiting.is_set():
         return
-    sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
-    sys.stderr.flush()
     from . import process
 
+    watched = process._parent_gone()
+    sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
+    sys.stderr.flush()
     for child in list(process._children):
         try:
             child.kill()
         except Exception:
             pass
+    if watched:
+        time.sleep(SENTINEL_GRACE_S)
     os._exit(1)
 
 

@@ -553,7 +553,15 @@ class _MainProcess(Process):
 
 
 class _ParentProcess(Process):
-    """The parent as seen from a child (``parent_process()``)."""
+    """The parent as seen from a child (``parent_process()``).
+
+    The parent is gone, as the child sees it, when the child's lifeline to it drops (see
+    :mod:`fiber._bootstrap`), which calls :func:`_parent_gone` before it ends the child.
+    ``sentinel`` is the read end of a pipe, made on first use, whose write end is closed
+    then: it becomes readable (EOF) when ``is_alive()`` turns False, and works with
+    ``multiprocessing.connection.wait`` and ``select`` as the parent's sentinel does in
+    multiprocessing.
+    """
 
     def __init__(self, name: str, pid: int) -> None:
         self._identity = ()
@@ -563,6 +571,10 @@ class _ParentProcess(Process):
         self._closed = False
         self._config = {}
         self._remote_pid = pid
+        self._gone = False
+        self._gone_lock = threading.Lock()  # guards the pipe and _gone against the lifeline
+        self._gone_r = -1
+        self._gone_w = -1
 
     @property
     def ident(self) -> Optional[int]:  # type: ignore[override]
@@ -571,10 +583,42 @@ class _ParentProcess(Process):
     pid = ident  # type: ignore[assignment]
 
     def is_alive(self) -> bool:
-        return True  # a child whose parent is gone does not outlive it (see _launcher)
+        self._check_closed()
+        return not self._gone
 
     def join(self, timeout: Optional[float] = None) -> None:
         raise ProcessError("cannot join the parent process")
+
+    @property
+    def sentinel(self) -> int:  # type: ignore[override]
+        """A file descriptor that becomes readable (EOF) when the parent is gone."""
+        self._check_closed()
+        with self._gone_lock:
+            if self._gone_r < 0:
+                self._gone_r, self._gone_w = os.pipe()
+                if self._gone:
+                    self._close_write_end()
+            return self._gone_r
+
+    def close(self) -> None:
+        with self._gone_lock:
+            self._close_write_end()
+            fd, self._gone_r = self._gone_r, -1
+            if fd >= 0:
+                os.close(fd)
+            self._closed = True
+
+    def _set_gone(self) -> bool:
+        """The lifeline dropped; True if the sentinel was handed out (someone may wait)."""
+        with self._gone_lock:
+            self._gone = True  # before the sentinel turns readable: is_alive() agrees
+            self._close_write_end()
+            return self._gone_r >= 0
+
+    def _close_write_end(self) -> None:
+        fd, self._gone_w = self._gone_w, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 _current_process: Process = _MainProcess()
@@ -601,6 +645,13 @@ def active_children() -> List[Process]:
 def _set_parent(name: str, pid: int) -> None:
     global _parent_process
     _parent_process = _ParentProcess(name, pid)
+
+
+def _parent_gone() -> bool:
+    """Called by the lifeline when the parent is gone, before it ends this process: make
+    ``parent_process().sentinel`` readable. True if the sentinel was handed out."""
+    parent = _parent_process
+    return isinstance(parent, _ParentProcess) and parent._set_gone()
 
 
 def _register_exit_function() -> None:
