@@ -1,7 +1,8 @@
 """Scenarios run as ``__main__`` by tests/test_serialization.py: the functions of this script
 travel by value, as a user's main script's do. Prints the scenario's result as JSON.
 
-    python tests/main_namespace_script.py initializer|task_global|redefinition|process_target
+    python tests/main_namespace_script.py initializer|task_global|redefinition|
+        mutated_in_place|process_target
 """
 
 import json
@@ -12,6 +13,8 @@ import fiber
 model = None
 cache = None
 state = None
+seen = []
+registry = {}
 
 
 def init(value):
@@ -45,6 +48,23 @@ def call_helper_again(_):
     return helper()
 
 
+def record(i):
+    seen.append(i)
+    return len(seen)
+
+
+def count_seen(_):
+    return len(seen)
+
+
+def register(key):
+    registry[key] = "set by the initializer"
+
+
+def lookup(key):
+    return registry.get(key)
+
+
 def set_state_then_serve(conn):
     global state
     state = "set by the target"
@@ -76,6 +96,17 @@ def redefinition():
 
         # the pool sends call_helper once (same object); a new function brings the new helper
         return [first, pool.map(call_helper_again, range(2)), pool.map(call_helper, range(2))]
+
+
+def mutated_in_place():
+    """Globals changed in place (a list a task appends to, a dict an initializer fills)
+    are not reset by a later function's copy of them from the parent."""
+    with fiber.Pool(1) as pool:
+        counts = [pool.apply(record, (i,)) for i in range(4)]
+        after = pool.apply(count_seen, (0,))
+    with fiber.Pool(2, initializer=register, initargs=("k",)) as pool:
+        looked = pool.map(lookup, ["k"] * 4)
+    return [counts, after, looked]
 
 
 def process_target():

@@ -130,6 +130,11 @@ def test_helper_redefined_between_maps_is_the_new_one_in_the_worker():
     assert _run_main_script("redefinition") == [old, new, new]
 
 
+def test_globals_changed_in_place_are_not_reset_by_a_later_function():
+    assert _run_main_script("mutated_in_place") == [
+        [1, 2, 3, 4], 4, ["set by the initializer"] * 4]
+
+
 def test_process_target_globals_are_read_by_a_function_sent_later():
     assert _run_main_script("process_target") == "set by the target"
 

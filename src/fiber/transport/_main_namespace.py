@@ -14,11 +14,15 @@ and all its functions share that module's globals; here they share :data:`namesp
         make_function       builds the function on `namespace`
         set_function_state  merges the globals it brings into `namespace` (rule below)
 
-Merge rule: a pickled function brings the values its globals had when it was pickled. A name
-takes the pickled value unless code of this process assigned it since: ``_installed`` keeps
-the value last installed from a pickle for each name, and a name is replaced only if it is
-absent or still holds that value. So the initializer's ``model = "loaded"`` survives the tasks'
-``model = None``, while a helper function redefined in a notebook replaces the older one.
+Merge rule: a pickled function brings the values its globals had when it was pickled. A
+name absent here is installed. A name present is replaced only if it still holds the value
+last installed from a pickle (``_installed``, so this process has not rebound it) and that
+value cannot have been changed in place: a function, a class, a module or an immutable
+scalar. So the initializer's ``model = "loaded"`` survives the tasks' ``model = None``, a
+dict or list that an initializer or a task fills (``CACHE[key] = ...``) is never reset to
+the parent's copy, as in a job that imported the main script once; a helper function
+redefined in a notebook replaces the older one, and so does a number or string the parent
+changed, unless this process rebound it.
 
 ``namespace`` is not ``sys.modules["__main__"].__dict__``: in a fiber job that module is
 fiber's bootstrap, whose own globals the user's names must not overwrite. Classes of
@@ -72,9 +76,15 @@ def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Di
     _cloudpickle._function_setstate(func, (attributes, {**slots, "__globals__": {}}))
 
 
+#: Values that cannot change in place: an installed one still there is as it came.
+_REPLACEABLE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType, int,
+                float, complex, str, bytes, bool, type(None))
+
+
 def _merge(name: str, value: Any) -> None:
-    """Install a pickled global unless code of this process has assigned the name since."""
-    if name not in namespace or (name in _installed and namespace[name] is _installed[name]):
+    """Install a pickled global by the rule of this module's docstring."""
+    if name not in namespace or (name in _installed and namespace[name] is _installed[name]
+                                 and isinstance(namespace[name], _REPLACEABLE)):
         namespace[name] = value
         _installed[name] = value
     else:  # the name is this process's own while it exists: the old value is not kept alive
