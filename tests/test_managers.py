@@ -253,6 +253,19 @@ def test_async_handles_resolve_in_any_order(remote):
     assert len(where) == 3  # each object in its own job
 
 
+def test_async_call_of_a_proxy_nobody_keeps(remote):
+    """A handle keeps its proxy, so the remote object (and its job) lives until the reply is
+    read: the proxy of a temporary object, collected at once, freed it before it answered."""
+    import gc
+
+    h = remote.Counter(5).sleep(0.3)
+    gc.collect()
+    assert h.get(timeout=60) == 0.3
+    h = remote.Counter(7).add(1)
+    gc.collect()
+    assert h.get(timeout=60) == 8
+
+
 def test_async_calls_run_in_parallel_and_in_order(remote):
     counters = [remote.Counter() for _ in range(2)]
     for h in [c.pid() for c in counters]:

@@ -169,7 +169,8 @@ class CallHandle:
     Handles of one channel may be read in any order and from any thread.
     """
 
-    __slots__ = ("_channel", "_req_id", "_reply", "_error", "_decode", "_done", "__weakref__")
+    __slots__ = ("_channel", "_req_id", "_reply", "_error", "_decode", "_done", "_owner",
+                 "__weakref__")
 
     def __init__(self, ch: AsyncChannel, req_id: bytes, reply: Optional[Reply] = None,
                  error: Optional[BaseException] = None) -> None:
@@ -179,17 +180,20 @@ class CallHandle:
         self._error = error
         self._decode: Optional[Callable[[bytes, List[Any]], Any]] = None
         self._done = reply is not None or error is not None
+        #: What must live until the reply is read: the proxy whose call this is (its
+        #: collection would free the remote object, and end its job, before it answers).
+        self._owner: Any = None
 
     def _fetch(self, timeout: Optional[float]) -> bool:
         if not self._done:
             try:
                 reply = self._channel.wait(self._req_id, timeout)
             except ConnectionLost as e:
-                self._error, self._done = e, True
+                self._error, self._done, self._owner = e, True, None
                 return True
             if reply is None:
                 return False
-            self._reply, self._done = reply, True
+            self._reply, self._done, self._owner = reply, True, None
         return True
 
     def ready(self) -> bool:

@@ -185,6 +185,7 @@ class AsyncProxy(BaseProxy):
         h = channel(self._address).call(self._name, b"call",
                                         dumps((methodname, tuple(args), kwds or {})))
         h._decode = _decode
+        h._owner = self  # m.Env().step(a).get(): the proxy lives until the reply is read
         return h
 
 
