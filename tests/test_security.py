@@ -264,3 +264,26 @@ def test_an_address_whose_server_ended_reaches_no_other_server():
             Client(f"{tcp}/unix=fiber-0123456789abcdef", timeout=10)  # an ended one's
     finally:
         srv.close()
+
+
+def test_a_server_that_closes_during_the_handshake_is_a_lost_connection():
+    """A server that ends while a client connects closes without a word: that is the
+    ConnectionLost callers handle for a dead server, not an AuthenticationError."""
+    import threading
+
+    from fiber.transport.client import ConnectionLost
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def close_at_once() -> None:
+        conn, _ = listener.accept()
+        conn.close()
+
+    t = threading.Thread(target=close_at_once)
+    t.start()
+    with pytest.raises(ConnectionLost, match="during the handshake"):
+        Client(f"tcp://127.0.0.1:{listener.getsockname()[1]}", timeout=10)
+    t.join(10)
+    listener.close()

@@ -232,9 +232,10 @@ class Client:
         try:
             msg = self._recv(timeout)
         except ConnectionLost:
-            raise AuthenticationError(
-                f"the server at {self.address} closed the connection during the handshake"
-            ) from None
+            # A server ending (or shedding unauthenticated connections) closes without a
+            # word; one that refuses our proof says so (DENY), and a stranger fails its own.
+            raise ConnectionLost("the server closed the connection during the handshake",
+                                 self.address) from None
         if msg is None:
             raise TransportError(f"no handshake answer within {timeout} s", self.address)
         return msg
