@@ -201,3 +201,11 @@ def start_sentinel_watcher(q) -> None:  # type: ignore[no-untyped-def]
 
     fiber.Process(target=watch_parent_sentinel, args=(q,)).start()
     time.sleep(120)
+
+
+class Payload:
+    """An argument whose collection a test can watch (weak references)."""
+
+
+def take(payload) -> None:  # type: ignore[no-untyped-def]
+    pass

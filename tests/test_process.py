@@ -187,6 +187,23 @@ def test_process_subclass_with_run():
     assert p.exitcode == 0
 
 
+def test_a_started_process_lets_go_of_its_arguments(ctx):
+    """As multiprocessing: once started, the Process object no longer holds its target's
+    arguments (a manager's object handed to a child was never freed while it lived)."""
+    import gc
+    import weakref
+
+    payload = helpers.Payload()
+    ref = weakref.ref(payload)
+    p = ctx.Process(target=helpers.take, args=(payload,))
+    p.start()
+    del payload
+    gc.collect()
+    assert ref() is None
+    p.join(60)
+    assert p.exitcode == 0
+
+
 def test_a_subclass_is_named_after_its_class(ctx):
     class Worker(fiber.Process):
         pass

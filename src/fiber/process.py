@@ -217,6 +217,9 @@ class Process:
         _children.add(self)
         _register_exit_function()
         log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
+        # As multiprocessing: the job has its own copy, and what was handed to it (a
+        # manager's object, a big array) must not live on in this process because of us.
+        self._target, self._args, self._kwargs = None, (), {}
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
         # the watcher holds this object until the job ends; once it is gone too, nothing
         # can ask the backend about the job again, nor wait on its sentinel (closed then,
