@@ -627,11 +627,13 @@ class Server:
         peer, conn.peer = conn.peer, None
         if peer is None or not notify:
             return
+        # Each service is told on its own: a bug in one must not keep the others (nor the
+        # anchor count) from learning that the peer has gone.
         for service in list(self._services.values()):
-            service.peer_gone(self, peer)
+            self._guarded(service.peer_gone, self, peer)
         if peer.anchor:
             self._anchors[peer.process_id] -= 1
             if self._anchors[peer.process_id] <= 0:
                 del self._anchors[peer.process_id]
                 for service in list(self._services.values()):
-                    service.process_gone(self, peer.process_id)
+                    self._guarded(service.process_gone, self, peer.process_id)
