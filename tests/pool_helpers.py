@@ -88,6 +88,14 @@ def sleep_return(x: Any, seconds: float) -> Any:
     return x
 
 
+def burn(seconds: float) -> bool:
+    """Keep a CPU busy for ``seconds``."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+    return True
+
+
 def getpid() -> int:
     return os.getpid()
 

@@ -185,8 +185,7 @@ class _PoolCore:
                 except Exception as e:
                     job.deliver(index, False, dumps(pack_exception(e)))
                     continue
-                pending.append(Task(next(self._task_ids), job, index, fid, frames,
-                                    f"{label} (task {index})"))
+                pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
                 if len(pending) >= (_SLICE if tasks else self.window):
                     # the hub thread serves while later slices are pickled (this thread
                     # would read nothing then: heartbeats must not go unread)

@@ -143,10 +143,33 @@ class Outbox:
         self.items: Deque[_Item] = collections.deque()  # buffers, and fd lists before them
 
     def add(self, frames: Sequence[Any]) -> None:
-        buffers, fds = encode(frames, self.unix)
+        self._queue(*encode(frames, self.unix))
+
+    def _queue(self, buffers: List[Any], fds: List[int]) -> None:
         if fds:
             self.items.append(fds)
         self.items.extend(memoryview(b).cast("B") for b in buffers)
+
+    def write(self, sock: socket.socket, frames: Sequence[Any]) -> bool:
+        """Add a message and write what the socket takes now; True when everything is
+        written. A small message on a socket with nothing waiting (the usual case) goes
+        out in one ``send`` without being queued."""
+        if self.items:
+            self.add(frames)
+            return self.flush(sock)
+        buffers, fds = encode(frames, self.unix)
+        if fds or len(buffers) != 1:
+            self._queue(buffers, fds)
+            return self.flush(sock)
+        buf = buffers[0]
+        try:
+            sent = sock.send(buf)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent == len(buf):
+            return True
+        self.items.append(memoryview(buf)[sent:])
+        return False
 
     def flush(self, sock: socket.socket) -> bool:
         """Write what the socket takes now; True when everything is written."""

@@ -49,6 +49,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from .. import _cpus
 from ..errors import TransportError
 from . import auth
 from .framing import FrameReader, Outbox, ProtocolError, new_scratch
@@ -60,12 +61,15 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 _PREAUTH_LIMIT = 512
 _HANDSHAKE_TTL = 30.0
 _MAX_UNAUTHENTICATED = 1024
+#: A thread polling for a message stops once no CPU has been spare for this long (see
+#: Server._poll): the host is busy, not just a few tasks waking at once.
+_CONTENDED_S = 300e-6
 
 
 class Peer:
     """A client connection after it authenticated."""
 
-    __slots__ = ("peer_id", "process_id", "anchor", "conn", "same_host")
+    __slots__ = ("peer_id", "process_id", "anchor", "conn")
 
     def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
                  conn: Optional[_Conn]) -> None:
@@ -73,8 +77,6 @@ class Peer:
         self.process_id = process_id
         self.anchor = anchor
         self.conn = conn
-        #: Connected through the Unix socket: a process on this host, sharing its CPUs.
-        self.same_host = conn is None or conn.reader.unix
 
 
 class LocalPeer(Peer):
@@ -293,27 +295,31 @@ class Server:
         holds the lock, it is the server thread, the server is stopping) it calls
         ``wait(timeout)``, the caller's ordinary wait, instead. Returns ``done()``.
 
-        ``spin()``, asked before each wait for the connections, gives the seconds this
-        thread may poll them before it sleeps, in all (a wait that other messages keep
-        waking polls no longer): a message that comes within that time is then read at
-        once, without the wake-up of a sleeping thread (30-50 us on a VM, more than a
-        third of a round trip) and with the CPU's caches still warm.
+        ``spin()``, asked once, gives the seconds from now for which this thread may poll
+        the connections before it sleeps on them (a wait that other messages keep waking
+        polls no longer): a message that comes meanwhile is read at once, without the
+        wake-up of a sleeping thread (30-50 us on a VM, more than a third of a round
+        trip), with the CPU's caches still warm, and the CPU has not gone idle for the
+        next step either. It polls only while the host has a CPU to spare (see
+        :meth:`_poll`).
         """
         if done():
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        spun = 0.0
+        budget = 0.0 if spin is None else spin()
+        poll_until = time.monotonic() + budget if budget > 0 else None
         with self.serving() as serving:
             while serving and not done():
                 left = _left(deadline)
-                allowance = 0.0 if spin is None else spin() - spun
                 events: _Events = []
-                if allowance > 0 and left != 0:
-                    began = time.monotonic()
-                    events = self._poll(allowance if left is None else min(allowance, left))
-                    spun += time.monotonic() - began
-                    if not events:
-                        spin = None  # the budget is spent: not asked again (a pread)
+                if poll_until is not None and left != 0:
+                    allowance = poll_until - time.monotonic()
+                    polled = (self._poll(allowance if left is None else min(allowance, left))
+                              if allowance > 0 else None)
+                    if polled:
+                        events = polled
+                    else:
+                        poll_until = None  # spent, or no CPU to spare: sleep from now on
                 if not events:
                     events = self._sel.select(_left(deadline))
                 with self.lock:
@@ -325,13 +331,32 @@ class Server:
         left = _left(deadline)
         return left != 0 and wait(left)
 
-    def _poll(self, seconds: float) -> _Events:
-        """The connections' events, polled for up to ``seconds`` (none if none came)."""
+    def _poll(self, seconds: float) -> Optional[_Events]:
+        """The connections' events, polled for up to ``seconds``: [] if none came.
+
+        Polling is only worth it on a CPU that nothing else wants: on a busy host it
+        would delay the very process whose message the thread waits for. So, while the
+        host's runnable tasks (this thread included) leave no CPU to spare, the thread
+        yields its CPU between polls, and once that has lasted ``_CONTENDED_S`` it stops
+        polling (None): the host is busy, not just a few tasks waking at once.
+        """
         end = time.monotonic() + seconds
+        contended = 0.0  # since when no CPU has been spare (0: one is)
         while True:
             events = self._sel.select(0)
-            if events or time.monotonic() >= end:
+            if events:
                 return events
+            now = time.monotonic()
+            if now >= end:
+                return []
+            if _cpus.spare_cpu():
+                contended = 0.0
+                continue
+            if not contended:
+                contended = now
+            elif now - contended > _CONTENDED_S:
+                return None
+            os.sched_yield()
 
     def serving(self) -> Serving:
         """A block in which this thread serves the connections (when it can: ``as``
@@ -399,8 +424,7 @@ class Server:
         conn = peer.conn
         if conn is None or conn.peer is not peer:
             return False
-        conn.outbox.add(frames)
-        self._flush(conn)
+        self._flush(conn, frames)
         return True
 
     def reply_value(self, peer: Peer, req_id: bytes, value: Any) -> bool:
@@ -548,9 +572,12 @@ class Server:
             self.dropped += 1
             self._close_conn(conn)
 
-    def _flush(self, conn: _Conn) -> None:
+    def _flush(self, conn: _Conn, frames: Optional[Sequence[Any]] = None) -> None:
+        """Write what ``conn`` has waiting, after adding the message ``frames``; what the
+        socket does not take now waits for it to become writable."""
         try:
-            done = conn.outbox.flush(conn.sock)
+            outbox = conn.outbox
+            done = outbox.flush(conn.sock) if frames is None else outbox.write(conn.sock, frames)
         except OSError:
             self._close_conn(conn)
             return
