@@ -96,6 +96,17 @@ def burn(seconds: float) -> bool:
     return True
 
 
+def pretend_spare_cpu(spare: bool) -> None:
+    """A pool initializer: this worker sees the host with (or without) a CPU to spare."""
+    import fiber._cpus
+
+    fiber._cpus.spare_cpu = lambda: spare
+
+
+def process_cpu() -> float:
+    return time.process_time()
+
+
 def getpid() -> int:
     return os.getpid()
 

@@ -191,6 +191,22 @@ def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx):
     assert waited < 0.1, waited
 
 
+@pytest.mark.parametrize("spare", [True, False])
+def test_an_idle_worker_polls_for_its_next_task_while_a_cpu_is_spare(ctx, spare):
+    """A worker with nothing to do polls for its next task for ``spin_us`` before it
+    sleeps (an RL/ES step's next task often comes within a round trip), only while the
+    host has a CPU to spare."""
+    with fiber.config.override(spin_us=300_000):  # the config travels to the workers
+        with ctx.Pool(1, initializer=ph.pretend_spare_cpu, initargs=(spare,)) as pool:
+            before = pool.apply(ph.process_cpu)
+            time.sleep(1.0)  # the worker is idle
+            polled = pool.apply(ph.process_cpu) - before
+    if spare:
+        assert 0.2 < polled < 0.7, polled
+    else:
+        assert polled < 0.05, polled
+
+
 def test_a_wait_for_quick_tasks_polls_while_they_run():
     """The budget of a wait is ``spin_us``, plus the running time of the function last
     submitted when its tasks are quick (up to 2 ms): the wait then ends awake."""

@@ -1,20 +1,30 @@
-"""The CPUs of this host that fiber may use, and whether one is to spare right now.
+"""The CPUs of this host that fiber may use, whether one is to spare right now, and
+polling while one is.
 
-A thread that waits for a message (a pool result, a pipe's or a queue's next item, in the
-process that holds it or in another) polls for it a short while before it sleeps
-(``spin_us``), since a sleeping thread takes 30-50 us to wake on a VM and then runs on
-cold caches. Polling is only worth it on a CPU that
-nothing else wants: on a busy host it would delay the very process whose message the
-thread waits for. Pools know which of their workers hold tasks; other waits ask the
-kernel how many tasks are runnable (``/proc/loadavg``, read with one ``pread``).
+A thread that waits for a message (a pool result or task, a pipe's or a queue's next
+item, in the process that holds it or in another) polls for it a short while before it
+sleeps (``spin_us``; a pool's master longer while quick tasks run), since a sleeping
+thread takes 30-50 us to wake on a VM and then runs on cold caches, and an idle virtual
+CPU must itself be woken by the next message's sender (~15 us in its ``send``). Polling
+is only worth it on a CPU that nothing else wants: on a busy host it would delay the very
+process whose message the thread waits for. So :func:`poll` asks the kernel how many
+tasks are runnable (``/proc/loadavg``, read with one ``pread``) as it goes.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
+from typing import Callable, TypeVar
 
-__all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable"]
+__all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "CONTENDED_S"]
+
+T = TypeVar("T")
+
+#: A poll ends once no CPU has been spare for this long: the host is busy, not just a
+#: few tasks waking at once (as the workers of a pool do when a round starts or ends).
+CONTENDED_S = 300e-6
 
 
 def usable_cpus() -> int:
@@ -59,3 +69,30 @@ def spare_cpu() -> bool:
 def runnable(loadavg: bytes) -> int:
     """The tasks runnable now, from ``/proc/loadavg`` (``0.52 0.58 0.59 2/345 6789``)."""
     return int(loadavg.split()[3].split(b"/")[0])
+
+
+def poll(attempt: Callable[[], T], seconds: float) -> T:
+    """Call ``attempt()`` until it gives something true, for up to ``seconds``, while
+    this host has a CPU to spare; returns what the last attempt gave.
+
+    While the runnable tasks leave no CPU to spare, the CPU is yielded between attempts
+    (to the tasks that want it), and once that has lasted :data:`CONTENDED_S` the poll
+    ends early: the caller then sleeps, as it would have without polling.
+    """
+    end = time.monotonic() + seconds
+    contended = 0.0  # since when no CPU has been spare (0: one is)
+    while True:
+        got = attempt()
+        if got:
+            return got
+        now = time.monotonic()
+        if now >= end:
+            return got
+        if spare_cpu():
+            contended = 0.0
+            continue
+        if not contended:
+            contended = now
+        elif now - contended > CONTENDED_S:
+            return got
+        os.sched_yield()

@@ -3,8 +3,9 @@
 ::
 
     connect to the master's hub ─▶ initializer(*initargs) ─▶ hello
-    loop:  read task batches (block only when nothing is held; a task that ends the wait
-           runs at once, the next read is after it)
+    loop:  read task batches (block only when nothing is held, after polling for
+           ``spin_us`` while a CPU is spare; a task that ends the wait runs at once, the
+           next read is after it)
            run the next task ─▶ result (value or exception record)
            send results in batches: at once when nothing else is held or the task took
            over 2 ms, else every 64 results or 2 ms, so that cheap tasks are not one
@@ -25,6 +26,7 @@ import traceback
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from ._pool_protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
+from .config import get_config
 from .transport.client import own_client
 from .transport.remote import pack_exception
 from .transport.serialization import dumps, loads
@@ -122,6 +124,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             sys.stderr.write(traceback.format_exc())
             os._exit(1)
     client.send(pool_name, b"hello", [worker_id.to_bytes(8, "little")])
+    spin = get_config().spin_us * 1e-6
     functions = FunctionCache()
     held: Deque[Tuple[int, _Function, List[Any]]] = collections.deque()
     out: List[Tuple[int, bool, List[Any]]] = []
@@ -143,6 +146,10 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
                 flush()
             finished = maxtasks is not None and done >= maxtasks
             idle = not (held or stopping or finished)
+            if idle and spin:
+                # The next task (an RL/ES step's) often comes within a round trip: read
+                # it then without a wake-up, while a CPU is spare (see fiber._cpus).
+                client._poll(spin)
             msg = client._recv(None if idle else 0.0)
             if msg is None:
                 break

@@ -150,14 +150,14 @@ class Client:
             raise ConnectionLost(f"send failed: {e}", self.address) from None
 
     def _poll(self, seconds: float) -> None:
-        """Read what comes within ``seconds``, polling, until a message is complete.
+        """Read what comes within ``seconds``, polling while a CPU is spare (see
+        :func:`fiber._cpus.poll`), until a message is complete.
 
         Raises:
             ConnectionLost: as :meth:`_recv`.
         """
-        end = time.monotonic() + seconds
-        while not self._reader.messages and time.monotonic() < end:
-            self._feed(socket.MSG_DONTWAIT)
+        messages = self._reader.messages
+        _cpus.poll(lambda: messages or (self._feed(socket.MSG_DONTWAIT) and messages), seconds)
 
     def _recv(self, timeout: Optional[float]) -> Optional[List[Any]]:
         """One message, or None at the timeout; ConnectionLost when the peer is gone."""
@@ -300,8 +300,7 @@ class LocalClient:
 
 def _spin() -> float:
     """Seconds a thread waiting for a reply may poll first (see fiber._cpus)."""
-    seconds: float = get_config().spin_us * 1e-6
-    return seconds if seconds and _cpus.spare_cpu() else 0.0
+    return float(get_config().spin_us) * 1e-6
 
 
 def _own(frames: Sequence[Any]) -> List[Any]:

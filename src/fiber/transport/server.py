@@ -61,9 +61,6 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 _PREAUTH_LIMIT = 512
 _HANDSHAKE_TTL = 30.0
 _MAX_UNAUTHENTICATED = 1024
-#: A thread polling for a message stops once no CPU has been spare for this long (see
-#: Server._poll): the host is busy, not just a few tasks waking at once.
-_CONTENDED_S = 300e-6
 
 
 class Peer:
@@ -301,7 +298,7 @@ class Server:
         wake-up of a sleeping thread (30-50 us on a VM, more than a third of a round
         trip), with the CPU's caches still warm, and the CPU has not gone idle for the
         next step either. It polls only while the host has a CPU to spare (see
-        :meth:`_poll`).
+        :func:`fiber._cpus.poll`).
         """
         if done():
             return True
@@ -314,11 +311,9 @@ class Server:
                 events: _Events = []
                 if poll_until is not None and left != 0:
                     allowance = poll_until - time.monotonic()
-                    polled = (self._poll(allowance if left is None else min(allowance, left))
-                              if allowance > 0 else None)
-                    if polled:
-                        events = polled
-                    else:
+                    if allowance > 0:
+                        events = self._poll(allowance if left is None else min(allowance, left))
+                    if not events:
                         poll_until = None  # spent, or no CPU to spare: sleep from now on
                 if not events:
                     events = self._sel.select(_left(deadline))
@@ -331,32 +326,11 @@ class Server:
         left = _left(deadline)
         return left != 0 and wait(left)
 
-    def _poll(self, seconds: float) -> Optional[_Events]:
-        """The connections' events, polled for up to ``seconds``: [] if none came.
-
-        Polling is only worth it on a CPU that nothing else wants: on a busy host it
-        would delay the very process whose message the thread waits for. So, while the
-        host's runnable tasks (this thread included) leave no CPU to spare, the thread
-        yields its CPU between polls, and once that has lasted ``_CONTENDED_S`` it stops
-        polling (None): the host is busy, not just a few tasks waking at once.
-        """
-        end = time.monotonic() + seconds
-        contended = 0.0  # since when no CPU has been spare (0: one is)
-        while True:
-            events = self._sel.select(0)
-            if events:
-                return events
-            now = time.monotonic()
-            if now >= end:
-                return []
-            if _cpus.spare_cpu():
-                contended = 0.0
-                continue
-            if not contended:
-                contended = now
-            elif now - contended > _CONTENDED_S:
-                return None
-            os.sched_yield()
+    def _poll(self, seconds: float) -> _Events:
+        """The connections' events, polled for up to ``seconds`` while a CPU is spare
+        (:func:`fiber._cpus.poll`): [] if none came."""
+        sel = self._sel
+        return _cpus.poll(lambda: sel.select(0), seconds)
 
     def serving(self) -> Serving:
         """A block in which this thread serves the connections (when it can: ``as``
