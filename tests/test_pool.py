@@ -727,6 +727,27 @@ def test_an_exception_class_of_the_main_script_is_raised_as_itself():
         "pool (7,) RemoteTraceback", "callback True", "executor True"], out.stdout
 
 
+def test_a_program_that_ends_with_its_pool_open_exits_quietly():
+    """Many programs never close their pool: at exit its workers end and nothing is
+    printed (the pool's thread waited on the sentinels that a finalizer run at exit had
+    closed, and the exit handler joined processes that thread had closed: tracebacks in
+    most runs)."""
+    code = textwrap.dedent("""
+        import fiber
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            pool = fiber.Pool(3)
+            print(sum(pool.map(square, range(10))))
+    """)
+    for _ in range(4):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "285\n", "")
+
+
 def test_lambdas_and_closures_go_by_value(ctx):
     factor = 7
 

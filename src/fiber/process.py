@@ -224,7 +224,9 @@ class Process:
         # the watcher holds this object until the job ends; once it is gone too, nothing
         # can ask the backend about the job again, nor wait on its sentinel (closed then,
         # as multiprocessing does, or every process started would keep a descriptor)
-        weakref.finalize(self, _collect, job)
+        # Not at exit: threads still wait on the sentinel then (a pool's), and the
+        # process's end releases everything anyway.
+        weakref.finalize(self, _collect, job).atexit = False
         _release_collected()
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive
@@ -682,4 +684,7 @@ def _exit_function() -> None:
     """At exit, as multiprocessing does: end daemonic children, wait for the others."""
     terminate_all([p for p in active_children() if p.daemon])
     for p in active_children():
-        p.join()
+        try:
+            p.join()
+        except ValueError:  # closed meanwhile by a thread that saw it end (a pool's)
+            pass
