@@ -137,6 +137,13 @@ class Backend(abc.ABC):
     #: The name under which the backend is registered (``FIBER_BACKEND=<name>``).
     name: ClassVar[str] = ""
 
+    #: True when every job is a process of this machine that sees its filesystem and its
+    #: process ids (``local``, ``netns``): what ``multiprocessing``'s own pipes, queues and
+    #: semaphores need to reach a job (their file descriptors are handed over a Unix
+    #: socket, their semaphores are opened by name). False for jobs on other hosts or in
+    #: containers; the default, as a backend cannot know it of its cluster.
+    jobs_share_host: ClassVar[bool] = False
+
     @abc.abstractmethod
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         """Start one job per spec, in as few cluster calls as the manager allows.

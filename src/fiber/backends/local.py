@@ -73,6 +73,7 @@ class LocalBackend(Backend):
     """Run jobs as subprocesses on this machine."""
 
     name = "local"
+    jobs_share_host = True
 
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
