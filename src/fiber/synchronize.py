@@ -286,6 +286,12 @@ class Semaphore(Handle):
         _, frames = self._request(b"value")
         return int(Q.unpack(frames[0])[0])
 
+    @property
+    def _semlock(self) -> _SemLockView:
+        """What ``multiprocessing.queues.Queue`` reads of the semaphore it is given
+        (``full()``, ``qsize()``), so that one made with a fiber context works."""
+        return _SemLockView(self)
+
     def __enter__(self) -> bool:
         return self.acquire()
 
@@ -300,6 +306,20 @@ class BoundedSemaphore(Semaphore):
     """A Semaphore whose ``release`` above its initial value raises ValueError."""
 
     _bounded = True
+
+
+class _SemLockView:
+    """The two private methods of ``_multiprocessing.SemLock`` that the standard library's
+    queues call on their semaphore, answered by the semaphore's server."""
+
+    def __init__(self, sem: Semaphore) -> None:
+        self._sem = sem
+
+    def _get_value(self) -> int:
+        return self._sem.get_value()
+
+    def _is_zero(self) -> bool:
+        return self._sem.get_value() == 0
 
 
 # -- Event ------------------------------------------------------------------------------
