@@ -209,3 +209,13 @@ class Payload:
 
 def take(payload) -> None:  # type: ignore[no-untyped-def]
     pass
+
+
+def try_reader(q, out) -> None:  # type: ignore[no-untyped-def]
+    """Report what ``q._reader`` does in a process that did not create ``q``."""
+    try:
+        q._reader  # noqa: B018 - the attribute's getter is what is tried
+    except NotImplementedError as e:
+        out.put(("NotImplementedError", str(e)))
+    else:
+        out.put(("no error", ""))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -381,3 +383,63 @@ def test_put_abandoned_after_admission_counts_once_locally(ctx, kind):
             t.join(60)
     assert got == ["first"]
     _assert_holds_once(q, "second")
+
+
+# -- _reader: the queue as a waitable connection, in its creator (fiber._queue_reader) --
+
+
+def test_a_queue_reader_is_readable_exactly_while_items_are_queued(ctx):
+    q = ctx.SimpleQueue()
+    reader = q._reader
+    assert reader is q._reader
+    assert not reader.poll()
+    q.put("a")
+    q.put("b")
+    assert multiprocessing.connection.wait([reader], 60) == [reader]
+    assert reader.recv() == "a"
+    assert reader.poll()
+    assert q.get() == "b"
+    assert not reader.poll()
+    p = ctx.Process(target=helpers.produce, args=(q, 0, 3))  # puts from another process
+    p.start()
+    got = []
+    while len(got) < 3:
+        assert multiprocessing.connection.wait([reader], 60) == [reader]
+        got.append(reader.recv())
+    assert got == [0, 1, 2]
+    p.join(60)
+    assert not reader.poll()
+    q.close()
+    assert reader.closed
+    with pytest.raises(OSError):
+        reader.fileno()
+
+
+def test_a_queue_reader_only_in_the_creating_process(ctx):
+    q, out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=helpers.try_reader, args=(q, out))
+    p.start()
+    kind, message = out.get(timeout=60)
+    p.join(60)
+    assert kind == "NotImplementedError"
+    assert "created the queue" in message
+
+
+def test_the_queue_without_reader_serves_on(ctx):
+    """A reader closed, or collected with its queue's reference, leaves the queue as it
+    was: its service no longer signals."""
+    from fiber import _runtime
+
+    q = ctx.SimpleQueue()
+    q._reader.close()
+    q.put(1)
+    assert q.get() == 1
+    q2 = ctx.Queue()
+    service = _runtime.hub().service(q2._name)
+    q2._reader  # noqa: B018 - made on first use
+    assert service.signal is not None
+    del q2.__dict__["_reader_end"]
+    gc.collect()
+    assert service.signal is None
+    q2.put(2)
+    assert q2.get(timeout=60) == 2

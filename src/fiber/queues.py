@@ -22,6 +22,10 @@ A bounded ``put`` carries a ticket. If its caller gives up while the put is park
 same connection, so the server sees it after the put: a put still parked is dropped and
 its item never enters the queue, as with multiprocessing; a put the server admitted just
 before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
+
+In the creating process, ``_reader`` (made on first use) is the queue as a connection that
+``multiprocessing.connection.wait`` can wait on, as the standard library's queues have one
+(see :mod:`fiber._queue_reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import collections
 import itertools
 import queue as _queue
 import struct
+import threading
 from typing import Any, Deque, List, Optional, Tuple
 
+from ._queue_reader import QueueReader, ReadySignal, reader_of
 from ._served import Handle, decode_wait, encode_wait
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service, Timer
@@ -45,6 +51,9 @@ _Putter = Tuple[Peer, bytes, Optional[Timer], List[Any], bytes]
 #: Tickets of bounded puts; unique per connection, which is all the server compares.
 _tickets = itertools.count(1)
 
+#: Makes each queue's ``_reader`` once.
+_reader_lock = threading.Lock()
+
 
 class QueueService(Service):
     """The state of one queue, on its creator's hub thread."""
@@ -57,6 +66,8 @@ class QueueService(Service):
         self.putters: Deque[_Putter] = collections.deque()
         self.joiners: List[Tuple[Peer, bytes]] = []
         self.unfinished = 0
+        #: Set by the queue's ``_reader`` (see fiber._queue_reader) once it is used.
+        self.signal: Optional[ReadySignal] = None
 
     def _full(self) -> bool:
         return 0 < self.maxsize <= len(self.items)
@@ -105,6 +116,8 @@ class QueueService(Service):
             server.reply(pid, req_id, b"ok")
         else:
             raise ValueError(f"unknown queue operation {op!r}")
+        if self.signal is not None:
+            self.signal.show(bool(self.items))
 
     def _put_wait(self, server: Server, pid: Peer, req_id: bytes, wait: Optional[float],
                   ticket: bytes, frames: List[Any]) -> None:
@@ -274,6 +287,24 @@ class Queue(Handle):
     def close(self) -> None:
         """No more items will be put or got by this process."""
         self._closed = True
+        reader = self.__dict__.get("_reader_end")
+        if reader is not None:
+            reader.close()
+
+    @property
+    def _reader(self) -> QueueReader:
+        """The queue as a connection to wait on (``multiprocessing.connection.wait``), as
+        the standard library's queues have one; in the creating process only, made on
+        first use. ``concurrent.futures.ProcessPoolExecutor`` waits on its result queue so.
+
+        Raises:
+            NotImplementedError: in a process that did not create the queue.
+        """
+        with _reader_lock:
+            reader = self.__dict__.get("_reader_end")
+            if reader is None:
+                reader = self.__dict__["_reader_end"] = reader_of(self)
+            return reader
 
     def join_thread(self) -> None:
         """Wait until every item this thread put has reached the queue's server."""
