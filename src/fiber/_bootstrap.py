@@ -87,7 +87,13 @@ def main() -> None:
         os.chdir(cwd)
     process._set_parent(*payload["parent"])
     try:
-        proc = pickle.loads(payload["process"])
+        spawn = payload.get("spawn")
+        if spawn is None:
+            proc = pickle.loads(payload["process"])
+        else:  # it holds objects of multiprocessing itself: start as spawn does
+            from ._fd_handoff import load_spawned
+
+            proc = load_spawned(payload["process"], spawn)
     except BaseException:
         sys.stderr.write("fiber: cannot unpickle the process object in the job:\n")
         traceback.print_exc()

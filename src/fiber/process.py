@@ -38,7 +38,7 @@ from typing import (
     Tuple,
 )
 
-from . import _launcher, _runtime
+from . import _fd_handoff, _launcher, _runtime
 from ._log import log
 from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
@@ -144,6 +144,8 @@ class Process:
         pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
             pickled (nothing is submitted).
         BackendError: the backend could not create the job.
+        ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
+            and the backend's jobs do not share this host (see :mod:`fiber._fd_handoff`).
     """
 
     #: The backend this class starts jobs on; None means the configured default.
@@ -200,9 +202,12 @@ class Process:
         backend = get_backend(self._backend_name or cfg.backend)
         _check_reachable(backend)
         with collecting_handoffs() as handoffs:
-            pickled = _pickle_process(self)
-        payload = dumps({"config": cfg, "process": pickled, "sys_path": list(sys.path),
-                         "cwd": os.getcwd(), "parent": (self._parent_name, os.getpid())})
+            pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
+                  "cwd": os.getcwd(), "parent": (self._parent_name, os.getpid())}
+        if spawn is not None:  # it holds objects of multiprocessing itself
+            launch["spawn"] = spawn
+        payload = dumps(launch)
         token = secrets.token_bytes(16)
         job = _Job(backend, token, handoffs)
         _launcher.launcher().add(token, _launcher.Launch(
@@ -518,16 +523,6 @@ def _check_reachable(backend: Backend) -> None:
             f"this process listens on {hub_host}, which jobs of backend {backend.name!r} "
             f"cannot reach (it suggests {wanted}); set listen_host (FIBER_LISTEN_HOST) or "
             f"make {backend.name!r} the configured backend before fiber is first used")
-
-
-def _pickle_process(proc: Process) -> bytes:
-    # Pickled apart from the payload so that the child unpickles it only once it has the
-    # parent's sys.path: the target may live in a module found through it. As every other
-    # pickle, functions of __main__ go by value into the one namespace the job keeps for
-    # them (a pool's initializer sets the globals its tasks read).
-    from .transport.serialization import dumps_bytes
-
-    return dumps_bytes(proc)
 
 
 def _exit_code_of(e: SystemExit) -> int:
