@@ -17,11 +17,15 @@ turns True only when a ``cancel()`` finds it handed out. As with the stdlib, the
 interpreter does not exit before the pending futures are done, even after
 ``shutdown(wait=False)`` (see ``_PendingWork``).
 
-Why not ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())``: that
-class builds its call queue from ``multiprocessing.queues.Queue``, whose OS pipes and
-semaphores can only reach a child by file-descriptor inheritance during
-``multiprocessing``'s own spawning (``assert_spawning``), and it waits on the pipe's file
-descriptor. No job on another host can share those; this executor keeps the API.
+``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())`` works too, when
+the backend's jobs share this host (``local``, ``netns``; ``Backend.jobs_share_host``): its
+call queue is a ``multiprocessing`` queue, an OS pipe whose descriptors reach each worker as
+multiprocessing's spawn hands them over (:mod:`fiber._fd_handoff`: the worker imports the
+main script, and calls go by reference), and it waits on fiber's result queue through the
+queue's ``_reader`` (:mod:`fiber._queue_reader`). A job on another host or in a container
+cannot get a descriptor of this host, so there its ``submit`` raises ``ProcessError``; this
+executor keeps the API everywhere, with functions of ``__main__`` and lambdas by value, and
+the pool's recovery of lost workers.
 """
 
 from __future__ import annotations
