@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import signal
+import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from ._log import log
@@ -38,6 +39,8 @@ _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
 _SLOW = 0.02  # tasks at least this long are not prefetched (see PoolService.credit)
 _SPIN_TASK = 0.002  # a wait for tasks up to this long polls while they run (spin_budget)
+_EXIT_WAIT = 10.0  # seconds a failing task waits for its workers' exit codes (_give_up)
+_EXIT_POLL = 0.05
 
 
 
@@ -83,10 +86,16 @@ class WorkerState:
         self.exitcode: Optional[int] = None
 
 
-def describe_exit(ws: WorkerState) -> str:
+def exit_code(ws: WorkerState) -> Optional[int]:
+    """The worker's exit code as far as its backend has told (None: not yet)."""
     code = ws.exitcode
     if code is None and not ws.process._closed:
         code = ws.process.exitcode
+    return code
+
+
+def describe_exit(ws: WorkerState) -> str:
+    code = exit_code(ws)
     if code is None:
         return "still running or unknown (lost contact)"
     if code < 0:
@@ -357,7 +366,7 @@ class PoolService(Service):
             culprit.attempts.append(ws)
             if len(culprit.attempts) > self.max_retries:
                 tasks.clear()
-                self._finish(culprit, False, dumps(pack_exception(self._lost_error(culprit))))
+                self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
         else:
             # Any of them may have been running (results of quick tasks are sent in
             # batches): none is charged; each runs alone until it completes.
@@ -368,10 +377,20 @@ class PoolService(Service):
         self.on_worker_gone(ws, expected)
         self.dispatch()
 
+    def _give_up(self, task: Task, deadline: float) -> None:
+        """Fail a task that killed its worker too often, naming each attempt's exit code
+        or signal. A worker's connection closes before its backend reports the job's
+        end (a pod's, seconds later), so this waits for those reports until
+        ``deadline``, on the hub's timers (it holds the hub's lock: no blocking here)."""
+        if task.done:
+            return
+        if (self.server is not None and time.monotonic() < deadline
+                and any(exit_code(ws) is None for ws in task.attempts)):
+            self.server.call_later(_EXIT_POLL, lambda: self._give_up(task, deadline))
+            return
+        self._finish(task, False, dumps(pack_exception(self._lost_error(task))))
+
     def _lost_error(self, task: Task) -> WorkerLostError:
-        last = task.attempts[-1]
-        if last.exitcode is None and not last.process._closed and last.process._job:
-            last.process.join(2.0)  # its connection closed first; its exit code follows
         lines = [f"  attempt {i}: worker {ws.worker_id} "
                  f"({ws.process.name}) {describe_exit(ws)}"
                  for i, ws in enumerate(task.attempts, 1)]
