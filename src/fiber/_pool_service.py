@@ -86,6 +86,10 @@ class WorkerState:
         self.exitcode: Optional[int] = None
 
 
+def _held(ws: WorkerState) -> int:
+    return len(ws.pending)
+
+
 def exit_code(ws: WorkerState) -> Optional[int]:
     """The worker's exit code as far as its backend has told (None: not yet)."""
     code = ws.exitcode
@@ -233,35 +237,44 @@ class PoolService(Service):
         return max(self.prefetch + 1, min(_MAX_CREDIT, int(_HOLD / max(seconds, 1e-6))))
 
     def dispatch(self) -> None:
-        """Hand queued tasks to workers with credit, least-loaded first."""
-        if not self.queue:
+        """Hand queued tasks to workers with credit, one a worker at a time, least-loaded
+        first, so that a map's tasks spread over the workers."""
+        queue = self.queue
+        if not queue:
             return
         ready = [ws for ws in self.workers.values() if self._can_take(ws)]
         if not ready:
             return
-        batches: Dict[int, List[Task]] = {}
-        while self.queue and ready:
-            ready.sort(key=lambda w: len(w.pending))
-            progressed = False
-            for ws in list(ready):
-                if not self.queue:
+        ready.sort(key=_held)
+        credits: Dict[int, int] = {}  # fid -> credit, for this call
+        batches: Dict[WorkerState, List[Task]] = {}
+        while queue and ready:
+            took = False
+            for ws in ready:
+                if not queue:
                     break
-                if not self._can_take(ws):
-                    ready.remove(ws)
-                    continue
-                if self.queue[0].suspect and ws.pending:
+                task = queue[0]
+                if task.suspect and ws.pending:
                     continue  # only an idle worker takes a suspect
-                if len(ws.pending) >= self.credit(self.queue[0].fid):
+                credit = credits.get(task.fid)
+                if credit is None:
+                    credit = credits[task.fid] = self.credit(task.fid)
+                if len(ws.pending) >= credit:
                     continue
-                task = self.queue.popleft()
+                queue.popleft()
                 ws.pending[task.task_id] = task
                 ws.assigned += 1
-                batches.setdefault(ws.worker_id, []).append(task)
-                progressed = True
-            if not progressed:
+                batch = batches.get(ws)
+                if batch is None:
+                    batches[ws] = [task]
+                else:
+                    batch.append(task)
+                took = True
+            if not took:
                 break
-        for wid, tasks in batches.items():
-            self._send_tasks(self.workers[wid], tasks)
+            ready = [ws for ws in ready if self._can_take(ws)]  # a suspect, maxtasks
+        for ws, tasks in batches.items():
+            self._send_tasks(ws, tasks)
 
     def _send_tasks(self, ws: WorkerState, tasks: List[Task]) -> None:
         wire: List[WireTask] = []
