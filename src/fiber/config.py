@@ -66,10 +66,11 @@ class Config:
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
     #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
     pool_prefetch: int = 2
-    #: Microseconds a thread waiting for a message (a pool result, a pipe's or queue's
-    #: next item, a lock) polls for it before it sleeps, while this host has a CPU to
-    #: spare: a quick reply is then read without the wake-up of a sleeping thread.
-    #: 0: never poll.
+    #: Microseconds a thread waiting for a message (a pool result or task, a pipe's or
+    #: queue's next item, a lock) polls for it before it sleeps, while this host has a
+    #: CPU to spare: a quick reply is then read without the wake-up of a sleeping
+    #: thread. A pool's master polls longer while quick tasks run (see the README's
+    #: "Pool scheduling"). 0: never poll.
     spin_us: int = 200
     #: Slurm partition of fiber's jobs (``sbatch --partition``); empty: the cluster's
     #: default partition.
