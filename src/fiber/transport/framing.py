@@ -154,11 +154,8 @@ class Outbox:
         """Add a message and write what the socket takes now; True when everything is
         written. A small message on a socket with nothing waiting (the usual case) goes
         out in one ``send`` without being queued."""
-        if self.items:
-            self.add(frames)
-            return self.flush(sock)
         buffers, fds = encode(frames, self.unix)
-        if fds or len(buffers) != 1:
+        if self.items or fds or len(buffers) != 1:
             self._queue(buffers, fds)
             return self.flush(sock)
         buf = buffers[0]
