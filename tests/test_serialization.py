@@ -117,6 +117,22 @@ def _run_main_script(scenario: str):
     return json.loads(out.stdout.splitlines()[-1])
 
 
+def test_program_sending_main_functions_exits_cleanly():
+    """Exit code 0 and an empty stderr after functions, a class and lambdas of the main
+    script went to workers (Python 3.12 segfaulted at exit, 3.13 printed BufferError)."""
+    script = os.path.join(os.path.dirname(__file__), "clean_exit_script.py")
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=180)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout.split() == ["[0,", "2,", "4,", "6]", "[10,", "11,", "12]", "7", "5"]
+
+
+def test_pickle_frame_of_a_main_function_exports_no_buffer():
+    """The cloudpickle path returns bytes, not a view that keeps a BytesIO exported."""
+    main = _main_functions("def t9_f():\n    return 1")
+    frames = dumps(main["t9_f"])
+    assert len(frames) == 1 and isinstance(frames[0], bytes)
+
+
 def test_pool_initializer_sets_globals_the_tasks_read():
     assert _run_main_script("initializer") == ["loaded"] * 4
 

@@ -78,7 +78,11 @@ def dumps(obj: Any) -> List[Frame]:
     buffers.clear()
     out = io.BytesIO()
     _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
-    return [out.getbuffer(), *buffers]
+    # getvalue(), not getbuffer(): a memoryview exported from a BytesIO that outlives it (a
+    # frame queued until interpreter shutdown) crashes Python 3.12 at exit ("deallocated
+    # BytesIO object has exported buffers") and makes 3.13 print a BufferError. The copy is
+    # of the pickle only; large buffers are out of band.
+    return [out.getvalue(), *buffers]
 
 
 def dumps_bytes(obj: Any) -> bytes:
