@@ -79,9 +79,12 @@ def main() -> None:
     lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
                                 daemon=True)
     lifeline.start()
-    for entry in reversed(payload["sys_path"]):
-        if entry not in sys.path:
-            sys.path.insert(1, entry)
+    # As a spawn child of multiprocessing: the parent's sys.path in its order (then what
+    # only this host has), its sys.argv (a module that parses arguments at import sees
+    # the program's), before anything of the user's is unpickled.
+    parent_path = list(payload["sys_path"])
+    sys.path[:] = parent_path + [e for e in sys.path if e not in parent_path]
+    sys.argv[:] = payload["argv"]
     cwd = payload["cwd"]
     if os.path.isdir(cwd):
         os.chdir(cwd)

@@ -42,6 +42,7 @@ from . import _fd_handoff, _launcher, _runtime
 from ._log import log
 from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from .backends._command import bootstrap_command
 from .config import get_config
 from .errors import ProcessError
 from .meta import resources_of
@@ -203,8 +204,11 @@ class Process:
         _check_reachable(backend)
         with collecting_handoffs() as handoffs:
             pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        # what a spawn child of multiprocessing inherits: the program's argv, path and
+        # working directory (the interpreter flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
-                  "cwd": os.getcwd(), "parent": (self._parent_name, os.getpid())}
+                  "argv": list(sys.argv), "cwd": os.getcwd(),
+                  "parent": (self._parent_name, os.getpid())}
         if spawn is not None:  # it holds objects of multiprocessing itself
             launch["spawn"] = spawn
         payload = dumps(launch)
@@ -271,7 +275,7 @@ class Process:
         asked = self._resources or resources_of(self._target) or Resources()
         env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
                "FIBER_LISTEN_HOST": "", **auth.secret_env()}
-        return JobSpec(command=(cfg.python or sys.executable, "-m", "fiber._bootstrap"),
+        return JobSpec(command=bootstrap_command(cfg.python or sys.executable),
                        env=env, resources=asked.merged_over(default), image=cfg.image,
                        name=self._name)
 

@@ -45,6 +45,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
+from ._command import interpreter_flags
 from ._forkserver_template import MAX_MESSAGE, MODULE, UNTOUCHED_SIGNALS, recv_message, send_message
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_pid",
@@ -189,7 +190,8 @@ class ForkServer:
             # Its stderr is ours (its own errors); a job gets our stdout and stderr as
             # they are when the job starts, with each fork request.
             self._proc = subprocess.Popen(
-                [python, "-m", MODULE, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                [python, *interpreter_flags(), "-m", MODULE, str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
                 close_fds=True)
         except OSError as e:
@@ -213,7 +215,7 @@ class ForkServer:
     def _handshake(self, preload: Sequence[str], timeout: float) -> None:
         try:
             send_message(self._sock, {"op": "init", "preload": list(preload),
-                               "sys_path": list(sys.path)})
+                               "sys_path": list(sys.path), "argv": list(sys.argv)})
             if not select.select([self._sock], [], [], timeout)[0]:
                 raise ForkServerError(
                     f"the fork server did not get ready within {timeout:g} s "

@@ -94,8 +94,10 @@ def _template(fd: int) -> None:
         send_message(sock, {"op": "error", "error": "cannot find fiber._bootstrap"})
         return
     code = spec.loader.get_code("fiber._bootstrap")
-    own_path = list(sys.path)
+    own_path, own_argv = list(sys.path), list(sys.argv)
+    # preloaded modules see the master's path and argv, as its jobs will
     sys.path[:] = list(init.get("sys_path") or own_path)
+    sys.argv[:] = list(init.get("argv") or own_argv)
     preloaded, failed = [], {}
     for name in init.get("preload", []):
         try:
@@ -107,7 +109,7 @@ def _template(fd: int) -> None:
             send_message(sock, {"op": "error", "error": f"importing {name!r} started a thread "
                          "(set local_preload to the modules to preload without it)"})
             return
-    sys.path[:] = own_path
+    sys.path[:], sys.argv[:] = own_path, own_argv
     send_message(sock, {"op": "ready", "pid": os.getpid(), "preloaded": preloaded,
                  "failed": failed})
 
@@ -268,7 +270,9 @@ class _ChildContext:
                              __loader__=self.spec.loader, __package__="fiber",
                              __spec__=self.spec, __builtins__=builtins)
         sys.modules["__main__"] = main
-        sys.argv = [self.spec.origin, *request.get("argv", [])[3:]]
+        argv = list(request.get("argv", []))
+        rest = argv[argv.index("-m") + 2:] if "-m" in argv else []
+        sys.argv = [self.spec.origin, *rest]
         exec(self.code, main.__dict__)  # ends with os._exit (the job's exit code)
         return 0
 

@@ -28,6 +28,7 @@ from ..config import get_config
 from ..errors import SubmitError
 from . import _forkserver
 from ._base import Backend, ExitCallback, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from ._command import bootstrap_parts, interpreter_flags
 from ._forkserver import ForkedJob, ForkServerError
 
 __all__ = ["LocalBackend"]
@@ -58,7 +59,6 @@ def _current_status(proc: _Proc) -> JobStatus:
     return _status_of(proc.poll())
 
 
-_BOOTSTRAP = ("-m", "fiber._bootstrap")
 _noted: set = set()
 
 
@@ -107,8 +107,12 @@ class LocalBackend(Backend):
 
     def _fork(self, argv: List[str], env: Dict[str, str]) -> Optional[ForkedJob]:
         """The job forked by the fork server, or None: start it as a subprocess."""
-        if (tuple(argv[1:]) != _BOOTSTRAP or not _forkserver.supported()
-                or os.path.abspath(argv[0]) != os.path.abspath(sys.executable)):
+        # The template runs this interpreter with this process's flags: a job asking for
+        # another interpreter or other flags is a subprocess.
+        parts = bootstrap_parts(argv)
+        if (parts is None or not _forkserver.supported()
+                or os.path.abspath(parts[0]) != os.path.abspath(sys.executable)
+                or list(parts[1]) != interpreter_flags()):
             return None
         cfg = get_config()
         if not cfg.local_fork_server:

@@ -41,6 +41,7 @@ import threading
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from ..backends import JobHandle, JobSpec, register_backend
+from ..backends._command import bootstrap_parts
 from ..backends.local import LocalBackend
 from ..errors import SubmitError
 from ._hosts import HOSTS_ENV, NETWORK, HostList, Hosts, cleanup_stale
@@ -111,8 +112,9 @@ _BOOTSTRAP = "import fiber.testing.netns; from fiber._bootstrap import main; mai
 
 
 def _with_import(command: Sequence[str]) -> Tuple[str, ...]:
-    if len(command) == 3 and tuple(command[1:]) == ("-m", "fiber._bootstrap"):
-        return (command[0], "-c", _BOOTSTRAP)
+    parts = bootstrap_parts(command)
+    if parts is not None:
+        return (parts[0], *parts[1], "-c", _BOOTSTRAP)
     return tuple(command)
 
 
