@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "api: a multiprocessing-API test run on every backend")
     config.addinivalue_line(
+        "markers", "torch: needs torch (the examples extra), installed for Python 3.11 only: "
+        "the suites on the other supported Pythons deselect these (-m 'not torch')")
+    config.addinivalue_line(
         "markers", "local_pids: the test kills or identifies workers by OS pid, which only "
         "the local and netns backends give (their jobs are processes of this machine); "
         "cluster backends have their own crash tests (node crash, container kill)")

@@ -21,6 +21,7 @@ def make_cartpole():
     return gym.make("CartPole-v1")
 
 
+@pytest.mark.torch
 def test_sb3_subproc_vec_env(monkeypatch):
     import stable_baselines3.common.vec_env.subproc_vec_env as sve
 

@@ -160,12 +160,16 @@ def _busy_then_queued(ex: cf.Executor, count: int) -> tuple:
     return busy, [ex.submit(square, i) for i in range(count)]
 
 
-@pytest.mark.parametrize("kind", ["fiber", "stdlib"])
-def test_a_cancelled_future_is_done_for_wait_and_as_completed(ctx, kind):
-    """As with the stdlib's executors (run alike here): wait() and as_completed() count a
-    cancelled future as done, its done callbacks run once however often it is
-    cancelled, from however many threads, and a running or finished one cannot be."""
-    with Executor(1, mp_context=ctx) if kind == "fiber" else _stdlib_executor(1) as ex:
+def test_a_cancelled_future_is_done_for_wait_and_as_completed(ctx):
+    """wait() and as_completed() count a cancelled future as done, its done callbacks run
+    once however often it is cancelled, from however many threads, and a running or
+    finished one cannot be.
+
+    The stdlib's ProcessPoolExecutor is not run alike here: its manager thread notifies a
+    cancelled future only once it reaches it in its queue (cf.wait() returned it as not
+    done after 60 s under load), and its shutdown() then hung on Python 3.11 to 3.13 (a
+    race of the kind of CPython gh-94440)."""
+    with Executor(1, mp_context=ctx) as ex:
         busy, queued = _busy_then_queued(ex, 10)
         last = queued[-1]
         calls = []

@@ -353,7 +353,11 @@ def test_a_template_that_cannot_start_falls_back_clearly(local, tmp_path, monkey
     finally:
         _forkserver._failed = None  # let the next tests use a fork server again
         for proc in psutil.Process().children():
-            if _forkserver.MODULE in proc.cmdline():
+            try:
+                cmdline = proc.cmdline()
+            except psutil.Error:  # gone meanwhile, or a zombie another test left
+                continue
+            if _forkserver.MODULE in cmdline:
                 assert _wait_gone(proc.pid, 10), "a template that failed was left running"
 
 

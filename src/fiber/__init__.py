@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from . import errors, futures, managers
+from ._version import __version__ as __version__
 from .config import Config, get_config, init
 from .connection import BufferTooShort, Pipe
 from .context import FiberContext, get_context
@@ -36,8 +37,6 @@ from .synchronize import (
     RLock,
     Semaphore,
 )
-
-__version__ = "0.1.0"
 
 _default = get_context(None)
 

@@ -40,17 +40,32 @@ def _value(ok: bool, frames: List[Any]) -> Tuple[bool, Any]:
 
 
 class CallbackThread:
-    """Runs result callbacks in order, off the hub thread (one per pool, started lazily)."""
+    """Runs result callbacks in order, off the hub thread (one per pool, started lazily).
+
+    At interpreter exit (Python 3.12 and later refuse new threads once it has begun: a
+    pool's first result may arrive then, as executors finish their pending work) the
+    callbacks run in the delivering thread instead, one at a time.
+    """
 
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
+        self._inline: Optional[threading.Lock] = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            self._inline = threading.Lock()
 
     def submit(self, fn: Callable[[], None]) -> None:
-        self._queue.put(fn)
+        if self._inline is None:
+            self._queue.put(fn)
+            return
+        with self._inline:
+            self._call(fn)
 
     def stop(self, wait: bool = True) -> None:
+        if self._inline is not None:
+            return
         self._queue.put(None)
         if wait and threading.current_thread() is not self._thread:
             self._thread.join(30)
@@ -60,12 +75,16 @@ class CallbackThread:
             fn = self._queue.get()
             if fn is None:
                 return
-            try:
-                fn()
-            except Exception:
-                import traceback
+            self._call(fn)
 
-                traceback.print_exc()
+    @staticmethod
+    def _call(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
 
 
 class _Flag:

@@ -43,8 +43,11 @@ def _error(exc: BaseException, stage: str) -> List[Any]:
         note = f"fiber: error while {stage}"
         try:
             exc.add_note(note)  # type: ignore[attr-defined]
-        except AttributeError:  # Python < 3.11
-            pass
+        except AttributeError:  # Python < 3.11: the notes are kept as 3.11 keeps them
+            try:
+                exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
     return dumps(pack_exception(exc))
 
 

@@ -34,6 +34,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import config
+from ._version import DISTRIBUTION
 from .backends import Backend, JobHandle, JobSpec, JobStatus, Resources, get_backend
 from .errors import FiberError
 
@@ -67,11 +68,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 1
 
 
+def version_line() -> str:
+    """``fiber-cluster 0.1.0 (fiber at /path/to/fiber)``: the distribution, its version and
+    where the imported package is, so that another distribution of the same import name
+    (the original fiber) cannot pass for this one."""
+    import fiber
+
+    return (f"{DISTRIBUTION} {fiber.__version__} (fiber at "
+            f"{os.path.dirname(os.path.abspath(fiber.__file__))}, Python "
+            f"{sys.version.split()[0]})")
+
+
 def _parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="fiber", description="Run a program as a job on a cluster; list, read and "
         "stop fiber jobs. Settings come from .fiberconfig and FIBER_* variables, as for a "
         "program using fiber.")
+    top.add_argument("-V", "--version", action="version", version=version_line())
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:

@@ -266,8 +266,12 @@ class Process:
         log("%s did not connect within startup_timeout; cancelling it", self._name)
         sys.stderr.write(f"fiber: {self._name} did not start within "
                          f"{get_config().startup_timeout} s; cancelling its job\n")
-        threading.Thread(target=job.backend.cancel, args=([job.handle], True),
-                         name="fiber-cancel", daemon=True).start()
+        canceller = threading.Thread(target=job.backend.cancel, args=([job.handle], True),
+                                     name="fiber-cancel", daemon=True)
+        try:
+            canceller.start()
+        except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
+            job.backend.cancel([job.handle], True)
 
     def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
         default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,

@@ -5,8 +5,9 @@ interpreter options, for a Pool's workers and a Process."""
 import json
 import sys
 
-import fiber
 import settings
+
+import fiber
 
 
 def seen(_=None):
@@ -19,7 +20,7 @@ def seen(_=None):
 
 def _asserts_stripped():
     try:
-        assert False
+        assert False  # noqa: B011 - removed under -O, which is what is checked
     except AssertionError:
         return False
     return True

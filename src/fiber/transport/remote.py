@@ -10,6 +10,7 @@ caller, as ``concurrent.futures`` does.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from typing import Any, Tuple
 
@@ -22,6 +23,8 @@ __all__ = ["pack_exception", "unpack_exception"]
 def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
     """A picklable record of ``exc``: (exception or None, type name, message, traceback)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if sys.version_info < (3, 11):  # the notes, which 3.11's traceback prints last
+        tb += "".join(f"{note}\n" for note in getattr(exc, "__notes__", ()))
     try:
         loads(dumps(exc))
         carried: Any = exc
