@@ -17,11 +17,11 @@ it has no signal (the queue's hot path is unchanged).
 from __future__ import annotations
 
 import os
-import select
 import weakref
 from typing import Any, Optional
 
 from . import _runtime
+from .transport.sockets import readable
 
 __all__ = ["ReadySignal", "QueueReader", "reader_of"]
 
@@ -78,7 +78,7 @@ class QueueReader:
 
     def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """True if an item is queued, waiting up to ``timeout`` s (None: until one is)."""
-        return bool(select.select([self.fileno()], [], [], timeout)[0])
+        return bool(readable([self.fileno()], timeout))
 
     def recv(self) -> Any:
         """Remove and return the next item (waiting for one)."""

@@ -37,14 +37,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from ..transport.sockets import readable
 from ._command import interpreter_flags
 from ._forkserver_template import MAX_MESSAGE, MODULE, UNTOUCHED_SIGNALS, recv_message, send_message
 
@@ -216,7 +217,7 @@ class ForkServer:
         try:
             send_message(self._sock, {"op": "init", "preload": list(preload),
                                "sys_path": list(sys.path), "argv": list(sys.argv)})
-            if not select.select([self._sock], [], [], timeout)[0]:
+            if not readable([self._sock], timeout):
                 raise ForkServerError(
                     f"the fork server did not get ready within {timeout:g} s "
                     f"(preloading {', '.join(preload) or 'nothing'})")
@@ -253,29 +254,57 @@ class ForkServer:
             ForkServerError: the template cannot start this job (it is gone, stuck, or the
                 request cannot be sent); nothing was started.
         """
-        job = ForkedJob(on_finish)
+        result = self.fork_many([(argv, env, on_finish)], cwd, timeout)[0]
+        if isinstance(result, ForkServerError):
+            raise result
+        return result
+
+    def fork_many(self, jobs: Sequence[Tuple[Sequence[str], Dict[str, str],
+                                             Callable[[], None]]],
+                  cwd: Optional[str], timeout: Optional[float] = None
+                  ) -> List[Union[ForkedJob, ForkServerError]]:
+        """Fork a child per ``(argv, env, on_finish)``: every request is sent before the
+        first answer is awaited, so that a pool of 1,024 workers is not 1,024 round trips
+        to the template. Each job is a :class:`ForkedJob`, or the ForkServerError saying
+        why the template did not start it."""
         stdio = [fd for fd in (1, 2) if _is_open(fd)]
-        with self._lock:
-            if not self.alive:
-                raise ForkServerError(self.reason or "the fork server is gone")
-            job_id = next(self._ids)
-            self._pending[job_id] = job
-        request = {"op": "fork", "id": job_id, "argv": list(argv), "env": env, "cwd": cwd,
-                   "stdio": [fd in stdio for fd in (1, 2)], "ignored": _ignored_signals()}
-        try:
-            with self._send_lock:
-                send_message(self._sock, request, stdio)
-        except (OSError, ValueError) as e:
+        ignored = _ignored_signals()
+        sent: List[Union[ForkedJob, ForkServerError]] = []
+        for argv, env, on_finish in jobs:
+            forked = ForkedJob(on_finish)
             with self._lock:
-                self._pending.pop(job_id, None)
-            raise ForkServerError(f"cannot hand the job to the fork server: {e}") from None
-        timeout = FORK_TIMEOUT if timeout is None else timeout
-        if not job._wait_answer(timeout):
-            self._kill(f"did not answer a fork request within {timeout:g} s")
-            job._wait_answer(10)  # the reader answers every pending request as it ends
-        if job._error or not job.pid:
-            raise ForkServerError(job._error or "the fork server did not start the job")
-        return job
+                if not self.alive:
+                    sent.append(ForkServerError(self.reason or "the fork server is gone"))
+                    continue
+                job_id = next(self._ids)
+                self._pending[job_id] = forked
+            request = {"op": "fork", "id": job_id, "argv": list(argv), "env": env,
+                       "cwd": cwd, "stdio": [fd in stdio for fd in (1, 2)],
+                       "ignored": ignored}
+            try:
+                with self._send_lock:
+                    send_message(self._sock, request, stdio)
+            except (OSError, ValueError) as e:
+                with self._lock:
+                    self._pending.pop(job_id, None)
+                sent.append(ForkServerError(f"cannot hand the job to the fork server: {e}"))
+                continue
+            sent.append(forked)
+        # The template forks one after the other: the allowance grows with the batch.
+        deadline = time.monotonic() + (FORK_TIMEOUT if timeout is None else timeout) * (
+            1 + len(jobs) // 64)
+        out: List[Union[ForkedJob, ForkServerError]] = []
+        for job in sent:
+            if isinstance(job, ForkedJob):
+                if not job._wait_answer(max(0.0, deadline - time.monotonic())):
+                    self._kill("did not answer a fork request in time")
+                    job._wait_answer(10)  # the reader answers every pending request as it ends
+                if job._error or not job.pid:
+                    out.append(ForkServerError(job._error or "the fork server did not start "
+                                               "the job"))
+                    continue
+            out.append(job)
+        return out
 
     def _kill(self, why: str) -> None:
         with self._lock:
@@ -376,7 +405,7 @@ class ForkServer:
             sys.stderr.flush()
         try:
             while orphans:
-                ready, _, _ = select.select(list(orphans), [], [])
+                ready = readable(list(orphans), None)
                 for fd in ready:
                     job = orphans.pop(fd)
                     os.close(fd)

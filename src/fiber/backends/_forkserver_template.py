@@ -12,12 +12,13 @@ import array
 import errno
 import json
 import os
-import select
 import signal
 import socket
 import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from fiber.transport.sockets import readable
 
 #: The module the template runs (``python -m``); tests find the template by it.
 MODULE = "fiber.backends._forkserver_template"
@@ -121,7 +122,7 @@ def _template(fd: int) -> None:
     context = _ChildContext(sock, (wake_r, wake_w), spec, code)
     while True:
         _reap(sock)
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
+        ready = readable([sock.fileno(), wake_r], None)
         if wake_r in ready:
             try:
                 while os.read(wake_r, 4096):

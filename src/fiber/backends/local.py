@@ -15,19 +15,21 @@ honour them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ..config import get_config
 from ..errors import SubmitError
 from . import _forkserver
-from ._base import Backend, ExitCallback, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
 from ._command import bootstrap_parts, interpreter_flags
 from ._forkserver import ForkedJob, ForkServerError
 
@@ -85,60 +87,71 @@ class LocalBackend(Backend):
         return []
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        handles = []
+        base_env = dict(os.environ)
+        jobs = []
         for spec in specs:
             index = next(self._ids)
             prefix = self.command_prefix(spec, index)
-            argv = prefix + list(spec.command)
-            env = dict(os.environ)
-            env.update(spec.env)
-            proc: Optional[_Proc] = None if prefix else self._fork(argv, env)
+            jobs.append((f"{os.getpid()}-{index}", prefix + list(spec.command),
+                         {**base_env, **spec.env}, bool(prefix)))
+        forked = self._fork_all([(job_id, argv, env) for job_id, argv, env, placed in jobs
+                                 if not placed and self._forkable(argv)])
+        handles = []
+        for job_id, argv, env, _ in jobs:
+            proc: Optional[_Proc] = forked.get(job_id)
             if proc is None:
                 try:
                     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                             close_fds=True)
                 except OSError as e:
                     raise SubmitError(f"cannot start local job: {e}", command=argv) from e
-            job_id = f"{os.getpid()}-{index}"
             with self._lock:
                 self._procs[job_id] = proc
             handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
         return handles
 
-    def _fork(self, argv: List[str], env: Dict[str, str]) -> Optional[ForkedJob]:
-        """The job forked by the fork server, or None: start it as a subprocess."""
-        # The template runs this interpreter with this process's flags: a job asking for
-        # another interpreter or other flags is a subprocess.
+    @staticmethod
+    def _forkable(argv: List[str]) -> bool:
+        """Whether the fork server may start this command: the bootstrap, with this
+        interpreter and this process's flags (the template's)."""
         parts = bootstrap_parts(argv)
-        if (parts is None or not _forkserver.supported()
-                or os.path.abspath(parts[0]) != os.path.abspath(sys.executable)
-                or list(parts[1]) != interpreter_flags()):
-            return None
+        return (parts is not None and _forkserver.supported()
+                and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
+                and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
+
+    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str]]]
+                  ) -> Dict[str, ForkedJob]:
+        """The jobs the fork server forked, by job id; the others start as subprocesses."""
+        if not jobs:
+            return {}
         cfg = get_config()
-        if not cfg.local_fork_server:
-            return None
         try:
             server = _forkserver.get_server(sys.executable, cfg.local_preload)
         except ForkServerError as e:
             _note_once(f"{e}; local jobs start as subprocesses")
-            return None
+            return {}
         if cfg.debug and server.preload_failures:
             _note_once(f"the fork server could not preload {server.preload_failures}")
         try:
             cwd: Optional[str] = os.getcwd()
         except OSError:
             cwd = None
-        try:
-            return server.fork(argv, env, cwd, self._forked_job_ended)
-        except ForkServerError as e:
-            _note_once(f"{e}; this job starts as a subprocess")
-            return None
+        results = server.fork_many([(argv, env, functools.partial(self._forked_job_ended,
+                                                                  job_id))
+                                    for job_id, argv, env in jobs], cwd)
+        out = {}
+        for (job_id, _, _), result in zip(jobs, results):
+            if isinstance(result, ForkServerError):
+                _note_once(f"{result}; this job starts as a subprocess")
+            else:
+                out[job_id] = result
+        return out
 
-    def _forked_job_ended(self) -> None:
+    def _forked_job_ended(self, job_id: str) -> None:
         """A forked job's exit was reported (on the fork server's reader thread)."""
         w = self.__dict__.get("_watcher")
         if isinstance(w, _PidfdWatcher):
-            w._wake()
+            w.ended(job_id)
         elif w is not None:
             with w._cond:
                 w._reset = True
@@ -203,16 +216,35 @@ class LocalBackend(Backend):
 
 
 class _PidfdWatcher(JobWatcher):
-    """Sees each child's exit the moment it happens, via pidfds and ``select``."""
+    """Sees each child's exit the moment it happens: a pidfd per subprocess in one epoll,
+    and the fork server's exit reports for forked jobs.
+
+    The work done is proportional to what happened, not to the jobs watched: a new job
+    or a reported exit is queued for the watcher thread, which looks at those alone (a
+    pool of 1,024 workers is not 1,024 scans of 1,024 jobs). A full sweep every
+    ``SWEEP_S`` seconds is the safety net for an exit nobody reported.
+    """
+
+    SWEEP_S = 5.0
 
     def __init__(self, backend: LocalBackend) -> None:
         super().__init__(backend)
         self._local = backend
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._touched: Set[str] = set()  # new or reported ended, under self._cond
 
     def watch(self, handle, on_exit) -> None:  # type: ignore[no-untyped-def]
+        with self._cond:
+            self._touched.add(handle.job_id)
         super().watch(handle, on_exit)
+        self._wake()
+
+    def ended(self, job_id: str) -> None:
+        """A forked job's exit was reported."""
+        with self._cond:
+            self._touched.add(job_id)
         self._wake()
 
     def _wake(self) -> None:
@@ -227,47 +259,81 @@ class _PidfdWatcher(JobWatcher):
         self._wake()
         super().stop()
 
-    def _deliver_ended(self, jobs: Dict[str, Tuple[JobHandle, ExitCallback]]) -> None:
-        """Call back (and drop from ``jobs``) the jobs that ended. A method of its own: a
-        delivered callback holds its process object, which must not stay referenced by
-        ``_run``'s locals while it waits."""
-        for job_id, (handle, on_exit) in list(jobs.items()):
+    def _deliver_ended(self, job_ids: Iterable[str]) -> List[str]:
+        """Call back (and stop watching) the jobs of ``job_ids`` that ended; the ids of
+        those still running. A method of its own: a delivered callback holds its process
+        object, which must not stay referenced by ``_run``'s locals while it waits."""
+        running = []
+        for job_id in job_ids:
+            with self._cond:
+                entry = self._jobs.get(job_id)
+            if entry is None:
+                continue
+            handle, on_exit = entry
             proc = self._local._proc(handle)
             status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
                       else _current_status(proc))
             if status.state.finished:
                 with self._cond:
                     self._jobs.pop(job_id, None)
-                del jobs[job_id]
                 on_exit(handle, status)
+            else:
+                running.append(job_id)
+        return running
 
     def _run(self) -> None:
-        # Each round checks the jobs of a fresh snapshot *before* waiting: a job watched,
-        # or a forked job reported, while we waited is seen in the next round (the wake
-        # byte that announced it ends the wait), never one wait later.
+        # Each round looks at the jobs touched since the last one *before* waiting: a job
+        # watched, or a forked job reported, while we waited is seen in the next round
+        # (the wake byte that announced it ends the wait), never one wait later.
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
         fds: Dict[str, int] = {}
+        next_sweep = time.monotonic() + self.SWEEP_S
         try:
             while True:
                 with self._cond:
                     if self._stopped:
                         return
-                    jobs = dict(self._jobs)
-                self._deliver_ended(jobs)
-                for job_id in set(fds) - set(jobs):
-                    os.close(fds.pop(job_id))
-                for job_id, (handle, _) in jobs.items():
-                    if job_id not in fds and handle.pid is not None:
-                        if isinstance(self._local._proc(handle), ForkedJob):
-                            continue  # no pidfd: the fork server's exit report wakes us
-                        try:
-                            fds[job_id] = os.pidfd_open(handle.pid)  # type: ignore[attr-defined]
-                        except ProcessLookupError:
-                            fds[job_id] = os.open(os.devnull, os.O_RDONLY)  # already reaped
-                ready, _, _ = select.select([self._wake_r, *fds.values()], [], [], 1.0)
-                if self._wake_r in ready:
-                    os.read(self._wake_r, 4096)
+                    touched, self._touched = self._touched, set()
+                    if time.monotonic() >= next_sweep:
+                        touched.update(self._jobs)
+                        next_sweep = time.monotonic() + self.SWEEP_S
+                for job_id in self._deliver_ended(touched):
+                    if job_id not in fds:
+                        self._watch_pidfd(sel, fds, job_id)
+                for job_id in [j for j in fds if j not in self._jobs]:
+                    fd = fds.pop(job_id)
+                    sel.unregister(fd)
+                    os.close(fd)
+                ready = [key.data for key, _ in sel.select(1.0)]
+                if None in ready:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                with self._cond:
+                    self._touched.update(j for j in ready if j is not None)
         finally:
+            sel.close()
             for fd in fds.values():
                 os.close(fd)
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def _watch_pidfd(self, sel: selectors.BaseSelector, fds: Dict[str, int],
+                     job_id: str) -> None:
+        """Add a subprocess's pidfd to ``sel``; forked jobs have none (the fork server's
+        exit report wakes us)."""
+        with self._cond:
+            entry = self._jobs.get(job_id)
+        if entry is None or entry[0].pid is None:
+            return
+        if isinstance(self._local._proc(entry[0]), ForkedJob):
+            return
+        try:
+            fd = os.pidfd_open(entry[0].pid)  # type: ignore[attr-defined]
+        except ProcessLookupError:
+            fd = os.open(os.devnull, os.O_RDONLY)  # already reaped: readable at once
+        fds[job_id] = fd
+        sel.register(fd, selectors.EVENT_READ, job_id)

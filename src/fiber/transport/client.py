@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import select
 import socket
 import struct
 import threading
@@ -31,7 +30,7 @@ from ..config import get_config
 from ..errors import AuthenticationError, TransportError
 from . import auth
 from .framing import FrameReader, ProtocolError, send_frames
-from .sockets import connect, server_id, tune
+from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
            "close_all", "ensure_anchor", "register_local_server", "prune_closed"]
@@ -169,7 +168,7 @@ class Client:
                 left = max(0.0, deadline - time.monotonic())
                 if left == 0:
                     flags = socket.MSG_DONTWAIT  # a poll: one syscall, not select + recv
-                elif not select.select([self.sock], [], [], left)[0]:
+                elif not readable([self.sock], left):
                     return None
             if not self._feed(flags):
                 return None
@@ -386,7 +385,7 @@ def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
 
 def _closed_by_peer(sock: socket.socket) -> bool:
     try:
-        if not select.select([sock], [], [], 0)[0]:
+        if not readable([sock], 0):
             return False
         return sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):

@@ -60,7 +60,10 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
 _PREAUTH_LIMIT = 512
 _HANDSHAKE_TTL = 30.0
-_MAX_UNAUTHENTICATED = 1024
+#: Connections kept before they authenticate; past it the oldest is dropped (a stranger
+#: opening connections without end). Each worker of a pool opens two as it starts: room
+#: for several thousand starting at once.
+_MAX_UNAUTHENTICATED = 8192
 
 
 class Peer:
@@ -200,6 +203,8 @@ class Server:
         #: Guards every service and every socket write; reentrant for nested calls.
         self.lock = threading.RLock()
         self._sel = selectors.DefaultSelector()  # listeners and connections
+        #: Connections not authenticated yet, oldest first (by id: O(1) to add and drop).
+        self._unauthenticated: collections.OrderedDict[int, _Conn] = collections.OrderedDict()
         for listener in self._listeners:
             listener.setblocking(False)
             self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
@@ -528,6 +533,7 @@ class Server:
             conn = _Conn(sock, self._scratch)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
+            self._unauthenticated[id(conn)] = conn
             self._limit_unauthenticated()
             # A weak reference: a connection closed before the timer must not stay in
             # memory until it fires (a pool replacing workers makes many).
@@ -535,8 +541,8 @@ class Server:
                             functools.partial(self._expire_handshake, weakref.ref(conn)))
 
     def _limit_unauthenticated(self) -> None:
-        waiting = [c for c in self._conns.values() if c.peer is None]
-        for conn in sorted(waiting, key=lambda c: c.since)[:-_MAX_UNAUTHENTICATED or None]:
+        while len(self._unauthenticated) > _MAX_UNAUTHENTICATED:
+            _, conn = self._unauthenticated.popitem(last=False)
             self.dropped += 1
             self._close_conn(conn)
 
@@ -606,6 +612,7 @@ class Server:
             conn.state = "ready"
             conn.reader.max_message = None
             conn.peer = Peer(next(self._peer_ids), conn.process_id, conn.anchor, conn)
+            self._unauthenticated.pop(id(conn), None)
             if conn.anchor:
                 self._anchors[conn.process_id] += 1
             conn.outbox.add([auth.OK])
@@ -618,6 +625,7 @@ class Server:
         if sock.fileno() < 0:
             return
         self._conns.pop(sock.fileno(), None)
+        self._unauthenticated.pop(id(conn), None)
         try:
             self._sel.unregister(sock)
         except (KeyError, ValueError):

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import errno
 import secrets
+import select
 import socket
 import sys
 import time
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["tune", "listen", "connect", "split_address"]
+__all__ = ["tune", "listen", "connect", "split_address", "readable"]
 
 _TRANSIENT = (errno.EHOSTUNREACH, errno.ENETUNREACH)
 _UNREACHABLE_RETRY_S = 3.0
@@ -113,3 +114,21 @@ def connect(address: str, timeout: float) -> socket.socket:
             if e.errno not in _TRANSIENT or time.monotonic() >= deadline:
                 raise
         time.sleep(0.1)
+
+
+def readable(fds: Sequence[Any], timeout: Optional[float]) -> List[Any]:
+    """Those of ``fds`` (descriptors, or objects with ``fileno()``) readable within
+    ``timeout`` seconds (None: no limit), in their order.
+
+    ``poll``, not ``select.select``: select cannot watch a descriptor numbered 1024 or more,
+    which a master of a few hundred workers holds.
+    """
+    poller = select.poll()
+    by_fd = {}
+    for f in fds:
+        fd = f if isinstance(f, int) else f.fileno()
+        by_fd[fd] = f
+        poller.register(fd, select.POLLIN)
+    events = poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999)))
+    ready = {fd for fd, mask in events if mask}
+    return [f for fd, f in by_fd.items() if fd in ready]

@@ -1,0 +1,195 @@
+"""Pools of hundreds to 1,024 workers: fiber against multiprocessing, in the same run.
+
+For each size, and for each of ``multiprocessing.Pool`` and ``fiber.Pool`` (local backend):
+
+- **start-up**: from ``Pool(n)`` until every worker runs a task. Each of ``n`` tasks marks a
+  file with its pid and waits for a go signal (a file lock: no CPU spent waiting); the
+  time is taken when ``n`` distinct workers have marked (the same measure for both pools;
+  a pool that hands two tasks to one worker cannot finish it before the others start);
+- **first result**: from ``Pool(n)`` until the first of those tasks could return;
+- **round efficiency**: rounds of one 50 ms sleep per worker (an ES iteration); efficiency
+  = 50 ms / the round's wall time (1.0 would be no overhead at all);
+- **master CPU per task** over the rounds (user + system time of the master process:
+  multiprocessing's handler threads and fiber's hub are both in it);
+- **master RSS per worker**: the master's resident memory after start-up, less before,
+  divided by ``n``.
+
+Usage::
+
+    python benchmarks/scale.py [--sizes 64,256,512,1024] [--rounds 10] [--plot scale.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import gc
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import table  # noqa: E402
+
+import fiber  # noqa: E402
+
+TASK_S = 0.05
+
+
+def mark_and_wait(args: tuple) -> int:
+    """Mark ``folder`` with this worker's pid, then wait for the go signal: a shared lock
+    on the folder's ``go`` file, which the master holds exclusively until every worker
+    has marked (a wait in the kernel, which costs the workers still starting no CPU).
+    A POSIX record lock (``lockf``), not ``flock``: a forked worker inherits the master's
+    descriptor, and with it an ``flock`` that closing the master's copy would not release."""
+    folder, _ = args
+    pid = os.getpid()
+    with open(os.path.join(folder, str(pid)), "w"):
+        pass
+    with open(os.path.join(folder, "go")) as go:
+        fcntl.lockf(go, fcntl.LOCK_SH)
+    return pid
+
+
+def nap(_: int) -> None:
+    time.sleep(TASK_S)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def measure(make_pool: Callable[[int], Any], n: int, rounds: int) -> Dict[str, float]:
+    """Start-up, first result, round efficiency, master CPU and memory of one pool."""
+    gc.collect()
+    rss0 = _rss_mb()
+    folder = tempfile.mkdtemp(prefix="fiber-scale-")
+    try:
+        go = open(os.path.join(folder, "go"), "w")
+        fcntl.lockf(go, fcntl.LOCK_EX)
+        t0 = time.perf_counter()
+        pool = make_pool(n)
+        result = pool.map_async(mark_and_wait, [(folder, i) for i in range(n)], chunksize=1)
+        first = None
+        while True:
+            marks = len(os.listdir(folder)) - 1
+            if marks and first is None:
+                first = time.perf_counter() - t0
+            if marks >= n:
+                break
+            time.sleep(0.002)
+        startup = time.perf_counter() - t0
+        go.close()  # releases the lock: every task returns
+        pids = result.get(timeout=600)
+        assert len(set(pids)) == n, f"{len(set(pids))} distinct workers of {n}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    rss = _rss_mb() - rss0
+    pool.map(nap, range(n), chunksize=1)  # warm: every worker has the function
+    cpu0, times = _cpu_s(), []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        pool.map(nap, range(n), chunksize=1)
+        times.append(time.perf_counter() - t)
+    cpu = _cpu_s() - cpu0
+    pool.terminate()
+    pool.join()
+    mean_round = sum(times) / len(times)
+    return {"startup_s": startup, "first_s": first or startup,
+            "efficiency": TASK_S / mean_round, "round_s": mean_round,
+            "cpu_us_per_task": cpu / (rounds * n) * 1e6, "rss_kb_per_worker": rss * 1024 / n}
+
+
+def _mp_pool(n: int) -> Any:
+    return multiprocessing.get_context("fork").Pool(n)
+
+
+def _fiber_pool(n: int) -> Any:
+    return fiber.Pool(n)
+
+
+def _plot(results: List[Dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, style in (("multiprocessing", "o--"), ("fiber", "s-")):
+        rows = [r for r in results if r["pool"] == name]
+        sizes = [r["workers"] for r in rows]
+        left.plot(sizes, [r["startup_s"] for r in rows], style, label=name)
+        right.plot(sizes, [r["efficiency"] for r in rows], style, label=name)
+    left.set(xlabel="workers", ylabel="start-up (s)", title="Every worker running a task")
+    right.set(xlabel="workers", ylabel="efficiency", ylim=(0, 1.05),
+              title=f"Rounds of one {TASK_S * 1000:.0f} ms task per worker")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="64,256,512,1024")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--only", choices=["multiprocessing", "fiber"])
+    parser.add_argument("--plot", default="", help="write a PNG of the results here")
+    parser.add_argument("--json", default="", help="write the results as JSON here")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"{os.cpu_count()} CPUs, open-file limit {soft}/{hard}, Python "
+          f"{sys.version.split()[0]}, {args.rounds} rounds of {TASK_S * 1000:.0f} ms tasks")
+    pools = [("multiprocessing", _mp_pool), ("fiber", _fiber_pool)]
+    results: List[Dict[str, Any]] = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        for name, make in pools:
+            if args.only and name != args.only:
+                continue
+            r = measure(make, n, args.rounds)
+            results.append({"pool": name, "workers": n, **r})
+            print(f"  {name:>15} {n:>5}: start-up {r['startup_s']:.2f} s, efficiency "
+                  f"{r['efficiency']:.2f}", flush=True)
+    rows = []
+    for r in results:
+        rows.append([r["workers"], r["pool"], r["startup_s"], r["first_s"], r["efficiency"],
+                     r["cpu_us_per_task"], r["rss_kb_per_worker"]])
+    table("Pools at size (start-up: every worker running a task)",
+          ["workers", "pool", "start-up s", "first s", "efficiency", "master CPU us/task",
+           "master KB/worker"], rows)
+    by_size: Dict[int, Dict[str, Dict[str, Any]]] = {}
+    for r in results:
+        by_size.setdefault(r["workers"], {})[r["pool"]] = r
+    ratios = [[n, p["fiber"]["startup_s"] / p["multiprocessing"]["startup_s"],
+               p["fiber"]["efficiency"] / p["multiprocessing"]["efficiency"]]
+              for n, p in by_size.items() if len(p) == 2]
+    if ratios:
+        table("fiber / multiprocessing", ["workers", "start-up ratio", "efficiency ratio"],
+              ratios)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.plot:
+        _plot(results, args.plot)
+        print(f"\nplot written to {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
