@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import select
 import sys
 import threading
 import time
@@ -26,9 +27,10 @@ SENTINEL_GRACE_S = 0.5
 def _watch_parent(address: str) -> None:
     """End this job when its lifeline to the parent drops (no orphans, ever).
 
-    The lifeline is the anchor connection to the parent's hub: nothing is ever sent on
-    it after the handshake, so a read returns only when it closes (the parent ended or
-    was killed) or fails (keepalive probes found the parent's host unreachable).
+    The lifeline is the anchor connection to the parent's hub. The main thread makes its
+    calls on it (see ``transport.client.get_client``), so this thread never reads from
+    it: it waits for the peer's end of the stream (``POLLRDHUP``: the parent ended or
+    was killed) or an error (keepalive probes found the parent's host unreachable).
 
     ``parent_process().sentinel`` turns readable first (and ``is_alive()`` False); the
     job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
@@ -36,11 +38,9 @@ def _watch_parent(address: str) -> None:
     """
     from .transport.client import ensure_anchor
 
-    sock = ensure_anchor(address).sock
-    try:
-        while sock.recv(1):
-            pass
-    except OSError:
+    poller = select.poll()
+    poller.register(ensure_anchor(address).sock.fileno(), select.POLLRDHUP)
+    while not poller.poll():
         pass
     if _exiting.is_set():
         return

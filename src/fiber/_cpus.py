@@ -92,7 +92,7 @@ def poll(attempt: Callable[[], T], seconds: float) -> T:
     end = time.monotonic() + seconds
     contended = 0.0  # since when no CPU has been spare (0: one is)
     got = attempt()
-    if got or _runnable_now() > OVERLOADED_PER_CPU * CPUS:
+    if got or (not spare_cpu() and _runnable_now() > OVERLOADED_PER_CPU * CPUS):
         return got
     while True:
         now = time.monotonic()

@@ -70,7 +70,7 @@ class Task:
 
 class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
-                 "assigned", "retiring", "lost", "connected", "exitcode")
+                 "assigned", "retiring", "lost", "connected", "exitcode", "load")
 
     def __init__(self, worker_id: int, process: Any) -> None:
         self.worker_id = worker_id
@@ -84,10 +84,40 @@ class WorkerState:
         self.lost = False
         self.connected = False
         self.exitcode: Optional[int] = None
+        #: Its bucket in :class:`ReadyWorkers` (the tasks it held when put there), or -1:
+        #: it cannot take a task now.
+        self.load = -1
 
 
-def _held(ws: WorkerState) -> int:
-    return len(ws.pending)
+class ReadyWorkers:
+    """The workers that can take a task, bucketed by how many tasks they hold.
+
+    The least-loaded one is found in O(1) (amortized over the buckets, at most the
+    largest credit), so that handing out a task or hearing a result costs the same with
+    1,024 workers as with 4: no scan of every worker per message. Within a bucket the
+    worker put there first comes first.
+    """
+
+    def __init__(self) -> None:
+        self._buckets: List[Dict[WorkerState, None]] = []
+
+    def put(self, ws: WorkerState, ready: bool) -> None:
+        """File ``ws`` under its current load if ``ready``, else take it out."""
+        if ws.load >= 0:
+            del self._buckets[ws.load][ws]
+            ws.load = -1
+        if ready:
+            load = len(ws.pending)
+            while len(self._buckets) <= load:
+                self._buckets.append({})
+            self._buckets[load][ws] = None
+            ws.load = load
+
+    def least_loaded(self) -> Optional[WorkerState]:
+        for bucket in self._buckets:
+            if bucket:
+                return next(iter(bucket))
+        return None
 
 
 def exit_code(ws: WorkerState) -> Optional[int]:
@@ -129,6 +159,7 @@ class PoolService(Service):
         self.on_worker_gone = on_worker_gone
         self.queue: Deque[Task] = collections.deque()
         self.workers: Dict[int, WorkerState] = {}
+        self.ready = ReadyWorkers()
         self.by_peer: Dict[int, WorkerState] = {}
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
@@ -196,6 +227,7 @@ class PoolService(Service):
         for ws in self.workers.values():
             tasks.extend(ws.pending.values())
             ws.pending.clear()
+            self._refresh(ws)
         for task in tasks:
             self._finish(task, False, record)
 
@@ -206,6 +238,7 @@ class PoolService(Service):
         chosen = active[:count]
         for ws in chosen:
             ws.retiring = True
+            self._refresh(ws)
             self._maybe_stop(ws)
         return chosen
 
@@ -222,6 +255,10 @@ class PoolService(Service):
         return (ws.connected and not ws.lost and not ws.retiring
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
 
+    def _refresh(self, ws: WorkerState) -> None:
+        """Refile ``ws`` in :attr:`ready` after what it holds or its state changed."""
+        self.ready.put(ws, self._can_take(ws))
+
     def credit(self, fid: int) -> int:
         """How many tasks of function ``fid`` a worker may hold, the one it runs included.
 
@@ -237,42 +274,33 @@ class PoolService(Service):
         return max(self.prefetch + 1, min(_MAX_CREDIT, int(_HOLD / max(seconds, 1e-6))))
 
     def dispatch(self) -> None:
-        """Hand queued tasks to workers with credit, one a worker at a time, least-loaded
-        first, so that a map's tasks spread over the workers."""
+        """Hand queued tasks out, each to the least-loaded worker that has credit for it,
+        so that a map's tasks spread over the workers (every idle worker gets one before
+        any gets a second). The cost is per task handed out, not per worker."""
         queue = self.queue
-        if not queue:
-            return
-        ready = [ws for ws in self.workers.values() if self._can_take(ws)]
-        if not ready:
-            return
-        ready.sort(key=_held)
         credits: Dict[int, int] = {}  # fid -> credit, for this call
         batches: Dict[WorkerState, List[Task]] = {}
-        while queue and ready:
-            took = False
-            for ws in ready:
-                if not queue:
-                    break
-                task = queue[0]
-                if task.suspect and ws.pending:
-                    continue  # only an idle worker takes a suspect
-                credit = credits.get(task.fid)
-                if credit is None:
-                    credit = credits[task.fid] = self.credit(task.fid)
-                if len(ws.pending) >= credit:
-                    continue
-                queue.popleft()
-                ws.pending[task.task_id] = task
-                ws.assigned += 1
-                batch = batches.get(ws)
-                if batch is None:
-                    batches[ws] = [task]
-                else:
-                    batch.append(task)
-                took = True
-            if not took:
+        while queue:
+            ws = self.ready.least_loaded()
+            if ws is None:
                 break
-            ready = [ws for ws in ready if self._can_take(ws)]  # a suspect, maxtasks
+            task = queue[0]
+            if task.suspect and ws.pending:
+                break  # only an idle worker takes a suspect, and none is idle
+            credit = credits.get(task.fid)
+            if credit is None:
+                credit = credits[task.fid] = self.credit(task.fid)
+            if len(ws.pending) >= credit:
+                break  # the least-loaded worker is full: so is every other
+            queue.popleft()
+            ws.pending[task.task_id] = task
+            ws.assigned += 1
+            self._refresh(ws)
+            batch = batches.get(ws)
+            if batch is None:
+                batches[ws] = [task]
+            else:
+                batch.append(task)
         for ws, tasks in batches.items():
             self._send_tasks(ws, tasks)
 
@@ -306,6 +334,7 @@ class PoolService(Service):
                 if task is not None:
                     fids.append(task.fid)
                     self._finish(task, ok, frames)
+            self._refresh(ws)
             self._measure(fids, results_busy(payload))
             self._maybe_stop(ws)
             self.dispatch()
@@ -316,6 +345,7 @@ class PoolService(Service):
                 return
             ws.peer = peer
             ws.connected = True
+            self._refresh(ws)
             self.by_peer[peer.peer_id] = ws
             self.init_failures.clear()
             self.dispatch()
@@ -365,6 +395,7 @@ class PoolService(Service):
         if ws.lost:
             return
         ws.lost = True
+        self._refresh(ws)
         log("pool worker %s lost, holding %d tasks", ws.worker_id, len(ws.pending))
         if ws.peer is not None:
             self.by_peer.pop(ws.peer.peer_id, None)

@@ -21,6 +21,7 @@ __all__ = [
     "TransportError",
     "AuthenticationError",
     "ProcessError",
+    "ResourceLimitError",
     "TimeoutError",
     "RemoteError",
     "RemoteTraceback",
@@ -101,6 +102,10 @@ class AuthenticationError(FiberError, multiprocessing.AuthenticationError):
 
 class ProcessError(FiberError, multiprocessing.ProcessError):
     """A fiber process could not be started or managed."""
+
+
+class ResourceLimitError(ProcessError):
+    """Starting the jobs asked for would exceed a limit of this process (open files)."""
 
 
 class TimeoutError(FiberError, multiprocessing.TimeoutError):

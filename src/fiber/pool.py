@@ -31,6 +31,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from . import _runtime
+from ._limits import ensure_open_files
 from ._pool_results import (
     ApplyResult,
     AsyncResult,
@@ -318,6 +319,10 @@ class _PoolCore:
         if not isinstance(size, int) or size < 1:
             raise ValueError("Number of processes must be at least 1")
         with self.hub.lock:
+            grow = size - len([ws for ws in self._live_workers() if not ws.retiring])
+        if grow > 0:
+            ensure_open_files(grow, f"growing the pool to {size} workers")
+        with self.hub.lock:
             self.check_running()
             self.size = size
             surplus = len([ws for ws in self._live_workers() if not ws.retiring]) - size
@@ -362,6 +367,8 @@ class Pool:
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
         TypeError: ``initializer`` is not callable.
+        ResourceLimitError: the workers would need more open files than this process
+            may have (its soft limit is raised to the hard one first).
     """
 
     def __init__(self, processes: Optional[int] = None,
@@ -378,6 +385,7 @@ class Pool:
         if maxtasksperchild is not None and (
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
+        ensure_open_files(processes, f"a pool of {processes} workers")
         if context is None:
             from .context import get_context
 
@@ -514,7 +522,12 @@ class Pool:
     # -- life cycle ----------------------------------------------------------------------
 
     def resize(self, processes: int) -> None:
-        """Grow or shrink the running pool; retiring workers finish the tasks they hold."""
+        """Grow or shrink the running pool; retiring workers finish the tasks they hold.
+
+        Raises:
+            ValueError: ``processes`` < 1, or the pool is not running.
+            ResourceLimitError: growing it would exceed the open-file limit.
+        """
         self._core.resize(processes)
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ from typing import (
 )
 
 from . import _fd_handoff, _launcher, _runtime
+from ._limits import ensure_open_files
 from ._log import log
 from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
@@ -488,7 +489,10 @@ def start_all(processes: Sequence[Process]) -> None:
         pickle.PicklingError, TypeError: a target or argument cannot be pickled (nothing
             is submitted).
         BackendError: the backend refused; none of that backend's jobs started.
+        ResourceLimitError: the jobs would exceed this process's open-file limit
+            (raised to its hard limit first); none started.
     """
+    ensure_open_files(len(processes))
     prepared: List[Tuple[Process, _Job, JobSpec]] = []
     try:
         for proc in processes:

@@ -11,7 +11,8 @@ waits for a reply by serving the server's connections itself (``Server.wait_serv
 
 :func:`get_client` caches one client per thread and address. The first connection a
 process makes to a server is its *anchor*, kept open until the process ends, so that the
-server can tell when the process is gone (and a child, when its parent is gone).
+server can tell when the process is gone (and a child, when its parent is gone); it also
+carries the calls of the first thread that asks for a client of that server.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class Client:
                  heartbeat: Tuple[float, float] = (1.0, 3.0)) -> None:
         self.address = address
         self.lost = False
+        #: An anchor is also the client of the first thread that asks for one (see
+        #: :func:`get_client`): a job's main thread makes no second connection.
+        self.taken = False
         self._ids = itertools.count(1)
         self._late: Dict[bytes, LateReply] = {}
         try:
@@ -350,7 +354,14 @@ def get_client(address: str, timeout: Optional[float] = None) -> Any:
         client.close()
     prune_closed()
     timeout = CONNECT_TIMEOUT if timeout is None else max(0.1, min(timeout, CONNECT_TIMEOUT))
-    ensure_anchor(address, timeout)
+    anchor = ensure_anchor(address, timeout)
+    with _anchor_lock:
+        if not anchor.taken and not anchor.lost:
+            # The anchor carries this thread's calls too: one connection, one handshake
+            # fewer for every job (its lifeline watches the anchor without reading it).
+            anchor.taken = True
+            cache[address] = anchor
+            return anchor
     client = cache[address] = Client(address, timeout=timeout, heartbeat=_heartbeat())
     _all_clients.add(client)
     return client
@@ -373,7 +384,12 @@ def own_client(address: str) -> Client:
 
 
 def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
-    """The connection that tells the server at ``address`` this process is alive."""
+    """The connection that tells the server at ``address`` this process is alive.
+
+    It is closed only when the process ends (or the connection fails): its end is how
+    the server learns that the process is gone. It may carry one thread's calls (see
+    :func:`get_client`); whoever watches it for its end must not read from it.
+    """
     with _anchor_lock:
         anchor = _anchors.get(address)
         if anchor is None or anchor.lost:
@@ -412,7 +428,7 @@ def close_all() -> None:
     """Close this thread's clients and every anchor (at process exit)."""
     cache = getattr(_local, "clients", None) or {}
     for client in cache.values():
-        if isinstance(client, Client):
+        if isinstance(client, Client) and not client.taken:
             client.close()
     cache.clear()
     with _anchor_lock:
