@@ -458,7 +458,7 @@ def test_an_unreachable_engine_fails_the_submit_quickly(engine, tmp_path):
 
 
 def test_a_bridge_job_of_a_master_on_loopback_fails_at_once(engine):
-    from fiber import _runtime
+    from fiber._core import _runtime
     from fiber.transport.sockets import split_address
 
     dctx().Queue()  # the hub is up, on the address of host networking

@@ -428,7 +428,7 @@ def test_a_queue_reader_only_in_the_creating_process(ctx):
 def test_the_queue_without_reader_serves_on(ctx):
     """A reader closed, or collected with its queue's reference, leaves the queue as it
     was: its service no longer signals."""
-    from fiber import _runtime
+    from fiber._core import _runtime
 
     q = ctx.SimpleQueue()
     q._reader.close()

@@ -46,7 +46,7 @@ from cli_helpers import (
 from conftest import unusable
 
 import fiber
-from fiber import _runtime
+from fiber._core import _runtime
 from fiber.backends import JobHandle, JobSpec, JobState, Resources, get_backend
 from fiber.backends._batch import follow_file, render_script, split_env
 from fiber.backends._slurm_jobs import last_lines, output_dir

@@ -25,7 +25,7 @@ from conftest import wait_until
 
 import fiber
 from fiber import _fd_handoff
-from fiber._served import collecting_handoffs
+from fiber._core._served import collecting_handoffs
 from fiber.backends import get_backend, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError

@@ -21,8 +21,8 @@ from __future__ import annotations
 from threading import BrokenBarrierError
 from typing import Any, Callable, List, Optional, Tuple
 
-from ._parking import Parking, Q, Waiter
-from ._served import Handle, decode_wait, encode_wait
+from ._core._parking import Parking, Q, Waiter
+from ._core._served import Handle, decode_wait, encode_wait
 from .transport.serialization import loads
 from .transport.server import Peer, Server
 

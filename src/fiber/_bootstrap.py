@@ -60,7 +60,8 @@ def _watch_parent(address: str) -> None:
 
 
 def main() -> None:
-    from . import _launcher, _runtime, config, process
+    from . import _launcher, config, process
+    from ._core import _runtime
 
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")

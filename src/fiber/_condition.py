@@ -22,8 +22,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 
-from ._parking import Parking, Q, Waiter
-from ._served import Handle, decode_wait, encode_wait
+from ._core._parking import Parking, Q, Waiter
+from ._core._served import Handle, decode_wait, encode_wait
 from .transport.server import Peer, Server
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ._served import decode_wait, encode_wait
+from ._core._served import decode_wait, encode_wait
 from .transport.client import Client, ConnectionLost, LateReply, get_client
 from .transport.server import Peer, Server, Service, Timer
 

@@ -53,7 +53,7 @@ from multiprocessing import context as mp_context
 from multiprocessing import process as mp_process
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._served import add_handoff, collecting_handoffs
+from ._core._served import add_handoff, collecting_handoffs
 from .backends import Backend
 from .errors import ProcessError
 from .transport.serialization import _Pickler

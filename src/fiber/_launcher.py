@@ -27,7 +27,7 @@ import socket
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _runtime
+from ._core import _runtime
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service
 

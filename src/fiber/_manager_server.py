@@ -32,7 +32,7 @@ import queue
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from . import _runtime
+from ._core import _runtime
 from .transport.client import get_client
 from .transport.remote import pack_exception
 from .transport.serialization import dumps, loads
@@ -171,7 +171,7 @@ class ObjectServer:
 
     def serve(self, obj: Any, typeid: str, holder: bytes) -> Spec:
         """Serve ``obj`` as a new managed object, counted once for process ``holder``."""
-        from ._served import Handle
+        from ._core._served import Handle
 
         entry = self.registry[typeid]
         exposed = entry.exposed

@@ -11,7 +11,7 @@
         hub, directly: ``q.get(timeout=1)`` is one round trip, decided by that hub
     AsyncProxy: ``_callmethod`` writes the request and returns a CallHandle at once
 
-A proxy is a :class:`~fiber._served.Handle` (the object's service name and its server's
+A proxy is a :class:`~fiber._core._served.Handle` (the object's service name and its server's
 address). Proxies returned by an ``AsyncManager`` may be *pending*: the object's job is
 still starting; the first use waits for it (``_resolve``).
 """
@@ -25,8 +25,9 @@ import threading
 import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
-from . import _manager_server, _served
+from . import _manager_server
 from ._async_calls import CallHandle, channel
+from ._core import _served
 from ._manager_server import Spec
 from .transport.client import ConnectionLost, get_client
 from .transport.serialization import dumps, loads

@@ -20,7 +20,7 @@ import os
 import weakref
 from typing import Any, Optional
 
-from . import _runtime
+from ._core import _runtime
 from .transport.sockets import readable
 
 __all__ = ["ReadySignal", "QueueReader", "reader_of"]

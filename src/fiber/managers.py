@@ -21,7 +21,7 @@ The API is ``multiprocessing.managers``': ``BaseManager`` (``register``, ``start
 ``Semaphore``, ``BoundedSemaphore``, ``Condition``, ``Event``, ``Barrier``, ``Pool``) and
 proxies with ``_callmethod``/``_getvalue``. The wire is fiber's: the manager is a job on
 the configured backend, connections authenticate with the program's secret, proxies are
-:class:`~fiber._served.Handle` objects that pickle to a few bytes and work from any fiber
+:class:`~fiber._core._served.Handle` objects that pickle to a few bytes and work from any fiber
 process on any host, and a remote exception is re-raised with its traceback.
 
 Queues, locks, conditions, events and barriers of a ``SyncManager`` are fiber's own
@@ -47,8 +47,9 @@ import time
 import weakref
 from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
 
-from . import _served, queues, synchronize
+from . import queues, synchronize
 from ._async_calls import CallHandle, channel
+from ._core import _served
 from ._manager_server import MANAGER_SERVICE, Entry, Spec, manager_main, serve_manager
 from ._proxies import (
     AcquirerProxy,
@@ -272,7 +273,7 @@ class _LocalServer:
     """``manager.get_server()``: serve the manager's types from this process's hub."""
 
     def __init__(self, registry: Dict[str, Entry], ctx: Any) -> None:
-        from . import _runtime
+        from ._core import _runtime
 
         self.registry = registry
         self.backend = getattr(ctx, "_backend", None)

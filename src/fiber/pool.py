@@ -30,7 +30,7 @@ import types
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from . import _runtime
+from ._core import _runtime
 from ._limits import ensure_open_files
 from ._pool_results import (
     ApplyResult,

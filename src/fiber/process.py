@@ -38,10 +38,11 @@ from typing import (
     Tuple,
 )
 
-from . import _fd_handoff, _launcher, _runtime
+from . import _fd_handoff, _launcher
+from ._core import _runtime
+from ._core._served import collecting_handoffs
 from ._limits import ensure_open_files
 from ._log import log
-from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from .backends._command import bootstrap_command
 from .config import get_config

@@ -37,8 +37,8 @@ import struct
 import threading
 from typing import Any, Deque, List, Optional, Tuple
 
+from ._core._served import Handle, decode_wait, encode_wait
 from ._queue_reader import QueueReader, ReadySignal, reader_of
-from ._served import Handle, decode_wait, encode_wait
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service, Timer
 

@@ -30,7 +30,7 @@ import multiprocessing.sharedctypes as _mpsc
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from . import synchronize
-from ._served import Handle
+from ._core._served import Handle
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service
 

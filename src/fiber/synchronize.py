@@ -10,7 +10,7 @@
     (holder process gone: its anchor connection closed) ─▶ process_gone: lock released
 
 ``Condition`` (:mod:`fiber._condition`) and ``Barrier`` (:mod:`fiber._barrier`) are
-re-exported here. Every primitive is a :class:`~fiber._served.Handle` to a service on the
+re-exported here. Every primitive is a :class:`~fiber._core._served.Handle` to a service on the
 hub of the process that created it, like a queue: it pickles to a few bytes and works from
 any fiber process on any host. Waits are decided by the server, which answers when the
 call can complete or its timeout passes; the caller only waits for that answer.
@@ -46,9 +46,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._barrier import Barrier
 from ._condition import Condition
-from ._parking import Owner, Parking, Q
-from ._parking import tid as _tid
-from ._served import Handle, decode_wait, encode_wait
+from ._core._parking import Owner, Parking, Q
+from ._core._parking import tid as _tid
+from ._core._served import Handle, decode_wait, encode_wait
 from .transport.server import Peer, Server
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",

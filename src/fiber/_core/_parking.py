@@ -20,7 +20,7 @@ import struct
 import threading
 from typing import Any, List, Optional, Tuple
 
-from .transport.server import Peer, Server, Service, Timer
+from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Parking", "Waiter", "Owner", "Q", "tid"]
 

@@ -16,11 +16,11 @@ import socket
 import threading
 from typing import Optional
 
-from .backends import get_backend
-from .config import get_config
-from .transport.client import register_local_server, unregister_local_server
-from .transport.server import Server
-from .transport.sockets import split_address
+from ..backends import get_backend
+from ..config import get_config
+from ..transport.client import register_local_server, unregister_local_server
+from ..transport.server import Server
+from ..transport.sockets import split_address
 
 __all__ = ["hub", "listen_host", "parent_address", "shutdown_hub"]
 
