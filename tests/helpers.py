@@ -92,9 +92,9 @@ def spawn_child_and_report(q, daemon: bool) -> None:  # type: ignore[no-untyped-
 
 
 def timed_recv(conn, spare: bool) -> None:  # type: ignore[no-untyped-def]
-    """Say ``ready``, then receive one item, with ``fiber._cpus.spare_cpu`` answering
+    """Say ``ready``, then receive one item, with ``fiber.transport.cpus.spare_cpu`` answering
     ``spare``; send back the item and the CPU time this thread spent waiting for it."""
-    from fiber import _cpus
+    from fiber.transport import cpus as _cpus
 
     _cpus.spare_cpu = lambda: spare  # type: ignore[assignment]
     conn.send("ready")

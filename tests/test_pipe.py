@@ -12,8 +12,8 @@ import pytest
 from conftest import wait_until
 
 import fiber
-from fiber import _cpus
 from fiber.connection import BufferTooShort, wait
+from fiber.transport import cpus as _cpus
 
 
 def test_duplex_echo_with_child(ctx):

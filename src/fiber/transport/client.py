@@ -26,10 +26,10 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .. import _cpus
 from ..config import get_config
 from ..errors import AuthenticationError, TransportError
 from . import auth
+from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
 from .sockets import connect, readable, server_id, tune
 
@@ -154,7 +154,7 @@ class Client:
 
     def _poll(self, seconds: float) -> None:
         """Read what comes within ``seconds``, polling while a CPU is spare (see
-        :func:`fiber._cpus.poll`), until a message is complete.
+        :func:`fiber.transport.cpus.poll`), until a message is complete.
 
         Raises:
             ConnectionLost: as :meth:`_recv`.
@@ -199,7 +199,7 @@ class Client:
     def _wait(self, req_id: bytes, timeout: Optional[float]) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
         spin = _spin() if not self._reader.messages else 0.0
-        if spin:  # a quick reply is then read without a wake-up (see fiber._cpus)
+        if spin:  # a quick reply is then read without a wake-up (see fiber.transport.cpus)
             self._poll(spin if timeout is None else min(spin, timeout))
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -302,7 +302,7 @@ class LocalClient:
 
 
 def _spin() -> float:
-    """Seconds a thread waiting for a reply may poll first (see fiber._cpus)."""
+    """Seconds a thread waiting for a reply may poll first (see fiber.transport.cpus)."""
     return float(get_config().spin_us) * 1e-6
 
 

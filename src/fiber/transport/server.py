@@ -49,9 +49,9 @@ import traceback
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-from .. import _cpus
 from ..errors import TransportError
 from . import auth
+from . import cpus as _cpus
 from .framing import FrameReader, Outbox, ProtocolError, new_scratch
 from .serialization import dumps
 from .sockets import listen, server_id, tune
@@ -303,7 +303,7 @@ class Server:
         wake-up of a sleeping thread (30-50 us on a VM, more than a third of a round
         trip), with the CPU's caches still warm, and the CPU has not gone idle for the
         next step either. It polls only while the host has a CPU to spare (see
-        :func:`fiber._cpus.poll`).
+        :func:`fiber.transport.cpus.poll`).
         """
         if done():
             return True
@@ -333,7 +333,7 @@ class Server:
 
     def _poll(self, seconds: float) -> _Events:
         """The connections' events, polled for up to ``seconds`` while a CPU is spare
-        (:func:`fiber._cpus.poll`): [] if none came."""
+        (:func:`fiber.transport.cpus.poll`): [] if none came."""
         sel = self._sel
         return _cpus.poll(lambda: sel.select(0), seconds)
 
