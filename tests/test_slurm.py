@@ -270,7 +270,7 @@ def _calls(d: Any, n: int) -> List[List[str]]:
     return [(d / f"sbatch.{i}.argv").read_text().splitlines() for i in range(1, n + 1)]
 
 
-def _spec(i: int, command=("python", "-m", "fiber._bootstrap"), resources=Resources(cpu=1),
+def _spec(i: int, command=("python", "-m", "fiber.process._bootstrap"), resources=Resources(cpu=1),
           name: Optional[str] = None) -> JobSpec:
     return JobSpec(command=tuple(command), resources=resources, name=name or f"PoolWorker-{i}",
                    env={"FIBER_PARENT": "tcp://10.0.0.1:5000", "FIBER_JOB": f"{i:032x}",
@@ -304,7 +304,7 @@ def test_sbatch_command_lines_arrays_and_secrets(fake_slurm):
     script = (fake_slurm / "sbatch.1.script").read_text()
     assert script.count("ab" * 32) == 1 and 'case "${SLURM_ARRAY_TASK_ID:-}" in' in script
     assert all(f"{i:032x}" in script for i in range(3))
-    assert script.rstrip().endswith("exec python -m fiber._bootstrap")
+    assert script.rstrip().endswith("exec python -m fiber.process._bootstrap")
     assert f"{9:032x}" in (fake_slurm / "sbatch.2.script").read_text()
 
 

@@ -31,7 +31,6 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ._core import _runtime
-from ._limits import ensure_open_files
 from ._pool_results import (
     ApplyResult,
     AsyncResult,
@@ -47,6 +46,7 @@ from .config import get_config
 from .connection import wait
 from .errors import BrokenPoolError, PoolTerminatedError
 from .process import start_all, terminate_all
+from .process._limits import ensure_open_files
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
 from .transport.server import Serving

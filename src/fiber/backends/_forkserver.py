@@ -1,11 +1,11 @@
 """The local backend's fork server: a pre-imported template process that forks jobs.
 
-A job started as ``python -m fiber._bootstrap`` pays for a new interpreter and for
+A job started as ``python -m fiber.process._bootstrap`` pays for a new interpreter and for
 ``import fiber`` (about 0.2 s of CPU), and more when its code imports numpy or torch. On
 its first such job the local backend starts instead one *template* process
 (:mod:`fiber.backends._forkserver_template`) that imports fiber, preloads the packages
 the master uses (config ``local_preload``) and then only forks: each child applies its job's
-environment and runs the bootstrap in-process, as ``python -m fiber._bootstrap`` would.
+environment and runs the bootstrap in-process, as ``python -m fiber.process._bootstrap`` would.
 
 ::
 
@@ -16,7 +16,7 @@ environment and runs the bootstrap in-process, as ``python -m fiber._bootstrap``
                                          ◀────── ready {pid, preloaded, failed}
     fork {id, argv, env, cwd, signals}
       + the master's stdout/stderr fds   ──────▶ fork(); the child: stdio, signals, env,
-                                                 cwd, then fiber._bootstrap; os._exit
+                                                 cwd, then fiber.process._bootstrap; os._exit
                                          ◀────── forked {id, pid} + a pidfd of the child
                                          ◀────── exit {pid, code}  (SIGCHLD → waitpid)
     EOF: the master ended                ──────▶ the template exits
@@ -248,7 +248,7 @@ class ForkServer:
 
     def fork(self, argv: Sequence[str], env: Dict[str, str], cwd: Optional[str],
              on_finish: Callable[[], None], timeout: Optional[float] = None) -> ForkedJob:
-        """Fork a child that runs ``argv`` (``python -m fiber._bootstrap``) with ``env``.
+        """Fork a child that runs ``argv`` (``python -m fiber.process._bootstrap``) with ``env``.
 
         Raises:
             ForkServerError: the template cannot start this job (it is gone, stuck, or the

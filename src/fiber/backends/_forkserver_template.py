@@ -89,13 +89,14 @@ def _template(fd: int) -> None:
     import cloudpickle  # noqa: F401
 
     import fiber  # noqa: F401
-    from fiber import _launcher, _pool_worker, connection, queues  # noqa: F401
+    from fiber import _pool_worker, connection, queues  # noqa: F401
+    from fiber.process import _launcher  # noqa: F401
 
-    spec = importlib.util.find_spec("fiber._bootstrap")
+    spec = importlib.util.find_spec("fiber.process._bootstrap")
     if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
-        send_message(sock, {"op": "error", "error": "cannot find fiber._bootstrap"})
+        send_message(sock, {"op": "error", "error": "cannot find fiber.process._bootstrap"})
         return
-    code = spec.loader.get_code("fiber._bootstrap")
+    code = spec.loader.get_code("fiber.process._bootstrap")
     own_path, own_argv = list(sys.path), list(sys.argv)
     # preloaded modules see the master's path and argv, as its jobs will
     sys.path[:] = list(init.get("sys_path") or own_path)
@@ -181,7 +182,7 @@ def _reap(sock: socket.socket) -> None:
 
 
 class _ChildContext:
-    """What a forked child needs to become a fresh ``python -m fiber._bootstrap``."""
+    """What a forked child needs to become a fresh ``python -m fiber.process._bootstrap``."""
 
     def __init__(self, sock: socket.socket, fds: Tuple[int, int], spec: Any,
                  code: Any) -> None:
@@ -279,13 +280,13 @@ class _ChildContext:
                 pass
 
     def _bootstrap(self, request: Dict[str, Any]) -> int:
-        """Run fiber._bootstrap as ``__main__``, as ``python -m`` does."""
+        """Run fiber.process._bootstrap as ``__main__``, as ``python -m`` does."""
         import builtins
         import types
 
         main = types.ModuleType("__main__")
         main.__dict__.update(__file__=self.spec.origin, __cached__=None,
-                             __loader__=self.spec.loader, __package__="fiber",
+                             __loader__=self.spec.loader, __package__=self.spec.parent,
                              __spec__=self.spec, __builtins__=builtins)
         sys.modules["__main__"] = main
         argv = list(request.get("argv", []))

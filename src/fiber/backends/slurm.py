@@ -14,7 +14,7 @@ Two modes (``slurm_mode``):
     out as **one job array** (``--array=0-N``, one ``sbatch`` call). The job script is
     handed to ``sbatch`` on stdin: it exports the environment the jobs share once and each
     array task's own job token in a ``case`` over ``$SLURM_ARRAY_TASK_ID``, then ``exec``-s
-    ``python -m fiber._bootstrap``, so Slurm sees Python's own exit status and signals. The
+    ``python -m fiber.process._bootstrap``, so Slurm sees Python's own exit status and signals. The
     program's secret is therefore never on a command line nor in a file fiber writes; Slurm
     keeps the script, like the environment it forwards, readable by the job's owner only.
     Jobs are submitted with ``--no-requeue``: a job whose node fails ends ``NODE_FAIL`` and

@@ -1,7 +1,7 @@
 """Job-backed processes with the semantics of ``multiprocessing.Process``.
 
 A :class:`Process` is a job on the configured backend (a subprocess with ``local``, a
-Slurm job, a pod, a container). ``start`` submits it (see :mod:`fiber._launcher` for the
+Slurm job, a pod, a container). ``start`` submits it (see :mod:`fiber.process._launcher` for the
 launch protocol), ``join``/``is_alive``/``exitcode`` follow the backend's view of the job,
 ``terminate``/``kill`` ask the backend to end it. ``sentinel`` is a real file descriptor
 that becomes readable when the job has ended, so it works with
@@ -38,19 +38,19 @@ from typing import (
     Tuple,
 )
 
+from .._core import _runtime
+from .._core._served import collecting_handoffs
+from .._log import log
+from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from ..backends._command import bootstrap_command
+from ..config import get_config
+from ..errors import ProcessError
+from ..meta import resources_of
+from ..transport import auth
+from ..transport.serialization import dumps
+from ..transport.sockets import split_address
 from . import _fd_handoff, _launcher
-from ._core import _runtime
-from ._core._served import collecting_handoffs
 from ._limits import ensure_open_files
-from ._log import log
-from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
-from .backends._command import bootstrap_command
-from .config import get_config
-from .errors import ProcessError
-from .meta import resources_of
-from .transport import auth
-from .transport.serialization import dumps
-from .transport.sockets import split_address
 
 __all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
            "terminate_all"]
@@ -148,7 +148,7 @@ class Process:
             pickled (nothing is submitted).
         BackendError: the backend could not create the job.
         ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
-            and the backend's jobs do not share this host (see :mod:`fiber._fd_handoff`).
+            and the backend's jobs do not share this host (see :mod:`fiber.process._fd_handoff`).
     """
 
     #: The backend this class starts jobs on; None means the configured default.
@@ -569,7 +569,7 @@ class _ParentProcess(Process):
     """The parent as seen from a child (``parent_process()``).
 
     The parent is gone, as the child sees it, when the child's lifeline to it drops (see
-    :mod:`fiber._bootstrap`), which calls :func:`_parent_gone` before it ends the child.
+    :mod:`fiber.process._bootstrap`), which calls :func:`_parent_gone` before it ends the child.
     ``sentinel`` is the read end of a pipe, made on first use, whose write end is closed
     then: it becomes readable (EOF) when ``is_alive()`` turns False, and works with
     ``multiprocessing.connection.wait`` and ``select`` as the parent's sentinel does in

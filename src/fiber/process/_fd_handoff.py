@@ -9,7 +9,7 @@ transport carries no file descriptors, so such a process is started as multiproc
 ``spawn`` start method starts one, when the backend's jobs share this host
 (``Backend.jobs_share_host``: ``local``, ``netns``); elsewhere ``start()`` refuses it::
 
-    parent, Process.start() ─ pickle_process          child, fiber._bootstrap
+    parent, Process.start() ─ pickle_process          child, fiber.process._bootstrap
     ───────────────────────────────────────           ───────────────────────
     fiber's pickle (__main__'s functions by value)
       meets a multiprocessing object: _NeedsSpawn
@@ -53,10 +53,10 @@ from multiprocessing import context as mp_context
 from multiprocessing import process as mp_process
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._core._served import add_handoff, collecting_handoffs
-from .backends import Backend
-from .errors import ProcessError
-from .transport.serialization import _Pickler
+from .._core._served import add_handoff, collecting_handoffs
+from ..backends import Backend
+from ..errors import ProcessError
+from ..transport.serialization import _Pickler
 
 __all__ = ["pickle_process", "load_spawned"]
 

@@ -2,7 +2,7 @@
 
 ::
 
-    parent                                         child job (python -m fiber._bootstrap)
+    parent                                         child job (python -m fiber.process._bootstrap)
     ──────                                         ──────────────────────────────────────
     Process.start()
       payload = dumps(config, process, ...)
@@ -27,9 +27,9 @@ import socket
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from ._core import _runtime
-from .transport.serialization import dumps, loads
-from .transport.server import Peer, Server, Service
+from .._core import _runtime
+from ..transport.serialization import dumps, loads
+from ..transport.server import Peer, Server, Service
 
 __all__ = ["LaunchService", "launcher", "Launch"]
 
@@ -118,8 +118,8 @@ def launcher() -> LaunchService:
 
 def fetch_payload(parent: str, token: bytes) -> Any:
     """In a child: authenticate to the parent's hub and fetch the launch payload."""
-    from .transport.client import get_client
-    from .transport.remote import unpack_exception
+    from ..transport.client import get_client
+    from ..transport.remote import unpack_exception
 
     client = get_client(parent)
     status, frames = client.request(SERVICE, b"fetch",
@@ -130,6 +130,6 @@ def fetch_payload(parent: str, token: bytes) -> Any:
 
 
 def report_exit(parent: str, token: bytes, exitcode: int) -> None:
-    from .transport.client import get_client
+    from ..transport.client import get_client
 
     get_client(parent).request(SERVICE, b"exit", [token, str(exitcode).encode()], timeout=10)

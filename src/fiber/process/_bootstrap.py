@@ -1,7 +1,7 @@
-"""The entry point of every fiber job: ``python -m fiber._bootstrap``.
+"""The entry point of every fiber job: ``python -m fiber.process._bootstrap``.
 
 Reads the parent's hub address and the job token from the environment, fetches the launch
-payload (see :mod:`fiber._launcher`), runs the process, reports its exit code, and exits.
+payload (see :mod:`fiber.process._launcher`), runs the process, reports its exit code, and exits.
 A watchdog thread ends the job when the parent goes away.
 """
 
@@ -36,7 +36,7 @@ def _watch_parent(address: str) -> None:
     job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
     anyone took the sentinel.
     """
-    from .transport.client import ensure_anchor
+    from ..transport.client import ensure_anchor
 
     poller = select.poll()
     poller.register(ensure_anchor(address).sock.fileno(), select.POLLRDHUP)
@@ -44,7 +44,7 @@ def _watch_parent(address: str) -> None:
         pass
     if _exiting.is_set():
         return
-    from . import process
+    from . import _process as process
 
     watched = process._parent_gone()
     sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
@@ -60,13 +60,15 @@ def _watch_parent(address: str) -> None:
 
 
 def main() -> None:
-    from . import _launcher, config, process
-    from ._core import _runtime
+    from .. import config
+    from .._core import _runtime
+    from . import _launcher
+    from . import _process as process
 
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:
-        sys.stderr.write("fiber._bootstrap is started by fiber, not by hand\n")
+        sys.stderr.write("fiber.process._bootstrap is started by fiber, not by hand\n")
         sys.exit(2)
     token = bytes.fromhex(token_hex)
     try:
@@ -108,7 +110,7 @@ def main() -> None:
         _launcher.report_exit(parent, token, exitcode)
     except Exception:
         pass  # the parent is gone or busy; the backend still sees our exit code
-    from .transport import client
+    from ..transport import client
 
     _exiting.set()
     _runtime.shutdown_hub()

@@ -14,7 +14,7 @@ import os
 import resource
 import threading
 
-from .errors import ResourceLimitError
+from ..errors import ResourceLimitError
 
 __all__ = ["FILES_PER_JOB", "raise_open_files", "ensure_open_files"]
 

@@ -1,0 +1,22 @@
+"""Job-backed processes with the semantics of ``multiprocessing.Process``.
+
+- :mod:`._process`: :class:`Process`, the parent's view of its children and the
+  current/parent process of each job.
+- :mod:`._launcher`: the launch protocol (the hub hands a child its payload and hears its
+  exit code); :mod:`._bootstrap`: the entry point of every job
+  (``python -m fiber.process._bootstrap``).
+- :mod:`._fd_handoff`: objects of ``multiprocessing`` itself handed to a job of this host.
+- :mod:`._limits`: the open-file limit that many jobs need.
+"""
+
+from ._process import (
+    Process,
+    active_children,
+    current_process,
+    parent_process,
+    start_all,
+    terminate_all,
+)
+
+__all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
+           "terminate_all"]
