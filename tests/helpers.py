@@ -109,8 +109,8 @@ def pipe_of_my_own(conn) -> None:  # type: ignore[no-untyped-def]
     how many ``wait()`` calls this hub holds, ``"wait"`` waits on ``conn``'s parent end
     too... and ``None`` ends."""
     import fiber
-    from fiber._conn_wait import WAIT_SERVICE
     from fiber._core import _runtime
+    from fiber.connection._wait import WAIT_SERVICE
 
     mine, theirs = fiber.Pipe()
     conn.send(theirs)

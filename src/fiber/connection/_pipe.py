@@ -23,13 +23,13 @@ import pickle
 import secrets
 from typing import Any, Deque, List, Optional, Set, Tuple
 
-from . import _conn_wait
-from ._conn_wait import wait
-from ._core import _runtime
-from ._core._served import Handle, add_handoff, decode_wait, encode_wait
-from .transport.client import ConnectionLost, process_id
-from .transport.serialization import dumps, loads
-from .transport.server import Peer, Server, Service, Timer
+from .._core import _runtime
+from .._core._served import Handle, add_handoff, decode_wait, encode_wait
+from ..transport.client import ConnectionLost, process_id
+from ..transport.serialization import dumps, loads
+from ..transport.server import Peer, Server, Service, Timer
+from . import _wait as _conn_wait
+from ._wait import wait
 
 __all__ = ["Pipe", "Connection", "wait", "BufferTooShort"]
 

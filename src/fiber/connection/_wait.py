@@ -26,12 +26,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ._core._served import decode_wait, encode_wait
-from .transport.client import Client, ConnectionLost, LateReply, get_client
-from .transport.server import Peer, Server, Service, Timer
+from .._core._served import decode_wait, encode_wait
+from ..transport.client import Client, ConnectionLost, LateReply, get_client
+from ..transport.server import Peer, Server, Service, Timer
 
 if TYPE_CHECKING:
-    from .connection import Connection, PipeService
+    from ._pipe import Connection, PipeService
 
 __all__ = ["wait", "Watch", "WaitService", "WAIT_SERVICE", "ensure_service"]
 
@@ -125,7 +125,7 @@ class WaitService(Service):
 
 
 def _pipe(server: Server, name: bytes) -> Optional[PipeService]:
-    from .connection import PipeService
+    from ._pipe import PipeService
 
     service = server.service(name)
     return service if isinstance(service, PipeService) else None
@@ -166,7 +166,7 @@ def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[An
     Raises:
         OSError: a connection is closed or write-only (as multiprocessing).
     """
-    from .connection import Connection
+    from ._pipe import Connection
 
     objects = list(object_list)
     by_hub: Dict[str, List[Connection]] = {}
@@ -195,8 +195,8 @@ def _wait_one_hub(address: str, conns: List[Connection],
     except ConnectionLost:
         return {id(c) for c in conns}  # their hub is gone: recv raises EOFError at once
     if status == b"err":
-        from .transport.remote import unpack_exception
-        from .transport.serialization import loads
+        from ..transport.remote import unpack_exception
+        from ..transport.serialization import loads
 
         raise unpack_exception(loads(frames))
     return {id(conns[i]) for i in _indices(status, frames)}
