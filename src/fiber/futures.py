@@ -22,7 +22,7 @@ the backend's jobs share this host (``local``, ``netns``; ``Backend.jobs_share_h
 call queue is a ``multiprocessing`` queue, an OS pipe whose descriptors reach each worker as
 multiprocessing's spawn hands them over (:mod:`fiber.process._fd_handoff`: the worker imports the
 main script, and calls go by reference), and it waits on fiber's result queue through the
-queue's ``_reader`` (:mod:`fiber._queue_reader`). A job on another host or in a container
+queue's ``_reader`` (:mod:`fiber.queues._reader`). A job on another host or in a container
 cannot get a descriptor of this host, so there its ``submit`` raises ``ProcessError``; this
 executor keeps the API everywhere, with functions of ``__main__`` and lambdas by value, and
 the pool's recovery of lost workers.

@@ -20,8 +20,8 @@ import os
 import weakref
 from typing import Any, Optional
 
-from ._core import _runtime
-from .transport.sockets import readable
+from .._core import _runtime
+from ..transport.sockets import readable
 
 __all__ = ["ReadySignal", "QueueReader", "reader_of"]
 

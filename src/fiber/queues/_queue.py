@@ -25,7 +25,7 @@ before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
 
 In the creating process, ``_reader`` (made on first use) is the queue as a connection that
 ``multiprocessing.connection.wait`` can wait on, as the standard library's queues have one
-(see :mod:`fiber._queue_reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
+(see :mod:`fiber.queues._reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import struct
 import threading
 from typing import Any, Deque, List, Optional, Tuple
 
-from ._core._served import Handle, decode_wait, encode_wait
-from ._queue_reader import QueueReader, ReadySignal, reader_of
-from .transport.serialization import dumps, loads
-from .transport.server import Peer, Server, Service, Timer
+from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.serialization import dumps, loads
+from ..transport.server import Peer, Server, Service, Timer
+from ._reader import QueueReader, ReadySignal, reader_of
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 
@@ -66,7 +66,7 @@ class QueueService(Service):
         self.putters: Deque[_Putter] = collections.deque()
         self.joiners: List[Tuple[Peer, bytes]] = []
         self.unfinished = 0
-        #: Set by the queue's ``_reader`` (see fiber._queue_reader) once it is used.
+        #: Set by the queue's ``_reader`` (see fiber.queues._reader) once it is used.
         self.signal: Optional[ReadySignal] = None
 
     def _full(self) -> bool:
