@@ -21,10 +21,10 @@ from __future__ import annotations
 from threading import BrokenBarrierError
 from typing import Any, Callable, List, Optional, Tuple
 
-from ._core._parking import Parking, Q, Waiter
-from ._core._served import Handle, decode_wait, encode_wait
-from .transport.serialization import loads
-from .transport.server import Peer, Server
+from .._core._parking import Parking, Q, Waiter
+from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.serialization import loads
+from ..transport.server import Peer, Server
 
 __all__ = ["Barrier", "BarrierService", "BrokenBarrierError"]
 

@@ -9,11 +9,12 @@
     lock.release() ──────────── [release, tid] ───▶ next waiter gets ok
     (holder process gone: its anchor connection closed) ─▶ process_gone: lock released
 
-``Condition`` (:mod:`fiber._condition`) and ``Barrier`` (:mod:`fiber._barrier`) are
-re-exported here. Every primitive is a :class:`~fiber._core._served.Handle` to a service on the
-hub of the process that created it, like a queue: it pickles to a few bytes and works from
-any fiber process on any host. Waits are decided by the server, which answers when the
-call can complete or its timeout passes; the caller only waits for that answer.
+``Condition`` (:mod:`fiber.synchronize._condition`) and ``Barrier``
+(:mod:`fiber.synchronize._barrier`) are re-exported here. Every primitive is a
+:class:`~fiber._core._served.Handle` to a service on the hub of the process that created
+it, like a queue: it pickles to a few bytes and works from any fiber process on any host.
+Waits are decided by the server, which answers when the call can complete or its timeout
+passes; the caller only waits for that answer.
 
 **Owners.** A ``Lock`` or ``RLock`` is held by the *(process, thread)* that acquired it:
 the process is the id the hub learned in the connection's handshake
@@ -44,12 +45,12 @@ import threading
 from threading import BrokenBarrierError
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .._core._parking import Owner, Parking, Q
+from .._core._parking import tid as _tid
+from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.server import Peer, Server
 from ._barrier import Barrier
 from ._condition import Condition
-from ._core._parking import Owner, Parking, Q
-from ._core._parking import tid as _tid
-from ._core._served import Handle, decode_wait, encode_wait
-from .transport.server import Peer, Server
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
            "Barrier", "BrokenBarrierError"]
