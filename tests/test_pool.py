@@ -211,7 +211,7 @@ def test_an_idle_worker_polls_for_its_next_task_while_a_cpu_is_spare(ctx, spare)
 def test_a_wait_for_quick_tasks_polls_while_they_run():
     """The budget of a wait is ``spin_us``, plus the running time of the function last
     submitted when its tasks are quick (up to 2 ms): the wait then ends awake."""
-    from fiber._pool_service import PoolService
+    from fiber.pool._service import PoolService
 
     service = PoolService(b"pool-test", 2, None, 3, lambda ws, expected: None, spin=0.0002)
     assert service.spin_budget() == pytest.approx(0.0002)  # nothing measured yet

@@ -37,10 +37,10 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Set
 
-from ._pool_results import ApplyResult
-from ._pool_service import Task
-from ._pool_worker import CALL
 from .pool import Pool
+from .pool._results import ApplyResult
+from .pool._service import Task
+from .pool._worker import CALL
 
 __all__ = ["Executor", "ProcessPoolExecutor"]
 

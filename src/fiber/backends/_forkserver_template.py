@@ -89,7 +89,8 @@ def _template(fd: int) -> None:
     import cloudpickle  # noqa: F401
 
     import fiber  # noqa: F401
-    from fiber import _pool_worker, connection, queues  # noqa: F401
+    from fiber import connection, queues  # noqa: F401
+    from fiber.pool import _worker  # noqa: F401
     from fiber.process import _launcher  # noqa: F401
 
     spec = importlib.util.find_spec("fiber.process._bootstrap")

@@ -25,11 +25,11 @@ import time
 import traceback
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
-from ._pool_protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
-from .config import get_config
-from .transport.client import own_client
-from .transport.remote import pack_exception
-from .transport.serialization import dumps, loads
+from ..config import get_config
+from ..transport.client import own_client
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps, loads
+from ._protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
 
 __all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
 

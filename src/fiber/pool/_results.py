@@ -17,10 +17,10 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
-from .errors import TimeoutError
-from .transport.remote import unpack_exception
-from .transport.serialization import loads
-from .transport.server import Server
+from ..errors import TimeoutError
+from ..transport.remote import unpack_exception
+from ..transport.serialization import loads
+from ..transport.server import Server
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "CallbackThread"]

@@ -26,12 +26,12 @@ import signal
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
-from ._log import log
-from ._pool_protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
-from .errors import WorkerLostError
-from .transport.remote import pack_exception
-from .transport.serialization import dumps
-from .transport.server import Peer, Server, Service
+from .._log import log
+from ..errors import WorkerLostError
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps
+from ..transport.server import Peer, Server, Service
+from ._protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
 
 __all__ = ["Task", "WorkerState", "PoolService"]
 

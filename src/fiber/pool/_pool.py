@@ -15,7 +15,7 @@
 Workers pull work: each holds at most ``pool_prefetch + 1`` tasks, so a map never runs
 serially on one worker while others idle, and a worker is used as soon as it connects,
 before the rest of the pool has started. A worker that dies gives its tasks back; see
-:mod:`fiber._pool_service` for the exactly-once rules.
+:mod:`fiber.pool._service` for the exactly-once rules.
 """
 
 from __future__ import annotations
@@ -30,8 +30,17 @@ import types
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ._core import _runtime
-from ._pool_results import (
+from .._core import _runtime
+from ..backends import Resources
+from ..config import get_config
+from ..connection import wait
+from ..errors import BrokenPoolError, PoolTerminatedError
+from ..process import start_all, terminate_all
+from ..process._limits import ensure_open_files
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps
+from ..transport.server import Serving
+from ._results import (
     ApplyResult,
     AsyncResult,
     CallbackThread,
@@ -39,17 +48,8 @@ from ._pool_results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from ._pool_service import PoolService, Task, WorkerState, describe_exit
-from ._pool_worker import CALL, MAP, STARMAP, worker_main
-from .backends import Resources
-from .config import get_config
-from .connection import wait
-from .errors import BrokenPoolError, PoolTerminatedError
-from .process import start_all, terminate_all
-from .process._limits import ensure_open_files
-from .transport.remote import pack_exception
-from .transport.serialization import dumps
-from .transport.server import Serving
+from ._service import PoolService, Task, WorkerState, describe_exit
+from ._worker import CALL, MAP, STARMAP, worker_main
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
@@ -387,7 +387,7 @@ class Pool:
             raise ValueError("maxtasksperchild must be a positive int or None")
         ensure_open_files(processes, f"a pool of {processes} workers")
         if context is None:
-            from .context import get_context
+            from ..context import get_context
 
             context = get_context()
         self._core = _PoolCore(processes, context, initializer, tuple(initargs),
