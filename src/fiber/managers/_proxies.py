@@ -25,12 +25,12 @@ import threading
 import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
-from . import _manager_server
+from .._core import _served
+from ..transport.client import ConnectionLost, get_client
+from ..transport.serialization import dumps, loads
+from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
-from ._core import _served
-from ._manager_server import Spec
-from .transport.client import ConnectionLost, get_client
-from .transport.serialization import dumps, loads
+from ._server import Spec
 
 __all__ = ["BaseProxy", "AsyncProxy", "AutoProxy", "AsyncAutoProxy", "MakeProxyType",
            "DirectProxy", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",

@@ -24,11 +24,11 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from .errors import TimeoutError
-from .transport import client as _client
-from .transport.client import Client, ConnectionLost, ensure_anchor, get_client
-from .transport.remote import unpack_exception
-from .transport.serialization import loads
+from ..errors import TimeoutError
+from ..transport import client as _client
+from ..transport.client import Client, ConnectionLost, ensure_anchor, get_client
+from ..transport.remote import unpack_exception
+from ..transport.serialization import loads
 
 __all__ = ["AsyncChannel", "CallHandle", "channel"]
 

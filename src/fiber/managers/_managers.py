@@ -4,7 +4,7 @@
 
     any fiber process, any host                manager process (a fiber.Process job)
     ───────────────────────────                ─────────────────────────────────────
-    manager = SyncManager(); manager.start() ─▶ hub + "mgr" service (fiber._manager_server)
+    manager = SyncManager(); manager.start() ─▶ hub + "mgr" service (fiber.managers._server)
     d = manager.dict() ─── [mgr, create] ─────▶ a dict, served as object "o…"
     d["k"] = 1 ─────────── [o…, call] ────────▶ worker thread: d.__setitem__("k", 1)
     q = manager.Queue() ── the proxy carries a fiber Queue served by the manager's hub:
@@ -32,7 +32,7 @@ that dies makes every call on its proxies raise :class:`ConnectionLost`, never h
 :class:`AsyncManager`: every object of a registered type lives in its own job by default
 (``register(..., separate_job=False)`` keeps it in the manager), so N environments step
 on N CPUs; ``manager.Env()`` returns at once while the job starts, and each method call
-returns a :class:`~fiber._async_calls.CallHandle` whose ``get(timeout)`` returns the
+returns a :class:`~fiber.managers._async_calls.CallHandle` whose ``get(timeout)`` returns the
 result or re-raises the remote exception. Calls on one object run in the order they were
 made; handles may be read in any order.
 """
@@ -47,10 +47,13 @@ import time
 import weakref
 from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
 
-from . import queues, synchronize
+from .. import queues, synchronize
+from .._core import _served
+from ..errors import ProcessError
+from ..transport import auth
+from ..transport.client import ConnectionLost, get_client
+from ..transport.serialization import dumps, loads
 from ._async_calls import CallHandle, channel
-from ._core import _served
-from ._manager_server import MANAGER_SERVICE, Entry, Spec, manager_main, serve_manager
 from ._proxies import (
     AcquirerProxy,
     ArrayProxy,
@@ -75,10 +78,7 @@ from ._proxies import (
     _gone,
     _watch,
 )
-from .errors import ProcessError
-from .transport import auth
-from .transport.client import ConnectionLost, get_client
-from .transport.serialization import dumps, loads
+from ._server import MANAGER_SERVICE, Entry, Spec, manager_main, serve_manager
 
 __all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProxy",
            "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
@@ -146,8 +146,8 @@ class BaseManager:
                                else "Manager has shut down")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        from .config import get_config
-        from .context import get_context
+        from ..config import get_config
+        from ..context import get_context
 
         ctx = self._ctx or get_context(None)
         _register_exit_hook()  # before the first job: atexit runs it before fiber's own
@@ -273,7 +273,7 @@ class _LocalServer:
     """``manager.get_server()``: serve the manager's types from this process's hub."""
 
     def __init__(self, registry: Dict[str, Entry], ctx: Any) -> None:
-        from ._core import _runtime
+        from .._core import _runtime
 
         self.registry = registry
         self.backend = getattr(ctx, "_backend", None)
@@ -315,7 +315,7 @@ def _managed_condition(lock: Any = None) -> synchronize.Condition:
 
 
 def _managed_pool(*args: Any, **kwds: Any) -> Any:
-    from .pool import Pool
+    from ..pool import Pool
 
     return Pool(*args, **kwds)
 

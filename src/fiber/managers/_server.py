@@ -32,11 +32,11 @@ import queue
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from ._core import _runtime
-from .transport.client import get_client
-from .transport.remote import pack_exception
-from .transport.serialization import dumps, loads
-from .transport.server import Peer, Server, Service
+from .._core import _runtime
+from ..transport.client import get_client
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps, loads
+from ..transport.server import Peer, Server, Service
 
 __all__ = ["Entry", "Spec", "ObjectServer", "ManagerService", "manager_main",
            "object_job_main", "MANAGER_SERVICE", "NeedsThread", "pickling_on_hub"]
@@ -171,7 +171,7 @@ class ObjectServer:
 
     def serve(self, obj: Any, typeid: str, holder: bytes) -> Spec:
         """Serve ``obj`` as a new managed object, counted once for process ``holder``."""
-        from ._core._served import Handle
+        from .._core._served import Handle
 
         entry = self.registry[typeid]
         exposed = entry.exposed
@@ -353,8 +353,8 @@ class ManagerService(Service):
         """In a worker thread: start the job that will serve one object; it answers."""
         import secrets
 
-        from .context import get_context
-        from .meta import resources_of
+        from ..context import get_context
+        from ..meta import resources_of
 
         entry = self.objects.registry[typeid]
         cid = secrets.token_bytes(8)
