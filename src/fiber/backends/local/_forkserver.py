@@ -3,7 +3,7 @@
 A job started as ``python -m fiber.process._bootstrap`` pays for a new interpreter and for
 ``import fiber`` (about 0.2 s of CPU), and more when its code imports numpy or torch. On
 its first such job the local backend starts instead one *template* process
-(:mod:`fiber.backends._forkserver_template`) that imports fiber, preloads the packages
+(:mod:`fiber.backends.local._forkserver_template`) that imports fiber, preloads the packages
 the master uses (config ``local_preload``) and then only forks: each child applies its job's
 environment and runs the bootstrap in-process, as ``python -m fiber.process._bootstrap`` would.
 
@@ -45,8 +45,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ..transport.sockets import readable
-from ._command import interpreter_flags
+from ...transport.sockets import readable
+from .._command import interpreter_flags
 from ._forkserver_template import MAX_MESSAGE, MODULE, UNTOUCHED_SIGNALS, recv_message, send_message
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_pid",

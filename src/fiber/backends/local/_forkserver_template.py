@@ -1,8 +1,8 @@
 """The fork server's template process: preload, then fork jobs on request.
 
-Started by the local backend as ``python -m fiber.backends._forkserver_template FD``; its
+Started by the local backend as ``python -m fiber.backends.local._forkserver_template FD``; its
 only channel is the inherited end of a private ``SOCK_SEQPACKET`` socketpair (``FD``). The
-master's side and the protocol are in :mod:`fiber.backends._forkserver`. This module also
+master's side and the protocol are in :mod:`fiber.backends.local._forkserver`. This module also
 holds what both sides share: the JSON message framing and the signals never reset.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from fiber.transport.sockets import readable
 
 #: The module the template runs (``python -m``); tests find the template by it.
-MODULE = "fiber.backends._forkserver_template"
+MODULE = "fiber.backends.local._forkserver_template"
 #: Largest message either side sends (a fork request with its environment).
 MAX_MESSAGE = 1 << 20
 #: Signals a forked child leaves as they are (cannot be caught, or Python's own setup).

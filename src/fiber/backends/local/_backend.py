@@ -1,7 +1,7 @@
 """The ``local`` backend: every job is a process on this machine. The default.
 
 A job running fiber's bootstrap with this interpreter is forked by the *fork server* (see
-:mod:`fiber.backends._forkserver`), a template process started with the first such job
+:mod:`fiber.backends.local._forkserver`), a template process started with the first such job
 that has fiber and the master's packages imported already; every other job, and every job
 when the fork server is disabled (config ``local_fork_server``) or cannot work, is a
 subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
@@ -26,11 +26,11 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from ..config import get_config
-from ..errors import SubmitError
+from ...config import get_config
+from ...errors import SubmitError
+from .._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from .._command import bootstrap_parts, interpreter_flags
 from . import _forkserver
-from ._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
-from ._command import bootstrap_parts, interpreter_flags
 from ._forkserver import ForkedJob, ForkServerError
 
 __all__ = ["LocalBackend"]
