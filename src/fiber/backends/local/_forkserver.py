@@ -47,7 +47,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from ...transport.sockets import readable
 from .._command import interpreter_flags
-from ._forkserver_template import MAX_MESSAGE, MODULE, UNTOUCHED_SIGNALS, recv_message, send_message
+from ._forkserver_protocol import (
+    MAX_MESSAGE,
+    MODULE,
+    UNTOUCHED_SIGNALS,
+    recv_message,
+    send_message,
+)
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_pid",
            "auto_preload", "supported", "MODULE"]

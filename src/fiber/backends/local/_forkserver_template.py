@@ -1,76 +1,30 @@
 """The fork server's template process: preload, then fork jobs on request.
 
-Started by the local backend as ``python -m fiber.backends.local._forkserver_template FD``; its
-only channel is the inherited end of a private ``SOCK_SEQPACKET`` socketpair (``FD``). The
-master's side and the protocol are in :mod:`fiber.backends.local._forkserver`. This module also
-holds what both sides share: the JSON message framing and the signals never reset.
+Started by the local backend as ``python -m fiber.backends.local._forkserver_template FD``;
+its only channel is the inherited end of a private ``SOCK_SEQPACKET`` socketpair (``FD``).
+The master's side and the protocol are in :mod:`fiber.backends.local._forkserver`; the
+message framing both use is in :mod:`fiber.backends.local._forkserver_protocol`.
 """
 
 from __future__ import annotations
 
-import array
 import errno
 import gc
-import json
 import os
 import signal
 import socket
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
+from fiber.backends.local._forkserver_protocol import (
+    MAX_MESSAGE,
+    MODULE,
+    UNTOUCHED_SIGNALS,
+    recv_message,
+    send_message,
+)
 from fiber.transport.sockets import readable
-
-#: The module the template runs (``python -m``); tests find the template by it.
-MODULE = "fiber.backends.local._forkserver_template"
-#: Largest message either side sends (a fork request with its environment).
-MAX_MESSAGE = 1 << 20
-#: Signals a forked child leaves as they are (cannot be caught, or Python's own setup).
-UNTOUCHED_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGXFZ"}
-
-_FD_SPACE = socket.CMSG_SPACE(8 * array.array("i").itemsize)
-
-
-# -- messages ------------------------------------------------------------------------------
-
-
-def send_message(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) -> None:
-    """Send one message, with ``fds`` passed as SCM_RIGHTS."""
-    data = json.dumps(obj, separators=(",", ":")).encode()
-    if len(data) > MAX_MESSAGE:
-        raise ValueError(f"the request is larger than {MAX_MESSAGE} bytes")
-    if fds:
-        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                               array.array("i", fds).tobytes())])
-    else:
-        sock.sendall(data)
-
-
-def recv_message(sock: socket.socket, bufsize: int) -> Optional[Tuple[Dict[str, Any], List[int]]]:
-    """One message and the fds that came with it; None at EOF."""
-    data, ancdata, flags, _ = sock.recvmsg(bufsize, _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
-    fds: List[int] = []
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            a = array.array("i")
-            a.frombytes(cdata[:len(cdata) - len(cdata) % a.itemsize])
-            fds.extend(a)
-    if not data and not fds:
-        return None
-    try:
-        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            raise ValueError("truncated message")
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise ValueError("bad message")
-    except ValueError:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return obj, fds
-
-
-# -- the template ----------------------------------------------------------------------------
 
 
 def _template(fd: int) -> None:
