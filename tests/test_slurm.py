@@ -49,8 +49,6 @@ import fiber
 from fiber._core import _runtime
 from fiber.backends import JobHandle, JobSpec, JobState, Resources, get_backend
 from fiber.backends._batch import follow_file, render_script, split_env
-from fiber.backends._slurm_jobs import last_lines, output_dir
-from fiber.backends._slurm_status import job_comment, parse_listing, stdout_path
 from fiber.backends.slurm import (
     OWN_JOB_ENV,
     PROGRAM_ENV,
@@ -62,6 +60,8 @@ from fiber.backends.slurm import (
     parse_squeue,
     status_of,
 )
+from fiber.backends.slurm._jobs import last_lines, output_dir
+from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path
 from fiber.errors import BackendError, ConfigError, SubmitError
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -10,7 +10,7 @@ import re
 import signal
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ._base import JobState, JobStatus
+from .._base import JobState, JobStatus
 
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
            "controller_address", "step_status", "safe_name", "array_name", "SQUEUE_FORMAT",

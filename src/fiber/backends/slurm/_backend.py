@@ -73,14 +73,14 @@ import threading
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..config import get_config
-from ..errors import BackendError, ConfigError, FiberError, SubmitError
-from . import _slurm_jobs
-from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
-from ._batch import BatchBackend, parse_job_id, render_script, split_env
-from ._common import route_to
-from ._slurm_jobs import output_dir
-from ._slurm_status import (
+from ...config import get_config
+from ...errors import BackendError, ConfigError, FiberError, SubmitError
+from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
+from .._batch import BatchBackend, parse_job_id, render_script, split_env
+from .._common import route_to
+from . import _jobs as _slurm_jobs
+from ._jobs import output_dir
+from ._status import (
     PENDING_STATES,
     SQUEUE_FORMAT,
     array_name,

@@ -4,7 +4,7 @@ whichever process submitted them.
 
 Slurm keeps no labels, so every fiber job carries its program's id in its comment
 (``sbatch --comment="fiber <program> <name>"``, see
-:func:`~fiber.backends._slurm_status.job_comment`), and the processes of a program
+:func:`~fiber.backends.slurm._status.job_comment`), and the processes of a program
 inherit the id. One ``squeue`` lists them; a job's output is the ``StdOut`` file
 ``scontrol`` names (or, once Slurm has forgotten the job, its file in
 ``slurm_output_dir``); stopping is ``scancel``. Job steps (``slurm_mode=steps``) live
@@ -20,14 +20,14 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
 
-from ..config import get_config
-from ..errors import BackendError, SubmitError
-from ._base import JobHandle, JobInfo
-from ._batch import follow_file
-from ._slurm_status import LIST_FORMAT, parse_listing, stdout_path
+from ...config import get_config
+from ...errors import BackendError, SubmitError
+from .._base import JobHandle, JobInfo
+from .._batch import follow_file
+from ._status import LIST_FORMAT, parse_listing, stdout_path
 
 if TYPE_CHECKING:
-    from .slurm import SlurmBackend
+    from ._backend import SlurmBackend
 
 __all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
 
