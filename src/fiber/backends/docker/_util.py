@@ -8,10 +8,10 @@ import re
 import signal
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..config import Config
-from . import _common
-from ._base import JobState, JobStatus
-from ._common import import_extra, signal_name
+from ...config import Config
+from .. import _common
+from .._base import JobState, JobStatus
+from .._common import import_extra, signal_name
 
 
 def docker_sdk() -> Any:

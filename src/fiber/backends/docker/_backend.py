@@ -88,12 +88,13 @@ import socket
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from .._log import log
-from ..config import Config, get_config
-from ..errors import BackendError, ConfigError, SubmitError
-from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
-from ._common import PARALLEL, parallel
-from ._docker_util import (
+from ..._log import log
+from ...config import Config, get_config
+from ...errors import BackendError, ConfigError, SubmitError
+from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from .._common import PARALLEL, parallel
+from .._labelled import LabelledBackend, TrackedJob
+from ._util import (
     client_kwargs,
     docker_sdk,
     engine_reason,
@@ -104,7 +105,6 @@ from ._docker_util import (
     parse_mounts,
     without_tini,
 )
-from ._labelled import LabelledBackend, TrackedJob
 
 __all__ = ["DockerBackend", "exit_status", "parse_mounts", "own_container_id",
            "LABEL_PROGRAM", "LABEL_JOB", "LABEL_NAME"]
