@@ -11,8 +11,8 @@ import json
 import signal
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ._base import JobSpec, JobState, JobStatus, Resources
-from ._common import signal_name
+from .._base import JobSpec, JobState, JobStatus, Resources
+from .._common import signal_name
 
 __all__ = ["pod_manifest", "pod_status", "api_reason", "is_not_found", "CONTAINER",
            "POD_NAME_ENV", "POD_NAMESPACE_ENV", "POD_IP_ENV"]

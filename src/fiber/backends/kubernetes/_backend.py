@@ -74,12 +74,13 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
-from .._log import log
-from ..config import Config, get_config
-from ..errors import BackendError, SubmitError
-from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
-from ._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
-from ._k8s_pods import (
+from ..._log import log
+from ...config import Config, get_config
+from ...errors import BackendError, SubmitError
+from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from .._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
+from .._labelled import LabelledBackend, TrackedJob
+from ._pods import (
     CONTAINER,
     POD_IP_ENV,
     POD_NAME_ENV,
@@ -89,7 +90,6 @@ from ._k8s_pods import (
     pod_manifest,
     pod_status,
 )
-from ._labelled import LabelledBackend, TrackedJob
 
 __all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
 
