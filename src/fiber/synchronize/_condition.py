@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from .._core._parking import Parking, Q, Waiter
 from .._core._served import Handle, decode_wait, encode_wait
 from ..transport.server import Peer, Server
-
-if TYPE_CHECKING:
-    from ._primitives import Lock
+from ._primitives import Lock, RLock
 
 __all__ = ["Condition", "ConditionService"]
 
@@ -110,8 +108,6 @@ class Condition(Handle):
     """A condition variable over a fiber ``Lock`` or ``RLock`` (a new RLock by default)."""
 
     def __init__(self, lock: Optional[Lock] = None, *, ctx: Any = None) -> None:
-        from ._primitives import Lock, RLock
-
         if lock is None:
             lock = RLock()
         if not isinstance(lock, Lock):

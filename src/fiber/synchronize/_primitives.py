@@ -10,7 +10,7 @@
     (holder process gone: its anchor connection closed) ─▶ process_gone: lock released
 
 ``Condition`` (:mod:`fiber.synchronize._condition`) and ``Barrier``
-(:mod:`fiber.synchronize._barrier`) are re-exported here. Every primitive is a
+(:mod:`fiber.synchronize._barrier`) build on the same machinery. Every primitive is a
 :class:`~fiber._core._served.Handle` to a service on the hub of the process that created
 it, like a queue: it pickles to a few bytes and works from any fiber process on any host.
 Waits are decided by the server, which answers when the call can complete or its timeout
@@ -42,18 +42,14 @@ trips plus the wait.
 from __future__ import annotations
 
 import threading
-from threading import BrokenBarrierError
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core._parking import Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Handle, decode_wait, encode_wait
 from ..transport.server import Peer, Server
-from ._barrier import Barrier
-from ._condition import Condition
 
-__all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
-           "Barrier", "BrokenBarrierError"]
+__all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "LockService"]
 
 # -- Lock and RLock --------------------------------------------------------------------
 
