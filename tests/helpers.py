@@ -110,7 +110,7 @@ def pipe_of_my_own(conn) -> None:  # type: ignore[no-untyped-def]
     too... and ``None`` ends."""
     import fiber
     from fiber._core import _runtime
-    from fiber.connection._wait import WAIT_SERVICE
+    from fiber.connection._watch import WAIT_SERVICE
 
     mine, theirs = fiber.Pipe()
     conn.send(theirs)

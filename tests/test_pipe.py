@@ -194,7 +194,7 @@ def test_wait_over_connections_and_sentinels(ctx):
 
 def _hub_watches() -> int:
     from fiber._core import _runtime
-    from fiber.connection._wait import WAIT_SERVICE
+    from fiber.connection._watch import WAIT_SERVICE
 
     return len(_runtime.hub().service(WAIT_SERVICE).watches)
 

@@ -27,11 +27,10 @@ from .._core import _runtime
 from .._core._served import Handle, add_handoff, decode_wait, encode_wait
 from ..transport.client import ConnectionLost, process_id
 from ..transport.serialization import dumps, loads
-from ..transport.server import Peer, Server, Service, Timer
-from . import _wait as _conn_wait
-from ._wait import wait
+from ..transport.server import Peer, Server, Timer
+from . import _watch
 
-__all__ = ["Pipe", "Connection", "wait", "BufferTooShort"]
+__all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService"]
 
 
 class BufferTooShort(Exception):
@@ -42,15 +41,15 @@ _PICKLED = b"p"
 _RAW = b"b"
 
 
-class PipeService(Service):
+class PipeService(_watch.Watched):
     def __init__(self, creator: bytes) -> None:
         self.channels: Tuple[Deque[List[Any]], Deque[List[Any]]] = (
             collections.deque(), collections.deque())
         self.waiters: Tuple[List[Tuple[Peer, bytes, bytes, Optional[Timer]]], ...] = ([], [])
         self.holders: Tuple[Set[bytes], Set[bytes]] = ({creator}, {creator})
         self.handoffs: Tuple[Set[bytes], Set[bytes]] = (set(), set())
-        #: Per end, callbacks of ``wait()`` calls (see _conn_wait), told when it is ready.
-        self.watchers: Tuple[List[_conn_wait.Watch], ...] = ([], [])
+        #: Per end, the ``wait()`` calls waiting for it (see _watch), told when it is ready.
+        self.watchers: Tuple[List[_watch.Watch], ...] = ([], [])
 
     def _peer_closed(self, end: int) -> bool:
         other = 1 - end
@@ -115,9 +114,7 @@ class PipeService(Service):
                 timer.cancel()
             self._answer(server, end, pid, req_id, op)
         # Blocked recvs took what came first; wait() calls are told if anything is left.
-        if self.watchers[end] and self.ready(end):
-            for watch in list(self.watchers[end]):
-                watch.notify()
+        self.notify_watchers(end)
 
     def _timeout(self, server: Server, end: int, entry: Tuple[Any, ...]) -> None:
         for i, w in enumerate(self.waiters[end]):
@@ -152,7 +149,7 @@ class Connection(Handle):
     def _pair(cls, duplex: bool) -> Tuple[Connection, Connection]:
         service = PipeService(process_id())
         a = cls(service, 0, True, duplex)
-        _conn_wait.ensure_service(_runtime.hub())
+        _watch.ensure_service(_runtime.hub())
         b = cls.__new__(cls)
         Handle.__setstate__(b, (a._name, a._address))
         b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives

@@ -2,10 +2,9 @@
 
 A pipe end is ready when ``recv`` would not block: a message waits in its channel, or the
 other end is closed everywhere. Its channel lives on the hub of the pipe's creator, so
-readiness is known there, and only there; the hub's :class:`WaitService` holds one
-request per waiting thread and hub, naming every end of that hub that the thread waits
-for, and answers it when any of them becomes ready (:meth:`PipeService._serve` tells
-it), or at the timeout::
+readiness is known there, and only there; the hub's ``WaitService`` (:mod:`._watch`)
+holds one request per waiting thread and hub, naming every end of that hub that the
+thread waits for, and answers it when any of them becomes ready, or at the timeout::
 
     waiting thread ── [WAIT, b"any", req_id, wait, name, end, name, end ...] ──▶ hub
                    ◀─ [req_id, b"ok", indices of the ready ends] ───────────── (or b"empty")
@@ -21,128 +20,18 @@ from __future__ import annotations
 
 import os
 import selectors
-import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .._core._served import decode_wait, encode_wait
+from .._core._served import encode_wait
 from ..transport.client import Client, ConnectionLost, LateReply, get_client
-from ..transport.server import Peer, Server, Service, Timer
+from ..transport.remote import unpack_exception
+from ..transport.serialization import loads
+from ._pipe import Connection
+from ._watch import WAIT_SERVICE, unpack_indices
 
-if TYPE_CHECKING:
-    from ._pipe import Connection, PipeService
-
-__all__ = ["wait", "Watch", "WaitService", "WAIT_SERVICE", "ensure_service"]
-
-#: The hub-wide service name (one per hub, registered with the hub's first pipe).
-WAIT_SERVICE = b"~conn-wait"
-_INDEX = struct.Struct("<I")
-
-
-class Watch:
-    """One waiting request: the (pipe service, end) pairs it waits for (None: no pipe)."""
-
-    __slots__ = ("service", "server", "peer", "req_id", "ends", "timer")
-
-    def __init__(self, service: WaitService, server: Server, peer: Peer, req_id: bytes,
-                 ends: List[Tuple[Optional[PipeService], int]]) -> None:
-        self.service = service
-        self.server = server
-        self.peer = peer
-        self.req_id = req_id
-        self.ends = ends
-        self.timer: Optional[Timer] = None
-
-    def ready(self) -> List[int]:
-        """Indices of the ends ready now."""
-        return [i for i, (pipe, end) in enumerate(self.ends) if pipe is None or pipe.ready(end)]
-
-    def notify(self) -> None:
-        """Called by a pipe when one of the ends named here is ready: answer."""
-        self.service.finish(self, self.ready())
-
-
-class WaitService(Service):
-    """Holds waits for any of several pipe ends of this hub (runs under the hub's lock)."""
-
-    def __init__(self) -> None:
-        self.watches: List[Watch] = []
-
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"cancel":
-            for watch in self.watches:
-                if watch.peer is peer and watch.req_id == bytes(payload[0]):
-                    self.finish(watch, [])
-                    return
-            return
-        if op != b"any":
-            raise ValueError(f"unknown wait operation {op!r}")
-        wait = decode_wait(payload[0])
-        pairs = payload[1:]
-        ends: List[Tuple[Optional[PipeService], int]] = []
-        for i in range(0, len(pairs) - 1, 2):
-            # Not a pipe here (unregistered, or never one): ready, so that recv tells why.
-            ends.append((_pipe(server, bytes(pairs[i])), bytes(pairs[i + 1])[0] - 48))
-        watch = Watch(self, server, peer, req_id, ends)
-        ready = watch.ready()
-        if ready or wait == 0:
-            self._reply(watch, ready)
-            return
-        for pipe, end in ends:
-            assert pipe is not None
-            pipe.watchers[end].append(watch)
-        if wait is not None:
-            watch.timer = server.call_later(wait, lambda: self.finish(watch, []))
-        self.watches.append(watch)
-
-    def finish(self, watch: Watch, ready: List[int]) -> None:
-        """Answer ``watch`` with the indices of its ready ends (none: timeout or cancel)."""
-        if watch in self.watches:
-            self._drop(watch)
-            self._reply(watch, ready)
-
-    def _drop(self, watch: Watch) -> None:
-        self.watches.remove(watch)
-        if watch.timer is not None:
-            watch.timer.cancel()
-        for pipe, end in watch.ends:
-            if pipe is not None:
-                pipe.watchers[end][:] = [w for w in pipe.watchers[end] if w is not watch]
-
-    @staticmethod
-    def _reply(watch: Watch, ready: List[int]) -> None:
-        if ready:
-            watch.server.reply(watch.peer, watch.req_id, b"ok",
-                               [b"".join(_INDEX.pack(i) for i in ready)])
-        else:
-            watch.server.reply(watch.peer, watch.req_id, b"empty")
-
-    def peer_gone(self, server: Server, peer: Peer) -> None:
-        for watch in [w for w in self.watches if w.peer is peer]:
-            self._drop(watch)
-
-
-def _pipe(server: Server, name: bytes) -> Optional[PipeService]:
-    from ._pipe import PipeService
-
-    service = server.service(name)
-    return service if isinstance(service, PipeService) else None
-
-
-_service_lock = threading.Lock()
-
-
-def ensure_service(hub: Server) -> None:
-    """Register the hub's wait service (with its first pipe)."""
-    with _service_lock:
-        if hub.service(WAIT_SERVICE) is None:
-            hub.register(WAIT_SERVICE, WaitService())
-
-
-# -- the caller's side ---------------------------------------------------------------------
-
+__all__ = ["wait"]
 
 def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Any]:
     frames: List[Any] = [encode_wait(True, timeout)]
@@ -154,8 +43,7 @@ def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Any]:
 def _indices(status: bytes, frames: List[Any]) -> List[int]:
     if status != b"ok":
         return []
-    data = bytes(frames[0])
-    return [_INDEX.unpack_from(data, i)[0] for i in range(0, len(data), _INDEX.size)]
+    return unpack_indices(bytes(frames[0]))
 
 
 def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[Any]:
@@ -166,8 +54,6 @@ def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[An
     Raises:
         OSError: a connection is closed or write-only (as multiprocessing).
     """
-    from ._pipe import Connection
-
     objects = list(object_list)
     by_hub: Dict[str, List[Connection]] = {}
     others = []
@@ -195,9 +81,6 @@ def _wait_one_hub(address: str, conns: List[Connection],
     except ConnectionLost:
         return {id(c) for c in conns}  # their hub is gone: recv raises EOFError at once
     if status == b"err":
-        from ..transport.remote import unpack_exception
-        from ..transport.serialization import loads
-
         raise unpack_exception(loads(frames))
     return {id(conns[i]) for i in _indices(status, frames)}
 
