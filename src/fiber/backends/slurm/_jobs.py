@@ -16,20 +16,35 @@ from __future__ import annotations
 import glob
 import os
 import re
+import subprocess
 import tempfile
 import time
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Protocol, Sequence
 
 from ...config import get_config
 from ...errors import BackendError, SubmitError
-from .._base import JobHandle, JobInfo
+from .._base import JobHandle, JobInfo, JobStatus
 from .._batch import follow_file
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
-if TYPE_CHECKING:
-    from ._backend import SlurmBackend
+__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines",
+           "SlurmCommands"]
 
-__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
+
+class SlurmCommands(Protocol):
+    """What these functions need of the backend (a :class:`SlurmBackend`): its commands,
+    their timeouts, the status of a job, and ``scancel``."""
+
+    query_timeout: float
+    cancel_timeout: float
+
+    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
+                    timeout: Optional[float] = None, what: str = "",
+                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
+
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
 
 _REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
 #: Slurm job states (lower case, as listed) in which there is nothing left to stop.
@@ -55,7 +70,7 @@ def output_dir() -> str:
     return path
 
 
-def follow(backend: SlurmBackend, handle: JobHandle, path: str,
+def follow(backend: SlurmCommands, handle: JobHandle, path: str,
            since: float) -> Optional[Iterator[str]]:
     """A batch job's output file ``path`` (in ``slurm_output_dir``, shared with the nodes),
     written since ``since`` (its submission), read as it grows, until the job has ended;
@@ -72,7 +87,7 @@ def follow(backend: SlurmBackend, handle: JobHandle, path: str,
     return follow_file(path, ended, "slurm_output_dir is not shared with the node", since)
 
 
-def find_jobs(backend: SlurmBackend, program: str = "") -> List[JobInfo]:
+def find_jobs(backend: SlurmCommands, program: str = "") -> List[JobInfo]:
     """This user's fiber jobs that Slurm still lists (only ``program``'s if given),
     oldest first; a job's state is Slurm's word for it (``running``, ``cancelled``...)."""
     argv = ["squeue", "--noheader", "--array", "--states=all", f"--user={os.getuid()}",
@@ -83,7 +98,7 @@ def find_jobs(backend: SlurmBackend, program: str = "") -> List[JobInfo]:
     return [JobInfo(r.job_id, r.program, r.name, r.state, r.submitted) for r in rows]
 
 
-def read_logs(backend: SlurmBackend, job_id: str, tail: Optional[int] = None) -> str:
+def read_logs(backend: SlurmCommands, job_id: str, tail: Optional[int] = None) -> str:
     """The output file of a batch job (its last ``tail`` lines)."""
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise BackendError(f"{job_id!r} is not a Slurm job id (1234, or 1234_5 for a task "
@@ -118,7 +133,7 @@ def last_lines(text: str, n: int) -> str:
     return "\n".join(lines[-n - 1:] if ended else lines[-n:])
 
 
-def remove_jobs(backend: SlurmBackend, program: str = "", job_ids: Sequence[str] = (),
+def remove_jobs(backend: SlurmCommands, program: str = "", job_ids: Sequence[str] = (),
                 force: bool = False, queued_only: bool = False) -> List[str]:
     """Cancel the unfinished jobs of ``program`` (listing again until none is left: its
     pool may submit a replacement meanwhile, but for no longer than the backend's
