@@ -49,7 +49,9 @@ from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
 
 from .. import queues, synchronize
 from .._core import _served
+from ..config import get_config
 from ..errors import ProcessError
+from ..process._bound import process_class
 from ..transport import auth
 from ..transport.client import ConnectionLost, get_client
 from ..transport.serialization import dumps, loads
@@ -146,15 +148,12 @@ class BaseManager:
                                else "Manager has shut down")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        from ..config import get_config
-        from ..context import get_context
-
-        ctx = self._ctx or get_context(None)
+        backend = None if self._ctx is None else self._ctx.backend
         _register_exit_hook()  # before the first job: atexit runs it before fiber's own
         report = queues.Queue()
-        proc = ctx.Process(target=manager_main, name=f"{type(self).__name__}-server",
-                           args=(dict(self._registry), ctx._backend, report, initializer,
-                                 tuple(initargs)))
+        proc = process_class(backend)(
+            target=manager_main, name=f"{type(self).__name__}-server",
+            args=(dict(self._registry), backend, report, initializer, tuple(initargs)))
         proc.start()
         deadline = time.monotonic() + get_config().startup_timeout
         while True:
@@ -276,7 +275,7 @@ class _LocalServer:
         from .._core import _runtime
 
         self.registry = registry
-        self.backend = getattr(ctx, "_backend", None)
+        self.backend = None if ctx is None else ctx.backend
         self.address = _runtime.hub().address
 
     def serve_forever(self) -> None:

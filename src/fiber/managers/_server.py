@@ -33,6 +33,8 @@ import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
+from ..meta import resources_of
+from ..process._bound import process_class
 from ..transport.client import get_client
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
@@ -353,12 +355,9 @@ class ManagerService(Service):
         """In a worker thread: start the job that will serve one object; it answers."""
         import secrets
 
-        from ..context import get_context
-        from ..meta import resources_of
-
         entry = self.objects.registry[typeid]
         cid = secrets.token_bytes(8)
-        proc = get_context(self.backend).Process(
+        proc = process_class(self.backend)(
             target=object_job_main, name=f"{typeid}-object",
             args=(self.objects.registry, typeid, args, kwds, holder,
                   self.objects.hub.address, cid))

@@ -28,14 +28,25 @@ import signal
 import threading
 import types
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+)
 
 from .._core import _runtime
 from ..backends import Resources
 from ..config import get_config
 from ..connection import wait
 from ..errors import BrokenPoolError, PoolTerminatedError
-from ..process import start_all, terminate_all
+from ..process import Process, start_all, terminate_all
 from ..process._limits import ensure_open_files
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
@@ -77,11 +88,12 @@ class _PoolCore:
     """The pool's state; referenced by its threads, never by the user's Pool object, so
     that a pool dropped by its user is garbage-collected and its workers ended."""
 
-    def __init__(self, size: int, ctx: Any, initializer: Optional[Callable[..., Any]],
+    def __init__(self, size: int, process_class: Type[Process],
+                 initializer: Optional[Callable[..., Any]],
                  initargs: Tuple[Any, ...], maxtasks: Optional[int],
                  resources: Resources) -> None:
         cfg = get_config()
-        self.ctx = ctx
+        self.process_class = process_class
         self.size = size
         self.initializer, self.initargs, self.maxtasks = initializer, initargs, maxtasks
         self.resources = resources
@@ -232,7 +244,7 @@ class _PoolCore:
         states = []
         for _ in range(count):
             wid = next(self._worker_ids)
-            proc = self.ctx.Process(
+            proc = self.process_class(
                 target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
                 args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
                       self.maxtasks))
@@ -386,11 +398,8 @@ class Pool:
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
         ensure_open_files(processes, f"a pool of {processes} workers")
-        if context is None:
-            from ..context import get_context
-
-            context = get_context()
-        self._core = _PoolCore(processes, context, initializer, tuple(initargs),
+        process_class = Process if context is None else context.Process
+        self._core = _PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
         self._finalizer = weakref.finalize(self, self._core.terminate)
 
