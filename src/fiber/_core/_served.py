@@ -20,11 +20,12 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-from ..transport.client import ConnectionLost, LateReply, get_client
+from ..transport.client import ConnectionLost, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 from ..transport.server import Service
 from . import _runtime
+from ._clients import get_client
 
 __all__ = ["Handle", "encode_wait", "decode_wait", "collecting_handoffs", "add_handoff"]
 

@@ -24,9 +24,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from .._core._clients import get_client, own_client
 from ..errors import TimeoutError
-from ..transport import client as _client
-from ..transport.client import Client, ConnectionLost, ensure_anchor, get_client
+from ..transport.client import CONNECT_TIMEOUT, Client, ConnectionLost, local_server
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 
@@ -47,13 +47,11 @@ class AsyncChannel:
         self._discarded: Set[bytes] = set()
         self._reading = False
         self.error: Optional[BaseException] = None
-        self._local = _client._local_servers.get(address)
+        self._local = local_server(address)
         if self._local is None:
-            t = _client.CONNECT_TIMEOUT if timeout is None else timeout
-            ensure_anchor(address, t)
-            self._client: Optional[Client] = Client(address, timeout=t,
-                                                    heartbeat=_client._heartbeat())
-            _client._all_clients.add(self._client)  # closed by prune_closed when dead
+            t = CONNECT_TIMEOUT if timeout is None else timeout
+            # closed by prune_closed when its server is gone
+            self._client: Optional[Client] = own_client(address, t)
         else:
             self._client = None
 

@@ -49,11 +49,12 @@ from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
 
 from .. import queues, synchronize
 from .._core import _served
+from .._core._clients import get_client
 from ..config import get_config
 from ..errors import ProcessError
 from ..process._bound import process_class
 from ..transport import auth
-from ..transport.client import ConnectionLost, get_client
+from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
 from ._async_calls import CallHandle, channel
 from ._proxies import (

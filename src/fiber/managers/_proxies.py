@@ -26,7 +26,8 @@ import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from .._core import _served
-from ..transport.client import ConnectionLost, get_client
+from .._core._clients import get_client
+from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel

@@ -33,9 +33,9 @@ import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
+from .._core._clients import get_client
 from ..meta import resources_of
 from ..process._bound import process_class
-from ..transport.client import get_client
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service

@@ -25,8 +25,8 @@ import time
 import traceback
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
+from .._core._clients import own_client
 from ..config import get_config
-from ..transport.client import own_client
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
 from ._protocol import FUNCTION_SLOTS, pack_results, unpack_tasks

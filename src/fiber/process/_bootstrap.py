@@ -36,7 +36,7 @@ def _watch_parent(address: str) -> None:
     job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
     anyone took the sentinel.
     """
-    from ..transport.client import ensure_anchor
+    from .._core._clients import ensure_anchor
 
     poller = select.poll()
     poller.register(ensure_anchor(address).sock.fileno(), select.POLLRDHUP)

@@ -118,7 +118,7 @@ def launcher() -> LaunchService:
 
 def fetch_payload(parent: str, token: bytes) -> Any:
     """In a child: authenticate to the parent's hub and fetch the launch payload."""
-    from ..transport.client import get_client
+    from .._core._clients import get_client
     from ..transport.remote import unpack_exception
 
     client = get_client(parent)
@@ -130,6 +130,6 @@ def fetch_payload(parent: str, token: bytes) -> Any:
 
 
 def report_exit(parent: str, token: bytes, exitcode: int) -> None:
-    from ..transport.client import get_client
+    from .._core._clients import get_client
 
     get_client(parent).request(SERVICE, b"exit", [token, str(exitcode).encode()], timeout=10)
