@@ -1,8 +1,13 @@
 """The entry point of every fiber job: ``python -m fiber.process._bootstrap``.
 
 Reads the parent's hub address and the job token from the environment, fetches the launch
-payload (see :mod:`fiber.process._launcher`), runs the process, reports its exit code, and exits.
-A watchdog thread ends the job when the parent goes away.
+payload (see :mod:`fiber.process._launcher`), runs the process, reports its exit code, and
+exits. A watchdog thread ends the job when the parent goes away.
+
+The local backend's fork server preloads this module and runs it as ``__main__`` in each
+job it forks from its template (see :mod:`fiber.backends.local._forkserver`): what the
+template made of fiber's per-process state (its process id, its resolved config) is made
+anew first, as a new interpreter would have it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,14 @@ import sys
 import threading
 import time
 import traceback
+
+from .. import config
+from .._core import _runtime
+from .._core._clients import ensure_anchor
+from ..transport import client
+from . import _launcher
+from . import _process as process
+from ._fd_handoff import load_spawned
 
 _exiting = threading.Event()
 
@@ -36,16 +49,12 @@ def _watch_parent(address: str) -> None:
     job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
     anyone took the sentinel.
     """
-    from .._core._clients import ensure_anchor
-
     poller = select.poll()
     poller.register(ensure_anchor(address).sock.fileno(), select.POLLRDHUP)
     while not poller.poll():
         pass
     if _exiting.is_set():
         return
-    from . import _process as process
-
     watched = process._parent_gone()
     sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
     sys.stderr.flush()
@@ -60,11 +69,8 @@ def _watch_parent(address: str) -> None:
 
 
 def main() -> None:
-    from .. import config
-    from .._core import _runtime
-    from . import _launcher
-    from . import _process as process
-
+    client.renew_process_id()
+    config.reset()
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:
@@ -78,7 +84,7 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(1)
     # listen_host names an address of the parent's host: a child finds its own.
-    config._install(dataclasses.replace(payload["config"], listen_host=""))
+    config.install(dataclasses.replace(payload["config"], listen_host=""))
     lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
                                 daemon=True)
     lifeline.start()
@@ -97,8 +103,6 @@ def main() -> None:
         if spawn is None:
             proc = pickle.loads(payload["process"])
         else:  # it holds objects of multiprocessing itself: start as spawn does
-            from ._fd_handoff import load_spawned
-
             proc = load_spawned(payload["process"], spawn)
     except BaseException:
         sys.stderr.write("fiber: cannot unpickle the process object in the job:\n")
@@ -110,8 +114,6 @@ def main() -> None:
         _launcher.report_exit(parent, token, exitcode)
     except Exception:
         pass  # the parent is gone or busy; the backend still sees our exit code
-    from ..transport import client
-
     _exiting.set()
     _runtime.shutdown_hub()
     client.close_all()

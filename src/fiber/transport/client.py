@@ -35,7 +35,7 @@ from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
            "close_all", "ensure_anchor", "register_local_server", "prune_closed", "Settings",
-           "DEFAULTS", "local_server"]
+           "DEFAULTS", "local_server", "renew_process_id"]
 
 Reply = Tuple[bytes, List[Any]]
 LateReply = Callable[[bytes, List[Any]], None]
@@ -87,6 +87,13 @@ CONNECT_TIMEOUT = 10.0
 def process_id() -> bytes:
     """A random id of this process, unique across every host of the program."""
     return _PROCESS_ID
+
+
+def renew_process_id() -> None:
+    """Give this process a new id: a process forked from another that had one (the
+    local backend's fork server forks its jobs from a template), before it connects."""
+    global _PROCESS_ID
+    _PROCESS_ID = secrets.token_bytes(16)
 
 
 class Client:

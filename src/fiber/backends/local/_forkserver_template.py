@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Tuple
 
+from fiber.backends._command import BOOTSTRAP_MODULE
 from fiber.backends.local._forkserver_protocol import (
     MAX_MESSAGE,
     MODULE,
@@ -39,19 +40,16 @@ def _template(fd: int) -> None:
     if msg is None:
         return
     init, _ = msg
-    # What the bootstrap and the pool worker import, then the master's packages.
+    # What every job imports (the bootstrap module, and fiber with it: the pool worker,
+    # pipes, queues), then the master's packages.
     import cloudpickle  # noqa: F401
 
-    import fiber  # noqa: F401
-    from fiber import connection, queues  # noqa: F401
-    from fiber.pool import _worker  # noqa: F401
-    from fiber.process import _launcher  # noqa: F401
-
-    spec = importlib.util.find_spec("fiber.process._bootstrap")
+    spec = importlib.util.find_spec(BOOTSTRAP_MODULE)
     if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
-        send_message(sock, {"op": "error", "error": "cannot find fiber.process._bootstrap"})
+        send_message(sock, {"op": "error", "error": f"cannot find {BOOTSTRAP_MODULE}"})
         return
-    code = spec.loader.get_code("fiber.process._bootstrap")
+    importlib.import_module(BOOTSTRAP_MODULE)
+    code = spec.loader.get_code(BOOTSTRAP_MODULE)
     own_path, own_argv = list(sys.path), list(sys.argv)
     # preloaded modules see the master's path and argv, as its jobs will
     sys.path[:] = list(init.get("sys_path") or own_path)
@@ -137,7 +135,7 @@ def _reap(sock: socket.socket) -> None:
 
 
 class _ChildContext:
-    """What a forked child needs to become a fresh ``python -m fiber.process._bootstrap``."""
+    """What a forked child needs to become a fresh ``python -m`` of the bootstrap module."""
 
     def __init__(self, sock: socket.socket, fds: Tuple[int, int], spec: Any,
                  code: Any) -> None:
@@ -221,12 +219,7 @@ class _ChildContext:
             if self.path0 is not None and sys.path and sys.path[0] == self.path0:
                 sys.path[0] = cwd
         # Per-process state made at import in the template: fresh in every child, as in a
-        # new interpreter.
-        from fiber import config
-        from fiber.transport import client
-
-        client._PROCESS_ID = os.urandom(16)
-        config._resolved = None
+        # new interpreter (fiber's own is renewed by the bootstrap).
         numpy_random = sys.modules.get("numpy.random")
         if numpy_random is not None:
             try:
@@ -235,7 +228,7 @@ class _ChildContext:
                 pass
 
     def _bootstrap(self, request: Dict[str, Any]) -> int:
-        """Run fiber.process._bootstrap as ``__main__``, as ``python -m`` does."""
+        """Run the bootstrap module as ``__main__``, as ``python -m`` does."""
         import builtins
         import types
 
