@@ -5,7 +5,10 @@
 - :mod:`._wait`: ``wait`` on many connections (and sentinels, sockets) at once.
 """
 
+from .._exports import publish
 from ._pipe import BufferTooShort, Connection, Pipe
 from ._wait import wait
 
 __all__ = ["Pipe", "Connection", "wait", "BufferTooShort"]
+
+publish(__name__, Connection, BufferTooShort)

@@ -7,6 +7,7 @@
 - :mod:`._async_calls`: the calls of async proxies, in flight on one channel each.
 """
 
+from .._exports import publish
 from ._managers import (
     AcquirerProxy,
     ArrayProxy,
@@ -42,3 +43,8 @@ __all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProx
            "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
            "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
            "DirectProxy", "BaseListProxy"]
+
+publish(__name__, BaseManager, SyncManager, AsyncManager, BaseProxy, AsyncProxy, AutoProxy,
+        AsyncAutoProxy, CallHandle, DictProxy, ListProxy, ValueProxy, ArrayProxy,
+        NamespaceProxy, IteratorProxy, AcquirerProxy, ConditionProxy, EventProxy, BarrierProxy,
+        QueueProxy, PoolProxy, AsyncResultProxy, DirectProxy, BaseListProxy)

@@ -8,6 +8,7 @@
   say to each other on the wire.
 """
 
+from .._exports import publish
 from ._pool import Pool
 from ._results import (
     ApplyResult,
@@ -19,3 +20,5 @@ from ._results import (
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
+
+publish(__name__, Pool, AsyncResult, ApplyResult, MapResult, IMapIterator, IMapUnorderedIterator)

@@ -9,6 +9,7 @@
 - :mod:`._limits`: the open-file limit that many jobs need.
 """
 
+from .._exports import publish
 from ._process import (
     Process,
     active_children,
@@ -20,3 +21,5 @@ from ._process import (
 
 __all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
            "terminate_all"]
+
+publish(__name__, Process)

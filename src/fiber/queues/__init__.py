@@ -6,6 +6,9 @@
   ``multiprocessing.connection.wait`` can wait on (``Queue._reader``).
 """
 
+from .._exports import publish
 from ._queue import JoinableQueue, Queue, SimpleQueue
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
+
+publish(__name__, Queue, SimpleQueue, JoinableQueue)

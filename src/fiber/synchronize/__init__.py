@@ -7,9 +7,12 @@
 
 from threading import BrokenBarrierError
 
+from .._exports import publish
 from ._barrier import Barrier
 from ._condition import Condition
 from ._primitives import BoundedSemaphore, Event, Lock, RLock, Semaphore
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier",
            "BrokenBarrierError"]
+
+publish(__name__, Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event, Barrier)

@@ -5,6 +5,7 @@
   mounts, exit statuses).
 """
 
+from ..._exports import publish
 from ._backend import (
     LABEL_JOB,
     LABEL_NAME,
@@ -17,3 +18,5 @@ from ._backend import (
 
 __all__ = ["DockerBackend", "exit_status", "parse_mounts", "own_container_id", "LABEL_PROGRAM",
            "LABEL_JOB", "LABEL_NAME"]
+
+publish(__name__, DockerBackend)

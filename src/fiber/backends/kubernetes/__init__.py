@@ -4,6 +4,9 @@
 - :mod:`._pods`: a job's pod manifest, and a pod's status as a job's.
 """
 
+from ..._exports import publish
 from ._backend import LABEL_JOB, LABEL_PROGRAM, KubernetesBackend, pod_manifest, pod_status
 
 __all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
+
+publish(__name__, KubernetesBackend)

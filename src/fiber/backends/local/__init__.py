@@ -5,6 +5,9 @@
   process; :mod:`._forkserver_template`: that template's program.
 """
 
+from ..._exports import publish
 from ._backend import LocalBackend
 
 __all__ = ["LocalBackend"]
+
+publish(__name__, LocalBackend)

@@ -5,6 +5,7 @@
 - :mod:`._status`: ``squeue``/``sacct`` listings parsed into job states.
 """
 
+from ..._exports import publish
 from ._backend import (
     OWN_JOB_ENV,
     PROGRAM_ENV,
@@ -19,3 +20,5 @@ from ._backend import (
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
+
+publish(__name__, SlurmBackend)
