@@ -25,9 +25,9 @@ from .. import config
 from .._core import _runtime
 from .._core._clients import ensure_anchor
 from ..transport import client
-from . import _launcher
-from . import _process as process
+from . import _launcher, _parent
 from ._fd_handoff import load_spawned
+from ._process import kill_children
 
 _exiting = threading.Event()
 
@@ -55,14 +55,10 @@ def _watch_parent(address: str) -> None:
         pass
     if _exiting.is_set():
         return
-    watched = process._parent_gone()
+    watched = _parent.parent_gone()
     sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
     sys.stderr.flush()
-    for child in list(process._children):
-        try:
-            child.kill()
-        except Exception:
-            pass
+    kill_children()
     if watched:
         time.sleep(SENTINEL_GRACE_S)
     os._exit(1)
@@ -97,7 +93,7 @@ def main() -> None:
     cwd = payload["cwd"]
     if os.path.isdir(cwd):
         os.chdir(cwd)
-    process._set_parent(*payload["parent"])
+    _parent.set_parent(*payload["parent"])
     try:
         spawn = payload.get("spawn")
         if spawn is None:

@@ -15,7 +15,6 @@ process by mistake.
 from __future__ import annotations
 
 import atexit
-import collections
 import itertools
 import os
 import secrets
@@ -27,7 +26,6 @@ from typing import (
     Any,
     Callable,
     ClassVar,
-    Deque,
     Dict,
     Iterable,
     List,
@@ -50,94 +48,13 @@ from ..transport import auth
 from ..transport.serialization import dumps
 from ..transport.sockets import split_address
 from . import _fd_handoff, _launcher
+from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
 
-__all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
-           "terminate_all"]
+__all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
+           "kill_children"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
-
-
-#: Jobs whose Process objects were collected. A finalizer may run inside garbage
-#: collection while this thread holds a backend's lock: it only appends here (lock-free),
-#: and the next start releases them.
-_collected: Deque[Tuple[Backend, JobHandle]] = collections.deque()
-
-
-def _collect(job: _Job) -> None:
-    """A started Process object was collected (it may be inside garbage collection)."""
-    job.close_sentinel()
-    assert job.handle is not None
-    _collected.append((job.backend, job.handle))
-
-
-def _release_collected() -> None:
-    while _collected:
-        try:
-            backend, handle = _collected.popleft()
-        except IndexError:  # another thread took the last one
-            return
-        backend.release(handle)
-
-
-class _Job:
-    """The parent's runtime state of one started process (never pickled)."""
-
-    def __init__(self, backend: Backend, token: bytes,
-                 handoffs: List[Callable[[], None]]) -> None:
-        self.backend = backend
-        self.token = token
-        self.handoffs = handoffs
-        self.handle: Optional[JobHandle] = None
-        self.status: Optional[JobStatus] = None
-        self.reported: Optional[int] = None
-        self.remote_pid: Optional[int] = None
-        self.remote_host = ""
-        self.cond = threading.Condition()
-        self.sentinel_r, self._sentinel_w = os.pipe()
-
-    @property
-    def finished(self) -> bool:
-        return self.status is not None
-
-    def exitcode(self) -> Optional[int]:
-        st = self.status
-        if st is None:
-            return None
-        if st.exitcode is not None:
-            return st.exitcode
-        if self.reported is not None:
-            return self.reported
-        return -signal.SIGKILL if st.state in (JobState.CANCELLED, JobState.LOST) else 1
-
-    def finish(self, status: JobStatus) -> None:
-        with self.cond:
-            if self.status is not None:
-                return
-            self.status = status
-            os.close(self._sentinel_w)
-            self.cond.notify_all()
-        _launcher.launcher().remove(self.token)
-        for release in self.handoffs:  # objects the job was handed but may never have taken
-            try:
-                release()
-            except Exception:
-                pass
-
-    def abandon(self) -> None:
-        """The job was never submitted: release what was prepared for it."""
-        self.close_sentinel()
-        self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
-
-    def close_sentinel(self) -> None:
-        """Close the sentinel's read end, once (``close()``, or the process collected)."""
-        fd, self.sentinel_r = self.sentinel_r, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def wait(self, timeout: Optional[float]) -> bool:
-        with self.cond:
-            return self.cond.wait_for(lambda: self.status is not None, timeout)
 
 
 class Process:
@@ -172,7 +89,7 @@ class Process:
         self._kwargs = dict(kwargs or {})
         kind = type(self).__dict__.get("_named_as", type(self).__name__)
         self._name = name or f"{kind}-" + ":".join(map(str, self._identity))
-        self._job: Optional[_Job] = None
+        self._job: Optional[Job] = None
         self._closed = False
         self._counter = itertools.count(1)
         self._resources: Optional[Resources] = None
@@ -192,7 +109,7 @@ class Process:
         """Submit the job that runs this process."""
         start_all([self])
 
-    def _prepare(self) -> Tuple[_Job, JobSpec]:
+    def _prepare(self) -> Tuple[Job, JobSpec]:
         """Check, pickle and register this process for launch; nothing is submitted."""
         self._check_closed()
         if self._job is not None:
@@ -215,14 +132,14 @@ class Process:
             launch["spawn"] = spawn
         payload = dumps(launch)
         token = secrets.token_bytes(16)
-        job = _Job(backend, token, handoffs)
+        job = Job(backend, token, handoffs)
         _launcher.launcher().add(token, _launcher.Launch(
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
             on_gone=lambda: self._on_gone(job)))
         return job, self._job_spec(cfg, token)
 
-    def _launched(self, job: _Job, handle: JobHandle) -> None:
+    def _launched(self, job: Job, handle: JobHandle) -> None:
         job.handle = handle
         self._job = job
         _children.add(self)
@@ -237,8 +154,8 @@ class Process:
         # as multiprocessing does, or every process started would keep a descriptor)
         # Not at exit: threads still wait on the sentinel then (a pool's), and the
         # process's end releases everything anyway.
-        weakref.finalize(self, _collect, job).atexit = False
-        _release_collected()
+        weakref.finalize(self, collect, job).atexit = False
+        release_collected()
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive
 
@@ -250,7 +167,7 @@ class Process:
         with hub.lock:
             hub.call_later(get_config().startup_timeout, check)
 
-    def _on_finished(self, job: _Job, status: JobStatus) -> None:
+    def _on_finished(self, job: Job, status: JobStatus) -> None:
         log("%s ended: %s %s", self._name, status.state.value, status.reason)
         if (status.state is JobState.FAILED and status.exitcode is None
                 and job.remote_pid is None and status.reason):
@@ -260,7 +177,7 @@ class Process:
                              f"{status.reason}\n")
         job.finish(status)
 
-    def _check_started(self, job: _Job) -> None:
+    def _check_started(self, job: Job) -> None:
         # A job the cluster never ran (stuck pending, lost at launch) must not wait forever:
         # after startup_timeout without connecting back it is cancelled and counts as ended.
         if job.remote_pid is not None or job.finished or job.handle is None:
@@ -285,13 +202,13 @@ class Process:
                        env=env, resources=asked.merged_over(default), image=cfg.image,
                        name=self._name)
 
-    def _on_started(self, job: _Job, pid: int, host: str) -> None:
+    def _on_started(self, job: Job, pid: int, host: str) -> None:
         job.remote_pid, job.remote_host = pid, host
 
-    def _on_exit_report(self, job: _Job, code: int) -> None:
+    def _on_exit_report(self, job: Job, code: int) -> None:
         job.reported = code
 
-    def _on_gone(self, job: _Job) -> None:
+    def _on_gone(self, job: Job) -> None:
         # A remote child that reported its exit and hung up is done; the backend's own
         # view may lag by a poll interval. Local jobs are exact: wait for the backend.
         if job.reported is not None and job.handle is not None and job.backend.name != "local":
@@ -494,7 +411,7 @@ def start_all(processes: Sequence[Process]) -> None:
             (raised to its hard limit first); none started.
     """
     ensure_open_files(len(processes))
-    prepared: List[Tuple[Process, _Job, JobSpec]] = []
+    prepared: List[Tuple[Process, Job, JobSpec]] = []
     try:
         for proc in processes:
             job, spec = proc._prepare()
@@ -503,7 +420,7 @@ def start_all(processes: Sequence[Process]) -> None:
         for _, job, _ in prepared:
             job.abandon()
         raise
-    by_backend: Dict[int, List[Tuple[Process, _Job, JobSpec]]] = {}
+    by_backend: Dict[int, List[Tuple[Process, Job, JobSpec]]] = {}
     for item in prepared:
         by_backend.setdefault(id(item[1].backend), []).append(item)
     for i, group in enumerate(by_backend.values()):
@@ -565,77 +482,7 @@ class _MainProcess(Process):
         pass
 
 
-class _ParentProcess(Process):
-    """The parent as seen from a child (``parent_process()``).
-
-    The parent is gone, as the child sees it, when the child's lifeline to it drops (see
-    :mod:`fiber.process._bootstrap`), which calls :func:`_parent_gone` before it ends the child.
-    ``sentinel`` is the read end of a pipe, made on first use, whose write end is closed
-    then: it becomes readable (EOF) when ``is_alive()`` turns False, and works with
-    ``multiprocessing.connection.wait`` and ``select`` as the parent's sentinel does in
-    multiprocessing.
-    """
-
-    def __init__(self, name: str, pid: int) -> None:
-        self._identity = ()
-        self._name = name
-        self._parent_pid = None  # type: ignore[assignment]
-        self._job = None
-        self._closed = False
-        self._config = {}
-        self._remote_pid = pid
-        self._gone = False
-        self._gone_lock = threading.Lock()  # guards the pipe and _gone against the lifeline
-        self._gone_r = -1
-        self._gone_w = -1
-
-    @property
-    def ident(self) -> Optional[int]:  # type: ignore[override]
-        return self._remote_pid
-
-    pid = ident  # type: ignore[assignment]
-
-    def is_alive(self) -> bool:
-        self._check_closed()
-        return not self._gone
-
-    def join(self, timeout: Optional[float] = None) -> None:
-        raise ProcessError("cannot join the parent process")
-
-    @property
-    def sentinel(self) -> int:  # type: ignore[override]
-        """A file descriptor that becomes readable (EOF) when the parent is gone."""
-        self._check_closed()
-        with self._gone_lock:
-            if self._gone_r < 0:
-                self._gone_r, self._gone_w = os.pipe()
-                if self._gone:
-                    self._close_write_end()
-            return self._gone_r
-
-    def close(self) -> None:
-        with self._gone_lock:
-            self._close_write_end()
-            fd, self._gone_r = self._gone_r, -1
-            if fd >= 0:
-                os.close(fd)
-            self._closed = True
-
-    def _set_gone(self) -> bool:
-        """The lifeline dropped; True if the sentinel was handed out (someone may wait)."""
-        with self._gone_lock:
-            self._gone = True  # before the sentinel turns readable: is_alive() agrees
-            self._close_write_end()
-            return self._gone_r >= 0
-
-    def _close_write_end(self) -> None:
-        fd, self._gone_w = self._gone_w, -1
-        if fd >= 0:
-            os.close(fd)
-
-
 _current_process: Process = _MainProcess()
-_parent_process: Optional[Process] = None
 _children: Set[Process] = set()
 _exit_registered = False
 
@@ -645,26 +492,19 @@ def current_process() -> Process:
     return _current_process
 
 
-def parent_process() -> Optional[Process]:
-    """The Process object of the parent, or None in the main process."""
-    return _parent_process
-
-
 def active_children() -> List[Process]:
     """Started children of this process that have not ended yet (reaps the others)."""
     return [p for p in list(_children) if p.is_alive()]
 
 
-def _set_parent(name: str, pid: int) -> None:
-    global _parent_process
-    _parent_process = _ParentProcess(name, pid)
-
-
-def _parent_gone() -> bool:
-    """Called by the lifeline when the parent is gone, before it ends this process: make
-    ``parent_process().sentinel`` readable. True if the sentinel was handed out."""
-    parent = _parent_process
-    return isinstance(parent, _ParentProcess) and parent._set_gone()
+def kill_children() -> None:
+    """Kill every child started and not joined yet, at once (this job's parent is gone:
+    its children must not outlive it)."""
+    for child in list(_children):
+        try:
+            child.kill()
+        except Exception:
+            pass
 
 
 def _register_exit_function() -> None:
@@ -676,7 +516,7 @@ def _register_exit_function() -> None:
 
 def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
     """End many processes with one ``cancel`` per backend (one ``scancel`` on Slurm)."""
-    by_backend: Dict[int, List[_Job]] = {}
+    by_backend: Dict[int, List[Job]] = {}
     for proc in processes:
         job = proc._job
         if job is not None and job.handle is not None and not job.finished:
