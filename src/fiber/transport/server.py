@@ -53,6 +53,7 @@ from ..errors import TransportError
 from . import auth
 from . import cpus as _cpus
 from .framing import FrameReader, Outbox, ProtocolError, new_scratch
+from .peers import LocalPeer, Peer
 from .serialization import dumps
 from .sockets import listen, server_id, tune
 
@@ -64,39 +65,6 @@ _HANDSHAKE_TTL = 30.0
 #: opening connections without end). Each worker of a pool opens two as it starts: room
 #: for several thousand starting at once.
 _MAX_UNAUTHENTICATED = 8192
-
-
-class Peer:
-    """A client connection after it authenticated."""
-
-    __slots__ = ("peer_id", "process_id", "anchor", "conn")
-
-    def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
-                 conn: Optional[_Conn]) -> None:
-        self.peer_id = peer_id
-        self.process_id = process_id
-        self.anchor = anchor
-        self.conn = conn
-
-
-class LocalPeer(Peer):
-    """A thread of this process calling services directly; replies wake it up."""
-
-    __slots__ = ("replies", "late", "cond")
-
-    def __init__(self, peer_id: int, process_id: bytes, lock: threading.RLock) -> None:
-        super().__init__(peer_id, process_id, False, None)
-        self.replies: Dict[bytes, Tuple[bytes, List[Any]]] = {}
-        self.late: Dict[bytes, Callable[[bytes, List[Any]], None]] = {}
-        self.cond = threading.Condition(lock)
-
-    def deliver(self, req_id: bytes, status: bytes, frames: Sequence[Any]) -> None:
-        late = self.late.pop(req_id, None)
-        if late is not None:
-            late(status, list(frames))
-            return
-        self.replies[req_id] = (status, list(frames))
-        self.cond.notify_all()
 
 
 class Service:
@@ -168,17 +136,15 @@ def _pipe() -> Tuple[int, int]:
 
 
 class _Conn:
-    __slots__ = ("sock", "reader", "outbox", "state", "cnonce", "snonce", "process_id",
-                 "anchor", "peer", "since", "writing", "__weakref__")
+    __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
+                 "__weakref__")
 
     def __init__(self, sock: socket.socket, scratch: bytearray) -> None:
         self.sock = sock
         unix = sock.family == socket.AF_UNIX
         self.reader = FrameReader(max_message=_PREAUTH_LIMIT, unix=unix, scratch=scratch)
         self.outbox = Outbox(unix=unix)
-        self.state = "hello"
-        self.cnonce = self.snonce = self.process_id = b""
-        self.anchor = False
+        self.handshake = auth.ServerHandshake()
         self.peer: Optional[Peer] = None
         self.since = time.monotonic()
         self.writing = False
@@ -590,35 +556,19 @@ class Server:
             self._close_conn(conn)
 
     def _handshake(self, conn: _Conn, frames: List[Any]) -> bool:
-        if conn.state == "hello":
-            if (len(frames) != 5 or frames[0] != auth.HELLO or frames[1] != auth.VERSION
-                    or len(frames[2]) != auth.NONCE_BYTES or len(frames[3]) != 16):
-                return False
-            conn.cnonce, conn.process_id = bytes(frames[2]), bytes(frames[3])
-            conn.anchor = frames[4] == b"A"
-            conn.snonce = auth.new_nonce()
-            conn.state = "auth"
-            conn.outbox.add([auth.CHAL, conn.snonce,
-                             auth.server_proof(conn.cnonce, conn.snonce), self._id])
-            self._flush(conn)
-            return True
-        if conn.state == "auth":
-            if len(frames) != 2 or frames[0] != auth.AUTH:
-                return False
-            if not auth.verify(auth.client_proof(conn.cnonce, conn.snonce), bytes(frames[1])):
-                conn.outbox.add([auth.DENY])
-                self._flush(conn)
-                return False
-            conn.state = "ready"
+        """Take the client's next handshake message; False: close the connection."""
+        handshake = conn.handshake
+        reply, keep = handshake.step(frames, self._id)
+        if keep and handshake.done:
             conn.reader.max_message = None
-            conn.peer = Peer(next(self._peer_ids), conn.process_id, conn.anchor, conn)
+            conn.peer = Peer(next(self._peer_ids), handshake.process_id, handshake.anchor, conn)
             self._unauthenticated.pop(id(conn), None)
-            if conn.anchor:
-                self._anchors[conn.process_id] += 1
-            conn.outbox.add([auth.OK])
+            if handshake.anchor:
+                self._anchors[handshake.process_id] += 1
+        if reply:
+            conn.outbox.add(reply)
             self._flush(conn)
-            return True
-        return False
+        return keep
 
     def _close_conn(self, conn: _Conn, notify: bool = True) -> None:
         sock = conn.sock
