@@ -66,7 +66,6 @@ import math
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -92,8 +91,8 @@ from ._status import (
     parse_squeue,
     safe_name,
     status_of,
-    step_status,
 )
+from ._steps import Step, cancel_steps, query_steps
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
@@ -124,15 +123,6 @@ class _Job:
     output: str = ""  # its output file (a job alone in its sbatch)
 
 
-@dataclasses.dataclass
-class _Step:
-    handle: JobHandle
-    name: str
-    popen: subprocess.Popen[bytes]
-    step_id: str = ""
-    cancelled: Optional[str] = None
-
-
 class SlurmBackend(BatchBackend):
     """Run fiber processes as Slurm jobs (``sbatch``) or job steps (``srun``)."""
 
@@ -142,7 +132,7 @@ class SlurmBackend(BatchBackend):
         super().__init__()
         self._lock = threading.Lock()
         self._jobs: Dict[str, _Job] = {}
-        self._steps: Dict[str, _Step] = {}
+        self._steps: Dict[str, Step] = {}
         self._step_ids = itertools.count(1)
         self._ctl_config: Optional[Dict[str, str]] = None
         self._ctl_text = ""
@@ -361,7 +351,7 @@ class SlurmBackend(BatchBackend):
                                   ) from None
             handle = JobHandle(f"{alloc}:{name}", self.name)
             with self._lock:
-                self._steps[handle.job_id] = _Step(handle, name, popen)
+                self._steps[handle.job_id] = Step(handle, name, popen)
             handles.append(handle)
         self.remember(handles)
         return handles
@@ -457,36 +447,10 @@ class SlurmBackend(BatchBackend):
                 out[job_id] = st
         return out
 
-    def _step_rows(self) -> Dict[str, Tuple[str, str]]:
-        """``{step name: (step id, nodes)}`` of this allocation's steps, one squeue call."""
-        alloc = os.environ.get("SLURM_JOB_ID", "")
-        argv = ["squeue", "--noheader", "--steps", f"--jobs={alloc}", "--format=%i|%j|%N"]
-        cp = self.run_command(argv, timeout=self.query_timeout, what="squeue --steps",
-                              check=False)
-        rows = {}
-        for line in cp.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) >= 3:
-                rows[parts[1]] = (parts[0], parts[2])
-        return rows
-
     def _query_steps(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out: Dict[str, JobStatus] = {}
         with self._lock:
             steps = [self._steps[h.job_id] for h in handles]
-        if any(s.popen.poll() is None and not s.handle.host for s in steps):
-            try:
-                rows = self._step_rows()
-            except SubmitError:
-                rows = {}
-            for s in steps:
-                if s.name in rows:
-                    s.step_id, nodes = rows[s.name]
-                    s.handle.host = nodes
-        for s, h in zip(steps, handles):
-            h.host = s.handle.host
-            out[h.job_id] = step_status(s.popen.poll(), s.cancelled)
-        return out
+        return query_steps(self, steps, handles)
 
     # -- cancel --------------------------------------------------------------------------
 
@@ -508,7 +472,7 @@ class SlurmBackend(BatchBackend):
         if ids:
             self._scancel(ids, force)
         if steps:
-            self._cancel_steps(steps, how)
+            cancel_steps(self, steps, how)
 
     def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
         """``scancel`` jobs by id, whoever submitted them (``fiber stop``)."""
@@ -526,31 +490,6 @@ class SlurmBackend(BatchBackend):
                     raise SubmitError("scancel failed", command=argv,
                                       returncode=cp.returncode, stdout=cp.stdout,
                                       stderr=cp.stderr)
-
-    def _cancel_steps(self, steps: List[_Step], how: str) -> None:
-        live = [s for s in steps if s.popen.poll() is None]
-        for s in live:
-            if s.cancelled != "kill":
-                s.cancelled = how
-        if not live:
-            return
-        if any(not s.step_id for s in live):
-            try:
-                rows = self._step_rows()
-            except SubmitError:
-                rows = {}
-            for s in live:
-                if s.name in rows:
-                    s.step_id = rows[s.name][0]
-        ids = [s.step_id for s in live if s.step_id]
-        if ids:
-            self._scancel(ids, how == "kill")
-        for s in live:
-            if not s.step_id:  # still waiting for CPUs: srun abandons the step
-                try:
-                    s.popen.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
 
     def release(self, handle: JobHandle) -> None:
         with self._lock:
