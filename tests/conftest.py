@@ -12,27 +12,16 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
-from typing import Callable, Iterator, NoReturn
+from typing import Iterator
 
 import psutil
 import pytest
 
 import fiber
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def unusable(component: str, why: str) -> NoReturn:
-    """A component the tests need is missing: skipped by hand, a failure under CI=true
-    (CI starts every engine: a test that cannot run there must not pass silently)."""
-    if IN_CI:
-        pytest.fail(f"{component} is unusable under CI=true: {why}")
-    pytest.skip(why)
+from support.waiting import unusable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,19 +74,6 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
 def ctx(backend_name: str) -> fiber.FiberContext:
     """The context of the backend under test."""
     return fiber.get_context(backend_name)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,
-               interval: float = 0.02, message: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail the test (with thread dumps) after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            import faulthandler
-
-            faulthandler.dump_traceback(all_threads=True)
-            pytest.fail(f"timed out after {timeout} s waiting for {message}")
-        time.sleep(interval)
 
 
 def _children() -> set:

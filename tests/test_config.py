@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 
-import helpers
 import pytest
 
 import fiber
 from fiber.config import Config, override, resolve
 from fiber.errors import ConfigError
+
+from support import helpers
 
 
 def test_defaults(tmp_path):

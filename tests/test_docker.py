@@ -26,7 +26,13 @@ import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
-from cli_helpers import (
+
+import fiber
+from fiber.backends import JobSpec, get_backend
+from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
+from fiber.errors import ConfigError, ProcessError, SubmitError
+
+from support.cli_helpers import (
     MAIN,
     fiber_cli,
     fiber_popen,
@@ -35,12 +41,7 @@ from cli_helpers import (
     stop_program,
     tagged,
 )
-from conftest import unusable, wait_until
-
-import fiber
-from fiber.backends import JobSpec, get_backend
-from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
-from fiber.errors import ConfigError, ProcessError, SubmitError
+from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 ENGINE = "the Docker engine"  # what tests/conftest.unusable names

@@ -10,14 +10,15 @@ import sys
 import threading
 import time
 
-import helpers
-import pool_helpers
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber.errors import RemoteTraceback
 from fiber.futures import Executor
+
+import support
+from support import futures_helpers, helpers, pool_helpers
+from support.waiting import wait_until
 
 
 def square(x: int) -> int:
@@ -213,12 +214,10 @@ def test_the_interpreter_waits_for_pending_work_at_exit(tmp_path, kind, cancel_f
     """A program that shuts an executor down without waiting, drops it and ends still gets
     its pending calls done, as concurrent.futures documents (the stdlib executor is run
     alike); with cancel_futures, only those a worker held run."""
-    tests_dir = os.path.dirname(__file__)
     out = subprocess.run(
-        [sys.executable, os.path.join(tests_dir, "futures_helpers.py"), kind, str(tmp_path),
+        [sys.executable, futures_helpers.__file__, kind, str(tmp_path),
          "1", "10", "1" if cancel_futures else "0"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": tests_dir})
+        capture_output=True, text=True, timeout=120, env=support.subprocess_env())
     assert out.returncode == 0, out.stderr
     written = len(os.listdir(tmp_path))
     if not cancel_futures:

@@ -25,16 +25,6 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 import yaml
-from cli_helpers import (
-    MAIN,
-    fiber_cli,
-    fiber_popen,
-    ready_and_listed,
-    started_job,
-    stop_program,
-    tagged,
-)
-from conftest import unusable, wait_until
 
 import fiber
 from fiber.backends import JobSpec, Resources, get_backend
@@ -46,6 +36,17 @@ from fiber.backends.kubernetes import (
     pod_status,
 )
 from fiber.errors import ConfigError, SubmitError
+
+from support.cli_helpers import (
+    MAIN,
+    fiber_cli,
+    fiber_popen,
+    ready_and_listed,
+    started_job,
+    stop_program,
+    tagged,
+)
+from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 NODE = "the Kubernetes test node"  # what tests/conftest.unusable names

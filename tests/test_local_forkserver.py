@@ -23,6 +23,8 @@ from fiber.backends import JobState, register_backend
 from fiber.backends.local import LocalBackend, _forkserver
 from fiber.backends.local._forkserver import ForkedJob
 
+import support
+
 pytestmark = pytest.mark.skipif(not _forkserver.supported(),
                                 reason="the fork server needs Linux with pidfds")
 
@@ -410,13 +412,13 @@ def test_template_death_with_a_job_killed_meanwhile(local):
 def _script(body: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)],
                             stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)})
+                            env=support.subprocess_env())
 
 
 _MASTER = """
     import sys, time
     import fiber
-    from fiber.backends import _forkserver
+    from fiber.backends.local import _forkserver
 
     def nap(seconds):
         time.sleep(seconds)

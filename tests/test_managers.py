@@ -10,14 +10,15 @@ import queue
 import threading
 import time
 
-import manager_helpers as mh
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber.errors import RemoteTraceback
 from fiber.managers import AsyncManager, BaseManager, SyncManager
 from fiber.transport.client import ConnectionLost
+
+from support import manager_helpers as mh
+from support.waiting import wait_until
 
 
 @pytest.fixture

@@ -20,9 +20,10 @@ import time
 from typing import Any, Dict, Iterator, List
 
 import pytest
-from conftest import unusable
 
 from fiber.testing import _hosts, netns
+
+from support.waiting import unusable
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_scripts")
 SCRIPT_TIMEOUT = 120

@@ -7,13 +7,14 @@ import multiprocessing
 import threading
 import time
 
-import helpers
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber.connection import BufferTooShort, wait
 from fiber.transport import cpus as _cpus
+
+from support import helpers
+from support.waiting import wait_until
 
 
 def test_duplex_echo_with_child(ctx):

@@ -17,16 +17,17 @@ import time
 import weakref
 
 import numpy as np
-import pool_helpers as ph
 import psutil
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber.backends import register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import PoolTerminatedError, RemoteTraceback
 from fiber.transport.server import Server
+
+from support import pool_helpers as ph
+from support.waiting import wait_until
 
 # map(), apply(), starmap() and join() have no timeout of their own: bound every test
 pytestmark = pytest.mark.timeout(120)

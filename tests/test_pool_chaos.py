@@ -10,8 +10,9 @@ import signal
 import threading
 from typing import List
 
-import pool_helpers as ph
 import pytest
+
+from support import pool_helpers as ph
 
 N = 10_000
 EXPECTED = [x * 3 + 1 for x in range(N)]  # pool_helpers.tiny

@@ -9,14 +9,15 @@ import signal
 import threading
 import time
 
-import pool_helpers as ph
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber.backends import Backend, JobState, JobStatus, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import BrokenPoolError, RemoteError, RemoteTraceback, WorkerLostError
+
+from support import pool_helpers as ph
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,15 +13,17 @@ import textwrap
 import threading
 import time
 
-import helpers
 import psutil
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber.backends import JobSpec, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError
+
+import support
+from support import helpers
+from support.waiting import wait_until
 
 
 def test_start_join_exitcode_zero(ctx):
@@ -318,7 +320,7 @@ def test_meta_rejects_bad_values():
 def _run_script(body: str, timeout: float = 120) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)],
                             stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)})
+                            env=support.subprocess_env())
 
 
 def _gone(pid: int) -> bool:
@@ -330,7 +332,8 @@ def _gone(pid: int) -> bool:
 
 def test_no_orphans_when_parent_is_sigkilled(backend_name):
     parent = _run_script(f"""
-        import fiber, helpers
+        import fiber
+        from support import helpers
         fiber.init(backend={backend_name!r})
         q = fiber.Queue()
         p = fiber.Process(target=helpers.spawn_child_and_report, args=(q, False))
@@ -349,7 +352,8 @@ def test_no_orphans_when_parent_is_sigkilled(backend_name):
 
 def test_daemon_children_end_with_parent_and_others_are_joined(backend_name):
     parent = _run_script(f"""
-        import fiber, helpers
+        import fiber
+        from support import helpers
         fiber.init(backend={backend_name!r})
         d = fiber.Process(target=helpers.sleep, args=(120,), daemon=True)
         n = fiber.Process(target=helpers.sleep, args=(1.5,))
@@ -387,10 +391,10 @@ def test_job_that_never_connects_is_cancelled_after_startup_timeout(capfd):
 
 def test_debug_logging_goes_to_stderr():
     out = subprocess.run(
-        [sys.executable, "-c", "import fiber, helpers\n"
+        [sys.executable, "-c", "import fiber\nfrom support import helpers\n"
          "p = fiber.Process(target=helpers.noop); p.start(); p.join(60)"],
         capture_output=True, text=True, timeout=120,
-        env={**os.environ, "FIBER_DEBUG": "1", "PYTHONPATH": os.path.dirname(__file__)})
+        env=support.subprocess_env(FIBER_DEBUG="1"))
     assert "started Process-1 as local job" in out.stderr, out.stderr
     secret_free = os.environ.get("FIBER_SECRET", "no-secret-set")
     assert secret_free not in out.stderr

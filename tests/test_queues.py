@@ -13,12 +13,13 @@ import threading
 import time
 from typing import Iterator
 
-import helpers
 import numpy as np
 import pytest
-from conftest import wait_until
 
 import fiber
+
+from support import helpers
+from support.waiting import wait_until
 
 
 def test_put_get_between_processes(ctx):

@@ -11,7 +11,6 @@ import sys
 import textwrap
 
 import pytest
-from conftest import wait_until
 
 import fiber
 from fiber._core import _runtime
@@ -20,6 +19,8 @@ from fiber.transport import auth
 from fiber.transport.client import Client
 from fiber.transport.framing import FrameReader, send_frames
 from fiber.transport.sockets import split_address
+
+from support.waiting import wait_until
 
 
 class _Trap:

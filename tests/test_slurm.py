@@ -33,17 +33,6 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
-from cli_helpers import (
-    MAIN,
-    fiber_cli,
-    fiber_popen,
-    program_of,
-    ready_and_listed,
-    started_job,
-    stop_program,
-    tagged,
-)
-from conftest import unusable
 
 import fiber
 from fiber._core import _runtime
@@ -63,6 +52,18 @@ from fiber.backends.slurm import (
 from fiber.backends.slurm._jobs import last_lines, output_dir
 from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path
 from fiber.errors import BackendError, ConfigError, SubmitError
+
+from support.cli_helpers import (
+    MAIN,
+    fiber_cli,
+    fiber_popen,
+    program_of,
+    ready_and_listed,
+    started_job,
+    stop_program,
+    tagged,
+)
+from support.waiting import unusable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "slurm_scripts")

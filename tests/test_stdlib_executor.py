@@ -18,10 +18,7 @@ import sys
 import threading
 from multiprocessing import resource_sharer
 
-import helpers
 import pytest
-import stdlib_executor_helpers as h
-from conftest import wait_until
 
 import fiber
 from fiber._core._served import collecting_handoffs
@@ -29,6 +26,11 @@ from fiber.backends import get_backend, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError
 from fiber.process import _fd_handoff
+
+import support
+from support import helpers
+from support import stdlib_executor_helpers as h
+from support.waiting import wait_until
 
 TESTS_DIR = os.path.dirname(__file__)
 
@@ -125,9 +127,8 @@ def test_a_killed_worker_breaks_the_pool_instead_of_hanging(host_ctx):
 def test_functions_of_the_main_script_and_its_initializer():
     """A user's script: task and initializer are functions of ``__main__``, the
     initializer's global is seen by the tasks (the job imports the script, as spawn)."""
-    out = subprocess.run([sys.executable, os.path.join(TESTS_DIR, "stdlib_executor_helpers.py")],
-                         capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "PYTHONPATH": TESTS_DIR})
+    out = subprocess.run([sys.executable, h.__file__], capture_output=True, text=True,
+                         timeout=240, env=support.subprocess_env())
     assert out.returncode == 0, out.stderr
     assert "results [0, 2, 4, 6, 8, 10] True" in out.stdout, out.stdout + out.stderr
 
@@ -135,7 +136,7 @@ def test_functions_of_the_main_script_and_its_initializer():
 def test_a_script_without_the_main_guard_fails_clearly():
     out = subprocess.run([sys.executable, os.path.join(TESTS_DIR, "stdlib_executor_unguarded.py")],
                          capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "PYTHONPATH": TESTS_DIR})
+                         env=support.subprocess_env())
     assert out.returncode == 0, out.stderr
     assert "broken" in out.stdout, out.stdout + out.stderr
     assert 'if __name__ == "__main__":' in out.stderr

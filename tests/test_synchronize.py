@@ -9,11 +9,12 @@ import pickle
 import threading
 import time
 
-import manager_helpers as mh
 import pytest
-from conftest import wait_until
 
 import fiber
+
+from support import manager_helpers as mh
+from support.waiting import wait_until
 
 
 def test_lock_basics_match_multiprocessing(ctx):

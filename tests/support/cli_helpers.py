@@ -10,10 +10,9 @@ import subprocess
 import sys
 from typing import Any, Callable, Dict
 
-from conftest import wait_until
+from support.waiting import wait_until
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-MAIN = os.path.join(TESTS, "cli_scripts", "main_pool.py")
+MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_pool.py")
 FIBER = [sys.executable, "-m", "fiber"]
 
 
