@@ -16,7 +16,7 @@
 #
 # Two tests need a path shared by this machine and the pods (they pass files through
 # tmp_path): set FIBER_KUBERNETES_MOUNTS and TMPDIR to such a path on one-node clusters,
-# or expect tests/test_pool_crash.py::*file* to fail on others.
+# or expect tests/api/test_pool_crash.py::*file* to fail on others.
 set -euo pipefail
 IMAGE=${1:?usage: $0 IMAGE [NAMESPACE] [pytest args...]}
 NAMESPACE=${2:-fiber-test}
@@ -31,6 +31,6 @@ export FIBER_KUBERNETES_SERVICE_ACCOUNT=fiber
 export FIBER_CPU_PER_JOB=${FIBER_CPU_PER_JOB:-0.1}
 status=0
 .venv/bin/python -m pytest -q --backend kubernetes -m "api and not local_pids" \
-  --deselect tests/test_process.py::test_child_exception_traceback_reaches_stderr "$@" || status=1
-.venv/bin/python -m pytest -q tests/test_kubernetes.py "$@" || status=1
+  --deselect tests/api/test_process.py::test_child_exception_traceback_reaches_stderr "$@" || status=1
+.venv/bin/python -m pytest -q tests/backends/kubernetes "$@" || status=1
 exit $status

@@ -17,6 +17,8 @@ import os
 #: The tests' directory (the one ``support`` is in): ``PYTHONPATH`` of a subprocess that
 #: imports ``support``.
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The repository (its scripts/, deploy/, examples/).
+REPO = os.path.dirname(TESTS)
 
 
 def subprocess_env(**extra: str) -> dict:

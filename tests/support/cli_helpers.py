@@ -1,5 +1,5 @@
-"""Running the ``fiber`` command in tests (tests/test_cli.py, test_docker.py,
-test_kubernetes.py, test_slurm.py)."""
+"""Running the ``fiber`` command in tests (the CLI tests of tests/backends/local, docker,
+kubernetes and slurm)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Targets for executor workers (tests/test_futures.py), and the script that checks what an
+"""Targets for executor workers (tests/api/test_futures.py), and the script that checks what an
 executor's pending work becomes at the end of a program; importable by the workers and by
 that script, which get tests/ on their path."""
 

@@ -1,4 +1,5 @@
-"""A main program for ``fiber run`` (tests/test_cli.py, test_docker.py, test_kubernetes.py).
+"""A main program for ``fiber run`` (tests/backends/local/test_cli.py, and the docker and
+kubernetes tests).
 
 Maps over a pool of 2 on whatever backend its config names, prints ``RESULT <json>``: the
 results, the config it was given and where it and its workers ran; then exits with the

@@ -1,5 +1,5 @@
 """Targets for ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber_ctx)`` workers and
-for fiber processes handed multiprocessing's own objects (tests/test_stdlib_executor.py),
+for fiber processes handed multiprocessing's own objects (tests/api/test_stdlib_executor.py),
 importable by the workers (tests/ is on their sys.path).
 
 Run as a script, it is a program whose task and initializer are functions of ``__main__``

@@ -1,6 +1,6 @@
 """The ``fiber`` command on the local backend: ``fiber run`` follows a program and ends with
 its exit code, Ctrl-C stops it, bad command lines and settings are clear errors. The same
-command on Docker and Kubernetes is tested in tests/test_docker.py and test_kubernetes.py.
+command on Docker and Kubernetes is tested in tests/backends/docker and tests/backends/kubernetes.
 """
 
 from __future__ import annotations

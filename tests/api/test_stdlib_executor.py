@@ -32,7 +32,7 @@ from support import helpers
 from support import stdlib_executor_helpers as h
 from support.waiting import wait_until
 
-TESTS_DIR = os.path.dirname(__file__)
+UNGUARDED = os.path.join(support.TESTS, "backends", "local", "stdlib_executor_unguarded.py")
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +134,7 @@ def test_functions_of_the_main_script_and_its_initializer():
 
 
 def test_a_script_without_the_main_guard_fails_clearly():
-    out = subprocess.run([sys.executable, os.path.join(TESTS_DIR, "stdlib_executor_unguarded.py")],
+    out = subprocess.run([sys.executable, UNGUARDED],
                          capture_output=True, text=True, timeout=240,
                          env=support.subprocess_env())
     assert out.returncode == 0, out.stderr

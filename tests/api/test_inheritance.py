@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
-SCRIPTS = os.path.join(os.path.dirname(__file__), "inherit_scripts")
+import support
+
+SCRIPTS = os.path.join(support.TESTS, "backends", "local", "inherit_scripts")
 
 
 def report_inherited(q) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Run as ``__main__`` by tests/test_serialization.py: a program whose pool, processes and
+"""Run as ``__main__`` by tests/unit/test_serialization.py: a program whose pool, processes and
 queue carry what only goes by value (functions and a class of this script, a lambda, a
 closure), left for the interpreter's exit to clean up as users' programs do. It must exit
 with code 0 and write nothing to stderr on every supported Python (3.12 crashed at exit,

@@ -1,7 +1,7 @@
-"""Scenarios run as ``__main__`` by tests/test_serialization.py: the functions of this script
+"""Scenarios run as ``__main__`` by tests/unit/test_serialization.py: the functions of this script
 travel by value, as a user's main script's do. Prints the scenario's result as JSON.
 
-    python tests/main_namespace_script.py initializer|task_global|redefinition|
+    python tests/unit/scripts/main_namespace.py initializer|task_global|redefinition|
         mutated_in_place|process_target
 """
 

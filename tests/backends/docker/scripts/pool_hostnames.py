@@ -3,7 +3,8 @@ own fiber runs the workers (this script is ``__main__``, so its functions travel
 and the master listens on the bridge's gateway. Prints ``RESULT <json>``: the hostname each
 task ran on, this master's program id, and the ids of its containers.
 
-Run by tests/test_docker.py in a fresh interpreter (a process's hub binds one address).
+Run by tests/backends/docker/test_docker.py in a fresh interpreter (a process's hub binds
+one address).
 """
 
 import json

@@ -1,5 +1,6 @@
 """A master with a pool of two containers and one more container-backed process, for
-tests/test_docker.py. Prints ``READY <program id>`` once the pool's workers answer, then:
+tests/backends/docker/test_docker.py. Prints ``READY <program id>`` once the pool's workers
+answer, then:
 
 - ``wait``: sleeps until it is killed (the test SIGKILLs it: the children's lifeline must
   end every container);

@@ -1,4 +1,4 @@
-"""Shared set-up of the multi-host scenario scripts (run by tests/test_multihost.py).
+"""Shared set-up of the multi-host scenario scripts (run by tests/backends/netns/test_multihost.py).
 
 A scenario runs in a fresh interpreter (a process's hub binds once), in the root
 namespace, with the hosts of the test's ``Hosts`` passed in ``FIBER_NETNS_HOSTS``. It
@@ -26,7 +26,7 @@ def setup() -> Any:
     bridge. ``--listen-host`` in argv sets ``listen_host`` explicitly as well."""
     hosts = netns.current_hosts()
     if hosts is None:
-        sys.exit(f"run by tests/test_multihost.py: {netns.HOSTS_ENV} is not set")
+        sys.exit(f"run by tests/backends/netns/test_multihost.py: {netns.HOSTS_ENV} is not set")
     if "--listen-host" in sys.argv:
         fiber.init(backend="netns", listen_host=hosts.root_ip)
     else:  # the netns backend's listen_host() is the bridge address too

@@ -5,13 +5,13 @@ Needs an engine at ``DOCKER_HOST`` with the image ``fiber-test:latest`` (``FIBER
 
     scripts/container-engine.sh install && scripts/container-engine.sh start
     scripts/container-engine.sh image && eval "$(scripts/container-engine.sh test-env)"
-    pytest tests/test_docker.py
+    pytest tests/backends/docker
 
 Without a usable engine these tests are skipped, except under ``CI=true``, where they fail.
 They use the backend's defaults (own PID namespace per container, tini as PID 1) on host
 networking, with the tests directory mounted so that children import this module; the
 bridge network and an image without any mount are exercised by scripts run as ``__main__``
-(tests/docker_scripts/), whose functions travel by value.
+(tests/backends/docker/scripts/), whose functions travel by value.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from fiber.backends import JobSpec, get_backend
 from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
 from fiber.errors import ConfigError, ProcessError, SubmitError
 
+import support
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -45,8 +46,8 @@ from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 ENGINE = "the Docker engine"  # what tests/conftest.unusable names
-TESTS = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = os.path.join(TESTS, "docker_scripts")
+TESTS = support.TESTS  # mounted into the containers: their jobs import support and tests
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 
 # -- targets (run in containers: this module is imported there through the mount) --------

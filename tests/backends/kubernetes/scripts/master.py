@@ -1,4 +1,4 @@
-"""A master that runs in a pod (tests/test_kubernetes.py creates that pod).
+"""A master that runs in a pod (tests/backends/kubernetes/test_kubernetes.py creates that pod).
 
 It is given no image and no namespace: the backend must find both from its own pod. It
 prints its pool's worker hosts, then holds the pool until the test deletes its pod. SIGTERM

@@ -7,7 +7,7 @@ The node tests need a cluster at ``KUBECONFIG`` on which the image ``FIBER_IMAGE
 ``scripts/test`` starts a one-node cluster with ``scripts/k8s-node.sh``; by hand::
 
     scripts/k8s-node.sh build && scripts/k8s-node.sh start
-    eval "$(scripts/k8s-node.sh test-env)" && pytest tests/test_kubernetes.py
+    eval "$(scripts/k8s-node.sh test-env)" && pytest tests/backends/kubernetes
 
 Without a usable cluster the node tests are skipped, except under ``CI=true``, where they
 fail. The offline tests (manifests, status mapping) always run.
@@ -37,6 +37,7 @@ from fiber.backends.kubernetes import (
 )
 from fiber.errors import ConfigError, SubmitError
 
+import support
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -51,8 +52,9 @@ from support.waiting import unusable, wait_until
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 NODE = "the Kubernetes test node"  # what tests/conftest.unusable names
 NAMESPACE = os.environ.get("FIBER_KUBERNETES_NAMESPACE") or "fiber-test"
-TESTS = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(TESTS)
+TESTS = support.TESTS  # mounted into the pods: their jobs import support and tests
+REPO = support.REPO
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 
 # -- targets (run in pods: this module is imported there through the mount) -------------
@@ -407,7 +409,7 @@ def _master_pod(name: str, workers: int) -> Dict[str, Any]:
     env["FIBER_BACKEND"] = "kubernetes"
     container: Dict[str, Any] = {
         "name": "master", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", os.path.join(TESTS, "k8s_scripts", "master.py"), str(workers)],
+        "command": ["python3", os.path.join(SCRIPTS, "master.py"), str(workers)],
         "env": [{"name": k, "value": v} for k, v in env.items()]}
     pod: Dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",

@@ -106,11 +106,11 @@ def test_functions_not_of_main_keep_their_own_globals():
     assert loads(dumps(other["t4_f"])).__globals__ is not _main_namespace.namespace
 
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "main_namespace_script.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "main_namespace.py")
 
 
 def _run_main_script(scenario: str):
-    """Run a scenario of tests/main_namespace_script.py as ``__main__``; its JSON result."""
+    """Run a scenario of unit/scripts/main_namespace.py as ``__main__``; its JSON result."""
     out = subprocess.run([sys.executable, SCRIPT, scenario], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -120,7 +120,7 @@ def _run_main_script(scenario: str):
 def test_program_sending_main_functions_exits_cleanly():
     """Exit code 0 and an empty stderr after functions, a class and lambdas of the main
     script went to workers (Python 3.12 segfaulted at exit, 3.13 printed BufferError)."""
-    script = os.path.join(os.path.dirname(__file__), "clean_exit_script.py")
+    script = os.path.join(os.path.dirname(__file__), "scripts", "clean_exit.py")
     out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=180)
     assert (out.returncode, out.stderr) == (0, "")
     assert out.stdout.split() == ["[0,", "2,", "4,", "6]", "[10,", "11,", "12]", "7", "5"]

@@ -9,13 +9,13 @@ Two kinds of tests:
   3``: slurmctld and three slurmd in network namespaces, nodes ``node1..3``). This module
   starts nothing itself. Without ``SLURM_CONF`` or with an unreachable cluster those tests
   fail under ``CI=true`` and are skipped otherwise. Scenarios that kill or end the master
-  run it as a script under ``tests/slurm_scripts/`` (a fresh interpreter) that prints
+  run it as a script under ``tests/backends/slurm/scripts/`` (a fresh interpreter) that prints
   ``RESULT <json>``.
 
 Run by hand (as root)::
 
     scripts/slurm-cluster.sh start 3 && eval "$(scripts/slurm-cluster.sh env)"
-    FIBER_LISTEN_HOST=$FIBER_SLURM_DRIVER_ADDR .venv/bin/python -m pytest tests/test_slurm.py
+    FIBER_LISTEN_HOST=$FIBER_SLURM_DRIVER_ADDR .venv/bin/python -m pytest tests/backends/slurm
     scripts/slurm-cluster.sh stop
 """
 
@@ -53,6 +53,7 @@ from fiber.backends.slurm._jobs import last_lines, output_dir
 from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path
 from fiber.errors import BackendError, ConfigError, SubmitError
 
+import support
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -65,9 +66,8 @@ from support.cli_helpers import (
 )
 from support.waiting import unusable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = os.path.join(HERE, "slurm_scripts")
-CLUSTER_SH = os.path.join(os.path.dirname(HERE), "scripts", "slurm-cluster.sh")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+CLUSTER_SH = os.path.join(support.REPO, "scripts", "slurm-cluster.sh")
 NODES = ["node1", "node2", "node3"]
 
 if SCRIPTS not in sys.path:

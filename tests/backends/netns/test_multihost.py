@@ -2,7 +2,7 @@
 bridge (``fiber.testing.netns``), the master in the root namespace.
 
 A process's hub binds once, so every scenario runs in a fresh interpreter: a script under
-``tests/multihost_scripts/`` that gets the hosts through ``FIBER_NETNS_HOSTS`` and prints
+``tests/backends/netns/scripts/`` that gets the hosts through ``FIBER_NETNS_HOSTS`` and prints
 ``RESULT <json>``. The scripts can be run by hand the same way.
 
 Needs root (namespaces, a bridge). Without it the module is skipped, except under
@@ -25,7 +25,7 @@ from fiber.testing import _hosts, netns
 
 from support.waiting import unusable
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_scripts")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 SCRIPT_TIMEOUT = 120
 
 

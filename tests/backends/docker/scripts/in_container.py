@@ -1,7 +1,7 @@
-"""A master that itself runs in a container of the engine (started by tests/test_docker.py
-with the engine's socket mounted, ``DOCKER_HOST`` set and host networking), with neither
-``image`` nor ``docker_network`` set: its children must run its own image on its own
-network. Prints ``RESULT <json>``.
+"""A master that itself runs in a container of the engine (started by
+tests/backends/docker/test_docker.py with the engine's socket mounted, ``DOCKER_HOST`` set
+and host networking), with neither ``image`` nor ``docker_network`` set: its children must
+run its own image on its own network. Prints ``RESULT <json>``.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""Shared set-up of the Slurm scenario scripts (run by tests/test_slurm.py).
+"""Shared set-up of the Slurm scenario scripts (run by tests/backends/slurm/test_slurm.py).
 
 A scenario runs in a fresh interpreter (a process's hub binds once and the master may be
 SIGKILLed), with ``SLURM_CONF`` of the test cluster in its environment. It prints one line
@@ -23,7 +23,7 @@ TIMEOUT = 120.0
 
 def setup(**config: Any) -> None:
     if not os.environ.get("SLURM_CONF"):
-        sys.exit("run by tests/test_slurm.py: SLURM_CONF is not set")
+        sys.exit("run by tests/backends/slurm/test_slurm.py: SLURM_CONF is not set")
     fiber.init(backend="slurm", **config)
 
 

@@ -17,6 +17,7 @@ from fiber.errors import RemoteTraceback
 from fiber.managers import AsyncManager, BaseManager, SyncManager
 from fiber.transport.client import ConnectionLost
 
+import support
 from support import manager_helpers as mh
 from support.waiting import wait_until
 
@@ -331,7 +332,7 @@ def test_remote_envs_example_runs_as_written():
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = support.REPO
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
     cp = subprocess.run([sys.executable, os.path.join(root, "examples", "remote_envs.py")],
                         capture_output=True, text=True, timeout=120, env=env, cwd=root)

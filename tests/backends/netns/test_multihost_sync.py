@@ -1,7 +1,7 @@
 """Synchronization primitives and managers across network-namespace hosts.
 
 Same approach as ``test_multihost.py`` (whose ``hosts`` fixture and ``run_scenario`` this
-module reuses): each scenario is a script under ``tests/multihost_scripts/`` run in a
+module reuses): each scenario is a script under ``tests/backends/netns/scripts/`` run in a
 fresh interpreter, with the master in the root namespace and processes on three hosts.
 """
 

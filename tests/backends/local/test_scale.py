@@ -2,7 +2,7 @@
 
 Behaviour only (results right, nothing on stderr, a clear refusal); how fast they start
 and run is measured by benchmarks/scale.py. The cross-host sizes are in
-tests/test_multihost.py (netns hosts) and tests/test_slurm.py (a job array).
+tests/backends/netns (netns hosts) and tests/backends/slurm (a job array).
 """
 
 from __future__ import annotations
