@@ -18,7 +18,7 @@
 #                                  what it left under $DIR, delete the bridge. Idempotent.
 #   container-engine.sh env        print `export DOCKER_HOST=unix://$DIR/docker.sock`
 #   container-engine.sh test-env   env, plus the FIBER_* settings and TMPDIR with which
-#                                  `pytest --backend docker -m api` and tests/backends/docker run:
+#                                  `pytest --backend docker tests/api` and tests/backends/docker run:
 #                                  image fiber-test:latest, host networking, the host's PID
 #                                  namespace (docker_pid_host), the repo's tests/
 #                                  directory mounted read-only at its own path (children import

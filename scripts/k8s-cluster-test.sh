@@ -30,7 +30,7 @@ export FIBER_KUBERNETES_SERVICE_ACCOUNT=fiber
 # small CPU requests: the API suite starts dozens of short-lived pods
 export FIBER_CPU_PER_JOB=${FIBER_CPU_PER_JOB:-0.1}
 status=0
-.venv/bin/python -m pytest -q --backend kubernetes -m "api and not local_pids" \
+.venv/bin/python -m pytest -q --backend kubernetes tests/api -m "not local_pids" \
   --deselect tests/api/test_process.py::test_child_exception_traceback_reaches_stderr "$@" || status=1
 .venv/bin/python -m pytest -q tests/backends/kubernetes "$@" || status=1
 exit $status

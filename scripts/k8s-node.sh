@@ -298,7 +298,7 @@ print_env() {
 }
 
 # the namespace fiber-test with deploy/rbac.yaml applied, and the FIBER_* settings with which
-# `pytest --backend kubernetes -m api` and tests/backends/kubernetes run: image fiber-test:latest
+# `pytest --backend kubernetes tests/api` and tests/backends/kubernetes run: image fiber-test:latest
 # (never pulled), tiny CPU requests without limits (the API suite starts dozens of pods on
 # 2 cores), the repo's tests/ directory and TMPDIR mounted into every pod at their own paths
 # (children import test modules by the master's sys.path; tests share files through

@@ -40,10 +40,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "cluster backends have their own crash tests (node crash, container kill)")
 
 
+API_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    outside = []
     for item in items:
         if "ctx" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.api)
+        elif str(item.path).startswith(API_DIR + os.sep):
+            outside.append(item.nodeid)
+    if outside:  # every backend runs tests/api: a test there must take the backend's ctx
+        raise pytest.UsageError("tests/api holds the suite every backend runs; these tests "
+                                "do not take the ctx fixture: " + ", ".join(outside))
 
 
 _hosts = None

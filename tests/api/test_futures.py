@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
-import os
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-import fiber
 from fiber.errors import RemoteTraceback
 from fiber.futures import Executor
 
-import support
-from support import futures_helpers, helpers, pool_helpers
+from support import helpers, pool_helpers
 from support.waiting import wait_until
 
 
@@ -134,17 +129,8 @@ def test_cancel_ends_a_wait_in_another_thread(ctx):
         assert outcome and outcome[0] - t < 5  # not at its 60 s timeout
 
 
-def test_bad_max_workers():
-    with pytest.raises(ValueError):
-        Executor(0)
 
 
-def test_fiber_module_is_a_drop_in_for_pool_users():
-    import fiber as multiprocessing
-
-    with multiprocessing.Pool(2) as pool:
-        assert pool.map(square, [1, 2, 3]) == [1, 4, 9]
-    assert fiber.futures.ProcessPoolExecutor is Executor
 
 
 def _busy_then_queued(ex: cf.Executor, count: int) -> tuple:
@@ -208,19 +194,3 @@ def test_futures_cancelled_by_shutdown_are_done_for_wait(ctx):
     ex.shutdown(wait=True)
 
 
-@pytest.mark.parametrize("kind", ["fiber", "stdlib"])
-@pytest.mark.parametrize("cancel_futures", [False, True])
-def test_the_interpreter_waits_for_pending_work_at_exit(tmp_path, kind, cancel_futures):
-    """A program that shuts an executor down without waiting, drops it and ends still gets
-    its pending calls done, as concurrent.futures documents (the stdlib executor is run
-    alike); with cancel_futures, only those a worker held run."""
-    out = subprocess.run(
-        [sys.executable, futures_helpers.__file__, kind, str(tmp_path),
-         "1", "10", "1" if cancel_futures else "0"],
-        capture_output=True, text=True, timeout=120, env=support.subprocess_env())
-    assert out.returncode == 0, out.stderr
-    written = len(os.listdir(tmp_path))
-    if not cancel_futures:
-        assert written == 10, out.stderr
-    elif kind == "fiber":  # the stdlib's cancels nothing once the executor was dropped
-        assert 1 <= written < 10, out.stderr

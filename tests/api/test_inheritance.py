@@ -7,16 +7,8 @@ the program's arguments at import sees the defaults), so each has a test.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-
-import pytest
-
-import support
-
-SCRIPTS = os.path.join(support.TESTS, "backends", "local", "inherit_scripts")
 
 
 def report_inherited(q) -> None:  # type: ignore[no-untyped-def]
@@ -50,7 +42,6 @@ def _argv(_: int) -> list:
     return list(sys.argv)
 
 
-INTERPRETER = ["-O", "-B", "-s", "-W", "error::UserWarning", "-X", "utf8", "-X", "faulthandler"]
 
 
 def report_flags(q) -> None:  # type: ignore[no-untyped-def]
@@ -71,23 +62,3 @@ def test_child_runs_with_the_programs_interpreter_flags(ctx):
     p.join(60)
 
 
-@pytest.mark.parametrize("fork_server", ["1", "0"])
-def test_workers_see_the_argv_a_settings_module_parses_and_the_flags(fork_server):
-    """``python -O ... train.py --lr 0.1``: a settings module imported by the workers parses
-    0.1, not its default, and they run under the same interpreter flags and options (local
-    backend, forked by the fork server or started as subprocesses)."""
-    backend_name = "local"
-    env = {**os.environ, "FIBER_LOCAL_FORK_SERVER": fork_server}
-    out = subprocess.run([sys.executable, *INTERPRETER, "train.py", "--lr", "0.1",
-                          "--backend", backend_name],
-                         cwd=SCRIPTS, env=env, capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.splitlines()[-1])
-    master = seen["master"]
-    assert master["lr"] == 0.1 and master["argv"] == ["train.py", "--lr", "0.1", "--backend",
-                                                      backend_name]
-    assert master["flags"] == [1, 1, 1, 1] and master["assert_stripped"]
-    assert master["warnoptions"] == ["error::UserWarning"]
-    assert {"utf8", "faulthandler"} <= set(master["xoptions"])
-    for job in [*seen["workers"], seen["child"]]:
-        assert job == master

@@ -14,10 +14,9 @@ import pytest
 
 import fiber
 from fiber.errors import RemoteTraceback
-from fiber.managers import AsyncManager, BaseManager, SyncManager
+from fiber.managers import SyncManager
 from fiber.transport.client import ConnectionLost
 
-import support
 from support import manager_helpers as mh
 from support.waiting import wait_until
 
@@ -320,21 +319,5 @@ def test_async_object_in_the_manager_and_freed_jobs(remote):
     wait_until(lambda: remote._number_of_objects() == 1, 30, message="the job ended")
 
 
-def test_async_manager_is_a_base_manager():
-    assert issubclass(AsyncManager, BaseManager)
-    assert issubclass(SyncManager, BaseManager)
-    assert multiprocessing.managers.DictProxy._exposed_ == \
-        fiber.managers.DictProxy._exposed_
 
 
-def test_remote_envs_example_runs_as_written():
-    import os
-    import subprocess
-    import sys
-
-    root = support.REPO
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
-    cp = subprocess.run([sys.executable, os.path.join(root, "examples", "remote_envs.py")],
-                        capture_output=True, text=True, timeout=120, env=env, cwd=root)
-    assert cp.returncode == 0, cp.stderr
-    assert "8 environments x 100 steps" in cp.stdout

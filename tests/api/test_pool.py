@@ -9,9 +9,6 @@ import gc
 import itertools
 import multiprocessing
 import pickle
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import weakref
@@ -21,10 +18,7 @@ import psutil
 import pytest
 
 import fiber
-from fiber.backends import register_backend
-from fiber.backends.local import LocalBackend
 from fiber.errors import PoolTerminatedError, RemoteTraceback
-from fiber.transport.server import Server
 
 from support import pool_helpers as ph
 from support.waiting import wait_until
@@ -136,46 +130,10 @@ def test_waiting_thread_polls_then_sleeps(ctx, monkeypatch):
     assert slept < 0.05, slept
 
 
-def _empty_wait_cpu(server: Server, budget: float) -> float:
-    """CPU time of a 1 s wait on ``server`` that nothing ends, with a poll ``budget``."""
-    start = time.thread_time()
-    assert not server.wait_serving(lambda: False, 1.0, lambda left: False, lambda: budget)
-    return time.thread_time() - start
 
 
-def test_a_wait_polls_for_its_budget_in_all_however_often_it_is_woken(monkeypatch):
-    """Messages that wake a waiting thread without ending its wait (another thread's
-    results, say) do not make it poll again: the budget bounds a whole wait."""
-    monkeypatch.setattr(fiber.transport.cpus, "spare_cpu", lambda: True)
-    server = Server("127.0.0.1", name="fiber-test-server")
-    stop = threading.Event()
-
-    def nudge() -> None:
-        while not stop.is_set():
-            server.nudge()
-            time.sleep(0.002)
-
-    nudger = threading.Thread(target=nudge)
-    nudger.start()
-    try:
-        cpu = _empty_wait_cpu(server, 0.05)
-    finally:
-        stop.set()
-        nudger.join()
-        server.close()
-    assert 0.03 < cpu < 0.3, cpu
 
 
-def test_a_wait_stops_polling_once_no_cpu_is_spare(monkeypatch):
-    """While the host's runnable tasks leave no CPU to spare, a polling thread yields
-    its CPU, and soon stops polling for the rest of its wait."""
-    monkeypatch.setattr(fiber.transport.cpus, "spare_cpu", lambda: False)
-    server = Server("127.0.0.1", name="fiber-test-server")
-    try:
-        cpu = _empty_wait_cpu(server, 0.5)
-    finally:
-        server.close()
-    assert cpu < 0.05, cpu
 
 
 def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx):
@@ -209,21 +167,6 @@ def test_an_idle_worker_polls_for_its_next_task_while_a_cpu_is_spare(ctx, spare)
         assert polled < 0.05, polled
 
 
-def test_a_wait_for_quick_tasks_polls_while_they_run():
-    """The budget of a wait is ``spin_us``, plus the running time of the function last
-    submitted when its tasks are quick (up to 2 ms): the wait then ends awake."""
-    from fiber.pool._service import PoolService
-
-    service = PoolService(b"pool-test", 2, None, 3, lambda ws, expected: None, spin=0.0002)
-    assert service.spin_budget() == pytest.approx(0.0002)  # nothing measured yet
-    service.last_fid = 7
-    service.task_seconds[7] = 0.0011
-    assert service.spin_budget() == pytest.approx(0.0013)
-    service.task_seconds[7] = 0.05  # slow: polling through it would only burn a CPU
-    assert service.spin_budget() == pytest.approx(0.0002)
-    service.spin = 0.0  # spin_us=0: never polls
-    service.task_seconds[7] = 0.0011
-    assert service.spin_budget() == 0.0
 
 
 def test_apply_matches_multiprocessing(ctx, mp_pool):
@@ -697,57 +640,8 @@ def test_remote_exception_reraised_with_its_type_and_remote_traceback(ctx):
         assert pool.map_async(ph.square, range(5)).get(timeout=60) == [0, 1, 4, 9, 16]
 
 
-def test_an_exception_class_of_the_main_script_is_raised_as_itself():
-    """An exception class defined in the main script (pickled by value) comes back as
-    that class, so that ``except EnvCrashed`` works as with multiprocessing; before, a
-    plain-pickle check made it a RemoteError."""
-    code = textwrap.dedent("""
-        import fiber, fiber.futures
-
-        class EnvCrashed(Exception):
-            pass
-
-        def rollout(seed):
-            raise EnvCrashed(seed)
-
-        if __name__ == "__main__":
-            with fiber.Pool(1) as pool:
-                try:
-                    pool.apply(rollout, (7,))
-                except EnvCrashed as e:
-                    print("pool", e.args, type(e.__cause__).__name__)
-                errors = []
-                pool.apply_async(rollout, (8,), error_callback=errors.append).wait(60)
-                print("callback", type(errors[0]) is EnvCrashed)
-            with fiber.futures.Executor(1) as ex:
-                print("executor", type(ex.submit(rollout, 3).exception(timeout=60)) is EnvCrashed)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == [
-        "pool (7,) RemoteTraceback", "callback True", "executor True"], out.stdout
 
 
-def test_a_program_that_ends_with_its_pool_open_exits_quietly():
-    """Many programs never close their pool: at exit its workers end and nothing is
-    printed (the pool's thread waited on the sentinels that a finalizer run at exit had
-    closed, and the exit handler joined processes that thread had closed: tracebacks in
-    most runs)."""
-    code = textwrap.dedent("""
-        import fiber
-
-        def square(x):
-            return x * x
-
-        if __name__ == "__main__":
-            pool = fiber.Pool(3)
-            print(sum(pool.map(square, range(10))))
-    """)
-    for _ in range(4):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=120)
-        assert (out.returncode, out.stdout, out.stderr) == (0, "285\n", "")
 
 
 def test_lambdas_and_closures_go_by_value(ctx):
@@ -812,25 +706,8 @@ def test_large_numpy_array_argument_and_result(ctx):
         assert np.array_equal(again, a)
 
 
-class PoolRecordingBackend(LocalBackend):
-    name = "pool-recording"
-    specs: list = []
-
-    def submit(self, specs):
-        PoolRecordingBackend.specs.extend(specs)
-        return super().submit(specs)
 
 
-def test_pool_resources_reach_each_workers_job_spec():
-    register_backend("pool-recording", PoolRecordingBackend)
-    PoolRecordingBackend.specs.clear()
-    with fiber.get_context("pool-recording").Pool(3, cpu=2, memory=256) as pool:
-        assert pool.apply_async(ph.square, (4,)).get(timeout=60) == 16
-        wait_until(lambda: connected(pool) == 3, 60, message="three workers connected")
-    specs = [s for s in PoolRecordingBackend.specs if s.name.startswith("PoolWorker-")]
-    assert len(specs) >= 3
-    for spec in specs:
-        assert (spec.resources.cpu, spec.resources.memory_mb) == (2, 256), spec.resources
 
 
 # -- scheduling ------------------------------------------------------------------------------

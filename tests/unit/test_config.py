@@ -13,8 +13,6 @@ import fiber
 from fiber.config import Config, override, resolve
 from fiber.errors import ConfigError
 
-from support import helpers
-
 
 def test_defaults(tmp_path):
     cfg = resolve({}, environ={}, config_file=str(tmp_path / "none"))
@@ -87,14 +85,6 @@ def test_config_is_frozen():
         fiber.get_config().backend = "x"  # type: ignore[misc]
 
 
-def test_config_travels_to_children(ctx):
-    with override(pool_prefetch=17):
-        q = ctx.Queue()
-        p = ctx.Process(target=helpers.put_identity, args=(q,))
-        p.start()
-        _, _, _, prefetch = q.get(timeout=60)
-        p.join(30)
-    assert prefetch == 17
 
 
 def test_import_has_no_side_effects(tmp_path):

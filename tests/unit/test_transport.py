@@ -174,26 +174,6 @@ def test_fake_server_is_detected_and_nothing_unpickled(tmp_path):
     assert not trap.exists()
 
 
-def test_secret_not_on_command_line(ctx):
-    from fiber.backends import register_backend
-    from fiber.backends.local import LocalBackend
-
-    seen = []
-
-    class Spy(LocalBackend):
-        name = "spy"
-
-        def submit(self, specs):
-            seen.extend(specs)
-            return super().submit(specs)
-
-    register_backend("spy", Spy)
-    p = fiber.get_context("spy").Process(target=print)
-    p.start()
-    p.join(60)
-    secret = fiber.current_process().authkey.hex()
-    assert seen and all(secret not in " ".join(s.command) for s in seen)
-    assert "FIBER_SECRET" in seen[0].env  # handed over through the environment only
 
 
 def test_a_bug_in_a_service_does_not_stop_the_hub(capfd):

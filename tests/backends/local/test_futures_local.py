@@ -1,0 +1,52 @@
+"""fiber.futures on the local backend alone: argument checks, the drop-in for pool users,
+and what a program's end does with an executor's pending work (a script run as
+``__main__``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fiber
+from fiber.futures import Executor
+
+import support
+from support import futures_helpers
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def test_bad_max_workers():
+    with pytest.raises(ValueError):
+        Executor(0)
+
+
+def test_fiber_module_is_a_drop_in_for_pool_users():
+    import fiber as multiprocessing
+
+    with multiprocessing.Pool(2) as pool:
+        assert pool.map(square, [1, 2, 3]) == [1, 4, 9]
+    assert fiber.futures.ProcessPoolExecutor is Executor
+
+
+@pytest.mark.parametrize("kind", ["fiber", "stdlib"])
+@pytest.mark.parametrize("cancel_futures", [False, True])
+def test_the_interpreter_waits_for_pending_work_at_exit(tmp_path, kind, cancel_futures):
+    """A program that shuts an executor down without waiting, drops it and ends still gets
+    its pending calls done, as concurrent.futures documents (the stdlib executor is run
+    alike); with cancel_futures, only those a worker held run."""
+    out = subprocess.run(
+        [sys.executable, futures_helpers.__file__, kind, str(tmp_path),
+         "1", "10", "1" if cancel_futures else "0"],
+        capture_output=True, text=True, timeout=120, env=support.subprocess_env())
+    assert out.returncode == 0, out.stderr
+    written = len(os.listdir(tmp_path))
+    if not cancel_futures:
+        assert written == 10, out.stderr
+    elif kind == "fiber":  # the stdlib's cancels nothing once the executor was dropped
+        assert 1 <= written < 10, out.stderr

@@ -1,0 +1,103 @@
+"""Pipes and ``connection.wait`` in this process and its local jobs: EOF as multiprocessing's,
+waits answered by the message that makes an end ready, several waiting threads, timeouts
+that leave nothing on the hub, and the CPU a waiting thread spends polling."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+import fiber
+from fiber.connection import wait
+from fiber.transport import cpus as _cpus
+
+
+def _hub_watches() -> int:
+    from fiber._core import _runtime
+    from fiber.connection._watch import WAIT_SERVICE
+
+    return len(_runtime.hub().service(WAIT_SERVICE).watches)
+
+
+def _recv_cpu(seconds: float) -> float:
+    """CPU time this thread spends in a recv() that another thread answers ``seconds``
+    later."""
+    a, b = fiber.Pipe()
+    sender = threading.Timer(seconds, b.send, ("late",))
+    sender.start()
+    start = time.thread_time()
+    assert a.recv() == "late"
+    cpu = time.thread_time() - start
+    sender.join()
+    a.close()
+    b.close()
+    return cpu
+
+
+def test_eof_matches_multiprocessing_in_one_process():
+    for mod in (fiber, multiprocessing):
+        a, b = mod.Pipe()
+        b.send(1)
+        b.close()
+        assert a.recv() == 1
+        with pytest.raises(EOFError):
+            a.recv()
+
+
+def test_wait_is_answered_by_the_message_that_makes_an_end_ready():
+    """A wait with no timeout returns when another thread sends; only the ready ends."""
+    pairs = [fiber.Pipe() for _ in range(3)]
+    threading.Timer(0.3, pairs[1][1].send, ("x",)).start()
+    assert wait([a for a, _ in pairs]) == [pairs[1][0]]
+    pairs[2][1].send("y")
+    pairs[0][1].close()  # EOF counts as ready, as with an OS pipe
+    assert wait([a for a, _ in pairs], timeout=10) == [a for a, _ in pairs]
+    assert _hub_watches() == 0
+
+
+def test_wait_times_out_and_leaves_nothing_on_the_hub():
+    (a, b), (c, _d) = fiber.Pipe(), fiber.Pipe()
+    start = time.monotonic()
+    assert wait([a, c], timeout=0.3) == []
+    assert time.monotonic() - start >= 0.29
+    assert wait([a, c], timeout=0) == []
+    assert _hub_watches() == 0
+    with pytest.raises(OSError):
+        wait([b, fiber.Pipe(duplex=False)[1]])  # write-only, as multiprocessing
+    b.close()
+    with pytest.raises(OSError):
+        wait([b])  # closed
+
+
+def test_several_threads_wait_on_one_end():
+    a, b = fiber.Pipe()
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(wait([a], timeout=60)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    b.send("x")
+    for t in threads:
+        t.join(60)
+    assert got == [[a]] * 3  # readiness wakes every waiter; one of them will recv
+
+
+def test_a_wait_polls_only_while_a_cpu_is_spare(monkeypatch):
+    """A thread waiting for a local reply (here a pipe's next item) polls for ``spin_us``
+    before it sleeps, only while the runnable tasks of the host leave a CPU to spare."""
+    assert _cpus.runnable(b"0.52 0.58 0.59 2/345 6789\n") == 2
+    assert isinstance(_cpus.spare_cpu(), bool)
+    with fiber.config.override(spin_us=200_000):
+        monkeypatch.setattr(_cpus, "spare_cpu", lambda: True)
+        spun = _recv_cpu(1.0)
+        monkeypatch.setattr(_cpus, "spare_cpu", lambda: False)
+        busy = _recv_cpu(0.5)
+    with fiber.config.override(spin_us=0):
+        monkeypatch.setattr(_cpus, "spare_cpu", lambda: True)
+        off = _recv_cpu(0.5)
+    assert 0.1 < spun < 0.7, spun
+    assert busy < 0.05 and off < 0.05, (busy, off)

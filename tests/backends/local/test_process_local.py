@@ -1,0 +1,253 @@
+"""Job-backed processes on the local backend alone: what only processes of this machine show
+(orphans and daemons when a parent script is killed or ends, descriptors of collected
+processes, debug logging of a script), contexts and start methods, ``@fiber.meta``, and
+backends written for a test (one that records specs, one whose jobs never connect, one
+whose jobs would run on another network)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import fiber
+from fiber.backends import JobSpec, register_backend
+from fiber.backends.local import LocalBackend
+from fiber.errors import ProcessError
+
+import support
+from support import helpers
+from support.waiting import wait_until
+
+
+class Counter(fiber.Process):
+    def __init__(self, q, n):
+        super().__init__()
+        self.q, self.n = q, n
+
+    def run(self):
+        self.q.put(sum(range(self.n)))
+
+
+class RecordingBackend(LocalBackend):
+    name = "recording"
+    specs: list = []
+
+    def submit(self, specs):
+        RecordingBackend.specs.extend(specs)
+        return super().submit(specs)
+
+
+@fiber.meta(cpu=2, memory=1024, gpu=1)
+def annotated() -> None:
+    pass
+
+
+def _run_script(body: str, timeout: float = 120) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)],
+                            stdout=subprocess.PIPE, text=True,
+                            env=support.subprocess_env())
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class NeverStarts(LocalBackend):
+    """A real local job that never runs fiber's bootstrap (a cluster that lost it)."""
+
+    name = "never-starts"
+
+    def submit(self, specs):
+        return super().submit([JobSpec(command=(sys.executable, "-c", "import time; "
+                                                "time.sleep(60)"), env=s.env)
+                               for s in specs])
+
+
+class FarAway(LocalBackend):
+    """A backend whose jobs would run on another network (they never start here)."""
+
+    name = "far-away"
+
+    def listen_host(self):
+        return "10.9.8.7"
+
+
+def test_process_subclass_with_run():
+    q = fiber.Queue()
+    p = Counter(q, 10)
+    p.start()
+    assert q.get(timeout=60) == 45
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_started_processes_keep_no_descriptor_once_collected():
+    """Each started process has a sentinel (a pipe); it is closed when the Process object
+    is collected, as multiprocessing does, not only by close()."""
+    import gc
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    ctx = fiber.get_context("local")
+    ctx.Process(target=helpers.noop).start()  # the first start opens what stays open
+    gc.collect()
+    before = open_fds()
+    for _ in range(30):
+        p = ctx.Process(target=helpers.noop)
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        del p
+    gc.collect()
+    assert open_fds() - before < 10
+
+
+def test_contexts_and_start_methods():
+    assert fiber.get_context("spawn") is fiber.get_context()
+    assert fiber.get_context("local").Process is fiber.get_context("local").Process
+    methods = fiber.get_all_start_methods()
+    assert "local" in methods and "spawn" in methods
+    with pytest.raises(ValueError) as err:
+        fiber.get_context("no-such-backend")
+    assert "local" in str(err.value)
+    # what PyTorch programs ask for: children that start clean, as fiber's always do
+    assert fiber.get_context("forkserver") is fiber.get_context()
+    assert "forkserver" in methods
+    fiber.set_start_method("forkserver", force=True)
+    with pytest.raises(ValueError, match="cannot be forked"):
+        fiber.get_context("fork")
+    with pytest.raises(ValueError, match="cannot be forked"):
+        fiber.set_start_method("fork", force=True)
+
+
+def test_unknown_backend_from_config_is_clear():
+    with fiber.config.override(backend="nope"):
+        p = fiber.Process(target=helpers.noop)
+        with pytest.raises(ValueError, match="unknown fiber backend 'nope'.*local"):
+            p.start()
+
+
+def test_meta_resources_reach_the_job_spec():
+    register_backend("recording", RecordingBackend)
+    RecordingBackend.specs.clear()
+    p = fiber.get_context("recording").Process(target=annotated)
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    spec: JobSpec = RecordingBackend.specs[-1]
+    assert (spec.resources.cpu, spec.resources.memory_mb, spec.resources.gpu) == (2, 1024, 1)
+    assert not hasattr(annotated.__wrapped__, "resources")  # the function is untouched
+    assert annotated() is None
+    secret = fiber.current_process().authkey.hex()
+    assert all(secret not in word for word in spec.command)
+
+
+def test_meta_rejects_bad_values():
+    with pytest.raises(ValueError):
+        fiber.meta(cpu=-1)
+    with pytest.raises(TypeError):
+        fiber.meta(memory="lots")
+
+
+def test_no_orphans_when_parent_is_sigkilled(backend_name):
+    parent = _run_script(f"""
+        import fiber
+        from support import helpers
+        fiber.init(backend={backend_name!r})
+        q = fiber.Queue()
+        p = fiber.Process(target=helpers.spawn_child_and_report, args=(q, False))
+        p.start()
+        print(p.pid, q.get(timeout=60), flush=True)
+        p.join()
+    """)
+    assert parent.stdout is not None
+    child, grandchild = map(int, parent.stdout.readline().split())
+    parent.kill()
+    parent.wait(30)
+    t = time.monotonic()
+    wait_until(lambda: _gone(child) and _gone(grandchild), 30, message="orphans to exit")
+    assert time.monotonic() - t < 5.0
+
+
+def test_daemon_children_end_with_parent_and_others_are_joined(backend_name):
+    parent = _run_script(f"""
+        import fiber
+        from support import helpers
+        fiber.init(backend={backend_name!r})
+        d = fiber.Process(target=helpers.sleep, args=(120,), daemon=True)
+        n = fiber.Process(target=helpers.sleep, args=(1.5,))
+        d.start(); n.start()
+        print(d.pid, n.pid, flush=True)
+    """)
+    assert parent.stdout is not None
+    d, n = map(int, parent.stdout.readline().split())
+    t = time.monotonic()
+    assert parent.wait(60) == 0
+    assert time.monotonic() - t >= 1.0  # the non-daemonic child was joined
+    wait_until(lambda: _gone(d) and _gone(n), 10, message="children to exit")
+
+
+def test_job_that_never_connects_is_cancelled_after_startup_timeout(capfd):
+    register_backend("never-starts", NeverStarts)
+    with fiber.config.override(startup_timeout=1.0):
+        p = fiber.get_context("never-starts").Process(target=helpers.noop)
+        p.start()
+        p.join(30)
+    assert p.exitcode == -signal.SIGKILL
+    assert "did not start within" in capfd.readouterr().err
+
+
+def test_debug_logging_goes_to_stderr():
+    out = subprocess.run(
+        [sys.executable, "-c", "import fiber\nfrom support import helpers\n"
+         "p = fiber.Process(target=helpers.noop); p.start(); p.join(60)"],
+        capture_output=True, text=True, timeout=120,
+        env=support.subprocess_env(FIBER_DEBUG="1"))
+    assert "started Process-1 as local job" in out.stderr, out.stderr
+    secret_free = os.environ.get("FIBER_SECRET", "no-secret-set")
+    assert secret_free not in out.stderr
+
+
+def test_a_job_that_could_not_reach_this_process_is_refused_clearly():
+    register_backend("far-away", FarAway)
+    p = fiber.get_context("far-away").Process(target=helpers.noop)
+    with pytest.raises(ProcessError, match="listen_host"):
+        p.start()
+
+
+def test_a_collected_process_releases_its_jobs_record_in_the_backend():
+    """A program that starts processes without end (a pool with maxtasksperchild=1) must not
+    grow the backend's bookkeeping: a finished process, once collected, releases its job."""
+    import gc
+
+    from fiber.backends import get_backend
+
+    backend = get_backend("local")
+    assert isinstance(backend, LocalBackend)
+    ctx = fiber.get_context("local")
+    seen = set()
+    for _ in range(10):
+        p = ctx.Process(target=time.sleep, args=(0,))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        seen.add(p._job.handle.job_id)
+    del p
+
+    def released() -> bool:
+        gc.collect()
+        ctx.Process(target=time.sleep, args=(0,)).start()  # a start releases what was collected
+        return not seen & set(backend._procs)
+
+    wait_until(released, 30, message="the backend still keeps finished, collected jobs")
