@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 from ._core._served import Handle
 from .synchronize import _primitives as synchronize
+from .transport.operations import Handler, handles
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service
 
@@ -41,8 +42,19 @@ _TYPE = Union[str, type]
 typecode_to_type: Dict[str, Any] = _mpsc.typecode_to_type  # type: ignore[attr-defined]
 
 
+class ValueOps:
+    """The shared value protocol's operations (an access to the ctypes object)."""
+
+    GET = b"get"
+    SET = b"set"
+    GETITEM = b"getitem"
+    SETITEM = b"setitem"
+
+
 class ValueService(Service):
     """One ctypes object; accesses carrying a thread id wait for the guard lock."""
+
+    protocol = "value"
 
     def __init__(self, obj: Any, guard: Optional[synchronize.LockService]) -> None:
         self.obj = obj
@@ -50,32 +62,46 @@ class ValueService(Service):
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
+        """``[thread id, *args]``: with a thread id, run when the guard lock is free or
+        held by that thread (its ``get_lock()`` block)."""
+        handler = self.handler(op)
         tid = bytes(payload[0])
         args = payload[1:]
         if self.guard is not None and tid:
             self.guard.run_guarded((peer.process_id, tid),
-                                   lambda: self._run(server, peer, op, req_id, args))
+                                   lambda: self._run(handler, server, peer, req_id, args))
         else:
-            self._run(server, peer, op, req_id, args)
+            self._run(handler, server, peer, req_id, args)
 
-    def _run(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+    def _run(self, handler: Handler, server: Server, peer: Peer, req_id: bytes,
              args: List[Any]) -> None:
         try:
-            if op == b"get":
-                server.reply_value(peer, req_id, getattr(self.obj, bytes(args[0]).decode()))
-            elif op == b"set":
-                setattr(self.obj, bytes(args[0]).decode(), loads(args[1:]))
-                server.reply(peer, req_id, b"ok")
-            elif op == b"getitem":
-                server.reply_value(peer, req_id, self.obj[loads(args)])
-            elif op == b"setitem":
-                key, value = loads(args)
-                self.obj[key] = value
-                server.reply(peer, req_id, b"ok")
-            else:
-                raise ValueError(f"unknown value operation {op!r}")
+            handler(self, server, peer, req_id, args)
         except Exception as e:
             server.reply_error(peer, req_id, e)
+
+    @handles(ValueOps.GET)
+    def get(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+        """``[attribute]``."""
+        server.reply_value(peer, req_id, getattr(self.obj, bytes(args[0]).decode()))
+
+    @handles(ValueOps.SET)
+    def set(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+        """``[attribute, *value]``."""
+        setattr(self.obj, bytes(args[0]).decode(), loads(args[1:]))
+        server.reply(peer, req_id, b"ok")
+
+    @handles(ValueOps.GETITEM)
+    def getitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+        """``[*key]``."""
+        server.reply_value(peer, req_id, self.obj[loads(args)])
+
+    @handles(ValueOps.SETITEM)
+    def setitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+        """``[*(key, value)]``."""
+        key, value = loads(args)
+        self.obj[key] = value
+        server.reply(peer, req_id, b"ok")
 
 
 def _ctype(typecode_or_type: _TYPE) -> Any:
@@ -128,10 +154,10 @@ class SharedValue(Handle):
         return self._request(op, [tid, *frames])
 
     def _get(self, attr: bytes) -> Any:
-        return loads(self._call(b"get", [attr])[1])
+        return loads(self._call(ValueOps.GET, [attr])[1])
 
     def _set(self, attr: bytes, value: Any) -> None:
-        self._call(b"set", [attr, *dumps(value)])
+        self._call(ValueOps.SET, [attr, *dumps(value)])
 
     @property
     def value(self) -> Any:
@@ -193,10 +219,10 @@ class SharedArray(SharedValue):
         return self._length
 
     def __getitem__(self, key: Union[int, slice]) -> Any:
-        return loads(self._call(b"getitem", dumps(key))[1])
+        return loads(self._call(ValueOps.GETITEM, dumps(key))[1])
 
     def __setitem__(self, key: Union[int, slice], value: Any) -> None:
-        self._call(b"setitem", dumps((key, value)))
+        self._call(ValueOps.SETITEM, dumps((key, value)))
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self[:])  # one round trip: a snapshot

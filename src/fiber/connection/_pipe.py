@@ -26,6 +26,7 @@ from typing import Any, Deque, List, Optional, Set, Tuple
 from .._core import _runtime
 from .._core._served import Handle, add_handoff, decode_wait, encode_wait
 from ..transport.client import ConnectionLost, process_id
+from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Timer
 from . import _watch
@@ -41,7 +42,28 @@ _PICKLED = b"p"
 _RAW = b"b"
 
 
+class PipeOps:
+    """The pipe protocol's operations: each request names the end (``b"0"``, ``b"1"``)."""
+
+    SEND = b"send"
+    RECV = b"recv"
+    POLL = b"poll"
+    HANDOFF = b"handoff"
+    ATTACH = b"attach"
+    RELEASE = b"release"
+    CLOSE = b"close"
+
+
+def _end(payload: List[Any]) -> int:
+    """The end a request names (its first frame: b"0" or b"1")."""
+    return int(payload[0][0] - 48)
+
+
 class PipeService(_watch.Watched):
+    """The two channels of one pipe, on its creator's hub."""
+
+    protocol = "pipe"
+
     def __init__(self, creator: bytes) -> None:
         self.channels: Tuple[Deque[List[Any]], Deque[List[Any]]] = (
             collections.deque(), collections.deque())
@@ -59,42 +81,64 @@ class PipeService(_watch.Watched):
         """Whether a ``recv`` on ``end`` would not block."""
         return bool(self.channels[end]) or self._peer_closed(end)
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        end = payload[0][0] - 48  # b"0" or b"1"
-        if op == b"send":
-            if self._peer_closed(end):
-                return  # nobody can ever read it (see the module docstring)
-            self.channels[1 - end].append(payload[1:])
-            self._serve(server, 1 - end)
-        elif op in (b"recv", b"poll"):
-            wait = decode_wait(payload[1])
-            if self.channels[end] or self._peer_closed(end) or wait == 0:
-                self._answer(server, end, peer, req_id, op)
-            else:
-                entry = (peer, req_id, op, None)
-                timer = None if wait is None else server.call_later(
-                    wait, lambda: self._timeout(server, end, entry))
-                self.waiters[end].append((peer, req_id, op, timer))
-        elif op == b"handoff":
-            self.handoffs[end].add(bytes(payload[1]))
-            server.reply(peer, req_id, b"ok")
-        elif op == b"attach":
-            self.handoffs[end].discard(bytes(payload[1]))
-            self.holders[end].add(peer.process_id)
-            server.reply(peer, req_id, b"ok")
-        elif op == b"release":  # a handoff that no job will take
-            self.handoffs[end].discard(bytes(payload[1]))
-            self._serve(server, 1 - end)
-        elif op == b"close":
-            self.holders[end].discard(peer.process_id)
-            self._serve(server, 1 - end)
+    @handles(PipeOps.SEND)
+    def send(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        end = _end(payload)
+        if self._peer_closed(end):
+            return  # nobody can ever read it (see the module docstring)
+        self.channels[1 - end].append(payload[1:])
+        self._serve(server, 1 - end)
+
+    @handles(PipeOps.RECV)
+    def recv(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self._recv_or_poll(server, peer, req_id, PipeOps.RECV, payload)
+
+    @handles(PipeOps.POLL)
+    def poll(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self._recv_or_poll(server, peer, req_id, PipeOps.POLL, payload)
+
+    def _recv_or_poll(self, server: Server, peer: Peer, req_id: bytes, op: bytes,
+                      payload: List[Any]) -> None:
+        end = _end(payload)
+        wait = decode_wait(payload[1])
+        if self.channels[end] or self._peer_closed(end) or wait == 0:
+            self._answer(server, end, peer, req_id, op)
         else:
-            raise ValueError(f"unknown pipe operation {op!r}")
+            entry = (peer, req_id, op, None)
+            timer = None if wait is None else server.call_later(
+                wait, lambda: self._timeout(server, end, entry))
+            self.waiters[end].append((peer, req_id, op, timer))
+
+    @handles(PipeOps.HANDOFF)
+    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """An end is pickled into a job's payload: held until the job takes it."""
+        self.handoffs[_end(payload)].add(bytes(payload[1]))
+        server.reply(peer, req_id, b"ok")
+
+    @handles(PipeOps.ATTACH)
+    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A job took the end handed off to it: its process holds it now."""
+        end = _end(payload)
+        self.handoffs[end].discard(bytes(payload[1]))
+        self.holders[end].add(peer.process_id)
+        server.reply(peer, req_id, b"ok")
+
+    @handles(PipeOps.RELEASE)
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A handoff that no job will take."""
+        end = _end(payload)
+        self.handoffs[end].discard(bytes(payload[1]))
+        self._serve(server, 1 - end)
+
+    @handles(PipeOps.CLOSE)
+    def close(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        end = _end(payload)
+        self.holders[end].discard(peer.process_id)
+        self._serve(server, 1 - end)
 
     def _answer(self, server: Server, end: int, pid: Peer, req_id: bytes, op: bytes) -> None:
         channel = self.channels[end]
-        if op == b"poll":
+        if op == PipeOps.POLL:
             ready = bool(channel) or self._peer_closed(end)
             server.reply(pid, req_id, b"ok" if ready else b"empty")
         elif channel:
@@ -161,8 +205,8 @@ class Connection(Handle):
     def __reduce__(self) -> Any:
         self._check_closed()
         token = secrets.token_bytes(8)
-        self._request(b"handoff", [self._tag(), token])
-        add_handoff(lambda: self._send(b"release", [self._tag(), token]))
+        self._request(PipeOps.HANDOFF, [self._tag(), token])
+        add_handoff(lambda: self._send(PipeOps.RELEASE, [self._tag(), token]))
         return (_rebuild, (Handle.__getstate__(self), self._end, self._readable,
                            self._writable, token))
 
@@ -212,7 +256,7 @@ class Connection(Handle):
         self._check_writable()
         self._check_not_broken()
         frames = dumps(obj)
-        self._send(b"send", [self._tag(), _PICKLED, *frames])
+        self._send(PipeOps.SEND, [self._tag(), _PICKLED, *frames])
 
     def _check_not_broken(self) -> None:
         hub = _runtime.hub_if_started()
@@ -233,13 +277,13 @@ class Connection(Handle):
         if size < 0 or offset + size > len(view):
             raise ValueError("buffer length < offset + size")
         self._check_not_broken()
-        self._send(b"send", [self._tag(), _RAW, bytes(view[offset:offset + size])])
+        self._send(PipeOps.SEND, [self._tag(), _RAW, bytes(view[offset:offset + size])])
 
     # -- receiving ----------------------------------------------------------------------
 
     def _receive(self) -> List[Any]:
         self._check_readable()
-        status, frames = self._request(b"recv", [self._tag(), encode_wait(True, None)],
+        status, frames = self._request(PipeOps.RECV, [self._tag(), encode_wait(True, None)],
                                        on_late=self._give_back)
         if status == b"eof":
             raise EOFError
@@ -247,7 +291,7 @@ class Connection(Handle):
 
     def _give_back(self, status: bytes, frames: List[Any]) -> None:
         if status == b"ok":  # abandoned recv: deliver the message to this end again
-            self._send(b"send", [b"01"[1 - self._end:2 - self._end], *frames])
+            self._send(PipeOps.SEND, [b"01"[1 - self._end:2 - self._end], *frames])
 
     def recv(self) -> Any:
         """Receive an object sent with ``send`` (or bytes sent with ``send_bytes``).
@@ -299,7 +343,7 @@ class Connection(Handle):
     def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""
         self._check_readable()
-        status, _ = self._request(b"poll", [self._tag(), encode_wait(True, timeout)],
+        status, _ = self._request(PipeOps.POLL, [self._tag(), encode_wait(True, timeout)],
                                   timeout=timeout)
         return status == b"ok"
 
@@ -309,7 +353,7 @@ class Connection(Handle):
             return
         self._closed = True
         try:
-            self._send(b"close", [self._tag()])
+            self._send(PipeOps.CLOSE, [self._tag()])
         except (EOFError, ConnectionLost):
             pass
 
@@ -334,7 +378,7 @@ def _rebuild(state: Any, end: int, readable: bool, writable: bool,
     Handle.__setstate__(conn, state)
     conn._end, conn._readable, conn._writable = end, readable, writable
     conn._closed = False
-    conn._request(b"attach", [conn._tag(), token])
+    conn._request(PipeOps.ATTACH, [conn._tag(), token])
     return conn
 
 

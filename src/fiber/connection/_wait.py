@@ -30,7 +30,7 @@ from ..transport.client import Client, ConnectionLost, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 from ._pipe import Connection
-from ._watch import WAIT_SERVICE, unpack_indices
+from ._watch import WAIT_SERVICE, WaitOps, unpack_indices
 
 __all__ = ["wait"]
 
@@ -78,7 +78,7 @@ def _wait_one_hub(address: str, conns: List[Connection],
                   timeout: Optional[float]) -> Set[int]:
     try:
         client = get_client(address)
-        status, frames = client.request(WAIT_SERVICE, b"any", _frames(conns, timeout))
+        status, frames = client.request(WAIT_SERVICE, WaitOps.ANY, _frames(conns, timeout))
     except ConnectionLost:
         return {id(c) for c in conns}  # their hub is gone: recv raises EOFError at once
     if status == b"err":
@@ -131,7 +131,7 @@ class _Multiplexed:
                     self.wake_r, self.wake_w = os.pipe()
                     os.set_blocking(self.wake_w, False)
                     sel.register(self.wake_r, selectors.EVENT_READ, None)
-                req_id = client.start(WAIT_SERVICE, b"any", _frames(conns, timeout),
+                req_id = client.start(WAIT_SERVICE, WaitOps.ANY, _frames(conns, timeout),
                                       self._on_reply(address))
             except ConnectionLost:  # the hub is gone: recv raises EOFError at once
                 self.ready.update(id(c) for c in conns)
@@ -175,6 +175,6 @@ class _Multiplexed:
             pending, self.pending = self.pending, {}
         for client, req_id in pending.values():
             try:
-                client.send(WAIT_SERVICE, b"cancel", [req_id])
+                client.send(WAIT_SERVICE, WaitOps.CANCEL, [req_id])
             except ConnectionLost:
                 pass

@@ -15,9 +15,10 @@ import threading
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .._core._served import decode_wait
+from ..transport.operations import handles
 from ..transport.server import Peer, Server, Service, Timer
 
-__all__ = ["Watched", "Watch", "WaitService", "WAIT_SERVICE", "ensure_service",
+__all__ = ["Watched", "Watch", "WaitService", "WaitOps", "WAIT_SERVICE", "ensure_service",
            "pack_indices", "unpack_indices"]
 
 #: The hub-wide service name (one per hub, registered with the hub's first pipe).
@@ -74,22 +75,30 @@ class Watch:
         self.service.finish(self, self.ready())
 
 
+class WaitOps:
+    """The wait protocol's operations (requests to a hub's :class:`WaitService`)."""
+
+    ANY = b"any"  # [wait, name, end, name, end...]: answered when one of them is ready
+    CANCEL = b"cancel"  # [req_id]: the ANY request the caller no longer waits for
+
+
 class WaitService(Service):
     """Holds waits for any of several pipe ends of this hub (runs under the hub's lock)."""
+
+    protocol = "wait"
 
     def __init__(self) -> None:
         self.watches: List[Watch] = []
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"cancel":
-            for watch in self.watches:
-                if watch.peer is peer and watch.req_id == bytes(payload[0]):
-                    self.finish(watch, [])
-                    return
-            return
-        if op != b"any":
-            raise ValueError(f"unknown wait operation {op!r}")
+    @handles(WaitOps.CANCEL)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        for watch in self.watches:
+            if watch.peer is peer and watch.req_id == bytes(payload[0]):
+                self.finish(watch, [])
+                return
+
+    @handles(WaitOps.ANY)
+    def wait_any(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         wait = decode_wait(payload[0])
         pairs = payload[1:]
         ends: List[Tuple[Optional[Watched], int]] = []

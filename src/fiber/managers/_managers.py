@@ -81,7 +81,14 @@ from ._proxies import (
     _gone,
     _watch,
 )
-from ._server import MANAGER_SERVICE, Entry, Spec, manager_main, serve_manager
+from ._server import (
+    MANAGER_SERVICE,
+    Entry,
+    ManagerOps,
+    Spec,
+    manager_main,
+    serve_manager,
+)
 
 __all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProxy",
            "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
@@ -178,7 +185,7 @@ class BaseManager:
         """Use the running manager at ``address`` (started elsewhere in this program)."""
         if self._address is None:
             raise ValueError("connect() needs the address of a running manager")
-        _Root(self._address)._request(b"ping")
+        _Root(self._address)._request(ManagerOps.PING)
         self._state = STARTED
 
     def get_server(self) -> _LocalServer:
@@ -192,7 +199,7 @@ class BaseManager:
         return _Root(self._address)
 
     def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
-        _, frames = self._root()._request(b"create", dumps((typeid, args, kwds)))
+        _, frames = self._root()._request(ManagerOps.CREATE, dumps((typeid, args, kwds)))
         spec = loads(frames)
         proxy = spec.proxytype.__new__(spec.proxytype)
         proxy._init(spec)
@@ -200,7 +207,7 @@ class BaseManager:
 
     def _number_of_objects(self) -> int:
         """How many objects the manager serves (and object jobs it runs)."""
-        return int(loads(self._root()._request(b"count")[1]))
+        return int(loads(self._root()._request(ManagerOps.COUNT)[1]))
 
     def join(self, timeout: Optional[float] = None) -> None:
         if self._process is not None:
@@ -216,7 +223,7 @@ class BaseManager:
         if proc is None or self._pid != os.getpid():
             return
         try:
-            get_client(str(self._address), 5).request(MANAGER_SERVICE, b"shutdown",
+            get_client(str(self._address), 5).request(MANAGER_SERVICE, ManagerOps.SHUTDOWN,
                                                        timeout=10)
         except Exception:
             pass
@@ -365,7 +372,7 @@ class AsyncManager(BaseManager):
     _auto_proxy = AsyncAutoProxy
 
     def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
-        h = channel(self._root()._address).call(MANAGER_SERVICE, b"create",
+        h = channel(self._root()._address).call(MANAGER_SERVICE, ManagerOps.CREATE,
                                                 dumps((typeid, args, kwds)))
         proxytype = self._registry[typeid].proxytype
         proxy = proxytype.__new__(proxytype)

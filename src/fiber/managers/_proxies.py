@@ -31,7 +31,7 @@ from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
-from ._server import Spec
+from ._server import ObjectOps, Spec
 
 __all__ = ["BaseProxy", "AsyncProxy", "AutoProxy", "AsyncAutoProxy", "MakeProxyType",
            "DirectProxy", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
@@ -77,20 +77,20 @@ class BaseProxy(_served.Handle):
         self._resolve()
         if self._direct is not None:
             return getattr(self._direct, methodname)(*args, **(kwds or {}))
-        status, frames = self._request(b"call", dumps((methodname, tuple(args), kwds or {})))
+        status, frames = self._request(ObjectOps.CALL, dumps((methodname, tuple(args), kwds or {})))
         return _decode(status, frames)
 
     def _getvalue(self) -> Any:
         """A copy of the referent."""
         self._resolve()
-        return loads(self._request(b"getvalue")[1])
+        return loads(self._request(ObjectOps.GETVALUE)[1])
 
     def __reduce__(self) -> Any:
         if _manager_server.pickling_on_hub():
             raise _manager_server.NeedsThread
         self._resolve()
         token = secrets.token_bytes(8)
-        self._request(b"handoff", [token])
+        self._request(ObjectOps.HANDOFF, [token])
         address, name = self._address, self._name
         _served.add_handoff(lambda: _release(address, name, token))
         spec = Spec(self._typeid, name, address, self._exposed, self._direct, None)
@@ -110,7 +110,7 @@ class BaseProxy(_served.Handle):
         if self._direct is not None:
             return repr(self._direct)
         try:
-            return str(loads(self._request(b"repr")[1]))
+            return str(loads(self._request(ObjectOps.REPR)[1]))
         except Exception:
             return repr(self)
 
@@ -135,14 +135,14 @@ def _rebuild_proxy(cls: Any, spec: Spec, token: bytes) -> BaseProxy:
     proxy = cls.__new__(cls)
     object.__setattr__(proxy, "_name", spec.name)
     object.__setattr__(proxy, "_address", spec.address)
-    proxy._request(b"attach", [token])
+    proxy._request(ObjectOps.ATTACH, [token])
     proxy._init(spec)
     return proxy
 
 
 def _release(address: str, name: bytes, token: bytes) -> None:
     try:
-        get_client(address, 5).send(name, b"release", [token])
+        get_client(address, 5).send(name, ObjectOps.RELEASE, [token])
     except Exception:
         pass
 
@@ -173,7 +173,7 @@ def _detach_loop() -> None:
             if name is None and pending is not None:
                 spec = pending.get(timeout=600)
                 address, name = spec.address, spec.name
-            get_client(address, 5).send(name, b"detach")
+            get_client(address, 5).send(name, ObjectOps.DETACH)
         except Exception:
             pass  # its server is gone: nothing left to free
 
@@ -184,7 +184,7 @@ class AsyncProxy(BaseProxy):
     def _callmethod(self, methodname: str, args: Sequence[Any] = (),
                     kwds: Optional[Dict[str, Any]] = None) -> Any:
         self._resolve()
-        h = channel(self._address).call(self._name, b"call",
+        h = channel(self._address).call(self._name, ObjectOps.CALL,
                                         dumps((methodname, tuple(args), kwds or {})))
         h._decode = _decode
         h._owner = self  # m.Env().step(a).get(): the proxy lives until the reply is read

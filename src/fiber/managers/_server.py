@@ -36,6 +36,7 @@ from .._core import _runtime
 from .._core._clients import get_client
 from ..meta import resources_of
 from ..process._bound import process_class
+from ..transport.operations import handles
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service
@@ -213,8 +214,22 @@ class ObjectServer:
                 self.changed.wait(0.5)
 
 
+class ObjectOps:
+    """The managed-object protocol's operations (a proxy's requests to its object)."""
+
+    CALL = b"call"
+    ATTACH = b"attach"
+    HANDOFF = b"handoff"
+    RELEASE = b"release"
+    DETACH = b"detach"
+    GETVALUE = b"getvalue"
+    REPR = b"repr"
+
+
 class ObjectService(Service):
     """One managed object: calls (on worker threads), and its proxies' counts."""
+
+    protocol = "managed-object"
 
     def __init__(self, owner: ObjectServer, name: bytes, obj: Any, typeid: str,
                  exposed: Tuple[str, ...], method_to_typeid: Dict[str, str],
@@ -230,39 +245,53 @@ class ObjectService(Service):
         self.handoffs: Set[bytes] = set()
         self.dropped = False
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"call":
-            if (self.inline and peer.peer_id not in self.owner.workers.busy
-                    and b"_rebuild_proxy" not in bytes(payload[0])):
-                self._call_on_hub(server, peer, req_id, payload)
-                return
-            self.owner.workers.submit(peer, lambda: _reply(
-                server, peer, req_id, lambda: self._call(peer, payload)))
-        elif op == b"attach":
-            self.handoffs.discard(bytes(payload[0]))
-            self.holders[peer.process_id] += 1
-            server.reply(peer, req_id, b"ok")
-        elif op == b"handoff":
-            self.handoffs.add(bytes(payload[0]))
-            server.reply(peer, req_id, b"ok")
-        elif op == b"release":
-            self.handoffs.discard(bytes(payload[0]))
-            self._maybe_drop()
-        elif op == b"detach":
-            pid = peer.process_id
-            self.holders[pid] -= 1
-            if self.holders[pid] <= 0:
-                del self.holders[pid]
-            self._maybe_drop()
-        elif op == b"getvalue":
-            self.owner.workers.submit(peer, lambda: _reply(
-                server, peer, req_id, lambda: (b"ok", dumps(self.obj))))
-        elif op == b"repr":
-            self.owner.workers.submit(peer, lambda: _reply(
-                server, peer, req_id, lambda: (b"ok", dumps(repr(self.obj)))))
-        else:
-            raise ValueError(f"unknown managed-object operation {op!r}")
+    @handles(ObjectOps.CALL)
+    def call(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``dumps((method, args, kwds))``: on a worker thread (inline ones on the hub)."""
+        if (self.inline and peer.peer_id not in self.owner.workers.busy
+                and b"_rebuild_proxy" not in bytes(payload[0])):
+            self._call_on_hub(server, peer, req_id, payload)
+            return
+        self.owner.workers.submit(peer, lambda: _reply(
+            server, peer, req_id, lambda: self._call(peer, payload)))
+
+    @handles(ObjectOps.ATTACH)
+    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[token]``: a process unpickled a proxy handed off to it; it holds one now."""
+        self.handoffs.discard(bytes(payload[0]))
+        self.holders[peer.process_id] += 1
+        server.reply(peer, req_id, b"ok")
+
+    @handles(ObjectOps.HANDOFF)
+    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[token]``: a proxy is being pickled; the object is kept until it is attached."""
+        self.handoffs.add(bytes(payload[0]))
+        server.reply(peer, req_id, b"ok")
+
+    @handles(ObjectOps.RELEASE)
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[token]``: a handoff that nobody will attach."""
+        self.handoffs.discard(bytes(payload[0]))
+        self._maybe_drop()
+
+    @handles(ObjectOps.DETACH)
+    def detach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A proxy of the sender's process was dropped."""
+        pid = peer.process_id
+        self.holders[pid] -= 1
+        if self.holders[pid] <= 0:
+            del self.holders[pid]
+        self._maybe_drop()
+
+    @handles(ObjectOps.GETVALUE)
+    def getvalue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self.owner.workers.submit(peer, lambda: _reply(
+            server, peer, req_id, lambda: (b"ok", dumps(self.obj))))
+
+    @handles(ObjectOps.REPR)
+    def repr_of(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self.owner.workers.submit(peer, lambda: _reply(
+            server, peer, req_id, lambda: (b"ok", dumps(repr(self.obj)))))
 
     def _call(self, peer: Peer, payload: List[Any], pickle: bool = True) -> Tuple[bytes, Any]:
         method, args, kwds = loads(payload)
@@ -309,8 +338,20 @@ class ObjectService(Service):
             self._maybe_drop()
 
 
+class ManagerOps:
+    """The manager protocol's operations (requests to its ``MANAGER_SERVICE``)."""
+
+    CREATE = b"create"
+    CREATED = b"created"
+    PING = b"ping"
+    COUNT = b"count"
+    SHUTDOWN = b"shutdown"
+
+
 class ManagerService(Service):
     """The manager's own service: create objects, count them, shut down."""
+
+    protocol = "manager"
 
     def __init__(self, objects: ObjectServer, backend: Optional[str]) -> None:
         self.objects = objects
@@ -320,35 +361,45 @@ class ManagerService(Service):
         self.pending: Dict[bytes, Tuple[Peer, bytes, str]] = {}
         self._lock = threading.Lock()
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"create":
-            typeid, args, kwds = loads(payload)
-            if typeid not in self.objects.registry:
-                raise KeyError(f"no type {typeid!r} registered with this manager")
-            holder = peer.process_id
-            if self.objects.registry[typeid].separate_job:
-                self.objects.workers.submit(peer, lambda: self._start_job(
-                    server, peer, req_id, typeid, args, kwds, holder))
-            else:
-                self.objects.workers.submit(peer, lambda: _reply(server, peer, req_id, lambda: (
-                    b"ok", dumps(self.objects.create(typeid, args, kwds, holder)))))
-        elif op == b"created":  # an object job reports its object (or its error)
-            entry = self.pending.pop(bytes(payload[0]), None)
-            if entry is not None:
-                server.reply(entry[0], entry[1], bytes(payload[1]), payload[2:])
-            server.reply(peer, req_id, b"ok")
-        elif op == b"ping":
-            server.reply_value(peer, req_id, sorted(self.objects.registry))
-        elif op == b"count":
-            with self._lock:
-                jobs = sum(1 for p in self.jobs.values() if p.is_alive())
-            server.reply_value(peer, req_id, len(self.objects.objects) + jobs)
-        elif op == b"shutdown":
-            server.reply(peer, req_id, b"ok")
-            self.stopped.set()
+    @handles(ManagerOps.CREATE)
+    def create(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``dumps((typeid, args, kwds))``: answered with the new object's Spec."""
+        typeid, args, kwds = loads(payload)
+        if typeid not in self.objects.registry:
+            raise KeyError(f"no type {typeid!r} registered with this manager")
+        holder = peer.process_id
+        if self.objects.registry[typeid].separate_job:
+            self.objects.workers.submit(peer, lambda: self._start_job(
+                server, peer, req_id, typeid, args, kwds, holder))
         else:
-            raise ValueError(f"unknown manager operation {op!r}")
+            self.objects.workers.submit(peer, lambda: _reply(server, peer, req_id, lambda: (
+                b"ok", dumps(self.objects.create(typeid, args, kwds, holder)))))
+
+    @handles(ManagerOps.CREATED)
+    def created(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[creation id, status, *frames]``: an object job reports its object (or its
+        error), the answer to the creation waiting for it."""
+        entry = self.pending.pop(bytes(payload[0]), None)
+        if entry is not None:
+            server.reply(entry[0], entry[1], bytes(payload[1]), payload[2:])
+        server.reply(peer, req_id, b"ok")
+
+    @handles(ManagerOps.PING)
+    def ping(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Answered with the registered type ids."""
+        server.reply_value(peer, req_id, sorted(self.objects.registry))
+
+    @handles(ManagerOps.COUNT)
+    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Answered with the number of live objects (object jobs included)."""
+        with self._lock:
+            jobs = sum(1 for p in self.jobs.values() if p.is_alive())
+        server.reply_value(peer, req_id, len(self.objects.objects) + jobs)
+
+    @handles(ManagerOps.SHUTDOWN)
+    def shutdown(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok")
+        self.stopped.set()
 
     def _start_job(self, server: Server, peer: Peer, req_id: bytes, typeid: str,
                    args: Tuple[Any, ...], kwds: Dict[str, Any], holder: bytes) -> None:
@@ -436,6 +487,6 @@ def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[Any, ..
         status, frames = b"ok", dumps(objects.create(typeid, args, kwds, holder))
     except Exception as e:
         status, frames = b"err", dumps(pack_exception(e))
-    get_client(manager).request(MANAGER_SERVICE, b"created", [cid, status, *frames])
+    get_client(manager).request(MANAGER_SERVICE, ManagerOps.CREATED, [cid, status, *frames])
     if status == b"ok":
         objects.wait_until_empty()

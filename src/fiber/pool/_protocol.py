@@ -27,7 +27,19 @@ from __future__ import annotations
 import struct
 from typing import Any, Iterator, List, Sequence, Tuple
 
-__all__ = ["pack_tasks", "unpack_tasks", "pack_results", "unpack_results", "results_busy"]
+__all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "pack_results", "unpack_results",
+           "results_busy"]
+
+
+class PoolOps:
+    """The pool protocol's operations: a worker's messages to its pool's service (no
+    reply), and the master's messages pushed on a worker's connection (see above)."""
+
+    HELLO = b"hello"  # worker -> master: connected, initializer done
+    INIT_FAILED = b"init_failed"  # worker -> master: the initializer raised
+    RESULTS = b"results"  # worker -> master: a batch of results
+    TASKS = b"tasks"  # master -> worker: a batch of tasks
+    STOP = b"stop"  # master -> worker: finish what you hold, then exit
 
 _TASK = struct.Struct("<QIBH")
 

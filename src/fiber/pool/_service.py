@@ -28,10 +28,18 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from .._log import log
 from ..errors import WorkerLostError
+from ..transport.operations import handles
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
-from ._protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
+from ._protocol import (
+    FUNCTION_SLOTS,
+    PoolOps,
+    WireTask,
+    pack_tasks,
+    results_busy,
+    unpack_results,
+)
 
 __all__ = ["Task", "WorkerState", "PoolService"]
 
@@ -147,6 +155,8 @@ def describe_exit(ws: WorkerState) -> str:
 
 class PoolService(Service):
     """One pool's scheduler on the master's hub."""
+
+    protocol = "pool"
 
     def __init__(self, name: bytes, prefetch: int, maxtasks: Optional[int], max_retries: int,
                  on_worker_gone: Callable[[WorkerState, bool], None],
@@ -317,43 +327,48 @@ class PoolService(Service):
                     ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
         assert self.server is not None and ws.peer is not None
-        if not self.server.send(ws.peer, [b"", b"tasks", *pack_tasks(wire)]):
+        if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
             self.worker_lost(ws)
 
     # -- from workers ----------------------------------------------------------------------
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"results":
-            ws = self.by_peer.get(peer.peer_id)
-            if ws is None:
-                return  # a worker already presumed dead: its results were reassigned
-            fids = []
-            for task_id, ok, frames in unpack_results(payload):
-                task = ws.pending.pop(task_id, None)
-                if task is not None:
-                    fids.append(task.fid)
-                    self._finish(task, ok, frames)
-            self._refresh(ws)
-            self._measure(fids, results_busy(payload))
-            self._maybe_stop(ws)
-            self.dispatch()
-        elif op == b"hello":
-            ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
-            if ws is None or ws.lost:
-                server.send(peer, [b"", b"stop"])
-                return
-            ws.peer = peer
-            ws.connected = True
-            self._refresh(ws)
-            self.by_peer[peer.peer_id] = ws
-            self.init_failures.clear()
-            self.dispatch()
-            self._maybe_stop(ws)
-        elif op == b"init_failed":
-            self.init_failures.append(bytes(payload[0]).decode(errors="replace"))
-        else:
-            raise ValueError(f"unknown pool operation {op!r}")
+    @handles(PoolOps.RESULTS)
+    def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A batch of results (see _protocol): each task is finished once."""
+        ws = self.by_peer.get(peer.peer_id)
+        if ws is None:
+            return  # a worker already presumed dead: its results were reassigned
+        fids = []
+        for task_id, ok, frames in unpack_results(payload):
+            task = ws.pending.pop(task_id, None)
+            if task is not None:
+                fids.append(task.fid)
+                self._finish(task, ok, frames)
+        self._refresh(ws)
+        self._measure(fids, results_busy(payload))
+        self._maybe_stop(ws)
+        self.dispatch()
+
+    @handles(PoolOps.HELLO)
+    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[worker id]``: a worker connected and ran its initializer; it takes tasks."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+        if ws is None or ws.lost:
+            server.send(peer, [b"", PoolOps.STOP])
+            return
+        ws.peer = peer
+        ws.connected = True
+        self._refresh(ws)
+        self.by_peer[peer.peer_id] = ws
+        self.init_failures.clear()
+        self.dispatch()
+        self._maybe_stop(ws)
+
+    @handles(PoolOps.INIT_FAILED)
+    def init_failed(self, server: Server, peer: Peer, req_id: bytes,
+                    payload: List[Any]) -> None:
+        """``[traceback]``: the worker's initializer raised (the worker exits)."""
+        self.init_failures.append(bytes(payload[0]).decode(errors="replace"))
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         ws = self.by_peer.pop(peer.peer_id, None)
@@ -388,7 +403,7 @@ class PoolService(Service):
             return
         if ws.retiring or (self.closing and not self.queue):
             if self.server is not None and ws.peer is not None:
-                self.server.send(ws.peer, [b"", b"stop"])
+                self.server.send(ws.peer, [b"", PoolOps.STOP])
 
     def worker_lost(self, ws: WorkerState) -> None:
         """A worker's connection closed or its job ended: reassign what it held."""

@@ -29,7 +29,7 @@ from .._core._clients import own_client
 from ..config import get_config
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
-from ._protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
+from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
 
 __all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
 
@@ -123,10 +123,10 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         try:
             initializer(*initargs)
         except BaseException:
-            client.send(pool_name, b"init_failed", [traceback.format_exc().encode()])
+            client.send(pool_name, PoolOps.INIT_FAILED, [traceback.format_exc().encode()])
             sys.stderr.write(traceback.format_exc())
             os._exit(1)
-    client.send(pool_name, b"hello", [worker_id.to_bytes(8, "little")])
+    client.send(pool_name, PoolOps.HELLO, [worker_id.to_bytes(8, "little")])
     spin = get_config().spin_us * 1e-6
     functions = FunctionCache()
     held: Deque[Tuple[int, _Function, List[Any]]] = collections.deque()
@@ -139,7 +139,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     def flush() -> None:
         nonlocal busy
         if out:
-            client.send(pool_name, b"results", pack_results(out, busy))
+            client.send(pool_name, PoolOps.RESULTS, pack_results(out, busy))
             out.clear()
             busy = 0.0
 
@@ -156,12 +156,12 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             msg = client._recv(None if idle else 0.0)
             if msg is None:
                 break
-            if msg[1] == b"tasks":
+            if msg[1] == PoolOps.TASKS:
                 held.extend((task_id, functions.receive(fid, fn_frames), arg_frames)
                             for task_id, fid, fn_frames, arg_frames in unpack_tasks(msg[2:]))
                 if idle:
                     break  # run it now: what else came is taken in after it (in order)
-            elif msg[1] == b"stop":
+            elif msg[1] == PoolOps.STOP:
                 stopping = True
         if not held:
             flush()

@@ -28,12 +28,20 @@ import threading
 from typing import Any, Callable, Dict, List, Optional
 
 from .._core import _runtime
+from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["LaunchService", "launcher", "Launch"]
 
 SERVICE = b"proc"
+
+
+class LaunchOps:
+    """The launch protocol's operations (a child's requests to its parent's hub)."""
+
+    FETCH = b"fetch"
+    EXIT = b"exit"
 
 
 class Launch:
@@ -51,6 +59,8 @@ class Launch:
 class LaunchService(Service):
     """Hands children their payloads and hears their exit codes."""
 
+    protocol = "launch"
+
     def __init__(self) -> None:
         self._launches: Dict[bytes, Launch] = {}
         self._by_process: Dict[bytes, bytes] = {}
@@ -66,30 +76,40 @@ class LaunchService(Service):
             if launch is not None and launch.process_id is not None:
                 self._by_process.pop(launch.process_id, None)
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        token = bytes(payload[0])
+    def _launch(self, server: Server, peer: Peer, req_id: bytes,
+                payload: List[Any]) -> Optional[Launch]:
+        """The launch a request's token names; None (and the error replied) if none."""
         with self._lock:
-            launch = self._launches.get(token)
+            launch = self._launches.get(bytes(payload[0]))
         if launch is None:
             server.reply_error(peer, req_id, LookupError("unknown or finished job"))
+        return launch
+
+    @handles(LaunchOps.FETCH)
+    def fetch(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A child started: ``[token, *dumps((pid, host))]``; answered with its payload."""
+        launch = self._launch(server, peer, req_id, payload)
+        if launch is None:
             return
-        if op == b"fetch":
-            if launch.process_id is not None:  # a second copy of one job (a requeue)
-                server.reply_error(peer, req_id, PermissionError("this job was already started"))
-                return
-            pid, host = loads(payload[1:])
-            launch.process_id = peer.process_id
-            with self._lock:
-                self._by_process[peer.process_id] = token
-            launch.on_started(pid, host)
-            server.reply(peer, req_id, b"ok", launch.payload)
-            launch.payload = []
-        elif op == b"exit":
+        if launch.process_id is not None:  # a second copy of one job (a requeue)
+            server.reply_error(peer, req_id, PermissionError("this job was already started"))
+            return
+        pid, host = loads(payload[1:])
+        launch.process_id = peer.process_id
+        with self._lock:
+            self._by_process[peer.process_id] = bytes(payload[0])
+        launch.on_started(pid, host)
+        server.reply(peer, req_id, b"ok", launch.payload)
+        launch.payload = []
+
+    @handles(LaunchOps.EXIT)
+    def exit_report(self, server: Server, peer: Peer, req_id: bytes,
+                    payload: List[Any]) -> None:
+        """A child reports its exit code: ``[token, code]``."""
+        launch = self._launch(server, peer, req_id, payload)
+        if launch is not None:
             launch.on_exit_report(int(bytes(payload[1])))
             server.reply(peer, req_id, b"ok")
-        else:
-            server.reply_error(peer, req_id, ValueError(f"bad op {op!r}"))
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         with self._lock:
@@ -122,7 +142,7 @@ def fetch_payload(parent: str, token: bytes) -> Any:
     from ..transport.remote import unpack_exception
 
     client = get_client(parent)
-    status, frames = client.request(SERVICE, b"fetch",
+    status, frames = client.request(SERVICE, LaunchOps.FETCH,
                                     [token, *dumps((os.getpid(), socket.gethostname()))])
     if status != b"ok":
         raise unpack_exception(loads(frames))
@@ -132,4 +152,4 @@ def fetch_payload(parent: str, token: bytes) -> Any:
 def report_exit(parent: str, token: bytes, exitcode: int) -> None:
     from .._core._clients import get_client
 
-    get_client(parent).request(SERVICE, b"exit", [token, str(exitcode).encode()], timeout=10)
+    get_client(parent).request(SERVICE, LaunchOps.EXIT, [token, str(exitcode).encode()], timeout=10)

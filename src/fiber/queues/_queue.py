@@ -38,6 +38,7 @@ import threading
 from typing import Any, Deque, List, Optional, Tuple
 
 from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service, Timer
 from ._reader import QueueReader, ReadySignal, reader_of
@@ -55,8 +56,24 @@ _tickets = itertools.count(1)
 _reader_lock = threading.Lock()
 
 
+class QueueOps:
+    """The queue protocol's operations (requests to a :class:`QueueService`)."""
+
+    PUT = b"put"
+    PUT_WAIT = b"put_wait"
+    WITHDRAW = b"withdraw"
+    GET = b"get"
+    UNGET = b"unget"
+    SIZE = b"size"
+    TASK_DONE = b"task_done"
+    JOIN = b"join"
+    SYNC = b"sync"
+
+
 class QueueService(Service):
     """The state of one queue, on its creator's hub thread."""
+
+    protocol = "queue"
 
     def __init__(self, maxsize: int, joinable: bool) -> None:
         self.maxsize = maxsize
@@ -74,50 +91,71 @@ class QueueService(Service):
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
-        pid = peer
-        if op == b"put":  # unbounded, fire-and-forget: the item's frames
-            self._add(server, payload)
-        elif op == b"put_wait":  # bounded: [wait, ticket, *frames], always answered
-            self._put_wait(server, pid, req_id, decode_wait(payload[0]), bytes(payload[1]),
-                           payload[2:])
-        elif op == b"withdraw":  # the caller of a bounded put gave up
-            self._withdraw(server, pid, bytes(payload[0]))
-        elif op == b"get":
-            wait = decode_wait(payload[0])
-            if self.items:
-                self._hand_out(server, pid, req_id)
-            elif wait == 0:
-                server.reply(pid, req_id, b"empty")
-            else:
-                getter: _Waiter = (pid, req_id, None)
-                timer = None if wait is None else server.call_later(
-                    wait, lambda: self._expire(server, self.getters, getter, b"empty"))
-                self.getters.append((pid, req_id, timer))
-        elif op == b"unget":  # a late reply to an abandoned get: back to the front
-            self.items.appendleft(payload)
-            self._serve(server)
-        elif op == b"size":
-            server.reply(pid, req_id, b"ok", [struct.pack("<q", len(self.items))])
-        elif op == b"task_done":
-            if self.unfinished <= 0:
-                raise ValueError("task_done() called too many times")
-            self.unfinished -= 1
-            server.reply(pid, req_id, b"ok")
-            if self.unfinished == 0:
-                for jpid, jreq in self.joiners:
-                    server.reply(jpid, jreq, b"ok")
-                self.joiners.clear()
-        elif op == b"join":
-            if self.unfinished == 0:
-                server.reply(pid, req_id, b"ok")
-            else:
-                self.joiners.append((pid, req_id))
-        elif op == b"sync":
-            server.reply(pid, req_id, b"ok")
-        else:
-            raise ValueError(f"unknown queue operation {op!r}")
+        super().handle(server, peer, op, req_id, payload)
         if self.signal is not None:
             self.signal.show(bool(self.items))
+
+    @handles(QueueOps.PUT)
+    def put(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Unbounded, fire-and-forget: the item's frames."""
+        self._add(server, payload)
+
+    @handles(QueueOps.PUT_WAIT)
+    def put_wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Bounded: ``[wait, ticket, *frames]``, always answered."""
+        self._put_wait(server, peer, req_id, decode_wait(payload[0]), bytes(payload[1]),
+                       payload[2:])
+
+    @handles(QueueOps.WITHDRAW)
+    def withdraw(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """The caller of a bounded put gave up."""
+        self._withdraw(server, peer, bytes(payload[0]))
+
+    @handles(QueueOps.GET)
+    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        wait = decode_wait(payload[0])
+        if self.items:
+            self._hand_out(server, peer, req_id)
+        elif wait == 0:
+            server.reply(peer, req_id, b"empty")
+        else:
+            getter: _Waiter = (peer, req_id, None)
+            timer = None if wait is None else server.call_later(
+                wait, lambda: self._expire(server, self.getters, getter, b"empty"))
+            self.getters.append((peer, req_id, timer))
+
+    @handles(QueueOps.UNGET)
+    def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A late reply to an abandoned get: the item goes back to the front."""
+        self.items.appendleft(payload)
+        self._serve(server)
+
+    @handles(QueueOps.SIZE)
+    def size(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok", [struct.pack("<q", len(self.items))])
+
+    @handles(QueueOps.TASK_DONE)
+    def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        if self.unfinished <= 0:
+            raise ValueError("task_done() called too many times")
+        self.unfinished -= 1
+        server.reply(peer, req_id, b"ok")
+        if self.unfinished == 0:
+            for jpeer, jreq in self.joiners:
+                server.reply(jpeer, jreq, b"ok")
+            self.joiners.clear()
+
+    @handles(QueueOps.JOIN)
+    def join(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        if self.unfinished == 0:
+            server.reply(peer, req_id, b"ok")
+        else:
+            self.joiners.append((peer, req_id))
+
+    @handles(QueueOps.SYNC)
+    def sync(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Answered once every request sent before it on the connection was handled."""
+        server.reply(peer, req_id, b"ok")
 
     def _put_wait(self, server: Server, pid: Peer, req_id: bytes, wait: Optional[float],
                   ticket: bytes, frames: List[Any]) -> None:
@@ -231,11 +269,12 @@ class Queue(Handle):
             raise ValueError(f"Queue {self!r} is closed")
         frames = dumps(obj)
         if self._maxsize <= 0:
-            self._send(b"put", frames)
+            self._send(QueueOps.PUT, frames)
             return
         ticket = struct.pack("<Q", next(_tickets))
         try:
-            status, _ = self._request(b"put_wait", [encode_wait(block, timeout), ticket, *frames],
+            status, _ = self._request(QueueOps.PUT_WAIT,
+                                      [encode_wait(block, timeout), ticket, *frames],
                                       on_late=_ignore, timeout=timeout)
         except BaseException:
             self._withdraw(ticket)
@@ -246,7 +285,7 @@ class Queue(Handle):
     def _withdraw(self, ticket: bytes) -> None:
         """Take back a put its caller gave up on, unless the server admitted it already."""
         try:
-            self._send(b"withdraw", [ticket])
+            self._send(QueueOps.WITHDRAW, [ticket])
         except Exception:
             pass  # the server is gone, and the parked put with it
 
@@ -258,7 +297,7 @@ class Queue(Handle):
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        status, frames = self._request(b"get", [encode_wait(block, timeout)],
+        status, frames = self._request(QueueOps.GET, [encode_wait(block, timeout)],
                                        on_late=self._give_back, timeout=timeout)
         if status == b"empty":
             raise _queue.Empty
@@ -266,7 +305,7 @@ class Queue(Handle):
 
     def _give_back(self, status: bytes, frames: List[Any]) -> None:
         if status == b"ok":
-            self._send(b"unget", frames)
+            self._send(QueueOps.UNGET, frames)
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -275,7 +314,7 @@ class Queue(Handle):
         return self.get(False)
 
     def qsize(self) -> int:
-        _, frames = self._request(b"size")
+        _, frames = self._request(QueueOps.SIZE)
         return int(struct.unpack("<q", frames[0])[0])
 
     def empty(self) -> bool:
@@ -308,7 +347,7 @@ class Queue(Handle):
 
     def join_thread(self) -> None:
         """Wait until every item this thread put has reached the queue's server."""
-        self._request(b"sync")
+        self._request(QueueOps.SYNC)
 
     def cancel_join_thread(self) -> None:
         """Kept for compatibility: a put is written to the socket before it returns."""
@@ -328,11 +367,11 @@ class JoinableQueue(Queue):
         Raises:
             ValueError: called more times than there were items.
         """
-        self._request(b"task_done")
+        self._request(QueueOps.TASK_DONE)
 
     def join(self) -> None:
         """Block until every item put has been marked ``task_done``."""
-        self._request(b"join")
+        self._request(QueueOps.JOIN)
 
 
 class SimpleQueue(Queue):

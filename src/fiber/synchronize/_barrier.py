@@ -23,14 +23,28 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from .._core._parking import Parking, Q, Waiter
 from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.operations import handles
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
-__all__ = ["Barrier", "BarrierService", "BrokenBarrierError"]
+__all__ = ["Barrier", "BarrierService", "BarrierOps", "BrokenBarrierError"]
+
+
+class BarrierOps:
+    """The barrier protocol's operations."""
+
+    WAIT = b"wait"
+    ACTION_DONE = b"action_done"
+    ACTION_FAILED = b"action_failed"
+    ABORT = b"abort"
+    RESET = b"reset"
+    INFO = b"info"
 
 
 class BarrierService(Parking):
     """``parties`` arrivals release everyone; the last runs the action first, if any."""
+
+    protocol = "barrier"
 
     def __init__(self, parties: int, has_action: bool) -> None:
         super().__init__()
@@ -41,47 +55,64 @@ class BarrierService(Parking):
         self.runner: Optional[Peer] = None  # the peer running the action
         self.later: List[Tuple[Peer, bytes, List[Any]]] = []  # arrivals during the action
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"wait":
-            if self.runner is not None:
-                self.later.append((peer, req_id, payload))
-            elif self.broken:
-                server.reply(peer, req_id, b"broken")
-            else:
-                index = self.count
-                self.count += 1
-                if self.count < self.parties:
-                    self.park(server, peer, req_id, decode_wait(payload[0]), index)
-                elif self.has_action:
-                    self.runner = peer
-                    server.reply(peer, req_id, b"action", [Q.pack(index)])
-                else:
-                    self._pass(server)
-                    server.reply(peer, req_id, b"ok", [Q.pack(index)])
-        elif op in (b"action_done", b"action_failed"):
-            self.runner = None
-            if op == b"action_done" and not self.broken:
-                self._pass(server)
-                server.reply(peer, req_id, b"ok")
-            else:
-                self._break(server)
-                server.reply(peer, req_id, b"broken")
-            later, self.later = self.later, []
-            for args in later:
-                self.handle(server, args[0], b"wait", args[1], args[2])
-        elif op == b"abort":
-            self._break(server)
-            server.reply(peer, req_id, b"ok")
-        elif op == b"reset":
-            if self.waiters:
-                self._break(server)
-            self.broken, self.count = False, 0
-            server.reply(peer, req_id, b"ok")
-        elif op == b"info":
-            server.reply_value(peer, req_id, (self.count, self.broken))
+    @handles(BarrierOps.WAIT)
+    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[wait]``: answered ``ok`` (or ``action``, to the party that runs the action)
+        with the party's index once all have come, ``broken`` if the barrier breaks."""
+        if self.runner is not None:
+            self.later.append((peer, req_id, payload))
+        elif self.broken:
+            server.reply(peer, req_id, b"broken")
         else:
-            raise ValueError(f"unknown barrier operation {op!r}")
+            index = self.count
+            self.count += 1
+            if self.count < self.parties:
+                self.park(server, peer, req_id, decode_wait(payload[0]), index)
+            elif self.has_action:
+                self.runner = peer
+                server.reply(peer, req_id, b"action", [Q.pack(index)])
+            else:
+                self._pass(server)
+                server.reply(peer, req_id, b"ok", [Q.pack(index)])
+
+    @handles(BarrierOps.ACTION_DONE)
+    def action_done(self, server: Server, peer: Peer, req_id: bytes,
+                    payload: List[Any]) -> None:
+        self._action_ended(server, peer, req_id, ok=True)
+
+    @handles(BarrierOps.ACTION_FAILED)
+    def action_failed(self, server: Server, peer: Peer, req_id: bytes,
+                      payload: List[Any]) -> None:
+        self._action_ended(server, peer, req_id, ok=False)
+
+    def _action_ended(self, server: Server, peer: Peer, req_id: bytes, ok: bool) -> None:
+        self.runner = None
+        if ok and not self.broken:
+            self._pass(server)
+            server.reply(peer, req_id, b"ok")
+        else:
+            self._break(server)
+            server.reply(peer, req_id, b"broken")
+        later, self.later = self.later, []
+        for args in later:
+            self.wait(server, args[0], args[1], args[2])
+
+    @handles(BarrierOps.ABORT)
+    def abort(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self._break(server)
+        server.reply(peer, req_id, b"ok")
+
+    @handles(BarrierOps.RESET)
+    def reset(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        if self.waiters:
+            self._break(server)
+        self.broken, self.count = False, 0
+        server.reply(peer, req_id, b"ok")
+
+    @handles(BarrierOps.INFO)
+    def info(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Answered with ``(count, broken)``."""
+        server.reply_value(peer, req_id, (self.count, self.broken))
 
     def _pass(self, server: Server) -> None:
         for w in list(self.waiters):
@@ -141,7 +172,8 @@ class Barrier(Handle):
         """
         if timeout is None:
             timeout = self._timeout
-        status, frames = self._request(b"wait", [encode_wait(True, timeout)], timeout=timeout)
+        status, frames = self._request(BarrierOps.WAIT, [encode_wait(True, timeout)],
+                                       timeout=timeout)
         if status == b"broken":
             raise BrokenBarrierError
         index = int(Q.unpack(frames[0])[0])
@@ -150,19 +182,19 @@ class Barrier(Handle):
             try:
                 self._action()
             except BaseException:
-                self._request(b"action_failed")
+                self._request(BarrierOps.ACTION_FAILED)
                 raise
-            if self._request(b"action_done")[0] == b"broken":
+            if self._request(BarrierOps.ACTION_DONE)[0] == b"broken":
                 raise BrokenBarrierError
         return index
 
     def abort(self) -> None:
         """Break the barrier: current and future waits raise BrokenBarrierError."""
-        self._request(b"abort")
+        self._request(BarrierOps.ABORT)
 
     def reset(self) -> None:
         """Back to the empty, unbroken state; current waiters get BrokenBarrierError."""
-        self._request(b"reset")
+        self._request(BarrierOps.RESET)
 
     @property
     def parties(self) -> int:
@@ -170,11 +202,11 @@ class Barrier(Handle):
 
     @property
     def n_waiting(self) -> int:
-        return int(loads(self._request(b"info")[1])[0])
+        return int(loads(self._request(BarrierOps.INFO)[1])[0])
 
     @property
     def broken(self) -> bool:
-        return bool(loads(self._request(b"info")[1])[1])
+        return bool(loads(self._request(BarrierOps.INFO)[1])[1])
 
     def __repr__(self) -> str:
         return f"<fiber.Barrier {self._name.decode()} parties={self._parties}>"

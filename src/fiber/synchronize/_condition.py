@@ -24,10 +24,20 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from .._core._parking import Parking, Q, Waiter
 from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.operations import handles
 from ..transport.server import Peer, Server
 from ._primitives import Lock, RLock
 
-__all__ = ["Condition", "ConditionService"]
+__all__ = ["Condition", "ConditionService", "ConditionOps"]
+
+
+class ConditionOps:
+    """The condition protocol's operations."""
+
+    NOTIFY = b"notify"
+    ENQUEUE = b"enqueue"
+    SLEEP = b"sleep"
+    CANCEL = b"cancel"
 
 
 class ConditionService(Parking):
@@ -37,42 +47,52 @@ class ConditionService(Parking):
     whoever takes the lock next cannot be missed; it then sleeps on the ticket.
     """
 
+    protocol = "condition"
+
     def __init__(self) -> None:
         super().__init__()
         self.tickets: Dict[bytes, Optional[Waiter]] = {}  # in arrival order
         self.notified: Set[bytes] = set()
         self.owners: Dict[bytes, bytes] = {}
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"notify":
-            n = Q.unpack(payload[0])[0]
-            woken = 0
-            for ticket in list(self.tickets):
-                if 0 <= n <= woken:
-                    break
-                woken += self._wake(server, ticket)
-            server.reply(peer, req_id, b"ok")
-            return
+    @handles(ConditionOps.NOTIFY)
+    def notify(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[n]``: wake the first ``n`` waiters (-1: all)."""
+        n = Q.unpack(payload[0])[0]
+        woken = 0
+        for ticket in list(self.tickets):
+            if 0 <= n <= woken:
+                break
+            woken += self._wake(server, ticket)
+        server.reply(peer, req_id, b"ok")
+
+    @handles(ConditionOps.ENQUEUE)
+    def enqueue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[ticket]``: a waiter takes its place, before it lets go of the lock."""
         ticket = bytes(payload[0])
-        if op == b"enqueue":
-            self.tickets[ticket] = None
-            self.owners[ticket] = peer.process_id
-            if req_id:
-                server.reply(peer, req_id, b"ok")
-        elif op == b"sleep":
-            wait = decode_wait(payload[1])
-            if ticket in self.notified or ticket not in self.tickets or wait == 0:
-                self._forget(ticket, keep_waiter=True)
-                server.reply(peer, req_id, b"ok" if ticket in self.notified else b"no")
-                self.notified.discard(ticket)
-            else:
-                self.tickets[ticket] = self.park(server, peer, req_id, wait, ticket)
-        elif op == b"cancel":
-            self._forget(ticket)
+        self.tickets[ticket] = None
+        self.owners[ticket] = peer.process_id
+        if req_id:
+            server.reply(peer, req_id, b"ok")
+
+    @handles(ConditionOps.SLEEP)
+    def sleep(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[ticket, wait]``: answered ``ok`` once notified, ``no`` at the timeout."""
+        ticket = bytes(payload[0])
+        wait = decode_wait(payload[1])
+        if ticket in self.notified or ticket not in self.tickets or wait == 0:
+            self._forget(ticket, keep_waiter=True)
+            server.reply(peer, req_id, b"ok" if ticket in self.notified else b"no")
             self.notified.discard(ticket)
         else:
-            raise ValueError(f"unknown condition operation {op!r}")
+            self.tickets[ticket] = self.park(server, peer, req_id, wait, ticket)
+
+    @handles(ConditionOps.CANCEL)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[ticket]``: the waiter gave up."""
+        ticket = bytes(payload[0])
+        self._forget(ticket)
+        self.notified.discard(ticket)
 
     def _wake(self, server: Server, ticket: bytes) -> int:
         w = self.tickets.get(ticket)
@@ -143,20 +163,20 @@ class Condition(Handle):
             raise AssertionError("must acquire() condition before using wait()")
         ticket = secrets.token_bytes(8)
         if self._lock._address == self._address:  # same connection: ordered, no reply needed
-            self._send(b"enqueue", [ticket])
+            self._send(ConditionOps.ENQUEUE, [ticket])
         else:
-            self._request(b"enqueue", [ticket])
+            self._request(ConditionOps.ENQUEUE, [ticket])
         try:
             count = self._lock._release_save()
         except BaseException:
-            self._send(b"cancel", [ticket])
+            self._send(ConditionOps.CANCEL, [ticket])
             raise
         try:
-            status, _ = self._request(b"sleep", [ticket, encode_wait(True, timeout)],
+            status, _ = self._request(ConditionOps.SLEEP, [ticket, encode_wait(True, timeout)],
                                       timeout=timeout)
         except BaseException:
             try:
-                self._send(b"cancel", [ticket])
+                self._send(ConditionOps.CANCEL, [ticket])
             except Exception:
                 pass
             raise
@@ -185,12 +205,12 @@ class Condition(Handle):
         """Wake up to ``n`` waiters (the calling thread must hold the lock)."""
         if not self._lock._is_mine():
             raise AssertionError("lock is not owned")
-        self._request(b"notify", [Q.pack(max(0, n))])
+        self._request(ConditionOps.NOTIFY, [Q.pack(max(0, n))])
 
     def notify_all(self) -> None:
         if not self._lock._is_mine():
             raise AssertionError("lock is not owned")
-        self._request(b"notify", [Q.pack(-1)])
+        self._request(ConditionOps.NOTIFY, [Q.pack(-1)])
 
     def __repr__(self) -> str:
         return f"<fiber.Condition {self._name.decode()} over {self._lock!r}>"

@@ -47,15 +47,51 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core._parking import Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.operations import handles
 from ..transport.server import Peer, Server
 
-__all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "LockService"]
+__all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "LockService", "LockOps",
+           "SemaphoreOps", "EventOps"]
 
 # -- Lock and RLock --------------------------------------------------------------------
 
 
+class LockOps:
+    """The lock protocol's operations; each request starts with the caller's thread id."""
+
+    ACQUIRE = b"acquire"
+    ACQUIRE_RESTORE = b"acquire_restore"
+    RELEASE = b"release"
+    RELEASE_SAVE = b"release_save"
+    OWNED = b"owned"
+
+
+class SemaphoreOps:
+    """The semaphore protocol's operations."""
+
+    ACQUIRE = b"acquire"
+    RELEASE = b"release"
+    VALUE = b"value"
+
+
+class EventOps:
+    """The event protocol's operations."""
+
+    WAIT = b"wait"
+    SET = b"set"
+    CLEAR = b"clear"
+    IS_SET = b"is_set"
+
+
+def _who(peer: Peer, payload: List[Any]) -> Owner:
+    """The (process, thread) a lock request comes from."""
+    return (peer.process_id, bytes(payload[0]))
+
+
 class LockService(Parking):
     """One lock: its owner, recursion count and waiters (``data`` = (owner, count))."""
+
+    protocol = "lock"
 
     def __init__(self, recursive: bool) -> None:
         super().__init__()
@@ -65,42 +101,58 @@ class LockService(Parking):
         #: Calls that need the lock free or held by their caller (a Value's accesses).
         self.guarded: List[Tuple[Owner, Callable[[], None]]] = []
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        who = (peer.process_id, bytes(payload[0]))
-        if op == b"acquire" or op == b"acquire_restore":
-            wait, count = (decode_wait(payload[1]), 1) if op == b"acquire" else (
-                None, Q.unpack(payload[1])[0])
-            if self.owner is None:
-                self.owner, self.count = who, count
-                server.reply(peer, req_id, b"ok")
-            elif self.recursive and self.owner == who and op == b"acquire":
-                self.count += 1
-                server.reply(peer, req_id, b"ok")
-            elif wait == 0:
-                server.reply(peer, req_id, b"no")
-            else:
-                self.park(server, peer, req_id, wait, (who, count))
-        elif op == b"release":
-            if self.recursive and self.owner != who:
-                raise AssertionError("attempt to release recursive lock not owned by thread")
-            if self.owner is None:
-                raise ValueError("semaphore or lock released too many times")
-            self.count -= 1
-            if self.count <= 0:
-                self._free(server)
-            if req_id:
-                server.reply(peer, req_id, b"ok")
-        elif op == b"release_save":  # Condition.wait: let go entirely, remember the count
-            if self.owner != who:
-                raise AssertionError("must acquire() condition before using wait()")
-            count = self.count
-            self._free(server)
-            server.reply(peer, req_id, b"ok", [Q.pack(count)])
-        elif op == b"owned":
-            server.reply(peer, req_id, b"ok" if self.owner == who else b"no")
+    @handles(LockOps.ACQUIRE)
+    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[thread id, wait]``."""
+        self._acquire(server, peer, req_id, _who(peer, payload), decode_wait(payload[1]), 1,
+                      recursion=True)
+
+    @handles(LockOps.ACQUIRE_RESTORE)
+    def acquire_restore(self, server: Server, peer: Peer, req_id: bytes,
+                        payload: List[Any]) -> None:
+        """``[thread id, count]``: ``Condition.wait`` takes the lock back with its count."""
+        self._acquire(server, peer, req_id, _who(peer, payload), None,
+                      Q.unpack(payload[1])[0], recursion=False)
+
+    def _acquire(self, server: Server, peer: Peer, req_id: bytes, who: Owner,
+                 wait: Optional[float], count: int, recursion: bool) -> None:
+        if self.owner is None:
+            self.owner, self.count = who, count
+            server.reply(peer, req_id, b"ok")
+        elif self.recursive and self.owner == who and recursion:
+            self.count += 1
+            server.reply(peer, req_id, b"ok")
+        elif wait == 0:
+            server.reply(peer, req_id, b"no")
         else:
-            raise ValueError(f"unknown lock operation {op!r}")
+            self.park(server, peer, req_id, wait, (who, count))
+
+    @handles(LockOps.RELEASE)
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[thread id]``; answered only when sent as a request."""
+        if self.recursive and self.owner != _who(peer, payload):
+            raise AssertionError("attempt to release recursive lock not owned by thread")
+        if self.owner is None:
+            raise ValueError("semaphore or lock released too many times")
+        self.count -= 1
+        if self.count <= 0:
+            self._free(server)
+        if req_id:
+            server.reply(peer, req_id, b"ok")
+
+    @handles(LockOps.RELEASE_SAVE)
+    def release_save(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """``Condition.wait``: let go entirely, answered with the count to restore."""
+        if self.owner != _who(peer, payload):
+            raise AssertionError("must acquire() condition before using wait()")
+        count = self.count
+        self._free(server)
+        server.reply(peer, req_id, b"ok", [Q.pack(count)])
+
+    @handles(LockOps.OWNED)
+    def owned(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok" if self.owner == _who(peer, payload) else b"no")
 
     def run_guarded(self, who: Owner, fn: Callable[[], None]) -> None:
         """Run ``fn`` now if the lock is free or held by ``who``, else when it is freed."""
@@ -162,7 +214,7 @@ class Lock(Handle):
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock, waiting up to ``timeout`` s (forever if None); False if not got."""
         tid = _tid()
-        status, _ = self._request(b"acquire", [tid, encode_wait(block, timeout)],
+        status, _ = self._request(LockOps.ACQUIRE, [tid, encode_wait(block, timeout)],
                                   on_late=lambda s, f: self._abandoned(s, tid),
                                   timeout=timeout)
         if status != b"ok":
@@ -172,7 +224,7 @@ class Lock(Handle):
 
     def _abandoned(self, status: bytes, tid: bytes) -> None:
         if status == b"ok":  # granted after the caller gave up (KeyboardInterrupt)
-            self._send(b"release", [tid])
+            self._send(LockOps.RELEASE, [tid])
 
     def release(self) -> None:
         """Release the lock.
@@ -181,7 +233,7 @@ class Lock(Handle):
             ValueError: (Lock) it is not held.
             AssertionError: (RLock) the calling thread does not own it.
         """
-        self._request(b"release", [_tid()])
+        self._request(LockOps.RELEASE, [_tid()])
         _note(self._name, -1)
 
     def _is_mine(self) -> bool:
@@ -189,14 +241,14 @@ class Lock(Handle):
             return threading.get_ident() in _held.get(self._name, {})
 
     def _release_save(self) -> int:
-        _, frames = self._request(b"release_save", [_tid()])
+        _, frames = self._request(LockOps.RELEASE_SAVE, [_tid()])
         with _held_lock:
             _held.get(self._name, {}).pop(threading.get_ident(), None)
         return int(Q.unpack(frames[0])[0])
 
     def _acquire_restore(self, count: int) -> None:
         tid = _tid()
-        self._request(b"acquire_restore", [tid, Q.pack(count)],
+        self._request(LockOps.ACQUIRE_RESTORE, [tid, Q.pack(count)],
                       on_late=lambda s, f: self._abandoned(s, tid))
         _note(self._name, count)
 
@@ -226,26 +278,30 @@ class SemaphoreService(Parking):
         self.value = value
         self.maxvalue = maxvalue
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"acquire":
-            if self.answer_or_park(server, peer, req_id, decode_wait(payload[0]),
-                                   self.value > 0):
+    @handles(SemaphoreOps.ACQUIRE)
+    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[wait]``."""
+        if self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.value > 0):
+            self.value -= 1
+
+    protocol = "semaphore"
+
+    @handles(SemaphoreOps.RELEASE)
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Answered only when sent as a request."""
+        if self.maxvalue is not None and self.value >= self.maxvalue:
+            raise ValueError("semaphore or lock released too many times")
+        self.value += 1
+        while self.value > 0 and self.waiters:
+            w = self.take(self.waiters[0])
+            if server.reply(w.peer, w.req_id, b"ok"):
                 self.value -= 1
-        elif op == b"release":
-            if self.maxvalue is not None and self.value >= self.maxvalue:
-                raise ValueError("semaphore or lock released too many times")
-            self.value += 1
-            while self.value > 0 and self.waiters:
-                w = self.take(self.waiters[0])
-                if server.reply(w.peer, w.req_id, b"ok"):
-                    self.value -= 1
-            if req_id:
-                server.reply(peer, req_id, b"ok")
-        elif op == b"value":
-            server.reply(peer, req_id, b"ok", [Q.pack(self.value)])
-        else:
-            raise ValueError(f"unknown semaphore operation {op!r}")
+        if req_id:
+            server.reply(peer, req_id, b"ok")
+
+    @handles(SemaphoreOps.VALUE)
+    def get_value(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok", [Q.pack(self.value)])
 
 
 class Semaphore(Handle):
@@ -267,20 +323,20 @@ class Semaphore(Handle):
         super().__setstate__(base)
 
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
-        status, _ = self._request(b"acquire", [encode_wait(block, timeout)],
+        status, _ = self._request(SemaphoreOps.ACQUIRE, [encode_wait(block, timeout)],
                                   on_late=self._abandoned, timeout=timeout)
         return status == b"ok"
 
     def _abandoned(self, status: bytes, frames: List[Any]) -> None:
         if status == b"ok":
-            self._send(b"release")
+            self._send(SemaphoreOps.RELEASE)
 
     def release(self) -> None:
         """Increment the counter (BoundedSemaphore: ValueError above the initial value)."""
-        self._request(b"release")
+        self._request(SemaphoreOps.RELEASE)
 
     def get_value(self) -> int:
-        _, frames = self._request(b"value")
+        _, frames = self._request(SemaphoreOps.VALUE)
         return int(Q.unpack(frames[0])[0])
 
     @property
@@ -327,22 +383,28 @@ class EventService(Parking):
         super().__init__()
         self.flag = False
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        if op == b"wait":
-            self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.flag)
-        elif op == b"set":
-            self.flag = True
-            for w in list(self.waiters):
-                server.reply(self.take(w).peer, w.req_id, b"ok")
-            server.reply(peer, req_id, b"ok")
-        elif op == b"clear":
-            self.flag = False
-            server.reply(peer, req_id, b"ok")
-        elif op == b"is_set":
-            server.reply(peer, req_id, b"ok" if self.flag else b"no")
-        else:
-            raise ValueError(f"unknown event operation {op!r}")
+    @handles(EventOps.WAIT)
+    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[wait]``: answered ``ok`` once the flag is set, ``no`` at the timeout."""
+        self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.flag)
+
+    protocol = "event"
+
+    @handles(EventOps.SET)
+    def set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self.flag = True
+        for w in list(self.waiters):
+            server.reply(self.take(w).peer, w.req_id, b"ok")
+        server.reply(peer, req_id, b"ok")
+
+    @handles(EventOps.CLEAR)
+    def clear(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        self.flag = False
+        server.reply(peer, req_id, b"ok")
+
+    @handles(EventOps.IS_SET)
+    def is_set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok" if self.flag else b"no")
 
 
 class Event(Handle):
@@ -352,17 +414,18 @@ class Event(Handle):
         super().__init__(EventService(), b"E")
 
     def is_set(self) -> bool:
-        return self._request(b"is_set")[0] == b"ok"
+        return self._request(EventOps.IS_SET)[0] == b"ok"
 
     def set(self) -> None:
-        self._request(b"set")
+        self._request(EventOps.SET)
 
     def clear(self) -> None:
-        self._request(b"clear")
+        self._request(EventOps.CLEAR)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until the flag is set or ``timeout`` s pass; returns the flag."""
-        return self._request(b"wait", [encode_wait(True, timeout)], timeout=timeout)[0] == b"ok"
+        status, _ = self._request(EventOps.WAIT, [encode_wait(True, timeout)], timeout=timeout)
+        return status == b"ok"
 
     def __repr__(self) -> str:
         return f"<fiber.Event {self._name.decode()}>"

@@ -53,6 +53,7 @@ from ..errors import TransportError
 from . import auth
 from . import cpus as _cpus
 from .framing import FrameReader, Outbox, ProtocolError, new_scratch
+from .operations import Dispatcher
 from .peers import LocalPeer, Peer
 from .serialization import dumps
 from .sockets import listen, server_id, tune
@@ -67,12 +68,9 @@ _HANDSHAKE_TTL = 30.0
 _MAX_UNAUTHENTICATED = 8192
 
 
-class Service:
-    """Something served on a Server; every method runs under ``Server.lock``."""
-
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
-        raise NotImplementedError
+class Service(Dispatcher):
+    """Something served on a Server; every method runs under ``Server.lock``. Its
+    requests go to the handlers of its operations (see :mod:`.operations`)."""
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         """A connection closed; drop what it was waiting for."""

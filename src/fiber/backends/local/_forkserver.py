@@ -51,6 +51,7 @@ from ._forkserver_protocol import (
     MAX_MESSAGE,
     MODULE,
     UNTOUCHED_SIGNALS,
+    ForkOps,
     recv_message,
     send_message,
 )
@@ -221,7 +222,7 @@ class ForkServer:
 
     def _handshake(self, preload: Sequence[str], timeout: float) -> None:
         try:
-            send_message(self._sock, {"op": "init", "preload": list(preload),
+            send_message(self._sock, {"op": ForkOps.INIT, "preload": list(preload),
                                "sys_path": list(sys.path), "argv": list(sys.argv)})
             if not readable([self._sock], timeout):
                 raise ForkServerError(
@@ -239,7 +240,7 @@ class ForkServer:
         obj, fds = msg
         for fd in fds:
             os.close(fd)
-        if obj.get("op") != "ready":
+        if obj.get("op") != ForkOps.READY:
             raise ForkServerError(f"the fork server cannot work: {obj.get('error', obj)}")
         self.preloaded = list(obj.get("preloaded", []))
         self.preload_failures = dict(obj.get("failed", {}))
@@ -284,7 +285,7 @@ class ForkServer:
                     continue
                 job_id = next(self._ids)
                 self._pending[job_id] = forked
-            request = {"op": "fork", "id": job_id, "argv": list(argv), "env": env,
+            request = {"op": ForkOps.FORK, "id": job_id, "argv": list(argv), "env": env,
                        "cwd": cwd, "stdio": [fd in stdio for fd in (1, 2)],
                        "ignored": ignored}
             try:
@@ -348,32 +349,45 @@ class ForkServer:
         self._died(error)
 
     def _dispatch(self, obj: Dict[str, Any], fds: List[int]) -> None:
-        op = obj.get("op")
-        if op == "forked":
-            with self._lock:
-                job = self._pending.pop(int(obj["id"]), None)
-                if job is not None:
-                    self._running[int(obj["pid"])] = job
-            if job is None:
-                for fd in fds:
-                    os.close(fd)
-                return
-            for fd in fds[1:]:
+        handler = self._HANDLERS.get(str(obj.get("op")))
+        if handler is None:  # not a message the master takes: ignored
+            for fd in fds:
                 os.close(fd)
-            job._started(int(obj["pid"]), fds[0] if fds else None)
             return
+        getattr(self, handler)(obj, fds)
+
+    #: The template's messages to the master, and their handlers.
+    _HANDLERS: Dict[str, str] = {ForkOps.FORKED: "_on_forked", ForkOps.EXIT: "_on_exit",
+                                 ForkOps.FORK_FAILED: "_on_fork_failed"}
+
+    def _on_forked(self, obj: Dict[str, Any], fds: List[int]) -> None:
+        with self._lock:
+            job = self._pending.pop(int(obj["id"]), None)
+            if job is not None:
+                self._running[int(obj["pid"])] = job
+        if job is None:
+            for fd in fds:
+                os.close(fd)
+            return
+        for fd in fds[1:]:
+            os.close(fd)
+        job._started(int(obj["pid"]), fds[0] if fds else None)
+
+    def _on_exit(self, obj: Dict[str, Any], fds: List[int]) -> None:
         for fd in fds:
             os.close(fd)
-        if op == "exit":
-            with self._lock:
-                job = self._running.pop(int(obj["pid"]), None)
-            if job is not None:
-                job._end(int(obj["code"]))
-        elif op == "fork_failed":
-            with self._lock:
-                job = self._pending.pop(int(obj["id"]), None)
-            if job is not None:
-                job._failed(f"the fork server could not fork: {obj.get('error', '?')}")
+        with self._lock:
+            job = self._running.pop(int(obj["pid"]), None)
+        if job is not None:
+            job._end(int(obj["code"]))
+
+    def _on_fork_failed(self, obj: Dict[str, Any], fds: List[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        with self._lock:
+            job = self._pending.pop(int(obj["id"]), None)
+        if job is not None:
+            job._failed(f"the fork server could not fork: {obj.get('error', '?')}")
 
     def _died(self, error: str) -> None:
         if error:  # it sent something we cannot read: it is of no further use

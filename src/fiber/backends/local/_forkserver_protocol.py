@@ -14,7 +14,20 @@ import os
 import socket
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["MODULE", "MAX_MESSAGE", "UNTOUCHED_SIGNALS", "send_message", "recv_message"]
+__all__ = ["MODULE", "MAX_MESSAGE", "UNTOUCHED_SIGNALS", "ForkOps", "send_message",
+           "recv_message"]
+
+
+class ForkOps:
+    """The fork server protocol's messages (the ``op`` of each JSON object)."""
+
+    INIT = "init"  # master -> template: preload these, with this path and argv
+    READY = "ready"  # template -> master: preloaded (its pid, what it could not import)
+    ERROR = "error"  # template -> master: it cannot serve (it exits)
+    FORK = "fork"  # master -> template: fork a job (+ its stdout/stderr fds)
+    FORKED = "forked"  # template -> master: the job's pid (+ a pidfd of it)
+    FORK_FAILED = "fork_failed"  # template -> master: fork() failed
+    EXIT = "exit"  # template -> master: a job it forked exited, with its code
 
 #: The module the template runs (``python -m``); tests find the template by it.
 MODULE = "fiber.backends.local._forkserver_template"

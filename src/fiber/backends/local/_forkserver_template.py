@@ -22,6 +22,7 @@ from fiber.backends.local._forkserver_protocol import (
     MAX_MESSAGE,
     MODULE,
     UNTOUCHED_SIGNALS,
+    ForkOps,
     recv_message,
     send_message,
 )
@@ -46,7 +47,7 @@ def _template(fd: int) -> None:
 
     spec = importlib.util.find_spec(BOOTSTRAP_MODULE)
     if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
-        send_message(sock, {"op": "error", "error": f"cannot find {BOOTSTRAP_MODULE}"})
+        send_message(sock, {"op": ForkOps.ERROR, "error": f"cannot find {BOOTSTRAP_MODULE}"})
         return
     importlib.import_module(BOOTSTRAP_MODULE)
     code = spec.loader.get_code(BOOTSTRAP_MODULE)
@@ -62,11 +63,12 @@ def _template(fd: int) -> None:
         except BaseException as e:  # noqa: B036 - a preload must never end the template
             failed[name] = f"{type(e).__name__}: {e}"[:500]
         if threading.active_count() > 1:
-            send_message(sock, {"op": "error", "error": f"importing {name!r} started a thread "
-                         "(set local_preload to the modules to preload without it)"})
+            send_message(sock, {"op": ForkOps.ERROR,
+                                "error": f"importing {name!r} started a thread (set "
+                                "local_preload to the modules to preload without it)"})
             return
     sys.path[:], sys.argv[:] = own_path, own_argv
-    send_message(sock, {"op": "ready", "pid": os.getpid(), "preloaded": preloaded,
+    send_message(sock, {"op": ForkOps.READY, "pid": os.getpid(), "preloaded": preloaded,
                  "failed": failed})
 
     wake_r, wake_w = os.pipe()
@@ -89,7 +91,7 @@ def _template(fd: int) -> None:
             if msg is None:
                 return  # the master ended
             request, fds = msg
-            if request.get("op") != "fork":
+            if request.get("op") != ForkOps.FORK:
                 for f in fds:
                     os.close(f)
                 continue
@@ -106,7 +108,8 @@ def _template(fd: int) -> None:
             except OSError as e:
                 for f in fds:
                     os.close(f)
-                send_message(sock, {"op": "fork_failed", "id": request["id"], "error": str(e)})
+                send_message(sock, {"op": ForkOps.FORK_FAILED, "id": request["id"],
+                                    "error": str(e)})
                 continue
             if pid == 0:
                 context.run(request, fds)  # never returns
@@ -117,7 +120,7 @@ def _template(fd: int) -> None:
             except OSError:
                 pidfd = []
             try:
-                send_message(sock, {"op": "forked", "id": request["id"], "pid": pid}, pidfd)
+                send_message(sock, {"op": ForkOps.FORKED, "id": request["id"], "pid": pid}, pidfd)
             finally:
                 for f in pidfd:
                     os.close(f)
@@ -131,7 +134,8 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
-        send_message(sock, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+        code = os.waitstatus_to_exitcode(status)
+        send_message(sock, {"op": ForkOps.EXIT, "pid": pid, "code": code})
 
 
 class _ChildContext:

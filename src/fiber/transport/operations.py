@@ -1,0 +1,90 @@
+"""Requests named once per protocol, and dispatched through a table.
+
+A protocol (a queue's, a pool's...) names each of its operations once, as a constant of a
+class of its own (``QueueOps.PUT = b"put"``): its client side sends that name, and its
+service marks the method that handles it::
+
+    class QueueService(Service):
+        protocol = "queue"
+
+        @handles(QueueOps.PUT)
+        def put(self, server, peer, req_id, payload): ...
+
+The table of a service class (its marked methods and those of its bases, the class's own
+taking precedence) is built once, when the class is made; a request names its operation,
+which :meth:`Dispatcher.handle` looks up there. An operation the table does not hold
+raises ValueError naming the protocol and the operation (the server replies it as the
+request's error).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Dict, List, TypeVar
+
+__all__ = ["handles", "Dispatcher", "Handler", "names"]
+
+#: A handler: ``(service, server, peer, req_id, payload) -> None``.
+Handler = Callable[..., None]
+F = TypeVar("F", bound=Handler)
+
+_MARK = "fiber_operation"
+
+
+def handles(op: bytes) -> Callable[[F], F]:
+    """Mark a method of a service as the handler of requests for operation ``op``."""
+    if not isinstance(op, bytes) or not op:
+        raise TypeError(f"an operation is a non-empty bytes name, not {op!r}")
+
+    def mark(fn: F) -> F:
+        setattr(fn, _MARK, op)
+        return fn
+
+    return mark
+
+
+def names(ops: type) -> Dict[str, bytes]:
+    """The operations a protocol's class names (``{"PUT": b"put", ...}``)."""
+    return {k: v for k, v in vars(ops).items() if k.isupper() and isinstance(v, bytes)}
+
+
+class Dispatcher:
+    """A service whose requests are dispatched by operation, through its class's table."""
+
+    #: What the protocol is called in errors ("unknown queue operation b'x'").
+    protocol: ClassVar[str] = "fiber"
+    #: operation -> handler, built from the marked methods (see the module docstring).
+    operations: ClassVar[Dict[bytes, Handler]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table = dict(cls.operations)
+        own: Dict[bytes, str] = {}
+        for name, value in vars(cls).items():
+            op = getattr(value, _MARK, None)
+            if op is None:
+                continue
+            if op in own:
+                raise TypeError(f"{cls.__qualname__}: {own[op]} and {name} both handle {op!r}")
+            own[op] = name
+            table[op] = value
+        cls.operations = table
+
+    def handler(self, op: bytes) -> Handler:
+        """The handler of ``op`` (call it with the service first).
+
+        Raises:
+            ValueError: the protocol has no operation ``op``.
+        """
+        handler = self.operations.get(op)
+        if handler is None:
+            raise ValueError(f"unknown {self.protocol} operation {op!r}")
+        return handler
+
+    def handle(self, server: Any, peer: Any, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        """Hand the request to the handler of ``op``.
+
+        Raises:
+            ValueError: the protocol has no operation ``op``.
+        """
+        self.handler(op)(self, server, peer, req_id, payload)
