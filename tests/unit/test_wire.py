@@ -1,0 +1,267 @@
+"""The wire: message framing, the pool protocol, and the operations of every protocol.
+
+Framing and the pool's batches are checked byte for byte through real sockets (a
+socketpair) and against their documented layout; every service's operation table against
+the operations its protocol names, so that a name sent by a client is always handled.
+"""
+
+from __future__ import annotations
+
+import inspect
+import socket
+import struct
+import threading
+from typing import Any, Iterator, List
+
+import pytest
+
+from fiber.backends.local._forkserver import ForkServer
+from fiber.backends.local._forkserver_protocol import ForkOps
+from fiber.connection._pipe import PipeOps, PipeService
+from fiber.connection._watch import WaitOps, WaitService
+from fiber.managers._server import ManagerOps, ManagerService, ObjectOps, ObjectService
+from fiber.pool._protocol import (
+    FUNCTION_SLOTS,
+    PoolOps,
+    pack_results,
+    pack_tasks,
+    results_busy,
+    unpack_results,
+    unpack_tasks,
+)
+from fiber.pool._service import PoolService
+from fiber.process._launcher import LaunchOps, LaunchService
+from fiber.queues._queue import QueueOps, QueueService
+from fiber.sharedctypes import ValueOps, ValueService
+from fiber.synchronize._barrier import BarrierOps, BarrierService
+from fiber.synchronize._condition import ConditionOps, ConditionService
+from fiber.synchronize._primitives import (
+    EventOps,
+    EventService,
+    LockOps,
+    LockService,
+    SemaphoreOps,
+    SemaphoreService,
+)
+from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
+from fiber.transport.operations import Dispatcher, handles, names
+from fiber.transport.server import Service
+
+# -- framing -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair() -> Iterator[List[socket.socket]]:
+    a, b = socket.socketpair()
+    yield [a, b]
+    a.close()
+    b.close()
+
+
+def _read(sock: socket.socket, count: int, reader: FrameReader) -> List[List[bytes]]:
+    while len(reader.messages) < count:
+        assert reader.feed_from(sock), "end of stream before the messages"
+    return [[bytes(f) for f in reader.messages.popleft()] for _ in range(count)]
+
+
+def test_a_message_is_a_count_then_lengths_then_frames(pair):
+    a, b = pair
+    send_frames(a, [b"ab", b"", b"cde"], unix=False)
+    raw = b.recv(1024)
+    assert raw == struct.pack("<I3Q", 3, 2, 0, 3) + b"abcde"
+
+
+def test_messages_keep_their_frames_and_order(pair):
+    a, b = pair
+    sent = [[b"x"], [b"", b""], [b"service", b"op", b"\x00" * 8, bytes(range(256))],
+            [b"y" * 70_000, b"z"]]
+    for frames in sent:
+        send_frames(a, frames, unix=False)
+    assert _read(b, len(sent), FrameReader()) == sent
+
+
+def test_a_message_read_a_byte_at_a_time_arrives_whole(pair):
+    a, b = pair
+    frames = [b"head", b"q" * 1000]
+    wire = struct.pack("<I2Q", 2, 4, 1000) + b"head" + b"q" * 1000
+    reader = FrameReader()
+    for i in range(len(wire)):
+        a.sendall(wire[i:i + 1])
+        assert reader.feed_from(b)
+        assert bool(reader.messages) == (i == len(wire) - 1)
+    assert [bytes(f) for f in reader.messages.popleft()] == frames
+
+
+def test_a_large_frame_is_read_into_a_writable_buffer_of_its_own(pair):
+    a, b = pair
+    big = bytes(range(256)) * 4096  # 1 MiB: more than the socket holds, read in pieces
+    sender = threading.Thread(target=send_frames, args=(a, [b"s", big], False))
+    sender.start()
+    reader = FrameReader()
+    while not reader.messages:
+        assert reader.feed_from(b)
+    sender.join(60)
+    frames = reader.messages.popleft()
+    assert bytes(frames[1]) == big and isinstance(frames[1], bytearray)
+
+
+@pytest.mark.parametrize("wire", [
+    struct.pack("<I", 0),  # no frames
+    struct.pack("<I", MAX_FRAMES + 1),  # too many
+])
+def test_a_bad_frame_count_is_a_protocol_error(pair, wire):
+    a, b = pair
+    a.sendall(wire + b"\x00" * 16)
+    with pytest.raises(ProtocolError, match="frame count"):
+        FrameReader().feed_from(b)
+
+
+def test_a_message_over_the_limit_before_authentication_is_refused(pair):
+    a, b = pair
+    a.sendall(struct.pack("<I2Q", 2, 300, 300))
+    with pytest.raises(ProtocolError, match="too large"):
+        FrameReader(max_message=512).feed_from(b)
+
+
+def test_end_of_stream(pair):
+    a, b = pair
+    a.close()
+    assert FrameReader().feed_from(b) is False
+
+
+# -- the pool protocol ---------------------------------------------------------------------
+
+
+def test_tasks_batch_layout_and_round_trip():
+    fn = [b"pickled-function", b"its-buffer"]
+    tasks = [(1, 7, fn, [b"args-1"]), (2, 7, None, [b"args-2", b"buffer"]), (3, 9, None, [])]
+    frames = pack_tasks(tasks)
+    header = frames[0]
+    assert len(header) == 3 * struct.calcsize("<QIBH")
+    assert struct.unpack_from("<QIBH", header, 0) == (1, 7, 1, 1)
+    assert struct.unpack_from("<QIBH", header, struct.calcsize("<QIBH")) == (2, 7, 0, 2)
+    # the function's frames come first, after their count, then each task's arguments
+    assert frames[1:] == [struct.pack("<H", 2), *fn, b"args-1", b"args-2", b"buffer"]
+    assert list(unpack_tasks(frames)) == [(1, 7, fn, [b"args-1"]),
+                                          (2, 7, None, [b"args-2", b"buffer"]), (3, 9, None, [])]
+
+
+def test_results_batch_layout_and_round_trip():
+    results = [(5, True, [b"value"]), (6, False, [b"error", b"traceback"]), (8, True, [])]
+    frames = pack_results(results, 0.25)
+    assert struct.unpack_from("<d", frames[0])[0] == 0.25 == results_busy(frames)
+    assert struct.unpack_from("<QBH", frames[0], 8) == (5, 1, 1)
+    assert list(unpack_results(frames)) == results
+    assert list(unpack_results(pack_results([], 0.0))) == []
+
+
+def test_the_pool_protocol_frames_survive_the_socket(pair):
+    a, b = pair
+    tasks = [(i, i % 3, [b"f%d" % i] if i < 3 else None, [b"a" * i]) for i in range(1, 40)]
+    send_frames(a, [b"", PoolOps.TASKS, *pack_tasks(tasks)], unix=False)
+    (msg,) = _read(b, 1, FrameReader())
+    assert msg[1] == PoolOps.TASKS
+    assert list(unpack_tasks(msg[2:])) == tasks
+    assert FUNCTION_SLOTS >= 1
+
+
+# -- operations ----------------------------------------------------------------------------
+
+#: Every service with requests, and the class that names its protocol's operations.
+PROTOCOLS = [
+    (QueueService, QueueOps), (PipeService, PipeOps), (WaitService, WaitOps),
+    (LockService, LockOps), (SemaphoreService, SemaphoreOps), (EventService, EventOps),
+    (ConditionService, ConditionOps), (BarrierService, BarrierOps), (ValueService, ValueOps),
+    (LaunchService, LaunchOps), (ObjectService, ObjectOps), (ManagerService, ManagerOps),
+]
+
+
+@pytest.mark.parametrize("service, ops", PROTOCOLS, ids=lambda v: getattr(v, "__name__", ""))
+def test_each_operation_a_protocol_names_has_one_handler(service, ops):
+    assert set(service.operations) == set(names(ops).values())
+    for op, handler in service.operations.items():
+        params = list(inspect.signature(handler).parameters)
+        assert len(params) == 5, (op, params)  # self, server, peer, req_id, payload
+
+
+def test_the_pool_service_handles_what_workers_send():
+    worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS}
+    assert set(PoolService.operations) == worker_sends
+    assert {PoolOps.TASKS, PoolOps.STOP}.isdisjoint(PoolService.operations)
+
+
+def test_every_service_class_is_checked():
+    """A new service must join PROTOCOLS (or the pool's test)."""
+    def subclasses(cls: type) -> Iterator[type]:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    with_ops = {cls for cls in subclasses(Service) if cls.operations
+                and cls.__module__.startswith("fiber.")}
+    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService}
+
+
+class _Recorder(Dispatcher):
+    protocol = "test"
+
+    def __init__(self) -> None:
+        self.calls: List[Any] = []
+
+    @handles(b"one")
+    def one(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+        self.calls.append(("one", server, peer, req_id, payload))
+
+
+class _Child(_Recorder):
+    @handles(b"two")
+    def two(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+        self.calls.append(("two", payload))
+
+    @handles(b"one")
+    def one_again(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+        self.calls.append(("one_again", payload))
+
+
+def test_dispatch_goes_to_the_handler_of_the_operation():
+    r = _Recorder()
+    r.handle("srv", "peer", b"one", b"id", [b"p"])
+    assert r.calls == [("one", "srv", "peer", b"id", [b"p"])]
+    c = _Child()
+    c.handle(None, None, b"two", b"", [1])
+    c.handle(None, None, b"one", b"", [2])  # a subclass's handler replaces the base's
+    assert c.calls == [("two", [1]), ("one_again", [2])]
+    assert set(_Recorder.operations) == {b"one"}
+
+
+def test_an_unknown_operation_names_the_protocol_and_the_operation():
+    with pytest.raises(ValueError, match=r"unknown test operation b'nope'"):
+        _Recorder().handle(None, None, b"nope", b"", [])
+    with pytest.raises(ValueError, match=r"unknown queue operation b'pop'"):
+        QueueService(0, False).handle(None, None, b"pop", b"", [])  # type: ignore[arg-type]
+
+
+def test_two_handlers_of_one_operation_in_a_class_are_refused():
+    with pytest.raises(TypeError, match="both handle"):
+        class _Twice(Dispatcher):
+            @handles(b"x")
+            def a(self, *args: Any) -> None: ...
+
+            @handles(b"x")
+            def b(self, *args: Any) -> None: ...
+
+
+@pytest.mark.parametrize("bad", ["put", b"", None])
+def test_an_operation_is_a_non_empty_bytes_name(bad):
+    with pytest.raises(TypeError):
+        handles(bad)
+
+
+def test_the_fork_server_master_handles_what_the_template_sends():
+    template_sends = {ForkOps.READY, ForkOps.ERROR, ForkOps.FORKED, ForkOps.FORK_FAILED,
+                      ForkOps.EXIT}
+    named = {v for k, v in vars(ForkOps).items() if k.isupper()}
+    assert named == template_sends | {ForkOps.INIT, ForkOps.FORK}
+    # READY and ERROR are read while it starts; the reader thread takes the rest
+    assert set(ForkServer._HANDLERS) == {ForkOps.FORKED, ForkOps.FORK_FAILED, ForkOps.EXIT}
+    assert all(callable(getattr(ForkServer, h)) for h in ForkServer._HANDLERS.values())
