@@ -38,6 +38,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Set
 
 from .pool import Pool
+from .pool._pool import PoolCore, core_of
 from .pool._results import ApplyResult
 from .pool._service import Task
 from .pool._worker import CALL
@@ -55,11 +56,16 @@ class _Future(cf.Future):
     ``as_completed()`` (without it they would never count the future as done).
     """
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, core: PoolCore) -> None:
         super().__init__()
-        self._executor = executor
-        self._tasks: List[Task] = []  # set by submit(), which holds the executor's lock
-        self._source = _FutureResult(executor._pool, self)
+        self._core = core
+        self._tasks: List[Task] = []  # set by submit(), under the executor's lock
+        self._source = _FutureResult(core, self)
+
+    def submit(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
+        """Queue the call on the pool (called once, under the executor's lock)."""
+        self._tasks = self._core.submit(fn, CALL, [(0, (args, kwargs))], self._source,
+                                        f"submit({getattr(fn, '__qualname__', fn)})")
 
     def cancel(self) -> bool:
         """Cancel the call unless a worker holds its task (then it is running: False).
@@ -82,7 +88,7 @@ class _Future(cf.Future):
     def _withdraw(self) -> bool:
         """Take the task out of the pool's queue; False once a worker holds it, or if
         there is no task (its call could not be pickled: that failure is on its way)."""
-        return bool(self._tasks) and self._executor._pool._core.cancel(self._tasks[0])
+        return bool(self._tasks) and self._core.cancel(self._tasks[0])
 
     def result(self, timeout: Optional[float] = None) -> Any:
         return super().result(self._source.wait_and_settle(timeout))
@@ -103,8 +109,7 @@ class _FutureResult(ApplyResult):
     serves the hub, so that the worker's reply wakes it alone), else on the pool's
     callback thread."""
 
-    def __init__(self, pool: Pool, future: _Future) -> None:
-        core = pool._core
+    def __init__(self, core: PoolCore, future: _Future) -> None:
         super().__init__(core.callbacks, server=core.hub, spin=core.service.spin_budget)
         self._future = future
         self._hub = core.hub
@@ -183,7 +188,7 @@ class _PendingWork:
             if self._exiting:
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if not self._hooked:
-                threading._register_atexit(self._finish)  # type: ignore[attr-defined]
+                threading._register_atexit(self._finish)  # type: ignore[attr-defined]  # noqa: SLF001 - as concurrent.futures
                 os.register_at_fork(after_in_child=self._after_fork_in_child)
                 self._hooked = True
             self._executors.add(executor)
@@ -225,6 +230,7 @@ class Executor(cf.Executor):
             raise ValueError("max_workers must be greater than 0")
         self._pool = Pool(max_workers, initializer, initargs, max_tasks_per_child,
                           context=mp_context, **resources)
+        self._core = core_of(self._pool)
         self._shutdown = False
         #: Held while a call is submitted, so that shutdown(cancel_futures=True) sees
         #: every future together with its task, as the stdlib's executors do.
@@ -242,12 +248,10 @@ class Executor(cf.Executor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if not self._futures:
                 _PENDING.add(self)
-            future = _Future(self)
+            future = _Future(self._core)
             future.add_done_callback(self._forget)  # runs on another thread: not done yet
             try:
-                future._tasks = self._pool._core.submit(
-                    fn, CALL, [(0, (args, kwargs))], future._source,
-                    f"submit({getattr(fn, '__qualname__', fn)})")
+                future.submit(fn, args, kwargs)
             except BaseException:
                 if not self._futures:
                     _PENDING.discard(self)

@@ -29,6 +29,7 @@ import ctypes
 import multiprocessing.sharedctypes as _mpsc
 from typing import Any, Dict, Iterator, List, Optional, Union
 
+from ._core._parking import tid as tid_of_thread
 from ._core._served import Handle
 from .synchronize import _primitives as synchronize
 from .transport.operations import Handler, handles
@@ -107,7 +108,7 @@ class ValueService(Service):
 def _ctype(typecode_or_type: _TYPE) -> Any:
     t = typecode_to_type.get(typecode_or_type, typecode_or_type)  # type: ignore
     if isinstance(t, str) or not isinstance(t, type) or not issubclass(
-            t, ctypes._SimpleCData):
+            t, ctypes._SimpleCData):  # noqa: SLF001 - ctypes names its simple types so
         raise TypeError(f"fiber shares typecodes and simple ctypes types, not "
                         f"{typecode_or_type!r}")
     return t
@@ -146,7 +147,7 @@ class SharedValue(Handle):
         pass
 
     def _call(self, op: bytes, frames: List[Any]) -> Any:
-        tid = synchronize._tid() if self._lock is not None and self._client_lock is None \
+        tid = tid_of_thread() if self._lock is not None and self._client_lock is None \
             else b""
         if self._client_lock is not None:
             with self._client_lock:
@@ -171,8 +172,9 @@ class SharedValue(Handle):
         """The same data without the lock (as multiprocessing's raw ctypes object)."""
         raw = type(self).__new__(_RAW_OF.get(type(self), type(self)))
         raw.__setstate__(self.__getstate__())
-        raw._lock = raw._client_lock = None
-        raw._owner = self  # keeps the service registered while the view lives
+        # a view of this module's class: its private state is set here
+        raw._lock = raw._client_lock = None  # noqa: SLF001
+        raw._owner = self  # noqa: SLF001 - keeps the service registered while the view lives
         return raw
 
     def __repr__(self) -> str:

@@ -38,7 +38,7 @@ def mp_pool():
 
 def live(pool):
     """The pool's workers that have not been lost."""
-    return pool._core._live_workers()
+    return pool._core.live_workers()
 
 
 def connected(pool) -> int:

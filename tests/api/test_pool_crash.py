@@ -174,7 +174,7 @@ def test_a_task_whose_worker_was_killed_from_outside_is_retried(ctx):
         def holders():
             # a worker can say hello and take the task before its start() has returned,
             # while its Process does not know its pid yet
-            return [ws.process.pid for ws in pool._core._live_workers()
+            return [ws.process.pid for ws in pool._core.live_workers()
                     if ws.connected and ws.pending and ws.process.pid is not None]
 
         wait_until(lambda: len(holders()) == 1, 60, message="a worker holds the task")
@@ -206,7 +206,7 @@ def test_work_held_by_a_worker_lost_after_close_is_still_done(ctx):
     pool = ctx.Pool(1)
     r = pool.map_async(functools.partial(ph.sleep_return, seconds=0.3), range(6), 1)
     wait_until(lambda: any(ws.connected and ws.pending
-                           for ws in pool._core._live_workers()), 60,
+                           for ws in pool._core.live_workers()), 60,
                message="the worker holds tasks")
     pool.close()
     (victim,) = [ws.process.pid for ws in list(pool._core.procs.values())]

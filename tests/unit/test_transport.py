@@ -223,11 +223,12 @@ def test_closed_connections_are_not_kept_until_their_handshake_deadline():
     import gc
 
     from fiber.transport import server as server_module
+    from fiber.transport.peers import Connection
     from fiber.transport.server import Server
 
     def conns_in_memory() -> int:
         gc.collect()
-        return sum(isinstance(o, server_module._Conn) for o in gc.get_objects())
+        return sum(isinstance(o, Connection) for o in gc.get_objects())
 
     srv = Server("127.0.0.1", name="fiber-test-server")
     try:

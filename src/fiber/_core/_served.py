@@ -13,7 +13,6 @@ timeout is decided in one place.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import struct
 import threading
@@ -23,7 +22,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 from ..transport.client import ConnectionLost, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
-from ..transport.server import Service
+from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
@@ -62,6 +61,16 @@ class Handle:
         self._finalizer: Optional[weakref.finalize] = weakref.finalize(
             self, _unregister, hub, self._name, self._shared)
 
+    @property
+    def hub_address(self) -> str:
+        """The address of the hub that serves the object (the creator's)."""
+        return self._address
+
+    @property
+    def service_name(self) -> bytes:
+        """The name of the object's service on that hub."""
+        return self._name
+
     def __getstate__(self) -> Tuple[bytes, str]:
         shared = self.__dict__.get("_shared")
         if shared is not None:
@@ -99,8 +108,8 @@ class Handle:
         return e
 
 
-def _unregister(hub: Any, name: bytes, shared: List[bool]) -> None:
-    if not shared[0] and hub.alive and os.getpid() == _runtime._hub_pid:
+def _unregister(hub: Server, name: bytes, shared: List[bool]) -> None:
+    if not shared[0] and hub.alive and _runtime.hub_if_started() is hub:
         try:
             hub.unregister(name)
         except Exception:

@@ -281,6 +281,12 @@ class JobWatcher:
         with self._cond:
             self._jobs.pop(handle.job_id, None)
 
+    def wake(self) -> None:
+        """Poll now, from the shortest interval again: a job's end was reported."""
+        with self._cond:
+            self._reset = True
+            self._cond.notify()
+
     def stop(self) -> None:
         with self._cond:
             self._stopped = True

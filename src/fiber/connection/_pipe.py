@@ -31,7 +31,7 @@ from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Timer
 from . import _watch
 
-__all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService"]
+__all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "wait_frames"]
 
 
 class BufferTooShort(Exception):
@@ -73,18 +73,18 @@ class PipeService(_watch.Watched):
         #: Per end, the ``wait()`` calls waiting for it (see _watch), told when it is ready.
         self.watchers: Tuple[List[_watch.Watch], ...] = ([], [])
 
-    def _peer_closed(self, end: int) -> bool:
+    def peer_closed(self, end: int) -> bool:
         other = 1 - end
         return not self.holders[other] and not self.handoffs[other]
 
     def ready(self, end: int) -> bool:
         """Whether a ``recv`` on ``end`` would not block."""
-        return bool(self.channels[end]) or self._peer_closed(end)
+        return bool(self.channels[end]) or self.peer_closed(end)
 
     @handles(PipeOps.SEND)
     def send(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         end = _end(payload)
-        if self._peer_closed(end):
+        if self.peer_closed(end):
             return  # nobody can ever read it (see the module docstring)
         self.channels[1 - end].append(payload[1:])
         self._serve(server, 1 - end)
@@ -101,7 +101,7 @@ class PipeService(_watch.Watched):
                       payload: List[Any]) -> None:
         end = _end(payload)
         wait = decode_wait(payload[1])
-        if self.channels[end] or self._peer_closed(end) or wait == 0:
+        if self.channels[end] or self.peer_closed(end) or wait == 0:
             self._answer(server, end, peer, req_id, op)
         else:
             entry = (peer, req_id, op, None)
@@ -139,13 +139,13 @@ class PipeService(_watch.Watched):
     def _answer(self, server: Server, end: int, pid: Peer, req_id: bytes, op: bytes) -> None:
         channel = self.channels[end]
         if op == PipeOps.POLL:
-            ready = bool(channel) or self._peer_closed(end)
+            ready = bool(channel) or self.peer_closed(end)
             server.reply(pid, req_id, b"ok" if ready else b"empty")
         elif channel:
             msg = channel.popleft()
             if not server.reply(pid, req_id, b"ok", msg):
                 channel.appendleft(msg)
-        elif self._peer_closed(end):
+        elif self.peer_closed(end):
             server.reply(pid, req_id, b"eof")
         else:
             server.reply(pid, req_id, b"empty")
@@ -194,12 +194,15 @@ class Connection(Handle):
         service = PipeService(process_id())
         a = cls(service, 0, True, duplex)
         _watch.ensure_service(_runtime.hub())
+        # The other end, of this class (its private state is set here: noqa SLF001).
         b = cls.__new__(cls)
         Handle.__setstate__(b, (a._name, a._address))
-        b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives
-        b._shared = a._shared  # pickling either end keeps it served once both are dropped
-        b._end, b._readable, b._writable = 1, duplex, True
-        b._closed = False
+        # the first keeps the service registered while either end lives; pickling either
+        # end keeps it served once both are dropped
+        b._shared_owner = a  # type: ignore[attr-defined]  # noqa: SLF001
+        b._shared = a._shared  # noqa: SLF001
+        b._end, b._readable, b._writable = 1, duplex, True  # noqa: SLF001
+        b._closed = False  # noqa: SLF001
         return a, b
 
     def __reduce__(self) -> Any:
@@ -263,7 +266,7 @@ class Connection(Handle):
         if hub is None or hub.address != self._address:
             return
         service = hub.service(self._name)
-        if isinstance(service, PipeService) and service._peer_closed(self._end):
+        if isinstance(service, PipeService) and service.peer_closed(self._end):
             raise BrokenPipeError(32, "the other end of the pipe is closed")
 
     def send_bytes(self, buf: Any, offset: int = 0, size: Optional[int] = None) -> None:
@@ -374,14 +377,25 @@ class Connection(Handle):
 
 def _rebuild(state: Any, end: int, readable: bool, writable: bool,
              token: bytes) -> Connection:
+    # An end of this module's class unpickled: its private state is set here.
     conn = Connection.__new__(Connection)
     Handle.__setstate__(conn, state)
-    conn._end, conn._readable, conn._writable = end, readable, writable
-    conn._closed = False
-    conn._request(PipeOps.ATTACH, [conn._tag(), token])
+    conn._end, conn._readable, conn._writable = end, readable, writable  # noqa: SLF001
+    conn._closed = False  # noqa: SLF001
+    conn._request(PipeOps.ATTACH, [conn._tag(), token])  # noqa: SLF001
     return conn
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
     """Two connected ends; with ``duplex=False`` the first only receives, the second sends."""
-    return Connection._pair(duplex)
+    return Connection._pair(duplex)  # noqa: SLF001 - this module's class
+
+
+def wait_frames(conn: Connection) -> List[Any]:
+    """The frames that name ``conn``'s end in a ``wait()`` request: its service, its end.
+
+    Raises:
+        OSError: the end is closed or write-only (as multiprocessing's ``wait``).
+    """
+    conn._check_readable()  # noqa: SLF001 - this module's class
+    return [conn.service_name, conn._tag()]  # noqa: SLF001

@@ -29,7 +29,7 @@ from .._core._served import encode_wait
 from ..transport.client import Client, ConnectionLost, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
-from ._pipe import Connection
+from ._pipe import Connection, wait_frames
 from ._watch import WAIT_SERVICE, WaitOps, unpack_indices
 
 __all__ = ["wait"]
@@ -37,7 +37,7 @@ __all__ = ["wait"]
 def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Any]:
     frames: List[Any] = [encode_wait(True, timeout)]
     for c in conns:
-        frames += [c._name, c._tag()]
+        frames += wait_frames(c)
     return frames
 
 
@@ -60,8 +60,8 @@ def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[An
     others = []
     for o in objects:
         if isinstance(o, Connection):
-            o._check_readable()
-            by_hub.setdefault(o._address, []).append(o)
+            wait_frames(o)  # raises OSError if it cannot be waited on
+            by_hub.setdefault(o.hub_address, []).append(o)
         else:
             others.append(o)
     if timeout is not None:

@@ -35,6 +35,10 @@ __all__ = ["AsyncChannel", "CallHandle", "channel"]
 Reply = Tuple[bytes, List[Any]]
 
 
+#: Turns a reply (status, frames) into the value ``CallHandle.get`` returns.
+Decode = Callable[[bytes, List[Any]], Any]
+
+
 class AsyncChannel:
     """One authenticated connection shared by this process's threads, replies by id."""
 
@@ -59,22 +63,29 @@ class AsyncChannel:
     def lost(self) -> bool:
         return self.error is not None or (self._client is not None and self._client.lost)
 
-    def call(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> CallHandle:
-        """Send a request now; its reply is read by the handle's ``get``."""
+    def call(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+             decode: Optional[Decode] = None, owner: Any = None) -> CallHandle:
+        """Send a request now; its reply is read by the handle's ``get``, which returns
+        ``decode(status, frames)`` (default: the unpickled value). ``owner`` is kept
+        alive until the reply is read."""
+        def handle(req_id: bytes, reply: Optional[Reply] = None,
+                   error: Optional[BaseException] = None) -> CallHandle:
+            return CallHandle(self, req_id, reply, error, decode, owner)
+
         if self._client is None:  # our own hub: the service answers synchronously
             try:
                 reply = get_client(self.address).request(service, op, frames)
             except ConnectionLost as e:
-                return CallHandle(self, b"", error=e)
-            return CallHandle(self, b"", reply=reply)
+                return handle(b"", error=e)
+            return handle(b"", reply=reply)
         req_id = struct.pack("<Q", next(self._ids))
         try:
             with self._send_lock:
-                self._client._send([service, op, req_id, *frames])
+                self._client.send_message([service, op, req_id, *frames])
         except ConnectionLost as e:
             self._fail(e)
-            return CallHandle(self, req_id, error=e)
-        return CallHandle(self, req_id)
+            return handle(req_id, error=e)
+        return handle(req_id)
 
     def _fail(self, e: BaseException) -> None:
         with self._cond:
@@ -113,7 +124,7 @@ class AsyncChannel:
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                msg = self._client._recv(left)
+                msg = self._client.receive(left)
             except ConnectionLost as e:
                 self._fail(e)
                 return
@@ -171,16 +182,17 @@ class CallHandle:
                  "__weakref__")
 
     def __init__(self, ch: AsyncChannel, req_id: bytes, reply: Optional[Reply] = None,
-                 error: Optional[BaseException] = None) -> None:
+                 error: Optional[BaseException] = None, decode: Optional[Decode] = None,
+                 owner: Any = None) -> None:
         self._channel = ch
         self._req_id = req_id
         self._reply = reply
         self._error = error
-        self._decode: Optional[Callable[[bytes, List[Any]], Any]] = None
+        self._decode = decode
         self._done = reply is not None or error is not None
         #: What must live until the reply is read: the proxy whose call this is (its
         #: collection would free the remote object, and end its job, before it answers).
-        self._owner: Any = None
+        self._owner = owner
 
     def _fetch(self, timeout: Optional[float]) -> bool:
         if not self._done:

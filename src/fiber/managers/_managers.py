@@ -45,7 +45,7 @@ import os
 import queue as _queue
 import time
 import weakref
-from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from .. import queues, synchronize
 from .._core import _served
@@ -53,6 +53,7 @@ from .._core._clients import get_client
 from ..config import get_config
 from ..errors import ProcessError
 from ..process._bound import process_class
+from ..process._process import mark_daemonic
 from ..transport import auth
 from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
@@ -78,8 +79,10 @@ from ._proxies import (
     PoolProxy,
     QueueProxy,
     ValueProxy,
-    _gone,
-    _watch,
+    direct_object,
+    lost_error,
+    new_proxy,
+    pending_proxy,
 )
 from ._server import (
     MANAGER_SERVICE,
@@ -113,7 +116,11 @@ class _Root(_served.Handle):
         self._name, self._address, self._finalizer = MANAGER_SERVICE, address, None
 
     def _lost(self, e: ConnectionLost) -> BaseException:
-        return _gone("the manager process is gone", e)
+        return lost_error("the manager process is gone", e)
+
+    def call(self, op: bytes, frames: Sequence[Any] = ()) -> Tuple[bytes, List[Any]]:
+        """A request to the manager's service (see ManagerOps): ``(status, frames)``."""
+        return self._request(op, frames)
 
 
 class BaseManager:
@@ -176,7 +183,7 @@ class BaseManager:
                                        f"{proc.exitcode})") from None
         # Ended like a daemon when this process exits (multiprocessing shuts managers
         # down at exit too), though inside it is not one: it may start object jobs.
-        proc._config["daemon"] = True
+        mark_daemonic(proc)
         self._process = proc
         self._state = STARTED
         _started.add(self)
@@ -185,7 +192,7 @@ class BaseManager:
         """Use the running manager at ``address`` (started elsewhere in this program)."""
         if self._address is None:
             raise ValueError("connect() needs the address of a running manager")
-        _Root(self._address)._request(ManagerOps.PING)
+        _Root(self._address).call(ManagerOps.PING)
         self._state = STARTED
 
     def get_server(self) -> _LocalServer:
@@ -199,15 +206,12 @@ class BaseManager:
         return _Root(self._address)
 
     def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
-        _, frames = self._root()._request(ManagerOps.CREATE, dumps((typeid, args, kwds)))
-        spec = loads(frames)
-        proxy = spec.proxytype.__new__(spec.proxytype)
-        proxy._init(spec)
-        return proxy
+        _, frames = self._root().call(ManagerOps.CREATE, dumps((typeid, args, kwds)))
+        return new_proxy(loads(frames))
 
     def _number_of_objects(self) -> int:
         """How many objects the manager serves (and object jobs it runs)."""
-        return int(loads(self._root()._request(ManagerOps.COUNT)[1]))
+        return int(loads(self._root().call(ManagerOps.COUNT)[1]))
 
     def join(self, timeout: Optional[float] = None) -> None:
         if self._process is not None:
@@ -316,8 +320,7 @@ def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue:
 
 def _managed_condition(lock: Any = None) -> synchronize.Condition:
     if isinstance(lock, BaseProxy):
-        lock._resolve()
-        lock = lock._direct
+        lock = direct_object(lock)
     return synchronize.Condition(lock)
 
 
@@ -353,7 +356,8 @@ for _typeid, _callable, _proxy in (
         ("Namespace", _mpm.Namespace, NamespaceProxy)):
     SyncManager.register(_typeid, _callable, _proxy)
 for _typeid in ("list", "dict", "Value", "Array", "Namespace"):  # never block: no thread hop
-    SyncManager._registry[_typeid] = SyncManager._registry[_typeid]._replace(inline=True)
+    registry = SyncManager._registry  # noqa: SLF001 - this module's class
+    registry[_typeid] = registry[_typeid]._replace(inline=True)
 SyncManager.register("Iterator", proxytype=IteratorProxy, create_method=False)
 SyncManager.register("AsyncResult", proxytype=AsyncResultProxy, create_method=False)
 
@@ -372,14 +376,6 @@ class AsyncManager(BaseManager):
     _auto_proxy = AsyncAutoProxy
 
     def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
-        h = channel(self._root()._address).call(MANAGER_SERVICE, ManagerOps.CREATE,
-                                                dumps((typeid, args, kwds)))
-        proxytype = self._registry[typeid].proxytype
-        proxy = proxytype.__new__(proxytype)
-        cell = [None, None, h]
-        object.__setattr__(proxy, "_cell", cell)
-        object.__setattr__(proxy, "_pending", h)
-        object.__setattr__(proxy, "_typeid", typeid)
-        object.__setattr__(proxy, "_finalizer", None)
-        _watch(proxy, cell)
-        return proxy
+        h = channel(self._root().hub_address).call(MANAGER_SERVICE, ManagerOps.CREATE,
+                                                   dumps((typeid, args, kwds)))
+        return pending_proxy(self._registry[typeid].proxytype, typeid, h)

@@ -97,7 +97,7 @@ class BaseProxy(_served.Handle):
         return (_rebuild_proxy, (type(self), spec, token))
 
     def _lost(self, e: ConnectionLost) -> BaseException:
-        return _gone(f"the manager process serving this {self._typeid or 'object'} is gone",
+        return lost_error(f"the manager process serving this {self._typeid or 'object'} is gone",
                      e)
 
     def __repr__(self) -> str:
@@ -115,7 +115,7 @@ class BaseProxy(_served.Handle):
             return repr(self)
 
 
-def _gone(what: str, e: ConnectionLost) -> ConnectionLost:
+def lost_error(what: str, e: ConnectionLost) -> ConnectionLost:
     """``ConnectionLost`` saying which object's server is gone (and why, and where)."""
     err = ConnectionLost(f"{what}: {e}")
     err.address = e.address
@@ -124,19 +124,46 @@ def _gone(what: str, e: ConnectionLost) -> ConnectionLost:
 
 def _decode(status: bytes, frames: List[Any]) -> Any:
     if status == b"proxy":
-        spec = loads(frames)
-        proxy = spec.proxytype.__new__(spec.proxytype)
-        proxy._init(spec)
-        return proxy
+        return new_proxy(loads(frames))
     return loads(frames)
 
 
+# -- what the managers need of their proxies (this module's class: noqa SLF001 below) ---
+
+
+def new_proxy(spec: Spec) -> BaseProxy:
+    """The proxy of the object ``spec`` describes (what a manager's creation returns)."""
+    proxy = spec.proxytype.__new__(spec.proxytype)
+    proxy._init(spec)  # noqa: SLF001
+    return proxy
+
+
+def pending_proxy(proxytype: Any, typeid: str, creation: CallHandle) -> BaseProxy:
+    """A proxy of an object still being created (``creation`` gives its spec): an
+    AsyncManager's, returned at once while the object's job starts."""
+    proxy = proxytype.__new__(proxytype)
+    cell = [None, None, creation]
+    object.__setattr__(proxy, "_cell", cell)
+    object.__setattr__(proxy, "_pending", creation)
+    object.__setattr__(proxy, "_typeid", typeid)
+    object.__setattr__(proxy, "_finalizer", None)
+    _watch(proxy, cell)
+    return proxy
+
+
+def direct_object(proxy: BaseProxy) -> Any:
+    """The fiber object a proxy of a direct type calls itself (a managed Lock's Lock)."""
+    proxy._resolve()  # noqa: SLF001
+    return proxy._direct  # noqa: SLF001
+
+
 def _rebuild_proxy(cls: Any, spec: Spec, token: bytes) -> BaseProxy:
+    # a proxy of this module's class, unpickled: its private state is set here
     proxy = cls.__new__(cls)
     object.__setattr__(proxy, "_name", spec.name)
     object.__setattr__(proxy, "_address", spec.address)
-    proxy._request(ObjectOps.ATTACH, [token])
-    proxy._init(spec)
+    proxy._request(ObjectOps.ATTACH, [token])  # noqa: SLF001
+    proxy._init(spec)  # noqa: SLF001
     return proxy
 
 
@@ -184,11 +211,10 @@ class AsyncProxy(BaseProxy):
     def _callmethod(self, methodname: str, args: Sequence[Any] = (),
                     kwds: Optional[Dict[str, Any]] = None) -> Any:
         self._resolve()
-        h = channel(self._address).call(self._name, ObjectOps.CALL,
-                                        dumps((methodname, tuple(args), kwds or {})))
-        h._decode = _decode
-        h._owner = self  # m.Env().step(a).get(): the proxy lives until the reply is read
-        return h
+        # m.Env().step(a).get(): the proxy lives until the reply is read
+        return channel(self._address).call(self._name, ObjectOps.CALL,
+                                           dumps((methodname, tuple(args), kwds or {})),
+                                           decode=_decode, owner=self)
 
 
 class AutoProxy(BaseProxy):

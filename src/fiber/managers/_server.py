@@ -36,6 +36,7 @@ from .._core import _runtime
 from .._core._clients import get_client
 from ..meta import resources_of
 from ..process._bound import process_class
+from ..process._process import set_resources
 from ..transport.operations import handles
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
@@ -412,7 +413,7 @@ class ManagerService(Service):
             target=object_job_main, name=f"{typeid}-object",
             args=(self.objects.registry, typeid, args, kwds, holder,
                   self.objects.hub.address, cid))
-        proc._resources = resources_of(entry.callable)  # @fiber.meta of the type's callable
+        set_resources(proc, resources_of(entry.callable))  # @fiber.meta of the type's callable
         with server.lock:
             self.pending[cid] = (peer, req_id, typeid)
         try:

@@ -48,6 +48,7 @@ from ..connection import wait
 from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, start_all, terminate_all
 from ..process._limits import ensure_open_files
+from ..process._process import set_resources
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
@@ -68,7 +69,7 @@ __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 _MAX_STARTUP_FAILURES = 3
 _FUNCTION_CACHE = 256
-_SLICE = 256  # tasks queued at a time after the first slice (see _PoolCore.submit)
+_SLICE = 256  # tasks queued at a time after the first slice (see PoolCore.submit)
 
 
 def _label(fn: Any) -> str:
@@ -84,7 +85,7 @@ def _self_inflicted(exitcode: Optional[int]) -> bool:
     return exitcode >= 0 or -exitcode not in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
 
 
-class _PoolCore:
+class PoolCore:
     """The pool's state; referenced by its threads, never by the user's Pool object, so
     that a pool dropped by its user is garbage-collected and its workers ended."""
 
@@ -237,7 +238,7 @@ class _PoolCore:
 
     # -- workers ---------------------------------------------------------------------------
 
-    def _live_workers(self) -> List[WorkerState]:
+    def live_workers(self) -> List[WorkerState]:
         return [ws for ws in self.service.workers.values() if not ws.lost]
 
     def _start_workers(self, count: int) -> None:
@@ -248,7 +249,7 @@ class _PoolCore:
                 target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
                 args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
                       self.maxtasks))
-            proc._resources = self.resources
+            set_resources(proc, self.resources)
             states.append(WorkerState(wid, proc))
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
@@ -259,7 +260,7 @@ class _PoolCore:
             with self.hub.lock:
                 for ws in states:  # one that connected meanwhile gives its tasks back
                     self.service.worker_lost(ws)
-                if not self._live_workers():
+                if not self.live_workers():
                     self._break(e)
             return
         with self.hub.lock:
@@ -276,7 +277,7 @@ class _PoolCore:
         elif not expected and _self_inflicted(ws.exitcode):
             self.startup_failures += 1
             if self.startup_failures >= _MAX_STARTUP_FAILURES and not any(
-                    w.connected for w in self._live_workers()):
+                    w.connected for w in self.live_workers()):
                 reason = (self.service.init_failures[-1] if self.service.init_failures
                           else f"the last worker's job ended with {describe_exit(ws)}"
                           " before it connected")
@@ -299,7 +300,7 @@ class _PoolCore:
         try:
             while True:
                 with self.hub.lock:
-                    active = [ws for ws in self._live_workers() if not ws.retiring]
+                    active = [ws for ws in self.live_workers() if not ws.retiring]
                     # After close(), lost workers are still replaced while work remains.
                     working = self.state == RUN or (
                         self.state == CLOSE and self.service.outstanding > 0)
@@ -331,13 +332,13 @@ class _PoolCore:
         if not isinstance(size, int) or size < 1:
             raise ValueError("Number of processes must be at least 1")
         with self.hub.lock:
-            grow = size - len([ws for ws in self._live_workers() if not ws.retiring])
+            grow = size - len([ws for ws in self.live_workers() if not ws.retiring])
         if grow > 0:
             ensure_open_files(grow, f"growing the pool to {size} workers")
         with self.hub.lock:
             self.check_running()
             self.size = size
-            surplus = len([ws for ws in self._live_workers() if not ws.retiring]) - size
+            surplus = len([ws for ws in self.live_workers() if not ws.retiring]) - size
             if surplus > 0:
                 self.service.retire(surplus)
         self.wake()
@@ -399,7 +400,7 @@ class Pool:
             raise ValueError("maxtasksperchild must be a positive int or None")
         ensure_open_files(processes, f"a pool of {processes} workers")
         process_class = Process if context is None else context.Process
-        self._core = _PoolCore(processes, process_class, initializer, tuple(initargs),
+        self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
         self._finalizer = weakref.finalize(self, self._core.terminate)
 
@@ -437,9 +438,9 @@ class Pool:
                      serving: Optional[Serving] = None) -> ApplyResult:
         core = self._core
         core.check_running()
+        # as multiprocessing: a result keeps its pool from collection
         result = ApplyResult(core.callbacks, callback, error_callback, core.hub,
-                             core.service.spin_budget)
-        result._pool = self  # as multiprocessing: a result keeps its pool from collection
+                             core.service.spin_budget, owner=self)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
                     f"apply({_label(func)})", serving)
         return result
@@ -465,8 +466,7 @@ class Pool:
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
         result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
-                           core.hub, core.service.spin_budget)
-        result._pool = self
+                           core.hub, core.service.spin_budget, owner=self)
         # A short map waited for at once is queued while this thread serves the hub (see
         # apply); a long one is not: results must be taken in while the rest is pickled.
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None
@@ -514,8 +514,7 @@ class Pool:
 
         holder.append(cls.__new__(cls))
         cls.__init__(holder[0], submit, chunks, core.window, core.hub,
-                     core.service.spin_budget)
-        holder[0]._pool = self
+                     core.service.spin_budget, owner=self)
         return holder[0]
 
     def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],
@@ -571,5 +570,10 @@ class Pool:
     def __repr__(self) -> str:
         core = self._core
         return (f"<fiber.Pool state={core.state} pool_size={core.size} "
-                f"workers={len(core._live_workers())}>")
+                f"workers={len(core.live_workers())}>")
 
+
+def core_of(pool: Pool) -> PoolCore:
+    """The core of ``pool``: what ``fiber.futures`` submits its calls to and cancels them
+    from, and tests inspect (its workers)."""
+    return pool._core  # noqa: SLF001 - this module's class

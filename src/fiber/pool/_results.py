@@ -132,7 +132,10 @@ class ApplyResult:
 
     def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
                  error_callback: Callback = None, server: Optional[Server] = None,
-                 spin: Spin = None) -> None:
+                 spin: Spin = None, owner: Any = None) -> None:
+        """``owner``: the pool, kept from collection while the result lives (as
+        multiprocessing's results keep theirs)."""
+        self._pool = owner
         self._event = _Flag(server, spin)
         self._callbacks = callbacks
         self._callback = callback
@@ -212,8 +215,9 @@ class MapResult(ApplyResult):
 
     def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
                  callback: Callback = None, error_callback: Callback = None,
-                 server: Optional[Server] = None, spin: Spin = None) -> None:
-        super().__init__(callbacks, callback, error_callback, server, spin)
+                 server: Optional[Server] = None, spin: Spin = None,
+                 owner: Any = None) -> None:
+        super().__init__(callbacks, callback, error_callback, server, spin, owner)
         self._chunks: List[Any] = [None] * chunks
         self._missing = chunks
         self._length = length
@@ -265,7 +269,9 @@ class IMapIterator:
     _pool: Any = None  # as ApplyResult._pool
 
     def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
-                 window: int, server: Optional[Server] = None, spin: Spin = None) -> None:
+                 window: int, server: Optional[Server] = None, spin: Spin = None,
+                 owner: Any = None) -> None:
+        self._pool = owner  # as ApplyResult's
         self._submit = submit
         self._server = server
         self._spin = spin

@@ -28,6 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from .._log import log
 from ..errors import WorkerLostError
+from ..process._process import end_reason, known_exitcode
 from ..transport.operations import handles
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
@@ -130,10 +131,7 @@ class ReadyWorkers:
 
 def exit_code(ws: WorkerState) -> Optional[int]:
     """The worker's exit code as far as its backend has told (None: not yet)."""
-    code = ws.exitcode
-    if code is None and not ws.process._closed:
-        code = ws.process.exitcode
-    return code
+    return ws.exitcode if ws.exitcode is not None else known_exitcode(ws.process)
 
 
 def describe_exit(ws: WorkerState) -> str:
@@ -148,8 +146,7 @@ def describe_exit(ws: WorkerState) -> str:
     else:
         text = f"exit code {code}"
     # what the cluster said of the job (an image it could not pull, the OOM killer...)
-    job = ws.process._job
-    reason = job.status.reason if job is not None and job.status is not None else ""
+    reason = end_reason(ws.process)
     return f"{text}: {reason}" if reason and reason != text else text
 
 

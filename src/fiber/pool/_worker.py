@@ -152,8 +152,8 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             if idle and spin:
                 # The next task (an RL/ES step's) often comes within a round trip: read
                 # it then without a wake-up, while a CPU is spare (see fiber.transport.cpus).
-                client._poll(spin)
-            msg = client._recv(None if idle else 0.0)
+                client.poll(spin)
+            msg = client.receive(None if idle else 0.0)
             if msg is None:
                 break
             if msg[1] == PoolOps.TASKS:

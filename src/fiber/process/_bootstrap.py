@@ -27,7 +27,7 @@ from .._core._clients import ensure_anchor
 from ..transport import client
 from . import _launcher, _parent
 from ._fd_handoff import load_spawned
-from ._process import kill_children
+from ._process import kill_children, run_in_job
 
 _exiting = threading.Event()
 
@@ -105,7 +105,7 @@ def main() -> None:
         traceback.print_exc()
         exitcode = 1
     else:
-        exitcode = proc._bootstrap()
+        exitcode = run_in_job(proc)
     try:
         _launcher.report_exit(parent, token, exitcode)
     except Exception:

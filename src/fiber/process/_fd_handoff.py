@@ -187,12 +187,13 @@ def load_spawned(pickled: bytes, data: Dict[str, Any]) -> Any:
     from multiprocessing import spawn
 
     me = mp_process.current_process()
-    me._inheriting = True  # type: ignore[attr-defined]  # what spawn's children set
+    # what spawn's children set (multiprocessing's own state: no public API sets it)
+    me._inheriting = True  # type: ignore[attr-defined]  # noqa: SLF001
     try:
         spawn.prepare(data)
         return pickle.loads(pickled)
     finally:
-        del me._inheriting  # type: ignore[attr-defined]
+        del me._inheriting  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 class _SpawningPopen:
@@ -236,10 +237,11 @@ def _withdraw(shared: Any) -> None:
     """The job ended: close its descriptor if it never fetched it (the standard library
     would keep it open for the life of the program)."""
     sharer = getattr(resource_sharer, "_resource_sharer", None)
+    # the resource sharer's own state: it has no API to withdraw a descriptor
     try:
-        key = shared._id[1]
-        with sharer._lock:  # type: ignore[union-attr]
-            entry = sharer._cache.pop(key, None)  # type: ignore[union-attr]
+        key = shared._id[1]  # noqa: SLF001
+        with sharer._lock:  # type: ignore[union-attr]  # noqa: SLF001
+            entry = sharer._cache.pop(key, None)  # type: ignore[union-attr]  # noqa: SLF001
     except (AttributeError, TypeError, IndexError):
         return  # a later Python changed the sharer: the descriptor stays, as it would
     if entry is not None:

@@ -103,4 +103,4 @@ def parent_gone() -> bool:
     """Called by the lifeline when the parent is gone, before it ends this process: make
     ``parent_process().sentinel`` readable. True if the sentinel was handed out."""
     parent = _parent_process
-    return isinstance(parent, ParentProcess) and parent._set_gone()
+    return isinstance(parent, ParentProcess) and parent._set_gone()  # noqa: SLF001 - this module's class

@@ -52,7 +52,8 @@ from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
-           "kill_children"]
+           "kill_children", "set_resources", "mark_daemonic", "known_exitcode", "end_reason",
+           "run_in_job"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 
@@ -162,7 +163,7 @@ class Process:
         def check() -> None:
             proc = ref()
             if proc is not None:
-                proc._check_started(job)
+                proc._check_started(job)  # noqa: SLF001 - this class's
 
         with hub.lock:
             hub.call_later(get_config().startup_timeout, check)
@@ -414,7 +415,7 @@ def start_all(processes: Sequence[Process]) -> None:
     prepared: List[Tuple[Process, Job, JobSpec]] = []
     try:
         for proc in processes:
-            job, spec = proc._prepare()
+            job, spec = proc._prepare()  # noqa: SLF001 - this module's class
             prepared.append((proc, job, spec))
     except BaseException:
         for _, job, _ in prepared:
@@ -432,7 +433,7 @@ def start_all(processes: Sequence[Process]) -> None:
                     job.abandon()
             raise
         for (proc, job, _), handle in zip(group, handles):
-            proc._launched(job, handle)
+            proc._launched(job, handle)  # noqa: SLF001
 
 
 _LOOPBACK = ("127.", "::1", "localhost")
@@ -497,6 +498,39 @@ def active_children() -> List[Process]:
     return [p for p in list(_children) if p.is_alive()]
 
 
+# -- what other modules of fiber need of a Process (its owning module's API) ---------------
+# (its private state is read and set here only: noqa SLF001 below)
+
+
+def set_resources(proc: Process, resources: Optional[Resources]) -> None:
+    """What ``proc``'s job asks the cluster for, instead of its target's ``@fiber.meta``
+    (a pool's workers, a manager's object jobs). Before ``start``."""
+    proc._resources = resources  # noqa: SLF001
+
+
+def mark_daemonic(proc: Process) -> None:
+    """End ``proc`` with this process, as a daemonic child, though it was started as
+    a non-daemonic one (which may start children of its own)."""
+    proc._config["daemon"] = True  # noqa: SLF001
+
+
+def known_exitcode(proc: Process) -> Optional[int]:
+    """``proc``'s exit code as far as its backend has told (None: not yet, or closed)."""
+    return None if proc._closed else proc.exitcode  # noqa: SLF001
+
+
+def end_reason(proc: Process) -> str:
+    """What the backend said of the end of ``proc``'s job (an image it could not pull,
+    the OOM killer...), or ''."""
+    job = proc._job  # noqa: SLF001
+    return job.status.reason if job is not None and job.status is not None else ""
+
+
+def run_in_job(proc: Process) -> int:
+    """In a job: run ``proc`` (``run()``, then the exit protocol); its exit code."""
+    return proc._bootstrap()  # noqa: SLF001
+
+
 def kill_children() -> None:
     """Kill every child started and not joined yet, at once (this job's parent is gone:
     its children must not outlive it)."""
@@ -518,7 +552,7 @@ def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
     """End many processes with one ``cancel`` per backend (one ``scancel`` on Slurm)."""
     by_backend: Dict[int, List[Job]] = {}
     for proc in processes:
-        job = proc._job
+        job = proc._job  # noqa: SLF001 - this module's class
         if job is not None and job.handle is not None and not job.finished:
             by_backend.setdefault(id(job.backend), []).append(job)
     for jobs in by_backend.values():

@@ -106,8 +106,8 @@ def reader_of(queue: Any) -> QueueReader:
             here until asked for).
     """
     hub = _runtime.hub_if_started()
-    service = hub.service(queue._name) if hub is not None else None
-    if service is None or queue._address != hub.address:  # type: ignore[union-attr]
+    service = hub.service(queue.service_name) if hub is not None else None
+    if service is None or queue.hub_address != hub.address:  # type: ignore[union-attr]
         raise NotImplementedError(
             "fiber: a queue's _reader (to wait on it with multiprocessing.connection.wait) "
             "exists only in the process that created the queue")

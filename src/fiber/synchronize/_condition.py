@@ -159,15 +159,18 @@ class Condition(Handle):
 
         Returns False if the timeout passed first.
         """
-        if not self._lock._is_mine():
+        # _is_mine, _release_save, _acquire_restore: the lock protocol of the standard
+        # library's conditions (multiprocessing's SemLock, threading's Condition), which
+        # fiber's locks keep under the same names.
+        if not self._lock._is_mine():  # noqa: SLF001
             raise AssertionError("must acquire() condition before using wait()")
         ticket = secrets.token_bytes(8)
-        if self._lock._address == self._address:  # same connection: ordered, no reply needed
+        if self._lock.hub_address == self._address:  # same connection: ordered, no reply needed
             self._send(ConditionOps.ENQUEUE, [ticket])
         else:
             self._request(ConditionOps.ENQUEUE, [ticket])
         try:
-            count = self._lock._release_save()
+            count = self._lock._release_save()  # noqa: SLF001
         except BaseException:
             self._send(ConditionOps.CANCEL, [ticket])
             raise
@@ -181,7 +184,7 @@ class Condition(Handle):
                 pass
             raise
         finally:
-            self._lock._acquire_restore(count)
+            self._lock._acquire_restore(count)  # noqa: SLF001
         return status == b"ok"
 
     def wait_for(self, predicate: Callable[[], Any], timeout: Optional[float] = None) -> Any:
@@ -203,12 +206,12 @@ class Condition(Handle):
 
     def notify(self, n: int = 1) -> None:
         """Wake up to ``n`` waiters (the calling thread must hold the lock)."""
-        if not self._lock._is_mine():
+        if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
         self._request(ConditionOps.NOTIFY, [Q.pack(max(0, n))])
 
     def notify_all(self) -> None:
-        if not self._lock._is_mine():
+        if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
         self._request(ConditionOps.NOTIFY, [Q.pack(-1)])
 

@@ -62,7 +62,7 @@ def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: Opti
     with _lock:
         for key, value in base_globals.items():
             namespace.setdefault(key, value)
-    return _cloudpickle._make_function(code, namespace, name, argdefs, closure)
+    return _cloudpickle._make_function(code, namespace, name, argdefs, closure)  # noqa: SLF001
 
 
 def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]
@@ -73,7 +73,8 @@ def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Di
     with _lock:
         for name, value in slots["__globals__"].items():
             _merge(name, value)
-    _cloudpickle._function_setstate(func, (attributes, {**slots, "__globals__": {}}))
+    _cloudpickle._function_setstate(  # noqa: SLF001
+        func, (attributes, {**slots, "__globals__": {}}))
 
 
 #: Values that cannot change in place: an installed one still there is as it came.

@@ -136,7 +136,7 @@ class Client:
             TimeoutError: no reply within ``timeout`` (the request may still be served).
         """
         req_id = struct.pack("<Q", next(self._ids))
-        self._send([service, op, req_id, *frames])
+        self.send_message([service, op, req_id, *frames])
         try:
             return self._wait(req_id, timeout)
         except BaseException:
@@ -146,7 +146,7 @@ class Client:
 
     def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
         """Send a message that gets no reply."""
-        self._send([service, op, b"", *frames])
+        self.send_message([service, op, b"", *frames])
 
     def start(self, service: bytes, op: bytes, frames: Sequence[Any],
               on_reply: LateReply) -> bytes:
@@ -156,7 +156,7 @@ class Client:
         req_id = struct.pack("<Q", next(self._ids))
         self._late[req_id] = on_reply
         try:
-            self._send([service, op, req_id, *frames])
+            self.send_message([service, op, req_id, *frames])
         except BaseException:
             del self._late[req_id]
             raise
@@ -186,7 +186,12 @@ class Client:
             pass
         self._reader.close()
 
-    def _send(self, frames: List[Any]) -> None:
+    def send_message(self, frames: List[Any]) -> None:
+        """Send one message as it is (its request id included: see :meth:`receive`).
+
+        Raises:
+            ConnectionLost: the server is gone.
+        """
         if self.lost:
             raise ConnectionLost("connection lost", self.address)
         try:
@@ -195,18 +200,23 @@ class Client:
             self.lost = True
             raise ConnectionLost(f"send failed: {e}", self.address) from None
 
-    def _poll(self, seconds: float) -> None:
+    def poll(self, seconds: float) -> None:
         """Read what comes within ``seconds``, polling while a CPU is spare (see
         :func:`fiber.transport.cpus.poll`), until a message is complete.
 
         Raises:
-            ConnectionLost: as :meth:`_recv`.
+            ConnectionLost: as :meth:`receive`.
         """
         messages = self._reader.messages
         _cpus.poll(lambda: messages or (self._feed(socket.MSG_DONTWAIT) and messages), seconds)
 
-    def _recv(self, timeout: Optional[float]) -> Optional[List[Any]]:
-        """One message, or None at the timeout; ConnectionLost when the peer is gone."""
+    def receive(self, timeout: Optional[float]) -> Optional[List[Any]]:
+        """The next message (``[req_id, status, *payload]``, or what the server pushed),
+        or None at the timeout; for a thread that reads this client's messages itself.
+
+        Raises:
+            ConnectionLost: the peer is gone.
+        """
         reader = self._reader
         deadline = None if timeout is None else time.monotonic() + timeout
         while not reader.messages:
@@ -243,10 +253,10 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         spin = _spin(self._settings) if not self._reader.messages else 0.0
         if spin:  # a quick reply is then read without a wake-up (see fiber.transport.cpus)
-            self._poll(spin if timeout is None else min(spin, timeout))
+            self.poll(spin if timeout is None else min(spin, timeout))
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            msg = self._recv(left)
+            msg = self.receive(left)
             if msg is None:
                 raise TimeoutError(f"no reply from {self.address} within {timeout} s")
             rid = bytes(msg[0])
@@ -258,7 +268,7 @@ class Client:
 
     def _handshake(self, anchor: bool, timeout: float) -> None:
         cnonce = auth.new_nonce()
-        self._send([auth.HELLO, auth.VERSION, cnonce, _PROCESS_ID, b"A" if anchor else b"-"])
+        self.send_message([auth.HELLO, auth.VERSION, cnonce, _PROCESS_ID, b"A" if anchor else b"-"])
         msg = self._handshake_reply(timeout)
         if len(msg) != 4 or msg[0] != auth.CHAL or len(msg[1]) != auth.NONCE_BYTES:
             raise AuthenticationError(f"unexpected handshake reply from {self.address}")
@@ -269,14 +279,14 @@ class Client:
         if bytes(msg[3]) != server_id(self.address).encode():
             raise ConnectionLost("this server has ended; another one of the program listens "
                                  "at its port now", self.address)
-        self._send([auth.AUTH, auth.client_proof(cnonce, snonce)])
+        self.send_message([auth.AUTH, auth.client_proof(cnonce, snonce)])
         msg = self._handshake_reply(timeout)
         if msg[0] != auth.OK:
             raise AuthenticationError(f"the server at {self.address} refused our credentials")
 
     def _handshake_reply(self, timeout: float) -> List[Any]:
         try:
-            msg = self._recv(timeout)
+            msg = self.receive(timeout)
         except ConnectionLost:
             # A server ending (or shedding unauthenticated connections) closes without a
             # word; one that refuses our proof says so (DENY), and a stranger fails its own.

@@ -1,13 +1,22 @@
 """Who sends a server its requests: a *peer* is one authenticated connection, or one
 thread of the server's own process calling its services directly (a
-:class:`LocalPeer`, to which a reply is delivered in memory)."""
+:class:`LocalPeer`, to which a reply is delivered in memory); and a
+:class:`Connection`, the server's record of one socket (a peer once authenticated)."""
 
 from __future__ import annotations
 
+import socket
 import threading
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Peer", "LocalPeer"]
+from . import auth
+from .framing import FrameReader, Outbox
+
+__all__ = ["Peer", "LocalPeer", "Connection"]
+
+#: Bytes a message may have before its connection authenticated.
+PREAUTH_LIMIT = 512
 
 
 class Peer:
@@ -15,7 +24,8 @@ class Peer:
 
     __slots__ = ("peer_id", "process_id", "anchor", "conn")
 
-    def __init__(self, peer_id: int, process_id: bytes, anchor: bool, conn: Any) -> None:
+    def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
+                 conn: Optional[Connection]) -> None:
         """``conn``: the server's record of the connection (None for a local peer)."""
         self.peer_id = peer_id
         self.process_id = process_id
@@ -41,3 +51,21 @@ class LocalPeer(Peer):
             return
         self.replies[req_id] = (status, list(frames))
         self.cond.notify_all()
+
+
+class Connection:
+    """The server's record of one socket: what it read, what waits to be written, its
+    handshake, and its peer once authenticated."""
+
+    __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
+                 "__weakref__")
+
+    def __init__(self, sock: socket.socket, scratch: bytearray) -> None:
+        self.sock = sock
+        unix = sock.family == socket.AF_UNIX
+        self.reader = FrameReader(max_message=PREAUTH_LIMIT, unix=unix, scratch=scratch)
+        self.outbox = Outbox(unix=unix)
+        self.handshake = auth.ServerHandshake()
+        self.peer: Optional[Peer] = None
+        self.since = time.monotonic()
+        self.writing = False

@@ -50,17 +50,15 @@ import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
-from . import auth
 from . import cpus as _cpus
-from .framing import FrameReader, Outbox, ProtocolError, new_scratch
+from .framing import ProtocolError, new_scratch
 from .operations import Dispatcher
-from .peers import LocalPeer, Peer
+from .peers import Connection, LocalPeer, Peer
 from .serialization import dumps
 from .sockets import listen, server_id, tune
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
-_PREAUTH_LIMIT = 512
 _HANDSHAKE_TTL = 30.0
 #: Connections kept before they authenticate; past it the oldest is dropped (a stranger
 #: opening connections without end). Each worker of a pool opens two as it starts: room
@@ -104,16 +102,16 @@ class Serving:
     def start(self) -> bool:
         """Serve from now on (if this thread can); whether it does."""
         server = self.server
-        if self.took or server._stand_in == threading.get_ident():
+        if self.took or server.stand_in == threading.get_ident():
             return True  # already (or an enclosing block serves)
-        self.took = server._take_over()
+        self.took = server.take_over()
         return self.took
 
     def stop(self) -> None:
         """Give the connections back to the server thread (if taken by ``start``)."""
         if self.took:
             self.took = False
-            self.server._hand_back()
+            self.server.hand_back()
 
     def __enter__(self) -> bool:
         return self.start()
@@ -131,21 +129,6 @@ def _pipe() -> Tuple[int, int]:
     os.set_blocking(r, False)
     os.set_blocking(w, False)
     return r, w
-
-
-class _Conn:
-    __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
-                 "__weakref__")
-
-    def __init__(self, sock: socket.socket, scratch: bytearray) -> None:
-        self.sock = sock
-        unix = sock.family == socket.AF_UNIX
-        self.reader = FrameReader(max_message=_PREAUTH_LIMIT, unix=unix, scratch=scratch)
-        self.outbox = Outbox(unix=unix)
-        self.handshake = auth.ServerHandshake()
-        self.peer: Optional[Peer] = None
-        self.since = time.monotonic()
-        self.writing = False
 
 
 _Events = List[Tuple[selectors.SelectorKey, int]]
@@ -168,7 +151,7 @@ class Server:
         self.lock = threading.RLock()
         self._sel = selectors.DefaultSelector()  # listeners and connections
         #: Connections not authenticated yet, oldest first (by id: O(1) to add and drop).
-        self._unauthenticated: collections.OrderedDict[int, _Conn] = collections.OrderedDict()
+        self._unauthenticated: collections.OrderedDict[int, Connection] = collections.OrderedDict()
         for listener in self._listeners:
             listener.setblocking(False)
             self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
@@ -194,7 +177,7 @@ class Server:
         self._seq = itertools.count()
         self._peer_ids = itertools.count(1)
         self._services: Dict[bytes, Service] = {}
-        self._conns: Dict[int, _Conn] = {}
+        self._conns: Dict[int, Connection] = {}
         self._scratch = new_scratch()  # the connections' read buffer: read under the lock
         self._id = server_id(self.address).encode()  # told to clients (see auth)
         self._anchors: Dict[bytes, int] = collections.Counter()
@@ -313,10 +296,16 @@ class Server:
         """
         return Serving(self)
 
-    def _take_over(self) -> bool:
-        """Take the connections' selector from the server thread, which sleeps on."""
+    @property
+    def stand_in(self) -> Optional[int]:
+        """The ident of the thread serving in place of the server thread, if one is."""
+        return self._stand_in
+
+    def take_over(self) -> bool:
+        """Take the connections' selector from the server thread, which sleeps on;
+        whether this thread did (for :class:`Serving`, which gives it back)."""
         if (self._outer is None or self._stopping
-                or self.lock._is_owned()  # type: ignore[attr-defined]
+                or self.lock._is_owned()  # type: ignore[attr-defined]  # noqa: SLF001 - RLock has no public test
                 or threading.current_thread() is self._thread
                 or not self._serving.acquire(blocking=False)):
             return False
@@ -328,7 +317,8 @@ class Server:
             self._stand_in = threading.get_ident()
         return True
 
-    def _hand_back(self) -> None:
+    def hand_back(self) -> None:
+        """Give the connections back to the server thread (after :meth:`take_over`)."""
         with self.lock:
             # What arrived while we served (a peer's next request, the other results of a
             # map) is cheaper to handle here than by waking the server thread for it.
@@ -456,7 +446,7 @@ class Server:
         elif key.data is _WAKE or key.data is _NUDGE:
             self._drain(key.fd)
         else:
-            conn: _Conn = key.data
+            conn: Connection = key.data
             if mask & selectors.EVENT_WRITE:
                 self._flush(conn)
             if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
@@ -494,7 +484,7 @@ class Server:
                 return  # e.g. EMFILE: try again on the next event
             sock.setblocking(False)
             tune(sock, *self._heartbeat)
-            conn = _Conn(sock, self._scratch)
+            conn = Connection(sock, self._scratch)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
             self._unauthenticated[id(conn)] = conn
@@ -510,13 +500,13 @@ class Server:
             self.dropped += 1
             self._close_conn(conn)
 
-    def _expire_handshake(self, ref: weakref.ref[_Conn]) -> None:
+    def _expire_handshake(self, ref: weakref.ref[Connection]) -> None:
         conn = ref()
         if conn is not None and conn.peer is None and conn.sock.fileno() >= 0:
             self.dropped += 1
             self._close_conn(conn)
 
-    def _flush(self, conn: _Conn, frames: Optional[Sequence[Any]] = None) -> None:
+    def _flush(self, conn: Connection, frames: Optional[Sequence[Any]] = None) -> None:
         """Write what ``conn`` has waiting, after adding the message ``frames``; what the
         socket does not take now waits for it to become writable."""
         try:
@@ -530,7 +520,7 @@ class Server:
             conn.writing = not done
             self._sel.modify(conn.sock, want, conn)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Connection) -> None:
         try:
             alive = conn.reader.feed_from(conn.sock)
         except (BlockingIOError, InterruptedError):
@@ -553,7 +543,7 @@ class Server:
         if not alive:
             self._close_conn(conn)
 
-    def _handshake(self, conn: _Conn, frames: List[Any]) -> bool:
+    def _handshake(self, conn: Connection, frames: List[Any]) -> bool:
         """Take the client's next handshake message; False: close the connection."""
         handshake = conn.handshake
         reply, keep = handshake.step(frames, self._id)
@@ -568,7 +558,7 @@ class Server:
             self._flush(conn)
         return keep
 
-    def _close_conn(self, conn: _Conn, notify: bool = True) -> None:
+    def _close_conn(self, conn: Connection, notify: bool = True) -> None:
         sock = conn.sock
         if sock.fileno() < 0:
             return

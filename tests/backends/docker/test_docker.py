@@ -344,7 +344,7 @@ def test_pool_workers_are_containers_on_the_bridge_network(engine):
 def test_a_worker_container_killed_mid_map_loses_no_result(engine):
     with dctx().Pool(2) as pool:
         r = pool.map_async(slow_square, range(60), 1)
-        busy = lambda: [ws for ws in pool._core._live_workers()  # noqa: E731
+        busy = lambda: [ws for ws in pool._core.live_workers()  # noqa: E731
                         if ws.connected and ws.pending]
         wait_until(lambda: len(busy()) >= 1, 60, message="a worker holds tasks")
         victim = busy()[0].process._job.handle

@@ -71,7 +71,7 @@ def _backend_proc(p: fiber.Process) -> Any:
     assert p._job is not None and p._job.handle is not None
     backend = p._job.backend
     assert isinstance(backend, LocalBackend)
-    return backend._proc(p._job.handle)
+    return backend.proc_of(p._job.handle)
 
 
 def _forked(p: fiber.Process) -> bool:

@@ -25,7 +25,7 @@ from support.waiting import wait_until
 
 def live(pool):
     """The pool's workers that have not been lost."""
-    return pool._core._live_workers()
+    return pool._core.live_workers()
 
 
 class _LateReports(LocalBackend):

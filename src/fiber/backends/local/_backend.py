@@ -153,18 +153,17 @@ class LocalBackend(Backend):
         if isinstance(w, _PidfdWatcher):
             w.ended(job_id)
         elif w is not None:
-            with w._cond:
-                w._reset = True
-                w._cond.notify()
+            w.wake()
 
-    def _proc(self, handle: JobHandle) -> Optional[_Proc]:
+    def proc_of(self, handle: JobHandle) -> Optional[_Proc]:
+        """The subprocess or forked job of ``handle``, if this backend started it."""
         with self._lock:
             return self._procs.get(handle.job_id)
 
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
         out = {}
         for h in handles:
-            proc = self._proc(h)
+            proc = self.proc_of(h)
             out[h.job_id] = (
                 JobStatus(JobState.LOST, None, "unknown job") if proc is None
                 else _current_status(proc)
@@ -172,7 +171,7 @@ class LocalBackend(Backend):
         return out
 
     def wait(self, handle: JobHandle, timeout: Optional[float] = None) -> Optional[JobStatus]:
-        proc = self._proc(handle)
+        proc = self.proc_of(handle)
         if proc is None:
             return JobStatus(JobState.LOST, None, "unknown job")
         if isinstance(proc, ForkedJob):
@@ -184,7 +183,7 @@ class LocalBackend(Backend):
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
         for h in handles:
-            proc = self._proc(h)
+            proc = self.proc_of(h)
             if proc is not None and not _current_status(proc).state.finished:
                 try:
                     proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
@@ -270,7 +269,7 @@ class _PidfdWatcher(JobWatcher):
             if entry is None:
                 continue
             handle, on_exit = entry
-            proc = self._local._proc(handle)
+            proc = self._local.proc_of(handle)
             status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
                       else _current_status(proc))
             if status.state.finished:
@@ -329,7 +328,7 @@ class _PidfdWatcher(JobWatcher):
             entry = self._jobs.get(job_id)
         if entry is None or entry[0].pid is None:
             return
-        if isinstance(self._local._proc(entry[0]), ForkedJob):
+        if isinstance(self._local.proc_of(entry[0]), ForkedJob):
             return
         try:
             fd = os.pidfd_open(entry[0].pid)  # type: ignore[attr-defined]

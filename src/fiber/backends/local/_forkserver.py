@@ -110,7 +110,7 @@ class ForkedJob:
         self._pidfd: Optional[int] = None
         self._cond = threading.Condition()
         self._answered = False
-        self._error = ""
+        self.error = ""
         self._on_finish = on_finish
 
     @property
@@ -124,6 +124,11 @@ class ForkedJob:
         """Whether the job finished within ``timeout`` seconds."""
         with self._cond:
             return self._cond.wait_for(lambda: self.finished, timeout)
+
+    def dup_pidfd(self) -> Optional[int]:
+        """A duplicate of its pidfd (to watch it once its template is gone), if any."""
+        with self._cond:
+            return None if self._pidfd is None else os.dup(self._pidfd)
 
     def send_signal(self, sig: int) -> None:
         """Signal the job, unless it has ended (its pidfd makes this exact)."""
@@ -140,21 +145,25 @@ class ForkedJob:
 
     # Called by the server's reader thread.
 
-    def _started(self, pid: int, pidfd: Optional[int]) -> None:
+    def started(self, pid: int, pidfd: Optional[int]) -> None:
+        """The template forked it (called by the fork server's reader)."""
         with self._cond:
             self.pid, self._pidfd, self._answered = pid, pidfd, True
             self._cond.notify_all()
 
-    def _failed(self, error: str) -> None:
+    def failed(self, error: str) -> None:
+        """It could not be forked (called by the fork server)."""
         with self._cond:
-            self._error, self._answered = error, True
+            self.error, self._answered = error, True
             self._cond.notify_all()
 
-    def _wait_answer(self, timeout: float) -> bool:
+    def wait_answer(self, timeout: float) -> bool:
+        """Wait for :meth:`started` or :meth:`failed`; whether one came in time."""
         with self._cond:
             return self._cond.wait_for(lambda: self._answered, timeout)
 
-    def _end(self, returncode: Optional[int], lost_reason: str = "") -> None:
+    def end(self, returncode: Optional[int], lost_reason: str = "") -> None:
+        """It exited (``returncode``) or was lost (called by the fork server)."""
         with self._cond:
             if self.finished:
                 return
@@ -303,15 +312,23 @@ class ForkServer:
         out: List[Union[ForkedJob, ForkServerError]] = []
         for job in sent:
             if isinstance(job, ForkedJob):
-                if not job._wait_answer(max(0.0, deadline - time.monotonic())):
+                if not job.wait_answer(max(0.0, deadline - time.monotonic())):
                     self._kill("did not answer a fork request in time")
-                    job._wait_answer(10)  # the reader answers every pending request as it ends
-                if job._error or not job.pid:
-                    out.append(ForkServerError(job._error or "the fork server did not start "
+                    job.wait_answer(10)  # the reader answers every pending request as it ends
+                if job.error or not job.pid:
+                    out.append(ForkServerError(job.error or "the fork server did not start "
                                                "the job"))
                     continue
             out.append(job)
         return out
+
+    def close_socket(self) -> None:
+        """Close this process's end of the template's socket (a fork of the master must
+        not hold it: the template ends when the master's closes)."""
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
     def _kill(self, why: str) -> None:
         with self._lock:
@@ -371,7 +388,7 @@ class ForkServer:
             return
         for fd in fds[1:]:
             os.close(fd)
-        job._started(int(obj["pid"]), fds[0] if fds else None)
+        job.started(int(obj["pid"]), fds[0] if fds else None)
 
     def _on_exit(self, obj: Dict[str, Any], fds: List[int]) -> None:
         for fd in fds:
@@ -379,7 +396,7 @@ class ForkServer:
         with self._lock:
             job = self._running.pop(int(obj["pid"]), None)
         if job is not None:
-            job._end(int(obj["code"]))
+            job.end(int(obj["code"]))
 
     def _on_fork_failed(self, obj: Dict[str, Any], fds: List[int]) -> None:
         for fd in fds:
@@ -387,7 +404,7 @@ class ForkServer:
         with self._lock:
             job = self._pending.pop(int(obj["id"]), None)
         if job is not None:
-            job._failed(f"the fork server could not fork: {obj.get('error', '?')}")
+            job.failed(f"the fork server could not fork: {obj.get('error', '?')}")
 
     def _died(self, error: str) -> None:
         if error:  # it sent something we cannot read: it is of no further use
@@ -409,14 +426,13 @@ class ForkServer:
         _live.discard(self)
         self._sock.close()
         for job in pending:
-            job._failed(reason)
+            job.failed(reason)
         orphans: Dict[int, ForkedJob] = {}
         for job in running:
-            with job._cond:
-                pidfd = None if job._pidfd is None else os.dup(job._pidfd)
+            pidfd = job.dup_pidfd()
             if pidfd is None:  # cannot be watched: end it rather than lose track of it
                 job.send_signal(signal.SIGKILL)
-                job._end(None, f"{reason}; the job was killed, its exit code is unknown")
+                job.end(None, f"{reason}; the job was killed, its exit code is unknown")
             else:
                 orphans[pidfd] = job
         if running and not closing:
@@ -429,7 +445,7 @@ class ForkServer:
                 for fd in ready:
                     job = orphans.pop(fd)
                     os.close(fd)
-                    job._end(None, f"{reason} before the job ended; its exit code is unknown")
+                    job.end(None, f"{reason} before the job ended; its exit code is unknown")
         finally:
             for fd in orphans:
                 os.close(fd)
@@ -529,10 +545,7 @@ def _after_fork_in_child() -> None:
     # socket: the template ends when the master's copy closes, and only then.
     global _server
     for server in list(_live):
-        try:
-            server._sock.close()
-        except OSError:
-            pass
+        server.close_socket()
     _live.clear()
     _server = None
 

@@ -56,7 +56,7 @@ def main():
             with core.hub.lock:
                 if core.service.outstanding > N - N // 5:
                     return False
-                busy = [ws for ws in core._live_workers() if ws.connected and len(ws.pending) > 0]
+                busy = [ws for ws in core.live_workers() if ws.connected and len(ws.pending) > 0]
                 if not busy:
                     return False
                 victim = max(busy, key=lambda ws: len(ws.pending))
@@ -78,7 +78,7 @@ def main():
         out["victim_exitcode"] = victim.exitcode
         # the pool replaced it and works on
         out["replaced"] = wait_for(
-            lambda: sum(1 for ws in core._live_workers() if ws.connected) == WORKERS)
+            lambda: sum(1 for ws in core.live_workers() if ws.connected) == WORKERS)
         third = pool.map_async(where, range(60), 1).get(_common.TIMEOUT)
         out["third_ok"] = [v for _, _, v in third] == [x * x for x in range(60)]
         out["third_pids_include_victim"] = victim_pid in {pid for _, pid, _ in third}
