@@ -155,7 +155,7 @@ class Config:
     kubernetes_timeout: float = 30.0
 
 
-_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Config)}
+_FIELDS: Dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)}
 _TYPES: Dict[str, Any] = typing.get_type_hints(Config)
 
 _lock = threading.Lock()

@@ -35,7 +35,7 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Set
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, cast
 
 from .pool import Pool
 from .pool._pool import PoolCore, core_of
@@ -46,7 +46,7 @@ from .pool._worker import CALL
 __all__ = ["Executor", "ProcessPoolExecutor"]
 
 
-class _Future(cf.Future):
+class _Future(cf.Future[Any]):
     """A Future whose ``cancel`` withdraws its task from the pool while it is queued, and
     whose ``result``/``exception`` read the worker's reply in the waiting thread.
 
@@ -73,14 +73,14 @@ class _Future(cf.Future):
         The task is withdrawn and the state changed under the future's lock, so that two
         threads cancelling at once agree, and no result can come for a withdrawn task.
         """
-        with self._condition:  # type: ignore[attr-defined]
-            if self._state == "PENDING" and not self._withdraw():  # type: ignore[attr-defined]
-                self._state = "RUNNING"  # type: ignore[attr-defined]
-            if self._state != "PENDING":  # type: ignore[attr-defined]
+        with self._condition:
+            if self._state == "PENDING" and not self._withdraw():
+                self._state = "RUNNING"
+            if self._state != "PENDING":
                 return self.cancelled()  # True if an earlier cancel() did it
-            self._state = "CANCELLED"  # type: ignore[attr-defined]
+            self._state = "CANCELLED"
             self.set_running_or_notify_cancel()  # now CANCELLED_AND_NOTIFIED
-            self._condition.notify_all()  # type: ignore[attr-defined]
+            self._condition.notify_all()
         self._source.wake()  # a thread serving the hub in result() for it
         self._invoke_callbacks()  # type: ignore[attr-defined]
         return True
@@ -99,9 +99,9 @@ class _Future(cf.Future):
     def mark_running(self) -> None:
         """PENDING → RUNNING: a worker holds the task, so it can no longer be cancelled.
         Unlike ``set_running_or_notify_cancel``, a future running already is no error."""
-        with self._condition:  # type: ignore[attr-defined]
-            if self._state == "PENDING":  # type: ignore[attr-defined]
-                self._state = "RUNNING"  # type: ignore[attr-defined]
+        with self._condition:
+            if self._state == "PENDING":
+                self._state = "RUNNING"
 
 
 class _FutureResult(ApplyResult):
@@ -237,7 +237,7 @@ class Executor(cf.Executor):
         self._lock = threading.Lock()
         self._futures: Set[_Future] = set()  # not done yet
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
         """Schedule ``fn(*args, **kwargs)``; returns its Future.
 
         Raises:
@@ -259,9 +259,9 @@ class Executor(cf.Executor):
             self._futures.add(future)
         return future
 
-    def _forget(self, future: cf.Future) -> None:
+    def _forget(self, future: cf.Future[Any]) -> None:
         with self._lock:
-            self._futures.discard(future)  # type: ignore[arg-type]
+            self._futures.discard(cast(_Future, future))
             if not self._futures:
                 _PENDING.discard(self)
 

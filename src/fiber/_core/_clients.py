@@ -8,16 +8,16 @@ above the transport reaches other processes' hubs through them.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from ..config import get_config
 from ..transport import client as transport_client
-from ..transport.client import CONNECT_TIMEOUT, Client
+from ..transport.client import CONNECT_TIMEOUT, Channel, Client
 
 __all__ = ["get_client", "own_client", "ensure_anchor"]
 
 
-def get_client(address: str, timeout: Optional[float] = None) -> Any:
+def get_client(address: str, timeout: Optional[float] = None) -> Channel:
     """This thread's client for ``address`` (see
     :func:`fiber.transport.client.get_client`).
 

@@ -58,7 +58,7 @@ class Handle:
         self._address = hub.address
         hub.register(self._name, service)
         self._shared = [False]
-        self._finalizer: Optional[weakref.finalize] = weakref.finalize(
+        self._finalizer: Optional[weakref.finalize[..., Handle]] = weakref.finalize(
             self, _unregister, hub, self._name, self._shared)
 
     @property

@@ -52,7 +52,7 @@ from .._core import _served
 from .._core._clients import get_client
 from ..config import get_config
 from ..errors import ProcessError
-from ..process._bound import process_class
+from ..process._bound import BackendContext, process_class
 from ..process._process import mark_daemonic
 from ..transport import auth
 from ..transport.client import ConnectionLost
@@ -137,7 +137,7 @@ class BaseManager:
     _auto_proxy: ClassVar[type] = AutoProxy
 
     def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None,
-                 serializer: str = "pickle", ctx: Any = None, *,
+                 serializer: str = "pickle", ctx: Optional[BackendContext] = None, *,
                  shutdown_timeout: float = 1.0) -> None:
         if authkey is not None and bytes(authkey) != auth.program_secret():
             raise ValueError("fiber connections authenticate with the program's secret "
@@ -283,7 +283,7 @@ class BaseManager:
 class _LocalServer:
     """``manager.get_server()``: serve the manager's types from this process's hub."""
 
-    def __init__(self, registry: Dict[str, Entry], ctx: Any) -> None:
+    def __init__(self, registry: Dict[str, Entry], ctx: Optional[BackendContext]) -> None:
         from .._core import _runtime
 
         self.registry = registry

@@ -133,7 +133,7 @@ def _decode(status: bytes, frames: List[Any]) -> Any:
 
 def new_proxy(spec: Spec) -> BaseProxy:
     """The proxy of the object ``spec`` describes (what a manager's creation returns)."""
-    proxy = spec.proxytype.__new__(spec.proxytype)
+    proxy: BaseProxy = spec.proxytype.__new__(spec.proxytype)
     proxy._init(spec)  # noqa: SLF001
     return proxy
 
@@ -141,8 +141,8 @@ def new_proxy(spec: Spec) -> BaseProxy:
 def pending_proxy(proxytype: Any, typeid: str, creation: CallHandle) -> BaseProxy:
     """A proxy of an object still being created (``creation`` gives its spec): an
     AsyncManager's, returned at once while the object's job starts."""
-    proxy = proxytype.__new__(proxytype)
-    cell = [None, None, creation]
+    proxy: BaseProxy = proxytype.__new__(proxytype)
+    cell: List[Any] = [None, None, creation]
     object.__setattr__(proxy, "_cell", cell)
     object.__setattr__(proxy, "_pending", creation)
     object.__setattr__(proxy, "_typeid", typeid)
@@ -159,7 +159,7 @@ def direct_object(proxy: BaseProxy) -> Any:
 
 def _rebuild_proxy(cls: Any, spec: Spec, token: bytes) -> BaseProxy:
     # a proxy of this module's class, unpickled: its private state is set here
-    proxy = cls.__new__(cls)
+    proxy: BaseProxy = cls.__new__(cls)
     object.__setattr__(proxy, "_name", spec.name)
     object.__setattr__(proxy, "_address", spec.address)
     proxy._request(ObjectOps.ATTACH, [token])  # noqa: SLF001
@@ -176,7 +176,7 @@ def _release(address: str, name: bytes, token: bytes) -> None:
 
 # -- detaching garbage-collected proxies (from a thread: GC may run anywhere) -----------
 
-_detach_queue: _queue.SimpleQueue = _queue.SimpleQueue()
+_detach_queue: _queue.SimpleQueue[List[Any]] = _queue.SimpleQueue()
 _detach_thread: Optional[threading.Thread] = None
 _detach_lock = threading.Lock()
 
@@ -185,7 +185,7 @@ def _watch(proxy: BaseProxy, cell: List[Any]) -> None:
     """Send ``detach`` for ``proxy``'s object once ``proxy`` is garbage-collected."""
     global _detach_thread
     fin = weakref.finalize(proxy, _detach_queue.put, cell)
-    fin.atexit = False
+    fin.atexit = False  # type: ignore[misc, unused-ignore]
     with _detach_lock:
         if _detach_thread is None or not _detach_thread.is_alive():
             _detach_thread = threading.Thread(target=_detach_loop, daemon=True,

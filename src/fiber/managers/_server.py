@@ -81,7 +81,7 @@ class WorkerThreads(Service):
     """One worker thread per client connection; a thread ends with its connection."""
 
     def __init__(self, lock: threading.RLock) -> None:
-        self.queues: Dict[int, queue.SimpleQueue] = {}
+        self.queues: Dict[int, queue.SimpleQueue[Optional[Callable[[], None]]]] = {}
         self.busy: Dict[int, int] = collections.Counter()  # calls queued or running
         self.lock = lock
 
@@ -96,7 +96,7 @@ class WorkerThreads(Service):
         self.busy[key] += 1
         q.put(fn)
 
-    def _work(self, q: queue.SimpleQueue, key: int) -> None:
+    def _work(self, q: queue.SimpleQueue[Optional[Callable[[], None]]], key: int) -> None:
         while True:
             fn = q.get()
             if fn is None:

@@ -47,6 +47,7 @@ from ..config import get_config
 from ..connection import wait
 from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, start_all, terminate_all
+from ..process._bound import ProcessContext
 from ..process._limits import ensure_open_files
 from ..process._process import set_resources
 from ..transport.remote import pack_exception
@@ -60,7 +61,7 @@ from ._results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from ._service import PoolService, Task, WorkerState, describe_exit
+from ._service import PoolService, ResultSink, Task, WorkerState, describe_exit
 from ._worker import CALL, MAP, STARMAP, worker_main
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -169,7 +170,7 @@ class PoolCore:
             raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
 
     def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
-               job: Any, label: str, serving: Optional[Serving] = None) -> List[Task]:
+               job: ResultSink, label: str, serving: Optional[Serving] = None) -> List[Task]:
         """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
 
         Tasks are pickled and queued in slices, so that the workers start on the first
@@ -212,7 +213,7 @@ class PoolCore:
                 self.service.release_function(fid)
         return tasks
 
-    def _enqueue(self, pending: List[Task], tasks: List[Task], job: Any,
+    def _enqueue(self, pending: List[Task], tasks: List[Task], job: ResultSink,
                  rest: Iterator[Tuple[int, Any]], serving: Optional[Serving]) -> None:
         """Queue a slice of tasks; if the pool stopped after an earlier slice, the slice
         and the items not pickled yet fail with the reason (their result must come)."""
@@ -315,7 +316,7 @@ class PoolCore:
                 if self._wake_r in ready:
                     os.read(self._wake_r, 4096)
                 for fd in ready:
-                    ws = self.procs.get(fd)  # type: ignore[call-overload]
+                    ws = self.procs.get(fd)
                     if ws is not None:
                         with self.hub.lock:
                             ws.exitcode = ws.process.exitcode
@@ -387,7 +388,7 @@ class Pool:
     def __init__(self, processes: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None,
                  initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
-                 context: Any = None, *, cpu: Optional[float] = None,
+                 context: Optional[ProcessContext] = None, *, cpu: Optional[float] = None,
                  memory: Optional[int] = None, gpu: Optional[int] = None) -> None:
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
@@ -460,8 +461,8 @@ class Pool:
 
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],
                    chunksize: Optional[int], mode: int, callback: Any,
-                   error_callback: Any, wait: bool = False) -> Any:
-        """The MapResult, or with ``wait`` its value."""
+                   error_callback: Any, wait: bool = False) -> MapResult:
+        """The MapResult; with ``wait``, once it is ready (waited for serving the hub)."""
         core = self._core
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
@@ -473,7 +474,9 @@ class Pool:
         try:
             core.submit(func, mode, enumerate(chunks), result, f"map({_label(func)})",
                         serving)
-            return result.get() if wait else result
+            if wait:
+                result.wait()
+            return result
         finally:
             if serving is not None:
                 serving.stop()
@@ -481,7 +484,9 @@ class Pool:
     def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
             chunksize: Optional[int] = None) -> List[Any]:
         """``[func(x) for x in iterable]`` computed by the workers, in order."""
-        return self._map_async(func, iterable, chunksize, MAP, None, None, wait=True)
+        values: List[Any] = self._map_async(func, iterable, chunksize, MAP, None, None,
+                                            wait=True).get()
+        return values
 
     def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
                   chunksize: Optional[int] = None, callback: Any = None,
@@ -491,7 +496,9 @@ class Pool:
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None) -> List[Any]:
         """``[func(*args) for args in iterable]`` computed by the workers, in order."""
-        return self._map_async(func, iterable, chunksize, STARMAP, None, None, wait=True)
+        values: List[Any] = self._map_async(func, iterable, chunksize, STARMAP, None, None,
+                                            wait=True).get()
+        return values
 
     def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                       chunksize: Optional[int] = None, callback: Any = None,

@@ -24,10 +24,11 @@ from __future__ import annotations
 import collections
 import signal
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Set
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set
 
 from .._log import log
 from ..errors import WorkerLostError
+from ..process import Process
 from ..process._process import end_reason, known_exitcode
 from ..transport.operations import handles
 from ..transport.remote import pack_exception
@@ -53,11 +54,19 @@ _EXIT_POLL = 0.05
 
 
 
+class ResultSink(Protocol):
+    """Where a task's result goes: the result object of its call (an ``ApplyResult``,
+    a ``MapResult``, an ``imap`` iterator, an executor's future)."""
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        """The outcome of item ``index``: a value's frames, or an exception record's."""
+
+
 class Task:
     __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
                  "suspect")
 
-    def __init__(self, task_id: int, job: Any, index: int, fid: int, frames: List[Any],
+    def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
                  call: str) -> None:
         self.task_id = task_id
         self.job = job
@@ -81,7 +90,7 @@ class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load")
 
-    def __init__(self, worker_id: int, process: Any) -> None:
+    def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
         self.process = process
         self.peer: Optional[Peer] = None

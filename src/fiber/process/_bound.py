@@ -11,11 +11,27 @@ from __future__ import annotations
 
 import copyreg
 import threading
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Protocol, Type
 
 from ._process import Process
 
-__all__ = ["process_class"]
+__all__ = ["process_class", "ProcessContext", "BackendContext"]
+
+
+class ProcessContext(Protocol):
+    """What a pool needs of its ``context`` (a :class:`fiber.FiberContext`): the
+    ``Process`` class its workers are."""
+
+    @property
+    def Process(self) -> Type[Process]: ...  # noqa: N802 - the multiprocessing name
+
+
+class BackendContext(Protocol):
+    """What a manager needs of its ``ctx`` (a :class:`fiber.FiberContext`): the backend
+    its processes run on (None: the configured default)."""
+
+    @property
+    def backend(self) -> Optional[str]: ...
 
 _lock = threading.Lock()
 
@@ -33,7 +49,7 @@ def process_class(backend: Optional[str]) -> Type[Process]:
                                           "__reduce__": _reduce_as_plain_process,
                                           "_named_as": "Process"})
             globals()[name] = cls
-    return cls  # type: ignore[no-any-return]
+    return cls
 
 
 def _reduce_as_plain_process(self: Process) -> Any:

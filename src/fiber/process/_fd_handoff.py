@@ -151,7 +151,7 @@ def _dumps(pickler: Any, obj: Any) -> bytes:
 
 def _dumps_as_spawn(proc: Any) -> bytes:
     previous = mp_context.get_spawning_popen()
-    mp_context.set_spawning_popen(_SpawningPopen())  # type: ignore[arg-type]
+    mp_context.set_spawning_popen(_SpawningPopen())  # type: ignore[arg-type, unused-ignore]
     try:
         return _dumps(reduction.ForkingPickler, proc)
     except Exception as e:
@@ -212,7 +212,7 @@ class _SharedFd:
     library's resource sharer, fetched once by the unpickling process."""
 
     def __init__(self, fd: int) -> None:
-        self._shared = resource_sharer.DupFd(fd)  # type: ignore[attr-defined]
+        self._shared = resource_sharer.DupFd(fd)
         add_handoff(functools.partial(_withdraw, self._shared))
 
     def detach(self) -> int:

@@ -42,10 +42,10 @@ class ParentProcess(Process):
         self._gone_w = -1
 
     @property
-    def ident(self) -> Optional[int]:  # type: ignore[override]
+    def ident(self) -> Optional[int]:
         return self._remote_pid
 
-    pid = ident  # type: ignore[assignment]
+    pid = ident
 
     def is_alive(self) -> bool:
         self._check_closed()
@@ -55,7 +55,7 @@ class ParentProcess(Process):
         raise ProcessError("cannot join the parent process")
 
     @property
-    def sentinel(self) -> int:  # type: ignore[override]
+    def sentinel(self) -> int:
         """A file descriptor that becomes readable (EOF) when the parent is gone."""
         self._check_closed()
         with self._gone_lock:

@@ -155,7 +155,7 @@ class Process:
         # as multiprocessing does, or every process started would keep a descriptor)
         # Not at exit: threads still wait on the sentinel then (a pool's), and the
         # process's end releases everything anyway.
-        weakref.finalize(self, collect, job).atexit = False
+        weakref.finalize(self, collect, job).atexit = False  # type: ignore[misc, unused-ignore]
         release_collected()
         hub = _runtime.hub()
         ref = weakref.ref(self)  # the timer must not keep an ended process alive

@@ -65,7 +65,8 @@ class QueueReader:
             service.signal = self._signal
             self._signal.show(bool(service.items))
         self._close = weakref.finalize(self, _detach, hub, service, self._signal)
-        self._close.atexit = False  # the process's end closes the pipe
+        # the process's end closes the pipe (older typesheds: finalize has no atexit slot)
+        self._close.atexit = False  # type: ignore[misc, unused-ignore]
 
     @property
     def closed(self) -> bool:

@@ -62,7 +62,9 @@ def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: Opti
     with _lock:
         for key, value in base_globals.items():
             namespace.setdefault(key, value)
-    return _cloudpickle._make_function(code, namespace, name, argdefs, closure)  # noqa: SLF001
+    fn: types.FunctionType = _cloudpickle._make_function(  # noqa: SLF001
+        code, namespace, name, argdefs, closure)
+    return fn
 
 
 def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]

@@ -27,7 +27,7 @@ import hmac
 import os
 import secrets
 import threading
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "program_secret",
@@ -69,7 +69,7 @@ def program_secret() -> bytes:
         return _secret
 
 
-def secret_env() -> dict:
+def secret_env() -> Dict[str, str]:
     """The environment entry that hands the secret to a child job."""
     return {SECRET_ENV: program_secret().hex()}
 

@@ -31,11 +31,12 @@ from ..errors import AuthenticationError, TransportError
 from . import auth
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
+from .peers import LocalPeer, Peer
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
            "close_all", "ensure_anchor", "register_local_server", "prune_closed", "Settings",
-           "DEFAULTS", "local_server", "renew_process_id"]
+           "DEFAULTS", "local_server", "renew_process_id", "Channel", "OwnServer"]
 
 Reply = Tuple[bytes, List[Any]]
 LateReply = Callable[[bytes, List[Any]], None]
@@ -297,12 +298,49 @@ class Client:
         return msg
 
 
+class Channel(Protocol):
+    """What :func:`get_client` gives: a :class:`Client` (a connection) or a
+    :class:`LocalClient` (this process's own server, called directly)."""
+
+    address: str
+    lost: bool
+
+    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+                timeout: Optional[float] = None,
+                on_late: Optional[LateReply] = None) -> Reply: ...
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None: ...
+
+    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+              on_reply: LateReply) -> bytes: ...
+
+
+class OwnServer(Protocol):
+    """What a :class:`LocalClient` uses of this process's own server (a
+    :class:`~fiber.transport.server.Server`, which imports this module)."""
+
+    address: str
+    lock: threading.RLock
+
+    @property
+    def alive(self) -> bool: ...
+
+    def local_peer(self) -> LocalPeer: ...
+
+    def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
+                 payload: List[Any]) -> None: ...
+
+    def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
+                     wait: Callable[[Optional[float]], bool],
+                     spin: Optional[Callable[[], float]] = None) -> bool: ...
+
+
 class LocalClient:
     """Calls the services of this process's own server directly, under its lock."""
 
     lost = False
 
-    def __init__(self, server: Any, settings: SettingsSource = _defaults) -> None:
+    def __init__(self, server: OwnServer, settings: SettingsSource = _defaults) -> None:
         self.address = server.address
         self._server = server
         self._ids = itertools.count(1)
@@ -370,25 +408,25 @@ _local = threading.local()
 _all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 _anchors: Dict[str, Client] = {}
 _anchor_lock = threading.Lock()
-_local_servers: Dict[str, Any] = {}
+_local_servers: Dict[str, OwnServer] = {}
 
 
-def register_local_server(server: Any) -> None:
+def register_local_server(server: OwnServer) -> None:
     """Route this process's calls to ``server`` through :class:`LocalClient`."""
     _local_servers[server.address] = server
 
 
-def unregister_local_server(server: Any) -> None:
+def unregister_local_server(server: OwnServer) -> None:
     _local_servers.pop(server.address, None)
 
 
-def local_server(address: str) -> Any:
+def local_server(address: str) -> Optional[OwnServer]:
     """This process's own server at ``address`` (registered), or None."""
     return _local_servers.get(address)
 
 
 def get_client(address: str, timeout: Optional[float] = None, *,
-               settings: SettingsSource) -> Any:
+               settings: SettingsSource) -> Channel:
     """This thread's client for ``address``, connected and authenticated on first use,
     with the ``settings`` given when it was made.
 
@@ -396,7 +434,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
         ConnectionLost, TransportError: the server cannot be reached.
         AuthenticationError: the server does not hold the program's secret.
     """
-    cache: Optional[Dict[str, Any]] = getattr(_local, "clients", None)
+    cache: Optional[Dict[str, Channel]] = getattr(_local, "clients", None)
     if cache is None:
         cache = _local.clients = {}
     client = cache.get(address)
@@ -406,7 +444,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
     if server is not None and server.alive:
         client = cache[address] = LocalClient(server, settings)
         return client
-    if client is not None:
+    if isinstance(client, Client):  # lost (a LocalClient never is)
         client.close()
     prune_closed()
     timeout = CONNECT_TIMEOUT if timeout is None else max(0.1, min(timeout, CONNECT_TIMEOUT))

@@ -194,7 +194,7 @@ class Outbox:
                 _close_all(fds)
                 self.items = items = collections.deque(
                     i for i in items if not isinstance(i, list))
-            _advance(items, sent)  # type: ignore[arg-type]
+            _advance(items, sent)
         return True
 
     def close(self) -> None:
@@ -277,7 +277,7 @@ class FrameReader:
         (n,) = _COUNT.unpack_from(buf, pos)
         if n == 0 or n > MAX_FRAMES:
             raise ProtocolError(f"bad frame count {n}")
-        size = 4 + 8 * n
+        size: int = 4 + 8 * n
         if len(buf) - pos < size:
             return 0
         lengths = _lengths_struct(n).unpack_from(buf, pos + 4)

@@ -49,14 +49,14 @@ def to_memfd(frame: Any, size: int) -> int:
     fd = _kept_memfd(frame, size)
     if fd is not None:
         return fd
-    fd = os.memfd_create(  # type: ignore[attr-defined]
-        "fiber-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
+    fd = os.memfd_create(
+        "fiber-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         view = memoryview(frame).cast("B")
         written = 0
         while written < size:
             written += os.write(fd, view[written:])
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)  # type: ignore[attr-defined]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)
     except BaseException:
         os.close(fd)
         raise
@@ -73,7 +73,7 @@ def receive(fd: int, size: int) -> Union[mmap.mmap, bytearray]:
     try:
         if os.fstat(fd).st_size < size:
             raise ValueError("shared-memory frame shorter than announced")
-        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:  # type: ignore[attr-defined]
+        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
             return _read_all(fd, size)
         try:
             mapping = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,

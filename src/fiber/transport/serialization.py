@@ -36,7 +36,7 @@ OOB_THRESHOLD = 64 * 1024
 Frame = Union[bytes, bytearray, memoryview]
 
 
-class _Pickler(cloudpickle.Pickler):
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no hints
     """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers.
 
     A function of ``__main__`` names fiber's reconstructors instead of cloudpickle's, so

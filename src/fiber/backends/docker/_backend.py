@@ -302,7 +302,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                                   f"{engine_reason(e, creates[i]['image'])}") from e
             return cid
 
-        results = parallel(create_and_start, range(len(jobs)))  # type: ignore[arg-type]
+        results = parallel(create_and_start, range(len(jobs)))
         failed = [(job, err) for job, (_, err) in zip(jobs, results) if err is not None]
         if failed:
             parallel(lambda job: self._remove(engine, job.container_id or job.job_id), jobs)

@@ -279,7 +279,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 raise SubmitError(f"cannot create pod {jobs[i].job_id} ({jobs[i].name}) in "
                                   f"namespace {cluster.namespace!r}: {api_reason(e)}") from e
 
-        results = parallel(create, range(len(jobs)))  # type: ignore[arg-type]
+        results = parallel(create, range(len(jobs)))
         failed = [err for _, err in results if err is not None]
         if failed:
             parallel(lambda job: self._delete(cluster, job.job_id, 0, cfg.kubernetes_timeout),

@@ -61,7 +61,7 @@ def _current_status(proc: _Proc) -> JobStatus:
     return _status_of(proc.poll())
 
 
-_noted: set = set()
+_noted: Set[str] = set()
 
 
 def _note_once(message: str) -> None:
@@ -207,7 +207,7 @@ class LocalBackend(Backend):
     def watcher(self) -> JobWatcher:
         if not hasattr(os, "pidfd_open"):
             return super().watcher()
-        w = self.__dict__.get("_watcher")
+        w: Optional[JobWatcher] = self.__dict__.get("_watcher")
         if w is None:
             with self._lock:
                 w = self.__dict__.setdefault("_watcher", _PidfdWatcher(self))
@@ -331,7 +331,7 @@ class _PidfdWatcher(JobWatcher):
         if isinstance(self._local.proc_of(entry[0]), ForkedJob):
             return
         try:
-            fd = os.pidfd_open(entry[0].pid)  # type: ignore[attr-defined]
+            fd = os.pidfd_open(entry[0].pid)
         except ProcessLookupError:
             fd = os.open(os.devnull, os.O_RDONLY)  # already reaped: readable at once
         fds[job_id] = fd

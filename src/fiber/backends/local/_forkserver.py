@@ -137,7 +137,7 @@ class ForkedJob:
                 return
             try:
                 if self._pidfd is not None:
-                    signal.pidfd_send_signal(self._pidfd, sig)  # type: ignore[attr-defined]
+                    signal.pidfd_send_signal(self._pidfd, sig)
                 else:
                     os.kill(self.pid, sig)
             except ProcessLookupError:

@@ -116,7 +116,7 @@ def _template(fd: int) -> None:
             for f in fds:
                 os.close(f)
             try:
-                pidfd: List[int] = [os.pidfd_open(pid)]  # type: ignore[attr-defined]
+                pidfd: List[int] = [os.pidfd_open(pid)]
             except OSError:
                 pidfd = []
             try:
@@ -227,7 +227,7 @@ class _ChildContext:
         numpy_random = sys.modules.get("numpy.random")
         if numpy_random is not None:
             try:
-                numpy_random.seed()  # type: ignore[attr-defined]
+                numpy_random.seed()
             except Exception:
                 pass
 

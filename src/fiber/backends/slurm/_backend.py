@@ -70,7 +70,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...config import get_config
 from ...errors import BackendError, ConfigError, FiberError, SubmitError
@@ -155,7 +155,7 @@ class SlurmBackend(BatchBackend):
             if w is None:
                 w = self.__dict__["_watcher"] = JobWatcher(
                     self, self.poll_min_interval, self.poll_max_interval)
-            return w  # type: ignore[no-any-return]
+            return w
 
     # -- mode and configuration ----------------------------------------------------------
 
@@ -236,7 +236,7 @@ class SlurmBackend(BatchBackend):
             return []
         if self.mode() == "steps":
             return self._submit_steps(specs)
-        groups: Dict[Tuple, List[int]] = {}
+        groups: Dict[Tuple[Any, ...], List[int]] = {}
         for i, spec in enumerate(specs):
             groups.setdefault((tuple(spec.command), spec.resources), []).append(i)
         handles: List[Optional[JobHandle]] = [None] * len(specs)
