@@ -8,19 +8,18 @@
 """
 
 from .._exports import publish
-from ._managers import (
+from ._async_calls import CallHandle
+from ._managers import AsyncManager, BaseManager, Namespace, SyncManager, Token
+from ._proxies import (
     AcquirerProxy,
     ArrayProxy,
     AsyncAutoProxy,
-    AsyncManager,
     AsyncProxy,
     AsyncResultProxy,
     AutoProxy,
     BarrierProxy,
     BaseListProxy,
-    BaseManager,
     BaseProxy,
-    CallHandle,
     ConditionProxy,
     DictProxy,
     DirectProxy,
@@ -28,12 +27,9 @@ from ._managers import (
     IteratorProxy,
     ListProxy,
     MakeProxyType,
-    Namespace,
     NamespaceProxy,
     PoolProxy,
     QueueProxy,
-    SyncManager,
-    Token,
     ValueProxy,
 )
 

@@ -57,24 +57,20 @@ from ..process._process import mark_daemonic
 from ..transport import auth
 from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
-from ._async_calls import CallHandle, channel
+from ._async_calls import channel
 from ._proxies import (
     AcquirerProxy,
     ArrayProxy,
     AsyncAutoProxy,
-    AsyncProxy,
     AsyncResultProxy,
     AutoProxy,
     BarrierProxy,
-    BaseListProxy,
     BaseProxy,
     ConditionProxy,
     DictProxy,
-    DirectProxy,
     EventProxy,
     IteratorProxy,
     ListProxy,
-    MakeProxyType,
     NamespaceProxy,
     PoolProxy,
     QueueProxy,
@@ -93,12 +89,7 @@ from ._server import (
     serve_manager,
 )
 
-__all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProxy",
-           "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
-           "CallHandle", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
-           "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
-           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
-           "DirectProxy", "BaseListProxy"]
+__all__ = ["BaseManager", "SyncManager", "AsyncManager", "Namespace", "Token"]
 
 Namespace = _mpm.Namespace
 Token = Spec
