@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 from . import errors, futures, managers
 from ._version import __version__ as __version__
-from .config import Config, get_config, init
+from .config import Config, get_config, init, reset
 from .connection import BufferTooShort, Pipe
 from .context import FiberContext, get_context
 from .errors import (
@@ -139,6 +139,7 @@ __all__ = [
     "meta",
     "parent_process",
     "reducer",
+    "reset",
     "set_executable",
     "set_forkserver_preload",
     "set_start_method",

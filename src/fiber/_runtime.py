@@ -69,8 +69,10 @@ def hub() -> Server:
     with _lock:
         if _hub is None or _hub_pid != os.getpid() or not _hub.alive:
             cfg = get_config()
+            # listen_port is the main process's: its jobs' hubs take free ports
+            port = 0 if parent_address() else cfg.listen_port
             _hub = Server(listen_host(), cfg.heartbeat_interval, cfg.heartbeat_timeout,
-                          name="fiber-hub")
+                          name="fiber-hub", port=port)
             _hub_pid = os.getpid()
             register_local_server(_hub)
         return _hub

@@ -8,6 +8,7 @@ here at the layer boundary and never leak out of fiber's public API.
 
 from __future__ import annotations
 
+import difflib
 import multiprocessing
 from concurrent.futures.process import BrokenProcessPool
 from typing import Optional, Sequence
@@ -55,8 +56,11 @@ class UnknownBackendError(BackendError, ValueError):
 
     def __init__(self, name: str, known: Sequence[str], hint: str = "") -> None:
         self.name = name
+        close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
         super().__init__(
-            f"unknown fiber backend {name!r}; known backends: {', '.join(sorted(known))}"
+            f"unknown fiber backend {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; known backends: {', '.join(sorted(known))}"
             + (f" ({hint})" if hint else "")
         )
 

@@ -64,6 +64,15 @@ def _label(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+def _check_size(processes: Any) -> None:
+    """Raise as multiprocessing does for a pool size that is not a positive int."""
+    if not isinstance(processes, int) or isinstance(processes, bool):
+        raise TypeError(f"the number of processes must be an int, not "
+                        f"{type(processes).__name__!r}")
+    if processes < 1:
+        raise ValueError("Number of processes must be at least 1")
+
+
 def _self_inflicted(exitcode: Optional[int]) -> bool:
     """Whether a worker that died before connecting failed by itself (an exception, a
     crash) rather than being killed from outside (SIGKILL, SIGTERM: an operator, the OOM
@@ -316,8 +325,7 @@ class _PoolCore:
     # -- life cycle ----------------------------------------------------------------------
 
     def resize(self, size: int) -> None:
-        if not isinstance(size, int) or size < 1:
-            raise ValueError("Number of processes must be at least 1")
+        _check_size(size)
         with self.hub.lock:
             grow = size - len([ws for ws in self._live_workers() if not ws.retiring])
         if grow > 0:
@@ -366,7 +374,7 @@ class Pool:
 
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
-        TypeError: ``initializer`` is not callable.
+        TypeError: ``processes`` is not an int, or ``initializer`` is not callable.
         ResourceLimitError: the workers would need more open files than this process
             may have (its soft limit is raised to the hard one first).
     """
@@ -378,8 +386,7 @@ class Pool:
                  memory: Optional[int] = None, gpu: Optional[int] = None) -> None:
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
-        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
-            raise ValueError("Number of processes must be at least 1")
+        _check_size(processes)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if maxtasksperchild is not None and (
@@ -525,6 +532,7 @@ class Pool:
         """Grow or shrink the running pool; retiring workers finish the tasks they hold.
 
         Raises:
+            TypeError: ``processes`` is not an int.
             ValueError: ``processes`` < 1, or the pool is not running.
             ResourceLimitError: growing it would exceed the open-file limit.
         """

@@ -40,7 +40,7 @@ from typing import (
 
 from . import _fd_handoff, _launcher, _runtime
 from ._limits import ensure_open_files
-from ._log import log
+from ._log import log, name_process
 from ._served import collecting_handoffs
 from .backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from .backends._command import bootstrap_command
@@ -456,6 +456,7 @@ class Process:
         """Run in the child: ``run()`` then the exit protocol; returns the exit code."""
         global _current_process
         _current_process = self
+        name_process(self.name)
         _children.clear()
         try:
             self.run()

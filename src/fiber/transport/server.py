@@ -191,14 +191,15 @@ _NUDGE = object()
 
 
 class Server:
-    """A TCP listener on ``host`` (random port) served by one thread."""
+    """A TCP listener on ``host`` (``port``, 0: a free one) served by one thread."""
 
     def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 3.0,
-                 name: str = "fiber-server") -> None:
+                 name: str = "fiber-server", port: int = 0) -> None:
         try:
-            self._listeners, self.address = listen(host)
+            self._listeners, self.address = listen(host, port)
         except OSError as e:
-            raise TransportError(f"cannot listen on {host!r}: {e}", f"tcp://{host}") from e
+            raise TransportError(f"cannot listen on {host!r} port {port}: {e}",
+                                 f"tcp://{host}:{port}") from e
         self._heartbeat = (heartbeat_s, timeout_s)
         #: Guards every service and every socket write; reentrant for nested calls.
         self.lock = threading.RLock()
