@@ -72,12 +72,16 @@ class Config:
     python: str = ""
     #: Container image for container backends; empty means the master's own image.
     image: str = ""
-    #: Default resources of a job whose target has no ``@fiber.meta``.
+    #: CPUs of a job whose target has no ``@fiber.meta(cpu=...)``.
     cpu_per_job: float = 1.0
+    #: Memory (MB) of a job whose target has no ``@fiber.meta(memory=...)``; 0: no limit
+    #: asked for.
     memory_per_job_mb: int = 0
+    #: GPUs of a job whose target has no ``@fiber.meta(gpu=...)``.
     gpu_per_job: int = 0
-    #: Seconds between liveness heartbeats, and silence after which a peer is lost.
+    #: Seconds between liveness probes of a connection (TCP keepalive).
     heartbeat_interval: float = 1.0
+    #: Seconds of silence after which a peer counts as lost (its host unreachable).
     heartbeat_timeout: float = 3.0
     #: Seconds a submitted job may take to connect back before it counts as failed.
     startup_timeout: float = 600.0
