@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from . import errors, futures, managers
+from . import _version, errors, futures, managers
 from ._version import __version__ as __version__
 from .config import Config, get_config, init, reset
 from .connection import BufferTooShort, Pipe
@@ -39,6 +39,7 @@ from .synchronize import (
 )
 
 _default = get_context(None)
+_version.warn_if_shadowed(__path__[0])
 
 
 def cpu_count() -> int:
