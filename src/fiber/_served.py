@@ -18,9 +18,11 @@ import secrets
 import struct
 import threading
 import weakref
+from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from . import _runtime
+from .transport import auth
 from .transport.client import ConnectionLost, LateReply, get_client
 from .transport.remote import unpack_exception
 from .transport.serialization import loads
@@ -61,14 +63,21 @@ class Handle:
         self._finalizer: Optional[weakref.finalize] = weakref.finalize(
             self, _unregister, hub, self._name, self._shared)
 
-    def __getstate__(self) -> Tuple[bytes, str]:
+    def __getstate__(self) -> Tuple[Any, ...]:
         shared = self.__dict__.get("_shared")
         if shared is not None:
             shared[0] = True
+        if _for_a_stdlib_child():
+            # A multiprocessing child has no job environment to inherit the program's
+            # secret from: it travels with the object, in the data multiprocessing sends
+            # its child privately (over a pipe), as multiprocessing's own authkey does.
+            return (self._name, self._address, auth.program_secret())
         return (self._name, self._address)
 
-    def __setstate__(self, state: Tuple[bytes, str]) -> None:
-        self._name, self._address = state
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
+        self._name, self._address = state[0], state[1]
+        if len(state) > 2:
+            auth.adopt_secret(state[2])
         self._finalizer = None
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
@@ -96,6 +105,13 @@ class Handle:
     def _lost(self, e: ConnectionLost) -> BaseException:
         """The error a lost server means for this kind of object (overridden by Pipe)."""
         return e
+
+
+def _for_a_stdlib_child() -> bool:
+    """Whether this pickle is the preparation data of a ``multiprocessing`` spawn or
+    forkserver child (not of a fiber job, which fiber's own code may pickle so too)."""
+    popen = mp_context.get_spawning_popen()
+    return popen is not None and type(popen).__module__.startswith("multiprocessing.")
 
 
 def _unregister(hub: Any, name: bytes, shared: List[bool]) -> None:
