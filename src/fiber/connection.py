@@ -27,8 +27,9 @@ from . import _conn_wait, _runtime
 from ._conn_wait import wait
 from ._served import Handle, add_handoff, decode_wait, encode_wait
 from .transport.client import ConnectionLost, process_id
-from .transport.serialization import dumps, loads
+from .transport.serialization import loads
 from .transport.server import Peer, Server, Service, Timer
+from .transport.unpicklable import dumps_explained
 
 __all__ = ["Pipe", "Connection", "wait", "BufferTooShort"]
 
@@ -213,7 +214,7 @@ class Connection(Handle):
         """
         self._check_writable()
         self._check_not_broken()
-        frames = dumps(obj)
+        frames = dumps_explained(obj, "the object sent", "obj")
         self._send(b"send", [self._tag(), _PICKLED, *frames])
 
     def _check_not_broken(self) -> None:

@@ -50,6 +50,7 @@ from .process import start_all, terminate_all
 from .transport.remote import pack_exception
 from .transport.serialization import dumps
 from .transport.server import Serving
+from .transport.unpicklable import explain, explained
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
@@ -62,6 +63,17 @@ _SLICE = 256  # tasks queued at a time after the first slice (see _PoolCore.subm
 
 def _label(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _explain_task(error: BaseException, mode: int, data: Any, index: int,
+                  label: str) -> BaseException:
+    """A task's pickling error, saying which argument or item and which object failed."""
+    if mode == CALL:
+        args, kwargs = data
+        if explain(args, "args") is not None:
+            return explained(error, f"an argument of {label}", args, "args")
+        return explained(error, f"an argument of {label}", kwargs, "kwargs")
+    return explained(error, f"chunk {index} of {label}", data, "items")
 
 
 def _check_size(processes: Any) -> None:
@@ -181,8 +193,9 @@ class _PoolCore:
             try:
                 fid = self._fid(fn)
             except Exception as e:
+                error = explained(e, f"the function of {label}", fn, "function")
                 for index, _ in items:
-                    job.deliver(index, False, dumps(pack_exception(e)))
+                    job.deliver(index, False, dumps(pack_exception(error)))
                 return []
             self.service.function_refs[fid] += 1  # kept while tasks are being queued
         tasks: List[Task] = []
@@ -193,7 +206,8 @@ class _PoolCore:
                 try:
                     frames = dumps((mode, data))
                 except Exception as e:
-                    job.deliver(index, False, dumps(pack_exception(e)))
+                    error = _explain_task(e, mode, data, index, label)
+                    job.deliver(index, False, dumps(pack_exception(error)))
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
                 if len(pending) >= (_SLICE if tasks else self.window):

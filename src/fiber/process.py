@@ -50,6 +50,7 @@ from .meta import resources_of
 from .transport import auth
 from .transport.serialization import dumps
 from .transport.sockets import split_address
+from .transport.unpicklable import PICKLING_ERRORS, explain, explained
 
 __all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
            "terminate_all"]
@@ -191,6 +192,15 @@ class Process:
         """Submit the job that runs this process."""
         start_all([self])
 
+    def _explained(self, error: BaseException) -> BaseException:
+        """A pickling error of this process, naming the target or argument that failed."""
+        for path, part, what in (("target", self._target, "target"),
+                                 ("args", self._args, "arguments"),
+                                 ("kwargs", self._kwargs, "keyword arguments")):
+            if explain(part, path) is not None:
+                return explained(error, f"{self.name}'s {what}", part, path)
+        return explained(error, f"{self.name}", self, "process")
+
     def _prepare(self) -> Tuple[_Job, JobSpec]:
         """Check, pickle and register this process for launch; nothing is submitted."""
         self._check_closed()
@@ -203,8 +213,11 @@ class Process:
         cfg = get_config()
         backend = get_backend(self._backend_name or cfg.backend)
         _check_reachable(backend)
-        with collecting_handoffs() as handoffs:
-            pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        try:
+            with collecting_handoffs() as handoffs:
+                pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        except PICKLING_ERRORS as e:
+            raise self._explained(e) from None
         # what a spawn child of multiprocessing inherits: the program's argv, path and
         # working directory (the interpreter flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),

@@ -39,8 +39,9 @@ from typing import Any, Deque, List, Optional, Tuple
 
 from ._queue_reader import QueueReader, ReadySignal, reader_of
 from ._served import Handle, decode_wait, encode_wait
-from .transport.serialization import dumps, loads
+from .transport.serialization import loads
 from .transport.server import Peer, Server, Service, Timer
+from .transport.unpicklable import dumps_explained
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 
@@ -229,7 +230,7 @@ class Queue(Handle):
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        frames = dumps(obj)
+        frames = dumps_explained(obj, "the item put on the queue", "item")
         if self._maxsize <= 0:
             self._send(b"put", frames)
             return
