@@ -49,6 +49,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "local_pids: the test kills or identifies workers by OS pid, which only "
         "the local and netns backends give (their jobs are processes of this machine); "
         "cluster backends have their own crash tests (node crash, container kill)")
+    config.addinivalue_line(
+        "markers", "scale: a pool of hundreds of workers (minutes on this machine): run once, "
+        "with Python 3.11; the suites on the other supported Pythons deselect these")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
