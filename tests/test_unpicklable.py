@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 import helpers
+import pytest
 
 
 class Holder:
