@@ -24,6 +24,7 @@ import collections
 import itertools
 import os
 import secrets
+import selectors
 import signal
 import threading
 import types
@@ -44,7 +45,6 @@ from ._pool_service import PoolService, Task, WorkerState, describe_exit
 from ._pool_worker import CALL, MAP, STARMAP, worker_main
 from .backends import Resources
 from .config import get_config
-from .connection import wait
 from .errors import BrokenPoolError, PoolTerminatedError
 from .process import start_all, terminate_all
 from .transport.remote import pack_exception
@@ -126,6 +126,10 @@ class _PoolCore:
         self.procs: Dict[int, WorkerState] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        #: The maintainer's wake pipe and every started worker's sentinel: a worker's end
+        #: costs one event, not a new wait on every sentinel of the pool.
+        self._exits = selectors.DefaultSelector()
+        self._exits.register(self._wake_r, selectors.EVENT_READ, None)
         self.maintainer = threading.Thread(target=self._maintain, daemon=True,
                                            name=f"fiber-pool-{self.name.decode()[4:]}")
         self.maintainer.start()
@@ -276,6 +280,7 @@ class _PoolCore:
         with self.hub.lock:
             for ws in states:
                 self.procs[ws.process.sentinel] = ws
+                self._exits.register(ws.process.sentinel, selectors.EVENT_READ, ws)
             terminated = self.state == TERMINATE
         if terminated:  # terminate() ran while these were being submitted
             terminate_all([ws.process for ws in states])
@@ -310,29 +315,30 @@ class _PoolCore:
         try:
             while True:
                 with self.hub.lock:
-                    active = [ws for ws in self._live_workers() if not ws.retiring]
+                    active = self.service.active()
                     # After close(), lost workers are still replaced while work remains.
                     working = self.state == RUN or (
                         self.state == CLOSE and self.service.outstanding > 0)
-                    need = self.size - len(active) if (
+                    need = self.size - active if (
                         working and self.broken is None) else 0
                     if self.state != RUN and not self.procs and need <= 0:
                         return
                 if need > 0:
                     self._start_workers(need)
                     continue
-                ready = wait([self._wake_r, *self.procs], timeout=None)
-                if self._wake_r in ready:
-                    os.read(self._wake_r, 4096)
-                for fd in ready:
-                    ws = self.procs.get(fd)  # type: ignore[call-overload]
-                    if ws is not None:
-                        with self.hub.lock:
-                            ws.exitcode = ws.process.exitcode
-                            self.service.worker_lost(ws)
-                            del self.procs[fd]
-                        ws.process.close()
+                for key, _ in self._exits.select():
+                    ws = key.data
+                    if ws is None:
+                        os.read(self._wake_r, 4096)
+                        continue
+                    self._exits.unregister(key.fd)
+                    with self.hub.lock:
+                        ws.exitcode = ws.process.exitcode
+                        self.service.worker_lost(ws)
+                        del self.procs[key.fd]
+                    ws.process.close()
         finally:
+            self._exits.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
 
@@ -341,13 +347,13 @@ class _PoolCore:
     def resize(self, size: int) -> None:
         _check_size(size)
         with self.hub.lock:
-            grow = size - len([ws for ws in self._live_workers() if not ws.retiring])
+            grow = size - self.service.active()
         if grow > 0:
             ensure_open_files(grow, f"growing the pool to {size} workers")
         with self.hub.lock:
             self.check_running()
             self.size = size
-            surplus = len([ws for ws in self._live_workers() if not ws.retiring]) - size
+            surplus = self.service.active() - size
             if surplus > 0:
                 self.service.retire(surplus)
         self.wake()
