@@ -20,7 +20,7 @@
 Every wait of the master is on the members' pipe ends and job sentinels at once
 (``fiber.connection.wait``): a member that dies ends its pipe end at once (its connection
 closes), so the ring ends the others within a second or so, even while they block in a
-collective that can never complete (measured in tests/test_ring.py).
+collective that can never complete (benchmarks/ring_failure.py measures it).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class _Round:
             proc.join(max(0.0, limit - time.monotonic()))
 
     def _close(self) -> None:
-        for conn in self.conns:
+        for conn in self.conns + self._theirs:
             conn.close()
         for proc in self.procs:
             try:
