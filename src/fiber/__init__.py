@@ -26,6 +26,7 @@ from .meta import meta
 from .pool import Pool
 from .process import Process, active_children, current_process, parent_process
 from .queues import JoinableQueue, Queue, SimpleQueue
+from .ring import Ring
 from .sharedctypes import Array, RawArray, RawValue, Value
 from .synchronize import (
     Barrier,
@@ -118,6 +119,7 @@ __all__ = [
     "RawArray",
     "RawValue",
     "RemoteError",
+    "Ring",
     "Semaphore",
     "SimpleQueue",
     "TimeoutError",
