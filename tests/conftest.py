@@ -112,7 +112,7 @@ def _children() -> set:
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if any("resource_tracker" in word or word == "fiber.backends._forkserver_template"
+            if any("resource_tracker" in word or word == "fiber.backends.local._forkserver_template"
                    for word in p.cmdline()):
                 continue
         except psutil.Error:

@@ -92,9 +92,9 @@ def spawn_child_and_report(q, daemon: bool) -> None:  # type: ignore[no-untyped-
 
 
 def timed_recv(conn, spare: bool) -> None:  # type: ignore[no-untyped-def]
-    """Say ``ready``, then receive one item, with ``fiber._cpus.spare_cpu`` answering
+    """Say ``ready``, then receive one item, with ``fiber.transport.cpus.spare_cpu`` answering
     ``spare``; send back the item and the CPU time this thread spent waiting for it."""
-    from fiber import _cpus
+    from fiber.transport import cpus as _cpus
 
     _cpus.spare_cpu = lambda: spare  # type: ignore[assignment]
     conn.send("ready")
@@ -109,8 +109,8 @@ def pipe_of_my_own(conn) -> None:  # type: ignore[no-untyped-def]
     how many ``wait()`` calls this hub holds, ``"wait"`` waits on ``conn``'s parent end
     too... and ``None`` ends."""
     import fiber
-    from fiber import _runtime
-    from fiber._conn_wait import WAIT_SERVICE
+    from fiber._core import _runtime
+    from fiber.connection._watch import WAIT_SERVICE
 
     mine, theirs = fiber.Pipe()
     conn.send(theirs)

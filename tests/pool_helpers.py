@@ -98,9 +98,9 @@ def burn(seconds: float) -> bool:
 
 def pretend_spare_cpu(spare: bool) -> None:
     """A pool initializer: this worker sees the host with (or without) a CPU to spare."""
-    import fiber._cpus
+    import fiber.transport.cpus
 
-    fiber._cpus.spare_cpu = lambda: spare
+    fiber.transport.cpus.spare_cpu = lambda: spare
 
 
 def process_cpu() -> float:

@@ -105,7 +105,7 @@ def test_import_has_no_side_effects(tmp_path):
         "assert set(os.listdir('.')) == before\n"
         "assert not logging.getLogger().handlers and not logging.getLogger('fiber').handlers\n"
         "assert 'FIBER_SECRET' in os.environ\n"
-        "import fiber._runtime as r; assert r.hub_if_started() is None\n"
+        "import fiber._core._runtime as r; assert r.hub_if_started() is None\n"
         "print('clean')\n"
     )
     env = {**os.environ, "FIBER_SECRET": "ab" * 32, "FIBER_BACKEND": "no-such-backend"}

@@ -316,7 +316,8 @@ def test_pid_host_mode_gives_real_pids(engine):
         p = dctx().Process(target=sleep, args=(60,))
         p.start()
         wait_until(lambda: p.host != "", 60, message="the child connected")
-        assert "fiber._bootstrap" in psutil.Process(p.pid).cmdline()  # a process of this host
+        # a process of this host
+        assert "fiber.process._bootstrap" in psutil.Process(p.pid).cmdline()
         hc = engine.inspect_container(p._job.handle.job_id)["HostConfig"]
         assert hc["PidMode"] == "host" and not hc["Init"]
         os.kill(p.pid, signal.SIGTERM)  # from this host, by pid, as with multiprocessing
@@ -458,7 +459,7 @@ def test_an_unreachable_engine_fails_the_submit_quickly(engine, tmp_path):
 
 
 def test_a_bridge_job_of_a_master_on_loopback_fails_at_once(engine):
-    from fiber import _runtime
+    from fiber._core import _runtime
     from fiber.transport.sockets import split_address
 
     dctx().Queue()  # the hub is up, on the address of host networking

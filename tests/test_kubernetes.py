@@ -92,7 +92,7 @@ def too_big() -> None:
 
 
 def _manifest(**kw: Any) -> Dict[str, Any]:
-    spec = JobSpec(command=("python3", "-m", "fiber._bootstrap"), env={"A": "1"},
+    spec = JobSpec(command=("python3", "-m", "fiber.process._bootstrap"), env={"A": "1"},
                    resources=kw.pop("resources", Resources(cpu=0.5, memory_mb=256, gpu=1)),
                    image="img:1", name="PoolWorker-1")
     args: Dict[str, Any] = dict(name="fiber-abc-1", namespace="ns", image="img:1",

@@ -1,4 +1,4 @@
-"""The local backend's fork server (fiber.backends._forkserver).
+"""The local backend's fork server (fiber.backends.local._forkserver).
 
 Jobs forked by the template must behave like subprocess jobs: exit codes (negative =
 signal), status, wait and cancel; the subprocess path stays the fallback. These tests run
@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 import fiber
-from fiber.backends import JobState, _forkserver, register_backend
-from fiber.backends._forkserver import ForkedJob
-from fiber.backends.local import LocalBackend
+from fiber.backends import JobState, register_backend
+from fiber.backends.local import LocalBackend, _forkserver
+from fiber.backends.local._forkserver import ForkedJob
 
 pytestmark = pytest.mark.skipif(not _forkserver.supported(),
                                 reason="the fork server needs Linux with pidfds")

@@ -226,7 +226,7 @@ def test_get_server_serves_in_this_process(ctx):
     client = mh.Shop(address=server.address)
     client.connect()
     assert client.Shelf(1).put(2) == 2
-    from fiber.transport.client import get_client
+    from fiber._core._clients import get_client
 
     get_client(server.address).request(b"mgr", b"shutdown")
     th.join(30)

@@ -12,8 +12,8 @@ import pytest
 from conftest import wait_until
 
 import fiber
-from fiber import _cpus
 from fiber.connection import BufferTooShort, wait
+from fiber.transport import cpus as _cpus
 
 
 def test_duplex_echo_with_child(ctx):
@@ -155,7 +155,7 @@ def test_send_to_a_closed_end_raises_broken_pipe_in_the_creator(ctx):
 def test_what_is_sent_to_an_end_nobody_holds_is_not_kept(ctx):
     """A child sending into a pipe whose reader is closed does not fill its creator's
     memory: the messages are dropped (the sender, elsewhere, is not told)."""
-    from fiber import _runtime
+    from fiber._core import _runtime
 
     r, w = ctx.Pipe(duplex=False)
     r.close()
@@ -193,8 +193,8 @@ def test_wait_over_connections_and_sentinels(ctx):
 
 
 def _hub_watches() -> int:
-    from fiber import _runtime
-    from fiber._conn_wait import WAIT_SERVICE
+    from fiber._core import _runtime
+    from fiber.connection._watch import WAIT_SERVICE
 
     return len(_runtime.hub().service(WAIT_SERVICE).watches)
 

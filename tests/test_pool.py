@@ -122,7 +122,7 @@ def _wait_cpu(pool, tasks: int, seconds: float) -> float:
 def test_waiting_thread_polls_then_sleeps(ctx, monkeypatch):
     """A thread waiting for a result polls the connections for ``spin_us`` before it
     sleeps, and never longer; with 0 it sleeps at once."""
-    monkeypatch.setattr(fiber._cpus, "spare_cpu", lambda: True)  # a quiet host
+    monkeypatch.setattr(fiber.transport.cpus, "spare_cpu", lambda: True)  # a quiet host
     with fiber.config.override(spin_us=200_000):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))  # connected
@@ -145,7 +145,7 @@ def _empty_wait_cpu(server: Server, budget: float) -> float:
 def test_a_wait_polls_for_its_budget_in_all_however_often_it_is_woken(monkeypatch):
     """Messages that wake a waiting thread without ending its wait (another thread's
     results, say) do not make it poll again: the budget bounds a whole wait."""
-    monkeypatch.setattr(fiber._cpus, "spare_cpu", lambda: True)
+    monkeypatch.setattr(fiber.transport.cpus, "spare_cpu", lambda: True)
     server = Server("127.0.0.1", name="fiber-test-server")
     stop = threading.Event()
 
@@ -168,7 +168,7 @@ def test_a_wait_polls_for_its_budget_in_all_however_often_it_is_woken(monkeypatc
 def test_a_wait_stops_polling_once_no_cpu_is_spare(monkeypatch):
     """While the host's runnable tasks leave no CPU to spare, a polling thread yields
     its CPU, and soon stops polling for the rest of its wait."""
-    monkeypatch.setattr(fiber._cpus, "spare_cpu", lambda: False)
+    monkeypatch.setattr(fiber.transport.cpus, "spare_cpu", lambda: False)
     server = Server("127.0.0.1", name="fiber-test-server")
     try:
         cpu = _empty_wait_cpu(server, 0.5)
@@ -181,7 +181,7 @@ def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx):
     """Workers that keep every CPU of this host busy (on every backend here: its jobs
     all run on this machine) make the waiting thread sleep, however large its budget:
     polling would delay the results it waits for."""
-    cpus = fiber._cpus.CPUS
+    cpus = fiber.transport.cpus.CPUS
     with fiber.config.override(spin_us=2_000_000):
         with ctx.Pool(cpus) as pool:
             wait_until(lambda: connected(pool) == cpus, 60)
@@ -211,7 +211,7 @@ def test_an_idle_worker_polls_for_its_next_task_while_a_cpu_is_spare(ctx, spare)
 def test_a_wait_for_quick_tasks_polls_while_they_run():
     """The budget of a wait is ``spin_us``, plus the running time of the function last
     submitted when its tasks are quick (up to 2 ms): the wait then ends awake."""
-    from fiber._pool_service import PoolService
+    from fiber.pool._service import PoolService
 
     service = PoolService(b"pool-test", 2, None, 3, lambda ws, expected: None, spin=0.0002)
     assert service.spin_budget() == pytest.approx(0.0002)  # nothing measured yet

@@ -385,7 +385,7 @@ def test_put_abandoned_after_admission_counts_once_locally(ctx, kind):
     _assert_holds_once(q, "second")
 
 
-# -- _reader: the queue as a waitable connection, in its creator (fiber._queue_reader) --
+# -- _reader: the queue as a waitable connection, in its creator (fiber.queues._reader) --
 
 
 def test_a_queue_reader_is_readable_exactly_while_items_are_queued(ctx):
@@ -428,7 +428,7 @@ def test_a_queue_reader_only_in_the_creating_process(ctx):
 def test_the_queue_without_reader_serves_on(ctx):
     """A reader closed, or collected with its queue's reference, leaves the queue as it
     was: its service no longer signals."""
-    from fiber import _runtime
+    from fiber._core import _runtime
 
     q = ctx.SimpleQueue()
     q._reader.close()

@@ -14,7 +14,7 @@ import pytest
 from conftest import wait_until
 
 import fiber
-from fiber import _runtime
+from fiber._core import _runtime
 from fiber.errors import AuthenticationError
 from fiber.transport import auth
 from fiber.transport.client import Client

@@ -46,11 +46,9 @@ from cli_helpers import (
 from conftest import unusable
 
 import fiber
-from fiber import _runtime
+from fiber._core import _runtime
 from fiber.backends import JobHandle, JobSpec, JobState, Resources, get_backend
 from fiber.backends._batch import follow_file, render_script, split_env
-from fiber.backends._slurm_jobs import last_lines, output_dir
-from fiber.backends._slurm_status import job_comment, parse_listing, stdout_path, task_ranges
 from fiber.backends.slurm import (
     OWN_JOB_ENV,
     PROGRAM_ENV,
@@ -62,6 +60,8 @@ from fiber.backends.slurm import (
     parse_squeue,
     status_of,
 )
+from fiber.backends.slurm._jobs import last_lines, output_dir
+from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path, task_ranges
 from fiber.errors import BackendError, ConfigError, SubmitError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -282,7 +282,7 @@ def _calls(d: Any, n: int) -> List[List[str]]:
     return [(d / f"sbatch.{i}.argv").read_text().splitlines() for i in range(1, n + 1)]
 
 
-def _spec(i: int, command=("python", "-m", "fiber._bootstrap"), resources=Resources(cpu=1),
+def _spec(i: int, command=("python", "-m", "fiber.process._bootstrap"), resources=Resources(cpu=1),
           name: Optional[str] = None) -> JobSpec:
     return JobSpec(command=tuple(command), resources=resources, name=name or f"PoolWorker-{i}",
                    env={"FIBER_PARENT": "tcp://10.0.0.1:5000", "FIBER_JOB": f"{i:032x}",
@@ -316,7 +316,7 @@ def test_sbatch_command_lines_arrays_and_secrets(fake_slurm):
     script = (fake_slurm / "sbatch.1.script").read_text()
     assert script.count("ab" * 32) == 1 and 'case "${SLURM_ARRAY_TASK_ID:-}" in' in script
     assert all(f"{i:032x}" in script for i in range(3))
-    assert script.rstrip().endswith("exec python -m fiber._bootstrap")
+    assert script.rstrip().endswith("exec python -m fiber.process._bootstrap")
     assert f"{9:032x}" in (fake_slurm / "sbatch.2.script").read_text()
 
 

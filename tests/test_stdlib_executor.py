@@ -1,5 +1,5 @@
 """The standard library's own ``concurrent.futures.ProcessPoolExecutor`` with a fiber context,
-and multiprocessing's own pipes and queues handed to fiber processes (fiber._fd_handoff).
+and multiprocessing's own pipes and queues handed to fiber processes (fiber.process._fd_handoff).
 
 These objects reach only jobs of this host (``Backend.jobs_share_host``); on other backends
 the tests that need them are skipped, and ``test_other_hosts_are_refused_at_start`` checks
@@ -24,11 +24,11 @@ import stdlib_executor_helpers as h
 from conftest import wait_until
 
 import fiber
-from fiber import _fd_handoff
-from fiber._served import collecting_handoffs
+from fiber._core._served import collecting_handoffs
 from fiber.backends import get_backend, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError
+from fiber.process import _fd_handoff
 
 TESTS_DIR = os.path.dirname(__file__)
 

@@ -192,7 +192,7 @@ def test_condition_semantics(ctx):
 
 
 def _waiting(cond) -> int:
-    from fiber import _runtime
+    from fiber._core import _runtime
 
     return len(_runtime.hub()._services[cond._name].tickets)
 

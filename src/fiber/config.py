@@ -420,11 +420,20 @@ def override(**kwargs: Any) -> Iterator[Config]:
             _resolved = base
 
 
-def _install(cfg: Config) -> None:
-    """Make ``cfg`` this process's config (a child receiving its parent's config)."""
+def install(cfg: Config) -> None:
+    """Make ``cfg`` this process's config (a job receiving its parent's, at its start)."""
     global _resolved
     with _lock:
         _resolved = cfg
+
+
+def forget_resolved() -> None:
+    """Forget the resolved config (not what :func:`init` set): the next :func:`get_config`
+    resolves it again. For a job forked from a process that had resolved its own (the
+    local backend's fork-server template), before it reads its config."""
+    global _resolved
+    with _lock:
+        _resolved = None
 
 
 class _ConfigModule(types.ModuleType):

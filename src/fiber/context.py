@@ -11,7 +11,6 @@ API of ``fiber`` is the default context's.
 
 from __future__ import annotations
 
-import copyreg
 import os
 import threading
 from typing import Any, Dict, List, Optional, Type
@@ -20,6 +19,9 @@ from . import connection, process, queues, sharedctypes, synchronize
 from .backends import known_backends
 from .config import get_config, init
 from .errors import UnknownBackendError
+from .managers import SyncManager
+from .pool import Pool
+from .process._bound import process_class
 
 __all__ = ["FiberContext", "get_context", "DefaultContext"]
 
@@ -31,20 +33,18 @@ class FiberContext:
 
     def __init__(self, backend: Optional[str] = None) -> None:
         self._backend = backend
-        self._process_cls: Optional[Type[process.Process]] = None
-        self._lock = threading.Lock()
+
+    @property
+    def backend(self) -> Optional[str]:
+        """The backend this context is bound to; None: the configured default."""
+        return self._backend
 
     # -- processes ----------------------------------------------------------------------
 
     @property
     def Process(self) -> Type[process.Process]:  # noqa: N802 - the multiprocessing name
         """``Process`` bound to this context's backend."""
-        if self._backend is None:
-            return process.Process
-        with self._lock:
-            if self._process_cls is None:
-                self._process_cls = _bound_process_class(self._backend)
-            return self._process_cls
+        return process_class(self._backend)
 
     def current_process(self) -> process.Process:
         return process.current_process()
@@ -78,8 +78,6 @@ class FiberContext:
 
     def Pool(self, processes: Optional[int] = None, initializer: Any = None,  # noqa: N802
              initargs: Any = (), maxtasksperchild: Optional[int] = None, **kwargs: Any) -> Any:
-        from .pool import Pool
-
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self, **kwargs)
 
     # -- synchronization and shared data (fiber.synchronize, fiber.sharedctypes) --------
@@ -121,8 +119,6 @@ class FiberContext:
 
     def Manager(self) -> Any:  # noqa: N802
         """A started :class:`fiber.managers.SyncManager` whose server runs on this backend."""
-        from .managers import SyncManager
-
         manager = SyncManager(ctx=self)
         manager.start()
         return manager
@@ -187,32 +183,6 @@ class FiberContext:
 
 DefaultContext = FiberContext
 
-
-def _reduce_as_plain_process(self: process.Process) -> Any:
-    # The child needs no backend binding (and may not know a backend registered at run
-    # time in its parent): it gets a plain Process with the same state.
-    cls = type(self)
-    if cls.__module__ != __name__:  # a user's subclass of a bound class: keep its class
-        return (copyreg.__newobj__, (cls,), self.__getstate__())  # type: ignore[attr-defined]
-    return (_plain_process, (self.__getstate__(),))
-
-
-def _plain_process(state: Dict[str, Any]) -> process.Process:
-    proc = process.Process.__new__(process.Process)
-    proc.__setstate__(state)
-    return proc
-
-
-def _bound_process_class(backend: str) -> Type[process.Process]:
-    """``Process`` bound to ``backend``, reachable by name so that it pickles by reference."""
-    name = "Process_" + "".join(c if c.isalnum() else "_" for c in backend)
-    cls = globals().get(name)
-    if cls is None:
-        cls = type(name, (process.Process,), {"_backend_name": backend, "__module__": __name__,
-                                              "__reduce__": _reduce_as_plain_process,
-                                              "_named_as": "Process"})
-        globals()[name] = cls
-    return cls  # type: ignore[no-any-return]
 
 _contexts: Dict[Optional[str], FiberContext] = {}
 _contexts_lock = threading.Lock()

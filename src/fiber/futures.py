@@ -20,9 +20,9 @@ interpreter does not exit before the pending futures are done, even after
 ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())`` works too, when
 the backend's jobs share this host (``local``, ``netns``; ``Backend.jobs_share_host``): its
 call queue is a ``multiprocessing`` queue, an OS pipe whose descriptors reach each worker as
-multiprocessing's spawn hands them over (:mod:`fiber._fd_handoff`: the worker imports the
+multiprocessing's spawn hands them over (:mod:`fiber.process._fd_handoff`: the worker imports the
 main script, and calls go by reference), and it waits on fiber's result queue through the
-queue's ``_reader`` (:mod:`fiber._queue_reader`). A job on another host or in a container
+queue's ``_reader`` (:mod:`fiber.queues._reader`). A job on another host or in a container
 cannot get a descriptor of this host, so there its ``submit`` raises ``ProcessError``; this
 executor keeps the API everywhere, with functions of ``__main__`` and lambdas by value, and
 the pool's recovery of lost workers.
@@ -37,10 +37,10 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Set
 
-from ._pool_results import ApplyResult
-from ._pool_service import Task
-from ._pool_worker import CALL
 from .pool import Pool
+from .pool._results import ApplyResult
+from .pool._service import Task
+from .pool._worker import CALL
 
 __all__ = ["Executor", "ProcessPoolExecutor"]
 

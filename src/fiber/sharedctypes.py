@@ -29,8 +29,8 @@ import ctypes
 import multiprocessing.sharedctypes as _mpsc
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from . import synchronize
-from ._served import Handle
+from ._core._served import Handle
+from .synchronize import _primitives as synchronize
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service
 

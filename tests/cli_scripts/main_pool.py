@@ -13,7 +13,7 @@ import sys
 import time
 
 import fiber
-from fiber.backends._docker_util import own_container_id
+from fiber.backends.docker._util import own_container_id
 
 
 def where(_: object = None) -> str:

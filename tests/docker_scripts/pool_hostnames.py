@@ -12,7 +12,7 @@ import sys
 import time
 
 import fiber
-from fiber import _runtime
+from fiber._core import _runtime
 from fiber.backends import get_backend
 
 

@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import Dict, List, Type
 
+from .._exports import publish
 from ..errors import UnknownBackendError
 from ._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher, Resources
 
@@ -28,6 +29,9 @@ __all__ = [
     "known_backends",
     "register_backend",
 ]
+
+publish(__name__, Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher,
+        Resources)
 
 _BUILTIN: Dict[str, str] = {
     "local": "fiber.backends.local:LocalBackend",

@@ -1,4 +1,4 @@
-"""The command line of a fiber job: ``python [interpreter flags] -m fiber._bootstrap``.
+"""The command line of a fiber job: ``python [interpreter flags] -m fiber.process._bootstrap``.
 
 A job's interpreter is started with the master's interpreter flags (``-O``, ``-B``, ``-W``
 warning filters, ``-X`` options, ``-E``/``-s``/``-I``...), as ``multiprocessing``'s spawn and
@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 __all__ = ["BOOTSTRAP_MODULE", "bootstrap_command", "bootstrap_parts", "interpreter_flags"]
 
-BOOTSTRAP_MODULE = "fiber._bootstrap"
+BOOTSTRAP_MODULE = "fiber.process._bootstrap"
 
 #: sys.flags that a command-line switch sets, repeated as often as the flag's level.
 _COUNTED_FLAGS = (("debug", "d"), ("dont_write_bytecode", "B"), ("no_site", "S"),

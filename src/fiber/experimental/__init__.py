@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+from .._exports import publish
 from ._ring import Ring, RingNode
 
 __all__ = ["Ring", "RingNode"]
+
+publish(__name__, Ring, RingNode)

@@ -8,8 +8,11 @@ the reserved port). ``fiber.experimental.Ring`` is the original fiber's interfac
 
 from __future__ import annotations
 
+from .._exports import publish
 from ..errors import RingError
 from ._member import RingMember, current_member
 from ._ring import Ring
 
 __all__ = ["Ring", "RingError", "RingMember", "current_member"]
+
+publish(__name__, Ring, RingMember)

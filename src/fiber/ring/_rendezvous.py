@@ -13,7 +13,7 @@ import socket
 import struct
 from typing import Dict, List, NamedTuple, Optional
 
-from .. import _runtime
+from .._core import _runtime
 
 __all__ = ["Hello", "member_address", "reserve_port", "interfaces", "socket_ifname", "plan"]
 

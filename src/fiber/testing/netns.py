@@ -107,8 +107,8 @@ def on_host(i: int) -> Iterator[None]:
 
 
 # A job imports this module first, so that it knows the netns backend too (it may start
-# processes of its own); the rest is what ``python -m fiber._bootstrap`` does.
-_BOOTSTRAP = "import fiber.testing.netns; from fiber._bootstrap import main; main()"
+# processes of its own); the rest is what ``python -m fiber.process._bootstrap`` does.
+_BOOTSTRAP = "import fiber.testing.netns; from fiber.process._bootstrap import main; main()"
 
 
 def _with_import(command: Sequence[str]) -> Tuple[str, ...]:

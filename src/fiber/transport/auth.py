@@ -27,7 +27,7 @@ import hmac
 import os
 import secrets
 import threading
-from typing import Optional
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import AuthenticationError
 
@@ -44,6 +44,7 @@ __all__ = [
     "DENY",
     "VERSION",
     "NONCE_BYTES",
+    "ServerHandshake",
 ]
 
 SECRET_ENV = "FIBER_SECRET"
@@ -112,3 +113,41 @@ def client_proof(client_nonce: bytes, server_nonce: bytes) -> bytes:
 
 def verify(expected: bytes, given: bytes) -> bool:
     return hmac.compare_digest(expected, given)
+
+
+class ServerHandshake:
+    """The server's side of one connection's handshake: each message the client sends
+    gives the reply, and whether the connection may go on (nothing is unpickled)."""
+
+    __slots__ = ("state", "cnonce", "snonce", "process_id", "anchor")
+
+    def __init__(self) -> None:
+        self.state = "hello"  # then "auth", then "ready"
+        self.cnonce = self.snonce = self.process_id = b""
+        self.anchor = False
+
+    @property
+    def done(self) -> bool:
+        """Whether the client proved the secret (the connection is a peer now)."""
+        return self.state == "ready"
+
+    def step(self, frames: Sequence[Any], server_id: bytes) -> Tuple[List[bytes], bool]:
+        """The reply to the client's message ``frames`` (none: send nothing), and whether
+        to keep the connection (False: close it, after the reply)."""
+        if self.state == "hello":
+            if (len(frames) != 5 or frames[0] != HELLO or frames[1] != VERSION
+                    or len(frames[2]) != NONCE_BYTES or len(frames[3]) != 16):
+                return [], False
+            self.cnonce, self.process_id = bytes(frames[2]), bytes(frames[3])
+            self.anchor = frames[4] == b"A"
+            self.snonce = new_nonce()
+            self.state = "auth"
+            return [CHAL, self.snonce, server_proof(self.cnonce, self.snonce), server_id], True
+        if self.state == "auth":
+            if len(frames) != 2 or frames[0] != AUTH:
+                return [], False
+            if not verify(client_proof(self.cnonce, self.snonce), bytes(frames[1])):
+                return [DENY], False
+            self.state = "ready"
+            return [OK], True
+        return [], False

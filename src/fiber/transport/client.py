@@ -17,6 +17,7 @@ carries the calls of the first thread that asks for a client of that server.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import secrets
 import socket
@@ -24,20 +25,53 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from .. import _cpus
-from ..config import get_config
 from ..errors import AuthenticationError, TransportError
 from . import auth
+from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
-           "close_all", "ensure_anchor", "register_local_server", "prune_closed"]
+           "close_all", "ensure_anchor", "register_local_server", "prune_closed", "Settings",
+           "DEFAULTS", "local_server", "renew_process_id"]
 
 Reply = Tuple[bytes, List[Any]]
 LateReply = Callable[[bytes, List[Any]], None]
+
+
+class Settings(Protocol):
+    """What the transport reads of the program's configuration (a :class:`fiber.Config`
+    has it): asked for again at each use, so that a changed configuration applies."""
+
+    @property
+    def spin_us(self) -> float:
+        """Microseconds a thread waiting for a reply may poll first (see :mod:`.cpus`)."""
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between keepalive probes of an idle connection."""
+
+    @property
+    def heartbeat_timeout(self) -> float:
+        """Seconds of silence after which a connection is lost."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Defaults:
+    spin_us: float = 0.0
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 3.0
+
+
+#: The settings of a client made without the program's (tools, tests): no polling.
+DEFAULTS: Settings = _Defaults()
+SettingsSource = Callable[[], Settings]
+
+
+def _defaults() -> Settings:
+    return DEFAULTS
 
 
 class ConnectionLost(TransportError):
@@ -55,12 +89,20 @@ def process_id() -> bytes:
     return _PROCESS_ID
 
 
+def renew_process_id() -> None:
+    """Give this process a new id: a process forked from another that had one (the
+    local backend's fork server forks its jobs from a template), before it connects."""
+    global _PROCESS_ID
+    _PROCESS_ID = secrets.token_bytes(16)
+
+
 class Client:
     """An authenticated connection to one server, used by one thread at a time."""
 
     def __init__(self, address: str, *, anchor: bool = False, timeout: float = CONNECT_TIMEOUT,
-                 heartbeat: Tuple[float, float] = (1.0, 3.0)) -> None:
+                 settings: SettingsSource = _defaults) -> None:
         self.address = address
+        self._settings = settings
         self.lost = False
         #: An anchor is also the client of the first thread that asks for one (see
         #: :func:`get_client`): a job's main thread makes no second connection.
@@ -74,7 +116,8 @@ class Client:
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
         try:
-            tune(self.sock, *heartbeat)
+            given = settings()
+            tune(self.sock, given.heartbeat_interval, given.heartbeat_timeout)
             self._handshake(anchor, timeout)
             self.sock.settimeout(None)
         except BaseException:
@@ -154,7 +197,7 @@ class Client:
 
     def _poll(self, seconds: float) -> None:
         """Read what comes within ``seconds``, polling while a CPU is spare (see
-        :func:`fiber._cpus.poll`), until a message is complete.
+        :func:`fiber.transport.cpus.poll`), until a message is complete.
 
         Raises:
             ConnectionLost: as :meth:`_recv`.
@@ -198,8 +241,8 @@ class Client:
 
     def _wait(self, req_id: bytes, timeout: Optional[float]) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
-        spin = _spin() if not self._reader.messages else 0.0
-        if spin:  # a quick reply is then read without a wake-up (see fiber._cpus)
+        spin = _spin(self._settings) if not self._reader.messages else 0.0
+        if spin:  # a quick reply is then read without a wake-up (see fiber.transport.cpus)
             self._poll(spin if timeout is None else min(spin, timeout))
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -249,10 +292,11 @@ class LocalClient:
 
     lost = False
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, settings: SettingsSource = _defaults) -> None:
         self.address = server.address
         self._server = server
         self._ids = itertools.count(1)
+        self._spin = lambda: _spin(settings)
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
@@ -269,7 +313,7 @@ class LocalClient:
         with server.lock:
             server.dispatch(peer, service, op, req_id, payload)
         try:
-            if not server.wait_serving(lambda: req_id in replies, timeout, wait, _spin):
+            if not server.wait_serving(lambda: req_id in replies, timeout, wait, self._spin):
                 raise TimeoutError(f"no reply from {service!r} within {timeout} s")
         except BaseException:
             with server.lock:
@@ -301,9 +345,9 @@ class LocalClient:
         return req_id
 
 
-def _spin() -> float:
-    """Seconds a thread waiting for a reply may poll first (see fiber._cpus)."""
-    return float(get_config().spin_us) * 1e-6
+def _spin(settings: SettingsSource) -> float:
+    """Seconds a thread waiting for a reply may poll first (see fiber.transport.cpus)."""
+    return float(settings().spin_us) * 1e-6
 
 
 def _own(frames: Sequence[Any]) -> List[Any]:
@@ -328,13 +372,15 @@ def unregister_local_server(server: Any) -> None:
     _local_servers.pop(server.address, None)
 
 
-def _heartbeat() -> Tuple[float, float]:
-    cfg = get_config()
-    return cfg.heartbeat_interval, cfg.heartbeat_timeout
+def local_server(address: str) -> Any:
+    """This process's own server at ``address`` (registered), or None."""
+    return _local_servers.get(address)
 
 
-def get_client(address: str, timeout: Optional[float] = None) -> Any:
-    """This thread's client for ``address``, connected and authenticated on first use.
+def get_client(address: str, timeout: Optional[float] = None, *,
+               settings: SettingsSource) -> Any:
+    """This thread's client for ``address``, connected and authenticated on first use,
+    with the ``settings`` given when it was made.
 
     Raises:
         ConnectionLost, TransportError: the server cannot be reached.
@@ -348,13 +394,13 @@ def get_client(address: str, timeout: Optional[float] = None) -> Any:
         return client
     server = _local_servers.get(address)
     if server is not None and server.alive:
-        client = cache[address] = LocalClient(server)
+        client = cache[address] = LocalClient(server, settings)
         return client
     if client is not None:
         client.close()
     prune_closed()
     timeout = CONNECT_TIMEOUT if timeout is None else max(0.1, min(timeout, CONNECT_TIMEOUT))
-    anchor = ensure_anchor(address, timeout)
+    anchor = ensure_anchor(address, timeout, settings=settings)
     with _anchor_lock:
         if not anchor.taken and not anchor.lost:
             # The anchor carries this thread's calls too: one connection, one handshake
@@ -362,12 +408,13 @@ def get_client(address: str, timeout: Optional[float] = None) -> Any:
             anchor.taken = True
             cache[address] = anchor
             return anchor
-    client = cache[address] = Client(address, timeout=timeout, heartbeat=_heartbeat())
+    client = cache[address] = Client(address, timeout=timeout, settings=settings)
     _all_clients.add(client)
     return client
 
 
-def own_client(address: str) -> Client:
+def own_client(address: str, timeout: float = CONNECT_TIMEOUT, *,
+               settings: SettingsSource) -> Client:
     """A connection to ``address`` for the caller alone, not this thread's cached one.
 
     For a channel on which the server also pushes messages nobody asked for (a pool's
@@ -377,13 +424,14 @@ def own_client(address: str) -> Client:
     Raises:
         ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
     """
-    ensure_anchor(address)
-    client = Client(address, heartbeat=_heartbeat())
+    ensure_anchor(address, timeout, settings=settings)
+    client = Client(address, timeout=timeout, settings=settings)
     _all_clients.add(client)
     return client
 
 
-def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT, *,
+                  settings: SettingsSource) -> Client:
     """The connection that tells the server at ``address`` this process is alive.
 
     It is closed only when the process ends (or the connection fails): its end is how
@@ -394,7 +442,7 @@ def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
         anchor = _anchors.get(address)
         if anchor is None or anchor.lost:
             anchor = _anchors[address] = Client(address, anchor=True, timeout=timeout,
-                                                heartbeat=_heartbeat())
+                                                settings=settings)
             _all_clients.add(anchor)
         return anchor
 

@@ -50,10 +50,11 @@ import traceback
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-from .. import _cpus
 from ..errors import TransportError
 from . import auth
+from . import cpus as _cpus
 from .framing import FrameReader, Outbox, ProtocolError, new_scratch
+from .peers import LocalPeer, Peer
 from .serialization import dumps
 from .sockets import listen, server_id, tune
 
@@ -67,39 +68,6 @@ _HANDSHAKE_TTL = 30.0
 _MAX_UNAUTHENTICATED = 8192
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
-
-
-class Peer:
-    """A client connection after it authenticated."""
-
-    __slots__ = ("peer_id", "process_id", "anchor", "conn")
-
-    def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
-                 conn: Optional[_Conn]) -> None:
-        self.peer_id = peer_id
-        self.process_id = process_id
-        self.anchor = anchor
-        self.conn = conn
-
-
-class LocalPeer(Peer):
-    """A thread of this process calling services directly; replies wake it up."""
-
-    __slots__ = ("replies", "late", "cond")
-
-    def __init__(self, peer_id: int, process_id: bytes, lock: threading.RLock) -> None:
-        super().__init__(peer_id, process_id, False, None)
-        self.replies: Dict[bytes, Tuple[bytes, List[Any]]] = {}
-        self.late: Dict[bytes, Callable[[bytes, List[Any]], None]] = {}
-        self.cond = threading.Condition(lock)
-
-    def deliver(self, req_id: bytes, status: bytes, frames: Sequence[Any]) -> None:
-        late = self.late.pop(req_id, None)
-        if late is not None:
-            late(status, list(frames))
-            return
-        self.replies[req_id] = (status, list(frames))
-        self.cond.notify_all()
 
 
 class Service:
@@ -182,17 +150,15 @@ def _pipe() -> Tuple[int, int]:
 
 
 class _Conn:
-    __slots__ = ("sock", "reader", "outbox", "state", "cnonce", "snonce", "process_id",
-                 "anchor", "peer", "since", "writing", "__weakref__")
+    __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
+                 "__weakref__")
 
     def __init__(self, sock: socket.socket, scratch: bytearray) -> None:
         self.sock = sock
         unix = sock.family == socket.AF_UNIX
         self.reader = FrameReader(max_message=_PREAUTH_LIMIT, unix=unix, scratch=scratch)
         self.outbox = Outbox(unix=unix)
-        self.state = "hello"
-        self.cnonce = self.snonce = self.process_id = b""
-        self.anchor = False
+        self.handshake = auth.ServerHandshake()
         self.peer: Optional[Peer] = None
         self.since = time.monotonic()
         self.writing = False
@@ -319,7 +285,7 @@ class Server:
         wake-up of a sleeping thread (30-50 us on a VM, more than a third of a round
         trip), with the CPU's caches still warm, and the CPU has not gone idle for the
         next step either. It polls only while the host has a CPU to spare (see
-        :func:`fiber._cpus.poll`).
+        :func:`fiber.transport.cpus.poll`).
         """
         if done():
             return True
@@ -349,7 +315,7 @@ class Server:
 
     def _poll(self, seconds: float) -> _Events:
         """The connections' events, polled for up to ``seconds`` while a CPU is spare
-        (:func:`fiber._cpus.poll`): [] if none came."""
+        (:func:`fiber.transport.cpus.poll`): [] if none came."""
         sel = self._sel
         return _cpus.poll(lambda: sel.select(0), seconds)
 
@@ -628,35 +594,19 @@ class Server:
             self._close_conn(conn)
 
     def _handshake(self, conn: _Conn, frames: List[Any]) -> bool:
-        if conn.state == "hello":
-            if (len(frames) != 5 or frames[0] != auth.HELLO or frames[1] != auth.VERSION
-                    or len(frames[2]) != auth.NONCE_BYTES or len(frames[3]) != 16):
-                return False
-            conn.cnonce, conn.process_id = bytes(frames[2]), bytes(frames[3])
-            conn.anchor = frames[4] == b"A"
-            conn.snonce = auth.new_nonce()
-            conn.state = "auth"
-            conn.outbox.add([auth.CHAL, conn.snonce,
-                             auth.server_proof(conn.cnonce, conn.snonce), self._id])
-            self._flush(conn)
-            return True
-        if conn.state == "auth":
-            if len(frames) != 2 or frames[0] != auth.AUTH:
-                return False
-            if not auth.verify(auth.client_proof(conn.cnonce, conn.snonce), bytes(frames[1])):
-                conn.outbox.add([auth.DENY])
-                self._flush(conn)
-                return False
-            conn.state = "ready"
+        """Take the client's next handshake message; False: close the connection."""
+        handshake = conn.handshake
+        reply, keep = handshake.step(frames, self._id)
+        if keep and handshake.done:
             conn.reader.max_message = None
-            conn.peer = Peer(next(self._peer_ids), conn.process_id, conn.anchor, conn)
+            conn.peer = Peer(next(self._peer_ids), handshake.process_id, handshake.anchor, conn)
             self._unauthenticated.pop(id(conn), None)
-            if conn.anchor:
-                self._anchors[conn.process_id] += 1
-            conn.outbox.add([auth.OK])
+            if handshake.anchor:
+                self._anchors[handshake.process_id] += 1
+        if reply:
+            conn.outbox.add(reply)
             self._flush(conn)
-            return True
-        return False
+        return keep
 
     def _close_conn(self, conn: _Conn, notify: bool = True) -> None:
         sock = conn.sock

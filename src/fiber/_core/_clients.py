@@ -1,0 +1,44 @@
+"""Connections to the hubs of this program, with the program's settings.
+
+The transport takes its settings as arguments (:class:`fiber.transport.client.Settings`):
+these are its client functions with the program's configuration
+(:func:`fiber.config.get_config`, read again at each use) as those settings. Everything
+above the transport reaches other processes' hubs through them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..config import get_config
+from ..transport import client as transport_client
+from ..transport.client import CONNECT_TIMEOUT, Client
+
+__all__ = ["get_client", "own_client", "ensure_anchor"]
+
+
+def get_client(address: str, timeout: Optional[float] = None) -> Any:
+    """This thread's client for ``address`` (see
+    :func:`fiber.transport.client.get_client`).
+
+    Raises:
+        ConnectionLost, TransportError: the server cannot be reached.
+        AuthenticationError: the server does not hold the program's secret.
+    """
+    return transport_client.get_client(address, timeout, settings=get_config)
+
+
+def own_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+    """A connection to ``address`` for the caller alone (see
+    :func:`fiber.transport.client.own_client`).
+
+    Raises:
+        ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
+    """
+    return transport_client.own_client(address, timeout, settings=get_config)
+
+
+def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+    """The connection that tells the server at ``address`` this process is alive (see
+    :func:`fiber.transport.client.ensure_anchor`)."""
+    return transport_client.ensure_anchor(address, timeout, settings=get_config)

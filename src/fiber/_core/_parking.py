@@ -1,0 +1,91 @@
+"""Requests that wait on a server: FIFO waiters, each with its own timeout.
+
+::
+
+    request ──▶ Service.handle ──▶ can answer now? ── yes ──▶ reply
+                                        │ no
+                                        ▼
+                               park(peer, req_id, wait) ── Timer(wait) ──▶ timed_out: reply
+                                        │
+                  later (a release, a set, a notify): take(waiter) ──▶ reply
+                  the waiter's connection closes: peer_gone ──▶ dropped
+
+The base of the services in :mod:`fiber.synchronize`; runs under ``Server.lock`` like
+every service, so it needs no lock of its own.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any, List, Optional, Tuple
+
+from ..transport.server import Peer, Server, Service, Timer
+
+__all__ = ["Parking", "Waiter", "Owner", "Q", "tid"]
+
+Q = struct.Struct("<q")
+Owner = Tuple[bytes, bytes]  # (process id, thread id)
+
+
+def tid() -> bytes:
+    return Q.pack(threading.get_ident())
+
+
+class Waiter:
+    __slots__ = ("peer", "req_id", "timer", "data")
+
+    def __init__(self, peer: Peer, req_id: bytes, data: Any) -> None:
+        self.peer, self.req_id, self.data = peer, req_id, data
+        self.timer: Optional[Timer] = None
+
+
+class Parking(Service):
+    """A service whose requests may wait in FIFO order, each with its own timeout."""
+
+    def __init__(self) -> None:
+        self.waiters: List[Waiter] = []
+
+    def park(self, server: Server, peer: Peer, req_id: bytes, wait: Optional[float],
+             data: Any = None) -> Waiter:
+        w = Waiter(peer, req_id, data)
+        if wait is not None:
+            w.timer = server.call_later(wait, lambda: self._expire(server, w))
+        self.waiters.append(w)
+        return w
+
+    def answer_or_park(self, server: Server, peer: Peer, req_id: bytes, wait: Optional[float],
+                       ready: bool) -> bool:
+        """Answer ``ok`` when ``ready``, ``no`` when the caller will not wait, else park it.
+
+        Returns whether it answered ``ok`` now (the caller then takes what it granted).
+        """
+        if ready:
+            server.reply(peer, req_id, b"ok")
+        elif wait == 0:
+            server.reply(peer, req_id, b"no")
+        else:
+            self.park(server, peer, req_id, wait)
+        return ready
+
+    def take(self, w: Waiter) -> Waiter:
+        self.waiters.remove(w)
+        if w.timer is not None:
+            w.timer.cancel()
+        return w
+
+    def _expire(self, server: Server, w: Waiter) -> None:
+        if any(x is w for x in self.waiters):
+            self.waiters.remove(w)
+            self.timed_out(server, w)
+
+    def timed_out(self, server: Server, w: Waiter) -> None:
+        server.reply(w.peer, w.req_id, b"no")
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        for w in [w for w in self.waiters if w.peer is peer]:
+            self.take(w)
+            self.dropped(server, w)
+
+    def dropped(self, server: Server, w: Waiter) -> None:
+        """A waiter's connection closed (hook)."""

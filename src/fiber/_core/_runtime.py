@@ -1,0 +1,95 @@
+"""Per-process runtime state: this process's server (the *hub*) and where it listens.
+
+Every fiber process has at most one hub, started on first use: the authenticated server
+(:class:`~fiber.transport.server.Server`) on which this process serves what it created —
+its children's launch payloads, its queues and pipes, its locks. Nothing starts at import.
+
+The hub listens on, in order: ``config.listen_host``; in a child, the local address on the
+route to its parent (the address the parent's network can reach); in the main process, the
+address the backend says its jobs can reach.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Optional
+
+from ..backends import get_backend
+from ..config import get_config
+from ..transport import auth
+from ..transport.client import register_local_server, unregister_local_server
+from ..transport.server import Server
+from ..transport.sockets import split_address
+
+__all__ = ["hub", "listen_host", "parent_address", "shutdown_hub"]
+
+PARENT_ENV = "FIBER_PARENT"
+JOB_ENV = "FIBER_JOB"
+
+_lock = threading.Lock()
+_hub: Optional[Server] = None
+_hub_pid = 0
+
+
+def parent_address() -> str:
+    """The hub address of this process's parent, or '' in the main process."""
+    return os.environ.get(PARENT_ENV, "")
+
+
+def _host_of(address: str) -> str:
+    return split_address(address)[0]
+
+
+def _route_to(host: str) -> str:
+    """The local address the kernel would use to reach ``host``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, 9))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def listen_host() -> str:
+    """The address this process's listening sockets bind to."""
+    cfg = get_config()
+    if cfg.listen_host:
+        return cfg.listen_host
+    parent = parent_address()
+    if parent and not parent.startswith("inproc://"):
+        return _route_to(_host_of(parent))
+    return get_backend(cfg.backend).listen_host()
+
+
+def hub() -> Server:
+    """This process's server, started on first use."""
+    global _hub, _hub_pid
+    with _lock:
+        if _hub is None or _hub_pid != os.getpid() or not _hub.alive:
+            cfg = get_config()
+            # Made before any address is handed out: a child forked by multiprocessing
+            # then inherits it, and can authenticate to this hub.
+            auth.program_secret()
+            # listen_port is the main process's: its jobs' hubs take free ports
+            port = 0 if parent_address() else cfg.listen_port
+            _hub = Server(listen_host(), cfg.heartbeat_interval, cfg.heartbeat_timeout,
+                          name="fiber-hub", port=port)
+            _hub_pid = os.getpid()
+            register_local_server(_hub)
+        return _hub
+
+
+def hub_if_started() -> Optional[Server]:
+    return _hub if _hub is not None and _hub_pid == os.getpid() else None
+
+
+def shutdown_hub() -> None:
+    global _hub
+    with _lock:
+        h, _hub = _hub, None
+    if h is not None and _hub_pid == os.getpid():
+        unregister_local_server(h)
+        h.close()

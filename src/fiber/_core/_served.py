@@ -1,0 +1,149 @@
+"""Objects served by the hub of the process that created them (queues, pipes, locks...).
+
+The creating process registers a :class:`~fiber.transport.server.Service` on its hub; the
+object itself is only a handle — the hub's address and the service's name — that pickles
+to a few bytes and works from any fiber process on any host. In the creating process the
+handle talks to its hub over ``inproc://``; elsewhere over authenticated TCP.
+
+Blocking calls (``get``, ``recv``, ``acquire``) are waits on the server, which answers when
+the call can complete or its timeout passes; the client only waits for the answer, so a
+timeout is decided in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import struct
+import threading
+import weakref
+from multiprocessing import context as mp_context
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+
+from ..transport import auth
+from ..transport.client import ConnectionLost, LateReply
+from ..transport.remote import unpack_exception
+from ..transport.serialization import loads
+from ..transport.server import Service
+from . import _runtime
+from ._clients import get_client
+
+__all__ = ["Handle", "encode_wait", "decode_wait", "collecting_handoffs", "add_handoff"]
+
+
+def encode_wait(block: bool, timeout: Optional[float]) -> bytes:
+    """How long the server may hold a request: not at all, ``timeout`` s, or forever."""
+    if not block:
+        return struct.pack("<d", 0.0)
+    if timeout is None:
+        return struct.pack("<d", -1.0)
+    return struct.pack("<d", max(0.0, float(timeout)))
+
+
+def decode_wait(frame: Any) -> Optional[float]:
+    """Seconds the server may hold the request (0: answer now; None: forever)."""
+    (t,) = struct.unpack("<d", frame)
+    return None if t < 0 else t
+
+
+class Handle:
+    """The picklable client side of an object served on some process's hub.
+
+    Lifetime: an object never shared is unregistered when its creator drops it; once it
+    has been pickled (sent to another process, which may hold it longer than the
+    creator), it is served until the creating process ends.
+    """
+
+    def __init__(self, service: Service, kind: bytes) -> None:
+        hub = _runtime.hub()
+        self._name = kind + secrets.token_hex(8).encode()
+        self._address = hub.address
+        hub.register(self._name, service)
+        self._shared = [False]
+        self._finalizer: Optional[weakref.finalize] = weakref.finalize(
+            self, _unregister, hub, self._name, self._shared)
+
+    def __getstate__(self) -> Tuple[Any, ...]:
+        shared = self.__dict__.get("_shared")
+        if shared is not None:
+            shared[0] = True
+        if _for_a_stdlib_child():
+            # A multiprocessing child has no job environment to inherit the program's
+            # secret from: it travels with the object, in the data multiprocessing sends
+            # its child privately (over a pipe), as multiprocessing's own authkey does.
+            return (self._name, self._address, auth.program_secret())
+        return (self._name, self._address)
+
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
+        self._name, self._address = state[0], state[1]
+        if len(state) > 2:
+            auth.adopt_secret(state[2])
+        self._finalizer = None
+
+    def _request(self, op: bytes, frames: Sequence[Any] = (),
+                 on_late: Optional[LateReply] = None,
+                 timeout: Optional[float] = None) -> Tuple[bytes, List[Any]]:
+        """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
+
+        ``timeout`` bounds the time to connect, when this is the first call to the server.
+        """
+        try:
+            status, payload = get_client(self._address, timeout).request(self._name, op, frames,
+                                                           on_late=on_late)
+        except ConnectionLost as e:
+            raise self._lost(e) from e
+        if status == b"err":
+            raise unpack_exception(loads(payload))
+        return status, payload
+
+    def _send(self, op: bytes, frames: Sequence[Any] = ()) -> None:
+        try:
+            get_client(self._address).send(self._name, op, frames)
+        except ConnectionLost as e:
+            raise self._lost(e) from e
+
+    def _lost(self, e: ConnectionLost) -> BaseException:
+        """The error a lost server means for this kind of object (overridden by Pipe)."""
+        return e
+
+
+def _for_a_stdlib_child() -> bool:
+    """Whether this pickle is the preparation data of a ``multiprocessing`` spawn or
+    forkserver child (not of a fiber job, which fiber's own code may pickle so too)."""
+    popen = mp_context.get_spawning_popen()
+    return popen is not None and type(popen).__module__.startswith("multiprocessing.")
+
+
+def _unregister(hub: Any, name: bytes, shared: List[bool]) -> None:
+    if not shared[0] and hub.alive and os.getpid() == _runtime._hub_pid:
+        try:
+            hub.unregister(name)
+        except Exception:
+            pass
+
+
+# -- handoffs: objects pickled into a job's payload, released if the job never takes them --
+
+_handoff = threading.local()
+
+
+@contextlib.contextmanager
+def collecting_handoffs() -> Iterator[List[Callable[[], None]]]:
+    """Collect the release callbacks of objects pickled inside this block."""
+    previous = getattr(_handoff, "sink", None)
+    sink: List[Callable[[], None]] = []
+    _handoff.sink = sink
+    try:
+        yield sink
+    finally:
+        _handoff.sink = previous
+
+
+def add_handoff(release: Callable[[], None]) -> bool:
+    """Register ``release`` with the enclosing ``collecting_handoffs``; False if none."""
+    sink = getattr(_handoff, "sink", None)
+    if sink is None:
+        return False
+    sink.append(release)
+    return True

@@ -1,0 +1,12 @@
+"""The ``kubernetes`` backend: every fiber process is a pod of one Kubernetes cluster.
+
+- :mod:`._backend`: :class:`KubernetesBackend` (create, watch, delete pods).
+- :mod:`._pods`: a job's pod manifest, and a pod's status as a job's.
+"""
+
+from ..._exports import publish
+from ._backend import LABEL_JOB, LABEL_PROGRAM, KubernetesBackend, pod_manifest, pod_status
+
+__all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
+
+publish(__name__, KubernetesBackend)

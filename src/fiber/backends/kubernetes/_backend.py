@@ -1,0 +1,521 @@
+"""The ``kubernetes`` backend: every fiber process is a pod.
+
+Needs the official Kubernetes Python client, the optional extra
+``pip install 'fiber-cluster[kubernetes]'`` (a clear :class:`~fiber.errors.SubmitError`
+names it when it is missing). Credentials: ``kubernetes_kubeconfig`` if set; else, in a pod,
+its service account (the API server at ``kubernetes_pod_api_server`` when set, else the
+cluster's ``kubernetes`` service); else ``KUBECONFIG`` or ``~/.kube/config``. Every API call
+has a timeout (``kubernetes_timeout``): an unreachable API server is an error, not a hang.
+
+Pods
+    One pod per job, ``restartPolicy: Never``, in ``kubernetes_namespace`` (else the master
+    pod's namespace, else the kubeconfig context's, else ``default``), named after its job
+    id (``fiber-<program>-<n>``), labelled ``fiber.program`` (the master's id, inherited by
+    fiber processes in the pods) and ``fiber.job``, annotated with the process name and the
+    master. The image is the job's ``image`` (config ``image``), else the master pod's own
+    image, discovered through the API from the master's pod name. When the master runs in a
+    pod, each pod has an **owner reference** to it: deleting the master pod deletes its
+    workers (and theirs, in turn). The fiber configuration reaches the pod through its
+    environment; the pod learns its own name, namespace and IP through the downward API.
+    ``shareProcessNamespace`` keeps the job's Python from being PID 1 (which would ignore
+    SIGTERM): ``terminate()`` and ``kill()`` mean what they mean with ``multiprocessing``.
+
+Resources
+    ``cpu`` and ``memory`` are requests and limits (``kubernetes_cpu_limits=False``: CPU
+    requests only), ``gpu`` the ``nvidia.com/gpu`` limit.
+
+Many jobs at once
+    ``submit`` creates the pods from a few threads in parallel. Any refusal (forbidden,
+    invalid, quota) deletes the pods of that submit and raises SubmitError with the API
+    server's message.
+
+Status
+    One ``list`` of the program's pods (label selector) per poll, for all jobs. A pod that
+    cannot start for a reason that needs a person - an image that cannot be pulled, a request
+    no node can satisfy - fails its job with the cluster's reason: at once when waiting cannot
+    help (``ErrImageNeverPull``, ``InvalidImageName``, a bad container config), after
+    ``kubernetes_pending_timeout`` for what may resolve itself (image pull back-off, an
+    unschedulable pod on an autoscaling cluster). A pod that ended is read once (exit code,
+    ``OOMKilled``, signal), its output kept (:meth:`KubernetesBackend.logs`) and it is
+    deleted. Exit codes follow ``multiprocessing``: a container's ``128 + n`` is signal
+    ``n`` (as shells report it), an OOM kill is ``-9`` with that reason. A pod deleted by
+    someone else, or on a lost node, is ``LOST``: a pool gives its tasks to other workers.
+
+Cancel
+    Delete the pod: SIGTERM, then SIGKILL after its grace period; with ``force``, grace 0.
+    Every pod of the program is deleted when the master exits. A SIGKILLed master runs no
+    hook: its children's lifeline ends their processes within seconds, and when the master is
+    a pod, the owner references make the cluster delete the pods (otherwise the ended pods
+    stay until ``fiber stop PROGRAM``). A main program started by ``fiber run`` inherits its
+    id from the command and deletes only the pods it started; ``fiber run`` deletes the
+    rest when it ends (not with ``--detach``).
+
+Networking
+    Jobs reach each other at their pod IPs. A master outside the cluster listens on its
+    address on the route to the API server (``listen_host`` overrides): pods must be able to
+    reach it there.
+
+Files
+    Children find their code through the master's ``sys.path``: the image must hold the
+    program's modules at the same paths, or (one-node clusters) ``kubernetes_mounts`` mounts
+    node paths into every pod.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import functools
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from urllib.parse import urlsplit
+
+from ..._log import log
+from ...config import Config, get_config
+from ...errors import BackendError, SubmitError
+from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from .._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
+from .._labelled import LabelledBackend, TrackedJob
+from ._pods import (
+    CONTAINER,
+    POD_IP_ENV,
+    POD_NAME_ENV,
+    POD_NAMESPACE_ENV,
+    api_reason,
+    is_not_found,
+    pod_manifest,
+    pod_status,
+)
+
+__all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
+
+LABEL_PROGRAM = "fiber.program"
+LABEL_JOB = "fiber.job"
+ANNOTATION_NAME = "fiber.name"
+ANNOTATION_MASTER = "fiber.master"
+#: Environment through which processes in pods inherit the program id and know their pod.
+PROGRAM_ENV = "FIBER_K8S_PROGRAM"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+_LOG_TAIL = 1000  # lines of each ended pod's output kept for logs()
+_EXIT_TIMEOUT = 10.0  # seconds per API call while the master exits
+
+
+def _client() -> Any:
+    return import_extra("kubernetes", "kubernetes", "the Kubernetes Python client")
+
+
+# -- the backend --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Job(TrackedJob):
+    namespace: str = ""
+    blocked_since: Optional[float] = None  # since when a pending pod waits on a person
+    started: bool = False  # seen running
+
+
+@dataclasses.dataclass
+class _Cluster:
+    """An API client and what it tells about where this process runs."""
+
+    api: Any  # kubernetes.client.CoreV1Api
+    host: str  # the API server's host name or address
+    namespace: str
+    own: Optional[Dict[str, Any]]  # this process's own pod (JSON), if it runs in one
+
+
+def _in_pod() -> bool:
+    return os.path.exists(os.path.join(SERVICE_ACCOUNT_DIR, "token"))
+
+
+def _own_namespace() -> str:
+    """The namespace of the pod this process runs in ('' outside a pod)."""
+    namespace = os.environ.get(POD_NAMESPACE_ENV, "")
+    if not namespace:
+        try:
+            with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as f:
+                namespace = f.read().strip()
+        except OSError:
+            pass
+    return namespace
+
+
+class KubernetesBackend(LabelledBackend[_Job, str]):
+    """Run every job as a pod on a Kubernetes cluster."""
+
+    name = "kubernetes"
+
+    def __init__(self) -> None:
+        super().__init__(PROGRAM_ENV)
+        self._clusters: Dict[Tuple[str, str, str], _Cluster] = {}
+
+    # -- the cluster ----------------------------------------------------------------------
+
+    def _cluster(self, cfg: Optional[Config] = None) -> _Cluster:
+        """The API client of the configured cluster; SubmitError when it cannot be used."""
+        cfg = cfg or get_config()
+        key = (cfg.kubernetes_kubeconfig, cfg.kubernetes_pod_api_server,
+               cfg.kubernetes_namespace)
+        with self._lock:
+            cluster = self._clusters.get(key)
+        if cluster is not None:
+            return cluster
+        k8s = _client()
+        conf = k8s.client.Configuration()
+        namespace = ""
+        try:
+            if cfg.kubernetes_kubeconfig or not _in_pod():
+                # KUBECONFIG read now: the client reads it once, when first imported
+                path = (cfg.kubernetes_kubeconfig or os.environ.get("KUBECONFIG")
+                        or os.path.expanduser("~/.kube/config"))
+                k8s.config.load_kube_config(config_file=path, client_configuration=conf)
+                _, active = k8s.config.list_kube_config_contexts(config_file=path)
+                namespace = str((active or {}).get("context", {}).get("namespace") or "")
+            else:
+                environ = dict(os.environ)
+                if cfg.kubernetes_pod_api_server:
+                    host, _, port = cfg.kubernetes_pod_api_server.rpartition(":")
+                    environ.update(KUBERNETES_SERVICE_HOST=host.strip("[]"),
+                                   KUBERNETES_SERVICE_PORT=port)
+                k8s.config.incluster_config.InClusterConfigLoader(
+                    token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
+                    cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt"),
+                    environ=environ).load_and_set(conf)
+        except Exception as e:
+            raise SubmitError(f"cannot find credentials for the Kubernetes API: {e} (set "
+                              "kubernetes_kubeconfig, KUBECONFIG, or run in a pod)") from e
+        conf.retries = 1
+        conf.connection_pool_maxsize = PARALLEL + 2  # parallel creation reuses connections
+        api = k8s.client.CoreV1Api(k8s.client.ApiClient(conf))
+        own = self._own_pod(api, cfg) if _in_pod() else None
+        if _in_pod() and not namespace:
+            namespace = _own_namespace()
+        cluster = _Cluster(api, urlsplit(conf.host).hostname or "",
+                           cfg.kubernetes_namespace or namespace or "default", own)
+        with self._lock:
+            cluster = self._clusters.setdefault(key, cluster)
+        return cluster
+
+    def _own_pod(self, api: Any, cfg: Config) -> Optional[Dict[str, Any]]:
+        """This process's own pod (JSON), found by its name, or None."""
+        name = os.environ.get(POD_NAME_ENV) or socket.gethostname()
+        namespace = _own_namespace()
+        if not namespace:
+            return None
+        try:
+            resp = api.read_namespaced_pod(name, namespace, _preload_content=False,
+                                           _request_timeout=cfg.kubernetes_timeout)
+            return dict(json.loads(resp.data))
+        except Exception as e:
+            log("kubernetes: cannot read own pod %s/%s: %s", namespace, name, api_reason(e))
+            return None
+
+    def listen_host(self) -> str:
+        pod_ip = os.environ.get(POD_IP_ENV, "")
+        if pod_ip:
+            return pod_ip
+        cluster = self._cluster()
+        if cluster.own is not None:
+            ip = (cluster.own.get("status") or {}).get("podIP")
+            if ip:
+                return str(ip)
+        try:
+            return route_to(cluster.host)
+        except OSError as e:
+            raise SubmitError(f"no route to the Kubernetes API server {cluster.host}: {e}; "
+                              "set listen_host") from e
+
+    # -- submit ---------------------------------------------------------------------------
+
+    def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        if not specs:
+            return []
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+        mounts = parse_mounts("kubernetes_mounts", cfg.kubernetes_mounts)
+        own = cluster.own
+        own_container = ((own or {}).get("spec", {}).get("containers") or [{}])[0]
+        owner = ({"name": own["metadata"]["name"], "uid": own["metadata"]["uid"]}
+                 if own is not None else None)
+        service_account = cfg.kubernetes_service_account or str(
+            (own or {}).get("spec", {}).get("serviceAccountName") or "")
+        master = f"{socket.gethostname()}:{os.getpid()}"
+        self._register_atexit()
+        jobs: List[_Job] = []
+        pods: List[Dict[str, Any]] = []
+        for spec in specs:
+            job_id = self._new_job_id()
+            image = spec.image or str(own_container.get("image") or "")
+            if not image:
+                raise SubmitError("the kubernetes backend needs an image: set the config key "
+                                  "`image` (FIBER_IMAGE), or run the master in a pod (its "
+                                  "image is then used)")
+            command = list(spec.command)
+            if command and not cfg.python and command[0] == sys.executable and \
+                    image != own_container.get("image"):
+                command[0] = "python3"  # the master's interpreter path means nothing there
+            memory_mb = int(spec.resources.memory_mb) if spec.resources.memory_mb else None
+            pods.append(pod_manifest(
+                spec, name=job_id, namespace=cluster.namespace, image=image, command=command,
+                labels={LABEL_PROGRAM: self.program, LABEL_JOB: job_id,
+                        "app.kubernetes.io/managed-by": "fiber"},
+                annotations={ANNOTATION_NAME: spec.name, ANNOTATION_MASTER: master},
+                env={"PYTHONUNBUFFERED": "1", PROGRAM_ENV: self.program, **spec.env},
+                owner=owner, service_account=service_account,
+                pull_policy=cfg.kubernetes_image_pull_policy,
+                cpu_limits=cfg.kubernetes_cpu_limits, mounts=mounts))
+            jobs.append(_Job(job_id, spec.name, memory_mb, namespace=cluster.namespace))
+
+        def create(i: int) -> None:
+            try:
+                cluster.api.create_namespaced_pod(cluster.namespace, pods[i],
+                                                  _request_timeout=cfg.kubernetes_timeout)
+            except Exception as e:
+                raise SubmitError(f"cannot create pod {jobs[i].job_id} ({jobs[i].name}) in "
+                                  f"namespace {cluster.namespace!r}: {api_reason(e)}") from e
+
+        results = parallel(create, range(len(jobs)))  # type: ignore[arg-type]
+        failed = [err for _, err in results if err is not None]
+        if failed:
+            parallel(lambda job: self._delete(cluster, job.job_id, 0, cfg.kubernetes_timeout),
+                     jobs)
+            more = f" ({len(failed)} of {len(jobs)} pods failed)" if len(jobs) > 1 else ""
+            raise SubmitError(f"{failed[0]}{more}") from failed[0].__cause__
+        self._add(jobs)
+        log("kubernetes: created %d pod(s) in %s", len(jobs), cluster.namespace)
+        return [JobHandle(job.job_id, self.name, host=job.job_id) for job in jobs]
+
+    def _delete(self, cluster: _Cluster, name: str, grace: Optional[int],
+                timeout: float) -> None:
+        try:
+            cluster.api.delete_namespaced_pod(name, cluster.namespace,
+                                              grace_period_seconds=grace,
+                                              propagation_policy="Background",
+                                              _request_timeout=timeout)
+        except Exception as e:
+            if not is_not_found(e):
+                raise BackendError(f"cannot delete pod {name}: {api_reason(e)}") from e
+
+    # -- status ---------------------------------------------------------------------------
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        out, live = self._split(handles)
+        if not live:
+            return out
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+        try:  # the one query for all of this program's pods
+            resp = cluster.api.list_namespaced_pod(
+                cluster.namespace, label_selector=f"{LABEL_PROGRAM}={self.program}",
+                _preload_content=False, _request_timeout=cfg.kubernetes_timeout)
+            listed = json.loads(resp.data).get("items") or []
+        except Exception as e:
+            raise BackendError(f"cannot list pods in {cluster.namespace!r}: "
+                               f"{api_reason(e)}") from e
+        by_job = {str((p["metadata"].get("labels") or {}).get(LABEL_JOB)): p for p in listed}
+        now = time.monotonic()
+        ended: List[Tuple[_Job, JobStatus]] = []
+        for job in live:
+            pod = by_job.get(job.job_id)
+            blocked_for = now - job.blocked_since if job.blocked_since is not None else 0.0
+            st, blocked = pod_status(pod, signalled=job.signalled, memory_mb=job.memory_mb,
+                                     blocked_for=blocked_for,
+                                     pending_timeout=cfg.kubernetes_pending_timeout)
+            if blocked and job.blocked_since is None:
+                job.blocked_since = now
+                log("kubernetes: pod %s is blocked: %s", job.job_id, blocked)
+            elif not blocked:
+                job.blocked_since = None
+            if st.state is JobState.RUNNING:
+                job.started = True
+            if st.state.finished:
+                ended.append((job, st))
+            out[job.job_id] = st
+        if ended:
+            parallel(lambda item: self._finish(cluster, cfg, *item), ended)
+            for job, st in ended:
+                out[job.job_id] = job.final or st
+        return out
+
+    def _finish(self, cluster: _Cluster, cfg: Config, job: _Job, st: JobStatus) -> None:
+        """A pod that ended (or can never start): keep its output, record, delete it."""
+        with job.finishing:
+            if job.final is not None:
+                return
+            text = ""
+            if st.state is not JobState.LOST and not st.reason.startswith("pod deleted"):
+                try:
+                    text = (cluster.api.read_namespaced_pod_log(
+                        job.job_id, cluster.namespace, container=CONTAINER,
+                        tail_lines=_LOG_TAIL, _request_timeout=cfg.kubernetes_timeout)
+                        or "")  # the client gives None for a pod that printed nothing
+                except Exception:
+                    text = ""
+            self._keep_log(job.job_id, text)
+            log("kubernetes: %s (%s) ended: %s", job.job_id, job.name,
+                st.reason or "exit code 0")
+            job.final = st  # before the deletion: a concurrent status() must not call it lost
+            try:
+                self._delete(cluster, job.job_id, 0, cfg.kubernetes_timeout)
+            except BackendError as e:
+                log("kubernetes: %s", e)
+
+    def logs(self, handle: JobHandle, tail: Optional[int] = None) -> str:
+        """A job's output: live while its pod exists, else the last lines kept when it was
+        deleted ('' for a job whose output was not kept)."""
+        job, kept = self._known(handle.job_id)
+        if job is None:
+            raise BackendError(f"unknown Kubernetes job {handle.job_id}")
+        if kept is None:
+            cfg = get_config()
+            cluster = self._cluster(cfg)
+            try:
+                kwargs = {"tail_lines": tail} if tail is not None else {}
+                kept = (cluster.api.read_namespaced_pod_log(
+                    job.job_id, job.namespace, container=CONTAINER,
+                    _request_timeout=cfg.kubernetes_timeout, **kwargs) or "")
+            except Exception as e:
+                if not is_not_found(e) and getattr(e, "status", None) != 400:
+                    raise BackendError(f"cannot read the logs of {handle.job_id}: "
+                                       f"{api_reason(e)}") from e
+            kept = self._kept_log(handle.job_id, kept)  # deleted meanwhile, output kept?
+        text = kept or ""
+        if tail is not None:
+            text = "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
+        return text
+
+    # -- cancel and cleanup ---------------------------------------------------------------
+
+    def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
+        _, targets = self._mark_signalled(handles, force)
+        if not targets:
+            return
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+
+        def delete(job: _Job) -> None:
+            # a pod not seen running yet has nothing to end gracefully: delete it at once
+            grace = 0 if force or not job.started else None
+            self._delete(cluster, job.job_id, grace, cfg.kubernetes_timeout)
+
+        errors = [err for _, err in parallel(delete, targets) if err is not None]
+        if errors:
+            raise errors[0]
+
+    def _remove_listed(self, program: str, wanted: Set[str],
+                       at_exit: bool = False) -> List[str]:
+        timeout = get_config().kubernetes_timeout
+        if at_exit:
+            timeout = min(timeout, _EXIT_TIMEOUT)
+        with self._lock:
+            clusters = list(self._clusters.values()) or [self._cluster()]
+        removed: List[str] = []
+        for cluster in clusters:
+            # list + delete (not deletecollection): the verbs of deploy/rbac.yaml suffice
+            try:
+                names = [p["metadata"]["name"] for p in self._list(cluster, program, timeout)]
+            except Exception as e:
+                log("kubernetes: cannot list the pods of %s: %s", program or "fiber",
+                    api_reason(e))
+                continue
+            names = [n for n in names if program or n in wanted]
+            delete = functools.partial(self._delete, cluster, grace=0, timeout=timeout)
+            for name, (_, err) in zip(names, parallel(delete, names)):
+                if err is None:
+                    removed.append(name)
+                else:
+                    log("kubernetes: %s", err)
+        return removed
+
+    def _list(self, cluster: _Cluster, program: str, timeout: float) -> List[Dict[str, Any]]:
+        """The pods (JSON) of one program, or every fiber pod, in the cluster's namespace."""
+        resp = cluster.api.list_namespaced_pod(
+            cluster.namespace, _preload_content=False, _request_timeout=timeout,
+            label_selector=f"{LABEL_PROGRAM}={program}" if program else LABEL_PROGRAM)
+        return list(json.loads(resp.data).get("items") or [])
+
+    # -- the ``fiber`` command line -----------------------------------------------------
+
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+        try:
+            pods = self._list(cluster, program, cfg.kubernetes_timeout)
+        except Exception as e:
+            raise BackendError(f"cannot list pods in {cluster.namespace!r}: "
+                               f"{api_reason(e)}") from e
+        out = []
+        for p in pods:
+            meta, labels = p["metadata"], p["metadata"].get("labels") or {}
+            status, blocked = pod_status(p)
+            phase = str((p.get("status") or {}).get("phase") or "Unknown")
+            why = blocked or status.reason
+            state = f"{phase}: {why}" if why else phase
+            containers = (p.get("spec") or {}).get("containers") or [{}]
+            out.append(JobInfo(meta["name"], str(labels.get(LABEL_PROGRAM, "")),
+                               str((meta.get("annotations") or {}).get(ANNOTATION_NAME, "")),
+                               state, str(meta.get("creationTimestamp") or ""),
+                               str(containers[0].get("image") or "")))
+        return sorted(out, key=lambda j: j.created)
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        cfg = get_config()
+        cluster = self._cluster(cfg)
+        try:
+            kwargs = {"tail_lines": tail} if tail is not None else {}
+            return str(cluster.api.read_namespaced_pod_log(
+                job_id, cluster.namespace, container=CONTAINER,
+                _request_timeout=cfg.kubernetes_timeout, **kwargs) or "")
+        except Exception as e:
+            raise BackendError(f"cannot read the logs of {job_id}: {api_reason(e)}") from e
+
+    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
+        job, _ = self._known(handle.job_id)
+        if job is None or job.final is not None:
+            return None
+        cluster = self._cluster()
+
+        def lines() -> Iterator[str]:
+            # The log can be read once the container runs or has ended. Wait for that by
+            # reading the pod itself: status() deletes an ended pod, keeping only the tail
+            # of its output; it is asked only while the pod waits (it fails a pod that
+            # cannot start).
+            while not self._container_began(cluster, job):
+                if self.status([handle])[handle.job_id].state.finished:
+                    yield self.logs(handle)  # kept when its pod was deleted
+                    return
+                time.sleep(0.5)
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            try:  # no read timeout: a job may print nothing for hours
+                resp = cluster.api.read_namespaced_pod_log(
+                    job.job_id, job.namespace, container=CONTAINER, follow=True,
+                    _preload_content=False)
+                try:
+                    for chunk in resp.stream(4096, decode_content=True):
+                        yield decoder.decode(chunk)
+                finally:
+                    resp.release_conn()
+            except Exception as e:
+                if not is_not_found(e) and getattr(e, "status", None) != 400:
+                    raise BackendError(f"cannot follow the output of {job.job_id}: "
+                                       f"{api_reason(e)}") from e
+
+        return lines()
+
+    def _container_began(self, cluster: _Cluster, job: _Job) -> bool:
+        """Whether the job's container runs or has ended (False when that is unknown)."""
+        try:
+            resp = cluster.api.read_namespaced_pod(
+                job.job_id, job.namespace, _preload_content=False,
+                _request_timeout=get_config().kubernetes_timeout)
+            pod = json.loads(resp.data)
+        except Exception:
+            return False
+        states = [cs.get("state") or {}
+                  for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+        return any("running" in st or "terminated" in st for st in states)

@@ -1,0 +1,339 @@
+"""The ``local`` backend: every job is a process on this machine. The default.
+
+A job running fiber's bootstrap with this interpreter is forked by the *fork server* (see
+:mod:`fiber.backends.local._forkserver`), a template process started with the first such job
+that has fiber and the master's packages imported already; every other job, and every job
+when the fork server is disabled (config ``local_fork_server``) or cannot work, is a
+subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
+
+Job exits are seen at once: one watcher thread waits on a pidfd per subprocess (Linux) and
+is woken by the fork server's exit reports; it falls back to polling elsewhere.
+``@fiber.meta`` resources are recorded but not enforced: a laptop has no scheduler to
+honour them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+
+from ...config import get_config
+from ...errors import SubmitError
+from .._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from .._command import bootstrap_parts, interpreter_flags
+from . import _forkserver
+from ._forkserver import ForkedJob, ForkServerError
+
+__all__ = ["LocalBackend"]
+
+
+def _status_of(returncode: Optional[int]) -> JobStatus:
+    if returncode is None:
+        return JobStatus(JobState.RUNNING)
+    if returncode == 0:
+        return JobStatus(JobState.SUCCEEDED, 0)
+    if returncode < 0:
+        try:
+            reason = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            reason = f"killed by signal {-returncode}"
+        return JobStatus(JobState.FAILED, returncode, reason)
+    return JobStatus(JobState.FAILED, returncode, f"exit code {returncode}")
+
+
+_Proc = Union["subprocess.Popen[bytes]", ForkedJob]
+
+
+def _current_status(proc: _Proc) -> JobStatus:
+    if isinstance(proc, ForkedJob):
+        if proc.lost_reason:
+            return JobStatus(JobState.LOST, None, proc.lost_reason)
+        return _status_of(proc.returncode)
+    return _status_of(proc.poll())
+
+
+_noted: set = set()
+
+
+def _note_once(message: str) -> None:
+    if message not in _noted:
+        _noted.add(message)
+        sys.stderr.write(f"fiber: {message}\n")
+        sys.stderr.flush()
+
+
+class LocalBackend(Backend):
+    """Run jobs as subprocesses on this machine."""
+
+    name = "local"
+    jobs_share_host = True
+
+    def __init__(self) -> None:
+        self._procs: Dict[str, _Proc] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
+        """Words put before a job's command; subclasses use it to place jobs elsewhere."""
+        return []
+
+    def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        base_env = dict(os.environ)
+        jobs = []
+        for spec in specs:
+            index = next(self._ids)
+            prefix = self.command_prefix(spec, index)
+            jobs.append((f"{os.getpid()}-{index}", prefix + list(spec.command),
+                         {**base_env, **spec.env}, bool(prefix)))
+        forked = self._fork_all([(job_id, argv, env) for job_id, argv, env, placed in jobs
+                                 if not placed and self._forkable(argv)])
+        handles = []
+        for job_id, argv, env, _ in jobs:
+            proc: Optional[_Proc] = forked.get(job_id)
+            if proc is None:
+                try:
+                    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                            close_fds=True)
+                except OSError as e:
+                    raise SubmitError(f"cannot start local job: {e}", command=argv) from e
+            with self._lock:
+                self._procs[job_id] = proc
+            handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
+        return handles
+
+    @staticmethod
+    def _forkable(argv: List[str]) -> bool:
+        """Whether the fork server may start this command: the bootstrap, with this
+        interpreter and this process's flags (the template's)."""
+        parts = bootstrap_parts(argv)
+        return (parts is not None and _forkserver.supported()
+                and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
+                and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
+
+    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str]]]
+                  ) -> Dict[str, ForkedJob]:
+        """The jobs the fork server forked, by job id; the others start as subprocesses."""
+        if not jobs:
+            return {}
+        cfg = get_config()
+        try:
+            server = _forkserver.get_server(sys.executable, cfg.local_preload)
+        except ForkServerError as e:
+            _note_once(f"{e}; local jobs start as subprocesses")
+            return {}
+        if cfg.debug and server.preload_failures:
+            _note_once(f"the fork server could not preload {server.preload_failures}")
+        try:
+            cwd: Optional[str] = os.getcwd()
+        except OSError:
+            cwd = None
+        results = server.fork_many([(argv, env, functools.partial(self._forked_job_ended,
+                                                                  job_id))
+                                    for job_id, argv, env in jobs], cwd)
+        out = {}
+        for (job_id, _, _), result in zip(jobs, results):
+            if isinstance(result, ForkServerError):
+                _note_once(f"{result}; this job starts as a subprocess")
+            else:
+                out[job_id] = result
+        return out
+
+    def _forked_job_ended(self, job_id: str) -> None:
+        """A forked job's exit was reported (on the fork server's reader thread)."""
+        w = self.__dict__.get("_watcher")
+        if isinstance(w, _PidfdWatcher):
+            w.ended(job_id)
+        elif w is not None:
+            with w._cond:
+                w._reset = True
+                w._cond.notify()
+
+    def _proc(self, handle: JobHandle) -> Optional[_Proc]:
+        with self._lock:
+            return self._procs.get(handle.job_id)
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        out = {}
+        for h in handles:
+            proc = self._proc(h)
+            out[h.job_id] = (
+                JobStatus(JobState.LOST, None, "unknown job") if proc is None
+                else _current_status(proc)
+            )
+        return out
+
+    def wait(self, handle: JobHandle, timeout: Optional[float] = None) -> Optional[JobStatus]:
+        proc = self._proc(handle)
+        if proc is None:
+            return JobStatus(JobState.LOST, None, "unknown job")
+        if isinstance(proc, ForkedJob):
+            return _current_status(proc) if proc.wait(timeout) else None
+        try:
+            return _status_of(proc.wait(timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
+        for h in handles:
+            proc = self._proc(h)
+            if proc is not None and not _current_status(proc).state.finished:
+                try:
+                    proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def listen_host(self) -> str:
+        return "127.0.0.1"
+
+    def main_spec(self, spec: JobSpec) -> JobSpec:
+        """A main program here runs on this machine: it keeps this machine's listen_host."""
+        host = get_config().listen_host
+        return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
+
+    def release(self, handle: JobHandle) -> None:
+        with self._lock:
+            proc = self._procs.get(handle.job_id)
+            if proc is not None and _current_status(proc).state.finished:
+                del self._procs[handle.job_id]
+
+    def watcher(self) -> JobWatcher:
+        if not hasattr(os, "pidfd_open"):
+            return super().watcher()
+        w = self.__dict__.get("_watcher")
+        if w is None:
+            with self._lock:
+                w = self.__dict__.setdefault("_watcher", _PidfdWatcher(self))
+        return w
+
+
+class _PidfdWatcher(JobWatcher):
+    """Sees each child's exit the moment it happens: a pidfd per subprocess in one epoll,
+    and the fork server's exit reports for forked jobs.
+
+    The work done is proportional to what happened, not to the jobs watched: a new job
+    or a reported exit is queued for the watcher thread, which looks at those alone (a
+    pool of 1,024 workers is not 1,024 scans of 1,024 jobs). A full sweep every
+    ``SWEEP_S`` seconds is the safety net for an exit nobody reported.
+    """
+
+    SWEEP_S = 5.0
+
+    def __init__(self, backend: LocalBackend) -> None:
+        super().__init__(backend)
+        self._local = backend
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._touched: Set[str] = set()  # new or reported ended, under self._cond
+
+    def watch(self, handle, on_exit) -> None:  # type: ignore[no-untyped-def]
+        with self._cond:
+            self._touched.add(handle.job_id)
+        super().watch(handle, on_exit)
+        self._wake()
+
+    def ended(self, job_id: str) -> None:
+        """A forked job's exit was reported."""
+        with self._cond:
+            self._touched.add(job_id)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+        self._wake()
+        super().stop()
+
+    def _deliver_ended(self, job_ids: Iterable[str]) -> List[str]:
+        """Call back (and stop watching) the jobs of ``job_ids`` that ended; the ids of
+        those still running. A method of its own: a delivered callback holds its process
+        object, which must not stay referenced by ``_run``'s locals while it waits."""
+        running = []
+        for job_id in job_ids:
+            with self._cond:
+                entry = self._jobs.get(job_id)
+            if entry is None:
+                continue
+            handle, on_exit = entry
+            proc = self._local._proc(handle)
+            status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
+                      else _current_status(proc))
+            if status.state.finished:
+                with self._cond:
+                    self._jobs.pop(job_id, None)
+                on_exit(handle, status)
+            else:
+                running.append(job_id)
+        return running
+
+    def _run(self) -> None:
+        # Each round looks at the jobs touched since the last one *before* waiting: a job
+        # watched, or a forked job reported, while we waited is seen in the next round
+        # (the wake byte that announced it ends the wait), never one wait later.
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        fds: Dict[str, int] = {}
+        next_sweep = time.monotonic() + self.SWEEP_S
+        try:
+            while True:
+                with self._cond:
+                    if self._stopped:
+                        return
+                    touched, self._touched = self._touched, set()
+                    if time.monotonic() >= next_sweep:
+                        touched.update(self._jobs)
+                        next_sweep = time.monotonic() + self.SWEEP_S
+                for job_id in self._deliver_ended(touched):
+                    if job_id not in fds:
+                        self._watch_pidfd(sel, fds, job_id)
+                for job_id in [j for j in fds if j not in self._jobs]:
+                    fd = fds.pop(job_id)
+                    sel.unregister(fd)
+                    os.close(fd)
+                ready = [key.data for key, _ in sel.select(1.0)]
+                if None in ready:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                with self._cond:
+                    self._touched.update(j for j in ready if j is not None)
+        finally:
+            sel.close()
+            for fd in fds.values():
+                os.close(fd)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _watch_pidfd(self, sel: selectors.BaseSelector, fds: Dict[str, int],
+                     job_id: str) -> None:
+        """Add a subprocess's pidfd to ``sel``; forked jobs have none (the fork server's
+        exit report wakes us)."""
+        with self._cond:
+            entry = self._jobs.get(job_id)
+        if entry is None or entry[0].pid is None:
+            return
+        if isinstance(self._local._proc(entry[0]), ForkedJob):
+            return
+        try:
+            fd = os.pidfd_open(entry[0].pid)  # type: ignore[attr-defined]
+        except ProcessLookupError:
+            fd = os.open(os.devnull, os.O_RDONLY)  # already reaped: readable at once
+        fds[job_id] = fd
+        sel.register(fd, selectors.EVENT_READ, job_id)

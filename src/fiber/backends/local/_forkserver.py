@@ -1,0 +1,527 @@
+"""The local backend's fork server: a pre-imported template process that forks jobs.
+
+A job started as ``python -m fiber.process._bootstrap`` pays for a new interpreter and for
+``import fiber`` (about 0.2 s of CPU), and more when its code imports numpy or torch. On
+its first such job the local backend starts instead one *template* process
+(:mod:`fiber.backends.local._forkserver_template`) that imports fiber, preloads the packages
+the master uses (config ``local_preload``) and then only forks: each child applies its job's
+environment and runs the bootstrap in-process, as ``python -m fiber.process._bootstrap`` would.
+
+::
+
+    master (LocalBackend, any thread)            template (one thread; no hub, no socket
+    ─────────────────────────────────            but its end of the socketpair)
+    socketpair(AF_UNIX, SOCK_SEQPACKET) ───────▶ inherited fd (its number is argv[1])
+    init {preload, sys_path}             ──────▶ import fiber and the preload modules
+                                         ◀────── ready {pid, preloaded, failed}
+    fork {id, argv, env, cwd, signals}
+      + the master's stdout/stderr fds   ──────▶ fork(); the child: stdio, signals, env,
+                                                 cwd, then fiber.process._bootstrap; os._exit
+                                         ◀────── forked {id, pid} + a pidfd of the child
+                                         ◀────── exit {pid, code}  (SIGCHLD → waitpid)
+    EOF: the master ended                ──────▶ the template exits
+
+Messages are JSON, one per SEQPACKET datagram: nothing is unpickled on either side. A
+job's environment holds the program secret; it travels only over the private socketpair
+and never appears on a command line or in the template's own environment. Nothing
+listens on the network.
+
+Exit codes follow ``multiprocessing`` (a negative number is the killing signal); they come
+from the template, the children's parent. If the template dies, jobs it forked keep
+running (their lifeline is their connection to the master's hub); the master watches
+each through its pidfd and reports it LOST when it ends, with its exit code unknown to
+the backend. The next job starts a new template.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from ...transport.sockets import readable
+from .._command import interpreter_flags
+from ._forkserver_protocol import (
+    MAX_MESSAGE,
+    MODULE,
+    UNTOUCHED_SIGNALS,
+    recv_message,
+    send_message,
+)
+
+__all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_pid",
+           "auto_preload", "supported", "MODULE"]
+
+#: Seconds the template may take to import fiber and the preload modules.
+START_TIMEOUT = 60.0
+#: Seconds the template may take to answer a fork request before it counts as stuck.
+FORK_TIMEOUT = 20.0
+
+_PRIVATE_ENV = ("FIBER_SECRET", "FIBER_JOB", "FIBER_PARENT")
+#: Never preloaded by "auto": tools that import-time-hook the master, not the jobs' code.
+_NOT_PRELOADED = {"pip", "setuptools", "pkg_resources", "pluggy", "iniconfig", "py",
+                  "IPython", "ipykernel", "jupyter_client", "jupyter_core", "traitlets",
+                  "debugpy", "pydevd", "coverage", "mypy", "ruff", "fiber"}
+
+
+class ForkServerError(Exception):
+    """The fork server cannot start this job: start it as a subprocess instead."""
+
+
+def supported() -> bool:
+    """Whether this platform has what the fork server needs (Linux: fork, SEQPACKET,
+    SCM_RIGHTS and pidfds)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork")
+            and hasattr(os, "pidfd_open") and hasattr(socket, "SOCK_SEQPACKET"))
+
+
+def _describe(code: Optional[int]) -> str:
+    if code is None:
+        return "ended"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# -- the master's side ---------------------------------------------------------------------
+
+
+class ForkedJob:
+    """A job forked by the template: what the local backend uses of ``subprocess.Popen``.
+
+    ``returncode`` is set by the template's exit report; ``lost_reason`` when the template
+    died and the job has ended since (its exit code unknown to the backend).
+    """
+
+    def __init__(self, on_finish: Callable[[], None]) -> None:
+        self.pid = 0
+        self.returncode: Optional[int] = None
+        self.lost_reason = ""
+        self._pidfd: Optional[int] = None
+        self._cond = threading.Condition()
+        self._answered = False
+        self._error = ""
+        self._on_finish = on_finish
+
+    @property
+    def finished(self) -> bool:
+        return self.returncode is not None or bool(self.lost_reason)
+
+    def poll(self) -> Optional[int]:
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Whether the job finished within ``timeout`` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.finished, timeout)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the job, unless it has ended (its pidfd makes this exact)."""
+        with self._cond:
+            if self.finished or not self.pid:
+                return
+            try:
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, sig)  # type: ignore[attr-defined]
+                else:
+                    os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    # Called by the server's reader thread.
+
+    def _started(self, pid: int, pidfd: Optional[int]) -> None:
+        with self._cond:
+            self.pid, self._pidfd, self._answered = pid, pidfd, True
+            self._cond.notify_all()
+
+    def _failed(self, error: str) -> None:
+        with self._cond:
+            self._error, self._answered = error, True
+            self._cond.notify_all()
+
+    def _wait_answer(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._answered, timeout)
+
+    def _end(self, returncode: Optional[int], lost_reason: str = "") -> None:
+        with self._cond:
+            if self.finished:
+                return
+            self.returncode, self.lost_reason = returncode, lost_reason
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+            self._cond.notify_all()
+        try:
+            self._on_finish()
+        except Exception:
+            pass
+
+
+class ForkServer:
+    """The master's end of one template process.
+
+    Raises (on creation):
+        ForkServerError: the template could not start (the message says why).
+    """
+
+    def __init__(self, python: str, preload: Sequence[str],
+                 timeout: Optional[float] = None) -> None:
+        self.alive = False
+        self.reason = ""
+        self.preloaded: List[str] = []
+        self.preload_failures: Dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: Dict[int, ForkedJob] = {}
+        self._running: Dict[int, ForkedJob] = {}
+        self._closing = False
+        sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_MESSAGE)
+        except OSError:
+            pass
+        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
+        try:
+            # Its stderr is ours (its own errors); a job gets our stdout and stderr as
+            # they are when the job starts, with each fork request.
+            self._proc = subprocess.Popen(
+                [python, *interpreter_flags(), "-m", MODULE, str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+                close_fds=True)
+        except OSError as e:
+            sock.close()
+            raise ForkServerError(f"cannot start the fork server: {e}") from None
+        finally:
+            theirs.close()
+        self._sock = sock
+        self.pid = self._proc.pid
+        try:
+            self._handshake(preload, START_TIMEOUT if timeout is None else timeout)
+        except BaseException:
+            self._abort()
+            raise
+        self.alive = True
+        _live.add(self)
+        self._reader = threading.Thread(target=self._read_loop, daemon=True,
+                                        name=f"fiber-forkserver-{self.pid}")
+        self._reader.start()
+
+    def _handshake(self, preload: Sequence[str], timeout: float) -> None:
+        try:
+            send_message(self._sock, {"op": "init", "preload": list(preload),
+                               "sys_path": list(sys.path), "argv": list(sys.argv)})
+            if not readable([self._sock], timeout):
+                raise ForkServerError(
+                    f"the fork server did not get ready within {timeout:g} s "
+                    f"(preloading {', '.join(preload) or 'nothing'})")
+            msg = recv_message(self._sock, 1 << 16)
+        except (OSError, ValueError) as e:
+            raise ForkServerError(f"the fork server failed to start: {e}") from None
+        if msg is None:
+            try:
+                code: Optional[int] = self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
+            raise ForkServerError(f"the fork server {_describe(code)} while starting")
+        obj, fds = msg
+        for fd in fds:
+            os.close(fd)
+        if obj.get("op") != "ready":
+            raise ForkServerError(f"the fork server cannot work: {obj.get('error', obj)}")
+        self.preloaded = list(obj.get("preloaded", []))
+        self.preload_failures = dict(obj.get("failed", {}))
+
+    def _abort(self) -> None:
+        try:
+            self._proc.kill()
+        except OSError:
+            pass
+        self._proc.wait()
+        self._sock.close()
+
+    def fork(self, argv: Sequence[str], env: Dict[str, str], cwd: Optional[str],
+             on_finish: Callable[[], None], timeout: Optional[float] = None) -> ForkedJob:
+        """Fork a child that runs ``argv`` (``python -m fiber.process._bootstrap``) with ``env``.
+
+        Raises:
+            ForkServerError: the template cannot start this job (it is gone, stuck, or the
+                request cannot be sent); nothing was started.
+        """
+        result = self.fork_many([(argv, env, on_finish)], cwd, timeout)[0]
+        if isinstance(result, ForkServerError):
+            raise result
+        return result
+
+    def fork_many(self, jobs: Sequence[Tuple[Sequence[str], Dict[str, str],
+                                             Callable[[], None]]],
+                  cwd: Optional[str], timeout: Optional[float] = None
+                  ) -> List[Union[ForkedJob, ForkServerError]]:
+        """Fork a child per ``(argv, env, on_finish)``: every request is sent before the
+        first answer is awaited, so that a pool of 1,024 workers is not 1,024 round trips
+        to the template. Each job is a :class:`ForkedJob`, or the ForkServerError saying
+        why the template did not start it."""
+        stdio = [fd for fd in (1, 2) if _is_open(fd)]
+        ignored = _ignored_signals()
+        sent: List[Union[ForkedJob, ForkServerError]] = []
+        for argv, env, on_finish in jobs:
+            forked = ForkedJob(on_finish)
+            with self._lock:
+                if not self.alive:
+                    sent.append(ForkServerError(self.reason or "the fork server is gone"))
+                    continue
+                job_id = next(self._ids)
+                self._pending[job_id] = forked
+            request = {"op": "fork", "id": job_id, "argv": list(argv), "env": env,
+                       "cwd": cwd, "stdio": [fd in stdio for fd in (1, 2)],
+                       "ignored": ignored}
+            try:
+                with self._send_lock:
+                    send_message(self._sock, request, stdio)
+            except (OSError, ValueError) as e:
+                with self._lock:
+                    self._pending.pop(job_id, None)
+                sent.append(ForkServerError(f"cannot hand the job to the fork server: {e}"))
+                continue
+            sent.append(forked)
+        # The template forks one after the other: the allowance grows with the batch.
+        deadline = time.monotonic() + (FORK_TIMEOUT if timeout is None else timeout) * (
+            1 + len(jobs) // 64)
+        out: List[Union[ForkedJob, ForkServerError]] = []
+        for job in sent:
+            if isinstance(job, ForkedJob):
+                if not job._wait_answer(max(0.0, deadline - time.monotonic())):
+                    self._kill("did not answer a fork request in time")
+                    job._wait_answer(10)  # the reader answers every pending request as it ends
+                if job._error or not job.pid:
+                    out.append(ForkServerError(job._error or "the fork server did not start "
+                                               "the job"))
+                    continue
+            out.append(job)
+        return out
+
+    def _kill(self, why: str) -> None:
+        with self._lock:
+            if not self.reason:
+                self.reason = f"the fork server (pid {self.pid}) {why}"
+        try:
+            self._proc.kill()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Stop the template (it exits at EOF). Jobs it forked run on; each is reported
+        LOST when it ends, as after the template's death."""
+        with self._lock:
+            self._closing = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self._reader is not threading.current_thread():
+            self._reader.join(10)
+
+    # -- the reader thread -------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        error = ""
+        try:
+            while True:
+                msg = recv_message(self._sock, 1 << 16)
+                if msg is None:
+                    break
+                self._dispatch(*msg)
+        except (OSError, ValueError) as e:
+            error = f"{type(e).__name__}: {e}"
+        self._died(error)
+
+    def _dispatch(self, obj: Dict[str, Any], fds: List[int]) -> None:
+        op = obj.get("op")
+        if op == "forked":
+            with self._lock:
+                job = self._pending.pop(int(obj["id"]), None)
+                if job is not None:
+                    self._running[int(obj["pid"])] = job
+            if job is None:
+                for fd in fds:
+                    os.close(fd)
+                return
+            for fd in fds[1:]:
+                os.close(fd)
+            job._started(int(obj["pid"]), fds[0] if fds else None)
+            return
+        for fd in fds:
+            os.close(fd)
+        if op == "exit":
+            with self._lock:
+                job = self._running.pop(int(obj["pid"]), None)
+            if job is not None:
+                job._end(int(obj["code"]))
+        elif op == "fork_failed":
+            with self._lock:
+                job = self._pending.pop(int(obj["id"]), None)
+            if job is not None:
+                job._failed(f"the fork server could not fork: {obj.get('error', '?')}")
+
+    def _died(self, error: str) -> None:
+        if error:  # it sent something we cannot read: it is of no further use
+            self._kill(f"broke its protocol ({error})")
+        try:
+            code: Optional[int] = self._proc.wait(5)
+        except subprocess.TimeoutExpired:  # its socket broke but it lives: end it
+            self._proc.kill()
+            code = self._proc.wait()
+        with self._lock:
+            self.alive = False
+            if not self.reason:
+                self.reason = f"the fork server (pid {self.pid}) {_describe(code)}"
+                if error:
+                    self.reason += f" ({error})"
+            reason, closing = self.reason, self._closing
+            pending, self._pending = list(self._pending.values()), {}
+            running, self._running = list(self._running.values()), {}
+        _live.discard(self)
+        self._sock.close()
+        for job in pending:
+            job._failed(reason)
+        orphans: Dict[int, ForkedJob] = {}
+        for job in running:
+            with job._cond:
+                pidfd = None if job._pidfd is None else os.dup(job._pidfd)
+            if pidfd is None:  # cannot be watched: end it rather than lose track of it
+                job.send_signal(signal.SIGKILL)
+                job._end(None, f"{reason}; the job was killed, its exit code is unknown")
+            else:
+                orphans[pidfd] = job
+        if running and not closing:
+            sys.stderr.write(f"fiber: {reason}; {len(running)} job(s) it started are "
+                             "reported LOST when they end; the next job starts a new one\n")
+            sys.stderr.flush()
+        try:
+            while orphans:
+                ready = readable(list(orphans), None)
+                for fd in ready:
+                    job = orphans.pop(fd)
+                    os.close(fd)
+                    job._end(None, f"{reason} before the job ended; its exit code is unknown")
+        finally:
+            for fd in orphans:
+                os.close(fd)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _ignored_signals() -> List[int]:
+    """Signals this process ignores: a subprocess would inherit that, so a forked job
+    does too."""
+    out = []
+    for sig in signal.valid_signals():
+        if isinstance(sig, signal.Signals) and sig.name in UNTOUCHED_SIGNALS:
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                out.append(int(sig))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+_live: Set[ForkServer] = set()
+_server: Optional[ForkServer] = None
+_server_lock = threading.Lock()
+_failed: Optional[str] = None
+
+
+def get_server(python: str, preload_setting: str) -> ForkServer:
+    """This process's fork server, started on first use (again after it died).
+
+    Raises:
+        ForkServerError: it cannot start; this process then starts no other.
+    """
+    global _server, _failed
+    server = _server
+    if server is not None and server.alive:
+        return server
+    with _server_lock:
+        if _failed is not None:
+            raise ForkServerError(_failed)
+        if _server is None or not _server.alive:
+            try:
+                _server = ForkServer(python, preload_modules(preload_setting))
+            except ForkServerError as e:
+                _failed = str(e)
+                raise
+        return _server
+
+
+def server_pid() -> Optional[int]:
+    """The pid of this process's live template, if any (tests, diagnostics)."""
+    server = _server
+    return server.pid if server is not None and server.alive else None
+
+
+def preload_modules(setting: str) -> List[str]:
+    """The modules named by config ``local_preload``."""
+    if setting.strip().lower() == "auto":
+        return auto_preload()
+    return [name.strip() for name in setting.split(",") if name.strip()]
+
+
+def auto_preload() -> List[str]:
+    """Top-level third-party packages this process has imported from site-packages."""
+    import site
+
+    dirs = {os.path.realpath(p) for p in sys.path
+            if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
+    try:
+        dirs.update(os.path.realpath(p) for p in site.getsitepackages())
+    except AttributeError:  # pragma: no cover - virtualenv's old site.py
+        pass
+    roots = tuple(d + os.sep for d in dirs)
+    out = []
+    for name, module in list(sys.modules.items()):
+        if ("." in name or name.startswith("_") or name.startswith("pytest")
+                or name in _NOT_PRELOADED or module is None):
+            continue
+        where = getattr(module, "__file__", None)
+        if not where:
+            paths = list(getattr(module, "__path__", []) or [])
+            where = paths[0] if paths else None
+        if where and os.path.realpath(where).startswith(roots):
+            out.append(name)
+    return sorted(out)
+
+
+def _after_fork_in_child() -> None:
+    # A fork of the master (user code calling os.fork) must not hold the template's
+    # socket: the template ends when the master's copy closes, and only then.
+    global _server
+    for server in list(_live):
+        try:
+            server._sock.close()
+        except OSError:
+            pass
+    _live.clear()
+    _server = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,262 @@
+"""The fork server's template process: preload, then fork jobs on request.
+
+Started by the local backend as ``python -m fiber.backends.local._forkserver_template FD``;
+its only channel is the inherited end of a private ``SOCK_SEQPACKET`` socketpair (``FD``).
+The master's side and the protocol are in :mod:`fiber.backends.local._forkserver`; the
+message framing both use is in :mod:`fiber.backends.local._forkserver_protocol`.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any, Dict, List, Tuple
+
+from fiber.backends._command import BOOTSTRAP_MODULE
+from fiber.backends.local._forkserver_protocol import (
+    MAX_MESSAGE,
+    MODULE,
+    UNTOUCHED_SIGNALS,
+    recv_message,
+    send_message,
+)
+from fiber.transport.sockets import readable
+
+
+def _template(fd: int) -> None:
+    """The template's main loop: preload, then fork on request and report exits."""
+    import importlib
+    import importlib.util
+    import warnings
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the jobs, not for us
+    sock = socket.socket(fileno=fd)
+    msg = recv_message(sock, 1 << 20)
+    if msg is None:
+        return
+    init, _ = msg
+    # What every job imports (the bootstrap module, and fiber with it: the pool worker,
+    # pipes, queues), then the master's packages.
+    import cloudpickle  # noqa: F401
+
+    spec = importlib.util.find_spec(BOOTSTRAP_MODULE)
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+        send_message(sock, {"op": "error", "error": f"cannot find {BOOTSTRAP_MODULE}"})
+        return
+    importlib.import_module(BOOTSTRAP_MODULE)
+    code = spec.loader.get_code(BOOTSTRAP_MODULE)
+    own_path, own_argv = list(sys.path), list(sys.argv)
+    # preloaded modules see the master's path and argv, as its jobs will
+    sys.path[:] = list(init.get("sys_path") or own_path)
+    sys.argv[:] = list(init.get("argv") or own_argv)
+    preloaded, failed = [], {}
+    for name in init.get("preload", []):
+        try:
+            importlib.import_module(name)
+            preloaded.append(name)
+        except BaseException as e:  # noqa: B036 - a preload must never end the template
+            failed[name] = f"{type(e).__name__}: {e}"[:500]
+        if threading.active_count() > 1:
+            send_message(sock, {"op": "error", "error": f"importing {name!r} started a thread "
+                         "(set local_preload to the modules to preload without it)"})
+            return
+    sys.path[:], sys.argv[:] = own_path, own_argv
+    send_message(sock, {"op": "ready", "pid": os.getpid(), "preloaded": preloaded,
+                 "failed": failed})
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    context = _ChildContext(sock, (wake_r, wake_w), spec, code)
+    while True:
+        _reap(sock)
+        ready = readable([sock.fileno(), wake_r], None)
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if sock.fileno() in ready:
+            msg = recv_message(sock, MAX_MESSAGE)
+            if msg is None:
+                return  # the master ended
+            request, fds = msg
+            if request.get("op") != "fork":
+                for f in fds:
+                    os.close(f)
+                continue
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            # The child's collections must not walk (and so copy, page by page) the
+            # template's objects: they are never garbage.
+            gc.freeze()
+            try:
+                with warnings.catch_warnings():  # native threads (BLAS pools) are fork-safe
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError as e:
+                for f in fds:
+                    os.close(f)
+                send_message(sock, {"op": "fork_failed", "id": request["id"], "error": str(e)})
+                continue
+            if pid == 0:
+                context.run(request, fds)  # never returns
+            for f in fds:
+                os.close(f)
+            try:
+                pidfd: List[int] = [os.pidfd_open(pid)]  # type: ignore[attr-defined]
+            except OSError:
+                pidfd = []
+            try:
+                send_message(sock, {"op": "forked", "id": request["id"], "pid": pid}, pidfd)
+            finally:
+                for f in pidfd:
+                    os.close(f)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        send_message(sock, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+class _ChildContext:
+    """What a forked child needs to become a fresh ``python -m`` of the bootstrap module."""
+
+    def __init__(self, sock: socket.socket, fds: Tuple[int, int], spec: Any,
+                 code: Any) -> None:
+        self.sock = sock
+        self.fds = fds
+        self.spec = spec
+        self.code = code
+        cwd = os.getcwd()
+        #: sys.path[0] of ``python -m`` is the working directory it started in.
+        self.path0 = cwd if sys.path and sys.path[0] == cwd else None
+        #: The template's signal handlers and environment, which every child inherits:
+        #: a child changes only what differs (reading them anew costs ~1 ms a child).
+        self.handlers = {}
+        for sig in signal.valid_signals():
+            if isinstance(sig, signal.Signals) and sig.name not in UNTOUCHED_SIGNALS:
+                try:
+                    self.handlers[int(sig)] = signal.getsignal(sig)
+                except (OSError, ValueError):
+                    pass
+        self.environ = dict(os.environ)
+
+    def run(self, request: Dict[str, Any], fds: List[int]) -> None:
+        exitcode = 1
+        try:
+            self._become(request, fds)
+            exitcode = self._bootstrap(request)
+        except SystemExit as e:
+            exitcode = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    if stream is not None:
+                        stream.flush()
+                except Exception:
+                    pass
+            os._exit(exitcode)
+
+    def _become(self, request: Dict[str, Any], fds: List[int]) -> None:
+        self.sock.close()
+        signal.set_wakeup_fd(-1)
+        for f in self.fds:
+            os.close(f)
+        ignored = set(request.get("ignored", []))
+        for sig, handler in self.handlers.items():
+            want: Any = (signal.SIG_IGN if sig in ignored
+                         else signal.default_int_handler if sig == signal.SIGINT
+                         else signal.SIG_DFL)
+            if handler != want:
+                try:
+                    signal.signal(sig, want)
+                except (OSError, ValueError, TypeError):
+                    pass
+        fds = list(fds)
+        for target, present in zip((1, 2), request.get("stdio", [])):
+            if present and fds:
+                f = fds.pop(0)
+                os.dup2(f, target)
+                os.close(f)
+        for f in fds:
+            os.close(f)
+        out: Any = sys.stdout
+        if out is not None and hasattr(out, "reconfigure"):  # as a new interpreter would
+            out.reconfigure(line_buffering=os.isatty(1) and not out.write_through)
+        env = request["env"]
+        for key in self.environ:
+            if key not in env:
+                del os.environ[key]
+        for key, value in env.items():
+            if self.environ.get(key) != value:
+                os.environ[key] = value
+        cwd = request.get("cwd")
+        if cwd:
+            try:
+                os.chdir(cwd)
+            except OSError:
+                pass
+            if self.path0 is not None and sys.path and sys.path[0] == self.path0:
+                sys.path[0] = cwd
+        # Per-process state made at import in the template: fresh in every child, as in a
+        # new interpreter (fiber's own is renewed by the bootstrap).
+        numpy_random = sys.modules.get("numpy.random")
+        if numpy_random is not None:
+            try:
+                numpy_random.seed()  # type: ignore[attr-defined]
+            except Exception:
+                pass
+
+    def _bootstrap(self, request: Dict[str, Any]) -> int:
+        """Run the bootstrap module as ``__main__``, as ``python -m`` does."""
+        import builtins
+        import types
+
+        main = types.ModuleType("__main__")
+        main.__dict__.update(__file__=self.spec.origin, __cached__=None,
+                             __loader__=self.spec.loader, __package__=self.spec.parent,
+                             __spec__=self.spec, __builtins__=builtins)
+        sys.modules["__main__"] = main
+        argv = list(request.get("argv", []))
+        rest = argv[argv.index("-m") + 2:] if "-m" in argv else []
+        sys.argv = [self.spec.origin, *rest]
+        exec(self.code, main.__dict__)  # ends with os._exit (the job's exit code)
+        return 0
+
+
+def _main() -> None:
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
+        sys.stderr.write(f"{MODULE} is started by fiber's local backend, not by hand\n")
+        sys.exit(2)
+    try:
+        _template(int(sys.argv[1]))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the master ended while we wrote to it
+    except OSError as e:
+        if e.errno not in (errno.EBADF, errno.ENOTCONN):
+            raise
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,158 @@
+"""The ``fiber`` command on Slurm: the output of a program ``fiber run`` started, and
+``fiber ps``, ``logs`` and ``stop``: the batch jobs of any fiber program of this user,
+whichever process submitted them.
+
+Slurm keeps no labels, so every fiber job carries its program's id in its comment
+(``sbatch --comment="fiber <program> <name>"``, see
+:func:`~fiber.backends.slurm._status.job_comment`), and the processes of a program
+inherit the id. One ``squeue`` lists them; a job's output is the ``StdOut`` file
+``scontrol`` names (or, once Slurm has forgotten the job, its file in
+``slurm_output_dir``); stopping is ``scancel``. Job steps (``slurm_mode=steps``) live
+inside their allocation and are not listed: stopping the allocation's job stops them.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import tempfile
+import time
+from typing import Dict, Iterator, List, Optional, Protocol, Sequence
+
+from ...config import get_config
+from ...errors import BackendError, SubmitError
+from .._base import JobHandle, JobInfo, JobStatus
+from .._batch import follow_file
+from ._status import LIST_FORMAT, parse_listing, stdout_path
+
+__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines",
+           "SlurmCommands"]
+
+
+class SlurmCommands(Protocol):
+    """What these functions need of the backend (a :class:`SlurmBackend`): its commands,
+    their timeouts, the status of a job, and ``scancel``."""
+
+    query_timeout: float
+    cancel_timeout: float
+
+    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
+                    timeout: Optional[float] = None, what: str = "",
+                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
+
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
+
+_REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
+#: Slurm job states (lower case, as listed) in which there is nothing left to stop.
+ENDING = {"completing", "completed", "cancelled", "failed", "timeout", "node_fail",
+          "boot_fail", "preempted", "out_of_memory", "deadline", "revoked", "special_exit"}
+
+
+def output_dir() -> str:
+    """The directory of job logs, ``slurm_output_dir`` (created with mode 0700 when
+    missing); by default ``fiber-slurm-<uid>`` under the system temp dir."""
+    configured = get_config().slurm_output_dir
+    path = configured or os.path.join(tempfile.gettempdir(), f"fiber-slurm-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as e:
+        raise SubmitError(f"cannot create the Slurm log directory {path!r}: {e}") from None
+    if not configured and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        if st.st_uid != os.getuid():
+            raise SubmitError(f"the Slurm log directory {path!r} belongs to another "
+                              "user; set slurm_output_dir")
+        os.chmod(path, 0o700)
+    return path
+
+
+def follow(backend: SlurmCommands, handle: JobHandle, path: str,
+           since: float) -> Optional[Iterator[str]]:
+    """A batch job's output file ``path`` (in ``slurm_output_dir``, shared with the nodes),
+    written since ``since`` (its submission), read as it grows, until the job has ended;
+    None without one (an array task, a step)."""
+    if not path:
+        return None
+
+    def ended() -> bool:
+        try:
+            return backend.status([handle])[handle.job_id].state.finished
+        except BackendError:  # a busy controller: not a reason to stop following
+            return False
+
+    return follow_file(path, ended, "slurm_output_dir is not shared with the node", since)
+
+
+def find_jobs(backend: SlurmCommands, program: str = "") -> List[JobInfo]:
+    """This user's fiber jobs that Slurm still lists (only ``program``'s if given),
+    oldest first; a job's state is Slurm's word for it (``running``, ``cancelled``...)."""
+    argv = ["squeue", "--noheader", "--array", "--states=all", f"--user={os.getuid()}",
+            f"--Format={LIST_FORMAT}"]
+    cp = backend.run_command(argv, timeout=backend.query_timeout, what="squeue")
+    rows = [r for r in parse_listing(cp.stdout) if not program or r.program == program]
+    rows.sort(key=lambda r: (r.submitted, [int(x) for x in r.job_id.split("_") if x.isdigit()]))
+    return [JobInfo(r.job_id, r.program, r.name, r.state, r.submitted) for r in rows]
+
+
+def read_logs(backend: SlurmCommands, job_id: str, tail: Optional[int] = None) -> str:
+    """The output file of a batch job (its last ``tail`` lines)."""
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        raise BackendError(f"{job_id!r} is not a Slurm job id (1234, or 1234_5 for a task "
+                           "of a job array)")
+    cp = backend.run_command(["scontrol", "show", "job", job_id],
+                             timeout=backend.query_timeout, what="scontrol", check=False)
+    path = stdout_path(cp.stdout) if cp.returncode == 0 else ""
+    if not path or "%" in path:  # forgotten by Slurm (MinJobAge), or a pattern unexpanded
+        pattern = os.path.join(glob.escape(output_dir()), f"*-{job_id}.out")
+        found = glob.glob(pattern)
+        path = found[0] if len(found) == 1 else ""
+    if not path:
+        raise BackendError(f"no output of Slurm job {job_id}: Slurm does not list it and "
+                           f"slurm_output_dir has no *-{job_id}.out")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise BackendError(f"cannot read the output of Slurm job {job_id} ({path}): "
+                           f"{e.strerror} (is slurm_output_dir shared with its node?)"
+                           ) from None
+    return text if tail is None else last_lines(text, tail)
+
+
+def last_lines(text: str, n: int) -> str:
+    """The last ``n`` lines of ``text``; lines end at newlines only (the carriage returns
+    of a progress bar do not end one)."""
+    if n <= 0:
+        return ""
+    lines = text.split("\n")
+    ended = lines[-1] == ""  # the text ends with a newline
+    return "\n".join(lines[-n - 1:] if ended else lines[-n:])
+
+
+def remove_jobs(backend: SlurmCommands, program: str = "", job_ids: Sequence[str] = (),
+                force: bool = False, queued_only: bool = False) -> List[str]:
+    """Cancel the unfinished jobs of ``program`` (listing again until none is left: its
+    pool may submit a replacement meanwhile, but for no longer than the backend's
+    ``cancel_timeout``), or the unfinished ones of ``job_ids``, or with ``queued_only``
+    the program's jobs that have not started; the ids cancelled (``force``: with
+    SIGKILL). Slurm goes on listing them, as cancelled, until ``MinJobAge`` has passed."""
+    cancelled: List[str] = []
+    rounds = _REMOVE_ROUNDS if program and not queued_only else 1
+    deadline = time.monotonic() + backend.cancel_timeout
+    for i in range(rounds):
+        live = [j.job_id for j in find_jobs(backend, program)
+                if j.state not in ENDING and j.job_id not in cancelled
+                and (program or j.job_id in job_ids)
+                and (not queued_only or j.state == "pending")]
+        if not live:
+            break
+        backend.cancel_ids(live, force)
+        cancelled += live
+        if i + 1 == rounds or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # then list again
+    return cancelled

@@ -1,0 +1,243 @@
+"""What Slurm's commands print, read: ``squeue``/``sacct`` output and exit codes, Slurm job
+states as fiber's :class:`JobStatus`, ``scontrol show config``; and the names and comments
+fiber gives jobs. Pure functions, tested without a cluster."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import signal
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .._base import JobState, JobStatus
+
+__all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
+           "controller_address", "step_status", "safe_name", "array_name", "SQUEUE_FORMAT",
+           "PENDING_STATES", "LIST_FORMAT", "Listed", "job_comment", "parse_listing",
+           "stdout_path", "task_ranges"]
+
+SQUEUE_FORMAT = "JobArrayID:|,State:|,NodeList:|,Reason:|,exit_code:|"
+#: ``squeue -O`` of ``fiber ps``: the comment last, unpadded by the split below.
+LIST_FORMAT = "JobArrayID:|,State:|,SubmitTime:|,Comment:1000"
+_COMMENT_TAG = "fiber"
+
+PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                  "RESV_DEL_HOLD", "POWER_UP_NODE"}
+_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING",
+            "STAGE_OUT", "UPDATE_DB"}
+_LOST = {"NODE_FAIL": "its node failed", "BOOT_FAIL": "its node failed to boot",
+         "PREEMPTED": "preempted", "REVOKED": "revoked (federation)"}
+_FAILED = {"FAILED": "", "TIMEOUT": "time limit reached", "OUT_OF_MEMORY": "out of memory",
+           "DEADLINE": "deadline reached", "SPECIAL_EXIT": "special exit"}
+
+
+def parse_raw_exit(raw: str) -> Optional[int]:
+    """``squeue -O exit_code`` (a wait status: code << 8 | signal) in ``multiprocessing``
+    convention: the exit code, or minus the signal that ended the job."""
+    raw = raw.strip()
+    if not raw.lstrip("-").isdigit():
+        return None
+    status = int(raw)
+    if status < 0:
+        return None
+    sig = status & 0x7F
+    return -sig if sig else (status >> 8) & 0xFF
+
+
+def parse_exit_pair(pair: str) -> Optional[int]:
+    """Slurm's ``ExitCode`` ``"code:signal"`` (scontrol, sacct) as above."""
+    m = re.match(r"^\s*(\d+):(\d+)\s*$", pair)
+    if m is None:
+        return None
+    code, sig = int(m.group(1)), int(m.group(2))
+    return -sig if sig else code
+
+
+def parse_squeue(stdout: str) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
+    """``{job id: (state, nodes, reason, exit code)}`` from ``squeue -O`` with
+    :data:`SQUEUE_FORMAT` (array tasks as ``<array id>_<index>``)."""
+    rows: Dict[str, Tuple[str, str, str, Optional[int]]] = {}
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5 or not parts[0].strip():
+            continue
+        job_id, state, nodes, reason, raw = (p.strip() for p in parts[:5])
+        state = state.split()[0].upper() if state else ""
+        rows[job_id] = (state, "" if nodes in ("(null)", "None") else nodes,
+                        "" if reason in ("None", "(null)") else reason, parse_raw_exit(raw))
+    return rows
+
+
+def parse_sacct(stdout: str) -> Dict[str, Tuple[str, Optional[int]]]:
+    """``{job id: (state, exit code)}`` from ``sacct -n -P -X -o JobID,State,ExitCode``."""
+    rows: Dict[str, Tuple[str, Optional[int]]] = {}
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) < 3 or not parts[0].strip():
+            continue
+        state = parts[1].split()[0].upper() if parts[1].strip() else ""
+        rows[parts[0].strip()] = (state, parse_exit_pair(parts[2]))
+    return rows
+
+
+def status_of(state: str, exitcode: Optional[int], reason: str = "", nodes: str = "",
+              cancelled: Optional[str] = None) -> JobStatus:
+    """A :class:`JobStatus` from a Slurm job state; ``cancelled`` is ``"kill"`` or
+    ``"term"`` when fiber cancelled the job."""
+    if state in PENDING_STATES:
+        return JobStatus(JobState.PENDING, None, reason)
+    if state in _RUNNING or not state:
+        return JobStatus(JobState.RUNNING, None, reason)
+    if state == "COMPLETED":
+        return JobStatus(JobState.SUCCEEDED, 0)
+    if state == "CANCELLED":
+        code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
+        who = "cancelled by fiber" if cancelled else "cancelled (scancel)"
+        return JobStatus(JobState.CANCELLED, code, who)
+    if state in _LOST:
+        where = f" ({nodes})" if nodes and state in ("NODE_FAIL", "BOOT_FAIL") else ""
+        why = f"Slurm {state}: {_LOST[state]}{where}" + (f", reason {reason}" if reason else "")
+        return JobStatus(JobState.LOST, None, why)
+    if state in _FAILED:
+        if not exitcode:  # no failure in the status word: say why from the state
+            exitcode = -signal.SIGKILL if state == "OUT_OF_MEMORY" else (
+                -signal.SIGTERM if state in ("TIMEOUT", "DEADLINE") else 1)
+        what = _FAILED[state] or (f"killed by signal {-exitcode}" if exitcode < 0
+                                  else f"exit code {exitcode}")
+        return JobStatus(JobState.FAILED, exitcode, f"Slurm {state}: {what}"
+                         + (f" ({reason})" if reason and reason != "NonZeroExitCode" else ""))
+    return JobStatus(JobState.LOST, None, f"unknown Slurm state {state!r}")
+
+
+def controller_address(config_text: str) -> str:
+    """The slurmctld host in ``scontrol show config`` output or a slurm.conf: the address
+    in parentheses (``ctl(10.0.0.2)``) if given, else the host name."""
+    for line in config_text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^(SlurmctldHost(?:\[0\])?|ControlAddr|ControlMachine)\s*=\s*(\S+)",
+                     line, re.IGNORECASE)
+        if m:
+            value = m.group(2)
+            inner = re.search(r"\(([^)]+)\)", value)
+            if inner:
+                return inner.group(1)
+            return value.split(",")[0]
+    return ""
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
+
+
+def array_name(names: Sequence[str]) -> str:
+    common = os.path.commonprefix(list(names)).rstrip("-_:.0123456789")
+    return common or "array"
+
+
+def step_status(rc: Optional[int], cancelled: Optional[str]) -> JobStatus:
+    """A step's status from its ``srun``'s exit status (128 + n: the task got signal n)."""
+    if rc is None:
+        return JobStatus(JobState.RUNNING)
+    if rc == 0:
+        return JobStatus(JobState.SUCCEEDED, 0)
+    if cancelled:
+        code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
+        return JobStatus(JobState.CANCELLED, code, "cancelled by fiber")
+    if rc < 0:  # srun itself was killed
+        return JobStatus(JobState.FAILED, rc, f"srun killed by signal {-rc}")
+    if 128 < rc < 128 + 65:
+        return JobStatus(JobState.FAILED, -(rc - 128), f"killed by signal {rc - 128}")
+    return JobStatus(JobState.FAILED, rc, f"exit code {rc}")
+
+
+def job_comment(program: str, name: str) -> str:
+    """The ``--comment`` of a fiber job: ``fiber <program id> <name>``, which ``fiber ps``
+    reads back (Slurm keeps no labels; the comment is the field it shows for any job)."""
+    return " ".join(f"{_COMMENT_TAG} {program} {name}".split())[:250]
+
+
+class Listed(NamedTuple):
+    """A fiber job as ``squeue`` lists it."""
+
+    job_id: str
+    program: str
+    name: str
+    state: str  # Slurm's word, lower case ("running", "cancelled", ...)
+    submitted: str  # ISO 8601, UTC ("" when Slurm gave none)
+
+
+def parse_listing(stdout: str) -> List[Listed]:
+    """The fiber jobs (those with a :func:`job_comment`) in ``squeue -O`` output with
+    :data:`LIST_FORMAT`, in the order listed; other jobs are left out."""
+    rows = []
+    for line in stdout.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) < 4:
+            continue
+        job_id, state, submitted, comment = (p.strip() for p in parts)
+        words = comment.split(" ", 2)
+        if len(words) < 2 or words[0] != _COMMENT_TAG or not job_id:
+            continue
+        rows.append(Listed(job_id, words[1], words[2] if len(words) > 2 else "",
+                           state.split()[0].lower() if state else "", _utc(submitted)))
+    return rows
+
+
+def _utc(local: str) -> str:
+    """Slurm's ``2026-11-23T16:20:01`` (the controller's local time, as this host reads
+    it) in UTC; "" for ``N/A`` or ``Unknown``."""
+    try:
+        when = datetime.datetime.strptime(local, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return ""
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stdout_path(scontrol_job: str) -> str:
+    """The ``StdOut=`` of ``scontrol show job`` output ("" when absent)."""
+    m = re.search(r"^\s*StdOut=(.*?)\s*$", scontrol_job, re.MULTILINE)
+    return m.group(1) if m else ""
+
+
+def task_ranges(ids: Sequence[str], limit: int = 500) -> List[str]:
+    """``ids`` for ``scancel``, the tasks of each job array joined into expressions
+    ``<array>_[0-99,105]`` of up to ``limit`` tasks: scancel sends slurmctld one kill
+    request per id it is given, and one per expression (a pool of 10,000 workers would
+    otherwise end with 10,000 requests). Other ids (a job, a step) are kept as given;
+    arrays come in the order first seen."""
+    tasks: Dict[str, List[int]] = {}
+    out: List[str] = []
+    for job_id in ids:
+        base, sep, index = job_id.partition("_")
+        if sep and base.isdigit() and index.isdigit():
+            if base not in tasks:
+                tasks[base] = []
+                out.append(base)  # its place in the order: replaced below
+            tasks[base].append(int(index))
+        else:
+            out.append(job_id)
+    result: List[str] = []
+    for item in out:
+        if item not in tasks:
+            result.append(item)
+            continue
+        indexes = sorted(set(tasks.pop(item)))
+        for k in range(0, len(indexes), limit):
+            result.append(_array_expression(item, indexes[k:k + limit]))
+    return result
+
+
+def _array_expression(base: str, indexes: List[int]) -> str:
+    """``base_i`` for one index, else ``base_[a-b,c,...]`` (``indexes`` sorted)."""
+    if len(indexes) == 1:
+        return f"{base}_{indexes[0]}"
+    spans: List[str] = []
+    start = prev = indexes[0]
+    for i in indexes[1:] + [-1]:
+        if i == prev + 1:
+            prev = i
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    return f"{base}_[{','.join(spans)}]"

@@ -1,0 +1,344 @@
+"""``Pipe`` and ``Connection`` between fiber processes on any hosts, and ``wait``.
+
+A pipe lives on the hub of the process that created it, as two one-way channels::
+
+    end 0 ── send ──▶ [channel to end 1] ── recv ──▶ end 1
+    end 0 ◀── recv ── [channel to end 0] ◀── send ── end 1
+
+``send`` is fire-and-forget; ``recv`` and ``poll`` wait on the server. The server knows
+which processes hold each end (an end is held from its creation or unpickling until
+``close`` or the end of the holding process). When nobody holds the other end and the
+channel is empty, ``recv`` raises ``EOFError``, as with an OS pipe whose writers are all
+closed. What is sent to an end nobody holds any more is dropped, not kept for ever; in
+the pipe's creator ``send`` then raises ``BrokenPipeError``, as with an OS pipe whose
+reader is closed (elsewhere the sender is not told: that would cost a round trip). An
+end pickled into a job's launch payload counts as held until the job takes it
+or ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import secrets
+from typing import Any, Deque, List, Optional, Set, Tuple
+
+from .._core import _runtime
+from .._core._served import Handle, add_handoff, decode_wait, encode_wait
+from ..transport.client import ConnectionLost, process_id
+from ..transport.serialization import loads
+from ..transport.server import Peer, Server, Timer
+from ..transport.unpicklable import dumps_explained
+from . import _watch
+
+__all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService"]
+
+
+class BufferTooShort(Exception):
+    """``recv_bytes_into`` got a message longer than the buffer (as multiprocessing)."""
+
+
+_PICKLED = b"p"
+_RAW = b"b"
+
+
+class PipeService(_watch.Watched):
+    def __init__(self, creator: bytes) -> None:
+        self.channels: Tuple[Deque[List[Any]], Deque[List[Any]]] = (
+            collections.deque(), collections.deque())
+        self.waiters: Tuple[List[Tuple[Peer, bytes, bytes, Optional[Timer]]], ...] = ([], [])
+        self.holders: Tuple[Set[bytes], Set[bytes]] = ({creator}, {creator})
+        self.handoffs: Tuple[Set[bytes], Set[bytes]] = (set(), set())
+        #: Per end, the ``wait()`` calls waiting for it (see _watch), told when it is ready.
+        self.watchers: Tuple[List[_watch.Watch], ...] = ([], [])
+
+    def _peer_closed(self, end: int) -> bool:
+        other = 1 - end
+        return not self.holders[other] and not self.handoffs[other]
+
+    def ready(self, end: int) -> bool:
+        """Whether a ``recv`` on ``end`` would not block."""
+        return bool(self.channels[end]) or self._peer_closed(end)
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        end = payload[0][0] - 48  # b"0" or b"1"
+        if op == b"send":
+            if self._peer_closed(end):
+                return  # nobody can ever read it (see the module docstring)
+            self.channels[1 - end].append(payload[1:])
+            self._serve(server, 1 - end)
+        elif op in (b"recv", b"poll"):
+            wait = decode_wait(payload[1])
+            if self.channels[end] or self._peer_closed(end) or wait == 0:
+                self._answer(server, end, peer, req_id, op)
+            else:
+                entry = (peer, req_id, op, None)
+                timer = None if wait is None else server.call_later(
+                    wait, lambda: self._timeout(server, end, entry))
+                self.waiters[end].append((peer, req_id, op, timer))
+        elif op == b"handoff":
+            self.handoffs[end].add(bytes(payload[1]))
+            server.reply(peer, req_id, b"ok")
+        elif op == b"attach":
+            self.handoffs[end].discard(bytes(payload[1]))
+            self.holders[end].add(peer.process_id)
+            server.reply(peer, req_id, b"ok")
+        elif op == b"release":  # a handoff that no job will take
+            self.handoffs[end].discard(bytes(payload[1]))
+            self._serve(server, 1 - end)
+        elif op == b"close":
+            self.holders[end].discard(peer.process_id)
+            self._serve(server, 1 - end)
+        else:
+            raise ValueError(f"unknown pipe operation {op!r}")
+
+    def _answer(self, server: Server, end: int, pid: Peer, req_id: bytes, op: bytes) -> None:
+        channel = self.channels[end]
+        if op == b"poll":
+            ready = bool(channel) or self._peer_closed(end)
+            server.reply(pid, req_id, b"ok" if ready else b"empty")
+        elif channel:
+            msg = channel.popleft()
+            if not server.reply(pid, req_id, b"ok", msg):
+                channel.appendleft(msg)
+        elif self._peer_closed(end):
+            server.reply(pid, req_id, b"eof")
+        else:
+            server.reply(pid, req_id, b"empty")
+
+    def _serve(self, server: Server, end: int) -> None:
+        waiters = self.waiters[end]
+        while waiters and self.ready(end):
+            pid, req_id, op, timer = waiters.pop(0)
+            if timer is not None:
+                timer.cancel()
+            self._answer(server, end, pid, req_id, op)
+        # Blocked recvs took what came first; wait() calls are told if anything is left.
+        self.notify_watchers(end)
+
+    def _timeout(self, server: Server, end: int, entry: Tuple[Any, ...]) -> None:
+        for i, w in enumerate(self.waiters[end]):
+            if w[0] is entry[0] and w[1] == entry[1]:
+                del self.waiters[end][i]
+                server.reply(w[0], w[1], b"empty")
+                return
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        for end in (0, 1):
+            self.waiters[end][:] = [w for w in self.waiters[end] if w[0] is not peer]
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        for end in (0, 1):
+            self.holders[end].discard(process_id)
+        for end in (0, 1):
+            self._serve(server, end)
+
+
+class Connection(Handle):
+    """One end of a :func:`Pipe`, with the API of ``multiprocessing.connection.Connection``."""
+
+    def __init__(self, service: PipeService, end: int, readable: bool,
+                 writable: bool) -> None:
+        super().__init__(service, b"p")
+        self._end = end
+        self._readable = readable
+        self._writable = writable
+        self._closed = False
+
+    @classmethod
+    def _pair(cls, duplex: bool) -> Tuple[Connection, Connection]:
+        service = PipeService(process_id())
+        a = cls(service, 0, True, duplex)
+        _watch.ensure_service(_runtime.hub())
+        b = cls.__new__(cls)
+        Handle.__setstate__(b, (a._name, a._address))
+        b._shared_owner = a  # type: ignore[attr-defined]  # keeps the service registered while either end lives
+        b._shared = a._shared  # pickling either end keeps it served once both are dropped
+        b._end, b._readable, b._writable = 1, duplex, True
+        b._closed = False
+        return a, b
+
+    def __reduce__(self) -> Any:
+        self._check_closed()
+        token = secrets.token_bytes(8)
+        self._request(b"handoff", [self._tag(), token])
+        add_handoff(lambda: self._send(b"release", [self._tag(), token]))
+        return (_rebuild, (Handle.__getstate__(self), self._end, self._readable,
+                           self._writable, token))
+
+    def _tag(self) -> bytes:
+        return b"01"[self._end:self._end + 1]
+
+    def _lost(self, e: ConnectionLost) -> BaseException:
+        return EOFError(f"the process serving this pipe is gone ({e.address})")
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def readable(self) -> bool:
+        return self._readable
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise OSError("handle is closed")
+
+    def _check_readable(self) -> None:
+        self._check_closed()
+        if not self._readable:
+            raise OSError("connection is write-only")
+
+    def _check_writable(self) -> None:
+        self._check_closed()
+        if not self._writable:
+            raise OSError("connection is read-only")
+
+    # -- sending ------------------------------------------------------------------------
+
+    def send(self, obj: Any) -> None:
+        """Send a picklable object to the other end.
+
+        Raises:
+            BrokenPipeError: the other end is closed everywhere (known at once in the
+                pipe's creator only; elsewhere the message is dropped).
+        """
+        self._check_writable()
+        self._check_not_broken()
+        frames = dumps_explained(obj, "the object sent", "obj")
+        self._send(b"send", [self._tag(), _PICKLED, *frames])
+
+    def _check_not_broken(self) -> None:
+        hub = _runtime.hub_if_started()
+        if hub is None or hub.address != self._address:
+            return
+        service = hub.service(self._name)
+        if isinstance(service, PipeService) and service._peer_closed(self._end):
+            raise BrokenPipeError(32, "the other end of the pipe is closed")
+
+    def send_bytes(self, buf: Any, offset: int = 0, size: Optional[int] = None) -> None:
+        """Send bytes from a bytes-like object, as one message."""
+        self._check_writable()
+        view = memoryview(buf).cast("B")
+        if offset < 0 or offset > len(view):
+            raise ValueError("offset out of range")
+        if size is None:
+            size = len(view) - offset
+        if size < 0 or offset + size > len(view):
+            raise ValueError("buffer length < offset + size")
+        self._check_not_broken()
+        self._send(b"send", [self._tag(), _RAW, bytes(view[offset:offset + size])])
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def _receive(self) -> List[Any]:
+        self._check_readable()
+        status, frames = self._request(b"recv", [self._tag(), encode_wait(True, None)],
+                                       on_late=self._give_back)
+        if status == b"eof":
+            raise EOFError
+        return frames
+
+    def _give_back(self, status: bytes, frames: List[Any]) -> None:
+        if status == b"ok":  # abandoned recv: deliver the message to this end again
+            self._send(b"send", [b"01"[1 - self._end:2 - self._end], *frames])
+
+    def recv(self) -> Any:
+        """Receive an object sent with ``send`` (or bytes sent with ``send_bytes``).
+
+        Raises:
+            EOFError: nothing is left and the other end is closed everywhere.
+        """
+        frames = self._receive()
+        if frames[0] == _RAW:
+            return pickle.loads(frames[1])
+        return loads(frames[1:])
+
+    def recv_bytes(self, maxlength: Optional[int] = None) -> bytes:
+        """Receive one message as bytes.
+
+        Raises:
+            EOFError: nothing is left and the other end is closed everywhere.
+            OSError: the message is longer than ``maxlength``.
+        """
+        if maxlength is not None and maxlength < 0:
+            raise ValueError("negative maxlength")
+        data = self._as_bytes(self._receive())
+        if maxlength is not None and len(data) > maxlength:
+            self.close()
+            raise OSError("bad message length")
+        return data
+
+    def recv_bytes_into(self, buf: Any, offset: int = 0) -> int:
+        """Receive one message into ``buf`` at ``offset``; returns its length.
+
+        Raises:
+            BufferTooShort: the message does not fit; its bytes are in ``args[0]``.
+        """
+        view = memoryview(buf).cast("B")
+        if offset < 0 or offset > len(view):
+            raise ValueError("negative offset" if offset < 0 else "offset too large")
+        data = self._as_bytes(self._receive())
+        if len(data) > len(view) - offset:
+            raise BufferTooShort(data)
+        view[offset:offset + len(data)] = data
+        return len(data)
+
+    @staticmethod
+    def _as_bytes(frames: List[Any]) -> bytes:
+        if frames[0] == _RAW:
+            return bytes(frames[1])
+        return pickle.dumps(loads(frames[1:]), protocol=5)
+
+    def poll(self, timeout: Optional[float] = 0.0) -> bool:
+        """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""
+        self._check_readable()
+        status, _ = self._request(b"poll", [self._tag(), encode_wait(True, timeout)],
+                                  timeout=timeout)
+        return status == b"ok"
+
+    def close(self) -> None:
+        """Close this process's hold on the end; the other end sees EOF when none is left."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._send(b"close", [self._tag()])
+        except (EOFError, ConnectionLost):
+            pass
+
+    def fileno(self) -> int:
+        raise NotImplementedError(
+            "fiber connections have no file descriptor; use fiber.connection.wait()")
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"end {self._end}"
+        return f"<fiber.Connection {self._name.decode()} {state}>"
+
+
+def _rebuild(state: Any, end: int, readable: bool, writable: bool,
+             token: bytes) -> Connection:
+    conn = Connection.__new__(Connection)
+    Handle.__setstate__(conn, state)
+    conn._end, conn._readable, conn._writable = end, readable, writable
+    conn._closed = False
+    conn._request(b"attach", [conn._tag(), token])
+    return conn
+
+
+def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
+    """Two connected ends; with ``duplex=False`` the first only receives, the second sends."""
+    return Connection._pair(duplex)

@@ -1,0 +1,180 @@
+"""``connection.wait``: the first of several pipe ends (and descriptors) to become ready.
+
+A pipe end is ready when ``recv`` would not block: a message waits in its channel, or the
+other end is closed everywhere. Its channel lives on the hub of the pipe's creator, so
+readiness is known there, and only there; the hub's ``WaitService`` (:mod:`._watch`)
+holds one request per waiting thread and hub, naming every end of that hub that the
+thread waits for, and answers it when any of them becomes ready, or at the timeout::
+
+    waiting thread ── [WAIT, b"any", req_id, wait, name, end, name, end ...] ──▶ hub
+                   ◀─ [req_id, b"ok", indices of the ready ends] ───────────── (or b"empty")
+
+Ends of one hub and nothing else: one request, which the thread waits for as for any
+reply. Ends of several hubs, or with process sentinels and other descriptors: a request
+to each hub, and the thread sleeps on a selector holding the remote hubs' connections,
+a wake-up pipe for its own hub, and the descriptors. Requests still pending when it
+returns are cancelled (``b"cancel"``) and their late replies dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from .._core._clients import get_client
+from .._core._served import encode_wait
+from ..transport.client import Client, ConnectionLost, LateReply
+from ..transport.remote import unpack_exception
+from ..transport.serialization import loads
+from ._pipe import Connection
+from ._watch import WAIT_SERVICE, unpack_indices
+
+__all__ = ["wait"]
+
+def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Any]:
+    frames: List[Any] = [encode_wait(True, timeout)]
+    for c in conns:
+        frames += [c._name, c._tag()]
+    return frames
+
+
+def _indices(status: bytes, frames: List[Any]) -> List[int]:
+    if status != b"ok":
+        return []
+    return unpack_indices(bytes(frames[0]))
+
+
+def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[Any]:
+    """The objects of ``object_list`` that are ready, waiting up to ``timeout`` s (None:
+    until one is). Accepts fiber Connections (ready when ``recv`` would not block),
+    process sentinels, and other file descriptors or objects with ``fileno()``.
+
+    Raises:
+        OSError: a connection is closed or write-only (as multiprocessing).
+    """
+    objects = list(object_list)
+    by_hub: Dict[str, List[Connection]] = {}
+    others = []
+    for o in objects:
+        if isinstance(o, Connection):
+            o._check_readable()
+            by_hub.setdefault(o._address, []).append(o)
+        else:
+            others.append(o)
+    if timeout is not None:
+        timeout = max(0.0, timeout)
+    if len(by_hub) == 1 and not others:
+        (address, conns), = by_hub.items()
+        ready = _wait_one_hub(address, conns, timeout)
+    else:
+        ready = _Multiplexed(by_hub, others).wait(timeout)
+    return [o for o in objects if id(o) in ready]
+
+
+def _wait_one_hub(address: str, conns: List[Connection],
+                  timeout: Optional[float]) -> Set[int]:
+    try:
+        client = get_client(address)
+        status, frames = client.request(WAIT_SERVICE, b"any", _frames(conns, timeout))
+    except ConnectionLost:
+        return {id(c) for c in conns}  # their hub is gone: recv raises EOFError at once
+    if status == b"err":
+        raise unpack_exception(loads(frames))
+    return {id(conns[i]) for i in _indices(status, frames)}
+
+
+class _Multiplexed:
+    """A wait over several hubs and descriptors (see the module docstring)."""
+
+    def __init__(self, by_hub: Dict[str, List[Connection]], others: List[Any]) -> None:
+        self.by_hub = by_hub
+        self.others = others
+        self.ready: Set[int] = set()
+        self.answered: Set[str] = set()
+        self.pending: Dict[str, Tuple[Any, bytes]] = {}  # address -> (client, req_id)
+        self.lock = threading.Lock()  # replies from the own hub come on any thread
+        self.wake_r = self.wake_w = -1
+
+    def wait(self, timeout: Optional[float]) -> Set[int]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            for o in self.others:
+                sel.register(o, selectors.EVENT_READ, o)
+            try:
+                self._start(sel, timeout)
+                while True:
+                    with self.lock:
+                        if self.ready or not (self.pending or self.others):
+                            break
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    for key, _ in sel.select(left):
+                        self._on_event(key.data)
+                    if left == 0:
+                        break
+            finally:
+                self._cancel()  # the own hub's reply, if any, is delivered by now
+                if self.wake_r >= 0:
+                    os.close(self.wake_r)
+                    os.close(self.wake_w)
+        return self.ready
+
+    def _start(self, sel: selectors.BaseSelector, timeout: Optional[float]) -> None:
+        for address, conns in self.by_hub.items():
+            try:
+                client = get_client(address)
+                if isinstance(client, Client):
+                    sel.register(client.sock, selectors.EVENT_READ, client)
+                elif self.wake_r < 0:  # the own hub: its reply may come on another thread
+                    self.wake_r, self.wake_w = os.pipe()
+                    os.set_blocking(self.wake_w, False)
+                    sel.register(self.wake_r, selectors.EVENT_READ, None)
+                req_id = client.start(WAIT_SERVICE, b"any", _frames(conns, timeout),
+                                      self._on_reply(address))
+            except ConnectionLost:  # the hub is gone: recv raises EOFError at once
+                self.ready.update(id(c) for c in conns)
+                continue
+            with self.lock:
+                if address not in self.answered:  # not answered at once
+                    self.pending[address] = (client, req_id)
+
+    def _on_reply(self, address: str) -> LateReply:
+        def on_reply(status: bytes, frames: List[Any]) -> None:
+            conns = self.by_hub[address]
+            with self.lock:
+                self.answered.add(address)
+                self.pending.pop(address, None)
+                if status == b"err":  # recv or poll raises the error
+                    self.ready.update(id(c) for c in conns)
+                else:
+                    self.ready.update(id(conns[i]) for i in _indices(status, frames))
+            if self.wake_w >= 0:
+                try:
+                    os.write(self.wake_w, b"x")
+                except OSError:
+                    pass  # already awake
+        return on_reply
+
+    def _on_event(self, data: Any) -> None:
+        if isinstance(data, Client):
+            try:
+                data.serve_late()
+            except ConnectionLost:
+                for address, (client, _) in list(self.pending.items()):
+                    if client is data:
+                        self._on_reply(address)(b"err", [])
+        elif data is None:
+            os.read(self.wake_r, 4096)
+        else:
+            self.ready.add(id(data))
+
+    def _cancel(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        for client, req_id in pending.values():
+            try:
+                client.send(WAIT_SERVICE, b"cancel", [req_id])
+            except ConnectionLost:
+                pass

@@ -1,0 +1,149 @@
+"""The hub's side of ``connection.wait``: requests that wait for any of several ends.
+
+A pipe end is ready when ``recv`` would not block: a message waits in its channel, or the
+other end is closed everywhere. Its channel lives on the hub of the pipe's creator, so
+readiness is known there, and only there; the hub's :class:`WaitService` holds one
+request per waiting thread and hub, naming every end of that hub that the thread waits
+for, and answers it when any of them becomes ready (a :class:`Watched` service, such as
+a pipe's, tells it), or at the timeout. The caller's side is :mod:`._wait`.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .._core._served import decode_wait
+from ..transport.server import Peer, Server, Service, Timer
+
+__all__ = ["Watched", "Watch", "WaitService", "WAIT_SERVICE", "ensure_service",
+           "pack_indices", "unpack_indices"]
+
+#: The hub-wide service name (one per hub, registered with the hub's first pipe).
+WAIT_SERVICE = b"~conn-wait"
+_INDEX = struct.Struct("<I")
+
+
+def pack_indices(indices: Sequence[int]) -> bytes:
+    """The ready ends of a request, by their index in it, as the reply carries them."""
+    return b"".join(_INDEX.pack(i) for i in indices)
+
+
+def unpack_indices(data: bytes) -> List[int]:
+    return [_INDEX.unpack_from(data, i)[0] for i in range(0, len(data), _INDEX.size)]
+
+
+class Watched(Service):
+    """A service whose ends a :class:`Watch` can wait for (a pipe's)."""
+
+    #: Per end, the watches waiting for it (see :meth:`notify_watchers`).
+    watchers: Tuple[List[Watch], ...]
+
+    def ready(self, end: int) -> bool:
+        """Whether ``end`` is ready now."""
+        raise NotImplementedError
+
+    def notify_watchers(self, end: int) -> None:
+        """Call after ``end`` may have become ready: the watches waiting for it answer."""
+        if self.watchers[end] and self.ready(end):
+            for watch in list(self.watchers[end]):
+                watch.notify()
+
+
+class Watch:
+    """One waiting request: the (pipe service, end) pairs it waits for (None: no pipe)."""
+
+    __slots__ = ("service", "server", "peer", "req_id", "ends", "timer")
+
+    def __init__(self, service: WaitService, server: Server, peer: Peer, req_id: bytes,
+                 ends: List[Tuple[Optional[Watched], int]]) -> None:
+        self.service = service
+        self.server = server
+        self.peer = peer
+        self.req_id = req_id
+        self.ends = ends
+        self.timer: Optional[Timer] = None
+
+    def ready(self) -> List[int]:
+        """Indices of the ends ready now."""
+        return [i for i, (pipe, end) in enumerate(self.ends) if pipe is None or pipe.ready(end)]
+
+    def notify(self) -> None:
+        """Called by a pipe when one of the ends named here is ready: answer."""
+        self.service.finish(self, self.ready())
+
+
+class WaitService(Service):
+    """Holds waits for any of several pipe ends of this hub (runs under the hub's lock)."""
+
+    def __init__(self) -> None:
+        self.watches: List[Watch] = []
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"cancel":
+            for watch in self.watches:
+                if watch.peer is peer and watch.req_id == bytes(payload[0]):
+                    self.finish(watch, [])
+                    return
+            return
+        if op != b"any":
+            raise ValueError(f"unknown wait operation {op!r}")
+        wait = decode_wait(payload[0])
+        pairs = payload[1:]
+        ends: List[Tuple[Optional[Watched], int]] = []
+        for i in range(0, len(pairs) - 1, 2):
+            # Not a pipe here (unregistered, or never one): ready, so that recv tells why.
+            ends.append((_watched(server, bytes(pairs[i])), bytes(pairs[i + 1])[0] - 48))
+        watch = Watch(self, server, peer, req_id, ends)
+        ready = watch.ready()
+        if ready or wait == 0:
+            self._reply(watch, ready)
+            return
+        for pipe, end in ends:
+            assert pipe is not None
+            pipe.watchers[end].append(watch)
+        if wait is not None:
+            watch.timer = server.call_later(wait, lambda: self.finish(watch, []))
+        self.watches.append(watch)
+
+    def finish(self, watch: Watch, ready: List[int]) -> None:
+        """Answer ``watch`` with the indices of its ready ends (none: timeout or cancel)."""
+        if watch in self.watches:
+            self._drop(watch)
+            self._reply(watch, ready)
+
+    def _drop(self, watch: Watch) -> None:
+        self.watches.remove(watch)
+        if watch.timer is not None:
+            watch.timer.cancel()
+        for pipe, end in watch.ends:
+            if pipe is not None:
+                pipe.watchers[end][:] = [w for w in pipe.watchers[end] if w is not watch]
+
+    @staticmethod
+    def _reply(watch: Watch, ready: List[int]) -> None:
+        if ready:
+            watch.server.reply(watch.peer, watch.req_id, b"ok", [pack_indices(ready)])
+        else:
+            watch.server.reply(watch.peer, watch.req_id, b"empty")
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        for watch in [w for w in self.watches if w.peer is peer]:
+            self._drop(watch)
+
+
+def _watched(server: Server, name: bytes) -> Optional[Watched]:
+    service = server.service(name)
+    return service if isinstance(service, Watched) else None
+
+
+_service_lock = threading.Lock()
+
+
+def ensure_service(hub: Server) -> None:
+    """Register the hub's wait service (with its first pipe)."""
+    with _service_lock:
+        if hub.service(WAIT_SERVICE) is None:
+            hub.register(WAIT_SERVICE, WaitService())

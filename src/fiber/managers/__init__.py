@@ -1,0 +1,50 @@
+"""Managers: objects served by a manager process, reached through proxies.
+
+- :mod:`._managers`: ``BaseManager``, ``SyncManager``, ``AsyncManager`` and the types
+  they register.
+- :mod:`._server`: the manager's object server (a service on the manager job's hub).
+- :mod:`._proxies`: the proxies (sync and async) and the proxy types of ``SyncManager``.
+- :mod:`._async_calls`: the calls of async proxies, in flight on one channel each.
+"""
+
+from .._exports import publish
+from ._managers import (
+    AcquirerProxy,
+    ArrayProxy,
+    AsyncAutoProxy,
+    AsyncManager,
+    AsyncProxy,
+    AsyncResultProxy,
+    AutoProxy,
+    BarrierProxy,
+    BaseListProxy,
+    BaseManager,
+    BaseProxy,
+    CallHandle,
+    ConditionProxy,
+    DictProxy,
+    DirectProxy,
+    EventProxy,
+    IteratorProxy,
+    ListProxy,
+    MakeProxyType,
+    Namespace,
+    NamespaceProxy,
+    PoolProxy,
+    QueueProxy,
+    SyncManager,
+    Token,
+    ValueProxy,
+)
+
+__all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProxy",
+           "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
+           "CallHandle", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
+           "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
+           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
+           "DirectProxy", "BaseListProxy"]
+
+publish(__name__, BaseManager, SyncManager, AsyncManager, BaseProxy, AsyncProxy, AutoProxy,
+        AsyncAutoProxy, CallHandle, DictProxy, ListProxy, ValueProxy, ArrayProxy,
+        NamespaceProxy, IteratorProxy, AcquirerProxy, ConditionProxy, EventProxy, BarrierProxy,
+        QueueProxy, PoolProxy, AsyncResultProxy, DirectProxy, BaseListProxy)

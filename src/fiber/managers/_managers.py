@@ -1,0 +1,378 @@
+"""Managers: objects that live in a server process and are used through proxies.
+
+::
+
+    any fiber process, any host                manager process (a fiber.Process job)
+    ───────────────────────────                ─────────────────────────────────────
+    manager = SyncManager(); manager.start() ─▶ hub + "mgr" service (fiber.managers._server)
+    d = manager.dict() ─── [mgr, create] ─────▶ a dict, served as object "o…"
+    d["k"] = 1 ─────────── [o…, call] ────────▶ worker thread: d.__setitem__("k", 1)
+    q = manager.Queue() ── the proxy carries a fiber Queue served by the manager's hub:
+    q.get(timeout=1) ───── [q…, get] ─────────▶ QueueService (waits decided there)
+
+    AsyncManager: each object in its own job; calls return handles at once
+    env = manager.Env() ─── [mgr, create] ─▶ manager starts a job ─▶ job serves the env
+    h = env.step(a) ────── [o…, call] (one write, no wait) ─────────▶ steps on its own CPU
+    h.get() ◀─────────── reply with the request's id (any order) ──────
+
+The API is ``multiprocessing.managers``': ``BaseManager`` (``register``, ``start``,
+``connect``, ``shutdown``, context manager), ``SyncManager`` (``dict``, ``list``,
+``Namespace``, ``Value``, ``Array``, ``Queue``, ``JoinableQueue``, ``Lock``, ``RLock``,
+``Semaphore``, ``BoundedSemaphore``, ``Condition``, ``Event``, ``Barrier``, ``Pool``) and
+proxies with ``_callmethod``/``_getvalue``. The wire is fiber's: the manager is a job on
+the configured backend, connections authenticate with the program's secret, proxies are
+:class:`~fiber._core._served.Handle` objects that pickle to a few bytes and work from any fiber
+process on any host, and a remote exception is re-raised with its traceback.
+
+Queues, locks, conditions, events and barriers of a ``SyncManager`` are fiber's own
+served objects created in the manager: their proxies call them directly (one round trip,
+waits decided by the manager's hub, a lock released when its holder dies). A manager
+that dies makes every call on its proxies raise :class:`ConnectionLost`, never hang.
+
+:class:`AsyncManager`: every object of a registered type lives in its own job by default
+(``register(..., separate_job=False)`` keeps it in the manager), so N environments step
+on N CPUs; ``manager.Env()`` returns at once while the job starts, and each method call
+returns a :class:`~fiber.managers._async_calls.CallHandle` whose ``get(timeout)`` returns the
+result or re-raises the remote exception. Calls on one object run in the order they were
+made; handles may be read in any order.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing.managers as _mpm
+import os
+import queue as _queue
+import time
+import weakref
+from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
+
+from .. import queues, synchronize
+from .._core import _served
+from .._core._clients import get_client
+from ..config import get_config
+from ..errors import ProcessError
+from ..process._bound import process_class
+from ..transport import auth
+from ..transport.client import ConnectionLost
+from ..transport.serialization import dumps, loads
+from ._async_calls import CallHandle, channel
+from ._proxies import (
+    AcquirerProxy,
+    ArrayProxy,
+    AsyncAutoProxy,
+    AsyncProxy,
+    AsyncResultProxy,
+    AutoProxy,
+    BarrierProxy,
+    BaseListProxy,
+    BaseProxy,
+    ConditionProxy,
+    DictProxy,
+    DirectProxy,
+    EventProxy,
+    IteratorProxy,
+    ListProxy,
+    MakeProxyType,
+    NamespaceProxy,
+    PoolProxy,
+    QueueProxy,
+    ValueProxy,
+    _gone,
+    _watch,
+)
+from ._server import MANAGER_SERVICE, Entry, Spec, manager_main, serve_manager
+
+__all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProxy",
+           "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
+           "CallHandle", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
+           "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
+           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
+           "DirectProxy", "BaseListProxy"]
+
+Namespace = _mpm.Namespace
+Token = Spec
+
+
+# -- managers ---------------------------------------------------------------------------
+
+INITIAL, STARTED, SHUTDOWN = "initial", "started", "shutdown"
+
+
+class _Root(_served.Handle):
+    """The manager's own service, as a handle."""
+
+    def __init__(self, address: str) -> None:
+        self._name, self._address, self._finalizer = MANAGER_SERVICE, address, None
+
+    def _lost(self, e: ConnectionLost) -> BaseException:
+        return _gone("the manager process is gone", e)
+
+
+class BaseManager:
+    """A server process for shared objects, with the API of ``multiprocessing.managers``.
+
+    ``address`` is a fiber address (``tcp://host:port...``, the ``address`` of a started
+    manager) for :meth:`connect`. Connections authenticate with the program's secret
+    (``FIBER_SECRET``), so ``authkey`` may only repeat it; ``serializer`` must be
+    ``"pickle"``.
+    """
+
+    _registry: ClassVar[Dict[str, Entry]] = {}
+    _separate_jobs: ClassVar[bool] = False
+    _auto_proxy: ClassVar[type] = AutoProxy
+
+    def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None,
+                 serializer: str = "pickle", ctx: Any = None, *,
+                 shutdown_timeout: float = 1.0) -> None:
+        if authkey is not None and bytes(authkey) != auth.program_secret():
+            raise ValueError("fiber connections authenticate with the program's secret "
+                             "(FIBER_SECRET): a manager cannot use another authkey")
+        if serializer != "pickle":
+            raise ValueError(f"fiber managers use pickle, not {serializer!r}")
+        self._address = address
+        self._ctx = ctx
+        self._state = INITIAL
+        self._process: Any = None
+        self._shutdown_timeout = shutdown_timeout
+        self._pid = os.getpid()
+
+    @property
+    def address(self) -> Optional[str]:
+        return self._address
+
+    def start(self, initializer: Optional[Callable[..., Any]] = None,
+              initargs: Sequence[Any] = ()) -> None:
+        """Start the manager's server as a job on the context's backend."""
+        if self._state != INITIAL:
+            raise ProcessError("Already started server" if self._state == STARTED
+                               else "Manager has shut down")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        backend = None if self._ctx is None else self._ctx.backend
+        _register_exit_hook()  # before the first job: atexit runs it before fiber's own
+        report = queues.Queue()
+        proc = process_class(backend)(
+            target=manager_main, name=f"{type(self).__name__}-server",
+            args=(dict(self._registry), backend, report, initializer, tuple(initargs)))
+        proc.start()
+        deadline = time.monotonic() + get_config().startup_timeout
+        while True:
+            try:
+                self._address = report.get(timeout=0.2)
+                break
+            except _queue.Empty:
+                if not proc.is_alive() or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.join(10)
+                    raise ProcessError(f"the manager process did not start (exit code "
+                                       f"{proc.exitcode})") from None
+        # Ended like a daemon when this process exits (multiprocessing shuts managers
+        # down at exit too), though inside it is not one: it may start object jobs.
+        proc._config["daemon"] = True
+        self._process = proc
+        self._state = STARTED
+        _started.add(self)
+
+    def connect(self) -> None:
+        """Use the running manager at ``address`` (started elsewhere in this program)."""
+        if self._address is None:
+            raise ValueError("connect() needs the address of a running manager")
+        _Root(self._address)._request(b"ping")
+        self._state = STARTED
+
+    def get_server(self) -> _LocalServer:
+        """A server for this manager's types in this process (``serve_forever``)."""
+        return _LocalServer(dict(self._registry), self._ctx)
+
+    def _root(self) -> _Root:
+        if self._state != STARTED or self._address is None:
+            raise ProcessError("Manager has not been started" if self._state == INITIAL
+                               else "Manager has shut down")
+        return _Root(self._address)
+
+    def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
+        _, frames = self._root()._request(b"create", dumps((typeid, args, kwds)))
+        spec = loads(frames)
+        proxy = spec.proxytype.__new__(spec.proxytype)
+        proxy._init(spec)
+        return proxy
+
+    def _number_of_objects(self) -> int:
+        """How many objects the manager serves (and object jobs it runs)."""
+        return int(loads(self._root()._request(b"count")[1]))
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        if self._process is not None:
+            self._process.join(timeout)
+
+    def shutdown(self) -> None:
+        """Stop the manager's server (if this manager started it); proxies then fail."""
+        if self._state != STARTED:
+            return
+        self._state = SHUTDOWN
+        _started.discard(self)
+        proc = self._process
+        if proc is None or self._pid != os.getpid():
+            return
+        try:
+            get_client(str(self._address), 5).request(MANAGER_SERVICE, b"shutdown",
+                                                       timeout=10)
+        except Exception:
+            pass
+        proc.join(self._shutdown_timeout + 5)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(self._shutdown_timeout)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+
+    def __enter__(self) -> BaseManager:
+        if self._state == INITIAL:
+            self.start()
+        if self._state != STARTED:
+            raise ProcessError("Unable to start server")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    @classmethod
+    def register(cls, typeid: str, callable: Optional[Callable[..., Any]] = None,
+                 proxytype: Any = None, exposed: Optional[Sequence[str]] = None,
+                 method_to_typeid: Optional[Dict[str, str]] = None,
+                 create_method: bool = True, *, separate_job: Optional[bool] = None
+                 ) -> None:
+        """Make ``typeid`` a type the manager can create (``manager.<typeid>(...)``).
+
+        ``separate_job``: serve each object in its own job (default: the class's rule,
+        False for BaseManager and SyncManager, True for AsyncManager).
+        """
+        if "_registry" not in cls.__dict__:
+            cls._registry = dict(cls._registry)
+        if proxytype is None:
+            proxytype = cls._auto_proxy
+        exposed = exposed or getattr(proxytype, "_exposed_", None)
+        method_to_typeid = method_to_typeid or getattr(proxytype, "_method_to_typeid_", None)
+        if method_to_typeid:
+            for key, value in list(method_to_typeid.items()):
+                assert isinstance(key, str), f"{key!r} is not a string"
+                assert isinstance(value, str), f"{value!r} is not a string"
+        cls._registry[typeid] = Entry(
+            callable, tuple(exposed) if exposed is not None else None, method_to_typeid,
+            proxytype, cls._separate_jobs if separate_job is None else separate_job)
+        if create_method:
+            def temp(self: BaseManager, /, *args: Any, **kwds: Any) -> Any:
+                return self._create(typeid, *args, **kwds)
+            temp.__name__ = typeid
+            setattr(cls, typeid, temp)
+
+
+class _LocalServer:
+    """``manager.get_server()``: serve the manager's types from this process's hub."""
+
+    def __init__(self, registry: Dict[str, Entry], ctx: Any) -> None:
+        from .._core import _runtime
+
+        self.registry = registry
+        self.backend = None if ctx is None else ctx.backend
+        self.address = _runtime.hub().address
+
+    def serve_forever(self) -> None:
+        """Serve until a client sends ``shutdown`` (``BaseManager(address).shutdown``...)."""
+        serve_manager(self.registry, self.backend)
+
+
+_started: weakref.WeakSet[BaseManager] = weakref.WeakSet()
+_exit_hook = False
+
+
+def _register_exit_hook() -> None:
+    global _exit_hook
+    if not _exit_hook:
+        _exit_hook = True
+        atexit.register(_shutdown_at_exit)
+
+
+def _shutdown_at_exit() -> None:
+    for manager in list(_started):
+        try:
+            manager.shutdown()
+        except Exception:
+            pass
+
+
+def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue:
+    return queues.JoinableQueue(maxsize)
+
+
+def _managed_condition(lock: Any = None) -> synchronize.Condition:
+    if isinstance(lock, BaseProxy):
+        lock._resolve()
+        lock = lock._direct
+    return synchronize.Condition(lock)
+
+
+def _managed_pool(*args: Any, **kwds: Any) -> Any:
+    from ..pool import Pool
+
+    return Pool(*args, **kwds)
+
+
+_mp_value: Any = _mpm.Value  # type: ignore[attr-defined]  # not in typeshed
+_mp_array: Any = _mpm.Array  # type: ignore[attr-defined]
+
+
+class SyncManager(BaseManager):
+    """A manager with the types of ``multiprocessing.managers.SyncManager``."""
+
+
+for _typeid, _callable, _proxy in (
+        ("Queue", _managed_queue, QueueProxy),
+        ("JoinableQueue", _managed_queue, QueueProxy),
+        ("Event", synchronize.Event, EventProxy),
+        ("Lock", synchronize.Lock, AcquirerProxy),
+        ("RLock", synchronize.RLock, AcquirerProxy),
+        ("Semaphore", synchronize.Semaphore, AcquirerProxy),
+        ("BoundedSemaphore", synchronize.BoundedSemaphore, AcquirerProxy),
+        ("Condition", _managed_condition, ConditionProxy),
+        ("Barrier", synchronize.Barrier, BarrierProxy),
+        ("Pool", _managed_pool, PoolProxy),
+        ("list", list, ListProxy),
+        ("dict", dict, DictProxy),
+        ("Value", _mp_value, ValueProxy),
+        ("Array", _mp_array, ArrayProxy),
+        ("Namespace", _mpm.Namespace, NamespaceProxy)):
+    SyncManager.register(_typeid, _callable, _proxy)
+for _typeid in ("list", "dict", "Value", "Array", "Namespace"):  # never block: no thread hop
+    SyncManager._registry[_typeid] = SyncManager._registry[_typeid]._replace(inline=True)
+SyncManager.register("Iterator", proxytype=IteratorProxy, create_method=False)
+SyncManager.register("AsyncResult", proxytype=AsyncResultProxy, create_method=False)
+
+
+class AsyncManager(BaseManager):
+    """A manager whose proxies' calls return handles, each object in its own job.
+
+    ``manager.Type(...)`` returns a proxy at once while the object's job starts (an error
+    creating the object is raised by the first call that needs it); every method call
+    returns a :class:`CallHandle`. Objects of a type registered with
+    ``separate_job=False`` live in the manager process and run one call at a time per
+    calling process.
+    """
+
+    _separate_jobs = True
+    _auto_proxy = AsyncAutoProxy
+
+    def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
+        h = channel(self._root()._address).call(MANAGER_SERVICE, b"create",
+                                                dumps((typeid, args, kwds)))
+        proxytype = self._registry[typeid].proxytype
+        proxy = proxytype.__new__(proxytype)
+        cell = [None, None, h]
+        object.__setattr__(proxy, "_cell", cell)
+        object.__setattr__(proxy, "_pending", h)
+        object.__setattr__(proxy, "_typeid", typeid)
+        object.__setattr__(proxy, "_finalizer", None)
+        _watch(proxy, cell)
+        return proxy

@@ -1,0 +1,357 @@
+"""Proxies: the client side of managed objects (see :mod:`fiber.managers`).
+
+::
+
+    proxy._callmethod(m, args) ── [o…, call, (m, args, kwds)] ──▶ ObjectService (manager)
+                               ◀── ok + result | proxy + Spec | err + exception ──
+    pickle.dumps(proxy) ── [o…, handoff, token] ──▶ the object stays while the copy travels
+    pickle.loads(...)   ── [o…, attach, token] ───▶ counted for the unpickling process
+    proxy garbage-collected ─▶ detach thread ── [o…, detach] ──▶ count - 1
+    DirectProxy (Queue, Lock, ...): calls go to the fiber object served by the manager's
+        hub, directly: ``q.get(timeout=1)`` is one round trip, decided by that hub
+    AsyncProxy: ``_callmethod`` writes the request and returns a CallHandle at once
+
+A proxy is a :class:`~fiber._core._served.Handle` (the object's service name and its server's
+address). Proxies returned by an ``AsyncManager`` may be *pending*: the object's job is
+still starting; the first use waits for it (``_resolve``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing.managers as _mpm
+import queue as _queue
+import secrets
+import threading
+import weakref
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+
+from .._core import _served
+from .._core._clients import get_client
+from ..transport.client import ConnectionLost
+from ..transport.serialization import dumps, loads
+from . import _server as _manager_server
+from ._async_calls import CallHandle, channel
+from ._server import Spec
+
+__all__ = ["BaseProxy", "AsyncProxy", "AutoProxy", "AsyncAutoProxy", "MakeProxyType",
+           "DirectProxy", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
+           "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
+           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
+           "BaseListProxy"]
+
+
+class BaseProxy(_served.Handle):
+    """The client side of a managed object; ``_callmethod`` calls it in its server."""
+
+    _exposed_: ClassVar[Optional[Tuple[str, ...]]] = None
+    _typeid = ""
+    _exposed: Tuple[str, ...] = ()
+    _direct: Any = None
+    _pending: Optional[CallHandle] = None
+    _cell: Optional[List[Any]] = None
+
+    def _init(self, spec: Spec) -> None:
+        """Become the proxy of ``spec``'s object, counted once for this process."""
+        object.__setattr__(self, "_typeid", spec.typeid)
+        object.__setattr__(self, "_name", spec.name)
+        object.__setattr__(self, "_address", spec.address)
+        object.__setattr__(self, "_exposed", tuple(spec.exposed or ()))
+        object.__setattr__(self, "_direct", spec.direct)
+        object.__setattr__(self, "_finalizer", None)
+        object.__setattr__(self, "_pending", None)
+        cell = self._cell
+        if cell is None:
+            cell = [None, None, None]
+            object.__setattr__(self, "_cell", cell)
+            _watch(self, cell)
+        cell[0], cell[1], cell[2] = spec.address, spec.name, None
+
+    def _resolve(self) -> None:
+        if self._pending is not None:
+            spec = self._pending.get()
+            self._init(spec)
+
+    def _callmethod(self, methodname: str, args: Sequence[Any] = (),
+                    kwds: Optional[Dict[str, Any]] = None) -> Any:
+        """Call ``methodname`` on the referent and return its result (or a proxy)."""
+        self._resolve()
+        if self._direct is not None:
+            return getattr(self._direct, methodname)(*args, **(kwds or {}))
+        status, frames = self._request(b"call", dumps((methodname, tuple(args), kwds or {})))
+        return _decode(status, frames)
+
+    def _getvalue(self) -> Any:
+        """A copy of the referent."""
+        self._resolve()
+        return loads(self._request(b"getvalue")[1])
+
+    def __reduce__(self) -> Any:
+        if _manager_server.pickling_on_hub():
+            raise _manager_server.NeedsThread
+        self._resolve()
+        token = secrets.token_bytes(8)
+        self._request(b"handoff", [token])
+        address, name = self._address, self._name
+        _served.add_handoff(lambda: _release(address, name, token))
+        spec = Spec(self._typeid, name, address, self._exposed, self._direct, None)
+        return (_rebuild_proxy, (type(self), spec, token))
+
+    def _lost(self, e: ConnectionLost) -> BaseException:
+        return _gone(f"the manager process serving this {self._typeid or 'object'} is gone",
+                     e)
+
+    def __repr__(self) -> str:
+        where = "pending" if self._pending is not None else \
+            f"at {self._address} {self._name.decode()}"
+        return f"<{type(self).__name__} object, typeid {self._typeid!r} {where}>"
+
+    def __str__(self) -> str:
+        self._resolve()
+        if self._direct is not None:
+            return repr(self._direct)
+        try:
+            return str(loads(self._request(b"repr")[1]))
+        except Exception:
+            return repr(self)
+
+
+def _gone(what: str, e: ConnectionLost) -> ConnectionLost:
+    """``ConnectionLost`` saying which object's server is gone (and why, and where)."""
+    err = ConnectionLost(f"{what}: {e}")
+    err.address = e.address
+    return err
+
+
+def _decode(status: bytes, frames: List[Any]) -> Any:
+    if status == b"proxy":
+        spec = loads(frames)
+        proxy = spec.proxytype.__new__(spec.proxytype)
+        proxy._init(spec)
+        return proxy
+    return loads(frames)
+
+
+def _rebuild_proxy(cls: Any, spec: Spec, token: bytes) -> BaseProxy:
+    proxy = cls.__new__(cls)
+    object.__setattr__(proxy, "_name", spec.name)
+    object.__setattr__(proxy, "_address", spec.address)
+    proxy._request(b"attach", [token])
+    proxy._init(spec)
+    return proxy
+
+
+def _release(address: str, name: bytes, token: bytes) -> None:
+    try:
+        get_client(address, 5).send(name, b"release", [token])
+    except Exception:
+        pass
+
+
+# -- detaching garbage-collected proxies (from a thread: GC may run anywhere) -----------
+
+_detach_queue: _queue.SimpleQueue = _queue.SimpleQueue()
+_detach_thread: Optional[threading.Thread] = None
+_detach_lock = threading.Lock()
+
+
+def _watch(proxy: BaseProxy, cell: List[Any]) -> None:
+    """Send ``detach`` for ``proxy``'s object once ``proxy`` is garbage-collected."""
+    global _detach_thread
+    fin = weakref.finalize(proxy, _detach_queue.put, cell)
+    fin.atexit = False
+    with _detach_lock:
+        if _detach_thread is None or not _detach_thread.is_alive():
+            _detach_thread = threading.Thread(target=_detach_loop, daemon=True,
+                                              name="fiber-manager-detach")
+            _detach_thread.start()
+
+
+def _detach_loop() -> None:
+    while True:
+        address, name, pending = _detach_queue.get()
+        try:
+            if name is None and pending is not None:
+                spec = pending.get(timeout=600)
+                address, name = spec.address, spec.name
+            get_client(address, 5).send(name, b"detach")
+        except Exception:
+            pass  # its server is gone: nothing left to free
+
+
+class AsyncProxy(BaseProxy):
+    """A proxy whose method calls return a :class:`CallHandle` at once."""
+
+    def _callmethod(self, methodname: str, args: Sequence[Any] = (),
+                    kwds: Optional[Dict[str, Any]] = None) -> Any:
+        self._resolve()
+        h = channel(self._address).call(self._name, b"call",
+                                        dumps((methodname, tuple(args), kwds or {})))
+        h._decode = _decode
+        h._owner = self  # m.Env().step(a).get(): the proxy lives until the reply is read
+        return h
+
+
+class AutoProxy(BaseProxy):
+    """A proxy for any type: every exposed method of the referent (the public ones by
+    default) is an attribute that calls it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name[:1] == "_":
+            raise AttributeError(name)
+        self._resolve()
+        if name not in self._exposed:
+            raise AttributeError(f"{self._typeid!r} proxy has no exposed method {name!r}")
+        call = self._callmethod
+
+        def method(*args: Any, **kwds: Any) -> Any:
+            return call(name, args, kwds)
+        method.__name__ = name
+        return method
+
+    def __dir__(self) -> List[str]:
+        self._resolve()
+        return sorted(set(super().__dir__()) | set(self._exposed))
+
+
+class AsyncAutoProxy(AsyncProxy, AutoProxy):
+    """An :class:`AutoProxy` whose calls return handles (the AsyncManager default)."""
+
+
+def _mp_exposed(name: str) -> Tuple[str, ...]:
+    """The methods multiprocessing's proxy class ``name`` exposes (the same here)."""
+    return tuple(getattr(_mpm, name)._exposed_)
+
+
+_proxy_types: Dict[Tuple[str, Tuple[str, ...], type], type] = {}
+
+
+def MakeProxyType(name: str, exposed: Sequence[str],  # noqa: N802
+                  base: type = BaseProxy) -> type:
+    """A proxy class with one method per name of ``exposed`` (as multiprocessing's)."""
+    exposed = tuple(exposed)
+    key = (name, exposed, base)
+    if key in _proxy_types:
+        return _proxy_types[key]
+    namespace: Dict[str, Any] = {}
+    for meth in exposed:
+        exec(f"def {meth}(self, /, *args, **kwds):\n"
+             f"    return self._callmethod({meth!r}, args, kwds)", namespace)
+    cls = type(name, (base,), {k: v for k, v in namespace.items() if k in exposed})
+    cls._exposed_ = exposed  # type: ignore[attr-defined]
+    cls.__module__ = __name__
+    _proxy_types[key] = cls
+    return cls
+
+
+class IteratorProxy(BaseProxy):
+    _exposed_ = ("__next__", "send", "throw", "close")
+
+    def __iter__(self) -> IteratorProxy:
+        return self
+
+    def __next__(self, *args: Any) -> Any:
+        return self._callmethod("__next__", args)
+
+    def send(self, *args: Any) -> Any:
+        return self._callmethod("send", args)
+
+    def throw(self, *args: Any) -> Any:
+        return self._callmethod("throw", args)
+
+    def close(self, *args: Any) -> Any:
+        return self._callmethod("close", args)
+
+
+class NamespaceProxy(BaseProxy):
+    _exposed_ = ("__getattribute__", "__setattr__", "__delattr__")
+
+    def __getattr__(self, key: str) -> Any:
+        if key[0] == "_":
+            raise AttributeError(key)
+        return self._callmethod("__getattribute__", (key,))
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key[0] == "_":
+            object.__setattr__(self, key, value)
+        else:
+            self._callmethod("__setattr__", (key, value))
+
+    def __delattr__(self, key: str) -> None:
+        if key[0] == "_":
+            object.__delattr__(self, key)
+        else:
+            self._callmethod("__delattr__", (key,))
+
+
+class ValueProxy(BaseProxy):
+    _exposed_ = ("get", "set")
+
+    def get(self) -> Any:
+        return self._callmethod("get")
+
+    def set(self, value: Any) -> None:
+        self._callmethod("set", (value,))
+
+    value = property(get, set)
+
+
+BaseListProxy = MakeProxyType("BaseListProxy", _mp_exposed("BaseListProxy"))
+
+
+class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
+    def __iadd__(self, value: Any) -> ListProxy:
+        self._callmethod("extend", (value,))
+        return self
+
+    def __imul__(self, value: Any) -> ListProxy:
+        self._callmethod("__imul__", (value,))
+        return self
+
+
+DictProxy = MakeProxyType("DictProxy", _mp_exposed("DictProxy"))
+DictProxy._method_to_typeid_ = {"__iter__": "Iterator"}  # type: ignore[attr-defined]
+ArrayProxy = MakeProxyType("ArrayProxy", ("__len__", "__getitem__", "__setitem__"))
+PoolProxy = MakeProxyType("PoolProxy", _mp_exposed("PoolProxy"))
+PoolProxy._method_to_typeid_ = {  # type: ignore[attr-defined]
+    "apply_async": "AsyncResult", "map_async": "AsyncResult", "starmap_async": "AsyncResult",
+    "imap": "Iterator", "imap_unordered": "Iterator"}  # as multiprocessing's PoolProxy
+AsyncResultProxy = MakeProxyType("AsyncResultProxy", ("get", "wait", "ready", "successful"))
+
+
+class DirectProxy(BaseProxy):
+    """The proxy of a fiber object served by the manager's hub (a queue, a lock...): its
+    attributes are the object's, called directly."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name[:1] == "_":
+            raise AttributeError(name)
+        self._resolve()
+        return getattr(self._direct, name)
+
+
+class AcquirerProxy(DirectProxy):
+    _exposed_: ClassVar[Optional[Tuple[str, ...]]] = ("acquire", "release")
+
+    def __enter__(self) -> Any:
+        return self._callmethod("acquire")
+
+    def __exit__(self, *exc: Any) -> None:
+        self._callmethod("release")
+
+
+class ConditionProxy(AcquirerProxy):
+    _exposed_: ClassVar[Optional[Tuple[str, ...]]] = (
+        "acquire", "release", "wait", "notify", "notify_all")
+
+
+class EventProxy(DirectProxy):
+    _exposed_ = ("is_set", "set", "clear", "wait")
+
+
+class BarrierProxy(DirectProxy):
+    _exposed_ = ("wait", "abort", "reset")
+
+
+class QueueProxy(DirectProxy):
+    _exposed_ = ("put", "get", "put_nowait", "get_nowait", "qsize", "empty", "full",
+                 "task_done", "join")

@@ -1,0 +1,441 @@
+"""The server side of managers: the manager process, and jobs that serve one object each.
+
+::
+
+    client process                 manager process (a fiber job)        object job (AsyncManager)
+    ──────────────                 ─────────────────────────────        ─────────────────────────
+    manager.dict() ─ [mgr, create] ─▶ ManagerService ── worker thread:
+                  ◀── spec ───────── obj = dict(); ObjectService "o…" on the hub
+    proxy[k] ────── [o…, call] ────▶ ObjectService ── worker thread of that connection:
+                  ◀── result ──────── getattr(obj, "__getitem__")(k), pickled, replied
+    manager.Env() ─ [mgr, create] ─▶ start Process(serve_object) ─────▶ obj = make_env()
+                                     ◀────── [mgr, created, spec] ───── ObjectService "o…"
+                  ◀── spec (the job's hub address) ──
+    env.step(a) ──────────────────── [o…, call] ─────────────────────▶ (its own CPU)
+
+Calls run on worker threads, one per client connection (as multiprocessing runs one
+thread per connection), so calls from one client thread run in order, a blocking method
+blocks only its caller, and the hub thread never runs user code.
+
+**Lifetime.** An object counts its proxies per process: +1 when created for a process or
+when a process unpickles a proxy (``attach``), -1 when a proxy is garbage-collected
+(``detach``), and a process's count goes when the process does (``process_gone``). A
+pickled proxy in flight is a *handoff* that keeps the object alive until it is attached
+or released. An object with no count and no handoff is dropped; an object job whose last
+object is dropped exits.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+
+from .._core import _runtime
+from .._core._clients import get_client
+from ..meta import resources_of
+from ..process._bound import process_class
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps, loads
+from ..transport.server import Peer, Server, Service
+
+__all__ = ["Entry", "Spec", "ObjectServer", "ManagerService", "manager_main",
+           "object_job_main", "MANAGER_SERVICE", "NeedsThread", "pickling_on_hub"]
+
+MANAGER_SERVICE = b"mgr"
+
+
+class Entry(NamedTuple):
+    """A registered type, as the server needs it."""
+
+    callable: Optional[Callable[..., Any]]
+    exposed: Optional[Tuple[str, ...]]
+    method_to_typeid: Optional[Dict[str, str]]
+    proxytype: Any
+    separate_job: bool
+    #: Calls may run on the hub thread (builtin containers: they never block).
+    inline: bool = False
+
+
+class Spec(NamedTuple):
+    """What a client needs to build a proxy for a new object (counted for its process)."""
+
+    typeid: str
+    name: bytes
+    address: str
+    exposed: Optional[Tuple[str, ...]]
+    direct: Any  # a fiber object (Queue, Lock...) the proxy calls directly, or None
+    proxytype: Any
+
+
+def public_methods(obj: Any) -> Tuple[str, ...]:
+    """Names of the callable attributes of ``obj`` that do not start with '_'."""
+    return tuple(name for name in dir(obj)
+                 if name[0] != "_" and callable(getattr(obj, name, None)))
+
+
+class WorkerThreads(Service):
+    """One worker thread per client connection; a thread ends with its connection."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.queues: Dict[int, queue.SimpleQueue] = {}
+        self.busy: Dict[int, int] = collections.Counter()  # calls queued or running
+        self.lock = lock
+
+    def submit(self, peer: Peer, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on ``peer``'s worker thread, after its earlier calls (under the lock)."""
+        key = peer.peer_id
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(q, key), name="fiber-manager-worker",
+                             daemon=True).start()
+        self.busy[key] += 1
+        q.put(fn)
+
+    def _work(self, q: queue.SimpleQueue, key: int) -> None:
+        while True:
+            fn = q.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except BaseException:  # a reply that could not be sent: nothing to tell
+                pass
+            with self.lock:
+                self.busy[key] -= 1
+                if self.busy[key] <= 0:
+                    del self.busy[key]
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        raise ValueError("not a service for requests")
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        q = self.queues.pop(peer.peer_id, None)
+        if q is not None:
+            q.put(None)
+
+
+class NeedsThread(Exception):
+    """Pickling a proxy on the hub thread (it would make a call): use a worker thread."""
+
+
+_inline = threading.local()
+
+
+def pickling_on_hub() -> bool:
+    """Whether the hub thread is pickling a result (proxies raise NeedsThread then)."""
+    return getattr(_inline, "on", False)
+
+
+def _dumps_on_hub(obj: Any) -> Any:
+    _inline.on = True
+    try:
+        return dumps(obj)
+    finally:
+        _inline.on = False
+
+
+def _reply(server: Server, peer: Peer, req_id: bytes, fn: Callable[[], Tuple[bytes, Any]]
+           ) -> None:
+    """Run ``fn`` (in a worker thread) and send what it returns, or its exception."""
+    try:
+        status, frames = fn()
+    except Exception as e:
+        status, frames = b"err", dumps(pack_exception(e))
+    with server.lock:
+        server.reply(peer, req_id, status, frames)
+
+
+class ObjectServer:
+    """The managed objects served by this process's hub (a manager or an object job)."""
+
+    def __init__(self, registry: Dict[str, Entry]) -> None:
+        self.registry = registry
+        self.hub = _runtime.hub()
+        self.workers = WorkerThreads(self.hub.lock)
+        self.hub.register(b"mgr-workers", self.workers)
+        self.objects: Dict[bytes, ObjectService] = {}
+        self.changed = threading.Condition(self.hub.lock)
+
+    def create(self, typeid: str, args: Tuple[Any, ...], kwds: Dict[str, Any],
+               holder: bytes) -> Spec:
+        entry = self.registry[typeid]
+        if entry.callable is None:
+            if len(args) != 1 or kwds:
+                raise TypeError(f"{typeid!r} has no callable: give the object itself")
+            obj = args[0]
+        else:
+            obj = entry.callable(*args, **kwds)
+        return self.serve(obj, typeid, holder)
+
+    def serve(self, obj: Any, typeid: str, holder: bytes) -> Spec:
+        """Serve ``obj`` as a new managed object, counted once for process ``holder``."""
+        from .._core._served import Handle
+
+        entry = self.registry[typeid]
+        exposed = entry.exposed
+        if exposed is None:
+            exposed = getattr(entry.proxytype, "_exposed_", None) or public_methods(obj)
+        import secrets
+
+        name = b"o" + secrets.token_hex(8).encode()
+        svc = ObjectService(self, name, obj, typeid, tuple(exposed),
+                            entry.method_to_typeid or {}, entry.inline)
+        svc.holders[holder] += 1
+        with self.hub.lock:
+            self.objects[name] = svc
+            self.hub.register(name, svc)
+        direct = obj if isinstance(obj, Handle) else None
+        return Spec(typeid, name, self.hub.address, tuple(exposed), direct, entry.proxytype)
+
+    def drop(self, name: bytes) -> None:
+        """Forget an object (under the hub lock)."""
+        self.hub.unregister(name)
+        self.objects.pop(name, None)
+        self.changed.notify_all()
+
+    def close(self) -> None:
+        """Stop the worker threads once their calls are done; forget every object."""
+        with self.hub.lock:
+            for name in list(self.objects):
+                self.drop(name)
+            self.hub.unregister(b"mgr-workers")
+            for q in self.workers.queues.values():
+                q.put(None)
+            self.workers.queues.clear()
+
+    def wait_until_empty(self, stop: Optional[threading.Event] = None) -> None:
+        with self.changed:
+            while self.objects and not (stop is not None and stop.is_set()):
+                self.changed.wait(0.5)
+
+
+class ObjectService(Service):
+    """One managed object: calls (on worker threads), and its proxies' counts."""
+
+    def __init__(self, owner: ObjectServer, name: bytes, obj: Any, typeid: str,
+                 exposed: Tuple[str, ...], method_to_typeid: Dict[str, str],
+                 inline: bool = False) -> None:
+        self.owner = owner
+        self.inline = inline
+        self.name = name
+        self.obj = obj
+        self.typeid = typeid
+        self.exposed = frozenset(exposed)
+        self.method_to_typeid = method_to_typeid
+        self.holders: Dict[bytes, int] = collections.Counter()
+        self.handoffs: Set[bytes] = set()
+        self.dropped = False
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"call":
+            if (self.inline and peer.peer_id not in self.owner.workers.busy
+                    and b"_rebuild_proxy" not in bytes(payload[0])):
+                self._call_on_hub(server, peer, req_id, payload)
+                return
+            self.owner.workers.submit(peer, lambda: _reply(
+                server, peer, req_id, lambda: self._call(peer, payload)))
+        elif op == b"attach":
+            self.handoffs.discard(bytes(payload[0]))
+            self.holders[peer.process_id] += 1
+            server.reply(peer, req_id, b"ok")
+        elif op == b"handoff":
+            self.handoffs.add(bytes(payload[0]))
+            server.reply(peer, req_id, b"ok")
+        elif op == b"release":
+            self.handoffs.discard(bytes(payload[0]))
+            self._maybe_drop()
+        elif op == b"detach":
+            pid = peer.process_id
+            self.holders[pid] -= 1
+            if self.holders[pid] <= 0:
+                del self.holders[pid]
+            self._maybe_drop()
+        elif op == b"getvalue":
+            self.owner.workers.submit(peer, lambda: _reply(
+                server, peer, req_id, lambda: (b"ok", dumps(self.obj))))
+        elif op == b"repr":
+            self.owner.workers.submit(peer, lambda: _reply(
+                server, peer, req_id, lambda: (b"ok", dumps(repr(self.obj)))))
+        else:
+            raise ValueError(f"unknown managed-object operation {op!r}")
+
+    def _call(self, peer: Peer, payload: List[Any], pickle: bool = True) -> Tuple[bytes, Any]:
+        method, args, kwds = loads(payload)
+        if method not in self.exposed:
+            raise AttributeError(f"method {method!r} of {type(self.obj)!r} object is not in "
+                                 f"exposed={tuple(sorted(self.exposed))!r}")
+        result = getattr(self.obj, method)(*args, **kwds)
+        typeid = self.method_to_typeid.get(method)
+        if typeid:
+            return b"proxy", dumps(self.owner.serve(result, typeid, peer.process_id))
+        return b"ok", dumps(result) if pickle else result
+
+    def _call_on_hub(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """A call of a container that cannot block, without a thread hop. Arguments that
+        hold proxies went to a worker thread; a result that holds one goes there to be
+        pickled (pickling a proxy is a call, which the hub thread must not wait for)."""
+        try:
+            status, result = self._call(peer, payload, pickle=False)
+        except Exception as e:
+            server.reply_error(peer, req_id, e)
+            return
+        if status != b"ok":
+            server.reply(peer, req_id, status, result)
+            return
+        try:
+            frames = _dumps_on_hub(result)
+        except NeedsThread:
+            self.owner.workers.submit(peer, lambda: _reply(
+                server, peer, req_id, lambda: (b"ok", dumps(result))))
+        except Exception as e:
+            server.reply_error(peer, req_id, e)
+        else:
+            server.reply(peer, req_id, b"ok", frames)
+
+    def _maybe_drop(self) -> None:
+        if not self.holders and not self.handoffs and not self.dropped:
+            self.dropped = True
+            self.owner.drop(self.name)
+            self.obj = None
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        if self.holders.pop(process_id, None) is not None:
+            self._maybe_drop()
+
+
+class ManagerService(Service):
+    """The manager's own service: create objects, count them, shut down."""
+
+    def __init__(self, objects: ObjectServer, backend: Optional[str]) -> None:
+        self.objects = objects
+        self.backend = backend
+        self.stopped = threading.Event()
+        self.jobs: Dict[bytes, Any] = {}  # creation id -> Process serving one object
+        self.pending: Dict[bytes, Tuple[Peer, bytes, str]] = {}
+        self._lock = threading.Lock()
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"create":
+            typeid, args, kwds = loads(payload)
+            if typeid not in self.objects.registry:
+                raise KeyError(f"no type {typeid!r} registered with this manager")
+            holder = peer.process_id
+            if self.objects.registry[typeid].separate_job:
+                self.objects.workers.submit(peer, lambda: self._start_job(
+                    server, peer, req_id, typeid, args, kwds, holder))
+            else:
+                self.objects.workers.submit(peer, lambda: _reply(server, peer, req_id, lambda: (
+                    b"ok", dumps(self.objects.create(typeid, args, kwds, holder)))))
+        elif op == b"created":  # an object job reports its object (or its error)
+            entry = self.pending.pop(bytes(payload[0]), None)
+            if entry is not None:
+                server.reply(entry[0], entry[1], bytes(payload[1]), payload[2:])
+            server.reply(peer, req_id, b"ok")
+        elif op == b"ping":
+            server.reply_value(peer, req_id, sorted(self.objects.registry))
+        elif op == b"count":
+            with self._lock:
+                jobs = sum(1 for p in self.jobs.values() if p.is_alive())
+            server.reply_value(peer, req_id, len(self.objects.objects) + jobs)
+        elif op == b"shutdown":
+            server.reply(peer, req_id, b"ok")
+            self.stopped.set()
+        else:
+            raise ValueError(f"unknown manager operation {op!r}")
+
+    def _start_job(self, server: Server, peer: Peer, req_id: bytes, typeid: str,
+                   args: Tuple[Any, ...], kwds: Dict[str, Any], holder: bytes) -> None:
+        """In a worker thread: start the job that will serve one object; it answers."""
+        import secrets
+
+        entry = self.objects.registry[typeid]
+        cid = secrets.token_bytes(8)
+        proc = process_class(self.backend)(
+            target=object_job_main, name=f"{typeid}-object",
+            args=(self.objects.registry, typeid, args, kwds, holder,
+                  self.objects.hub.address, cid))
+        proc._resources = resources_of(entry.callable)  # @fiber.meta of the type's callable
+        with server.lock:
+            self.pending[cid] = (peer, req_id, typeid)
+        try:
+            proc.start()
+        except Exception as e:
+            with server.lock:
+                if self.pending.pop(cid, None) is not None:
+                    server.reply_error(peer, req_id, e)
+            return
+        with self._lock:
+            self.jobs[cid] = proc
+
+    def reap(self, server: Server) -> None:
+        """Answer creations whose job ended before reporting; forget ended jobs."""
+        with self._lock:
+            ended = [(cid, p) for cid, p in self.jobs.items() if not p.is_alive()]
+            for cid, _ in ended:
+                del self.jobs[cid]
+        for cid, proc in ended:
+            with server.lock:
+                entry = self.pending.pop(cid, None)
+                if entry is not None:
+                    server.reply_error(entry[0], entry[1], RuntimeError(
+                        f"the job serving a new {entry[2]!r} ended (exit code "
+                        f"{proc.exitcode}) before the object was created"))
+
+    def stop_jobs(self) -> None:
+        with self._lock:
+            procs = list(self.jobs.values())
+            self.jobs.clear()
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
+                  ready: Optional[Callable[[str], None]] = None) -> None:
+    """Serve a manager on this process's hub until a client asks it to shut down."""
+    objects = ObjectServer(registry)
+    service = ManagerService(objects, backend)
+    hub = objects.hub
+    hub.register(MANAGER_SERVICE, service)
+    try:
+        if ready is not None:
+            ready(hub.address)
+        while not service.stopped.wait(0.2):
+            service.reap(hub)
+    finally:
+        service.stop_jobs()
+        hub.unregister(MANAGER_SERVICE)
+        objects.close()
+
+
+def manager_main(registry: Dict[str, Entry], backend: Optional[str], report: Any,
+                 initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...]) -> None:
+    """The target of the manager's process."""
+    if initializer is not None:
+        initializer(*initargs)
+    serve_manager(registry, backend, ready=report.put)
+
+
+def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[Any, ...],
+                    kwds: Dict[str, Any], holder: bytes, manager: str, cid: bytes) -> None:
+    """The target of a job that serves one object; it ends when the object is dropped."""
+    objects = ObjectServer(registry)
+    try:
+        status, frames = b"ok", dumps(objects.create(typeid, args, kwds, holder))
+    except Exception as e:
+        status, frames = b"err", dumps(pack_exception(e))
+    get_client(manager).request(MANAGER_SERVICE, b"created", [cid, status, *frames])
+    if status == b"ok":
+        objects.wait_until_empty()

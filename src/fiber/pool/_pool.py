@@ -1,0 +1,603 @@
+"""``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers.
+
+::
+
+    caller thread ── apply_async/map/imap ──▶ pickle (function once, args per task)
+                                              └─▶ PoolService.submit (under the hub lock;
+                                                  written to idle workers right away)
+    results from workers ──▶ result objects (frames, unpickled on get), read by the
+        thread waiting in get()/next() (Server.wait_serving: no hand-off between threads;
+        apply and short maps are queued while it serves), else by the hub thread
+    maintainer thread (one per pool): starts workers (one backend submit for many),
+        watches their sentinels, replaces the lost, stops the pool when it is done
+    callback thread (started on first use): runs callback / error_callback in order
+
+Workers pull work: each holds at most ``pool_prefetch + 1`` tasks, so a map never runs
+serially on one worker while others idle, and a worker is used as soon as it connects,
+before the rest of the pool has started. A worker that dies gives its tasks back; see
+:mod:`fiber.pool._service` for the exactly-once rules.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import secrets
+import selectors
+import signal
+import threading
+import types
+import weakref
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+)
+
+from .._core import _runtime
+from ..backends import Resources
+from ..config import get_config
+from ..errors import BrokenPoolError, PoolTerminatedError
+from ..process import Process, start_all, terminate_all
+from ..process._limits import ensure_open_files
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps
+from ..transport.server import Serving
+from ..transport.unpicklable import explain, explained
+from ._results import (
+    ApplyResult,
+    AsyncResult,
+    CallbackThread,
+    IMapIterator,
+    IMapUnorderedIterator,
+    MapResult,
+)
+from ._service import PoolService, Task, WorkerState, describe_exit
+from ._worker import CALL, MAP, STARMAP, worker_main
+
+__all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
+           "IMapUnorderedIterator"]
+
+RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
+_MAX_STARTUP_FAILURES = 3
+_FUNCTION_CACHE = 256
+_SLICE = 256  # tasks queued at a time after the first slice (see _PoolCore.submit)
+
+
+def _label(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _explain_task(error: BaseException, mode: int, data: Any, index: int,
+                  label: str) -> BaseException:
+    """A task's pickling error, saying which argument or item and which object failed."""
+    if mode == CALL:
+        args, kwargs = data
+        if explain(args, "args") is not None:
+            return explained(error, f"an argument of {label}", args, "args")
+        return explained(error, f"an argument of {label}", kwargs, "kwargs")
+    return explained(error, f"chunk {index} of {label}", data, "items")
+
+
+def _check_size(processes: Any) -> None:
+    """Raise as multiprocessing does for a pool size that is not a positive int."""
+    if not isinstance(processes, int) or isinstance(processes, bool):
+        raise TypeError(f"the number of processes must be an int, not "
+                        f"{type(processes).__name__!r}")
+    if processes < 1:
+        raise ValueError("Number of processes must be at least 1")
+
+
+def _self_inflicted(exitcode: Optional[int]) -> bool:
+    """Whether a worker that died before connecting failed by itself (an exception, a
+    crash) rather than being killed from outside (SIGKILL, SIGTERM: an operator, the OOM
+    killer, a preempted node); only the former counts towards a broken pool."""
+    if exitcode is None:
+        return False
+    return exitcode >= 0 or -exitcode not in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+
+
+class _PoolCore:
+    """The pool's state; referenced by its threads, never by the user's Pool object, so
+    that a pool dropped by its user is garbage-collected and its workers ended."""
+
+    def __init__(self, size: int, process_class: Type[Process],
+                 initializer: Optional[Callable[..., Any]],
+                 initargs: Tuple[Any, ...], maxtasks: Optional[int],
+                 resources: Resources) -> None:
+        cfg = get_config()
+        self.process_class = process_class
+        self.size = size
+        self.initializer, self.initargs, self.maxtasks = initializer, initargs, maxtasks
+        self.resources = resources
+        self.hub = _runtime.hub()
+        self.name = b"pool" + secrets.token_hex(6).encode()
+        self.service = PoolService(self.name, cfg.pool_prefetch, maxtasks,
+                                   cfg.pool_max_task_retries, self._on_worker_gone,
+                                   cfg.spin_us * 1e-6)
+        self.service.server = self.hub
+        self.hub.register(self.name, self.service)
+        self.state = RUN
+        self.broken: Optional[BaseException] = None
+        self.startup_failures = 0
+        self.window = max(16, 2 * size * (cfg.pool_prefetch + 1))
+        self._worker_ids = itertools.count(1)
+        self._task_ids = itertools.count(1)
+        self._function_ids = itertools.count(1)
+        self._fids: collections.OrderedDict[Any, Tuple[int, Any]] = collections.OrderedDict()
+        self._callbacks: Optional[CallbackThread] = None
+        #: Started workers whose process has not been closed yet, by sentinel.
+        self.procs: Dict[int, WorkerState] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        #: The maintainer's wake pipe and every started worker's sentinel: a worker's end
+        #: costs one event, not a new wait on every sentinel of the pool.
+        self._exits = selectors.DefaultSelector()
+        self._exits.register(self._wake_r, selectors.EVENT_READ, None)
+        self.maintainer = threading.Thread(target=self._maintain, daemon=True,
+                                           name=f"fiber-pool-{self.name.decode()[4:]}")
+        self.maintainer.start()
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def callbacks(self) -> CallbackThread:
+        if self._callbacks is None:
+            self._callbacks = CallbackThread(f"fiber-pool-callbacks-{self.name.decode()[4:]}")
+        return self._callbacks
+
+    def _fid(self, fn: Callable[..., Any]) -> int:
+        """The id of ``fn`` as pickled now (called under the hub lock).
+
+        The function is pickled at every submission, so a callable's state is the one it
+        has when submitted; equal pickles share an id, so a worker receives each once.
+        """
+        # A plain function is taken as it is (pickling one defined in __main__ by value
+        # costs ~100 us): the same object keeps its id. Other callables (bound methods,
+        # objects, partials) carry state, pickled at each submission.
+        plain = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType))
+        if plain:
+            entry = self._fids.get(("function", id(fn)))
+            if entry is not None and entry[1] is fn:
+                self._fids.move_to_end(("function", id(fn)))
+                return entry[0]
+        frames = dumps(fn)
+        key: Any = (("function", id(fn)) if plain
+                    else bytes(frames[0]) if len(frames) == 1 else None)  # big: not cached
+        entry = self._fids.get(key) if key is not None else None
+        if entry is not None:
+            self._fids.move_to_end(key)
+            return entry[0]
+        fid = next(self._function_ids)
+        self.service.functions[fid] = frames
+        if key is not None:
+            self._fids[key] = (fid, fn)  # keeps fn alive: its id cannot be reused meanwhile
+            self.service.cached_functions.add(fid)
+            while len(self._fids) > _FUNCTION_CACHE:
+                _, (old, _fn) = self._fids.popitem(last=False)
+                self.service.cached_functions.discard(old)
+                self.service.release_function(old)
+        return fid
+
+    def check_running(self) -> None:
+        if self.state != RUN:
+            raise ValueError("Pool not running")
+        if self.broken is not None:
+            raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
+
+    def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
+               job: Any, label: str, serving: Optional[Serving] = None) -> List[Task]:
+        """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
+
+        Tasks are pickled and queued in slices, so that the workers start on the first
+        ones while the rest of a long map is being pickled (5,000 tasks take ~50 ms).
+        ``serving`` (the hub's, of a caller that waits for the result next) is started
+        just before the last slice is queued, once every item is pickled.
+
+        Raises:
+            ValueError, BrokenPoolError: the pool is not running (nothing was queued).
+        """
+        with self.hub.lock:
+            self.check_running()
+            try:
+                fid = self._fid(fn)
+            except Exception as e:
+                error = explained(e, f"the function of {label}", fn, "function")
+                for index, _ in items:
+                    job.deliver(index, False, dumps(pack_exception(error)))
+                return []
+            self.service.function_refs[fid] += 1  # kept while tasks are being queued
+        tasks: List[Task] = []
+        pending: List[Task] = []
+        source = iter(items)
+        try:
+            for index, data in source:
+                try:
+                    frames = dumps((mode, data))
+                except Exception as e:
+                    error = _explain_task(e, mode, data, index, label)
+                    job.deliver(index, False, dumps(pack_exception(error)))
+                    continue
+                pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
+                if len(pending) >= (_SLICE if tasks else self.window):
+                    # the hub thread serves while later slices are pickled (this thread
+                    # would read nothing then: heartbeats must not go unread)
+                    self._enqueue(pending, tasks, job, source, None)
+                    pending = []
+            self._enqueue(pending, tasks, job, source, serving)
+        finally:
+            with self.hub.lock:
+                self.service.function_refs[fid] -= 1
+                self.service.release_function(fid)
+        return tasks
+
+    def _enqueue(self, pending: List[Task], tasks: List[Task], job: Any,
+                 rest: Iterator[Tuple[int, Any]], serving: Optional[Serving]) -> None:
+        """Queue a slice of tasks; if the pool stopped after an earlier slice, the slice
+        and the items not pickled yet fail with the reason (their result must come)."""
+        if serving is not None:
+            serving.start()
+        with self.hub.lock:
+            try:
+                self.check_running()
+            except Exception as e:
+                if not tasks:
+                    raise
+                record = dumps(pack_exception(e))
+                for index in [t.index for t in pending] + [i for i, _ in rest]:
+                    job.deliver(index, False, record)
+                return
+            self.service.submit(pending)
+        tasks.extend(pending)
+
+    def cancel(self, task: Task) -> bool:
+        """Withdraw a task no worker holds yet; False once it was handed out."""
+        with self.hub.lock:
+            return self.service.cancel(task)
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def _live_workers(self) -> List[WorkerState]:
+        return [ws for ws in self.service.workers.values() if not ws.lost]
+
+    def _start_workers(self, count: int) -> None:
+        states = []
+        for _ in range(count):
+            wid = next(self._worker_ids)
+            proc = self.process_class(
+                target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
+                args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
+                      self.maxtasks))
+            proc._resources = self.resources
+            states.append(WorkerState(wid, proc))
+        with self.hub.lock:  # known before they start: a quick one says hello at once
+            for ws in states:
+                self.service.add_worker(ws)
+        try:
+            start_all([ws.process for ws in states])
+        except Exception as e:
+            with self.hub.lock:
+                for ws in states:  # one that connected meanwhile gives its tasks back
+                    self.service.worker_lost(ws)
+                if not self._live_workers():
+                    self._break(e)
+            return
+        with self.hub.lock:
+            for ws in states:
+                self.procs[ws.process.sentinel] = ws
+                self._exits.register(ws.process.sentinel, selectors.EVENT_READ, ws)
+            terminated = self.state == TERMINATE
+        if terminated:  # terminate() ran while these were being submitted
+            terminate_all([ws.process for ws in states])
+
+    def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
+        """Called under the hub lock when a worker is lost or has exited."""
+        if ws.connected:
+            self.startup_failures = 0
+        elif not expected and _self_inflicted(ws.exitcode):
+            self.startup_failures += 1
+            if self.startup_failures >= _MAX_STARTUP_FAILURES and not any(
+                    w.connected for w in self._live_workers()):
+                reason = (self.service.init_failures[-1] if self.service.init_failures
+                          else f"the last worker's job ended with {describe_exit(ws)}"
+                          " before it connected")
+                self._break(BrokenPoolError(
+                    f"{self.startup_failures} workers in a row failed to start:\n{reason}"))
+        self.wake()
+
+    def _break(self, exc: BaseException) -> None:
+        if self.broken is None:
+            self.broken = exc
+            self.service.fail_all(exc)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _maintain(self) -> None:
+        try:
+            while True:
+                with self.hub.lock:
+                    active = self.service.active()
+                    # After close(), lost workers are still replaced while work remains.
+                    working = self.state == RUN or (
+                        self.state == CLOSE and self.service.outstanding > 0)
+                    need = self.size - active if (
+                        working and self.broken is None) else 0
+                    if self.state != RUN and not self.procs and need <= 0:
+                        return
+                if need > 0:
+                    self._start_workers(need)
+                    continue
+                for key, _ in self._exits.select():
+                    ws = key.data
+                    if ws is None:
+                        os.read(self._wake_r, 4096)
+                        continue
+                    self._exits.unregister(key.fd)
+                    with self.hub.lock:
+                        ws.exitcode = ws.process.exitcode
+                        self.service.worker_lost(ws)
+                        del self.procs[key.fd]
+                    ws.process.close()
+        finally:
+            self._exits.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def resize(self, size: int) -> None:
+        _check_size(size)
+        with self.hub.lock:
+            grow = size - self.service.active()
+        if grow > 0:
+            ensure_open_files(grow, f"growing the pool to {size} workers")
+        with self.hub.lock:
+            self.check_running()
+            self.size = size
+            surplus = self.service.active() - size
+            if surplus > 0:
+                self.service.retire(surplus)
+        self.wake()
+
+    def close(self) -> None:
+        with self.hub.lock:
+            if self.state == RUN:
+                self.state = CLOSE
+                self.service.closing = True
+                self.service.stop_idle_workers()
+        self.wake()
+
+    def terminate(self) -> None:
+        with self.hub.lock:
+            if self.state == TERMINATE:
+                return
+            self.state = TERMINATE
+            self.service.closing = True
+            self.service.fail_all(PoolTerminatedError("the pool was terminated"))
+            workers = list(self.procs.values())
+        terminate_all([ws.process for ws in workers])
+        self.wake()
+        self.join()
+
+    def join(self) -> None:
+        if self.maintainer is not threading.current_thread():
+            self.maintainer.join()
+        if self._callbacks is not None:
+            self._callbacks.stop()
+        self.hub.unregister(self.name)
+
+
+class Pool:
+    """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
+
+    ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
+    ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
+
+    Raises:
+        ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
+        TypeError: ``processes`` is not an int, or ``initializer`` is not callable.
+        ResourceLimitError: the workers would need more open files than this process
+            may have (its soft limit is raised to the hard one first).
+    """
+
+    def __init__(self, processes: Optional[int] = None,
+                 initializer: Optional[Callable[..., Any]] = None,
+                 initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
+                 context: Any = None, *, cpu: Optional[float] = None,
+                 memory: Optional[int] = None, gpu: Optional[int] = None) -> None:
+        if processes is None:
+            processes = get_config().pool_processes or os.cpu_count() or 1
+        _check_size(processes)
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if maxtasksperchild is not None and (
+                not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
+            raise ValueError("maxtasksperchild must be a positive int or None")
+        ensure_open_files(processes, f"a pool of {processes} workers")
+        process_class = Process if context is None else context.Process
+        self._core = _PoolCore(processes, process_class, initializer, tuple(initargs),
+                               maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
+        self._finalizer = weakref.finalize(self, self._core.terminate)
+
+    @property
+    def _processes(self) -> int:
+        return self._core.size
+
+    # -- apply -------------------------------------------------------------------------
+
+    def apply(self, func: Callable[..., Any], args: Iterable[Any] = (),
+              kwds: Optional[Mapping[str, Any]] = None) -> Any:
+        """Call ``func(*args, **kwds)`` in a worker and return its result."""
+        # Queued while this thread serves the hub: a result quicker than our way from the
+        # submission to get() still wakes this thread, not the hub thread.
+        serving = self._core.hub.serving()
+        try:
+            return self._apply_async(func, args, kwds, None, None, serving).get()
+        finally:
+            serving.stop()
+
+    def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (),
+                    kwds: Optional[Mapping[str, Any]] = None,
+                    callback: Optional[Callable[[Any], Any]] = None,
+                    error_callback: Optional[Callable[[BaseException], Any]] = None
+                    ) -> ApplyResult:
+        """Submit one call; the result's ``get()`` returns its value or re-raises.
+
+        Raises:
+            ValueError: the pool was closed or terminated.
+        """
+        return self._apply_async(func, args, kwds, callback, error_callback)
+
+    def _apply_async(self, func: Callable[..., Any], args: Iterable[Any],
+                     kwds: Optional[Mapping[str, Any]], callback: Any, error_callback: Any,
+                     serving: Optional[Serving] = None) -> ApplyResult:
+        core = self._core
+        core.check_running()
+        result = ApplyResult(core.callbacks, callback, error_callback, core.hub,
+                             core.service.spin_budget)
+        result._pool = self  # as multiprocessing: a result keeps its pool from collection
+        core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
+                    f"apply({_label(func)})", serving)
+        return result
+
+    # -- map -----------------------------------------------------------------------------
+
+    def _chunks(self, iterable: Iterable[Any], chunksize: Optional[int]
+                ) -> Tuple[List[List[Any]], int]:
+        items = list(iterable)
+        if chunksize is None:
+            chunksize, extra = divmod(len(items), self._core.size * 4)
+            if extra or not items:
+                chunksize += 1
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        return [items[i:i + chunksize] for i in range(0, len(items), chunksize)], len(items)
+
+    def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],
+                   chunksize: Optional[int], mode: int, callback: Any,
+                   error_callback: Any, wait: bool = False) -> Any:
+        """The MapResult, or with ``wait`` its value."""
+        core = self._core
+        core.check_running()
+        chunks, length = self._chunks(iterable, chunksize)
+        result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
+                           core.hub, core.service.spin_budget)
+        result._pool = self
+        # A short map waited for at once is queued while this thread serves the hub (see
+        # apply); a long one is not: results must be taken in while the rest is pickled.
+        serving = core.hub.serving() if wait and len(chunks) <= core.window else None
+        try:
+            core.submit(func, mode, enumerate(chunks), result, f"map({_label(func)})",
+                        serving)
+            return result.get() if wait else result
+        finally:
+            if serving is not None:
+                serving.stop()
+
+    def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+            chunksize: Optional[int] = None) -> List[Any]:
+        """``[func(x) for x in iterable]`` computed by the workers, in order."""
+        return self._map_async(func, iterable, chunksize, MAP, None, None, wait=True)
+
+    def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+                  chunksize: Optional[int] = None, callback: Any = None,
+                  error_callback: Any = None) -> MapResult:
+        return self._map_async(func, iterable, chunksize, MAP, callback, error_callback)
+
+    def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
+                chunksize: Optional[int] = None) -> List[Any]:
+        """``[func(*args) for args in iterable]`` computed by the workers, in order."""
+        return self._map_async(func, iterable, chunksize, STARMAP, None, None, wait=True)
+
+    def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
+                      chunksize: Optional[int] = None, callback: Any = None,
+                      error_callback: Any = None) -> MapResult:
+        return self._map_async(func, iterable, chunksize, STARMAP, callback, error_callback)
+
+    def _imap(self, cls: Any, func: Callable[[Any], Any], iterable: Iterable[Any],
+              chunksize: int) -> IMapIterator:
+        core = self._core
+        core.check_running()
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        source = iter(iterable)
+        chunks: Iterator[List[Any]] = iter(
+            lambda: list(itertools.islice(source, chunksize)), [])
+        holder: List[IMapIterator] = []
+
+        def submit(index: int, chunk: List[Any]) -> None:
+            core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({_label(func)})")
+
+        holder.append(cls.__new__(cls))
+        cls.__init__(holder[0], submit, chunks, core.window, core.hub,
+                     core.service.spin_budget)
+        holder[0]._pool = self
+        return holder[0]
+
+    def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+             chunksize: int = 1) -> IMapIterator:
+        """Like ``map`` but lazy: consumes ``iterable`` as results are taken, in order."""
+        return self._imap(IMapIterator, func, iterable, chunksize)
+
+    def imap_unordered(self, func: Callable[[Any], Any], iterable: Iterable[Any],
+                       chunksize: int = 1) -> IMapIterator:
+        """Like ``imap`` but yields results as they complete."""
+        return self._imap(IMapUnorderedIterator, func, iterable, chunksize)
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def resize(self, processes: int) -> None:
+        """Grow or shrink the running pool; retiring workers finish the tasks they hold.
+
+        Raises:
+            TypeError: ``processes`` is not an int.
+            ValueError: ``processes`` < 1, or the pool is not running.
+            ResourceLimitError: growing it would exceed the open-file limit.
+        """
+        self._core.resize(processes)
+
+    def close(self) -> None:
+        """Accept no more tasks; workers exit once all submitted work is done."""
+        self._core.close()
+
+    def terminate(self) -> None:
+        """End every worker now; unfinished results fail with PoolTerminatedError."""
+        self._finalizer()
+
+    def join(self) -> None:
+        """Wait for the workers to exit (after ``close`` or ``terminate``).
+
+        Raises:
+            ValueError: the pool is still running.
+        """
+        if self._core.state == RUN:
+            raise ValueError("Pool is still running")
+        self._core.join()
+
+    def __enter__(self) -> Pool:
+        self._core.check_running()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.terminate()
+
+    def __reduce__(self) -> Any:
+        raise NotImplementedError(
+            "pool objects cannot be passed between processes or pickled")
+
+    def __repr__(self) -> str:
+        core = self._core
+        return (f"<fiber.Pool state={core.state} pool_size={core.size} "
+                f"workers={len(core._live_workers())}>")
+

@@ -1,0 +1,369 @@
+"""Result objects of a pool: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.
+
+Results arrive as frames (``deliver``, under the hub's lock); they are unpickled in the
+thread that asks for them (``get``/``next``), or on the pool's callback thread when a
+callback needs the value, so that the hub never runs user code.
+
+A thread that waits for a result serves the hub's connections meanwhile
+(``Server.wait_serving``): the worker's message wakes it directly, and the hub thread
+sleeps on. Whatever completes a result on another thread nudges it.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+
+from ..errors import TimeoutError
+from ..transport.remote import unpack_exception
+from ..transport.serialization import loads
+from ..transport.server import Server
+
+__all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
+           "CallbackThread"]
+
+Callback = Optional[Callable[[Any], Any]]
+#: Seconds a waiting thread may poll before it sleeps (``Server.wait_serving``).
+Spin = Optional[Callable[[], float]]
+
+
+def _value(ok: bool, frames: List[Any]) -> Tuple[bool, Any]:
+    """Unpickle a delivered result: (True, value) or (False, exception to raise)."""
+    try:
+        obj = loads(frames)
+    except BaseException as e:  # e.g. a class the master cannot import
+        return False, e
+    return (True, obj) if ok else (False, unpack_exception(obj))
+
+
+class CallbackThread:
+    """Runs result callbacks in order, off the hub thread (one per pool, started lazily).
+
+    At interpreter exit (Python 3.12 and later refuse new threads once it has begun: a
+    pool's first result may arrive then, as executors finish their pending work) the
+    callbacks run in the delivering thread instead, one at a time.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
+        self._inline: Optional[threading.Lock] = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            self._inline = threading.Lock()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        if self._inline is None:
+            self._queue.put(fn)
+            return
+        with self._inline:
+            self._call(fn)
+
+    def stop(self, wait: bool = True) -> None:
+        if self._inline is not None:
+            return
+        self._queue.put(None)
+        if wait and threading.current_thread() is not self._thread:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            self._call(fn)
+
+    @staticmethod
+    def _call(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+
+
+class _Flag:
+    """A one-shot event on a bare lock: cheaper to create, set and wait for than
+    ``threading.Event``, which matters once per task."""
+
+    __slots__ = ("_lock", "_set", "_server", "_spin")
+
+    def __init__(self, server: Optional[Server] = None, spin: Spin = None) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+        self._server = server
+        self._spin = spin
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+            if self._server is not None:
+                self._server.nudge()
+
+    def wait_serving(self, timeout: Optional[float]) -> bool:
+        """``wait``, serving the hub's connections meanwhile when this thread can."""
+        if self._server is None:
+            return self.wait(timeout)
+        return self._server.wait_serving(self.is_set, timeout, self.wait, self._spin)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._lock.release()
+        return self._set
+
+
+class ApplyResult:
+    """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
+
+    #: The pool, kept from collection (which terminates it) while the result is held.
+    _pool: Any = None
+
+    def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
+                 error_callback: Callback = None, server: Optional[Server] = None,
+                 spin: Spin = None) -> None:
+        self._event = _Flag(server, spin)
+        self._callbacks = callbacks
+        self._callback = callback
+        self._error_callback = error_callback
+        self._ok = False
+        self._frames: List[Any] = []
+        self._result: Optional[Tuple[bool, Any]] = None
+        self._lock = threading.Lock()
+        self._completed = False
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        if self._completed:
+            return
+        self._ok, self._frames = ok, frames
+        self._complete()
+
+    def _complete(self) -> None:
+        """Ready: at once, or — as in multiprocessing — once its callback has run."""
+        self._completed = True
+        if self._callback is not None or self._error_callback is not None:
+            self._callbacks().submit(self._run_callbacks)
+        else:
+            self._event.set()
+
+    def _run_callbacks(self) -> None:
+        try:
+            ok, value = self._outcome()
+            if ok and self._callback is not None:
+                self._callback(value)
+            elif not ok and self._error_callback is not None:
+                self._error_callback(value)
+        finally:
+            self._event.set()
+
+    def _outcome(self) -> Tuple[bool, Any]:
+        with self._lock:
+            if self._result is None:
+                self._result = _value(self._ok, self._frames)
+                self._frames = []
+            return self._result
+
+    def ready(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        self._event.wait_serving(timeout)
+
+    def successful(self) -> bool:
+        """Whether the call completed without raising.
+
+        Raises:
+            ValueError: the result is not ready yet.
+        """
+        if not self.ready():
+            raise ValueError(f"{self!r} not ready")
+        return self._outcome()[0]
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """The return value, or the remote exception re-raised with its traceback.
+
+        Raises:
+            fiber.TimeoutError (a multiprocessing.TimeoutError): not ready in time.
+        """
+        if not self._event.wait_serving(timeout):
+            raise TimeoutError(f"result not ready within {timeout} s")
+        ok, value = self._outcome()
+        if ok:
+            return value
+        raise value
+
+
+AsyncResult = ApplyResult
+
+
+class MapResult(ApplyResult):
+    """The result of ``map_async``: chunks are put together in order."""
+
+    def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
+                 callback: Callback = None, error_callback: Callback = None,
+                 server: Optional[Server] = None, spin: Spin = None) -> None:
+        super().__init__(callbacks, callback, error_callback, server, spin)
+        self._chunks: List[Any] = [None] * chunks
+        self._missing = chunks
+        self._length = length
+        if chunks == 0:
+            self._ok, self._result = True, (True, [])
+            self._complete()
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        if self._completed:
+            return  # an earlier chunk failed: the map has failed
+        if not ok:
+            super().deliver(index, ok, frames)
+            return
+        self._chunks[index] = frames
+        self._missing -= 1
+        if self._missing == 0:
+            self._ok = True
+            self._complete()
+
+    def _outcome(self) -> Tuple[bool, Any]:
+        with self._lock:
+            if self._result is None:
+                if not self._ok:
+                    self._result = _value(False, self._frames)
+                else:
+                    values: List[Any] = []
+                    for frames in self._chunks:
+                        ok, chunk = _value(True, frames)
+                        if not ok:
+                            self._result = (False, chunk)
+                            break
+                        values.extend(chunk)
+                    else:
+                        self._result = (True, values)
+                self._chunks = []
+            return self._result
+
+
+class IMapIterator:
+    """The iterator of ``imap``: results in order, the input consumed lazily.
+
+    At most ``window`` chunks are submitted and not yet consumed, so an endless input
+    works; ``next`` tops the window up from the input before it waits. An exception
+    raised by the input is raised by ``next`` in its place, after the results of what
+    the input gave before (as multiprocessing), and ends the iteration.
+    """
+
+    _ordered = True
+    _pool: Any = None  # as ApplyResult._pool
+
+    def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
+                 window: int, server: Optional[Server] = None, spin: Spin = None) -> None:
+        self._submit = submit
+        self._server = server
+        self._spin = spin
+        self._chunks = chunks
+        self._window = window
+        self._submitted = 0
+        self._consumed = 0
+        self._exhausted = False
+        self._input_error: Optional[Exception] = None
+        self._turn = threading.Lock()  # the thread taking the next result
+        self._cond = threading.Condition()
+        self._arrived: Dict[int, Tuple[bool, List[Any]]] = {}
+        self._order: Deque[int] = collections.deque()
+        self._buffer: Deque[Any] = collections.deque()
+        self._top_up()
+
+    def _top_up(self) -> None:
+        while not self._exhausted and self._submitted - self._consumed < self._window:
+            try:
+                chunk = next(self._chunks)
+            except StopIteration:
+                self._exhausted = True
+                return
+            except Exception as e:
+                self._exhausted = True
+                self._input_error = e
+                return
+            index = self._submitted
+            self._submitted += 1
+            self._submit(index, chunk)
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        with self._cond:
+            self._arrived[index] = (ok, frames)
+            if not self._ordered:
+                self._order.append(index)
+            self._cond.notify_all()
+        if self._server is not None:
+            self._server.nudge()
+
+    def _wait(self, timeout: Optional[float]) -> bool:
+        with self._cond:
+            return self._cond.wait_for(self._available, timeout)
+
+    def _take(self, timeout: Optional[float]) -> Tuple[bool, List[Any]]:
+        ready = (self._wait(timeout) if self._server is None
+                 else self._server.wait_serving(self._available, timeout, self._wait,
+                                                self._spin))
+        if not ready:
+            raise TimeoutError(f"no result within {timeout} s")
+        with self._cond:
+            if self._ordered:
+                key = self._consumed
+            else:
+                key = self._order.popleft()
+            return self._arrived.pop(key)
+
+    def _available(self) -> bool:
+        if self._ordered:
+            return self._consumed in self._arrived
+        return bool(self._order)
+
+    def next(self, timeout: Optional[float] = None) -> Any:
+        """The next result; one thread at a time (others wait their turn, within their
+        ``timeout``), as two threads sharing an iterator would otherwise both wait for
+        the last result and one of them for ever."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._turn.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise TimeoutError(f"no result within {timeout} s")
+        try:
+            return self._next(deadline)
+        finally:
+            self._turn.release()
+
+    def _next(self, deadline: Optional[float]) -> Any:
+        while not self._buffer:
+            self._top_up()
+            if self._exhausted and self._consumed == self._submitted:
+                error, self._input_error = self._input_error, None
+                if error is not None:
+                    raise error
+                raise StopIteration
+            ok, frames = self._take(
+                None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._consumed += 1
+            good, value = _value(ok, frames)
+            if not good:
+                raise value
+            self._buffer.extend(value)
+        return self._buffer.popleft()
+
+    __next__ = next
+
+    def __iter__(self) -> IMapIterator:
+        return self
+
+
+class IMapUnorderedIterator(IMapIterator):
+    """The iterator of ``imap_unordered``: results as they complete."""
+
+    _ordered = False

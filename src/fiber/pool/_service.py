@@ -1,0 +1,450 @@
+"""The master side of a pool: task queue, workers' credit and pending tables, recovery.
+
+::
+
+    Pool.apply_async/map ──submit(tasks)──▶ queue (deque of Task)
+                                              │ dispatch: a worker holds at most its
+                                              ▼ credit of tasks; least-loaded first
+    worker (hello) ◀──── [tasks batch] ──── PoolService ──── pending[worker] = {task_id: Task}
+    worker ──── [results batch] ──────────▶ Task.job.deliver(index, ok, frames), once
+    worker lost (connection closed, job ended) ──▶ its pending tasks back to the front
+                                              of the queue; the one it was running is
+                                              charged an attempt; after max retries it
+                                              fails with WorkerLostError
+
+Everything here runs under the hub's lock (for messages from workers, the hub thread or
+a thread waiting for a result, see ``Server.wait_serving``; for submissions, the caller's
+thread), so a submitted task is written to an idle worker's socket by the caller itself,
+with no thread hop. A task's result is accepted once: a
+duplicate (from a worker presumed dead) is ignored.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Set
+
+from .._log import log
+from ..errors import WorkerLostError
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps
+from ..transport.server import Peer, Server, Service
+from ._protocol import FUNCTION_SLOTS, WireTask, pack_tasks, results_busy, unpack_results
+
+__all__ = ["Task", "WorkerState", "PoolService"]
+
+_HOLD = 0.002  # seconds of work a worker of quick tasks holds
+_MAX_CREDIT = 64
+_SLOW = 0.02  # tasks at least this long are not prefetched (see PoolService.credit)
+_SPIN_TASK = 0.002  # a wait for tasks up to this long polls while they run (spin_budget)
+_EXIT_WAIT = 10.0  # seconds a failing task waits for its workers' exit codes (_give_up)
+_EXIT_POLL = 0.05
+
+
+
+class Task:
+    __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
+                 "suspect")
+
+    def __init__(self, task_id: int, job: Any, index: int, fid: int, frames: List[Any],
+                 call: str) -> None:
+        self.task_id = task_id
+        self.job = job
+        self.index = index
+        self.fid = fid
+        self.frames = frames
+        self.attempts: List[Any] = []  # worker states whose death this task caused
+        self.done = False
+        self.call = call  # what was called, as "map(fn)": shared by the tasks of a call
+        #: Held by a worker that died holding several tasks: it may be the one that killed
+        #: it, so it runs alone on a worker until it completes (see worker_lost).
+        self.suspect = False
+
+    @property
+    def label(self) -> str:
+        """The task as error messages name it (made when needed: not once per task)."""
+        return f"{self.call} (task {self.index})"
+
+
+class WorkerState:
+    __slots__ = ("worker_id", "process", "peer", "pending", "functions",
+                 "assigned", "retiring", "lost", "connected", "exitcode", "load")
+
+    def __init__(self, worker_id: int, process: Any) -> None:
+        self.worker_id = worker_id
+        self.process = process
+        self.peer: Optional[Peer] = None
+        self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
+        #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
+        self.functions: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.assigned = 0
+        self.retiring = False
+        self.lost = False
+        self.connected = False
+        self.exitcode: Optional[int] = None
+        #: Its bucket in :class:`ReadyWorkers` (the tasks it held when put there), or -1:
+        #: it cannot take a task now.
+        self.load = -1
+
+
+class ReadyWorkers:
+    """The workers that can take a task, bucketed by how many tasks they hold.
+
+    The least-loaded one is found in O(1) (amortized over the buckets, at most the
+    largest credit), so that handing out a task or hearing a result costs the same with
+    1,024 workers as with 4: no scan of every worker per message. Within a bucket the
+    worker put there first comes first.
+    """
+
+    def __init__(self) -> None:
+        self._buckets: List[Dict[WorkerState, None]] = []
+
+    def put(self, ws: WorkerState, ready: bool) -> None:
+        """File ``ws`` under its current load if ``ready``, else take it out."""
+        if ws.load >= 0:
+            del self._buckets[ws.load][ws]
+            ws.load = -1
+        if ready:
+            load = len(ws.pending)
+            while len(self._buckets) <= load:
+                self._buckets.append({})
+            self._buckets[load][ws] = None
+            ws.load = load
+
+    def least_loaded(self) -> Optional[WorkerState]:
+        for bucket in self._buckets:
+            if bucket:
+                return next(iter(bucket))
+        return None
+
+
+def exit_code(ws: WorkerState) -> Optional[int]:
+    """The worker's exit code as far as its backend has told (None: not yet)."""
+    code = ws.exitcode
+    if code is None and not ws.process._closed:
+        code = ws.process.exitcode
+    return code
+
+
+def describe_exit(ws: WorkerState) -> str:
+    code = exit_code(ws)
+    if code is None:
+        return "still running or unknown (lost contact)"
+    if code < 0:
+        try:
+            text = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            text = f"killed by signal {-code}"
+    else:
+        text = f"exit code {code}"
+    # what the cluster said of the job (an image it could not pull, the OOM killer...)
+    job = ws.process._job
+    reason = job.status.reason if job is not None and job.status is not None else ""
+    return f"{text}: {reason}" if reason and reason != text else text
+
+
+class PoolService(Service):
+    """One pool's scheduler on the master's hub."""
+
+    def __init__(self, name: bytes, prefetch: int, maxtasks: Optional[int], max_retries: int,
+                 on_worker_gone: Callable[[WorkerState, bool], None],
+                 spin: float = 0.0) -> None:
+        self.name = name
+        self.spin = spin
+        self.prefetch = prefetch
+        self.maxtasks = maxtasks
+        self.max_retries = max_retries
+        self.on_worker_gone = on_worker_gone
+        self.queue: Deque[Task] = collections.deque()
+        self.workers: Dict[int, WorkerState] = {}
+        self.ready = ReadyWorkers()
+        self.retiring = 0  # workers of self.workers told to finish and exit (retire)
+        self.by_peer: Dict[int, WorkerState] = {}
+        self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
+        self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
+        self.cached_functions: Set[int] = set()  # fids the pool may reuse
+        self.task_seconds: Dict[int, float] = {}  # fid -> running average of a task's run
+        self.server: Optional[Server] = None
+        self.init_failures: List[str] = []
+        self.outstanding = 0  # tasks submitted and not yet finished
+        self.last_fid = 0  # the function of the tasks submitted last (see spin_budget)
+        self.closing = False  # close() was called: workers exit once the queue is empty
+
+    # -- from the pool (under the hub lock) ----------------------------------------------
+
+    def spin_budget(self) -> float:
+        """Seconds a thread waiting for a result may poll before it sleeps (see
+        ``Server.wait_serving``, which polls only while the host has a CPU to spare):
+        the configured spin, plus, when the function last submitted runs quick tasks
+        (``_SPIN_TASK``), their running time: a wait for such tasks (an RL or ES step of
+        a few ms) then ends with this thread awake and its CPU not gone idle, which on a
+        VM saves the wake-ups of both (~0.1 ms a round of 1 ms tasks here). Read without
+        the lock: a stale estimate only makes one wait poll longer or shorter."""
+        if not self.spin:
+            return 0.0
+        seconds = self.task_seconds.get(self.last_fid)
+        if seconds is not None and seconds <= _SPIN_TASK:
+            return self.spin + seconds
+        return self.spin
+
+    def add_worker(self, ws: WorkerState) -> None:
+        self.workers[ws.worker_id] = ws
+
+    def active(self) -> int:
+        """Workers neither lost nor retiring: what counts towards the pool's size."""
+        return len(self.workers) - self.retiring
+
+    def submit(self, tasks: List[Task]) -> None:
+        self.queue.extend(tasks)
+        self.outstanding += len(tasks)
+        if tasks:
+            self.last_fid = tasks[-1].fid
+        for task in tasks:
+            self.function_refs[task.fid] += 1
+        self.dispatch()
+
+    def release_function(self, fid: int) -> None:
+        """Forget a function no task needs any more and no submitter will reuse."""
+        if self.function_refs.get(fid, 0) <= 0 and fid not in self.cached_functions:
+            self.functions.pop(fid, None)
+            self.function_refs.pop(fid, None)
+            self.task_seconds.pop(fid, None)
+
+    def cancel(self, task: Task) -> bool:
+        """Remove a task that no worker holds yet."""
+        try:
+            self.queue.remove(task)
+        except ValueError:
+            return False
+        task.done = True
+        self.outstanding -= 1
+        self.function_refs[task.fid] -= 1
+        self.release_function(task.fid)
+        return True
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every task not finished yet (pool terminated or broken)."""
+        record = dumps(pack_exception(exc))
+        tasks = list(self.queue)
+        self.queue.clear()
+        for ws in self.workers.values():
+            tasks.extend(ws.pending.values())
+            ws.pending.clear()
+            self._refresh(ws)
+        for task in tasks:
+            self._finish(task, False, record)
+
+    def retire(self, count: int) -> List[WorkerState]:
+        """Let ``count`` workers finish what they hold and exit (shrinking the pool)."""
+        active = [ws for ws in self.workers.values() if not ws.retiring and not ws.lost]
+        active.sort(key=lambda ws: (ws.connected, len(ws.pending)))
+        chosen = active[:count]
+        for ws in chosen:
+            ws.retiring = True
+            self.retiring += 1
+            self._refresh(ws)
+            self._maybe_stop(ws)
+        return chosen
+
+    def stop_idle_workers(self) -> None:
+        """After close(): tell every worker to exit once the queue is empty."""
+        for ws in list(self.workers.values()):
+            self._maybe_stop(ws)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _can_take(self, ws: WorkerState) -> bool:
+        if ws.pending and next(iter(ws.pending.values())).suspect:
+            return False  # a suspect runs alone
+        return (ws.connected and not ws.lost and not ws.retiring
+                and (self.maxtasks is None or ws.assigned < self.maxtasks))
+
+    def _refresh(self, ws: WorkerState) -> None:
+        """Refile ``ws`` in :attr:`ready` after what it holds or its state changed."""
+        self.ready.put(ws, self._can_take(ws))
+
+    def credit(self, fid: int) -> int:
+        """How many tasks of function ``fid`` a worker may hold, the one it runs included.
+
+        Quick tasks are prefetched, so that a worker never idles on a round trip: it
+        holds about ``_HOLD`` seconds of them, at least ``prefetch + 1``. A task whose
+        length is not known yet (no result of its function so far) or that is slow
+        (``_SLOW``, where a round trip is a few percent of it at most) is not: a task
+        held behind a long one waits while other workers may idle, and a pool's first
+        worker to connect would take the work of those still starting."""
+        seconds = self.task_seconds.get(fid)
+        if seconds is None or seconds >= _SLOW:
+            return 1
+        return max(self.prefetch + 1, min(_MAX_CREDIT, int(_HOLD / max(seconds, 1e-6))))
+
+    def dispatch(self) -> None:
+        """Hand queued tasks out, each to the least-loaded worker that has credit for it,
+        so that a map's tasks spread over the workers (every idle worker gets one before
+        any gets a second). The cost is per task handed out, not per worker."""
+        queue = self.queue
+        credits: Dict[int, int] = {}  # fid -> credit, for this call
+        batches: Dict[WorkerState, List[Task]] = {}
+        while queue:
+            ws = self.ready.least_loaded()
+            if ws is None:
+                break
+            task = queue[0]
+            if task.suspect and ws.pending:
+                break  # only an idle worker takes a suspect, and none is idle
+            credit = credits.get(task.fid)
+            if credit is None:
+                credit = credits[task.fid] = self.credit(task.fid)
+            if len(ws.pending) >= credit:
+                break  # the least-loaded worker is full: so is every other
+            queue.popleft()
+            ws.pending[task.task_id] = task
+            ws.assigned += 1
+            self._refresh(ws)
+            batch = batches.get(ws)
+            if batch is None:
+                batches[ws] = [task]
+            else:
+                batch.append(task)
+        for ws, tasks in batches.items():
+            self._send_tasks(ws, tasks)
+
+    def _send_tasks(self, ws: WorkerState, tasks: List[Task]) -> None:
+        wire: List[WireTask] = []
+        for task in tasks:
+            fn_frames = None
+            if task.fid in ws.functions:
+                ws.functions.move_to_end(task.fid)
+            else:
+                fn_frames = self.functions[task.fid]
+                ws.functions[task.fid] = None
+                while len(ws.functions) > FUNCTION_SLOTS:
+                    ws.functions.popitem(last=False)
+            wire.append((task.task_id, task.fid, fn_frames, task.frames))
+        assert self.server is not None and ws.peer is not None
+        if not self.server.send(ws.peer, [b"", b"tasks", *pack_tasks(wire)]):
+            self.worker_lost(ws)
+
+    # -- from workers ----------------------------------------------------------------------
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"results":
+            ws = self.by_peer.get(peer.peer_id)
+            if ws is None:
+                return  # a worker already presumed dead: its results were reassigned
+            fids = []
+            for task_id, ok, frames in unpack_results(payload):
+                task = ws.pending.pop(task_id, None)
+                if task is not None:
+                    fids.append(task.fid)
+                    self._finish(task, ok, frames)
+            self._refresh(ws)
+            self._measure(fids, results_busy(payload))
+            self._maybe_stop(ws)
+            self.dispatch()
+        elif op == b"hello":
+            ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+            if ws is None or ws.lost:
+                server.send(peer, [b"", b"stop"])
+                return
+            ws.peer = peer
+            ws.connected = True
+            self._refresh(ws)
+            self.by_peer[peer.peer_id] = ws
+            self.init_failures.clear()
+            self.dispatch()
+            self._maybe_stop(ws)
+        elif op == b"init_failed":
+            self.init_failures.append(bytes(payload[0]).decode(errors="replace"))
+        else:
+            raise ValueError(f"unknown pool operation {op!r}")
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        ws = self.by_peer.pop(peer.peer_id, None)
+        if ws is not None:
+            self.worker_lost(ws)
+
+    def _measure(self, fids: List[int], busy: float) -> None:
+        """Update the running average task length of the functions of a results batch
+        (``busy``: the seconds its tasks ran, as the worker measured)."""
+        if not fids:
+            return
+        each = busy / len(fids)
+        for fid in set(fids):
+            old = self.task_seconds.get(fid)
+            self.task_seconds[fid] = each if old is None else 0.7 * old + 0.3 * each
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _finish(self, task: Task, ok: bool, frames: List[Any]) -> None:
+        if task.done:
+            return
+        task.done = True
+        self.outstanding -= 1
+        task.frames = []
+        self.function_refs[task.fid] -= 1
+        if self.function_refs[task.fid] <= 0:
+            self.release_function(task.fid)
+        task.job.deliver(task.index, ok, frames)
+
+    def _maybe_stop(self, ws: WorkerState) -> None:
+        if not ws.connected or ws.lost or ws.pending:
+            return
+        if ws.retiring or (self.closing and not self.queue):
+            if self.server is not None and ws.peer is not None:
+                self.server.send(ws.peer, [b"", b"stop"])
+
+    def worker_lost(self, ws: WorkerState) -> None:
+        """A worker's connection closed or its job ended: reassign what it held."""
+        if ws.lost:
+            return
+        ws.lost = True
+        self._refresh(ws)
+        log("pool worker %s lost, holding %d tasks", ws.worker_id, len(ws.pending))
+        if ws.peer is not None:
+            self.by_peer.pop(ws.peer.peer_id, None)
+        if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
+            self.retiring -= 1
+        tasks = list(ws.pending.values())
+        ws.pending.clear()
+        expected = (not tasks and (ws.retiring or self.closing or (
+            self.maxtasks is not None and ws.assigned >= self.maxtasks)))
+        if len(tasks) == 1:
+            # It held one task: that task was running when the worker died.
+            culprit = tasks[0]
+            culprit.attempts.append(ws)
+            if len(culprit.attempts) > self.max_retries:
+                tasks.clear()
+                self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
+        else:
+            # Any of them may have been running (results of quick tasks are sent in
+            # batches): none is charged; each runs alone until it completes.
+            for task in tasks:
+                task.suspect = True
+        for task in reversed(tasks):
+            self.queue.appendleft(task)
+        self.on_worker_gone(ws, expected)
+        self.dispatch()
+
+    def _give_up(self, task: Task, deadline: float) -> None:
+        """Fail a task that killed its worker too often, naming each attempt's exit code
+        or signal. A worker's connection closes before its backend reports the job's
+        end (a pod's, seconds later), so this waits for those reports until
+        ``deadline``, on the hub's timers (it holds the hub's lock: no blocking here)."""
+        if task.done:
+            return
+        if (self.server is not None and time.monotonic() < deadline
+                and any(exit_code(ws) is None for ws in task.attempts)):
+            self.server.call_later(_EXIT_POLL, lambda: self._give_up(task, deadline))
+            return
+        self._finish(task, False, dumps(pack_exception(self._lost_error(task))))
+
+    def _lost_error(self, task: Task) -> WorkerLostError:
+        lines = [f"  attempt {i}: worker {ws.worker_id} "
+                 f"({ws.process.name}) {describe_exit(ws)}"
+                 for i, ws in enumerate(task.attempts, 1)]
+        return WorkerLostError(
+            f"{task.label} killed its worker {len(task.attempts)} times; giving up "
+            f"(pool_max_task_retries={self.max_retries}):\n" + "\n".join(lines))

@@ -1,0 +1,20 @@
+"""Job-backed processes with the semantics of ``multiprocessing.Process``.
+
+- :mod:`._process`: :class:`Process` and this process's children; :mod:`._job`: the
+  parent's record of one started job; :mod:`._parent`: the parent as a job sees it.
+- :mod:`._bound`: ``Process`` classes bound to one backend (``ctx.Process``).
+- :mod:`._launcher`: the launch protocol (the hub hands a child its payload and hears its
+  exit code); :mod:`._bootstrap`: the entry point of every job
+  (``python -m fiber.process._bootstrap``).
+- :mod:`._fd_handoff`: objects of ``multiprocessing`` itself handed to a job of this host.
+- :mod:`._limits`: the open-file limit that many jobs need.
+"""
+
+from .._exports import publish
+from ._parent import parent_process
+from ._process import Process, active_children, current_process, start_all, terminate_all
+
+__all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
+           "terminate_all"]
+
+publish(__name__, Process)

@@ -1,0 +1,121 @@
+"""The entry point of every fiber job: ``python -m fiber.process._bootstrap``.
+
+Reads the parent's hub address and the job token from the environment, fetches the launch
+payload (see :mod:`fiber.process._launcher`), runs the process, reports its exit code, and
+exits. A watchdog thread ends the job when the parent goes away.
+
+The local backend's fork server preloads this module and runs it as ``__main__`` in each
+job it forks from its template (see :mod:`fiber.backends.local._forkserver`): what the
+template made of fiber's per-process state (its process id, its resolved config) is made
+anew first, as a new interpreter would have it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import select
+import sys
+import threading
+import time
+import traceback
+
+from .. import config
+from .._core import _runtime
+from .._core._clients import ensure_anchor
+from ..transport import client
+from . import _launcher, _parent
+from ._fd_handoff import load_spawned
+from ._process import kill_children
+
+_exiting = threading.Event()
+
+#: How long a job whose parent is gone lets its threads run before it ends, when it has
+#: handed out ``parent_process().sentinel``: a thread waiting on it wakes and can react
+#: (the multiprocessing idiom), yet the job never outlives its parent for long.
+SENTINEL_GRACE_S = 0.5
+
+
+def _watch_parent(address: str) -> None:
+    """End this job when its lifeline to the parent drops (no orphans, ever).
+
+    The lifeline is the anchor connection to the parent's hub. The main thread makes its
+    calls on it (see ``transport.client.get_client``), so this thread never reads from
+    it: it waits for the peer's end of the stream (``POLLRDHUP``: the parent ended or
+    was killed) or an error (keepalive probes found the parent's host unreachable).
+
+    ``parent_process().sentinel`` turns readable first (and ``is_alive()`` False); the
+    job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
+    anyone took the sentinel.
+    """
+    poller = select.poll()
+    poller.register(ensure_anchor(address).sock.fileno(), select.POLLRDHUP)
+    while not poller.poll():
+        pass
+    if _exiting.is_set():
+        return
+    watched = _parent.parent_gone()
+    sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
+    sys.stderr.flush()
+    kill_children()
+    if watched:
+        time.sleep(SENTINEL_GRACE_S)
+    os._exit(1)
+
+
+def main() -> None:
+    client.renew_process_id()
+    config.forget_resolved()
+    parent = os.environ.get(_runtime.PARENT_ENV, "")
+    token_hex = os.environ.pop(_runtime.JOB_ENV, "")
+    if not parent or not token_hex:
+        sys.stderr.write("fiber.process._bootstrap is started by fiber, not by hand\n")
+        sys.exit(2)
+    token = bytes.fromhex(token_hex)
+    try:
+        payload = _launcher.fetch_payload(parent, token)
+    except BaseException as e:
+        sys.stderr.write(f"fiber: job cannot start: {type(e).__name__}: {e}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    # listen_host names an address of the parent's host: a child finds its own.
+    config.install(dataclasses.replace(payload["config"], listen_host=""))
+    lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
+                                daemon=True)
+    lifeline.start()
+    # As a spawn child of multiprocessing: the parent's sys.path in its order (then what
+    # only this host has), its sys.argv (a module that parses arguments at import sees
+    # the program's), before anything of the user's is unpickled.
+    parent_path = list(payload["sys_path"])
+    sys.path[:] = parent_path + [e for e in sys.path if e not in parent_path]
+    sys.argv[:] = payload["argv"]
+    cwd = payload["cwd"]
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    _parent.set_parent(*payload["parent"])
+    try:
+        spawn = payload.get("spawn")
+        if spawn is None:
+            proc = pickle.loads(payload["process"])
+        else:  # it holds objects of multiprocessing itself: start as spawn does
+            proc = load_spawned(payload["process"], spawn)
+    except BaseException:
+        sys.stderr.write("fiber: cannot unpickle the process object in the job:\n")
+        traceback.print_exc()
+        exitcode = 1
+    else:
+        exitcode = proc._bootstrap()
+    try:
+        _launcher.report_exit(parent, token, exitcode)
+    except Exception:
+        pass  # the parent is gone or busy; the backend still sees our exit code
+    _exiting.set()
+    _runtime.shutdown_hub()
+    client.close_all()
+    lifeline.join(timeout=5)
+    os._exit(exitcode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The parent's record of one started process: its job, its sentinel, how it ended.
+
+A :class:`Job` is made when a :class:`~fiber.process.Process` is prepared for launch and
+is never pickled. The backend's watcher calls :meth:`Job.finish` with the job's final
+status; ``sentinel_r`` becomes readable (EOF) then, and what the job was handed but may
+never have taken is released.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+from typing import Callable, Deque, List, Optional, Tuple
+
+from ..backends import Backend, JobHandle, JobState, JobStatus
+from . import _launcher
+
+__all__ = ["Job", "collect", "release_collected"]
+
+#: Jobs whose Process objects were collected. A finalizer may run inside garbage
+#: collection while this thread holds a backend's lock: it only appends here (lock-free),
+#: and the next start releases them.
+_collected: Deque[Tuple[Backend, JobHandle]] = collections.deque()
+
+
+def collect(job: Job) -> None:
+    """A started Process object was collected (it may be inside garbage collection)."""
+    job.close_sentinel()
+    assert job.handle is not None
+    _collected.append((job.backend, job.handle))
+
+
+def release_collected() -> None:
+    while _collected:
+        try:
+            backend, handle = _collected.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        backend.release(handle)
+
+
+class Job:
+    """The parent's runtime state of one started process (never pickled)."""
+
+    def __init__(self, backend: Backend, token: bytes,
+                 handoffs: List[Callable[[], None]]) -> None:
+        self.backend = backend
+        self.token = token
+        self.handoffs = handoffs
+        self.handle: Optional[JobHandle] = None
+        self.status: Optional[JobStatus] = None
+        self.reported: Optional[int] = None
+        self.remote_pid: Optional[int] = None
+        self.remote_host = ""
+        self.cond = threading.Condition()
+        self.sentinel_r, self._sentinel_w = os.pipe()
+
+    @property
+    def finished(self) -> bool:
+        return self.status is not None
+
+    def exitcode(self) -> Optional[int]:
+        st = self.status
+        if st is None:
+            return None
+        if st.exitcode is not None:
+            return st.exitcode
+        if self.reported is not None:
+            return self.reported
+        return -signal.SIGKILL if st.state in (JobState.CANCELLED, JobState.LOST) else 1
+
+    def finish(self, status: JobStatus) -> None:
+        with self.cond:
+            if self.status is not None:
+                return
+            self.status = status
+            os.close(self._sentinel_w)
+            self.cond.notify_all()
+        _launcher.launcher().remove(self.token)
+        for release in self.handoffs:  # objects the job was handed but may never have taken
+            try:
+                release()
+            except Exception:
+                pass
+
+    def abandon(self) -> None:
+        """The job was never submitted: release what was prepared for it."""
+        self.close_sentinel()
+        self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
+
+    def close_sentinel(self) -> None:
+        """Close the sentinel's read end, once (``close()``, or the process collected)."""
+        fd, self.sentinel_r = self.sentinel_r, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.status is not None, timeout)

@@ -1,0 +1,552 @@
+"""Job-backed processes with the semantics of ``multiprocessing.Process``.
+
+A :class:`Process` is a job on the configured backend (a subprocess with ``local``, a
+Slurm job, a pod, a container). ``start`` submits it (see :mod:`fiber.process._launcher` for the
+launch protocol), ``join``/``is_alive``/``exitcode`` follow the backend's view of the job,
+``terminate``/``kill`` ask the backend to end it. ``sentinel`` is a real file descriptor
+that becomes readable when the job has ended, so it works with
+``multiprocessing.connection.wait`` and ``select``.
+
+``pid`` is the OS pid where the backend knows it (``local``); elsewhere it is a number
+unique within the program, above the largest Linux pid, so it can never name a local
+process by mistake.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import secrets
+import signal
+import sys
+import threading
+import weakref
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
+
+from .._core import _runtime
+from .._core._served import collecting_handoffs
+from .._log import log, name_process
+from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from ..backends._command import bootstrap_command
+from ..config import get_config
+from ..errors import ProcessError
+from ..meta import resources_of
+from ..transport import auth
+from ..transport.serialization import dumps
+from ..transport.sockets import split_address
+from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
+from . import _fd_handoff, _launcher
+from ._job import Job, collect, release_collected
+from ._limits import ensure_open_files
+
+__all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
+           "kill_children"]
+
+_SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
+
+
+class Process:
+    """A job-backed process; the API of ``multiprocessing.Process``.
+
+    Raises (on ``start``):
+        pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
+            pickled (nothing is submitted).
+        BackendError: the backend could not create the job.
+        ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
+            and the backend's jobs do not share this host (see :mod:`fiber.process._fd_handoff`).
+    """
+
+    #: The backend this class starts jobs on; None means the configured default.
+    _backend_name: ClassVar[Optional[str]] = None
+    _identity: Tuple[int, ...]
+    _counter: itertools.count[int]
+
+    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None,
+                 name: Optional[str] = None, args: Iterable[Any] = (),
+                 kwargs: Optional[Mapping[str, Any]] = None, *,
+                 daemon: Optional[bool] = None) -> None:
+        if group is not None:
+            raise ValueError("group argument must be None for now")
+        count = next(_current_process._counter)
+        self._identity = _current_process._identity + (count,)
+        self._config: Dict[str, Any] = dict(_current_process._config)
+        self._parent_pid = os.getpid()
+        self._parent_name = _current_process.name
+        self._target = target
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        kind = type(self).__dict__.get("_named_as", type(self).__name__)
+        self._name = name or f"{kind}-" + ":".join(map(str, self._identity))
+        self._job: Optional[Job] = None
+        self._closed = False
+        self._counter = itertools.count(1)
+        self._resources: Optional[Resources] = None
+        if daemon is not None:
+            self.daemon = daemon
+
+    # -- what runs in the child -----------------------------------------------------------
+
+    def run(self) -> None:
+        """The code of the process; calls ``target(*args, **kwargs)`` by default."""
+        if self._target is not None:
+            self._target(*self._args, **self._kwargs)
+
+    # -- the parent's controls ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Submit the job that runs this process."""
+        start_all([self])
+
+    def _explained(self, error: BaseException) -> BaseException:
+        """A pickling error of this process, naming the target or argument that failed."""
+        for path, part, what in (("target", self._target, "target"),
+                                 ("args", self._args, "arguments"),
+                                 ("kwargs", self._kwargs, "keyword arguments")):
+            if explain(part, path) is not None:
+                return explained(error, f"{self.name}'s {what}", part, path)
+        return explained(error, f"{self.name}", self, "process")
+
+    def _prepare(self) -> Tuple[Job, JobSpec]:
+        """Check, pickle and register this process for launch; nothing is submitted."""
+        self._check_closed()
+        if self._job is not None:
+            raise ProcessError("cannot start a process twice")
+        if self._parent_pid != os.getpid():
+            raise ProcessError("can only start a process object created by current process")
+        if _current_process._config.get("daemon"):
+            raise ProcessError("daemonic processes are not allowed to have children")
+        cfg = get_config()
+        backend = get_backend(self._backend_name or cfg.backend)
+        _check_reachable(backend)
+        try:
+            with collecting_handoffs() as handoffs:
+                pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        except PICKLING_ERRORS as e:
+            raise self._explained(e) from None
+        # what a spawn child of multiprocessing inherits: the program's argv, path and
+        # working directory (the interpreter flags are on the job's command line)
+        launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
+                  "argv": list(sys.argv), "cwd": os.getcwd(),
+                  "parent": (self._parent_name, os.getpid())}
+        if spawn is not None:  # it holds objects of multiprocessing itself
+            launch["spawn"] = spawn
+        payload = dumps(launch)
+        token = secrets.token_bytes(16)
+        job = Job(backend, token, handoffs)
+        _launcher.launcher().add(token, _launcher.Launch(
+            payload, on_started=lambda pid, host: self._on_started(job, pid, host),
+            on_exit_report=lambda code: self._on_exit_report(job, code),
+            on_gone=lambda: self._on_gone(job)))
+        return job, self._job_spec(cfg, token)
+
+    def _launched(self, job: Job, handle: JobHandle) -> None:
+        job.handle = handle
+        self._job = job
+        _children.add(self)
+        _register_exit_function()
+        log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
+        # As multiprocessing: the job has its own copy, and what was handed to it (a
+        # manager's object, a big array) must not live on in this process because of us.
+        self._target, self._args, self._kwargs = None, (), {}
+        job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
+        # the watcher holds this object until the job ends; once it is gone too, nothing
+        # can ask the backend about the job again, nor wait on its sentinel (closed then,
+        # as multiprocessing does, or every process started would keep a descriptor)
+        # Not at exit: threads still wait on the sentinel then (a pool's), and the
+        # process's end releases everything anyway.
+        weakref.finalize(self, collect, job).atexit = False
+        release_collected()
+        hub = _runtime.hub()
+        ref = weakref.ref(self)  # the timer must not keep an ended process alive
+
+        def check() -> None:
+            proc = ref()
+            if proc is not None:
+                proc._check_started(job)
+
+        with hub.lock:
+            hub.call_later(get_config().startup_timeout, check)
+
+    def _on_finished(self, job: Job, status: JobStatus) -> None:
+        log("%s ended: %s %s", self._name, status.state.value, status.reason)
+        if (status.state is JobState.FAILED and status.exitcode is None
+                and job.remote_pid is None and status.reason):
+            # the cluster never ran it (bad image, no node fits...): say why, as a child's
+            # own traceback would have
+            sys.stderr.write(f"fiber: the job of {self._name} failed before it started: "
+                             f"{status.reason}\n")
+        job.finish(status)
+
+    def _check_started(self, job: Job) -> None:
+        # A job the cluster never ran (stuck pending, lost at launch) must not wait forever:
+        # after startup_timeout without connecting back it is cancelled and counts as ended.
+        if job.remote_pid is not None or job.finished or job.handle is None:
+            return
+        log("%s did not connect within startup_timeout; cancelling it", self._name)
+        sys.stderr.write(f"fiber: {self._name} did not start within "
+                         f"{get_config().startup_timeout} s; cancelling its job\n")
+        canceller = threading.Thread(target=job.backend.cancel, args=([job.handle], True),
+                                     name="fiber-cancel", daemon=True)
+        try:
+            canceller.start()
+        except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
+            job.backend.cancel([job.handle], True)
+
+    def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
+        default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
+                            gpu=cfg.gpu_per_job or None)
+        asked = self._resources or resources_of(self._target) or Resources()
+        env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
+               "FIBER_LISTEN_HOST": "", **auth.secret_env()}
+        return JobSpec(command=bootstrap_command(cfg.python or sys.executable),
+                       env=env, resources=asked.merged_over(default), image=cfg.image,
+                       name=self._name)
+
+    def _on_started(self, job: Job, pid: int, host: str) -> None:
+        job.remote_pid, job.remote_host = pid, host
+
+    def _on_exit_report(self, job: Job, code: int) -> None:
+        job.reported = code
+
+    def _on_gone(self, job: Job) -> None:
+        # A remote child that reported its exit and hung up is done; the backend's own
+        # view may lag by a poll interval. Local jobs are exact: wait for the backend.
+        if job.reported is not None and job.handle is not None and job.backend.name != "local":
+            code = job.reported
+            job.finish(JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code))
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        """Wait until the process ends, or ``timeout`` seconds pass."""
+        self._check_closed()
+        if self._parent_pid != os.getpid():
+            raise ProcessError("can only join a child process")
+        if self._job is None:
+            raise ProcessError("can only join a started process")
+        if self._job.wait(timeout):
+            _children.discard(self)
+
+    def is_alive(self) -> bool:
+        self._check_closed()
+        if self is _current_process:
+            return True
+        if self._parent_pid != os.getpid():
+            raise ProcessError("can only test a child process")
+        job = self._job
+        if job is None:
+            return False
+        if not job.finished and job.handle is not None and job.backend.name == "local":
+            st = job.backend.status([job.handle])[job.handle.job_id]
+            if st.state.finished:
+                job.finish(st)
+        if job.finished:
+            _children.discard(self)
+            return False
+        return True
+
+    def terminate(self) -> None:
+        """Ask the job to end (SIGTERM on the local backend)."""
+        self._check_closed()
+        if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.backend.cancel([self._job.handle])
+
+    def kill(self) -> None:
+        """End the job at once (SIGKILL on the local backend)."""
+        self._check_closed()
+        if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.backend.cancel([self._job.handle], force=True)
+
+    def close(self) -> None:
+        """Release the process's resources; it must have ended."""
+        if self._closed:
+            return
+        if self._job is not None:
+            if not self._job.finished:
+                raise ValueError("Cannot close a process while it is still running. "
+                                 "You should first call join() or terminate().")
+            self._job.close_sentinel()
+            _children.discard(self)
+        self._closed = True
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise ValueError("process object is closed")
+
+    # -- attributes -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError("name must be a string")
+        self._name = name
+
+    @property
+    def daemon(self) -> bool:
+        return bool(self._config.get("daemon", False))
+
+    @daemon.setter
+    def daemon(self, daemonic: bool) -> None:
+        if self._job is not None:
+            raise ProcessError("process has already started")
+        self._config["daemon"] = bool(daemonic)
+
+    @property
+    def authkey(self) -> bytes:
+        """The program's secret unless set for this process (as in multiprocessing)."""
+        key = self._config.get("authkey")
+        return bytes(key) if key is not None else auth.program_secret()
+
+    @authkey.setter
+    def authkey(self, authkey: bytes) -> None:
+        self._config["authkey"] = bytes(authkey)
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        self._check_closed()
+        if self._job is None:
+            return None
+        if not self._job.finished:
+            self.is_alive()
+        return self._job.exitcode()
+
+    @property
+    def ident(self) -> Optional[int]:
+        self._check_closed()
+        if self is _current_process:
+            return os.getpid()
+        job = self._job
+        if job is None or job.handle is None:
+            return None
+        if job.handle.pid is not None:
+            return job.handle.pid
+        return _SYNTHETIC_PID_BASE + self._identity[-1] + 1000 * len(self._identity)
+
+    pid = ident
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes readable (EOF) when the process has ended."""
+        self._check_closed()
+        if self._job is None:
+            raise ValueError("process not started")
+        return self._job.sentinel_r
+
+    @property
+    def host(self) -> str:
+        """The host the job runs on, once it has connected (fiber extension)."""
+        job = self._job
+        return job.remote_host if job is not None else ""
+
+    def __repr__(self) -> str:
+        if self is _current_process:
+            status = "started"
+        elif self._closed:
+            status = "closed"
+        elif self._job is None:
+            status = "initial"
+        else:
+            code = self.exitcode
+            status = "started" if code is None else f"stopped exitcode={code}"
+            if code is not None and code < 0:
+                try:
+                    status = f"stopped exitcode=-{signal.Signals(-code).name}"
+                except ValueError:
+                    pass
+        daemon = " daemon" if self.daemon else ""
+        return f"<{type(self).__name__} name={self._name!r} {status}{daemon}>"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_job"] = None
+        state["_counter"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._counter = itertools.count(1)
+
+    # -- in the child -----------------------------------------------------------------------
+
+    def _bootstrap(self) -> int:
+        """Run in the child: ``run()`` then the exit protocol; returns the exit code."""
+        global _current_process
+        _current_process = self
+        name_process(self.name)
+        _children.clear()
+        try:
+            self.run()
+            exitcode = 0
+        except SystemExit as e:
+            exitcode = _exit_code_of(e)
+        except BaseException:
+            import traceback
+
+            sys.stderr.write(f"Process {self.name}:\n")
+            traceback.print_exc()
+            exitcode = 1
+        finally:
+            _exit_function()
+            # As multiprocessing: the process ends when its non-daemon threads have.
+            shutdown = getattr(threading, "_shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+        return exitcode
+
+
+def start_all(processes: Sequence[Process]) -> None:
+    """Start many processes with one ``submit`` per backend (a job array on Slurm).
+
+    Raises:
+        pickle.PicklingError, TypeError: a target or argument cannot be pickled (nothing
+            is submitted).
+        BackendError: the backend refused; none of that backend's jobs started.
+        ResourceLimitError: the jobs would exceed this process's open-file limit
+            (raised to its hard limit first); none started.
+    """
+    ensure_open_files(len(processes))
+    prepared: List[Tuple[Process, Job, JobSpec]] = []
+    try:
+        for proc in processes:
+            job, spec = proc._prepare()
+            prepared.append((proc, job, spec))
+    except BaseException:
+        for _, job, _ in prepared:
+            job.abandon()
+        raise
+    by_backend: Dict[int, List[Tuple[Process, Job, JobSpec]]] = {}
+    for item in prepared:
+        by_backend.setdefault(id(item[1].backend), []).append(item)
+    for i, group in enumerate(by_backend.values()):
+        try:
+            handles = group[0][1].backend.submit([spec for _, _, spec in group])
+        except BaseException:
+            for later in list(by_backend.values())[i:]:
+                for _, job, _ in later:
+                    job.abandon()
+            raise
+        for (proc, job, _), handle in zip(group, handles):
+            proc._launched(job, handle)
+
+
+_LOOPBACK = ("127.", "::1", "localhost")
+
+
+def _check_reachable(backend: Backend) -> None:
+    """Refuse to start a job that could not reach this process's hub.
+
+    The hub binds once, to the address of the backend configured when it started; a
+    context on another backend whose jobs run elsewhere needs ``listen_host``.
+    """
+    hub_host = split_address(_runtime.hub().address)[0]
+    if not hub_host.startswith(_LOOPBACK):
+        return
+    wanted = backend.listen_host()
+    if not wanted.startswith(_LOOPBACK):
+        raise ProcessError(
+            f"this process listens on {hub_host}, which jobs of backend {backend.name!r} "
+            f"cannot reach (it suggests {wanted}); set listen_host (FIBER_LISTEN_HOST) or "
+            f"make {backend.name!r} the configured backend before fiber is first used")
+
+
+def _exit_code_of(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    sys.stderr.write(str(e.code) + "\n")
+    return 1
+
+
+class _MainProcess(Process):
+    def __init__(self) -> None:
+        self._identity = ()
+        self._name = "MainProcess"
+        self._parent_pid = None  # type: ignore[assignment]
+        self._job = None
+        self._closed = False
+        self._counter = itertools.count(1)
+        self._config = {}
+        self._target = None
+        self._args = ()
+        self._kwargs = {}
+        self._resources = None
+
+    def close(self) -> None:
+        pass
+
+
+_current_process: Process = _MainProcess()
+_children: Set[Process] = set()
+_exit_registered = False
+
+
+def current_process() -> Process:
+    """The Process object of the calling process."""
+    return _current_process
+
+
+def active_children() -> List[Process]:
+    """Started children of this process that have not ended yet (reaps the others)."""
+    return [p for p in list(_children) if p.is_alive()]
+
+
+def kill_children() -> None:
+    """Kill every child started and not joined yet, at once (this job's parent is gone:
+    its children must not outlive it)."""
+    for child in list(_children):
+        try:
+            child.kill()
+        except Exception:
+            pass
+
+
+def _register_exit_function() -> None:
+    global _exit_registered
+    if not _exit_registered:
+        _exit_registered = True
+        atexit.register(_exit_function)
+
+
+def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
+    """End many processes with one ``cancel`` per backend (one ``scancel`` on Slurm)."""
+    by_backend: Dict[int, List[Job]] = {}
+    for proc in processes:
+        job = proc._job
+        if job is not None and job.handle is not None and not job.finished:
+            by_backend.setdefault(id(job.backend), []).append(job)
+    for jobs in by_backend.values():
+        try:
+            jobs[0].backend.cancel([job.handle for job in jobs if job.handle], force=force)
+        except Exception as e:  # one backend failing must not stop the others
+            sys.stderr.write(f"fiber: cannot cancel {len(jobs)} jobs: {e}\n")
+
+
+def _exit_function() -> None:
+    """At exit, as multiprocessing does: end daemonic children, wait for the others."""
+    terminate_all([p for p in active_children() if p.daemon])
+    for p in active_children():
+        try:
+            p.join()
+        except ValueError:  # closed meanwhile by a thread that saw it end (a pool's)
+            pass

@@ -1,0 +1,349 @@
+"""``Queue``, ``SimpleQueue`` and ``JoinableQueue`` shared by processes on any hosts.
+
+::
+
+    writers (any process)                hub of the creating process           readers
+    ─────────────────────                ───────────────────────────           ───────
+    put(x) ── [put, frames] ───────────▶ QueueService                ◀── [get, wait] ── get()
+              (maxsize=0: no reply)         items: deque of frames    ──── frames ─────▶
+    put(x) ── [put_wait, wait, ticket,      getters / putters waiting
+               frames] ────────────────▶    (answered when possible
+           ◀── ok | full ───────────────     or when their timeout ends)
+    (gave up) [withdraw, ticket] ──────▶    a parked put is dropped
+
+The server stores items as the frames they arrived in and never unpickles them. An item
+is handed to exactly one waiting ``get``; a reader that gives up after the server sent it
+(KeyboardInterrupt) returns it to the front of the queue, so nothing is lost or delivered
+twice. With ``maxsize=0`` a ``put`` is fire-and-forget, as with multiprocessing's feeder
+thread; with a bound, it waits for the server's acknowledgement.
+
+A bounded ``put`` carries a ticket. If its caller gives up while the put is parked
+(KeyboardInterrupt, a signal handler that raises), it sends ``[withdraw, ticket]`` on the
+same connection, so the server sees it after the put: a put still parked is dropped and
+its item never enters the queue, as with multiprocessing; a put the server admitted just
+before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
+
+In the creating process, ``_reader`` (made on first use) is the queue as a connection that
+``multiprocessing.connection.wait`` can wait on, as the standard library's queues have one
+(see :mod:`fiber.queues._reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import queue as _queue
+import struct
+import threading
+from typing import Any, Deque, List, Optional, Tuple
+
+from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.serialization import loads
+from ..transport.server import Peer, Server, Service, Timer
+from ..transport.unpicklable import dumps_explained
+from ._reader import QueueReader, ReadySignal, reader_of
+
+__all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
+
+_Waiter = Tuple[Peer, bytes, Optional[Timer]]
+#: A parked bounded put: (peer, req_id, timer, frames, ticket).
+_Putter = Tuple[Peer, bytes, Optional[Timer], List[Any], bytes]
+
+#: Tickets of bounded puts; unique per connection, which is all the server compares.
+_tickets = itertools.count(1)
+
+#: Makes each queue's ``_reader`` once.
+_reader_lock = threading.Lock()
+
+
+class QueueService(Service):
+    """The state of one queue, on its creator's hub thread."""
+
+    def __init__(self, maxsize: int, joinable: bool) -> None:
+        self.maxsize = maxsize
+        self.joinable = joinable
+        self.items: Deque[List[Any]] = collections.deque()
+        self.getters: Deque[_Waiter] = collections.deque()
+        self.putters: Deque[_Putter] = collections.deque()
+        self.joiners: List[Tuple[Peer, bytes]] = []
+        self.unfinished = 0
+        #: Set by the queue's ``_reader`` (see fiber.queues._reader) once it is used.
+        self.signal: Optional[ReadySignal] = None
+
+    def _full(self) -> bool:
+        return 0 < self.maxsize <= len(self.items)
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        pid = peer
+        if op == b"put":  # unbounded, fire-and-forget: the item's frames
+            self._add(server, payload)
+        elif op == b"put_wait":  # bounded: [wait, ticket, *frames], always answered
+            self._put_wait(server, pid, req_id, decode_wait(payload[0]), bytes(payload[1]),
+                           payload[2:])
+        elif op == b"withdraw":  # the caller of a bounded put gave up
+            self._withdraw(server, pid, bytes(payload[0]))
+        elif op == b"get":
+            wait = decode_wait(payload[0])
+            if self.items:
+                self._hand_out(server, pid, req_id)
+            elif wait == 0:
+                server.reply(pid, req_id, b"empty")
+            else:
+                getter: _Waiter = (pid, req_id, None)
+                timer = None if wait is None else server.call_later(
+                    wait, lambda: self._expire(server, self.getters, getter, b"empty"))
+                self.getters.append((pid, req_id, timer))
+        elif op == b"unget":  # a late reply to an abandoned get: back to the front
+            self.items.appendleft(payload)
+            self._serve(server)
+        elif op == b"size":
+            server.reply(pid, req_id, b"ok", [struct.pack("<q", len(self.items))])
+        elif op == b"task_done":
+            if self.unfinished <= 0:
+                raise ValueError("task_done() called too many times")
+            self.unfinished -= 1
+            server.reply(pid, req_id, b"ok")
+            if self.unfinished == 0:
+                for jpid, jreq in self.joiners:
+                    server.reply(jpid, jreq, b"ok")
+                self.joiners.clear()
+        elif op == b"join":
+            if self.unfinished == 0:
+                server.reply(pid, req_id, b"ok")
+            else:
+                self.joiners.append((pid, req_id))
+        elif op == b"sync":
+            server.reply(pid, req_id, b"ok")
+        else:
+            raise ValueError(f"unknown queue operation {op!r}")
+        if self.signal is not None:
+            self.signal.show(bool(self.items))
+
+    def _put_wait(self, server: Server, pid: Peer, req_id: bytes, wait: Optional[float],
+                  ticket: bytes, frames: List[Any]) -> None:
+        if not self._full():
+            self._add(server, frames)
+            server.reply(pid, req_id, b"ok")
+        elif wait == 0:
+            server.reply(pid, req_id, b"full")
+        else:
+            entry = (pid, req_id)
+            timer = None if wait is None else server.call_later(
+                wait, lambda: self._expire(server, self.putters, entry, b"full"))
+            self.putters.append((pid, req_id, timer, frames, ticket))
+
+    def _withdraw(self, server: Server, pid: Peer, ticket: bytes) -> None:
+        """Drop the put ``ticket`` if still parked: it never happened. If it was admitted
+        (or timed out) before this arrived, there is nothing to undo."""
+        for i, (ppid, preq, timer, _, pticket) in enumerate(self.putters):
+            if ppid is pid and pticket == ticket:
+                del self.putters[i]
+                if timer is not None:
+                    timer.cancel()
+                server.reply(pid, preq, b"withdrawn")  # consumes the caller's late handler
+                return
+
+    def _add(self, server: Server, frames: List[Any]) -> None:
+        self.items.append(frames)
+        if self.joinable:
+            self.unfinished += 1
+        self._serve(server)
+
+    def _hand_out(self, server: Server, pid: Peer, req_id: bytes) -> bool:
+        frames = self.items.popleft()
+        if not server.reply(pid, req_id, b"ok", frames):
+            self.items.appendleft(frames)  # the reader vanished: keep the item
+            return False
+        self._admit_putters(server)
+        return True
+
+    def _admit_putters(self, server: Server) -> None:
+        while self.putters and not self._full():
+            ppid, preq, timer, frames, _ = self.putters.popleft()
+            if timer is not None:
+                timer.cancel()
+            self.items.append(frames)
+            if self.joinable:
+                self.unfinished += 1
+            server.reply(ppid, preq, b"ok")
+
+    def _serve(self, server: Server) -> None:
+        while self.items and self.getters:
+            gpid, greq, timer = self.getters.popleft()
+            if timer is not None:
+                timer.cancel()
+            self._hand_out(server, gpid, greq)
+
+    def _expire(self, server: Server, waiters: Deque[Any], entry: Any, status: bytes) -> None:
+        for i, w in enumerate(waiters):
+            if w[0] is entry[0] and w[1] == entry[1]:
+                del waiters[i]
+                server.reply(entry[0], entry[1], status)
+                return
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        for waiters in (self.getters, self.putters):
+            for w in [w for w in waiters if w[0] is peer]:
+                if w[2] is not None:
+                    w[2].cancel()
+                waiters.remove(w)  # type: ignore[arg-type]
+        self.joiners = [j for j in self.joiners if j[0] is not peer]
+
+
+def _ignore(status: bytes, frames: List[Any]) -> None:
+    """The late answer to a put its caller gave up on: admitted (then it stays, as a put
+    that completed), withdrawn or timed out; nothing is left to do."""
+
+
+class Queue(Handle):
+    """A process- and host-shared FIFO queue with the API of ``multiprocessing.Queue``."""
+
+    _joinable = False
+
+    def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool):
+            raise TypeError(f"maxsize must be an int, got {maxsize!r}")
+        self._maxsize = maxsize
+        self._closed = False
+        super().__init__(QueueService(maxsize, self._joinable), b"q")
+
+    def __getstate__(self) -> Any:
+        return (super().__getstate__(), self._maxsize)
+
+    def __setstate__(self, state: Any) -> None:
+        base, self._maxsize = state
+        super().__setstate__(base)
+        self._closed = False
+
+    def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        """Put ``obj`` in the queue.
+
+        A blocking put on a bounded queue that its caller abandons (KeyboardInterrupt, an
+        exception raised by a signal handler) is withdrawn: its item is not put, unless
+        the server admitted it at that very moment, when it counts as put.
+
+        Raises:
+            queue.Full: the queue is bounded and stayed full (``block``/``timeout``).
+            ValueError: the queue was closed in this process.
+            pickle.PicklingError, TypeError: ``obj`` cannot be pickled.
+        """
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        frames = dumps_explained(obj, "the item put on the queue", "item")
+        if self._maxsize <= 0:
+            self._send(b"put", frames)
+            return
+        ticket = struct.pack("<Q", next(_tickets))
+        try:
+            status, _ = self._request(b"put_wait", [encode_wait(block, timeout), ticket, *frames],
+                                      on_late=_ignore, timeout=timeout)
+        except BaseException:
+            self._withdraw(ticket)
+            raise
+        if status == b"full":
+            raise _queue.Full
+
+    def _withdraw(self, ticket: bytes) -> None:
+        """Take back a put its caller gave up on, unless the server admitted it already."""
+        try:
+            self._send(b"withdraw", [ticket])
+        except Exception:
+            pass  # the server is gone, and the parked put with it
+
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        """Remove and return an item.
+
+        Raises:
+            queue.Empty: nothing arrived in time (``block``/``timeout``).
+        """
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        status, frames = self._request(b"get", [encode_wait(block, timeout)],
+                                       on_late=self._give_back, timeout=timeout)
+        if status == b"empty":
+            raise _queue.Empty
+        return loads(frames)
+
+    def _give_back(self, status: bytes, frames: List[Any]) -> None:
+        if status == b"ok":
+            self._send(b"unget", frames)
+
+    def put_nowait(self, obj: Any) -> None:
+        self.put(obj, False)
+
+    def get_nowait(self) -> Any:
+        return self.get(False)
+
+    def qsize(self) -> int:
+        _, frames = self._request(b"size")
+        return int(struct.unpack("<q", frames[0])[0])
+
+    def empty(self) -> bool:
+        return self.qsize() == 0
+
+    def full(self) -> bool:
+        return self._maxsize > 0 and self.qsize() >= self._maxsize
+
+    def close(self) -> None:
+        """No more items will be put or got by this process."""
+        self._closed = True
+        reader = self.__dict__.get("_reader_end")
+        if reader is not None:
+            reader.close()
+
+    @property
+    def _reader(self) -> QueueReader:
+        """The queue as a connection to wait on (``multiprocessing.connection.wait``), as
+        the standard library's queues have one; in the creating process only, made on
+        first use. ``concurrent.futures.ProcessPoolExecutor`` waits on its result queue so.
+
+        Raises:
+            NotImplementedError: in a process that did not create the queue.
+        """
+        with _reader_lock:
+            reader = self.__dict__.get("_reader_end")
+            if reader is None:
+                reader = self.__dict__["_reader_end"] = reader_of(self)
+            return reader
+
+    def join_thread(self) -> None:
+        """Wait until every item this thread put has reached the queue's server."""
+        self._request(b"sync")
+
+    def cancel_join_thread(self) -> None:
+        """Kept for compatibility: a put is written to the socket before it returns."""
+
+    def __repr__(self) -> str:
+        return f"<fiber.{type(self).__name__} {self._name.decode()} at {self._address}>"
+
+
+class JoinableQueue(Queue):
+    """A Queue whose items are counted until ``task_done``; ``join`` waits for zero."""
+
+    _joinable = True
+
+    def task_done(self) -> None:
+        """Mark one item as processed.
+
+        Raises:
+            ValueError: called more times than there were items.
+        """
+        self._request(b"task_done")
+
+    def join(self) -> None:
+        """Block until every item put has been marked ``task_done``."""
+        self._request(b"join")
+
+
+class SimpleQueue(Queue):
+    """An unbounded queue with ``put``, ``get``, ``empty`` and ``close``."""
+
+    def __init__(self, *, ctx: Any = None) -> None:
+        super().__init__(0, ctx=ctx)
+
+    def get(self) -> Any:  # type: ignore[override]
+        return super().get()
+
+    def put(self, obj: Any) -> None:  # type: ignore[override]
+        super().put(obj)

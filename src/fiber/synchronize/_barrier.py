@@ -1,0 +1,180 @@
+"""``Barrier``: ``parties`` processes on any hosts wait until all have arrived.
+
+::
+
+    party k (any process)                    hub of the Barrier's creator
+    ─────────────────────                    ────────────────────────────
+    wait(t) ── [wait, t] ──────────────────▶ BarrierService: count, parked waiters
+                                             arrival < parties: parked (t passes: broken)
+    last party ◀── action ────────────────── (if an action: the last arrival runs it)
+              ── [action_done | failed] ───▶ everyone answered with its index | broken
+    abort() / reset() / a party vanishes ──▶ broken: BrokenBarrierError in every waiter
+
+As ``threading.Barrier`` (which ``multiprocessing.Barrier`` is): ``wait`` returns the
+arrival index in 0..parties-1; a wait that times out, an abort, a failing action break the
+barrier until ``reset``. Here a waiting process that vanishes (its connection closes)
+breaks it too, rather than leaving the others waiting forever.
+"""
+
+from __future__ import annotations
+
+from threading import BrokenBarrierError
+from typing import Any, Callable, List, Optional, Tuple
+
+from .._core._parking import Parking, Q, Waiter
+from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.serialization import loads
+from ..transport.server import Peer, Server
+
+__all__ = ["Barrier", "BarrierService", "BrokenBarrierError"]
+
+
+class BarrierService(Parking):
+    """``parties`` arrivals release everyone; the last runs the action first, if any."""
+
+    def __init__(self, parties: int, has_action: bool) -> None:
+        super().__init__()
+        self.parties = parties
+        self.has_action = has_action
+        self.count = 0
+        self.broken = False
+        self.runner: Optional[Peer] = None  # the peer running the action
+        self.later: List[Tuple[Peer, bytes, List[Any]]] = []  # arrivals during the action
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"wait":
+            if self.runner is not None:
+                self.later.append((peer, req_id, payload))
+            elif self.broken:
+                server.reply(peer, req_id, b"broken")
+            else:
+                index = self.count
+                self.count += 1
+                if self.count < self.parties:
+                    self.park(server, peer, req_id, decode_wait(payload[0]), index)
+                elif self.has_action:
+                    self.runner = peer
+                    server.reply(peer, req_id, b"action", [Q.pack(index)])
+                else:
+                    self._pass(server)
+                    server.reply(peer, req_id, b"ok", [Q.pack(index)])
+        elif op in (b"action_done", b"action_failed"):
+            self.runner = None
+            if op == b"action_done" and not self.broken:
+                self._pass(server)
+                server.reply(peer, req_id, b"ok")
+            else:
+                self._break(server)
+                server.reply(peer, req_id, b"broken")
+            later, self.later = self.later, []
+            for args in later:
+                self.handle(server, args[0], b"wait", args[1], args[2])
+        elif op == b"abort":
+            self._break(server)
+            server.reply(peer, req_id, b"ok")
+        elif op == b"reset":
+            if self.waiters:
+                self._break(server)
+            self.broken, self.count = False, 0
+            server.reply(peer, req_id, b"ok")
+        elif op == b"info":
+            server.reply_value(peer, req_id, (self.count, self.broken))
+        else:
+            raise ValueError(f"unknown barrier operation {op!r}")
+
+    def _pass(self, server: Server) -> None:
+        for w in list(self.waiters):
+            self.take(w)
+            server.reply(w.peer, w.req_id, b"ok", [Q.pack(w.data)])
+        self.count = 0
+
+    def _break(self, server: Server) -> None:
+        self.broken = True
+        for w in list(self.waiters):
+            server.reply(self.take(w).peer, w.req_id, b"broken")
+        self.count = 0
+
+    def timed_out(self, server: Server, w: Waiter) -> None:
+        server.reply(w.peer, w.req_id, b"broken")
+        self._break(server)
+
+    def dropped(self, server: Server, w: Waiter) -> None:
+        self._break(server)  # a party vanished: the others would wait forever
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        super().peer_gone(server, peer)
+        self.later = [x for x in self.later if x[0] is not peer]
+        if self.runner is peer:
+            self.runner = None
+            self._break(server)
+
+
+class Barrier(Handle):
+    """``parties`` processes wait until all have arrived; the API of ``multiprocessing.Barrier``.
+
+    ``action`` (picklable) is run by the last process to arrive, before the others are
+    released; ``timeout`` is the default for ``wait``. A wait that times out, an abort, a
+    failing action or a waiting process that vanishes break the barrier:
+    ``BrokenBarrierError`` in every waiter until ``reset``.
+    """
+
+    def __init__(self, parties: int, action: Optional[Callable[[], Any]] = None,
+                 timeout: Optional[float] = None, *, ctx: Any = None) -> None:
+        if parties < 1:
+            raise ValueError("parties must be > 0")
+        self._parties, self._action, self._timeout = parties, action, timeout
+        super().__init__(BarrierService(parties, action is not None), b"B")
+
+    def __getstate__(self) -> Any:
+        return (super().__getstate__(), self._parties, self._action, self._timeout)
+
+    def __setstate__(self, state: Any) -> None:
+        base, self._parties, self._action, self._timeout = state
+        super().__setstate__(base)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for the other parties; returns this arrival's index in 0..parties-1.
+
+        Raises:
+            threading.BrokenBarrierError: the barrier is or became broken.
+        """
+        if timeout is None:
+            timeout = self._timeout
+        status, frames = self._request(b"wait", [encode_wait(True, timeout)], timeout=timeout)
+        if status == b"broken":
+            raise BrokenBarrierError
+        index = int(Q.unpack(frames[0])[0])
+        if status == b"action":
+            assert self._action is not None
+            try:
+                self._action()
+            except BaseException:
+                self._request(b"action_failed")
+                raise
+            if self._request(b"action_done")[0] == b"broken":
+                raise BrokenBarrierError
+        return index
+
+    def abort(self) -> None:
+        """Break the barrier: current and future waits raise BrokenBarrierError."""
+        self._request(b"abort")
+
+    def reset(self) -> None:
+        """Back to the empty, unbroken state; current waiters get BrokenBarrierError."""
+        self._request(b"reset")
+
+    @property
+    def parties(self) -> int:
+        return self._parties
+
+    @property
+    def n_waiting(self) -> int:
+        return int(loads(self._request(b"info")[1])[0])
+
+    @property
+    def broken(self) -> bool:
+        return bool(loads(self._request(b"info")[1])[1])
+
+    def __repr__(self) -> str:
+        return f"<fiber.Barrier {self._name.decode()} parties={self._parties}>"

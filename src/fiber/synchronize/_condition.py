@@ -1,0 +1,196 @@
+"""``Condition``: a condition variable over a fiber Lock or RLock, on any hosts.
+
+::
+
+    waiter (holds the lock)                       hub of the Condition's creator
+    ───────────────────────                       ──────────────────────────────
+    wait(t): [enqueue, ticket] ─────────────────▶ ConditionService: tickets in arrival order
+             lock._release_save() ─▶ (lock's hub: released, recursion count returned)
+             [sleep, ticket, t] ────────────────▶ parked until notified or t passes
+             lock._acquire_restore(count) ──▶ (lock's hub: waits for the lock)
+    notifier (holds the lock)
+    notify(n): [notify, n] ─────────────────────▶ the n oldest tickets are woken
+
+The ticket is enqueued before the lock is released, so a notify made by whoever takes the
+lock next is never missed, whichever hub serves the lock. The lock may be served by any
+process (the Condition keeps its handle).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from .._core._parking import Parking, Q, Waiter
+from .._core._served import Handle, decode_wait, encode_wait
+from ..transport.server import Peer, Server
+from ._primitives import Lock, RLock
+
+__all__ = ["Condition", "ConditionService"]
+
+
+class ConditionService(Parking):
+    """Wait tickets in arrival order; ``notify`` wakes the oldest ones.
+
+    A waiter enqueues its ticket *before* it releases the lock, so a ``notify`` made by
+    whoever takes the lock next cannot be missed; it then sleeps on the ticket.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tickets: Dict[bytes, Optional[Waiter]] = {}  # in arrival order
+        self.notified: Set[bytes] = set()
+        self.owners: Dict[bytes, bytes] = {}
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op == b"notify":
+            n = Q.unpack(payload[0])[0]
+            woken = 0
+            for ticket in list(self.tickets):
+                if 0 <= n <= woken:
+                    break
+                woken += self._wake(server, ticket)
+            server.reply(peer, req_id, b"ok")
+            return
+        ticket = bytes(payload[0])
+        if op == b"enqueue":
+            self.tickets[ticket] = None
+            self.owners[ticket] = peer.process_id
+            if req_id:
+                server.reply(peer, req_id, b"ok")
+        elif op == b"sleep":
+            wait = decode_wait(payload[1])
+            if ticket in self.notified or ticket not in self.tickets or wait == 0:
+                self._forget(ticket, keep_waiter=True)
+                server.reply(peer, req_id, b"ok" if ticket in self.notified else b"no")
+                self.notified.discard(ticket)
+            else:
+                self.tickets[ticket] = self.park(server, peer, req_id, wait, ticket)
+        elif op == b"cancel":
+            self._forget(ticket)
+            self.notified.discard(ticket)
+        else:
+            raise ValueError(f"unknown condition operation {op!r}")
+
+    def _wake(self, server: Server, ticket: bytes) -> int:
+        w = self.tickets.get(ticket)
+        if w is None:
+            self.tickets.pop(ticket)
+            self.notified.add(ticket)
+            return 1
+        self._forget(ticket)
+        return 1 if server.reply(w.peer, w.req_id, b"ok") else 0
+
+    def _forget(self, ticket: bytes, keep_waiter: bool = False) -> None:
+        w = self.tickets.pop(ticket, None)
+        self.owners.pop(ticket, None)
+        if w is not None and not keep_waiter:
+            self.take(w)
+
+    def timed_out(self, server: Server, w: Waiter) -> None:
+        self.tickets.pop(w.data, None)
+        self.owners.pop(w.data, None)
+        server.reply(w.peer, w.req_id, b"no")
+
+    def dropped(self, server: Server, w: Waiter) -> None:
+        self.tickets.pop(w.data, None)
+        self.owners.pop(w.data, None)
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        for ticket in [t for t, p in self.owners.items() if p == process_id]:
+            self._forget(ticket)
+            self.notified.discard(ticket)
+
+
+class Condition(Handle):
+    """A condition variable over a fiber ``Lock`` or ``RLock`` (a new RLock by default)."""
+
+    def __init__(self, lock: Optional[Lock] = None, *, ctx: Any = None) -> None:
+        if lock is None:
+            lock = RLock()
+        if not isinstance(lock, Lock):
+            raise TypeError(f"a fiber Condition needs a fiber Lock or RLock, not {lock!r}")
+        self._lock = lock
+        super().__init__(ConditionService(), b"C")
+
+    def __getstate__(self) -> Any:
+        return (super().__getstate__(), self._lock)
+
+    def __setstate__(self, state: Any) -> None:
+        base, self._lock = state
+        super().__setstate__(base)
+
+    def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
+        return self._lock.acquire(block, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Release the lock, wait for a notify or ``timeout`` s, take the lock back.
+
+        Returns False if the timeout passed first.
+        """
+        if not self._lock._is_mine():
+            raise AssertionError("must acquire() condition before using wait()")
+        ticket = secrets.token_bytes(8)
+        if self._lock._address == self._address:  # same connection: ordered, no reply needed
+            self._send(b"enqueue", [ticket])
+        else:
+            self._request(b"enqueue", [ticket])
+        try:
+            count = self._lock._release_save()
+        except BaseException:
+            self._send(b"cancel", [ticket])
+            raise
+        try:
+            status, _ = self._request(b"sleep", [ticket, encode_wait(True, timeout)],
+                                      timeout=timeout)
+        except BaseException:
+            try:
+                self._send(b"cancel", [ticket])
+            except Exception:
+                pass
+            raise
+        finally:
+            self._lock._acquire_restore(count)
+        return status == b"ok"
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: Optional[float] = None) -> Any:
+        """Wait until ``predicate()`` is true or ``timeout`` s pass; returns its last value."""
+        result = predicate()
+        endtime = None
+        waittime = timeout
+        while not result:
+            if waittime is not None:
+                if endtime is None:
+                    endtime = time.monotonic() + waittime
+                else:
+                    waittime = endtime - time.monotonic()
+                    if waittime <= 0:
+                        break
+            self.wait(waittime)
+            result = predicate()
+        return result
+
+    def notify(self, n: int = 1) -> None:
+        """Wake up to ``n`` waiters (the calling thread must hold the lock)."""
+        if not self._lock._is_mine():
+            raise AssertionError("lock is not owned")
+        self._request(b"notify", [Q.pack(max(0, n))])
+
+    def notify_all(self) -> None:
+        if not self._lock._is_mine():
+            raise AssertionError("lock is not owned")
+        self._request(b"notify", [Q.pack(-1)])
+
+    def __repr__(self) -> str:
+        return f"<fiber.Condition {self._name.decode()} over {self._lock!r}>"
