@@ -21,7 +21,7 @@ def environment(rank: int, size: int) -> Tuple[int, int, Dict[str, Optional[str]
     """What a member sees: its arguments, the rendezvous variables, the address fiber's
     hub listens on in this member and, on rank 0, whether the port is free to bind now
     (it was reserved until just before this function)."""
-    from fiber import _runtime
+    from fiber._core import _runtime
 
     env = {k: os.environ.get(k) for k in RENDEZVOUS_VARS}
     bindable = False

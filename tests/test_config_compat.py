@@ -90,7 +90,7 @@ def test_assigning_fiber_config_attributes_sets_the_config():
         with pytest.raises(ConfigError, match="pool_prefetch"):
             fiber.config.pool_prefetch = "many"
     finally:
-        fiber.config._install(before)
+        fiber.config.install(before)
 
 
 def test_get_dict_load_and_reset(tmp_path):

@@ -43,6 +43,7 @@ from typing import (
 )
 
 from .._core import _runtime
+from .._core._served import probing
 from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
@@ -209,7 +210,8 @@ class _PoolCore:
             try:
                 fid = self._fid(fn)
             except Exception as e:
-                error = explained(e, f"the function of {label}", fn, "function")
+                with probing():
+                    error = explained(e, f"the function of {label}", fn, "function")
                 for index, _ in items:
                     job.deliver(index, False, dumps(pack_exception(error)))
                 return []
@@ -222,7 +224,8 @@ class _PoolCore:
                 try:
                     frames = dumps((mode, data))
                 except Exception as e:
-                    error = _explain_task(e, mode, data, index, label)
+                    with probing():
+                        error = _explain_task(e, mode, data, index, label)
                     job.deliver(index, False, dumps(pack_exception(error)))
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label))

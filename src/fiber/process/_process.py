@@ -37,7 +37,7 @@ from typing import (
 )
 
 from .._core import _runtime
-from .._core._served import collecting_handoffs
+from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process
 from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..backends._command import bootstrap_command
@@ -135,7 +135,9 @@ class Process:
             with collecting_handoffs() as handoffs:
                 pickled, spawn = _fd_handoff.pickle_process(self, backend)
         except PICKLING_ERRORS as e:
-            raise self._explained(e) from None
+            with probing():
+                error = self._explained(e)
+            raise error from None
         # what a spawn child of multiprocessing inherits: the program's argv, path and
         # working directory (the interpreter flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),

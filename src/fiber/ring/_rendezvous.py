@@ -31,7 +31,7 @@ class Hello(NamedTuple):
 
 def member_address() -> str:
     """The address this member is reached at: the one its hub listens on, i.e. on the
-    route to its parent (see :func:`fiber._runtime.listen_host`)."""
+    route to its parent (see :func:`fiber._core._runtime.listen_host`)."""
     return _runtime.listen_host()
 
 
