@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from . import errors, futures, managers
+from ._shared import Shared
+from ._shared import share as shared
 from ._version import __version__ as __version__
 from .config import Config, get_config, init
 from .connection import BufferTooShort, Pipe
@@ -118,6 +120,7 @@ __all__ = [
     "RawValue",
     "RemoteError",
     "Semaphore",
+    "Shared",
     "SimpleQueue",
     "TimeoutError",
     "Value",
@@ -142,4 +145,5 @@ __all__ = [
     "set_executable",
     "set_forkserver_preload",
     "set_start_method",
+    "shared",
 ]

@@ -41,6 +41,7 @@ from ._pool_results import (
 )
 from ._pool_service import PoolService, Task, WorkerState, describe_exit
 from ._pool_worker import CALL, MAP, STARMAP, worker_main
+from ._shared import Shared, share_if_large
 from .backends import Resources
 from .config import get_config
 from .connection import wait
@@ -82,7 +83,10 @@ class _PoolCore:
         cfg = get_config()
         self.ctx = ctx
         self.size = size
-        self.initializer, self.initargs, self.maxtasks = initializer, initargs, maxtasks
+        # Large initargs (an ES noise table) are pickled once, and sent once per host
+        # and mapped by its workers: each worker's arguments hold a handle to them.
+        self.initargs: Any = share_if_large(initargs) if initializer is not None else ()
+        self.initializer, self.maxtasks = initializer, maxtasks
         self.resources = resources
         self.hub = _runtime.hub()
         self.name = b"pool" + secrets.token_hex(6).encode()
@@ -351,6 +355,8 @@ class _PoolCore:
         if self._callbacks is not None:
             self._callbacks.stop()
         self.hub.unregister(self.name)
+        if isinstance(self.initargs, Shared):
+            self.initargs.release()
 
 
 class Pool:
