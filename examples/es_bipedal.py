@@ -24,6 +24,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import gymnasium
 import numpy as np
 
 import fiber
@@ -46,10 +47,20 @@ def init_worker(noise: np.ndarray) -> None:
 def _environment() -> Any:
     global _env
     if _env is None:
-        import gymnasium
-
         _env = gymnasium.make(ENV_ID)
     return _env
+
+
+def check_environment() -> None:
+    """Make the environment once in the master: a missing Box2D fails here, and the
+    modules it loads are loaded before the workers start (fiber's local fork server
+    pre-imports what the master has imported, as a forked worker inherits it)."""
+    env = gymnasium.make(ENV_ID)
+    shapes = env.observation_space.shape, env.action_space.shape
+    env.close()
+    if shapes != ((OBS,), (ACT,)):
+        raise RuntimeError(f"{ENV_ID} has observation and action shapes {shapes}, "
+                           f"this policy expects {((OBS,), (ACT,))}")
 
 
 def policy_size(hidden: int) -> int:
@@ -225,6 +236,7 @@ def main(argv: Optional[Sequence[str]] = None, context: Any = None) -> Dict[str,
     context to take the Pool from (default: fiber's configured backend). Returns the
     policy and its score before and after, and each iteration's statistics."""
     args = parse_args(argv)
+    check_environment()
     ctx = context if context is not None else fiber.get_context()
     processes = args.processes or os.cpu_count() or 1
     noise = make_noise(args.noise_mb, args.seed)
