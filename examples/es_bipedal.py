@@ -11,7 +11,8 @@ a host map one copy of it); a perturbation is an offset into the table, so a tas
 numbers and the master rebuilds each perturbation from its offset; antithetic pairs
 (theta + sigma*eps and theta - sigma*eps, on the same episode seed); rank-based fitness
 shaping (centred ranks in [-0.5, 0.5]); Adam on the estimated gradient, with weight decay.
-The policy is a small tanh network; each worker keeps one environment.
+The policy is a small tanh network. Results depend on the seeds only, not on which
+worker ran what.
 
 ``import multiprocessing`` in place of fiber gives the same results for the same seeds
 (``benchmarks/es.py`` runs both).
@@ -35,20 +36,12 @@ OBS, ACT = 24, 4  # BipedalWalker's observation and action sizes
 # -- in each worker ------------------------------------------------------------------------
 
 _noise: Optional[np.ndarray] = None
-_env: Any = None
 
 
 def init_worker(noise: np.ndarray) -> None:
-    """Pool initializer: keep the shared noise table (and make the environment later)."""
+    """Pool initializer: keep the shared noise table."""
     global _noise
     _noise = noise
-
-
-def _environment() -> Any:
-    global _env
-    if _env is None:
-        _env = gymnasium.make(ENV_ID)
-    return _env
 
 
 def check_environment() -> None:
@@ -79,17 +72,24 @@ def act(theta: np.ndarray, obs: np.ndarray, hidden: int) -> np.ndarray:
 
 
 def episode(theta: np.ndarray, hidden: int, seed: int, max_steps: int) -> Tuple[float, int]:
-    """Total reward and steps of one episode of at most ``max_steps`` steps."""
-    env = _environment()
-    obs, _ = env.reset(seed=seed)
-    total, steps = 0.0, 0
-    while steps < max_steps:
-        obs, reward, terminated, truncated, _ = env.step(act(theta, obs, hidden))
-        total += float(reward)
-        steps += 1
-        if terminated or truncated:
-            break
-    return total, steps
+    """Total reward and steps of one episode of at most ``max_steps`` steps.
+
+    A new environment each time (making one costs about what ``reset`` does): a Box2D
+    world that ran other episodes gives slightly different results, and the results
+    must not depend on which worker ran which episode before."""
+    env = gymnasium.make(ENV_ID)
+    try:
+        obs, _ = env.reset(seed=seed)
+        total, steps = 0.0, 0
+        while steps < max_steps:
+            obs, reward, terminated, truncated, _ = env.step(act(theta, obs, hidden))
+            total += float(reward)
+            steps += 1
+            if terminated or truncated:
+                break
+        return total, steps
+    finally:
+        env.close()
 
 
 def evaluate_pair(task: Tuple[np.ndarray, int, float, int, int, int]

@@ -32,6 +32,11 @@ def keep(table: Any, q: Any) -> None:
     q.put(report(table))
 
 
+def send_crc(table: Any, conn: Any) -> None:
+    """A pool initializer: send the crc of the table through a pipe end."""
+    conn.send(crc(table))
+
+
 def scribble(_: Any) -> Tuple[int, int]:
     """A task: the crc of the table as this worker found it, then after overwriting it."""
     assert _table is not None

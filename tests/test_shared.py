@@ -135,6 +135,15 @@ def test_unpicklable_data_is_refused_at_once() -> None:
         fiber.shared(threading.Lock())
 
 
+def test_objects_handed_to_one_process_each_are_refused() -> None:
+    """A pipe end is handed to one process per pickle: it cannot be shared by many."""
+    a, b = fiber.Pipe()
+    with pytest.raises(ValueError, match="pipe ends"):
+        fiber.shared((np.zeros(2 * MB), b))
+    a.close()
+    b.close()
+
+
 def test_small_or_unshareable_initargs_travel_as_before() -> None:
     from fiber._shared import Shared, share_if_large
 
@@ -142,6 +151,21 @@ def test_small_or_unshareable_initargs_travel_as_before() -> None:
     assert share_if_large(small) is small
     lock = (threading.Lock(), np.zeros(SIZE // 64))
     assert share_if_large(lock) is lock  # not picklable here: the process's own path
+    a, b = fiber.Pipe()
+    with_pipe = (np.zeros(2 * MB), b)
+    assert share_if_large(with_pipe) is with_pipe  # a pipe end goes to each worker alone
+    a.close()
+    b.close()
     assert isinstance(share_if_large((np.zeros(2 * MB),)), Shared)
+
+
+def test_pool_initargs_with_a_pipe_end_and_a_large_array(ctx: Any, table: np.ndarray) -> None:
+    """Initargs that cannot be shared (a pipe end) still reach every worker."""
+    a, b = ctx.Pipe()
+    with ctx.Pool(2, initializer=sh.send_crc, initargs=(table, b)) as pool:
+        assert [a.recv() for _ in range(2)] == [sh.crc(table)] * 2
+        assert pool.map(sh.crc, [b"y"]) == [sh.crc(b"y")]
+    a.close()
+    b.close()
 
 

@@ -37,6 +37,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _runtime
+from ._served import collecting_handoffs
 from .errors import TransportError
 from .transport import memfd
 from .transport.client import get_client
@@ -206,23 +207,40 @@ def share(obj: Any) -> Shared:
     sealed shared memory (see :class:`Shared`).
 
     Raises:
+        ValueError: ``obj`` holds fiber pipe ends or manager proxies: each is handed to
+            one process (pass them as arguments).
         pickle.PicklingError, TypeError, AttributeError: ``obj`` cannot be pickled.
     """
-    return _publish(dumps(obj), obj)
+    frames = _dumps_once(obj)
+    if frames is None:
+        raise ValueError("fiber.shared: the object holds fiber pipe ends or manager proxies, "
+                         "each of which is handed to one process; pass those as arguments")
+    return _publish(frames, obj)
 
 
 def share_if_large(obj: Any) -> Any:
     """A :class:`Shared` handle for ``obj`` when its pickle carries a buffer of at least
     ``SHARE_MIN_BYTES``; else ``obj`` itself (also when it cannot be pickled here, or holds
-    objects of ``multiprocessing`` itself: those travel as a process's own arguments do)."""
+    what must be pickled once per receiver: pipe ends, manager proxies, objects of
+    ``multiprocessing`` itself; those travel as a process's own arguments do)."""
     try:
-        frames = dumps(obj)
+        frames = _dumps_once(obj)
     except Exception:
         return obj
-    if b"multiprocessing" in bytes(frames[0]) or not any(
+    if frames is None or b"multiprocessing" in bytes(frames[0]) or not any(
             memoryview(f).nbytes >= SHARE_MIN_BYTES for f in frames[1:]):
         return obj
     return _publish(frames, obj)
+
+
+def _dumps_once(obj: Any) -> Optional[List[Any]]:
+    """``obj``'s frames, or None when it holds objects handed to one receiver per pickle
+    (their hand-offs are withdrawn at once: no process will take them)."""
+    with collecting_handoffs() as handoffs:
+        frames = dumps(obj)
+    for release in handoffs:
+        release()
+    return None if handoffs else frames
 
 
 def _publish(frames: List[Any], obj: Any) -> Shared:
