@@ -7,12 +7,12 @@ fiber.Pool.
 
 As in Salimans et al. (2017): one large table of Gaussian noise, shared by every worker
 (handed to the pool once as ``initargs``: fiber sends it once per host, and the workers of
-a host map one copy of it); a perturbation is an offset into the table, so a task is a few
-numbers and the master rebuilds each perturbation from its offset; antithetic pairs
-(theta + sigma*eps and theta - sigma*eps, on the same episode seed); rank-based fitness
-shaping (centred ranks in [-0.5, 0.5]); Adam on the estimated gradient, with weight decay.
-The policy is a small tanh network. Results depend on the seeds only, not on which
-worker ran what.
+a host map one copy of it); a perturbation is an offset into the table, so a task is the
+policy and a few numbers, and the master rebuilds each perturbation from its offset;
+antithetic pairs (theta + sigma*eps and theta - sigma*eps, on the same episode seed);
+rank-based fitness shaping (centred ranks in [-0.5, 0.5]); Adam on the estimated
+gradient, with weight decay. The policy is a small tanh network. Results depend on the
+seeds only, not on which worker ran what.
 
 ``import multiprocessing`` in place of fiber gives the same results for the same seeds
 (``benchmarks/es.py`` runs both).
@@ -48,7 +48,11 @@ def check_environment() -> None:
     """Make the environment once in the master: a missing Box2D fails here, and the
     modules it loads are loaded before the workers start (fiber's local fork server
     pre-imports what the master has imported, as a forked worker inherits it)."""
-    env = gymnasium.make(ENV_ID)
+    try:
+        env = gymnasium.make(ENV_ID)
+    except gymnasium.error.DependencyNotInstalled as e:
+        raise SystemExit(f"{ENV_ID} needs Box2D and pygame: pip install box2d pygame-ce "
+                         f"(or fiber's examples extra). gymnasium says: {e}") from None
     shapes = env.observation_space.shape, env.action_space.shape
     env.close()
     if shapes != ((OBS,), (ACT,)):
