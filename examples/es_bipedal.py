@@ -204,7 +204,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--iterations", type=int, default=30)
     p.add_argument("--pairs", type=int, default=24, help="antithetic pairs per iteration")
     p.add_argument("--processes", type=int, default=None, help="pool size (cpu_count)")
-    p.add_argument("--max-steps", type=int, default=400, help="steps per episode at most")
+    p.add_argument("--max-steps", type=int, default=300, help="steps per episode at most")
     p.add_argument("--noise-mb", type=float, default=100.0, help="shared noise table size")
     p.add_argument("--hidden", type=int, default=16, help="hidden units of the policy")
     p.add_argument("--sigma", type=float, default=0.1, help="perturbation scale")
