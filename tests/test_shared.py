@@ -169,3 +169,25 @@ def test_pool_initargs_with_a_pipe_end_and_a_large_array(ctx: Any, table: np.nda
     b.close()
 
 
+
+
+def test_a_sealed_mapping_is_sent_as_its_one_memfd() -> None:
+    """The transport side: every send of a sealed mapping passes the same memfd, which
+    nobody can change (the mapping is read-only, the memfd sealed against writes)."""
+    import fcntl
+    import os
+
+    from fiber.transport import memfd
+
+    mapping = memfd.sealed(b"x" * (2 * MB))
+    fds = [memfd.to_memfd(mapping, len(mapping)) for _ in range(2)]
+    try:
+        assert os.fstat(fds[0]).st_ino == os.fstat(fds[1]).st_ino
+        assert fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & fcntl.F_SEAL_WRITE
+        with pytest.raises(OSError):
+            os.write(fds[0], b"y")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    with pytest.raises(TypeError):
+        mapping[0] = 0
