@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from . import _version, errors, futures, managers
+from . import _exports, _version, errors, futures, managers
+from ._core._shared import Shared
+from ._core._shared import share as shared
 from ._version import __version__ as __version__
 from .config import Config, get_config, init, reset
 from .connection import BufferTooShort, Pipe
@@ -39,6 +41,7 @@ from .synchronize import (
     Semaphore,
 )
 
+_exports.publish(__name__, Shared)
 _default = get_context(None)
 _version.warn_if_shadowed(__path__[0])
 
@@ -121,6 +124,7 @@ __all__ = [
     "RemoteError",
     "Ring",
     "Semaphore",
+    "Shared",
     "SimpleQueue",
     "TimeoutError",
     "Value",
@@ -146,4 +150,5 @@ __all__ = [
     "set_executable",
     "set_forkserver_preload",
     "set_start_method",
+    "shared",
 ]

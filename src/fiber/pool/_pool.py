@@ -44,6 +44,7 @@ from typing import (
 
 from .._core import _runtime
 from .._core._served import probing
+from .._core._shared import Shared, share_if_large
 from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
@@ -117,7 +118,10 @@ class _PoolCore:
         cfg = get_config()
         self.process_class = process_class
         self.size = size
-        self.initializer, self.initargs, self.maxtasks = initializer, initargs, maxtasks
+        # Large initargs (an ES noise table) are pickled once, and sent once per host
+        # and mapped by its workers: each worker's arguments hold a handle to them.
+        self.initargs: Any = share_if_large(initargs) if initializer is not None else ()
+        self.initializer, self.maxtasks = initializer, maxtasks
         self.resources = resources
         self.hub = _runtime.hub()
         self.name = b"pool" + secrets.token_hex(6).encode()
@@ -399,6 +403,8 @@ class _PoolCore:
         if self._callbacks is not None:
             self._callbacks.stop()
         self.hub.unregister(self.name)
+        if isinstance(self.initargs, Shared):
+            self.initargs.release()
 
 
 class Pool:
