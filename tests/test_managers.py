@@ -325,19 +325,6 @@ def test_async_manager_is_a_base_manager():
         fiber.managers.DictProxy._exposed_
 
 
-def test_remote_envs_example_runs_as_written():
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
-    cp = subprocess.run([sys.executable, os.path.join(root, "examples", "remote_envs.py")],
-                        capture_output=True, text=True, timeout=120, env=env, cwd=root)
-    assert cp.returncode == 0, cp.stderr
-    assert "8 environments x 100 steps" in cp.stdout
-
-
 # -- lifetime: a manager lives while it or its proxies do; its server stops at exit --------
 
 
