@@ -138,3 +138,29 @@ def test_ppo_on_netns_hosts_gives_the_same_run(ppo_compared, hosts) -> None:
 def test_ppo_bad_arguments() -> None:
     cp = run_example("ppo_cartpole.py", "--envs", "0", expect_rc=2)
     assert "--envs must be at least 1" in cp.stderr
+
+
+@pytest.mark.torch
+def test_subproc_vec_env_with_a_dead_environment_raises(monkeypatch) -> None:
+    """An environment job that dies makes the next step raise, as with multiprocessing
+    (BrokenPipeError there too), never hang: BrokenPipeError from the send, or EOFError
+    from the receive if the pipe's server has not yet seen the job's connection close."""
+    import numpy as np
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import SubprocVecEnv, subproc_vec_env
+
+    import fiber
+
+    monkeypatch.setattr(subproc_vec_env, "mp", fiber)
+    envs = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=SubprocVecEnv)
+    try:
+        assert all(isinstance(p, fiber.Process) and p.daemon for p in envs.processes)
+        assert envs.reset().shape == (2, 4)
+        envs.processes[0].kill()
+        envs.processes[0].join(60)
+        with pytest.raises((BrokenPipeError, EOFError)):
+            envs.step(np.zeros(2, dtype=int))
+    finally:
+        for p in envs.processes:
+            p.kill()
+            p.join(60)
