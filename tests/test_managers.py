@@ -325,14 +325,87 @@ def test_async_manager_is_a_base_manager():
         fiber.managers.DictProxy._exposed_
 
 
-def test_remote_envs_example_runs_as_written():
+# -- lifetime: a manager lives while it or its proxies do; its server stops at exit --------
+
+
+def test_collected_manager_stops_its_server(ctx):
+    """As multiprocessing's: a manager nobody holds (nor any proxy it made here) stops its
+    server job, which then leaves ``active_children()``."""
+    import gc
+
+    m = ctx.Manager()
+    server = m._process
+    d = m.dict(a=1)
+    del m
+    gc.collect()
+    assert server.is_alive() and d["a"] == 1  # the proxy keeps its manager
+    child = d.copy()  # a plain value; a proxy made by a call keeps the manager too
+    assert child == {"a": 1}
+    del d
+    gc.collect()
+    wait_until(lambda: not server.is_alive(), 60, message="the collected manager's server ends")
+    assert server not in fiber.active_children()
+    assert server.exitcode == 0  # shut down, not terminated
+
+
+def test_async_proxies_keep_their_manager(ctx):
+    import gc
+
+    remote = mh.Remote(ctx=ctx)
+    remote.start()
+    server = remote._process
+    counter = remote.Counter(1)
+    del remote
+    gc.collect()
+    assert counter.add(1).get(timeout=60) == 2 and server.is_alive()
+    del counter
+    gc.collect()
+    wait_until(lambda: not server.is_alive(), 60, message="the collected manager's server ends")
+    assert server.exitcode == 0
+
+
+@pytest.mark.parametrize("mode", ["global", "collected"])
+def test_managers_left_to_exit_end_quietly(mode):
+    """A program that never shuts its managers down exits with code 0 and a clean stderr:
+    the servers are shut down (object jobs first) before fiber's exit function would
+    terminate them, which left every object job printing 'parent ... is gone'."""
     import os
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
-    cp = subprocess.run([sys.executable, os.path.join(root, "examples", "remote_envs.py")],
-                        capture_output=True, text=True, timeout=120, env=env, cwd=root)
+    cp = subprocess.run([sys.executable, os.path.join(here, "manager_exit_script.py"), mode],
+                        capture_output=True, text=True, timeout=120, env=env, cwd=here)
     assert cp.returncode == 0, cp.stderr
-    assert "8 environments x 100 steps" in cp.stdout
+    assert cp.stdout.splitlines() == ["[1, 2, 3]", "[('a', 1)]"]
+    assert cp.stderr == ""
+
+
+@pytest.mark.local_pids
+def test_terminated_manager_ends_its_object_jobs_first(ctx, backend_name, capfd):
+    """SIGTERM stops a manager as ``shutdown`` does: its object jobs end before it (they
+    do not find their parent gone), and its exit code says it was terminated."""
+    import signal
+
+    import psutil
+
+    from fiber.backends import get_backend
+
+    if not get_backend(backend_name).jobs_share_host:
+        pytest.skip(f"jobs of {backend_name} are not processes of this host whose stderr "
+                    "is ours: what an orphaned object job prints cannot be seen here")
+    remote = mh.Remote(ctx=ctx)
+    remote.start()
+    counters = [remote.Counter() for _ in range(2)]
+    pids = [h.get(timeout=60) for h in [c.pid() for c in counters]]
+    capfd.readouterr()
+    remote._process.terminate()
+    remote._process.join(60)
+    assert remote._process.exitcode == -signal.SIGTERM
+    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() !=
+                               psutil.STATUS_ZOMBIE for p in pids), 30,
+               message="the object jobs end")
+    time.sleep(0.5)  # what an orphaned object job would print, it prints by now
+    assert "is gone" not in capfd.readouterr().err
+    remote.shutdown()

@@ -18,6 +18,7 @@ still starting; the first use waits for it (``_resolve``).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.managers as _mpm
 import queue as _queue
 import secrets
@@ -49,6 +50,10 @@ class BaseProxy(_served.Handle):
     _direct: Any = None
     _pending: Optional[CallHandle] = None
     _cell: Optional[List[Any]] = None
+    #: The manager that made this proxy in this process (None in others, once unpickled):
+    #: as multiprocessing's, it lives while its proxies do, since collecting it stops its
+    #: server.
+    _manager: Any = None
 
     def _init(self, spec: Spec) -> None:
         """Become the proxy of ``spec``'s object, counted once for this process."""
@@ -78,7 +83,7 @@ class BaseProxy(_served.Handle):
         if self._direct is not None:
             return getattr(self._direct, methodname)(*args, **(kwds or {}))
         status, frames = self._request(b"call", dumps((methodname, tuple(args), kwds or {})))
-        return _decode(status, frames)
+        return _decode(status, frames, self._manager)
 
     def _getvalue(self) -> Any:
         """A copy of the referent."""
@@ -122,11 +127,13 @@ def _gone(what: str, e: ConnectionLost) -> ConnectionLost:
     return err
 
 
-def _decode(status: bytes, frames: List[Any]) -> Any:
+def _decode(status: bytes, frames: List[Any], manager: Any = None) -> Any:
+    """A call's result; a new proxy (``method_to_typeid``) keeps ``manager`` alive."""
     if status == b"proxy":
         spec = loads(frames)
         proxy = spec.proxytype.__new__(spec.proxytype)
         proxy._init(spec)
+        object.__setattr__(proxy, "_manager", manager)
         return proxy
     return loads(frames)
 
@@ -186,7 +193,7 @@ class AsyncProxy(BaseProxy):
         self._resolve()
         h = channel(self._address).call(self._name, b"call",
                                         dumps((methodname, tuple(args), kwds or {})))
-        h._decode = _decode
+        h._decode = functools.partial(_decode, manager=self._manager)
         h._owner = self  # m.Env().step(a).get(): the proxy lives until the reply is read
         return h
 
