@@ -107,6 +107,13 @@ def process_cpu() -> float:
     return time.process_time()
 
 
+def polled_seconds() -> float:
+    """The wall time this worker has spent polling (fiber.transport.cpus)."""
+    import fiber.transport.cpus
+
+    return fiber.transport.cpus.polled_seconds()
+
+
 def getpid() -> int:
     return os.getpid()
 

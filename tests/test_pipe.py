@@ -287,15 +287,15 @@ def test_wait_in_a_child_over_ends_of_the_parents_hub(ctx):
     assert p.exitcode == 0
 
 
-def _recv_cpu(seconds: float) -> float:
-    """CPU time this thread spends in a recv() that another thread answers ``seconds``
-    later."""
+def _recv_polled(seconds: float) -> float:
+    """Time spent polling in a recv() that another thread answers ``seconds`` later (wall
+    time in the poll loop: a loaded host gives the thread less CPU, not less of that)."""
     a, b = fiber.Pipe()
     sender = threading.Timer(seconds, b.send, ("late",))
     sender.start()
-    start = time.thread_time()
+    start = _cpus.polled_seconds()
     assert a.recv() == "late"
-    cpu = time.thread_time() - start
+    cpu = _cpus.polled_seconds() - start
     sender.join()
     a.close()
     b.close()
@@ -309,14 +309,14 @@ def test_a_wait_polls_only_while_a_cpu_is_spare(monkeypatch):
     assert isinstance(_cpus.spare_cpu(), bool)
     with fiber.config.override(spin_us=200_000):
         monkeypatch.setattr(_cpus, "spare_cpu", lambda: True)
-        spun = _recv_cpu(1.0)
+        spun = _recv_polled(1.0)
         monkeypatch.setattr(_cpus, "spare_cpu", lambda: False)
-        busy = _recv_cpu(0.5)
+        busy = _recv_polled(0.5)
     with fiber.config.override(spin_us=0):
         monkeypatch.setattr(_cpus, "spare_cpu", lambda: True)
-        off = _recv_cpu(0.5)
-    assert 0.1 < spun < 0.7, spun
-    assert busy < 0.05 and off < 0.05, (busy, off)
+        off = _recv_polled(0.5)
+    assert 0.15 < spun < 0.7, spun
+    assert busy < 0.05 and off < 0.01, (busy, off)
 
 
 @pytest.mark.parametrize("spare", [True, False])
@@ -335,6 +335,6 @@ def test_a_child_waiting_for_a_reply_polls_only_while_a_cpu_is_spare(ctx, spare)
     p.join(60)
     assert item == "late" and p.exitcode == 0
     if spare:
-        assert 0.1 < cpu < 0.7, cpu
+        assert 0.15 < cpu < 0.7, cpu
     else:
         assert cpu < 0.05, cpu

@@ -110,13 +110,15 @@ def test_apply_from_several_threads(ctx):
     assert out == {k: [(k * 100 + i) ** 2 for i in range(50)] for k in range(4)}
 
 
-def _wait_cpu(pool, tasks: int, seconds: float) -> float:
-    """CPU time this thread spends waiting for ``tasks`` tasks of ``seconds`` each."""
+def _wait_polled(pool, tasks: int, seconds: float) -> float:
+    """The time this process spends polling while it waits for ``tasks`` tasks of
+    ``seconds`` each (wall time in the poll loop: a loaded host gives the thread less
+    CPU, not less of that)."""
     r = pool.starmap_async(ph.sleep_return, [(i, seconds) for i in range(tasks)],
                            chunksize=1)
-    start = time.thread_time()
+    start = fiber.transport.cpus.polled_seconds()
     assert r.get(timeout=60) == list(range(tasks))
-    return time.thread_time() - start
+    return fiber.transport.cpus.polled_seconds() - start
 
 
 def test_waiting_thread_polls_then_sleeps(ctx, monkeypatch):
@@ -126,20 +128,21 @@ def test_waiting_thread_polls_then_sleeps(ctx, monkeypatch):
     with fiber.config.override(spin_us=200_000):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))  # connected
-            spun = _wait_cpu(pool, 1, 1.5)
-    assert 0.1 < spun < 0.7, spun
+            spun = _wait_polled(pool, 1, 1.5)
+    assert 0.15 < spun < 0.7, spun
     with fiber.config.override(spin_us=0):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))
-            slept = _wait_cpu(pool, 1, 1.5)
-    assert slept < 0.05, slept
+            slept = _wait_polled(pool, 1, 1.5)
+    assert slept < 0.01, slept
 
 
-def _empty_wait_cpu(server: Server, budget: float) -> float:
-    """CPU time of a 1 s wait on ``server`` that nothing ends, with a poll ``budget``."""
-    start = time.thread_time()
+def _empty_wait_polled(server: Server, budget: float) -> float:
+    """Time spent polling in a 1 s wait on ``server`` that nothing ends, with a poll
+    ``budget`` (wall time in the poll loop, as :func:`_wait_polled`)."""
+    start = fiber.transport.cpus.polled_seconds()
     assert not server.wait_serving(lambda: False, 1.0, lambda left: False, lambda: budget)
-    return time.thread_time() - start
+    return fiber.transport.cpus.polled_seconds() - start
 
 
 def test_a_wait_polls_for_its_budget_in_all_however_often_it_is_woken(monkeypatch):
@@ -157,12 +160,12 @@ def test_a_wait_polls_for_its_budget_in_all_however_often_it_is_woken(monkeypatc
     nudger = threading.Thread(target=nudge)
     nudger.start()
     try:
-        cpu = _empty_wait_cpu(server, 0.05)
+        polled = _empty_wait_polled(server, 0.05)
     finally:
         stop.set()
         nudger.join()
         server.close()
-    assert 0.03 < cpu < 0.3, cpu
+    assert 0.04 < polled < 0.3, polled
 
 
 def test_a_wait_stops_polling_once_no_cpu_is_spare(monkeypatch):
@@ -171,10 +174,10 @@ def test_a_wait_stops_polling_once_no_cpu_is_spare(monkeypatch):
     monkeypatch.setattr(fiber.transport.cpus, "spare_cpu", lambda: False)
     server = Server("127.0.0.1", name="fiber-test-server")
     try:
-        cpu = _empty_wait_cpu(server, 0.5)
+        polled = _empty_wait_polled(server, 0.5)
     finally:
         server.close()
-    assert cpu < 0.05, cpu
+    assert polled < 0.05, polled
 
 
 def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx):
@@ -199,11 +202,11 @@ def test_an_idle_worker_polls_for_its_next_task_while_a_cpu_is_spare(ctx, spare)
     host has a CPU to spare."""
     with fiber.config.override(spin_us=300_000):  # the config travels to the workers
         with ctx.Pool(1, initializer=ph.pretend_spare_cpu, initargs=(spare,)) as pool:
-            before = pool.apply(ph.process_cpu)
+            before = pool.apply(ph.polled_seconds)
             time.sleep(1.0)  # the worker is idle
-            polled = pool.apply(ph.process_cpu) - before
+            polled = pool.apply(ph.polled_seconds) - before
     if spare:
-        assert 0.2 < polled < 0.7, polled
+        assert 0.25 < polled < 0.7, polled
     else:
         assert polled < 0.05, polled
 
