@@ -10,7 +10,9 @@ For each size, and for each of ``multiprocessing.Pool`` and ``fiber.Pool`` (loca
 - **round efficiency**: rounds of one 50 ms sleep per worker (an ES iteration); efficiency
   = 50 ms / the round's wall time (1.0 would be no overhead at all);
 - **master CPU per task** over the rounds (user + system time of the master process:
-  multiprocessing's handler threads and fiber's hub are both in it);
+  multiprocessing's handler threads and fiber's hub are both in it), and **workers' CPU
+  per task** (every descendant process: fiber's fork server and its jobs, multiprocessing's
+  forked workers);
 - **master RSS per worker**: the master's resident memory after start-up, less before,
   divided by ``n``.
 
@@ -35,6 +37,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(__file__))
+import psutil  # noqa: E402
 from _common import table  # noqa: E402
 
 import fiber  # noqa: E402
@@ -74,6 +77,19 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _descendants_cpu_s() -> float:
+    """CPU time of every descendant process, from /proc/PID/schedstat (nanoseconds:
+    psutil's cpu_times counts clock ticks, coarser than a worker's CPU for a round)."""
+    total = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            with open(f"/proc/{child.pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
 def measure(make_pool: Callable[[int], Any], n: int, rounds: int) -> Dict[str, float]:
     """Start-up, first result, round efficiency, master CPU and memory of one pool."""
     gc.collect()
@@ -101,18 +117,21 @@ def measure(make_pool: Callable[[int], Any], n: int, rounds: int) -> Dict[str, f
         shutil.rmtree(folder, ignore_errors=True)
     rss = _rss_mb() - rss0
     pool.map(nap, range(n), chunksize=1)  # warm: every worker has the function
-    cpu0, times = _cpu_s(), []
+    cpu0, wcpu0, times = _cpu_s(), _descendants_cpu_s(), []
     for _ in range(rounds):
         t = time.perf_counter()
         pool.map(nap, range(n), chunksize=1)
         times.append(time.perf_counter() - t)
     cpu = _cpu_s() - cpu0
+    wcpu = _descendants_cpu_s() - wcpu0
     pool.terminate()
     pool.join()
     mean_round = sum(times) / len(times)
     return {"startup_s": startup, "first_s": first or startup,
             "efficiency": TASK_S / mean_round, "round_s": mean_round,
-            "cpu_us_per_task": cpu / (rounds * n) * 1e6, "rss_kb_per_worker": rss * 1024 / n}
+            "cpu_us_per_task": cpu / (rounds * n) * 1e6,
+            "worker_cpu_us_per_task": wcpu / (rounds * n) * 1e6,
+            "rss_kb_per_worker": rss * 1024 / n}
 
 
 def _mp_pool(n: int) -> Any:
@@ -170,10 +189,11 @@ def main() -> None:
     rows = []
     for r in results:
         rows.append([r["workers"], r["pool"], r["startup_s"], r["first_s"], r["efficiency"],
-                     r["cpu_us_per_task"], r["rss_kb_per_worker"]])
+                     r["cpu_us_per_task"], r["worker_cpu_us_per_task"],
+                     r["rss_kb_per_worker"]])
     table("Pools at size (start-up: every worker running a task)",
           ["workers", "pool", "start-up s", "first s", "efficiency", "master CPU us/task",
-           "master KB/worker"], rows)
+           "workers CPU us/task", "master KB/worker"], rows)
     by_size: Dict[int, Dict[str, Dict[str, Any]]] = {}
     for r in results:
         by_size.setdefault(r["workers"], {})[r["pool"]] = r

@@ -46,6 +46,11 @@
 #   after that scontrol says "Invalid job id specified". Every finished job is also appended to
 #   $DIR/log/jobcomp.txt (jobcomp/filetxt). Logs are kept after `stop`, wiped by a fresh start.
 # - slurmd logs "can not load PMIx library" errors at start: harmless (MpiDefault=none).
+# - Two partitions over all nodes: "debug" (the default; a job gets its CPUs to itself) and
+#   "wide" (OverSubscribe=FORCE:$FIBER_SLURM_OVERSUBSCRIBE, default 64: that many jobs share
+#   a core, so 3 nodes x 2 CPUs run 384 one-CPU jobs at once; memory is not scheduled,
+#   SelectTypeParameters=CR_Core). Tests of large pools (a 128-worker job array) use "wide";
+#   the other tests rely on "debug" running no more jobs than it has CPUs.
 # - Node failure detection (crash, or partition): with SlurmdTimeout=5 + MessageTimeout=3 (the
 #   defaults here) sinfo shows "allocated*"/"idle*" after ~6 s and "down* Not responding" (jobs
 #   NODE_FAIL) after ~12 s; with Slurm's 10/10 it takes ~27 s. A restarted slurmd is idle again
@@ -55,7 +60,8 @@
 # Environment: FIBER_SLURM_DIR (state, default /tmp/fiber-slurm), FIBER_SLURM_NET (first three
 # octets of a /24, default 10.201.0), FIBER_SLURM_CPUS (CPUs per node, default 2), FIBER_SLURM_MEM
 # (MB per node, default RAM/N), FIBER_SLURM_SLURMD_TIMEOUT (default 5), FIBER_SLURM_MSG_TIMEOUT
-# (default 3), FIBER_SLURM_MIN_JOB_AGE (default 300), FIBER_SLURM_START_TIMEOUT (default 60 s).
+# (default 3), FIBER_SLURM_MIN_JOB_AGE (default 300), FIBER_SLURM_START_TIMEOUT (default 60 s),
+# FIBER_SLURM_OVERSUBSCRIBE (jobs a core in partition "wide", default 64).
 # Only processes this script started (pid files it owns, processes inside its namespaces) are
 # ever signalled.
 set -euo pipefail
@@ -68,6 +74,8 @@ SLURMD_TIMEOUT=${FIBER_SLURM_SLURMD_TIMEOUT:-5}
 MIN_JOB_AGE=${FIBER_SLURM_MIN_JOB_AGE:-300}
 MSG_TIMEOUT=${FIBER_SLURM_MSG_TIMEOUT:-3}
 START_TIMEOUT=${FIBER_SLURM_START_TIMEOUT:-60}
+OVERSUB=${FIBER_SLURM_OVERSUBSCRIBE:-64}
+WIDE=wide
 BR=fbslurm0
 CONF=$DIR/etc/slurm.conf
 export SLURM_CONF=$CONF
@@ -170,7 +178,7 @@ MpiDefault=none
 MailProg=/bin/true
 SwitchType=switch/none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,default_queue_depth=1000
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -187,6 +195,7 @@ EOF
       echo "NodeName=node$i NodeAddr=$(node_addr "$i") CPUs=$CPUS RealMemory=$mem State=UNKNOWN"
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=$WIDE Nodes=ALL Default=NO OverSubscribe=FORCE:$OVERSUB MaxTime=INFINITE State=UP"
   } > "$CONF"
 }
 

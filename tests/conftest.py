@@ -38,6 +38,21 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "local_pids: the test kills or identifies workers by OS pid, which only "
         "the local and netns backends give (their jobs are processes of this machine); "
         "cluster backends have their own crash tests (node crash, container kill)")
+    config.addinivalue_line(
+        "markers", "scale: a pool of hundreds of workers (minutes on this machine): run once, "
+        "with Python 3.11; the suites on the other supported Pythons deselect these")
+    config.addinivalue_line(
+        "markers", "one_python: fiber's own machinery, not the interpreter's (network "
+        "partitions, the hub's security, the command line, polling, chaos): run with Python "
+        "3.11 only, to keep the other Pythons' suites within the CI budget (ONE_PYTHON)")
+
+
+#: Test modules whose tests (the ``ctx`` ones aside) depend on
+#: fiber's machinery, not on the interpreter's version: the suites on the other supported
+#: Pythons deselect them (marker one_python). Everything that touches pickling, exits,
+#: threads, signals, warnings or the standard library's multiprocessing runs everywhere.
+ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_cli",
+              "test_pool_chaos", "test_docs", "test_pool_local", "test_pipe_local"}
 
 
 API_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")
@@ -46,10 +61,14 @@ API_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     outside = []
     for item in items:
-        if "ctx" in getattr(item, "fixturenames", ()):
+        api = "ctx" in getattr(item, "fixturenames", ())
+        if api:
             item.add_marker(pytest.mark.api)
         elif str(item.path).startswith(API_DIR + os.sep):
             outside.append(item.nodeid)
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if module in ONE_PYTHON and not api:
+            item.add_marker(pytest.mark.one_python)
     if outside:  # every backend runs tests/api: a test there must take the backend's ctx
         raise pytest.UsageError("tests/api holds the suite every backend runs; these tests "
                                 "do not take the ctx fixture: " + ", ".join(outside))

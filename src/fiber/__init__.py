@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from . import errors, futures, managers
+from . import _exports, _version, errors, futures, managers
+from ._core._shared import Shared
+from ._core._shared import share as shared
 from ._version import __version__ as __version__
-from .config import Config, get_config, init
+from .config import Config, get_config, init, reset
 from .connection import BufferTooShort, Pipe
 from .context import FiberContext, get_context
 from .errors import (
@@ -26,6 +28,7 @@ from .meta import meta
 from .pool import Pool
 from .process import Process, active_children, current_process, parent_process
 from .queues import JoinableQueue, Queue, SimpleQueue
+from .ring import Ring
 from .sharedctypes import Array, RawArray, RawValue, Value
 from .synchronize import (
     Barrier,
@@ -38,7 +41,9 @@ from .synchronize import (
     Semaphore,
 )
 
+_exports.publish(__name__, Shared)
 _default = get_context(None)
+_version.warn_if_shadowed(__path__[0])
 
 
 def cpu_count() -> int:
@@ -117,7 +122,9 @@ __all__ = [
     "RawArray",
     "RawValue",
     "RemoteError",
+    "Ring",
     "Semaphore",
+    "Shared",
     "SimpleQueue",
     "TimeoutError",
     "Value",
@@ -139,7 +146,9 @@ __all__ = [
     "meta",
     "parent_process",
     "reducer",
+    "reset",
     "set_executable",
     "set_forkserver_preload",
     "set_start_method",
+    "shared",
 ]

@@ -1,5 +1,37 @@
-"""This package's name on PyPI and its version (pyproject.toml reads the version here)."""
+"""This package's name on PyPI and its version (pyproject.toml reads the version here), and
+the check for another distribution of the same import name."""
+
+import os
+import warnings
+from typing import List
 
 #: The distribution that installs this ``fiber`` (the original fiber's is ``fiber``).
 DISTRIBUTION = "fiber-cluster"
 __version__ = "0.1.0"
+
+
+def other_distributions(package_dir: str) -> List[str]:
+    """Metadata folders of another distribution of the import name ``fiber`` beside this
+    package (the original fiber's ``fiber-0.2.1.dist-info``): installing one over the other
+    overwrites its files, and uninstalling one leaves the other broken."""
+    site = os.path.dirname(package_dir)
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.lower().startswith("fiber-")
+                  and n.endswith((".dist-info", ".egg-info")))
+
+
+def warn_if_shadowed(package_dir: str) -> None:
+    """Warn once, in the main program only, when :func:`other_distributions` finds one."""
+    if os.environ.get("FIBER_PARENT"):
+        return
+    others = other_distributions(package_dir)
+    if others:
+        warnings.warn(
+            f"another distribution of the import name 'fiber' is installed beside "
+            f"{DISTRIBUTION} in {os.path.dirname(package_dir)} ({', '.join(others)}: the "
+            f"original fiber?). Both write the same files: pip uninstall both, then pip "
+            f"install {DISTRIBUTION} alone (fiber --version names the one in use)",
+            UserWarning, stacklevel=3)

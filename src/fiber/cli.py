@@ -25,13 +25,15 @@ jobs of every fiber program there.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import shlex
 import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from . import config
 from ._version import DISTRIBUTION
@@ -79,8 +81,25 @@ def version_line() -> str:
             f"{sys.version.split()[0]})")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors suggest the option or command meant."""
+
+    #: Every option and command of the ``fiber`` command, filled in by :func:`_parser`.
+    known: List[str] = []
+
+    def error(self, message: str) -> NoReturn:
+        words = re.findall(r"unrecognized arguments: (.*)$|invalid choice: '([^']*)'",
+                           message)
+        if words:
+            typed = (words[0][0].split() or [""])[0] or words[0][1]
+            close = difflib.get_close_matches(typed, self.known, n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {close[0]!r}?)"
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="fiber", description="Run a program as a job on a cluster; list, read and "
         "stop fiber jobs. Settings come from .fiberconfig and FIBER_* variables, as for a "
         "program using fiber.")
@@ -89,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help, description=help)
+        _Parser.known.append(name)
         p.add_argument("-b", "--backend", help="the backend (config key backend)")
         p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
                        help="a config value, as in .fiberconfig (repeatable)")
@@ -117,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs "
                    "(on Slurm: cancel them)")
     stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB")
+    for parser in (top, run, ps, logs, stop):
+        _Parser.known.extend(o for a in parser._actions for o in a.option_strings)  # noqa: SLF001
     return top
 
 

@@ -5,10 +5,15 @@ Precedence, highest first::
     fiber.init(key=value)  >  FIBER_KEY environment variables  >  .fiberconfig  >  defaults
 
 ``.fiberconfig`` (in the working directory) is an INI file whose ``[fiber]`` section holds
-the same keys as ``fiber.init``; a file without a section header is read as ``[fiber]``.
-Values from text sources are converted to the field's type (``FIBER_DEBUG=false`` is
-``False``); an unknown key or a value of the wrong type raises :class:`ConfigError` naming
-the key and listing the valid ones.
+the same keys as ``fiber.init``; a file without a section header is read as ``[fiber]``,
+and the original fiber's ``[default]`` section is read too. Values from text sources are
+converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key or a
+value of the wrong type raises :class:`ConfigError` naming the key, the closest valid one
+and the valid ones; a ``FIBER_*`` variable that is not a setting is warned about once.
+Keys of the original fiber are read as their new names (see :mod:`fiber._config_compat`).
+
+``fiber.config.backend`` reads the value in force, and ``fiber.config.backend = "docker"``
+sets it, as ``fiber.init(backend="docker")`` does.
 
 Nothing is read at import time. The first call to :func:`get_config` resolves the config;
 :func:`init` and :func:`override` replace it. Children receive the parent's resolved config
@@ -21,16 +26,22 @@ import configparser
 import contextlib
 import dataclasses
 import os
+import sys
 import threading
+import types
 import typing
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
 
+from . import _config_compat as compat
 from .errors import ConfigError
 
-__all__ = ["Config", "get_config", "init", "override", "CONFIG_FILE"]
+__all__ = ["Config", "get_config", "init", "override", "reset", "load", "get_dict",
+           "CONFIG_FILE"]
 
 CONFIG_FILE = ".fiberconfig"
 _ENV_PREFIX = "FIBER_"
+_SECTIONS = ("fiber", "default")  # default: the original fiber's section
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,18 +55,33 @@ class Config:
     #: backend says peers can reach". Not inherited: a child listens on the local address
     #: on the route to its parent, which is on its own host.
     listen_host: str = ""
-    #: Verbose logging of fiber's machinery to stderr (never of secrets).
+    #: Verbose logging of fiber's machinery to stderr (never of secrets): the same as
+    #: ``log_level=debug``.
     debug: bool = False
+    #: Least severe of fiber's log messages shown: ``debug``, ``info``, ``warning``,
+    #: ``error`` or ``critical`` (also the original fiber's numbers, ``10`` for debug).
+    log_level: str = "warning"
+    #: Where fiber's log messages go: empty for stderr, ``stdout``, or a file path, to
+    #: which every process appends ``.<its name>`` (``fiber.log.MainProcess``,
+    #: ``fiber.log.PoolWorker-3``): one file a process.
+    log_file: str = ""
+    #: TCP port on which the main process listens for its jobs; 0: a free port. For a
+    #: firewall that opens one port (jobs' own children still take free ports).
+    listen_port: int = 0
     #: Python interpreter jobs run; empty means the interpreter running this program.
     python: str = ""
     #: Container image for container backends; empty means the master's own image.
     image: str = ""
-    #: Default resources of a job whose target has no ``@fiber.meta``.
+    #: CPUs of a job whose target has no ``@fiber.meta(cpu=...)``.
     cpu_per_job: float = 1.0
+    #: Memory (MB) of a job whose target has no ``@fiber.meta(memory=...)``; 0: no limit
+    #: asked for.
     memory_per_job_mb: int = 0
+    #: GPUs of a job whose target has no ``@fiber.meta(gpu=...)``.
     gpu_per_job: int = 0
-    #: Seconds between liveness heartbeats, and silence after which a peer is lost.
+    #: Seconds between liveness probes of a connection (TCP keepalive).
     heartbeat_interval: float = 1.0
+    #: Seconds of silence after which a peer counts as lost (its host unreachable).
     heartbeat_timeout: float = 3.0
     #: Seconds a submitted job may take to connect back before it counts as failed.
     startup_timeout: float = 600.0
@@ -169,7 +195,8 @@ _FALSE = {"0", "false", "no", "off", ""}
 def _convert(key: str, value: Any) -> Any:
     """Convert ``value`` to the type of field ``key``; raise ConfigError when it can't."""
     if key not in _FIELDS:
-        raise ConfigError(key, "unknown key", valid=list(_FIELDS))
+        raise ConfigError(key, "unknown key" + compat.suggestion(key, _FIELDS),
+                          valid=list(_FIELDS))
     typ = _TYPES[key]
     try:
         if typ is bool:
@@ -209,34 +236,73 @@ def _validate(key: str, value: Any) -> None:
     if key == "kubernetes_image_pull_policy" and value not in ("", "Always", "IfNotPresent",
                                                                "Never"):
         raise ConfigError(key, f"must be Always, IfNotPresent or Never, got {value!r}")
+    if key == "log_level" and value not in LOG_LEVELS:
+        raise ConfigError(key, f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
+                          + compat.suggestion(str(value).lower(), LOG_LEVELS))
+    if key == "listen_port" and not 0 <= value <= 65535:
+        raise ConfigError(key, f"must be a TCP port (0 to 65535), got {value!r}")
 
 
 def _from_file(path: str) -> Dict[str, str]:
-    if not os.path.isfile(path):
+    """The settings of config file ``path`` ({} if there is none).
+
+    Raises:
+        ConfigError: the file cannot be read, is not text, or is not a config file.
+    """
+    if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"is not a text file (byte {e.start}: {e.reason}); a "
+                          "fiber config file is an INI file of key = value lines") from None
+    except OSError as e:
+        raise ConfigError(path, f"cannot be read: {e.strerror or e}") from None
+    if "\0" in text:
+        raise ConfigError(path, "is not a text file (it holds NUL bytes); a fiber config "
+                          "file is an INI file of key = value lines")
     if not text.lstrip().startswith("["):
         text = "[fiber]\n" + text
-    parser = configparser.ConfigParser(interpolation=None)
+    parser = configparser.ConfigParser(interpolation=None, default_section="\0none")
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     try:
         parser.read_string(text, source=path)
     except configparser.Error as e:
         raise ConfigError(path, f"cannot parse: {e}") from None
-    unknown_sections = [s for s in parser.sections() if s != "fiber"]
+    unknown_sections = [s for s in parser.sections() if s not in _SECTIONS]
     if unknown_sections:
         raise ConfigError(path, f"unknown section(s) {unknown_sections}; use [fiber]")
-    return dict(parser["fiber"]) if parser.has_section("fiber") else {}
+    out: Dict[str, str] = {}
+    for section in reversed(_SECTIONS):  # [fiber] wins over the original's [default]
+        if parser.has_section(section):
+            out.update(parser[section])
+    return out
 
 
 def _from_env(environ: Mapping[str, str]) -> Dict[str, str]:
     out = {}
+    legacy = (*compat.RENAMED, *compat.NO_EFFECT)
     for name, value in environ.items():
         if name.startswith(_ENV_PREFIX):
             key = name[len(_ENV_PREFIX):].lower()
-            if key in _FIELDS:
+            if key in _FIELDS or key in legacy:
                 out[key] = value
+    if not compat.in_a_job(environ):  # the program warns; its jobs inherit the variables
+        for name, hint in sorted(compat.unknown_variables(environ, _FIELDS).items()):
+            compat.warn_once(f"env:{name}", f"{name} is not a fiber setting{hint}; it has "
+                             "no effect", UserWarning)
+    return out
+
+
+def _translated(source: Mapping[str, Any], where: str) -> Dict[str, Any]:
+    """``source`` with the original fiber's keys read as ours; a new key set in the
+    same source wins over its old name."""
+    out: Dict[str, Any] = {}
+    for key, value in source.items():
+        pair = compat.translate(key, value, where)
+        if pair is not None and not (pair[0] != key and pair[0] in source):
+            out[pair[0]] = pair[1]
     return out
 
 
@@ -247,10 +313,11 @@ def resolve(
 ) -> Config:
     """Build a Config from the four sources; pure apart from reading the file."""
     values: Dict[str, Any] = {}
+    path = config_file if config_file is not None else CONFIG_FILE
     sources = (
-        _from_file(config_file if config_file is not None else CONFIG_FILE),
-        _from_env(os.environ if environ is None else environ),
-        dict(explicit),
+        _translated(_from_file(path), path),
+        _translated(_from_env(os.environ if environ is None else environ), "environment"),
+        _translated(explicit, "fiber.init"),
     )
     for source in sources:
         for key, raw in source.items():
@@ -298,6 +365,7 @@ def init(**kwargs: Any) -> Config:
         ConfigError: a key is unknown or a value has the wrong type.
     """
     global _resolved
+    kwargs = _translated(kwargs, "fiber.init")
     with _lock:
         for key, value in kwargs.items():
             _validate(key, _convert(key, value))
@@ -307,6 +375,32 @@ def init(**kwargs: Any) -> Config:
         _explicit.update(merged)
         _resolved = cfg
         return cfg
+
+
+def reset() -> Config:
+    """Forget what :func:`init` set and resolve the config again from the environment
+    and ``.fiberconfig`` (the original fiber's ``fiber.reset()``)."""
+    global _resolved
+    with _lock:
+        _explicit.clear()
+        _resolved = resolve({})
+        return _resolved
+
+
+def load(conf_file: str) -> Config:
+    """The config that ``conf_file`` (instead of ``.fiberconfig``), the environment and
+    :func:`init` give, without making it the one in force (the original fiber's
+    ``Config(conf_file=...)``; pass its values to :func:`init` to use it).
+
+    Raises:
+        ConfigError: the file or a setting is wrong.
+    """
+    return resolve(_explicit, config_file=conf_file)
+
+
+def get_dict() -> Dict[str, Any]:
+    """The config in force as a dict (the original fiber's ``fiber.config.get_dict()``)."""
+    return dataclasses.asdict(get_config())
 
 
 @contextlib.contextmanager
@@ -333,10 +427,30 @@ def install(cfg: Config) -> None:
         _resolved = cfg
 
 
-def reset() -> None:
+def forget_resolved() -> None:
     """Forget the resolved config (not what :func:`init` set): the next :func:`get_config`
     resolves it again. For a job forked from a process that had resolved its own (the
     local backend's fork-server template), before it reads its config."""
     global _resolved
     with _lock:
         _resolved = None
+
+
+class _ConfigModule(types.ModuleType):
+    """``fiber.config`` itself: ``fiber.config.<key>`` reads the value in force, and
+    assigning to it sets it as :func:`init` does (the original fiber's documented way),
+    instead of making a module global nothing reads."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _FIELDS:
+            return getattr(get_config(), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIELDS or name in compat.RENAMED or name in compat.NO_EFFECT:
+            init(**{name: value})
+        else:
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ConfigModule

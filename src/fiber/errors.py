@@ -8,9 +8,10 @@ here at the layer boundary and never leak out of fiber's public API.
 
 from __future__ import annotations
 
+import difflib
 import multiprocessing
 from concurrent.futures.process import BrokenProcessPool
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 __all__ = [
     "FiberError",
@@ -28,6 +29,7 @@ __all__ = [
     "WorkerLostError",
     "BrokenPoolError",
     "PoolTerminatedError",
+    "RingError",
 ]
 
 
@@ -55,8 +57,11 @@ class UnknownBackendError(BackendError, ValueError):
 
     def __init__(self, name: str, known: Sequence[str], hint: str = "") -> None:
         self.name = name
+        close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
         super().__init__(
-            f"unknown fiber backend {name!r}; known backends: {', '.join(sorted(known))}"
+            f"unknown fiber backend {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; known backends: {', '.join(sorted(known))}"
             + (f" ({hint})" if hint else "")
         )
 
@@ -148,3 +153,45 @@ class BrokenPoolError(ProcessError, BrokenProcessPool):
 
 class PoolTerminatedError(ProcessError):
     """The pool was terminated before this task finished."""
+
+
+class RingError(ProcessError):
+    """A member of a :class:`fiber.Ring` failed, so the ring ended all of its members.
+
+    Attributes: ``rank`` (the failed member's rank), ``size``, ``exitcode`` (its exit code,
+    negative for a signal; None if the member raised, or if the backend never said),
+    ``traceback`` (the member's formatted traceback when it raised, else ""), ``host``
+    (the address the member was reached at, "" if it never said), ``restarts`` (how
+    often the ring had been re-formed before this failure) and ``others`` (ranks that
+    failed right after it, most likely because of it: peers of a collective). When the
+    member raised, its exception is ``__cause__`` (and the remote traceback that
+    exception's ``__cause__``).
+    """
+
+    def __init__(self, rank: int, size: int, what: str, *, exitcode: Optional[int] = None,
+                 traceback: str = "", host: str = "", restarts: int = 0,
+                 others: Sequence[int] = ()) -> None:
+        self.rank = rank
+        self.size = size
+        self.exitcode = exitcode
+        self.traceback = traceback
+        self.host = host
+        self.restarts = restarts
+        self.others = list(others)
+        self._what = what
+        where = f" on {host}" if host else ""
+        after = f" (after {restarts} restarts)" if restarts else ""
+        also = (f" (then rank{'s' if len(others) > 1 else ''} "
+                f"{', '.join(map(str, others))} failed too)" if others else "")
+        super().__init__(f"ring member rank {rank} of {size}{where} {what}{after}{also}; "
+                         f"the ring ended its other members")
+
+    def __reduce__(self) -> Any:  # its arguments are not its message: pickle them
+        return (_ring_error, (self.rank, self.size, self._what, self.exitcode, self.traceback,
+                              self.host, self.restarts, self.others))
+
+
+def _ring_error(rank: int, size: int, what: str, exitcode: Optional[int], tb: str, host: str,
+                restarts: int, others: Sequence[int]) -> RingError:
+    return RingError(rank, size, what, exitcode=exitcode, traceback=tb, host=host,
+                     restarts=restarts, others=others)

@@ -129,10 +129,6 @@ def test_cancel_ends_a_wait_in_another_thread(ctx):
         assert outcome and outcome[0] - t < 5  # not at its 60 s timeout
 
 
-
-
-
-
 def _busy_then_queued(ex: cf.Executor, count: int) -> tuple:
     """A call a worker holds (it sleeps) and ``count`` calls queued behind it, the last
     ones surely queued still (a fiber worker holds a few tasks at most, a stdlib call

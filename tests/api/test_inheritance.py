@@ -42,8 +42,6 @@ def _argv(_: int) -> list:
     return list(sys.argv)
 
 
-
-
 def report_flags(q) -> None:  # type: ignore[no-untyped-def]
     q.put(_flags())
 

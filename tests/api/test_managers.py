@@ -319,5 +319,69 @@ def test_async_object_in_the_manager_and_freed_jobs(remote):
     wait_until(lambda: remote._number_of_objects() == 1, 30, message="the job ended")
 
 
+# -- lifetime: a manager lives while it or its proxies do; its server stops at exit --------
 
 
+def test_collected_manager_stops_its_server(ctx):
+    """As multiprocessing's: a manager nobody holds (nor any proxy it made here) stops its
+    server job, which then leaves ``active_children()``."""
+    import gc
+
+    m = ctx.Manager()
+    server = m._process
+    d = m.dict(a=1)
+    del m
+    gc.collect()
+    assert server.is_alive() and d["a"] == 1  # the proxy keeps its manager
+    child = d.copy()  # a plain value; a proxy made by a call keeps the manager too
+    assert child == {"a": 1}
+    del d
+    gc.collect()
+    wait_until(lambda: not server.is_alive(), 60, message="the collected manager's server ends")
+    assert server not in fiber.active_children()
+    assert server.exitcode == 0  # shut down, not terminated
+
+
+def test_async_proxies_keep_their_manager(ctx):
+    import gc
+
+    remote = mh.Remote(ctx=ctx)
+    remote.start()
+    server = remote._process
+    counter = remote.Counter(1)
+    del remote
+    gc.collect()
+    assert counter.add(1).get(timeout=60) == 2 and server.is_alive()
+    del counter
+    gc.collect()
+    wait_until(lambda: not server.is_alive(), 60, message="the collected manager's server ends")
+    assert server.exitcode == 0
+
+
+@pytest.mark.local_pids
+def test_terminated_manager_ends_its_object_jobs_first(ctx, backend_name, capfd):
+    """SIGTERM stops a manager as ``shutdown`` does: its object jobs end before it (they
+    do not find their parent gone), and its exit code says it was terminated."""
+    import signal
+
+    import psutil
+
+    from fiber.backends import get_backend
+
+    if not get_backend(backend_name).jobs_share_host:
+        pytest.skip(f"jobs of {backend_name} are not processes of this host whose stderr "
+                    "is ours: what an orphaned object job prints cannot be seen here")
+    remote = mh.Remote(ctx=ctx)
+    remote.start()
+    counters = [remote.Counter() for _ in range(2)]
+    pids = [h.get(timeout=60) for h in [c.pid() for c in counters]]
+    capfd.readouterr()
+    remote._process.terminate()
+    remote._process.join(60)
+    assert remote._process.exitcode == -signal.SIGTERM
+    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() !=
+                               psutil.STATUS_ZOMBIE for p in pids), 30,
+               message="the object jobs end")
+    time.sleep(0.5)  # what an orphaned object job would print, it prints by now
+    assert "is gone" not in capfd.readouterr().err
+    remote.shutdown()

@@ -81,8 +81,6 @@ def test_eof_when_peer_is_killed(ctx):
     assert a.poll(0)  # as with an OS pipe: EOF is "readable"
 
 
-
-
 def test_bytes_api(ctx):
     a, b = ctx.Pipe()
     a.send_bytes(b"0123456789", 2, 5)
@@ -190,12 +188,6 @@ def _hub_watches() -> int:
     return len(_runtime.hub().service(WAIT_SERVICE).watches)
 
 
-
-
-
-
-
-
 def test_wait_over_hubs_and_sentinels(ctx):
     """Ends served by this process's hub and a child's, and a sentinel, in one wait:
     each source wakes it, and the requests it no longer needs are withdrawn from both
@@ -245,10 +237,6 @@ def test_wait_in_a_child_over_ends_of_the_parents_hub(ctx):
     assert p.exitcode == 0
 
 
-
-
-
-
 @pytest.mark.parametrize("spare", [True, False])
 def test_a_child_waiting_for_a_reply_polls_only_while_a_cpu_is_spare(ctx, spare):
     """A child's wait for a reply of another process's hub (here its pipe end's next
@@ -265,6 +253,6 @@ def test_a_child_waiting_for_a_reply_polls_only_while_a_cpu_is_spare(ctx, spare)
     p.join(60)
     assert item == "late" and p.exitcode == 0
     if spare:
-        assert 0.1 < cpu < 0.7, cpu
+        assert 0.15 < cpu < 0.7, cpu
     else:
         assert cpu < 0.05, cpu

@@ -105,13 +105,15 @@ def test_apply_from_several_threads(ctx):
     assert out == {k: [(k * 100 + i) ** 2 for i in range(50)] for k in range(4)}
 
 
-def _wait_cpu(pool, tasks: int, seconds: float) -> float:
-    """CPU time this thread spends waiting for ``tasks`` tasks of ``seconds`` each."""
+def _wait_polled(pool, tasks: int, seconds: float) -> float:
+    """The time this process spends polling while it waits for ``tasks`` tasks of
+    ``seconds`` each (wall time in the poll loop: a loaded host gives the thread less
+    CPU, not less of that)."""
     r = pool.starmap_async(ph.sleep_return, [(i, seconds) for i in range(tasks)],
                            chunksize=1)
-    start = time.thread_time()
+    start = fiber.transport.cpus.polled_seconds()
     assert r.get(timeout=60) == list(range(tasks))
-    return time.thread_time() - start
+    return fiber.transport.cpus.polled_seconds() - start
 
 
 def test_waiting_thread_polls_then_sleeps(ctx, monkeypatch):
@@ -121,19 +123,13 @@ def test_waiting_thread_polls_then_sleeps(ctx, monkeypatch):
     with fiber.config.override(spin_us=200_000):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))  # connected
-            spun = _wait_cpu(pool, 1, 1.5)
-    assert 0.1 < spun < 0.7, spun
+            spun = _wait_polled(pool, 1, 1.5)
+    assert 0.15 < spun < 0.7, spun
     with fiber.config.override(spin_us=0):
         with ctx.Pool(1) as pool:
             pool.apply(ph.square, (1,))
-            slept = _wait_cpu(pool, 1, 1.5)
-    assert slept < 0.05, slept
-
-
-
-
-
-
+            slept = _wait_polled(pool, 1, 1.5)
+    assert slept < 0.01, slept
 
 
 def test_waiting_thread_leaves_the_cpus_to_busy_workers(ctx):
@@ -158,15 +154,13 @@ def test_an_idle_worker_polls_for_its_next_task_while_a_cpu_is_spare(ctx, spare)
     host has a CPU to spare."""
     with fiber.config.override(spin_us=300_000):  # the config travels to the workers
         with ctx.Pool(1, initializer=ph.pretend_spare_cpu, initargs=(spare,)) as pool:
-            before = pool.apply(ph.process_cpu)
+            before = pool.apply(ph.polled_seconds)
             time.sleep(1.0)  # the worker is idle
-            polled = pool.apply(ph.process_cpu) - before
+            polled = pool.apply(ph.polled_seconds) - before
     if spare:
-        assert 0.2 < polled < 0.7, polled
+        assert 0.25 < polled < 0.7, polled
     else:
         assert polled < 0.05, polled
-
-
 
 
 def test_apply_matches_multiprocessing(ctx, mp_pool):
@@ -640,10 +634,6 @@ def test_remote_exception_reraised_with_its_type_and_remote_traceback(ctx):
         assert pool.map_async(ph.square, range(5)).get(timeout=60) == [0, 1, 4, 9, 16]
 
 
-
-
-
-
 def test_lambdas_and_closures_go_by_value(ctx):
     factor = 7
 
@@ -704,10 +694,6 @@ def test_large_numpy_array_argument_and_result(ctx):
         assert out.flags.writeable
         (again,) = pool.map_async(ph.negate, [out]).get(timeout=120)
         assert np.array_equal(again, a)
-
-
-
-
 
 
 # -- scheduling ------------------------------------------------------------------------------

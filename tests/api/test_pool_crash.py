@@ -195,10 +195,6 @@ def test_retries_follow_pool_max_task_retries(ctx):
         assert pool.apply_async(ph.square, (3,)).get(timeout=60) == 9
 
 
-
-
-
-
 @pytest.mark.local_pids
 def test_work_held_by_a_worker_lost_after_close_is_still_done(ctx):
     """close() means: no new work, but what was submitted is done. A worker killed after

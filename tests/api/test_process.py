@@ -164,10 +164,6 @@ def test_lambda_and_closure_go_by_value(ctx):
     p.join(60)
 
 
-
-
-
-
 def test_a_started_process_lets_go_of_its_arguments(ctx):
     """As multiprocessing: once started, the Process object no longer holds its target's
     arguments (a manager's object handed to a child was never freed while it lived)."""
@@ -204,8 +200,6 @@ def test_a_child_ends_once_its_non_daemon_threads_have(ctx):
     assert q.get(timeout=10) == "late"
 
 
-
-
 def test_active_children(ctx):
     p = ctx.Process(target=helpers.sleep, args=(30,))
     p.start()
@@ -215,41 +209,11 @@ def test_active_children(ctx):
     assert p not in fiber.active_children()
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def test_parent_sentinel_is_not_ready_while_the_parent_lives(ctx):

@@ -116,10 +116,6 @@ def test_a_killed_worker_breaks_the_pool_instead_of_hanging(host_ctx):
             ex.submit(h.square, 3)
 
 
-
-
-
-
 def test_multiprocessing_queue_and_pipe_reach_a_fiber_process(host_ctx):
     requests = multiprocessing.get_context("spawn").Queue()
     mine, theirs = multiprocessing.Pipe()
@@ -160,10 +156,6 @@ def test_other_hosts_are_refused_at_start(ctx, backend_name):
             ex.submit(h.square, 2)
     mine.close()
     theirs.close()
-
-
-
-
 
 
 def test_what_a_process_that_cannot_start_was_handed_is_released(ctx):

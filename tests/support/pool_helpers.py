@@ -1,4 +1,4 @@
-"""Targets for pool workers (tests/test_pool*.py); importable by the workers, which get the
+"""Targets for pool workers (tests/api/test_pool*.py); importable by the workers, which get the
 master's sys.path (tests/ is on it)."""
 
 from __future__ import annotations
@@ -105,6 +105,13 @@ def pretend_spare_cpu(spare: bool) -> None:
 
 def process_cpu() -> float:
     return time.process_time()
+
+
+def polled_seconds() -> float:
+    """The wall time this worker has spent polling (fiber.transport.cpus)."""
+    import fiber.transport.cpus
+
+    return fiber.transport.cpus.polled_seconds()
 
 
 def getpid() -> int:

@@ -85,8 +85,6 @@ def test_config_is_frozen():
         fiber.get_config().backend = "x"  # type: ignore[misc]
 
 
-
-
 def test_import_has_no_side_effects(tmp_path):
     code = (
         "import logging, os, sys, threading\n"

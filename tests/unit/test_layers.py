@@ -19,7 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "fiber"
 
 #: Layers, lowest first: a unit imports only from its own layer and those below.
 LAYERS: List[Tuple[str, ...]] = [
-    ("errors", "_version", "_compat", "_exports"),   # leaves: no fiber import at all
+    ("errors", "_version", "_compat", "_exports", "_config_compat"),  # leaves: no fiber import
     ("config", "transport"),                          # transport takes its settings as args
     ("_log", "backends"),                             # the backend layer
     ("_core", "meta"),                                # the hub, served objects, parking
@@ -27,9 +27,10 @@ LAYERS: List[Tuple[str, ...]] = [
     ("connection", "queues", "synchronize"),
     ("sharedctypes",),
     ("pool",),
-    ("managers", "ring"),
+    ("managers",),
     ("context",),                                     # binds the API to one backend
-    ("futures",),
+    ("futures", "ring"),                              # on a context's processes
+    ("experimental",),                                # the original fiber's interfaces
     ("fiber", "cli", "__main__", "testing"),          # the public namespace, tools
 ]
 RANK: Dict[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}

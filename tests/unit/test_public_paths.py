@@ -1,10 +1,11 @@
 """The public import paths of fiber, and the names its classes pickle and print under.
 
 ``PUBLIC`` is every name each public module exported when the package was reorganised
-into subpackages (``fiber.pool`` holds private ``_pool``, ``_service``...): each must stay
-importable from there. A class exported by a public module must carry a public
-``__module__`` from which it can be imported again: its repr and its pickles (classes
-pickle by reference) name that module, never a private one.
+into subpackages (``fiber.pool`` holds private ``_pool``, ``_service``...), and those of
+the packages made since (``fiber.ring``): each must stay importable from there. A class
+exported by a public module must carry a public ``__module__`` from which it can be
+imported again: its repr and its pickles (classes pickle by reference) name that module,
+never a private one.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ PUBLIC = {
         "Process current_process parent_process active_children start_all terminate_all"
     ),
     "fiber.queues": "Queue SimpleQueue JoinableQueue",
+    "fiber.ring": "Ring RingError RingMember current_member",
+    "fiber.experimental": "Ring RingNode",
     "fiber.sharedctypes": (
         "Value Array RawValue RawArray SharedValue SharedArray Synchronized SynchronizedArray "
         "SynchronizedString"

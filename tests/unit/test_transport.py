@@ -174,8 +174,6 @@ def test_fake_server_is_detected_and_nothing_unpickled(tmp_path):
     assert not trap.exists()
 
 
-
-
 def test_a_bug_in_a_service_does_not_stop_the_hub(capfd):
     """A service whose peer_gone raises: the error is reported, the other services are
     still told of the peer's end, and the hub goes on."""
@@ -244,6 +242,40 @@ def test_closed_connections_are_not_kept_until_their_handshake_deadline():
         assert server_module._HANDSHAKE_TTL >= 10  # the deadlines have not passed
     finally:
         srv.close()
+
+
+_OUT_OF_FILES = textwrap.dedent("""
+    import os, resource, threading
+    from fiber.transport.client import Client
+    from fiber.transport.server import Server
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    srv = Server("127.0.0.1")
+    done = []
+    # room for the client's socket, none for the server's end of it
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
+    t = threading.Thread(target=lambda: done.append(Client(srv.address, timeout=30)))
+    t.start()
+    t.join(2)  # accept() fails meanwhile: said once, and the listener rests
+    print("waiting" if t.is_alive() else "connected early", flush=True)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    t.join(30)
+    print("accepted" if done else "not accepted", flush=True)
+    srv.close()
+""")
+
+
+def test_a_server_out_of_descriptors_says_so_once_and_accepts_once_it_can():
+    """accept() failing with EMFILE left the listener readable: the server thread spun
+    on it without a word. It now names the limit once, rests the listener, and accepts
+    the waiting connection once descriptors are free again."""
+    cp = subprocess.run([sys.executable, "-c", _OUT_OF_FILES], capture_output=True,
+                        text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.split() == ["waiting", "accepted"], cp.stdout + cp.stderr
+    said = [line for line in cp.stderr.splitlines() if "cannot accept connections" in line]
+    assert len(said) == 1, cp.stderr
+    assert "Too many open files (open-file limit" in said[0] and "hard limit" in said[0]
 
 
 def test_an_address_whose_server_ended_reaches_no_other_server():

@@ -15,6 +15,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
+from fiber._core._shared import SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import PipeOps, PipeService
@@ -173,6 +174,7 @@ PROTOCOLS = [
     (LockService, LockOps), (SemaphoreService, SemaphoreOps), (EventService, EventOps),
     (ConditionService, ConditionOps), (BarrierService, BarrierOps), (ValueService, ValueOps),
     (LaunchService, LaunchOps), (ObjectService, ObjectOps), (ManagerService, ManagerOps),
+    (SharedStore, SharedOps),
 ]
 
 

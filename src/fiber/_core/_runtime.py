@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..backends import get_backend
 from ..config import get_config
+from ..transport import auth
 from ..transport.client import register_local_server, unregister_local_server
 from ..transport.server import Server
 from ..transport.sockets import split_address
@@ -69,8 +70,13 @@ def hub() -> Server:
     with _lock:
         if _hub is None or _hub_pid != os.getpid() or not _hub.alive:
             cfg = get_config()
+            # Made before any address is handed out: a child forked by multiprocessing
+            # then inherits it, and can authenticate to this hub.
+            auth.program_secret()
+            # listen_port is the main process's: its jobs' hubs take free ports
+            port = 0 if parent_address() else cfg.listen_port
             _hub = Server(listen_host(), cfg.heartbeat_interval, cfg.heartbeat_timeout,
-                          name="fiber-hub")
+                          name="fiber-hub", port=port)
             _hub_pid = os.getpid()
             register_local_server(_hub)
         return _hub

@@ -17,8 +17,10 @@ import secrets
 import struct
 import threading
 import weakref
+from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
+from ..transport import auth
 from ..transport.client import ConnectionLost, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
@@ -26,7 +28,8 @@ from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
-__all__ = ["Handle", "encode_wait", "decode_wait", "collecting_handoffs", "add_handoff"]
+__all__ = ["Handle", "encode_wait", "decode_wait", "collecting_handoffs", "add_handoff",
+           "probing"]
 
 
 def encode_wait(block: bool, timeout: Optional[float]) -> bytes:
@@ -71,14 +74,21 @@ class Handle:
         """The name of the object's service on that hub."""
         return self._name
 
-    def __getstate__(self) -> Tuple[bytes, str]:
+    def __getstate__(self) -> Tuple[Any, ...]:
         shared = self.__dict__.get("_shared")
         if shared is not None:
             shared[0] = True
+        if _for_a_stdlib_child():
+            # A multiprocessing child has no job environment to inherit the program's
+            # secret from: it travels with the object, in the data multiprocessing sends
+            # its child privately (over a pipe), as multiprocessing's own authkey does.
+            return (self._name, self._address, auth.program_secret())
         return (self._name, self._address)
 
-    def __setstate__(self, state: Tuple[bytes, str]) -> None:
-        self._name, self._address = state
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
+        self._name, self._address = state[0], state[1]
+        if len(state) > 2:
+            auth.adopt_secret(state[2])
         self._finalizer = None
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
@@ -108,6 +118,13 @@ class Handle:
         return e
 
 
+def _for_a_stdlib_child() -> bool:
+    """Whether this pickle is the preparation data of a ``multiprocessing`` spawn or
+    forkserver child (not of a fiber job, which fiber's own code may pickle so too)."""
+    popen = mp_context.get_spawning_popen()
+    return popen is not None and type(popen).__module__.startswith("multiprocessing.")
+
+
 def _unregister(hub: Server, name: bytes, shared: List[bool]) -> None:
     if not shared[0] and hub.alive and _runtime.hub_if_started() is hub:
         try:
@@ -131,6 +148,19 @@ def collecting_handoffs() -> Iterator[List[Callable[[], None]]]:
         yield sink
     finally:
         _handoff.sink = previous
+
+
+@contextlib.contextmanager
+def probing() -> Iterator[None]:
+    """A block whose pickles hand nothing over (pickled to find what cannot be pickled):
+    whatever they registered is released at its end."""
+    with collecting_handoffs() as handoffs:
+        yield
+    for release in handoffs:
+        try:
+            release()
+        except Exception:
+            pass
 
 
 def add_handoff(release: Callable[[], None]) -> bool:

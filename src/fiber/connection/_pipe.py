@@ -27,8 +27,9 @@ from .._core import _runtime
 from .._core._served import Handle, add_handoff, decode_wait, encode_wait
 from ..transport.client import ConnectionLost, process_id
 from ..transport.operations import handles
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Timer
+from ..transport.unpicklable import dumps_explained
 from . import _watch
 
 __all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "wait_frames"]
@@ -258,7 +259,7 @@ class Connection(Handle):
         """
         self._check_writable()
         self._check_not_broken()
-        frames = dumps(obj)
+        frames = dumps_explained(obj, "the object sent", "obj")
         self._send(PipeOps.SEND, [self._tag(), _PICKLED, *frames])
 
     def _check_not_broken(self) -> None:

@@ -29,6 +29,12 @@ served objects created in the manager: their proxies call them directly (one rou
 waits decided by the manager's hub, a lock released when its holder dies). A manager
 that dies makes every call on its proxies raise :class:`ConnectionLost`, never hang.
 
+Lifetime, as multiprocessing's: a started manager's server is shut down by ``shutdown()``,
+when the manager is garbage-collected (the proxies it made in this process hold it), or
+at exit, before fiber's exit function ends the remaining daemonic children. A manager
+process that receives SIGTERM (``terminate()``) shuts down the same way, its object jobs
+first, then ends with exit code -15.
+
 :class:`AsyncManager`: every object of a registered type lives in its own job by default
 (``register(..., separate_job=False)`` keeps it in the manager), so N environments step
 on N CPUs; ``manager.Env()`` returns at once while the job starts, and each method call
@@ -43,9 +49,10 @@ import atexit
 import multiprocessing.managers as _mpm
 import os
 import queue as _queue
+import threading
 import time
 import weakref
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import queues, synchronize
 from .._core import _served
@@ -139,6 +146,7 @@ class BaseManager:
         self._ctx = ctx
         self._state = INITIAL
         self._process: Any = None
+        self._server: Optional[_Server] = None
         self._shutdown_timeout = shutdown_timeout
         self._pid = os.getpid()
 
@@ -155,12 +163,14 @@ class BaseManager:
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         backend = None if self._ctx is None else self._ctx.backend
-        _register_exit_hook()  # before the first job: atexit runs it before fiber's own
         report = queues.Queue()
         proc = process_class(backend)(
             target=manager_main, name=f"{type(self).__name__}-server",
             args=(dict(self._registry), backend, report, initializer, tuple(initargs)))
         proc.start()
+        # After a job has started, so after fiber.process's exit function: atexit runs
+        # this hook first, which shuts the server down before that would end its job.
+        _register_exit_hook()
         deadline = time.monotonic() + get_config().startup_timeout
         while True:
             try:
@@ -176,8 +186,11 @@ class BaseManager:
         # down at exit too), though inside it is not one: it may start object jobs.
         mark_daemonic(proc)
         self._process = proc
+        self._server = _Server(proc, self._address, self._shutdown_timeout)
+        # As multiprocessing's: the server stops when this object is collected (the
+        # proxies made here hold it) or when the program exits, whichever comes first.
+        weakref.finalize(self, _stop_later, self._server).atexit = False  # type: ignore[misc, unused-ignore]
         self._state = STARTED
-        _started.add(self)
 
     def connect(self) -> None:
         """Use the running manager at ``address`` (started elsewhere in this program)."""
@@ -198,7 +211,7 @@ class BaseManager:
 
     def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
         _, frames = self._root().call(ManagerOps.CREATE, dumps((typeid, args, kwds)))
-        return new_proxy(loads(frames))
+        return new_proxy(loads(frames), manager=self)
 
     def _number_of_objects(self) -> int:
         """How many objects the manager serves (and object jobs it runs)."""
@@ -213,22 +226,8 @@ class BaseManager:
         if self._state != STARTED:
             return
         self._state = SHUTDOWN
-        _started.discard(self)
-        proc = self._process
-        if proc is None or self._pid != os.getpid():
-            return
-        try:
-            get_client(str(self._address), 5).request(MANAGER_SERVICE, ManagerOps.SHUTDOWN,
-                                                       timeout=10)
-        except Exception:
-            pass
-        proc.join(self._shutdown_timeout + 5)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(self._shutdown_timeout)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(10)
+        if self._server is not None and self._pid == os.getpid():
+            self._server.stop()
 
     def __enter__(self) -> BaseManager:
         if self._state == INITIAL:
@@ -286,21 +285,84 @@ class _LocalServer:
         serve_manager(self.registry, self.backend)
 
 
-_started: weakref.WeakSet[BaseManager] = weakref.WeakSet()
+class _Server:
+    """A started manager's server job, stopped once: by ``shutdown()``, when its manager
+    is collected, or when the program exits (before fiber's own exit function would end
+    it as a daemonic child: asked to shut down, it ends its object jobs first)."""
+
+    def __init__(self, process: Any, address: Optional[str], timeout: float) -> None:
+        self.process = process
+        self.address = address
+        self.timeout = timeout
+        self.stopped = False
+        self._lock = threading.Lock()
+        with _servers_lock:
+            _servers.add(self)
+
+    def stop(self) -> None:
+        """Ask the server to shut down and wait for its job; end it if it does not.
+
+        Listed in ``_servers`` until stopped, so that the exit hook waits for a stop that
+        the stopper thread has begun."""
+        with self._lock:
+            if self.stopped:
+                return
+            proc = self.process
+            try:
+                get_client(str(self.address), 5).request(MANAGER_SERVICE, ManagerOps.SHUTDOWN,
+                                                         timeout=10)
+            except Exception:
+                pass
+            proc.join(self.timeout + 5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(self.timeout)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(10)
+            self.stopped = True
+            with _servers_lock:
+                _servers.discard(self)
+
+
+_servers: Set[_Server] = set()
+_servers_lock = threading.Lock()
+_stop_queue: _queue.SimpleQueue[_Server] = _queue.SimpleQueue()
+_stopper: Optional[threading.Thread] = None
 _exit_hook = False
 
 
 def _register_exit_hook() -> None:
-    global _exit_hook
+    """Once a process: the exit hook, and the thread that stops collected managers'
+    servers (garbage collection may run anywhere, even where a request cannot be made)."""
+    global _exit_hook, _stopper
     if not _exit_hook:
         _exit_hook = True
         atexit.register(_shutdown_at_exit)
+    if _stopper is None or not _stopper.is_alive():
+        _stopper = threading.Thread(target=_stop_loop, name="fiber-manager-stop", daemon=True)
+        _stopper.start()
+
+
+def _stop_later(server: _Server) -> None:
+    _stop_queue.put(server)  # SimpleQueue.put: safe in a finalizer
+
+
+def _stop_loop() -> None:
+    while True:
+        server = _stop_queue.get()
+        try:
+            server.stop()
+        except Exception:
+            pass
 
 
 def _shutdown_at_exit() -> None:
-    for manager in list(_started):
+    with _servers_lock:
+        servers = list(_servers)
+    for server in servers:
         try:
-            manager.shutdown()
+            server.stop()
         except Exception:
             pass
 
@@ -369,4 +431,4 @@ class AsyncManager(BaseManager):
     def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
         h = channel(self._root().hub_address).call(MANAGER_SERVICE, ManagerOps.CREATE,
                                                    dumps((typeid, args, kwds)))
-        return pending_proxy(self._registry[typeid].proxytype, typeid, h)
+        return pending_proxy(self._registry[typeid].proxytype, typeid, h, manager=self)

@@ -18,6 +18,7 @@ still starting; the first use waits for it (``_resolve``).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.managers as _mpm
 import queue as _queue
 import secrets
@@ -49,6 +50,10 @@ class BaseProxy(_served.Handle):
     _direct: Any = None
     _pending: Optional[CallHandle] = None
     _cell: Optional[List[Any]] = None
+    #: The manager that made this proxy in this process (None in others, once unpickled):
+    #: as multiprocessing's, it lives while its proxies do, since collecting it stops its
+    #: server.
+    _manager: Any = None
 
     def _init(self, spec: Spec) -> None:
         """Become the proxy of ``spec``'s object, counted once for this process."""
@@ -77,8 +82,9 @@ class BaseProxy(_served.Handle):
         self._resolve()
         if self._direct is not None:
             return getattr(self._direct, methodname)(*args, **(kwds or {}))
-        status, frames = self._request(ObjectOps.CALL, dumps((methodname, tuple(args), kwds or {})))
-        return _decode(status, frames)
+        status, frames = self._request(ObjectOps.CALL,
+                                       dumps((methodname, tuple(args), kwds or {})))
+        return _decode(status, frames, self._manager)
 
     def _getvalue(self) -> Any:
         """A copy of the referent."""
@@ -122,31 +128,37 @@ def lost_error(what: str, e: ConnectionLost) -> ConnectionLost:
     return err
 
 
-def _decode(status: bytes, frames: List[Any]) -> Any:
+def _decode(status: bytes, frames: List[Any], manager: Any = None) -> Any:
+    """A call's result; a new proxy (``method_to_typeid``) keeps ``manager`` alive."""
     if status == b"proxy":
-        return new_proxy(loads(frames))
+        return new_proxy(loads(frames), manager)
     return loads(frames)
 
 
 # -- what the managers need of their proxies (this module's class: noqa SLF001 below) ---
 
 
-def new_proxy(spec: Spec) -> BaseProxy:
-    """The proxy of the object ``spec`` describes (what a manager's creation returns)."""
+def new_proxy(spec: Spec, manager: Any = None) -> BaseProxy:
+    """The proxy of the object ``spec`` describes (what a manager's creation returns);
+    it keeps ``manager`` (the creating one) alive."""
     proxy: BaseProxy = spec.proxytype.__new__(spec.proxytype)
     proxy._init(spec)  # noqa: SLF001
+    object.__setattr__(proxy, "_manager", manager)
     return proxy
 
 
-def pending_proxy(proxytype: Any, typeid: str, creation: CallHandle) -> BaseProxy:
+def pending_proxy(proxytype: Any, typeid: str, creation: CallHandle,
+                  manager: Any = None) -> BaseProxy:
     """A proxy of an object still being created (``creation`` gives its spec): an
-    AsyncManager's, returned at once while the object's job starts."""
+    AsyncManager's, returned at once while the object's job starts; it keeps ``manager``
+    alive."""
     proxy: BaseProxy = proxytype.__new__(proxytype)
     cell: List[Any] = [None, None, creation]
     object.__setattr__(proxy, "_cell", cell)
     object.__setattr__(proxy, "_pending", creation)
     object.__setattr__(proxy, "_typeid", typeid)
     object.__setattr__(proxy, "_finalizer", None)
+    object.__setattr__(proxy, "_manager", manager)
     _watch(proxy, cell)
     return proxy
 
@@ -214,7 +226,9 @@ class AsyncProxy(BaseProxy):
         # m.Env().step(a).get(): the proxy lives until the reply is read
         return channel(self._address).call(self._name, ObjectOps.CALL,
                                            dumps((methodname, tuple(args), kwds or {})),
-                                           decode=_decode, owner=self)
+                                           decode=functools.partial(_decode,
+                                                                    manager=self._manager),
+                                           owner=self)
 
 
 class AutoProxy(BaseProxy):

@@ -28,7 +28,9 @@ object is dropped exits.
 from __future__ import annotations
 
 import collections
+import os
 import queue
+import signal
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
@@ -455,12 +457,24 @@ class ManagerService(Service):
 
 
 def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
-                  ready: Optional[Callable[[str], None]] = None) -> None:
-    """Serve a manager on this process's hub until a client asks it to shut down."""
+                  ready: Optional[Callable[[str], None]] = None,
+                  stop_on_sigterm: bool = False) -> bool:
+    """Serve a manager on this process's hub until a client asks it to shut down.
+
+    ``stop_on_sigterm`` (the main thread of a manager's own job): SIGTERM stops it the
+    same way, so that its object jobs end with it instead of finding their parent gone.
+    Returns whether SIGTERM stopped it.
+    """
     objects = ObjectServer(registry)
     service = ManagerService(objects, backend)
     hub = objects.hub
     hub.register(MANAGER_SERVICE, service)
+    terminated = threading.Event()
+    if stop_on_sigterm and threading.current_thread() is threading.main_thread():
+        def on_sigterm(signum: int, frame: Any) -> None:
+            terminated.set()
+            service.stopped.set()
+        signal.signal(signal.SIGTERM, on_sigterm)
     try:
         if ready is not None:
             ready(hub.address)
@@ -470,6 +484,7 @@ def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
         service.stop_jobs()
         hub.unregister(MANAGER_SERVICE)
         objects.close()
+    return terminated.is_set()
 
 
 def manager_main(registry: Dict[str, Entry], backend: Optional[str], report: Any,
@@ -477,7 +492,11 @@ def manager_main(registry: Dict[str, Entry], backend: Optional[str], report: Any
     """The target of the manager's process."""
     if initializer is not None:
         initializer(*initargs)
-    serve_manager(registry, backend, ready=report.put)
+    if serve_manager(registry, backend, ready=report.put, stop_on_sigterm=True):
+        # terminated: end as SIGTERM would have (exit code -15), now that the object
+        # jobs have ended
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[Any, ...],

@@ -24,6 +24,7 @@ import collections
 import itertools
 import os
 import secrets
+import selectors
 import signal
 import threading
 import types
@@ -42,9 +43,10 @@ from typing import (
 )
 
 from .._core import _runtime
+from .._core._served import probing
+from .._core._shared import Shared, share_if_large
 from ..backends import Resources
 from ..config import get_config
-from ..connection import wait
 from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, start_all, terminate_all
 from ..process._bound import ProcessContext
@@ -53,6 +55,7 @@ from ..process._process import set_resources
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
+from ..transport.unpicklable import explain, explained
 from ._results import (
     ApplyResult,
     AsyncResult,
@@ -77,6 +80,26 @@ def _label(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+def _explain_task(error: BaseException, mode: int, data: Any, index: int,
+                  label: str) -> BaseException:
+    """A task's pickling error, saying which argument or item and which object failed."""
+    if mode == CALL:
+        args, kwargs = data
+        if explain(args, "args") is not None:
+            return explained(error, f"an argument of {label}", args, "args")
+        return explained(error, f"an argument of {label}", kwargs, "kwargs")
+    return explained(error, f"chunk {index} of {label}", data, "items")
+
+
+def _check_size(processes: Any) -> None:
+    """Raise as multiprocessing does for a pool size that is not a positive int."""
+    if not isinstance(processes, int) or isinstance(processes, bool):
+        raise TypeError(f"the number of processes must be an int, not "
+                        f"{type(processes).__name__!r}")
+    if processes < 1:
+        raise ValueError("Number of processes must be at least 1")
+
+
 def _self_inflicted(exitcode: Optional[int]) -> bool:
     """Whether a worker that died before connecting failed by itself (an exception, a
     crash) rather than being killed from outside (SIGKILL, SIGTERM: an operator, the OOM
@@ -97,7 +120,10 @@ class PoolCore:
         cfg = get_config()
         self.process_class = process_class
         self.size = size
-        self.initializer, self.initargs, self.maxtasks = initializer, initargs, maxtasks
+        # Large initargs (an ES noise table) are pickled once, and sent once per host
+        # and mapped by its workers: each worker's arguments hold a handle to them.
+        self.initargs: Any = share_if_large(initargs) if initializer is not None else ()
+        self.initializer, self.maxtasks = initializer, maxtasks
         self.resources = resources
         self.hub = _runtime.hub()
         self.name = b"pool" + secrets.token_hex(6).encode()
@@ -119,6 +145,10 @@ class PoolCore:
         self.procs: Dict[int, WorkerState] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        #: The maintainer's wake pipe and every started worker's sentinel: a worker's end
+        #: costs one event, not a new wait on every sentinel of the pool.
+        self._exits = selectors.DefaultSelector()
+        self._exits.register(self._wake_r, selectors.EVENT_READ, None)
         self.maintainer = threading.Thread(target=self._maintain, daemon=True,
                                            name=f"fiber-pool-{self.name.decode()[4:]}")
         self.maintainer.start()
@@ -186,8 +216,10 @@ class PoolCore:
             try:
                 fid = self._fid(fn)
             except Exception as e:
+                with probing():
+                    error = explained(e, f"the function of {label}", fn, "function")
                 for index, _ in items:
-                    job.deliver(index, False, dumps(pack_exception(e)))
+                    job.deliver(index, False, dumps(pack_exception(error)))
                 return []
             self.service.function_refs[fid] += 1  # kept while tasks are being queued
         tasks: List[Task] = []
@@ -198,7 +230,9 @@ class PoolCore:
                 try:
                     frames = dumps((mode, data))
                 except Exception as e:
-                    job.deliver(index, False, dumps(pack_exception(e)))
+                    with probing():
+                        error = _explain_task(e, mode, data, index, label)
+                    job.deliver(index, False, dumps(pack_exception(error)))
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
                 if len(pending) >= (_SLICE if tasks else self.window):
@@ -267,6 +301,7 @@ class PoolCore:
         with self.hub.lock:
             for ws in states:
                 self.procs[ws.process.sentinel] = ws
+                self._exits.register(ws.process.sentinel, selectors.EVENT_READ, ws)
             terminated = self.state == TERMINATE
         if terminated:  # terminate() ran while these were being submitted
             terminate_all([ws.process for ws in states])
@@ -301,45 +336,45 @@ class PoolCore:
         try:
             while True:
                 with self.hub.lock:
-                    active = [ws for ws in self.live_workers() if not ws.retiring]
+                    active = self.service.active()
                     # After close(), lost workers are still replaced while work remains.
                     working = self.state == RUN or (
                         self.state == CLOSE and self.service.outstanding > 0)
-                    need = self.size - len(active) if (
+                    need = self.size - active if (
                         working and self.broken is None) else 0
                     if self.state != RUN and not self.procs and need <= 0:
                         return
                 if need > 0:
                     self._start_workers(need)
                     continue
-                ready = wait([self._wake_r, *self.procs], timeout=None)
-                if self._wake_r in ready:
-                    os.read(self._wake_r, 4096)
-                for fd in ready:
-                    ws = self.procs.get(fd)
-                    if ws is not None:
-                        with self.hub.lock:
-                            ws.exitcode = ws.process.exitcode
-                            self.service.worker_lost(ws)
-                            del self.procs[fd]
-                        ws.process.close()
+                for key, _ in self._exits.select():
+                    ws = key.data
+                    if ws is None:
+                        os.read(self._wake_r, 4096)
+                        continue
+                    self._exits.unregister(key.fd)
+                    with self.hub.lock:
+                        ws.exitcode = ws.process.exitcode
+                        self.service.worker_lost(ws)
+                        del self.procs[key.fd]
+                    ws.process.close()
         finally:
+            self._exits.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
 
     # -- life cycle ----------------------------------------------------------------------
 
     def resize(self, size: int) -> None:
-        if not isinstance(size, int) or size < 1:
-            raise ValueError("Number of processes must be at least 1")
+        _check_size(size)
         with self.hub.lock:
-            grow = size - len([ws for ws in self.live_workers() if not ws.retiring])
+            grow = size - self.service.active()
         if grow > 0:
             ensure_open_files(grow, f"growing the pool to {size} workers")
         with self.hub.lock:
             self.check_running()
             self.size = size
-            surplus = len([ws for ws in self.live_workers() if not ws.retiring]) - size
+            surplus = self.service.active() - size
             if surplus > 0:
                 self.service.retire(surplus)
         self.wake()
@@ -370,6 +405,8 @@ class PoolCore:
         if self._callbacks is not None:
             self._callbacks.stop()
         self.hub.unregister(self.name)
+        if isinstance(self.initargs, Shared):
+            self.initargs.release()
 
 
 class Pool:
@@ -380,7 +417,7 @@ class Pool:
 
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
-        TypeError: ``initializer`` is not callable.
+        TypeError: ``processes`` is not an int, or ``initializer`` is not callable.
         ResourceLimitError: the workers would need more open files than this process
             may have (its soft limit is raised to the hard one first).
     """
@@ -392,8 +429,7 @@ class Pool:
                  memory: Optional[int] = None, gpu: Optional[int] = None) -> None:
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
-        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
-            raise ValueError("Number of processes must be at least 1")
+        _check_size(processes)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if maxtasksperchild is not None and (
@@ -540,6 +576,7 @@ class Pool:
         """Grow or shrink the running pool; retiring workers finish the tasks they hold.
 
         Raises:
+            TypeError: ``processes`` is not an int.
             ValueError: ``processes`` < 1, or the pool is not running.
             ResourceLimitError: growing it would exceed the open-file limit.
         """

@@ -176,6 +176,7 @@ class PoolService(Service):
         self.queue: Deque[Task] = collections.deque()
         self.workers: Dict[int, WorkerState] = {}
         self.ready = ReadyWorkers()
+        self.retiring = 0  # workers of self.workers told to finish and exit (retire)
         self.by_peer: Dict[int, WorkerState] = {}
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
@@ -206,6 +207,10 @@ class PoolService(Service):
 
     def add_worker(self, ws: WorkerState) -> None:
         self.workers[ws.worker_id] = ws
+
+    def active(self) -> int:
+        """Workers neither lost nor retiring: what counts towards the pool's size."""
+        return len(self.workers) - self.retiring
 
     def submit(self, tasks: List[Task]) -> None:
         self.queue.extend(tasks)
@@ -254,6 +259,7 @@ class PoolService(Service):
         chosen = active[:count]
         for ws in chosen:
             ws.retiring = True
+            self.retiring += 1
             self._refresh(ws)
             self._maybe_stop(ws)
         return chosen
@@ -420,7 +426,8 @@ class PoolService(Service):
         log("pool worker %s lost, holding %d tasks", ws.worker_id, len(ws.pending))
         if ws.peer is not None:
             self.by_peer.pop(ws.peer.peer_id, None)
-        self.workers.pop(ws.worker_id, None)
+        if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
+            self.retiring -= 1
         tasks = list(ws.pending.values())
         ws.pending.clear()
         expected = (not tasks and (ws.retiring or self.closing or (

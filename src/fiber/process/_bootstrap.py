@@ -66,7 +66,7 @@ def _watch_parent(address: str) -> None:
 
 def main() -> None:
     client.renew_process_id()
-    config.reset()
+    config.forget_resolved()
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:
@@ -94,12 +94,16 @@ def main() -> None:
     if os.path.isdir(cwd):
         os.chdir(cwd)
     _parent.set_parent(*payload["parent"])
+    # Taken out of the payload, which lives as long as this function: a process's large
+    # arguments are then held once (as objects), not twice (their pickle too).
+    pickled = payload.pop("process")
     try:
         spawn = payload.get("spawn")
         if spawn is None:
-            proc = pickle.loads(payload["process"])
+            proc = pickle.loads(pickled)
         else:  # it holds objects of multiprocessing itself: start as spawn does
-            proc = load_spawned(payload["process"], spawn)
+            proc = load_spawned(pickled, spawn)
+        del pickled
     except BaseException:
         sys.stderr.write("fiber: cannot unpickle the process object in the job:\n")
         traceback.print_exc()

@@ -37,8 +37,8 @@ from typing import (
 )
 
 from .._core import _runtime
-from .._core._served import collecting_handoffs
-from .._log import log
+from .._core._served import collecting_handoffs, probing
+from .._log import log, name_process
 from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..backends._command import bootstrap_command
 from ..config import get_config
@@ -47,6 +47,7 @@ from ..meta import resources_of
 from ..transport import auth
 from ..transport.serialization import dumps
 from ..transport.sockets import split_address
+from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _fd_handoff, _launcher
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
@@ -110,6 +111,15 @@ class Process:
         """Submit the job that runs this process."""
         start_all([self])
 
+    def _explained(self, error: BaseException) -> BaseException:
+        """A pickling error of this process, naming the target or argument that failed."""
+        for path, part, what in (("target", self._target, "target"),
+                                 ("args", self._args, "arguments"),
+                                 ("kwargs", self._kwargs, "keyword arguments")):
+            if explain(part, path) is not None:
+                return explained(error, f"{self.name}'s {what}", part, path)
+        return explained(error, f"{self.name}", self, "process")
+
     def _prepare(self) -> Tuple[Job, JobSpec]:
         """Check, pickle and register this process for launch; nothing is submitted."""
         self._check_closed()
@@ -122,8 +132,13 @@ class Process:
         cfg = get_config()
         backend = get_backend(self._backend_name or cfg.backend)
         _check_reachable(backend)
-        with collecting_handoffs() as handoffs:
-            pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        try:
+            with collecting_handoffs() as handoffs:
+                pickled, spawn = _fd_handoff.pickle_process(self, backend)
+        except PICKLING_ERRORS as e:
+            with probing():
+                error = self._explained(e)
+            raise error from None
         # what a spawn child of multiprocessing inherits: the program's argv, path and
         # working directory (the interpreter flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
@@ -375,6 +390,7 @@ class Process:
         """Run in the child: ``run()`` then the exit protocol; returns the exit code."""
         global _current_process
         _current_process = self
+        name_process(self.name)
         _children.clear()
         try:
             self.run()

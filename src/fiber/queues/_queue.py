@@ -39,8 +39,9 @@ from typing import Any, Deque, List, Optional, Tuple
 
 from .._core._served import Handle, decode_wait, encode_wait
 from ..transport.operations import handles
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Service, Timer
+from ..transport.unpicklable import dumps_explained
 from ._reader import QueueReader, ReadySignal, reader_of
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
@@ -267,7 +268,7 @@ class Queue(Handle):
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        frames = dumps(obj)
+        frames = dumps_explained(obj, "the item put on the queue", "item")
         if self._maxsize <= 0:
             self._send(QueueOps.PUT, frames)
             return

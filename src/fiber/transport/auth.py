@@ -29,6 +29,8 @@ import secrets
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..errors import AuthenticationError
+
 __all__ = [
     "program_secret",
     "server_proof",
@@ -67,6 +69,25 @@ def program_secret() -> bytes:
             inherited = os.environ.pop(SECRET_ENV, None)
             _secret = bytes.fromhex(inherited) if inherited else secrets.token_bytes(32)
         return _secret
+
+
+def adopt_secret(secret: bytes) -> None:
+    """Take ``secret`` as this process's program secret: a standard-library
+    ``multiprocessing`` child that received a fiber object (see :mod:`fiber._core._served`),
+    which has no job environment to inherit it from.
+
+    Raises:
+        AuthenticationError: this process already holds another program's secret.
+    """
+    global _secret
+    with _lock:
+        if _secret is None:
+            os.environ.pop(SECRET_ENV, None)
+            _secret = secret
+        elif not hmac.compare_digest(_secret, secret):
+            raise AuthenticationError(
+                "this process already belongs to another fiber program: a fiber object "
+                "can only be used by processes of the program that created it")
 
 
 def secret_env() -> Dict[str, str]:

@@ -18,7 +18,8 @@ import os
 import time
 from typing import Callable, TypeVar
 
-__all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "CONTENDED_S"]
+__all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "polled_seconds",
+           "CONTENDED_S"]
 
 T = TypeVar("T")
 
@@ -49,6 +50,14 @@ def usable_cpus() -> int:
 CPUS = usable_cpus()
 
 _loadavg = (-1, -1)  # (pid, fd) of an open /proc/loadavg; fd -1: there is none
+_polled = [0.0]  # wall seconds this process's threads spent in poll() after a miss
+
+
+def polled_seconds() -> float:
+    """The wall time this process's threads have spent polling so far (from a first
+    attempt that found nothing to the end of the poll): what polling costs it, at most
+    that much CPU. Kept as a sum, since the process started."""
+    return _polled[0]
 
 
 def spare_cpu() -> bool:
@@ -89,22 +98,29 @@ def poll(attempt: Callable[[], T], seconds: float) -> T:
     ends early: the caller then sleeps, as it would have without polling. On a host with
     more than :data:`OVERLOADED_PER_CPU` runnable tasks per CPU it makes one attempt only.
     """
-    end = time.monotonic() + seconds
-    contended = 0.0  # since when no CPU has been spare (0: one is)
+    start = time.monotonic()
     got = attempt()
     if got or (not spare_cpu() and _runnable_now() > OVERLOADED_PER_CPU * CPUS):
         return got
+    try:
+        return _poll_on(attempt, start + seconds)
+    finally:
+        _polled[0] += time.monotonic() - start
+
+
+def _poll_on(attempt: Callable[[], T], end: float) -> T:
+    contended = 0.0  # since when no CPU has been spare (0: one is)
     while True:
         now = time.monotonic()
         if now >= end:
-            return got
+            return attempt()
         if spare_cpu():
             contended = 0.0
         else:
             if not contended:
                 contended = now
             elif now - contended > CONTENDED_S:
-                return got
+                return attempt()
             os.sched_yield()
         got = attempt()
         if got:

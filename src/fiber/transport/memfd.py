@@ -17,6 +17,10 @@ mapping none of whose pages was written (``/proc/self/pagemap``: no anonymous pa
 exactly the memfd's content. Sealing the size also means that a mapping can never lose
 its pages under its reader (a SIGBUS); a memfd that arrives without the seals is read
 into memory of the receiver's own instead of being mapped.
+
+Data sent to many processes of a host (a table every worker reads) is copied once into a
+memfd with :func:`sealed`: its read-only mapping, sent any number of times, goes as that
+memfd each time, and every receiver maps the same pages.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import threading
 import weakref
 from typing import Any, Dict, Optional, Tuple, Union
 
-__all__ = ["AVAILABLE", "to_memfd", "receive"]
+__all__ = ["AVAILABLE", "to_memfd", "receive", "sealed"]
 
 _SEALS = (getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
           | getattr(fcntl, "F_SEAL_WRITE", 0))
@@ -41,14 +45,22 @@ _MAX_KEPT = 64
 _PAGE = mmap.PAGESIZE
 _lock = threading.RLock()  # reentrant: a mapping may be freed, and forgotten, while held
 _kept: Dict[int, Tuple[int, int, weakref.ref[mmap.mmap]]] = {}  # address: (size, fd, map)
+_sealed: Dict[int, Tuple[int, weakref.ref[mmap.mmap]]] = {}  # id(mapping): (fd, mapping)
 
 
 def to_memfd(frame: Any, size: int) -> int:
     """A sealed memfd holding ``frame``: the one it came in, when it is an unmodified
-    received mapping, else a new copy. The caller closes the descriptor."""
-    fd = _kept_memfd(frame, size)
+    received mapping or a :func:`sealed` one, else a new copy. The caller closes the
+    descriptor."""
+    fd = _sealed_memfd(frame)
+    if fd is None:
+        fd = _kept_memfd(frame, size)
     if fd is not None:
         return fd
+    return _new_memfd(frame, size)
+
+
+def _new_memfd(frame: Any, size: int) -> int:
     fd = os.memfd_create(
         "fiber-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
@@ -61,6 +73,50 @@ def to_memfd(frame: Any, size: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def sealed(frame: Any) -> mmap.mmap:
+    """A read-only mapping of a new sealed memfd holding a copy of ``frame`` (not empty).
+
+    Sent to a process of this host, the mapping goes as that memfd (a descriptor, no
+    copy), however often; the memfd is closed when the mapping is freed.
+
+    Raises:
+        ValueError: ``frame`` is empty.
+        OSError: no memory for the copy.
+    """
+    size = memoryview(frame).nbytes
+    if size == 0:
+        raise ValueError("cannot seal an empty frame")
+    fd = _new_memfd(frame, size)
+    try:
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    except BaseException:
+        os.close(fd)
+        raise
+    key = id(mapping)
+    with _lock:
+        _sealed[key] = (fd, weakref.ref(mapping, lambda _: _unseal(key, fd)))
+    return mapping
+
+
+def _unseal(key: int, fd: int) -> None:
+    with _lock:
+        entry = _sealed.get(key)
+        if entry is not None and entry[0] == fd:
+            del _sealed[key]
+    os.close(fd)
+
+
+def _sealed_memfd(frame: Any) -> Optional[int]:
+    """A new descriptor of the memfd of a :func:`sealed` mapping (None for others)."""
+    if type(frame) is not mmap.mmap:
+        return None
+    with _lock:
+        entry = _sealed.get(id(frame))
+        if entry is None or entry[1]() is not frame:
+            return None
+        return os.dup(entry[0])
 
 
 def receive(fd: int, size: int) -> Union[mmap.mmap, bytearray]:

@@ -35,6 +35,7 @@ thread sleeps on without being woken, and puts it back when done::
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import heapq
 import itertools
@@ -64,6 +65,8 @@ _HANDSHAKE_TTL = 30.0
 #: opening connections without end). Each worker of a pool opens two as it starts: room
 #: for several thousand starting at once.
 _MAX_UNAUTHENTICATED = 8192
+#: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
+_ACCEPT_PAUSE_S = 0.5
 
 
 class Service(Dispatcher):
@@ -124,6 +127,17 @@ def _left(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+def _open_file_limits() -> str:
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return "the open-file limit"
+    shown = ["unlimited" if v == resource.RLIM_INFINITY else str(v) for v in (soft, hard)]
+    return f"open-file limit {shown[0]}, hard limit {shown[1]}"
+
+
 def _pipe() -> Tuple[int, int]:
     r, w = os.pipe()
     os.set_blocking(r, False)
@@ -138,14 +152,15 @@ _NUDGE = object()
 
 
 class Server:
-    """A TCP listener on ``host`` (random port) served by one thread."""
+    """A TCP listener on ``host`` (``port``, 0: a free one) served by one thread."""
 
     def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 3.0,
-                 name: str = "fiber-server") -> None:
+                 name: str = "fiber-server", port: int = 0) -> None:
         try:
-            self._listeners, self.address = listen(host)
+            self._listeners, self.address = listen(host, port)
         except OSError as e:
-            raise TransportError(f"cannot listen on {host!r}: {e}", f"tcp://{host}") from e
+            raise TransportError(f"cannot listen on {host!r} port {port}: {e}",
+                                 f"tcp://{host}:{port}") from e
         self._heartbeat = (heartbeat_s, timeout_s)
         #: Guards every service and every socket write; reentrant for nested calls.
         self.lock = threading.RLock()
@@ -184,6 +199,7 @@ class Server:
         self._local = threading.local()
         #: Connections closed for failing or skipping authentication (for tests, logs).
         self.dropped = 0
+        self._said_out_of_files = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -480,8 +496,10 @@ class Server:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # e.g. EMFILE: try again on the next event
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self._pause_accepting(listener, e)
+                return  # e.g. ECONNABORTED: the next connection comes with the next event
             sock.setblocking(False)
             tune(sock, *self._heartbeat)
             conn = Connection(sock, self._scratch)
@@ -493,6 +511,26 @@ class Server:
             # memory until it fires (a pool replacing workers makes many).
             self.call_later(_HANDSHAKE_TTL,
                             functools.partial(self._expire_handshake, weakref.ref(conn)))
+
+    def _pause_accepting(self, listener: socket.socket, error: OSError) -> None:
+        """Out of descriptors: the connection waits in the backlog, and its listener, which
+        stays readable, would make this thread spin; it is watched again in
+        ``_ACCEPT_PAUSE_S`` (connections closed meanwhile free some). Said once."""
+        try:
+            self._sel.unregister(listener)
+        except (KeyError, ValueError):
+            return
+        if not self._said_out_of_files:
+            self._said_out_of_files = True
+            sys.stderr.write(f"fiber: {self.address} cannot accept connections: "
+                             f"{error.strerror} ({_open_file_limits()}); they wait until "
+                             "descriptors are freed\n")
+            sys.stderr.flush()
+        self.call_later(_ACCEPT_PAUSE_S, functools.partial(self._resume_accepting, listener))
+
+    def _resume_accepting(self, listener: socket.socket) -> None:
+        if not self._stopping and listener.fileno() >= 0:
+            self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
 
     def _limit_unauthenticated(self) -> None:
         while len(self._unauthenticated) > _MAX_UNAUTHENTICATED:

@@ -63,14 +63,21 @@ def _unix_name(address: str) -> Optional[str]:
     return rest or None
 
 
-def listen(host: str) -> Tuple[List[socket.socket], str]:
-    """Listening sockets (TCP on ``host`` with a random port, and an abstract Unix socket
-    where the platform has them) and the address that names both."""
+#: Connections a listening socket queues before they are accepted (the kernel caps it at
+#: ``net.core.somaxconn``): every worker of a pool of 1,024 connects at about once.
+BACKLOG = 8192
+
+
+def listen(host: str, port: int = 0) -> Tuple[List[socket.socket], str]:
+    """Listening sockets (TCP on ``host`` and ``port``, 0: a free one, and an abstract
+    Unix socket where the platform has them) and the address that names both."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.bind((host, 0))
-        sock.listen(1024)
+        if port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
     except OSError:
         sock.close()
         raise
@@ -83,7 +90,7 @@ def listen(host: str) -> Tuple[List[socket.socket], str]:
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             unix.bind("\0" + name)
-            unix.listen(1024)
+            unix.listen(BACKLOG)
             socks.append(unix)
             address += f"/unix={name}"
         except OSError:

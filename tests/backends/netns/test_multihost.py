@@ -61,10 +61,11 @@ def _result(stdout: str, stderr: str, returncode: int) -> Dict[str, Any]:
     return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
 
 
-def run_scenario(hosts: netns.Hosts, name: str, *args: str) -> Dict[str, Any]:
+def run_scenario(hosts: netns.Hosts, name: str, *args: str,
+                 timeout: float = SCRIPT_TIMEOUT) -> Dict[str, Any]:
     cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args],
                         env=_env(hosts), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
-                        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT)
+                        capture_output=True, text=True, timeout=timeout)
     return _result(cp.stdout, cp.stderr, cp.returncode)
 
 
@@ -190,6 +191,37 @@ def test_pool_across_hosts(hosts: netns.Hosts) -> None:
     assert r["victim_seen_lost"] and r["victim_exitcode"] == -9, r
     # the pool replaced the worker and goes on
     assert r["replaced"] and r["third_ok"] and not r["third_pids_include_victim"], r
+
+
+@pytest.mark.scale
+def test_pool_of_256_over_four_hosts_delivers_each_result_once_after_a_kill() -> None:
+    """Pool(256), 64 workers on each of four hosts: a map of 2,048 tasks whose worker is
+    SIGKILLed a quarter of the way delivers every result exactly once (indices, values
+    and deliveries counted), and the pool replaces the worker."""
+    four = netns.Hosts(4)
+    try:
+        four.start()
+    except Exception as e:
+        unusable("the network-namespace hosts (root and iproute2)",
+                 f"cannot create network-namespace hosts: {e}")
+    try:
+        r = run_scenario(four, "mh_pool_scale.py", "256", timeout=900)
+    finally:
+        four.stop()
+    host_ips = sorted(r["host_ips"])
+    assert r["all_connected"] and r["connected"] == 256, r
+    assert sorted(r["workers_per_host"]) == host_ips, r
+    assert sorted(r["workers_per_host"].values()) == [64] * 4, r
+    assert r["first_ok"] and r["first_ips"] == host_ips, r
+    # the kill: a worker holding a task, once a quarter of the results were in
+    assert r["killed_at"] is not None and r["victim_held"], r
+    assert r["deliveries"] == 256 * 8 and r["indices_ok"] and r["values_ok"], r
+    assert r["delivered_twice"] == [] and r["outstanding_after"] == 0, r
+    assert r["map_ips"] == host_ips, r
+    assert r["victim_exitcode_seen"] and r["victim_exitcode"] == -9, r
+    assert r["replaced"] and r["third_ok"] and not r["third_has_victim"], r
+    print(f"Pool(256) on 4 hosts: connected in {r['start_seconds']} s, map with a kill "
+          f"{r['map_seconds']} s, master {r['master_with_pool']}")
 
 
 def test_connect_retries_a_missing_route_for_a_moment_only() -> None:

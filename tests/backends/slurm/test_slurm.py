@@ -50,7 +50,7 @@ from fiber.backends.slurm import (
     status_of,
 )
 from fiber.backends.slurm._jobs import last_lines, output_dir
-from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path
+from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path, task_ranges
 from fiber.errors import BackendError, ConfigError, SubmitError
 
 import support
@@ -128,6 +128,18 @@ def test_parse_squeue_and_sacct():
     assert rows["13"][0] == "NODE_FAIL" and rows["14"] == ("PENDING", "", "Resources", 0)
     acct = parse_sacct("12_3|CANCELLED by 0|0:15\n13|COMPLETED|0:0\n14|FAILED|137:0\n")
     assert acct == {"12_3": ("CANCELLED", -15), "13": ("COMPLETED", 0), "14": ("FAILED", 137)}
+
+
+def test_scancel_gets_one_expression_per_job_array():
+    """scancel sends one kill request per id it is given: the tasks of an array go as one
+    ``<array>_[...]`` expression (of at most 500 tasks), other ids as they are."""
+    assert task_ranges(["5_0", "5_1", "5_2", "7", "5_4", "8_3", "5_5", "1:2"]) == [
+        "5_[0-2,4-5]", "7", "8_3", "1:2"]
+    assert task_ranges(["5_3"]) == ["5_3"] and task_ranges([]) == []
+    assert task_ranges([f"5_{i}" for i in range(1200)]) == [
+        "5_[0-499]", "5_[500-999]", "5_[1000-1199]"]
+    assert task_ranges([f"5_{i}" for i in range(0, 12, 2)], limit=4) == [
+        "5_[0,2,4,6]", "5_[8,10]"]
 
 
 def test_job_comments_are_listed_back():
@@ -563,6 +575,125 @@ def test_pool_is_one_job_array_spread_over_three_nodes(slurm, monkeypatch):
         statuses = backend.status(handles)
         assert [c[0] for c in calls] == ["squeue"]  # one query for all jobs
         assert all(st.state == JobState.RUNNING for st in statuses.values())
+
+
+def _netns_of(pid: int) -> str:
+    return _run(["ip", "netns", "identify", str(pid)], timeout=15).stdout.strip()
+
+
+def _connected(pool: Any) -> int:
+    core = pool._core
+    with core.hub.lock:
+        return sum(1 for ws in core.live_workers() if ws.connected)
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+
+
+def _busy_worker(pool: Any) -> Any:
+    """A connected worker holding a task, or None."""
+    core = pool._core
+    with core.hub.lock:
+        busy = [ws for ws in core.live_workers() if ws.connected and ws.pending]
+        return busy[len(busy) // 2] if busy else None
+
+
+@pytest.mark.scale
+def test_pool_of_128_is_one_job_array_and_every_result_comes_once_after_a_kill(
+        slurm, monkeypatch):
+    """Pool(128) in partition "wide" (oversubscribed: 128 one-CPU jobs at once on 3 x 2
+    CPUs): one sbatch, one job array; a worker's Python SIGKILLed on its node a quarter
+    of the way through a map of 512 tasks, every result delivered exactly once.
+
+    The kill is ``kill -9`` of the worker's own process inside its node's namespace (the
+    pid it reported when it started, checked to live in that node's network namespace):
+    a crash as the OOM killer or a segfault makes it, which Slurm learns of only from the
+    job's end (FAILED, signal 9). ``scancel --signal=KILL`` would go through Slurm and mark
+    the job as cancelled, an operator's act rather than a crash."""
+    n, rounds = 128, 4
+    total = n * rounds
+    backend = get_backend("slurm")
+    calls: List[Any] = []
+    run = backend.run_command
+
+    def timed(argv, **kw):  # type: ignore[no-untyped-def]
+        t = time.monotonic()
+        try:
+            return run(argv, **kw)
+        finally:
+            calls.append((list(argv), time.monotonic() - t))
+
+    monkeypatch.setattr(backend, "run_command", timed)
+    delivered: Dict[int, int] = {}
+    with fiber.config.override(slurm_partition="wide"):
+        t0 = time.monotonic()
+        with slurm.Pool(n) as pool:
+            _wait_for(lambda: _connected(pool) == n, 420, f"{n} workers connected")
+            started = time.monotonic() - t0
+            sbatch = [argv for argv, _ in calls if argv[0] == "sbatch"]
+            assert len(sbatch) == 1 and f"--array=0-{n - 1}" in sbatch[0], sbatch
+            assert "--partition=wide" in sbatch[0]
+            handles = _pool_handles(pool)
+            array_id = handles[0].job_id.split("_")[0]
+            assert sorted(h.job_id for h in handles) == sorted(
+                f"{array_id}_{i}" for i in range(n))
+            _wait_for(lambda: all(h.host for h in _pool_handles(pool)), 60, "squeue %N")
+            assert sorted({h.host for h in _pool_handles(pool)}) == NODES
+
+            it = pool.imap_unordered(slurm_targets.square_where, range(total), chunksize=1)
+            victim = victim_pid = None
+            values_ok, hosts = True, set()
+            for x, y, host, _ in it:
+                delivered[x] = delivered.get(x, 0) + 1
+                values_ok = values_ok and y == x * x
+                hosts.add(host)
+                if victim is None and len(delivered) >= total // 4:
+                    victim = _busy_worker(pool)
+                    if victim is not None:
+                        job = victim.process._job
+                        victim_pid, node = job.remote_pid, job.handle.host
+                        assert _netns_of(victim_pid) == f"fbs-{node}", (victim_pid, node)
+                        cp = _run(["ip", "netns", "exec", f"fbs-{node}", "kill", "-9",
+                                   str(victim_pid)])
+                        assert cp.returncode == 0, cp.stderr
+            assert victim is not None, "no worker held a task"
+            assert sum(delivered.values()) == total and values_ok
+            assert sorted(delivered) == list(range(total))
+            assert [x for x, k in delivered.items() if k != 1] == []
+            assert sorted(hosts) == NODES
+            _wait_for(lambda: victim.exitcode is not None, 60, "the victim's exit code")
+            assert victim.exitcode == -9  # Slurm: FAILED, ExitCode 0:9
+            # the replacement: a job of its own, then the pool is whole again
+            _wait_for(lambda: _connected(pool) == n, 240, "the replacement connected")
+            after = [argv for argv, _ in calls if argv[0] == "sbatch"][1:]
+            assert len(after) == 1 and not any(a.startswith("--array") for a in after[0])
+            again = pool.map(slurm_targets.square_where, range(n), chunksize=1)
+            assert [y for _, y, _, _ in again] == [x * x for x in range(n)]
+            assert victim_pid not in {pid for _, _, _, pid in again}
+            polls = [(argv, took) for argv, took in calls if argv[0] == "squeue"]
+            # every status poll is one squeue call for every job the pool has
+            for argv, _ in polls:
+                jobs = next(a for a in argv if a.startswith("--jobs="))
+                assert array_id in jobs.split("=", 1)[1].split(","), argv
+    # terminate: one scancel, the array's tasks as one expression (one kill request)
+    scancels = [argv for argv, _ in calls if argv[0] == "scancel"]
+    assert len(scancels) == 1, scancels
+    assert sum(a.startswith(f"{array_id}_[") for a in scancels[0]) == 1, scancels
+    ids = [h.job_id for h in handles]
+    deadline = time.monotonic() + 60
+    while _live_jobs(ids):
+        assert time.monotonic() < deadline, f"jobs left: {_live_jobs(ids)[:5]}"
+        time.sleep(0.5)
+    took = sorted(t for _, t in polls)
+    print(f"Pool({n}) on Slurm: all connected {started:.0f} s after Pool(); "
+          f"{len(polls)} squeue polls in {time.monotonic() - t0:.0f} s, each "
+          f"{1000 * took[len(took) // 2]:.0f} ms (median), {1000 * took[-1]:.0f} ms (max)")
+    _wait_nodes_idle(120)
 
 
 def _pool_handles(pool: Any) -> List[JobHandle]:

@@ -91,6 +91,7 @@ from ._status import (
     parse_squeue,
     safe_name,
     status_of,
+    task_ranges,
 )
 from ._steps import Step, cancel_steps, query_steps
 
@@ -479,8 +480,9 @@ class SlurmBackend(BatchBackend):
         self._scancel(ids, force)
 
     def _scancel(self, ids: Sequence[str], force: bool) -> None:
-        for k in range(0, len(ids), 500):
-            argv = ["scancel", *(["--signal=KILL"] if force else []), *ids[k:k + 500]]
+        targets = task_ranges(ids)  # one kill request per array, not one per task
+        for k in range(0, len(targets), 500):
+            argv = ["scancel", *(["--signal=KILL"] if force else []), *targets[k:k + 500]]
             cp = self.run_command(argv, timeout=self.cancel_timeout, what="scancel",
                                   check=False)
             if cp.returncode != 0:

@@ -15,7 +15,7 @@ from .._base import JobState, JobStatus
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
            "controller_address", "step_status", "safe_name", "array_name", "SQUEUE_FORMAT",
            "PENDING_STATES", "LIST_FORMAT", "Listed", "job_comment", "parse_listing",
-           "stdout_path"]
+           "stdout_path", "task_ranges"]
 
 SQUEUE_FORMAT = "JobArrayID:|,State:|,NodeList:|,Reason:|,exit_code:|"
 #: ``squeue -O`` of ``fiber ps``: the comment last, unpadded by the split below.
@@ -198,3 +198,46 @@ def stdout_path(scontrol_job: str) -> str:
     """The ``StdOut=`` of ``scontrol show job`` output ("" when absent)."""
     m = re.search(r"^\s*StdOut=(.*?)\s*$", scontrol_job, re.MULTILINE)
     return m.group(1) if m else ""
+
+
+def task_ranges(ids: Sequence[str], limit: int = 500) -> List[str]:
+    """``ids`` for ``scancel``, the tasks of each job array joined into expressions
+    ``<array>_[0-99,105]`` of up to ``limit`` tasks: scancel sends slurmctld one kill
+    request per id it is given, and one per expression (a pool of 10,000 workers would
+    otherwise end with 10,000 requests). Other ids (a job, a step) are kept as given;
+    arrays come in the order first seen."""
+    tasks: Dict[str, List[int]] = {}
+    out: List[str] = []
+    for job_id in ids:
+        base, sep, index = job_id.partition("_")
+        if sep and base.isdigit() and index.isdigit():
+            if base not in tasks:
+                tasks[base] = []
+                out.append(base)  # its place in the order: replaced below
+            tasks[base].append(int(index))
+        else:
+            out.append(job_id)
+    result: List[str] = []
+    for item in out:
+        if item not in tasks:
+            result.append(item)
+            continue
+        indexes = sorted(set(tasks.pop(item)))
+        for k in range(0, len(indexes), limit):
+            result.append(_array_expression(item, indexes[k:k + limit]))
+    return result
+
+
+def _array_expression(base: str, indexes: List[int]) -> str:
+    """``base_i`` for one index, else ``base_[a-b,c,...]`` (``indexes`` sorted)."""
+    if len(indexes) == 1:
+        return f"{base}_{indexes[0]}"
+    spans: List[str] = []
+    start = prev = indexes[0]
+    for i in indexes[1:] + [-1]:
+        if i == prev + 1:
+            prev = i
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    return f"{base}_[{','.join(spans)}]"

@@ -21,6 +21,12 @@ def where(x: int, seconds: float = 0.0) -> Tuple[int, str, int]:
     return x, socket.gethostname(), os.getpid()
 
 
+def square_where(x: int) -> Tuple[int, int, str, int]:
+    """``(x, x * x, host, pid)`` after 0.2 s."""
+    time.sleep(0.2)
+    return x, x * x, socket.gethostname(), os.getpid()
+
+
 def slow_square(x: int) -> Tuple[int, str]:
     time.sleep(0.25)
     return x * x, socket.gethostname()

@@ -1,0 +1,95 @@
+"""The configuration reference, generated from ``fiber.config.Config``.
+
+Every key's type, default, environment variable and meaning (the ``#:`` comment above
+its field). ``python docs/config_reference.py`` prints the Markdown table;
+``--write FILE...`` replaces the text between the markers ``<!-- config-reference -->``
+and ``<!-- /config-reference -->`` in each file; ``--check FILE...`` exits 1 when a file
+disagrees with the definition (the test suite runs it for README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+from typing import Dict, List
+
+from fiber import config
+
+START, END = "<!-- config-reference -->", "<!-- /config-reference -->"
+
+
+def field_docs() -> Dict[str, str]:
+    """Each field's ``#:`` comment, joined into one paragraph."""
+    source = inspect.getsource(config.Config)
+    lines = source.splitlines()
+    docs: Dict[str, str] = {}
+    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            comment: List[str] = []
+            i = node.lineno - 2
+            while i >= 0 and lines[i].strip().startswith("#:"):
+                comment.insert(0, lines[i].strip()[2:].strip())
+                i -= 1
+            docs[node.target.id] = " ".join(comment).replace("``", "`")
+    return docs
+
+
+def _default(field: dataclasses.Field) -> str:
+    value = field.default
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if value == "":
+        return "(empty)"
+    return f"`{value}`"
+
+
+def table() -> str:
+    docs = field_docs()
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    hints = config.Config.__annotations__
+    for field in dataclasses.fields(config.Config):
+        meaning = docs.get(field.name, "").replace("|", "\\|")
+        rows.append(f"| `{field.name}` (`FIBER_{field.name.upper()}`) | "
+                    f"{hints[field.name]} | {_default(field)} | {meaning} |")
+    return "\n".join(rows)
+
+
+def _replaced(text: str, path: str) -> str:
+    if START not in text or END not in text:
+        raise SystemExit(f"{path}: no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{table()}\n{END}{tail}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", nargs="+", metavar="FILE")
+    group.add_argument("--check", nargs="+", metavar="FILE")
+    args = parser.parse_args()
+    if not (args.write or args.check):
+        print(table())
+        return 0
+    stale = []
+    for path in args.write or args.check:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        new = _replaced(text, path)
+        if new != text:
+            if args.write:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(new)
+            else:
+                stale.append(path)
+    for path in stale:
+        print(f"{path}: the configuration reference differs from fiber.config.Config; "
+              "run python docs/config_reference.py --write " + path, file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

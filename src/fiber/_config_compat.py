@@ -1,0 +1,119 @@
+"""Configuration written for the original fiber, and ``FIBER_*`` variables that are not
+settings: what ``fiber.config`` accepts besides its own keys, and what it warns about.
+
+Programs and ``.fiberconfig`` files written for the original fiber (same import name) use
+keys that were renamed here. They keep working: each old key is read as its new one,
+with a :class:`FutureWarning` naming the new key, once per process. Keys of the original
+that have no counterpart are accepted with a warning that they have no effect, never
+silently. Nothing here imports the rest of fiber.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+import types
+import warnings
+from typing import Any, Collection, Dict, Iterable, Mapping, Optional, Set, Tuple
+
+__all__ = ["RENAMED", "NO_EFFECT", "translate", "unknown_variables", "suggestion", "warn_once"]
+
+#: Keys of the original fiber read as a key of this one.
+RENAMED: Dict[str, str] = {
+    "default_backend": "backend",
+    "default_image": "image",
+    "mem_per_job": "memory_per_job_mb",
+    "ipc_admin_master_port": "listen_port",
+}
+
+#: Keys of the original fiber that have no effect here, and why.
+NO_EFFECT: Dict[str, str] = {
+    "merge_output": "every job's output goes to the program's own stdout/stderr",
+    "use_bash": "jobs start the interpreter directly",
+    "ipc_active": "jobs always connect to their parent",
+    "ipc_admin_worker_port": "jobs always connect to their parent",
+    "use_push_queue": "pools always push tasks to their workers",
+}
+
+#: ``FIBER_*`` variables that are not settings: set by fiber for its jobs, or read by
+#: fiber's own scripts (scripts/: the test clusters). Names ending in ``_`` are prefixes.
+NOT_SETTINGS = frozenset({
+    "FIBER_SECRET", "FIBER_JOB", "FIBER_PARENT", "FIBER_WORKER", "FIBER_NETNS_HOSTS",
+    "FIBER_SLURM_PROGRAM", "FIBER_SLURM_OWN_JOB", "FIBER_DOCKER_PROGRAM",
+    "FIBER_DOCKER_MAIN_SOCKET", "FIBER_EXTRAS", "FIBER_INSTALL", "FIBER_DOCKER_BRIDGE",
+    "FIBER_DOCKER_CACHE", "FIBER_DOCKER_DIR", "FIBER_DOCKER_NET",
+    "FIBER_DOCKER_START_TIMEOUT", "FIBER_SLURM_CPUS", "FIBER_SLURM_DIR",
+    "FIBER_SLURM_DRIVER_ADDR", "FIBER_SLURM_MEM", "FIBER_SLURM_MIN_JOB_AGE",
+    "FIBER_SLURM_MSG_TIMEOUT", "FIBER_SLURM_NET", "FIBER_SLURM_SLURMD_TIMEOUT",
+    "FIBER_SLURM_START_TIMEOUT", "FIBER_K8S_", "FIBER_TEST_",
+})
+
+_LOG_LEVELS = {"10": "debug", "20": "info", "30": "warning", "40": "error", "50": "critical"}
+
+_warned: Set[str] = set()
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _outside_fiber() -> int:
+    """The ``stacklevel`` of the first frame not in fiber's code: the user's line."""
+    frame: Optional[types.FrameType] = sys._getframe(2)  # noqa: SLF001 - the stdlib's way
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_once(key: str, message: str, category: type = FutureWarning) -> None:
+    """Warn with ``message`` the first time ``key`` comes up in this process, from the
+    user's line that led to it."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, category, stacklevel=_outside_fiber())
+
+
+def suggestion(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``choices``, or ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
+    """The key and value of this fiber that ``key`` of the original fiber means (with a
+    one-time warning), None for a key that has no effect (warned too), or ``(key,
+    value)`` unchanged for any other key. ``where`` says where it was set."""
+    if key in RENAMED:
+        new = RENAMED[key]
+        warn_once(f"renamed:{key}", f"fiber config {key!r} ({where}) is the original fiber's "
+                  f"name of {new!r}; use {new!r}")
+        return new, value
+    if key in NO_EFFECT:
+        warn_once(f"no-effect:{key}", f"fiber config {key!r} ({where}) of the original fiber "
+                  f"has no effect here: {NO_EFFECT[key]}")
+        return None
+    if key == "log_level" and isinstance(value, int) and not isinstance(value, bool):
+        return key, _LOG_LEVELS.get(str(value), value)  # logging.DEBUG and so on
+    if key == "log_level" and isinstance(value, str) and value.strip() in _LOG_LEVELS:
+        return key, _LOG_LEVELS[value.strip()]
+    return key, value
+
+
+def unknown_variables(environ: Mapping[str, str], keys: Collection[str]) -> Dict[str, str]:
+    """``FIBER_*`` variables of ``environ`` that are neither a setting (of ``keys`` or of
+    the original fiber) nor one of :data:`NOT_SETTINGS`: name -> a did-you-mean hint."""
+    names = [f"FIBER_{k.upper()}" for k in (*keys, *RENAMED, *NO_EFFECT)]
+    out = {}
+    for name in environ:
+        if not name.startswith("FIBER_") or name in names or name in NOT_SETTINGS:
+            continue
+        if any(p.endswith("_") and name.startswith(p) for p in NOT_SETTINGS):
+            continue
+        out[name] = suggestion(name, names)
+    return out
+
+
+def in_a_job(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process is a fiber job (its parent already warned about its config)."""
+    return bool(environ.get("FIBER_PARENT"))

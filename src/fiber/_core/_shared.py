@@ -1,0 +1,344 @@
+"""Read-only data handed to many processes: sent once per host, mapped by every reader.
+
+Evolution strategies give every worker the same large noise table. A :class:`Shared`
+handle, made by :func:`share` (``fiber.shared``, and a Pool with large ``initargs``),
+pickles as a few bytes; unpickled in another process it *is* the object again, fetched
+from the publishing process once per host::
+
+    publisher: share(obj)                     pickled once; every buffer >= 1 MiB copied once
+      SharedStore on its hub                  into a sealed memfd (transport.memfd.sealed)
+
+    a process of the publisher's host         "get" ──▶ the pickle, and the memfds as
+      (same network namespace: Unix socket)            descriptors: no copy; each reader
+                                                       maps the same pages (copy on write)
+
+    the first process of another host         "get", offering to hold the data for its
+                                                       host ──▶ the data, once, over TCP;
+                                                       sealed into memfds of its own and
+                                                       served by its hub (a mirror)
+    the next ones of that host                "get" ──▶ "holder <address>" ──▶ "get" at
+                                                       the holder (Unix socket): memfds
+
+A *host* is what can pass memfds over Unix sockets: one network namespace of one booted
+kernel (``host_key``); containers with a network of their own are hosts of their own.
+What each reader gets maps pages it cannot change for the others: a write copies the page
+written (``MAP_PRIVATE``), as a forked child's write would. The data lives while the
+handle lives in the publisher (a pool keeps its own until ``join``); a holder keeps its
+mirror until it exits, and the publisher forgets a holder whose process is gone.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import TransportError
+from ..transport import memfd
+from ..transport.operations import handles
+from ..transport.remote import unpack_exception
+from ..transport.serialization import dumps, loads
+from ..transport.server import Peer, Server, Service
+from . import _runtime
+from ._clients import get_client
+from ._served import collecting_handoffs
+
+__all__ = ["Shared", "share", "share_if_large", "host_key", "SHARE_MIN_BYTES"]
+
+SERVICE = b"fiber-shared"
+#: Buffers this large are sealed into a memfd of their own (as transport frames are).
+SHARE_MIN_BYTES = 1 << 20
+
+
+def host_key() -> str:
+    """What processes that can pass each other memfds have in common: the kernel's boot
+    id and the network namespace (abstract Unix sockets belong to one)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:  # no /proc: a key no other process has (no sharing, never wrong)
+        return f"unknown/{os.getpid()}/{_PROCESS_NONCE}"
+
+
+_PROCESS_NONCE = secrets.token_hex(8)
+
+
+class _Entry:
+    """The frames of one shared object in a store: ready, or awaited (a mirror)."""
+
+    def __init__(self, frames: Optional[List[Any]], original: Any = None) -> None:
+        self.frames = frames
+        self.original = original  # the publisher's object itself
+        self.waiters: List[Tuple[Peer, bytes]] = []
+        #: host key: (process id, hub address) of the process holding a copy for its host
+        self.holders: Dict[str, Tuple[bytes, str]] = {}
+        self.transfers = {"same_host": 0, "other_host": 0}
+
+
+def _seal(frames: List[Any]) -> List[Any]:
+    """The frames as a store keeps them: a copy, large buffers in sealed memfds."""
+    kept: List[Any] = [bytes(frames[0])]
+    for frame in frames[1:]:
+        size = memoryview(frame).nbytes
+        kept.append(memfd.sealed(frame) if memfd.AVAILABLE and size >= SHARE_MIN_BYTES
+                    else bytes(frame))
+    return kept
+
+
+def _private(frames: List[Any]) -> List[Any]:
+    """Frames for this process's own object: sealed mappings mapped again, copy on write
+    (what a reader on the publisher's host gets), so that a write never reaches them."""
+    out: List[Any] = [frames[0]]
+    for frame in frames[1:]:
+        if isinstance(frame, mmap.mmap):
+            size = len(frame)
+            frame = memfd.receive(memfd.to_memfd(frame, size), size)
+        out.append(frame)
+    return out
+
+
+class SharedOps:
+    """The shared-data protocol's operation (a request to a :class:`SharedStore`)."""
+
+    GET = b"get"  # [key, host, offer]: the data's frames (or the holder on this host)
+
+
+class SharedStore(Service):
+    """Serves the shared objects of one process: its own, and mirrors it holds for its
+    host. Runs under the hub's lock, as every service."""
+
+    protocol = "shared"
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.entries: Dict[bytes, _Entry] = {}
+
+    @handles(SharedOps.GET)
+    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        key, host, offer = bytes(payload[0]), bytes(payload[1]).decode(), bytes(payload[2])
+        entry = self.entries.get(key)
+        if entry is None:
+            server.reply_error(peer, req_id, LookupError(
+                "this shared data was released by the process that shared it (its "
+                "fiber.shared handle was dropped, or its pool joined)"))
+            return
+        if entry.frames is None:  # a mirror still arriving: reply when it is here
+            entry.waiters.append((peer, req_id))
+            return
+        if offer and host != self.host:
+            holder = entry.holders.get(host)
+            if holder is not None and holder[0] != peer.process_id:
+                server.reply(peer, req_id, b"holder", [holder[1].encode()])
+                return
+            entry.holders[host] = (peer.process_id, offer.decode())
+        entry.transfers["same_host" if host == self.host else "other_host"] += 1
+        server.reply(peer, req_id, b"ok", entry.frames)
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        for entry in self.entries.values():
+            for host, (pid, _) in list(entry.holders.items()):
+                if pid == process_id:
+                    del entry.holders[host]
+
+    def fill(self, server: Server, key: bytes, frames: List[Any]) -> None:
+        """A mirror's data arrived: keep it, and answer those who waited for it."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return
+        entry.frames = frames
+        waiters, entry.waiters = entry.waiters, []
+        for peer, req_id in waiters:
+            entry.transfers["same_host"] += 1
+            server.reply(peer, req_id, b"ok", frames)
+
+    def fail(self, server: Server, key: bytes, exc: BaseException) -> None:
+        """A mirror's data cannot come: its waiters fetch it themselves."""
+        entry = self.entries.pop(key, None)
+        for peer, req_id in entry.waiters if entry is not None else ():
+            server.reply_error(peer, req_id, exc)
+
+
+_store_lock = threading.Lock()
+_stores: weakref.WeakKeyDictionary[Server, SharedStore] = weakref.WeakKeyDictionary()
+
+
+def _store(hub: Server) -> SharedStore:
+    with _store_lock:
+        store = _stores.get(hub)
+        if store is None:
+            store = _stores[hub] = SharedStore(host_key())
+            hub.register(SERVICE, store)
+        return store
+
+
+class Shared:
+    """A handle to an object shared with other processes (see the module's docstring).
+
+    Pickled, it is a few bytes; unpickled in another process it is the object itself
+    (read from pages every process of a host shares; writes stay private); unpickled in
+    the process that shared it, the original object. The data is released when the
+    handle is (or by :meth:`release`): keep it while processes may still receive it.
+    """
+
+    def __init__(self, address: str, key: bytes, host: str) -> None:
+        self.address, self.key, self.host = address, key, host
+        self._release: Optional[weakref.finalize[..., Shared]] = None
+
+    def __reduce__(self) -> Any:
+        return _resolve, (self.address, self.key, self.host)
+
+    def release(self) -> None:
+        """Forget the data now; processes that have it keep it."""
+        if self._release is not None:
+            self._release()
+
+    def transfers(self) -> Dict[str, int]:
+        """How often the publisher sent the data: to processes of its host (as memfds),
+        and to others (each the first of its host, or one whose holder failed)."""
+        hub = _runtime.hub()
+        with hub.lock:
+            entry = _store(hub).entries.get(self.key)
+            return dict(entry.transfers) if entry is not None else {}
+
+    def __repr__(self) -> str:
+        return f"<fiber.Shared {self.key.hex()[:12]} of {self.address}>"
+
+
+def share(obj: Any) -> Shared:
+    """Publish ``obj`` from this process: pickled once, large buffers copied once into
+    sealed shared memory (see :class:`Shared`).
+
+    Raises:
+        ValueError: ``obj`` holds fiber pipe ends or manager proxies: each is handed to
+            one process (pass them as arguments).
+        pickle.PicklingError, TypeError, AttributeError: ``obj`` cannot be pickled.
+    """
+    frames = _dumps_once(obj)
+    if frames is None:
+        raise ValueError("fiber.shared: the object holds fiber pipe ends or manager proxies, "
+                         "each of which is handed to one process; pass those as arguments")
+    return _publish(frames, obj)
+
+
+def share_if_large(obj: Any) -> Any:
+    """A :class:`Shared` handle for ``obj`` when its pickle carries a buffer of at least
+    ``SHARE_MIN_BYTES``; else ``obj`` itself (also when it cannot be pickled here, or holds
+    what must be pickled once per receiver: pipe ends, manager proxies, objects of
+    ``multiprocessing`` itself; those travel as a process's own arguments do)."""
+    try:
+        frames = _dumps_once(obj)
+    except Exception:
+        return obj
+    if frames is None or b"multiprocessing" in bytes(frames[0]) or not any(
+            memoryview(f).nbytes >= SHARE_MIN_BYTES for f in frames[1:]):
+        return obj
+    return _publish(frames, obj)
+
+
+def _dumps_once(obj: Any) -> Optional[List[Any]]:
+    """``obj``'s frames, or None when it holds objects handed to one receiver per pickle
+    (their hand-offs are withdrawn at once: no process will take them)."""
+    with collecting_handoffs() as handoffs:
+        frames = dumps(obj)
+    for release in handoffs:
+        release()
+    return None if handoffs else frames
+
+
+def _publish(frames: List[Any], obj: Any) -> Shared:
+    hub = _runtime.hub()
+    store = _store(hub)
+    key = secrets.token_bytes(16)
+    entry = _Entry(_seal(frames), obj)
+    with hub.lock:
+        store.entries[key] = entry
+    handle = Shared(hub.address, key, store.host)
+    # the handle is this module's class: its release is set here
+    handle._release = weakref.finalize(handle, _forget, hub, store, key)  # noqa: SLF001
+    return handle
+
+
+def _forget(hub: Server, store: SharedStore, key: bytes) -> None:
+    with hub.lock:
+        store.entries.pop(key, None)
+
+
+# -- the reader's side --------------------------------------------------------------------
+
+_cache_lock = threading.Lock()
+#: key: the frames this process built its object from; mappings held weakly (a mapping
+#: lives while an object built on it does)
+_cache: Dict[bytes, List[Any]] = {}
+
+
+def _resolve(address: str, key: bytes, host: str) -> Any:
+    """The object of a :class:`Shared` handle, in the process that unpickles it."""
+    hub = _runtime.hub_if_started()
+    if hub is not None and hub.address == address:
+        with hub.lock:
+            entry = _store(hub).entries.get(key)
+            if entry is not None and entry.frames is not None and entry.original is not None:
+                return entry.original
+    frames = _cached(key)
+    if frames is None:
+        frames = _fetch(address, key, host)
+        with _cache_lock:
+            _cache[key] = [f if not isinstance(f, mmap.mmap) else weakref.ref(f)
+                           for f in frames]
+    return loads(frames)
+
+
+def _cached(key: bytes) -> Optional[List[Any]]:
+    with _cache_lock:
+        kept = _cache.get(key)
+        if kept is None:
+            return None
+        frames = [f() if isinstance(f, weakref.ref) else f for f in kept]
+        if any(f is None for f in frames):
+            del _cache[key]
+            return None
+        return frames
+
+
+def _request(address: str, key: bytes, offer: str = "") -> Tuple[bytes, List[Any]]:
+    status, frames = get_client(address).request(
+        SERVICE, SharedOps.GET, [key, host_key().encode(), offer.encode()])
+    if status == b"err":
+        raise unpack_exception(loads(frames))
+    return status, frames
+
+
+def _fetch(address: str, key: bytes, host: str) -> List[Any]:
+    """The frames of ``key``: from the publisher on its host, else through this host's
+    holder, else from the publisher as this host's holder."""
+    if host == host_key():
+        return _request(address, key)[1]  # memfds over the Unix socket
+    hub = _runtime.hub()
+    store = _store(hub)
+    with hub.lock:
+        mine = key not in store.entries
+        if mine:  # a mirror awaited: others of this host asking meanwhile wait for it
+            store.entries[key] = _Entry(None)
+    if not mine:  # another thread of this process holds it, or fetches it now
+        return _private(_request(hub.address, key)[1])
+    try:
+        status, frames = _request(address, key, hub.address)
+    except BaseException as e:
+        with hub.lock:
+            store.fail(hub, key, e)
+        raise
+    if status == b"holder":
+        with hub.lock:
+            store.entries.pop(key, None)
+        try:
+            return _request(bytes(frames[0]).decode(), key)[1]
+        except (TransportError, LookupError):  # the holder failed: ask the publisher
+            return _request(address, key)[1]
+    sealed = _seal(frames)
+    with hub.lock:
+        store.fill(hub, key, sealed)
+    return _private(sealed)

@@ -1,0 +1,14 @@
+"""Interfaces of the original fiber kept for the programs written for it.
+
+``fiber.experimental.Ring(processes, func, initializer, initargs=None)``: see
+:mod:`fiber.experimental._ring`; new programs use :class:`fiber.Ring`.
+"""
+
+from __future__ import annotations
+
+from .._exports import publish
+from ._ring import Ring, RingNode
+
+__all__ = ["Ring", "RingNode"]
+
+publish(__name__, Ring, RingNode)

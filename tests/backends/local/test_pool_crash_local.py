@@ -1,0 +1,56 @@
+"""A pool's crash handling on the local backend alone: a task that kills its workers names
+each attempt's exit, even when the backend reports the exits late (a backend written for
+the test). See tests/api/test_pool_crash.py for what every backend runs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import fiber
+from fiber.backends import Backend, JobState, JobStatus, register_backend
+from fiber.backends.local import LocalBackend
+from fiber.errors import WorkerLostError
+
+from support import pool_helpers as ph
+
+
+class _LateReports(LocalBackend):
+    """A cluster that reports a job's end 3 s after it happened, as Kubernetes may: the
+    worker's connection closes long before its exit code is known."""
+
+    name = "late-reports"
+    LATE = 3.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ended: dict = {}
+
+    def watcher(self):
+        return Backend.watcher(self)  # the generic watcher, which polls status()
+
+    def status(self, handles):
+        out = super().status(handles)
+        now = time.monotonic()
+        for job_id, st in out.items():
+            if st.state.finished and now - self._ended.setdefault(job_id, now) < self.LATE:
+                out[job_id] = JobStatus(JobState.RUNNING)
+        return out
+
+
+def test_a_task_that_kills_its_workers_names_each_exit_even_when_reported_late():
+    """The error of a task that killed its worker too often names the exit code of each
+    attempt, however late the backend reports it (it named only the last one's, after
+    waiting 2 s for it while holding the hub's lock: on Kubernetes the first one was
+    'still running or unknown')."""
+    register_backend("late-reports", _LateReports)
+    with fiber.config.override(pool_max_task_retries=1):
+        with fiber.get_context("late-reports").Pool(1) as pool:
+            r = pool.apply_async(ph.crash_target, (ph.RunFault("exit"),))
+            with pytest.raises(WorkerLostError) as info:
+                r.get(timeout=60)
+            attempts = [ln for ln in str(info.value).splitlines() if "attempt" in ln]
+            assert len(attempts) == 2, str(info.value)
+            assert all(f"exit code {ph.EXIT_CODE}" in ln for ln in attempts), str(info.value)
+            assert pool.apply_async(ph.square, (3,)).get(timeout=60) == 9

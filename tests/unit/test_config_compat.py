@@ -1,0 +1,189 @@
+"""Configuration written for the original fiber, and errors a person can act on: unknown
+keys, backends and command-line options get a did-you-mean; an unreadable or binary
+``.fiberconfig`` is named with its problem; stray ``FIBER_*`` variables are warned about."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import fiber
+import fiber.config
+from fiber.config import Config, resolve
+from fiber.errors import ConfigError, UnknownBackendError
+
+
+def _quiet_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
+
+
+def _run(code: str, cwd, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={**_quiet_env(), **(env or {})})
+
+
+@pytest.mark.parametrize("old,new,value,expected", [
+    ("default_backend", "backend", "local", "local"),
+    ("default_image", "image", "my-image", "my-image"),
+    ("mem_per_job", "memory_per_job_mb", "512", 512),
+    ("ipc_admin_master_port", "listen_port", "5123", 5123),
+    ("log_level", "log_level", "10", "debug"),
+])
+def test_the_original_fibers_keys_are_read_as_ours_with_a_warning(tmp_path, old, new, value,
+                                                                     expected):
+    path = tmp_path / ".fiberconfig"
+    path.write_text(f"[default]\n{old} = {value}\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from fiber import _config_compat
+
+        _config_compat._warned.clear()
+        cfg = resolve({}, environ={}, config_file=str(path))
+    assert getattr(cfg, new) == expected
+    if old != new:
+        assert any(issubclass(w.category, FutureWarning) and repr(old) in str(w.message)
+                   and repr(new) in str(w.message) for w in caught), [str(w.message)
+                                                                     for w in caught]
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_the_new_key_wins_over_its_old_name_in_one_source(tmp_path):
+    cfg = resolve({"default_image": "old", "image": "new"}, environ={},
+                  config_file=str(tmp_path / "none"))
+    assert cfg.image == "new"
+
+
+def test_keys_without_effect_are_accepted_with_a_warning(tmp_path):
+    from fiber import _config_compat
+
+    _config_compat._warned.clear()
+    with pytest.warns(FutureWarning, match="'use_push_queue'.*has no effect"):
+        cfg = resolve({"use_push_queue": True}, environ={}, config_file=str(tmp_path / "x"))
+    assert cfg == Config()
+
+
+def test_the_original_fibers_environment_variables_choose_the_backend(tmp_path):
+    """Its own scripts set FIBER_DEFAULT_BACKEND: it was silently ignored (the job ran on
+    local); it now selects the backend (checked with a backend that does not exist, so
+    that the choice shows)."""
+    out = _run("import fiber\nprint(fiber.get_config().backend)", tmp_path,
+               {"FIBER_DEFAULT_BACKEND": "docker"})
+    assert out.stdout.strip() == "docker", out.stderr
+    assert "FIBER_DEFAULT_BACKEND" not in out.stderr  # the variable is known...
+    assert "'default_backend'" in out.stderr and "'backend'" in out.stderr  # ...and renamed
+
+
+def test_assigning_fiber_config_attributes_sets_the_config():
+    before = fiber.get_config()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fiber.config.pool_prefetch = 13
+            assert fiber.get_config().pool_prefetch == 13
+            assert fiber.config.pool_prefetch == 13
+            fiber.config.default_image = "img"
+            assert fiber.get_config().image == "img"
+        with pytest.raises(ConfigError, match="pool_prefetch"):
+            fiber.config.pool_prefetch = "many"
+    finally:
+        fiber.config.install(before)
+
+
+def test_get_dict_load_and_reset(tmp_path):
+    path = tmp_path / "other.ini"
+    path.write_text("[fiber]\npool_max_task_retries = 9\n")
+    assert fiber.config.load(str(path)).pool_max_task_retries == 9
+    assert fiber.config.get_dict()["backend"] == fiber.get_config().backend
+    code = ("import fiber\nfiber.init(pool_prefetch=21)\n"
+            "print(fiber.get_config().pool_prefetch, fiber.reset().pool_prefetch)")
+    out = _run(code, tmp_path)
+    assert out.stdout.split() == ["21", "2"], out.stderr
+
+
+def test_an_unknown_key_suggests_the_closest():
+    with pytest.raises(ConfigError, match=r"did you mean 'backend'\?"):
+        fiber.init(bakend="local")
+    with pytest.raises(ConfigError, match=r"did you mean 'debug'\?"):
+        resolve({"debgu": True}, environ={}, config_file=os.devnull)
+
+
+def test_a_stray_fiber_variable_is_warned_about_with_a_suggestion(tmp_path):
+    out = _run("import fiber\nfiber.get_config()\nprint('ok')", tmp_path,
+               {"FIBER_BAKEND": "slurm", "FIBER_TEST_WHATEVER": "1", "FIBER_SECRET": "ab" * 32})
+    assert out.stdout.strip() == "ok", out.stderr
+    assert "FIBER_BAKEND is not a fiber setting (did you mean 'FIBER_BACKEND'?)" in out.stderr
+    assert "FIBER_TEST_WHATEVER" not in out.stderr and "FIBER_SECRET" not in out.stderr
+
+
+def test_an_unknown_backend_suggests_the_closest():
+    with pytest.raises(UnknownBackendError, match=r"'slrum' \(did you mean 'slurm'\?\)"):
+        fiber.get_context("slrum")
+
+
+def test_the_test_only_netns_backend_is_not_offered_to_users(tmp_path):
+    """A user's fresh process: the test suite registers netns in its own once a test
+    imports fiber.testing.netns."""
+    out = _run("from fiber.backends import known_backends\nprint(known_backends())", tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "'local'" in out.stdout and "'netns'" not in out.stdout
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "is not a text file"),
+    (b"backend = local\x00\n", "NUL bytes"),
+])
+def test_a_binary_config_file_is_named_with_its_problem(tmp_path, content, problem):
+    path = tmp_path / ".fiberconfig"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        resolve({}, environ={}, config_file=str(path))
+    assert str(path) in str(err.value) and problem in str(err.value)
+
+
+def test_an_unreadable_config_file_is_named_with_its_problem(tmp_path):
+    path = tmp_path / ".fiberconfig"
+    path.mkdir()  # a directory: unreadable as a file, also for root
+    with pytest.raises(ConfigError) as err:
+        resolve({}, environ={}, config_file=str(path))
+    assert str(path) in str(err.value) and "cannot be read" in str(err.value)
+
+
+def test_a_pool_of_a_non_int_size_raises_type_error_as_multiprocessing():
+    import multiprocessing
+
+    with pytest.raises(TypeError):
+        multiprocessing.Pool("a")  # the reference behaviour
+    with pytest.raises(TypeError, match="must be an int, not 'str'"):
+        fiber.Pool("a")
+    with pytest.raises(ValueError):
+        fiber.Pool(0)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--bakend", "local", "python", "-c", "1"], "did you mean '--backend'?"),
+    (["rnu"], "did you mean 'run'?"),
+    (["logs", "--tial", "3", "job"], "did you mean '--tail'?"),
+])
+def test_a_mistyped_command_line_suggests_the_closest(argv, expected, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "fiber", *argv], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2
+    assert expected in out.stderr, out.stderr
+
+
+def test_log_level_and_log_file_write_timestamped_lines_per_process(tmp_path):
+    code = ("import fiber\n"
+            "with fiber.Pool(1) as p:\n"
+            "    assert p.map(abs, [-1]) == [1]\n")
+    out = _run(code, tmp_path, {"FIBER_LOG_LEVEL": "debug",
+                                "FIBER_LOG_FILE": str(tmp_path / "fiber.log")})
+    assert out.returncode == 0, out.stderr
+    main_log = (tmp_path / "fiber.log.MainProcess").read_text()
+    first = main_log.splitlines()[0]
+    assert first[:4].isdigit() and " fiber MainProcess[" in first and "DEBUG" in first, first
+    assert "started PoolWorker-1" in main_log
+    assert out.stderr == ""
