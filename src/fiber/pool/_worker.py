@@ -27,8 +27,10 @@ from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from .._core._clients import own_client
 from ..config import get_config
+from ..errors import MaybeEncodingError
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
+from ..transport.unpicklable import explained
 from ._protocol import FUNCTION_SLOTS, pack_results, unpack_tasks
 
 __all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
@@ -109,8 +111,26 @@ def run_task(function: _Function, arg_frames: List[Any]) -> Tuple[bool, List[Any
         return False, _error(e, "running the task")
     try:
         return True, dumps(value)
+    except Exception as e:
+        return False, _error(_encoding_error(e, value), "pickling the result")
     except BaseException as e:
         return False, _error(e, "pickling the result")
+
+
+def _encoding_error(error: Exception, value: Any) -> BaseException:
+    """What ``multiprocessing.pool`` raises for a result it cannot send back:
+    ``MaybeEncodingError`` (its ``exc`` says which part of the result failed), caused by
+    the pickling error (whose traceback the caller sees)."""
+    try:
+        error = explained(error, "the result", value, "result")  # type: ignore[assignment]
+    except Exception:  # noqa: S110 - explaining is best effort; the error itself goes back
+        pass
+    try:
+        wrapped = MaybeEncodingError(error, value)  # repr(value) may raise too
+    except Exception:
+        return error
+    wrapped.__cause__ = error
+    return wrapped
 
 
 def worker_main(address: str, pool_name: bytes, worker_id: int,
