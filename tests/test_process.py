@@ -255,7 +255,7 @@ def test_active_children(ctx):
 
 
 def test_contexts_and_start_methods():
-    assert fiber.get_context("spawn") is fiber.get_context()
+    assert fiber.get_context("spawn").Process is fiber.get_context().Process
     assert fiber.get_context("local").Process is fiber.get_context("local").Process
     methods = fiber.get_all_start_methods()
     assert "local" in methods and "spawn" in methods
@@ -263,13 +263,10 @@ def test_contexts_and_start_methods():
         fiber.get_context("no-such-backend")
     assert "local" in str(err.value)
     # what PyTorch programs ask for: children that start clean, as fiber's always do
-    assert fiber.get_context("forkserver") is fiber.get_context()
+    assert fiber.get_context("forkserver").Process is fiber.get_context().Process
     assert "forkserver" in methods
     fiber.set_start_method("forkserver", force=True)
-    with pytest.raises(ValueError, match="cannot be forked"):
-        fiber.get_context("fork")
-    with pytest.raises(ValueError, match="cannot be forked"):
-        fiber.set_start_method("fork", force=True)
+    # "fork": the default backend too, with a warning (tests/test_dropin_contexts.py)
 
 
 def test_unknown_backend_from_config_is_clear():
@@ -449,8 +446,8 @@ def test_parent_sentinel_is_not_ready_while_the_parent_lives(ctx):
 
 
 def test_parent_sentinel_is_ready_once_the_parent_is_killed(ctx):
-    # The grandchild's lifeline ends it once its parent is gone, but only after the
-    # sentinel is readable and a thread waiting on it has had time to report.
+    # The grandchild outlives its parent (as with multiprocessing): its sentinel turns
+    # readable, a thread waiting on it reports, and then the grandchild ends by itself.
     q = ctx.Queue()
     child = ctx.Process(target=helpers.start_sentinel_watcher, args=(q,))
     child.start()
