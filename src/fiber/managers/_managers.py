@@ -73,6 +73,7 @@ from ._proxies import (
     AutoProxy,
     BarrierProxy,
     BaseListProxy,
+    BasePoolProxy,
     BaseProxy,
     ConditionProxy,
     DictProxy,
@@ -94,8 +95,8 @@ __all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProx
            "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
            "CallHandle", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
            "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
-           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
-           "DirectProxy", "BaseListProxy"]
+           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "BasePoolProxy",
+           "AsyncResultProxy", "DirectProxy", "BaseListProxy"]
 
 Namespace = _mpm.Namespace
 Token = Spec

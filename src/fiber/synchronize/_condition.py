@@ -71,6 +71,8 @@ class ConditionService(Parking):
         elif op == b"cancel":
             self._forget(ticket)
             self.notified.discard(ticket)
+        elif op == b"count":  # for repr: the waiters not woken yet
+            server.reply(peer, req_id, b"ok", [Q.pack(len(self.tickets))])
         else:
             raise ValueError(f"unknown condition operation {op!r}")
 
@@ -193,4 +195,9 @@ class Condition(Handle):
         self._request(b"notify", [Q.pack(-1)])
 
     def __repr__(self) -> str:
-        return f"<fiber.Condition {self._name.decode()} over {self._lock!r}>"
+        # as multiprocessing's: <Condition(<RLock(None, 0)>, 0)>, with the waiters' count
+        try:
+            waiters: Any = Q.unpack(self._request(b"count", [b""])[1][0])[0]
+        except Exception:
+            waiters = "unknown"
+        return f"<{type(self).__name__}({self._lock!r}, {waiters})>"

@@ -47,6 +47,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core._parking import Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Handle, decode_wait, encode_wait
+from ..process import current_process
+from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "LockService"]
@@ -99,6 +101,9 @@ class LockService(Parking):
             server.reply(peer, req_id, b"ok", [Q.pack(count)])
         elif op == b"owned":
             server.reply(peer, req_id, b"ok" if self.owner == who else b"no")
+        elif op == b"state":  # for repr: free (0), held in the caller's process (1), or not
+            state = 0 if self.owner is None else 1 if self.owner[0] == peer.process_id else 2
+            server.reply_value(peer, req_id, state)
         else:
             raise ValueError(f"unknown lock operation {op!r}")
 
@@ -206,15 +211,37 @@ class Lock(Handle):
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
+    def _owner_repr(self) -> Tuple[str, Any]:
+        """multiprocessing's words for the owner, and the recursion count as its RLock
+        shows it (``"nonzero"`` when held elsewhere)."""
+        try:
+            if self._is_mine():
+                name = current_process().name
+                if threading.current_thread().name != "MainThread":
+                    name += "|" + threading.current_thread().name
+                with _held_lock:
+                    count = _held.get(self._name, {}).get(threading.get_ident(), 0)
+                return name, count
+            state = loads(self._request(b"state", [b""])[1])
+        except Exception:
+            return "unknown", "unknown"
+        return {0: ("None", 0), 1: ("SomeOtherThread", "nonzero")}.get(
+            state, ("SomeOtherProcess", "nonzero"))
+
     def __repr__(self) -> str:
-        mine = " (held by this thread)" if self._is_mine() else ""
-        return f"<fiber.{type(self).__name__} {self._name.decode()}{mine}>"
+        # as multiprocessing's: <Lock(owner=None)>, <Lock(owner=MainProcess)>
+        return f"<{type(self).__name__}(owner={self._owner_repr()[0]})>"
 
 
 class RLock(Lock):
     """A reentrant lock: its owning thread may acquire it again; released as often."""
 
     _recursive = True
+
+    def __repr__(self) -> str:
+        # as multiprocessing's: <RLock(None, 0)>, <RLock(MainProcess, 2)>
+        owner, count = self._owner_repr()
+        return f"<{type(self).__name__}({owner}, {count})>"
 
 
 # -- Semaphore, BoundedSemaphore ---------------------------------------------------------
@@ -296,7 +323,13 @@ class Semaphore(Handle):
         self.release()
 
     def __repr__(self) -> str:
-        return f"<fiber.{type(self).__name__} {self._name.decode()} initial={self._initial}>"
+        # as multiprocessing's: <Semaphore(value=1)>, <BoundedSemaphore(value=1, maxvalue=1)>
+        try:
+            value: Any = self.get_value()
+        except Exception:
+            value = "unknown"
+        bound = f", maxvalue={self._initial}" if self._bounded else ""
+        return f"<{type(self).__name__}(value={value}{bound})>"
 
 
 class BoundedSemaphore(Semaphore):
@@ -365,4 +398,9 @@ class Event(Handle):
         return self._request(b"wait", [encode_wait(True, timeout)], timeout=timeout)[0] == b"ok"
 
     def __repr__(self) -> str:
-        return f"<fiber.Event {self._name.decode()}>"
+        # as multiprocessing's: <Event at 0x7f... unset>
+        try:
+            state = "set" if self.is_set() else "unset"
+        except Exception:
+            state = "unknown"
+        return f"<{type(self).__name__} at {id(self):#x} {state}>"
