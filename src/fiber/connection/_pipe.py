@@ -30,6 +30,7 @@ from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
 from . import _watch
+from ._fileno import watch_of
 
 __all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService"]
 
@@ -242,6 +243,9 @@ class Connection(Handle):
         self._check_readable()
         status, frames = self._request(b"recv", [self._tag(), encode_wait(True, None)],
                                        on_late=self._give_back)
+        watch = self.__dict__.get("_fileno_watch")
+        if watch is not None:
+            watch.consumed()
         if status == b"eof":
             raise EOFError
         return frames
@@ -309,14 +313,24 @@ class Connection(Handle):
         if self._closed:
             return
         self._closed = True
+        watch = self.__dict__.get("_fileno_watch")
+        if watch is not None:
+            watch.close()
         try:
             self._send(b"close", [self._tag()])
         except (EOFError, ConnectionLost):
             pass
 
     def fileno(self) -> int:
-        raise NotImplementedError(
-            "fiber connections have no file descriptor; use fiber.connection.wait()")
+        """A file descriptor that is readable while ``recv`` would not block, for
+        ``select``, ``selectors`` and ``multiprocessing.connection.wait`` (made on first
+        use, with a thread that keeps it so: see :mod:`fiber.connection._fileno`).
+
+        Raises:
+            OSError: the connection is closed.
+        """
+        self._check_closed()
+        return watch_of(self).fileno()
 
     def __enter__(self) -> Connection:
         return self
@@ -325,8 +339,9 @@ class Connection(Handle):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"end {self._end}"
-        return f"<fiber.Connection {self._name.decode()} {state}>"
+        # as multiprocessing's: <multiprocessing.connection.Connection object at 0x7f...>
+        cls = type(self)
+        return f"<{cls.__module__}.{cls.__qualname__} object at {id(self):#x}>"
 
 
 def _rebuild(state: Any, end: int, readable: bool, writable: bool,
