@@ -67,6 +67,12 @@ def test_pool_underscore_pool_lists_the_workers_read_only(ctx):
             pool._pool = []
         pool.resize(2)
         assert pool.map(dh.triple, range(4)) == [0, 3, 6, 9]
+        assert pool._state == fiber.pool.RUN == mp_pool.RUN
+        pool.close()
+        assert pool._state == mp_pool.CLOSE
+        with pytest.raises(AttributeError):
+            pool._state = mp_pool.RUN
+        pool.join()
 
 
 @pytest.mark.parametrize("make", ["fiber.Pool", "ctx.Pool", "ZPool", "ResilientZPool"])

@@ -17,6 +17,7 @@ from multiprocessing.pool import ThreadPool
 
 from .._exports import publish
 from ..errors import MaybeEncodingError, RemoteTraceback, TimeoutError
+from ._api_extras import CLOSE, INIT, RUN, TERMINATE
 from ._pool import Pool
 from ._results import (
     ApplyResult,
@@ -29,7 +30,7 @@ from ._zpool import ResilientZPool, ZPool
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "RemoteTraceback", "MaybeEncodingError", "TimeoutError",
-           "ThreadPool", "ZPool", "ResilientZPool"]
+           "ThreadPool", "ZPool", "ResilientZPool", "INIT", "RUN", "CLOSE", "TERMINATE"]
 
 publish(__name__, Pool, AsyncResult, ApplyResult, MapResult, IMapIterator, IMapUnorderedIterator,
         ZPool, ResilientZPool)

@@ -3,7 +3,9 @@
 - ``pool._pool``: the list of worker process objects, a private attribute of
   ``multiprocessing.Pool`` that real programs read (``len(pool._pool)``). Here a fresh list
   of the workers started and not lost, at each read: assigning to it, or changing the list,
-  changes nothing of the pool (its size is ``resize``'s).
+  changes nothing of the pool (its size is ``resize``'s). ``pool._state`` is one of
+  ``RUN``, ``CLOSE`` and ``TERMINATE`` (the standard library's strings, also in
+  :mod:`fiber.pool`), read-only too.
 - ``start_workers()`` and ``wait_until_workers_up()``: the original fiber's ``Pool``
   started its workers on first use, and programs written for it call these two to start
   them early and to wait until every worker has connected. This pool starts its workers
@@ -20,7 +22,10 @@ from typing import Any, List, Optional
 
 from ..errors import TimeoutError as FiberTimeoutError
 
-__all__ = ["PoolExtras", "check_error_handling"]
+__all__ = ["PoolExtras", "check_error_handling", "INIT", "RUN", "CLOSE", "TERMINATE"]
+
+#: The states of a pool, as ``multiprocessing.pool`` names them (``pool._state``).
+INIT, RUN, CLOSE, TERMINATE = "INIT", "RUN", "CLOSE", "TERMINATE"
 
 _POLL_S = 0.02
 
@@ -48,6 +53,11 @@ class PoolExtras:
         core = self._core
         with core.hub.lock:
             return [ws.process for ws in core._live_workers()]
+
+    @property
+    def _state(self) -> str:
+        """``RUN``, ``CLOSE`` or ``TERMINATE``, as ``multiprocessing.Pool._state``."""
+        return str(self._core.state)
 
     def start_workers(self) -> None:
         """Start the workers (the original fiber's API): they already are.
