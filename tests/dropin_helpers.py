@@ -164,3 +164,18 @@ def exit_once_on(x: int, bad: int, flag) -> int:  # type: ignore[no-untyped-def]
         if first:
             os._exit(3)
     return x
+
+
+def report_parent_end(path: str) -> None:
+    """A child of the main process: a thread waits for ``parent_process().join()`` and
+    writes what ``is_alive()`` says then to ``path``; the job itself waits to be ended."""
+    parent = fiber.parent_process()
+
+    def watch() -> None:
+        parent.join(120)
+        with open(path, "w") as f:
+            f.write(f"gone alive={parent.is_alive()}")
+
+    threading.Thread(target=watch, daemon=True).start()
+    print(os.getpid(), flush=True)
+    time.sleep(120)

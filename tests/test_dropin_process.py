@@ -102,6 +102,35 @@ def test_the_whole_program_ends_with_its_main_process():
             proc.wait(30)
 
 
+def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
+    """When the main process is killed, its child's ``parent_process()`` turns dead and
+    a thread waiting in ``join()`` runs (it writes a file) before the child ends."""
+    out = tmp_path / "seen"
+    script = textwrap.dedent(f"""
+        import fiber, dropin_helpers as dh
+        fiber.init(backend="local")
+        p = fiber.Process(target=dh.report_parent_end, args=({str(out)!r},))
+        p.start()
+        p.join()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [os.path.dirname(__file__), *sys.path])})
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        proc.kill()
+        proc.wait(30)
+        wait_until(lambda: _gone(child), 30, message="the child to end with the program")
+        assert out.read_text() == "gone alive=False"
+        assert proc.stderr is not None and "is gone; job" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
 def test_spawn_context_names_itself_and_fork_means_the_default_backend(ctx):
     spawn = fiber.get_context("spawn")
     assert spawn.get_start_method() == "spawn"
