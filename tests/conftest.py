@@ -52,12 +52,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "scale: a pool of hundreds of workers (minutes on this machine): run once, "
         "with Python 3.11; the suites on the other supported Pythons deselect these")
+    config.addinivalue_line(
+        "markers", "one_python: fiber's own machinery, not the interpreter's (network "
+        "partitions, the hub's security, the command line, polling, chaos): run with Python "
+        "3.11 only, to keep the other Pythons' suites within the CI budget (ONE_PYTHON)")
+
+
+#: Test modules whose tests (the ``ctx`` ones of test_pool and test_pipe aside) depend on
+#: fiber's machinery, not on the interpreter's version: the suites on the other supported
+#: Pythons deselect them (marker one_python). Everything that touches pickling, exits,
+#: threads, signals, warnings or the standard library's multiprocessing runs everywhere.
+ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_security", "test_cli",
+              "test_pool_chaos", "test_docs", "test_pool", "test_pipe"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
-        if "ctx" in getattr(item, "fixturenames", ()):
+        api = "ctx" in getattr(item, "fixturenames", ())
+        if api:
             item.add_marker(pytest.mark.api)
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if module in ONE_PYTHON and not api:
+            item.add_marker(pytest.mark.one_python)
 
 
 _hosts = None

@@ -416,7 +416,7 @@ def _script(body: str) -> subprocess.Popen:
 _MASTER = """
     import sys, time
     import fiber
-    from fiber.backends import _forkserver
+    from fiber.backends.local import _forkserver
 
     def nap(seconds):
         time.sleep(seconds)

@@ -49,6 +49,6 @@ def test_a_pool_beyond_the_hard_open_file_limit_is_refused_with_the_limit_named(
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("refused: a pool of 200 workers needs about"), out.stdout
-    assert "(about 5 a job)" in lines[0]
+    assert "(about 4 a job)" in lines[0]
     assert "limit of 300" in lines[0] and "hard limit 300" in lines[0], lines[0]
     assert lines[1] == "running 0", out.stdout

@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
-from .._core._clients import own_client
+from .._core._clients import get_client
 from ..config import get_config
 from ..errors import MaybeEncodingError
 from ..transport.remote import pack_exception
@@ -136,9 +136,10 @@ def _encoding_error(error: Exception, value: Any) -> BaseException:
 def worker_main(address: str, pool_name: bytes, worker_id: int,
                 initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
                 maxtasks: Optional[int]) -> None:
-    # Not the thread's cached client: a task that calls an object of the master's hub
-    # (a queue, a lock) reads replies on that one, and would drop the tasks pushed here.
-    client = own_client(address)
+    # This thread's client: in a job, the anchor that fetched the job's payload (one
+    # connection a worker). A task that calls an object of the master's hub (a queue, a
+    # lock) waits for its reply on it too; tasks pushed meanwhile are kept for next_push.
+    client = get_client(address)
     if initializer is not None:
         try:
             initializer(*initargs)
@@ -169,11 +170,10 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
                 flush()
             finished = maxtasks is not None and done >= maxtasks
             idle = not (held or stopping or finished)
-            if idle and spin:
-                # The next task (an RL/ES step's) often comes within a round trip: read
-                # it then without a wake-up, while a CPU is spare (see fiber.transport.cpus).
-                client._poll(spin)
-            msg = client._recv(None if idle else 0.0)
+            # Idle, the next task (an RL/ES step's) often comes within a round trip: it
+            # is polled for, and read without a wake-up, while a CPU is spare (see
+            # fiber.transport.cpus).
+            msg = client.next_push(None if idle else 0.0, spin if idle else 0.0)
             if msg is None:
                 break
             if msg[1] == b"tasks":

@@ -18,9 +18,10 @@ from ..errors import ResourceLimitError
 
 __all__ = ["FILES_PER_JOB", "raise_open_files", "ensure_open_files"]
 
-#: Descriptors a started job costs its parent: an anchor and a pool connection, the
-#: two ends of its sentinel pipe, and the pidfd of a job started as a subprocess.
-FILES_PER_JOB = 5
+#: Descriptors a started job costs its parent: its one connection (the anchor, which a
+#: pool worker uses for its tasks too), the two ends of its sentinel pipe, and the pidfd
+#: of a job started as a subprocess.
+FILES_PER_JOB = 4
 #: Kept free for everything else a program opens (files, libraries, its own sockets).
 SPARE_FILES = 64
 

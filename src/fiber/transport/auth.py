@@ -73,7 +73,7 @@ def program_secret() -> bytes:
 
 def adopt_secret(secret: bytes) -> None:
     """Take ``secret`` as this process's program secret: a standard-library
-    ``multiprocessing`` child that received a fiber object (see :func:`fiber._served`),
+    ``multiprocessing`` child that received a fiber object (see :mod:`fiber._core._served`),
     which has no job environment to inherit it from.
 
     Raises:

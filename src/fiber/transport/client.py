@@ -17,6 +17,7 @@ carries the calls of the first thread that asks for a client of that server.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import secrets
@@ -25,7 +26,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ..errors import AuthenticationError, TransportError
 from . import auth
@@ -109,6 +110,9 @@ class Client:
         self.taken = False
         self._ids = itertools.count(1)
         self._late: Dict[bytes, LateReply] = {}
+        #: Messages the server sent unasked (request id empty: a pool's tasks) that came
+        #: while this client waited for a reply; :meth:`next_push` gives them first.
+        self._pushes: Deque[List[Any]] = collections.deque()
         try:
             self.sock = connect(address, timeout)
         except OSError as e:
@@ -164,8 +168,8 @@ class Client:
 
     def serve_late(self) -> None:
         """Read what has come, without blocking, and hand the replies it completes to
-        their ``on_reply`` (what is no reply to a started request is dropped, as in
-        :meth:`request`).
+        their ``on_reply`` (messages the server pushed are kept for :meth:`next_push`;
+        what is neither is dropped, as in :meth:`request`).
 
         Raises:
             ConnectionLost: the server is gone.
@@ -174,10 +178,46 @@ class Client:
             pass
         messages = self._reader.messages
         while messages:
-            msg = messages.popleft()
-            late = self._late.pop(bytes(msg[0]), None)
-            if late is not None:
-                late(bytes(msg[1]), msg[2:])
+            self._route(messages.popleft())
+
+    def next_push(self, timeout: Optional[float], spin: float = 0.0
+                  ) -> Optional[List[Any]]:
+        """The next message the server sent unasked, ``[b"", op, *payload]``, waiting up
+        to ``timeout`` s (None: for ever; 0: only what has come), after polling for it for
+        ``spin`` s while a CPU is spare; None at the timeout. Replies to requests started
+        with :meth:`start` met meanwhile go to their ``on_reply``.
+
+        A pool's worker takes its tasks so on the connection that also carries its
+        tasks' own calls to the master: a push that comes while such a call waits for
+        its reply is kept for this, in order.
+
+        Raises:
+            ConnectionLost: the server is gone.
+        """
+        if self._pushes:
+            return self._pushes.popleft()
+        if spin and not self._reader.messages:
+            self._poll(spin)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            msg = self._recv(left)
+            if msg is None:
+                return None
+            if not msg[0]:
+                return msg
+            self._route(msg)
+
+    def _route(self, msg: List[Any]) -> None:
+        """A message that is not the reply being waited for: a push (kept), the reply
+        of a started request (handed over), or a stale reply (dropped)."""
+        rid = bytes(msg[0])
+        if not rid:
+            self._pushes.append(msg)
+            return
+        late = self._late.pop(rid, None)
+        if late is not None:
+            late(bytes(msg[1]), msg[2:])
 
     def close(self) -> None:
         try:
@@ -249,12 +289,9 @@ class Client:
             msg = self._recv(left)
             if msg is None:
                 raise TimeoutError(f"no reply from {self.address} within {timeout} s")
-            rid = bytes(msg[0])
-            if rid == req_id:
+            if bytes(msg[0]) == req_id:
                 return bytes(msg[1]), msg[2:]
-            late = self._late.pop(rid, None)
-            if late is not None:
-                late(bytes(msg[1]), msg[2:])
+            self._route(msg)
 
     def _handshake(self, anchor: bool, timeout: float) -> None:
         cnonce = auth.new_nonce()
