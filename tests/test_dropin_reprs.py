@@ -1,10 +1,13 @@
 """fiber's objects print as multiprocessing's do (issue 16): the same shape, with fiber's
-module names, checked against the standard library's own reprs, made here."""
+module names, checked against the standard library's own reprs, made here. ``Event`` and
+``Barrier`` print as Python 3.11's do on every version (3.9 and 3.10 print them as plain
+objects)."""
 
 from __future__ import annotations
 
 import multiprocessing
 import re
+import sys
 
 import dropin_helpers as dh
 import pytest
@@ -28,12 +31,16 @@ def stdlib():
 
 PRIMITIVES = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
               "Queue", "SimpleQueue", "JoinableQueue"]
+#: What Python 3.11 and later print, where 3.9 and 3.10 print a plain object.
+SINCE_311 = {"Event": "<Event at 0x? unset>", "Barrier": "<MOD.Barrier at 0x?: waiters=0/2>"}
+OLD = sys.version_info < (3, 11)
 
 
 @pytest.mark.parametrize("name", PRIMITIVES)
 def test_fresh_primitives_and_queues(ctx, stdlib, name):
     ours, theirs = repr(getattr(ctx, name)()), repr(getattr(stdlib, name)())
-    assert shape(ours) == shape(theirs), (ours, theirs)
+    expected = SINCE_311[name] if OLD and name in SINCE_311 else shape(theirs)
+    assert shape(ours) == expected, (ours, theirs)
 
 
 def test_held_locks_set_events_barriers_and_pipes(ctx, stdlib):
@@ -50,14 +57,16 @@ def test_held_locks_set_events_barriers_and_pipes(ctx, stdlib):
         e = c.Event()
         e.set()
         pairs.append(repr(e))
-    pairs.append((repr(ctx.Barrier(2)), repr(stdlib.Barrier(2))))
+    barrier = repr(ctx.Barrier(2))
+    assert shape(barrier) == (SINCE_311["Barrier"] if OLD else shape(repr(stdlib.Barrier(2))))
     pairs.append((repr(ctx.Pipe()[0]), repr(stdlib.Pipe()[0])))
     pairs.append((repr(ctx.Value("i", 5)), repr(stdlib.Value("i", 5))))
     pairs.append((repr(ctx.RawValue("d", 1.5)), repr(stdlib.RawValue("d", 1.5))))
     for ours, theirs in [p for p in pairs if isinstance(p, tuple)]:
         assert shape(ours) == shape(theirs), (ours, theirs)
     events = [p for p in pairs if isinstance(p, str)]
-    assert shape(events[0]) == shape(events[1]) == "<Event at 0x? set>"
+    assert shape(events[0]) == "<Event at 0x? set>"
+    assert OLD or shape(events[1]) == shape(events[0])
     assert repr(ctx.Lock()) == "<Lock(owner=None)>"
 
 
