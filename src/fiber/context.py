@@ -4,15 +4,24 @@
 run on Slurm, as ``multiprocessing.get_context("spawn")`` binds a start method. The names
 are backend names; ``"spawn"`` (what libraries such as stable-baselines3 ask for),
 ``"forkserver"`` (what PyTorch programs often ask for: children that start clean, as
-fiber's do) and ``None`` mean the configured default backend. ``"fork"`` is refused with
-its reason: a job on another host cannot inherit this process's memory. The module-level
-API of ``fiber`` is the default context's.
+fiber's do) and ``None`` mean the configured default backend, and such a context's
+``get_start_method()`` is the name asked for, as multiprocessing's is.
+
+``"fork"`` (``get_context("fork")``, ``set_start_method("fork")``, which programs written
+for macOS or for Python 3.14's default call) also means the default backend, with a
+``RuntimeWarning`` saying what differs: a job, maybe on another host, starts clean and
+does not inherit this process's memory, so what a child needs must reach it in its
+arguments (functions and classes of ``__main__`` travel by value). Refusing it would make
+such a program unusable for a difference most of them never meet.
+
+The module-level API of ``fiber`` is the default context's.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any, Dict, List, Optional, Type
 
 from . import connection, process, queues, sharedctypes, synchronize
@@ -26,13 +35,22 @@ from .process._bound import process_class
 __all__ = ["FiberContext", "get_context", "DefaultContext"]
 
 _DEFAULT_ALIASES = ("spawn", "forkserver")
+#: Start methods of multiprocessing that mean the default backend (see the module).
+_ACCEPTED_METHODS = (*_DEFAULT_ALIASES, "fork")
+
+_FORK_WARNING = (
+    "fiber: start method 'fork' means fiber's default backend here: a fiber process is a "
+    "job (maybe on another host) that starts clean, as with 'spawn', and does not inherit "
+    "this process's memory; pass what a child needs in its arguments")
 
 
 class FiberContext:
-    """The multiprocessing API bound to one backend (None: the configured default)."""
+    """The multiprocessing API bound to one backend (None: the configured default);
+    ``method`` is the start method it was asked for by (``"spawn"``...), if any."""
 
-    def __init__(self, backend: Optional[str] = None) -> None:
+    def __init__(self, backend: Optional[str] = None, method: Optional[str] = None) -> None:
         self._backend = backend
+        self._method = method
 
     @property
     def backend(self) -> Optional[str]:
@@ -129,12 +147,21 @@ class FiberContext:
         return get_context(method)
 
     def get_start_method(self, allow_none: bool = False) -> str:
-        """The backend this context starts processes on."""
-        return self._backend or get_config().backend
+        """The start method this context was asked for (``"spawn"``...), else the backend
+        it starts processes on."""
+        return self._method or self._backend or get_config().backend
 
     def set_start_method(self, method: Optional[str], force: bool = False) -> None:
-        """Make ``method`` (a backend name) the default backend of this program."""
+        """Make ``method`` (a backend name) the default backend of this program;
+        ``"spawn"``, ``"forkserver"`` and ``"fork"`` (with a warning) keep the default.
+
+        Raises:
+            ValueError (UnknownBackendError): no backend or start method of that name.
+        """
         if method is None or method in _DEFAULT_ALIASES:
+            return
+        if method == "fork" and method not in known_backends():
+            warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=3)
             return
         get_context(method)  # raises for unknown names
         init(backend=method)
@@ -178,7 +205,8 @@ class FiberContext:
         return multiprocessing.reduction
 
     def __repr__(self) -> str:
-        return f"<fiber context backend={self._backend or 'default'}>"
+        method = f" method={self._method}" if self._method else ""
+        return f"<fiber context backend={self._backend or 'default'}{method}>"
 
 
 DefaultContext = FiberContext
@@ -189,23 +217,23 @@ _contexts_lock = threading.Lock()
 
 
 def get_context(method: Optional[str] = None) -> FiberContext:
-    """The context of backend ``method``; ``None``, ``"spawn"`` or ``"forkserver"``: the
-    default backend.
+    """The context of backend ``method``; ``None``: the default backend, and ``"spawn"``,
+    ``"forkserver"`` or ``"fork"`` (with a ``RuntimeWarning``) the default backend under
+    that name (see the module).
 
     Raises:
-        ValueError (UnknownBackendError): no backend of that name.
+        ValueError (UnknownBackendError): no backend or start method of that name.
     """
-    key = None if method in (None, *_DEFAULT_ALIASES) else method
-    if key == "fork" and key not in known_backends():
-        raise UnknownBackendError(key, [*known_backends(), *_DEFAULT_ALIASES], hint=(
-            "fiber processes cannot be forked from this one (a job may run on another "
-            "host): they start clean, as with 'spawn' or 'forkserver', which fiber accepts; "
-            "what a child needs must reach it in its arguments"))
-    if key is not None and key not in known_backends():
-        raise UnknownBackendError(key, [*known_backends(), *_DEFAULT_ALIASES])
+    if method is not None and method not in known_backends():
+        if method not in _ACCEPTED_METHODS:
+            raise UnknownBackendError(method, [*known_backends(), *_DEFAULT_ALIASES])
+        if method == "fork":
+            warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=2)
     with _contexts_lock:
-        ctx = _contexts.get(key)
+        ctx = _contexts.get(method)
         if ctx is None:
-            ctx = _contexts[key] = FiberContext(key)
+            alias = method in _ACCEPTED_METHODS and method not in known_backends()
+            ctx = _contexts[method] = (FiberContext(None, method) if alias
+                                       else FiberContext(method))
         return ctx
 

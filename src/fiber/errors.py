@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import multiprocessing
+import multiprocessing.pool as _mp_pool
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Optional, Sequence
 
@@ -26,6 +27,7 @@ __all__ = [
     "TimeoutError",
     "RemoteError",
     "RemoteTraceback",
+    "MaybeEncodingError",
     "WorkerLostError",
     "BrokenPoolError",
     "PoolTerminatedError",
@@ -117,19 +119,26 @@ class TimeoutError(FiberError, multiprocessing.TimeoutError):
     """A blocking fiber call ran past its deadline."""
 
 
-class RemoteTraceback(Exception):
+class RemoteTraceback(_mp_pool.RemoteTraceback):  # type: ignore[name-defined,misc]
     """The formatted traceback of an exception raised in another fiber process.
 
     Attached as ``__cause__`` of the re-raised exception so that the caller sees both
-    its own stack and the remote one, like ``concurrent.futures`` does.
+    its own stack and the remote one, like ``concurrent.futures`` does. A subclass of
+    ``multiprocessing.pool.RemoteTraceback``: code that looks for that one finds it.
     """
 
     def __init__(self, tb: str) -> None:
         self.tb = tb
-        super().__init__(tb)
+        Exception.__init__(self, tb)  # args=(tb,): it pickles (the stdlib's keeps none)
 
     def __str__(self) -> str:
         return f'\n"""\n{self.tb}"""'
+
+
+#: A pool task's result that could not be pickled in the worker, raised by ``get()``: the
+#: standard library's own class (``exc`` and ``value`` are the reprs of the pickling
+#: error and of the result), so ``except multiprocessing.pool.MaybeEncodingError`` works.
+MaybeEncodingError: type = _mp_pool.MaybeEncodingError  # type: ignore[attr-defined]
 
 
 class RemoteError(FiberError):

@@ -12,14 +12,21 @@
 
 There is no memory shared between hosts, so the data lives in the creating process, as a
 real ctypes object (values convert, truncate and wrap exactly as in ``multiprocessing``),
-and every access is one round trip to its hub. As with ``multiprocessing``, each access of
-a synchronized ``Value`` or ``Array`` takes its lock: the server runs it when the lock is
-free or held by the caller's thread, so ``with v.get_lock(): v.value += 1`` is atomic
-across processes and hosts (four round trips). ``RawValue``/``RawArray`` (``lock=False``)
-are the same objects without a lock; each single access is still atomic.
+and every access is one round trip to its hub. An array's data is in memory that the
+processes of its creator's host can map (:mod:`fiber._core._host_memory`): there, and in
+the creator, ``get_obj()`` is a real ctypes array over the same pages, a buffer that numpy
+reads and writes (``np.frombuffer(a.get_obj(), dtype)``) as with ``multiprocessing``;
+elsewhere it is the array's handle without the lock (indexing works, buffers do not).
+
+As with ``multiprocessing``, each access of a synchronized ``Value`` or ``Array`` takes
+its lock: the server runs it when the lock is free or held by the caller's thread, so
+``with v.get_lock(): v.value += 1`` is atomic across processes and hosts (four round
+trips). ``RawValue``/``RawArray`` (``lock=False``) are the same objects without a lock;
+each single access is still atomic.
 
 What differs from ``multiprocessing``: the objects are handles, not ctypes instances (no
-``memoryview``, no passing to C), and they pickle freely (to a queue, a pipe, a child).
+``memoryview`` of a ``RawArray`` itself, no passing to C: use ``get_obj()``), and they
+pickle freely (to a queue, a pipe, a child).
 Supported types: the typecodes of :mod:`array` and simple ctypes types; structures are not.
 """
 
@@ -27,8 +34,10 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing.sharedctypes as _mpsc
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+from ._core._host_memory import AVAILABLE as _HOST_MEMORY
+from ._core._host_memory import HostMemory, attach
 from ._core._parking import tid as tid_of_thread
 from ._core._served import Handle
 from .synchronize import _primitives as synchronize
@@ -57,9 +66,11 @@ class ValueService(Service):
 
     protocol = "value"
 
-    def __init__(self, obj: Any, guard: Optional[synchronize.LockService]) -> None:
+    def __init__(self, obj: Any, guard: Optional[synchronize.LockService],
+                 memory: Optional[HostMemory] = None) -> None:
         self.obj = obj
         self.guard = guard
+        self.memory = memory  # held while served: other processes of this host open it
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
@@ -121,15 +132,17 @@ class SharedValue(Handle):
     _client_lock: Any = None  # a lock taken by this side (a lock served elsewhere)
     _owner: Any = None  # what a get_obj() view keeps alive
 
-    def __init__(self, obj: Any, lock: Any = None) -> None:
+    def __init__(self, obj: Any, lock: Any = None, memory: Optional[HostMemory] = None
+                 ) -> None:
         self._type_name = type(obj).__name__
+        self._obj = obj  # only in the creator (not pickled): the ctypes object itself
         guard = None
         if lock is not None:
             guard = getattr(lock, "_service", None)  # set only where the lock was created
             self._lock = lock
             if guard is None:
                 self._client_lock = lock
-        super().__init__(ValueService(obj, guard), b"V")
+        super().__init__(ValueService(obj, guard, memory), b"V")
 
     def __getstate__(self) -> Any:
         return (super().__getstate__(), self._type_name, self._lock, self._client_lock,
@@ -168,8 +181,9 @@ class SharedValue(Handle):
     def value(self, value: Any) -> None:
         self._set(b"value", value)
 
-    def get_obj(self) -> SharedValue:
-        """The same data without the lock (as multiprocessing's raw ctypes object)."""
+    def get_obj(self) -> Any:
+        """The same data without the lock (as multiprocessing's raw ctypes object): a
+        handle to it (an array's own memory where it can be mapped, see the module)."""
         raw = type(self).__new__(_RAW_OF.get(type(self), type(self)))
         raw.__setstate__(self.__getstate__())
         # a view of this module's class: its private state is set here
@@ -178,11 +192,20 @@ class SharedValue(Handle):
         return raw
 
     def __repr__(self) -> str:
-        return f"<fiber.{type(self).__name__} {self._type_name} {self._name.decode()}>"
+        # as multiprocessing's RawValue, a ctypes object: c_int(1)
+        try:
+            value = repr(self.value)
+        except Exception:
+            value = "<unavailable>"
+        return f"{self._type_name}({value})"
 
 
 class _Synchronized:
     """What a lock adds to a shared value or array (mixed in first)."""
+
+    def __repr__(self) -> str:
+        # as multiprocessing's: <Synchronized wrapper for c_int(1)>
+        return f"<{type(self).__name__} wrapper for {super().__repr__()}>"
 
     def get_lock(self) -> Any:
         return self._lock  # type: ignore[attr-defined]
@@ -205,17 +228,39 @@ class Synchronized(_Synchronized, SharedValue):
 
 
 class SharedArray(SharedValue):
-    """A ctypes array served by its creator's hub: ``a[i]``, ``a[i:j]``, ``len(a)``."""
+    """A ctypes array served by its creator's hub: ``a[i]``, ``a[i:j]``, ``len(a)``;
+    ``get_obj()`` maps its memory on the creator's host (see the module)."""
 
-    def __init__(self, obj: Any, lock: Any = None) -> None:
+    _view: Any = None  # the ctypes array over this host's mapping, once made
+
+    def __init__(self, obj: Any, lock: Any = None, memory: Optional[HostMemory] = None
+                 ) -> None:
         self._length = len(obj)
-        super().__init__(obj, lock)
+        self._item_type = obj._type_
+        self._locator = memory.locator if memory is not None else None
+        super().__init__(obj, lock, memory)
 
     def _extra_state(self) -> Any:
-        return self._length
+        return self._length, self._item_type, self._locator
 
     def _set_extra_state(self, extra: Any) -> None:
-        self._length = extra
+        self._length, self._item_type, self._locator = extra
+
+    def get_obj(self) -> Any:
+        """The array without the lock: a ctypes array over its memory (a buffer, as
+        multiprocessing's) in the creator and on its host; elsewhere a handle."""
+        local = self.__dict__.get("_obj")
+        if local is not None:
+            return local
+        if self._view is None:
+            mapping = attach(self._locator)
+            if mapping is not None:
+                self._view = (self._item_type * self._length).from_buffer(mapping)
+        return self._view if self._view is not None else super().get_obj()
+
+    def __repr__(self) -> str:
+        # as multiprocessing's RawArray, a ctypes array: <...c_int_Array_3 object at 0x...>
+        return f"<{__name__}.{self._type_name} object at {id(self):#x}>"
 
     def __len__(self) -> int:
         return self._length
@@ -267,18 +312,29 @@ def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
     return SharedValue(_ctype(typecode_or_type)(*args))
 
 
-def _array(t: Any, size_or_initializer: Union[int, Any]) -> Any:
+def _array(t: Any, size_or_initializer: Union[int, Any]
+           ) -> Tuple[Any, Optional[HostMemory]]:
+    """A ctypes array of ``t`` in memory that this host's processes can map (where there
+    is such memory), and that memory."""
     if isinstance(size_or_initializer, int):
-        return (t * size_or_initializer)()
-    items = list(size_or_initializer)
-    return (t * len(items))(*items)
+        initial = (t * size_or_initializer)()
+    else:
+        items = list(size_or_initializer)
+        initial = (t * len(items))(*items)
+    if not _HOST_MEMORY:
+        return initial, None
+    memory = HostMemory(ctypes.sizeof(initial))
+    obj = type(initial).from_buffer(memory.buffer)
+    ctypes.memmove(obj, initial, ctypes.sizeof(initial))
+    return obj, memory
 
 
 def RawArray(typecode_or_type: _TYPE,  # noqa: N802
              size_or_initializer: Union[int, Any]) -> SharedArray:
     """A shared ctypes array without a lock, of a size or from a sequence."""
     t = _ctype(typecode_or_type)
-    return (SharedString if t is ctypes.c_char else SharedArray)(_array(t, size_or_initializer))
+    obj, memory = _array(t, size_or_initializer)
+    return (SharedString if t is ctypes.c_char else SharedArray)(obj, memory=memory)
 
 
 def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
@@ -294,8 +350,8 @@ def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # n
           lock: Any = True, ctx: Any = None) -> SharedArray:
     """A shared ctypes array; with ``lock`` (default: a new fiber RLock) synchronized."""
     t = _ctype(typecode_or_type)
-    obj = _array(t, size_or_initializer)
+    obj, memory = _array(t, size_or_initializer)
     if lock is False or lock is None:
-        return (SharedString if t is ctypes.c_char else SharedArray)(obj)
+        return (SharedString if t is ctypes.c_char else SharedArray)(obj, memory=memory)
     cls = SynchronizedString if t is ctypes.c_char else SynchronizedArray
-    return cls(obj, _lock_for(lock))
+    return cls(obj, _lock_for(lock), memory)

@@ -11,7 +11,13 @@ import threading
 import pytest
 
 import fiber
-from fiber.errors import BrokenPoolError, RemoteError, RemoteTraceback, WorkerLostError
+from fiber.errors import (
+    BrokenPoolError,
+    MaybeEncodingError,
+    RemoteError,
+    RemoteTraceback,
+    WorkerLostError,
+)
 
 from support import pool_helpers as ph
 from support.waiting import wait_until
@@ -95,16 +101,21 @@ def check_error(e: BaseException, fault: str, stage: str, api: str) -> None:
         assert len(attempts) == 2, text
         how = f"exit code {ph.EXIT_CODE}" if fault == "exit" else "SIGKILL"
         assert all(how in ln for ln in attempts), text
+    elif stage == "pickling the result":  # as multiprocessing: MaybeEncodingError
+        assert isinstance(e, MaybeEncodingError), text
+        assert "error while pickling the result" in text, text
+        if fault == "exception":
+            assert f"fault:{stage}" in e.exc, text
+        else:
+            assert "pickle" in e.exc and "lock" in e.exc and "lock" in e.value, text
     elif fault == "exception":
         assert isinstance(e, ValueError), text
         assert str(e) == f"fault:{stage}", text
-        if stage in ("unpickling the task", "pickling the result"):
+        if stage == "unpickling the task":
             assert f"error while {stage}" in text, text
-    elif stage in ("pickling the task", "pickling the result"):  # an unpicklable value
+    elif stage == "pickling the task":  # an unpicklable value
         assert isinstance(e, (TypeError, AttributeError, ValueError)), text
         assert "pickle" in str(e) and "lock" in str(e), text
-        if stage == "pickling the result":
-            assert "error while pickling the result" in text, text
     else:  # an exception that cannot travel back: stands in as RemoteError
         assert isinstance(e, RemoteError), text
         assert "UnpicklableError" in str(e) and f"fault:{stage}" in str(e), text

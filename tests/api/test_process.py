@@ -226,8 +226,8 @@ def test_parent_sentinel_is_not_ready_while_the_parent_lives(ctx):
 
 
 def test_parent_sentinel_is_ready_once_the_parent_is_killed(ctx):
-    # The grandchild's lifeline ends it once its parent is gone, but only after the
-    # sentinel is readable and a thread waiting on it has had time to report.
+    # The grandchild outlives its parent (as with multiprocessing): its sentinel turns
+    # readable, a thread waiting on it reports, and then the grandchild ends by itself.
     q = ctx.Queue()
     child = ctx.Process(target=helpers.start_sentinel_watcher, args=(q,))
     child.start()

@@ -173,12 +173,14 @@ def report_parent_sentinel(q) -> None:  # type: ignore[no-untyped-def]
 def watch_parent_sentinel(q) -> None:  # type: ignore[no-untyped-def]
     """The multiprocessing idiom: a thread waits on ``parent_process().sentinel``. It puts
     ``("watching", pid, is_alive, ready)`` before waiting and ``("gone", ready,
-    is_alive)`` once the sentinel is readable; this job then waits to be ended."""
+    is_alive)`` once the sentinel is readable; this job then ends (it outlives its parent,
+    as a multiprocessing child does)."""
     import multiprocessing.connection
 
     import fiber
 
     parent = fiber.parent_process()
+    reported = threading.Event()
 
     def watch() -> None:
         try:
@@ -190,9 +192,10 @@ def watch_parent_sentinel(q) -> None:  # type: ignore[no-untyped-def]
                multiprocessing.connection.wait([fd], timeout=0)))
         ready = multiprocessing.connection.wait([fd], timeout=120)
         q.put(("gone", ready == [fd], parent.is_alive()))
+        reported.set()
 
     threading.Thread(target=watch, daemon=True).start()
-    time.sleep(120)
+    reported.wait(120)
 
 
 def start_sentinel_watcher(q) -> None:  # type: ignore[no-untyped-def]

@@ -3,12 +3,21 @@
 - :mod:`._pipe`: a pipe's two ends and the service on its creator's hub that holds its
   channels.
 - :mod:`._wait`: ``wait`` on many connections (and sentinels, sockets) at once.
+- :mod:`._fileno`: ``Connection.fileno()``, a descriptor readable while a message waits.
+- ``Listener``, ``Client``, ``deliver_challenge`` and ``answer_challenge`` are the standard
+  library's: authenticated sockets between any two processes that know the address and
+  the key (on any hosts, with a TCP address), whose connections are ``multiprocessing``'s;
+  ``AuthenticationError`` is fiber's (a subclass of ``multiprocessing``'s).
 """
 
+from multiprocessing.connection import Client, Listener, answer_challenge, deliver_challenge
+
 from .._exports import publish
+from ..errors import AuthenticationError
 from ._pipe import BufferTooShort, Connection, Pipe
 from ._wait import wait
 
-__all__ = ["Pipe", "Connection", "wait", "BufferTooShort"]
+__all__ = ["Pipe", "Connection", "wait", "BufferTooShort", "Client", "Listener",
+           "answer_challenge", "deliver_challenge", "AuthenticationError"]
 
 publish(__name__, Connection, BufferTooShort)

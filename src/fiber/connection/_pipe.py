@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import pickle
 import secrets
+import threading
 from typing import Any, Deque, List, Optional, Set, Tuple
 
 from .._core import _runtime
@@ -31,6 +32,7 @@ from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
 from . import _watch
+from ._fileno import FilenoWatch
 
 __all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "wait_frames"]
 
@@ -41,6 +43,7 @@ class BufferTooShort(Exception):
 
 _PICKLED = b"p"
 _RAW = b"b"
+_fileno_lock = threading.Lock()
 
 
 class PipeOps:
@@ -182,6 +185,8 @@ class PipeService(_watch.Watched):
 class Connection(Handle):
     """One end of a :func:`Pipe`, with the API of ``multiprocessing.connection.Connection``."""
 
+    _fileno_watch: Optional[FilenoWatch] = None  # made by the first fileno()
+
     def __init__(self, service: PipeService, end: int, readable: bool,
                  writable: bool) -> None:
         super().__init__(service, b"p")
@@ -289,6 +294,9 @@ class Connection(Handle):
         self._check_readable()
         status, frames = self._request(PipeOps.RECV, [self._tag(), encode_wait(True, None)],
                                        on_late=self._give_back)
+        watch = self._fileno_watch
+        if watch is not None:
+            watch.consumed()
         if status == b"eof":
             raise EOFError
         return frames
@@ -356,14 +364,27 @@ class Connection(Handle):
         if self._closed:
             return
         self._closed = True
+        watch = self._fileno_watch
+        if watch is not None:
+            watch.close()
         try:
             self._send(PipeOps.CLOSE, [self._tag()])
         except (EOFError, ConnectionLost):
             pass
 
     def fileno(self) -> int:
-        raise NotImplementedError(
-            "fiber connections have no file descriptor; use fiber.connection.wait()")
+        """A file descriptor that is readable while ``recv`` would not block, for
+        ``select``, ``selectors`` and ``multiprocessing.connection.wait`` (made on first
+        use, with a thread that keeps it so: see :mod:`fiber.connection._fileno`).
+
+        Raises:
+            OSError: the connection is closed.
+        """
+        self._check_closed()
+        with _fileno_lock:  # two threads asking at once share one watch
+            if self._fileno_watch is None:  # a write-only end: never readable, no thread
+                self._fileno_watch = FilenoWatch(self, self.readable)
+        return self._fileno_watch.fileno()
 
     def __enter__(self) -> Connection:
         return self
@@ -372,8 +393,9 @@ class Connection(Handle):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"end {self._end}"
-        return f"<fiber.Connection {self._name.decode()} {state}>"
+        # as multiprocessing's: <multiprocessing.connection.Connection object at 0x7f...>
+        cls = type(self)
+        return f"<{cls.__module__}.{cls.__qualname__} object at {id(self):#x}>"
 
 
 def _rebuild(state: Any, end: int, readable: bool, writable: bool,

@@ -19,6 +19,7 @@ from ._proxies import (
     AutoProxy,
     BarrierProxy,
     BaseListProxy,
+    BasePoolProxy,
     BaseProxy,
     ConditionProxy,
     DictProxy,
@@ -37,10 +38,10 @@ __all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProx
            "AutoProxy", "AsyncAutoProxy", "MakeProxyType", "Namespace", "Token",
            "CallHandle", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
            "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
-           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
-           "DirectProxy", "BaseListProxy"]
+           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "BasePoolProxy",
+           "AsyncResultProxy", "DirectProxy", "BaseListProxy"]
 
 publish(__name__, BaseManager, SyncManager, AsyncManager, BaseProxy, AsyncProxy, AutoProxy,
         AsyncAutoProxy, CallHandle, DictProxy, ListProxy, ValueProxy, ArrayProxy,
         NamespaceProxy, IteratorProxy, AcquirerProxy, ConditionProxy, EventProxy, BarrierProxy,
-        QueueProxy, PoolProxy, AsyncResultProxy, DirectProxy, BaseListProxy)
+        QueueProxy, PoolProxy, BasePoolProxy, AsyncResultProxy, DirectProxy, BaseListProxy)

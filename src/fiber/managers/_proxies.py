@@ -37,8 +37,8 @@ from ._server import ObjectOps, Spec
 __all__ = ["BaseProxy", "AsyncProxy", "AutoProxy", "AsyncAutoProxy", "MakeProxyType",
            "DirectProxy", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
            "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
-           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "AsyncResultProxy",
-           "BaseListProxy"]
+           "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "BasePoolProxy",
+           "AsyncResultProxy", "BaseListProxy"]
 
 
 class BaseProxy(_served.Handle):
@@ -107,9 +107,8 @@ class BaseProxy(_served.Handle):
                      e)
 
     def __repr__(self) -> str:
-        where = "pending" if self._pending is not None else \
-            f"at {self._address} {self._name.decode()}"
-        return f"<{type(self).__name__} object, typeid {self._typeid!r} {where}>"
+        # as multiprocessing's: <AcquirerProxy object, typeid 'Lock' at 0x7f...>
+        return f"<{type(self).__name__} object, typeid {self._typeid!r} at {id(self):#x}>"
 
     def __str__(self) -> str:
         self._resolve()
@@ -351,8 +350,20 @@ class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
 DictProxy = MakeProxyType("DictProxy", _mp_exposed("DictProxy"))
 DictProxy._method_to_typeid_ = {"__iter__": "Iterator"}  # type: ignore[attr-defined]
 ArrayProxy = MakeProxyType("ArrayProxy", ("__len__", "__getitem__", "__setitem__"))
-PoolProxy = MakeProxyType("PoolProxy", _mp_exposed("PoolProxy"))
-PoolProxy._method_to_typeid_ = {  # type: ignore[attr-defined]
+BasePoolProxy = MakeProxyType("BasePoolProxy", _mp_exposed("PoolProxy"))
+
+
+class PoolProxy(BasePoolProxy):  # type: ignore[misc,valid-type]
+    """A manager's ``Pool``; as multiprocessing's, a context manager that terminates it."""
+
+    def __enter__(self) -> PoolProxy:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._callmethod("terminate")
+
+
+PoolProxy._method_to_typeid_ = {
     "apply_async": "AsyncResult", "map_async": "AsyncResult", "starmap_async": "AsyncResult",
     "imap": "Iterator", "imap_unordered": "Iterator"}  # as multiprocessing's PoolProxy
 AsyncResultProxy = MakeProxyType("AsyncResultProxy", ("get", "wait", "ready", "successful"))

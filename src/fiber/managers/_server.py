@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 from .._core import _runtime
 from .._core._clients import get_client
 from ..meta import resources_of
+from ..process import end_with_parent
 from ..process._bound import process_class
 from ..process._process import set_resources
 from ..transport.operations import handles
@@ -334,11 +335,41 @@ class ObjectService(Service):
         if not self.holders and not self.handoffs and not self.dropped:
             self.dropped = True
             self.owner.drop(self.name)
-            self.obj = None
+            obj, self.obj = self.obj, None
+            if not self.inline:
+                release_off_hub(obj)
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         if self.holders.pop(process_id, None) is not None:
             self._maybe_drop()
+
+
+_released: queue.SimpleQueue[Any] = queue.SimpleQueue()
+_releaser: List[threading.Thread] = []
+_releaser_lock = threading.Lock()
+
+
+def release_off_hub(obj: Any) -> None:
+    """Let go of a managed object on the releaser thread, not on the hub thread (which
+    is where an object is dropped): what its last reference runs may block, and the hub
+    must keep serving meanwhile (a dropped ``Pool`` terminates and waits for its workers,
+    which need the hub to say goodbye)."""
+    with _releaser_lock:
+        if not _releaser or not _releaser[0].is_alive():
+            thread = threading.Thread(target=_release_loop, name="fiber-manager-release",
+                                      daemon=True)
+            thread.start()
+            _releaser[:] = [thread]
+    _released.put(obj)
+
+
+def _release_loop() -> None:
+    while True:
+        obj = _released.get()
+        try:
+            del obj  # the object's finalizers run here
+        except BaseException:  # noqa: S110 - a finalizer's error must not end the thread
+            pass
 
 
 class ManagerOps:
@@ -416,6 +447,7 @@ class ManagerService(Service):
             args=(self.objects.registry, typeid, args, kwds, holder,
                   self.objects.hub.address, cid))
         set_resources(proc, resources_of(entry.callable))  # @fiber.meta of the type's callable
+        end_with_parent(proc)  # it serves this manager's object only
         with server.lock:
             self.pending[cid] = (peer, req_id, typeid)
         try:

@@ -6,9 +6,18 @@
 - :mod:`._results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.
 - :mod:`._worker`: the loop a worker runs; :mod:`._protocol`: what master and workers
   say to each other on the wire.
+- :mod:`._api_extras`: ``Pool._pool``, ``start_workers``, ``wait_until_workers_up``;
+  :mod:`._zpool`: ``ZPool`` and ``ResilientZPool``, the original fiber's names.
+- ``RemoteTraceback``, ``MaybeEncodingError`` and ``TimeoutError`` (from
+  :mod:`fiber.errors`), where ``multiprocessing.pool`` has them; ``ThreadPool`` is the
+  standard library's (threads of this process: nothing of it is a job).
 """
 
+from multiprocessing.pool import ThreadPool
+
 from .._exports import publish
+from ..errors import MaybeEncodingError, RemoteTraceback, TimeoutError
+from ._api_extras import CLOSE, INIT, RUN, TERMINATE
 from ._pool import Pool
 from ._results import (
     ApplyResult,
@@ -17,8 +26,11 @@ from ._results import (
     IMapUnorderedIterator,
     MapResult,
 )
+from ._zpool import ResilientZPool, ZPool
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
-           "IMapUnorderedIterator"]
+           "IMapUnorderedIterator", "RemoteTraceback", "MaybeEncodingError", "TimeoutError",
+           "ThreadPool", "ZPool", "ResilientZPool", "INIT", "RUN", "CLOSE", "TERMINATE"]
 
-publish(__name__, Pool, AsyncResult, ApplyResult, MapResult, IMapIterator, IMapUnorderedIterator)
+publish(__name__, Pool, AsyncResult, ApplyResult, MapResult, IMapIterator, IMapUnorderedIterator,
+        ZPool, ResilientZPool)

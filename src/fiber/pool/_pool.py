@@ -48,7 +48,7 @@ from .._core._shared import Shared, share_if_large
 from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
-from ..process import Process, start_all, terminate_all
+from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._bound import ProcessContext
 from ..process._limits import ensure_open_files
 from ..process._process import set_resources
@@ -56,6 +56,7 @@ from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
 from ..transport.unpicklable import explain, explained
+from ._api_extras import PoolExtras, check_error_handling
 from ._results import (
     ApplyResult,
     AsyncResult,
@@ -285,6 +286,7 @@ class PoolCore:
                 args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
                       self.maxtasks))
             set_resources(proc, self.resources)
+            end_with_parent(proc)  # a worker serves this pool only
             states.append(WorkerState(wid, proc))
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
@@ -409,24 +411,31 @@ class PoolCore:
             self.initargs.release()
 
 
-class Pool:
+class Pool(PoolExtras):
     """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
 
     ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
     ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
+    ``error_handling`` (the original fiber's) is accepted: a dead worker's tasks always go
+    to the others (see :mod:`fiber.pool._api_extras`).
 
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
-        TypeError: ``processes`` is not an int, or ``initializer`` is not callable.
+        TypeError: ``processes`` is not an int, ``initializer`` is not callable, or
+            ``error_handling`` is not a bool.
         ResourceLimitError: the workers would need more open files than this process
             may have (its soft limit is raised to the hard one first).
     """
+
+    _core: PoolCore
 
     def __init__(self, processes: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None,
                  initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Optional[ProcessContext] = None, *, cpu: Optional[float] = None,
-                 memory: Optional[int] = None, gpu: Optional[int] = None) -> None:
+                 memory: Optional[int] = None, gpu: Optional[int] = None,
+                 error_handling: Optional[bool] = None) -> None:
+        check_error_handling(error_handling)
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
         _check_size(processes)
@@ -612,9 +621,9 @@ class Pool:
             "pool objects cannot be passed between processes or pickled")
 
     def __repr__(self) -> str:
-        core = self._core
-        return (f"<fiber.Pool state={core.state} pool_size={core.size} "
-                f"workers={len(core.live_workers())}>")
+        cls = type(self)  # as multiprocessing's <multiprocessing.pool.Pool state=RUN pool_size=4>
+        return (f"<{cls.__module__}.{cls.__qualname__} state={self._core.state} "
+                f"pool_size={self._core.size}>")
 
 
 def core_of(pool: Pool) -> PoolCore:

@@ -27,9 +27,11 @@ from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from .._core._clients import get_client
 from ..config import get_config
+from ..errors import MaybeEncodingError
 from ..transport.client import Client
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
+from ..transport.unpicklable import explained
 from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
 
 __all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
@@ -110,8 +112,27 @@ def run_task(function: _Function, arg_frames: List[Any]) -> Tuple[bool, List[Any
         return False, _error(e, "running the task")
     try:
         return True, dumps(value)
+    except Exception as e:
+        return False, _error(_encoding_error(e, value), "pickling the result")
     except BaseException as e:
         return False, _error(e, "pickling the result")
+
+
+def _encoding_error(error: Exception, value: Any) -> BaseException:
+    """What ``multiprocessing.pool`` raises for a result it cannot send back:
+    ``MaybeEncodingError`` (its ``exc`` says which part of the result failed), caused by
+    the pickling error (whose traceback the caller sees)."""
+    cause: BaseException = error
+    try:
+        cause = explained(error, "the result", value, "result")
+    except Exception:  # noqa: S110 - explaining is best effort; the error itself goes back
+        pass
+    try:
+        wrapped: BaseException = MaybeEncodingError(cause, value)  # repr(value) may raise
+    except Exception:
+        return cause
+    wrapped.__cause__ = cause
+    return wrapped
 
 
 def worker_main(address: str, pool_name: bytes, worker_id: int,

@@ -3,6 +3,7 @@
 - :mod:`._process`: :class:`Process` and this process's children; :mod:`._job`: the
   parent's record of one started job; :mod:`._parent`: the parent as a job sees it.
 - :mod:`._bound`: ``Process`` classes bound to one backend (``ctx.Process``).
+- :mod:`._lineage`: the program's main process, which every job ends with.
 - :mod:`._launcher`: the launch protocol (the hub hands a child its payload and hears its
   exit code); :mod:`._bootstrap`: the entry point of every job
   (``python -m fiber.process._bootstrap``).
@@ -11,10 +12,11 @@
 """
 
 from .._exports import publish
+from ._lineage import end_with_parent
 from ._parent import parent_process
 from ._process import Process, active_children, current_process, start_all, terminate_all
 
 __all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
-           "terminate_all"]
+           "terminate_all", "end_with_parent"]
 
 publish(__name__, Process)

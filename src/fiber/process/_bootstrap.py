@@ -2,7 +2,8 @@
 
 Reads the parent's hub address and the job token from the environment, fetches the launch
 payload (see :mod:`fiber.process._launcher`), runs the process, reports its exit code, and
-exits. A watchdog thread ends the job when the parent goes away.
+exits. A watchdog thread follows the job's lifelines (:mod:`fiber.process._lineage`): it
+tells ``parent_process()`` when the parent is gone, and ends the job when the program is.
 
 The local backend's fork server preloads this module and runs it as ``__main__`` in each
 job it forks from its template (see :mod:`fiber.backends.local._forkserver`): what the
@@ -25,38 +26,61 @@ from .. import config
 from .._core import _runtime
 from .._core._clients import ensure_anchor
 from ..transport import client
-from . import _launcher, _parent
+from . import _launcher, _lineage, _parent
 from ._fd_handoff import load_spawned
 from ._process import kill_children, run_in_job
 
 _exiting = threading.Event()
 
-#: How long a job whose parent is gone lets its threads run before it ends, when it has
-#: handed out ``parent_process().sentinel``: a thread waiting on it wakes and can react
-#: (the multiprocessing idiom), yet the job never outlives its parent for long.
+#: How long a job whose program is gone lets its threads run before it ends, when one
+#: of them may be waiting for ``parent_process()`` (its sentinel, ``join``): it wakes and
+#: can react (the multiprocessing idiom), yet the job never outlives the program for long.
 SENTINEL_GRACE_S = 0.5
 
 
-def _watch_parent(address: str) -> None:
-    """End this job when its lifeline to the parent drops (no orphans, ever).
+def _anchor_fd(address: str) -> int:
+    return ensure_anchor(address).sock.fileno()
 
-    The lifeline is the anchor connection to the parent's hub. The main thread makes its
-    calls on it (see ``transport.client.get_client``), so this thread never reads from
-    it: it waits for the peer's end of the stream (``POLLRDHUP``: the parent ended or
-    was killed) or an error (keepalive probes found the parent's host unreachable).
 
-    ``parent_process().sentinel`` turns readable first (and ``is_alive()`` False); the
-    job's own children are ended next, then the job, after ``SENTINEL_GRACE_S`` if
-    anyone took the sentinel.
+def _watch_lifelines(parent: str, master: str) -> None:
+    """Follow this job's lifelines (see :mod:`fiber.process._lineage`): the parent's end
+    makes ``parent_process()`` dead; the program's end ends this job (no orphans, ever).
+
+    A lifeline is the anchor connection to a hub. The main thread makes its calls on it
+    (see ``transport.client.get_client``), so this thread never reads from it: it waits
+    for the peer's end of the stream (``POLLRDHUP``: the process ended or was killed) or
+    an error (keepalive probes found its host unreachable).
     """
     poller = select.poll()
-    poller.register(ensure_anchor(address).sock.fileno(), select.POLLRDHUP)
-    while not poller.poll():
-        pass
-    if _exiting.is_set():
-        return
+    parent_fd = _anchor_fd(parent)
+    poller.register(parent_fd, select.POLLRDHUP)
+    master_fd = parent_fd
+    if master != parent:
+        try:
+            master_fd = _anchor_fd(master)
+            poller.register(master_fd, select.POLLRDHUP)
+        except Exception as e:  # unreachable from here: the parent's lifeline is the one
+            sys.stderr.write(f"fiber: job {os.getpid()} cannot reach the program's main "
+                             f"process at {master} ({e}); it ends with its parent\n")
+            master_fd = parent_fd
+    while True:
+        ended = {fd for fd, _ in poller.poll()}
+        if _exiting.is_set():
+            return
+        if master_fd in ended:
+            break
+        if parent_fd in ended:  # the parent ended, the program goes on: so does this job
+            poller.unregister(parent_fd)
+            _parent.parent_gone()
+    _end_with_program(master if master_fd != parent_fd else parent, master_fd != parent_fd)
+
+
+def _end_with_program(address: str, is_master: bool) -> None:
+    """The program's main process is gone: ``parent_process()`` turns dead (its waiters
+    get ``SENTINEL_GRACE_S`` to react), this job's children are ended, then the job."""
     watched = _parent.parent_gone()
-    sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
+    who = "the program's main process" if is_master else "parent"
+    sys.stderr.write(f"fiber: {who} at {address} is gone; job {os.getpid()} exits\n")
     sys.stderr.flush()
     kill_children()
     if watched:
@@ -81,8 +105,10 @@ def main() -> None:
         os._exit(1)
     # listen_host names an address of the parent's host: a child finds its own.
     config.install(dataclasses.replace(payload["config"], listen_host=""))
-    lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
-                                daemon=True)
+    _lineage.set_master_address(payload.get("master") or parent)
+    master = payload.get("lifeline") or parent  # what ends this job (see _lineage)
+    lifeline = threading.Thread(target=_watch_lifelines, args=(parent, master),
+                                name="fiber-lifeline", daemon=True)
     lifeline.start()
     # As a spawn child of multiprocessing: the parent's sys.path in its order (then what
     # only this host has), its sys.argv (a module that parses arguments at import sees

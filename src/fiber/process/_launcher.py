@@ -15,9 +15,11 @@
            hub "proc" ◀──── exit(token, exitcode) ───┤ flush, exit
       backend watcher ── job finished ──▶ Process._finish(status)
 
-The anchor connection doubles as the child's lifeline: when it drops (the parent exited,
-was killed, or its host became unreachable for ``heartbeat_timeout`` seconds) the child's
-watchdog ends the child, so fiber never leaves orphan jobs on a cluster.
+The anchor connection doubles as the child's lifeline to its parent: when it drops (the
+parent exited, was killed, or its host became unreachable for ``heartbeat_timeout``
+seconds) the child's ``parent_process()`` turns dead. A second lifeline, to the program's
+main process, ends the child when the program ends, so fiber never leaves orphan jobs on
+a cluster (see :mod:`fiber.process._lineage`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The parent as seen from a child: ``parent_process()``.
 
 In a job, :func:`set_parent` records the parent (from the launch payload); the job's
-lifeline (see :mod:`fiber.process._bootstrap`) calls :func:`parent_gone` when its
-connection to the parent drops, before it ends the job.
+lifeline to it (see :mod:`fiber.process._bootstrap`) calls :func:`parent_gone` when its
+connection to the parent drops. As in ``multiprocessing``, a job whose parent ended (was
+terminated, killed, or lost with its host) goes on, and sees it: ``is_alive()`` False, the
+sentinel readable, ``join()`` returned. It still ends with the program's main process
+(see :mod:`fiber.process._lineage`), which then calls :func:`parent_gone` too, first.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import os
 import threading
 from typing import Optional
 
-from ..errors import ProcessError
 from ._process import Process
 
 __all__ = ["ParentProcess", "parent_process", "set_parent", "parent_gone"]
@@ -21,11 +23,11 @@ class ParentProcess(Process):
     """The parent as seen from a child (``parent_process()``).
 
     The parent is gone, as the child sees it, when the child's lifeline to it drops (see
-    :mod:`fiber.process._bootstrap`), which calls :func:`parent_gone` before it ends the child.
+    :mod:`fiber.process._bootstrap`), which calls :func:`parent_gone`.
     ``sentinel`` is the read end of a pipe, made on first use, whose write end is closed
     then: it becomes readable (EOF) when ``is_alive()`` turns False, and works with
     ``multiprocessing.connection.wait`` and ``select`` as the parent's sentinel does in
-    multiprocessing.
+    multiprocessing; ``join(timeout)`` waits for the same moment.
     """
 
     def __init__(self, name: str, pid: int) -> None:
@@ -37,6 +39,8 @@ class ParentProcess(Process):
         self._config = {}
         self._remote_pid = pid
         self._gone = False
+        self._gone_event = threading.Event()  # set with _gone: join() waits on it
+        self._watched = False  # a thread took the sentinel or joined: it may be waiting
         self._gone_lock = threading.Lock()  # guards the pipe and _gone against the lifeline
         self._gone_r = -1
         self._gone_w = -1
@@ -52,13 +56,18 @@ class ParentProcess(Process):
         return not self._gone
 
     def join(self, timeout: Optional[float] = None) -> None:
-        raise ProcessError("cannot join the parent process")
+        """Wait until the parent is gone, or ``timeout`` seconds pass (as multiprocessing's
+        ``parent_process().join``, which waits on its sentinel)."""
+        self._check_closed()
+        self._watched = True
+        self._gone_event.wait(timeout)
 
     @property
     def sentinel(self) -> int:
         """A file descriptor that becomes readable (EOF) when the parent is gone."""
         self._check_closed()
         with self._gone_lock:
+            self._watched = True
             if self._gone_r < 0:
                 self._gone_r, self._gone_w = os.pipe()
                 if self._gone:
@@ -74,11 +83,13 @@ class ParentProcess(Process):
             self._closed = True
 
     def _set_gone(self) -> bool:
-        """The lifeline dropped; True if the sentinel was handed out (someone may wait)."""
+        """The lifeline dropped; True if the sentinel was handed out or ``join`` called
+        (someone may be waiting)."""
         with self._gone_lock:
             self._gone = True  # before the sentinel turns readable: is_alive() agrees
+            self._gone_event.set()
             self._close_write_end()
-            return self._gone_r >= 0
+            return self._watched
 
     def _close_write_end(self) -> None:
         fd, self._gone_w = self._gone_w, -1
@@ -100,7 +111,7 @@ def set_parent(name: str, pid: int) -> None:
 
 
 def parent_gone() -> bool:
-    """Called by the lifeline when the parent is gone, before it ends this process: make
-    ``parent_process().sentinel`` readable. True if the sentinel was handed out."""
+    """Called by a lifeline when the parent is gone: make ``parent_process().sentinel``
+    readable and ``join()`` return. True if anyone may be waiting for it."""
     parent = _parent_process
     return isinstance(parent, ParentProcess) and parent._set_gone()  # noqa: SLF001 - this module's class

@@ -51,6 +51,7 @@ from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _fd_handoff, _launcher
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
+from ._lineage import lifeline_address, master_address
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
            "kill_children", "set_resources", "mark_daemonic", "known_exitcode", "end_reason",
@@ -143,7 +144,9 @@ class Process:
         # working directory (the interpreter flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
                   "argv": list(sys.argv), "cwd": os.getcwd(),
-                  "parent": (self._parent_name, os.getpid())}
+                  "parent": (self._parent_name, os.getpid()),
+                  # the job's lifelines (see _lineage)
+                  "master": master_address(), "lifeline": lifeline_address(self)}
         if spawn is not None:  # it holds objects of multiprocessing itself
             launch["spawn"] = spawn
         payload = dumps(launch)
@@ -371,8 +374,11 @@ class Process:
                     status = f"stopped exitcode=-{signal.Signals(-code).name}"
                 except ValueError:
                     pass
+        # as multiprocessing's: <Process name='Process-1' pid=4242 parent=4200 started>
+        pid = f" pid={self.ident}" if self._job is not None and not self._closed else ""
         daemon = " daemon" if self.daemon else ""
-        return f"<{type(self).__name__} name={self._name!r} {status}{daemon}>"
+        return (f"<{type(self).__name__} name={self._name!r}{pid} parent={self._parent_pid} "
+                f"{status}{daemon}>")
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()

@@ -4,11 +4,18 @@
   their items.
 - :mod:`._reader`: in the creating process, a queue as a connection that
   ``multiprocessing.connection.wait`` can wait on (``Queue._reader``).
+- The original fiber's names, for programs written for it: ``SimpleQueuePush`` (its
+  ``SimpleQueue``), ``Pipe`` and ``ZConnection`` (the ends of a pipe): this package's
+  ``SimpleQueue``, :func:`fiber.connection.Pipe` and :class:`fiber.connection.Connection`.
 """
 
 from .._exports import publish
+from ..connection import Connection as ZConnection
+from ..connection import Pipe
 from ._queue import JoinableQueue, Queue, SimpleQueue
 
-__all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
+SimpleQueuePush = SimpleQueue
+
+__all__ = ["Queue", "SimpleQueue", "JoinableQueue", "Pipe", "SimpleQueuePush", "ZConnection"]
 
 publish(__name__, Queue, SimpleQueue, JoinableQueue)

@@ -354,7 +354,9 @@ class Queue(Handle):
         """Kept for compatibility: a put is written to the socket before it returns."""
 
     def __repr__(self) -> str:
-        return f"<fiber.{type(self).__name__} {self._name.decode()} at {self._address}>"
+        # as multiprocessing's: <multiprocessing.queues.Queue object at 0x7f...>
+        cls = type(self)
+        return f"<{cls.__module__}.{cls.__qualname__} object at {id(self):#x}>"
 
 
 class JoinableQueue(Queue):

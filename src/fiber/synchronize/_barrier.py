@@ -209,4 +209,11 @@ class Barrier(Handle):
         return bool(loads(self._request(BarrierOps.INFO)[1])[1])
 
     def __repr__(self) -> str:
-        return f"<fiber.Barrier {self._name.decode()} parties={self._parties}>"
+        # as multiprocessing's (threading's): <...Barrier at 0x7f...: waiters=0/2>
+        cls = type(self)
+        try:
+            count, broken = loads(self._request(b"info")[1])
+            state = "broken" if broken else f"waiters={count}/{self._parties}"
+        except Exception:
+            state = "unknown"
+        return f"<{cls.__module__}.{cls.__qualname__} at {id(self):#x}: {state}>"

@@ -38,6 +38,7 @@ class ConditionOps:
     ENQUEUE = b"enqueue"
     SLEEP = b"sleep"
     CANCEL = b"cancel"
+    COUNT = b"count"
 
 
 class ConditionService(Parking):
@@ -86,6 +87,11 @@ class ConditionService(Parking):
             self.notified.discard(ticket)
         else:
             self.tickets[ticket] = self.park(server, peer, req_id, wait, ticket)
+
+    @handles(ConditionOps.COUNT)
+    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """For repr: answered with the number of waiters not woken yet."""
+        server.reply(peer, req_id, b"ok", [Q.pack(len(self.tickets))])
 
     @handles(ConditionOps.CANCEL)
     def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -216,4 +222,9 @@ class Condition(Handle):
         self._request(ConditionOps.NOTIFY, [Q.pack(-1)])
 
     def __repr__(self) -> str:
-        return f"<fiber.Condition {self._name.decode()} over {self._lock!r}>"
+        # as multiprocessing's: <Condition(<RLock(None, 0)>, 0)>, with the waiters' count
+        try:
+            waiters: Any = Q.unpack(self._request(ConditionOps.COUNT, [b""])[1][0])[0]
+        except Exception:
+            waiters = "unknown"
+        return f"<{type(self).__name__}({self._lock!r}, {waiters})>"

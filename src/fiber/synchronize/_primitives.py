@@ -47,7 +47,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core._parking import Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Handle, decode_wait, encode_wait
+from ..process import current_process
 from ..transport.operations import handles
+from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "LockService", "LockOps",
@@ -64,6 +66,7 @@ class LockOps:
     RELEASE = b"release"
     RELEASE_SAVE = b"release_save"
     OWNED = b"owned"
+    STATE = b"state"
 
 
 class SemaphoreOps:
@@ -153,6 +156,12 @@ class LockService(Parking):
     @handles(LockOps.OWNED)
     def owned(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         server.reply(peer, req_id, b"ok" if self.owner == _who(peer, payload) else b"no")
+
+    @handles(LockOps.STATE)
+    def state(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """For repr: free (0), held in the caller's process (1), or elsewhere (2)."""
+        state = 0 if self.owner is None else 1 if self.owner[0] == peer.process_id else 2
+        server.reply_value(peer, req_id, state)
 
     def run_guarded(self, who: Owner, fn: Callable[[], None]) -> None:
         """Run ``fn`` now if the lock is free or held by ``who``, else when it is freed."""
@@ -258,15 +267,37 @@ class Lock(Handle):
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
+    def _owner_repr(self) -> Tuple[str, Any]:
+        """multiprocessing's words for the owner, and the recursion count as its RLock
+        shows it (``"nonzero"`` when held elsewhere)."""
+        try:
+            if self._is_mine():
+                name = current_process().name
+                if threading.current_thread().name != "MainThread":
+                    name += "|" + threading.current_thread().name
+                with _held_lock:
+                    count = _held.get(self._name, {}).get(threading.get_ident(), 0)
+                return name, count
+            state = loads(self._request(LockOps.STATE, [b""])[1])
+        except Exception:
+            return "unknown", "unknown"
+        return {0: ("None", 0), 1: ("SomeOtherThread", "nonzero")}.get(
+            state, ("SomeOtherProcess", "nonzero"))
+
     def __repr__(self) -> str:
-        mine = " (held by this thread)" if self._is_mine() else ""
-        return f"<fiber.{type(self).__name__} {self._name.decode()}{mine}>"
+        # as multiprocessing's: <Lock(owner=None)>, <Lock(owner=MainProcess)>
+        return f"<{type(self).__name__}(owner={self._owner_repr()[0]})>"
 
 
 class RLock(Lock):
     """A reentrant lock: its owning thread may acquire it again; released as often."""
 
     _recursive = True
+
+    def __repr__(self) -> str:
+        # as multiprocessing's: <RLock(None, 0)>, <RLock(MainProcess, 2)>
+        owner, count = self._owner_repr()
+        return f"<{type(self).__name__}({owner}, {count})>"
 
 
 # -- Semaphore, BoundedSemaphore ---------------------------------------------------------
@@ -352,7 +383,13 @@ class Semaphore(Handle):
         self.release()
 
     def __repr__(self) -> str:
-        return f"<fiber.{type(self).__name__} {self._name.decode()} initial={self._initial}>"
+        # as multiprocessing's: <Semaphore(value=1)>, <BoundedSemaphore(value=1, maxvalue=1)>
+        try:
+            value: Any = self.get_value()
+        except Exception:
+            value = "unknown"
+        bound = f", maxvalue={self._initial}" if self._bounded else ""
+        return f"<{type(self).__name__}(value={value}{bound})>"
 
 
 class BoundedSemaphore(Semaphore):
@@ -428,4 +465,9 @@ class Event(Handle):
         return status == b"ok"
 
     def __repr__(self) -> str:
-        return f"<fiber.Event {self._name.decode()}>"
+        # as multiprocessing's: <Event at 0x7f... unset>
+        try:
+            state = "set" if self.is_set() else "unset"
+        except Exception:
+            state = "unknown"
+        return f"<{type(self).__name__} at {id(self):#x} {state}>"

@@ -1,0 +1,91 @@
+"""What programs use of a pool beyond ``multiprocessing.Pool``'s documented API.
+
+- ``pool._pool``: the list of worker process objects, a private attribute of
+  ``multiprocessing.Pool`` that real programs read (``len(pool._pool)``). Here a fresh list
+  of the workers started and not lost, at each read: assigning to it, or changing the list,
+  changes nothing of the pool (its size is ``resize``'s). ``pool._state`` is one of
+  ``RUN``, ``CLOSE`` and ``TERMINATE`` (the standard library's strings, also in
+  :mod:`fiber.pool`), read-only too.
+- ``start_workers()`` and ``wait_until_workers_up()``: the original fiber's ``Pool``
+  started its workers on first use, and programs written for it call these two to start
+  them early and to wait until every worker has connected. This pool starts its workers
+  when it is made, so ``start_workers`` has nothing left to do.
+
+A mixin of :class:`fiber.pool.Pool`, reading the pool's core (``self._core``) as the
+package's internal API.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional
+
+from ..errors import TimeoutError as FiberTimeoutError
+
+__all__ = ["PoolExtras", "check_error_handling", "INIT", "RUN", "CLOSE", "TERMINATE"]
+
+#: The states of a pool, as ``multiprocessing.pool`` names them (``pool._state``).
+INIT, RUN, CLOSE, TERMINATE = "INIT", "RUN", "CLOSE", "TERMINATE"
+
+_POLL_S = 0.02
+
+
+def check_error_handling(error_handling: Optional[bool]) -> None:
+    """The original fiber's ``Pool(n, error_handling=...)``: accepted, since this pool
+    always gives a dead worker's tasks to the others (what ``True`` asked for; with
+    ``False`` the original lost them).
+
+    Raises:
+        TypeError: ``error_handling`` is not a bool (or None).
+    """
+    if error_handling is not None and not isinstance(error_handling, bool):
+        raise TypeError(f"error_handling must be a bool, not {type(error_handling).__name__!r}")
+
+
+class PoolExtras:
+    """``_pool``, ``start_workers`` and ``wait_until_workers_up`` (see the module)."""
+
+    _core: Any
+
+    @property
+    def _pool(self) -> List[Any]:
+        """The worker processes started and not lost (a new list at each read)."""
+        core = self._core
+        with core.hub.lock:
+            return [ws.process for ws in core.live_workers()]
+
+    @property
+    def _state(self) -> str:
+        """``RUN``, ``CLOSE`` or ``TERMINATE``, as ``multiprocessing.Pool._state``."""
+        return str(self._core.state)
+
+    def start_workers(self) -> None:
+        """Start the workers (the original fiber's API): they already are.
+
+        Raises:
+            ValueError: the pool is closed or terminated.
+            BrokenPoolError: its workers keep failing to start.
+        """
+        self._core.check_running()
+
+    def wait_until_workers_up(self, timeout: Optional[float] = None) -> None:
+        """Wait until every worker of the pool has started and connected.
+
+        Raises:
+            ValueError: the pool is closed or terminated.
+            BrokenPoolError: workers keep failing to start (an initializer raising, a job
+                the cluster cannot run), so they never will be.
+            fiber.TimeoutError: ``timeout`` seconds passed first.
+        """
+        core = self._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with core.hub.lock:
+                core.check_running()
+                up = sum(1 for ws in core.live_workers() if ws.connected and not ws.retiring)
+                if up >= core.size:
+                    return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FiberTimeoutError(f"{up} of the pool's {core.size} workers are up "
+                                        f"after {timeout} s")
+            time.sleep(_POLL_S)

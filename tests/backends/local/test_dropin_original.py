@@ -1,0 +1,65 @@
+"""Programs written for the original fiber (``uber/fiber``) run unchanged (issue 16).
+
+``tests/backends/local/original_fiber_scripts/`` holds programs written here in the style of the
+original's examples (``basic_process``, ``basic_queue``, ``pi_estimation``, ``es.py``,
+``async_manager.py``, ``shared_data``) and of its tests (``original_api.py``: its pool's
+``error_handling``/``start_workers``/``wait_until_workers_up``, ``ResilientZPool``,
+``fiber.queues.SimpleQueuePush``/``Pipe``/``ZConnection``, its config keys). Each runs as
+its own program, as a user would run it: it must exit 0 with nothing on stderr (no
+warning, no "job ... exits" line, no traceback), whatever it leaves to the interpreter's
+exit (pools never closed, managers never shut down).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fiber
+import fiber.queues
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "original_fiber_scripts")
+
+EXPECTED = {
+    "basic_process.py": ["Hello Fiber", "Done"],
+    "basic_queue.py": ["42"],
+    "pi_estimation.py": ["Pi is roughly"],
+    "es.py": ["Result"],
+    "async_manager.py": ["Sync manager took", "Async manager took"],
+    "shared_data.py": ["2 2 ['master', 'child'] {'seen': True}", "7 56"],
+    "original_api.py": ["original API OK"],
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_a_program_written_for_the_original_fiber(script, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)  # this fiber, as installed here
+    done = subprocess.run([sys.executable, os.path.join(SCRIPTS, script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    out = done.stdout.splitlines()
+    for expected in EXPECTED[script]:
+        assert any(line.startswith(expected) for line in out), done.stdout
+
+
+def test_the_original_queues_names(ctx):
+    assert fiber.queues.SimpleQueuePush is fiber.SimpleQueue
+    assert fiber.queues.ZConnection is fiber.connection.Connection
+    a, b = fiber.queues.Pipe()
+    assert isinstance(a, fiber.queues.ZConnection) and isinstance(b, fiber.queues.ZConnection)
+    r, w = fiber.queues.Pipe(duplex=False)
+    assert r.readable and not r.writable and w.writable and not w.readable
+    q = ctx.SimpleQueue()
+    assert isinstance(q, fiber.queues.SimpleQueuePush)
+    from support import dropin_helpers as dh
+
+    p = ctx.Process(target=dh.send_later, args=(b, ["over the original's pipe"], 0))
+    p.start()
+    assert a.recv() == "over the original's pipe"
+    p.join(60)

@@ -1,0 +1,158 @@
+"""multiprocessing's process behaviours that programs rely on (issue 16).
+
+- A grandchild whose parent is terminated keeps running and sees it: ``parent_process()``
+  turns dead, its ``join(timeout)`` returns; yet every job still ends with the program's
+  main process (fiber.process._lineage).
+- ``os.kill(p.pid, sig)`` reaches the process running the target (local backends).
+- ``get_context("spawn").get_start_method() == "spawn"``; ``"fork"`` means the default
+  backend, with a warning, instead of making the program unusable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import psutil
+import pytest
+
+import fiber
+
+from support import dropin_helpers as dh
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_grandchild_outlives_its_terminated_parent_and_sees_it(ctx):
+    q, back = ctx.Queue(), ctx.Queue()
+    intermediate = ctx.Process(target=dh.start_then_sleep, args=(q, back))
+    intermediate.start()
+    got = {}
+    while len(got) < 3:  # ("intermediate", pid), ("alive", ...), ("joined early", ...)
+        msg = q.get(timeout=60)
+        got[msg[0]] = msg[1:]
+    assert got["alive"][1] is True
+    assert got["joined early"] == (True,)  # join(timeout) returned while the parent lived
+    intermediate.terminate()
+    intermediate.join(60)
+    assert intermediate.exitcode == -signal.SIGTERM
+    # the grandchild noticed: is_alive() False, join() returned, sentinel readable ...
+    assert q.get(timeout=60) == ("gone", False, True)
+    # ... and it is still running (it answers), as a multiprocessing grandchild would be
+    back.put("ping")
+    assert q.get(timeout=60) == ("pong", "ping")
+
+
+@pytest.mark.local_pids
+def test_os_kill_of_pid_reaches_the_target_process(ctx):
+    q = ctx.Queue()
+    p = ctx.Process(target=dh.wait_for_signal, args=(q, signal.SIGUSR1))
+    p.start()
+    kind, pid = q.get(timeout=60)
+    assert kind == "ready" and p.pid == pid  # p.pid is the OS pid of the target's process
+    os.kill(p.pid, signal.SIGUSR1)
+    assert q.get(timeout=60) == ("signalled", True)
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_the_whole_program_ends_with_its_main_process():
+    """A grandchild whose parent was terminated still ends when the main process does
+    (local backend: the jobs are followed by OS pid)."""
+    script = textwrap.dedent("""
+        import sys, fiber
+        from support import dropin_helpers as dh
+        fiber.init(backend="local")
+        q = fiber.Queue()
+        p = fiber.Process(target=dh.start_grandchild_then_sleep, args=(q,))
+        p.start()
+        grandchild = q.get(timeout=60)
+        p.terminate(); p.join(60)
+        print(p.exitcode, grandchild, flush=True)
+        sys.stdin.readline()   # the test has seen the grandchild outlive its parent
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [os.path.dirname(__file__), *sys.path])})
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        exitcode, grandchild = map(int, proc.stdout.readline().split())
+        assert exitcode == -signal.SIGTERM
+        time.sleep(1.0)  # longer than a grandchild ended with its parent would have lived
+        assert not _gone(grandchild)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(60) == 0
+        wait_until(lambda: _gone(grandchild), 30, message="the grandchild to end with the program")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
+    """When the main process is killed, its child's ``parent_process()`` turns dead and
+    a thread waiting in ``join()`` runs (it writes a file) before the child ends."""
+    out = tmp_path / "seen"
+    script = textwrap.dedent(f"""
+        import fiber
+        from support import dropin_helpers as dh
+        fiber.init(backend="local")
+        p = fiber.Process(target=dh.report_parent_end, args=({str(out)!r},))
+        p.start()
+        p.join()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [os.path.dirname(__file__), *sys.path])})
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        proc.kill()
+        proc.wait(30)
+        wait_until(lambda: _gone(child), 30, message="the child to end with the program")
+        assert out.read_text() == "gone alive=False"
+        assert proc.stderr is not None and "is gone; job" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_spawn_context_names_itself_and_fork_means_the_default_backend(ctx):
+    spawn = fiber.get_context("spawn")
+    assert spawn.get_start_method() == "spawn"
+    assert fiber.get_context("forkserver").get_start_method() == "forkserver"
+    assert fiber.get_context().get_start_method() == fiber.get_config().backend
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fork = fiber.get_context("fork")
+        fiber.set_start_method("fork")
+    assert fork.get_start_method() == "fork"
+    assert [w.category for w in caught] == [RuntimeWarning, RuntimeWarning]
+    assert all("does not inherit" in str(w.message) for w in caught)
+    assert fiber.get_start_method() == fiber.get_config().backend  # nothing changed
+    with pytest.raises(ValueError, match="unknown fiber backend 'forky'"):
+        fiber.get_context("forky")
+    # the program goes on: a "fork" context starts fiber jobs
+    q = fork.Queue()
+    p = fork.Process(target=dh.grandchild_pid_then_sleep, args=(q,))
+    p.start()
+    assert isinstance(q.get(timeout=60), int)
+    p.kill()
+    p.join(60)
