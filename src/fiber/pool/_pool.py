@@ -21,6 +21,7 @@ before the rest of the pool has started. A worker that dies gives its tasks back
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import secrets
@@ -42,13 +43,14 @@ from typing import (
     Type,
 )
 
-from .._core import _runtime
+from .._core import _inspect, _runtime
 from .._core._served import probing
 from .._core._shared import Shared, share_if_large
 from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, start_all, terminate_all
+from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
@@ -63,6 +65,7 @@ from ._results import (
     MapResult,
 )
 from ._service import PoolService, Task, WorkerState, describe_exit
+from ._status import PoolStatus, snapshot
 from ._worker import CALL, MAP, STARMAP, worker_main
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -72,9 +75,12 @@ RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 _MAX_STARTUP_FAILURES = 3
 _FUNCTION_CACHE = 256
 _SLICE = 256  # tasks queued at a time after the first slice (see _PoolCore.submit)
+_OUTPUT_WAIT_S = 2.0  # seconds join waits for the last output of workers that ended
 
 
 def _label(fn: Any) -> str:
+    if isinstance(fn, functools.partial):
+        return _label(fn.func)
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
@@ -354,6 +360,7 @@ class _PoolCore:
                     with self.hub.lock:
                         ws.exitcode = ws.process.exitcode
                         self.service.worker_lost(ws)
+                        self.service.report_lost(ws)
                         del self.procs[key.fd]
                     ws.process.close()
         finally:
@@ -400,6 +407,8 @@ class _PoolCore:
     def join(self) -> None:
         if self.maintainer is not threading.current_thread():
             self.maintainer.join()
+            # what the workers wrote is on the terminal when join returns
+            launcher().wait_ended_output(_OUTPUT_WAIT_S)
         if self._callbacks is not None:
             self._callbacks.stop()
         self.hub.unregister(self.name)
@@ -438,6 +447,7 @@ class Pool:
         self._core = _PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
         self._finalizer = weakref.finalize(self, self._core.terminate)
+        _inspect.add_source("pools", self, lambda pool: pool.status().as_dict())
 
     @property
     def _processes(self) -> int:
@@ -593,6 +603,15 @@ class Pool:
         if self._core.state == RUN:
             raise ValueError("Pool is still running")
         self._core.join()
+
+    def status(self) -> PoolStatus:
+        """A snapshot of the pool: each worker (name, job id, host, state, the task it
+        runs and for how long, tasks done, restarts) and the tasks pending, running,
+        done, failed and retried, with the tasks completed per second (fiber extension;
+        ``fiber top`` shows the same for a running program). See :class:`PoolStatus`."""
+        core = self._core
+        with core.hub.lock:
+            return snapshot(core.service, core.state, core.size)
 
     def __enter__(self) -> Pool:
         self._core.check_running()

@@ -25,7 +25,8 @@ from .. import config
 from .._core import _runtime
 from .._core._clients import ensure_anchor
 from ..transport import client
-from . import _launcher, _parent
+from ..transport.serialization import fetch_sources_with
+from . import _launcher, _output, _parent
 from ._fd_handoff import load_spawned
 from ._process import kill_children
 
@@ -81,6 +82,10 @@ def main() -> None:
         os._exit(1)
     # listen_host names an address of the parent's host: a child finds its own.
     config.install(dataclasses.replace(payload["config"], listen_host=""))
+    if config.get_config().forward_output:
+        _output.start(parent, token)
+    # functions of the parent's __main__ whose file this host lacks: the parent has it
+    fetch_sources_with(lambda filename: _launcher.fetch_source(parent, filename))
     lifeline = threading.Thread(target=_watch_parent, args=(parent,), name="fiber-lifeline",
                                 daemon=True)
     lifeline.start()
@@ -110,6 +115,7 @@ def main() -> None:
         exitcode = 1
     else:
         exitcode = proc._bootstrap()
+    _output.stop()  # what it wrote reaches the parent before its exit report
     try:
         _launcher.report_exit(parent, token, exitcode)
     except Exception:

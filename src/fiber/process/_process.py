@@ -21,6 +21,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 import weakref
 from typing import (
     Any,
@@ -36,7 +37,7 @@ from typing import (
     Tuple,
 )
 
-from .._core import _runtime
+from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process
 from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
@@ -45,6 +46,7 @@ from ..config import get_config
 from ..errors import ProcessError
 from ..meta import resources_of
 from ..transport import auth
+from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
 from ..transport.sockets import split_address
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
@@ -56,6 +58,8 @@ __all__ = ["Process", "current_process", "active_children", "start_all", "termin
            "kill_children"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
+#: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
+_OUTPUT_WAIT_S = 2.0
 
 
 class Process:
@@ -151,7 +155,7 @@ class Process:
         _launcher.launcher().add(token, _launcher.Launch(
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
-            on_gone=lambda: self._on_gone(job)))
+            on_gone=lambda: self._on_gone(job), name=self._name))
         return job, self._job_spec(cfg, token)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
@@ -183,7 +187,12 @@ class Process:
             hub.call_later(get_config().startup_timeout, check)
 
     def _on_finished(self, job: Job, status: JobStatus) -> None:
-        log("%s ended: %s %s", self._name, status.state.value, status.reason)
+        if job.cancel_requested:
+            log("%s ended as asked (terminate/kill): %s", self._name,
+                status.reason or status.state.value)
+        else:
+            log("%s ended: %s%s", self._name, status.state.value,
+                f" ({status.reason})" if status.reason else "")
         if (status.state is JobState.FAILED and status.exitcode is None
                 and job.remote_pid is None and status.reason):
             # the cluster never ran it (bad image, no node fits...): say why, as a child's
@@ -239,6 +248,9 @@ class Process:
             raise ProcessError("can only join a started process")
         if self._job.wait(timeout):
             _children.discard(self)
+            # what it wrote is on this process's terminal when join returns (a killed
+            # job's last output may still be on its way)
+            _launcher.launcher().wait_output(self._job.token, _OUTPUT_WAIT_S)
 
     def is_alive(self) -> bool:
         self._check_closed()
@@ -262,12 +274,14 @@ class Process:
         """Ask the job to end (SIGTERM on the local backend)."""
         self._check_closed()
         if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.cancel_requested = True
             self._job.backend.cancel([self._job.handle])
 
     def kill(self) -> None:
         """End the job at once (SIGKILL on the local backend)."""
         self._check_closed()
         if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.cancel_requested = True
             self._job.backend.cancel([self._job.handle], force=True)
 
     def close(self) -> None:
@@ -355,6 +369,27 @@ class Process:
         job = self._job
         return job.remote_host if job is not None else ""
 
+    @property
+    def job_id(self) -> str:
+        """The backend's id of the job (fiber extension); "" before ``start``."""
+        job = self._job
+        return job.handle.job_id if job is not None and job.handle is not None else ""
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this process asked the job to end (``terminate``, ``kill``, a pool's
+        shutdown): its end is then no failure (fiber extension)."""
+        job = self._job
+        return job is not None and job.cancel_requested
+
+    @property
+    def exit_reason(self) -> str:
+        """What the backend said of the job's end ("OOMKilled", "node failure", ...); ""
+        while it runs or when it said nothing more than the exit code (fiber extension)."""
+        job = self._job
+        status = job.status if job is not None else None
+        return status.reason if status is not None else ""
+
     def __repr__(self) -> str:
         if self is _current_process:
             status = "started"
@@ -396,11 +431,9 @@ class Process:
             exitcode = 0
         except SystemExit as e:
             exitcode = _exit_code_of(e)
-        except BaseException:
-            import traceback
-
-            sys.stderr.write(f"Process {self.name}:\n")
-            traceback.print_exc()
+        except BaseException as e:
+            # as multiprocessing prints it, from the user's first frame (see remote.py)
+            sys.stderr.write(f"Process {self.name}:\n{format_user_exception(e)}")
             exitcode = 1
         finally:
             _exit_function()
@@ -528,6 +561,24 @@ def _register_exit_function() -> None:
     if not _exit_registered:
         _exit_registered = True
         atexit.register(_exit_function)
+        # fiber top lists this process's children (see fiber._core._inspect)
+        _inspect.add_source("processes", _current_process, _describe_children)
+
+
+def _describe_children(_: Process) -> List[Dict[str, Any]]:
+    """This process's children as fiber top shows them."""
+    now = time.monotonic()
+    out = []
+    for child in list(_children):
+        job = child._job
+        if job is None or job.handle is None:
+            continue
+        code = job.exitcode() if job.finished else None
+        out.append({"name": child.name, "job_id": job.handle.job_id, "host": job.remote_host,
+                    "pid": child.ident, "state": "running" if code is None
+                    else f"exit code {code}", "daemon": child.daemon,
+                    "running_s": round(now - job.started_at, 1)})
+    return out
 
 
 def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
@@ -536,6 +587,7 @@ def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
     for proc in processes:
         job = proc._job
         if job is not None and job.handle is not None and not job.finished:
+            job.cancel_requested = True
             by_backend.setdefault(id(job.backend), []).append(job)
     for jobs in by_backend.values():
         try:

@@ -26,14 +26,18 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
+from ... import _machine
 from ...config import get_config
 from ...errors import SubmitError
-from .._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from .._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._command import bootstrap_parts, interpreter_flags
-from . import _forkserver
+from . import _forkserver, _jobs
 from ._forkserver import ForkedJob, ForkServerError
 
 __all__ = ["LocalBackend"]
+
+_JOB_ENV = "FIBER_JOB"  # set in the environment of every fiber job (the bootstrap's)
+_JOB_NUMBERS = itertools.count(1)
 
 
 def _status_of(returncode: Optional[int]) -> JobStatus:
@@ -80,35 +84,65 @@ class LocalBackend(Backend):
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
+        self._ids = _JOB_NUMBERS  # shared: a job id names one job of this process
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
         """Words put before a job's command; subclasses use it to place jobs elsewhere."""
         return []
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        base_env = dict(os.environ)
+        base_env = {k: v for k, v in os.environ.items() if k != _machine.PROGRAM_ENV}
+        program = {_machine.PROGRAM_ENV: _machine.program_id()}  # a fiber job's, not a main's
         jobs = []
-        for spec in specs:
-            index = next(self._ids)
-            prefix = self.command_prefix(spec, index)
-            jobs.append((f"{os.getpid()}-{index}", prefix + list(spec.command),
-                         {**base_env, **spec.env}, bool(prefix)))
-        forked = self._fork_all([(job_id, argv, env) for job_id, argv, env, placed in jobs
-                                 if not placed and self._forkable(argv)])
-        handles = []
-        for job_id, argv, env, _ in jobs:
-            proc: Optional[_Proc] = forked.get(job_id)
-            if proc is None:
-                try:
-                    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                            close_fds=True)
-                except OSError as e:
-                    raise SubmitError(f"cannot start local job: {e}", command=argv) from e
-            with self._lock:
-                self._procs[job_id] = proc
-            handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
-        return handles
+        logs: Dict[str, int] = {}
+        log_paths: Dict[str, str] = {}
+        try:
+            for spec in specs:
+                index = next(self._ids)
+                job_id = f"{os.getpid()}-{index}"
+                prefix = self.command_prefix(spec, index)
+                env = {**base_env, **spec.env, **(program if _JOB_ENV in spec.env else {})}
+                jobs.append((job_id, prefix + list(spec.command), env, bool(prefix)))
+                log = self._open_log(job_id, spec)
+                if log is not None:
+                    logs[job_id], log_paths[job_id] = log
+            forked = self._fork_all([(job_id, argv, env, logs.get(job_id))
+                                     for job_id, argv, env, placed in jobs
+                                     if not placed and self._forkable(argv)])
+            handles = []
+            for job_id, argv, env, _ in jobs:
+                proc: Optional[_Proc] = forked.get(job_id)
+                if proc is None:
+                    log_fd = logs.get(job_id)
+                    try:
+                        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                                stdout=log_fd, stderr=log_fd, close_fds=True)
+                    except OSError as e:
+                        raise SubmitError(f"cannot start local job: {e}", command=argv) from e
+                with self._lock:
+                    self._procs[job_id] = proc
+                if job_id in log_paths:
+                    _jobs.note_started(log_paths[job_id], proc.pid)
+                handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
+            return handles
+        finally:
+            for fd in logs.values():
+                os.close(fd)
+
+    @staticmethod
+    def _open_log(job_id: str, spec: JobSpec) -> Optional[Tuple[int, str]]:
+        """A fiber job whose output is forwarded to its parent writes its own log to a
+        file (``fiber logs``); other jobs, and all with ``forward_output=false``, write to
+        this process's stdout and stderr, as subprocesses do."""
+        if not get_config().forward_output or _JOB_ENV not in spec.env:
+            return None
+        try:
+            path = _machine.job_log(job_id, spec.name)
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                           0o600), path
+        except OSError as e:
+            _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
+            return None
 
     @staticmethod
     def _forkable(argv: List[str]) -> bool:
@@ -119,7 +153,7 @@ class LocalBackend(Backend):
                 and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
                 and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
 
-    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str]]]
+    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str], Optional[int]]]
                   ) -> Dict[str, ForkedJob]:
         """The jobs the fork server forked, by job id; the others start as subprocesses."""
         if not jobs:
@@ -137,10 +171,10 @@ class LocalBackend(Backend):
         except OSError:
             cwd = None
         results = server.fork_many([(argv, env, functools.partial(self._forked_job_ended,
-                                                                  job_id))
-                                    for job_id, argv, env in jobs], cwd)
+                                                                  job_id), log_fd)
+                                    for job_id, argv, env, log_fd in jobs], cwd)
         out = {}
-        for (job_id, _, _), result in zip(jobs, results):
+        for (job_id, _, _, _), result in zip(jobs, results):
             if isinstance(result, ForkServerError):
                 _note_once(f"{result}; this job starts as a subprocess")
             else:
@@ -193,6 +227,17 @@ class LocalBackend(Backend):
 
     def listen_host(self) -> str:
         return "127.0.0.1"
+
+    # -- fiber ps, logs, stop: this user's programs on this machine (see ._jobs) ----------
+
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        return _jobs.find_jobs(program)
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        return _jobs.read_logs(job_id, tail)
+
+    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        return _jobs.remove_jobs(program, job_ids)
 
     def main_spec(self, spec: JobSpec) -> JobSpec:
         """A main program here runs on this machine: it keeps this machine's listen_host."""
