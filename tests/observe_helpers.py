@@ -16,6 +16,7 @@ def kill_own_worker_once(flag: Any, x: int) -> int:
     if x == 2 and not flag.is_set():
         flag.set()
         os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
     time.sleep(0.05)
     return x
 
@@ -23,6 +24,7 @@ def kill_own_worker_once(flag: Any, x: int) -> int:
 def kill_own_worker(x: int) -> int:
     """A task that kills its worker each time it runs."""
     os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
     return x
 
 
@@ -72,3 +74,33 @@ def burst_then_exit(count: int, code: int) -> None:
         print(f"burst {i}")
     sys.stdout.write("no newline at the end")
     sys.exit(code)
+
+
+def helper_that_raises(text: str) -> None:
+    raise KeyError(f"missing {text}")
+
+
+def raise_in_helper(text: str) -> None:
+    helper_that_raises(text)
+
+
+def report_then_wait(started: Any, gate: Any) -> str:
+    """Put this worker's name on ``started`` (a queue), wait for ``gate``; the name."""
+    import fiber
+
+    name = fiber.current_process().name
+    started.put(name)
+    if not gate.wait(120):
+        raise RuntimeError("the gate was never opened")
+    return name
+
+
+def wait_if_last(item: Any) -> int:
+    """``item`` is ``(i, gate)``: item 9 waits for ``gate``, the others 10 ms (a chunk of
+    them is slow enough that workers hold one at a time and send its result at once);
+    returns ``i``."""
+    i, gate = item
+    time.sleep(0.01)
+    if i == 9 and not gate.wait(120):
+        raise RuntimeError("the gate was never opened")
+    return i

@@ -511,7 +511,7 @@ class Pool:
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
         result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
-                           core.hub, core.service.spin_budget)
+                           core.hub, core.service.spin_budget, len(chunks[0]) if chunks else 0)
         result._pool = self
         # A short map waited for at once is queued while this thread serves the hub (see
         # apply); a long one is not: results must be taken in while the rest is pickled.
