@@ -104,3 +104,12 @@ def wait_if_last(item: Any) -> int:
     if i == 9 and not gate.wait(120):
         raise RuntimeError("the gate was never opened")
     return i
+
+
+def own_names(out: Any) -> None:
+    """Put this process's comm and command line (as ps shows them) on ``out``."""
+    with open("/proc/self/comm") as f:
+        comm = f.read().strip()
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = f.read().split(b"\0")[0].decode()
+    out.put((comm, cmdline))

@@ -26,7 +26,7 @@ from .._core import _runtime
 from .._core._clients import ensure_anchor
 from ..transport import client
 from ..transport.serialization import fetch_sources_with
-from . import _launcher, _output, _parent
+from . import _launcher, _output, _parent, _title
 from ._fd_handoff import load_spawned
 from ._process import kill_children
 
@@ -114,6 +114,8 @@ def main() -> None:
         traceback.print_exc()
         exitcode = 1
     else:
+        # ps and top show "fiber: PoolWorker-3 of es.py", not the bootstrap's command
+        _title.set_title(_title.title_of(proc.name, sys.argv), proc.name)
         exitcode = proc._bootstrap()
     _output.stop()  # what it wrote reaches the parent before its exit report
     try:

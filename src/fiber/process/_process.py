@@ -391,22 +391,28 @@ class Process:
         return status.reason if status is not None else ""
 
     def __repr__(self) -> str:
+        """As multiprocessing's (name, pid, parent, state), with the job and its host:
+        ``<Process name='PoolWorker-3' pid=4242 parent=4200 job=4200-3 host=node2
+        started daemon>``; ``pid`` is the job's pid on its host once it has said it."""
+        parts = [f"name={self._name!r}"]
+        job = self._job
         if self is _current_process:
-            status = "started"
+            parts += [f"pid={os.getpid()}", "started"]
         elif self._closed:
-            status = "closed"
-        elif self._job is None:
-            status = "initial"
+            parts.append("closed")
+        elif job is None:
+            parts.append("initial")
         else:
-            code = self.exitcode
-            status = "started" if code is None else f"stopped exitcode={code}"
-            if code is not None and code < 0:
-                try:
-                    status = f"stopped exitcode=-{signal.Signals(-code).name}"
-                except ValueError:
-                    pass
-        daemon = " daemon" if self.daemon else ""
-        return f"<{type(self).__name__} name={self._name!r} {status}{daemon}>"
+            pid = job.remote_pid if job.remote_pid is not None else self.ident
+            parts += [f"pid={pid}", f"parent={self._parent_pid}"]
+            if job.handle is not None:
+                parts.append(f"job={job.handle.job_id}")
+            if job.remote_host:
+                parts.append(f"host={job.remote_host}")
+            parts.append(_state_text(self.exitcode, job.remote_pid is not None))
+        if self.daemon:
+            parts.append("daemon")
+        return f"<{type(self).__name__} {' '.join(parts)}>"
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
@@ -447,6 +453,18 @@ class Process:
                 except Exception:
                     pass
         return exitcode
+
+
+def _state_text(code: Optional[int], connected: bool) -> str:
+    """"started" (or "starting" before the job connected), "stopped exitcode=-SIGKILL"."""
+    if code is None:
+        return "started" if connected else "starting"
+    if code < 0:
+        try:
+            return f"stopped exitcode=-{signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"stopped exitcode={code}"
 
 
 def start_all(processes: Sequence[Process]) -> None:
