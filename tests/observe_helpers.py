@@ -113,3 +113,7 @@ def own_names(out: Any) -> None:
     with open("/proc/self/cmdline", "rb") as f:
         cmdline = f.read().split(b"\0")[0].decode()
     out.put((comm, cmdline))
+
+
+def visible_gpus(out: Any) -> None:
+    out.put(os.environ.get("CUDA_VISIBLE_DEVICES"))

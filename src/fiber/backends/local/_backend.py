@@ -8,8 +8,11 @@ subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
 
 Job exits are seen at once: one watcher thread waits on a pidfd per subprocess (Linux) and
 is woken by the fork server's exit reports; it falls back to polling elsewhere.
-``@fiber.meta`` resources are recorded but not enforced: a laptop has no scheduler to
-honour them.
+A job that asks for ``gpu=n`` gets ``n`` of this host's GPUs of its own
+(``CUDA_VISIBLE_DEVICES``, see :mod:`._gpus`); ``cpu=`` and ``memory=`` are not enforced
+(warned once): jobs share the machine's CPUs and memory, as subprocesses do. A fiber job's
+output goes to its own log file when it is forwarded to its parent (``forward_output``),
+which ``fiber logs`` reads (see :mod:`._jobs`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, J
 from .._command import bootstrap_parts, interpreter_flags
 from . import _forkserver, _jobs
 from ._forkserver import ForkedJob, ForkServerError
+from ._gpus import GPU_ENV, GpuPool, host_gpus
 
 __all__ = ["LocalBackend"]
 
@@ -85,6 +89,7 @@ class LocalBackend(Backend):
         self._procs: Dict[str, _Proc] = {}
         self._lock = threading.Lock()
         self._ids = _JOB_NUMBERS  # shared: a job id names one job of this process
+        self._gpus: Optional[GpuPool] = None  # made when a job first asks for a GPU
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
         """Words put before a job's command; subclasses use it to place jobs elsewhere."""
@@ -93,6 +98,7 @@ class LocalBackend(Backend):
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         base_env = {k: v for k, v in os.environ.items() if k != _machine.PROGRAM_ENV}
         program = {_machine.PROGRAM_ENV: _machine.program_id()}  # a fiber job's, not a main's
+        self._check_gpus(specs)
         jobs = []
         logs: Dict[str, int] = {}
         log_paths: Dict[str, str] = {}
@@ -102,6 +108,7 @@ class LocalBackend(Backend):
                 job_id = f"{os.getpid()}-{index}"
                 prefix = self.command_prefix(spec, index)
                 env = {**base_env, **spec.env, **(program if _JOB_ENV in spec.env else {})}
+                env.update(self._resources_env(job_id, spec))
                 jobs.append((job_id, prefix + list(spec.command), env, bool(prefix)))
                 log = self._open_log(job_id, spec)
                 if log is not None:
@@ -125,9 +132,54 @@ class LocalBackend(Backend):
                     _jobs.note_started(log_paths[job_id], proc.pid)
                 handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
             return handles
+        except BaseException:
+            for job_id, _, _, _ in jobs:
+                if job_id not in self._procs and self._gpus is not None:
+                    self._gpus.release(job_id)
+            raise
         finally:
             for fd in logs.values():
                 os.close(fd)
+
+    def _gpu_pool(self) -> GpuPool:
+        """The host's GPUs (made again if what the host reports has changed)."""
+        gpus = host_gpus()
+        if self._gpus is None or self._gpus.gpus != gpus:
+            source = (f"{GPU_ENV}={os.environ[GPU_ENV]}" if GPU_ENV in os.environ
+                      else "nvidia-smi -L")
+            self._gpus = GpuPool(gpus, source)
+        return self._gpus
+
+    def _check_gpus(self, specs: Sequence[JobSpec]) -> None:
+        """Refuse at once a batch (a pool's workers) that needs more GPUs than the host has.
+
+        Raises:
+            SubmitError: it does.
+        """
+        asked = [int(s.resources.gpu) for s in specs if s.resources.gpu]
+        if len(asked) > 1 and sum(asked) > len(self._gpu_pool().gpus):
+            self._gpu_pool().check(sum(asked), f"{len(asked)} jobs ask for {sum(asked)} "
+                                               f"GPUs in all (gpu={max(asked)} each)")
+
+    def _resources_env(self, job_id: str, spec: JobSpec) -> Dict[str, str]:
+        """The environment that gives the job its resources: its own GPUs (see ._gpus).
+        CPUs and memory are not enforced here (warned once)."""
+        res = spec.resources
+        if res.memory_mb or (res.cpu is not None and res.cpu != 1):
+            _note_once("the local backend does not enforce cpu= and memory= (jobs share "
+                       "this machine's CPUs and memory); gpu= is")
+        if not res.gpu:
+            return {}
+        return {GPU_ENV: ",".join(self._gpu_pool().take(int(res.gpu), job_id=job_id,
+                                                        ended=self._ended))}
+
+    def _ended(self, job_id: str) -> bool:
+        proc = self._proc_by_id(job_id)
+        return proc is not None and _current_status(proc).state.finished
+
+    def _proc_by_id(self, job_id: str) -> Optional[_Proc]:
+        with self._lock:
+            return self._procs.get(job_id)
 
     @staticmethod
     def _open_log(job_id: str, spec: JobSpec) -> Optional[Tuple[int, str]]:
@@ -245,6 +297,8 @@ class LocalBackend(Backend):
         return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
 
     def release(self, handle: JobHandle) -> None:
+        if self._gpus is not None and self._ended(handle.job_id):
+            self._gpus.release(handle.job_id)
         with self._lock:
             proc = self._procs.get(handle.job_id)
             if proc is not None and _current_status(proc).state.finished:
