@@ -10,8 +10,7 @@ import time
 from typing import Any, List
 
 import pytest
-import slurm_targets
-from test_slurm import _cluster_sh, _wait_nodes_idle, cluster, slurm  # noqa: F401
+from test_slurm import _cluster_sh, _wait_nodes_idle, cluster, slurm, slurm_targets  # noqa: F401
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -51,4 +50,5 @@ def test_a_node_crash_mid_map_is_one_warning_per_worker_lost(slurm, caplog, capf
                                                     line)]
         assert len(mine) == 1, (name, job_id, lines)
         assert "resubmitted map(where) task" in mine[0], mine[0]
+    print("\n".join(lines))
     _wait_nodes_idle()

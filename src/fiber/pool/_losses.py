@@ -100,13 +100,15 @@ def report(ws: Any) -> None:
         return
     ws.loss = None
     what = "was lost" if loss.connected else "ended before it connected"
-    text = f"{ws.process.name} ({_where(ws)}) {what}: {describe_exit(ws)}"
+    code = exit_code(ws)
+    how = describe_exit(ws) if code is not None else "contact lost (its end not reported yet)"
+    text = f"{ws.process.name} ({_where(ws)}) {what}: {how}"
     if loss.tasks:
         text += f"; resubmitted {loss.tasks}"
     elif loss.connected:
         text += "; it held no task"
-    if exit_code(ws) is None or (not loss.connected and exit_code(ws) != 0):
-        text += "; its job's log may say more (fiber logs)"
+    if (code is None or not loss.connected) and ws.process.job_id:
+        text += f"; its own log may say more (fiber logs {ws.process.job_id})"
     for note in loss.notes:
         text += f"; {note}"
     warn("%s", text)
