@@ -42,4 +42,7 @@ def test_a_job_is_titled_with_its_name_and_program(ctx):
     comm, cmdline = out.get()
     p.join(60)
     assert comm == "Titled-7"
-    assert cmdline == f"fiber: Titled-7 of {os.path.basename(sys.argv[0])}"
+    program = os.path.basename(sys.argv[0])  # python -m pytest: pytest/__main__.py
+    if program == "__main__.py":
+        program = os.path.basename(os.path.dirname(sys.argv[0]))
+    assert cmdline == f"fiber: Titled-7 of {program}"

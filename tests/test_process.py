@@ -293,7 +293,9 @@ def annotated() -> None:
     pass
 
 
-def test_meta_resources_reach_the_job_spec():
+def test_meta_resources_reach_the_job_spec(monkeypatch):
+    # gpu=1 on a local-backed job needs a GPU of this host: one, as the environment says
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     register_backend("recording", RecordingBackend)
     RecordingBackend.specs.clear()
     p = fiber.get_context("recording").Process(target=annotated)

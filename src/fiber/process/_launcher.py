@@ -12,7 +12,11 @@
                                                    connect to hub, authenticate (anchor)
            hub "proc" ◀──── fetch(token, pid, host) ─┤
            hub ─────────── payload ─────────────────▶ run process.run()
-           hub "proc" ◀──── exit(token, exitcode) ───┤ flush, exit
+           hub "proc" ◀── output_start, output(...) ─┤ its fds 1, 2 (see _output: printed
+                      ◀── source(filename) ──────────┤ here, prefixed, by _printer); the
+                                                     │ lines of a traceback's file it lacks
+           hub "proc" ◀──── output_end ──────────────┤ (replied: all its output is here)
+           hub "proc" ◀──── exit(token, exitcode) ───┤ exit
       backend watcher ── job finished ──▶ Process._finish(status)
 
 The anchor connection doubles as the child's lifeline: when it drops (the parent exited,

@@ -18,10 +18,8 @@ import atexit
 import itertools
 import os
 import secrets
-import signal
 import sys
 import threading
-import time
 import weakref
 from typing import (
     Any,
@@ -50,7 +48,7 @@ from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
 from ..transport.sockets import split_address
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
-from . import _fd_handoff, _launcher
+from . import _describe, _fd_handoff, _launcher
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
 
@@ -394,25 +392,11 @@ class Process:
         """As multiprocessing's (name, pid, parent, state), with the job and its host:
         ``<Process name='PoolWorker-3' pid=4242 parent=4200 job=4200-3 host=node2
         started daemon>``; ``pid`` is the job's pid on its host once it has said it."""
-        parts = [f"name={self._name!r}"]
-        job = self._job
         if self is _current_process:
-            parts += [f"pid={os.getpid()}", "started"]
-        elif self._closed:
-            parts.append("closed")
-        elif job is None:
-            parts.append("initial")
-        else:
-            pid = job.remote_pid if job.remote_pid is not None else self.ident
-            parts += [f"pid={pid}", f"parent={self._parent_pid}"]
-            if job.handle is not None:
-                parts.append(f"job={job.handle.job_id}")
-            if job.remote_host:
-                parts.append(f"host={job.remote_host}")
-            parts.append(_state_text(self.exitcode, job.remote_pid is not None))
-        if self.daemon:
-            parts.append("daemon")
-        return f"<{type(self).__name__} {' '.join(parts)}>"
+            return f"<{type(self).__name__} name={self._name!r} pid={os.getpid()} started>"
+        code = None if self._closed or self._job is None else self.exitcode
+        return _describe.process_repr(type(self).__name__, self._name, self._job, code,
+                                      self._parent_pid, self.ident, self._closed, self.daemon)
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
@@ -453,18 +437,6 @@ class Process:
                 except Exception:
                     pass
         return exitcode
-
-
-def _state_text(code: Optional[int], connected: bool) -> str:
-    """"started" (or "starting" before the job connected), "stopped exitcode=-SIGKILL"."""
-    if code is None:
-        return "started" if connected else "starting"
-    if code < 0:
-        try:
-            return f"stopped exitcode=-{signal.Signals(-code).name}"
-        except ValueError:
-            pass
-    return f"stopped exitcode={code}"
 
 
 def start_all(processes: Sequence[Process]) -> None:
@@ -580,23 +552,8 @@ def _register_exit_function() -> None:
         _exit_registered = True
         atexit.register(_exit_function)
         # fiber top lists this process's children (see fiber._core._inspect)
-        _inspect.add_source("processes", _current_process, _describe_children)
-
-
-def _describe_children(_: Process) -> List[Dict[str, Any]]:
-    """This process's children as fiber top shows them."""
-    now = time.monotonic()
-    out = []
-    for child in list(_children):
-        job = child._job
-        if job is None or job.handle is None:
-            continue
-        code = job.exitcode() if job.finished else None
-        out.append({"name": child.name, "job_id": job.handle.job_id, "host": job.remote_host,
-                    "pid": child.ident, "state": "running" if code is None
-                    else f"exit code {code}", "daemon": child.daemon,
-                    "running_s": round(now - job.started_at, 1)})
-    return out
+        _inspect.add_source("processes", _current_process,
+                            lambda _: _describe.children(list(_children)))
 
 
 def terminate_all(processes: Sequence[Process], force: bool = False) -> None:

@@ -26,8 +26,11 @@ _PR_SET_NAME = 15
 
 
 def title_of(name: str, argv: list) -> str:
-    """``fiber: <name> of <program>`` (the program: the main script's file name)."""
+    """``fiber: <name> of <program>`` (the program: the main script's file name, or its
+    package's for ``python -m package``)."""
     program = os.path.basename(argv[0]) if argv and argv[0] else ""
+    if program == "__main__.py":
+        program = os.path.basename(os.path.dirname(argv[0]))
     if program in ("", "-c", "-m"):
         program = "python " + (argv[1] if len(argv) > 1 and program == "-m" else program)
     return f"fiber: {name} of {program.strip()}"
