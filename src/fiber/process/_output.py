@@ -41,6 +41,8 @@ __all__ = ["OutputTap", "start", "sync", "stop", "SERVICE"]
 SERVICE = b"proc"
 _READ = 65536
 _END_TIMEOUT_S = 10.0
+#: Seconds the forwarding thread lets output gather before it reads (see _run).
+_COALESCE_S = 0.02
 #: Seconds the end waits for a pipe's other writers (a subprocess of the job still
 #: running) before it stops reading.
 _DRAIN_S = 0.5
@@ -67,6 +69,8 @@ class OutputTap:
         for r, _ in self._pipes:
             self._pending.register(r, select.POLLIN)
         self._wake_r, self._wake_w = os.pipe()
+        self._wake_poll = select.poll()
+        self._wake_poll.register(self._wake_r, select.POLLIN)
         out: Any = sys.stdout
         if out is not None and hasattr(out, "reconfigure"):
             try:
@@ -126,6 +130,11 @@ class OutputTap:
             if not events:
                 return  # stopping, and nothing more came: a writer that lingers (a
                 # subprocess) keeps its pipe open; the end drains what is there
+            if not self._stopping and any(fd != self._wake_r for fd, _ in events):
+                # Let the lines of the next few ms come too, and read them at once: a
+                # chatty job wakes this thread (and takes its GIL) ~50 times a second,
+                # not once a line; a pool worker's results take them before that.
+                self._wake_poll.poll(_COALESCE_S * 1000)
             for fd, _ in events:
                 if fd == self._wake_r:
                     poller.unregister(fd)
