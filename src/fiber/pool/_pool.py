@@ -416,6 +416,18 @@ class _PoolCore:
             self.initargs.release()
 
 
+def _collected(core: _PoolCore) -> None:
+    """A pool dropped by its user (or left at exit): terminate it. Garbage collection may
+    run this in any thread at any moment, also in a thread that the hub's thread, holding
+    the hub's lock, waits to see started (a pool's callback thread): terminating there
+    would wait for that lock for ever. Then it is done on a thread of its own."""
+    if core.hub.lock.acquire(blocking=False):  # free (or ours): terminate here
+        core.hub.lock.release()
+        core.terminate()
+        return
+    threading.Thread(target=core.terminate, name="fiber-pool-collected", daemon=True).start()
+
+
 class Pool:
     """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
 
@@ -446,7 +458,7 @@ class Pool:
         process_class = Process if context is None else context.Process
         self._core = _PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
-        self._finalizer = weakref.finalize(self, self._core.terminate)
+        self._finalizer = weakref.finalize(self, _collected, self._core)
         _inspect.add_source("pools", self, lambda pool: pool.status().as_dict())
 
     @property
@@ -592,7 +604,8 @@ class Pool:
 
     def terminate(self) -> None:
         """End every worker now; unfinished results fail with PoolTerminatedError."""
-        self._finalizer()
+        if self._finalizer.detach() is not None:
+            self._core.terminate()
 
     def join(self) -> None:
         """Wait for the workers to exit (after ``close`` or ``terminate``).
