@@ -59,6 +59,7 @@ def _watch_parent(address: str) -> None:
     watched = _parent.parent_gone()
     sys.stderr.write(f"fiber: parent at {address} is gone; job {os.getpid()} exits\n")
     sys.stderr.flush()
+    _output.parent_gone()  # in the job's own log before it ends
     kill_children()
     if watched:
         time.sleep(SENTINEL_GRACE_S)

@@ -36,7 +36,7 @@ from typing import Any, List, Optional, Tuple
 
 from .._core._clients import own_client
 
-__all__ = ["OutputTap", "start", "sync", "stop", "SERVICE"]
+__all__ = ["OutputTap", "start", "sync", "stop", "parent_gone", "SERVICE"]
 
 SERVICE = b"proc"
 _READ = 65536
@@ -115,6 +115,16 @@ class OutputTap:
                 client.request(SERVICE, b"output_end", [self._token], timeout=_END_TIMEOUT_S)
             except Exception:
                 pass  # the parent is gone or busy: what it missed is in the job's log
+            client.close()
+
+    def to_log_only(self) -> None:
+        """The parent is gone: stop forwarding, and put what is pending in the job's log
+        (the job is about to end at once)."""
+        with self._lock:
+            client, self._client = self._client, None
+            for r, target in self._pipes:
+                self._drain(r, target)
+        if client is not None:
             client.close()
 
     # -- the thread ------------------------------------------------------------------------
@@ -198,6 +208,13 @@ def sync() -> None:
     tap = _tap
     if tap is not None:
         tap.sync()
+
+
+def parent_gone() -> None:
+    """The parent is gone and this job ends now: what it wrote goes to its log only."""
+    tap = _tap
+    if tap is not None:
+        tap.to_log_only()
 
 
 def stop() -> None:
