@@ -6,6 +6,7 @@
     fiber ps [-b BACKEND] [PROGRAM]
     fiber logs [-b BACKEND] [--tail N] JOB
     fiber stop [-b BACKEND] PROGRAM|JOB...
+    fiber top [PROGRAM] [--once]
 
 ``fiber run`` starts ``COMMAND`` (``python main.py``, say) as one job of the configured
 backend: on Docker a container of the configured image, on Kubernetes a pod, on Slurm a
@@ -19,7 +20,9 @@ and ``fiber stop`` take it from there.
 
 ``ps``, ``logs`` and ``stop`` work on the backends whose cluster keeps jobs by label
 (``docker``, ``kubernetes``) or comment (``slurm``: this user's batch jobs) and see the
-jobs of every fiber program there.
+jobs of every fiber program there; on ``local``, this user's programs on this machine
+and their jobs' logs. ``fiber top`` shows a running program's pools and processes (see
+:mod:`fiber._top`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import threading
 import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
-from . import config
+from . import _top, config
 from ._version import DISTRIBUTION
 from .backends import Backend, JobHandle, JobSpec, JobStatus, Resources, get_backend
 from .errors import FiberError
@@ -56,6 +59,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # a job's output may not fit this terminal
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
+        if args.command == "top":  # the program's hub, not a cluster: no backend
+            return _top.run(args)
         overrides = _overrides(args)
         if overrides:
             config.init(**overrides)
@@ -137,7 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs "
                    "(on Slurm: cancel them)")
     stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB")
-    for parser in (top, run, ps, logs, stop):
+    top_command = _top.add_parser(commands)
+    _Parser.known.append("top")
+    for parser in (top, run, ps, logs, stop, top_command):
         _Parser.known.extend(o for a in parser._actions for o in a.option_strings)  # noqa: SLF001
     return top
 

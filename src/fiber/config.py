@@ -65,6 +65,13 @@ class Config:
     #: which every process appends ``.<its name>`` (``fiber.log.MainProcess``,
     #: ``fiber.log.PoolWorker-3``): one file a process.
     log_file: str = ""
+    #: What fiber's jobs write to stdout and stderr appears on the master's stdout and
+    #: stderr as it is written, each line prefixed with the job's name and host (every
+    #: backend; the job's own log keeps it all too). False: it goes to the job's log
+    #: only (on ``local``: the master's terminal, unprefixed, as a subprocess's would).
+    forward_output: bool = True
+    #: Forwarded lines start with ``(PoolWorker-3@host) ``; False: they come as written.
+    output_prefix: bool = True
     #: TCP port on which the main process listens for its jobs; 0: a free port. For a
     #: firewall that opens one port (jobs' own children still take free ports).
     listen_port: int = 0

@@ -21,7 +21,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "fiber"
 LAYERS: List[Tuple[str, ...]] = [
     ("errors", "_version", "_compat", "_exports", "_config_compat"),  # leaves: no fiber import
     ("config", "transport"),                          # transport takes its settings as args
-    ("_log", "backends"),                             # the backend layer
+    ("_log", "_machine", "backends"),                 # the backend layer
     ("_core", "meta"),                                # the hub, served objects, parking
     ("process",),
     ("connection", "queues", "synchronize"),
@@ -31,7 +31,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("context",),                                     # binds the API to one backend
     ("futures", "ring"),                              # on a context's processes
     ("experimental",),                                # the original fiber's interfaces
-    ("fiber", "cli", "__main__", "testing"),          # the public namespace, tools
+    ("fiber", "cli", "_top", "__main__", "testing"),  # the public namespace, tools
 ]
 RANK: Dict[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 

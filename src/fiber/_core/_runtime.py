@@ -16,12 +16,14 @@ import socket
 import threading
 from typing import Optional
 
+from .. import _machine
 from ..backends import get_backend
 from ..config import get_config
 from ..transport import auth
 from ..transport.client import register_local_server, unregister_local_server
 from ..transport.server import Server
 from ..transport.sockets import split_address
+from . import _inspect
 
 __all__ = ["hub", "listen_host", "parent_address", "shutdown_hub"]
 
@@ -79,6 +81,9 @@ def hub() -> Server:
                           name="fiber-hub", port=port)
             _hub_pid = os.getpid()
             register_local_server(_hub)
+            _hub.register(_inspect.SERVICE, _inspect.StatusService())
+            if not parent_address():  # the main process: fiber top finds it there
+                _machine.register_program(_hub.address, auth.program_secret(), cfg.backend)
         return _hub
 
 

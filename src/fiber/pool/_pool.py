@@ -21,6 +21,7 @@ before the rest of the pool has started. A worker that dies gives its tasks back
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import secrets
@@ -42,7 +43,7 @@ from typing import (
     Type,
 )
 
-from .._core import _runtime
+from .._core import _inspect, _runtime
 from .._core._served import probing
 from .._core._shared import Shared, share_if_large
 from ..backends import Resources
@@ -50,6 +51,7 @@ from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._bound import ProcessContext
+from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..process._process import set_resources
 from ..transport.remote import pack_exception
@@ -66,6 +68,7 @@ from ._results import (
     MapResult,
 )
 from ._service import PoolService, ResultSink, Task, WorkerState, describe_exit
+from ._status import PoolStatus, snapshot
 from ._worker import CALL, MAP, STARMAP, worker_main
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -75,9 +78,12 @@ RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 _MAX_STARTUP_FAILURES = 3
 _FUNCTION_CACHE = 256
 _SLICE = 256  # tasks queued at a time after the first slice (see PoolCore.submit)
+_OUTPUT_WAIT_S = 2.0  # seconds join waits for the last output of workers that ended
 
 
 def _label(fn: Any) -> str:
+    if isinstance(fn, functools.partial):
+        return _label(fn.func)
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
@@ -358,6 +364,7 @@ class PoolCore:
                     with self.hub.lock:
                         ws.exitcode = ws.process.exitcode
                         self.service.worker_lost(ws)
+                        self.service.report_lost(ws)
                         del self.procs[key.fd]
                     ws.process.close()
         finally:
@@ -404,11 +411,25 @@ class PoolCore:
     def join(self) -> None:
         if self.maintainer is not threading.current_thread():
             self.maintainer.join()
+            # what the workers wrote is on the terminal when join returns
+            launcher().wait_ended_output(_OUTPUT_WAIT_S)
         if self._callbacks is not None:
             self._callbacks.stop()
         self.hub.unregister(self.name)
         if isinstance(self.initargs, Shared):
             self.initargs.release()
+
+
+def _collected(core: PoolCore) -> None:
+    """A pool dropped by its user (or left at exit): terminate it. Garbage collection may
+    run this in any thread at any moment, also in a thread that the hub's thread, holding
+    the hub's lock, waits to see started (a pool's callback thread): terminating there
+    would wait for that lock for ever. Then it is done on a thread of its own."""
+    if core.hub.lock.acquire(blocking=False):  # free (or ours): terminate here
+        core.hub.lock.release()
+        core.terminate()
+        return
+    threading.Thread(target=core.terminate, name="fiber-pool-collected", daemon=True).start()
 
 
 class Pool(PoolExtras):
@@ -448,7 +469,8 @@ class Pool(PoolExtras):
         process_class = Process if context is None else context.Process
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
-        self._finalizer = weakref.finalize(self, self._core.terminate)
+        self._finalizer = weakref.finalize(self, _collected, self._core)
+        _inspect.add_source("pools", self, lambda pool: pool.status().as_dict())
 
     @property
     def _processes(self) -> int:
@@ -512,7 +534,8 @@ class Pool(PoolExtras):
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
         result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
-                           core.hub, core.service.spin_budget, owner=self)
+                           core.hub, core.service.spin_budget, owner=self,
+                           chunksize=len(chunks[0]) if chunks else 0)
         # A short map waited for at once is queued while this thread serves the hub (see
         # apply); a long one is not: results must be taken in while the rest is pickled.
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None
@@ -597,7 +620,8 @@ class Pool(PoolExtras):
 
     def terminate(self) -> None:
         """End every worker now; unfinished results fail with PoolTerminatedError."""
-        self._finalizer()
+        if self._finalizer.detach() is not None:
+            self._core.terminate()
 
     def join(self) -> None:
         """Wait for the workers to exit (after ``close`` or ``terminate``).
@@ -608,6 +632,15 @@ class Pool(PoolExtras):
         if self._core.state == RUN:
             raise ValueError("Pool is still running")
         self._core.join()
+
+    def status(self) -> PoolStatus:
+        """A snapshot of the pool: each worker (name, job id, host, state, the task it
+        runs and for how long, tasks done, restarts) and the tasks pending, running,
+        done, failed and retried, with the tasks completed per second (fiber extension;
+        ``fiber top`` shows the same for a running program). See :class:`PoolStatus`."""
+        core = self._core
+        with core.hub.lock:
+            return snapshot(core.service, core.state, core.size)
 
     def __enter__(self) -> Pool:
         self._core.check_running()

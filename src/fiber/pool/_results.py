@@ -211,19 +211,35 @@ AsyncResult = ApplyResult
 
 
 class MapResult(ApplyResult):
-    """The result of ``map_async``: chunks are put together in order."""
+    """The result of ``map_async``: chunks are put together in order.
+
+    ``completed`` and ``total`` tell the progress (fiber extension): how many of the
+    ``total`` items have their result here, counted as their chunks come.
+    """
 
     def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
                  callback: Callback = None, error_callback: Callback = None,
                  server: Optional[Server] = None, spin: Spin = None,
-                 owner: Any = None) -> None:
+                 owner: Any = None, chunksize: int = 0) -> None:
         super().__init__(callbacks, callback, error_callback, server, spin, owner)
         self._chunks: List[Any] = [None] * chunks
         self._missing = chunks
         self._length = length
+        self._chunksize = chunksize or (-(-length // chunks) if chunks else 0)
+        self._items_done = 0
         if chunks == 0:
             self._ok, self._result = True, (True, [])
             self._complete()
+
+    @property
+    def completed(self) -> int:
+        """Items whose result has come (of :attr:`total`)."""
+        return self._items_done
+
+    @property
+    def total(self) -> int:
+        """Items of the map."""
+        return self._length
 
     def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
         if self._completed:
@@ -233,6 +249,7 @@ class MapResult(ApplyResult):
             return
         self._chunks[index] = frames
         self._missing -= 1
+        self._items_done += min(self._chunksize, self._length - index * self._chunksize)
         if self._missing == 0:
             self._ok = True
             self._complete()

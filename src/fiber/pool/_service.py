@@ -22,18 +22,17 @@ duplicate (from a worker presumed dead) is ignored.
 from __future__ import annotations
 
 import collections
-import signal
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
 from .._log import log
 from ..errors import WorkerLostError
 from ..process import Process
-from ..process._process import end_reason, known_exitcode
 from ..transport.operations import handles
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
+from . import _losses, _status
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -43,7 +42,10 @@ from ._protocol import (
     unpack_results,
 )
 
-__all__ = ["Task", "WorkerState", "PoolService"]
+__all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
+
+describe_exit = _losses.describe_exit
+exit_code = _losses.exit_code
 
 _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
@@ -88,7 +90,8 @@ class Task:
 
 class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
-                 "assigned", "retiring", "lost", "connected", "exitcode", "load")
+                 "assigned", "retiring", "lost", "connected", "exitcode", "load",
+                 "loss", "since", "done", "slot", "restarts")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -105,6 +108,16 @@ class WorkerState:
         #: Its bucket in :class:`ReadyWorkers` (the tasks it held when put there), or -1:
         #: it cannot take a task now.
         self.load = -1
+        #: Its warning once lost, until said (see :mod:`._losses`).
+        self.loss: Optional[_losses.Loss] = None
+        #: When the task it runs started, as far as the master can tell (monotonic): when
+        #: it was handed to the idle worker, or the worker's last results came.
+        self.since = 0.0
+        self.done = 0  # tasks it completed
+        #: Its place in the pool (a worker replacing a lost one takes its place) and how
+        #: often that place's worker was replaced.
+        self.slot = 0
+        self.restarts = 0
 
 
 class ReadyWorkers:
@@ -138,27 +151,6 @@ class ReadyWorkers:
         return None
 
 
-def exit_code(ws: WorkerState) -> Optional[int]:
-    """The worker's exit code as far as its backend has told (None: not yet)."""
-    return ws.exitcode if ws.exitcode is not None else known_exitcode(ws.process)
-
-
-def describe_exit(ws: WorkerState) -> str:
-    code = exit_code(ws)
-    if code is None:
-        return "still running or unknown (lost contact)"
-    if code < 0:
-        try:
-            text = f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            text = f"killed by signal {-code}"
-    else:
-        text = f"exit code {code}"
-    # what the cluster said of the job (an image it could not pull, the OOM killer...)
-    reason = end_reason(ws.process)
-    return f"{text}: {reason}" if reason and reason != text else text
-
-
 class PoolService(Service):
     """One pool's scheduler on the master's hub."""
 
@@ -187,6 +179,13 @@ class PoolService(Service):
         self.outstanding = 0  # tasks submitted and not yet finished
         self.last_fid = 0  # the function of the tasks submitted last (see spin_budget)
         self.closing = False  # close() was called: workers exit once the queue is empty
+        # What pool.status() shows (see ._status): places of workers, tasks counted.
+        self.slots = 0
+        self.free_slots: Deque[Tuple[int, int]] = collections.deque()  # (slot, restarts)
+        self.done = 0  # tasks that returned a value
+        self.failed = 0  # tasks that failed (an exception, a lost worker, terminated)
+        self.retried = 0  # tasks given back to the queue by a lost worker
+        self.rate = _status.Rate()
 
     # -- from the pool (under the hub lock) ----------------------------------------------
 
@@ -206,6 +205,11 @@ class PoolService(Service):
         return self.spin
 
     def add_worker(self, ws: WorkerState) -> None:
+        if self.free_slots:
+            ws.slot, ws.restarts = self.free_slots.popleft()
+        else:
+            self.slots += 1
+            ws.slot = self.slots
         self.workers[ws.worker_id] = ws
 
     def active(self) -> int:
@@ -315,6 +319,8 @@ class PoolService(Service):
             if len(ws.pending) >= credit:
                 break  # the least-loaded worker is full: so is every other
             queue.popleft()
+            if not ws.pending:
+                ws.since = time.monotonic()
             ws.pending[task.task_id] = task
             ws.assigned += 1
             self._refresh(ws)
@@ -356,6 +362,9 @@ class PoolService(Service):
             if task is not None:
                 fids.append(task.fid)
                 self._finish(task, ok, frames)
+        ws.done += len(fids)
+        ws.since = time.monotonic()
+        self.rate.add(len(fids), ws.since)
         self._refresh(ws)
         self._measure(fids, results_busy(payload))
         self._maybe_stop(ws)
@@ -404,6 +413,10 @@ class PoolService(Service):
             return
         task.done = True
         self.outstanding -= 1
+        if ok:
+            self.done += 1
+        else:
+            self.failed += 1
         task.frames = []
         self.function_refs[task.fid] -= 1
         if self.function_refs[task.fid] <= 0:
@@ -418,12 +431,13 @@ class PoolService(Service):
                 self.server.send(ws.peer, [b"", PoolOps.STOP])
 
     def worker_lost(self, ws: WorkerState) -> None:
-        """A worker's connection closed or its job ended: reassign what it held."""
+        """A worker's connection closed or its job ended: reassign what it held, and
+        warn (once its exit code is known, see :mod:`._losses`) unless it ended as
+        asked."""
         if ws.lost:
             return
         ws.lost = True
         self._refresh(ws)
-        log("pool worker %s lost, holding %d tasks", ws.worker_id, len(ws.pending))
         if ws.peer is not None:
             self.by_peer.pop(ws.peer.peer_id, None)
         if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
@@ -432,13 +446,20 @@ class PoolService(Service):
         ws.pending.clear()
         expected = (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
+        notes: List[str] = []
         if len(tasks) == 1:
             # It held one task: that task was running when the worker died.
             culprit = tasks[0]
             culprit.attempts.append(ws)
-            if len(culprit.attempts) > self.max_retries:
+            n = len(culprit.attempts)
+            if n > self.max_retries:
                 tasks.clear()
+                notes.append(f"{culprit.label} killed its worker {n} times: it fails "
+                             f"with WorkerLostError (pool_max_task_retries={self.max_retries})")
                 self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
+            elif n > 1:
+                notes.append(f"{culprit.label} has killed its worker {n} times (tried "
+                             f"again up to pool_max_task_retries={self.max_retries})")
         else:
             # Any of them may have been running (results of quick tasks are sent in
             # batches): none is charged; each runs alone until it completes.
@@ -446,8 +467,26 @@ class PoolService(Service):
                 task.suspect = True
         for task in reversed(tasks):
             self.queue.appendleft(task)
+        self.retried += len(tasks)
+        if not ws.retiring:
+            self.free_slots.append((ws.slot, ws.restarts + 1))
+        if expected or ws.process.cancelled:
+            log("%s left the pool (%s)", ws.process.name,
+                "retired" if ws.retiring else "terminated" if ws.process.cancelled
+                else "pool closing" if self.closing else "maxtasksperchild reached")
+        else:
+            log("%s lost, holding %d tasks", ws.process.name, len(tasks))
+            ws.loss = _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected)
+            if exit_code(ws) is not None:
+                _losses.report(ws)
+            elif self.server is not None:
+                self.server.call_later(_losses.REPORT_WAIT_S, lambda: _losses.report(ws))
         self.on_worker_gone(ws, expected)
         self.dispatch()
+
+    def report_lost(self, ws: WorkerState) -> None:
+        """The worker's job has ended: say it was lost, if it was (and not said yet)."""
+        _losses.report(ws)
 
     def _give_up(self, task: Task, deadline: float) -> None:
         """Fail a task that killed its worker too often, naming each attempt's exit code

@@ -28,6 +28,7 @@ from typing import Any, Callable, Deque, List, Optional, Tuple
 from .._core._clients import get_client
 from ..config import get_config
 from ..errors import MaybeEncodingError
+from ..process import _output
 from ..transport.client import Client
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps, loads
@@ -52,6 +53,15 @@ def _error(exc: BaseException, stage: str) -> List[Any]:
             except AttributeError:
                 pass
     return dumps(pack_exception(exc))
+
+
+def _exit_error(exc: SystemExit) -> List[Any]:
+    """A task that raised ``SystemExit`` (``sys.exit()``): its caller gets a
+    :class:`~fiber.errors.RemoteError` saying so, with the traceback, instead of the
+    ``SystemExit`` itself, which would end the caller without a word. The worker goes on."""
+    _, _, _, tb = pack_exception(exc)
+    return dumps((None, "SystemExit", f"sys.exit({exc.code!r}) in a pool task: it ends "
+                  "neither its worker (which goes on) nor the caller", tb))
 
 
 class _Function:
@@ -108,6 +118,8 @@ def run_task(function: _Function, arg_frames: List[Any]) -> Tuple[bool, List[Any
             value = [fn(x) for x in data]
         else:
             value = [fn(*x) for x in data]
+    except SystemExit as e:  # reported as what it is, never a silent exit of the caller
+        return False, _exit_error(e)
     except BaseException as e:
         return False, _error(e, "running the task")
     try:
@@ -149,9 +161,11 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         except BaseException:
             client.send(pool_name, PoolOps.INIT_FAILED, [traceback.format_exc().encode()])
             sys.stderr.write(traceback.format_exc())
+            _output.stop()
             os._exit(1)
     client.send(pool_name, PoolOps.HELLO, [worker_id.to_bytes(8, "little")])
     spin = get_config().spin_us * 1e-6
+    sync_output = _output.sync
     functions = FunctionCache()
     held: Deque[Tuple[int, _Function, List[Any]]] = collections.deque()
     out: List[Tuple[int, bool, List[Any]]] = []
@@ -163,6 +177,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     def flush() -> None:
         nonlocal busy
         if out:
+            sync_output()  # what the tasks printed goes before their results
             client.send(pool_name, PoolOps.RESULTS, pack_results(out, busy))
             out.clear()
             busy = 0.0

@@ -26,7 +26,8 @@ from .. import config
 from .._core import _runtime
 from .._core._clients import ensure_anchor
 from ..transport import client
-from . import _launcher, _lineage, _parent
+from ..transport.serialization import fetch_sources_with
+from . import _launcher, _lineage, _output, _parent, _title
 from ._fd_handoff import load_spawned
 from ._process import kill_children, run_in_job
 
@@ -72,6 +73,7 @@ def _watch_lifelines(parent: str, master: str) -> None:
         if parent_fd in ended:  # the parent ended, the program goes on: so does this job
             poller.unregister(parent_fd)
             _parent.parent_gone()
+            _output.parent_gone()  # nobody reads its forwarded output: to its log
     _end_with_program(master if master_fd != parent_fd else parent, master_fd != parent_fd)
 
 
@@ -82,6 +84,7 @@ def _end_with_program(address: str, is_master: bool) -> None:
     who = "the program's main process" if is_master else "parent"
     sys.stderr.write(f"fiber: {who} at {address} is gone; job {os.getpid()} exits\n")
     sys.stderr.flush()
+    _output.parent_gone()  # in the job's own log before it ends
     kill_children()
     if watched:
         time.sleep(SENTINEL_GRACE_S)
@@ -106,6 +109,10 @@ def main() -> None:
     # listen_host names an address of the parent's host: a child finds its own.
     config.install(dataclasses.replace(payload["config"], listen_host=""))
     _lineage.set_master_address(payload.get("master") or parent)
+    if config.get_config().forward_output:
+        _output.start(parent, token)
+    # functions of the parent's __main__ whose file this host lacks: the parent has it
+    fetch_sources_with(lambda filename: _launcher.fetch_source(parent, filename))
     master = payload.get("lifeline") or parent  # what ends this job (see _lineage)
     lifeline = threading.Thread(target=_watch_lifelines, args=(parent, master),
                                 name="fiber-lifeline", daemon=True)
@@ -135,7 +142,10 @@ def main() -> None:
         traceback.print_exc()
         exitcode = 1
     else:
+        # ps and top show "fiber: PoolWorker-3 of es.py", not the bootstrap's command
+        _title.set_title(_title.title_of(proc.name, sys.argv), proc.name)
         exitcode = run_in_job(proc)
+    _output.stop()  # what it wrote reaches the parent before its exit report
     try:
         _launcher.report_exit(parent, token, exitcode)
     except Exception:

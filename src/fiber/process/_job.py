@@ -12,6 +12,7 @@ import collections
 import os
 import signal
 import threading
+import time
 from typing import Callable, Deque, List, Optional, Tuple
 
 from ..backends import Backend, JobHandle, JobState, JobStatus
@@ -54,6 +55,9 @@ class Job:
         self.reported: Optional[int] = None
         self.remote_pid: Optional[int] = None
         self.remote_host = ""
+        #: terminate() or kill() was asked by this process: its end is no failure.
+        self.cancel_requested = False
+        self.started_at = time.monotonic()  # when it was prepared (fiber top: its age)
         self.cond = threading.Condition()
         self.sentinel_r, self._sentinel_w = os.pipe()
 

@@ -12,7 +12,11 @@
                                                    connect to hub, authenticate (anchor)
            hub "proc" ◀──── fetch(token, pid, host) ─┤
            hub ─────────── payload ─────────────────▶ run process.run()
-           hub "proc" ◀──── exit(token, exitcode) ───┤ flush, exit
+           hub "proc" ◀── output_start, output(...) ─┤ its fds 1, 2 (see _output: printed
+                      ◀── source(filename) ──────────┤ here, prefixed, by _printer); the
+                                                     │ lines of a traceback's file it lacks
+           hub "proc" ◀──── output_end ──────────────┤ (replied: all its output is here)
+           hub "proc" ◀──── exit(token, exitcode) ───┤ exit
       backend watcher ── job finished ──▶ Process._finish(status)
 
 The anchor connection doubles as the child's lifeline to its parent: when it drops (the
@@ -24,19 +28,23 @@ a cluster (see :mod:`fiber.process._lineage`).
 
 from __future__ import annotations
 
+import linecache
 import os
 import socket
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
 from .._core import _runtime
+from ..config import get_config
 from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service
+from ._printer import OutputPrinter
 
 __all__ = ["LaunchService", "launcher", "Launch"]
 
 SERVICE = b"proc"
+_SOURCE_TIMEOUT_S = 5.0
 
 
 class LaunchOps:
@@ -44,14 +52,21 @@ class LaunchOps:
 
     FETCH = b"fetch"
     EXIT = b"exit"
+    OUTPUT_START = b"output_start"  # one-way: this connection carries the job's output
+    OUTPUT = b"output"  # one-way: [token, fd, bytes], the most frequent
+    OUTPUT_END = b"output_end"  # all the job's output has been sent
+    SOURCE = b"source"  # [filename]: the lines of a file the job lacks, for a traceback
 
 
 class Launch:
     """The parent's record of one child; callbacks run on the hub thread."""
 
     def __init__(self, payload: List[Any], on_started: Callable[[int, str], None],
-                 on_exit_report: Callable[[int], None], on_gone: Callable[[], None]) -> None:
+                 on_exit_report: Callable[[int], None], on_gone: Callable[[], None],
+                 name: str = "") -> None:
         self.payload = payload
+        self.name = name
+        self.host = ""
         self.on_started = on_started
         self.on_exit_report = on_exit_report
         self.on_gone = on_gone
@@ -67,23 +82,30 @@ class LaunchService(Service):
         self._launches: Dict[bytes, Launch] = {}
         self._by_process: Dict[bytes, bytes] = {}
         self._lock = threading.Lock()
+        #: Children's forwarded output (see fiber.process._output), and the connection
+        #: that carries each child's (peer id -> job token).
+        self.printer = OutputPrinter()
+        self._outputs: Dict[int, bytes] = {}
 
     def add(self, token: bytes, launch: Launch) -> None:
         with self._lock:
             self._launches[token] = launch
 
     def remove(self, token: bytes) -> None:
+        """The job has ended (or was never submitted)."""
         with self._lock:
             launch = self._launches.pop(token, None)
             if launch is not None and launch.process_id is not None:
                 self._by_process.pop(launch.process_id, None)
+        self.printer.job_ended(token)
 
     def _launch(self, server: Server, peer: Peer, req_id: bytes,
                 payload: List[Any]) -> Optional[Launch]:
-        """The launch a request's token names; None (and the error replied) if none."""
+        """The launch a request's token names; None (and the error replied, for a
+        request) if none: a one-way message of a job that has ended is dropped."""
         with self._lock:
             launch = self._launches.get(bytes(payload[0]))
-        if launch is None:
+        if launch is None and req_id:
             server.reply_error(peer, req_id, LookupError("unknown or finished job"))
         return launch
 
@@ -97,6 +119,7 @@ class LaunchService(Service):
             server.reply_error(peer, req_id, PermissionError("this job was already started"))
             return
         pid, host = loads(payload[1:])
+        launch.host = host
         launch.process_id = peer.process_id
         with self._lock:
             self._by_process[peer.process_id] = bytes(payload[0])
@@ -112,6 +135,48 @@ class LaunchService(Service):
         if launch is not None:
             launch.on_exit_report(int(bytes(payload[1])))
             server.reply(peer, req_id, b"ok")
+
+    @handles(LaunchOps.OUTPUT_START)
+    def output_start(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """``[token]``: this connection carries the job's output from now on."""
+        launch = self._launch(server, peer, req_id, payload)
+        if launch is not None:
+            token = bytes(payload[0])
+            self._outputs[peer.peer_id] = token
+            self.printer.open(token, launch.name, launch.host, get_config().output_prefix)
+
+    @handles(LaunchOps.OUTPUT)
+    def output(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[token, fd, data]``: what the job wrote, as it read it."""
+        self.printer.write(bytes(payload[0]), int(bytes(payload[1])), bytes(payload[2]))
+
+    @handles(LaunchOps.OUTPUT_END)
+    def output_end(self, server: Server, peer: Peer, req_id: bytes,
+                   payload: List[Any]) -> None:
+        """``[token]``: answered once all of it is written here (the job may have ended
+        for its backend already)."""
+        self._outputs.pop(peer.peer_id, None)
+        self.printer.close(bytes(payload[0]))
+        server.reply(peer, req_id, b"ok")
+
+    @handles(LaunchOps.SOURCE)
+    def source(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[filename]``: answered with its lines as this process has them."""
+        _serve_source(server, peer, req_id, bytes(payload[0]).decode(errors="replace"))
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        token = self._outputs.pop(peer.peer_id, None)
+        if token is not None:  # a job killed, or cut off, before the end of its output
+            self.printer.close(token)
+
+    def wait_output(self, token: bytes, timeout: float) -> bool:
+        """Wait until the output of job ``token`` has all been written here (any thread)."""
+        return self.printer.wait_closed(token, timeout)
+
+    def wait_ended_output(self, timeout: float) -> bool:
+        """Wait until the output of every job that has ended has been written here."""
+        return self.printer.wait_ended(timeout)
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         with self._lock:
@@ -136,6 +201,33 @@ def launcher() -> LaunchService:
             _service_hub = hub
             hub.register(SERVICE, _service)
         return _service
+
+
+def _serve_source(server: Server, peer: Peer, req_id: bytes, filename: str) -> None:
+    """Reply with the source of ``filename`` as this process's :mod:`linecache` has it
+    (its file, a notebook's cell, or itself asked of its own parent): for the traceback
+    of a job that lacks the file. On a thread of its own: reading may take a while, and
+    never under the hub's lock."""
+
+    def read() -> None:
+        source = "".join(linecache.getlines(filename))
+        with server.lock:
+            server.reply(peer, req_id, b"ok", [source.encode("utf-8", "replace")])
+
+    threading.Thread(target=read, name="fiber-source", daemon=True).start()
+
+
+def fetch_source(parent: str, filename: str) -> Optional[str]:
+    """In a job: the source of ``filename`` as the parent has it (None if it has none)."""
+    from .._core._clients import get_client
+
+    try:
+        status, frames = get_client(parent).request(SERVICE, LaunchOps.SOURCE, [filename.encode()],
+                                                    timeout=_SOURCE_TIMEOUT_S)
+    except Exception:
+        return None
+    text = bytes(frames[0]).decode("utf-8", "replace") if status == b"ok" and frames else ""
+    return text or None
 
 
 def fetch_payload(parent: str, token: bytes) -> Any:

@@ -18,7 +18,6 @@ import atexit
 import itertools
 import os
 import secrets
-import signal
 import sys
 import threading
 import weakref
@@ -36,7 +35,7 @@ from typing import (
     Tuple,
 )
 
-from .._core import _runtime
+from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process
 from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
@@ -45,19 +44,21 @@ from ..config import get_config
 from ..errors import ProcessError
 from ..meta import resources_of
 from ..transport import auth
+from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
 from ..transport.sockets import split_address
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
-from . import _fd_handoff, _launcher
+from . import _describe, _fd_handoff, _launcher
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
-           "kill_children", "set_resources", "mark_daemonic", "known_exitcode", "end_reason",
-           "run_in_job"]
+           "kill_children", "set_resources", "mark_daemonic", "run_in_job"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
+#: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
+_OUTPUT_WAIT_S = 2.0
 
 
 class Process:
@@ -155,7 +156,7 @@ class Process:
         _launcher.launcher().add(token, _launcher.Launch(
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
-            on_gone=lambda: self._on_gone(job)))
+            on_gone=lambda: self._on_gone(job), name=self._name))
         return job, self._job_spec(cfg, token)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
@@ -187,7 +188,12 @@ class Process:
             hub.call_later(get_config().startup_timeout, check)
 
     def _on_finished(self, job: Job, status: JobStatus) -> None:
-        log("%s ended: %s %s", self._name, status.state.value, status.reason)
+        if job.cancel_requested:
+            log("%s ended as asked (terminate/kill): %s", self._name,
+                status.reason or status.state.value)
+        else:
+            log("%s ended: %s%s", self._name, status.state.value,
+                f" ({status.reason})" if status.reason else "")
         if (status.state is JobState.FAILED and status.exitcode is None
                 and job.remote_pid is None and status.reason):
             # the cluster never ran it (bad image, no node fits...): say why, as a child's
@@ -243,6 +249,9 @@ class Process:
             raise ProcessError("can only join a started process")
         if self._job.wait(timeout):
             _children.discard(self)
+            # what it wrote is on this process's terminal when join returns (a killed
+            # job's last output may still be on its way)
+            _launcher.launcher().wait_output(self._job.token, _OUTPUT_WAIT_S)
 
     def is_alive(self) -> bool:
         self._check_closed()
@@ -266,12 +275,14 @@ class Process:
         """Ask the job to end (SIGTERM on the local backend)."""
         self._check_closed()
         if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.cancel_requested = True
             self._job.backend.cancel([self._job.handle])
 
     def kill(self) -> None:
         """End the job at once (SIGKILL on the local backend)."""
         self._check_closed()
         if self._job is not None and self._job.handle is not None and not self._job.finished:
+            self._job.cancel_requested = True
             self._job.backend.cancel([self._job.handle], force=True)
 
     def close(self) -> None:
@@ -359,26 +370,36 @@ class Process:
         job = self._job
         return job.remote_host if job is not None else ""
 
+    @property
+    def job_id(self) -> str:
+        """The backend's id of the job (fiber extension); "" before ``start``."""
+        job = self._job
+        return job.handle.job_id if job is not None and job.handle is not None else ""
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this process asked the job to end (``terminate``, ``kill``, a pool's
+        shutdown): its end is then no failure (fiber extension)."""
+        job = self._job
+        return job is not None and job.cancel_requested
+
+    @property
+    def exit_reason(self) -> str:
+        """What the backend said of the job's end ("OOMKilled", "node failure", ...); ""
+        while it runs or when it said nothing more than the exit code (fiber extension)."""
+        job = self._job
+        status = job.status if job is not None else None
+        return status.reason if status is not None else ""
+
     def __repr__(self) -> str:
+        """As multiprocessing's (name, pid, parent, state), with the job and its host:
+        ``<Process name='PoolWorker-3' pid=4242 parent=4200 job=4200-3 host=node2
+        started daemon>``; ``pid`` is the job's pid on its host once it has said it."""
         if self is _current_process:
-            status = "started"
-        elif self._closed:
-            status = "closed"
-        elif self._job is None:
-            status = "initial"
-        else:
-            code = self.exitcode
-            status = "started" if code is None else f"stopped exitcode={code}"
-            if code is not None and code < 0:
-                try:
-                    status = f"stopped exitcode=-{signal.Signals(-code).name}"
-                except ValueError:
-                    pass
-        # as multiprocessing's: <Process name='Process-1' pid=4242 parent=4200 started>
-        pid = f" pid={self.ident}" if self._job is not None and not self._closed else ""
-        daemon = " daemon" if self.daemon else ""
-        return (f"<{type(self).__name__} name={self._name!r}{pid} parent={self._parent_pid} "
-                f"{status}{daemon}>")
+            return f"<{type(self).__name__} name={self._name!r} pid={os.getpid()} started>"
+        code = None if self._closed or self._job is None else self.exitcode
+        return _describe.process_repr(type(self).__name__, self._name, self._job, code,
+                                      self._parent_pid, self.ident, self._closed, self.daemon)
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
@@ -403,11 +424,9 @@ class Process:
             exitcode = 0
         except SystemExit as e:
             exitcode = _exit_code_of(e)
-        except BaseException:
-            import traceback
-
-            sys.stderr.write(f"Process {self.name}:\n")
-            traceback.print_exc()
+        except BaseException as e:
+            # as multiprocessing prints it, from the user's first frame (see remote.py)
+            sys.stderr.write(f"Process {self.name}:\n{format_user_exception(e)}")
             exitcode = 1
         finally:
             _exit_function()
@@ -536,18 +555,6 @@ def mark_daemonic(proc: Process) -> None:
     proc._config["daemon"] = True  # noqa: SLF001
 
 
-def known_exitcode(proc: Process) -> Optional[int]:
-    """``proc``'s exit code as far as its backend has told (None: not yet, or closed)."""
-    return None if proc._closed else proc.exitcode  # noqa: SLF001
-
-
-def end_reason(proc: Process) -> str:
-    """What the backend said of the end of ``proc``'s job (an image it could not pull,
-    the OOM killer...), or ''."""
-    job = proc._job  # noqa: SLF001
-    return job.status.reason if job is not None and job.status is not None else ""
-
-
 def run_in_job(proc: Process) -> int:
     """In a job: run ``proc`` (``run()``, then the exit protocol); its exit code."""
     return proc._bootstrap()  # noqa: SLF001
@@ -568,6 +575,13 @@ def _register_exit_function() -> None:
     if not _exit_registered:
         _exit_registered = True
         atexit.register(_exit_function)
+        # fiber top lists this process's children (see fiber._core._inspect)
+        _inspect.add_source("processes", _current_process,
+                            lambda _: _describe.children(_children_and_jobs()))
+
+
+def _children_and_jobs() -> List[Tuple[Process, Optional[Job]]]:
+    return [(c, c._job) for c in list(_children)]  # noqa: SLF001 - this module's class
 
 
 def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
@@ -576,6 +590,7 @@ def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
     for proc in processes:
         job = proc._job  # noqa: SLF001 - this module's class
         if job is not None and job.handle is not None and not job.finished:
+            job.cancel_requested = True
             by_backend.setdefault(id(job.backend), []).append(job)
     for jobs in by_backend.values():
         try:

@@ -32,13 +32,19 @@ methods are functions of ``__main__``, rebuilt here.
 
 from __future__ import annotations
 
+import linecache
+import os
 import threading
 import types
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from cloudpickle import cloudpickle as _cloudpickle
 
-__all__ = ["namespace", "make_function", "set_function_state"]
+__all__ = ["namespace", "make_function", "set_function_state", "fetch_sources_with"]
+
+#: Where the source of a rebuilt function's file comes from when this host lacks the
+#: file: the process that sent it (see :func:`fetch_sources_with`).
+_fetch_source: Optional[Callable[[str], Optional[str]]] = None
 
 #: The globals of every function of ``__main__`` rebuilt in this process.
 namespace: Dict[str, Any] = {}
@@ -62,9 +68,30 @@ def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: Opti
     with _lock:
         for key, value in base_globals.items():
             namespace.setdefault(key, value)
+    _lazy_source(code.co_filename)
     fn: types.FunctionType = _cloudpickle._make_function(  # noqa: SLF001
         code, namespace, name, argdefs, closure)
     return fn
+
+
+def fetch_sources_with(fetch: Optional[Callable[[str], Optional[str]]]) -> None:
+    """From now on, a file of rebuilt functions that this host does not have is read,
+    when a traceback needs its lines, with ``fetch(filename)`` (the source, or None): a
+    job asks its parent, which has the main script (or the notebook cell) the functions
+    came from. Set by the job's bootstrap; None: tracebacks show no line for them."""
+    global _fetch_source
+    _fetch_source = fetch
+
+
+def _lazy_source(filename: str) -> None:
+    """Register ``filename`` in :mod:`linecache` as a lazy entry read by ``_fetch_source``:
+    linecache calls it only when the file cannot be read here, once."""
+    fetch = _fetch_source
+    if (fetch is None or not filename or filename in linecache.cache
+            or (filename.startswith("<") and filename.endswith(">"))
+            or os.path.exists(filename)):
+        return
+    linecache.cache[filename] = (lambda: fetch(filename),)
 
 
 def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]

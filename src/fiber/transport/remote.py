@@ -10,19 +10,42 @@ caller, as ``concurrent.futures`` does.
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
-from typing import Any, Tuple
+from types import TracebackType
+from typing import Any, Optional, Tuple
 
 from ..errors import RemoteError, RemoteTraceback
 from .serialization import dumps, loads
 
-__all__ = ["pack_exception", "unpack_exception"]
+__all__ = ["pack_exception", "unpack_exception", "user_traceback", "format_user_exception"]
+
+
+#: fiber's own source files: the frames a traceback of the user's code starts with.
+_FIBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_traceback(exc: BaseException) -> Optional[TracebackType]:
+    """``exc``'s traceback from its first frame outside fiber (the task, the target, the
+    method called), or the whole of it if all of it is fiber's: what called the user's
+    code in a job (the pool worker's loop, the bootstrap) tells the user nothing."""
+    tb = exc.__traceback__
+    first = tb
+    while first is not None and first.tb_frame.f_code.co_filename.startswith(_FIBER_DIR):
+        first = first.tb_next
+    return first if first is not None else tb
+
+
+def format_user_exception(exc: BaseException) -> str:
+    """``exc`` formatted as ``traceback.format_exception`` does, without fiber's frames
+    before the user's (see :func:`user_traceback`)."""
+    return "".join(traceback.format_exception(type(exc), exc, user_traceback(exc)))
 
 
 def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
     """A picklable record of ``exc``: (exception or None, type name, message, traceback)."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = format_user_exception(exc)
     if sys.version_info < (3, 11):  # the notes, which 3.11's traceback prints last
         tb += "".join(f"{note}\n" for note in getattr(exc, "__notes__", ()))
     try:

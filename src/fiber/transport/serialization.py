@@ -26,9 +26,9 @@ from typing import Any, List, Sequence, Union
 
 import cloudpickle
 
-from ._main_namespace import make_function, set_function_state
+from ._main_namespace import fetch_sources_with, make_function, set_function_state
 
-__all__ = ["dumps", "dumps_bytes", "loads", "OOB_THRESHOLD", "Frame"]
+__all__ = ["dumps", "dumps_bytes", "loads", "OOB_THRESHOLD", "Frame", "fetch_sources_with"]
 
 #: Buffers at least this large go out of band; smaller ones are cheaper in the pickle.
 OOB_THRESHOLD = 64 * 1024

@@ -92,11 +92,13 @@ def test_bad_settings_are_clear_errors():
     assert r.returncode != 0 and "/no/such/program" in r.stderr
 
 
-def test_ps_logs_stop_name_the_backends_that_can():
-    for args in (["ps"], ["logs", "some-job"], ["stop", "some-job"]):
-        r = fiber_cli(*args)
-        assert r.returncode == 1, r
-        assert "local backend cannot" in r.stderr and "kubernetes" in r.stderr
+def test_ps_logs_stop_say_what_they_do_not_find_on_local():
+    """On local they see this user's programs on this machine (tests/test_observe_local.py);
+    a job or program that is not there is said to be missing."""
+    r = fiber_cli("logs", "no-such-job")
+    assert r.returncode == 1 and "no log of a local job 'no-such-job'" in r.stderr, r
+    r = fiber_cli("stop", "no-such-program")
+    assert r.returncode == 1 and "no fiber program or job named 'no-such-program'" in r.stderr
 
 
 def test_the_fiber_command_is_installed():

@@ -13,6 +13,7 @@ exit (pools never closed, managers never shut down).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -43,7 +44,8 @@ def test_a_program_written_for_the_original_fiber(script, tmp_path):
                           env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    out = done.stdout.splitlines()
+    # what its processes print comes with their prefix, "(Process-1@host) "
+    out = [re.sub(r"^\([^)]*@[^)]*\) ", "", line) for line in done.stdout.splitlines()]
     for expected in EXPECTED[script]:
         assert any(line.startswith(expected) for line in out), done.stdout
 

@@ -135,7 +135,9 @@ def test_unknown_backend_from_config_is_clear():
             p.start()
 
 
-def test_meta_resources_reach_the_job_spec():
+def test_meta_resources_reach_the_job_spec(monkeypatch):
+    # gpu=1 on a local-backed job needs a GPU of this host: one, as the environment says
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     register_backend("recording", RecordingBackend)
     RecordingBackend.specs.clear()
     p = fiber.get_context("recording").Process(target=annotated)

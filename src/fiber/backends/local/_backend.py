@@ -8,8 +8,11 @@ subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
 
 Job exits are seen at once: one watcher thread waits on a pidfd per subprocess (Linux) and
 is woken by the fork server's exit reports; it falls back to polling elsewhere.
-``@fiber.meta`` resources are recorded but not enforced: a laptop has no scheduler to
-honour them.
+A job that asks for ``gpu=n`` gets ``n`` of this host's GPUs of its own
+(``CUDA_VISIBLE_DEVICES``, see :mod:`._gpus`); ``cpu=`` and ``memory=`` are not enforced
+(warned once): jobs share the machine's CPUs and memory, as subprocesses do. A fiber job's
+output goes to its own log file when it is forwarded to its parent (``forward_output``),
+which ``fiber logs`` reads (see :mod:`._jobs`).
 """
 
 from __future__ import annotations
@@ -26,14 +29,19 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
+from ... import _machine
 from ...config import get_config
 from ...errors import SubmitError
-from .._base import Backend, JobHandle, JobSpec, JobState, JobStatus, JobWatcher
+from .._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._command import bootstrap_parts, interpreter_flags
-from . import _forkserver
+from . import _forkserver, _jobs
 from ._forkserver import ForkedJob, ForkServerError
+from ._gpus import GPU_ENV, GpuPool, host_gpus
 
 __all__ = ["LocalBackend"]
+
+_JOB_ENV = "FIBER_JOB"  # set in the environment of every fiber job (the bootstrap's)
+_JOB_NUMBERS = itertools.count(1)
 
 
 def _status_of(returncode: Optional[int]) -> JobStatus:
@@ -80,35 +88,113 @@ class LocalBackend(Backend):
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
+        self._ids = _JOB_NUMBERS  # shared: a job id names one job of this process
+        self._gpus: Optional[GpuPool] = None  # made when a job first asks for a GPU
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
         """Words put before a job's command; subclasses use it to place jobs elsewhere."""
         return []
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        base_env = dict(os.environ)
+        base_env = {k: v for k, v in os.environ.items() if k != _machine.PROGRAM_ENV}
+        program = {_machine.PROGRAM_ENV: _machine.program_id()}  # a fiber job's, not a main's
+        self._check_gpus(specs)
         jobs = []
-        for spec in specs:
-            index = next(self._ids)
-            prefix = self.command_prefix(spec, index)
-            jobs.append((f"{os.getpid()}-{index}", prefix + list(spec.command),
-                         {**base_env, **spec.env}, bool(prefix)))
-        forked = self._fork_all([(job_id, argv, env) for job_id, argv, env, placed in jobs
-                                 if not placed and self._forkable(argv)])
-        handles = []
-        for job_id, argv, env, _ in jobs:
-            proc: Optional[_Proc] = forked.get(job_id)
-            if proc is None:
-                try:
-                    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                            close_fds=True)
-                except OSError as e:
-                    raise SubmitError(f"cannot start local job: {e}", command=argv) from e
-            with self._lock:
-                self._procs[job_id] = proc
-            handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
-        return handles
+        logs: Dict[str, int] = {}
+        log_paths: Dict[str, str] = {}
+        try:
+            for spec in specs:
+                index = next(self._ids)
+                job_id = f"{os.getpid()}-{index}"
+                prefix = self.command_prefix(spec, index)
+                env = {**base_env, **spec.env, **(program if _JOB_ENV in spec.env else {})}
+                env.update(self._resources_env(job_id, spec))
+                jobs.append((job_id, prefix + list(spec.command), env, bool(prefix)))
+                log = self._open_log(job_id, spec)
+                if log is not None:
+                    logs[job_id], log_paths[job_id] = log
+            forked = self._fork_all([(job_id, argv, env, logs.get(job_id))
+                                     for job_id, argv, env, placed in jobs
+                                     if not placed and self._forkable(argv)])
+            handles = []
+            for job_id, argv, env, _ in jobs:
+                proc: Optional[_Proc] = forked.get(job_id)
+                if proc is None:
+                    log_fd = logs.get(job_id)
+                    try:
+                        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                                stdout=log_fd, stderr=log_fd, close_fds=True)
+                    except OSError as e:
+                        raise SubmitError(f"cannot start local job: {e}", command=argv) from e
+                with self._lock:
+                    self._procs[job_id] = proc
+                if job_id in log_paths:
+                    _jobs.note_started(log_paths[job_id], proc.pid)
+                handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
+            return handles
+        except BaseException:
+            for job_id, _, _, _ in jobs:
+                if job_id not in self._procs and self._gpus is not None:
+                    self._gpus.release(job_id)
+            raise
+        finally:
+            for fd in logs.values():
+                os.close(fd)
+
+    def _gpu_pool(self) -> GpuPool:
+        """The host's GPUs (made again if what the host reports has changed)."""
+        gpus = host_gpus()
+        if self._gpus is None or self._gpus.gpus != gpus:
+            source = (f"{GPU_ENV}={os.environ[GPU_ENV]}" if GPU_ENV in os.environ
+                      else "nvidia-smi -L")
+            self._gpus = GpuPool(gpus, source)
+        return self._gpus
+
+    def _check_gpus(self, specs: Sequence[JobSpec]) -> None:
+        """Refuse at once a batch (a pool's workers) that needs more GPUs than the host has.
+
+        Raises:
+            SubmitError: it does.
+        """
+        asked = [int(s.resources.gpu) for s in specs if s.resources.gpu]
+        if len(asked) > 1 and sum(asked) > len(self._gpu_pool().gpus):
+            self._gpu_pool().check(sum(asked), f"{len(asked)} jobs ask for {sum(asked)} "
+                                               f"GPUs in all (gpu={max(asked)} each)")
+
+    def _resources_env(self, job_id: str, spec: JobSpec) -> Dict[str, str]:
+        """The environment that gives the job its resources: its own GPUs (see ._gpus).
+        CPUs and memory are not enforced here (warned once)."""
+        res = spec.resources
+        if res.memory_mb or (res.cpu is not None and res.cpu != 1):
+            _note_once("the local backend does not enforce cpu= and memory= (jobs share "
+                       "this machine's CPUs and memory); gpu= is")
+        if not res.gpu:
+            return {}
+        return {GPU_ENV: ",".join(self._gpu_pool().take(int(res.gpu), job_id=job_id,
+                                                        ended=self._ended))}
+
+    def _ended(self, job_id: str) -> bool:
+        proc = self._proc_by_id(job_id)
+        return proc is not None and _current_status(proc).state.finished
+
+    def _proc_by_id(self, job_id: str) -> Optional[_Proc]:
+        with self._lock:
+            return self._procs.get(job_id)
+
+    @staticmethod
+    def _open_log(job_id: str, spec: JobSpec) -> Optional[Tuple[int, str]]:
+        """A fiber job whose output is forwarded to its parent writes its own log to a
+        file (``fiber logs``); other jobs, and all with ``forward_output=false``, write to
+        this process's stdout and stderr, as subprocesses do."""
+        if not get_config().forward_output or _JOB_ENV not in spec.env:
+            return None
+        try:
+            path = _machine.job_log(job_id, spec.name)
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                           0o600), path
+        except OSError as e:
+            _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
+            return None
 
     @staticmethod
     def _forkable(argv: List[str]) -> bool:
@@ -119,7 +205,7 @@ class LocalBackend(Backend):
                 and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
                 and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
 
-    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str]]]
+    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str], Optional[int]]]
                   ) -> Dict[str, ForkedJob]:
         """The jobs the fork server forked, by job id; the others start as subprocesses."""
         if not jobs:
@@ -137,10 +223,10 @@ class LocalBackend(Backend):
         except OSError:
             cwd = None
         results = server.fork_many([(argv, env, functools.partial(self._forked_job_ended,
-                                                                  job_id))
-                                    for job_id, argv, env in jobs], cwd)
+                                                                  job_id), log_fd)
+                                    for job_id, argv, env, log_fd in jobs], cwd)
         out = {}
-        for (job_id, _, _), result in zip(jobs, results):
+        for (job_id, _, _, _), result in zip(jobs, results):
             if isinstance(result, ForkServerError):
                 _note_once(f"{result}; this job starts as a subprocess")
             else:
@@ -193,12 +279,25 @@ class LocalBackend(Backend):
     def listen_host(self) -> str:
         return "127.0.0.1"
 
+    # -- fiber ps, logs, stop: this user's programs on this machine (see ._jobs) ----------
+
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        return _jobs.find_jobs(program)
+
+    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        return _jobs.read_logs(job_id, tail)
+
+    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        return _jobs.remove_jobs(program, job_ids)
+
     def main_spec(self, spec: JobSpec) -> JobSpec:
         """A main program here runs on this machine: it keeps this machine's listen_host."""
         host = get_config().listen_host
         return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
 
     def release(self, handle: JobHandle) -> None:
+        if self._gpus is not None and self._ended(handle.job_id):
+            self._gpus.release(handle.job_id)
         with self._lock:
             proc = self._procs.get(handle.job_id)
             if proc is not None and _current_status(proc).state.finished:

@@ -270,23 +270,25 @@ class ForkServer:
             ForkServerError: the template cannot start this job (it is gone, stuck, or the
                 request cannot be sent); nothing was started.
         """
-        result = self.fork_many([(argv, env, on_finish)], cwd, timeout)[0]
+        result = self.fork_many([(argv, env, on_finish, None)], cwd, timeout)[0]
         if isinstance(result, ForkServerError):
             raise result
         return result
 
     def fork_many(self, jobs: Sequence[Tuple[Sequence[str], Dict[str, str],
-                                             Callable[[], None]]],
+                                             Callable[[], None], Optional[int]]],
                   cwd: Optional[str], timeout: Optional[float] = None
                   ) -> List[Union[ForkedJob, ForkServerError]]:
-        """Fork a child per ``(argv, env, on_finish)``: every request is sent before the
-        first answer is awaited, so that a pool of 1,024 workers is not 1,024 round trips
-        to the template. Each job is a :class:`ForkedJob`, or the ForkServerError saying
-        why the template did not start it."""
-        stdio = [fd for fd in (1, 2) if _is_open(fd)]
+        """Fork a child per ``(argv, env, on_finish, log_fd)``: every request is sent
+        before the first answer is awaited, so that a pool of 1,024 workers is not 1,024
+        round trips to the template. A job's stdout and stderr are ``log_fd`` (its log
+        file), or with None this process's own. Each job is a :class:`ForkedJob`, or the
+        ForkServerError saying why the template did not start it."""
+        own_stdio = [fd for fd in (1, 2) if _is_open(fd)]
         ignored = _ignored_signals()
         sent: List[Union[ForkedJob, ForkServerError]] = []
-        for argv, env, on_finish in jobs:
+        for argv, env, on_finish, log_fd in jobs:
+            stdio = own_stdio if log_fd is None else [log_fd, log_fd]
             forked = ForkedJob(on_finish)
             with self._lock:
                 if not self.alive:
@@ -295,7 +297,8 @@ class ForkServer:
                 job_id = next(self._ids)
                 self._pending[job_id] = forked
             request = {"op": ForkOps.FORK, "id": job_id, "argv": list(argv), "env": env,
-                       "cwd": cwd, "stdio": [fd in stdio for fd in (1, 2)],
+                       "cwd": cwd, "stdio": ([fd in stdio for fd in (1, 2)]
+                                             if log_fd is None else [True, True]),
                        "ignored": ignored}
             try:
                 with self._send_lock:

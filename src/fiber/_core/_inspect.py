@@ -1,0 +1,82 @@
+"""What a running program says of itself to ``fiber top``: its pools and its processes,
+served on its hub (the ``status`` service), to a client holding the program's secret.
+
+::
+
+    fiber top ── reads <user dir>/programs/<pid>.json (0600: hub address, secret)
+              ── connects to the hub, authenticates with the program's secret
+              ── [status, get] ─────────▶ StatusService: each source's snapshot
+              ◀─ {program, pools: [...], processes: [...]}   (a dict of plain values)
+
+The API packages register their *sources* here (a pool its ``status()``, the process
+package the children of this process); a source is held by a weak reference to its
+owner, so that a pool collected or terminated drops out by itself. Nothing listens
+anywhere but on the hub, which refuses whoever does not hold the secret.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, List, Tuple
+
+from ..transport.server import Peer, Server, Service
+
+__all__ = ["SERVICE", "StatusService", "add_source", "snapshot"]
+
+SERVICE = b"status"
+
+_lock = threading.Lock()
+_ids = itertools.count(1)
+#: id -> (kind, weak reference to the owner, its snapshot function of the owner)
+_sources: Dict[int, Tuple[str, weakref.ref[Any], Callable[[Any], Any]]] = {}
+
+
+def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
+    """Show ``describe(owner)`` under ``kind`` ("pools", "processes") while ``owner``
+    lives (and ``describe`` does not return None)."""
+    key = next(_ids)
+
+    def gone(_: Any) -> None:
+        with _lock:
+            _sources.pop(key, None)
+
+    with _lock:
+        _sources[key] = (kind, weakref.ref(owner, gone), describe)
+
+
+def snapshot() -> Dict[str, Any]:
+    """This program as ``fiber top`` shows it."""
+    with _lock:
+        sources = list(_sources.values())
+    out: Dict[str, Any] = {"pid": os.getpid(), "argv": list(sys.argv), "time": time.time(),
+                           "pools": [], "processes": []}
+    for kind, ref, describe in sources:
+        owner = ref()
+        if owner is None:
+            continue
+        try:
+            value = describe(owner)
+        except Exception as e:  # one broken source must not hide the others
+            value = {"error": f"{type(e).__name__}: {e}"}
+        if value is None:
+            continue
+        if isinstance(value, list):
+            out.setdefault(kind, []).extend(value)
+        else:
+            out.setdefault(kind, []).append(value)
+    return out
+
+
+class StatusService(Service):
+    """Answers ``get`` with :func:`snapshot` (on the hub's thread, under its lock)."""
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        if op != b"get":
+            raise ValueError(f"unknown status operation {op!r}")
+        server.reply_value(peer, req_id, snapshot())

@@ -1,0 +1,194 @@
+"""This user's fiber programs on this machine, and what fiber keeps of them on disk: where
+``fiber top``, ``ps``, ``logs`` and ``stop`` find them.
+
+::
+
+    <temp dir>/fiber-<uid>/             0700, this user's (checked: never another's)
+        programs/<program>.json         0600: a running program's main process: its pid
+                                        and start, command line, backend, and the address
+                                        and secret of its hub (what fiber top connects with)
+        logs/<program>/<job>-<name>.log the output of the program's local jobs (local
+                                        and netns backends)
+
+A program's id here is its main process's pid. The program file is written when the
+main process's hub starts and removed when it exits; one left by a process that was
+killed is recognised (its pid is gone, or is another process's now) and removed by the
+next look. The secret in it lets whoever reads the file act as the program (as the
+secret in the environment of its jobs does): the directory and the file are this user's
+alone, as ssh-agent's socket or a Jupyter kernel's connection file are.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional
+
+__all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs",
+           "register_program", "programs", "process_start"]
+
+#: The program id a local job inherits (its main process's pid).
+PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
+
+#: Programs whose job logs are kept (the most recent; those running are never removed).
+KEEP_PROGRAMS = 20
+
+_registered: Optional[str] = None
+_logs_checked = False
+
+
+def user_dir() -> str:
+    """``<temp dir>/fiber-<uid>``, made on first use (0700).
+
+    Raises:
+        PermissionError: it exists but is not this user's alone (someone else made it).
+    """
+    path = os.path.join(tempfile.gettempdir(), f"fiber-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a directory of this user's alone (mode "
+                              f"{stat.filemode(st.st_mode)}, owner {st.st_uid}); remove it")
+    return path
+
+
+def _sub(*parts: str) -> str:
+    path = os.path.join(user_dir(), *parts)
+    os.makedirs(path, 0o700, exist_ok=True)
+    return path
+
+
+def program_id() -> str:
+    """This program's id on this machine: its main process's pid."""
+    return os.environ.get(PROGRAM_ENV) or str(os.getpid())
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks after boot), or None if there is none:
+    with the pid, it names one process (a pid is reused, the pair is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(b")") + 2:].split()
+    return int(fields[19])  # field 22 of the whole line
+
+
+def job_log(job_id: str, name: str) -> str:
+    """The path of a local job's log (the file is the caller's to open)."""
+    global _logs_checked
+    program = program_id()
+    directory = os.path.join(user_dir(), "logs", program)
+    if program == str(os.getpid()) and not _logs_checked:
+        _logs_checked = True  # logs of an earlier process that had this pid are not ours
+        shutil.rmtree(directory, ignore_errors=True)
+        _prune_logs(os.path.dirname(directory))
+    os.makedirs(directory, 0o700, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)[:100]
+    return os.path.join(directory, f"{job_id}-{safe}.log")
+
+
+def _prune_logs(root: str) -> None:
+    """Keep the logs of the ``KEEP_PROGRAMS`` programs that wrote last (and of those
+    running): a machine that runs programs for months does not fill its disk."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    running = {info["program"] for info in programs()}
+    old = sorted((n for n in names if n not in running),
+                 key=lambda n: _mtime(os.path.join(root, n)), reverse=True)[KEEP_PROGRAMS:]
+    for name in old:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def find_job_logs(job_id: str = "", program: str = "") -> List[str]:
+    """Paths of the local job logs kept, of ``program`` or of job ``job_id``, oldest first."""
+    root = os.path.join(user_dir(), "logs")
+    found = []
+    for prog in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if program and prog != program:
+            continue
+        directory = os.path.join(root, prog)
+        for name in os.listdir(directory):
+            if name.endswith(".log") and (not job_id or name.startswith(f"{job_id}-")):
+                found.append(os.path.join(directory, name))
+    return sorted(found, key=lambda p: os.stat(p).st_mtime)
+
+
+def register_program(address: str, secret: bytes, backend: str) -> Optional[str]:
+    """Write this main process's program file (see the module's docstring); its path, or
+    None when it cannot be written (fiber top then cannot find the program; it runs on)."""
+    global _registered
+    info = {"program": program_id(), "pid": os.getpid(), "start": process_start(os.getpid()),
+            "argv": list(sys.argv), "cwd": os.getcwd(), "backend": backend,
+            "address": address, "secret": secret.hex(), "python": sys.executable}
+    try:
+        directory = _sub("programs")
+        path = os.path.join(directory, f"{program_id()}.json")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    if _registered is None:
+        atexit.register(_unregister)
+    _registered = path
+    return path
+
+
+def _unregister() -> None:
+    path = _registered
+    if path is not None:
+        try:
+            with open(path) as f:
+                mine = json.load(f).get("pid") == os.getpid()
+        except (OSError, ValueError):
+            return
+        if mine:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def programs() -> List[Dict[str, Any]]:
+    """The running fiber programs of this user on this machine (their program files),
+    oldest first; files of programs that are gone are removed."""
+    directory = os.path.join(user_dir(), "programs")
+    out = []
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if process_start(int(info.get("pid", 0))) != info.get("start"):
+            try:
+                os.unlink(path)  # its process is gone (killed before it could say so)
+            except OSError:
+                pass
+            continue
+        out.append(info)
+    return sorted(out, key=lambda i: i.get("start") or 0)

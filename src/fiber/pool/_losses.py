@@ -1,0 +1,114 @@
+"""What a pool says when it loses a worker: one warning per worker lost, never silence.
+
+A worker's connection usually closes before its backend reports the job's end (a pod's
+status comes seconds later), so the warning is made when the worker is lost and said
+once its exit code is known: when its job's end is seen, or after ``REPORT_WAIT_S``
+without it (a host that stopped answering)::
+
+    worker lost (PoolService.worker_lost) ── Loss(tasks resubmitted, notes) on the worker
+        ├─ its job ended (the pool's maintainer) ──────────────▶ report(ws): one WARNING
+        └─ REPORT_WAIT_S later (a hub timer), if still unsaid ─▶ report(ws)
+
+A worker that ends as asked (the pool closing or terminated, retired by ``resize``, after
+``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+from typing import Any, Dict, List, Optional, Sequence
+
+from .._log import warn
+
+__all__ = ["Loss", "exit_code", "describe_exit", "tasks_text", "report"]
+
+#: Seconds a lost worker's warning waits for its job's exit code.
+REPORT_WAIT_S = 10.0
+_MAX_LISTED = 10  # task indexes named per call in a warning
+
+
+class Loss:
+    """A lost worker's warning, waiting for its exit code."""
+
+    __slots__ = ("tasks", "notes", "connected")
+
+    def __init__(self, tasks: str, notes: List[str], connected: bool) -> None:
+        self.tasks = tasks
+        self.notes = notes
+        self.connected = connected
+
+
+def exit_code(ws: Any) -> Optional[int]:
+    """The worker's exit code as far as its backend has told (None: not yet)."""
+    code: Optional[int] = ws.exitcode
+    if code is None:
+        try:
+            code = ws.process.exitcode
+        except ValueError:  # closed: its exit code was taken before (ws.exitcode)
+            return None
+    return code
+
+
+def describe_exit(ws: Any) -> str:
+    """"killed by SIGKILL: OOMKilled", "exit code 1", ...: the worker's end as known."""
+    code = exit_code(ws)
+    if code is None:
+        return "still running or unknown (lost contact)"
+    if code < 0:
+        try:
+            text = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            text = f"killed by signal {-code}"
+    else:
+        text = f"exit code {code}"
+    # what the cluster said of the job (an image it could not pull, the OOM killer...)
+    try:
+        reason = ws.process.exit_reason
+    except ValueError:
+        reason = ""
+    return f"{text}: {reason}" if reason and reason != text else text
+
+
+def tasks_text(tasks: Sequence[Any]) -> str:
+    """The tasks named by call and index: ``map(f) tasks 3, 4; apply(g) task 0``."""
+    by_call: Dict[str, List[int]] = collections.OrderedDict()
+    for task in tasks:
+        by_call.setdefault(task.call, []).append(task.index)
+    parts = []
+    for call, indexes in by_call.items():
+        shown = ", ".join(map(str, indexes[:_MAX_LISTED]))
+        if len(indexes) > _MAX_LISTED:
+            shown += f" and {len(indexes) - _MAX_LISTED} more"
+        parts.append(f"{call} task{'s' if len(indexes) > 1 else ''} {shown}")
+    return "; ".join(parts)
+
+
+def _where(ws: Any) -> str:
+    proc = ws.process
+    job = proc.job_id
+    host = proc.host
+    if job and host:
+        return f"job {job} on {host}"
+    return f"job {job}" if job else (f"on {host}" if host else "not submitted")
+
+
+def report(ws: Any) -> None:
+    """Say, once, that worker ``ws`` was lost (if it was: see :class:`Loss`)."""
+    loss: Optional[Loss] = ws.loss
+    if loss is None:
+        return
+    ws.loss = None
+    what = "was lost" if loss.connected else "ended before it connected"
+    code = exit_code(ws)
+    how = describe_exit(ws) if code is not None else "contact lost (its end not reported yet)"
+    text = f"{ws.process.name} ({_where(ws)}) {what}: {how}"
+    if loss.tasks:
+        text += f"; resubmitted {loss.tasks}"
+    elif loss.connected:
+        text += "; it held no task"
+    if (code is None or not loss.connected) and ws.process.job_id:
+        text += f"; its own log may say more (fiber logs {ws.process.job_id})"
+    for note in loss.notes:
+        text += f"; {note}"
+    warn("%s", text)

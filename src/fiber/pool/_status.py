@@ -1,0 +1,128 @@
+"""``Pool.status()``: a snapshot of a pool's workers and tasks, for people (``fiber top``).
+
+Everything here is read from the scheduler's state (:mod:`._service`) under the hub's lock,
+in one pass over the workers: a pool of 1,000 workers answers in a millisecond or two,
+and nothing is counted per task but three integers and a per-second bucket.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+__all__ = ["Rate", "WorkerStatus", "PoolStatus", "snapshot"]
+
+#: Seconds over which ``tasks_per_s`` is measured.
+RATE_WINDOW_S = 10
+
+
+class Rate:
+    """Tasks completed per second over the last ``RATE_WINDOW_S`` seconds."""
+
+    __slots__ = ("_buckets", "_started")
+
+    def __init__(self) -> None:
+        self._buckets: Deque[Tuple[int, int]] = collections.deque()  # (second, count)
+        self._started = time.monotonic()
+
+    def add(self, count: int, now: float) -> None:
+        second = int(now)
+        buckets = self._buckets
+        if buckets and buckets[-1][0] == second:
+            buckets[-1] = (second, buckets[-1][1] + count)
+        else:
+            buckets.append((second, count))
+            while buckets and buckets[0][0] <= second - RATE_WINDOW_S:
+                buckets.popleft()
+
+    def per_second(self, now: float) -> float:
+        """The rate over the window (or since the pool started, if that is shorter)."""
+        first = now - RATE_WINDOW_S
+        total = sum(count for second, count in self._buckets if second > first)
+        span = min(float(RATE_WINDOW_S), max(now - self._started, 1e-3))
+        return total / span
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStatus:
+    """One worker of a pool, as ``Pool.status()`` shows it.
+
+    ``state`` is ``starting`` (its job was submitted, it has not connected yet), ``idle``,
+    ``running`` or ``retiring`` (``resize`` or ``close``: it finishes what it holds).
+    ``task`` names the task it runs (``map(f) task 7``: the call and the task's index
+    in it; a map's task is a chunk of ``chunksize`` items) and ``running_s`` for how
+    long, as far as the master can tell (since it was handed to the idle worker, or
+    since the worker's last results). ``restarts``: how many workers held this worker's
+    place in the pool before it (each replaced one that was lost).
+    """
+
+    name: str
+    job_id: str
+    host: str
+    state: str
+    task: Optional[str]
+    running_s: Optional[float]
+    held: int
+    done: int
+    restarts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStatus:
+    """A pool at one moment (``Pool.status()``).
+
+    Counts are of tasks (a map's task is one chunk): ``pending`` (queued, no worker
+    holds them), ``running`` (held by workers: the one each runs and those it
+    prefetched), ``done`` (returned a value), ``failed`` (raised, or failed because
+    their worker was lost too often, or the pool was terminated), ``retried`` (given
+    back to the queue by a lost worker, each time), ``tasks_per_s`` (completed, over
+    the last 10 s). ``size`` is the number of workers the pool keeps.
+    """
+
+    state: str
+    size: int
+    workers: List[WorkerStatus]
+    pending: int
+    running: int
+    done: int
+    failed: int
+    retried: int
+    tasks_per_s: float
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The snapshot as plain dicts and lists (what ``fiber top`` receives)."""
+        return dataclasses.asdict(self)
+
+
+def _worker(ws: Any, now: float) -> WorkerStatus:
+    proc = ws.process
+    if ws.pending:
+        task = next(iter(ws.pending.values()))
+        label: Optional[str] = task.label
+        running: Optional[float] = max(0.0, now - ws.since)
+        state = "retiring" if ws.retiring else "running"
+    else:
+        label = running = None
+        state = ("retiring" if ws.retiring else "idle" if ws.connected else "starting")
+    return WorkerStatus(name=proc.name, job_id=proc.job_id, host=proc.host, state=state,
+                        task=label, running_s=running, held=len(ws.pending), done=ws.done,
+                        restarts=ws.restarts)
+
+
+def snapshot(service: Any, state: str, size: int) -> PoolStatus:
+    """The status of the pool whose scheduler is ``service`` (under the hub's lock)."""
+    now = time.monotonic()
+    workers = sorted((_worker(ws, now) for ws in service.workers.values() if not ws.lost),
+                     key=lambda w: _order(w.name))
+    running = sum(w.held for w in workers)
+    return PoolStatus(state=state.lower(), size=size, workers=workers,
+                      pending=len(service.queue), running=running, done=service.done,
+                      failed=service.failed, retried=service.retried,
+                      tasks_per_s=round(service.rate.per_second(now), 1))
+
+
+def _order(name: str) -> Tuple[str, int]:
+    head, _, number = name.rpartition("-")
+    return (head, int(number)) if number.isdigit() else (name, 0)

@@ -1,0 +1,59 @@
+"""Processes as people read them: ``repr(Process)`` and the children ``fiber top`` lists."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["process_repr", "children"]
+
+
+def _state(code: Optional[int], connected: bool) -> str:
+    """"started" (or "starting" before the job connected), "stopped exitcode=-SIGKILL"."""
+    if code is None:
+        return "started" if connected else "starting"
+    if code < 0:
+        try:
+            return f"stopped exitcode=-{signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"stopped exitcode={code}"
+
+
+def process_repr(kind: str, name: str, job: Any, code: Optional[int], parent_pid: int,
+                 ident: Optional[int], closed: bool, daemon: bool) -> str:
+    """``<Process name=... pid=... parent=... job=... host=... state [daemon]>`` of a
+    process whose job record (:class:`~fiber.process._job.Job`) is ``job``."""
+    parts = [f"name={name!r}"]  # multiprocessing's order: name, pid, parent, state
+    if closed:
+        parts += [f"parent={parent_pid}", "closed"]
+    elif job is None:
+        parts += [f"parent={parent_pid}", "initial"]
+    else:
+        pid = job.remote_pid if job.remote_pid is not None else ident
+        parts += [f"pid={pid}", f"parent={parent_pid}"]
+        if job.handle is not None:
+            parts.append(f"job={job.handle.job_id}")
+        if job.remote_host:
+            parts.append(f"host={job.remote_host}")
+        parts.append(_state(code, job.remote_pid is not None))
+    if daemon:
+        parts.append("daemon")
+    return f"<{kind} {' '.join(parts)}>"
+
+
+def children(procs: List[Tuple[Any, Any]]) -> List[Dict[str, Any]]:
+    """A process's children, each with its job record, as fiber top shows them (plain
+    values)."""
+    now = time.monotonic()
+    out = []
+    for child, job in procs:
+        if job is None or job.handle is None:
+            continue
+        code = job.exitcode() if job.finished else None
+        out.append({"name": child.name, "job_id": job.handle.job_id, "host": job.remote_host,
+                    "pid": child.ident, "state": "running" if code is None
+                    else f"exit code {code}", "daemon": child.daemon,
+                    "running_s": round(now - job.started_at, 1)})
+    return out

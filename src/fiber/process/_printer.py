@@ -1,0 +1,114 @@
+"""The parent's side of forwarded output: each job's lines on this process's stdout and
+stderr, prefixed with the job's name and host (``(PoolWorker-3@node2) ...``).
+
+A job sends the bytes of its fds 1 and 2 as it reads them (see :mod:`._output`); they
+come to the launch service on the hub (:mod:`._launcher`), which hands them here under
+the hub's lock. Lines are put together per job and stream, and written whole, with the
+prefix, to ``sys.stdout`` or ``sys.stderr`` as they are then (a notebook's or a test's
+capture included), and flushed: a line appears as soon as it is complete. What a job
+wrote without an end of line is written when the job's output ends. A job's output ends
+with its ``output_end`` message, or when its output connection closes (a killed job):
+:meth:`OutputPrinter.wait_closed` lets ``join`` wait for that, so that what a job wrote
+is on the terminal when ``join`` returns.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Dict, List, Optional
+
+__all__ = ["OutputPrinter"]
+
+#: A line longer than this (no end of line yet) is written as it is.
+_MAX_PARTIAL = 65536
+
+
+class _JobOutput:
+    """One job's output: its prefix and its unfinished lines."""
+
+    __slots__ = ("prefix", "partial", "closed", "ended")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.partial: List[bytes] = [b"", b""]  # fd 1, fd 2
+        self.closed = threading.Event()
+        self.ended = False  # the job has ended (its backend said so)
+
+
+class OutputPrinter:
+    """Jobs' forwarded output, written to this process's stdout and stderr. Its methods
+    run under the hub's lock (the launch service's), but for :meth:`wait_closed`."""
+
+    def __init__(self) -> None:
+        self._jobs: Dict[bytes, _JobOutput] = {}
+
+    def open(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
+        """Job ``token`` forwards its output from now on; its lines will carry
+        ``(name@host) ``."""
+        prefix = f"({name}@{host}) " if prefixed else ""
+        self._jobs[token] = _JobOutput(prefix)
+
+    def write(self, token: bytes, fd: int, data: bytes) -> None:
+        job = self._jobs.get(token)
+        if job is None or fd not in (1, 2):
+            return
+        buffered = job.partial[fd - 1] + data
+        end = buffered.rfind(b"\n") + 1
+        if end == 0 and len(buffered) < _MAX_PARTIAL:
+            job.partial[fd - 1] = buffered
+            return
+        if end == 0:
+            end = len(buffered)
+        job.partial[fd - 1] = buffered[end:]
+        _emit(fd, job.prefix, buffered[:end])
+
+    def close(self, token: bytes) -> None:
+        """The job's output has ended: write what it left unfinished."""
+        job = self._jobs.pop(token, None)
+        if job is None:
+            return
+        for fd in (1, 2):
+            rest, job.partial[fd - 1] = job.partial[fd - 1], b""
+            if rest:
+                _emit(fd, job.prefix, rest)
+        job.closed.set()
+
+    def job_ended(self, token: bytes) -> None:
+        """The job has ended: its output, if still open, is about to end too."""
+        job = self._jobs.get(token)
+        if job is not None:
+            job.ended = True
+
+    def wait_ended(self, timeout: float) -> bool:
+        """Wait until the output of every job that has ended has been written (any
+        thread; a pool's ``join``). False if some is still open after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        for job in [j for j in list(self._jobs.values()) if j.ended]:
+            if not job.closed.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def wait_closed(self, token: bytes, timeout: float) -> bool:
+        """Wait until job ``token``'s output has ended (True at once if it never began).
+        Any thread; the hub's thread takes the job's messages in meanwhile."""
+        job = self._jobs.get(token)
+        return job is None or job.closed.wait(timeout)
+
+
+def _emit(fd: int, prefix: str, data: bytes) -> None:
+    """Write whole lines (``data`` ends a line, or is a job's last words) with ``prefix``."""
+    text = data.decode("utf-8", "replace")
+    if not text.endswith("\n"):
+        text += "\n"
+    if prefix:
+        text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
+    stream: Optional[object] = sys.stdout if fd == 1 else sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(text)  # type: ignore[attr-defined]
+        stream.flush()  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        pass  # a closed or broken stdout: the job's own log has the output

@@ -1,0 +1,54 @@
+"""Lost workers on Slurm (issue 19): a node that crashes mid-map is one warning per worker
+it held, naming the worker, its job and the node. Needs the Slurm test cluster (run in
+the Slurm stage of scripts/test, as test_slurm.py)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, List
+
+import pytest
+from test_slurm import _cluster_sh, _wait_nodes_idle, cluster, slurm, slurm_targets  # noqa: F401
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _lost(caplog: Any, capfd: Any, seen: List[str]) -> List[str]:
+    seen.extend(line for line in capfd.readouterr().err.splitlines() if " WARNING: " in line)
+    lines = seen + [r.getMessage() for r in caplog.records
+                    if r.name == "fiber" and r.levelno == logging.WARNING]
+    return [line for line in lines if " was lost" in line]
+
+
+def test_a_node_crash_mid_map_is_one_warning_per_worker_lost(slurm, caplog, capfd):  # noqa: F811
+    tasks = [(i, 0.3) for i in range(90)]
+    seen: List[str] = []
+    try:
+        with slurm.Pool(6) as pool:
+            result = pool.starmap_async(slurm_targets.where, tasks, chunksize=1)
+            deadline = time.monotonic() + 60
+            while not all(w.host for w in pool.status().workers):
+                assert time.monotonic() < deadline, "workers did not start"
+                time.sleep(0.1)
+            time.sleep(2)  # every worker busy
+            victims = {w.name: w.job_id for w in pool.status().workers if w.host == "node2"}
+            assert len(victims) == 2, pool.status()
+            _cluster_sh("crash", "2")
+            values = result.get(timeout=300)
+            assert [x for x, _, _ in values] == list(range(90))  # each once, in order
+            deadline = time.monotonic() + 60
+            while len(_lost(caplog, capfd, seen)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+    finally:
+        _cluster_sh("restart-node", "2")
+    lines = _lost(caplog, capfd, seen)
+    assert len(lines) == 2, lines
+    for name, job_id in victims.items():
+        mine = [line for line in lines if re.search(rf"\b{name} \(job {job_id} on node2\)",
+                                                    line)]
+        assert len(mine) == 1, (name, job_id, lines)
+        assert "resubmitted map(where) task" in mine[0], mine[0]
+    print("\n".join(lines))
+    _wait_nodes_idle()

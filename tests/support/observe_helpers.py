@@ -1,0 +1,119 @@
+"""Targets for the jobs of tests/backends/*/test_observe_*.py (importable by the
+workers: tests/ is on their sys.path)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+
+def kill_own_worker_once(flag: Any, x: int) -> int:
+    """The first task to run SIGKILLs its own worker (``flag``: an Event of the master);
+    every task, that one again included, then returns ``x``."""
+    if x == 2 and not flag.is_set():
+        flag.set()
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    time.sleep(0.05)
+    return x
+
+
+def kill_own_worker(x: int) -> int:
+    """A task that kills its worker each time it runs."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+    return x
+
+
+def chat(x: int) -> int:
+    """Print a line to stdout and one to stderr, then return ``x``."""
+    print(f"chat-out {x}")
+    print(f"chat-err {x}", file=sys.stderr)
+    return x
+
+
+def say_then_exit(text: str, code: int) -> None:
+    """Print ``text`` (no flush by hand) and end the process at once after it."""
+    print(text)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def say_without_newline(text: str) -> None:
+    sys.stdout.write(text)
+
+
+def write_fd(text: str) -> None:
+    """Write to fd 1 itself, as native code or a subprocess does."""
+    os.write(1, text.encode() + b"\n")
+
+
+def sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def exit_task(code: Any) -> None:
+    sys.exit(code)
+
+
+def say_then_wait(text: str, gate: Any) -> None:
+    """Print ``text`` and wait (up to 120 s) for ``gate`` (an Event) before ending."""
+    print(text)
+    if not gate.wait(120):
+        raise RuntimeError("the gate was never opened")
+
+
+def burst_then_exit(count: int, code: int) -> None:
+    """Print ``count`` numbered lines and an unfinished one, and exit with ``code`` at once
+    (sys.exit: the process ends right after writing)."""
+    for i in range(count):
+        print(f"burst {i}")
+    sys.stdout.write("no newline at the end")
+    sys.exit(code)
+
+
+def helper_that_raises(text: str) -> None:
+    raise KeyError(f"missing {text}")
+
+
+def raise_in_helper(text: str) -> None:
+    helper_that_raises(text)
+
+
+def report_then_wait(started: Any, gate: Any) -> str:
+    """Put this worker's name on ``started`` (a queue), wait for ``gate``; the name."""
+    import fiber
+
+    name = fiber.current_process().name
+    started.put(name)
+    if not gate.wait(120):
+        raise RuntimeError("the gate was never opened")
+    return name
+
+
+def wait_if_last(item: Any) -> int:
+    """``item`` is ``(i, gate)``: item 9 waits for ``gate``, the others 10 ms (a chunk of
+    them is slow enough that workers hold one at a time and send its result at once);
+    returns ``i``."""
+    i, gate = item
+    time.sleep(0.01)
+    if i == 9 and not gate.wait(120):
+        raise RuntimeError("the gate was never opened")
+    return i
+
+
+def own_names(out: Any) -> None:
+    """Put this process's comm and command line (as ps shows them) on ``out``."""
+    with open("/proc/self/comm") as f:
+        comm = f.read().strip()
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = f.read().split(b"\0")[0].decode()
+    out.put((comm, cmdline))
+
+
+def visible_gpus(out: Any) -> None:
+    out.put(os.environ.get("CUDA_VISIBLE_DEVICES"))
