@@ -53,6 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
 #: threads, signals, warnings or the standard library's multiprocessing runs everywhere.
 ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_cli",
               "test_pool_chaos", "test_docs", "test_pool_local", "test_pipe_local"}
+#: Modules all of whose tests, ``ctx`` ones too, are of fiber's machinery only (fiber top,
+#: ps/logs/stop, GPUs handed out on local, the lost-worker warnings): one_python as well.
+ONE_PYTHON_WHOLE = {"test_observe_status", "test_observe_local", "test_observe_gpus",
+                    "test_observe_failures"}
 
 
 API_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")
@@ -67,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         elif str(item.path).startswith(API_DIR + os.sep):
             outside.append(item.nodeid)
         module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-        if module in ONE_PYTHON and not api:
+        if (module in ONE_PYTHON and not api) or module in ONE_PYTHON_WHOLE:
             item.add_marker(pytest.mark.one_python)
     if outside:  # every backend runs tests/api: a test there must take the backend's ctx
         raise pytest.UsageError("tests/api holds the suite every backend runs; these tests "
