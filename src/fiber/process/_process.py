@@ -254,6 +254,17 @@ class Process:
             _launcher.launcher().wait_output(self._job.token, _OUTPUT_WAIT_S)
 
     def is_alive(self) -> bool:
+        """Whether the process has started and its job has not ended yet.
+
+        On the local backend the job's state is asked for now; on the others it is what the
+        job watcher last saw (it polls all jobs at once) or what the job's connection tells.
+        A process found ended leaves :func:`fiber.active_children`.
+
+        Raises:
+            fiber.errors.ProcessError: called from a process other than the parent (as
+                multiprocessing's ``AssertionError``, with a clearer class).
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self is _current_process:
             return True
@@ -305,6 +316,12 @@ class Process:
 
     @property
     def name(self) -> str:
+        """The process's name (``Process-1``, ``PoolWorker-3``...): in reprs, logs and the
+        prefix of its forwarded output; settable.
+
+        Raises:
+            TypeError: (assignment) the name is not a string.
+        """
         return self._name
 
     @name.setter
@@ -315,6 +332,15 @@ class Process:
 
     @property
     def daemon(self) -> bool:
+        """Whether the process is daemonic: terminated when its parent exits, and unable to
+        start children of its own.
+
+        Set it before ``start``. At exit a parent cancels its daemonic children's jobs and
+        joins the others, as multiprocessing does.
+
+        Raises:
+            fiber.errors.ProcessError: (assignment) the process has already started.
+        """
         return bool(self._config.get("daemon", False))
 
     @daemon.setter
@@ -335,6 +361,14 @@ class Process:
 
     @property
     def exitcode(self) -> Optional[int]:
+        """The exit code: None while running (or not started), ``-N`` if ended by signal N.
+
+        A job cancelled or lost by its backend with no code of its own reports ``-9``
+        (``-signal.SIGKILL``), as if killed; one that failed with no code reports 1.
+
+        Raises:
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self._job is None:
             return None
@@ -344,6 +378,15 @@ class Process:
 
     @property
     def ident(self) -> Optional[int]:
+        """The process's id (``pid`` is the same): None until started.
+
+        On backends that know the job's pid (local) it is that pid; on others (Slurm,
+        Kubernetes...) a number unique in this program, above any Linux pid, since the job's
+        pid is on another host. Do not pass it to ``os.kill``; use ``terminate`` or ``kill``.
+
+        Raises:
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self is _current_process:
             return os.getpid()
