@@ -229,14 +229,17 @@ class Connection(Handle):
 
     @property
     def closed(self) -> bool:
+        """Whether this end was closed in this process (other copies of it may still be open)."""
         return self._closed
 
     @property
     def readable(self) -> bool:
+        """Whether this end can ``recv`` (False for the sending end of a one-way ``Pipe``)."""
         return self._readable
 
     @property
     def writable(self) -> bool:
+        """Whether this end can ``send`` (False for the receiving end of a one-way ``Pipe``)."""
         return self._writable
 
     def _check_closed(self) -> None:
