@@ -81,7 +81,11 @@ class FiberContext:
         return process.active_children()
 
     def cpu_count(self) -> int:
-        """CPUs of this machine, as ``multiprocessing.cpu_count``."""
+        """CPUs of this machine, as ``multiprocessing.cpu_count`` (not of the cluster).
+
+        Raises:
+            NotImplementedError: the number cannot be determined (as multiprocessing).
+        """
         count = os.cpu_count()
         if count is None:
             raise NotImplementedError("cannot determine number of cpus")

@@ -225,16 +225,28 @@ class Backend(abc.ABC):
                            "fiber run ends (run fiber run itself in the background)")
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
-        """Every fiber job the cluster knows (only ``program``'s if given), oldest first."""
+        """Every fiber job the cluster knows (only ``program``'s if given), oldest first.
+
+        Raises:
+            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
+        """
         raise BackendError(self._no_record("list jobs"))
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
-        """The output of any fiber job the cluster still has."""
+        """The output of any fiber job the cluster still has.
+
+        Raises:
+            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
+        """
         raise BackendError(self._no_record("read the logs of a job it did not start"))
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
         """Kill and remove every job of ``program``, or (no program) the jobs named; the
-        ids of the jobs removed."""
+        ids of the jobs removed.
+
+        Raises:
+            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
+        """
         raise BackendError(self._no_record("stop a job it did not start"))
 
     def _no_record(self, what: str) -> str:

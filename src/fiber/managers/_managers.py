@@ -158,7 +158,16 @@ class BaseManager:
 
     def start(self, initializer: Optional[Callable[..., Any]] = None,
               initargs: Sequence[Any] = ()) -> None:
-        """Start the manager's server as a job on the context's backend."""
+        """Start the manager's server as a job on the context's backend.
+
+        ``initializer(*initargs)`` runs in the server process first. Returns once the
+        server has reported its address (within the ``startup_timeout`` config key).
+
+        Raises:
+            fiber.errors.ProcessError: started already, shut down, or the server
+                process did not start.
+            TypeError: ``initializer`` is not callable.
+        """
         if self._state != INITIAL:
             raise ProcessError("Already started server" if self._state == STARTED
                                else "Manager has shut down")
@@ -195,7 +204,12 @@ class BaseManager:
         self._state = STARTED
 
     def connect(self) -> None:
-        """Use the running manager at ``address`` (started elsewhere in this program)."""
+        """Use the running manager at ``address`` (started elsewhere in this program).
+
+        Raises:
+            ValueError: no ``address`` was given.
+            fiber.errors.TransportError: no manager answers at ``address``.
+        """
         if self._address is None:
             raise ValueError("connect() needs the address of a running manager")
         _Root(self._address).call(ManagerOps.PING)

@@ -371,7 +371,14 @@ class IMapIterator:
     def next(self, timeout: Optional[float] = None) -> Any:
         """The next result; one thread at a time (others wait their turn, within their
         ``timeout``), as two threads sharing an iterator would otherwise both wait for
-        the last result and one of them for ever."""
+        the last result and one of them for ever.
+
+        Raises:
+            StopIteration: every result has been returned.
+            fiber.TimeoutError (a multiprocessing.TimeoutError): none came in ``timeout``.
+            Exception: the exception a task raised, with its remote traceback as
+                ``__cause__``, or the exception the input iterable raised.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._turn.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise TimeoutError(f"no result within {timeout} s")

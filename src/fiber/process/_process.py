@@ -241,7 +241,14 @@ class Process:
             job.finish(JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code))
 
     def join(self, timeout: Optional[float] = None) -> None:
-        """Wait until the process ends, or ``timeout`` seconds pass."""
+        """Wait until the process ends, or ``timeout`` seconds pass.
+
+        Returns None either way, as multiprocessing's: ``exitcode`` tells which.
+
+        Raises:
+            fiber.errors.ProcessError: not started, or not a child of this process.
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self._parent_pid != os.getpid():
             raise ProcessError("can only join a child process")
@@ -297,7 +304,11 @@ class Process:
             self._job.backend.cancel([self._job.handle], force=True)
 
     def close(self) -> None:
-        """Release the process's resources; it must have ended."""
+        """Release the process's resources; it must have ended.
+
+        Raises:
+            ValueError: the process is still running.
+        """
         if self._closed:
             return
         if self._job is not None:
@@ -401,7 +412,11 @@ class Process:
 
     @property
     def sentinel(self) -> int:
-        """A file descriptor that becomes readable (EOF) when the process has ended."""
+        """A file descriptor that becomes readable (EOF) when the process has ended.
+
+        Raises:
+            ValueError: the process was not started, or its object was closed.
+        """
         self._check_closed()
         if self._job is None:
             raise ValueError("process not started")

@@ -178,6 +178,10 @@ class Condition(Handle):
         """Release the lock, wait for a notify or ``timeout`` s, take the lock back.
 
         Returns False if the timeout passed first.
+
+        Raises:
+            AssertionError: the calling thread does not hold the lock (as multiprocessing).
+            fiber.errors.TransportError: the condition's or its lock's creator is gone.
         """
         # _is_mine, _release_save, _acquire_restore: the lock protocol of the standard
         # library's conditions (multiprocessing's SemLock, threading's Condition), which
@@ -225,7 +229,12 @@ class Condition(Handle):
         return result
 
     def notify(self, n: int = 1) -> None:
-        """Wake up to ``n`` waiters (the calling thread must hold the lock)."""
+        """Wake up to ``n`` waiters (the calling thread must hold the lock).
+
+        Raises:
+            AssertionError: the calling thread does not hold the lock (as multiprocessing).
+            fiber.errors.TransportError: the condition's creator process is gone.
+        """
         if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
         self._request(ConditionOps.NOTIFY, [Q.pack(max(0, n))])
