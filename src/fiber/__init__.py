@@ -73,26 +73,44 @@ def get_all_start_methods() -> List[str]:
 
 
 def set_executable(executable: str) -> None:
+    """Make jobs run the Python interpreter ``executable`` (the ``python`` config key).
+
+    Unlike multiprocessing's (the interpreter of spawned children), it applies to every
+    job started from now on, on every backend: the path must exist where jobs run.
+
+    Raises:
+        fiber.errors.ConfigError: ``executable`` is not a string.
+    """
     _default.set_executable(executable)
 
 
 def set_forkserver_preload(module_names: List[str]) -> None:
+    """Accepted for compatibility and ignored: fiber jobs start clean and import what they
+    unpickle (the local backend's ``local_preload`` config key preloads modules).
+    """
     _default.set_forkserver_preload(module_names)
 
 
 def freeze_support() -> None:
+    """Accepted for compatibility; does nothing (it matters for frozen Windows executables)."""
     _default.freeze_support()
 
 
 def allow_connection_pickling() -> None:
+    """Accepted for compatibility; fiber connections (``Pipe`` ends) always pickle."""
     _default.allow_connection_pickling()
 
 
 def get_logger() -> Any:
+    """The ``"fiber"`` logger, where fiber logs (multiprocessing's is ``"multiprocessing"``)."""
     return _default.get_logger()
 
 
 def log_to_stderr(level: Optional[int] = None) -> Any:
+    """Add a stderr handler to the ``"fiber"`` logger, set its ``level`` if given, return it.
+
+    Each call adds another handler (multiprocessing's adds one once): call it once.
+    """
     return _default.log_to_stderr(level)
 
 

@@ -65,16 +65,27 @@ class FiberContext:
         return process_class(self._backend)
 
     def current_process(self) -> process.Process:
+        """The :class:`fiber.Process` object of the calling process."""
         return process.current_process()
 
     def parent_process(self) -> Optional[process.Process]:
+        """The parent of the calling process, or None in the main process.
+
+        As :func:`fiber.parent_process`: in a job, its ``is_alive()`` and ``join()`` follow the
+        parent over the job's connection to it.
+        """
         return process.parent_process()
 
     def active_children(self) -> List[process.Process]:
+        """Started children of this process that have not ended yet, on any backend."""
         return process.active_children()
 
     def cpu_count(self) -> int:
-        """CPUs of this machine, as ``multiprocessing.cpu_count``."""
+        """CPUs of this machine, as ``multiprocessing.cpu_count`` (not of the cluster).
+
+        Raises:
+            NotImplementedError: the number cannot be determined (as multiprocessing).
+        """
         count = os.cpu_count()
         if count is None:
             raise NotImplementedError("cannot determine number of cpus")
@@ -83,56 +94,125 @@ class FiberContext:
     # -- communication ------------------------------------------------------------------
 
     def Pipe(self, duplex: bool = True) -> Any:  # noqa: N802
+        """Two connected ends (see :func:`fiber.Pipe`); with ``duplex=False``, the first end only
+        receives and the second only sends.
+
+        The pipe is served by this process's hub, whatever the context's backend.
+        """
         return connection.Pipe(duplex)
 
     def Queue(self, maxsize: int = 0) -> queues.Queue:  # noqa: N802
+        """A :class:`fiber.queues.Queue` (``maxsize`` <= 0: unbounded), served by this process.
+
+        Raises:
+            TypeError: ``maxsize`` is not an int.
+        """
         return queues.Queue(maxsize, ctx=self)
 
     def JoinableQueue(self, maxsize: int = 0) -> queues.JoinableQueue:  # noqa: N802
+        """A :class:`fiber.queues.JoinableQueue`, with ``task_done`` and ``join``.
+
+        Raises:
+            TypeError: ``maxsize`` is not an int.
+        """
         return queues.JoinableQueue(maxsize, ctx=self)
 
     def SimpleQueue(self) -> queues.SimpleQueue:  # noqa: N802
+        """A :class:`fiber.queues.SimpleQueue`: unbounded, with ``put``, ``get``, ``empty``."""
         return queues.SimpleQueue(ctx=self)
 
     def Pool(self, processes: Optional[int] = None, initializer: Any = None,  # noqa: N802
              initargs: Any = (), maxtasksperchild: Optional[int] = None, **kwargs: Any) -> Any:
+        """A :class:`fiber.Pool` whose workers are jobs on this context's backend.
+
+        Arguments are those of :class:`fiber.Pool` (``kwargs``: ``cpu``, ``memory``, ``gpu``,
+        ``error_handling``).
+
+        Raises:
+            ValueError, TypeError: bad arguments, as listed by :class:`fiber.Pool`.
+        """
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self, **kwargs)
 
     # -- synchronization and shared data (fiber.synchronize, fiber.sharedctypes) --------
 
     def Lock(self) -> synchronize.Lock:  # noqa: N802
+        """A :class:`fiber.synchronize.Lock`, served by this process (usable from any host)."""
         return synchronize.Lock(ctx=self)
 
     def RLock(self) -> synchronize.RLock:  # noqa: N802
+        """A :class:`fiber.synchronize.RLock` (reentrant), served by this process."""
         return synchronize.RLock(ctx=self)
 
     def Semaphore(self, value: int = 1) -> synchronize.Semaphore:  # noqa: N802
+        """A :class:`fiber.synchronize.Semaphore` starting at ``value``, served by this process.
+
+        Raises:
+            ValueError: ``value`` < 0.
+        """
         return synchronize.Semaphore(value, ctx=self)
 
     def BoundedSemaphore(self, value: int = 1) -> synchronize.BoundedSemaphore:  # noqa: N802
+        """A :class:`fiber.synchronize.BoundedSemaphore`: ``release`` above ``value`` fails.
+
+        Raises:
+            ValueError: ``value`` < 0.
+        """
         return synchronize.BoundedSemaphore(value, ctx=self)
 
     def Condition(self, lock: Any = None) -> synchronize.Condition:  # noqa: N802
+        """A :class:`fiber.synchronize.Condition` over ``lock`` (None: a new fiber RLock).
+
+        Raises:
+            TypeError: ``lock`` is not a fiber ``Lock`` or ``RLock``.
+        """
         return synchronize.Condition(lock, ctx=self)
 
     def Event(self) -> synchronize.Event:  # noqa: N802
+        """A :class:`fiber.synchronize.Event`, served by this process."""
         return synchronize.Event(ctx=self)
 
     def Barrier(self, parties: int, action: Any = None,  # noqa: N802
                 timeout: Optional[float] = None) -> synchronize.Barrier:
+        """A :class:`fiber.synchronize.Barrier` for ``parties`` processes, served by this one.
+
+        Raises:
+            ValueError: ``parties`` < 1.
+        """
         return synchronize.Barrier(parties, action, timeout, ctx=self)
 
     def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True) -> Any:  # noqa: N802
+        """A shared ctypes value (see :func:`fiber.sharedctypes.Value`), served by this process.
+
+        Raises:
+            TypeError: not a typecode or simple ctypes type, or ``args`` do not fit it.
+            AttributeError: ``lock`` has no ``acquire`` method.
+        """
         return sharedctypes.Value(typecode_or_type, *args, lock=lock, ctx=self)
 
     def Array(self, typecode_or_type: Any, size_or_initializer: Any, *,  # noqa: N802
               lock: Any = True) -> Any:
+        """A shared ctypes array (see :func:`fiber.sharedctypes.Array`), served by this process.
+
+        Raises:
+            TypeError: not a typecode or simple ctypes type, or an item does not fit it.
+            AttributeError: ``lock`` has no ``acquire`` method.
+        """
         return sharedctypes.Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
 
     def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:  # noqa: N802
+        """A shared ctypes value without a lock (see :func:`fiber.sharedctypes.RawValue`).
+
+        Raises:
+            TypeError: not a typecode or simple ctypes type, or ``args`` do not fit it.
+        """
         return sharedctypes.RawValue(typecode_or_type, *args)
 
     def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:  # noqa: N802
+        """A shared ctypes array without a lock (see :func:`fiber.sharedctypes.RawArray`).
+
+        Raises:
+            TypeError: not a typecode or simple ctypes type, or an item does not fit it.
+        """
         return sharedctypes.RawArray(typecode_or_type, size_or_initializer)
 
     def Manager(self) -> Any:  # noqa: N802
@@ -144,6 +224,12 @@ class FiberContext:
     # -- contexts -----------------------------------------------------------------------
 
     def get_context(self, method: Optional[str] = None) -> FiberContext:
+        """The context of backend ``method`` (see :func:`fiber.get_context`).
+
+        Raises:
+            fiber.errors.UnknownBackendError: no backend or start method of that name (a
+                ``ValueError``, as multiprocessing raises).
+        """
         return get_context(method)
 
     def get_start_method(self, allow_none: bool = False) -> str:
@@ -171,6 +257,15 @@ class FiberContext:
         return [*known_backends(), *_DEFAULT_ALIASES]
 
     def set_executable(self, executable: str) -> None:
+        """Make jobs run the Python interpreter ``executable`` (the ``python`` config key).
+
+        In multiprocessing it names the interpreter of spawned children; here it applies to
+        every job this program starts from now on, on every backend (a path that must exist
+        where the jobs run: on the cluster's hosts or in the image).
+
+        Raises:
+            fiber.errors.ConfigError: ``executable`` is not a string.
+        """
         init(python=executable)
 
     def set_forkserver_preload(self, module_names: List[str]) -> None:
@@ -183,11 +278,17 @@ class FiberContext:
         """Fiber connections always pickle."""
 
     def get_logger(self) -> Any:
+        """The ``"fiber"`` logger (multiprocessing's is named ``"multiprocessing"``)."""
         import logging
 
         return logging.getLogger("fiber")
 
     def log_to_stderr(self, level: Optional[int] = None) -> Any:
+        """Add a stderr handler to the ``"fiber"`` logger, set its ``level`` if given, return it.
+
+        As multiprocessing's ``log_to_stderr``, with its format ``[LEVEL/process] message``;
+        unlike it, each call adds another handler, so call it once.
+        """
         import logging
 
         logger = self.get_logger()
@@ -200,6 +301,12 @@ class FiberContext:
 
     @property
     def reducer(self) -> Any:
+        """The standard library's ``multiprocessing.reduction`` module (read-only here).
+
+        Fiber pickles with its own serializer (functions and classes of ``__main__`` by
+        value), so a custom reducer cannot be installed: assigning this raises
+        ``AttributeError``.
+        """
         import multiprocessing.reduction
 
         return multiprocessing.reduction

@@ -267,7 +267,13 @@ class Executor(cf.Executor):
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
             timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[Any]:
-        """Like ``concurrent.futures``: results in order, lazily; chunks of ``chunksize``."""
+        """Like ``concurrent.futures``: results in order, lazily; chunks of ``chunksize``.
+
+        Raises:
+            ValueError: ``chunksize`` < 1.
+            TimeoutError: (while iterating) a result is not ready ``timeout`` seconds after
+                the call.
+        """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if chunksize == 1:

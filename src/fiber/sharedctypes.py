@@ -175,6 +175,16 @@ class SharedValue(Handle):
 
     @property
     def value(self) -> Any:
+        """The shared value: reading or assigning it is one round trip to the creator's hub.
+
+        With a lock (``Value``), each access takes it, as multiprocessing's ``Synchronized``
+        does; ``v.value += 1`` is a read then a write, atomic only inside ``with
+        v.get_lock():``. Values convert, truncate and wrap as ctypes does in the creator.
+
+        Raises:
+            TypeError: (assignment) the value does not fit the ctypes type.
+            fiber.errors.TransportError: the creator process is gone or unreachable.
+        """
         return self._get(b"value")
 
     @value.setter
@@ -208,12 +218,27 @@ class _Synchronized:
         return f"<{type(self).__name__} wrapper for {super().__repr__()}>"
 
     def get_lock(self) -> Any:
+        """The lock that guards every access (a fiber ``RLock`` unless another was given)."""
         return self._lock  # type: ignore[attr-defined]
 
     def acquire(self, *args: Any) -> bool:
+        """Acquire the lock (``acquire(block, timeout)`` of :class:`fiber.synchronize.Lock`).
+
+        Returns:
+            True if the lock was taken, False if not blocking or the timeout passed.
+
+        Raises:
+            fiber.errors.TransportError: the lock's creator process is gone or unreachable.
+        """
         return bool(self._lock.acquire(*args))  # type: ignore[attr-defined]
 
     def release(self) -> None:
+        """Release the lock taken with ``acquire`` (or ``get_lock().acquire()``).
+
+        Raises:
+            ValueError: (Lock) it is not held.
+            AssertionError: (RLock, the default) the calling thread does not own it.
+        """
         self._lock.release()  # type: ignore[attr-defined]
 
     def __enter__(self) -> bool:
@@ -280,6 +305,12 @@ class SharedString(SharedArray):
 
     @property
     def raw(self) -> bytes:
+        """All the array's bytes, NULs included (assign bytes to overwrite them from the start).
+
+        Raises:
+            ValueError: (assignment) more bytes than the array holds.
+            fiber.errors.TransportError: the creator process is gone or unreachable.
+        """
         return bytes(self._get(b"raw"))
 
     @raw.setter
@@ -308,7 +339,16 @@ def _lock_for(lock: Any) -> Any:
 
 
 def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
-    """A shared ctypes value without a lock (each single access is still atomic)."""
+    """A shared ctypes value without a lock (each single access is still atomic).
+
+    ``typecode_or_type`` is a typecode of :mod:`array` (``"i"``, ``"d"``...) or a simple
+    ctypes type; ``args`` initialize it. Use it when one process writes or when the
+    accesses need no lock of their own; otherwise ``Value``.
+
+    Raises:
+        TypeError: not a typecode or simple ctypes type (structures are not supported),
+            or ``args`` do not fit it.
+    """
     return SharedValue(_ctype(typecode_or_type)(*args))
 
 
@@ -331,7 +371,14 @@ def _array(t: Any, size_or_initializer: Union[int, Any]
 
 def RawArray(typecode_or_type: _TYPE,  # noqa: N802
              size_or_initializer: Union[int, Any]) -> SharedArray:
-    """A shared ctypes array without a lock, of a size or from a sequence."""
+    """A shared ctypes array without a lock, of a size or from a sequence.
+
+    ``size_or_initializer``: an int (that many zeroed items) or a sequence of the items.
+    On hosts with mappable memory, ``get_obj()`` gives a buffer (numpy) over its data.
+
+    Raises:
+        TypeError: not a typecode or simple ctypes type, or an item does not fit it.
+    """
     t = _ctype(typecode_or_type)
     obj, memory = _array(t, size_or_initializer)
     return (SharedString if t is ctypes.c_char else SharedArray)(obj, memory=memory)
@@ -339,7 +386,16 @@ def RawArray(typecode_or_type: _TYPE,  # noqa: N802
 
 def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
           ctx: Any = None) -> SharedValue:
-    """A shared ctypes value; with ``lock`` (default: a new fiber RLock) a Synchronized."""
+    """A shared ctypes value; with ``lock`` (default: a new fiber RLock) a Synchronized.
+
+    ``lock``: True (a new RLock), False or None (a plain ``RawValue``), or a fiber lock
+    to share with other objects. ``ctx`` is accepted as multiprocessing's; the value
+    lives in this process whatever the backend.
+
+    Raises:
+        TypeError: not a typecode or simple ctypes type, or ``args`` do not fit it.
+        AttributeError: ``lock`` has no ``acquire`` method (as multiprocessing).
+    """
     obj = _ctype(typecode_or_type)(*args)
     if lock is False or lock is None:
         return SharedValue(obj)
@@ -348,7 +404,14 @@ def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
 
 def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # noqa: N802
           lock: Any = True, ctx: Any = None) -> SharedArray:
-    """A shared ctypes array; with ``lock`` (default: a new fiber RLock) synchronized."""
+    """A shared ctypes array; with ``lock`` (default: a new fiber RLock) synchronized.
+
+    ``size_or_initializer`` and ``lock`` are as for ``RawArray`` and ``Value``.
+
+    Raises:
+        TypeError: not a typecode or simple ctypes type, or an item does not fit it.
+        AttributeError: ``lock`` has no ``acquire`` method (as multiprocessing).
+    """
     t = _ctype(typecode_or_type)
     obj, memory = _array(t, size_or_initializer)
     if lock is False or lock is None:

@@ -61,7 +61,15 @@ def known_backends() -> List[str]:
 
 
 def register_backend(name: str, cls: Type[Backend]) -> None:
-    """Register a backend class in this process (tests, plugins without entry points)."""
+    """Register a backend class in this process (tests, plugins without entry points).
+
+    It replaces any backend of that name, built-in or not, in this process only: a job
+    that starts processes of its own looks the name up in its own process, where it must
+    be registered too (the ``fiber.backends`` entry-point group reaches every process).
+
+    Raises:
+        TypeError: ``cls`` is not a :class:`Backend` subclass.
+    """
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"{cls!r} is not a fiber.backends.Backend subclass")
     with _lock:

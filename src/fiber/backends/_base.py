@@ -84,6 +84,12 @@ class JobSpec:
 
 
 class JobState(enum.Enum):
+    """Where a job is in its life, in the backend's words mapped to fiber's.
+
+    ``PENDING`` (queued or starting) and ``RUNNING`` are live; the others are final:
+    ``SUCCEEDED`` (exit code 0), ``FAILED``, ``CANCELLED`` (by fiber or by a person) and
+    ``LOST`` (the cluster no longer knows the job, or its node failed).
+    """
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -93,6 +99,7 @@ class JobState(enum.Enum):
 
     @property
     def finished(self) -> bool:
+        """Whether the state is final (not ``PENDING`` or ``RUNNING``): the job is over."""
         return self not in (JobState.PENDING, JobState.RUNNING)
 
 
@@ -218,16 +225,28 @@ class Backend(abc.ABC):
                            "fiber run ends (run fiber run itself in the background)")
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
-        """Every fiber job the cluster knows (only ``program``'s if given), oldest first."""
+        """Every fiber job the cluster knows (only ``program``'s if given), oldest first.
+
+        Raises:
+            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
+        """
         raise BackendError(self._no_record("list jobs"))
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
-        """The output of any fiber job the cluster still has."""
+        """The output of any fiber job the cluster still has.
+
+        Raises:
+            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
+        """
         raise BackendError(self._no_record("read the logs of a job it did not start"))
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
         """Kill and remove every job of ``program``, or (no program) the jobs named; the
-        ids of the jobs removed."""
+        ids of the jobs removed.
+
+        Raises:
+            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
+        """
         raise BackendError(self._no_record("stop a job it did not start"))
 
     def _no_record(self, what: str) -> str:
@@ -278,6 +297,9 @@ class JobWatcher:
             self._cond.notify()
 
     def unwatch(self, handle: JobHandle) -> None:
+        """Stop watching ``handle``'s job: its ``on_exit`` will not be called (no error if it was
+        not watched, or has been delivered already).
+        """
         with self._cond:
             self._jobs.pop(handle.job_id, None)
 
@@ -288,6 +310,10 @@ class JobWatcher:
             self._cond.notify()
 
     def stop(self) -> None:
+        """End the watcher thread (after its current poll; waits up to 5 s for it).
+
+        Called by ``Backend.close``; jobs still watched get no callback.
+        """
         with self._cond:
             self._stopped = True
             self._cond.notify()

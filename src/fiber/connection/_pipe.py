@@ -229,14 +229,17 @@ class Connection(Handle):
 
     @property
     def closed(self) -> bool:
+        """Whether this end was closed in this process (other copies of it may still be open)."""
         return self._closed
 
     @property
     def readable(self) -> bool:
+        """Whether this end can ``recv`` (False for the sending end of a one-way ``Pipe``)."""
         return self._readable
 
     @property
     def writable(self) -> bool:
+        """Whether this end can ``send`` (False for the receiving end of a one-way ``Pipe``)."""
         return self._writable
 
     def _check_closed(self) -> None:
@@ -276,7 +279,15 @@ class Connection(Handle):
             raise BrokenPipeError(32, "the other end of the pipe is closed")
 
     def send_bytes(self, buf: Any, offset: int = 0, size: Optional[int] = None) -> None:
-        """Send bytes from a bytes-like object, as one message."""
+        """Send bytes from a bytes-like object, as one message.
+
+        ``offset`` and ``size`` select a part of ``buf`` (in bytes), as multiprocessing's.
+
+        Raises:
+            ValueError: ``offset`` or ``size`` out of range.
+            OSError: this end is closed or read-only.
+            BrokenPipeError: the other end is closed (when this process serves the pipe).
+        """
         self._check_writable()
         view = memoryview(buf).cast("B")
         if offset < 0 or offset > len(view):

@@ -215,7 +215,11 @@ class CallHandle:
         self._fetch(timeout)
 
     def successful(self) -> bool:
-        """Whether the call returned without raising (ValueError if not ready)."""
+        """Whether the call returned without raising.
+
+        Raises:
+            ValueError: the call has not completed yet.
+        """
         if not self.ready():
             raise ValueError(f"{self!r} not ready")
         return self._error is None and self._reply is not None and self._reply[0] != b"err"

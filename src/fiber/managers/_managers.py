@@ -152,11 +152,22 @@ class BaseManager:
 
     @property
     def address(self) -> Optional[str]:
+        """The manager's fiber address (``tcp://host:port...``): None until started,
+        unless given; another ``BaseManager(address).connect()`` of this program uses it."""
         return self._address
 
     def start(self, initializer: Optional[Callable[..., Any]] = None,
               initargs: Sequence[Any] = ()) -> None:
-        """Start the manager's server as a job on the context's backend."""
+        """Start the manager's server as a job on the context's backend.
+
+        ``initializer(*initargs)`` runs in the server process first. Returns once the
+        server has reported its address (within the ``startup_timeout`` config key).
+
+        Raises:
+            fiber.errors.ProcessError: started already, shut down, or the server
+                process did not start.
+            TypeError: ``initializer`` is not callable.
+        """
         if self._state != INITIAL:
             raise ProcessError("Already started server" if self._state == STARTED
                                else "Manager has shut down")
@@ -193,7 +204,12 @@ class BaseManager:
         self._state = STARTED
 
     def connect(self) -> None:
-        """Use the running manager at ``address`` (started elsewhere in this program)."""
+        """Use the running manager at ``address`` (started elsewhere in this program).
+
+        Raises:
+            ValueError: no ``address`` was given.
+            fiber.errors.TransportError: no manager answers at ``address``.
+        """
         if self._address is None:
             raise ValueError("connect() needs the address of a running manager")
         _Root(self._address).call(ManagerOps.PING)
@@ -218,6 +234,8 @@ class BaseManager:
         return int(loads(self._root().call(ManagerOps.COUNT)[1]))
 
     def join(self, timeout: Optional[float] = None) -> None:
+        """Wait until the manager's server process has ended, or ``timeout`` seconds
+        (None: no limit); returns at once if this manager did not start one."""
         if self._process is not None:
             self._process.join(timeout)
 
@@ -412,6 +430,47 @@ for _typeid in ("list", "dict", "Value", "Array", "Namespace"):  # never block: 
     registry = SyncManager._registry  # noqa: SLF001 - this module's class
     registry[_typeid] = registry[_typeid]._replace(inline=True)
 SyncManager.register("Iterator", proxytype=IteratorProxy, create_method=False)
+
+_CREATED_RAISES = """
+
+Raises:
+    fiber.errors.ProcessError: the manager was not started or has shut down.
+    fiber.errors.TransportError: the manager process is gone or unreachable.
+    Exception: what creating the object raised in the manager (bad arguments)."""
+
+#: The docstrings of SyncManager's creation methods (made by ``register``).
+_CREATED = {
+    "Queue": "A queue served by the manager's hub (a fiber ``JoinableQueue``, ``maxsize`` "
+             "<= 0:\nunbounded); its :class:`QueueProxy` calls it directly, one round trip.",
+    "JoinableQueue": "A fiber ``JoinableQueue`` served by the manager's hub "
+                     "(:class:`QueueProxy`).",
+    "Event": "A fiber ``Event`` served by the manager's hub (:class:`EventProxy`).",
+    "Lock": "A fiber ``Lock`` served by the manager's hub (:class:`AcquirerProxy`).",
+    "RLock": "A fiber ``RLock`` served by the manager's hub (:class:`AcquirerProxy`).",
+    "Semaphore": "A fiber ``Semaphore(value)`` served by the manager's hub "
+                 "(:class:`AcquirerProxy`).",
+    "BoundedSemaphore": "A fiber ``BoundedSemaphore(value)`` served by the manager's hub "
+                        "(:class:`AcquirerProxy`).",
+    "Condition": "A fiber ``Condition`` over ``lock`` (a manager's lock proxy or a fiber "
+                 "lock;\nNone: a new RLock), served by the manager's hub "
+                 "(:class:`ConditionProxy`).",
+    "Barrier": "A fiber ``Barrier(parties, action, timeout)`` served by the manager's hub\n"
+               "(:class:`BarrierProxy`).",
+    "Pool": "A :class:`fiber.Pool` made in the manager process, whose workers are jobs it\n"
+            "starts (:class:`PoolProxy`): processes that did not create it can submit "
+            "to it.",
+    "list": "A ``list`` (from an optional iterable) kept by the manager (:class:`ListProxy`).",
+    "dict": "A ``dict`` (the arguments of ``dict()``) kept by the manager "
+            "(:class:`DictProxy`).",
+    "Value": "An object with a ``value`` attribute kept by the manager "
+             "(:class:`ValueProxy`);\nas multiprocessing's, ``typecode`` is not checked.",
+    "Array": "An ``array.array(typecode, sequence)`` kept by the manager "
+             "(:class:`ArrayProxy`).",
+    "Namespace": "An object whose attributes are shared, kept by the manager\n"
+                 "(:class:`NamespaceProxy`); keyword arguments set its initial attributes.",
+}
+for _typeid, _doc in _CREATED.items():
+    getattr(SyncManager, _typeid).__doc__ = _doc + _CREATED_RAISES
 SyncManager.register("AsyncResult", proxytype=AsyncResultProxy, create_method=False)
 
 

@@ -263,6 +263,14 @@ def _mp_exposed(name: str) -> Tuple[str, ...]:
 
 _proxy_types: Dict[Tuple[str, Tuple[str, ...], type], type] = {}
 
+#: The docstring of each method of a class made by :func:`MakeProxyType`.
+_METHOD_DOC = """Call ``{meth}`` on the referent in the manager's process; return its result.
+
+Raises:
+    Exception: what the referent's method raised, with its remote traceback.
+    fiber.errors.TransportError: the manager process is gone or unreachable.
+"""
+
 
 def MakeProxyType(name: str, exposed: Sequence[str],  # noqa: N802
                   base: type = BaseProxy) -> type:
@@ -274,6 +282,7 @@ def MakeProxyType(name: str, exposed: Sequence[str],  # noqa: N802
     namespace: Dict[str, Any] = {}
     for meth in exposed:
         exec(f"def {meth}(self, /, *args, **kwds):\n"
+             f"    {_METHOD_DOC.format(meth=meth)!r}\n"
              f"    return self._callmethod({meth!r}, args, kwds)", namespace)
     cls = type(name, (base,), {k: v for k, v in namespace.items() if k in exposed})
     cls._exposed_ = exposed  # type: ignore[attr-defined]
@@ -283,6 +292,10 @@ def MakeProxyType(name: str, exposed: Sequence[str],  # noqa: N802
 
 
 class IteratorProxy(BaseProxy):
+    """The proxy of an iterator or generator in the manager (what ``PoolProxy.imap`` returns).
+
+    Iterating it asks the manager for one item at a time.
+    """
     _exposed_ = ("__next__", "send", "throw", "close")
 
     def __iter__(self) -> IteratorProxy:
@@ -292,16 +305,38 @@ class IteratorProxy(BaseProxy):
         return self._callmethod("__next__", args)
 
     def send(self, *args: Any) -> Any:
+        """Send a value into the managed generator (``generator.send``); its next item.
+
+        Raises:
+            StopIteration: the generator is exhausted.
+            fiber.errors.TransportError: the manager process is gone or unreachable.
+        """
         return self._callmethod("send", args)
 
     def throw(self, *args: Any) -> Any:
+        """Raise an exception inside the managed generator (``generator.throw``); its next item.
+
+        Raises:
+            Exception: what the generator raises (the thrown exception if it does not catch it).
+            fiber.errors.TransportError: the manager process is gone or unreachable.
+        """
         return self._callmethod("throw", args)
 
     def close(self, *args: Any) -> Any:
+        """Close the managed generator (``generator.close``): no more items.
+
+        Raises:
+            fiber.errors.TransportError: the manager process is gone or unreachable.
+        """
         return self._callmethod("close", args)
 
 
 class NamespaceProxy(BaseProxy):
+    """The proxy of a manager's ``Namespace``: ``ns.x``, ``ns.x = 1``, ``del ns.x``.
+
+    Each access is one round trip to the manager; names starting with ``_`` are the
+    proxy's own attributes, not the namespace's.
+    """
     _exposed_ = ("__getattribute__", "__setattr__", "__delattr__")
 
     def __getattr__(self, key: str) -> Any:
@@ -323,21 +358,39 @@ class NamespaceProxy(BaseProxy):
 
 
 class ValueProxy(BaseProxy):
+    """The proxy of a manager's ``Value``: ``v.value``, ``v.get()``, ``v.set(x)``."""
     _exposed_ = ("get", "set")
 
     def get(self) -> Any:
+        """The managed value (``value`` reads it too): one round trip to the manager.
+
+        Raises:
+            fiber.errors.TransportError: the manager process is gone or unreachable.
+        """
         return self._callmethod("get")
 
     def set(self, value: Any) -> None:
+        """Replace the managed value (assigning ``value`` does it too).
+
+        Raises:
+            fiber.errors.TransportError: the manager process is gone or unreachable.
+        """
         self._callmethod("set", (value,))
 
     value = property(get, set)
 
 
 BaseListProxy = MakeProxyType("BaseListProxy", _mp_exposed("BaseListProxy"))
+BaseListProxy.__doc__ = """The methods of ``list`` on a managed list (the base of
+:class:`ListProxy`)."""
 
 
 class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
+    """The proxy of a manager's ``list``: the methods of ``list``, each run by the manager.
+
+    ``+=`` and ``*=`` change the managed list in place. As with multiprocessing, an item
+    read out is a copy: changing it does not change the list (assign it back).
+    """
     def __iadd__(self, value: Any) -> ListProxy:
         self._callmethod("extend", (value,))
         return self
@@ -348,9 +401,18 @@ class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
 
 
 DictProxy = MakeProxyType("DictProxy", _mp_exposed("DictProxy"))
+DictProxy.__doc__ = """The proxy of a manager's ``dict``: the methods of ``dict``, each run by the
+manager; iterating it iterates the managed dict's keys (an :class:`IteratorProxy`).
+
+As with multiprocessing, a value read out is a copy: changing it does not change the
+dict (assign it back: ``d[k] = v``)."""
 DictProxy._method_to_typeid_ = {"__iter__": "Iterator"}  # type: ignore[attr-defined]
 ArrayProxy = MakeProxyType("ArrayProxy", ("__len__", "__getitem__", "__setitem__"))
+ArrayProxy.__doc__ = """The proxy of a manager's ``Array``: ``len(a)``, ``a[i]``, ``a[i:j]``,
+``a[i] = x``, each one round trip to the manager."""
 BasePoolProxy = MakeProxyType("BasePoolProxy", _mp_exposed("PoolProxy"))
+BasePoolProxy.__doc__ = """The methods of :class:`fiber.Pool` on a manager's pool (the base of
+:class:`PoolProxy`): ``apply``, ``map``, ``*_async``, ``imap``..., run by the manager."""
 
 
 class PoolProxy(BasePoolProxy):  # type: ignore[misc,valid-type]
@@ -367,6 +429,8 @@ PoolProxy._method_to_typeid_ = {
     "apply_async": "AsyncResult", "map_async": "AsyncResult", "starmap_async": "AsyncResult",
     "imap": "Iterator", "imap_unordered": "Iterator"}  # as multiprocessing's PoolProxy
 AsyncResultProxy = MakeProxyType("AsyncResultProxy", ("get", "wait", "ready", "successful"))
+AsyncResultProxy.__doc__ = """The proxy of a result of a manager's pool (``apply_async``...):
+``get``, ``wait``, ``ready``, ``successful``, as :class:`fiber.pool.AsyncResult`."""
 
 
 class DirectProxy(BaseProxy):
@@ -381,6 +445,12 @@ class DirectProxy(BaseProxy):
 
 
 class AcquirerProxy(DirectProxy):
+    """The proxy of a manager's ``Lock``, ``RLock``, ``Semaphore`` or ``BoundedSemaphore``.
+
+    Unlike multiprocessing's, ``acquire``/``release`` go to the fiber primitive served
+    by the manager's hub directly (one round trip, its wait decided there); ``with``
+    works. See :mod:`fiber.synchronize` for their semantics.
+    """
     _exposed_: ClassVar[Optional[Tuple[str, ...]]] = ("acquire", "release")
 
     def __enter__(self) -> Any:
@@ -391,18 +461,34 @@ class AcquirerProxy(DirectProxy):
 
 
 class ConditionProxy(AcquirerProxy):
+    """The proxy of a manager's ``Condition``: ``acquire``, ``release``, ``wait``,
+    ``wait_for``, ``notify``, ``notify_all``, as :class:`fiber.synchronize.Condition`.
+    """
     _exposed_: ClassVar[Optional[Tuple[str, ...]]] = (
         "acquire", "release", "wait", "notify", "notify_all")
 
 
 class EventProxy(DirectProxy):
+    """The proxy of a manager's ``Event``: ``is_set``, ``set``, ``clear``, ``wait``, as
+    :class:`fiber.synchronize.Event` (served by the manager's hub, called directly).
+    """
     _exposed_ = ("is_set", "set", "clear", "wait")
 
 
 class BarrierProxy(DirectProxy):
+    """The proxy of a manager's ``Barrier``: ``wait``, ``abort``, ``reset``, ``parties``...,
+    as :class:`fiber.synchronize.Barrier` (served by the manager's hub, called directly).
+    """
     _exposed_ = ("wait", "abort", "reset")
 
 
 class QueueProxy(DirectProxy):
+    """The proxy of a manager's ``Queue`` or ``JoinableQueue``: the methods of
+    :class:`fiber.queues.JoinableQueue`.
+
+    Calls go to the queue served by the manager's hub directly: ``q.get(timeout=1)`` is
+    one round trip, its wait decided by that hub (multiprocessing's goes through a
+    manager thread per call).
+    """
     _exposed_ = ("put", "get", "put_nowait", "get_nowait", "qsize", "empty", "full",
                  "task_done", "join")

@@ -551,7 +551,16 @@ class Pool(PoolExtras):
 
     def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
             chunksize: Optional[int] = None) -> List[Any]:
-        """``[func(x) for x in iterable]`` computed by the workers, in order."""
+        """``[func(x) for x in iterable]`` computed by the workers, in order.
+
+        Waits for every result (see :meth:`map_async` for ``chunksize``).
+
+        Raises:
+            ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
+            fiber.errors.BrokenPoolError: the pool's workers keep failing to start.
+            Exception: the first exception a call raised, re-raised with its remote
+                traceback as ``__cause__``.
+        """
         values: List[Any] = self._map_async(func, iterable, chunksize, MAP, None, None,
                                             wait=True).get()
         return values
@@ -559,11 +568,31 @@ class Pool(PoolExtras):
     def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
                   chunksize: Optional[int] = None, callback: Any = None,
                   error_callback: Any = None) -> MapResult:
+        """Submit ``func(x)`` for each item of ``iterable``; returns a :class:`MapResult` at once.
+
+        ``iterable`` is consumed now and cut into chunks of ``chunksize`` items (None: about
+        four chunks per worker). ``callback`` gets the list of results, ``error_callback``
+        the first exception, on the pool's callback thread, before the result is ready.
+        The result's ``completed`` and ``total`` tell the progress (a fiber extension).
+
+        Raises:
+            ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
+            fiber.errors.BrokenPoolError: the pool's workers keep failing to start.
+        """
         return self._map_async(func, iterable, chunksize, MAP, callback, error_callback)
 
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None) -> List[Any]:
-        """``[func(*args) for args in iterable]`` computed by the workers, in order."""
+        """``[func(*args) for args in iterable]`` computed by the workers, in order.
+
+        Waits for every result (see :meth:`map_async` for ``chunksize``).
+
+        Raises:
+            ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
+            fiber.errors.BrokenPoolError: the pool's workers keep failing to start.
+            Exception: the first exception a call raised, re-raised with its remote
+                traceback as ``__cause__``.
+        """
         values: List[Any] = self._map_async(func, iterable, chunksize, STARMAP, None, None,
                                             wait=True).get()
         return values
@@ -571,6 +600,12 @@ class Pool(PoolExtras):
     def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                       chunksize: Optional[int] = None, callback: Any = None,
                       error_callback: Any = None) -> MapResult:
+        """As :meth:`map_async`, with ``func(*args)`` for each ``args`` of ``iterable``.
+
+        Raises:
+            ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
+            fiber.errors.BrokenPoolError: the pool's workers keep failing to start.
+        """
         return self._map_async(func, iterable, chunksize, STARMAP, callback, error_callback)
 
     def _imap(self, cls: Any, func: Callable[[Any], Any], iterable: Iterable[Any],

@@ -147,6 +147,11 @@ class ApplyResult:
         self._completed = False
 
     def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        """Take in a task's outcome (``ok`` and its pickled ``frames``), from the pool's hub.
+
+        The pool's internal API, not for users: the value is unpickled in the thread that
+        asks for it; callbacks, if any, run before the result becomes ready.
+        """
         if self._completed:
             return
         self._ok, self._frames = ok, frames
@@ -178,9 +183,14 @@ class ApplyResult:
             return self._result
 
     def ready(self) -> bool:
+        """Whether the call has completed (and its callback, if any, has run)."""
         return self._event.is_set()
 
     def wait(self, timeout: Optional[float] = None) -> None:
+        """Wait until the result is ready or ``timeout`` seconds pass (None: no limit).
+
+        Returns None either way, as multiprocessing's: ``ready()`` tells which.
+        """
         self._event.wait_serving(timeout)
 
     def successful(self) -> bool:
@@ -242,6 +252,10 @@ class MapResult(ApplyResult):
         return self._length
 
     def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        """Take in chunk ``index``'s outcome, from the pool's hub (the pool's internal API).
+
+        The map is ready once every chunk has come, or at the first failed one.
+        """
         if self._completed:
             return  # an earlier chunk failed: the map has failed
         if not ok:
@@ -321,6 +335,9 @@ class IMapIterator:
             self._submit(index, chunk)
 
     def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        """Take in chunk ``index``'s outcome, from the pool's hub (the pool's internal API);
+        a thread waiting in ``next`` takes it.
+        """
         with self._cond:
             self._arrived[index] = (ok, frames)
             if not self._ordered:
@@ -354,7 +371,14 @@ class IMapIterator:
     def next(self, timeout: Optional[float] = None) -> Any:
         """The next result; one thread at a time (others wait their turn, within their
         ``timeout``), as two threads sharing an iterator would otherwise both wait for
-        the last result and one of them for ever."""
+        the last result and one of them for ever.
+
+        Raises:
+            StopIteration: every result has been returned.
+            fiber.TimeoutError (a multiprocessing.TimeoutError): none came in ``timeout``.
+            Exception: the exception a task raised, with its remote traceback as
+                ``__cause__``, or the exception the input iterable raised.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._turn.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise TimeoutError(f"no result within {timeout} s")

@@ -241,7 +241,14 @@ class Process:
             job.finish(JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code))
 
     def join(self, timeout: Optional[float] = None) -> None:
-        """Wait until the process ends, or ``timeout`` seconds pass."""
+        """Wait until the process ends, or ``timeout`` seconds pass.
+
+        Returns None either way, as multiprocessing's: ``exitcode`` tells which.
+
+        Raises:
+            fiber.errors.ProcessError: not started, or not a child of this process.
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self._parent_pid != os.getpid():
             raise ProcessError("can only join a child process")
@@ -254,6 +261,17 @@ class Process:
             _launcher.launcher().wait_output(self._job.token, _OUTPUT_WAIT_S)
 
     def is_alive(self) -> bool:
+        """Whether the process has started and its job has not ended yet.
+
+        On the local backend the job's state is asked for now; on the others it is what the
+        job watcher last saw (it polls all jobs at once) or what the job's connection tells.
+        A process found ended leaves :func:`fiber.active_children`.
+
+        Raises:
+            fiber.errors.ProcessError: called from a process other than the parent (as
+                multiprocessing's ``AssertionError``, with a clearer class).
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self is _current_process:
             return True
@@ -286,7 +304,11 @@ class Process:
             self._job.backend.cancel([self._job.handle], force=True)
 
     def close(self) -> None:
-        """Release the process's resources; it must have ended."""
+        """Release the process's resources; it must have ended.
+
+        Raises:
+            ValueError: the process is still running.
+        """
         if self._closed:
             return
         if self._job is not None:
@@ -305,6 +327,12 @@ class Process:
 
     @property
     def name(self) -> str:
+        """The process's name (``Process-1``, ``PoolWorker-3``...): in reprs, logs and the
+        prefix of its forwarded output; settable.
+
+        Raises:
+            TypeError: (assignment) the name is not a string.
+        """
         return self._name
 
     @name.setter
@@ -315,6 +343,15 @@ class Process:
 
     @property
     def daemon(self) -> bool:
+        """Whether the process is daemonic: terminated when its parent exits, and unable to
+        start children of its own.
+
+        Set it before ``start``. At exit a parent cancels its daemonic children's jobs and
+        joins the others, as multiprocessing does.
+
+        Raises:
+            fiber.errors.ProcessError: (assignment) the process has already started.
+        """
         return bool(self._config.get("daemon", False))
 
     @daemon.setter
@@ -335,6 +372,14 @@ class Process:
 
     @property
     def exitcode(self) -> Optional[int]:
+        """The exit code: None while running (or not started), ``-N`` if ended by signal N.
+
+        A job cancelled or lost by its backend with no code of its own reports ``-9``
+        (``-signal.SIGKILL``), as if killed; one that failed with no code reports 1.
+
+        Raises:
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self._job is None:
             return None
@@ -344,6 +389,15 @@ class Process:
 
     @property
     def ident(self) -> Optional[int]:
+        """The process's id (``pid`` is the same): None until started.
+
+        On backends that know the job's pid (local) it is that pid; on others (Slurm,
+        Kubernetes...) a number unique in this program, above any Linux pid, since the job's
+        pid is on another host. Do not pass it to ``os.kill``; use ``terminate`` or ``kill``.
+
+        Raises:
+            ValueError: the process object was closed.
+        """
         self._check_closed()
         if self is _current_process:
             return os.getpid()
@@ -358,7 +412,11 @@ class Process:
 
     @property
     def sentinel(self) -> int:
-        """A file descriptor that becomes readable (EOF) when the process has ended."""
+        """A file descriptor that becomes readable (EOF) when the process has ended.
+
+        Raises:
+            ValueError: the process was not started, or its object was closed.
+        """
         self._check_closed()
         if self._job is None:
             raise ValueError("process not started")

@@ -295,6 +295,7 @@ class Queue(Handle):
 
         Raises:
             queue.Empty: nothing arrived in time (``block``/``timeout``).
+            ValueError: the queue was closed in this process.
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
@@ -309,19 +310,53 @@ class Queue(Handle):
             self._send(QueueOps.UNGET, frames)
 
     def put_nowait(self, obj: Any) -> None:
+        """Put ``obj`` without waiting: ``put(obj, False)``.
+
+        Raises:
+            queue.Full: the queue is bounded and full.
+            ValueError: the queue was closed in this process.
+            pickle.PicklingError, TypeError: ``obj`` cannot be pickled.
+        """
         self.put(obj, False)
 
     def get_nowait(self) -> Any:
+        """Remove and return an item if one is there now: ``get(False)``.
+
+        Raises:
+            queue.Empty: the queue is empty.
+            ValueError: the queue was closed in this process.
+        """
         return self.get(False)
 
     def qsize(self) -> int:
+        """The number of items in the queue, as its server counts them.
+
+        Unlike ``multiprocessing``'s, it works on every platform (no ``sem_getvalue``); like
+        any shared count it may be stale by the time it is read. Items put without a bound
+        (fire-and-forget) are counted once they reach the server: ``join_thread`` first to
+        count this thread's own puts.
+
+        Raises:
+            fiber.errors.TransportError: the queue's creator process is gone or unreachable.
+        """
         _, frames = self._request(QueueOps.SIZE)
         return int(struct.unpack("<q", frames[0])[0])
 
     def empty(self) -> bool:
+        """Whether the queue holds no item now (``qsize() == 0``; as unreliable as in
+        multiprocessing, since other processes may put or get meanwhile).
+
+        Raises:
+            fiber.errors.TransportError: the queue's creator process is gone or unreachable.
+        """
         return self.qsize() == 0
 
     def full(self) -> bool:
+        """Whether a bounded queue holds ``maxsize`` items now (always False if unbounded).
+
+        Raises:
+            fiber.errors.TransportError: the queue's creator process is gone or unreachable.
+        """
         return self._maxsize > 0 and self.qsize() >= self._maxsize
 
     def close(self) -> None:
@@ -384,7 +419,19 @@ class SimpleQueue(Queue):
         super().__init__(0, ctx=ctx)
 
     def get(self) -> Any:  # type: ignore[override]
+        """Remove and return an item, waiting as long as it takes.
+
+        Raises:
+            ValueError: the queue was closed in this process.
+            fiber.errors.TransportError: the queue's creator process is gone or unreachable.
+        """
         return super().get()
 
     def put(self, obj: Any) -> None:  # type: ignore[override]
+        """Put ``obj`` in the queue (unbounded: it does not wait for the queue's server).
+
+        Raises:
+            ValueError: the queue was closed in this process.
+            pickle.PicklingError, TypeError: ``obj`` cannot be pickled.
+        """
         super().put(obj)

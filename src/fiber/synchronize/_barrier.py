@@ -198,14 +198,25 @@ class Barrier(Handle):
 
     @property
     def parties(self) -> int:
+        """The number of processes that must call ``wait`` for all of them to pass."""
         return self._parties
 
     @property
     def n_waiting(self) -> int:
+        """The number of parties waiting now (asked of the creator's hub).
+
+        Raises:
+            fiber.errors.TransportError: the barrier's creator process is gone or unreachable.
+        """
         return int(loads(self._request(BarrierOps.INFO)[1])[0])
 
     @property
     def broken(self) -> bool:
+        """Whether the barrier is broken (waits raise ``BrokenBarrierError`` until ``reset``).
+
+        Raises:
+            fiber.errors.TransportError: the barrier's creator process is gone or unreachable.
+        """
         return bool(loads(self._request(BarrierOps.INFO)[1])[1])
 
     def __repr__(self) -> str:

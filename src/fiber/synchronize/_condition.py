@@ -149,9 +149,23 @@ class Condition(Handle):
         super().__setstate__(base)
 
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
+        """Acquire the underlying lock (see :meth:`fiber.synchronize.Lock.acquire`).
+
+        Returns:
+            True if the lock was taken, False if ``block`` is False or ``timeout`` passed.
+
+        Raises:
+            fiber.errors.TransportError: the lock's creator process is gone or unreachable.
+        """
         return self._lock.acquire(block, timeout)
 
     def release(self) -> None:
+        """Release the underlying lock (see :meth:`fiber.synchronize.Lock.release`).
+
+        Raises:
+            ValueError: (Lock) it is not held.
+            AssertionError: (RLock) the calling thread does not own it.
+        """
         self._lock.release()
 
     def __enter__(self) -> bool:
@@ -164,6 +178,10 @@ class Condition(Handle):
         """Release the lock, wait for a notify or ``timeout`` s, take the lock back.
 
         Returns False if the timeout passed first.
+
+        Raises:
+            AssertionError: the calling thread does not hold the lock (as multiprocessing).
+            fiber.errors.TransportError: the condition's or its lock's creator is gone.
         """
         # _is_mine, _release_save, _acquire_restore: the lock protocol of the standard
         # library's conditions (multiprocessing's SemLock, threading's Condition), which
@@ -211,12 +229,23 @@ class Condition(Handle):
         return result
 
     def notify(self, n: int = 1) -> None:
-        """Wake up to ``n`` waiters (the calling thread must hold the lock)."""
+        """Wake up to ``n`` waiters (the calling thread must hold the lock).
+
+        Raises:
+            AssertionError: the calling thread does not hold the lock (as multiprocessing).
+            fiber.errors.TransportError: the condition's creator process is gone.
+        """
         if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
         self._request(ConditionOps.NOTIFY, [Q.pack(max(0, n))])
 
     def notify_all(self) -> None:
+        """Wake every waiter (the calling thread must hold the lock), as ``notify`` of all.
+
+        Raises:
+            AssertionError: the calling thread does not hold the lock (as multiprocessing).
+            fiber.errors.TransportError: the condition's creator process is gone or unreachable.
+        """
         if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
         self._request(ConditionOps.NOTIFY, [Q.pack(-1)])

@@ -354,6 +354,19 @@ class Semaphore(Handle):
         super().__setstate__(base)
 
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
+        """Decrement the counter, waiting while it is zero; True if decremented.
+
+        As ``multiprocessing.Semaphore.acquire``: with ``block`` False, return at once;
+        otherwise wait up to ``timeout`` seconds (forever if None). The wait is decided by the
+        creator's hub, so it holds across processes on any hosts.
+
+        Returns:
+            True if the counter was decremented, False if ``block`` is False or the timeout
+            passed first.
+
+        Raises:
+            fiber.errors.TransportError: the semaphore's creator process is gone or unreachable.
+        """
         status, _ = self._request(SemaphoreOps.ACQUIRE, [encode_wait(block, timeout)],
                                   on_late=self._abandoned, timeout=timeout)
         return status == b"ok"
@@ -367,6 +380,14 @@ class Semaphore(Handle):
         self._request(SemaphoreOps.RELEASE)
 
     def get_value(self) -> int:
+        """The counter's current value, as the creator's hub holds it.
+
+        Unlike ``multiprocessing``'s, it works on macOS too (no ``sem_getvalue`` is involved);
+        like any shared value, it may have changed by the time it is read.
+
+        Raises:
+            fiber.errors.TransportError: the semaphore's creator process is gone or unreachable.
+        """
         _, frames = self._request(SemaphoreOps.VALUE)
         return int(Q.unpack(frames[0])[0])
 
@@ -451,12 +472,27 @@ class Event(Handle):
         super().__init__(EventService(), b"E")
 
     def is_set(self) -> bool:
+        """Whether the flag is set (one round trip to the creator's hub).
+
+        Raises:
+            fiber.errors.TransportError: the event's creator process is gone or unreachable.
+        """
         return self._request(EventOps.IS_SET)[0] == b"ok"
 
     def set(self) -> None:
+        """Set the flag and wake every process waiting on it; later waits return at once.
+
+        Raises:
+            fiber.errors.TransportError: the event's creator process is gone or unreachable.
+        """
         self._request(EventOps.SET)
 
     def clear(self) -> None:
+        """Reset the flag, so that ``wait`` blocks again until the next ``set``.
+
+        Raises:
+            fiber.errors.TransportError: the event's creator process is gone or unreachable.
+        """
         self._request(EventOps.CLEAR)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
