@@ -1,6 +1,6 @@
 """Names of ``multiprocessing`` that fiber does not provide (yet), with why.
 
-The public-name test (tests/test_public_names.py) checks that every name of
+The public-name test (tests/unit/test_public_names.py) checks that every name of
 ``multiprocessing.__all__`` is either provided by ``fiber`` or listed here with its
 reason, and likewise the names programs use of ``multiprocessing.pool``,
 ``multiprocessing.connection`` and ``multiprocessing.managers`` (keyed

@@ -93,7 +93,7 @@ def test_bad_settings_are_clear_errors():
 
 
 def test_ps_logs_stop_say_what_they_do_not_find_on_local():
-    """On local they see this user's programs on this machine (tests/test_observe_local.py);
+    """On local they see this user's programs on this machine (test_observe_local.py);
     a job or program that is not there is said to be missing."""
     r = fiber_cli("logs", "no-such-job")
     assert r.returncode == 1 and "no log of a local job 'no-such-job'" in r.stderr, r

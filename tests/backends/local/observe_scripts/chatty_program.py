@@ -1,4 +1,4 @@
-"""A program for tests/test_observe_local.py: a pool of 2 whose workers print, and a
+"""A program for tests/backends/local/test_observe_local.py: a pool of 2 whose workers print, and a
 Process that prints and sleeps; it prints ``READY <json>`` and waits until it is stopped
 (or 120 s)."""
 
