@@ -38,20 +38,23 @@ _sources: Dict[int, Tuple[str, weakref.ref[Any], Callable[[Any], Any]]] = {}
 
 def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
     """Show ``describe(owner)`` under ``kind`` ("pools", "processes") while ``owner``
-    lives (and ``describe`` does not return None)."""
-    key = next(_ids)
+    lives (and ``describe`` does not return None).
 
-    def gone(_: Any) -> None:
-        with _lock:
-            _sources.pop(key, None)
-
+    No weak-reference callback removes a source: it would run wherever garbage collection
+    does, also inside this module's lock (a deadlock). Sources whose owner is gone are
+    dropped here and by :func:`snapshot` instead."""
+    ref = weakref.ref(owner)
     with _lock:
-        _sources[key] = (kind, weakref.ref(owner, gone), describe)
+        for dead in [k for k, (_, r, _) in _sources.items() if r() is None]:
+            del _sources[dead]
+        _sources[next(_ids)] = (kind, ref, describe)
 
 
 def snapshot() -> Dict[str, Any]:
     """This program as ``fiber top`` shows it."""
     with _lock:
+        for dead in [k for k, (_, r, _) in _sources.items() if r() is None]:
+            del _sources[dead]
         sources = list(_sources.values())
     out: Dict[str, Any] = {"pid": os.getpid(), "argv": list(sys.argv), "time": time.time(),
                            "pools": [], "processes": []}
