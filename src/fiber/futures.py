@@ -38,7 +38,8 @@ import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, cast
 
 from .pool import Pool
-from .pool._pool import PoolCore, core_of
+from .pool._pool import core_of
+from .pool._poolcore import PoolCore
 from .pool._results import ApplyResult
 from .pool._service import Task
 from .pool._worker import CALL

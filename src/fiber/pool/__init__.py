@@ -1,6 +1,7 @@
 """``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers.
 
-- :mod:`._pool`: :class:`Pool` and its core (workers' life cycle, submission).
+- :mod:`._pool`: :class:`Pool`, the API; :mod:`._poolcore`: its core (workers' life
+  cycle, submission).
 - :mod:`._service`: the scheduler on the master's hub (task queue, credit, pending
   tables, recovery of a lost worker's tasks).
 - :mod:`._results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.

@@ -21,11 +21,12 @@ import time
 from typing import Any, List, Optional
 
 from ..errors import TimeoutError as FiberTimeoutError
+from ._poolcore import CLOSE, RUN, TERMINATE
 
 __all__ = ["PoolExtras", "check_error_handling", "INIT", "RUN", "CLOSE", "TERMINATE"]
 
 #: The states of a pool, as ``multiprocessing.pool`` names them (``pool._state``).
-INIT, RUN, CLOSE, TERMINATE = "INIT", "RUN", "CLOSE", "TERMINATE"
+INIT = "INIT"  # multiprocessing.pool's; a fiber pool is RUN once made (see _poolcore)
 
 _POLL_S = 0.02
 

@@ -20,417 +20,41 @@ before the rest of the pool has started. A worker that dies gives its tasks back
 
 from __future__ import annotations
 
-import collections
-import functools
 import itertools
 import os
-import secrets
-import selectors
-import signal
-import threading
-import types
 import weakref
 from typing import (
     Any,
     Callable,
-    Dict,
     Iterable,
     Iterator,
     List,
     Mapping,
     Optional,
     Tuple,
-    Type,
 )
 
-from .._core import _inspect, _runtime
-from .._core._served import probing
-from .._core._shared import Shared, share_if_large
+from .._core import _inspect
 from ..backends import Resources
 from ..config import get_config
-from ..errors import BrokenPoolError, PoolTerminatedError
-from ..process import Process, end_with_parent, start_all, terminate_all
+from ..process import Process
 from ..process._bound import ProcessContext
-from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import set_resources
-from ..transport.remote import pack_exception
-from ..transport.serialization import dumps
 from ..transport.server import Serving
-from ..transport.unpicklable import explain, explained
 from ._api_extras import PoolExtras, check_error_handling
+from ._poolcore import RUN, PoolCore, check_size, label, terminate_collected
 from ._results import (
     ApplyResult,
     AsyncResult,
-    CallbackThread,
     IMapIterator,
     IMapUnorderedIterator,
     MapResult,
 )
-from ._service import PoolService, ResultSink, Task, WorkerState, describe_exit
 from ._status import PoolStatus, snapshot
-from ._worker import CALL, MAP, STARMAP, worker_main
+from ._worker import CALL, MAP, STARMAP
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
-
-RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
-_MAX_STARTUP_FAILURES = 3
-_FUNCTION_CACHE = 256
-_SLICE = 256  # tasks queued at a time after the first slice (see PoolCore.submit)
-_OUTPUT_WAIT_S = 2.0  # seconds join waits for the last output of workers that ended
-
-
-def _label(fn: Any) -> str:
-    if isinstance(fn, functools.partial):
-        return _label(fn.func)
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _explain_task(error: BaseException, mode: int, data: Any, index: int,
-                  label: str) -> BaseException:
-    """A task's pickling error, saying which argument or item and which object failed."""
-    if mode == CALL:
-        args, kwargs = data
-        if explain(args, "args") is not None:
-            return explained(error, f"an argument of {label}", args, "args")
-        return explained(error, f"an argument of {label}", kwargs, "kwargs")
-    return explained(error, f"chunk {index} of {label}", data, "items")
-
-
-def _check_size(processes: Any) -> None:
-    """Raise as multiprocessing does for a pool size that is not a positive int."""
-    if not isinstance(processes, int) or isinstance(processes, bool):
-        raise TypeError(f"the number of processes must be an int, not "
-                        f"{type(processes).__name__!r}")
-    if processes < 1:
-        raise ValueError("Number of processes must be at least 1")
-
-
-def _self_inflicted(exitcode: Optional[int]) -> bool:
-    """Whether a worker that died before connecting failed by itself (an exception, a
-    crash) rather than being killed from outside (SIGKILL, SIGTERM: an operator, the OOM
-    killer, a preempted node); only the former counts towards a broken pool."""
-    if exitcode is None:
-        return False
-    return exitcode >= 0 or -exitcode not in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
-
-
-class PoolCore:
-    """The pool's state; referenced by its threads, never by the user's Pool object, so
-    that a pool dropped by its user is garbage-collected and its workers ended."""
-
-    def __init__(self, size: int, process_class: Type[Process],
-                 initializer: Optional[Callable[..., Any]],
-                 initargs: Tuple[Any, ...], maxtasks: Optional[int],
-                 resources: Resources) -> None:
-        cfg = get_config()
-        self.process_class = process_class
-        self.size = size
-        # Large initargs (an ES noise table) are pickled once, and sent once per host
-        # and mapped by its workers: each worker's arguments hold a handle to them.
-        self.initargs: Any = share_if_large(initargs) if initializer is not None else ()
-        self.initializer, self.maxtasks = initializer, maxtasks
-        self.resources = resources
-        self.hub = _runtime.hub()
-        self.name = b"pool" + secrets.token_hex(6).encode()
-        self.service = PoolService(self.name, cfg.pool_prefetch, maxtasks,
-                                   cfg.pool_max_task_retries, self._on_worker_gone,
-                                   cfg.spin_us * 1e-6)
-        self.service.server = self.hub
-        self.hub.register(self.name, self.service)
-        self.state = RUN
-        self.broken: Optional[BaseException] = None
-        self.startup_failures = 0
-        self.window = max(16, 2 * size * (cfg.pool_prefetch + 1))
-        self._worker_ids = itertools.count(1)
-        self._task_ids = itertools.count(1)
-        self._function_ids = itertools.count(1)
-        self._fids: collections.OrderedDict[Any, Tuple[int, Any]] = collections.OrderedDict()
-        self._callbacks: Optional[CallbackThread] = None
-        #: Started workers whose process has not been closed yet, by sentinel.
-        self.procs: Dict[int, WorkerState] = {}
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        #: The maintainer's wake pipe and every started worker's sentinel: a worker's end
-        #: costs one event, not a new wait on every sentinel of the pool.
-        self._exits = selectors.DefaultSelector()
-        self._exits.register(self._wake_r, selectors.EVENT_READ, None)
-        self.maintainer = threading.Thread(target=self._maintain, daemon=True,
-                                           name=f"fiber-pool-{self.name.decode()[4:]}")
-        self.maintainer.start()
-
-    # -- submitting ------------------------------------------------------------------------
-
-    def callbacks(self) -> CallbackThread:
-        if self._callbacks is None:
-            self._callbacks = CallbackThread(f"fiber-pool-callbacks-{self.name.decode()[4:]}")
-        return self._callbacks
-
-    def _fid(self, fn: Callable[..., Any]) -> int:
-        """The id of ``fn`` as pickled now (called under the hub lock).
-
-        The function is pickled at every submission, so a callable's state is the one it
-        has when submitted; equal pickles share an id, so a worker receives each once.
-        """
-        # A plain function is taken as it is (pickling one defined in __main__ by value
-        # costs ~100 us): the same object keeps its id. Other callables (bound methods,
-        # objects, partials) carry state, pickled at each submission.
-        plain = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType))
-        if plain:
-            entry = self._fids.get(("function", id(fn)))
-            if entry is not None and entry[1] is fn:
-                self._fids.move_to_end(("function", id(fn)))
-                return entry[0]
-        frames = dumps(fn)
-        key: Any = (("function", id(fn)) if plain
-                    else bytes(frames[0]) if len(frames) == 1 else None)  # big: not cached
-        entry = self._fids.get(key) if key is not None else None
-        if entry is not None:
-            self._fids.move_to_end(key)
-            return entry[0]
-        fid = next(self._function_ids)
-        self.service.functions[fid] = frames
-        if key is not None:
-            self._fids[key] = (fid, fn)  # keeps fn alive: its id cannot be reused meanwhile
-            self.service.cached_functions.add(fid)
-            while len(self._fids) > _FUNCTION_CACHE:
-                _, (old, _fn) = self._fids.popitem(last=False)
-                self.service.cached_functions.discard(old)
-                self.service.release_function(old)
-        return fid
-
-    def check_running(self) -> None:
-        if self.state != RUN:
-            raise ValueError("Pool not running")
-        if self.broken is not None:
-            raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
-
-    def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
-               job: ResultSink, label: str, serving: Optional[Serving] = None) -> List[Task]:
-        """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
-
-        Tasks are pickled and queued in slices, so that the workers start on the first
-        ones while the rest of a long map is being pickled (5,000 tasks take ~50 ms).
-        ``serving`` (the hub's, of a caller that waits for the result next) is started
-        just before the last slice is queued, once every item is pickled.
-
-        Raises:
-            ValueError, BrokenPoolError: the pool is not running (nothing was queued).
-        """
-        with self.hub.lock:
-            self.check_running()
-            try:
-                fid = self._fid(fn)
-            except Exception as e:
-                with probing():
-                    error = explained(e, f"the function of {label}", fn, "function")
-                for index, _ in items:
-                    job.deliver(index, False, dumps(pack_exception(error)))
-                return []
-            self.service.function_refs[fid] += 1  # kept while tasks are being queued
-        tasks: List[Task] = []
-        pending: List[Task] = []
-        source = iter(items)
-        try:
-            for index, data in source:
-                try:
-                    frames = dumps((mode, data))
-                except Exception as e:
-                    with probing():
-                        error = _explain_task(e, mode, data, index, label)
-                    job.deliver(index, False, dumps(pack_exception(error)))
-                    continue
-                pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
-                if len(pending) >= (_SLICE if tasks else self.window):
-                    # the hub thread serves while later slices are pickled (this thread
-                    # would read nothing then: heartbeats must not go unread)
-                    self._enqueue(pending, tasks, job, source, None)
-                    pending = []
-            self._enqueue(pending, tasks, job, source, serving)
-        finally:
-            with self.hub.lock:
-                self.service.function_refs[fid] -= 1
-                self.service.release_function(fid)
-        return tasks
-
-    def _enqueue(self, pending: List[Task], tasks: List[Task], job: ResultSink,
-                 rest: Iterator[Tuple[int, Any]], serving: Optional[Serving]) -> None:
-        """Queue a slice of tasks; if the pool stopped after an earlier slice, the slice
-        and the items not pickled yet fail with the reason (their result must come)."""
-        if serving is not None:
-            serving.start()
-        with self.hub.lock:
-            try:
-                self.check_running()
-            except Exception as e:
-                if not tasks:
-                    raise
-                record = dumps(pack_exception(e))
-                for index in [t.index for t in pending] + [i for i, _ in rest]:
-                    job.deliver(index, False, record)
-                return
-            self.service.submit(pending)
-        tasks.extend(pending)
-
-    def cancel(self, task: Task) -> bool:
-        """Withdraw a task no worker holds yet; False once it was handed out."""
-        with self.hub.lock:
-            return self.service.cancel(task)
-
-    # -- workers ---------------------------------------------------------------------------
-
-    def live_workers(self) -> List[WorkerState]:
-        return [ws for ws in self.service.workers.values() if not ws.lost]
-
-    def _start_workers(self, count: int) -> None:
-        states = []
-        for _ in range(count):
-            wid = next(self._worker_ids)
-            proc = self.process_class(
-                target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
-                args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
-                      self.maxtasks))
-            set_resources(proc, self.resources)
-            end_with_parent(proc)  # a worker serves this pool only
-            states.append(WorkerState(wid, proc))
-        with self.hub.lock:  # known before they start: a quick one says hello at once
-            for ws in states:
-                self.service.add_worker(ws)
-        try:
-            start_all([ws.process for ws in states])
-        except Exception as e:
-            with self.hub.lock:
-                for ws in states:  # one that connected meanwhile gives its tasks back
-                    self.service.worker_lost(ws)
-                if not self.live_workers():
-                    self._break(e)
-            return
-        with self.hub.lock:
-            for ws in states:
-                self.procs[ws.process.sentinel] = ws
-                self._exits.register(ws.process.sentinel, selectors.EVENT_READ, ws)
-            terminated = self.state == TERMINATE
-        if terminated:  # terminate() ran while these were being submitted
-            terminate_all([ws.process for ws in states])
-
-    def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
-        """Called under the hub lock when a worker is lost or has exited."""
-        if ws.connected:
-            self.startup_failures = 0
-        elif not expected and _self_inflicted(ws.exitcode):
-            self.startup_failures += 1
-            if self.startup_failures >= _MAX_STARTUP_FAILURES and not any(
-                    w.connected for w in self.live_workers()):
-                reason = (self.service.init_failures[-1] if self.service.init_failures
-                          else f"the last worker's job ended with {describe_exit(ws)}"
-                          " before it connected")
-                self._break(BrokenPoolError(
-                    f"{self.startup_failures} workers in a row failed to start:\n{reason}"))
-        self.wake()
-
-    def _break(self, exc: BaseException) -> None:
-        if self.broken is None:
-            self.broken = exc
-            self.service.fail_all(exc)
-
-    def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
-    def _maintain(self) -> None:
-        try:
-            while True:
-                with self.hub.lock:
-                    active = self.service.active()
-                    # After close(), lost workers are still replaced while work remains.
-                    working = self.state == RUN or (
-                        self.state == CLOSE and self.service.outstanding > 0)
-                    need = self.size - active if (
-                        working and self.broken is None) else 0
-                    if self.state != RUN and not self.procs and need <= 0:
-                        return
-                if need > 0:
-                    self._start_workers(need)
-                    continue
-                for key, _ in self._exits.select():
-                    ws = key.data
-                    if ws is None:
-                        os.read(self._wake_r, 4096)
-                        continue
-                    self._exits.unregister(key.fd)
-                    with self.hub.lock:
-                        ws.exitcode = ws.process.exitcode
-                        self.service.worker_lost(ws)
-                        self.service.report_lost(ws)
-                        del self.procs[key.fd]
-                    ws.process.close()
-        finally:
-            self._exits.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-
-    # -- life cycle ----------------------------------------------------------------------
-
-    def resize(self, size: int) -> None:
-        _check_size(size)
-        with self.hub.lock:
-            grow = size - self.service.active()
-        if grow > 0:
-            ensure_open_files(grow, f"growing the pool to {size} workers")
-        with self.hub.lock:
-            self.check_running()
-            self.size = size
-            surplus = self.service.active() - size
-            if surplus > 0:
-                self.service.retire(surplus)
-        self.wake()
-
-    def close(self) -> None:
-        with self.hub.lock:
-            if self.state == RUN:
-                self.state = CLOSE
-                self.service.closing = True
-                self.service.stop_idle_workers()
-        self.wake()
-
-    def terminate(self) -> None:
-        with self.hub.lock:
-            if self.state == TERMINATE:
-                return
-            self.state = TERMINATE
-            self.service.closing = True
-            self.service.fail_all(PoolTerminatedError("the pool was terminated"))
-            workers = list(self.procs.values())
-        terminate_all([ws.process for ws in workers])
-        self.wake()
-        self.join()
-
-    def join(self) -> None:
-        if self.maintainer is not threading.current_thread():
-            self.maintainer.join()
-            # what the workers wrote is on the terminal when join returns
-            launcher().wait_ended_output(_OUTPUT_WAIT_S)
-        if self._callbacks is not None:
-            self._callbacks.stop()
-        self.hub.unregister(self.name)
-        if isinstance(self.initargs, Shared):
-            self.initargs.release()
-
-
-def _collected(core: PoolCore) -> None:
-    """A pool dropped by its user (or left at exit): terminate it. Garbage collection may
-    run this in any thread at any moment, also in a thread that the hub's thread, holding
-    the hub's lock, waits to see started (a pool's callback thread): terminating there
-    would wait for that lock for ever. Then it is done on a thread of its own."""
-    if core.hub.lock.acquire(blocking=False):  # free (or ours): terminate here
-        core.hub.lock.release()
-        core.terminate()
-        return
-    threading.Thread(target=core.terminate, name="fiber-pool-collected", daemon=True).start()
-
 
 class Pool(PoolExtras):
     """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
@@ -459,7 +83,7 @@ class Pool(PoolExtras):
         check_error_handling(error_handling)
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
-        _check_size(processes)
+        check_size(processes)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if maxtasksperchild is not None and (
@@ -469,7 +93,7 @@ class Pool(PoolExtras):
         process_class = Process if context is None else context.Process
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
-        self._finalizer = weakref.finalize(self, _collected, self._core)
+        self._finalizer = weakref.finalize(self, terminate_collected, self._core)
         _inspect.add_source("pools", self, lambda pool: pool.status().as_dict())
 
     @property
@@ -510,7 +134,7 @@ class Pool(PoolExtras):
         result = ApplyResult(core.callbacks, callback, error_callback, core.hub,
                              core.service.spin_budget, owner=self)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
-                    f"apply({_label(func)})", serving)
+                    f"apply({label(func)})", serving)
         return result
 
     # -- map -----------------------------------------------------------------------------
@@ -540,7 +164,7 @@ class Pool(PoolExtras):
         # apply); a long one is not: results must be taken in while the rest is pickled.
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None
         try:
-            core.submit(func, mode, enumerate(chunks), result, f"map({_label(func)})",
+            core.submit(func, mode, enumerate(chunks), result, f"map({label(func)})",
                         serving)
             if wait:
                 result.wait()
@@ -620,7 +244,7 @@ class Pool(PoolExtras):
         holder: List[IMapIterator] = []
 
         def submit(index: int, chunk: List[Any]) -> None:
-            core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({_label(func)})")
+            core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({label(func)})")
 
         holder.append(cls.__new__(cls))
         cls.__init__(holder[0], submit, chunks, core.window, core.hub,

@@ -1,7 +1,9 @@
 """Job-backed processes with the semantics of ``multiprocessing.Process``.
 
-- :mod:`._process`: :class:`Process` and this process's children; :mod:`._job`: the
-  parent's record of one started job; :mod:`._parent`: the parent as a job sees it.
+- :mod:`._process`: :class:`Process` and this process's children; :mod:`._attributes`:
+  its name, daemon flag, authkey, and the job's host, id and end; :mod:`._describe`: its
+  repr; :mod:`._job`: the parent's record of one started job; :mod:`._parent`: the parent
+  as a job sees it.
 - :mod:`._bound`: ``Process`` classes bound to one backend (``ctx.Process``).
 - :mod:`._lineage`: the program's main process, which every job ends with.
 - :mod:`._launcher`: the launch protocol (the hub hands a child its payload and hears its

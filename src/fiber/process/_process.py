@@ -49,6 +49,7 @@ from ..transport.serialization import dumps
 from ..transport.sockets import split_address
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _describe, _fd_handoff, _launcher
+from ._attributes import ProcessAttributes
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
@@ -61,7 +62,7 @@ _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 _OUTPUT_WAIT_S = 2.0
 
 
-class Process:
+class Process(ProcessAttributes):
     """A job-backed process; the API of ``multiprocessing.Process``.
 
     Raises (on ``start``):
@@ -323,52 +324,7 @@ class Process:
         if self._closed:
             raise ValueError("process object is closed")
 
-    # -- attributes -----------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        """The process's name (``Process-1``, ``PoolWorker-3``...): in reprs, logs and the
-        prefix of its forwarded output; settable.
-
-        Raises:
-            TypeError: (assignment) the name is not a string.
-        """
-        return self._name
-
-    @name.setter
-    def name(self, name: str) -> None:
-        if not isinstance(name, str):
-            raise TypeError("name must be a string")
-        self._name = name
-
-    @property
-    def daemon(self) -> bool:
-        """Whether the process is daemonic: terminated when its parent exits, and unable to
-        start children of its own.
-
-        Set it before ``start``. At exit a parent cancels its daemonic children's jobs and
-        joins the others, as multiprocessing does.
-
-        Raises:
-            fiber.errors.ProcessError: (assignment) the process has already started.
-        """
-        return bool(self._config.get("daemon", False))
-
-    @daemon.setter
-    def daemon(self, daemonic: bool) -> None:
-        if self._job is not None:
-            raise ProcessError("process has already started")
-        self._config["daemon"] = bool(daemonic)
-
-    @property
-    def authkey(self) -> bytes:
-        """The program's secret unless set for this process (as in multiprocessing)."""
-        key = self._config.get("authkey")
-        return bytes(key) if key is not None else auth.program_secret()
-
-    @authkey.setter
-    def authkey(self, authkey: bytes) -> None:
-        self._config["authkey"] = bytes(authkey)
+    # -- attributes (name, daemon, authkey, host, job_id...: see _attributes) ---------------
 
     @property
     def exitcode(self) -> Optional[int]:
@@ -421,33 +377,6 @@ class Process:
         if self._job is None:
             raise ValueError("process not started")
         return self._job.sentinel_r
-
-    @property
-    def host(self) -> str:
-        """The host the job runs on, once it has connected (fiber extension)."""
-        job = self._job
-        return job.remote_host if job is not None else ""
-
-    @property
-    def job_id(self) -> str:
-        """The backend's id of the job (fiber extension); "" before ``start``."""
-        job = self._job
-        return job.handle.job_id if job is not None and job.handle is not None else ""
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether this process asked the job to end (``terminate``, ``kill``, a pool's
-        shutdown): its end is then no failure (fiber extension)."""
-        job = self._job
-        return job is not None and job.cancel_requested
-
-    @property
-    def exit_reason(self) -> str:
-        """What the backend said of the job's end ("OOMKilled", "node failure", ...); ""
-        while it runs or when it said nothing more than the exit code (fiber extension)."""
-        job = self._job
-        status = job.status if job is not None else None
-        return status.reason if status is not None else ""
 
     def __repr__(self) -> str:
         """As multiprocessing's (name, pid, parent, state), with the job and its host:

@@ -207,8 +207,11 @@ class Server:
     # -- for any thread ------------------------------------------------------------------
 
     def _wake(self) -> None:
+        wake_w = self._wake_w
+        if wake_w < 0:
+            return  # stopped: its pipe is closed
         try:
-            os.write(self._wake_w, b"x")
+            os.write(wake_w, b"x")
         except (BlockingIOError, OSError):
             pass  # already awake, or closing
 
@@ -244,9 +247,10 @@ class Server:
         """Wake the thread serving in place of the server thread, unless it is the caller:
         what it waits for may have been done by another thread (called after such a change)."""
         ident = self._stand_in
-        if ident is not None and ident != threading.get_ident():
+        nudge_w = self._nudge_w
+        if ident is not None and ident != threading.get_ident() and nudge_w >= 0:
             try:
-                os.write(self._nudge_w, b"x")
+                os.write(nudge_w, b"x")
             except (BlockingIOError, OSError):
                 pass
 
@@ -439,7 +443,11 @@ class Server:
                     self._sel.close()
                     for listener in self._listeners:
                         listener.close()
-                    for fd in (self._wake_r, self._wake_w, self._nudge_r, self._nudge_w):
+                    # -1 first: a late wake or nudge from another thread must not write
+                    # to these numbers once a later pipe or file of the program has one
+                    fds = (self._wake_r, self._wake_w, self._nudge_r, self._nudge_w)
+                    self._wake_r = self._wake_w = self._nudge_r = self._nudge_w = -1
+                    for fd in fds:
                         os.close(fd)
 
     def _sleep(self, timeout: Optional[float]) -> Optional[_Events]:

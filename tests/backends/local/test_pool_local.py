@@ -6,6 +6,8 @@ class of the main script, and the resources of each worker's job."""
 
 from __future__ import annotations
 
+import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -17,6 +19,7 @@ import pytest
 import fiber
 from fiber.backends import register_backend
 from fiber.backends.local import LocalBackend
+from fiber.pool._pool import core_of
 from fiber.transport.server import Server
 
 from support import pool_helpers as ph
@@ -164,3 +167,26 @@ def test_a_wait_stops_polling_once_no_cpu_is_spare(monkeypatch):
     finally:
         server.close()
     assert polled < 0.05, polled
+
+
+def test_an_ended_pool_writes_nothing_to_the_pipes_made_after_it(ctx):
+    """Once a pool's maintainer has ended and closed its wake pipe, waking it (terminate
+    again, a future's cancel) must not write to the numbers that pipe had: a later pipe of
+    the program takes them (a stdlib ThreadPool read a stray b"x" as a message length, and
+    hung)."""
+    pool = ctx.Pool(1)
+    assert pool.map(ph.square, [3]) == [9]
+    pool.terminate()
+    pool.join()
+    core = core_of(pool)
+    wait_until(lambda: not core.maintainer.is_alive(), 60, message="the maintainer to end")
+    pipes = [os.pipe() for _ in range(16)]  # the lowest free numbers: the wake pipe's too
+    try:
+        pool.terminate()
+        core.wake()
+        readable = select.select([r for r, _ in pipes], [], [], 0.2)[0]
+        assert readable == [], "a pool that has ended wrote to a later pipe"
+    finally:
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)

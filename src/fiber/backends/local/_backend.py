@@ -346,9 +346,12 @@ class _PidfdWatcher(JobWatcher):
         self._wake()
 
     def _wake(self) -> None:
+        wake_w = self._wake_w
+        if wake_w < 0:
+            return  # the watcher has ended and closed its pipe
         try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
+            os.write(wake_w, b"x")
+        except (BlockingIOError, OSError):
             pass
 
     def stop(self) -> None:
@@ -416,8 +419,11 @@ class _PidfdWatcher(JobWatcher):
             sel.close()
             for fd in fds.values():
                 os.close(fd)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            # -1 first: a late wake must not write to a number a later pipe may have
+            wake_r, wake_w = self._wake_r, self._wake_w
+            self._wake_r = self._wake_w = -1
+            os.close(wake_r)
+            os.close(wake_w)
 
     def _watch_pidfd(self, sel: selectors.BaseSelector, fds: Dict[str, int],
                      job_id: str) -> None:
