@@ -149,6 +149,10 @@ start_munge() {
 }
 
 write_conf() {
+  # Every clean start numbers jobs from here: a number that grows with the clock, so that a
+  # job never gets the id (and with it the output file name) of a job of an earlier start,
+  # whose file is still in slurm_output_dir (a test read its stale READY line so).
+  local first_job_id=$(( ($(date +%s) / 4) % 16000000 + 1000 ))
   local n=$1 i mem=$MEM
   [ -n "$mem" ] || mem=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 / n ))
   mkdir -p $DIR/etc $DIR/state $DIR/spool $DIR/log $DIR/run $DIR/net
@@ -187,6 +191,7 @@ SlurmdTimeout=$SLURMD_TIMEOUT
 MessageTimeout=$MSG_TIMEOUT
 InactiveLimit=0
 MinJobAge=$MIN_JOB_AGE
+FirstJobId=$first_job_id
 KillWait=5
 SlurmctldDebug=info
 SlurmdDebug=info
