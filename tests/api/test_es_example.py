@@ -3,31 +3,18 @@ test extra installs on every supported Python), with tiny settings."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
-import support
-
-ROOT = support.REPO
-EXAMPLES = os.path.join(ROOT, "examples")
-# Seed 2's initial policy falls within a few steps (reward about -120): ES must teach it
-# to stay up in these 6 small iterations.
-TINY = ["--iterations", "6", "--pairs", "12", "--max-steps", "60", "--noise-mb", "4",
-        "--hidden", "8", "--processes", "3", "--init-scale", "1.0", "--seed", "2"]
+from support import es_example
+from support.es_example import TINY
 
 
 @pytest.fixture(scope="module")
 def es() -> Any:
-    pytest.importorskip("Box2D", reason="Box2D (the test extra) is not installed")
-    if EXAMPLES not in sys.path:
-        sys.path.insert(0, EXAMPLES)  # the workers get this sys.path too
-    import es_bipedal
-
-    return es_bipedal
+    return es_example.load()
 
 
 def test_es_improves_the_policy(ctx: Any, es: Any, backend_name: str) -> None:

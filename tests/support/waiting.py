@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import pytest
 
@@ -17,6 +18,15 @@ def unusable(component: str, why: str) -> NoReturn:
     if IN_CI:
         pytest.fail(f"{component} is unusable under CI=true: {why}")
     pytest.skip(why)
+
+
+def require(module: str, extra: str = "test") -> Any:
+    """``module`` imported; if it cannot be (it is in the ``extra`` of pyproject.toml), the
+    test is :func:`unusable`: skipped by hand, a failure under CI=true."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        unusable(module, f"{module} (the {extra} extra) is not installed: {e}")
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,

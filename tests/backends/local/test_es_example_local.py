@@ -12,36 +12,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-import support
-
-ROOT = support.REPO
-
-
-EXAMPLES = os.path.join(ROOT, "examples")
-
-
-# Seed 2's initial policy falls within a few steps (reward about -120): ES must teach it
-# to stay up in these 6 small iterations.
-TINY = ["--iterations", "6", "--pairs", "12", "--max-steps", "60", "--noise-mb", "4",
-        "--hidden", "8", "--processes", "3", "--init-scale", "1.0", "--seed", "2"]
+from support import REPO, es_example
+from support.es_example import EXAMPLES, TINY
 
 
 @pytest.fixture(scope="module")
 def es() -> Any:
-    pytest.importorskip("Box2D", reason="Box2D (the test extra) is not installed")
-    if EXAMPLES not in sys.path:
-        sys.path.insert(0, EXAMPLES)  # the workers get this sys.path too
-    import es_bipedal
-
-    return es_bipedal
+    return es_example.load()
 
 
 def test_es_runs_as_a_script() -> None:
-    pytest.importorskip("Box2D", reason="Box2D (the test extra) is not installed")
+    es_example.load()  # Box2D, or unusable
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
     cp = subprocess.run([sys.executable, os.path.join(EXAMPLES, "es_bipedal.py"), *TINY[:-4],
                          "--iterations", "2"], capture_output=True, text=True, timeout=240,
-                        env=env, cwd=ROOT)
+                        env=env, cwd=REPO)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.count("steps/s") == 2, cp.stdout
     assert "policy reward after" in cp.stdout

@@ -20,7 +20,7 @@ from fiber import _machine
 
 from support import observe_helpers as oh
 from support.cli_helpers import fiber_cli
-from support.waiting import wait_until
+from support.waiting import require, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -72,7 +72,7 @@ def test_map_async_tells_how_many_items_are_done(ctx):
 
 
 def test_a_tqdm_progress_bar_over_imap(ctx, monkeypatch):
-    tqdm = pytest.importorskip("tqdm").tqdm  # in the test extra: skipped by hand only
+    tqdm = require("tqdm").tqdm  # in the test extra
     monkeypatch.setattr(tqdm, "monitor_interval", 0)  # no monitor thread of its own
     out = io.StringIO()
     with ctx.Pool(2) as pool:
