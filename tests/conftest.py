@@ -21,7 +21,7 @@ import pytest
 
 import fiber
 
-from support.waiting import unusable
+from support.hosts import start_hosts
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -86,13 +86,9 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
     global _hosts
     name = request.config.getoption("--backend")
     if name == "netns":
-        from fiber.testing.netns import Hosts, use_hosts
+        from fiber.testing.netns import use_hosts
 
-        try:
-            _hosts = Hosts(3)
-            _hosts.start()
-        except Exception as e:
-            unusable("the netns hosts", f"netns hosts unavailable here: {e}")
+        _hosts = start_hosts(3)
         use_hosts(_hosts)
         fiber.init(backend="netns", listen_host=_hosts.root_ip)
     else:

@@ -22,7 +22,7 @@ import pytest
 from fiber.testing import netns
 
 import support
-from support.waiting import unusable
+from support.hosts import start_hosts
 
 ROOT = support.REPO
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -59,12 +59,7 @@ def run_example(name: str, *args: str, hosts: Optional[netns.Hosts] = None,
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[netns.Hosts]:
-    h = netns.Hosts(3)
-    try:
-        h.start()
-    except Exception as e:
-        unusable("the network-namespace hosts (root and iproute2)",
-                 f"cannot create network-namespace hosts: {e}")
+    h = start_hosts(3)
     try:
         yield h
     finally:

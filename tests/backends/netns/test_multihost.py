@@ -23,6 +23,7 @@ import pytest
 
 from fiber.testing import _hosts, netns
 
+from support.hosts import start_hosts
 from support.waiting import unusable
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
@@ -31,12 +32,7 @@ SCRIPT_TIMEOUT = 120
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[netns.Hosts]:
-    h = netns.Hosts(3)
-    try:
-        h.start()
-    except Exception as e:
-        unusable("the network-namespace hosts (root and iproute2)",
-                 f"cannot create network-namespace hosts: {e}")
+    h = start_hosts(3)
     try:
         yield h
     finally:
@@ -198,12 +194,7 @@ def test_pool_of_256_over_four_hosts_delivers_each_result_once_after_a_kill() ->
     """Pool(256), 64 workers on each of four hosts: a map of 2,048 tasks whose worker is
     SIGKILLed a quarter of the way delivers every result exactly once (indices, values
     and deliveries counted), and the pool replaces the worker."""
-    four = netns.Hosts(4)
-    try:
-        four.start()
-    except Exception as e:
-        unusable("the network-namespace hosts (root and iproute2)",
-                 f"cannot create network-namespace hosts: {e}")
+    four = start_hosts(4)
     try:
         r = run_scenario(four, "mh_pool_scale.py", "256", timeout=900)
     finally:

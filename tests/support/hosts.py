@@ -1,0 +1,21 @@
+"""Network-namespace "hosts" for the tests that need several (fiber.testing.netns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .waiting import unusable
+
+
+def start_hosts(n: int) -> Any:
+    """``n`` hosts, started (the caller stops them); if they cannot be made here (no root,
+    no iproute2), the test is unusable: skipped by hand, a failure under CI=true."""
+    from fiber.testing.netns import Hosts
+
+    hosts = Hosts(n)
+    try:
+        hosts.start()
+    except Exception as e:
+        unusable("the network-namespace hosts (root and iproute2)",
+                 f"cannot create network-namespace hosts: {e}")
+    return hosts
