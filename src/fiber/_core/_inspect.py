@@ -45,16 +45,20 @@ def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
     dropped here and by :func:`snapshot` instead."""
     ref = weakref.ref(owner)
     with _lock:
-        for dead in [k for k, (_, r, _) in _sources.items() if r() is None]:
-            del _sources[dead]
+        _prune()
         _sources[next(_ids)] = (kind, ref, describe)
+
+
+def _prune() -> None:
+    """Drop the sources whose owner is gone (under ``_lock``)."""
+    for dead in [k for k, (_, r, _) in _sources.items() if r() is None]:
+        del _sources[dead]
 
 
 def snapshot() -> Dict[str, Any]:
     """This program as ``fiber top`` shows it."""
     with _lock:
-        for dead in [k for k, (_, r, _) in _sources.items() if r() is None]:
-            del _sources[dead]
+        _prune()
         sources = list(_sources.values())
     out: Dict[str, Any] = {"pid": os.getpid(), "argv": list(sys.argv), "time": time.time(),
                            "pools": [], "processes": []}
