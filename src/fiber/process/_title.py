@@ -15,10 +15,9 @@ anywhere but Linux this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 __all__ = ["set_title", "title_of"]
 
@@ -40,25 +39,41 @@ def set_title(title: str, comm: str) -> None:
     """Title this process ``title`` (its command line) and ``comm`` (its short name)."""
     if not sys.platform.startswith("linux"):
         return
-    libc = _libc()
-    if libc is not None:
+    if _PRCTL is not None:
         try:
-            libc.prctl(_PR_SET_NAME, ctypes.c_char_p(comm.encode()[:15]), 0, 0, 0)
-        except (AttributeError, OSError):
+            _PRCTL(_PR_SET_NAME, ctypes.c_char_p(comm.encode()[:15]), 0, 0, 0)
+        except OSError:
             pass
+    if _SETPROCTITLE is None:
+        _write_argv_area(title)
+    else:
+        _SETPROCTITLE.setproctitle(title)
+
+
+def _prctl() -> Any:
+    """libc's ``prctl``, from the symbols this process has already loaded (``dlopen(NULL)``:
+    no search for the library, which ``ctypes.util.find_library`` does by running
+    ``ldconfig``, milliseconds that every one of a thousand workers would pay)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _setproctitle() -> Optional[Any]:
     try:
         import setproctitle  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        _write_argv_area(title)
-    else:
-        setproctitle.setproctitle(title)
-
-
-def _libc() -> Optional[ctypes.CDLL]:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
         return None
+    return setproctitle
+
+
+# Looked up once, at import: the local backend's fork server imports this module before
+# it forks its jobs, which then title themselves at no cost.
+_PRCTL = _prctl()
+_SETPROCTITLE = _setproctitle()
 
 
 def _write_argv_area(title: str) -> None:

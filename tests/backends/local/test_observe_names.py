@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -47,3 +48,21 @@ def test_a_job_is_titled_with_its_name_and_program(ctx):
     if program == "__main__.py":
         program = os.path.basename(os.path.dirname(sys.argv[0]))
     assert cmdline == f"fiber: Titled-7 of {program}"
+
+
+def test_titles_without_searching_for_libc(tmp_path):
+    """A job's title costs no ``ldconfig`` run (``ctypes.util.find_library`` starts one,
+    ~5 ms of a thousand workers' start-up each): libc's ``prctl`` comes from the symbols
+    the process has loaded. Checked in a new interpreter where finding a library fails."""
+    probe = ("import ctypes.util, sys\n"
+             "def refuse(name):\n"
+             "    raise RuntimeError('find_library called')\n"
+             "ctypes.util.find_library = refuse\n"
+             "from fiber.process import _title\n"
+             "_title.set_title('fiber: Probe-1 of probe.py', 'Probe-1')\n"
+             "print(open('/proc/self/comm').read().strip())\n"
+             "print(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[0].decode())\n")
+    cp = subprocess.run([sys.executable, "-c", probe, "x" * 40], capture_output=True,
+                        text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.splitlines() == ["Probe-1", "fiber: Probe-1 of probe.py"], cp.stdout
