@@ -61,8 +61,10 @@ def exit_task(code: Any) -> None:
 
 
 def say_then_wait(text: str, gate: Any) -> None:
-    """Print ``text`` and wait (up to 120 s) for ``gate`` (an Event) before ending."""
-    print(text)
+    """Print ``text`` (nothing if it is empty) and wait (up to 120 s) for ``gate`` (an
+    Event) before ending."""
+    if text:
+        print(text)
     if not gate.wait(120):
         raise RuntimeError("the gate was never opened")
 

@@ -18,10 +18,11 @@ The file descriptors themselves are redirected, so that native code, ``os.write`
 subprocesses are forwarded as well as ``print``; ``sys.stdout`` is made line-buffered, so
 that a line appears when it is written, not when 8 KiB of them are. The bytes go as they
 are read (the parent cuts them into lines): a chatty job sends one message per read, not
-per line. One connection (this module's own client) carries them in order; each read is
-sent under a lock that :func:`sync` takes too, so that a pool worker can push what its
-task printed before it sends the task's result (:func:`sync`), and a job killed right
-after its result has already handed its output over. The exit report is sent only after
+per line. One connection (this module's own client, made at the job's first output)
+carries them in order; each read is sent under a lock that :func:`sync` takes too, so that
+a pool worker can push what its task printed before it sends the task's result
+(:func:`sync`), and a job killed right after its result has already handed its output
+over. The exit report is sent only after
 the parent has acknowledged ``output_end``: output is never lost because the job ended
 just after writing it.
 """
@@ -54,8 +55,10 @@ class OutputTap:
     def __init__(self, parent: str, token: bytes) -> None:
         self._token = token
         self._lock = threading.Lock()
-        self._client: Any = own_client(parent)
-        self._client.send(SERVICE, LaunchOps.OUTPUT_START, [token])
+        #: Where the output goes; None once forwarding has ended (the parent is gone).
+        self._parent: Optional[str] = parent
+        #: The connection that carries it, made at the first output (see _connect).
+        self._client: Any = None
         #: The job's own log: what fds 1 and 2 were when it started.
         self._log = (os.dup(1), os.dup(2))
         self._pipes: List[Tuple[int, int]] = []  # (read end, the fd it replaces)
@@ -109,8 +112,8 @@ class OutputTap:
         with self._lock:
             for r, target in self._pipes:
                 self._drain(r, target)
-            client, self._client = self._client, None
-        if client is not None:
+            client, self._client, self._parent = self._client, None, None
+        if client is not None:  # else it wrote nothing: the parent has nothing open
             try:
                 client.request(SERVICE, LaunchOps.OUTPUT_END, [self._token], timeout=_END_TIMEOUT_S)
             except Exception:
@@ -121,7 +124,7 @@ class OutputTap:
         """The parent is gone: stop forwarding, and put what is pending in the job's log
         (the job is about to end at once)."""
         with self._lock:
-            client, self._client = self._client, None
+            client, self._client, self._parent = self._client, None, None
             for r, target in self._pipes:
                 self._drain(r, target)
         if client is not None:
@@ -181,7 +184,7 @@ class OutputTap:
             pass  # a log that cannot be written must not stop the forwarding
 
     def _forward(self, target: int, data: bytes) -> None:
-        client = self._client
+        client = self._client or self._connect()
         if client is None:
             return
         try:
@@ -189,6 +192,23 @@ class OutputTap:
         except Exception:
             self._client = None  # the parent is gone: the log still has everything
             client.close()
+
+    def _connect(self) -> Any:
+        """The connection to the parent, made when the job first writes (under the lock):
+        most pool workers never print, and a connection with its handshake for each of
+        a thousand workers is start-up time of the pool, for them and for the parent."""
+        parent, self._parent = self._parent, None
+        if parent is None:
+            return None
+        try:
+            client = own_client(parent)
+            client.send(SERVICE, LaunchOps.OUTPUT_START, [self._token])
+        except Exception as e:  # the job runs on; its output stays in its own log
+            self._write_log(2, f"fiber: cannot forward this job's output to its parent: "
+                               f"{e}\n".encode())
+            return None
+        self._client = client
+        return client
 
 
 _tap: Optional[OutputTap] = None

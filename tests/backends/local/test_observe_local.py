@@ -11,6 +11,9 @@ import sys
 import psutil
 import pytest
 
+import fiber
+
+from support import observe_helpers as oh
 from support.cli_helpers import fiber_cli, tagged
 from support.waiting import wait_until
 
@@ -65,3 +68,36 @@ def test_ps_logs_and_stop_a_local_program():
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+def _sockets(pid: int) -> int:
+    fds = f"/proc/{pid}/fd"
+    return sum(1 for fd in os.listdir(fds) if os.readlink(os.path.join(fds, fd)).startswith(
+        "socket:"))
+
+
+def test_a_job_connects_for_its_output_only_when_it_writes(capfd):
+    """A job that never prints makes no output connection to its parent (a Pool(1024)
+    of silent workers: 1,024 connections and handshakes fewer at start-up); one that
+    prints has it, and its line arrives."""
+    gate = fiber.Event()
+    quiet = fiber.Process(target=oh.say_then_wait, args=("", gate))
+    chatty = fiber.Process(target=oh.say_then_wait, args=("lazy-hello", gate))
+    quiet.start()
+    chatty.start()
+    try:
+        seen = ""
+
+        def printed() -> bool:
+            nonlocal seen
+            seen += capfd.readouterr().out
+            return "lazy-hello" in seen
+
+        wait_until(printed, 60, message="the chatty job's line")
+        wait_until(lambda: _sockets(quiet.pid) > 0, 60, message="the quiet job's anchor")
+        assert _sockets(chatty.pid) == _sockets(quiet.pid) + 1
+    finally:
+        gate.set()
+    for p in (quiet, chatty):
+        p.join(60)
+        assert p.exitcode == 0
