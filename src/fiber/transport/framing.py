@@ -297,6 +297,7 @@ class FrameReader:
 
     def _parse(self) -> None:
         buf = self._buf
+        end = len(buf)  # buf changes only where this returns (the hot path: no len())
         pos = 0
         while True:
             if self._lengths is None:
@@ -307,15 +308,15 @@ class FrameReader:
             lengths = self._lengths
             assert lengths is not None
             frames = self._frames
-            while len(frames) < len(lengths):
-                size = lengths[len(frames)]
+            for i in range(len(frames), len(lengths)):
+                size = lengths[i]
                 if size & _SHM_FLAG:
                     frames.append(self._mapped(size & ~_SHM_FLAG))
-                elif len(buf) - pos >= size:
+                elif end - pos >= size:
                     frames.append(buf[pos:pos + size])
                     pos += size
                 elif size >= _BIG:  # read the rest straight into the frame's own buffer
-                    have = len(buf) - pos
+                    have = end - pos
                     big = bytearray(size)
                     big[:have] = buf[pos:]
                     del buf[:]

@@ -62,8 +62,8 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
 _HANDSHAKE_TTL = 30.0
 #: Connections kept before they authenticate; past it the oldest is dropped (a stranger
-#: opening connections without end). Each worker of a pool opens two as it starts: room
-#: for several thousand starting at once.
+#: opening connections without end). Each worker of a pool opens one as it starts (and
+#: one more at its first output): room for several thousand starting at once.
 _MAX_UNAUTHENTICATED = 8192
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
