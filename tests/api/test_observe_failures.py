@@ -7,10 +7,8 @@ tests/backends/local/test_observe_failures_local.py."""
 from __future__ import annotations
 
 import functools
-import logging
 import re
-import time
-from typing import Any, List
+from typing import Any
 
 import pytest
 
@@ -18,36 +16,14 @@ import fiber
 from fiber.errors import RemoteError, WorkerLostError
 
 from support import observe_helpers as oh
+from support.lost_warnings import LostWarnings
 
 pytestmark = pytest.mark.timeout(240)
 
 
-class _Warnings:
-    """fiber's warnings of lost workers, as the test process shows them: on stderr (its
-    own handler), or in pytest's log capture (pytest gives the root logger a handler,
-    and fiber's records then go to the program's handlers, not to stderr too)."""
-
-    def __init__(self, capfd: Any, caplog: Any) -> None:
-        self._capfd, self._caplog = capfd, caplog
-        self._err = ""
-
-    def lost(self) -> List[str]:
-        self._err += self._capfd.readouterr().err
-        lines = [line for line in self._err.splitlines() if " WARNING: " in line]
-        lines += [r.getMessage() for r in self._caplog.records
-                  if r.name == "fiber" and r.levelno == logging.WARNING]
-        return [line for line in lines if " was lost" in line]
-
-    def wait(self, count: int, timeout: float = 30.0) -> List[str]:
-        deadline = time.monotonic() + timeout
-        while len(self.lost()) < count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return self.lost()
-
-
 @pytest.fixture
-def warnings(capfd: Any, caplog: Any) -> _Warnings:
-    return _Warnings(capfd, caplog)
+def warnings(capfd: Any, caplog: Any) -> LostWarnings:
+    return LostWarnings(capfd, caplog)
 
 
 def test_a_worker_killed_mid_map_is_one_warning_naming_it(ctx, backend_name, warnings):
