@@ -6,6 +6,7 @@ imported by the jobs that run it, on any backend whose jobs see this directory.
 
 - :mod:`.waiting`: ``wait_until``, and ``unusable`` for a component a test needs.
 - :mod:`.helpers`, :mod:`.pool_helpers`, :mod:`.manager_helpers`: targets of jobs.
+- :mod:`.lost_warnings`: the lost-worker warnings a test's pool gave.
 - :mod:`.cli_helpers`: running the ``fiber`` command (and :file:`main_pool.py`, the
   program it runs).
 - :mod:`.futures_helpers`, :mod:`.stdlib_executor_helpers`: executors' targets, and

@@ -16,6 +16,7 @@ A worker that ends as asked (the pool closing or terminated, retired by ``resize
 from __future__ import annotations
 
 import collections
+import re
 import signal
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -67,7 +68,10 @@ def describe_exit(ws: Any) -> str:
         reason = ws.process.exit_reason
     except ValueError:
         reason = ""
-    return f"{text}: {reason}" if reason and reason != text else text
+    if not reason:
+        return text
+    # a reason that states the exit already ("Slurm FAILED: killed by SIGKILL") says it alone
+    return reason if re.search(rf"{re.escape(text)}\b", reason) else f"{text}: {reason}"
 
 
 def tasks_text(tasks: Sequence[Any]) -> str:

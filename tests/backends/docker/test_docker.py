@@ -16,8 +16,10 @@ bridge network and an image without any mount are exercised by scripts run as ``
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -33,6 +35,7 @@ from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
 from fiber.errors import ConfigError, ProcessError, SubmitError
 
 import support
+from support import observe_helpers
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -42,6 +45,7 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
+from support.lost_warnings import LostWarnings
 from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
@@ -100,6 +104,15 @@ def slow_square(x: int) -> int:
     return x * x
 
 
+def hog_once(flag: Any, x: int) -> int:
+    """Item 1, the first time (``flag``: an Event of the master), takes far more memory
+    than its worker's limit; every item returns itself."""
+    if x == 1 and not flag.is_set():
+        flag.set()
+        hog.__wrapped__()
+    return x
+
+
 # -- fixtures -----------------------------------------------------------------------------
 
 
@@ -150,6 +163,12 @@ def docker_config(request: pytest.FixtureRequest) -> Iterator[None]:
     for c in running:
         engine.remove_container(c["Id"], force=True)
     assert not running, f"containers left running: {[c['Names'] for c in running]}"
+
+
+@pytest.fixture
+def warnings(capfd: Any, caplog: Any) -> LostWarnings:
+    """The lost-worker warnings of this test's pools."""
+    return LostWarnings(capfd, caplog)
 
 
 def backend() -> DockerBackend:
@@ -341,7 +360,8 @@ def test_pool_workers_are_containers_on_the_bridge_network(engine):
                message="every container of the script removed at its exit")
 
 
-def test_a_worker_container_killed_mid_map_loses_no_result(engine):
+def test_a_worker_container_killed_mid_map_is_one_warning_and_loses_no_result(
+        engine, warnings):
     with dctx().Pool(2) as pool:
         r = pool.map_async(slow_square, range(60), 1)
         busy = lambda: [ws for ws in pool._core.live_workers()  # noqa: E731
@@ -352,6 +372,34 @@ def test_a_worker_container_killed_mid_map_loses_no_result(engine):
         assert r.get(timeout=120) == [x * x for x in range(60)]
         st = backend().wait(victim, 30)
         assert st is not None and st.exitcode == -9 and st.state.value == "failed"
+        lines = warnings.wait(1)
+    assert len(lines) == 1 and f"(job {victim.job_id} on " in lines[0], lines
+    assert " was lost: killed by SIGKILL; resubmitted map(slow_square) task" in lines[0]
+
+
+def test_a_task_that_sigkills_its_worker_under_tini_is_one_warning(engine, warnings):
+    """Without ``docker_pid_host`` (the default) a worker is not PID 1 of its container
+    (tini is, which ignores a SIGKILL from inside): a task's ``os.kill(os.getpid(),
+    SIGKILL)`` ends its worker, as on a host."""
+    flag = dctx().Event()
+    with dctx().Pool(1) as pool:
+        assert pool.map(functools.partial(observe_helpers.kill_own_worker_once, flag),
+                        range(4), chunksize=1) == list(range(4))
+        lines = warnings.wait(1)
+    assert len(lines) == 1, lines
+    assert re.search(r"PoolWorker-1 \(job \S+ on \S+\) was lost: killed by SIGKILL; "
+                     r"resubmitted map\(kill_own_worker_once\) task 2$", lines[0]), lines
+
+
+def test_a_worker_the_oom_killer_ended_is_one_warning_saying_so(engine, warnings):
+    flag = dctx().Event()
+    with dctx().Pool(1, memory=96) as pool:
+        assert pool.map(functools.partial(hog_once, flag), range(3),
+                        chunksize=1) == list(range(3))
+        lines = warnings.wait(1)
+    assert len(lines) == 1, lines
+    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
+            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines
 
 
 # -- the master's end ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ fail. The offline tests (manifests, status mapping) always run.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -47,6 +48,7 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
+from support.lost_warnings import LostWarnings
 from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
@@ -84,6 +86,15 @@ def hog() -> None:
         b = bytearray(16 * 2**20)
         b[::4096] = b"x" * len(b[::4096])
         chunks.append(b)
+
+
+def hog_once(flag: Any, x: int) -> int:
+    """Item 1, the first time (``flag``: an Event of the master), takes far more memory
+    than its worker's limit; every item returns itself."""
+    if x == 1 and not flag.is_set():
+        flag.set()
+        hog.__wrapped__()
+    return x
 
 
 @fiber.meta(cpu=64)
@@ -293,6 +304,12 @@ def k8s_config(request: pytest.FixtureRequest) -> Iterator[None]:
     wait_until(none_running, 60, interval=0.5, message="pods of this program still running")
 
 
+@pytest.fixture
+def warnings(capfd: Any, caplog: Any) -> LostWarnings:
+    """The lost-worker warnings of this test's pools."""
+    return LostWarnings(capfd, caplog)
+
+
 def backend() -> KubernetesBackend:
     b = get_backend("kubernetes")
     assert isinstance(b, KubernetesBackend)
@@ -349,7 +366,7 @@ def test_logs(api):
     assert "hello from a pod" in backend().logs(p._job.handle)
 
 
-def test_pool_over_pods_survives_a_deleted_worker_pod(api):
+def test_pool_over_pods_survives_a_deleted_worker_pod(api, warnings):
     with kctx().Pool(3) as pool:
         result = pool.map_async(slow_square, range(200), chunksize=1)
         wait_until(lambda: len(pods_of(api, backend().program)) >= 3, 120, interval=0.5,
@@ -359,6 +376,22 @@ def test_pool_over_pods_survives_a_deleted_worker_pod(api):
                       if p.status.phase == "Running")
         api.delete_namespaced_pod(victim.metadata.name, NAMESPACE, grace_period_seconds=0)
         assert result.get(300) == [x * x for x in range(200)]
+        lines = warnings.wait(1)
+    # one warning, naming the pod's job, what ended it and the tasks given to others
+    assert len(lines) == 1 and f"(job {victim.metadata.name} on " in lines[0], lines
+    assert re.search(r" was lost: .*its pod was deleted outside fiber; "
+                     r"resubmitted map\(slow_square\) tasks? \d", lines[0]), lines
+
+
+def test_a_pool_worker_the_oom_killer_ended_is_one_warning_saying_so(api, warnings):
+    flag = kctx().Event()
+    with kctx().Pool(1, memory=96) as pool:
+        assert pool.map(functools.partial(hog_once, flag), range(3),
+                        chunksize=1) == list(range(3))
+        lines = warnings.wait(1)
+    assert len(lines) == 1, lines
+    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
+            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines
 
 
 @pytest.mark.parametrize("policy,reason", [("Never", "ErrImageNeverPull"),

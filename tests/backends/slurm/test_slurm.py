@@ -104,6 +104,9 @@ def test_states_map_to_job_states():
     assert status_of("FAILED", -9).exitcode == -9
     assert status_of("FAILED", 137).exitcode == 137
     assert status_of("FAILED", 0, "JobLaunchFailure").exitcode == 1  # never ran
+    assert "JobLaunchFailure" in status_of("FAILED", 0, "JobLaunchFailure").reason
+    # slurmctld's reason for a batch script a signal ended, though it ran: not passed on
+    assert status_of("FAILED", -9, "JobLaunchFailure").reason == "Slurm FAILED: killed by SIGKILL"
     cancelled = status_of("CANCELLED", -15)
     assert (cancelled.state, cancelled.exitcode) == (JobState.CANCELLED, -15)
     assert status_of("CANCELLED", -15, cancelled="kill").exitcode == -9

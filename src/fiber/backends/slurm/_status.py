@@ -11,6 +11,7 @@ import signal
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .._base import JobState, JobStatus
+from .._common import signal_name
 
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
            "controller_address", "step_status", "safe_name", "array_name", "SQUEUE_FORMAT",
@@ -103,10 +104,14 @@ def status_of(state: str, exitcode: Optional[int], reason: str = "", nodes: str 
         if not exitcode:  # no failure in the status word: say why from the state
             exitcode = -signal.SIGKILL if state == "OUT_OF_MEMORY" else (
                 -signal.SIGTERM if state in ("TIMEOUT", "DEADLINE") else 1)
-        what = _FAILED[state] or (f"killed by signal {-exitcode}" if exitcode < 0
+        what = _FAILED[state] or (f"killed by {signal_name(-exitcode)}" if exitcode < 0
                                   else f"exit code {exitcode}")
+        if reason == "NonZeroExitCode" or (reason == "JobLaunchFailure" and exitcode < 0):
+            # slurmctld gives any batch script that a signal ended the reason FAIL_LAUNCH
+            # ("JobLaunchFailure"), though it ran: the signal is the reason
+            reason = ""
         return JobStatus(JobState.FAILED, exitcode, f"Slurm {state}: {what}"
-                         + (f" ({reason})" if reason and reason != "NonZeroExitCode" else ""))
+                         + (f" ({reason})" if reason else ""))
     return JobStatus(JobState.LOST, None, f"unknown Slurm state {state!r}")
 
 
@@ -145,9 +150,9 @@ def step_status(rc: Optional[int], cancelled: Optional[str]) -> JobStatus:
         code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
         return JobStatus(JobState.CANCELLED, code, "cancelled by fiber")
     if rc < 0:  # srun itself was killed
-        return JobStatus(JobState.FAILED, rc, f"srun killed by signal {-rc}")
+        return JobStatus(JobState.FAILED, rc, f"srun killed by {signal_name(-rc)}")
     if 128 < rc < 128 + 65:
-        return JobStatus(JobState.FAILED, -(rc - 128), f"killed by signal {rc - 128}")
+        return JobStatus(JobState.FAILED, -(rc - 128), f"killed by {signal_name(rc - 128)}")
     return JobStatus(JobState.FAILED, rc, f"exit code {rc}")
 
 

@@ -1,22 +1,18 @@
 """A live view of a running program (issue 19): ``Pool.status()``, the progress of a
 ``map_async`` result, a progress bar over ``imap``, and ``fiber top`` (through the
-program's hub, with its secret). API tests (``ctx``) run on local and netns here and on
-slurm, docker and kubernetes in CI; the master (this test process) runs here, where
-``fiber top`` finds it."""
+program's hub, with its secret). Run on every backend (``ctx``): the master (this test
+process) runs here, where ``fiber top`` finds it, whichever backend runs its workers. The
+program file's privacy and ``fiber top``'s errors are in
+tests/backends/local/test_observe_status_local.py."""
 
 from __future__ import annotations
 
 import io
 import os
-import stat
-import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
-
-from fiber import _machine
 
 from support import observe_helpers as oh
 from support.cli_helpers import fiber_cli
@@ -53,7 +49,10 @@ def test_status_shows_the_running_task_on_the_right_worker(ctx):
         assert (status.pending, status.running, status.done, status.failed) == (0, 0, 7, 0)
         assert status.tasks_per_s > 0
         assert sum(w.done for w in status.workers) == 7
-        assert all(w.state == "idle" for w in status.workers)
+        # a pool uses each worker once it connects: the second may not have yet (a pod, a
+        # loaded host), and then one worker ran all 7 tasks
+        wait_until(lambda: all(w.state == "idle" for w in pool.status().workers), 120,
+                   message="both workers idle")
 
 
 def test_map_async_tells_how_many_items_are_done(ctx):
@@ -99,29 +98,3 @@ def test_fiber_top_shows_this_programs_pool_and_running_task(ctx):
     rows = [line.split() for line in lines if line.strip().startswith(name + " ")]
     assert rows and rows[0][3] == "running", top.stdout  # the worker, its state, its task
     assert "apply(report_then_wait) (task 0)" in top.stdout
-
-
-def test_the_program_file_is_private_and_the_hub_wants_the_secret(ctx):
-    """fiber top reads the hub's address and the secret from a file of this user's alone;
-    a client without the secret is refused by the hub (there is no other way in)."""
-    ctx.Pool(1).terminate()  # the hub runs
-    [info] = [i for i in _machine.programs() if i["pid"] == os.getpid()]
-    path = os.path.join(_machine.user_dir(), "programs", f"{info['program']}.json")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(_machine.user_dir()).st_mode) == 0o700
-    probe = ("from fiber.transport.client import Client\n"
-             "from fiber.errors import AuthenticationError\n"
-             "try:\n"
-             f"    Client({info['address']!r}).request(b'status', b'get', timeout=10)\n"
-             "except AuthenticationError as e:\n"
-             "    print('refused:', e)\n")
-    cp = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                        timeout=60, env={k: v for k, v in os.environ.items()
-                                         if k != "FIBER_SECRET"})
-    assert cp.stdout.startswith("refused:"), cp.stdout + cp.stderr
-
-
-def test_fiber_top_says_which_programs_run_when_the_one_asked_does_not():
-    cp = fiber_cli("top", "--once", "1", timeout=60)
-    assert cp.returncode == 1
-    assert "no running fiber program '1'" in cp.stderr
