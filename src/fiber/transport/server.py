@@ -37,7 +37,6 @@ from __future__ import annotations
 import collections
 import errno
 import functools
-import heapq
 import itertools
 import os
 import select
@@ -56,7 +55,8 @@ from .framing import ProtocolError, new_scratch
 from .operations import Dispatcher
 from .peers import Connection, LocalPeer, Peer
 from .serialization import dumps
-from .sockets import listen, server_id, tune
+from .sockets import listen, open_file_limits, server_id, tune
+from .timers import Timer, Timers
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
@@ -78,18 +78,6 @@ class Service(Dispatcher):
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         """A process lost its anchor connection: it ended or is unreachable."""
-
-
-class Timer:
-    __slots__ = ("when", "fn", "cancelled")
-
-    def __init__(self, when: float, fn: Callable[[], None]) -> None:
-        self.when = when
-        self.fn = fn
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 class Serving:
@@ -125,17 +113,6 @@ class Serving:
 
 def _left(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def _open_file_limits() -> str:
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return "the open-file limit"
-    shown = ["unlimited" if v == resource.RLIM_INFINITY else str(v) for v in (soft, hard)]
-    return f"open-file limit {shown[0]}, hard limit {shown[1]}"
 
 
 def _pipe() -> Tuple[int, int]:
@@ -188,8 +165,7 @@ class Server:
         self._serving = threading.Lock()
         self._stand_in: Optional[int] = None  # that thread's ident, under the lock
         self._calls: Deque[Callable[[], None]] = collections.deque()
-        self._timers: List[Tuple[float, int, Timer]] = []
-        self._seq = itertools.count()
+        self._timers = Timers()
         self._peer_ids = itertools.count(1)
         self._services: Dict[bytes, Service] = {}
         self._conns: Dict[int, Connection] = {}
@@ -389,8 +365,7 @@ class Server:
         return self.reply(peer, req_id, b"err", dumps(pack_exception(exc)))
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
-        timer = Timer(time.monotonic() + delay, fn)
-        heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
+        timer = self._timers.add(delay, fn)
         if threading.current_thread() is not self._thread:
             self._wake()
         return timer
@@ -420,17 +395,15 @@ class Server:
     def _run(self) -> None:
         try:
             while not self._stopping:
-                timeout = None
-                if self._timers:
-                    timeout = max(0.0, self._timers[0][0] - time.monotonic())
-                events = self._sleep(timeout)
+                events = self._sleep(self._timers.timeout())
                 with self.lock:
                     if events is None:  # unless another thread serves the connections
                         events = self._sel.select(0) if self._stand_in is None else []
                     self._handle(events)
                     while self._calls:
                         self._guarded(self._calls.popleft())
-                    self._run_timers()
+                    for timer in self._timers.due():
+                        self._guarded(timer.fn)
         finally:
             self._stopping = True  # also when the loop failed: no thread takes over again
             self.nudge()
@@ -491,13 +464,6 @@ class Server:
             sys.stderr.write("fiber: error in the server loop (it goes on):\n")
             traceback.print_exc()
 
-    def _run_timers(self) -> None:
-        now = time.monotonic()
-        while self._timers and self._timers[0][0] <= now:
-            _, _, timer = heapq.heappop(self._timers)
-            if not timer.cancelled:
-                self._guarded(timer.fn)
-
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -531,7 +497,7 @@ class Server:
         if not self._said_out_of_files:
             self._said_out_of_files = True
             sys.stderr.write(f"fiber: {self.address} cannot accept connections: "
-                             f"{error.strerror} ({_open_file_limits()}); they wait until "
+                             f"{error.strerror} ({open_file_limits()}); they wait until "
                              "descriptors are freed\n")
             sys.stderr.flush()
         self.call_later(_ACCEPT_PAUSE_S, functools.partial(self._resume_accepting, listener))

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["tune", "listen", "connect", "split_address", "readable"]
+__all__ = ["tune", "listen", "connect", "split_address", "readable", "open_file_limits"]
 
 _TRANSIENT = (errno.EHOSTUNREACH, errno.ENETUNREACH)
 _UNREACHABLE_RETRY_S = 3.0
@@ -139,3 +139,16 @@ def readable(fds: Sequence[Any], timeout: Optional[float]) -> List[Any]:
     events = poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999)))
     ready = {fd for fd, mask in events if mask}
     return [f for fd, f in by_fd.items() if fd in ready]
+
+
+def open_file_limits() -> str:
+    """This process's open-file limits, for a message about running out of descriptors
+    (``open-file limit 1024, hard limit 524288``)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return "the open-file limit"
+    shown = ["unlimited" if v == resource.RLIM_INFINITY else str(v) for v in (soft, hard)]
+    return f"open-file limit {shown[0]}, hard limit {shown[1]}"
