@@ -39,7 +39,8 @@ NO_EFFECT: Dict[str, str] = {
 #: ``FIBER_*`` variables that are not settings: set by fiber for its jobs, or read by
 #: fiber's own scripts (scripts/: the test clusters). Names ending in ``_`` are prefixes.
 NOT_SETTINGS = frozenset({
-    "FIBER_SECRET", "FIBER_JOB", "FIBER_PARENT", "FIBER_WORKER", "FIBER_NETNS_HOSTS",
+    "FIBER_SECRET", "FIBER_JOB", "FIBER_JOB_HOST", "FIBER_PARENT", "FIBER_WORKER",
+    "FIBER_NETNS_HOSTS",
     "FIBER_SLURM_PROGRAM", "FIBER_SLURM_OWN_JOB", "FIBER_DOCKER_PROGRAM",
     "FIBER_DOCKER_MAIN_SOCKET", "FIBER_EXTRAS", "FIBER_INSTALL", "FIBER_DOCKER_BRIDGE",
     "FIBER_DOCKER_CACHE", "FIBER_DOCKER_DIR", "FIBER_DOCKER_NET",

@@ -50,6 +50,8 @@ def test_a_worker_killed_mid_map_is_one_warning_naming_it(ctx, backend_name, war
     assert bool(found.group(4)) == (backend_name == "slurm"), line
     if backend_name == "slurm":
         assert host in ("node1", "node2", "node3"), line
+    if backend_name == "kubernetes":  # its node, not its pod's name (the job id)
+        assert host != job_id, line
     assert status.retried == 1 and status.done == 8
 
 

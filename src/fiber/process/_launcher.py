@@ -35,6 +35,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional
 
 from .._core import _runtime
+from ..backends._command import JOB_HOST_ENV
 from ..config import get_config
 from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
@@ -230,6 +231,12 @@ def fetch_source(parent: str, filename: str) -> Optional[str]:
     return text or None
 
 
+def job_host() -> str:
+    """The host this job reports: what its backend names it (see ``JOB_HOST_ENV``: a pod's
+    node), else its host name."""
+    return os.environ.get(JOB_HOST_ENV) or socket.gethostname()
+
+
 def fetch_payload(parent: str, token: bytes) -> Any:
     """In a child: authenticate to the parent's hub and fetch the launch payload."""
     from .._core._clients import get_client
@@ -237,7 +244,7 @@ def fetch_payload(parent: str, token: bytes) -> Any:
 
     client = get_client(parent)
     status, frames = client.request(SERVICE, LaunchOps.FETCH,
-                                    [token, *dumps((os.getpid(), socket.gethostname()))])
+                                    [token, *dumps((os.getpid(), job_host()))])
     if status != b"ok":
         raise unpack_exception(loads(frames))
     return loads(frames)

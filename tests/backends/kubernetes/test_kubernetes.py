@@ -135,6 +135,7 @@ def test_pod_manifest():
     assert env["A"]["value"] == "1"
     assert env["FIBER_K8S_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["FIBER_K8S_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["FIBER_JOB_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert c["volumeMounts"] == [{"name": "fiber-mount-0", "mountPath": "/data",
                                   "readOnly": True}]
     assert spec["volumes"] == [{"name": "fiber-mount-0", "hostPath": {"path": "/data"}}]

@@ -12,6 +12,7 @@ import signal
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .._base import JobSpec, JobState, JobStatus, Resources
+from .._command import JOB_HOST_ENV
 from .._common import signal_name
 
 __all__ = ["pod_manifest", "pod_status", "api_reason", "is_not_found", "CONTAINER",
@@ -63,6 +64,8 @@ def pod_manifest(spec: JobSpec, *, name: str, namespace: str, image: str,
             {"name": POD_NAMESPACE_ENV,
              "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            # shown as the job's host: its node, not its pod's name (its host name)
+            {"name": JOB_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         ],
     }
     if requests or limits:
