@@ -217,7 +217,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             idle = not (held or stopping or finished)
             # Idle, the next task (an RL step's) often comes within a round trip: it is
             # polled for, and read without a wake-up, while a CPU is spare (see
-            # fiber.transport.cpus) and while polling pays (see _SpinPays).
+            # fiber.transport.cpus) and while polling pays (see SpinPays).
             if idle:
                 msg = client.next_push(None, spin_pays.start())
                 spin_pays.waited()
