@@ -307,6 +307,9 @@ def test_output_is_kept_after_the_container_is_removed(engine):
     assert "hello-logs\n" in out and "hello-logs-on-stderr" in out
     assert "tini" not in out  # tini's own report of the exit is not the job's output
     assert backend().logs(handle, tail=1).count("\n") == 1
+    # fiber logs' path (by job id) too: the container is gone, its output is not
+    assert "hello-logs\n" in backend().read_logs(handle.job_id)
+    assert backend().read_logs(handle.job_id, tail=1).count("\n") == 1
 
 
 def test_many_processes_start_with_one_submit(engine):

@@ -365,6 +365,11 @@ def test_logs(api):
     st = backend().wait(p._job.handle, 60)
     assert st is not None and st.state.value == "succeeded", st
     assert "hello from a pod" in backend().logs(p._job.handle)
+    job_id = p._job.handle.job_id
+    wait_until(lambda: job_id not in {q.metadata.name for q in pods_of(api, backend().program)},
+               60, interval=0.5, message="the ended pod deleted")
+    # fiber logs' path (by job id) too: the pod is gone, its output is not
+    assert "hello from a pod" in backend().read_logs(job_id)
 
 
 def test_pool_over_pods_survives_a_deleted_worker_pod(api, warnings):

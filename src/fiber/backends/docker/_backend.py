@@ -500,6 +500,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         return out
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        if self._known(job_id)[0] is not None:  # this program's: its output was kept when
+            return self.logs(JobHandle(job_id, self.name), tail)  # its container was removed
         engine = self._engine()
         try:
             out = engine.api.logs(job_id, stdout=True, stderr=True,

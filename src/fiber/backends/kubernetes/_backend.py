@@ -464,6 +464,8 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         return sorted(out, key=lambda j: j.created)
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        if self._known(job_id)[0] is not None:  # this program's: its output was kept when
+            return self.logs(JobHandle(job_id, self.name), tail)  # its pod was deleted
         cfg = get_config()
         cluster = self._cluster(cfg)
         try:
