@@ -3,9 +3,12 @@ pytest's captures: tests/api/test_observe_failures.py and the backends' kill tes
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any, List
+
+from . import observe_helpers
 
 
 class LostWarnings:
@@ -29,3 +32,17 @@ class LostWarnings:
         while len(self.lost()) < count and time.monotonic() < deadline:
             time.sleep(0.1)
         return self.lost()
+
+
+def check_an_oom_killed_worker_is_one_warning(ctx: Any, warnings: LostWarnings) -> None:
+    """A pool worker limited to 96 MB whose task takes far more: the map completes, and
+    one warning says the kernel's OOM killer ended it (the backends that are told so:
+    Docker, Kubernetes)."""
+    flag = ctx.Event()
+    with ctx.Pool(1, memory=96) as pool:
+        assert pool.map(functools.partial(observe_helpers.hog_once, flag), range(3),
+                        chunksize=1) == list(range(3))
+        lines = warnings.wait(1)
+    assert len(lines) == 1, lines
+    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
+            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines

@@ -1,5 +1,5 @@
-"""Targets for the jobs of tests/backends/*/test_observe_*.py (importable by the
-workers: tests/ is on their sys.path)."""
+"""Targets for the jobs of the observe tests and of the backends' kill tests (importable
+by the workers: tests/ is on their sys.path)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import signal
 import sys
 import time
 from typing import Any
+
+import fiber
 
 
 def kill_own_worker_once(flag: Any, x: int) -> int:
@@ -119,3 +121,25 @@ def own_names(out: Any) -> None:
 
 def visible_gpus(out: Any) -> None:
     out.put(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@fiber.meta(memory=96)
+def hog() -> None:
+    """Take 1 GiB, far above its job's 96 MB limit (the OOM killer ends it)."""
+    chunks = []
+    for _ in range(64):  # 1 GiB, page by page, far above the limit
+        b = bytearray(16 * 2**20)
+        b[::4096] = b"x" * len(b[::4096])
+        chunks.append(b)
+
+
+def hog_once(flag: Any, x: int) -> int:
+    """Item 1, the first time (``flag``: an Event of the master), takes far more memory
+    than its worker's limit; every item returns itself. Item 0 takes 50 ms: a task that
+    long is not prefetched, so the worker holds item 1 alone when it is killed."""
+    if x == 0:
+        time.sleep(0.05)
+    if x == 1 and not flag.is_set():
+        flag.set()
+        hog.__wrapped__()
+    return x

@@ -45,7 +45,7 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
-from support.lost_warnings import LostWarnings
+from support.lost_warnings import LostWarnings, check_an_oom_killed_worker_is_one_warning
 from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
@@ -85,15 +85,6 @@ def limited(q: Any) -> None:
     time.sleep(60)
 
 
-@fiber.meta(memory=96)
-def hog() -> None:
-    chunks = []
-    for _ in range(64):  # 1 GiB, page by page, far above the limit
-        b = bytearray(16 * 2**20)
-        b[::4096] = b"x" * len(b[::4096])
-        chunks.append(b)
-
-
 @fiber.meta(gpu=1)
 def wants_gpu() -> None:
     pass
@@ -102,15 +93,6 @@ def wants_gpu() -> None:
 def slow_square(x: int) -> int:
     time.sleep(0.05)
     return x * x
-
-
-def hog_once(flag: Any, x: int) -> int:
-    """Item 1, the first time (``flag``: an Event of the master), takes far more memory
-    than its worker's limit; every item returns itself."""
-    if x == 1 and not flag.is_set():
-        flag.set()
-        hog.__wrapped__()
-    return x
 
 
 # -- fixtures -----------------------------------------------------------------------------
@@ -275,7 +257,7 @@ def test_resources_are_mapped(engine):
 
 
 def test_out_of_memory_is_reported(engine):
-    p = dctx().Process(target=hog)
+    p = dctx().Process(target=observe_helpers.hog)
     p.start()
     p.join(60)
     assert p.exitcode == -9
@@ -395,14 +377,7 @@ def test_a_task_that_sigkills_its_worker_under_tini_is_one_warning(engine, warni
 
 
 def test_a_worker_the_oom_killer_ended_is_one_warning_saying_so(engine, warnings):
-    flag = dctx().Event()
-    with dctx().Pool(1, memory=96) as pool:
-        assert pool.map(functools.partial(hog_once, flag), range(3),
-                        chunksize=1) == list(range(3))
-        lines = warnings.wait(1)
-    assert len(lines) == 1, lines
-    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
-            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines
+    check_an_oom_killed_worker_is_one_warning(dctx(), warnings)
 
 
 # -- the master's end ------------------------------------------------------------------------

@@ -15,7 +15,6 @@ fail. The offline tests (manifests, status mapping) always run.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -39,6 +38,7 @@ from fiber.backends.kubernetes import (
 from fiber.errors import ConfigError, SubmitError
 
 import support
+from support import observe_helpers
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -48,7 +48,7 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
-from support.lost_warnings import LostWarnings
+from support.lost_warnings import LostWarnings, check_an_oom_killed_worker_is_one_warning
 from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
@@ -77,24 +77,6 @@ def chatty(text: str) -> None:
 def slow_square(x: int) -> int:
     time.sleep(0.05)
     return x * x
-
-
-@fiber.meta(memory=96)
-def hog() -> None:
-    chunks = []
-    for _ in range(64):  # 1 GiB, page by page, far above the limit
-        b = bytearray(16 * 2**20)
-        b[::4096] = b"x" * len(b[::4096])
-        chunks.append(b)
-
-
-def hog_once(flag: Any, x: int) -> int:
-    """Item 1, the first time (``flag``: an Event of the master), takes far more memory
-    than its worker's limit; every item returns itself."""
-    if x == 1 and not flag.is_set():
-        flag.set()
-        hog.__wrapped__()
-    return x
 
 
 @fiber.meta(cpu=64)
@@ -390,14 +372,7 @@ def test_pool_over_pods_survives_a_deleted_worker_pod(api, warnings):
 
 
 def test_a_pool_worker_the_oom_killer_ended_is_one_warning_saying_so(api, warnings):
-    flag = kctx().Event()
-    with kctx().Pool(1, memory=96) as pool:
-        assert pool.map(functools.partial(hog_once, flag), range(3),
-                        chunksize=1) == list(range(3))
-        lines = warnings.wait(1)
-    assert len(lines) == 1, lines
-    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
-            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines
+    check_an_oom_killed_worker_is_one_warning(kctx(), warnings)
 
 
 @pytest.mark.parametrize("policy,reason", [("Never", "ErrImageNeverPull"),
@@ -434,7 +409,7 @@ def test_bad_image_breaks_a_pool_with_the_reason(api):
 
 def test_oom_killed_job(api):
     with fiber.config.override(kubernetes_cpu_limits=True):
-        p = kctx().Process(target=hog)
+        p = kctx().Process(target=observe_helpers.hog)
         p.start()
         p.join(120)
     assert p.exitcode == -signal.SIGKILL
