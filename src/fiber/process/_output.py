@@ -22,9 +22,8 @@ per line. One connection (this module's own client, made at the job's first outp
 carries them in order; each read is sent under a lock that :func:`sync` takes too, so that
 a pool worker can push what its task printed before it sends the task's result
 (:func:`sync`), and a job killed right after its result has already handed its output
-over. The exit report is sent only after
-the parent has acknowledged ``output_end``: output is never lost because the job ended
-just after writing it.
+over. The exit report is sent only after the parent has acknowledged ``output_end``:
+output is never lost because the job ended just after writing it.
 """
 
 from __future__ import annotations
