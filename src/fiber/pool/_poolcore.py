@@ -43,7 +43,7 @@ from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import set_resources
+from ..process._process import program_exiting, set_resources
 from ..transport.remote import pack_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
@@ -337,9 +337,12 @@ class PoolCore:
             while True:
                 with self.hub.lock:
                     active = self.service.active()
-                    # After close(), lost workers are still replaced while work remains.
-                    working = self.state == RUN or (
+                    # After close(), lost workers are still replaced while work remains;
+                    # never once the program ends its children at exit (they are ended,
+                    # not lost: a replacement would be waited for, for ever).
+                    working = (self.state == RUN or (
                         self.state == CLOSE and self.service.outstanding > 0)
+                    ) and not program_exiting()
                     need = self.size - active if (
                         working and self.broken is None) else 0
                     if self.state != RUN and not self.procs and need <= 0:

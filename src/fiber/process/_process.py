@@ -55,7 +55,7 @@ from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
-           "kill_children", "set_resources", "mark_daemonic", "run_in_job"]
+           "kill_children", "set_resources", "mark_daemonic", "run_in_job", "program_exiting"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 #: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
@@ -514,6 +514,8 @@ class _MainProcess(Process):
 _current_process: Process = _MainProcess()
 _children: Set[Process] = set()
 _exit_registered = False
+#: Set when :func:`_exit_function` begins (see :func:`program_exiting`).
+_exiting = threading.Event()
 
 
 def current_process() -> Process:
@@ -586,10 +588,23 @@ def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
             sys.stderr.write(f"fiber: cannot cancel {len(jobs)} jobs: {e}\n")
 
 
+def program_exiting() -> bool:
+    """Whether this process has begun to end its children at exit (see
+    :func:`_exit_function`): a pool then replaces no worker it loses."""
+    return _exiting.is_set()
+
+
 def _exit_function() -> None:
-    """At exit, as multiprocessing does: end daemonic children, wait for the others."""
+    """At exit, as multiprocessing does: end daemonic children, wait for the others.
+
+    A pool's maintainer would replace the workers ended here (multiprocessing terminates
+    its pools first): it starts none once :func:`program_exiting`, and a daemonic child
+    started meanwhile is ended before it is waited for, not waited for for ever."""
+    _exiting.set()
     terminate_all([p for p in active_children() if p.daemon])
     for p in active_children():
+        if p.daemon and not p.cancelled:
+            terminate_all([p])
         try:
             p.join()
         except ValueError:  # closed meanwhile by a thread that saw it end (a pool's)

@@ -122,6 +122,40 @@ def test_a_program_that_ends_with_its_pool_open_exits_quietly():
         assert (out.returncode, out.stdout, out.stderr) == (0, "285\n", "")
 
 
+def test_a_program_that_ends_with_tasks_running_starts_no_worker_at_exit(tmp_path):
+    """At exit the program ends its daemonic children, a pool's workers among them. The
+    pool took those for lost workers and started replacements (9 workers had started
+    for a Pool(8), 65 for a Pool(64)), which the exit then waited for: a program that
+    ended with 512 workers blocked in their tasks waited for ever."""
+    code = textwrap.dedent("""
+        import os, sys, time
+        import fiber
+
+        def mark(folder):
+            open(os.path.join(folder, str(os.getpid())), "w").close()
+
+        def task(x):
+            time.sleep(60)
+            return x
+
+        if __name__ == "__main__":
+            folder, n = sys.argv[1], int(sys.argv[2])
+            pool = fiber.Pool(n, initializer=mark, initargs=(folder,))
+            pool.map_async(task, range(n), chunksize=1)
+            while len(os.listdir(folder)) < n:
+                time.sleep(0.01)
+            time.sleep(0.5)
+            print("leaving")
+    """)
+    for n in (8, 64):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        out = subprocess.run([sys.executable, "-c", code, str(folder), str(n)],
+                             capture_output=True, text=True, timeout=120)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "leaving\n", "")
+        assert len(os.listdir(folder)) == n, f"workers started for a Pool({n})"
+
+
 def test_pool_resources_reach_each_workers_job_spec():
     register_backend("pool-recording", PoolRecordingBackend)
     PoolRecordingBackend.specs.clear()
