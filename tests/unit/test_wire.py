@@ -130,6 +130,24 @@ def test_end_of_stream(pair):
     assert FrameReader().feed_from(b) is False
 
 
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_a_reader_holds_no_memory_for_its_buffer_until_it_reads(pair):
+    """A job's connection (and a pool worker's start) does not pay for a read buffer it
+    barely uses: 64 readers of 256 KiB buffers cost no resident memory until fed (a
+    zeroed ``bytearray`` would cost 16 MiB here, and 64 page faults per forked job)."""
+    before = _rss_kib()
+    readers = [FrameReader() for _ in range(64)]
+    assert _rss_kib() - before < 4096
+    a, b = pair
+    send_frames(a, [b"x" * 100], unix=False)
+    assert _read(b, 1, readers[0]) == [[b"x" * 100]]
+
+
 # -- the pool protocol ---------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import auth
-from .framing import FrameReader, Outbox
+from .framing import FrameReader, Outbox, Scratch
 
 __all__ = ["Peer", "LocalPeer", "Connection"]
 
@@ -60,7 +60,7 @@ class Connection:
     __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
                  "__weakref__")
 
-    def __init__(self, sock: socket.socket, scratch: bytearray) -> None:
+    def __init__(self, sock: socket.socket, scratch: Scratch) -> None:
         self.sock = sock
         unix = sock.family == socket.AF_UNIX
         self.reader = FrameReader(max_message=PREAUTH_LIMIT, unix=unix, scratch=scratch)
