@@ -103,10 +103,14 @@ def select_then_recv(conn, q) -> None:  # type: ignore[no-untyped-def]
     q.put(("got", got, after))
 
 
-def send_later(conn, items, delay: float) -> None:  # type: ignore[no-untyped-def]
+def send_later(conn, items, delay: float, hold=None) -> None:  # type: ignore[no-untyped-def]
+    """Send ``items`` after ``delay`` s; then, given an event ``hold``, keep this end
+    open until it is set (the other end sees no end of file before)."""
     time.sleep(delay)
     for item in items:
         conn.send(item)
+    if hold is not None:
+        hold.wait(60)
 
 
 # -- managers ----------------------------------------------------------------------------

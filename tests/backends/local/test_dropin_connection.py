@@ -25,7 +25,10 @@ def test_fileno_in_the_pipes_creator(ctx):
     a, b = ctx.Pipe()
     fd = a.fileno()
     assert a.fileno() == fd and not _readable(fd, 0)
-    p = ctx.Process(target=dh.send_later, args=(b, ["x", "y"], 0.2))
+    # The sender keeps its end open until told: once it has ended, the end of file makes
+    # the descriptor readable (recv raises at once), which the check after "y" is not about.
+    hold = ctx.Event()
+    p = ctx.Process(target=dh.send_later, args=(b, ["x", "y"], 0.2, hold))
     p.start()
     b.close()
     assert mpc.wait([a], timeout=60) == [a]  # the standard library's wait takes it
@@ -35,6 +38,8 @@ def test_fileno_in_the_pipes_creator(ctx):
     assert [key.fileobj for key, _ in sel.select(60)] == [a]
     assert a.recv() == "y"
     assert not _readable(fd, 0)  # taken: never readable with nothing waiting
+    assert not _readable(fd, 1.5)  # nor after the watcher's next look (each second)
+    hold.set()
     p.join(60)
     assert [key.fileobj for key, _ in sel.select(60)] == [a]  # the other end closed: EOF
     with pytest.raises(EOFError):
@@ -63,9 +68,11 @@ def test_a_closed_connections_watcher_ends():
     import fiber
 
     a, b = fiber.Pipe()
+    before = set(threading.enumerate())
     a.fileno()
+    watchers = [t for t in set(threading.enumerate()) - before if t.name == "fiber-fileno"]
+    assert len(watchers) == 1  # this end's (other tests' may still run)
     b.send(1)
     assert mpc.wait([a], timeout=60) == [a]
     a.close()
-    wait_until(lambda: not any(t.name == "fiber-fileno" for t in threading.enumerate()), 30,
-               message="the fileno watcher to end")
+    wait_until(lambda: not watchers[0].is_alive(), 30, message="the fileno watcher to end")
