@@ -25,7 +25,7 @@ pickle, then its out-of-band buffers.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator, List, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 __all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "pack_results", "unpack_results",
            "results_busy"]
@@ -64,9 +64,12 @@ def pack_tasks(tasks: Sequence[WireTask]) -> List[Any]:
     return [bytes(header), *frames]
 
 
-def unpack_tasks(frames: Sequence[Any]) -> Iterator[Tuple[int, int, Any, List[Any]]]:
+def unpack_tasks(frames: Sequence[Any]) -> List[WireTask]:
+    """The tasks of a batch (a list, not a generator: the usual batch is one task, which
+    a generator costs two resumptions more)."""
     header = frames[0]
     pos = 1
+    out: List[WireTask] = []
     for offset in range(0, len(header), _TASK.size):
         task_id, fid, has_fn, n = _TASK.unpack_from(header, offset)
         fn_frames = None
@@ -74,8 +77,9 @@ def unpack_tasks(frames: Sequence[Any]) -> Iterator[Tuple[int, int, Any, List[An
             (k,) = struct.unpack("<H", frames[pos])
             fn_frames = list(frames[pos + 1:pos + 1 + k])
             pos += 1 + k
-        yield task_id, fid, fn_frames, list(frames[pos:pos + n])
+        out.append((task_id, fid, fn_frames, list(frames[pos:pos + n])))
         pos += n
+    return out
 
 
 def pack_results(results: Sequence[Tuple[int, bool, List[Any]]], busy: float) -> List[Any]:
@@ -92,10 +96,13 @@ def results_busy(frames: Sequence[Any]) -> float:
     return float(_BUSY.unpack_from(frames[0])[0])
 
 
-def unpack_results(frames: Sequence[Any]) -> Iterator[Tuple[int, bool, List[Any]]]:
+def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
+    """The results of a batch (a list: see :func:`unpack_tasks`)."""
     header = frames[0]
     pos = 1
+    out: List[Tuple[int, bool, List[Any]]] = []
     for offset in range(_BUSY.size, len(header), _RESULT.size):
         task_id, ok, n = _RESULT.unpack_from(header, offset)
-        yield task_id, bool(ok), list(frames[pos:pos + n])
+        out.append((task_id, bool(ok), list(frames[pos:pos + n])))
         pos += n
+    return out

@@ -211,7 +211,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
 
     while True:
         while True:  # take in whatever arrived; wait only when there is nothing to do
-            if not held and not stopping:
+            if out and not held and not stopping:
                 flush()
             finished = maxtasks is not None and done >= maxtasks
             idle = not (held or stopping or finished)
@@ -226,8 +226,8 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             if msg is None:
                 break
             if msg[1] == PoolOps.TASKS:
-                held.extend((task_id, functions.receive(fid, fn_frames), arg_frames)
-                            for task_id, fid, fn_frames, arg_frames in unpack_tasks(msg[2:]))
+                for task_id, fid, fn_frames, arg_frames in unpack_tasks(msg[2:]):
+                    held.append((task_id, functions.receive(fid, fn_frames), arg_frames))
                 if idle:
                     break  # run it now: what else came is taken in after it (in order)
             elif msg[1] == PoolOps.STOP:

@@ -69,7 +69,8 @@ Encoded = Tuple[List[Any], List[int]]
 
 def encode(frames: Sequence[Any], unix: bool = False) -> Encoded:
     """The buffers of one message (small ones joined) and the memfds of its big frames."""
-    lengths = list(map(_nbytes, frames))
+    # one comprehension, not a call per frame: most frames are bytes (the hot path)
+    lengths = [len(f) if type(f) is bytes else _nbytes(f) for f in frames]
     total = sum(lengths)
     fds: List[int] = []
     body: Sequence[Any] = frames
@@ -130,7 +131,8 @@ def send_frames(sock: socket.socket, frames: Sequence[Any], unix: Optional[bool]
             _advance(bufs, sock.sendmsg(list(bufs)[:_IOV_MAX], ancillary))
             ancillary = []
     finally:
-        _close_all(fds)
+        if fds:
+            _close_all(fds)
 
 
 _Item = Union[memoryview, List[int]]
@@ -308,6 +310,8 @@ class FrameReader:
         pos = 0
         while True:
             if self._lengths is None:
+                if pos == end:
+                    break  # all parsed (the usual end): no header to look for
                 size = self._read_header(pos)
                 if not size:
                     break
