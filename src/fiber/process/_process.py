@@ -525,7 +525,14 @@ def current_process() -> Process:
 
 def active_children() -> List[Process]:
     """Started children of this process that have not ended yet (reaps the others)."""
-    return [p for p in list(_children) if p.is_alive()]
+    out = []
+    for p in list(_children):
+        try:
+            if p.is_alive():
+                out.append(p)
+        except ValueError:  # closed since the list was taken, by the thread that saw it end
+            pass
+    return out
 
 
 # -- what other modules of fiber need of a Process (its owning module's API) ---------------
