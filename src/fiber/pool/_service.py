@@ -367,8 +367,7 @@ class PoolService(Service):
         self.rate.add(len(fids), ws.since)
         self._refresh(ws)
         self._measure(fids, results_busy(payload))
-        if ws.retiring or self.closing:
-            self._maybe_stop(ws)
+        self._maybe_stop(ws)
         if self.queue:  # the end of a round has none: a call a result saved
             self.dispatch()
 

@@ -59,10 +59,6 @@ def _lengths_struct(n: int) -> struct.Struct:
     return struct.Struct(f"<{n}Q")
 
 
-def _nbytes(frame: Any) -> int:
-    return len(frame) if type(frame) is bytes else memoryview(frame).nbytes
-
-
 #: What a message becomes on the way out: buffers, and descriptors to send with them.
 Encoded = Tuple[List[Any], List[int]]
 
@@ -70,7 +66,7 @@ Encoded = Tuple[List[Any], List[int]]
 def encode(frames: Sequence[Any], unix: bool = False) -> Encoded:
     """The buffers of one message (small ones joined) and the memfds of its big frames."""
     # one comprehension, not a call per frame: most frames are bytes (the hot path)
-    lengths = [len(f) if type(f) is bytes else _nbytes(f) for f in frames]
+    lengths = [len(f) if type(f) is bytes else memoryview(f).nbytes for f in frames]
     total = sum(lengths)
     fds: List[int] = []
     body: Sequence[Any] = frames
