@@ -67,7 +67,7 @@ def say(text: str) -> None:
 def numpy_draw(q: Any) -> None:
     import numpy
 
-    q.put(int(numpy.random.randint(2**31)))
+    q.put((int(numpy.random.randint(2**31)), float(numpy.random.standard_normal())))
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -259,7 +259,9 @@ def test_preloaded_numpy_is_reseeded_in_every_job(local):
                 assert p.exitcode == 0
             assert _forkserver._server is not None
             assert "numpy" in _forkserver._server.preloaded
-        assert draws[0] != draws[1]
+        # each job's own state: neither the integers nor the Gaussians (a cached one
+        # would be the template's) repeat
+        assert draws[0][0] != draws[1][0] and draws[0][1] != draws[1][1], draws
     finally:
         _stop_template()
 
