@@ -434,15 +434,6 @@ def install(cfg: Config) -> None:
         _resolved = cfg
 
 
-def forget_resolved() -> None:
-    """Forget the resolved config (not what :func:`init` set): the next :func:`get_config`
-    resolves it again. For a job forked from a process that had resolved its own (the
-    local backend's fork-server template), before it reads its config."""
-    global _resolved
-    with _lock:
-        _resolved = None
-
-
 class _ConfigModule(types.ModuleType):
     """``fiber.config`` itself: ``fiber.config.<key>`` reads the value in force, and
     assigning to it sets it as :func:`init` does (the original fiber's documented way),

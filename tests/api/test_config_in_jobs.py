@@ -15,3 +15,19 @@ def test_config_travels_to_children(ctx):
         _, _, _, prefetch = q.get(timeout=60)
         p.join(30)
     assert prefetch == 17
+
+
+def test_a_jobs_connection_to_its_parent_has_the_programs_heartbeat(ctx, backend_name):
+    """fiber.init's heartbeat reaches the job's side of its lifeline too (it was the
+    defaults' until the job had its program's config: a job on a slow link would have
+    given up on its parent after 3 s, while the parent waited 11)."""
+    with override(heartbeat_interval=2, heartbeat_timeout=11):
+        q = ctx.Queue()
+        p = ctx.Process(target=helpers.put_anchor_keepalive, args=(q,))
+        p.start()
+        family, idle_s, user_timeout_ms = q.get(timeout=60)
+        p.join(30)
+    if backend_name == "local":  # one host: a Unix socket, which has no keepalive
+        assert family == "unix"
+    else:
+        assert (family, idle_s, user_timeout_ms) == ("tcp", 2, 11000)

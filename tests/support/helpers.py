@@ -224,3 +224,19 @@ def try_reader(q, out) -> None:  # type: ignore[no-untyped-def]
         out.put(("no error", ""))
 def identity(*args, **kwargs):
     return args[0] if len(args) == 1 and not kwargs else (args, kwargs)
+
+
+def put_anchor_keepalive(q) -> None:  # type: ignore[no-untyped-def]
+    """This job's connection to its parent: its family, and for TCP its keepalive idle
+    time (s) and user timeout (ms), as the kernel holds them."""
+    import socket
+
+    from fiber._core._clients import ensure_anchor
+    from fiber._core._runtime import PARENT_ENV
+
+    sock = ensure_anchor(os.environ[PARENT_ENV]).sock
+    if sock.family == socket.AF_UNIX:
+        q.put(("unix", None, None))
+        return
+    q.put(("tcp", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+           sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)))

@@ -93,7 +93,9 @@ def _end_with_program(address: str, is_master: bool) -> None:
 
 def main() -> None:
     client.renew_process_id()
-    config.forget_resolved()
+    # Until the program's config arrives (in the payload), the defaults: resolving this
+    # host's own (environment, .fiberconfig) would be work thrown away.
+    config.install(config.Config())
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:
@@ -108,6 +110,7 @@ def main() -> None:
         os._exit(1)
     # listen_host names an address of the parent's host: a child finds its own.
     config.install(dataclasses.replace(payload["config"], listen_host=""))
+    ensure_anchor(parent).retune()  # the program's heartbeat, not the defaults
     _lineage.set_master_address(payload.get("master") or parent)
     if config.get_config().forward_output:
         _output.start(parent, token)

@@ -121,13 +121,18 @@ class Client:
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
         try:
-            given = settings()
-            tune(self.sock, given.heartbeat_interval, given.heartbeat_timeout)
+            self.retune()
             self._handshake(anchor, timeout)
             self.sock.settimeout(None)
         except BaseException:
             self.sock.close()
             raise
+
+    def retune(self) -> None:
+        """Apply the settings' heartbeat to the connection: at its start, and again when
+        they changed (a job's, once its program's settings have arrived)."""
+        given = self._settings()
+        tune(self.sock, given.heartbeat_interval, given.heartbeat_timeout)
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
