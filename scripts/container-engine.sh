@@ -10,10 +10,12 @@
 #                                  answers. Idempotent: an engine started here and alive is kept.
 #   container-engine.sh image      fiber-base:bookworm (debootstrap minbase + python3-venv, then
 #                                  `docker import`; skipped when the engine has it), then
-#                                  fiber-test:latest: this checkout and numpy, cloudpickle, psutil,
-#                                  pytest, docker, kubernetes (pinned by requirements/constraints.txt) in a venv at
-#                                  /opt/fiber, first on PATH (`python3` is that venv's). Built with
-#                                  --network none from wheels made on the host; layers are cached.
+#                                  fiber-test:latest: this checkout, numpy, cloudpickle, psutil,
+#                                  pytest, docker, kubernetes, and gymnasium, box2d, pygame-ce
+#                                  (examples/es_bipedal.py's workers; $PACKAGES, pinned by
+#                                  requirements/constraints.txt) in a venv at /opt/fiber, first on
+#                                  PATH (`python3` is that venv's). Built with --network none from
+#                                  wheels made on the host; layers are cached.
 #   container-engine.sh stop       remove running containers, stop the dockerd started here, unmount
 #                                  what it left under $DIR, delete the bridge. Idempotent.
 #   container-engine.sh env        print `export DOCKER_HOST=unix://$DIR/docker.sock`
@@ -64,6 +66,12 @@ CACHE=${FIBER_DOCKER_CACHE:-$DIR}
 BASE_IMAGE=fiber-base:bookworm
 TEST_IMAGE=fiber-test:latest
 DOCKER=/usr/bin/docker
+# What fiber-test's jobs import besides fiber: fiber's dependencies, pytest (test modules import
+# it), the clients of the docker and kubernetes backends (a job starts its own children), and
+# what examples/es_bipedal.py's workers import for tests/api/test_es_example.py: gymnasium, the
+# box2d wheel, and pygame-ce (gymnasium's box2d package imports it even without rendering).
+# Not torch (~700 MB): the torch tests are deselected on the container backends.
+PACKAGES="numpy cloudpickle psutil pytest docker kubernetes gymnasium box2d pygame-ce"
 export DOCKER_HOST=unix://$SOCK DOCKER_BUILDKIT=0
 
 log() { echo "[container-engine] $*" >&2; }
@@ -202,8 +210,7 @@ base_image() {
 wheels() {
   # Wheels of the image's packages, made by the host's pip (its cache makes a repeat fast);
   # skipped when the constraints and the list are those of the wheels already made.
-  local py=$1 deps=$CACHE/build/deps stamp want
-  want="numpy cloudpickle psutil pytest docker kubernetes"
+  local py=$1 deps=$CACHE/build/deps stamp want=$PACKAGES
   stamp=$( (cat "$REPO/requirements/constraints.txt"; echo "$want"; "$py" -c 'import sys; print(sys.version_info[:2])') \
     | sha256sum | cut -c1-16)
   if [ "$(cat "$deps/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
@@ -230,13 +237,17 @@ test_image() {
     if [ -x "$REPO/.venv/bin/python" ]; then py=$REPO/.venv/bin/python; else py=python3; fi
   fi
   wheels "$py"
+  # the imports checked: the box2d wheel's compiled module must load on bookworm, and
+  # gymnasium's box2d package needs pygame (as BipedalWalker-v3 does)
   cat > "$CACHE/build/Dockerfile" <<'EOF'
 FROM fiber-base:bookworm
+ARG PACKAGES
 COPY deps/ /tmp/deps/
 RUN python3 -m venv /opt/fiber \
  && /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check \
-      --find-links /tmp/deps numpy cloudpickle psutil pytest docker kubernetes \
- && rm -rf /tmp/deps
+      --find-links /tmp/deps $PACKAGES \
+ && rm -rf /tmp/deps \
+ && /opt/fiber/bin/python -c "import Box2D, gymnasium.envs.box2d"
 COPY fiber/ /tmp/fiber/
 RUN /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check \
       --no-deps /tmp/fiber/*.whl \
@@ -244,7 +255,8 @@ RUN /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-versio
  && /opt/fiber/bin/python -c "import fiber, numpy, cloudpickle, psutil"
 ENV PATH=/opt/fiber/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 EOF
-  "$DOCKER" build -q --network none -t "$TEST_IMAGE" "$CACHE/build" >/dev/null
+  "$DOCKER" build -q --network none --build-arg PACKAGES="$PACKAGES" -t "$TEST_IMAGE" \
+    "$CACHE/build" >/dev/null
   "$DOCKER" image prune -f >/dev/null 2>&1 || true   # the previous fiber-test layers
   log "$TEST_IMAGE: built ($("$DOCKER" image inspect -f '{{.Id}}' "$TEST_IMAGE" | cut -c8-19))"
   local host_v image_v
@@ -335,5 +347,5 @@ case "${1:-}" in
   env) print_env ;;
   test-env) print_test_env ;;
   status) status ;;
-  *) sed -n '2,30p' "$0"; exit 2 ;;
+  *) sed -n '2,32p' "$0"; exit 2 ;;
 esac
