@@ -22,9 +22,10 @@
 #   container-engine.sh test-env   env, plus the FIBER_* settings and TMPDIR with which
 #                                  `pytest --backend docker tests/api` and tests/backends/docker run:
 #                                  image fiber-test:latest, host networking, the host's PID
-#                                  namespace (docker_pid_host), the repo's tests/
-#                                  directory mounted read-only at its own path (children import
-#                                  test modules by the master's sys.path) and TMPDIR mounted
+#                                  namespace (docker_pid_host), the repo's tests/ and examples/
+#                                  directories mounted read-only at their own paths (children
+#                                  import test and example modules by the master's sys.path:
+#                                  support.helpers, es_bipedal) and TMPDIR mounted
 #                                  read-write at its own path (tests share files through tmp_path),
 #                                  and the engine's socket (processes in containers start their
 #                                  own children: a manager's pool)
@@ -323,7 +324,7 @@ print_test_env() {
   # the engine's socket too, and docker_host: fiber processes in the containers (a manager's
   # pool) start their own children on the same engine
   echo "export FIBER_DOCKER_HOST=unix://$SOCK"
-  echo "export FIBER_DOCKER_MOUNTS=$REPO/tests:$REPO/tests:ro,$DIR/tmp:$DIR/tmp:rw,$SOCK:$SOCK:rw"
+  echo "export FIBER_DOCKER_MOUNTS=$REPO/tests:$REPO/tests:ro,$REPO/examples:$REPO/examples:ro,$DIR/tmp:$DIR/tmp:rw,$SOCK:$SOCK:rw"
 }
 
 status() {
@@ -347,5 +348,5 @@ case "${1:-}" in
   env) print_env ;;
   test-env) print_test_env ;;
   status) status ;;
-  *) sed -n '2,32p' "$0"; exit 2 ;;
+  *) sed -n '2,33p' "$0"; exit 2 ;;
 esac

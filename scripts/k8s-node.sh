@@ -300,11 +300,12 @@ print_env() {
 # the namespace fiber-test with deploy/rbac.yaml applied, and the FIBER_* settings with which
 # `pytest --backend kubernetes tests/api` and tests/backends/kubernetes run: image fiber-test:latest
 # (never pulled), tiny CPU requests without limits (the API suite starts dozens of pods on
-# 2 cores), the repo's tests/ directory and TMPDIR mounted into every pod at their own paths
-# (children import test modules by the master's sys.path; tests share files through
-# tmp_path), the service account of deploy/rbac.yaml (processes in pods start their own
-# children with no more rights than it grants) and the apiserver's address for them (there
-# is no kube-proxy, so the cluster's service address is not routed).
+# 2 cores), the repo's tests/ and examples/ directories and TMPDIR mounted into every pod at
+# their own paths (children import test and example modules by the master's sys.path:
+# support.helpers, es_bipedal; tests share files through tmp_path), the service account of
+# deploy/rbac.yaml (processes in pods start their own children with no more rights than it
+# grants) and the apiserver's address for them (there is no kube-proxy, so the cluster's
+# service address is not routed).
 print_test_env() {
   kubectl get namespace fiber-test >/dev/null 2>&1 || kubectl create namespace fiber-test >/dev/null
   kubectl apply -n fiber-test -f "$REPO/deploy/rbac.yaml" >/dev/null
@@ -317,7 +318,7 @@ print_test_env() {
   echo "export FIBER_KUBERNETES_NAMESPACE=fiber-test FIBER_KUBERNETES_SERVICE_ACCOUNT=fiber"
   echo "export FIBER_CPU_PER_JOB=0.05 FIBER_KUBERNETES_CPU_LIMITS=false"
   echo "export FIBER_KUBERNETES_POD_API_SERVER=$NODE_IP:$PORT"
-  echo "export FIBER_KUBERNETES_MOUNTS=$REPO/tests:$REPO/tests:ro,$DIR/tmp:$DIR/tmp:rw"
+  echo "export FIBER_KUBERNETES_MOUNTS=$REPO/tests:$REPO/tests:ro,$REPO/examples:$REPO/examples:ro,$DIR/tmp:$DIR/tmp:rw"
 }
 
 status() {
