@@ -17,7 +17,8 @@ TINY = ["--iterations", "6", "--pairs", "12", "--max-steps", "60", "--noise-mb",
 
 
 def load() -> Any:
-    """The example's module (its directory put on sys.path, which the workers get too);
+    """The example's module (its directory put on sys.path, which the workers get too:
+    the container backends' test settings mount examples/ at its own path, as tests/);
     Box2D missing makes the test unusable (a failure under CI=true)."""
     require("Box2D")
     if EXAMPLES not in sys.path:
