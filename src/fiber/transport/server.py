@@ -55,6 +55,7 @@ from .framing import ProtocolError, new_scratch
 from .operations import Dispatcher
 from .peers import Connection, LocalPeer, Peer
 from .serialization import dumps
+from .serving import Serving
 from .sockets import listen, open_file_limits, server_id, tune
 from .timers import Timer, Timers
 
@@ -78,37 +79,6 @@ class Service(Dispatcher):
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         """A process lost its anchor connection: it ended or is unreachable."""
-
-
-class Serving:
-    """The context manager of :meth:`Server.serving` (a class: a generator-based one
-    costs 2.5 us, several times a round trip)."""
-
-    __slots__ = ("server", "took")
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.took = False
-
-    def start(self) -> bool:
-        """Serve from now on (if this thread can); whether it does."""
-        server = self.server
-        if self.took or server.stand_in == threading.get_ident():
-            return True  # already (or an enclosing block serves)
-        self.took = server.take_over()
-        return self.took
-
-    def stop(self) -> None:
-        """Give the connections back to the server thread (if taken by ``start``)."""
-        if self.took:
-            self.took = False
-            self.server.hand_back()
-
-    def __enter__(self) -> bool:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:
@@ -205,6 +175,27 @@ class Server:
     def unregister(self, name: bytes) -> None:
         with self.lock:
             self._services.pop(name, None)
+
+    def adopt(self, sock: socket.socket, process_id: bytes) -> None:
+        """Serve ``sock`` as the anchor of process ``process_id``: one end of a socket
+        pair whose other end that process (a job of this host) is handed at its start.
+        Nobody else can hold that end, so it skips the handshake; its end is the
+        process's end, as for an anchor that connected.
+
+        Raises:
+            TransportError: the server has stopped (``sock`` is closed).
+        """
+        sock.setblocking(False)
+        with self.lock:
+            if self._stopping:
+                sock.close()
+                raise TransportError("the server has stopped", self.address)
+            conn = Connection(sock, self._scratch)
+            conn.reader.max_message = None
+            conn.peer = Peer(next(self._peer_ids), process_id, True, conn)
+            self._anchors[process_id] += 1
+            self._conns[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
 
     def service(self, name: bytes) -> Optional[Service]:
         """The service registered as ``name``, if any."""
