@@ -40,6 +40,7 @@ NO_EFFECT: Dict[str, str] = {
 #: fiber's own scripts (scripts/: the test clusters). Names ending in ``_`` are prefixes.
 NOT_SETTINGS = frozenset({
     "FIBER_SECRET", "FIBER_JOB", "FIBER_JOB_HOST", "FIBER_PARENT", "FIBER_WORKER",
+    "FIBER_ANCHOR_FD", "FIBER_PROCESS_ID",
     "FIBER_NETNS_HOSTS",
     "FIBER_SLURM_PROGRAM", "FIBER_SLURM_OWN_JOB", "FIBER_DOCKER_PROGRAM",
     "FIBER_DOCKER_MAIN_SOCKET", "FIBER_EXTRAS", "FIBER_INSTALL", "FIBER_DOCKER_BRIDGE",

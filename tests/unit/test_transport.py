@@ -317,3 +317,55 @@ def test_a_server_that_closes_during_the_handshake_is_a_lost_connection():
         Client(f"tcp://127.0.0.1:{listener.getsockname()[1]}", timeout=10)
     t.join(10)
     listener.close()
+
+
+def test_an_adopted_socket_pair_is_an_anchor_without_handshake():
+    """Server.adopt: one end of a socket pair served at once as the anchor of the process
+    id given, the other a Client that made no handshake; its requests are served, the
+    process is alive while it is open, and gone (process_gone, with that id) when it
+    closes. Nothing was accepted on the listener."""
+    import secrets
+    import threading
+
+    from fiber.transport.server import Server, Service
+
+    gone = []
+    done = threading.Event()
+
+    class Echo(Service):
+        def handle(self, server, peer, op, req_id, payload):
+            server.reply(peer, req_id, b"ok", [peer.process_id, *payload])
+
+        def process_gone(self, server, process_id):
+            gone.append(process_id)
+            done.set()
+
+    srv = Server("127.0.0.1", name="fiber-test-server")
+    srv.register(b"echo", Echo())
+    try:
+        process_id = secrets.token_bytes(16)
+        ours, theirs = socket.socketpair()
+        srv.adopt(ours, process_id)
+        client = Client(srv.address, anchor=True, adopted=theirs)
+        status, frames = client.request(b"echo", b"x", [b"hello"], timeout=10)
+        assert (status, [bytes(f) for f in frames]) == (b"ok", [process_id, b"hello"])
+        assert srv.process_alive(process_id)
+        assert srv.dropped == 0 and not srv._unauthenticated  # no handshake took place
+        client.close()
+        assert done.wait(10) and gone == [process_id]
+        wait_until(lambda: not srv.process_alive(process_id), 10)
+    finally:
+        srv.close()
+
+
+def test_a_stopped_server_refuses_to_adopt():
+    from fiber.errors import TransportError
+    from fiber.transport.server import Server
+
+    srv = Server("127.0.0.1", name="fiber-test-server")
+    srv.close()
+    wait_until(lambda: not srv.alive, 10)
+    ours, theirs = socket.socketpair()
+    with theirs, pytest.raises(TransportError, match="stopped"):
+        srv.adopt(ours, b"\0" * 16)
+    assert ours.fileno() == -1  # closed: its pair's owner sees the end at once

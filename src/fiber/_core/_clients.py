@@ -8,13 +8,14 @@ above the transport reaches other processes' hubs through them.
 
 from __future__ import annotations
 
+import socket
 from typing import Optional
 
 from ..config import get_config
 from ..transport import client as transport_client
 from ..transport.client import CONNECT_TIMEOUT, Channel, Client
 
-__all__ = ["get_client", "own_client", "ensure_anchor"]
+__all__ = ["get_client", "own_client", "ensure_anchor", "adopt_anchor"]
 
 
 def get_client(address: str, timeout: Optional[float] = None) -> Channel:
@@ -42,3 +43,9 @@ def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     """The connection that tells the server at ``address`` this process is alive (see
     :func:`fiber.transport.client.ensure_anchor`)."""
     return transport_client.ensure_anchor(address, timeout, settings=get_config)
+
+
+def adopt_anchor(address: str, sock: socket.socket, process_id: bytes) -> Client:
+    """This process's anchor to the server at ``address``: ``sock``, handed to it at its
+    start (see :func:`fiber.transport.client.adopt_anchor`)."""
+    return transport_client.adopt_anchor(address, sock, process_id, settings=get_config)

@@ -29,6 +29,10 @@ __all__ = ["hub", "listen_host", "parent_address", "shutdown_hub"]
 
 PARENT_ENV = "FIBER_PARENT"
 JOB_ENV = "FIBER_JOB"
+#: A job handed its anchor at its start (see fiber.process._launcher.handing_anchors):
+#: the anchor's descriptor, and the process id its parent's hub knows it by.
+ANCHOR_FD_ENV = "FIBER_ANCHOR_FD"
+PROCESS_ID_ENV = "FIBER_PROCESS_ID"
 
 _lock = threading.Lock()
 _hub: Optional[Server] = None

@@ -81,6 +81,11 @@ class JobSpec:
     resources: Resources = Resources()
     image: str = ""
     name: str = "fiber-job"
+    #: Descriptors of this process the job is handed at its start, by the name of the
+    #: environment variable that gives the job each one's number there. Only for a
+    #: backend whose ``passes_fds`` is True; the caller closes its own copies after
+    #: ``submit``.
+    inherit: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 class JobState(enum.Enum):
@@ -150,6 +155,10 @@ class Backend(abc.ABC):
     #: socket, their semaphores are opened by name). False for jobs on other hosts or in
     #: containers; the default, as a backend cannot know it of its cluster.
     jobs_share_host: ClassVar[bool] = False
+
+    #: True when the backend can hand its jobs descriptors of this process at their start
+    #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
+    passes_fds: ClassVar[bool] = False
 
     @abc.abstractmethod
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:

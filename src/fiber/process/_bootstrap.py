@@ -17,6 +17,7 @@ import dataclasses
 import os
 import pickle
 import select
+import socket
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ import traceback
 
 from .. import config
 from .._core import _runtime
-from .._core._clients import ensure_anchor
+from .._core._clients import adopt_anchor, ensure_anchor
 from ..transport import client
 from ..transport.serialization import fetch_sources_with
 from . import _launcher, _lineage, _output, _parent, _title
@@ -91,12 +92,24 @@ def _end_with_program(address: str, is_master: bool) -> None:
     os._exit(1)
 
 
+def _take_anchor(parent: str) -> None:
+    """This job's anchor to its parent, if it was handed one (a local job: see
+    ``fiber.process._launcher.handing_anchors``), with the process id that goes with it;
+    else a new process id (a forked job must not keep its template's)."""
+    fd = os.environ.pop(_runtime.ANCHOR_FD_ENV, "")
+    process_id = os.environ.pop(_runtime.PROCESS_ID_ENV, "")
+    if fd and process_id and parent:
+        adopt_anchor(parent, socket.socket(fileno=int(fd)), bytes.fromhex(process_id))
+    else:
+        client.renew_process_id()
+
+
 def main() -> None:
-    client.renew_process_id()
     # Until the program's config arrives (in the payload), the defaults: resolving this
     # host's own (environment, .fiberconfig) would be work thrown away.
     config.install(config.Config())
     parent = os.environ.get(_runtime.PARENT_ENV, "")
+    _take_anchor(parent)
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:
         sys.stderr.write("fiber.process._bootstrap is started by fiber, not by hand\n")

@@ -20,8 +20,9 @@ __all__ = ["FILES_PER_JOB", "raise_open_files", "ensure_open_files"]
 
 #: Descriptors a started job costs its parent: its one connection (the anchor, which a
 #: pool worker uses for its tasks too), the two ends of its sentinel pipe, and the pidfd
-#: of a job started as a subprocess.
-FILES_PER_JOB = 4
+#: of a job started as a subprocess; while it is submitted, a local job's end of its
+#: anchor too (see fiber.process._launcher.handing_anchors).
+FILES_PER_JOB = 5
 #: Kept free for everything else a program opens (files, libraries, its own sockets).
 SPARE_FILES = 64
 

@@ -453,8 +453,10 @@ def start_all(processes: Sequence[Process]) -> None:
     for item in prepared:
         by_backend.setdefault(id(item[1].backend), []).append(item)
     for i, group in enumerate(by_backend.values()):
+        backend = group[0][1].backend
         try:
-            handles = group[0][1].backend.submit([spec for _, _, spec in group])
+            with _launcher.handing_anchors(backend, [spec for _, _, spec in group]) as specs:
+                handles = backend.submit(specs)
         except BaseException:
             for later in list(by_backend.values())[i:]:
                 for _, job, _ in later:

@@ -122,6 +122,8 @@ class NetnsBackend(LocalBackend):
     """Run jobs as subprocesses inside the netns hosts, round robin."""
 
     name = "netns"
+    #: Its jobs stand for processes of other hosts: they reach this one over TCP only.
+    passes_fds = False
 
     def __init__(self) -> None:
         super().__init__()

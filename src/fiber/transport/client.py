@@ -36,8 +36,9 @@ from .peers import LocalPeer, Peer
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
-           "close_all", "ensure_anchor", "register_local_server", "prune_closed", "Settings",
-           "DEFAULTS", "local_server", "renew_process_id", "Channel", "OwnServer"]
+           "close_all", "ensure_anchor", "adopt_anchor", "register_local_server",
+           "prune_closed", "Settings", "DEFAULTS", "local_server", "renew_process_id",
+           "Channel", "OwnServer"]
 
 Reply = Tuple[bytes, List[Any]]
 LateReply = Callable[[bytes, List[Any]], None]
@@ -102,7 +103,11 @@ class Client:
     """An authenticated connection to one server, used by one thread at a time."""
 
     def __init__(self, address: str, *, anchor: bool = False, timeout: float = CONNECT_TIMEOUT,
-                 settings: SettingsSource = _defaults) -> None:
+                 settings: SettingsSource = _defaults,
+                 adopted: Optional[socket.socket] = None) -> None:
+        """Connect to ``address`` and authenticate; or, with ``adopted``, take that socket,
+        this process's end of a pair whose other end the server serves already (see
+        :meth:`fiber.transport.server.Server.adopt`)."""
         self.address = address
         self._settings = settings
         self.lost = False
@@ -114,15 +119,19 @@ class Client:
         #: Messages the server sent unasked (request id empty: a pool's tasks) that came
         #: while this client waited for a reply; :meth:`next_push` gives them first.
         self._pushes: Deque[List[Any]] = collections.deque()
-        try:
-            self.sock = connect(address, timeout)
-        except OSError as e:
-            raise ConnectionLost(f"cannot connect: {e}", address) from None
+        if adopted is not None:
+            self.sock = adopted
+        else:
+            try:
+                self.sock = connect(address, timeout)
+            except OSError as e:
+                raise ConnectionLost(f"cannot connect: {e}", address) from None
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
         try:
             self.retune()
-            self._handshake(anchor, timeout)
+            if adopted is None:
+                self._handshake(anchor, timeout)
             self.sock.settimeout(None)
         except BaseException:
             self.sock.close()
@@ -535,6 +544,22 @@ def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT, *,
                                                 settings=settings)
             _all_clients.add(anchor)
         return anchor
+
+
+def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
+                 settings: SettingsSource) -> Client:
+    """Make ``sock`` this process's anchor to the server at ``address``, as the process
+    ``process_id`` (this process's id from now on): its end of a socket pair whose other
+    end that server serves (see :meth:`fiber.transport.server.Server.adopt`), handed to
+    it at its start, before it made any connection."""
+    global _PROCESS_ID
+    _PROCESS_ID = process_id
+    sock.set_inheritable(False)
+    anchor = Client(address, anchor=True, settings=settings, adopted=sock)
+    with _anchor_lock:
+        _anchors[address] = anchor
+        _all_clients.add(anchor)
+    return anchor
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from fiber.process._limits import FILES_PER_JOB
+
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scale_scripts")
 
 
@@ -49,6 +51,6 @@ def test_a_pool_beyond_the_hard_open_file_limit_is_refused_with_the_limit_named(
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("refused: a pool of 200 workers needs about"), out.stdout
-    assert "(about 4 a job)" in lines[0]
+    assert f"(about {FILES_PER_JOB} a job)" in lines[0]
     assert "limit of 300" in lines[0] and "hard limit 300" in lines[0], lines[0]
     assert lines[1] == "running 0", out.stdout

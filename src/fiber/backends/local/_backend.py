@@ -84,6 +84,7 @@ class LocalBackend(Backend):
 
     name = "local"
     jobs_share_host = True
+    passes_fds = True
 
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
@@ -107,23 +108,28 @@ class LocalBackend(Backend):
                 index = next(self._ids)
                 job_id = f"{os.getpid()}-{index}"
                 prefix = self.command_prefix(spec, index)
+                if spec.inherit and not self.passes_fds:
+                    raise SubmitError(f"the {self.name} backend hands its jobs no descriptors")
                 env = {**base_env, **spec.env, **(program if _JOB_ENV in spec.env else {})}
                 env.update(self._resources_env(job_id, spec))
-                jobs.append((job_id, prefix + list(spec.command), env, bool(prefix)))
+                jobs.append((job_id, prefix + list(spec.command), env, bool(prefix),
+                             dict(spec.inherit)))
                 log = self._open_log(job_id, spec)
                 if log is not None:
                     logs[job_id], log_paths[job_id] = log
-            forked = self._fork_all([(job_id, argv, env, logs.get(job_id))
-                                     for job_id, argv, env, placed in jobs
+            forked = self._fork_all([(job_id, argv, env, logs.get(job_id), inherit)
+                                     for job_id, argv, env, placed, inherit in jobs
                                      if not placed and self._forkable(argv)])
             handles = []
-            for job_id, argv, env, _ in jobs:
+            for job_id, argv, env, _, inherit in jobs:
                 proc: Optional[_Proc] = forked.get(job_id)
                 if proc is None:
                     log_fd = logs.get(job_id)
+                    env = {**env, **{name: str(fd) for name, fd in inherit.items()}}
                     try:
                         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                                stdout=log_fd, stderr=log_fd, close_fds=True)
+                                                stdout=log_fd, stderr=log_fd, close_fds=True,
+                                                pass_fds=tuple(inherit.values()))
                     except OSError as e:
                         raise SubmitError(f"cannot start local job: {e}", command=argv) from e
                 with self._lock:
@@ -133,7 +139,7 @@ class LocalBackend(Backend):
                 handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
             return handles
         except BaseException:
-            for job_id, _, _, _ in jobs:
+            for job_id, *_ in jobs:
                 if job_id not in self._procs and self._gpus is not None:
                     self._gpus.release(job_id)
             raise
@@ -205,8 +211,8 @@ class LocalBackend(Backend):
                 and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
                 and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
 
-    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str], Optional[int]]]
-                  ) -> Dict[str, ForkedJob]:
+    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str], Optional[int],
+                                         Dict[str, int]]]) -> Dict[str, ForkedJob]:
         """The jobs the fork server forked, by job id; the others start as subprocesses."""
         if not jobs:
             return {}
@@ -223,10 +229,10 @@ class LocalBackend(Backend):
         except OSError:
             cwd = None
         results = server.fork_many([(argv, env, functools.partial(self._forked_job_ended,
-                                                                  job_id), log_fd)
-                                    for job_id, argv, env, log_fd in jobs], cwd)
+                                                                  job_id), log_fd, inherit)
+                                    for job_id, argv, env, log_fd, inherit in jobs], cwd)
         out = {}
-        for (job_id, _, _, _), result in zip(jobs, results):
+        for (job_id, *_), result in zip(jobs, results):
             if isinstance(result, ForkServerError):
                 _note_once(f"{result}; this job starts as a subprocess")
             else:

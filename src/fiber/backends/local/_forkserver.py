@@ -14,9 +14,11 @@ environment and runs the bootstrap in-process, as ``python -m fiber.process._boo
     socketpair(AF_UNIX, SOCK_SEQPACKET) ───────▶ inherited fd (its number is argv[1])
     init {preload, sys_path}             ──────▶ import fiber and the preload modules
                                          ◀────── ready {pid, preloaded, failed}
-    fork {id, argv, env, cwd, signals}
-      + the master's stdout/stderr fds   ──────▶ fork(); the child: stdio, signals, env,
-                                                 cwd, then fiber.process._bootstrap; os._exit
+    fork {id, argv, env, cwd, signals,
+          inherit: names}
+      + the master's stdout/stderr fds,  ──────▶ fork(); the child: stdio, signals, env
+        then the fds handed to the job           (+ name=fd of each inherited one), cwd,
+                                                 then fiber.process._bootstrap; os._exit
                                          ◀────── forked {id, pid} + a pidfd of the child
                                          ◀────── exit {pid, code}  (SIGCHLD → waitpid)
     EOF: the master ended                ──────▶ the template exits
@@ -270,24 +272,26 @@ class ForkServer:
             ForkServerError: the template cannot start this job (it is gone, stuck, or the
                 request cannot be sent); nothing was started.
         """
-        result = self.fork_many([(argv, env, on_finish, None)], cwd, timeout)[0]
+        result = self.fork_many([(argv, env, on_finish, None, {})], cwd, timeout)[0]
         if isinstance(result, ForkServerError):
             raise result
         return result
 
     def fork_many(self, jobs: Sequence[Tuple[Sequence[str], Dict[str, str],
-                                             Callable[[], None], Optional[int]]],
+                                             Callable[[], None], Optional[int],
+                                             Dict[str, int]]],
                   cwd: Optional[str], timeout: Optional[float] = None
                   ) -> List[Union[ForkedJob, ForkServerError]]:
-        """Fork a child per ``(argv, env, on_finish, log_fd)``: every request is sent
-        before the first answer is awaited, so that a pool of 1,024 workers is not 1,024
-        round trips to the template. A job's stdout and stderr are ``log_fd`` (its log
-        file), or with None this process's own. Each job is a :class:`ForkedJob`, or the
+        """Fork a child per ``(argv, env, on_finish, log_fd, inherit)``: every request is
+        sent before the first answer is awaited, so that a pool of 1,024 workers is not
+        1,024 round trips to the template. A job's stdout and stderr are ``log_fd`` (its
+        log file), or with None this process's own; it is handed the descriptors of
+        ``inherit`` (see ``JobSpec.inherit``). Each job is a :class:`ForkedJob`, or the
         ForkServerError saying why the template did not start it."""
         own_stdio = [fd for fd in (1, 2) if _is_open(fd)]
         ignored = _ignored_signals()
         sent: List[Union[ForkedJob, ForkServerError]] = []
-        for argv, env, on_finish, log_fd in jobs:
+        for argv, env, on_finish, log_fd, inherit in jobs:
             stdio = own_stdio if log_fd is None else [log_fd, log_fd]
             forked = ForkedJob(on_finish)
             with self._lock:
@@ -299,10 +303,10 @@ class ForkServer:
             request = {"op": ForkOps.FORK, "id": job_id, "argv": list(argv), "env": env,
                        "cwd": cwd, "stdio": ([fd in stdio for fd in (1, 2)]
                                              if log_fd is None else [True, True]),
-                       "ignored": ignored}
+                       "ignored": ignored, "inherit": list(inherit)}
             try:
                 with self._send_lock:
-                    send_message(self._sock, request, stdio)
+                    send_message(self._sock, request, [*stdio, *inherit.values()])
             except (OSError, ValueError) as e:
                 with self._lock:
                     self._pending.pop(job_id, None)

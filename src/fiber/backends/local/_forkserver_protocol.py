@@ -24,7 +24,7 @@ class ForkOps:
     INIT = "init"  # master -> template: preload these, with this path and argv
     READY = "ready"  # template -> master: preloaded (its pid, what it could not import)
     ERROR = "error"  # template -> master: it cannot serve (it exits)
-    FORK = "fork"  # master -> template: fork a job (+ its stdout/stderr fds)
+    FORK = "fork"  # master -> template: fork a job (+ its stdout/stderr, inherited fds)
     FORKED = "forked"  # template -> master: the job's pid (+ a pidfd of it)
     FORK_FAILED = "fork_failed"  # template -> master: fork() failed
     EXIT = "exit"  # template -> master: a job it forked exited, with its code

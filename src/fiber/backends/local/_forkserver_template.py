@@ -202,6 +202,7 @@ class _ChildContext:
                 f = fds.pop(0)
                 os.dup2(f, target)
                 os.close(f)
+        inherited = {name: fds.pop(0) for name in request.get("inherit", []) if fds}
         for f in fds:
             os.close(f)
         out: Any = sys.stdout
@@ -214,6 +215,8 @@ class _ChildContext:
         for key, value in env.items():
             if self.environ.get(key) != value:
                 os.environ[key] = value
+        for key, fd in inherited.items():
+            os.environ[key] = str(fd)
         cwd = request.get("cwd")
         if cwd:
             try:
