@@ -501,3 +501,29 @@ def test_template_is_single_threaded_and_serves_nothing(local):
     assert t.net_connections(kind="inet") == []
     assert t.num_threads() == 1 or "numpy" in (_forkserver._server.preloaded
                                                 if _forkserver._server else [])
+
+
+def report_main(q: Any) -> None:
+    import __main__
+
+    q.put((os.path.basename(__main__.__file__), __main__.__spec__.name,
+           os.path.basename(sys.argv[0])))
+
+
+def test_a_forked_job_has_the_main_module_of_a_new_interpreter(local):
+    """A forked job's ``__main__`` is that of ``python -m`` of the bootstrap, as in a job
+    started as a subprocess (the bootstrap's code is the template's module, not run
+    again)."""
+    seen = []
+    for fork_server in (True, False):
+        with fiber.config.override(local_fork_server=fork_server):
+            q = local.SimpleQueue()
+            p = local.Process(target=report_main, args=(q,))
+            p.start()
+            assert _forked(p) == fork_server
+            seen.append(q.get())
+            p.join(60)
+            assert p.exitcode == 0
+    # sys.argv: the program's (the launch payload's), as in every job
+    assert seen[0] == seen[1] == ("_bootstrap.py", "fiber.process._bootstrap",
+                                  os.path.basename(sys.argv[0])), seen
