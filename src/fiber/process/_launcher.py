@@ -47,12 +47,14 @@ from .._core import _runtime
 from ..backends import Backend, JobSpec
 from ..backends._command import JOB_HOST_ENV
 from ..config import get_config
+from ..errors import ProcessError
 from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service
+from ..transport.sockets import split_address
 from ._printer import OutputPrinter
 
-__all__ = ["LaunchService", "launcher", "Launch", "handing_anchors"]
+__all__ = ["LaunchService", "launcher", "Launch", "handing_anchors", "check_reachable"]
 
 SERVICE = b"proc"
 _SOURCE_TIMEOUT_S = 5.0
@@ -242,6 +244,26 @@ def handing_anchors(backend: Backend, specs: Sequence[JobSpec]) -> Iterator[List
     finally:
         for end in theirs:
             end.close()
+
+
+_LOOPBACK = ("127.", "::1", "localhost")
+
+
+def check_reachable(backend: Backend) -> None:
+    """Refuse to start a job that could not reach this process's hub.
+
+    The hub binds once, to the address of the backend configured when it started; a
+    context on another backend whose jobs run elsewhere needs ``listen_host``.
+    """
+    hub_host = split_address(_runtime.hub().address)[0]
+    if not hub_host.startswith(_LOOPBACK):
+        return
+    wanted = backend.listen_host()
+    if not wanted.startswith(_LOOPBACK):
+        raise ProcessError(
+            f"this process listens on {hub_host}, which jobs of backend {backend.name!r} "
+            f"cannot reach (it suggests {wanted}); set listen_host (FIBER_LISTEN_HOST) or "
+            f"make {backend.name!r} the configured backend before fiber is first used")
 
 
 def _serve_source(server: Server, peer: Peer, req_id: bytes, filename: str) -> None:

@@ -38,7 +38,7 @@ from typing import (
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process
-from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..backends._command import bootstrap_command
 from ..config import get_config
 from ..errors import ProcessError
@@ -46,7 +46,6 @@ from ..meta import resources_of
 from ..transport import auth
 from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
-from ..transport.sockets import split_address
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _describe, _fd_handoff, _launcher
 from ._attributes import ProcessAttributes
@@ -134,7 +133,7 @@ class Process(ProcessAttributes):
             raise ProcessError("daemonic processes are not allowed to have children")
         cfg = get_config()
         backend = get_backend(self._backend_name or cfg.backend)
-        _check_reachable(backend)
+        _launcher.check_reachable(backend)
         try:
             with collecting_handoffs() as handoffs:
                 pickled, spawn = _fd_handoff.pickle_process(self, backend)
@@ -464,26 +463,6 @@ def start_all(processes: Sequence[Process]) -> None:
             raise
         for (proc, job, _), handle in zip(group, handles):
             proc._launched(job, handle)  # noqa: SLF001
-
-
-_LOOPBACK = ("127.", "::1", "localhost")
-
-
-def _check_reachable(backend: Backend) -> None:
-    """Refuse to start a job that could not reach this process's hub.
-
-    The hub binds once, to the address of the backend configured when it started; a
-    context on another backend whose jobs run elsewhere needs ``listen_host``.
-    """
-    hub_host = split_address(_runtime.hub().address)[0]
-    if not hub_host.startswith(_LOOPBACK):
-        return
-    wanted = backend.listen_host()
-    if not wanted.startswith(_LOOPBACK):
-        raise ProcessError(
-            f"this process listens on {hub_host}, which jobs of backend {backend.name!r} "
-            f"cannot reach (it suggests {wanted}); set listen_host (FIBER_LISTEN_HOST) or "
-            f"make {backend.name!r} the configured backend before fiber is first used")
 
 
 def _exit_code_of(e: SystemExit) -> int:
