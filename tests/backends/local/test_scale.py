@@ -54,3 +54,16 @@ def test_a_pool_beyond_the_hard_open_file_limit_is_refused_with_the_limit_named(
     assert f"(about {FILES_PER_JOB} a job)" in lines[0]
     assert "limit of 300" in lines[0] and "hard limit 300" in lines[0], lines[0]
     assert lines[1] == "running 0", out.stdout
+
+
+@pytest.mark.scale
+def test_a_pool_of_1024_local_workers_loses_none_of_its_results_to_kills(tmp_path):
+    """Pool(1024) whose tasks SIGKILL 21 of its workers mid-map, many while the pool still
+    starts: every result comes back once and right, and each lost worker is warned of
+    once (their anchors are socket pairs handed over at start: their ends must reach the
+    hub as a lost worker's connection does)."""
+    out = _run("kills_at_size.py", "1024", str(tmp_path), timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["killed 21", "ok"], out.stdout + out.stderr
+    lost = [line for line in out.stderr.splitlines() if "was lost: killed by SIGKILL" in line]
+    assert len(lost) == 21, out.stderr
