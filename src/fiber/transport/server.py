@@ -191,9 +191,7 @@ class Server:
                 sock.close()
                 raise TransportError("the server has stopped", self.address)
             conn = Connection(sock, self._scratch)
-            conn.reader.max_message = None
-            conn.peer = Peer(next(self._peer_ids), process_id, True, conn)
-            self._anchors[process_id] += 1
+            self._admit(conn, process_id, anchor=True)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -551,15 +549,19 @@ class Server:
         handshake = conn.handshake
         reply, keep = handshake.step(frames, self._id)
         if keep and handshake.done:
-            conn.reader.max_message = None
-            conn.peer = Peer(next(self._peer_ids), handshake.process_id, handshake.anchor, conn)
-            self._unauthenticated.pop(id(conn), None)
-            if handshake.anchor:
-                self._anchors[handshake.process_id] += 1
+            self._admit(conn, handshake.process_id, handshake.anchor)
         if reply:
             conn.outbox.add(reply)
             self._flush(conn)
         return keep
+
+    def _admit(self, conn: Connection, process_id: bytes, anchor: bool) -> None:
+        """``conn`` is a peer from now on (authenticated, or a socket pair's end)."""
+        conn.reader.max_message = None
+        conn.peer = Peer(next(self._peer_ids), process_id, anchor, conn)
+        self._unauthenticated.pop(id(conn), None)
+        if anchor:
+            self._anchors[process_id] += 1
 
     def _close_conn(self, conn: Connection, notify: bool = True) -> None:
         sock = conn.sock
