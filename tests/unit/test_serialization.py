@@ -268,3 +268,52 @@ def test_malformed_stream_is_rejected():
         FrameReader().feed_from(b)
     a.close()
     b.close()
+
+
+# -- what fiber carries itself (transport/_by_value.py), whatever cloudpickle is installed --
+
+
+def test_a_shipped_code_object_keeps_its_file_name():
+    """cloudpickle 3.1.3 ships every code object as ``<dynamic-code>``; fiber's do not."""
+    main = _main_functions("def t20_f():\n    return lambda: 1\n")
+    inner = main["t20_f"]()
+    for fn in (main["t20_f"], inner, lambda: 2):
+        assert loads(dumps(fn)).__code__.co_filename == fn.__code__.co_filename
+
+
+def test_a_main_function_keeps_its_attributes_closure_and_recursion():
+    main = _main_functions('''
+        import os
+        def t21_outer(n):
+            def fact(k):
+                return 1 if k <= 1 else k * fact(k - 1)  # itself, through its closure
+            return fact
+        def t21_fib(n: int, *, memo: dict = None) -> int:
+            "doc"
+            return n if n < 2 else t21_fib(n - 1) + t21_fib(n - 2)  # itself, as a global
+        t21_fib.tag = "kept"
+        def t21_sep():
+            return os.path.sep
+    ''')
+    fact = loads(dumps(main["t21_outer"](0)))
+    assert fact(5) == 120
+    fib = loads(dumps(main["t21_fib"]))
+    assert fib(10) == 55 and fib.__doc__ == "doc" and fib.tag == "kept"
+    assert fib.__kwdefaults__ == {"memo": None} and fib.__qualname__ == "t21_fib"
+    assert fib.__annotations__ == main["t21_fib"].__annotations__ and fib.__annotations__
+    assert loads(dumps(main["t21_sep"]))() == os.path.sep
+
+
+def test_a_main_functions_attribute_names_do_not_ship_globals_of_that_name():
+    """``self.t22_model`` names ``t22_model`` as an attribute: a global of that name (a
+    big or an unpicklable object) must not travel with the method."""
+    main = _main_functions('''
+        import threading
+        t22_model = threading.Lock()
+        class T22:
+            def __init__(self):
+                self.t22_model = 1
+            def get(self):
+                return self.t22_model
+    ''')
+    assert loads(dumps(main["T22"]())).get() == 1

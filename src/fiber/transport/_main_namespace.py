@@ -1,15 +1,15 @@
 """One globals namespace for the functions of the program's ``__main__`` rebuilt here.
 
-A job never imports the user's main script: the functions defined there travel by value
-(cloudpickle), and cloudpickle gives the functions of every separate pickle a globals dict of
-their own. A Pool's initializer (pickled in the worker's launch payload) and its task function
-(pickled apart) would not see each other's globals, so ``global model; model = v`` in the
-initializer would be lost to the tasks. A ``multiprocessing`` worker imports the main script,
-and all its functions share that module's globals; here they share :data:`namespace`::
+A job never imports the user's main script: the functions defined there travel by value,
+and a by-value function would get a globals dict of its own per pickle. A Pool's
+initializer (pickled in the worker's launch payload) and its task function (pickled apart)
+would not see each other's globals, so ``global model; model = v`` in the initializer would
+be lost to the tasks. A ``multiprocessing`` worker imports the main script, and all its
+functions share that module's globals; here they share :data:`namespace`::
 
-    serialization's pickler, for a function whose globals are __main__'s:
-        (make_function, (code, base_globals, name, defaults, closure),
-         state (holds the values of the globals the function uses), set_function_state)
+    the pickler, for a function whose globals are __main__'s (_by_value):
+        (make_function, (code, base_globals, name, number of closure cells),
+         state (its attributes, closure values and the globals it uses), set_function_state)
     any unpickler in any process:
         make_function       builds the function on `namespace`
         set_function_state  merges the globals it brings into `namespace` (rule below)
@@ -32,13 +32,12 @@ methods are functions of ``__main__``, rebuilt here.
 
 from __future__ import annotations
 
+import builtins
 import linecache
 import os
 import threading
 import types
-from typing import Any, Callable, Dict, Optional, Tuple
-
-from cloudpickle import cloudpickle as _cloudpickle
+from typing import Any, Callable, Dict, Optional
 
 __all__ = ["namespace", "make_function", "set_function_state", "fetch_sources_with"]
 
@@ -57,10 +56,10 @@ _installed: Dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: Optional[str],
-                  argdefs: Optional[Tuple[Any, ...]],
-                  closure: Optional[Tuple[Any, ...]]) -> types.FunctionType:
-    """cloudpickle's ``_make_function``, with :data:`namespace` for the function's globals.
+def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: str,
+                  cells: int) -> types.FunctionType:
+    """A function of ``__main__`` with :data:`namespace` for its globals, and ``cells``
+    empty closure cells (:func:`set_function_state` fills them, and the rest).
 
     ``base_globals`` holds the module attributes that relative imports need (``__name__``,
     ``__file__``, ...); they are set once, by the first function of ``__main__`` rebuilt.
@@ -68,10 +67,10 @@ def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: Opti
     with _lock:
         for key, value in base_globals.items():
             namespace.setdefault(key, value)
+        namespace.setdefault("__builtins__", builtins)
     _lazy_source(code.co_filename)
-    fn: types.FunctionType = _cloudpickle._make_function(  # noqa: SLF001
-        code, namespace, name, argdefs, closure)
-    return fn
+    closure = tuple(types.CellType() for _ in range(cells)) if cells else None
+    return types.FunctionType(code, namespace, name, None, closure)
 
 
 def fetch_sources_with(fetch: Optional[Callable[[str], Optional[str]]]) -> None:
@@ -94,16 +93,20 @@ def _lazy_source(filename: str) -> None:
     linecache.cache[filename] = (lambda: fetch(filename),)
 
 
-def set_function_state(func: types.FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]
-                       ) -> None:
-    """cloudpickle's ``_function_setstate``, merging the globals brought into :data:`namespace`
-    by the rule of this module's docstring instead of overwriting them all."""
-    attributes, slots = state
+def set_function_state(func: types.FunctionType, state: Dict[str, Any]) -> None:
+    """Give a function built by :func:`make_function` what it had when it was pickled
+    (see ``_by_value.reduce_main_function``): its attributes, its closure's values, and
+    its globals, merged into :data:`namespace` by the rule of this module's docstring."""
     with _lock:
-        for name, value in slots["__globals__"].items():
+        for name, value in state["__globals__"].items():
             _merge(name, value)
-    _cloudpickle._function_setstate(  # noqa: SLF001
-        func, (attributes, {**slots, "__globals__": {}}))
+    for cell, (full, value) in zip(func.__closure__ or (), state["cells"]):
+        if full:
+            cell.cell_contents = value
+    for attribute in ("__qualname__", "__module__", "__doc__", "__defaults__",
+                      "__kwdefaults__", "__annotations__"):
+        setattr(func, attribute, state[attribute])
+    func.__dict__.update(state["__dict__"])
 
 
 #: Values that cannot change in place: an installed one still there is as it came.

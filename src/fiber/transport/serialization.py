@@ -26,7 +26,8 @@ from typing import Any, List, Sequence, Union
 
 import cloudpickle
 
-from ._main_namespace import fetch_sources_with, make_function, set_function_state
+from ._by_value import is_main_function, reduce_code, reduce_main_function
+from ._main_namespace import fetch_sources_with
 
 __all__ = ["dumps", "dumps_bytes", "loads", "OOB_THRESHOLD", "Frame", "fetch_sources_with"]
 
@@ -39,16 +40,18 @@ Frame = Union[bytes, bytearray, memoryview]
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no hints
     """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers.
 
-    A function of ``__main__`` names fiber's reconstructors instead of cloudpickle's, so
-    that any unpickler (plain ``pickle.loads`` too) rebuilds it on the shared namespace.
+    Code objects and the functions of ``__main__`` go fiber's own way (see
+    :mod:`._by_value`): a code object keeps its file name, whatever cloudpickle does, and
+    a function of ``__main__`` is rebuilt on the shared namespace by any unpickler.
+    ``reducer_override`` is the pickle module's public hook, which cloudpickle implements.
     """
 
-    def _dynamic_function_reduce(self, func: types.FunctionType) -> Any:
-        reduced = super()._dynamic_function_reduce(func)
-        if func.__globals__.get("__name__") != "__main__":
-            return reduced
-        _, newargs, state, _, _, _ = reduced
-        return make_function, newargs, state, None, None, set_function_state
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType:
+            return reduce_code(obj)
+        if is_main_function(obj):
+            return reduce_main_function(obj)
+        return super().reducer_override(obj)
 
 
 def dumps(obj: Any) -> List[Frame]:

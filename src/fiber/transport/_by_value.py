@@ -1,0 +1,120 @@
+"""What fiber sends by value itself, not through cloudpickle's private reducers.
+
+Two things a job needs exactly as the parent had them, whatever cloudpickle version is
+installed (it is the one runtime dependency, and pip takes its newest):
+
+- **Code objects** keep their file name. cloudpickle 3.1.3 renames the file of every code
+  object it ships to ``<dynamic-code>``, so a remote traceback lost the file and line of
+  the user's function. Here a code object travels as :func:`marshal.dumps` does it (the
+  format of ``.pyc`` files: every field kept, nested code objects included; jobs run the
+  parent's Python version, as bytecode requires anyway).
+- **Functions of ``__main__``** are rebuilt on the one namespace of
+  :mod:`._main_namespace`, by :func:`reduce_main_function` here and the reconstructors
+  there, so that any unpickler (plain ``pickle.loads`` too) shares their globals.
+
+Everything else cloudpickle does (lambdas and closures of other modules, classes of
+``__main__``) goes through its public ``Pickler``; ``tests/unit/test_serialization.py``
+runs with the newest cloudpickle and with the floor ``pyproject.toml`` allows (CI).
+"""
+
+from __future__ import annotations
+
+import dis
+import marshal
+import sys
+import types
+import weakref
+from typing import Any, Dict, Iterator, List, Tuple
+
+from ._main_namespace import make_function, set_function_state
+
+__all__ = ["reduce_code", "reduce_main_function", "is_main_function"]
+
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"})
+#: The module attributes a rebuilt function's globals need (relative imports, __file__).
+_BASE_GLOBALS = ("__package__", "__name__", "__path__", "__file__")
+
+# code object -> the global names its instructions use (code objects are immutable)
+_names_cache: weakref.WeakKeyDictionary[types.CodeType, Tuple[str, ...]] = \
+    weakref.WeakKeyDictionary()
+
+
+def reduce_code(code: types.CodeType) -> Any:
+    """A code object as ``marshal.loads(bytes)``, its ``co_filename`` kept; NotImplemented
+    (the pickler's own way) for one marshal refuses (a constant put in by hand)."""
+    try:
+        return marshal.loads, (marshal.dumps(code),)
+    except ValueError:
+        return NotImplemented
+
+
+def is_main_function(obj: Any) -> bool:
+    """A plain function whose globals are the main script's (or a notebook's)."""
+    return type(obj) is types.FunctionType and obj.__globals__.get("__name__") == "__main__"
+
+
+def reduce_main_function(func: types.FunctionType) -> Tuple[Any, ...]:
+    """The reduction of a function of ``__main__``: built empty by ``make_function``, then
+    given its state by ``set_function_state`` (so a function that refers to itself, in
+    its globals or its closure, pickles: the memo holds it before its state is saved)."""
+    g = func.__globals__
+    code = func.__code__
+    closure = func.__closure__ or ()
+    used = {name: g[name] for name in _global_names(code) if name in g}
+    cells = []
+    for cell in closure:
+        try:
+            cells.append((True, cell.cell_contents))
+        except ValueError:  # an empty cell (a variable not assigned yet)
+            cells.append((False, None))
+    state: Dict[str, Any] = {
+        "__name__": func.__name__, "__qualname__": func.__qualname__,
+        "__module__": func.__module__, "__doc__": func.__doc__,
+        "__defaults__": func.__defaults__, "__kwdefaults__": func.__kwdefaults__,
+        "__annotations__": func.__annotations__, "__dict__": dict(func.__dict__),
+        "__globals__": used, "cells": cells,
+        # submodules the function reaches as attributes (``os.path.join`` with ``os`` a
+        # global): unpickling them imports them where the job has not yet
+        "submodules": _submodules(code, [*used.values(), *(v for _, v in cells)]),
+    }
+    base = {k: g[k] for k in _BASE_GLOBALS if k in g}
+    return (make_function, (code, base, func.__name__, len(closure)), state, None, None,
+            set_function_state)
+
+
+def _global_names(code: types.CodeType) -> Tuple[str, ...]:
+    """The global names the code (and the code of the functions it defines) reads or
+    writes: the instructions', not ``co_names`` (which holds attribute names too: a
+    method's ``self.model`` must not ship a global ``model``)."""
+    names = _names_cache.get(code)
+    if names is None:
+        found: Dict[str, None] = {}  # ordered: the same pickle for the same function
+        for inner in _code_tree(code):
+            for ins in dis.get_instructions(inner):
+                if ins.opname in _GLOBAL_OPS:
+                    found[ins.argval] = None
+        names = _names_cache[code] = tuple(found)
+    return names
+
+
+def _code_tree(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_tree(const)
+
+
+def _submodules(code: types.CodeType, values: List[Any]) -> List[types.ModuleType]:
+    """The imported submodules of the modules among ``values`` whose dotted path the code
+    spells out (``xml.etree`` for ``xml.etree.ElementTree.parse``)."""
+    words = {name for inner in _code_tree(code) for name in inner.co_names}
+    found = []
+    for value in values:
+        if not isinstance(value, types.ModuleType):
+            continue
+        prefix = value.__name__ + "."
+        for name, module in list(sys.modules.items()):
+            if (module is not None and name.startswith(prefix)
+                    and set(name[len(prefix):].split(".")) <= words):
+                found.append(module)
+    return found
