@@ -156,3 +156,51 @@ def test_a_child_traceback_reaches_the_master_with_its_prefix(ctx, capfd):
     assert f"Process {p.name}:" in text and "ValueError: kaboom-456" in text, err
     assert "raise ValueError(message)" in text  # the source line of the target
     assert "_process.py" not in text and "_bootstrap.py" not in text  # no fiber frames
+
+
+ABRUPT_ENDS = ["os._exit", "SIGKILL", "segfault"]
+_SIGNALLED = {"os._exit": 3, "SIGKILL": -9, "segfault": -11}
+
+
+@pytest.mark.parametrize("how", ABRUPT_ENDS)
+def test_a_jobs_last_words_before_an_abrupt_end_reach_the_master_and_its_log(
+        ctx, backend_name, capfd, how):
+    """Flushed lines written just before ``os._exit``, a SIGKILL or a segfault are at the
+    master once ``join`` returns, in order within each stream, and in the job's log
+    (the job's own thread would die with it: its pipes are read by a process that does
+    not)."""
+    text = f"last words {how}"
+    p = ctx.Process(target=oh.last_words, args=(text, how))
+    p.start()
+    p.join(120)
+    assert p.exitcode == _SIGNALLED[how]
+    cap = _Captured(capfd).read()
+    out = [m.group("text") for m in _prefixed(cap.out, text)]
+    assert out == [f"{text} out", f"{text} fd1", f"{text} unfinished"], cap.out
+    assert [m.group("text") for m in _prefixed(cap.err, text)] == [f"{text} err"], cap.err
+    deadline = time.monotonic() + 60
+    while True:  # a cluster's log may come a little after the job's end
+        try:
+            log = get_backend(backend_name).read_logs(p.job_id)
+        except BackendError as e:
+            log = str(e)
+        if f"{text} unfinished" in log or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for line in (f"{text} out", f"{text} err", f"{text} fd1", f"{text} unfinished"):
+        assert line in log, log
+
+
+@pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
+def test_a_pool_tasks_last_words_before_its_worker_dies_reach_the_master(ctx, capfd, how):
+    """The task is run again on the worker that replaces the lost one; what the first run
+    printed before the end is not lost."""
+    text = f"pool last words {how}"
+    flag = ctx.Event()
+    with ctx.Pool(1) as pool:
+        assert pool.apply(oh.last_words_task, (text, how, flag)) == text
+    cap = _Captured(capfd)
+    cap.wait_for(f"{text} unfinished")
+    assert [m.group("text") for m in _prefixed(cap.out, text)] == [
+        f"{text} out", f"{text} fd1", f"{text} unfinished"], cap.out
+    assert [m.group("text") for m in _prefixed(cap.err, text)] == [f"{text} err"], cap.err

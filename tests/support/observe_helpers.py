@@ -143,3 +143,37 @@ def hog_once(flag: Any, x: int) -> int:
         flag.set()
         hog.__wrapped__()
     return x
+
+
+def _end_abruptly(how: str) -> None:
+    """End this process at once, without any of Python's own shutdown."""
+    if how == "os._exit":
+        os._exit(3)
+    if how == "SIGKILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV in native code
+    time.sleep(60)
+    raise AssertionError(f"still alive after {how}")
+
+
+def last_words(text: str, how: str) -> None:
+    """Print ``text`` on stdout and on stderr (flushed; stdout with no end of line too),
+    then end abruptly: ``how`` is "os._exit", "SIGKILL" or "segfault"."""
+    print(f"{text} out", flush=True)
+    print(f"{text} err", file=sys.stderr, flush=True)
+    os.write(1, f"{text} fd1\n".encode())
+    sys.stdout.write(f"{text} unfinished")
+    sys.stdout.flush()
+    _end_abruptly(how)
+
+
+def last_words_task(text: str, how: str, flag: Any) -> str:
+    """A pool task: its first run prints ``text`` and ends its worker abruptly (``flag``:
+    an Event of the master); its run on the worker that replaces it returns ``text``."""
+    if not flag.is_set():
+        flag.set()
+        last_words(text, how)
+    return text

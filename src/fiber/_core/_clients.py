@@ -15,7 +15,7 @@ from ..config import get_config
 from ..transport import client as transport_client
 from ..transport.client import CONNECT_TIMEOUT, Channel, Client
 
-__all__ = ["get_client", "own_client", "ensure_anchor", "adopt_anchor"]
+__all__ = ["get_client", "own_client", "plain_client", "ensure_anchor", "adopt_anchor"]
 
 
 def get_client(address: str, timeout: Optional[float] = None) -> Channel:
@@ -37,6 +37,16 @@ def own_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
         ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
     """
     return transport_client.own_client(address, timeout, settings=get_config)
+
+
+def plain_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+    """A connection to ``address`` that is not this process's anchor, and makes none: a
+    job's output relay's (see fiber.process._relay), a process that is not the job.
+
+    Raises:
+        ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
+    """
+    return Client(address, timeout=timeout, settings=get_config)
 
 
 def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:

@@ -33,6 +33,10 @@ JOB_ENV = "FIBER_JOB"
 #: the anchor's descriptor, and the process id its parent's hub knows it by.
 ANCHOR_FD_ENV = "FIBER_ANCHOR_FD"
 PROCESS_ID_ENV = "FIBER_PROCESS_ID"
+#: How a job's output reaches its parent (see fiber.process._output): "captured" (its
+#: parent drains its pipes) or "relay" (its first process stays as its relay); unset:
+#: not forwarded (``forward_output`` off).
+OUTPUT_ENV = "FIBER_OUTPUT"
 
 _lock = threading.Lock()
 _hub: Optional[Server] = None

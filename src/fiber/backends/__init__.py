@@ -14,12 +14,23 @@ from typing import Dict, List, Type
 
 from .._exports import publish
 from ..errors import UnknownBackendError
-from ._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher, Resources
+from ._base import (
+    Backend,
+    JobHandle,
+    JobInfo,
+    JobOutput,
+    JobSpec,
+    JobState,
+    JobStatus,
+    JobWatcher,
+    Resources,
+)
 
 __all__ = [
     "Backend",
     "JobHandle",
     "JobInfo",
+    "JobOutput",
     "JobSpec",
     "JobState",
     "JobStatus",
@@ -30,8 +41,8 @@ __all__ = [
     "register_backend",
 ]
 
-publish(__name__, Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher,
-        Resources)
+publish(__name__, Backend, JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus,
+        JobWatcher, Resources)
 
 _BUILTIN: Dict[str, str] = {
     "local": "fiber.backends.local:LocalBackend",

@@ -35,6 +35,7 @@ __all__ = [
     "Resources",
     "JobSpec",
     "JobHandle",
+    "JobOutput",
     "JobState",
     "JobStatus",
     "JobInfo",
@@ -86,6 +87,22 @@ class JobSpec:
     #: backend whose ``passes_fds`` is True; the caller closes its own copies after
     #: ``submit``.
     inherit: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: The caller reads the job's stdout and stderr itself: the backend gives the job a
+    #: pipe for each and hands their read ends back as ``JobHandle.output``, so that what
+    #: the job wrote outlives it, however it ended. Only for a backend whose
+    #: ``passes_fds`` is True.
+    capture_output: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOutput:
+    """The read ends of a job's stdout and stderr pipes (``JobSpec.capture_output``), now
+    the caller's to read and close, and the job's log file (``fiber logs``), made empty
+    at submit, for the caller to append what it reads (None: the job keeps no log)."""
+
+    stdout_fd: int
+    stderr_fd: int
+    log_path: Optional[str] = None
 
 
 class JobState(enum.Enum):
@@ -129,6 +146,8 @@ class JobHandle:
     backend: str
     host: str = ""
     pid: Optional[int] = None
+    #: The job's output, for a spec with ``capture_output`` (see :class:`JobOutput`).
+    output: Optional[JobOutput] = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +178,12 @@ class Backend(abc.ABC):
     #: True when the backend can hand its jobs descriptors of this process at their start
     #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
     passes_fds: ClassVar[bool] = False
+
+    #: True when every job is a child process of this one (``local``, ``netns``): its
+    #: stdout and stderr can be pipes that this process reads (``JobSpec.capture_output``),
+    #: so that what a job wrote outlives it. Elsewhere a job's first process stays as its
+    #: output relay (see fiber.process._relay).
+    jobs_are_children: ClassVar[bool] = False
 
     @abc.abstractmethod
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:

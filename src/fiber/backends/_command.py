@@ -12,14 +12,17 @@ from __future__ import annotations
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-__all__ = ["BOOTSTRAP_MODULE", "JOB_HOST_ENV", "bootstrap_command", "bootstrap_parts",
-           "interpreter_flags"]
+__all__ = ["BOOTSTRAP_MODULE", "JOB_HOST_ENV", "JOB_LOG_ENV", "bootstrap_command",
+           "bootstrap_parts", "interpreter_flags"]
 
 BOOTSTRAP_MODULE = "fiber.process._bootstrap"
 #: Set by a backend whose jobs' own host name is not the host a person knows them by (a
 #: pod's host name is its pod's name): the name a job reports as its host (Process.host,
 #: the lost-worker warnings, pool status) in place of its host name.
 JOB_HOST_ENV = "FIBER_JOB_HOST"
+#: Set for a job whose output its parent captures (``JobSpec.capture_output``): the job's
+#: log file, where the job writes itself once nobody reads its pipes (its parent ended).
+JOB_LOG_ENV = "FIBER_JOB_LOG"
 
 #: sys.flags that a command-line switch sets, repeated as often as the flag's level.
 _COUNTED_FLAGS = (("debug", "d"), ("dont_write_bytecode", "B"), ("no_site", "S"),

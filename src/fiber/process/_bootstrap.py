@@ -82,10 +82,13 @@ def _end_with_program(address: str, is_master: bool) -> None:
     """The program's main process is gone: ``parent_process()`` turns dead (its waiters
     get ``SENTINEL_GRACE_S`` to react), this job's children are ended, then the job."""
     watched = _parent.parent_gone()
+    _output.parent_gone()  # to the job's own log: nobody may read its pipes any more
     who = "the program's main process" if is_master else "parent"
-    sys.stderr.write(f"fiber: {who} at {address} is gone; job {os.getpid()} exits\n")
-    sys.stderr.flush()
-    _output.parent_gone()  # in the job's own log before it ends
+    try:
+        sys.stderr.write(f"fiber: {who} at {address} is gone; job {os.getpid()} exits\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # a stderr nobody reads must not keep the job from ending
     kill_children()
     if watched:
         time.sleep(SENTINEL_GRACE_S)
@@ -109,12 +112,15 @@ def main() -> None:
     # host's own (environment, .fiberconfig) would be work thrown away.
     config.install(config.Config())
     parent = os.environ.get(_runtime.PARENT_ENV, "")
-    _take_anchor(parent)
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:
         sys.stderr.write("fiber.process._bootstrap is started by fiber, not by hand\n")
         sys.exit(2)
     token = bytes.fromhex(token_hex)
+    # first, before any thread or connection: a relay-fed job forks here, and this
+    # process stays as its relay (see _relay)
+    _output.split_for_relay(parent, token)
+    _take_anchor(parent)
     try:
         payload = _launcher.fetch_payload(parent, token)
     except BaseException as e:
@@ -125,8 +131,7 @@ def main() -> None:
     config.install(dataclasses.replace(payload["config"], listen_host=""))
     ensure_anchor(parent).retune()  # the program's heartbeat, not the defaults
     _lineage.set_master_address(payload.get("master") or parent)
-    if config.get_config().forward_output:
-        _output.start(parent, token)
+    _output.start()
     # functions of the parent's __main__ whose file this host lacks: the parent has it
     fetch_sources_with(lambda filename: _launcher.fetch_source(parent, filename))
     master = payload.get("lifeline") or parent  # what ends this job (see _lineage)
@@ -163,7 +168,7 @@ def main() -> None:
         exitcode = run_in_job(proc)
     _output.stop()  # what it wrote reaches the parent before its exit report
     try:
-        _launcher.report_exit(parent, token, exitcode)
+        _launcher.report_exit(parent, token, exitcode, _output.relayed())
     except Exception:
         pass  # the parent is gone or busy; the backend still sees our exit code
     _exiting.set()

@@ -44,7 +44,7 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from .._core import _runtime
-from ..backends import Backend, JobSpec
+from ..backends import Backend, JobOutput, JobSpec
 from ..backends._command import JOB_HOST_ENV
 from ..config import get_config
 from ..errors import ProcessError
@@ -52,6 +52,7 @@ from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service
 from ..transport.sockets import split_address
+from ._captured import CapturedOutput
 from ._printer import OutputPrinter
 
 __all__ = ["LaunchService", "launcher", "Launch", "handing_anchors", "check_reachable"]
@@ -143,9 +144,13 @@ class LaunchService(Service):
     @handles(LaunchOps.EXIT)
     def exit_report(self, server: Server, peer: Peer, req_id: bytes,
                     payload: List[Any]) -> None:
-        """A child reports its exit code: ``[token, code]``."""
+        """A child reports its exit code: ``[token, code, relayed]``; ``relayed`` b"1":
+        its relay has output on its way here (see _relay), which ``join`` waits for, even
+        if this report overtook the relay's first message."""
         launch = self._launch(server, peer, req_id, payload)
         if launch is not None:
+            if len(payload) > 2 and bytes(payload[2]) == b"1":
+                self._open_output(bytes(payload[0]), launch)
             launch.on_exit_report(int(bytes(payload[1])))
             server.reply(peer, req_id, b"ok")
 
@@ -157,7 +162,20 @@ class LaunchService(Service):
         if launch is not None:
             token = bytes(payload[0])
             self._outputs[peer.peer_id] = token
-            self.printer.open(token, launch.name, launch.host, get_config().output_prefix)
+            self._open_output(token, launch)
+
+    def _open_output(self, token: bytes, launch: Launch, host: str = "") -> None:
+        self.printer.open(token, launch.name, host or launch.host, get_config().output_prefix)
+
+    def capture(self, token: bytes, output: JobOutput) -> None:
+        """Read the pipes of job ``token``'s stdout and stderr from now on (a local job,
+        this process's child: see _captured)."""
+        hub = _runtime.hub()
+        with hub.lock:
+            launch = self._launches.get(token)
+            if launch is not None:
+                self._open_output(token, launch, host=job_host())
+            CapturedOutput(hub, self.printer, token, output)
 
     @handles(LaunchOps.OUTPUT)
     def output(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -312,7 +330,10 @@ def fetch_payload(parent: str, token: bytes) -> Any:
     return loads(frames)
 
 
-def report_exit(parent: str, token: bytes, exitcode: int) -> None:
+def report_exit(parent: str, token: bytes, exitcode: int, relayed: bool) -> None:
+    """In a child: its exit code, and whether its relay has sent output (see _relay)."""
     from .._core._clients import get_client
 
-    get_client(parent).request(SERVICE, LaunchOps.EXIT, [token, str(exitcode).encode()], timeout=10)
+    get_client(parent).request(SERVICE, LaunchOps.EXIT,
+                               [token, str(exitcode).encode(), b"1" if relayed else b"0"],
+                               timeout=10)

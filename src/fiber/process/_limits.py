@@ -1,7 +1,8 @@
 """The open-file limit of a master of many jobs.
 
 A master holds about :data:`FILES_PER_JOB` descriptors for every job it started (its
-connections, its sentinel pipe, a pidfd): a pool of 1,024 workers needs some 5,000, where many
+connections, its sentinel pipe, a pidfd, a local job's output pipes): a pool of 1,024
+workers needs some 9,000 while it starts, where many
 systems give a process 1,024 (the soft limit) and allow more (the hard limit). Before it
 starts jobs, a process raises its soft limit to the hard one, once, and checks that the
 jobs fit: a pool that cannot be served fails at once with the limit named, instead of
@@ -19,10 +20,11 @@ from ..errors import ResourceLimitError
 __all__ = ["FILES_PER_JOB", "raise_open_files", "ensure_open_files"]
 
 #: Descriptors a started job costs its parent: its one connection (the anchor, which a
-#: pool worker uses for its tasks too), the two ends of its sentinel pipe, and the pidfd
-#: of a job started as a subprocess; while it is submitted, a local job's end of its
-#: anchor too (see fiber.process._launcher.handing_anchors).
-FILES_PER_JOB = 5
+#: pool worker uses for its tasks too), the two ends of its sentinel pipe, the pidfd of
+#: a job started as a subprocess, and the read ends of a local job's stdout and stderr
+#: pipes (see fiber.process._captured); while it is submitted, a local job's end of its
+#: anchor (see fiber.process._launcher.handing_anchors) and of its pipes too.
+FILES_PER_JOB = 9
 #: Kept free for everything else a program opens (files, libraries, its own sockets).
 SPARE_FILES = 64
 

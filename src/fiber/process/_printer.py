@@ -47,6 +47,8 @@ class OutputPrinter:
     def open(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
         """Job ``token`` forwards its output from now on; its lines will carry
         ``(name@host) ``."""
+        if token in self._jobs:  # opened already (see LaunchService.exit_report)
+            return
         prefix = f"({name}@{host}) " if prefixed else ""
         self._jobs[token] = _JobOutput(prefix)
 

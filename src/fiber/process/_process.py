@@ -38,7 +38,7 @@ from typing import (
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process
-from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..backends._command import bootstrap_command
 from ..config import get_config
 from ..errors import ProcessError
@@ -47,7 +47,7 @@ from ..transport import auth
 from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
-from . import _describe, _fd_handoff, _launcher
+from . import _describe, _fd_handoff, _launcher, _output
 from ._attributes import ProcessAttributes
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
@@ -157,11 +157,13 @@ class Process(ProcessAttributes):
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
             on_gone=lambda: self._on_gone(job), name=self._name))
-        return job, self._job_spec(cfg, token)
+        return job, self._job_spec(cfg, token, backend)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
         job.handle = handle
         self._job = job
+        if handle.output is not None:
+            _launcher.launcher().capture(job.token, handle.output)
         _children.add(self)
         _register_exit_function()
         log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
@@ -217,15 +219,20 @@ class Process(ProcessAttributes):
         except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
             job.backend.cancel([job.handle], True)
 
-    def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
+    def _job_spec(self, cfg: Any, token: bytes, backend: Backend) -> JobSpec:
         default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
                             gpu=cfg.gpu_per_job or None)
         asked = self._resources or resources_of(self._target) or Resources()
         env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
                "FIBER_LISTEN_HOST": "", **auth.secret_env()}
+        # what the job writes outlives it: its parent drains the pipes of a job that is
+        # its child, a relay process those of a job elsewhere (see _output)
+        capture = cfg.forward_output and backend.jobs_are_children
+        if cfg.forward_output:
+            env[_runtime.OUTPUT_ENV] = _output.CAPTURED if capture else _output.RELAY
         return JobSpec(command=bootstrap_command(cfg.python or sys.executable),
                        env=env, resources=asked.merged_over(default), image=cfg.image,
-                       name=self._name)
+                       name=self._name, capture_output=capture)
 
     def _on_started(self, job: Job, pid: int, host: str) -> None:
         job.remote_pid, job.remote_host = pid, host

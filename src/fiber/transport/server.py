@@ -195,6 +195,21 @@ class Server:
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
+    def watch(self, fd: int, on_readable: Callable[[], None]) -> None:
+        """Call ``on_readable()`` whenever ``fd`` is readable, under the lock, on the
+        thread that serves, until :meth:`unwatch`: a pipe that this process drains (a
+        local job's output) is read in the same loop, and order, as its messages."""
+        with self.lock:
+            self._sel.register(fd, selectors.EVENT_READ, on_readable)
+
+    def unwatch(self, fd: int) -> None:
+        """Stop watching ``fd`` (before it is closed); nothing if it is not watched."""
+        with self.lock:
+            try:
+                self._sel.unregister(fd)
+            except (KeyError, ValueError, OSError):
+                pass
+
     def service(self, name: bytes) -> Optional[Service]:
         """The service registered as ``name``, if any."""
         return self._services.get(name)
@@ -431,6 +446,8 @@ class Server:
             self._accept(key.fileobj)  # type: ignore[arg-type]
         elif key.data is _WAKE or key.data is _NUDGE:
             self._drain(key.fd)
+        elif callable(key.data):  # a watched descriptor's (a connection is not callable)
+            key.data()
         else:
             conn: Connection = key.data
             if mask & selectors.EVENT_WRITE:

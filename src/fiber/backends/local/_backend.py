@@ -32,8 +32,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 from ... import _machine
 from ...config import get_config
 from ...errors import SubmitError
-from .._base import Backend, JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
-from .._command import bootstrap_parts, interpreter_flags
+from .._base import Backend, JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus, JobWatcher
+from .._command import JOB_LOG_ENV, bootstrap_parts, interpreter_flags
 from . import _forkserver, _jobs
 from ._forkserver import ForkedJob, ForkServerError
 from ._gpus import GPU_ENV, GpuPool, host_gpus
@@ -85,6 +85,7 @@ class LocalBackend(Backend):
     name = "local"
     jobs_share_host = True
     passes_fds = True
+    jobs_are_children = True
 
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
@@ -101,7 +102,8 @@ class LocalBackend(Backend):
         program = {_machine.PROGRAM_ENV: _machine.program_id()}  # a fiber job's, not a main's
         self._check_gpus(specs)
         jobs = []
-        logs: Dict[str, int] = {}
+        stdio: Dict[str, Tuple[int, int]] = {}  # a job's fds 1 and 2, if not this process's
+        outputs: Dict[str, JobOutput] = {}  # the read ends of captured jobs' pipes
         log_paths: Dict[str, str] = {}
         try:
             for spec in specs:
@@ -114,21 +116,19 @@ class LocalBackend(Backend):
                 env.update(self._resources_env(job_id, spec))
                 jobs.append((job_id, prefix + list(spec.command), env, bool(prefix),
                              dict(spec.inherit)))
-                log = self._open_log(job_id, spec)
-                if log is not None:
-                    logs[job_id], log_paths[job_id] = log
-            forked = self._fork_all([(job_id, argv, env, logs.get(job_id), inherit)
+                self._open_output(job_id, spec, env, stdio, outputs, log_paths)
+            forked = self._fork_all([(job_id, argv, env, stdio.get(job_id), inherit)
                                      for job_id, argv, env, placed, inherit in jobs
                                      if not placed and self._forkable(argv)])
             handles = []
             for job_id, argv, env, _, inherit in jobs:
                 proc: Optional[_Proc] = forked.get(job_id)
                 if proc is None:
-                    log_fd = logs.get(job_id)
+                    out, err = stdio.get(job_id, (None, None))
                     env = {**env, **{name: str(fd) for name, fd in inherit.items()}}
                     try:
                         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                                stdout=log_fd, stderr=log_fd, close_fds=True,
+                                                stdout=out, stderr=err, close_fds=True,
                                                 pass_fds=tuple(inherit.values()))
                     except OSError as e:
                         raise SubmitError(f"cannot start local job: {e}", command=argv) from e
@@ -136,16 +136,41 @@ class LocalBackend(Backend):
                     self._procs[job_id] = proc
                 if job_id in log_paths:
                     _jobs.note_started(log_paths[job_id], proc.pid)
-                handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
+                handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid,
+                                         output=outputs.pop(job_id, None)))
             return handles
         except BaseException:
             for job_id, *_ in jobs:
                 if job_id not in self._procs and self._gpus is not None:
                     self._gpus.release(job_id)
+            for output in outputs.values():  # not handed over: nobody else closes them
+                os.close(output.stdout_fd)
+                os.close(output.stderr_fd)
             raise
         finally:
-            for fd in logs.values():
-                os.close(fd)
+            for fds in stdio.values():  # the jobs have them now
+                for fd in set(fds):
+                    os.close(fd)
+
+    def _open_output(self, job_id: str, spec: JobSpec, env: Dict[str, str],
+                     stdio: Dict[str, Tuple[int, int]], outputs: Dict[str, JobOutput],
+                     log_paths: Dict[str, str]) -> None:
+        """Where job ``job_id`` writes: pipes whose read ends go back to the caller (a
+        spec with ``capture_output``), its own log file (a fiber job whose output is
+        forwarded by the job itself), or this process's stdout and stderr (the rest)."""
+        if spec.capture_output:
+            path = self._log_path(job_id, spec, create=True)
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            stdio[job_id] = (out_w, err_w)
+            outputs[job_id] = JobOutput(out_r, err_r, path)
+            if path is not None:
+                log_paths[job_id] = env[JOB_LOG_ENV] = path
+            return
+        log = self._open_log(job_id, spec)
+        if log is not None:
+            fd, log_paths[job_id] = log
+            stdio[job_id] = (fd, fd)
 
     def _gpu_pool(self) -> GpuPool:
         """The host's GPUs (made again if what the host reports has changed)."""
@@ -173,7 +198,8 @@ class LocalBackend(Backend):
         res = spec.resources
         if res.memory_mb or (res.cpu is not None and res.cpu != 1):
             _note_once("the local backend does not enforce cpu= and memory= (jobs share "
-                       "this machine's CPUs and memory); gpu= is")
+                       "this machine's CPUs and memory); it does enforce gpu= (each job "
+                       "gets GPUs of its own)")
         if not res.gpu:
             return {}
         return {GPU_ENV: ",".join(self._gpu_pool().take(int(res.gpu), job_id=job_id,
@@ -194,10 +220,27 @@ class LocalBackend(Backend):
         this process's stdout and stderr, as subprocesses do."""
         if not get_config().forward_output or _JOB_ENV not in spec.env:
             return None
+        path = LocalBackend._log_path(job_id, spec, create=False)
+        if path is None:
+            return None
         try:
-            path = _machine.job_log(job_id, spec.name)
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
                            0o600), path
+        except OSError as e:
+            _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
+            return None
+
+    @staticmethod
+    def _log_path(job_id: str, spec: JobSpec, create: bool) -> Optional[str]:
+        """The log file of a fiber job (``fiber logs``; made empty with ``create``), or
+        None where the logs' folder cannot be written (said once)."""
+        if _JOB_ENV not in spec.env:
+            return None
+        try:
+            path = _machine.job_log(job_id, spec.name)
+            if create:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            return path
         except OSError as e:
             _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
             return None
@@ -211,8 +254,9 @@ class LocalBackend(Backend):
                 and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
                 and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
 
-    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str], Optional[int],
-                                         Dict[str, int]]]) -> Dict[str, ForkedJob]:
+    def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str],
+                                         Optional[Tuple[int, int]], Dict[str, int]]]
+                  ) -> Dict[str, ForkedJob]:
         """The jobs the fork server forked, by job id; the others start as subprocesses."""
         if not jobs:
             return {}
@@ -229,8 +273,8 @@ class LocalBackend(Backend):
         except OSError:
             cwd = None
         results = server.fork_many([(argv, env, functools.partial(self._forked_job_ended,
-                                                                  job_id), log_fd, inherit)
-                                    for job_id, argv, env, log_fd, inherit in jobs], cwd)
+                                                                  job_id), stdio, inherit)
+                                    for job_id, argv, env, stdio, inherit in jobs], cwd)
         out = {}
         for (job_id, *_), result in zip(jobs, results):
             if isinstance(result, ForkServerError):

@@ -278,21 +278,22 @@ class ForkServer:
         return result
 
     def fork_many(self, jobs: Sequence[Tuple[Sequence[str], Dict[str, str],
-                                             Callable[[], None], Optional[int],
+                                             Callable[[], None], Optional[Tuple[int, int]],
                                              Dict[str, int]]],
                   cwd: Optional[str], timeout: Optional[float] = None
                   ) -> List[Union[ForkedJob, ForkServerError]]:
-        """Fork a child per ``(argv, env, on_finish, log_fd, inherit)``: every request is
+        """Fork a child per ``(argv, env, on_finish, stdio, inherit)``: every request is
         sent before the first answer is awaited, so that a pool of 1,024 workers is not
-        1,024 round trips to the template. A job's stdout and stderr are ``log_fd`` (its
-        log file), or with None this process's own; it is handed the descriptors of
-        ``inherit`` (see ``JobSpec.inherit``). Each job is a :class:`ForkedJob`, or the
-        ForkServerError saying why the template did not start it."""
+        1,024 round trips to the template. A job's stdout and stderr are the two fds of
+        ``stdio`` (its log file, or pipes), or with None this process's own; it is handed
+        the descriptors of ``inherit`` (see ``JobSpec.inherit``). Each job is a
+        :class:`ForkedJob`, or the ForkServerError saying why the template did not start
+        it."""
         own_stdio = [fd for fd in (1, 2) if _is_open(fd)]
         ignored = _ignored_signals()
         sent: List[Union[ForkedJob, ForkServerError]] = []
-        for argv, env, on_finish, log_fd, inherit in jobs:
-            stdio = own_stdio if log_fd is None else [log_fd, log_fd]
+        for argv, env, on_finish, job_stdio, inherit in jobs:
+            stdio = own_stdio if job_stdio is None else list(job_stdio)
             forked = ForkedJob(on_finish)
             with self._lock:
                 if not self.alive:
@@ -302,7 +303,7 @@ class ForkServer:
                 self._pending[job_id] = forked
             request = {"op": ForkOps.FORK, "id": job_id, "argv": list(argv), "env": env,
                        "cwd": cwd, "stdio": ([fd in stdio for fd in (1, 2)]
-                                             if log_fd is None else [True, True]),
+                                             if job_stdio is None else [True, True]),
                        "ignored": ignored, "inherit": list(inherit)}
             try:
                 with self._send_lock:
