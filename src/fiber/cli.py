@@ -103,12 +103,23 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+class _Version(argparse.Action):
+    """``--version``: :func:`version_line` as it is, on one line (argparse's own version
+    action wraps it to the terminal's width, and the path in it is often wider)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> NoReturn:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="fiber", description="Run a program as a job on a cluster; list, read and "
         "stop fiber jobs. Settings come from .fiberconfig and FIBER_* variables, as for a "
         "program using fiber.")
-    top.add_argument("-V", "--version", action="version", version=version_line())
+    top.add_argument("-V", "--version", action=_Version, nargs=0,
+                     help="print the distribution, its version and where it is, and exit")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:
