@@ -120,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
         "program using fiber.")
     top.add_argument("-V", "--version", action=_Version, nargs=0,
                      help="print the distribution, its version and where it is, and exit")
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                  help="what to do (fiber COMMAND --help tells more)")
 
     def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help, description=help)
@@ -140,19 +141,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="an environment variable of the program (repeatable)")
     run.add_argument("-d", "--detach", action="store_true",
                      help="print the job's id and leave the program running")
-    run.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...",
+                     help="the program to run and its arguments (python main.py); a -- "
+                     "before it ends fiber run's own options")
 
     ps = command("ps", _ps, "list the fiber jobs on the cluster, oldest first")
     ps.add_argument("filter", nargs="?", default="", metavar="PROGRAM",
                     help="only this program's jobs")
 
     logs = command("logs", _logs, "print a job's output")
-    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("job", metavar="JOB", help="the job's id, as fiber ps lists it")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
 
     stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs "
                    "(on Slurm: cancel them)")
-    stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB")
+    stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB",
+                      help="programs or jobs, as fiber ps lists them (a program's main "
+                      "job stands for the whole program)")
     top_command = _top.add_parser(commands)
     _Parser.known.append("top")
     for parser in (top, run, ps, logs, stop, top_command):
