@@ -27,10 +27,10 @@ import shutil
 import stat
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs",
-           "register_program", "programs", "process_start"]
+           "register_program", "programs", "process_start", "process_end", "running"]
 
 #: The program id a local job inherits (its main process's pid).
 PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
@@ -71,16 +71,48 @@ def program_id() -> str:
     return os.environ.get(PROGRAM_ENV) or str(os.getpid())
 
 
-def process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started (clock ticks after boot), or None if there is none:
-    with the pid, it names one process (a pid is reused, the pair is not)."""
+def _stat(pid: int) -> Optional[List[bytes]]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (the state is [0],
+    field 3 of the whole line), or None if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rfind(b")") + 2:].split()
-    return int(fields[19])  # field 22 of the whole line
+    return text[text.rfind(b")") + 2:].split()
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks after boot), or None if there is none:
+    with the pid, it names one process (a pid is reused, the pair is not). A process
+    that has ended but not been waited for (a zombie) still has its start: see
+    :func:`process_end` for whether it runs."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])  # field 22 of the whole line
+
+
+def process_end(pid: int, start: Optional[int]) -> Tuple[bool, Optional[int]]:
+    """Whether process ``(pid, start)`` has ended, and how when this machine still tells:
+    its exit code, or minus the signal that killed it (as ``multiprocessing``), else None.
+
+    A process that has ended stays in ``/proc`` as a zombie until its parent waits for
+    it (a parent busy or stopped, or an init that never waits, as in many containers):
+    it has ended all the same, and its exit status is still there (field 52, Linux 3.5).
+    """
+    fields = _stat(pid)
+    if fields is None or start is None or int(fields[19]) != start:
+        return True, None  # gone, or the pid is another process's now
+    if fields[0] not in (b"Z", b"X"):
+        return False, None
+    try:
+        return True, os.waitstatus_to_exitcode(int(fields[49]))
+    except (IndexError, ValueError):
+        return True, None
+
+
+def running(pid: int, start: Optional[int]) -> bool:
+    """Whether process ``(pid, start)`` runs (a zombie does not)."""
+    return not process_end(pid, start)[0]
 
 
 def job_log(job_id: str, name: str) -> str:
@@ -184,7 +216,7 @@ def programs() -> List[Dict[str, Any]]:
                 info = json.load(f)
         except (OSError, ValueError):
             continue
-        if process_start(int(info.get("pid", 0))) != info.get("start"):
+        if not running(int(info.get("pid", 0)), info.get("start")):
             try:
                 os.unlink(path)  # its process is gone (killed before it could say so)
             except OSError:

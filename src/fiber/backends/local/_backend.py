@@ -12,7 +12,8 @@ A job that asks for ``gpu=n`` gets ``n`` of this host's GPUs of its own
 (``CUDA_VISIBLE_DEVICES``, see :mod:`._gpus`); ``cpu=`` and ``memory=`` are not enforced
 (warned once): jobs share the machine's CPUs and memory, as subprocesses do. A fiber job's
 output goes to its own log file when it is forwarded to its parent (``forward_output``),
-which ``fiber logs`` reads (see :mod:`._jobs`).
+which ``fiber logs`` reads, with a record beside it of its pid and, once this backend has
+seen it end, how (``fiber ps``: ``ended (SIGKILL)``; see :mod:`._jobs`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class LocalBackend(Backend):
         self._lock = threading.Lock()
         self._ids = _JOB_NUMBERS  # shared: a job id names one job of this process
         self._gpus: Optional[GpuPool] = None  # made when a job first asks for a GPU
+        #: The log of each job with one whose end has not been recorded yet (see _status).
+        self._logged: Dict[str, str] = {}
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
         """Words put before a job's command; subclasses use it to place jobs elsewhere."""
@@ -134,6 +137,8 @@ class LocalBackend(Backend):
                         raise SubmitError(f"cannot start local job: {e}", command=argv) from e
                 with self._lock:
                     self._procs[job_id] = proc
+                    if job_id in log_paths:
+                        self._logged[job_id] = log_paths[job_id]
                 if job_id in log_paths:
                     _jobs.note_started(log_paths[job_id], proc.pid)
                 handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
@@ -181,7 +186,19 @@ class LocalBackend(Backend):
 
     def _ended(self, job_id: str) -> bool:
         proc = self._proc_by_id(job_id)
-        return proc is not None and _current_status(proc).state.finished
+        return proc is not None and self._status(job_id, proc).state.finished
+
+    def _status(self, job_id: str, proc: _Proc) -> JobStatus:
+        """The job's status. The first time it is seen ended, how is written to its
+        record (if it has a log): only this process, its parent's or the fork server's
+        master, is told, and ``fiber ps`` runs elsewhere."""
+        status = _current_status(proc)
+        if status.state.finished and job_id in self._logged:
+            with self._lock:
+                path = self._logged.pop(job_id, None)
+            if path is not None:
+                _jobs.note_ended(path, proc.pid, status.exitcode)
+        return status
 
     def _proc_by_id(self, job_id: str) -> Optional[_Proc]:
         with self._lock:
@@ -258,7 +275,7 @@ class LocalBackend(Backend):
             proc = self.proc_of(h)
             out[h.job_id] = (
                 JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                else _current_status(proc)
+                else self._status(h.job_id, proc)
             )
         return out
 
@@ -267,16 +284,17 @@ class LocalBackend(Backend):
         if proc is None:
             return JobStatus(JobState.LOST, None, "unknown job")
         if isinstance(proc, ForkedJob):
-            return _current_status(proc) if proc.wait(timeout) else None
+            return self._status(handle.job_id, proc) if proc.wait(timeout) else None
         try:
-            return _status_of(proc.wait(timeout))
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        return self._status(handle.job_id, proc)
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
         for h in handles:
             proc = self.proc_of(h)
-            if proc is not None and not _current_status(proc).state.finished:
+            if proc is not None and not self._status(h.job_id, proc).state.finished:
                 try:
                     proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
                 except ProcessLookupError:
@@ -302,11 +320,13 @@ class LocalBackend(Backend):
         return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
 
     def release(self, handle: JobHandle) -> None:
-        if self._gpus is not None and self._ended(handle.job_id):
+        proc = self.proc_of(handle)
+        if proc is None or not self._status(handle.job_id, proc).state.finished:
+            return
+        if self._gpus is not None:
             self._gpus.release(handle.job_id)
         with self._lock:
-            proc = self._procs.get(handle.job_id)
-            if proc is not None and _current_status(proc).state.finished:
+            if self._procs.get(handle.job_id) is proc:
                 del self._procs[handle.job_id]
 
     def watcher(self) -> JobWatcher:
@@ -377,9 +397,7 @@ class _PidfdWatcher(JobWatcher):
             if entry is None:
                 continue
             handle, on_exit = entry
-            proc = self._local.proc_of(handle)
-            status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                      else _current_status(proc))
+            status = self._local.status([handle])[job_id]
             if status.state.finished:
                 with self._cond:
                     self._jobs.pop(job_id, None)

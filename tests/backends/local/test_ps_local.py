@@ -1,0 +1,113 @@
+"""``fiber ps`` on the local backend shows what is true (issue 26): a job killed by a signal
+is ``ended (SIGKILL)``, never ``running``, whether its parent has waited for it yet or not.
+
+Each test has a user directory of its own (``TMPDIR``): what other programs of this user
+left in the shared one is not looked at, nor touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Dict
+
+import psutil
+import pytest
+
+from fiber import _machine
+from fiber.backends.local import _jobs
+
+from support.cli_helpers import fiber_cli, tagged
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "observe_scripts", "sleeper_program.py")
+
+
+def _env(tmp_path) -> Dict[str, str]:
+    """The environment of a program, or a fiber command, whose user directory is under
+    ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
+    env["TMPDIR"] = str(tmp_path)
+    return env
+
+
+def _states(env: Dict[str, str], *args: str) -> Dict[str, str]:
+    """``fiber ps -b local ARGS...``: the state of each job it lists, by job id."""
+    ps = fiber_cli("ps", "-b", "local", *args, env=env, timeout=60)
+    assert ps.returncode == 0, ps.stderr
+    rows = [re.split(r"\s{2,}", line.strip()) for line in ps.stdout.splitlines()[1:]]
+    return {row[0]: row[2] for row in rows}
+
+
+def test_a_job_killed_by_sigkill_is_listed_as_ended_by_it(tmp_path):
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # (the test's timeout bounds it)
+        assert line.startswith("READY "), line + proc.stderr.read()
+        ready = tagged(line, "READY")
+        program = str(proc.pid)
+        states = _states(env, program)
+        assert states[ready["job"]] == f"running (pid {ready['pid']})", states
+        os.kill(ready["pid"], signal.SIGKILL)
+        wait_until(lambda: _states(env, program).get(ready["job"]) == "ended (SIGKILL)",
+                   60, interval=0.2, message="fiber ps to list the job as ended (SIGKILL)")
+        assert _states(env, program)[program].startswith("running")  # the program runs on
+        proc.kill()
+        proc.wait(60)
+        # once its program is gone too, the job's record still tells how it ended
+        assert _states(env, program) == {ready["job"]: "ended (SIGKILL)"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def _job_record(tmp_path, monkeypatch, pid: int) -> None:
+    """A log and a record, in this test's user directory, of job ``12345-1`` (program
+    12345, not running) whose process is ``pid``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    directory = os.path.join(_machine.user_dir(), "logs", "12345")
+    os.makedirs(directory)
+    log = os.path.join(directory, "12345-1-Killed.log")
+    open(log, "w").close()
+    _jobs.note_started(log, pid)
+
+
+def _state(job_id: str) -> str:
+    [job] = [j for j in _jobs.find_jobs("12345") if j.job_id == job_id]
+    return job.state
+
+
+def test_a_killed_job_its_parent_has_not_waited_for_is_ended(tmp_path, monkeypatch):
+    """A zombie (its parent busy, or gone and this machine's init never waits, as in many
+    containers) still has its pid and start in /proc: it was listed ``running (pid N)``.
+    It is ended, and /proc still tells by which signal."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    try:
+        wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 60,
+                   message="the child to end (not waited for)")
+        _job_record(tmp_path, monkeypatch, child.pid)
+        assert _state("12345-1") == "ended (SIGKILL)"
+    finally:
+        child.wait(60)
+    assert _state("12345-1") == "ended"  # waited for: how it ended is not known here
+
+
+def test_a_job_that_ended_before_it_was_recorded_is_ended(tmp_path, monkeypatch):
+    """A job whose process was gone when its record was written had no start time in it,
+    and the missing start of the missing process matched: ``running`` for ever."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(60)
+    _job_record(tmp_path, monkeypatch, child.pid)
+    assert _state("12345-1") == "ended"
