@@ -3,7 +3,7 @@
 ::
 
     fiber run [-b BACKEND] [--image IMAGE] [-c KEY=VALUE]... [-d] [--] COMMAND [ARG]...
-    fiber ps [-b BACKEND] [PROGRAM]
+    fiber ps [-b BACKEND] [--all] [PROGRAM]
     fiber logs [-b BACKEND] [--tail N] JOB
     fiber stop [-b BACKEND] PROGRAM|JOB...
     fiber top [PROGRAM] [--once]
@@ -145,9 +145,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="the program to run and its arguments (python main.py); a -- "
                      "before it ends fiber run's own options")
 
-    ps = command("ps", _ps, "list the fiber jobs on the cluster, oldest first")
+    ps = command("ps", _ps, "list the fiber jobs on the cluster that have not ended, "
+                 "oldest first")
     ps.add_argument("filter", nargs="?", default="", metavar="PROGRAM",
                     help="only this program's jobs")
+    ps.add_argument("-a", "--all", action="store_true",
+                    help="the jobs that have ended too, as long as the cluster keeps them")
 
     logs = command("logs", _logs, "print a job's output")
     logs.add_argument("job", metavar="JOB", help="the job's id, as fiber ps lists it")
@@ -326,7 +329,7 @@ class _Stopper:
 
 
 def _ps(backend: Backend, args: argparse.Namespace) -> int:
-    jobs = backend.find_jobs(args.filter)
+    jobs = [j for j in backend.find_jobs(args.filter) if args.all or not j.ended]
     rows: List[Sequence[str]] = [("JOB", "PROGRAM", "STATE", "CREATED", "NAME")]
     rows += [(j.job_id, j.program, j.state, j.created, j.name) for j in jobs]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
