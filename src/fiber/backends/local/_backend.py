@@ -94,6 +94,7 @@ class LocalBackend(Backend):
         self._gpus: Optional[GpuPool] = None  # made when a job first asks for a GPU
         #: The log of each job with one whose end has not been recorded yet (see _status).
         self._logged: Dict[str, str] = {}
+        self._pruned_at: Optional[float] = None  # when this process last pruned records
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
         """Words put before a job's command; subclasses use it to place jobs elsewhere."""
@@ -142,6 +143,8 @@ class LocalBackend(Backend):
                 if job_id in log_paths:
                     _jobs.note_started(log_paths[job_id], proc.pid)
                 handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid))
+            if log_paths:
+                self._prune_records()
             return handles
         except BaseException:
             for job_id, *_ in jobs:
@@ -204,6 +207,17 @@ class LocalBackend(Backend):
         with self._lock:
             return self._procs.get(job_id)
 
+    def _prune_records(self) -> None:
+        """Prune the records of ended jobs (see ._jobs) as this process records new ones:
+        at its first, then at most every ``PRUNE_EVERY_S`` seconds."""
+        now = time.monotonic()
+        if self._pruned_at is None or now - self._pruned_at >= _jobs.PRUNE_EVERY_S:
+            self._pruned_at = now
+            try:
+                _jobs.prune()
+            except OSError:  # the user directory is unusable: the logs said so already
+                pass
+
     @staticmethod
     def _open_log(job_id: str, spec: JobSpec) -> Optional[Tuple[int, str]]:
         """A fiber job whose output is forwarded to its parent writes its own log to a
@@ -211,10 +225,14 @@ class LocalBackend(Backend):
         this process's stdout and stderr, as subprocesses do."""
         if not get_config().forward_output or _JOB_ENV not in spec.env:
             return None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         try:
             path = _machine.job_log(job_id, spec.name)
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                           0o600), path
+            try:
+                return os.open(path, flags, 0o600), path
+            except FileNotFoundError:  # its directory, empty, was just pruned: made again
+                path = _machine.job_log(job_id, spec.name)
+                return os.open(path, flags, 0o600), path
         except OSError as e:
             _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
             return None

@@ -14,6 +14,12 @@ A job runs while its ``(pid, start)`` process runs; a zombie (ended, not yet wai
 by its parent) does not. A job ends ``ended (SIGKILL)``, ``ended (exit 1)``, or just
 ``ended`` when nobody could tell how (its program was killed too). A pid is trusted only
 with its start time, so a pid reused by another process is never signalled.
+
+Records of ended jobs (log and record) are pruned by :func:`prune`, when ``fiber ps``
+runs and when a process records new jobs (at most every ``PRUNE_EVERY_S``): those of
+programs that have ended are kept for ``KEEP_S`` (a day), ``KEEP_JOBS`` (200) at most,
+the newest first. A job that runs, any job of a program that runs, and a record younger
+than ``_YOUNG_S`` (a job being started, its record not written yet) are never pruned.
 """
 
 from __future__ import annotations
@@ -27,7 +33,18 @@ from ... import _machine
 from ...errors import BackendError
 from .._base import JobInfo
 
-__all__ = ["note_started", "note_ended", "find_jobs", "read_logs", "remove_jobs"]
+__all__ = ["note_started", "note_ended", "find_jobs", "read_logs", "remove_jobs", "prune",
+           "KEEP_JOBS", "KEEP_S", "PRUNE_EVERY_S"]
+
+#: Ended jobs of ended programs whose records are kept at most (the newest).
+KEEP_JOBS = 200
+#: Seconds for which they are kept at most (since their last write: their end, mostly).
+KEEP_S = 24 * 3600
+#: Seconds between two prunings by a process that records jobs.
+PRUNE_EVERY_S = 600.0
+#: Records younger than this are kept whatever: a job being started has a log but no
+#: record yet, and its program may not have written its program file yet.
+_YOUNG_S = 60.0
 
 
 class _Record(NamedTuple):
@@ -122,12 +139,45 @@ def _parts(log_path: str) -> Tuple[str, str, str]:
 
 
 def _created(path: str) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_machine.mtime(path)))
+
+
+def prune(keep_jobs: int = KEEP_JOBS, keep_s: float = KEEP_S) -> List[str]:
+    """Remove the log and record of each ended job of an ended program beyond the newest
+    ``keep_jobs`` or older than ``keep_s`` seconds (see the module's docstring); the ids
+    of the jobs removed. Several processes may prune at once: what another removed is
+    skipped."""
+    running = {info["program"] for info in _machine.programs()} | {_machine.program_id()}
+    now = time.time()
+    ended = []
+    for path in _machine.find_job_logs():
+        if os.path.basename(os.path.dirname(path)) in running:
+            continue
+        written = max(_machine.mtime(path), _machine.mtime(_pid_path(path)))
+        if now - written >= _YOUNG_S and _state(path)[0] is None:
+            ended.append((written, path))
+    ended.sort(reverse=True)
+    removed = []
+    for i, (written, path) in enumerate(ended):
+        if i >= keep_jobs or now - written > keep_s:
+            for name in (path, _pid_path(path)):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+            removed.append(_parts(path)[1])
+    for directory in {os.path.dirname(p) for _, p in ended}:
+        try:
+            os.rmdir(directory)  # an ended program's, once empty
+        except OSError:
+            pass
+    return removed
 
 
 def find_jobs(program: str = "") -> List[JobInfo]:
     """The programs running here (their main processes) and the jobs whose logs are
-    kept, oldest first."""
+    kept, oldest first (after pruning the records of ended jobs: :func:`prune`)."""
+    prune()
     out = []
     for info in _machine.programs():
         if program and info["program"] != program:
