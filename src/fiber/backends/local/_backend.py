@@ -192,9 +192,10 @@ class LocalBackend(Backend):
         return proc is not None and self._status(job_id, proc).state.finished
 
     def _status(self, job_id: str, proc: _Proc) -> JobStatus:
-        """The job's status. The first time it is seen ended, how is written to its
-        record (if it has a log): only this process, its parent's or the fork server's
-        master, is told, and ``fiber ps`` runs elsewhere."""
+        """The job's status; the first time it is seen ended, how it ended is written to
+        its record (if it has a log). Only this process learns that (it is the job's
+        parent, or the master of the fork server that is), and ``fiber ps`` runs in
+        another."""
         status = _current_status(proc)
         if status.state.finished and job_id in self._logged:
             with self._lock:
