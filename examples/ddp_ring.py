@@ -117,10 +117,12 @@ def train_on_ring(members: int, steps: int, global_batch: int = 64, lr: float = 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--members", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--global-batch", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.2)
+    parser.add_argument("--members", type=int, default=4,
+                        help="members of the ring, one job each (4)")
+    parser.add_argument("--steps", type=int, default=300, help="SGD steps (300)")
+    parser.add_argument("--global-batch", type=int, default=64,
+                        help="samples per step, split between the members (64)")
+    parser.add_argument("--lr", type=float, default=0.2, help="learning rate (0.2)")
     args = parser.parse_args()
     print(f"backend: {fiber.get_config().backend}; {args.members} members, {args.steps} "
           f"steps, global batch {args.global_batch}")

@@ -201,7 +201,7 @@ def train(pool: Any, noise: np.ndarray, theta: np.ndarray, args: argparse.Namesp
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--iterations", type=int, default=30, help="ES iterations")
     p.add_argument("--pairs", type=int, default=24, help="antithetic pairs per iteration")
     p.add_argument("--processes", type=int, default=None, help="pool size (cpu_count)")
     p.add_argument("--max-steps", type=int, default=300, help="steps per episode at most")
@@ -214,7 +214,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="scale of the initial random policy")
     p.add_argument("--eval-episodes", type=int, default=4,
                    help="episodes on which the policy is scored before and after")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the noise table, the initial policy and the episodes")
     args = p.parse_args(argv)
     for name in ("iterations", "pairs", "max_steps", "hidden", "eval_episodes"):
         if getattr(args, name) < 1:

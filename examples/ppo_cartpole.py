@@ -153,7 +153,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=20, help="PPO epochs per rollout (20)")
     p.add_argument("--eval-episodes", type=int, default=10,
                    help="episodes of the trained policy's evaluation (10)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the environments and the networks (0)")
     p.add_argument("--with", dest="library", choices=("fiber", "multiprocessing"),
                    default="fiber", help="what starts the environment processes (fiber)")
     p.add_argument("--compare", action="store_true",

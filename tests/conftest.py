@@ -57,7 +57,7 @@ ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_c
 #: ps/logs/stop, GPUs handed out on local, the lost-worker warnings): one_python as well.
 ONE_PYTHON_WHOLE = {"test_observe_status", "test_observe_status_local", "test_observe_local",
                     "test_observe_gpus", "test_observe_failures",
-                    "test_observe_failures_local"}
+                    "test_observe_failures_local", "test_ps_local"}
 
 
 API_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")

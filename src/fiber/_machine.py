@@ -8,7 +8,9 @@
                                         and start, command line, backend, and the address
                                         and secret of its hub (what fiber top connects with)
         logs/<program>/<job>-<name>.log the output of the program's local jobs (local
-                                        and netns backends)
+                                        and netns backends), with their records beside
+                                        (<job>.pid: see backends/local/_jobs.py, which
+                                        also prunes them)
 
 A program's id here is its main process's pid. The program file is written when the
 main process's hub starts and removed when it exits; one left by a process that was
@@ -27,16 +29,13 @@ import shutil
 import stat
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs",
-           "register_program", "programs", "process_start"]
+__all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs", "mtime",
+           "register_program", "programs", "process_start", "process_end", "running"]
 
 #: The program id a local job inherits (its main process's pid).
 PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
-
-#: Programs whose job logs are kept (the most recent; those running are never removed).
-KEEP_PROGRAMS = 20
 
 _registered: Optional[str] = None
 _logs_checked = False
@@ -71,16 +70,48 @@ def program_id() -> str:
     return os.environ.get(PROGRAM_ENV) or str(os.getpid())
 
 
-def process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started (clock ticks after boot), or None if there is none:
-    with the pid, it names one process (a pid is reused, the pair is not)."""
+def _stat(pid: int) -> Optional[List[bytes]]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (the state is [0],
+    field 3 of the whole line), or None if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rfind(b")") + 2:].split()
-    return int(fields[19])  # field 22 of the whole line
+    return text[text.rfind(b")") + 2:].split()
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks after boot), or None if there is none:
+    with the pid, it names one process (a pid is reused, the pair is not). A process
+    that has ended but not been waited for (a zombie) still has its start: see
+    :func:`process_end` for whether it runs."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])  # field 22 of the whole line
+
+
+def process_end(pid: int, start: Optional[int]) -> Tuple[bool, Optional[int]]:
+    """Whether process ``(pid, start)`` has ended, and how when this machine still tells:
+    its exit code, or minus the signal that killed it (as ``multiprocessing``), else None.
+
+    A process that has ended stays in ``/proc`` as a zombie until its parent waits for
+    it (a parent busy or stopped, or an init that never waits, as in many containers):
+    it has ended all the same, and its exit status is still there (field 52, Linux 3.5).
+    """
+    fields = _stat(pid)
+    if fields is None or start is None or int(fields[19]) != start:
+        return True, None  # gone, or the pid is another process's now
+    if fields[0] not in (b"Z", b"X"):
+        return False, None
+    try:
+        return True, os.waitstatus_to_exitcode(int(fields[49]))
+    except (IndexError, ValueError):
+        return True, None
+
+
+def running(pid: int, start: Optional[int]) -> bool:
+    """Whether process ``(pid, start)`` runs (a zombie does not)."""
+    return not process_end(pid, start)[0]
 
 
 def job_log(job_id: str, name: str) -> str:
@@ -91,45 +122,38 @@ def job_log(job_id: str, name: str) -> str:
     if program == str(os.getpid()) and not _logs_checked:
         _logs_checked = True  # logs of an earlier process that had this pid are not ours
         shutil.rmtree(directory, ignore_errors=True)
-        _prune_logs(os.path.dirname(directory))
     os.makedirs(directory, 0o700, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)[:100]
     return os.path.join(directory, f"{job_id}-{safe}.log")
 
 
-def _prune_logs(root: str) -> None:
-    """Keep the logs of the ``KEEP_PROGRAMS`` programs that wrote last (and of those
-    running): a machine that runs programs for months does not fill its disk."""
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    running = {info["program"] for info in programs()}
-    old = sorted((n for n in names if n not in running),
-                 key=lambda n: _mtime(os.path.join(root, n)), reverse=True)[KEEP_PROGRAMS:]
-    for name in old:
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _mtime(path: str) -> float:
+def mtime(path: str) -> float:
+    """When ``path`` was last written (0.0 if it is gone: another process may prune)."""
     try:
         return os.stat(path).st_mtime
     except OSError:
         return 0.0
 
 
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except OSError:  # not made yet, or pruned meanwhile
+        return []
+
+
 def find_job_logs(job_id: str = "", program: str = "") -> List[str]:
     """Paths of the local job logs kept, of ``program`` or of job ``job_id``, oldest first."""
     root = os.path.join(user_dir(), "logs")
     found = []
-    for prog in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for prog in sorted(_listdir(root)):
         if program and prog != program:
             continue
         directory = os.path.join(root, prog)
-        for name in os.listdir(directory):
+        for name in _listdir(directory):
             if name.endswith(".log") and (not job_id or name.startswith(f"{job_id}-")):
                 found.append(os.path.join(directory, name))
-    return sorted(found, key=lambda p: os.stat(p).st_mtime)
+    return sorted(found, key=mtime)
 
 
 def register_program(address: str, secret: bytes, backend: str) -> Optional[str]:
@@ -184,7 +208,7 @@ def programs() -> List[Dict[str, Any]]:
                 info = json.load(f)
         except (OSError, ValueError):
             continue
-        if process_start(int(info.get("pid", 0))) != info.get("start"):
+        if not running(int(info.get("pid", 0)), info.get("start")):
             try:
                 os.unlink(path)  # its process is gone (killed before it could say so)
             except OSError:

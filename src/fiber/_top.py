@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 snap = fetch(info)
             except TransportError:
-                if _machine.process_start(info["pid"]) != info["start"]:
+                if not _machine.running(info["pid"], info["start"]):
                     print(f"fiber top: program {info['program']} has ended")
                     return 0
                 raise

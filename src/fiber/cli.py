@@ -3,7 +3,7 @@
 ::
 
     fiber run [-b BACKEND] [--image IMAGE] [-c KEY=VALUE]... [-d] [--] COMMAND [ARG]...
-    fiber ps [-b BACKEND] [PROGRAM]
+    fiber ps [-b BACKEND] [--all] [PROGRAM]
     fiber logs [-b BACKEND] [--tail N] JOB
     fiber stop [-b BACKEND] PROGRAM|JOB...
     fiber top [PROGRAM] [--once]
@@ -103,13 +103,25 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+class _Version(argparse.Action):
+    """``--version``: :func:`version_line` as it is, on one line (argparse's own version
+    action wraps it to the terminal's width, and the path in it is often wider)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> NoReturn:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="fiber", description="Run a program as a job on a cluster; list, read and "
         "stop fiber jobs. Settings come from .fiberconfig and FIBER_* variables, as for a "
         "program using fiber.")
-    top.add_argument("-V", "--version", action="version", version=version_line())
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    top.add_argument("-V", "--version", action=_Version, nargs=0,
+                     help="print the distribution, its version and where it is, and exit")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                  help="what to do (fiber COMMAND --help tells more)")
 
     def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help, description=help)
@@ -129,19 +141,28 @@ def _parser() -> argparse.ArgumentParser:
                      help="an environment variable of the program (repeatable)")
     run.add_argument("-d", "--detach", action="store_true",
                      help="print the job's id and leave the program running")
-    run.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...",
+                     help="the program to run and its arguments (python main.py); a -- "
+                     "before it ends fiber run's own options")
 
-    ps = command("ps", _ps, "list the fiber jobs on the cluster, oldest first")
+    ps = command("ps", _ps, "list the fiber jobs on the cluster that have not ended, "
+                 "oldest first")
     ps.add_argument("filter", nargs="?", default="", metavar="PROGRAM",
                     help="only this program's jobs")
+    ps.add_argument("-a", "--all", action="store_true",
+                    help="also the jobs that have ended, while the cluster keeps them "
+                    "(local keeps those of running programs and, of ended programs, "
+                    "the newest 200 jobs that ended in the last 24 h)")
 
     logs = command("logs", _logs, "print a job's output")
-    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("job", metavar="JOB", help="the job's id, as fiber ps lists it")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
 
     stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs "
                    "(on Slurm: cancel them)")
-    stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB")
+    stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB",
+                      help="programs or jobs, as fiber ps lists them (a program's main "
+                      "job stands for the whole program)")
     top_command = _top.add_parser(commands)
     _Parser.known.append("top")
     for parser in (top, run, ps, logs, stop, top_command):
@@ -310,7 +331,7 @@ class _Stopper:
 
 
 def _ps(backend: Backend, args: argparse.Namespace) -> int:
-    jobs = backend.find_jobs(args.filter)
+    jobs = [j for j in backend.find_jobs(args.filter) if args.all or not j.ended]
     rows: List[Sequence[str]] = [("JOB", "PROGRAM", "STATE", "CREATED", "NAME")]
     rows += [(j.job_id, j.program, j.state, j.created, j.name) for j in jobs]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -55,6 +55,27 @@ def test_status_shows_the_running_task_on_the_right_worker(ctx):
                    message="both workers idle")
 
 
+def test_status_counts_a_maps_items_not_its_chunks(ctx):
+    """A map of 30 items in chunks of 4 is 30 tasks to the user: pool.status() (and fiber
+    top) counted its 8 chunks ("pending 7" while the first ran)."""
+    gate = ctx.Event()
+    with ctx.Pool(1) as pool:
+        result = pool.map_async(oh.wait_at, [(i, gate, 1) for i in range(30)], chunksize=4)
+        try:
+            # item 1 holds the first chunk (items 0-3) on the only worker; 26 items wait
+            wait_until(lambda: _running(pool), 120, message="the worker runs the first chunk")
+            status = pool.status()
+            [worker] = status.workers
+            assert worker.task == "map(wait_at) (tasks 0-3)" and worker.held == 4
+            assert (status.pending, status.running, status.done) == (26, 4, 0)
+        finally:
+            gate.set()
+        assert result.get(timeout=60) == list(range(30))
+        status = pool.status()
+        assert (status.pending, status.running, status.done, status.failed) == (0, 0, 30, 0)
+        assert status.workers[0].done == 30
+
+
 def test_map_async_tells_how_many_items_are_done(ctx):
     gate = ctx.Event()
     with ctx.Pool(2) as pool:

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from support.waiting import wait_until
 
@@ -16,10 +16,11 @@ MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_pool.py")
 FIBER = [sys.executable, "-m", "fiber"]
 
 
-def fiber_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def fiber_cli(*args: str, timeout: float = 300,
+              env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """``fiber ARGS...`` in a subprocess, to its end; its output captured."""
     return subprocess.run([*FIBER, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=env)
 
 
 def fiber_popen(*args: str) -> subprocess.Popen:

@@ -99,6 +99,14 @@ def report_then_wait(started: Any, gate: Any) -> str:
     return name
 
 
+def wait_at(item: Any) -> int:
+    """``item`` is ``(i, gate, n)``: item ``n`` waits for ``gate`` (an Event); returns ``i``."""
+    i, gate, n = item
+    if i == n and not gate.wait(120):
+        raise RuntimeError("the gate was never opened")
+    return i
+
+
 def wait_if_last(item: Any) -> int:
     """``item`` is ``(i, gate)``: item 9 waits for ``gate``, the others 10 ms (a chunk of
     them is slow enough that workers hold one at a time and send its result at once);

@@ -11,6 +11,7 @@ import sys
 
 import fiber
 from fiber._version import DISTRIBUTION
+from fiber.cli import version_line
 
 PACKAGE = os.path.dirname(os.path.abspath(fiber.__file__))
 
@@ -54,3 +55,13 @@ def test_version_names_this_distribution():
                              timeout=60)
         assert out.returncode == 0
         assert out.stdout.startswith(f"{DISTRIBUTION} {fiber.__version__} (fiber at "), out.stdout
+
+
+def test_version_is_one_line_however_narrow_the_terminal():
+    """argparse's version action wraps its text to the terminal's width: the path in it
+    broke the line at 80 columns. It is printed as it is."""
+    env = {**os.environ, "COLUMNS": "20"}
+    out = subprocess.run([sys.executable, "-m", "fiber", "--version"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == version_line() + "\n"

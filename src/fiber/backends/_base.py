@@ -160,6 +160,8 @@ class JobInfo:
     state: str  # the cluster's word for it ("running", "exited (1)", "Pending", ...)
     created: str = ""  # ISO 8601, UTC
     image: str = ""
+    #: The job is over (exited, failed, cancelled): ``fiber ps`` lists it with ``--all``.
+    ended: bool = False
 
 
 class Backend(abc.ABC):

@@ -165,7 +165,7 @@ class Pool(PoolExtras):
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None
         try:
             core.submit(func, mode, enumerate(chunks), result, f"map({label(func)})",
-                        serving)
+                        serving, chunksize=len(chunks[0]) if chunks else 1)
             if wait:
                 result.wait()
             return result
@@ -244,7 +244,8 @@ class Pool(PoolExtras):
         holder: List[IMapIterator] = []
 
         def submit(index: int, chunk: List[Any]) -> None:
-            core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({label(func)})")
+            core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({label(func)})",
+                        chunksize=chunksize)
 
         holder.append(cls.__new__(cls))
         cls.__init__(holder[0], submit, chunks, core.window, core.hub,

@@ -195,8 +195,11 @@ class PoolCore:
             raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
 
     def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
-               job: ResultSink, label: str, serving: Optional[Serving] = None) -> List[Task]:
+               job: ResultSink, label: str, serving: Optional[Serving] = None,
+               chunksize: int = 1) -> List[Task]:
         """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
+        A map's ``data`` is the chunk of ``chunksize`` items whose first is item ``index *
+        chunksize`` of the call (what ``pool.status()`` counts and names).
 
         Tasks are pickled and queued in slices, so that the workers start on the first
         ones while the rest of a long map is being pickled (5,000 tasks take ~50 ms).
@@ -229,7 +232,8 @@ class PoolCore:
                         error = _explain_task(e, mode, data, index, label)
                     job.deliver(index, False, dumps(pack_exception(error)))
                     continue
-                pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
+                pending.append(Task(next(self._task_ids), job, index, fid, frames, label,
+                                    index * chunksize, 1 if mode == CALL else len(data)))
                 if len(pending) >= (_SLICE if tasks else self.window):
                     # the hub thread serves while later slices are pickled (this thread
                     # would read nothing then: heartbeats must not go unread)

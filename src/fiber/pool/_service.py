@@ -65,14 +65,20 @@ class ResultSink(Protocol):
 
 
 class Task:
+    """One unit of work handed to a worker: an ``apply``'s call, or a chunk of a map's
+    items. What users read (``Pool.status()``, ``fiber top``, errors) counts and names
+    the items, a map's item being one task whatever its chunksize (``items``, ``first``)."""
+
     __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
-                 "suspect")
+                 "suspect", "first", "items")
 
     def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
-                 call: str) -> None:
+                 call: str, first: Optional[int] = None, items: int = 1) -> None:
         self.task_id = task_id
         self.job = job
-        self.index = index
+        self.index = index  # of the chunk, as the call's result sink counts them
+        self.first = index if first is None else first  # the first item's, in the call
+        self.items = items  # the items of the chunk (1: an apply's call)
         self.fid = fid
         self.frames = frames
         self.attempts: List[Any] = []  # worker states whose death this task caused
@@ -84,8 +90,12 @@ class Task:
 
     @property
     def label(self) -> str:
-        """The task as error messages name it (made when needed: not once per task)."""
-        return f"{self.call} (task {self.index})"
+        """The task as error messages and ``fiber top`` name it, by its items' places in
+        the call: ``map(f) (task 7)``, or for a chunk ``map(f) (tasks 28-31)`` (made when
+        needed: not once per task)."""
+        if self.items == 1:
+            return f"{self.call} (task {self.first})"
+        return f"{self.call} (tasks {self.first}-{self.first + self.items - 1})"
 
 
 class WorkerState:
@@ -113,7 +123,7 @@ class WorkerState:
         #: When the task it runs started, as far as the master can tell (monotonic): when
         #: it was handed to the idle worker, or the worker's last results came.
         self.since = 0.0
-        self.done = 0  # tasks it completed
+        self.done = 0  # tasks (items) it completed
         #: Its place in the pool (a worker replacing a lost one takes its place) and how
         #: often that place's worker was replaced.
         self.slot = 0
@@ -166,6 +176,7 @@ class PoolService(Service):
         self.max_retries = max_retries
         self.on_worker_gone = on_worker_gone
         self.queue: Deque[Task] = collections.deque()
+        self.queued_items = 0  # the items of the tasks in the queue (pool.status())
         self.workers: Dict[int, WorkerState] = {}
         self.ready = ReadyWorkers()
         self.retiring = 0  # workers of self.workers told to finish and exit (retire)
@@ -182,6 +193,7 @@ class PoolService(Service):
         # What pool.status() shows (see ._status): places of workers, tasks counted.
         self.slots = 0
         self.free_slots: Deque[Tuple[int, int]] = collections.deque()  # (slot, restarts)
+        # Counted in items (a map's chunk of 4 is 4 tasks), as users count their tasks.
         self.done = 0  # tasks that returned a value
         self.failed = 0  # tasks that failed (an exception, a lost worker, terminated)
         self.retried = 0  # tasks given back to the queue by a lost worker
@@ -218,6 +230,7 @@ class PoolService(Service):
 
     def submit(self, tasks: List[Task]) -> None:
         self.queue.extend(tasks)
+        self.queued_items += sum(task.items for task in tasks)
         self.outstanding += len(tasks)
         if tasks:
             self.last_fid = tasks[-1].fid
@@ -238,6 +251,7 @@ class PoolService(Service):
             self.queue.remove(task)
         except ValueError:
             return False
+        self.queued_items -= task.items
         task.done = True
         self.outstanding -= 1
         self.function_refs[task.fid] -= 1
@@ -249,6 +263,7 @@ class PoolService(Service):
         record = dumps(pack_exception(exc))
         tasks = list(self.queue)
         self.queue.clear()
+        self.queued_items = 0
         for ws in self.workers.values():
             tasks.extend(ws.pending.values())
             ws.pending.clear()
@@ -319,6 +334,7 @@ class PoolService(Service):
             if len(ws.pending) >= credit:
                 break  # the least-loaded worker is full: so is every other
             queue.popleft()
+            self.queued_items -= task.items
             if not ws.pending:
                 ws.since = time.monotonic()
             ws.pending[task.task_id] = task
@@ -357,14 +373,16 @@ class PoolService(Service):
         if ws is None:
             return  # a worker already presumed dead: its results were reassigned
         fids = []
+        items = 0
         for task_id, ok, frames in unpack_results(payload):
             task = ws.pending.pop(task_id, None)
             if task is not None:
                 fids.append(task.fid)
+                items += task.items
                 self._finish(task, ok, frames)
-        ws.done += len(fids)
+        ws.done += items
         ws.since = time.monotonic()
-        self.rate.add(len(fids), ws.since)
+        self.rate.add(items, ws.since)
         self._refresh(ws)
         self._measure(fids, results_busy(payload))
         self._maybe_stop(ws)
@@ -415,9 +433,9 @@ class PoolService(Service):
         task.done = True
         self.outstanding -= 1
         if ok:
-            self.done += 1
+            self.done += task.items
         else:
-            self.failed += 1
+            self.failed += task.items
         task.frames = []
         self.function_refs[task.fid] -= 1
         if self.function_refs[task.fid] <= 0:
@@ -468,7 +486,9 @@ class PoolService(Service):
                 task.suspect = True
         for task in reversed(tasks):
             self.queue.appendleft(task)
-        self.retried += len(tasks)
+        items = sum(task.items for task in tasks)
+        self.queued_items += items
+        self.retried += items
         if not ws.retiring:
             self.free_slots.append((ws.slot, ws.restarts + 1))
         if expected or ws.process.cancelled:

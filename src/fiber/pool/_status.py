@@ -2,7 +2,8 @@
 
 Everything here is read from the scheduler's state (:mod:`._service`) under the hub's lock,
 in one pass over the workers: a pool of 1,000 workers answers in a millisecond or two,
-and nothing is counted per task but three integers and a per-second bucket.
+and nothing is counted per task but four integers and a per-second bucket. Counts are
+of items: the scheduler hands out chunks of a map's items, users count their items.
 """
 
 from __future__ import annotations
@@ -51,11 +52,14 @@ class WorkerStatus:
 
     ``state`` is ``starting`` (its job was submitted, it has not connected yet), ``idle``,
     ``running`` or ``retiring`` (``resize`` or ``close``: it finishes what it holds).
-    ``task`` names the task it runs (``map(f) task 7``: the call and the task's index
-    in it; a map's task is a chunk of ``chunksize`` items) and ``running_s`` for how
-    long, as far as the master can tell (since it was handed to the idle worker, or
-    since the worker's last results). ``restarts``: how many workers held this worker's
-    place in the pool before it (each replaced one that was lost).
+    ``task`` names what it runs: the call and the task's index in it (``map(f) (task
+    7)``), or the indexes of the chunk of items it was handed (``map(f) (tasks 28-31)``,
+    with ``chunksize=4``), and ``running_s`` for how long, as far as the master can tell
+    (since it was handed to the idle worker, or since the worker's last results).
+    ``held`` and ``done`` count tasks (items, as everywhere here): those it holds (the
+    one it runs and those prefetched) and those it completed. ``restarts``: how many
+    workers held this worker's place in the pool before it (each replaced one that was
+    lost).
     """
 
     name: str
@@ -73,7 +77,8 @@ class WorkerStatus:
 class PoolStatus:
     """A pool at one moment (``Pool.status()``).
 
-    Counts are of tasks (a map's task is one chunk): ``pending`` (queued, no worker
+    Counts are of tasks, a map's item being one task whatever the ``chunksize`` (a
+    ``map`` of 30 items is 30 tasks, not its 8 chunks): ``pending`` (queued, no worker
     holds them), ``running`` (held by workers: the one each runs and those it
     prefetched), ``done`` (returned a value), ``failed`` (raised, or failed because
     their worker was lost too often, or the pool was terminated), ``retried`` (given
@@ -107,7 +112,8 @@ def _worker(ws: Any, now: float) -> WorkerStatus:
         label = running = None
         state = ("retiring" if ws.retiring else "idle" if ws.connected else "starting")
     return WorkerStatus(name=proc.name, job_id=proc.job_id, host=proc.host, state=state,
-                        task=label, running_s=running, held=len(ws.pending), done=ws.done,
+                        task=label, running_s=running,
+                        held=sum(t.items for t in ws.pending.values()), done=ws.done,
                         restarts=ws.restarts)
 
 
@@ -118,7 +124,7 @@ def snapshot(service: Any, state: str, size: int) -> PoolStatus:
                      key=lambda w: _order(w.name))
     running = sum(w.held for w in workers)
     return PoolStatus(state=state.lower(), size=size, workers=workers,
-                      pending=len(service.queue), running=running, done=service.done,
+                      pending=service.queued_items, running=running, done=service.done,
                       failed=service.failed, retried=service.retried,
                       tasks_per_s=round(service.rate.per_second(now), 1))
 

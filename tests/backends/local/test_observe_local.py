@@ -59,10 +59,12 @@ def test_ps_logs_and_stop_a_local_program():
         wait_until(lambda: not psutil.pid_exists(ready["pid"])
                    or psutil.Process(ready["pid"]).status() == psutil.STATUS_ZOMBIE, 30,
                    message="the program's job to end")
-        # listed no more as running: the main process, nor a job (their logs are kept)
-        wait_until(lambda: "running" not in fiber_cli("ps", "-b", "local", program).stdout,
+        # listed no more as running: the main process, nor a job (their logs are kept,
+        # and listed with --all)
+        wait_until(lambda: "running" not in fiber_cli("ps", "-b", "local", "--all",
+                                                      program).stdout,
                    30, interval=0.5, message="fiber ps to list the program as ended")
-        after = fiber_cli("ps", "-b", "local", program).stdout
+        after = fiber_cli("ps", "-b", "local", "--all", program).stdout
         assert "main:" not in after and ready["job"] in after
     finally:
         if proc.poll() is None:

@@ -827,7 +827,8 @@ def test_fiber_run_detached_then_ps_logs_and_stop(cluster):
                .splitlines()[1:]]
         assert ids[0] == job and all(i.startswith(ids[1].split("_")[0]) for i in ids[1:])
         stop_program("slurm", job, lambda: not _live_jobs(ids))
-        ps = fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:]
+        assert fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:] == []
+        ps = fiber_cli("ps", "-b", "slurm", "--all", program).stdout.splitlines()[1:]
         assert [ln.split()[2] for ln in ps] == ["cancelled"] * 3, ps
         tail = fiber_cli("logs", "-b", "slurm", "--tail", "2", job)  # READY, Slurm's word
         assert tail.returncode == 0 and tail.stdout.startswith("READY "), tail
@@ -862,7 +863,7 @@ def test_ctrl_c_on_fiber_run_cancels_the_programs_queued_workers(cluster):
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
         assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
-        ps = fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:]
+        ps = fiber_cli("ps", "-b", "slurm", "--all", program).stdout.splitlines()[1:]
         after = {ln.split()[0]: ln.split()[2] for ln in ps}
         assert after.keys() == before.keys(), ps
         queued = [j for j, state in before.items() if state == "pending"]

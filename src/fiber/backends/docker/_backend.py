@@ -496,7 +496,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                                                       datetime.timezone.utc)
             out.append(JobInfo(str(labels.get(LABEL_JOB)), str(labels.get(LABEL_PROGRAM)),
                                str(labels.get(LABEL_NAME, "")), str(c.get("Status") or ""),
-                               created.isoformat(timespec="seconds"), str(c.get("Image"))))
+                               created.isoformat(timespec="seconds"), str(c.get("Image")),
+                               ended=c.get("State") in ("exited", "dead")))
         return out
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:

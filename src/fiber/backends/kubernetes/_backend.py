@@ -460,7 +460,8 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             out.append(JobInfo(meta["name"], str(labels.get(LABEL_PROGRAM, "")),
                                str((meta.get("annotations") or {}).get(ANNOTATION_NAME, "")),
                                state, str(meta.get("creationTimestamp") or ""),
-                               str(containers[0].get("image") or "")))
+                               str(containers[0].get("image") or ""),
+                               ended=phase in ("Succeeded", "Failed")))
         return sorted(out, key=lambda j: j.created)
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:

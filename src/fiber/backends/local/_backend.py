@@ -12,7 +12,8 @@ A job that asks for ``gpu=n`` gets ``n`` of this host's GPUs of its own
 (``CUDA_VISIBLE_DEVICES``, see :mod:`._gpus`); ``cpu=`` and ``memory=`` are not enforced
 (warned once): jobs share the machine's CPUs and memory, as subprocesses do. A fiber job's
 output goes to its own log file when it is forwarded to its parent (``forward_output``),
-which ``fiber logs`` reads (see :mod:`._jobs`).
+which ``fiber logs`` reads, with a record beside it of its pid and, once this backend has
+seen it end, how (``fiber ps``: ``ended (SIGKILL)``; see :mod:`._jobs`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ def _status_of(returncode: Optional[int]) -> JobStatus:
 _Proc = Union["subprocess.Popen[bytes]", ForkedJob]
 
 
+def _open_job_log(job_id: str, name: str) -> Tuple[int, str]:
+    """A fiber job's log file (``fiber logs``), opened to append, and its path.
+
+    Raises:
+        OSError: the logs' folder cannot be written.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    path = _machine.job_log(job_id, name)
+    try:
+        return os.open(path, flags, 0o600), path
+    except FileNotFoundError:  # its directory, empty, was just pruned: made again
+        path = _machine.job_log(job_id, name)
+        return os.open(path, flags, 0o600), path
+
+
 def _current_status(proc: _Proc) -> JobStatus:
     if isinstance(proc, ForkedJob):
         if proc.lost_reason:
@@ -92,6 +108,9 @@ class LocalBackend(Backend):
         self._lock = threading.Lock()
         self._ids = _JOB_NUMBERS  # shared: a job id names one job of this process
         self._gpus: Optional[GpuPool] = None  # made when a job first asks for a GPU
+        #: The log of each job with one whose end has not been recorded yet (see _status).
+        self._logged: Dict[str, str] = {}
+        self._pruned_at: Optional[float] = None  # when this process last pruned records
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
         """Words put before a job's command; subclasses use it to place jobs elsewhere."""
@@ -134,10 +153,14 @@ class LocalBackend(Backend):
                         raise SubmitError(f"cannot start local job: {e}", command=argv) from e
                 with self._lock:
                     self._procs[job_id] = proc
+                    if job_id in log_paths:
+                        self._logged[job_id] = log_paths[job_id]
                 if job_id in log_paths:
                     _jobs.note_started(log_paths[job_id], proc.pid)
                 handles.append(JobHandle(job_id, self.name, host="localhost", pid=proc.pid,
                                          output=outputs.pop(job_id, None)))
+            if log_paths:
+                self._prune_records()
             return handles
         except BaseException:
             for job_id, *_ in jobs:
@@ -159,7 +182,7 @@ class LocalBackend(Backend):
         spec with ``capture_output``), its own log file (a fiber job whose output is
         forwarded by the job itself), or this process's stdout and stderr (the rest)."""
         if spec.capture_output:
-            path = self._log_path(job_id, spec, create=True)
+            path = self._new_log(job_id, spec)
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             stdio[job_id] = (out_w, err_w)
@@ -207,11 +230,35 @@ class LocalBackend(Backend):
 
     def _ended(self, job_id: str) -> bool:
         proc = self._proc_by_id(job_id)
-        return proc is not None and _current_status(proc).state.finished
+        return proc is not None and self._status(job_id, proc).state.finished
+
+    def _status(self, job_id: str, proc: _Proc) -> JobStatus:
+        """The job's status; the first time it is seen ended, how it ended is written to
+        its record (if it has a log). Only this process learns that (it is the job's
+        parent, or the master of the fork server that is), and ``fiber ps`` runs in
+        another."""
+        status = _current_status(proc)
+        if status.state.finished and job_id in self._logged:
+            with self._lock:
+                path = self._logged.pop(job_id, None)
+            if path is not None:
+                _jobs.note_ended(path, proc.pid, status.exitcode)
+        return status
 
     def _proc_by_id(self, job_id: str) -> Optional[_Proc]:
         with self._lock:
             return self._procs.get(job_id)
+
+    def _prune_records(self) -> None:
+        """Prune the records of ended jobs (see ._jobs) as this process records new ones:
+        at its first, then at most every ``PRUNE_EVERY_S`` seconds."""
+        now = time.monotonic()
+        if self._pruned_at is None or now - self._pruned_at >= _jobs.PRUNE_EVERY_S:
+            self._pruned_at = now
+            try:
+                _jobs.prune()
+            except OSError:  # the user directory is unusable: the logs said so already
+                pass
 
     @staticmethod
     def _open_log(job_id: str, spec: JobSpec) -> Optional[Tuple[int, str]]:
@@ -220,26 +267,23 @@ class LocalBackend(Backend):
         this process's stdout and stderr, as subprocesses do."""
         if not get_config().forward_output or _JOB_ENV not in spec.env:
             return None
-        path = LocalBackend._log_path(job_id, spec, create=False)
-        if path is None:
-            return None
         try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                           0o600), path
+            fd, path = _open_job_log(job_id, spec.name)
+            return fd, path
         except OSError as e:
             _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
             return None
 
     @staticmethod
-    def _log_path(job_id: str, spec: JobSpec, create: bool) -> Optional[str]:
-        """The log file of a fiber job (``fiber logs``; made empty with ``create``), or
-        None where the logs' folder cannot be written (said once)."""
+    def _new_log(job_id: str, spec: JobSpec) -> Optional[str]:
+        """The log file of a fiber job (``fiber logs``), made empty, for its parent to
+        append the job's output to; None where the logs' folder cannot be written (said
+        once) or for a job that is not fiber's."""
         if _JOB_ENV not in spec.env:
             return None
         try:
-            path = _machine.job_log(job_id, spec.name)
-            if create:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            fd, path = _open_job_log(job_id, spec.name)
+            os.close(fd)
             return path
         except OSError as e:
             _note_once(f"cannot write local job logs ({e}); jobs write to this terminal")
@@ -302,7 +346,7 @@ class LocalBackend(Backend):
             proc = self.proc_of(h)
             out[h.job_id] = (
                 JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                else _current_status(proc)
+                else self._status(h.job_id, proc)
             )
         return out
 
@@ -311,16 +355,17 @@ class LocalBackend(Backend):
         if proc is None:
             return JobStatus(JobState.LOST, None, "unknown job")
         if isinstance(proc, ForkedJob):
-            return _current_status(proc) if proc.wait(timeout) else None
+            return self._status(handle.job_id, proc) if proc.wait(timeout) else None
         try:
-            return _status_of(proc.wait(timeout))
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        return self._status(handle.job_id, proc)
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
         for h in handles:
             proc = self.proc_of(h)
-            if proc is not None and not _current_status(proc).state.finished:
+            if proc is not None and not self._status(h.job_id, proc).state.finished:
                 try:
                     proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
                 except ProcessLookupError:
@@ -346,11 +391,13 @@ class LocalBackend(Backend):
         return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
 
     def release(self, handle: JobHandle) -> None:
-        if self._gpus is not None and self._ended(handle.job_id):
+        proc = self.proc_of(handle)
+        if proc is None or not self._status(handle.job_id, proc).state.finished:
+            return
+        if self._gpus is not None:
             self._gpus.release(handle.job_id)
         with self._lock:
-            proc = self._procs.get(handle.job_id)
-            if proc is not None and _current_status(proc).state.finished:
+            if self._procs.get(handle.job_id) is proc:
                 del self._procs[handle.job_id]
 
     def watcher(self) -> JobWatcher:
@@ -421,9 +468,7 @@ class _PidfdWatcher(JobWatcher):
             if entry is None:
                 continue
             handle, on_exit = entry
-            proc = self._local.proc_of(handle)
-            status = (JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                      else _current_status(proc))
+            status = self._local.status([handle])[job_id]
             if status.state.finished:
                 with self._cond:
                     self._jobs.pop(job_id, None)

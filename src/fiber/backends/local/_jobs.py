@@ -2,10 +2,24 @@
 this machine and their jobs, whichever process started them.
 
 What is listed comes from the files of :mod:`fiber._machine`: a program is its main
-process's program file (written while it runs); a job is its log file, with a pid file
-beside it (``<job>.pid``: its pid and start, written when it is started) that tells
-whether it still runs. A pid is trusted only with its start time, so a pid reused by
-another process is never signalled.
+process's program file (written while it runs); a job is its log file, with its *record*
+beside it (``<job>.pid``), one line written by the process that started the job::
+
+    <pid> <start>             when it started (start: see _machine.process_start; "-"
+                              when the job had ended before it could be recorded)
+    <pid> <start> <exit>      once that process saw it end: its exit code, or minus the
+                              signal that killed it ("?": unknown)
+
+A job runs while its ``(pid, start)`` process runs; a zombie (ended, not yet waited for
+by its parent) does not. A job ends ``ended (SIGKILL)``, ``ended (exit 1)``, or just
+``ended`` when nobody could tell how (its program was killed too). A pid is trusted only
+with its start time, so a pid reused by another process is never signalled.
+
+Records of ended jobs (log and record) are pruned by :func:`prune`, when ``fiber ps``
+runs and when a process records new jobs (at most every ``PRUNE_EVERY_S``): those of
+programs that have ended are kept for ``KEEP_S`` (a day), ``KEEP_JOBS`` (200) at most,
+the newest first. A job that runs, any job of a program that runs, and a record younger
+than ``_YOUNG_S`` (a job being started, its record not written yet) are never pruned.
 """
 
 from __future__ import annotations
@@ -13,23 +27,77 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ... import _machine
 from ...errors import BackendError
 from .._base import JobInfo
 
-__all__ = ["note_started", "find_jobs", "read_logs", "remove_jobs"]
+__all__ = ["note_started", "note_ended", "find_jobs", "read_logs", "remove_jobs", "prune",
+           "KEEP_JOBS", "KEEP_S", "PRUNE_EVERY_S"]
+
+#: Ended jobs of ended programs whose records are kept at most (the newest).
+KEEP_JOBS = 200
+#: Seconds for which they are kept at most (since their last write: their end, mostly).
+KEEP_S = 24 * 3600
+#: Seconds between two prunings by a process that records jobs.
+PRUNE_EVERY_S = 600.0
+#: Records younger than this are kept whatever: a job being started has a log but no
+#: record yet, and its program may not have written its program file yet.
+_YOUNG_S = 60.0
+
+
+class _Record(NamedTuple):
+    """A job's record: its process, and how it ended once that is known."""
+
+    pid: int
+    start: Optional[int]  # None: it had ended before it was recorded
+    ended: bool  # its end was recorded
+    exitcode: Optional[int]  # as recorded (None: unknown)
 
 
 def note_started(log_path: str, pid: int) -> None:
     """Record the pid of the job whose log is ``log_path`` (beside the log)."""
     start = _machine.process_start(pid)
+    _write(log_path, f"{pid} {'-' if start is None else start}")
+
+
+def note_ended(log_path: str, pid: int, exitcode: Optional[int]) -> None:
+    """Record how the job of ``log_path`` (process ``pid``) ended: its exit code, minus
+    the signal that killed it, or None (unknown). Written by the process that started
+    it, which is told: another process (``fiber ps``) cannot learn it once the job's
+    process has been waited for."""
+    record = _read(log_path)
+    start = record.start if record is not None and record.pid == pid else None
+    code = "?" if exitcode is None else str(exitcode)
+    _write(log_path, f"{pid} {'-' if start is None else start} {code}")
+
+
+def _write(log_path: str, line: str) -> None:
+    """Replace the record of ``log_path``'s job at once (a reader never sees half)."""
+    path = _pid_path(log_path)
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(_pid_path(log_path), "w") as f:
-            f.write(f"{pid} {start}\n")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(line + "\n")
+        os.replace(tmp, path)
     except OSError:
         pass
+
+
+def _read(log_path: str) -> Optional[_Record]:
+    """The record of ``log_path``'s job, or None (not written yet, or unreadable)."""
+    try:
+        with open(_pid_path(log_path)) as f:
+            words = f.read().split()
+        pid = int(words[0])
+        start = None if words[1] == "-" else int(words[1])
+        if len(words) < 3:
+            return _Record(pid, start, False, None)
+        return _Record(pid, start, True, None if words[2] == "?" else int(words[2]))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _pid_path(log_path: str) -> str:
@@ -38,15 +106,29 @@ def _pid_path(log_path: str) -> str:
     return os.path.join(directory, f"{job_id}.pid")
 
 
-def _alive(log_path: str) -> Optional[int]:
-    """The job's pid while it runs, else None."""
-    try:
-        with open(_pid_path(log_path)) as f:
-            pid_text, start_text = f.read().split()
-    except (OSError, ValueError):
-        return None
-    pid = int(pid_text)
-    return pid if str(_machine.process_start(pid)) == start_text else None
+def _state(log_path: str) -> Tuple[Optional[_Record], str]:
+    """(the job's record while it runs, else None; its state as ``fiber ps`` shows it)."""
+    record = _read(log_path)
+    if record is None:
+        return None, "ended"  # never started (its start failed), or its record was lost
+    if record.ended:
+        return None, _ended(record.exitcode)
+    ended, code = _machine.process_end(record.pid, record.start)
+    if not ended:
+        return record, f"running (pid {record.pid})"
+    return None, _ended(code)
+
+
+def _ended(exitcode: Optional[int]) -> str:
+    """``ended (SIGKILL)``, ``ended (exit 1)``, or ``ended`` (how is not known)."""
+    if exitcode is None:
+        return "ended"
+    if exitcode < 0:
+        try:
+            return f"ended ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"ended (signal {-exitcode})"
+    return f"ended (exit {exitcode})"
 
 
 def _parts(log_path: str) -> Tuple[str, str, str]:
@@ -57,12 +139,45 @@ def _parts(log_path: str) -> Tuple[str, str, str]:
 
 
 def _created(path: str) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_machine.mtime(path)))
+
+
+def prune(keep_jobs: int = KEEP_JOBS, keep_s: float = KEEP_S) -> List[str]:
+    """Remove the log and record of each ended job of an ended program beyond the newest
+    ``keep_jobs`` or older than ``keep_s`` seconds (see the module's docstring); the ids
+    of the jobs removed. Several processes may prune at once: what another removed is
+    skipped."""
+    running = {info["program"] for info in _machine.programs()} | {_machine.program_id()}
+    now = time.time()
+    ended = []
+    for path in _machine.find_job_logs():
+        if os.path.basename(os.path.dirname(path)) in running:
+            continue
+        written = max(_machine.mtime(path), _machine.mtime(_pid_path(path)))
+        if now - written >= _YOUNG_S and _state(path)[0] is None:
+            ended.append((written, path))
+    ended.sort(reverse=True)
+    removed = []
+    for i, (written, path) in enumerate(ended):
+        if i >= keep_jobs or now - written > keep_s:
+            for name in (path, _pid_path(path)):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+            removed.append(_parts(path)[1])
+    for directory in {os.path.dirname(p) for _, p in ended}:
+        try:
+            os.rmdir(directory)  # an ended program's, once empty
+        except OSError:
+            pass
+    return removed
 
 
 def find_jobs(program: str = "") -> List[JobInfo]:
     """The programs running here (their main processes) and the jobs whose logs are
-    kept, oldest first."""
+    kept, oldest first (after pruning the records of ended jobs: :func:`prune`)."""
+    prune()
     out = []
     for info in _machine.programs():
         if program and info["program"] != program:
@@ -74,10 +189,9 @@ def find_jobs(program: str = "") -> List[JobInfo]:
                            image=info.get("backend", "")))
     for path in _machine.find_job_logs(program=program):
         prog, job_id, name = _parts(path)
-        pid = _alive(path)
-        state = f"running (pid {pid})" if pid is not None else "ended"
+        running, state = _state(path)
         out.append(JobInfo(job_id=job_id, program=prog, name=name, state=state,
-                           created=_created(path)))
+                           created=_created(path), ended=running is None))
     return out
 
 
@@ -109,14 +223,14 @@ def remove_jobs(program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
             removed.append(info["program"])
     for path in _machine.find_job_logs(program=program) if program else [
             p for j in job_ids for p in _machine.find_job_logs(job_id=j)]:
-        pid = _alive(path)
-        if pid is not None and _signal(pid, _machine.process_start(pid)):
+        running, _ = _state(path)
+        if running is not None and _signal(running.pid, running.start):
             removed.append(_parts(path)[1])
     return removed
 
 
 def _signal(pid: int, start: Optional[int]) -> bool:
-    if start is None or _machine.process_start(pid) != start:
+    if not _machine.running(pid, start):
         return False
     try:
         os.kill(pid, signal.SIGTERM)

@@ -95,7 +95,8 @@ def find_jobs(backend: SlurmCommands, program: str = "") -> List[JobInfo]:
     cp = backend.run_command(argv, timeout=backend.query_timeout, what="squeue")
     rows = [r for r in parse_listing(cp.stdout) if not program or r.program == program]
     rows.sort(key=lambda r: (r.submitted, [int(x) for x in r.job_id.split("_") if x.isdigit()]))
-    return [JobInfo(r.job_id, r.program, r.name, r.state, r.submitted) for r in rows]
+    return [JobInfo(r.job_id, r.program, r.name, r.state, r.submitted,
+                    ended=r.state in ENDING and r.state != "completing") for r in rows]
 
 
 def read_logs(backend: SlurmCommands, job_id: str, tail: Optional[int] = None) -> str:

@@ -1,0 +1,186 @@
+"""``fiber ps`` on the local backend shows what is true (issue 26): a job killed by a signal
+is ``ended (SIGKILL)``, never ``running``, whether its parent has waited for it yet or not;
+jobs that have ended are listed with ``--all`` only; the records of ended jobs are pruned
+(a day, 200 jobs at most), never those of a job or a program that runs.
+
+Each test has a user directory of its own (``TMPDIR``): what other programs of this user
+left in the shared one is not looked at, nor touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict
+
+import psutil
+import pytest
+
+from fiber import _machine
+from fiber.backends.local import _jobs
+
+from support.cli_helpers import fiber_cli, tagged
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "observe_scripts", "sleeper_program.py")
+DAY = 24 * 3600
+
+
+def _env(tmp_path) -> Dict[str, str]:
+    """The environment of a program, or a fiber command, whose user directory is under
+    ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
+    env["TMPDIR"] = str(tmp_path)
+    return env
+
+
+def _states(env: Dict[str, str], *args: str) -> Dict[str, str]:
+    """``fiber ps -b local ARGS...``: the state of each job it lists, by job id."""
+    ps = fiber_cli("ps", "-b", "local", *args, env=env, timeout=60)
+    assert ps.returncode == 0, ps.stderr
+    rows = [re.split(r"\s{2,}", line.strip()) for line in ps.stdout.splitlines()[1:]]
+    return {row[0]: row[2] for row in rows}
+
+
+def test_a_job_killed_by_sigkill_is_listed_as_ended_by_it(tmp_path):
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # (the test's timeout bounds it)
+        assert line.startswith("READY "), line + proc.stderr.read()
+        ready = tagged(line, "READY")
+        program = str(proc.pid)
+        states = _states(env, program)
+        assert states[ready["job"]] == f"running (pid {ready['pid']})", states
+        os.kill(ready["pid"], signal.SIGKILL)
+        wait_until(lambda: _states(env, "--all", program).get(ready["job"])
+                   == "ended (SIGKILL)", 60, interval=0.2,
+                   message="fiber ps --all to list the job as ended (SIGKILL)")
+        # without --all, what runs: the program, not its ended job
+        assert list(_states(env, program)) == [program], _states(env, program)
+        proc.kill()
+        proc.wait(60)
+        # once its program is gone too, the job's record still tells how it ended
+        assert _states(env, program) == {}
+        assert _states(env, "--all", program) == {ready["job"]: "ended (SIGKILL)"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def _job_record(tmp_path, monkeypatch, pid: int) -> None:
+    """A log and a record, in this test's user directory, of job ``12345-1`` (program
+    12345, not running) whose process is ``pid``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    directory = os.path.join(_machine.user_dir(), "logs", "12345")
+    os.makedirs(directory)
+    log = os.path.join(directory, "12345-1-Killed.log")
+    open(log, "w").close()
+    _jobs.note_started(log, pid)
+
+
+def _state(job_id: str) -> str:
+    [job] = [j for j in _jobs.find_jobs("12345") if j.job_id == job_id]
+    return job.state
+
+
+def test_a_killed_job_its_parent_has_not_waited_for_is_ended(tmp_path, monkeypatch):
+    """A zombie (its parent busy, or gone and this machine's init never waits, as in many
+    containers) still has its pid and start in /proc: it was listed ``running (pid N)``.
+    It is ended, and /proc still tells by which signal."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    try:
+        wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 60,
+                   message="the child to end (not waited for)")
+        _job_record(tmp_path, monkeypatch, child.pid)
+        assert _state("12345-1") == "ended (SIGKILL)"
+    finally:
+        child.wait(60)
+    assert _state("12345-1") == "ended"  # waited for: how it ended is not known here
+
+
+def test_a_job_that_ended_before_it_was_recorded_is_ended(tmp_path, monkeypatch):
+    """A job whose process was gone when its record was written had no start time in it,
+    and the missing start of the missing process matched: ``running`` for ever."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(60)
+    _job_record(tmp_path, monkeypatch, child.pid)
+    assert _state("12345-1") == "ended"
+
+
+def _ended_job(program: str, n: int, age_s: float) -> str:
+    """A log and a record, in this test's user directory, of job ``<program>-<n>``,
+    killed by SIGKILL and last written ``age_s`` seconds ago; its id."""
+    directory = os.path.join(_machine.user_dir(), "logs", program)
+    os.makedirs(directory, exist_ok=True)
+    job = f"{program}-{n}"
+    log = os.path.join(directory, f"{job}-Worker.log")
+    open(log, "w").close()
+    _jobs.note_ended(log, 999999, -signal.SIGKILL)
+    when = time.time() - age_s
+    for path in (log, os.path.join(directory, f"{job}.pid")):
+        os.utime(path, (when, when))
+    return job
+
+
+def test_fiber_ps_prunes_ended_jobs_past_a_day_or_the_newest_200(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    recent = [_ended_job("111", n, 60 * n) for n in range(1, 206)]  # newest first
+    for n in range(1, 4):
+        _ended_job("222", n, 2 * DAY)
+    # never pruned: a job that runs, an ended job of a program that runs (this test's
+    # process, as the program's main), both 3 days old, and a job being started (a log
+    # and no record yet)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        running = _ended_job("333", 1, 3 * DAY)
+        _jobs.note_started(os.path.join(_machine.user_dir(), "logs", "333",
+                                        "333-1-Worker.log"), sleeper.pid)
+        kept = _ended_job("444", 1, 3 * DAY)
+        os.makedirs(os.path.join(_machine.user_dir(), "programs"))
+        with open(os.path.join(_machine.user_dir(), "programs", "444.json"), "w") as f:
+            json.dump({"program": "444", "pid": os.getpid(), "argv": ["test"],
+                       "start": _machine.process_start(os.getpid())}, f)
+        open(os.path.join(_machine.user_dir(), "logs", "444", "444-2-Starting.log"),
+             "w").close()
+        states = _states(_env(tmp_path), "--all")
+        assert states[running] == f"running (pid {sleeper.pid})"
+    finally:
+        sleeper.kill()
+        sleeper.wait(60)
+    assert set(states) == {*recent[:200], running, kept, "444-2", "444"}, sorted(states)
+    assert states[kept] == "ended (SIGKILL)" and states["444"].startswith("running")
+    logs = os.path.join(_machine.user_dir(), "logs")
+    assert sorted(os.listdir(logs)) == ["111", "333", "444"]  # 222's files, and it, gone
+    assert len(os.listdir(os.path.join(logs, "111"))) == 2 * 200  # logs and records
+
+
+def test_a_program_that_records_jobs_prunes_ended_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old = os.path.join(_machine.user_dir(), "logs", "222")
+    _ended_job("222", 1, 2 * DAY)
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # (the test's timeout bounds it)
+        assert line.startswith("READY "), line + proc.stderr.read()
+        assert not os.path.exists(old)  # pruned when its Sleeper was recorded
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
