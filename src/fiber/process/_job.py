@@ -11,11 +11,14 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Callable, Deque, List, Optional, Tuple
 
+from .._log import log
 from ..backends import Backend, JobHandle, JobState, JobStatus
+from ..config import get_config
 from . import _launcher
 
 __all__ = ["Job", "collect", "release_collected"]
@@ -93,6 +96,22 @@ class Job:
         """The job was never submitted: release what was prepared for it."""
         self.close_sentinel()
         self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
+
+    def cancel_if_not_started(self, name: str) -> None:
+        """Cancel the job of process ``name`` if it has not connected back yet, which
+        ``startup_timeout`` after its submit means the cluster never ran it (stuck
+        pending, lost at launch): it then counts as ended, never waited for for ever."""
+        if self.remote_pid is not None or self.finished or self.handle is None:
+            return
+        log("%s did not connect within startup_timeout; cancelling it", name)
+        sys.stderr.write(f"fiber: {name} did not start within "
+                         f"{get_config().startup_timeout} s; cancelling its job\n")
+        canceller = threading.Thread(target=self.backend.cancel, args=([self.handle], True),
+                                     name="fiber-cancel", daemon=True)
+        try:
+            canceller.start()
+        except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
+            self.backend.cancel([self.handle], True)
 
     def close_sentinel(self) -> None:
         """Close the sentinel's read end, once (``close()``, or the process collected)."""

@@ -39,11 +39,9 @@ from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process
 from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
-from ..backends._command import bootstrap_command
 from ..config import get_config
 from ..errors import ProcessError
 from ..meta import resources_of
-from ..transport import auth
 from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
@@ -157,7 +155,8 @@ class Process(ProcessAttributes):
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
             on_gone=lambda: self._on_gone(job), name=self._name))
-        return job, self._job_spec(cfg, token)
+        asked = self._resources or resources_of(self._target) or Resources()
+        return job, _launcher.job_spec(cfg, token, asked, self._name)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
         job.handle = handle
@@ -182,7 +181,7 @@ class Process(ProcessAttributes):
         def check() -> None:
             proc = ref()
             if proc is not None:
-                proc._check_started(job)  # noqa: SLF001 - this class's
+                job.cancel_if_not_started(proc.name)
 
         with hub.lock:
             hub.call_later(get_config().startup_timeout, check)
@@ -201,31 +200,6 @@ class Process(ProcessAttributes):
             sys.stderr.write(f"fiber: the job of {self._name} failed before it started: "
                              f"{status.reason}\n")
         job.finish(status)
-
-    def _check_started(self, job: Job) -> None:
-        # A job the cluster never ran (stuck pending, lost at launch) must not wait forever:
-        # after startup_timeout without connecting back it is cancelled and counts as ended.
-        if job.remote_pid is not None or job.finished or job.handle is None:
-            return
-        log("%s did not connect within startup_timeout; cancelling it", self._name)
-        sys.stderr.write(f"fiber: {self._name} did not start within "
-                         f"{get_config().startup_timeout} s; cancelling its job\n")
-        canceller = threading.Thread(target=job.backend.cancel, args=([job.handle], True),
-                                     name="fiber-cancel", daemon=True)
-        try:
-            canceller.start()
-        except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
-            job.backend.cancel([job.handle], True)
-
-    def _job_spec(self, cfg: Any, token: bytes) -> JobSpec:
-        default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
-                            gpu=cfg.gpu_per_job or None)
-        asked = self._resources or resources_of(self._target) or Resources()
-        env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
-               "FIBER_LISTEN_HOST": "", **auth.secret_env()}
-        return JobSpec(command=bootstrap_command(cfg.python or sys.executable),
-                       env=env, resources=asked.merged_over(default), image=cfg.image,
-                       name=self._name)
 
     def _on_started(self, job: Job, pid: int, host: str) -> None:
         job.remote_pid, job.remote_host = pid, host
