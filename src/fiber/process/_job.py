@@ -97,6 +97,20 @@ class Job:
         self.close_sentinel()
         self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
 
+    def withdraw(self, handle: JobHandle, why: BaseException) -> None:
+        """The job was submitted but its start failed in this process after the submit
+        (``why``): it is ended at once and counts as ended, so that nothing (the exit
+        handler's ``join``) waits for a job that the caller was told did not start."""
+        self.handle = handle
+        self.cancel_requested = True
+        try:
+            self.backend.cancel([handle], force=True)
+        except Exception as e:  # the start's own error is the one the caller gets
+            sys.stderr.write(f"fiber: cannot cancel job {handle.job_id}, whose start "
+                             f"failed ({why!r}): {e}\n")
+        self.close_sentinel()
+        self.finish(JobStatus(JobState.CANCELLED, None, f"its start failed: {why!r}"))
+
     def cancel_if_not_started(self, name: str) -> None:
         """Cancel the job of process ``name`` if it has not connected back yet, which
         ``startup_timeout`` after its submit means the cluster never ran it (stuck

@@ -159,14 +159,11 @@ class Process(ProcessAttributes):
         return job, _launcher.job_spec(cfg, token, asked, self._name)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
+        """Make the submitted job this process's. It counts as started (a child that
+        the exit handler joins) only once everything else is done: what fails before
+        leaves the job to :func:`start_all` to end (see ``Job.withdraw``)."""
         job.handle = handle
-        self._job = job
-        _children.add(self)
-        _register_exit_function()
         log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
-        # As multiprocessing: the job has its own copy, and what was handed to it (a
-        # manager's object, a big array) must not live on in this process because of us.
-        self._target, self._args, self._kwargs = None, (), {}
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
         # the watcher holds this object until the job ends; once it is gone too, nothing
         # can ask the backend about the job again, nor wait on its sentinel (closed then,
@@ -185,6 +182,12 @@ class Process(ProcessAttributes):
 
         with hub.lock:
             hub.call_later(get_config().startup_timeout, check)
+        _register_exit_function()
+        # As multiprocessing: the job has its own copy, and what was handed to it (a
+        # manager's object, a big array) must not live on in this process because of us.
+        self._target, self._args, self._kwargs = None, (), {}
+        self._job = job
+        _children.add(self)
 
     def _on_finished(self, job: Job, status: JobStatus) -> None:
         if job.cancel_requested:
@@ -405,6 +408,10 @@ class Process(ProcessAttributes):
 def start_all(processes: Sequence[Process]) -> None:
     """Start many processes with one ``submit`` per backend (a job array on Slurm).
 
+    Whatever fails after a submit ends that submit's jobs not made their processes' yet
+    (``Job.withdraw``): the caller gets the error, and no job it was not given is left
+    running for the exit handler to wait for.
+
     Raises:
         pickle.PicklingError, TypeError: a target or argument cannot be pickled (nothing
             is submitted).
@@ -425,18 +432,32 @@ def start_all(processes: Sequence[Process]) -> None:
     by_backend: Dict[int, List[Tuple[Process, Job, JobSpec]]] = {}
     for item in prepared:
         by_backend.setdefault(id(item[1].backend), []).append(item)
-    for i, group in enumerate(by_backend.values()):
-        backend = group[0][1].backend
+    groups = list(by_backend.values())
+    for i, group in enumerate(groups):
+        backend, submitted = group[0][1].backend, False
         try:
             with _launcher.handing_anchors(backend, [spec for _, _, spec in group]) as specs:
                 handles = backend.submit(specs)
+            submitted = True
+            _launch(group, handles)
         except BaseException:
-            for later in list(by_backend.values())[i:]:
+            for later in groups[i + 1 if submitted else i:]:
                 for _, job, _ in later:
                     job.abandon()
             raise
-        for (proc, job, _), handle in zip(group, handles):
-            proc._launched(job, handle)  # noqa: SLF001
+
+
+def _launch(group: List[Tuple[Process, Job, JobSpec]], handles: List[JobHandle]) -> None:
+    """Make each submitted job its process's. If that fails for one, it and those after
+    it are withdrawn (ended at once: nothing waits for a job whose start raised) and the
+    error is raised."""
+    for n, ((proc, job, _), handle) in enumerate(zip(group, handles)):
+        try:
+            proc._launched(job, handle)  # noqa: SLF001 - this module's class
+        except BaseException as e:
+            for (_, unlaunched, _), later in list(zip(group, handles))[n:]:
+                unlaunched.withdraw(later, e)
+            raise
 
 
 def _exit_code_of(e: SystemExit) -> int:
