@@ -37,7 +37,7 @@ from typing import (
 
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
-from .._log import log, name_process
+from .._log import log, name_process, open_log
 from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..config import get_config
 from ..errors import ProcessError
@@ -68,6 +68,7 @@ class Process(ProcessAttributes):
         BackendError: the backend could not create the job.
         ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
             and the backend's jobs do not share this host (see :mod:`fiber.process._fd_handoff`).
+        ConfigError: ``log_file`` cannot be written (nothing is submitted).
     """
 
     #: The backend this class starts jobs on; None means the configured default.
@@ -418,8 +419,11 @@ def start_all(processes: Sequence[Process]) -> None:
         BackendError: the backend refused; none of that backend's jobs started.
         ResourceLimitError: the jobs would exceed this process's open-file limit
             (raised to its hard limit first); none started.
+        ConfigError: ``log_file`` cannot be written (its directory cannot be made);
+            none started.
     """
     ensure_open_files(len(processes))
+    open_log()  # a log file that cannot be written fails here, before any submit
     prepared: List[Tuple[Process, Job, JobSpec]] = []
     try:
         for proc in processes:

@@ -1,7 +1,9 @@
 """A failing ``start()`` is an error, never a hang (issue 26): whatever fails after the
-backend's submit ends the jobs it submitted, raises to the caller, and the program exits.
-Each case is a whole program, run as a subprocess with a deadline (an exit handler that
-waits for a job for ever is what is tested)."""
+backend's submit ends the jobs it submitted, raises to the caller, and the program exits;
+``log_file`` in a missing directory makes it, a path that cannot be written fails the
+start before any job is submitted, and every process writes its own file. Each case is
+a whole program, run as a subprocess with a deadline (an exit handler that waits for a
+job for ever is what is tested)."""
 
 from __future__ import annotations
 
@@ -136,3 +138,81 @@ def test_a_start_that_fails_after_the_submit_ends_its_jobs_and_the_program(tmp_p
         n - failing + 1)
     assert _said(cp.stdout, "CHILDREN") == "0"
     assert _running(pids) == []
+
+
+# -- log_file ---------------------------------------------------------------------------------
+
+_LOGGING = """
+    import logging, sys
+    import psutil
+    import fiber
+
+    def child():
+        logging.getLogger("fiber").warning("a line of the child")
+
+    def square(x):
+        return x * x
+
+    if __name__ == "__main__":
+        fiber.init(log_file=sys.argv[1])
+        p = fiber.Process(target=child)
+        try:
+            p.start()
+        except fiber.errors.ConfigError as e:
+            print("RAISED", e, flush=True)
+            print("CHILDREN", len(psutil.Process().children(recursive=True)), flush=True)
+            sys.exit(0)
+        p.join(60)
+        print("EXITCODE", p.exitcode, flush=True)
+        with fiber.Pool(1) as pool:
+            print("MAP", pool.map(square, [1, 2]), flush=True)
+        logging.getLogger("fiber").warning("a line of the main process")
+"""
+
+
+def _logs(folder) -> Dict[str, str]:
+    return {path.name: path.read_text() for path in folder.iterdir()}
+
+
+def test_a_log_file_in_a_missing_folder_makes_it_and_every_process_has_its_file(tmp_path):
+    cp = _run(tmp_path, _LOGGING, "logs/fiber.log")
+    assert cp.returncode == 0, cp.stderr
+    assert _said(cp.stdout, "EXITCODE") == "0"
+    assert _said(cp.stdout, "MAP") == "[1, 4]"
+    logs = _logs(tmp_path / "logs")
+    assert sorted(logs) == ["fiber.log.MainProcess", "fiber.log.PoolWorker-1",
+                            "fiber.log.Process-1"], logs
+    assert "fiber Process-1[" in logs["fiber.log.Process-1"]
+    assert "WARNING: a line of the child" in logs["fiber.log.Process-1"]
+    assert "WARNING: a line of the main process" in logs["fiber.log.MainProcess"]
+    assert "a line of the child" not in logs["fiber.log.MainProcess"]
+    assert "WARNING" not in cp.stderr, cp.stderr  # the lines went to the files
+
+
+def test_a_log_file_in_an_existing_folder_has_each_jobs_lines_in_its_file(tmp_path):
+    """With ``debug``: the main process's lines about its jobs in its file, each job's own
+    lines in its own file, nothing on stderr."""
+    (tmp_path / "logs").mkdir()
+    cp = _run(tmp_path, _LOGGING, str(tmp_path / "logs" / "fiber.log"),
+              env={"FIBER_DEBUG": "1"})
+    assert cp.returncode == 0, cp.stderr
+    logs = _logs(tmp_path / "logs")
+    assert sorted(logs) == ["fiber.log.MainProcess", "fiber.log.PoolWorker-1",
+                            "fiber.log.Process-1"], logs
+    assert "DEBUG: started Process-1 as local job" in logs["fiber.log.MainProcess"]
+    assert "DEBUG: started PoolWorker-1" in logs["fiber.log.MainProcess"]
+    assert "fiber Process-1[" in logs["fiber.log.Process-1"]
+    assert "a line of the child" in logs["fiber.log.Process-1"]
+    assert cp.stderr == ""
+
+
+def test_a_log_file_that_cannot_be_written_fails_the_start_before_any_job(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder\n")
+    cp = _run(tmp_path, _LOGGING, "a-file/logs/fiber.log")
+    assert cp.returncode == 0, cp.stderr
+    said = _said(cp.stdout, "RAISED")
+    assert said.startswith("fiber config 'log_file': cannot write fiber's log to "
+                           "a-file/logs/fiber.log.MainProcess: "), said
+    assert "Not a directory" in said, said
+    assert _said(cp.stdout, "CHILDREN") == "0"  # no job (nor the fork server) started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "program.py"]
