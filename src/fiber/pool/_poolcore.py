@@ -44,7 +44,7 @@ from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..process._process import program_exiting, set_resources
-from ..transport.remote import pack_exception
+from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
 from ..transport.unpicklable import explain, explained
@@ -214,7 +214,7 @@ class PoolCore:
                 with probing():
                     error = explained(e, f"the function of {label}", fn, "function")
                 for index, _ in items:
-                    job.deliver(index, False, dumps(pack_exception(error)))
+                    job.deliver(index, False, dumps(pack_local_exception(error)))
                 return []
             self.service.function_refs[fid] += 1  # kept while tasks are being queued
         tasks: List[Task] = []
@@ -227,7 +227,7 @@ class PoolCore:
                 except Exception as e:
                     with probing():
                         error = _explain_task(e, mode, data, index, label)
-                    job.deliver(index, False, dumps(pack_exception(error)))
+                    job.deliver(index, False, dumps(pack_local_exception(error)))
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label))
                 if len(pending) >= (_SLICE if tasks else self.window):
@@ -254,7 +254,7 @@ class PoolCore:
             except Exception as e:
                 if not tasks:
                     raise
-                record = dumps(pack_exception(e))
+                record = dumps(pack_local_exception(e))
                 for index in [t.index for t in pending] + [i for i, _ in rest]:
                     job.deliver(index, False, record)
                 return

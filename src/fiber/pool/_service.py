@@ -29,7 +29,7 @@ from .._log import log
 from ..errors import WorkerLostError
 from ..process import Process
 from ..transport.operations import handles
-from ..transport.remote import pack_exception
+from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
 from . import _losses, _status
@@ -246,7 +246,7 @@ class PoolService(Service):
 
     def fail_all(self, exc: BaseException) -> None:
         """Fail every task not finished yet (pool terminated or broken)."""
-        record = dumps(pack_exception(exc))
+        record = dumps(pack_local_exception(exc))
         tasks = list(self.queue)
         self.queue.clear()
         for ws in self.workers.values():
@@ -500,7 +500,7 @@ class PoolService(Service):
                 and any(exit_code(ws) is None for ws in task.attempts)):
             self.server.call_later(_EXIT_POLL, lambda: self._give_up(task, deadline))
             return
-        self._finish(task, False, dumps(pack_exception(self._lost_error(task))))
+        self._finish(task, False, dumps(pack_local_exception(self._lost_error(task))))
 
     def _lost_error(self, task: Task) -> WorkerLostError:
         lines = [f"  attempt {i}: worker {ws.worker_id} "
