@@ -3,11 +3,15 @@
 A worker's connection usually closes before its backend reports the job's end (a pod's
 status comes seconds later), so the warning is made when the worker is lost and said
 once its exit code is known: when its job's end is seen, or after ``REPORT_WAIT_S``
-without it (a host that stopped answering)::
+without it (a host that stopped answering). Warnings are said in the order the workers
+were lost, a later one waiting for those before it: a task that kills each worker it
+runs on has its "killed its worker 2 times" said before "3 times", whichever job's end
+the backend reported first::
 
-    worker lost (PoolService.worker_lost) ── Loss(tasks resubmitted, notes) on the worker
-        ├─ its job ended (the pool's maintainer) ──────────────▶ report(ws): one WARNING
-        └─ REPORT_WAIT_S later (a hub timer), if still unsaid ─▶ report(ws)
+    worker lost (PoolService.worker_lost) ── Losses.add(ws, Loss(tasks resubmitted, notes))
+        ├─ its job ended (the pool's maintainer) ──────────────▶ Losses.ready(ws)
+        └─ REPORT_WAIT_S later (a hub timer), if still unsaid ─▶ Losses.ready(ws)
+    Losses.ready: report(ws) for each ready loss at the head of the queue: one WARNING each
 
 A worker that ends as asked (the pool closing or terminated, retired by ``resize``, after
 ``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
@@ -18,11 +22,11 @@ from __future__ import annotations
 import collections
 import re
 import signal
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from .._log import warn
 
-__all__ = ["Loss", "exit_code", "describe_exit", "tasks_text", "report"]
+__all__ = ["Loss", "Losses", "exit_code", "describe_exit", "tasks_text", "report"]
 
 #: Seconds a lost worker's warning waits for its job's exit code.
 REPORT_WAIT_S = 10.0
@@ -32,12 +36,35 @@ _MAX_LISTED = 10  # task indexes named per call in a warning
 class Loss:
     """A lost worker's warning, waiting for its exit code."""
 
-    __slots__ = ("tasks", "notes", "connected")
+    __slots__ = ("tasks", "notes", "connected", "ready")
 
     def __init__(self, tasks: str, notes: List[str], connected: bool) -> None:
         self.tasks = tasks
         self.notes = notes
         self.connected = connected
+        self.ready = False  # to be said: its exit code is known, or waited for long enough
+
+
+class Losses:
+    """A pool's warnings of lost workers not said yet, in the order the workers were lost
+    (all under the hub's lock)."""
+
+    def __init__(self) -> None:
+        self._unsaid: Deque[Any] = collections.deque()
+
+    def add(self, ws: Any, loss: Loss) -> None:
+        """Worker ``ws`` was lost: its warning is said once :meth:`ready`, after those of
+        the workers lost before it."""
+        ws.loss = loss
+        self._unsaid.append(ws)
+
+    def ready(self, ws: Any) -> None:
+        """Worker ``ws``'s exit code is known (or will not be): say its warning, and the
+        later ones that were waiting for it, unless an earlier one is still waiting."""
+        if ws.loss is not None:
+            ws.loss.ready = True
+        while self._unsaid and (self._unsaid[0].loss is None or self._unsaid[0].loss.ready):
+            report(self._unsaid.popleft())
 
 
 def exit_code(ws: Any) -> Optional[int]:

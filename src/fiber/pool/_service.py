@@ -75,7 +75,7 @@ class Task:
         self.index = index
         self.fid = fid
         self.frames = frames
-        self.attempts: List[Any] = []  # worker states whose death this task caused
+        self.attempts: List[Any] = []  # worker states that died holding this task
         self.done = False
         self.call = call  # what was called, as "map(fn)": shared by the tasks of a call
         #: Held by a worker that died holding several tasks: it may be the one that killed
@@ -176,6 +176,7 @@ class PoolService(Service):
         self.task_seconds: Dict[int, float] = {}  # fid -> running average of a task's run
         self.server: Optional[Server] = None
         self.init_failures: List[str] = []
+        self.losses = _losses.Losses()  # warnings of lost workers not said yet, in order
         self.outstanding = 0  # tasks submitted and not yet finished
         self.last_fid = 0  # the function of the tasks submitted last (see spin_budget)
         self.closing = False  # close() was called: workers exit once the queue is empty
@@ -447,25 +448,7 @@ class PoolService(Service):
         ws.pending.clear()
         expected = (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
-        notes: List[str] = []
-        if len(tasks) == 1:
-            # It held one task: that task was running when the worker died.
-            culprit = tasks[0]
-            culprit.attempts.append(ws)
-            n = len(culprit.attempts)
-            if n > self.max_retries:
-                tasks.clear()
-                notes.append(f"{culprit.label} killed its worker {n} times: it fails "
-                             f"with WorkerLostError (pool_max_task_retries={self.max_retries})")
-                self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
-            elif n > 1:
-                notes.append(f"{culprit.label} has killed its worker {n} times (tried "
-                             f"again up to pool_max_task_retries={self.max_retries})")
-        else:
-            # Any of them may have been running (results of quick tasks are sent in
-            # batches): none is charged; each runs alone until it completes.
-            for task in tasks:
-                task.suspect = True
+        notes = self._charge(ws, tasks)
         for task in reversed(tasks):
             self.queue.appendleft(task)
         self.retried += len(tasks)
@@ -477,17 +460,43 @@ class PoolService(Service):
                 else "pool closing" if self.closing else "maxtasksperchild reached")
         else:
             log("%s lost, holding %d tasks", ws.process.name, len(tasks))
-            ws.loss = _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected)
+            self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected))
             if exit_code(ws) is not None:
-                _losses.report(ws)
+                self.losses.ready(ws)
             elif self.server is not None:
-                self.server.call_later(_losses.REPORT_WAIT_S, lambda: _losses.report(ws))
+                self.server.call_later(_losses.REPORT_WAIT_S, lambda: self.losses.ready(ws))
         self.on_worker_gone(ws, expected)
         self.dispatch()
 
+    def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
+        """Count worker ``ws``'s death against the ``tasks`` it held; the notes its
+        warning carries. A task that has now killed its worker too often is taken out
+        of ``tasks`` (not resubmitted): it fails with WorkerLostError."""
+        for task in tasks:  # every death that held a task counts, once it is charged
+            task.attempts.append(ws)
+        if len(tasks) != 1:
+            # Any of them may have been running (results of quick tasks are sent in
+            # batches): none is charged now; each runs alone until it completes.
+            for task in tasks:
+                task.suspect = True
+            return []
+        # It held one task: that task was running when the worker died. It is charged
+        # with every death that held it (one among prefetched tasks, before it ran alone).
+        culprit = tasks[0]
+        n = len(culprit.attempts)
+        if n > self.max_retries:
+            tasks.clear()
+            self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
+            return [f"{culprit.label} killed its worker {n} times: it fails with "
+                    f"WorkerLostError (pool_max_task_retries={self.max_retries})"]
+        if n > 1:
+            return [f"{culprit.label} has killed its worker {n} times (tried again up to "
+                    f"pool_max_task_retries={self.max_retries})"]
+        return []
+
     def report_lost(self, ws: WorkerState) -> None:
         """The worker's job has ended: say it was lost, if it was (and not said yet)."""
-        _losses.report(ws)
+        self.losses.ready(ws)
 
     def _give_up(self, task: Task, deadline: float) -> None:
         """Fail a task that killed its worker too often, naming each attempt's exit code
