@@ -122,3 +122,27 @@ def test_the_warnings_come_in_the_order_the_workers_were_lost(said):
     assert [line.split(" ")[0] for line in lines] == [
         "PoolWorker-1", "PoolWorker-2", "PoolWorker-3"], lines
     assert "has killed its worker 2 times" in lines[1] and "3 times" in lines[2], lines
+
+
+def test_an_initializer_failure_is_said_once_then_counted(said):
+    """A traceback once; the workers that fail the same way after it are counted, said
+    when the row ends; a different traceback is said in full."""
+    pool = _Pool(max_retries=3)
+    failures = pool.service.init_failures
+    workers = [pool.worker() for _ in range(5)]
+    for ws in workers[:3]:
+        failures.failed(ws, "Traceback...\nValueError: one\n")
+    failures.failed(workers[3], "Traceback...\nKeyError: two\n")
+    failures.failed(workers[4], "Traceback...\nKeyError: two\n")
+    failures.started()
+    failures.started()  # nothing left to say
+    lines = said()
+    assert len(lines) == 4, lines
+    assert lines[0].startswith("PoolWorker-1 (job 1-1 on here): the pool's initializer "
+                               "raised") and lines[0].endswith("ValueError: one"), lines
+    assert lines[1] == ("the pool's initializer failed the same way in 2 more workers "
+                        "(PoolWorker-2, PoolWorker-3)"), lines
+    assert lines[2].startswith("PoolWorker-4 ") and lines[2].endswith("KeyError: two")
+    assert lines[3] == ("the pool's initializer failed the same way in 1 more worker "
+                        "(PoolWorker-5); then a worker started"), lines
+    assert failures.last == ""

@@ -15,6 +15,11 @@ the backend reported first::
 
 A worker that ends as asked (the pool closing or terminated, retired by ``resize``, after
 ``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
+
+A worker whose initializer raised tells the master its traceback before it exits
+(:class:`InitFailures`): the first failure of a row is one warning with the traceback;
+the workers that fail the same way after it are counted, and said in one warning when
+the row ends (a worker starts, the pool breaks or ends); their ends say nothing more.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from .._log import warn
 
-__all__ = ["Loss", "Losses", "exit_code", "describe_exit", "tasks_text", "report"]
+__all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text",
+           "report"]
 
 #: Seconds a lost worker's warning waits for its job's exit code.
 REPORT_WAIT_S = 10.0
@@ -65,6 +71,48 @@ class Losses:
             ws.loss.ready = True
         while self._unsaid and (self._unsaid[0].loss is None or self._unsaid[0].loss.ready):
             report(self._unsaid.popleft())
+
+
+class InitFailures:
+    """The failures of a pool's initializer since a worker last started (under the hub's
+    lock): a pool whose initializer always raises says its traceback once, and how many
+    workers failed the same way, not a traceback and a warning per worker."""
+
+    def __init__(self) -> None:
+        #: The traceback said last (the one a BrokenPoolError carries).
+        self.last = ""
+        self._repeats: List[str] = []  # workers that failed as ``last`` since it was said
+
+    def failed(self, ws: Any, tb: str) -> None:
+        """Worker ``ws`` (None: one the pool no longer knows) says its initializer
+        raised: a new traceback is said at once, a repeat is counted."""
+        name = ws.process.name if ws is not None else "a worker"
+        if tb == self.last:
+            self._repeats.append(name)
+            return
+        self.said()
+        self.last = tb
+        where = f" ({_where(ws)})" if ws is not None else ""
+        warn("%s%s: the pool's initializer raised; the worker exits (workers that fail "
+             "the same way are counted, not shown):\n%s", name, where, tb.rstrip("\n"))
+
+    def said(self, outcome: str = "") -> None:
+        """Say how many workers failed as the last traceback said, since it was, with
+        the row's ``outcome`` ("; the pool is broken")."""
+        if not self._repeats:
+            return
+        names = ", ".join(self._repeats[:_MAX_LISTED])
+        if len(self._repeats) > _MAX_LISTED:
+            names += f" and {len(self._repeats) - _MAX_LISTED} more"
+        count = len(self._repeats)
+        warn("the pool's initializer failed the same way in %d more worker%s (%s)%s",
+             count, "s" if count > 1 else "", names, outcome)
+        self._repeats = []
+
+    def started(self) -> None:
+        """A worker ran the initializer and started: the row of failures has ended."""
+        self.said("; then a worker started")
+        self.last = ""
 
 
 def exit_code(ws: Any) -> Optional[int]:

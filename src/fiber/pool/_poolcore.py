@@ -310,11 +310,13 @@ class PoolCore:
             self.startup_failures += 1
             if self.startup_failures >= _MAX_STARTUP_FAILURES and not any(
                     w.connected for w in self.live_workers()):
-                reason = (self.service.init_failures[-1] if self.service.init_failures
+                failures = self.service.init_failures
+                reason = (f"the pool's initializer raised:\n{failures.last}" if failures.last
                           else f"the last worker's job ended with {describe_exit(ws)}"
                           " before it connected")
+                failures.said("; the pool is broken (BrokenPoolError)")
                 self._break(BrokenPoolError(
-                    f"{self.startup_failures} workers in a row failed to start:\n{reason}"))
+                    f"{self.startup_failures} workers in a row failed to start: {reason}"))
         self.wake()
 
     def _break(self, exc: BaseException) -> None:
@@ -412,6 +414,8 @@ class PoolCore:
             launcher().wait_ended_output(_OUTPUT_WAIT_S)
         if self._callbacks is not None:
             self._callbacks.stop()
+        with self.hub.lock:  # initializer failures counted since the last said
+            self.service.init_failures.said()
         self.hub.unregister(self.name)
         if isinstance(self.initargs, Shared):
             self.initargs.release()

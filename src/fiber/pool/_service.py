@@ -91,7 +91,7 @@ class Task:
 class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
-                 "loss", "since", "done", "slot", "restarts")
+                 "loss", "since", "done", "slot", "restarts", "init_failed")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -118,6 +118,7 @@ class WorkerState:
         #: often that place's worker was replaced.
         self.slot = 0
         self.restarts = 0
+        self.init_failed = False  # its initializer raised (it said so: see init_failed)
 
 
 class ReadyWorkers:
@@ -175,7 +176,7 @@ class PoolService(Service):
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
         self.task_seconds: Dict[int, float] = {}  # fid -> running average of a task's run
         self.server: Optional[Server] = None
-        self.init_failures: List[str] = []
+        self.init_failures = _losses.InitFailures()
         self.losses = _losses.Losses()  # warnings of lost workers not said yet, in order
         self.outstanding = 0  # tasks submitted and not yet finished
         self.last_fid = 0  # the function of the tasks submitted last (see spin_budget)
@@ -383,15 +384,21 @@ class PoolService(Service):
         ws.connected = True
         self._refresh(ws)
         self.by_peer[peer.peer_id] = ws
-        self.init_failures.clear()
+        self.init_failures.started()
         self.dispatch()
         self._maybe_stop(ws)
 
     @handles(PoolOps.INIT_FAILED)
     def init_failed(self, server: Server, peer: Peer, req_id: bytes,
                     payload: List[Any]) -> None:
-        """``[traceback]``: the worker's initializer raised (the worker exits)."""
-        self.init_failures.append(bytes(payload[0]).decode(errors="replace"))
+        """``[traceback, worker id]``: the worker's initializer raised; it exits once
+        answered. Said here (the first of a row with its traceback, the repeats
+        counted: see ``_losses.InitFailures``), so its end says nothing more."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[1]), "little"))
+        if ws is not None:
+            ws.init_failed = True
+        self.init_failures.failed(ws, bytes(payload[0]).decode(errors="replace"))
+        server.reply(peer, req_id, b"ok")
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         ws = self.by_peer.pop(peer.peer_id, None)
@@ -458,6 +465,8 @@ class PoolService(Service):
             log("%s left the pool (%s)", ws.process.name,
                 "retired" if ws.retiring else "terminated" if ws.process.cancelled
                 else "pool closing" if self.closing else "maxtasksperchild reached")
+        elif ws.init_failed:  # said when it told (init_failed)
+            log("%s ended: its initializer raised", ws.process.name)
         else:
             log("%s lost, holding %d tasks", ws.process.name, len(tasks))
             self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected))
