@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from typing import List, Optional, Tuple
 
 from .config import get_config
@@ -32,6 +33,16 @@ _logger = logging.getLogger("fiber")
 #: that file is written (False: it could not be opened, its lines go to stderr).
 _configured: Tuple[int, str, str, bool] = (0, "", "", True)
 _process_name = "MainProcess"
+#: Held to set the logger up, and the process it belongs to (a forked child, which may
+#: have copied it held, makes its own).
+_lock = (0, threading.Lock())
+
+
+def _setup_lock() -> threading.Lock:
+    global _lock
+    if _lock[0] != os.getpid():
+        _lock = (os.getpid(), threading.Lock())
+    return _lock[1]
 #: The handler this module added, in this process or the one forked from.
 _ours: List[logging.Handler] = []
 _FORMAT = ("%(asctime)s.%(msecs)03d fiber %(fiber_process)s[%(process)d] %(threadName)s "
@@ -129,11 +140,18 @@ def _configure(strict: bool) -> None:
     _configured = (os.getpid(), _process_name, cfg.log_file, written)
 
 
+def _stale(log_file: str, strict: bool) -> bool:
+    """Whether fiber's logger must be set up (again) for this process and ``log_file``."""
+    return _configured[:3] != (os.getpid(), _process_name, log_file) or (
+        strict and not _configured[3])
+
+
 def _ready(strict: bool = False) -> None:
     cfg = get_config()
-    if _configured[:3] != (os.getpid(), _process_name, cfg.log_file) or (
-            strict and not _configured[3]):
-        _configure(strict)
+    if _stale(cfg.log_file, strict):
+        with _setup_lock():  # threads that log at once set it up once
+            if _stale(get_config().log_file, strict):
+                _configure(strict)
     else:  # the level may have changed since (fiber.init, config.override)
         level = logging.DEBUG if cfg.debug else getattr(logging, cfg.log_level.upper())
         if _logger.level != level:
