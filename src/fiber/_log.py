@@ -3,7 +3,13 @@ killing its worker); ``debug=True`` or ``log_level=debug`` in the config adds it
 about the machinery, to stderr or ``log_file``.
 
 Nothing is configured at import: the handler is attached the first time fiber logs in a
-process. Each line has a timestamp, the process's name and pid, and the thread. When the
+process, or starts a job. With ``log_file`` every process writes its own file,
+``<log_file>.<its name>``, opened (its directory made, as the original fiber did) when
+the main process first starts a job and when a job starts: a path that cannot be written
+fails ``start()`` with :class:`~fiber.errors.ConfigError` before any job is submitted
+(a job that cannot open its own, on a host of its own, says so on its stderr and logs
+there: its work goes on).
+Each line has a timestamp, the process's name and pid, and the thread. When the
 program has configured logging itself (the root logger has a handler) and ``log_file``
 is not set, fiber's records go to the program's handlers instead (the ``fiber`` logger
 propagates), not twice. Secrets are never passed to the logger.
@@ -14,13 +20,29 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import List
+import threading
+from typing import List, Optional, Tuple
 
-__all__ = ["log", "warn", "name_process"]
+from .config import get_config
+from .errors import ConfigError
+
+__all__ = ["log", "warn", "name_process", "open_log"]
 
 _logger = logging.getLogger("fiber")
-_configured_pid = 0
+#: The pid, process name and ``log_file`` fiber's logger was set up for, and whether
+#: that file is written (False: it could not be opened, its lines go to stderr).
+_configured: Tuple[int, str, str, bool] = (0, "", "", True)
 _process_name = "MainProcess"
+#: Held to set the logger up, and the process it belongs to (a forked child, which may
+#: have copied it held, makes its own).
+_lock = (0, threading.Lock())
+
+
+def _setup_lock() -> threading.Lock:
+    global _lock
+    if _lock[0] != os.getpid():
+        _lock = (os.getpid(), threading.Lock())
+    return _lock[1]
 #: The handler this module added, in this process or the one forked from.
 _ours: List[logging.Handler] = []
 _FORMAT = ("%(asctime)s.%(msecs)03d fiber %(fiber_process)s[%(process)d] %(threadName)s "
@@ -28,9 +50,13 @@ _FORMAT = ("%(asctime)s.%(msecs)03d fiber %(fiber_process)s[%(process)d] %(threa
 
 
 def name_process(name: str) -> None:
-    """The name this process's lines carry (a job's ``Process.name``)."""
+    """The name this process's lines carry (a job's ``Process.name``), in a job at its
+    start: with ``log_file``, its own file (``<log_file>.<name>``) is opened then, so
+    that every process has one, as the original fiber's did."""
     global _process_name
     _process_name = name
+    if get_config().log_file:
+        _ready()
 
 
 class _Context(logging.Filter):
@@ -56,23 +82,53 @@ class _StdStream(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+def _file_handler(path: str) -> logging.Handler:
+    """``path`` opened for appending now, its directory made if missing (as the original
+    fiber's): a process's file exists from its start, whether it logs or not."""
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    return logging.FileHandler(path)
+
+
 def _handler(log_file: str) -> logging.Handler:
     if not log_file:
         return _StdStream("stderr")
     if log_file == "stdout":
         return _StdStream("stdout")
-    return logging.FileHandler(f"{log_file}.{_process_name}", delay=True)
+    try:
+        return _file_handler(f"{log_file}.{_process_name}")
+    except OSError as e:
+        raise ConfigError("log_file", f"cannot write fiber's log to "
+                          f"{log_file}.{_process_name}: {e}") from e
 
 
-def _configure() -> None:
-    from .config import get_config
-
+def _configure(strict: bool) -> None:
+    """Set fiber's logger up for this process and the config in force. A log file that
+    cannot be written raises :class:`ConfigError` if ``strict``; else it is said on
+    stderr, once, and the lines go there instead: a message must never fail the code
+    that logs it (a job's start, the hub's thread)."""
+    global _configured
     cfg = get_config()
-    level = logging.DEBUG if cfg.debug else getattr(logging, cfg.log_level.upper())
-    _logger.setLevel(level)
     program_has_handlers = bool(logging.getLogger().handlers) and not cfg.log_file
-    if not _logger.handlers and not program_has_handlers:
-        handler = _handler(cfg.log_file)
+    ours = [h for h in _logger.handlers if h in _ours]
+    handler: Optional[logging.Handler] = None
+    written = True
+    if len(ours) == len(_logger.handlers) and not program_has_handlers:
+        try:
+            handler = _handler(cfg.log_file)
+        except ConfigError as e:
+            if strict:
+                raise
+            sys.stderr.write(f"fiber: {e}; its lines go to stderr\n")
+            handler, written = _StdStream("stderr"), False
+    # a forked job's copy of its parent's handler (another process's file), or that of
+    # a log_file changed since
+    while _ours:
+        old = _ours.pop()
+        _logger.removeHandler(old)
+        old.close()
+    if handler is not None:
         handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
         handler.addFilter(_Context())
         _logger.addHandler(handler)
@@ -80,22 +136,38 @@ def _configure() -> None:
         _ours.append(handler)
     elif program_has_handlers and not any(isinstance(f, _Context) for f in _logger.filters):
         _logger.addFilter(_Context())  # the program's format may use %(fiber_process)s
+    _logger.setLevel(logging.DEBUG if cfg.debug else getattr(logging, cfg.log_level.upper()))
+    _configured = (os.getpid(), _process_name, cfg.log_file, written)
 
 
-def _ready() -> None:
-    global _configured_pid
-    if _configured_pid != os.getpid():
-        _configured_pid = os.getpid()
-        while _ours:  # a forked job's copy of its parent's (another process's file)
-            _logger.removeHandler(_ours.pop())
-        _configure()
-    else:  # the config may have changed since (fiber.init, config.override)
-        from .config import get_config
+def _stale(log_file: str, strict: bool) -> bool:
+    """Whether fiber's logger must be set up (again) for this process and ``log_file``."""
+    return _configured[:3] != (os.getpid(), _process_name, log_file) or (
+        strict and not _configured[3])
 
-        cfg = get_config()
+
+def _ready(strict: bool = False) -> None:
+    cfg = get_config()
+    if _stale(cfg.log_file, strict):
+        with _setup_lock():  # threads that log at once set it up once
+            if _stale(get_config().log_file, strict):
+                _configure(strict)
+    else:  # the level may have changed since (fiber.init, config.override)
         level = logging.DEBUG if cfg.debug else getattr(logging, cfg.log_level.upper())
         if _logger.level != level:
             _logger.setLevel(level)
+
+
+def open_log() -> None:
+    """Make this process's log ready now, not at fiber's first message: with
+    ``log_file``, its file is opened (its directory made). Called before a job is
+    submitted, so that a log file that cannot be written fails the start, not a step
+    after the submit.
+
+    Raises:
+        ConfigError: ``log_file`` cannot be written.
+    """
+    _ready(strict=True)
 
 
 def log(message: str, *args: object) -> None:

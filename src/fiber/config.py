@@ -63,7 +63,9 @@ class Config:
     log_level: str = "warning"
     #: Where fiber's log messages go: empty for stderr, ``stdout``, or a file path, to
     #: which every process appends ``.<its name>`` (``fiber.log.MainProcess``,
-    #: ``fiber.log.PoolWorker-3``): one file a process.
+    #: ``fiber.log.PoolWorker-3``): one file a process, opened when a job starts and when
+    #: the main process starts its first job, its directory made if missing. A path that
+    #: cannot be written fails ``start()`` with ``ConfigError`` before any job is submitted.
     log_file: str = ""
     #: What fiber's jobs write to stdout and stderr appears on the master's stdout and
     #: stderr as it is written, each line prefixed with the job's name and host (every

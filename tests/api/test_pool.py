@@ -606,9 +606,11 @@ def test_terminate_fails_unfinished_results(ctx):
     pool.terminate()
     assert time.monotonic() - t < 20
     for res in (r, m, e):
-        with pytest.raises(PoolTerminatedError):
+        with pytest.raises(PoolTerminatedError) as info:
             res.get(timeout=10)
         assert res.ready() and not res.successful()
+        # this process's own error: no remote traceback heads it
+        assert info.value.__cause__ is None, repr(info.value.__cause__)
     with pytest.raises(PoolTerminatedError):
         it.next(timeout=10)
     pool.join()

@@ -206,6 +206,36 @@ def test_retries_follow_pool_max_task_retries(ctx):
         assert pool.apply_async(ph.square, (3,)).get(timeout=60) == 9
 
 
+def kill_at(deaths: str, index: int, x):
+    """Returns x, except for ``index``, which kills its worker each time (after noting
+    the death in the file ``deaths``)."""
+    if x != index:
+        return x
+    with open(deaths, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    os._exit(ph.EXIT_CODE)
+
+
+def test_a_task_that_kills_every_worker_is_charged_with_each_death(ctx, tmp_path):
+    """Its first victim held it among prefetched quick tasks (so that death was not
+    charged to it then); every later one ran it alone. Each death counts: the error
+    names as many attempts as there were deaths, and says that many (issue 26: it said
+    "4 times" while 5 workers had died)."""
+    deaths = tmp_path / "deaths"
+    f = functools.partial(kill_at, str(deaths), 150)
+    with fiber.config.override(pool_max_task_retries=2), ctx.Pool(1) as pool:
+        # f's tasks are measured quick: the worker then holds many at a time
+        assert pool.map_async(f, range(100), 1).get(timeout=60) == list(range(100))
+        with pytest.raises(WorkerLostError) as info:
+            pool.map_async(f, range(100, 300), 1).get(timeout=120)
+        died = deaths.read_text().split()
+        message = str(info.value)
+        attempts = [ln for ln in message.splitlines() if ln.strip().startswith("attempt ")]
+        assert len(died) == len(attempts) == 3, message
+        assert "map(kill_at) (task 50) killed its worker 3 times" in message, message
+        assert pool.apply_async(ph.square, (4,)).get(timeout=60) == 16
+
+
 @pytest.mark.local_pids
 def test_work_held_by_a_worker_lost_after_close_is_still_done(ctx):
     """close() means: no new work, but what was submitted is done. A worker killed after

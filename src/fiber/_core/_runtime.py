@@ -37,6 +37,8 @@ PROCESS_ID_ENV = "FIBER_PROCESS_ID"
 #: parent drains its pipes) or "relay" (its first process stays as its relay); unset:
 #: not forwarded (``forward_output`` off).
 OUTPUT_ENV = "FIBER_OUTPUT"
+OUTPUT_CAPTURED = "captured"
+OUTPUT_RELAYED = "relay"
 
 _lock = threading.Lock()
 _hub: Optional[Server] = None

@@ -103,8 +103,10 @@ class Handle:
                                                            on_late=on_late)
         except ConnectionLost as e:
             raise self._lost(e) from e
-        if status == b"err":
-            raise unpack_exception(loads(payload))
+        if status == b"err":  # raised by this process's own hub: not a remote error
+            hub = _runtime.hub_if_started()
+            raise unpack_exception(loads(payload),
+                                   local=hub is not None and hub.address == self._address)
         return status, payload
 
     def _send(self, op: bytes, frames: Sequence[Any] = ()) -> None:

@@ -3,14 +3,23 @@
 A worker's connection usually closes before its backend reports the job's end (a pod's
 status comes seconds later), so the warning is made when the worker is lost and said
 once its exit code is known: when its job's end is seen, or after ``REPORT_WAIT_S``
-without it (a host that stopped answering)::
+without it (a host that stopped answering). Warnings are said in the order the workers
+were lost, a later one waiting for those before it: a task that kills each worker it
+runs on has its "killed its worker 2 times" said before "3 times", whichever job's end
+the backend reported first::
 
-    worker lost (PoolService.worker_lost) ── Loss(tasks resubmitted, notes) on the worker
-        ├─ its job ended (the pool's maintainer) ──────────────▶ report(ws): one WARNING
-        └─ REPORT_WAIT_S later (a hub timer), if still unsaid ─▶ report(ws)
+    worker lost (PoolService.worker_lost) ── Losses.add(ws, Loss(tasks resubmitted, notes))
+        ├─ its job ended (the pool's maintainer) ──────────────▶ Losses.ready(ws)
+        └─ REPORT_WAIT_S later (a hub timer), if still unsaid ─▶ Losses.ready(ws)
+    Losses.ready: report(ws) for each ready loss at the head of the queue: one WARNING each
 
 A worker that ends as asked (the pool closing or terminated, retired by ``resize``, after
 ``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
+
+A worker whose initializer raised tells the master its traceback before it exits
+(:class:`InitFailures`): the first failure of a row is one warning with the traceback;
+the workers that fail the same way after it are counted, and said in one warning when
+the row ends (a worker starts, the pool breaks or ends); their ends say nothing more.
 """
 
 from __future__ import annotations
@@ -18,11 +27,12 @@ from __future__ import annotations
 import collections
 import re
 import signal
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from .._log import warn
 
-__all__ = ["Loss", "exit_code", "describe_exit", "tasks_text", "report"]
+__all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text",
+           "report"]
 
 #: Seconds a lost worker's warning waits for its job's exit code.
 REPORT_WAIT_S = 10.0
@@ -32,12 +42,77 @@ _MAX_LISTED = 10  # task indexes named per call in a warning
 class Loss:
     """A lost worker's warning, waiting for its exit code."""
 
-    __slots__ = ("tasks", "notes", "connected")
+    __slots__ = ("tasks", "notes", "connected", "ready")
 
     def __init__(self, tasks: str, notes: List[str], connected: bool) -> None:
         self.tasks = tasks
         self.notes = notes
         self.connected = connected
+        self.ready = False  # to be said: its exit code is known, or waited for long enough
+
+
+class Losses:
+    """A pool's warnings of lost workers not said yet, in the order the workers were lost
+    (all under the hub's lock)."""
+
+    def __init__(self) -> None:
+        self._unsaid: Deque[Any] = collections.deque()
+
+    def add(self, ws: Any, loss: Loss) -> None:
+        """Worker ``ws`` was lost: its warning is said once :meth:`ready`, after those of
+        the workers lost before it."""
+        ws.loss = loss
+        self._unsaid.append(ws)
+
+    def ready(self, ws: Any) -> None:
+        """Worker ``ws``'s exit code is known (or will not be): say its warning, and the
+        later ones that were waiting for it, unless an earlier one is still waiting."""
+        if ws.loss is not None:
+            ws.loss.ready = True
+        while self._unsaid and (self._unsaid[0].loss is None or self._unsaid[0].loss.ready):
+            report(self._unsaid.popleft())
+
+
+class InitFailures:
+    """The failures of a pool's initializer since a worker last started (under the hub's
+    lock): a pool whose initializer always raises says its traceback once, and how many
+    workers failed the same way, not a traceback and a warning per worker."""
+
+    def __init__(self) -> None:
+        #: The traceback said last (the one a BrokenPoolError carries).
+        self.last = ""
+        self._repeats: List[str] = []  # workers that failed as ``last`` since it was said
+
+    def failed(self, ws: Any, tb: str) -> None:
+        """Worker ``ws`` (None: one the pool no longer knows) says its initializer
+        raised: a new traceback is said at once, a repeat is counted."""
+        name = ws.process.name if ws is not None else "a worker"
+        if tb == self.last:
+            self._repeats.append(name)
+            return
+        self.said()
+        self.last = tb
+        where = f" ({_where(ws)})" if ws is not None else ""
+        warn("%s%s: the pool's initializer raised; the worker exits (workers that fail "
+             "the same way are counted, not shown):\n%s", name, where, tb.rstrip("\n"))
+
+    def said(self, outcome: str = "") -> None:
+        """Say how many workers failed as the last traceback said, since it was, with
+        the row's ``outcome`` ("; the pool is broken")."""
+        if not self._repeats:
+            return
+        names = ", ".join(self._repeats[:_MAX_LISTED])
+        if len(self._repeats) > _MAX_LISTED:
+            names += f" and {len(self._repeats) - _MAX_LISTED} more"
+        count = len(self._repeats)
+        warn("the pool's initializer failed the same way in %d more worker%s (%s)%s",
+             count, "s" if count > 1 else "", names, outcome)
+        self._repeats = []
+
+    def started(self) -> None:
+        """A worker ran the initializer and started: the row of failures has ended."""
+        self.said("; then a worker started")
+        self.last = ""
 
 
 def exit_code(ws: Any) -> Optional[int]:

@@ -44,7 +44,7 @@ from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..process._process import program_exiting, set_resources
-from ..transport.remote import pack_exception
+from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
 from ..transport.unpicklable import explain, explained
@@ -217,7 +217,7 @@ class PoolCore:
                 with probing():
                     error = explained(e, f"the function of {label}", fn, "function")
                 for index, _ in items:
-                    job.deliver(index, False, dumps(pack_exception(error)))
+                    job.deliver(index, False, dumps(pack_local_exception(error)))
                 return []
             self.service.function_refs[fid] += 1  # kept while tasks are being queued
         tasks: List[Task] = []
@@ -230,7 +230,7 @@ class PoolCore:
                 except Exception as e:
                     with probing():
                         error = _explain_task(e, mode, data, index, label)
-                    job.deliver(index, False, dumps(pack_exception(error)))
+                    job.deliver(index, False, dumps(pack_local_exception(error)))
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label,
                                     index * chunksize, 1 if mode == CALL else len(data)))
@@ -258,7 +258,7 @@ class PoolCore:
             except Exception as e:
                 if not tasks:
                     raise
-                record = dumps(pack_exception(e))
+                record = dumps(pack_local_exception(e))
                 for index in [t.index for t in pending] + [i for i, _ in rest]:
                     job.deliver(index, False, record)
                 return
@@ -314,11 +314,13 @@ class PoolCore:
             self.startup_failures += 1
             if self.startup_failures >= _MAX_STARTUP_FAILURES and not any(
                     w.connected for w in self.live_workers()):
-                reason = (self.service.init_failures[-1] if self.service.init_failures
+                failures = self.service.init_failures
+                reason = (f"the pool's initializer raised:\n{failures.last}" if failures.last
                           else f"the last worker's job ended with {describe_exit(ws)}"
                           " before it connected")
+                failures.said("; the pool is broken (BrokenPoolError)")
                 self._break(BrokenPoolError(
-                    f"{self.startup_failures} workers in a row failed to start:\n{reason}"))
+                    f"{self.startup_failures} workers in a row failed to start: {reason}"))
         self.wake()
 
     def _break(self, exc: BaseException) -> None:
@@ -416,6 +418,8 @@ class PoolCore:
             launcher().wait_ended_output(_OUTPUT_WAIT_S)
         if self._callbacks is not None:
             self._callbacks.stop()
+        with self.hub.lock:  # initializer failures counted since the last said
+            self.service.init_failures.said()
         self.hub.unregister(self.name)
         if isinstance(self.initargs, Shared):
             self.initargs.release()

@@ -3,7 +3,8 @@
 ::
 
     worker ──▶ master   [pool, b"hello", b"", worker_id]              after start-up
-                        [pool, b"init_failed", b"", traceback]        initializer raised
+                        [pool, b"init_failed", req, traceback,        initializer raised
+                         worker_id]                                   (replied: heard)
                         [pool, b"results", b"", RESULTS, *frames]     a batch of results
     master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
                         [b"", b"stop"]                                finish what you hold, exit
@@ -33,7 +34,8 @@ __all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "pack_results", "unpack_resu
 
 class PoolOps:
     """The pool protocol's operations: a worker's messages to its pool's service (no
-    reply), and the master's messages pushed on a worker's connection (see above)."""
+    reply but to ``init_failed``), and the master's messages pushed on a worker's
+    connection (see above)."""
 
     HELLO = b"hello"  # worker -> master: connected, initializer done
     INIT_FAILED = b"init_failed"  # worker -> master: the initializer raised

@@ -29,7 +29,7 @@ from .._log import log
 from ..errors import WorkerLostError
 from ..process import Process
 from ..transport.operations import handles
-from ..transport.remote import pack_exception
+from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
 from . import _losses, _status
@@ -81,7 +81,7 @@ class Task:
         self.items = items  # the items of the chunk (1: an apply's call)
         self.fid = fid
         self.frames = frames
-        self.attempts: List[Any] = []  # worker states whose death this task caused
+        self.attempts: List[Any] = []  # worker states that died holding this task
         self.done = False
         self.call = call  # what was called, as "map(fn)": shared by the tasks of a call
         #: Held by a worker that died holding several tasks: it may be the one that killed
@@ -101,7 +101,7 @@ class Task:
 class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
-                 "loss", "since", "done", "slot", "restarts")
+                 "loss", "since", "done", "slot", "restarts", "init_failed")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -128,6 +128,7 @@ class WorkerState:
         #: often that place's worker was replaced.
         self.slot = 0
         self.restarts = 0
+        self.init_failed = False  # its initializer raised (it said so: see init_failed)
 
 
 class ReadyWorkers:
@@ -186,7 +187,8 @@ class PoolService(Service):
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
         self.task_seconds: Dict[int, float] = {}  # fid -> running average of a task's run
         self.server: Optional[Server] = None
-        self.init_failures: List[str] = []
+        self.init_failures = _losses.InitFailures()
+        self.losses = _losses.Losses()  # warnings of lost workers not said yet, in order
         self.outstanding = 0  # tasks submitted and not yet finished
         self.last_fid = 0  # the function of the tasks submitted last (see spin_budget)
         self.closing = False  # close() was called: workers exit once the queue is empty
@@ -260,7 +262,7 @@ class PoolService(Service):
 
     def fail_all(self, exc: BaseException) -> None:
         """Fail every task not finished yet (pool terminated or broken)."""
-        record = dumps(pack_exception(exc))
+        record = dumps(pack_local_exception(exc))
         tasks = list(self.queue)
         self.queue.clear()
         self.queued_items = 0
@@ -400,15 +402,21 @@ class PoolService(Service):
         ws.connected = True
         self._refresh(ws)
         self.by_peer[peer.peer_id] = ws
-        self.init_failures.clear()
+        self.init_failures.started()
         self.dispatch()
         self._maybe_stop(ws)
 
     @handles(PoolOps.INIT_FAILED)
     def init_failed(self, server: Server, peer: Peer, req_id: bytes,
                     payload: List[Any]) -> None:
-        """``[traceback]``: the worker's initializer raised (the worker exits)."""
-        self.init_failures.append(bytes(payload[0]).decode(errors="replace"))
+        """``[traceback, worker id]``: the worker's initializer raised; it exits once
+        answered. Said here (the first of a row with its traceback, the repeats
+        counted: see ``_losses.InitFailures``), so its end says nothing more."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[1]), "little"))
+        if ws is not None:
+            ws.init_failed = True
+        self.init_failures.failed(ws, bytes(payload[0]).decode(errors="replace"))
+        server.reply(peer, req_id, b"ok")
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         ws = self.by_peer.pop(peer.peer_id, None)
@@ -465,25 +473,7 @@ class PoolService(Service):
         ws.pending.clear()
         expected = (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
-        notes: List[str] = []
-        if len(tasks) == 1:
-            # It held one task: that task was running when the worker died.
-            culprit = tasks[0]
-            culprit.attempts.append(ws)
-            n = len(culprit.attempts)
-            if n > self.max_retries:
-                tasks.clear()
-                notes.append(f"{culprit.label} killed its worker {n} times: it fails "
-                             f"with WorkerLostError (pool_max_task_retries={self.max_retries})")
-                self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
-            elif n > 1:
-                notes.append(f"{culprit.label} has killed its worker {n} times (tried "
-                             f"again up to pool_max_task_retries={self.max_retries})")
-        else:
-            # Any of them may have been running (results of quick tasks are sent in
-            # batches): none is charged; each runs alone until it completes.
-            for task in tasks:
-                task.suspect = True
+        notes = self._charge(ws, tasks)
         for task in reversed(tasks):
             self.queue.appendleft(task)
         items = sum(task.items for task in tasks)
@@ -495,19 +485,47 @@ class PoolService(Service):
             log("%s left the pool (%s)", ws.process.name,
                 "retired" if ws.retiring else "terminated" if ws.process.cancelled
                 else "pool closing" if self.closing else "maxtasksperchild reached")
+        elif ws.init_failed:  # said when it told (init_failed)
+            log("%s ended: its initializer raised", ws.process.name)
         else:
             log("%s lost, holding %d tasks", ws.process.name, len(tasks))
-            ws.loss = _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected)
+            self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected))
             if exit_code(ws) is not None:
-                _losses.report(ws)
+                self.losses.ready(ws)
             elif self.server is not None:
-                self.server.call_later(_losses.REPORT_WAIT_S, lambda: _losses.report(ws))
+                self.server.call_later(_losses.REPORT_WAIT_S, lambda: self.losses.ready(ws))
         self.on_worker_gone(ws, expected)
         self.dispatch()
 
+    def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
+        """Count worker ``ws``'s death against the ``tasks`` it held; the notes its
+        warning carries. A task that has now killed its worker too often is taken out
+        of ``tasks`` (not resubmitted): it fails with WorkerLostError."""
+        for task in tasks:  # every death that held a task counts, once it is charged
+            task.attempts.append(ws)
+        if len(tasks) != 1:
+            # Any of them may have been running (results of quick tasks are sent in
+            # batches): none is charged now; each runs alone until it completes.
+            for task in tasks:
+                task.suspect = True
+            return []
+        # It held one task: that task was running when the worker died. It is charged
+        # with every death that held it (one among prefetched tasks, before it ran alone).
+        culprit = tasks[0]
+        n = len(culprit.attempts)
+        if n > self.max_retries:
+            tasks.clear()
+            self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
+            return [f"{culprit.label} killed its worker {n} times: it fails with "
+                    f"WorkerLostError (pool_max_task_retries={self.max_retries})"]
+        if n > 1:
+            return [f"{culprit.label} has killed its worker {n} times (tried again up to "
+                    f"pool_max_task_retries={self.max_retries})"]
+        return []
+
     def report_lost(self, ws: WorkerState) -> None:
         """The worker's job has ended: say it was lost, if it was (and not said yet)."""
-        _losses.report(ws)
+        self.losses.ready(ws)
 
     def _give_up(self, task: Task, deadline: float) -> None:
         """Fail a task that killed its worker too often, naming each attempt's exit code
@@ -520,7 +538,7 @@ class PoolService(Service):
                 and any(exit_code(ws) is None for ws in task.attempts)):
             self.server.call_later(_EXIT_POLL, lambda: self._give_up(task, deadline))
             return
-        self._finish(task, False, dumps(pack_exception(self._lost_error(task))))
+        self._finish(task, False, dumps(pack_local_exception(self._lost_error(task))))
 
     def _lost_error(self, task: Task) -> WorkerLostError:
         lines = [f"  attempt {i}: worker {ws.worker_id} "

@@ -30,7 +30,7 @@ from ..config import get_config
 from ..errors import MaybeEncodingError
 from ..process import _output
 from ..transport.client import Client
-from ..transport.remote import pack_exception
+from ..transport.remote import format_user_exception, pack_exception
 from ..transport.serialization import dumps, loads
 from ..transport.unpicklable import explained
 from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
@@ -40,6 +40,7 @@ __all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
 CALL, MAP, STARMAP = 0, 1, 2
 _BATCH = 64
 _BATCH_SECONDS = 0.002
+_INIT_REPORT_S = 10.0  # seconds a worker whose initializer raised waits to be heard
 
 
 def _error(exc: BaseException, stage: str) -> List[Any]:
@@ -174,6 +175,24 @@ class SpinPays:
         self.pays = time.monotonic() - self.since <= self.spin
 
 
+def _report_init_failure(client: Client, pool_name: bytes, worker_id: int) -> None:
+    """Tell the master that the initializer raised, with its traceback, and wait until it
+    has heard: the master says the first failure's traceback once and counts the
+    repeats (see ``PoolService.init_failed``), rather than every worker printing its
+    own. If the master cannot be told, the traceback goes to this job's stderr."""
+    error = sys.exc_info()[1]
+    # from the initializer's frame: the worker's loop that called it tells nothing
+    tb = format_user_exception(error) if error is not None else traceback.format_exc()
+    try:
+        status, _ = client.request(pool_name, PoolOps.INIT_FAILED,
+                                   [tb.encode(), worker_id.to_bytes(8, "little")],
+                                   timeout=_INIT_REPORT_S)
+    except Exception:
+        status = b""
+    if status != b"ok":
+        sys.stderr.write(tb)
+
+
 def worker_main(address: str, pool_name: bytes, worker_id: int,
                 initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
                 maxtasks: Optional[int]) -> None:
@@ -186,8 +205,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         try:
             initializer(*initargs)
         except BaseException:
-            client.send(pool_name, PoolOps.INIT_FAILED, [traceback.format_exc().encode()])
-            sys.stderr.write(traceback.format_exc())
+            _report_init_failure(client, pool_name, worker_id)
             _output.stop()
             os._exit(1)
     client.send(pool_name, PoolOps.HELLO, [worker_id.to_bytes(8, "little")])

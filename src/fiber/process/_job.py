@@ -11,11 +11,14 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Callable, Deque, List, Optional, Tuple
 
+from .._log import log
 from ..backends import Backend, JobHandle, JobState, JobStatus
+from ..config import get_config
 from . import _launcher
 
 __all__ = ["Job", "collect", "release_collected"]
@@ -93,6 +96,36 @@ class Job:
         """The job was never submitted: release what was prepared for it."""
         self.close_sentinel()
         self.finish(JobStatus(JobState.FAILED, None, "not submitted"))
+
+    def withdraw(self, handle: JobHandle, why: BaseException) -> None:
+        """The job was submitted but its start failed in this process after the submit
+        (``why``): it is ended at once and counts as ended, so that nothing (the exit
+        handler's ``join``) waits for a job that the caller was told did not start."""
+        self.handle = handle
+        self.cancel_requested = True
+        try:
+            self.backend.cancel([handle], force=True)
+        except Exception as e:  # the start's own error is the one the caller gets
+            sys.stderr.write(f"fiber: cannot cancel job {handle.job_id}, whose start "
+                             f"failed ({why!r}): {e}\n")
+        self.close_sentinel()
+        self.finish(JobStatus(JobState.CANCELLED, None, f"its start failed: {why!r}"))
+
+    def cancel_if_not_started(self, name: str) -> None:
+        """Cancel the job of process ``name`` if it has not connected back yet, which
+        ``startup_timeout`` after its submit means the cluster never ran it (stuck
+        pending, lost at launch): it then counts as ended, never waited for for ever."""
+        if self.remote_pid is not None or self.finished or self.handle is None:
+            return
+        log("%s did not connect within startup_timeout; cancelling it", name)
+        sys.stderr.write(f"fiber: {name} did not start within "
+                         f"{get_config().startup_timeout} s; cancelling its job\n")
+        canceller = threading.Thread(target=self.backend.cancel, args=([self.handle], True),
+                                     name="fiber-cancel", daemon=True)
+        try:
+            canceller.start()
+        except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
+            self.backend.cancel([self.handle], True)
 
     def close_sentinel(self) -> None:
         """Close the sentinel's read end, once (``close()``, or the process collected)."""

@@ -40,14 +40,16 @@ import linecache
 import os
 import secrets
 import socket
+import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from .._core import _runtime
-from ..backends import Backend, JobOutput, JobSpec
-from ..backends._command import JOB_HOST_ENV
-from ..config import get_config
+from ..backends import Backend, JobOutput, JobSpec, Resources
+from ..backends._command import JOB_HOST_ENV, bootstrap_command
+from ..config import Config, get_config
 from ..errors import ProcessError
+from ..transport import auth
 from ..transport.operations import handles
 from ..transport.serialization import dumps, loads
 from ..transport.server import Peer, Server, Service
@@ -55,7 +57,8 @@ from ..transport.sockets import split_address
 from ._captured import CapturedOutput
 from ._printer import OutputPrinter
 
-__all__ = ["LaunchService", "launcher", "Launch", "handing_anchors", "check_reachable"]
+__all__ = ["LaunchService", "launcher", "Launch", "handing_anchors", "check_reachable",
+           "job_spec"]
 
 SERVICE = b"proc"
 _SOURCE_TIMEOUT_S = 5.0
@@ -232,6 +235,26 @@ def launcher() -> LaunchService:
             _service_hub = hub
             hub.register(SERVICE, _service)
         return _service
+
+
+def job_spec(cfg: Config, token: bytes, asked: Resources, name: str,
+             backend: Backend) -> JobSpec:
+    """The job of a process named ``name``: the bootstrap, which finds this process's hub
+    and its launch ``token`` in its environment, with the resources ``asked`` (the
+    config's per-job ones for what they leave as None)."""
+    default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
+                        gpu=cfg.gpu_per_job or None)
+    env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
+           "FIBER_LISTEN_HOST": "", **auth.secret_env()}
+    # what the job writes outlives it: this process drains the pipes of a job that is its
+    # child, a relay process those of a job elsewhere (see _output)
+    capture = cfg.forward_output and backend.jobs_are_children
+    if cfg.forward_output:
+        env[_runtime.OUTPUT_ENV] = (_runtime.OUTPUT_CAPTURED if capture
+                                    else _runtime.OUTPUT_RELAYED)
+    return JobSpec(command=bootstrap_command(cfg.python or sys.executable), env=env,
+                   resources=asked.merged_over(default), image=cfg.image, name=name,
+                   capture_output=capture)
 
 
 @contextlib.contextmanager

@@ -35,8 +35,8 @@ from . import _relay
 __all__ = ["CAPTURED", "RELAY", "split_for_relay", "start", "sync", "stop", "relayed",
            "parent_gone"]
 
-CAPTURED = "captured"
-RELAY = "relay"
+CAPTURED = _runtime.OUTPUT_CAPTURED
+RELAY = _runtime.OUTPUT_RELAYED
 #: Seconds :func:`sync` waits at most for the pipes to be read (a parent that is busy,
 #: or gone: then the job goes on, and its lines come later or are in its log).
 _SYNC_S = 2.0

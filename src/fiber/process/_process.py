@@ -37,17 +37,15 @@ from typing import (
 
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
-from .._log import log, name_process
-from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
-from ..backends._command import bootstrap_command
+from .._log import log, name_process, open_log
+from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..config import get_config
 from ..errors import ProcessError
 from ..meta import resources_of
-from ..transport import auth
 from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
-from . import _describe, _fd_handoff, _launcher, _output
+from . import _describe, _fd_handoff, _launcher
 from ._attributes import ProcessAttributes
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
@@ -70,6 +68,7 @@ class Process(ProcessAttributes):
         BackendError: the backend could not create the job.
         ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
             and the backend's jobs do not share this host (see :mod:`fiber.process._fd_handoff`).
+        ConfigError: ``log_file`` cannot be written (nothing is submitted).
     """
 
     #: The backend this class starts jobs on; None means the configured default.
@@ -157,19 +156,17 @@ class Process(ProcessAttributes):
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
             on_gone=lambda: self._on_gone(job), name=self._name))
-        return job, self._job_spec(cfg, token, backend)
+        asked = self._resources or resources_of(self._target) or Resources()
+        return job, _launcher.job_spec(cfg, token, asked, self._name, backend)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
+        """Make the submitted job this process's. It counts as started (a child that
+        the exit handler joins) only once everything else is done: what fails before
+        leaves the job to :func:`start_all` to end (see ``Job.withdraw``)."""
         job.handle = handle
-        self._job = job
-        if handle.output is not None:
+        if handle.output is not None:  # the read ends of its pipes: this process's now
             _launcher.launcher().capture(job.token, handle.output)
-        _children.add(self)
-        _register_exit_function()
         log("started %s as %s job %s", self._name, job.backend.name, handle.job_id)
-        # As multiprocessing: the job has its own copy, and what was handed to it (a
-        # manager's object, a big array) must not live on in this process because of us.
-        self._target, self._args, self._kwargs = None, (), {}
         job.backend.watcher().watch(handle, lambda h, status: self._on_finished(job, status))
         # the watcher holds this object until the job ends; once it is gone too, nothing
         # can ask the backend about the job again, nor wait on its sentinel (closed then,
@@ -184,10 +181,16 @@ class Process(ProcessAttributes):
         def check() -> None:
             proc = ref()
             if proc is not None:
-                proc._check_started(job)  # noqa: SLF001 - this class's
+                job.cancel_if_not_started(proc.name)
 
         with hub.lock:
             hub.call_later(get_config().startup_timeout, check)
+        _register_exit_function()
+        # As multiprocessing: the job has its own copy, and what was handed to it (a
+        # manager's object, a big array) must not live on in this process because of us.
+        self._target, self._args, self._kwargs = None, (), {}
+        self._job = job
+        _children.add(self)
 
     def _on_finished(self, job: Job, status: JobStatus) -> None:
         if job.cancel_requested:
@@ -203,36 +206,6 @@ class Process(ProcessAttributes):
             sys.stderr.write(f"fiber: the job of {self._name} failed before it started: "
                              f"{status.reason}\n")
         job.finish(status)
-
-    def _check_started(self, job: Job) -> None:
-        # A job the cluster never ran (stuck pending, lost at launch) must not wait forever:
-        # after startup_timeout without connecting back it is cancelled and counts as ended.
-        if job.remote_pid is not None or job.finished or job.handle is None:
-            return
-        log("%s did not connect within startup_timeout; cancelling it", self._name)
-        sys.stderr.write(f"fiber: {self._name} did not start within "
-                         f"{get_config().startup_timeout} s; cancelling its job\n")
-        canceller = threading.Thread(target=job.backend.cancel, args=([job.handle], True),
-                                     name="fiber-cancel", daemon=True)
-        try:
-            canceller.start()
-        except RuntimeError:  # interpreter exit (3.12+ starts no thread): cancel here
-            job.backend.cancel([job.handle], True)
-
-    def _job_spec(self, cfg: Any, token: bytes, backend: Backend) -> JobSpec:
-        default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
-                            gpu=cfg.gpu_per_job or None)
-        asked = self._resources or resources_of(self._target) or Resources()
-        env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
-               "FIBER_LISTEN_HOST": "", **auth.secret_env()}
-        # what the job writes outlives it: its parent drains the pipes of a job that is
-        # its child, a relay process those of a job elsewhere (see _output)
-        capture = cfg.forward_output and backend.jobs_are_children
-        if cfg.forward_output:
-            env[_runtime.OUTPUT_ENV] = _output.CAPTURED if capture else _output.RELAY
-        return JobSpec(command=bootstrap_command(cfg.python or sys.executable),
-                       env=env, resources=asked.merged_over(default), image=cfg.image,
-                       name=self._name, capture_output=capture)
 
     def _on_started(self, job: Job, pid: int, host: str) -> None:
         job.remote_pid, job.remote_host = pid, host
@@ -438,14 +411,21 @@ class Process(ProcessAttributes):
 def start_all(processes: Sequence[Process]) -> None:
     """Start many processes with one ``submit`` per backend (a job array on Slurm).
 
+    Whatever fails after a submit ends that submit's jobs not made their processes' yet
+    (``Job.withdraw``): the caller gets the error, and no job it was not given is left
+    running for the exit handler to wait for.
+
     Raises:
         pickle.PicklingError, TypeError: a target or argument cannot be pickled (nothing
             is submitted).
         BackendError: the backend refused; none of that backend's jobs started.
         ResourceLimitError: the jobs would exceed this process's open-file limit
             (raised to its hard limit first); none started.
+        ConfigError: ``log_file`` cannot be written (its directory cannot be made);
+            none started.
     """
     ensure_open_files(len(processes))
+    open_log()  # a log file that cannot be written fails here, before any submit
     prepared: List[Tuple[Process, Job, JobSpec]] = []
     try:
         for proc in processes:
@@ -458,18 +438,32 @@ def start_all(processes: Sequence[Process]) -> None:
     by_backend: Dict[int, List[Tuple[Process, Job, JobSpec]]] = {}
     for item in prepared:
         by_backend.setdefault(id(item[1].backend), []).append(item)
-    for i, group in enumerate(by_backend.values()):
-        backend = group[0][1].backend
+    groups = list(by_backend.values())
+    for i, group in enumerate(groups):
+        backend, submitted = group[0][1].backend, False
         try:
             with _launcher.handing_anchors(backend, [spec for _, _, spec in group]) as specs:
                 handles = backend.submit(specs)
+            submitted = True
+            _launch(group, handles)
         except BaseException:
-            for later in list(by_backend.values())[i:]:
+            for later in groups[i + 1 if submitted else i:]:
                 for _, job, _ in later:
                     job.abandon()
             raise
-        for (proc, job, _), handle in zip(group, handles):
-            proc._launched(job, handle)  # noqa: SLF001
+
+
+def _launch(group: List[Tuple[Process, Job, JobSpec]], handles: List[JobHandle]) -> None:
+    """Make each submitted job its process's. If that fails for one, it and those after
+    it are withdrawn (ended at once: nothing waits for a job whose start raised) and the
+    error is raised."""
+    for n, ((proc, job, _), handle) in enumerate(zip(group, handles)):
+        try:
+            proc._launched(job, handle)  # noqa: SLF001 - this module's class
+        except BaseException as e:
+            for (_, unlaunched, _), later in list(zip(group, handles))[n:]:
+                unlaunched.withdraw(later, e)
+            raise
 
 
 def _exit_code_of(e: SystemExit) -> int:

@@ -5,7 +5,9 @@ caller), by value when its class was defined in the main script (so ``except MyE
 works too: cloudpickle gives the caller its own class back); otherwise a
 :class:`RemoteError` with its type name and message stands in. Either
 way the formatted remote traceback becomes ``__cause__`` of the exception re-raised in the
-caller, as ``concurrent.futures`` does.
+caller, as ``concurrent.futures`` does. An error of the caller's own process that comes the
+same way (a pool task that could not be pickled, a pool terminated) is raised as itself,
+without a remote traceback (:func:`pack_local_exception`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any, Optional, Tuple
 from ..errors import RemoteError, RemoteTraceback
 from .serialization import dumps, loads
 
-__all__ = ["pack_exception", "unpack_exception", "user_traceback", "format_user_exception"]
+__all__ = ["pack_exception", "pack_local_exception", "unpack_exception", "user_traceback",
+           "format_user_exception"]
 
 
 #: fiber's own source files: the frames a traceback of the user's code starts with.
@@ -48,17 +51,37 @@ def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
     tb = format_user_exception(exc)
     if sys.version_info < (3, 11):  # the notes, which 3.11's traceback prints last
         tb += "".join(f"{note}\n" for note in getattr(exc, "__notes__", ()))
+    return _carried(exc), type(exc).__qualname__, str(exc), tb
+
+
+def _carried(exc: BaseException) -> Any:
+    """``exc`` if it survives pickling, else None (a :class:`RemoteError` stands in)."""
     try:
         loads(dumps(exc))
-        carried: Any = exc
     except Exception:
-        carried = None
-    return carried, type(exc).__qualname__, str(exc), tb
+        return None
+    return exc
 
 
-def unpack_exception(record: Tuple[Any, str, str, str]) -> BaseException:
-    """The exception to raise in the caller, with the remote traceback as ``__cause__``."""
+def pack_local_exception(exc: BaseException) -> Tuple[Any, str, str, Optional[str]]:
+    """A record of ``exc``, raised in this process, for a result that travels through
+    the same channel as a remote one (a pool task that could not be pickled, a pool
+    broken or terminated, a task that killed its workers): unpacked, it is raised as
+    itself, with no remote traceback, since nothing of it happened in another process.
+    Each unpacking makes a copy: one error may fail many results, raised in many threads."""
+    return _carried(exc), type(exc).__qualname__, str(exc), None
+
+
+def unpack_exception(record: Tuple[Any, str, str, Optional[str]],
+                     local: bool = False) -> BaseException:
+    """The exception to raise in the caller, with the remote traceback as ``__cause__``;
+    none for a record of :func:`pack_local_exception`, nor if ``local`` (it was raised
+    by this very process: its own hub serving one of its objects)."""
     carried, type_name, message, tb = record
-    exc = carried if isinstance(carried, BaseException) else RemoteError(type_name, message, tb)
-    exc.__cause__ = RemoteTraceback(tb)
+    if isinstance(carried, BaseException):
+        exc = carried
+    else:
+        exc = RemoteError(type_name, message, tb or "")
+    if tb is not None and not local:
+        exc.__cause__ = RemoteTraceback(tb)
     return exc

@@ -88,3 +88,52 @@ def test_the_warning_is_on_stderr_by_default(tmp_path):
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} fiber MainProcess\[\d+\] .* "
                     r"WARNING: PoolWorker-\d \(job \d+-\d on .+\) was lost: killed by "
                     r"SIGKILL; resubmitted map\(work\) tasks? 1(, \d)*$", lines[0]), lines[0]
+
+
+_INIT_FAILS = """
+    import fiber
+
+    def init():
+        raise RuntimeError("init-boom-" + "26")
+
+    def square(x):
+        return x * x
+
+    if __name__ == "__main__":
+        with fiber.Pool(2, initializer=init) as pool:
+            try:
+                pool.apply(square, (3,))
+            except fiber.errors.BrokenPoolError as e:
+                print("BROKEN", str(e).replace("\\n", "|"))
+"""
+
+
+def test_an_initializer_that_keeps_failing_says_its_traceback_once(tmp_path):
+    """Issue 26: each failed worker printed its traceback, and each one's end was a
+    warning too. Now: the first failure's traceback once, a count of the workers that
+    failed the same way, and BrokenPoolError carrying the traceback."""
+    script = tmp_path / "init_fails.py"
+    script.write_text(textwrap.dedent(_INIT_FAILS))
+    cp = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                        timeout=120, env={k: v for k, v in os.environ.items()
+                                          if not k.startswith("FIBER_")})
+    assert cp.returncode == 0, cp.stderr
+    (broken,) = [line for line in cp.stdout.splitlines() if line.startswith("BROKEN ")]
+    found = re.match(r"BROKEN (\d+) workers in a row failed to start: the pool's "
+                     r"initializer raised:\|Traceback \(most recent call last\):\|"
+                     r"  File .*init_fails.py\", line \d+, in init\|.*"
+                     r"RuntimeError: init-boom-26\|$", broken)
+    assert found, broken
+    err = cp.stderr
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert err.count("RuntimeError: init-boom-26") == 1, err
+    assert "worker_main" not in err, err  # from the initializer's frame on
+    warnings = [line for line in err.splitlines() if " WARNING: " in line]
+    assert re.search(r"WARNING: PoolWorker-\d \(job \S+ on \S+\): the pool's initializer "
+                     r"raised; the worker exits", warnings[0]), err
+    counts = [re.search(r"WARNING: the pool's initializer failed the same way in (\d+) "
+                        r"more workers? \(PoolWorker-\d+(, PoolWorker-\d+)*\)", line)
+              for line in warnings[1:]]
+    assert all(counts) and counts, err  # the rest are counts, no worker's own warning
+    assert "the pool is broken (BrokenPoolError)" in warnings[1], err
+    assert 1 + sum(int(c.group(1)) for c in counts if c) >= int(found.group(1)), err

@@ -1,0 +1,148 @@
+"""How a pool's master counts and says the deaths of its workers (``PoolService.worker_lost``
+and :mod:`fiber.pool._losses`), with stand-in workers: a task that kills every worker it
+runs on is charged with each death that held it, prefetched among others too, and the
+warnings come in the order the workers were lost, whichever job's end is known first
+(issue 26). The same on real workers: tests/api/test_pool_crash.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional
+
+import pytest
+
+from fiber.errors import WorkerLostError
+from fiber.pool._service import PoolService, Task, WorkerState
+from fiber.transport.remote import unpack_exception
+from fiber.transport.serialization import loads
+
+
+class _Process:
+    """What the master reads of a worker's Process."""
+
+    def __init__(self, n: int) -> None:
+        self.name = f"PoolWorker-{n}"
+        self.job_id = f"1-{n}"
+        self.host = "here"
+        self.exit_reason = ""
+        self.cancelled = False
+        self.exitcode: Optional[int] = None
+
+
+class _Result:
+    def __init__(self) -> None:
+        self.outcome: List[Any] = []
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        self.outcome.append((index, ok, frames))
+
+
+class _Pool:
+    """A PoolService with no hub: workers that connect, take the queue, and die."""
+
+    def __init__(self, max_retries: int) -> None:
+        self.service = PoolService(b"pool-test", 2, None, max_retries,
+                                   lambda ws, expected: None)
+        self.count = 0
+
+    def worker(self) -> WorkerState:
+        self.count += 1
+        ws = WorkerState(self.count, _Process(self.count))  # type: ignore[arg-type]
+        self.service.add_worker(ws)
+        return ws
+
+    def take(self, ws: WorkerState, tasks: List[Task]) -> None:
+        """``ws`` holds ``tasks`` (as dispatch would have handed them)."""
+        for task in tasks:
+            self.service.queue.remove(task)
+            ws.pending[task.task_id] = task
+
+    def die(self, ws: WorkerState, exitcode: Optional[int]) -> None:
+        ws.process.exitcode = exitcode
+        self.service.worker_lost(ws)
+
+
+@pytest.fixture
+def said(caplog: Any) -> Any:
+    caplog.set_level(logging.WARNING, logger="fiber")
+    return lambda: [r.getMessage() for r in caplog.records if r.name == "fiber"]
+
+
+def _tasks(pool: _Pool, result: _Result, count: int) -> List[Task]:
+    tasks = [Task(i + 1, result, i, 1, [b""], "map(f)") for i in range(count)]
+    pool.service.function_refs[1] += count
+    pool.service.queue.extend(tasks)
+    pool.service.outstanding += count
+    return tasks
+
+
+def test_every_death_that_held_the_task_is_counted(said):
+    """The first worker dies holding the culprit among prefetched tasks (not charged
+    then: any of them may have been running), then it kills each worker it runs on
+    alone: with pool_max_task_retries=2 it fails at its third death, naming all three."""
+    pool, result = _Pool(max_retries=2), _Result()
+    culprit, *others = _tasks(pool, result, 4)
+    first = pool.worker()
+    pool.take(first, [culprit, *others])
+    pool.die(first, -9)
+    assert all(t.suspect for t in (culprit, *others))
+    for task in others:  # the innocent ones complete, each alone on a worker
+        pool.service.cancel(task)
+    for _ in range(2):
+        ws = pool.worker()
+        pool.take(ws, [culprit])
+        pool.die(ws, -9)
+    ((index, ok, frames),) = result.outcome
+    error = unpack_exception(loads(frames))
+    assert (index, ok, type(error)) == (0, False, WorkerLostError)
+    assert "map(f) (task 0) killed its worker 3 times" in str(error)
+    attempts = [ln.strip() for ln in str(error).splitlines()[1:]]
+    assert attempts == [f"attempt {i}: worker {i} (PoolWorker-{i}) killed by SIGKILL"
+                        for i in (1, 2, 3)]
+    counts = [m.split(" killed its worker ")[1].split(" ")[0] for m in said()
+              if " killed its worker " in m]
+    assert counts == ["2", "3"], said()
+
+
+def test_the_warnings_come_in_the_order_the_workers_were_lost(said):
+    """The second death's exit code is known first (its job's end was seen), the first's
+    later: its "2 times" still comes before the "3 times"."""
+    pool, result = _Pool(max_retries=5), _Result()
+    (task,) = _tasks(pool, result, 1)
+    deaths = []
+    for code in (-9, None, -9):  # the second one's end is not known yet
+        ws = pool.worker()
+        pool.take(ws, [task])
+        pool.die(ws, code)
+        deaths.append(ws)
+    assert len(said()) == 1  # the third waits for the second
+    deaths[1].process.exitcode = -9
+    pool.service.report_lost(deaths[1])
+    lines = said()
+    assert [line.split(" ")[0] for line in lines] == [
+        "PoolWorker-1", "PoolWorker-2", "PoolWorker-3"], lines
+    assert "has killed its worker 2 times" in lines[1] and "3 times" in lines[2], lines
+
+
+def test_an_initializer_failure_is_said_once_then_counted(said):
+    """A traceback once; the workers that fail the same way after it are counted, said
+    when the row ends; a different traceback is said in full."""
+    pool = _Pool(max_retries=3)
+    failures = pool.service.init_failures
+    workers = [pool.worker() for _ in range(5)]
+    for ws in workers[:3]:
+        failures.failed(ws, "Traceback...\nValueError: one\n")
+    failures.failed(workers[3], "Traceback...\nKeyError: two\n")
+    failures.failed(workers[4], "Traceback...\nKeyError: two\n")
+    failures.started()
+    failures.started()  # nothing left to say
+    lines = said()
+    assert len(lines) == 4, lines
+    assert lines[0].startswith("PoolWorker-1 (job 1-1 on here): the pool's initializer "
+                               "raised") and lines[0].endswith("ValueError: one"), lines
+    assert lines[1] == ("the pool's initializer failed the same way in 2 more workers "
+                        "(PoolWorker-2, PoolWorker-3)"), lines
+    assert lines[2].startswith("PoolWorker-4 ") and lines[2].endswith("KeyError: two")
+    assert lines[3] == ("the pool's initializer failed the same way in 1 more worker "
+                        "(PoolWorker-5); then a worker started"), lines
+    assert failures.last == ""
