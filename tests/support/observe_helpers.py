@@ -162,6 +162,9 @@ def _end_abruptly(how: str) -> None:
     if how == "segfault":
         import ctypes
 
+        # the default action: a library's own handler (pygame's "parachute", preloaded by
+        # the fork server's template after a test imported it) would make it SIGABRT
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)
         ctypes.string_at(0)  # reads address 0: SIGSEGV in native code
     time.sleep(60)
     raise AssertionError(f"still alive after {how}")

@@ -169,7 +169,8 @@ def _where(ws: Any) -> str:
     host = proc.host
     if job and host:
         return f"job {job} on {host}"
-    return f"job {job}" if job else (f"on {host}" if host else "not submitted")
+    # no job id yet: its batch is still being submitted (it runs meanwhile, forked)
+    return f"job {job}" if job else (f"on {host}" if host else "starting")
 
 
 def report(ws: Any) -> None:
