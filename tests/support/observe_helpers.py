@@ -133,7 +133,9 @@ def visible_gpus(out: Any) -> None:
 
 @fiber.meta(memory=96)
 def hog() -> None:
-    """Take 1 GiB, far above its job's 96 MB limit (the OOM killer ends it)."""
+    """Say so, then take 1 GiB, far above its job's 96 MB limit (the OOM killer ends it):
+    the line must reach the master all the same."""
+    print("hogging memory now", flush=True)
     chunks = []
     for _ in range(64):  # 1 GiB, page by page, far above the limit
         b = bytearray(16 * 2**20)

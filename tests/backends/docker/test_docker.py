@@ -256,13 +256,16 @@ def test_resources_are_mapped(engine):
     p.join(30)
 
 
-def test_out_of_memory_is_reported(engine):
+def test_out_of_memory_is_reported(engine, capfd):
     p = dctx().Process(target=observe_helpers.hog)
     p.start()
     p.join(60)
     assert p.exitcode == -9
     st = final_status(p)
     assert "OOM" in st.reason and "96 MB" in st.reason
+    # its line before the end, relayed by its first process (the OOM killer took the job)
+    out = capfd.readouterr().out
+    assert re.search(rf"^\({re.escape(p.name)}@\S+\) hogging memory now$", out, re.M), out
 
 
 def test_gpu_request_fails_with_the_engines_reason(engine):

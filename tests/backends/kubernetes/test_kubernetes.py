@@ -407,13 +407,16 @@ def test_bad_image_breaks_a_pool_with_the_reason(api):
                 pool.apply(slow_square, (3,))
 
 
-def test_oom_killed_job(api):
+def test_oom_killed_job(api, capfd):
     with fiber.config.override(kubernetes_cpu_limits=True):
         p = kctx().Process(target=observe_helpers.hog)
         p.start()
         p.join(120)
     assert p.exitcode == -signal.SIGKILL
     assert "OOM" in p._job.status.reason
+    # its line before the end, relayed by its first process (the OOM killer took the job)
+    out = capfd.readouterr().out
+    assert re.search(rf"^\({re.escape(p.name)}@\S+\) hogging memory now$", out, re.M), out
 
 
 def _master_pod(name: str, workers: int) -> Dict[str, Any]:
