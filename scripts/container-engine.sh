@@ -317,8 +317,8 @@ print_test_env() {
   mkdir -p "$DIR/tmp"
   chmod 1777 "$DIR/tmp"
   print_env
-  # docker_pid_host: the API suite checks pids as multiprocessing has them (a child's
-  # os.getpid() is Process.pid, os.kill(p.pid) reaches it)
+  # docker_pid_host: Process.pid is a pid of this host, that of the job's first process
+  # (its output relay, which passes signals on to the job): os.kill(p.pid) reaches the job
   echo "export FIBER_IMAGE=$TEST_IMAGE FIBER_DOCKER_NETWORK=host FIBER_DOCKER_PID_HOST=true"
   echo "export TMPDIR=$DIR/tmp"
   # the engine's socket too, and docker_host: fiber processes in the containers (a manager's

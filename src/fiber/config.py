@@ -155,9 +155,10 @@ class Config:
     #: Seconds each call to the Docker engine may take before it fails (no hang).
     docker_timeout: float = 60.0
     #: Containers share the host's PID namespace (``--pid=host``, no init process): on an
-    #: engine reached through a Unix socket, ``Process.pid`` is then the job's pid on this
-    #: host, as with ``local``, and the job can be signalled by it. False: each container
-    #: has its own PID namespace, and fiber uses synthetic pids.
+    #: engine reached through a Unix socket, ``Process.pid`` is then a pid of this host,
+    #: that of the job's first process (its output relay, which passes signals on to the
+    #: job), and the job can be signalled by it. False: each container has its own PID
+    #: namespace, and fiber uses synthetic pids.
     docker_pid_host: bool = False
     #: Namespace of the ``kubernetes`` backend's pods; empty: the master pod's own namespace
     #: when the master runs in a pod, else the kubeconfig context's, else ``default``.

@@ -22,8 +22,9 @@ PIDs
     Each container has its own PID namespace, with tini as its PID 1 (``Process.pid`` is a
     synthetic number, as on any cluster), unless ``docker_pid_host``: then containers share
     the host's PID namespace with no init, and on an engine reached through a Unix socket
-    ``Process.pid`` is the job's pid on this host (``os.kill`` and ``psutil`` work on it, as
-    with ``local``).
+    ``Process.pid`` is a pid of this host: that of the job's first process, its output
+    relay (see ``fiber.process._relay``), which passes SIGTERM, SIGINT, SIGHUP, SIGUSR1
+    and SIGUSR2 on to the job and dies with it (``os.kill`` reaches the job).
 
 Resources
     ``cpu`` is ``NanoCpus`` (a CFS quota: 0.5 CPU is half a core), ``memory`` a hard
