@@ -61,6 +61,10 @@ def report(q: Any) -> None:
     q.put((socket.gethostname(), os.getpid()))
 
 
+def report_parent(q: Any) -> None:
+    q.put((os.getpid(), os.getppid()))
+
+
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
@@ -316,10 +320,12 @@ def test_pid_host_mode_gives_real_pids(engine):
 
     with fiber.config.override(docker_pid_host=True):
         q = dctx().Queue()
-        p = dctx().Process(target=report, args=(q,))
+        p = dctx().Process(target=report_parent, args=(q,))
         p.start()
-        _, pid = q.get(timeout=60)
-        assert p.pid == pid  # the child's own pid is Process.pid
+        _, parent = q.get(timeout=60)
+        # Process.pid is the container's first process, the job's output relay, of which
+        # the job is the child (fiber.process._relay)
+        assert parent == p.pid
         p.join(60)
         assert p.exitcode == 0
         p = dctx().Process(target=sleep, args=(60,))
