@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/compare.py --baseline REV [--baseline REV2 ...]
         [--candidate REV|DIR|python:PATH] [--bench apply map rounds pipe start es]
-        [--runs 7] [--calls 2000] [--tasks 20000] [--workers 64] [--markdown]
+        [--runs 7] [--calls 2000] [--tasks 20000] [--workers 64] [--wait-quiet S]
+        [--markdown] [--verbose]
 
 A figure measured in another run, or on another day, does not compare on a shared VM: its
 load changes from minute to minute. So every version is measured in the same run, its
@@ -40,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,9 +134,31 @@ def run_once(version: Version, bench: str, args: argparse.Namespace, cwd: str) -
     return record
 
 
+def quiet_host(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for a host on which nothing else runs (sampled 10
+    times over 200 ms: ``/proc/loadavg`` counts its reader as running); whether it came.
+
+    fiber polls for a message only while a CPU is spare (``fiber.transport.cpus``): a
+    regression of the polling path shows on a quiet host only, and a host shared with
+    test runs is quiet now and then."""
+    end = time.monotonic() + timeout
+    while True:
+        for _ in range(10):
+            with open("/proc/loadavg", "rb") as f:
+                if int(f.read().split()[3].split(b"/")[0]) > 1:
+                    break
+            time.sleep(0.02)
+        else:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.2)
+
+
 def measure(versions: Sequence[Version], args: argparse.Namespace) -> Dict:
     """``{bench: {label: [record, ...]}}``, the versions' runs interleaved, the order
-    rotating by one each round."""
+    rotating by one each round; each record says whether the host was quiet when it
+    started (see :func:`quiet_host`)."""
     results: Dict[str, Dict[str, List[Dict]]] = {
         b: {v.label: [] for v in versions} for b in args.bench}
     with tempfile.TemporaryDirectory(prefix="fiber-compare-cwd-") as cwd:
@@ -142,11 +166,14 @@ def measure(versions: Sequence[Version], args: argparse.Namespace) -> Dict:
             for bench in args.bench:
                 order = list(versions[r % len(versions):]) + list(versions[:r % len(versions)])
                 for v in order:
+                    quiet = quiet_host(args.wait_quiet) if args.wait_quiet else False
                     record = run_once(v, bench, args, cwd)
+                    record["quiet"] = quiet
                     results[bench][v.label].append(record)
                     if args.verbose:
                         print(f"  round {r + 1} {bench} {v.label}: {record['value']:.1f} "
-                              f"{record['unit']}", file=sys.stderr, flush=True)
+                              f"{record['unit']}{' (quiet host)' if quiet else ''}",
+                              file=sys.stderr, flush=True)
     return results
 
 
@@ -154,9 +181,11 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
 
-def rows(versions: Sequence[Version], baselines: int, results: Dict) -> List[List[str]]:
+def rows(versions: Sequence[Version], baselines: int, results: Dict,
+         quiet: bool) -> List[List[str]]:
     """A table row per bench and version: its median, the range of its runs, the median
-    p99 (where the bench has one), and its ratio to each baseline's median."""
+    p99 (where the bench has one), its ratio to each baseline's median, and with
+    ``quiet`` how many of its runs started on a quiet host."""
     out = []
     for bench, by_label in results.items():
         medians = {v.label: statistics.median(r["value"] for r in by_label[v.label])
@@ -168,7 +197,9 @@ def rows(versions: Sequence[Version], baselines: int, results: Dict) -> List[Lis
                         f"{_num(min(values))}-{_num(max(values))}",
                         _num(statistics.median(p99)) if p99 else "",
                         *(f"{medians[v.label] / medians[b.label]:.2f}x"
-                          for b in versions[:baselines])])
+                          for b in versions[:baselines]),
+                        *([f"{sum(r['quiet'] for r in by_label[v.label])}/{len(values)}"]
+                          if quiet else [])])
     return out
 
 
@@ -202,6 +233,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--workers", type=int, default=64, help="Pool size of 'start' and 'es'")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                        help="before each run wait up to S s for nothing else to run")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--verbose", action="store_true", help="each run on stderr")
     args = parser.parse_args(argv)
@@ -220,8 +253,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
               flush=True)
         bases = versions[:len(args.baseline)]
         header = ["bench", "version", "median", "runs' range", "p99",
-                  *(f"vs {b.label}" for b in bases)]
-        print_table(header, rows(versions, len(bases), results), args.markdown)
+                  *(f"vs {b.label}" for b in bases),
+                  *(["quiet host"] if args.wait_quiet else [])]
+        print_table(header, rows(versions, len(bases), results, bool(args.wait_quiet)),
+                    args.markdown)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
