@@ -775,6 +775,16 @@ def test_slow_tasks_are_not_held_behind_a_long_one(ctx):
         assert it.next(timeout=60) == "long"
 
 
+def test_one_call_at_a_time_runs_on_the_worker_that_ran_the_last(ctx):
+    """``apply`` in a loop (an RL step) goes back to the worker that returned the previous
+    call, still polling for its next task, instead of around every idle worker (each
+    asleep by its turn, to be woken)."""
+    with ctx.Pool(3) as pool:
+        wait_until(lambda: connected(pool) == 3, 60, message="three workers connected")
+        keys = {pool.apply(ph.with_process_key, (i,))[1] for i in range(20)}
+    assert len(keys) == 1, keys
+
+
 def test_a_map_of_short_tasks_is_spread_over_the_workers(ctx):
     with ctx.Pool(4) as pool:  # not waiting for the workers to connect
         out = pool.map_async(functools.partial(ph.sleep_then_key, seconds=0.01), range(200),

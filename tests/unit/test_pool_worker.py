@@ -25,3 +25,24 @@ def test_no_polling_when_spin_us_is_zero():
     for _ in range(3):
         assert pays.start() == 0.0
         pays.waited()
+
+
+def test_a_wait_without_polling_may_be_longer_by_a_wake_up_and_still_count_as_short():
+    """Slept, a wait lasts longer than polled by the wake-up: up to twice the polling
+    time it lets the next wait poll (an ``apply`` loop whose round trip is near
+    ``spin_us`` stopped polling for good after one slow wait). A polled wait that outlasts
+    the polling time, or a slept one beyond twice it, stops the polling."""
+    pays = SpinPays(0.5)
+    pays.start()
+    time.sleep(0.7)  # polled: the task came after the polling time
+    pays.waited()
+    assert pays.start() == 0.0
+    time.sleep(0.7)  # slept: within twice the polling time
+    pays.waited()
+    assert pays.start() == 0.5  # polls again
+    time.sleep(0.7)
+    pays.waited()
+    assert pays.start() == 0.0
+    time.sleep(1.5)  # slept, and longer than twice the polling time: an ES round
+    pays.waited()
+    assert pays.start() == 0.0

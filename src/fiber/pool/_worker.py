@@ -156,23 +156,33 @@ class SpinPays:
     only spend ``spin`` of CPU a task, which hundreds of workers that end their tasks at
     once take from each other and from the master (a Pool(1024) of 50 ms tasks on 2 CPUs:
     ~60 us of CPU a task). It still waits without polling once, then polls again as soon
-    as a wait is short."""
+    as a wait is short.
 
-    __slots__ = ("spin", "pays", "since")
+    A wait without polling counts as short up to twice ``spin``: it lasts longer than the
+    same wait polled by this thread's wake-up and the sender's waking of its CPU (30-50
+    us on a quiet VM, 100 us and more on a busy one). Held to ``spin``, a round trip near
+    it (``apply`` in a loop on a slow or busy host) stopped the polling after one slow
+    wait for good: slept, it never came within ``spin`` again (2x a polled one).
+    """
+
+    __slots__ = ("spin", "pays", "since", "polled")
 
     def __init__(self, spin: float) -> None:
         self.spin = spin
         self.pays = True
         self.since = 0.0
+        self.polled = False
 
     def start(self) -> float:
         """The polling time for the wait that starts now (0: none)."""
         self.since = time.monotonic()
-        return self.spin if self.pays else 0.0
+        self.polled = self.pays and self.spin > 0
+        return self.spin if self.polled else 0.0
 
     def waited(self) -> None:
         """The wait that :meth:`start` began has ended."""
-        self.pays = time.monotonic() - self.since <= self.spin
+        waited = time.monotonic() - self.since
+        self.pays = waited <= (self.spin if self.polled else 2 * self.spin)
 
 
 def _report_init_failure(client: Client, pool_name: bytes, worker_id: int) -> None:
