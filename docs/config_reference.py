@@ -1,7 +1,10 @@
-"""The configuration reference, generated from ``fiber.config.Config``.
+"""The configuration reference, generated from ``fiber.config.Config`` and from the
+settings each backend declares (``Backend.settings``).
 
 Every key's type, default, environment variable and meaning (the ``#:`` comment above
-its field). ``python docs/config_reference.py`` prints the Markdown table;
+its field): the core's keys, then a table per backend (its keys are ``<backend>_<key>``,
+``FIBER_<BACKEND>_<KEY>``, or ``<key>`` in a ``[fiber.<backend>]`` section).
+``python docs/config_reference.py`` prints the Markdown tables;
 ``--write FILE...`` replaces the text between the markers ``<!-- config-reference -->``
 and ``<!-- /config-reference -->`` in each file; ``--check FILE...`` exits 1 when a file
 disagrees with the definition (the test suite runs it for README.md).
@@ -14,19 +17,22 @@ import ast
 import dataclasses
 import inspect
 import sys
-from typing import Dict, List
+import textwrap
+import typing
+from typing import Dict, List, Tuple
 
 from fiber import config
+from fiber.config import _registry
 
 START, END = "<!-- config-reference -->", "<!-- /config-reference -->"
 
 
-def field_docs() -> Dict[str, str]:
+def field_docs(cls: type = config.Config) -> Dict[str, str]:
     """Each field's ``#:`` comment, joined into one paragraph."""
-    source = inspect.getsource(config.Config)
+    source = inspect.getsource(cls)
     lines = source.splitlines()
     docs: Dict[str, str] = {}
-    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+    for node in ast.parse(textwrap.dedent(source)).body[0].body:  # type: ignore[attr-defined]
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             comment: List[str] = []
             i = node.lineno - 2
@@ -46,14 +52,35 @@ def _default(field: dataclasses.Field) -> str:
     return f"`{value}`"
 
 
-def table() -> str:
-    docs = field_docs()
+def _table(cls: type, prefix: str = "", skip: Tuple[str, ...] = ()) -> List[str]:
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    hints = config.Config.__annotations__
-    for field in dataclasses.fields(config.Config):
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        key = prefix + field.name
         meaning = docs.get(field.name, "").replace("|", "\\|")
-        rows.append(f"| `{field.name}` (`FIBER_{field.name.upper()}`) | "
-                    f"{hints[field.name]} | {_default(field)} | {meaning} |")
+        rows.append(f"| `{key}` (`FIBER_{key.upper()}`) | {hints[field.name].__name__} | "
+                    f"{_default(field)} | {meaning} |")
+    return rows
+
+
+def backend_settings() -> List[Tuple[str, type]]:
+    """``(backend, settings class)`` of every backend that declares settings."""
+    out = []
+    for name in _registry.known():
+        cls = _registry.settings_class(name)
+        if cls is not None:
+            out.append((name, cls))
+    return out
+
+
+def table() -> str:
+    rows = _table(config.Config, skip=("backends",))
+    for name, cls in backend_settings():
+        rows += ["", f"Backend `{name}`: each key also as `<key>` in a `[fiber.{name}]` "
+                     "section of `.fiberconfig`.", "", *_table(cls, _registry.key_prefix(name))]
     return "\n".join(rows)
 
 

@@ -40,8 +40,8 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from . import _top, config
 from ._version import DISTRIBUTION
-from .backends import Backend, JobHandle, JobSpec, JobStatus, Resources, get_backend
-from .errors import FiberError
+from .backends import CommandLineBackend, JobHandle, JobSpec, JobStatus, Resources, get_backend
+from .errors import BackendError, FiberError
 
 __all__ = ["main"]
 
@@ -65,6 +65,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if overrides:
             config.init(**overrides)
         backend = get_backend(config.get_config().backend)
+        if not isinstance(backend, CommandLineBackend):
+            raise BackendError(f"the {backend.name} backend does not support the fiber "
+                               f"command ({args.command}): use the cluster's own tools")
         return int(args.handler(backend, args))
     except UsageError as e:
         parser.error(str(e))  # exits with status 2
@@ -159,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
 
     stop = command("stop", _stop, "kill and remove programs (all their jobs) or jobs "
-                   "(on Slurm: cancel them)")
+                   "(a batch scheduler's jobs are cancelled)")
     stop.add_argument("targets", nargs="+", metavar="PROGRAM|JOB",
                       help="programs or jobs, as fiber ps lists them (a program's main "
                       "job stands for the whole program)")
@@ -187,7 +190,7 @@ def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
 # -- run ------------------------------------------------------------------------------------
 
 
-def _run(backend: Backend, args: argparse.Namespace) -> int:
+def _run(backend: CommandLineBackend, args: argparse.Namespace) -> int:
     command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
@@ -228,7 +231,7 @@ def _run(backend: Backend, args: argparse.Namespace) -> int:
     return _exit_code(handle, status)
 
 
-def _print_output(backend: Backend, handle: JobHandle) -> None:
+def _print_output(backend: CommandLineBackend, handle: JobHandle) -> None:
     """The job's output, as it is written, while the backend can stream it."""
     try:
         stream = backend.follow(handle)
@@ -241,7 +244,7 @@ def _print_output(backend: Backend, handle: JobHandle) -> None:
         _say(f"lost the output of {handle.job_id} ({e}); still waiting for its end")
 
 
-def _wait(backend: Backend, handle: JobHandle) -> JobStatus:
+def _wait(backend: CommandLineBackend, handle: JobHandle) -> JobStatus:
     """The job's final status. A cluster that does not answer for a while is asked again:
     a failed query must not end ``fiber run``, whose exit would remove the job."""
     delay, failures = 1.0, 0
@@ -282,7 +285,7 @@ class _Stopper:
 
     _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: CommandLineBackend) -> None:
         self._backend = backend
         self._handle: Optional[JobHandle] = None
         self._count = 0
@@ -330,7 +333,7 @@ class _Stopper:
 # -- ps, logs, stop ---------------------------------------------------------------------------
 
 
-def _ps(backend: Backend, args: argparse.Namespace) -> int:
+def _ps(backend: CommandLineBackend, args: argparse.Namespace) -> int:
     jobs = [j for j in backend.find_jobs(args.filter) if args.all or not j.ended]
     rows: List[Sequence[str]] = [("JOB", "PROGRAM", "STATE", "CREATED", "NAME")]
     rows += [(j.job_id, j.program, j.state, j.created, j.name) for j in jobs]
@@ -340,12 +343,12 @@ def _ps(backend: Backend, args: argparse.Namespace) -> int:
     return 0
 
 
-def _logs(backend: Backend, args: argparse.Namespace) -> int:
+def _logs(backend: CommandLineBackend, args: argparse.Namespace) -> int:
     sys.stdout.write(backend.read_logs(args.job, args.tail))
     return 0
 
 
-def _stop(backend: Backend, args: argparse.Namespace) -> int:
+def _stop(backend: CommandLineBackend, args: argparse.Namespace) -> int:
     known = {j.job_id: j for j in backend.find_jobs()}
     programs = {j.program for j in known.values()}
     missing = [t for t in args.targets if t not in programs and t not in known]

@@ -39,7 +39,7 @@ def test_the_original_fibers_keys_are_read_as_ours_with_a_warning(tmp_path, old,
     path.write_text(f"[default]\n{old} = {value}\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        from fiber import _config_compat
+        from fiber.config import _compat as _config_compat
 
         _config_compat._warned.clear()
         cfg = resolve({}, environ={}, config_file=str(path))
@@ -58,7 +58,7 @@ def test_the_new_key_wins_over_its_old_name_in_one_source(tmp_path):
 
 
 def test_keys_without_effect_are_accepted_with_a_warning(tmp_path):
-    from fiber import _config_compat
+    from fiber.config import _compat as _config_compat
 
     _config_compat._warned.clear()
     with pytest.warns(FutureWarning, match="'use_push_queue'.*has no effect"):

@@ -1,18 +1,19 @@
 """Backends: the layer that creates, watches and ends jobs on one cluster manager.
 
-Built-in backends are listed in ``_BUILTIN``; third-party ones register under the
-``fiber.backends`` entry-point group (``name = "package.module:BackendClass"``). One
-instance per backend name lives in a process, created on first use.
+A backend is one folder and one entry point in the ``fiber.backends`` group (``name =
+"package.module:BackendClass"``): fiber's own (local, slurm, docker, kubernetes) are
+registered so by its ``pyproject.toml``, a third-party one by its package's, and nothing
+else lists them (see ``fiber.config._registry``). One instance per backend name lives in
+a process, created on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 import threading
 from typing import Dict, List, Type
 
 from .._exports import publish
+from ..config import _registry
 from ..errors import UnknownBackendError
 from ._base import (
     Backend,
@@ -25,9 +26,11 @@ from ._base import (
     JobWatcher,
     Resources,
 )
+from ._commands import CommandLineBackend
 
 __all__ = [
     "Backend",
+    "CommandLineBackend",
     "JobHandle",
     "JobInfo",
     "JobOutput",
@@ -41,34 +44,17 @@ __all__ = [
     "register_backend",
 ]
 
-publish(__name__, Backend, JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus,
-        JobWatcher, Resources)
+publish(__name__, Backend, CommandLineBackend, JobHandle, JobInfo, JobOutput, JobSpec,
+        JobState, JobStatus, JobWatcher, Resources)
 
-_BUILTIN: Dict[str, str] = {
-    "local": "fiber.backends.local:LocalBackend",
-    "slurm": "fiber.backends.slurm:SlurmBackend",
-    "docker": "fiber.backends.docker:DockerBackend",
-    "kubernetes": "fiber.backends.kubernetes:KubernetesBackend",
-}
-
-_extra: Dict[str, Type[Backend]] = {}
 _instances: Dict[str, Backend] = {}
 _lock = threading.Lock()
 
 
-def _entry_points() -> Dict[str, str]:
-    from importlib import metadata
-
-    if sys.version_info >= (3, 10):
-        eps = metadata.entry_points(group="fiber.backends")
-    else:  # pragma: no cover - Python 3.9
-        eps = metadata.entry_points().get("fiber.backends", [])
-    return {ep.name: ep.value for ep in eps}
-
-
 def known_backends() -> List[str]:
-    """Names of every backend this process can create."""
-    return sorted({*_BUILTIN, *_extra, *_entry_points()})
+    """Names of every backend this process can create: the ``fiber.backends`` entry
+    points (fiber's own among them) and those registered here."""
+    return _registry.known()
 
 
 def register_backend(name: str, cls: Type[Backend]) -> None:
@@ -79,23 +65,20 @@ def register_backend(name: str, cls: Type[Backend]) -> None:
     be registered too (the ``fiber.backends`` entry-point group reaches every process).
 
     Raises:
-        TypeError: ``cls`` is not a :class:`Backend` subclass.
+        TypeError: ``cls`` is not a `Backend` subclass.
     """
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"{cls!r} is not a fiber.backends.Backend subclass")
     with _lock:
-        _extra[name] = cls
+        _registry.register(name, cls)
         _instances.pop(name, None)
 
 
 def _load(name: str) -> Type[Backend]:
-    if name in _extra:
-        return _extra[name]
-    target = _BUILTIN.get(name) or _entry_points().get(name)
-    if target is None:
+    cls = _registry.load(name)
+    if cls is None:
         raise UnknownBackendError(name, known_backends())
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    return cls  # type: ignore[no-any-return]
 
 
 def get_backend(name: str) -> Backend:

@@ -13,11 +13,12 @@ builds a command (the fiber bootstrap) and hands it down; data flows only downwa
 A backend that can create many jobs in one call (a Slurm job array, a batch of pods) does so
 in ``submit``: a 1,000-worker pool is not 1,000 round trips.
 
-The rest is optional, with defaults that say what a backend cannot do: ``release`` (drop
-a finished job's record), and what the ``fiber`` command uses: ``main_spec``,
-``follow``, ``stop_main`` and ``detach`` for ``fiber run``; ``find_jobs``, ``read_logs``
-and ``remove_jobs`` for ``fiber ps``, ``logs`` and ``stop``, on jobs of any program that
-the cluster still keeps.
+The rest is optional: ``wait`` (a default polls ``status``), ``release`` (drop a finished
+job's record), and what a backend declares it can do (``jobs_share_host``, ``passes_fds``,
+``jobs_are_children``, ``sees_exits_at_once``: the core asks these, never a backend's
+name) and the configuration keys it reads (``settings``). What the ``fiber`` command
+needs (``fiber run``, ``ps``, ``logs``, ``stop``) is a separate interface,
+``fiber.backends.CommandLineBackend``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ import dataclasses
 import enum
 import threading
 import time
-from typing import Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
-
-from ..errors import BackendError
+from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "Resources",
@@ -181,6 +180,19 @@ class Backend(abc.ABC):
     #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
     passes_fds: ClassVar[bool] = False
 
+    #: True when the backend learns of a job's end the moment it happens (``local``: a
+    #: pidfd or the fork server's report per job): a job's state is asked of it at once,
+    #: and the job's own exit report is not taken in its place. False where status comes
+    #: from polling the cluster (seconds late).
+    sees_exits_at_once: ClassVar[bool] = False
+
+    #: The backend's own configuration keys: a frozen dataclass whose fields (with ``#:``
+    #: comments saying what each means) are the keys ``<name>_<field>``, read from
+    #: ``fiber.init``, ``FIBER_<NAME>_<FIELD>`` and ``[fiber.<name>]`` of ``.fiberconfig``
+    #: and checked with the core's; the backend reads them with ``fiber.config.settings``.
+    #: None: it has none (a subclass declares its own, or reads its base's by its name).
+    settings: ClassVar[Optional[type]] = None
+
     #: True when every job is a child process of this one (``local``, ``netns``): its
     #: stdout and stderr can be pipes that this process reads (``JobSpec.capture_output``),
     #: so that what a job wrote outlives it. Elsewhere a job's first process stays as its
@@ -232,62 +244,6 @@ class Backend(abc.ABC):
         """Drop what the backend keeps of a finished job whose process object is gone (a
         long-running program starts jobs without end: a pool with ``maxtasksperchild``)."""
         return None
-
-    # -- the ``fiber`` command line: jobs on the cluster, of any program ----------------
-
-    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
-        """The job's output as it is written, until the job ends; None when the backend
-        cannot stream it (the local backend: the job writes to this process's own stdout)."""
-        return None
-
-    def main_spec(self, spec: JobSpec) -> JobSpec:
-        """The spec of a main program started by ``fiber run``: ``spec`` with what it needs
-        to start jobs of its own on this cluster (the Docker backend gives it the engine)."""
-        return spec
-
-    def stop_main(self, handle: JobHandle, force: bool = False) -> None:
-        """Stop a program that ``fiber run`` started as job ``handle``: by default its job
-        alone (its processes end the jobs they started). A backend whose cluster would
-        start the program's queued jobs meanwhile cancels those too."""
-        self.cancel([handle], force=force)
-
-    def detach(self) -> None:
-        """From now on, let this process's jobs outlive it (``fiber run --detach``).
-
-        Raises:
-            BackendError: the backend cannot (its jobs are this process's children).
-        """
-        raise BackendError(f"the {self.name} backend cannot leave a job running after "
-                           "fiber run ends (run fiber run itself in the background)")
-
-    def find_jobs(self, program: str = "") -> List[JobInfo]:
-        """Every fiber job the cluster knows (only ``program``'s if given), oldest first.
-
-        Raises:
-            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
-        """
-        raise BackendError(self._no_record("list jobs"))
-
-    def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
-        """The output of any fiber job the cluster still has.
-
-        Raises:
-            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
-        """
-        raise BackendError(self._no_record("read the logs of a job it did not start"))
-
-    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
-        """Kill and remove every job of ``program``, or (no program) the jobs named; the
-        ids of the jobs removed.
-
-        Raises:
-            fiber.errors.BackendError: the backend keeps no record of jobs (the default).
-        """
-        raise BackendError(self._no_record("stop a job it did not start"))
-
-    def _no_record(self, what: str) -> str:
-        return (f"the {self.name} backend cannot {what} (the docker, kubernetes and slurm "
-                "backends can; use the cluster's own tools)")
 
     def close(self) -> None:
         """Release clients and threads; jobs already submitted are not touched."""

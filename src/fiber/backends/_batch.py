@@ -38,7 +38,8 @@ import time
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SubmitError
-from ._base import Backend, JobHandle, JobStatus
+from ._base import JobHandle, JobStatus
+from ._commands import CommandLineBackend
 
 __all__ = ["BatchBackend", "parse_job_id", "render_script", "split_env", "format_command"]
 
@@ -111,7 +112,7 @@ def split_env(envs: Sequence[Mapping[str, str]]) -> Tuple[Dict[str, str], List[D
     return common, rest
 
 
-class BatchBackend(Backend):
+class BatchBackend(CommandLineBackend):
     """Command-line plumbing shared by batch-scheduler backends; see the module docstring.
 
     Subclasses implement :meth:`submit`, :meth:`query`, :meth:`cancel` and

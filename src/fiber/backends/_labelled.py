@@ -21,7 +21,8 @@ import threading
 import time
 from typing import Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from ._base import Backend, JobHandle, JobState, JobStatus
+from ._base import JobHandle, JobState, JobStatus
+from ._commands import CommandLineBackend
 
 __all__ = ["TrackedJob", "LabelledBackend"]
 
@@ -47,7 +48,7 @@ J = TypeVar("J", bound=TrackedJob)
 L = TypeVar("L")
 
 
-class LabelledBackend(Backend, Generic[J, L]):
+class LabelledBackend(CommandLineBackend, Generic[J, L]):
     """A backend whose jobs (of type ``J``) are labelled with the program's id; ``L`` is
     the type of a job's kept output."""
 

@@ -214,9 +214,10 @@ class Process(ProcessAttributes):
         job.reported = code
 
     def _on_gone(self, job: Job) -> None:
-        # A remote child that reported its exit and hung up is done; the backend's own
-        # view may lag by a poll interval. Local jobs are exact: wait for the backend.
-        if job.reported is not None and job.handle is not None and job.backend.name != "local":
+        # A child that reported its exit and hung up is done; the backend's own view may
+        # lag by a poll interval, unless it sees exits at once: then wait for it (exact).
+        if (job.reported is not None and job.handle is not None
+                and not job.backend.sees_exits_at_once):
             code = job.reported
             job.finish(JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code))
 
@@ -260,7 +261,7 @@ class Process(ProcessAttributes):
         job = self._job
         if job is None:
             return False
-        if not job.finished and job.handle is not None and job.backend.name == "local":
+        if not job.finished and job.handle is not None and job.backend.sees_exits_at_once:
             st = job.backend.status([job.handle])[job.handle.job_id]
             if st.state.finished:
                 job.finish(st)

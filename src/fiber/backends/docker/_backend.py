@@ -90,11 +90,12 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..._log import log
-from ...config import Config, get_config
+from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
 from .._common import PARALLEL, parallel
 from .._labelled import LabelledBackend, TrackedJob
+from ._settings import DockerSettings
 from ._util import (
     client_kwargs,
     docker_sdk,
@@ -128,6 +129,11 @@ _EXIT_TIMEOUT = 10.0  # seconds per engine call while the master exits
 # -- the backend --------------------------------------------------------------------------
 
 
+def _own(cfg: Optional[Config] = None) -> DockerSettings:
+    """The docker backend's settings in ``cfg`` (or the config in force)."""
+    return settings(DockerSettings, "docker", cfg)
+
+
 @dataclasses.dataclass
 class _Job(TrackedJob):
     engine: str = ""
@@ -149,6 +155,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
     """Run every job as a container on a Docker engine."""
 
     name = "docker"
+    settings = DockerSettings
 
     def __init__(self) -> None:
         # The program's id (``fiber.program`` label) is inherited by fiber processes in the
@@ -163,18 +170,18 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
     def _engine(self, cfg: Optional[Config] = None) -> _Engine:
         """The client of the configured engine; SubmitError when it cannot be reached."""
         cfg = cfg or get_config()
-        if cfg.docker_timeout <= 0:
-            raise ConfigError("docker_timeout", f"must be positive, got {cfg.docker_timeout!r}")
+        if _own(cfg).timeout <= 0:
+            raise ConfigError("docker_timeout", f"must be positive, got {_own(cfg).timeout!r}")
         docker = docker_sdk()
         url, kwargs = client_kwargs(cfg)
-        key = (url, cfg.docker_timeout)
+        key = (url, _own(cfg).timeout)
         with self._lock:
             engine = self._engines.get(key)
         if engine is not None:
             return engine
         try:
             # version="auto" asks the engine its API version: an unreachable one fails here
-            client = docker.APIClient(version="auto", timeout=cfg.docker_timeout,
+            client = docker.APIClient(version="auto", timeout=_own(cfg).timeout,
                                       max_pool_size=PARALLEL + 2, **kwargs)
         except Exception as e:
             raise SubmitError(f"cannot reach the Docker engine at {url}: {engine_reason(e)}") from e
@@ -196,8 +203,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         return engine.own
 
     def _network(self, engine: Optional[_Engine], cfg: Config) -> str:
-        if cfg.docker_network:
-            return cfg.docker_network
+        if _own(cfg).network:
+            return _own(cfg).network
         own = self._own_container(engine) if engine is not None else None
         if own is not None:
             mode = str(own.get("HostConfig", {}).get("NetworkMode") or "default")
@@ -206,7 +213,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
 
     def listen_host(self) -> str:
         cfg = get_config()
-        if cfg.docker_network == "host" or cfg.docker_network.startswith("container:"):
+        if _own(cfg).network == "host" or _own(cfg).network.startswith("container:"):
             return "127.0.0.1"
         engine = self._engine(cfg)
         network = self._network(engine, cfg)
@@ -242,7 +249,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         cfg = get_config()
         engine = self._engine(cfg)
         network = self._network(engine, cfg)
-        binds = parse_mounts(cfg.docker_mounts)
+        binds = parse_mounts(_own(cfg).mounts)
         own = self._own_container(engine)
         self._register_atexit()
         jobs: List[_Job] = []
@@ -261,8 +268,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
             memory_mb = int(res.memory_mb) if res.memory_mb else None
             try:
                 host_config = engine.api.create_host_config(
-                    init=not cfg.docker_pid_host,
-                    pid_mode="host" if cfg.docker_pid_host else None,
+                    init=not _own(cfg).pid_host,
+                    pid_mode="host" if _own(cfg).pid_host else None,
                     network_mode=network,
                     binds=(binds + [f"{spec.env[_MAIN_ENV]}:{MAIN_ENGINE_SOCKET}:rw"]
                            if _MAIN_ENV in spec.env else binds) or None,
@@ -286,7 +293,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
             ))
             jobs.append(_Job(job_id, spec.name, memory_mb, engine=engine.url))
 
-        host_pids = cfg.docker_pid_host and engine.url.startswith(("unix:", "http+unix:"))
+        host_pids = _own(cfg).pid_host and engine.url.startswith(("unix:", "http+unix:"))
 
         def create_and_start(i: int) -> str:
             job = jobs[i]
@@ -323,8 +330,8 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         argv = list(spec.command)
         if argv and not cfg.python and argv[0] == sys.executable:
             # the master's interpreter path means nothing in a foreign image
-            if cfg.docker_python:
-                argv[0] = cfg.docker_python
+            if _own(cfg).python:
+                argv[0] = _own(cfg).python
             elif not own_image:
                 argv[0] = "python3"
         return argv

@@ -8,10 +8,16 @@ import re
 import signal
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ...config import Config
+from ...config import Config, settings
 from .. import _common
 from .._base import JobState, JobStatus
 from .._common import import_extra, signal_name
+from ._settings import DockerSettings
+
+
+def _own(cfg: Optional[Config] = None) -> DockerSettings:
+    """The docker backend's settings in ``cfg`` (or the config in force)."""
+    return settings(DockerSettings, "docker", cfg)
 
 
 def docker_sdk() -> Any:
@@ -98,8 +104,8 @@ def client_kwargs(cfg: Config) -> Tuple[str, Dict[str, Any]]:
     """The engine's URL and the Docker SDK client's arguments for it (DOCKER_* variables,
     then ``docker_host``)."""
     kwargs = docker_sdk().utils.kwargs_from_env()
-    if cfg.docker_host:
-        kwargs["base_url"] = cfg.docker_host
+    if _own(cfg).host:
+        kwargs["base_url"] = _own(cfg).host
     return str(kwargs.get("base_url") or "unix:///var/run/docker.sock"), kwargs
 
 

@@ -75,7 +75,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 from ..._log import log
-from ...config import Config, get_config
+from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
 from .._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
@@ -90,6 +90,7 @@ from ._pods import (
     pod_manifest,
     pod_status,
 )
+from ._settings import KubernetesSettings
 
 __all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
 
@@ -103,6 +104,11 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 _LOG_TAIL = 1000  # lines of each ended pod's output kept for logs()
 _EXIT_TIMEOUT = 10.0  # seconds per API call while the master exits
+
+
+def _own(cfg: Optional[Config] = None) -> KubernetesSettings:
+    """The kubernetes backend's settings in ``cfg`` (or the config in force)."""
+    return settings(KubernetesSettings, "kubernetes", cfg)
 
 
 def _client() -> Any:
@@ -149,6 +155,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
     """Run every job as a pod on a Kubernetes cluster."""
 
     name = "kubernetes"
+    settings = KubernetesSettings
 
     def __init__(self) -> None:
         super().__init__(PROGRAM_ENV)
@@ -159,8 +166,8 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
     def _cluster(self, cfg: Optional[Config] = None) -> _Cluster:
         """The API client of the configured cluster; SubmitError when it cannot be used."""
         cfg = cfg or get_config()
-        key = (cfg.kubernetes_kubeconfig, cfg.kubernetes_pod_api_server,
-               cfg.kubernetes_namespace)
+        key = (_own(cfg).kubeconfig, _own(cfg).pod_api_server,
+               _own(cfg).namespace)
         with self._lock:
             cluster = self._clusters.get(key)
         if cluster is not None:
@@ -169,17 +176,17 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         conf = k8s.client.Configuration()
         namespace = ""
         try:
-            if cfg.kubernetes_kubeconfig or not _in_pod():
+            if _own(cfg).kubeconfig or not _in_pod():
                 # KUBECONFIG read now: the client reads it once, when first imported
-                path = (cfg.kubernetes_kubeconfig or os.environ.get("KUBECONFIG")
+                path = (_own(cfg).kubeconfig or os.environ.get("KUBECONFIG")
                         or os.path.expanduser("~/.kube/config"))
                 k8s.config.load_kube_config(config_file=path, client_configuration=conf)
                 _, active = k8s.config.list_kube_config_contexts(config_file=path)
                 namespace = str((active or {}).get("context", {}).get("namespace") or "")
             else:
                 environ = dict(os.environ)
-                if cfg.kubernetes_pod_api_server:
-                    host, _, port = cfg.kubernetes_pod_api_server.rpartition(":")
+                if _own(cfg).pod_api_server:
+                    host, _, port = _own(cfg).pod_api_server.rpartition(":")
                     environ.update(KUBERNETES_SERVICE_HOST=host.strip("[]"),
                                    KUBERNETES_SERVICE_PORT=port)
                 k8s.config.incluster_config.InClusterConfigLoader(
@@ -196,7 +203,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         if _in_pod() and not namespace:
             namespace = _own_namespace()
         cluster = _Cluster(api, urlsplit(conf.host).hostname or "",
-                           cfg.kubernetes_namespace or namespace or "default", own)
+                           _own(cfg).namespace or namespace or "default", own)
         with self._lock:
             cluster = self._clusters.setdefault(key, cluster)
         return cluster
@@ -209,7 +216,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             return None
         try:
             resp = api.read_namespaced_pod(name, namespace, _preload_content=False,
-                                           _request_timeout=cfg.kubernetes_timeout)
+                                           _request_timeout=_own(cfg).timeout)
             return dict(json.loads(resp.data))
         except Exception as e:
             log("kubernetes: cannot read own pod %s/%s: %s", namespace, name, api_reason(e))
@@ -237,12 +244,12 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             return []
         cfg = get_config()
         cluster = self._cluster(cfg)
-        mounts = parse_mounts("kubernetes_mounts", cfg.kubernetes_mounts)
+        mounts = parse_mounts("kubernetes_mounts", _own(cfg).mounts)
         own = cluster.own
         own_container = ((own or {}).get("spec", {}).get("containers") or [{}])[0]
         owner = ({"name": own["metadata"]["name"], "uid": own["metadata"]["uid"]}
                  if own is not None else None)
-        service_account = cfg.kubernetes_service_account or str(
+        service_account = _own(cfg).service_account or str(
             (own or {}).get("spec", {}).get("serviceAccountName") or "")
         master = f"{socket.gethostname()}:{os.getpid()}"
         self._register_atexit()
@@ -267,14 +274,14 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 annotations={ANNOTATION_NAME: spec.name, ANNOTATION_MASTER: master},
                 env={"PYTHONUNBUFFERED": "1", PROGRAM_ENV: self.program, **spec.env},
                 owner=owner, service_account=service_account,
-                pull_policy=cfg.kubernetes_image_pull_policy,
-                cpu_limits=cfg.kubernetes_cpu_limits, mounts=mounts))
+                pull_policy=_own(cfg).image_pull_policy,
+                cpu_limits=_own(cfg).cpu_limits, mounts=mounts))
             jobs.append(_Job(job_id, spec.name, memory_mb, namespace=cluster.namespace))
 
         def create(i: int) -> None:
             try:
                 cluster.api.create_namespaced_pod(cluster.namespace, pods[i],
-                                                  _request_timeout=cfg.kubernetes_timeout)
+                                                  _request_timeout=_own(cfg).timeout)
             except Exception as e:
                 raise SubmitError(f"cannot create pod {jobs[i].job_id} ({jobs[i].name}) in "
                                   f"namespace {cluster.namespace!r}: {api_reason(e)}") from e
@@ -282,7 +289,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         results = parallel(create, range(len(jobs)))
         failed = [err for _, err in results if err is not None]
         if failed:
-            parallel(lambda job: self._delete(cluster, job.job_id, 0, cfg.kubernetes_timeout),
+            parallel(lambda job: self._delete(cluster, job.job_id, 0, _own(cfg).timeout),
                      jobs)
             more = f" ({len(failed)} of {len(jobs)} pods failed)" if len(jobs) > 1 else ""
             raise SubmitError(f"{failed[0]}{more}") from failed[0].__cause__
@@ -312,7 +319,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         try:  # the one query for all of this program's pods
             resp = cluster.api.list_namespaced_pod(
                 cluster.namespace, label_selector=f"{LABEL_PROGRAM}={self.program}",
-                _preload_content=False, _request_timeout=cfg.kubernetes_timeout)
+                _preload_content=False, _request_timeout=_own(cfg).timeout)
             listed = json.loads(resp.data).get("items") or []
         except Exception as e:
             raise BackendError(f"cannot list pods in {cluster.namespace!r}: "
@@ -325,7 +332,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             blocked_for = now - job.blocked_since if job.blocked_since is not None else 0.0
             st, blocked = pod_status(pod, signalled=job.signalled, memory_mb=job.memory_mb,
                                      blocked_for=blocked_for,
-                                     pending_timeout=cfg.kubernetes_pending_timeout)
+                                     pending_timeout=_own(cfg).pending_timeout)
             if blocked and job.blocked_since is None:
                 job.blocked_since = now
                 log("kubernetes: pod %s is blocked: %s", job.job_id, blocked)
@@ -352,7 +359,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 try:
                     text = (cluster.api.read_namespaced_pod_log(
                         job.job_id, cluster.namespace, container=CONTAINER,
-                        tail_lines=_LOG_TAIL, _request_timeout=cfg.kubernetes_timeout)
+                        tail_lines=_LOG_TAIL, _request_timeout=_own(cfg).timeout)
                         or "")  # the client gives None for a pod that printed nothing
                 except Exception:
                     text = ""
@@ -361,7 +368,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 st.reason or "exit code 0")
             job.final = st  # before the deletion: a concurrent status() must not call it lost
             try:
-                self._delete(cluster, job.job_id, 0, cfg.kubernetes_timeout)
+                self._delete(cluster, job.job_id, 0, _own(cfg).timeout)
             except BackendError as e:
                 log("kubernetes: %s", e)
 
@@ -378,7 +385,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 kwargs = {"tail_lines": tail} if tail is not None else {}
                 kept = (cluster.api.read_namespaced_pod_log(
                     job.job_id, job.namespace, container=CONTAINER,
-                    _request_timeout=cfg.kubernetes_timeout, **kwargs) or "")
+                    _request_timeout=_own(cfg).timeout, **kwargs) or "")
             except Exception as e:
                 if not is_not_found(e) and getattr(e, "status", None) != 400:
                     raise BackendError(f"cannot read the logs of {handle.job_id}: "
@@ -401,7 +408,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         def delete(job: _Job) -> None:
             # a pod not seen running yet has nothing to end gracefully: delete it at once
             grace = 0 if force or not job.started else None
-            self._delete(cluster, job.job_id, grace, cfg.kubernetes_timeout)
+            self._delete(cluster, job.job_id, grace, _own(cfg).timeout)
 
         errors = [err for _, err in parallel(delete, targets) if err is not None]
         if errors:
@@ -409,7 +416,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
 
     def _remove_listed(self, program: str, wanted: Set[str],
                        at_exit: bool = False) -> List[str]:
-        timeout = get_config().kubernetes_timeout
+        timeout = _own().timeout
         if at_exit:
             timeout = min(timeout, _EXIT_TIMEOUT)
         with self._lock:
@@ -445,7 +452,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         cfg = get_config()
         cluster = self._cluster(cfg)
         try:
-            pods = self._list(cluster, program, cfg.kubernetes_timeout)
+            pods = self._list(cluster, program, _own(cfg).timeout)
         except Exception as e:
             raise BackendError(f"cannot list pods in {cluster.namespace!r}: "
                                f"{api_reason(e)}") from e
@@ -473,7 +480,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             kwargs = {"tail_lines": tail} if tail is not None else {}
             return str(cluster.api.read_namespaced_pod_log(
                 job_id, cluster.namespace, container=CONTAINER,
-                _request_timeout=cfg.kubernetes_timeout, **kwargs) or "")
+                _request_timeout=_own(cfg).timeout, **kwargs) or "")
         except Exception as e:
             raise BackendError(f"cannot read the logs of {job_id}: {api_reason(e)}") from e
 
@@ -515,7 +522,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         try:
             resp = cluster.api.read_namespaced_pod(
                 job.job_id, job.namespace, _preload_content=False,
-                _request_timeout=get_config().kubernetes_timeout)
+                _request_timeout=_own().timeout)
             pod = json.loads(resp.data)
         except Exception:
             return False

@@ -31,18 +31,25 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ... import _machine
-from ...config import get_config
+from ...config import Config, get_config, settings
 from ...errors import SubmitError
-from .._base import Backend, JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus, JobWatcher
+from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus, JobWatcher
 from .._command import JOB_LOG_ENV, bootstrap_parts, interpreter_flags
+from .._commands import CommandLineBackend
 from . import _forkserver, _jobs
 from ._forkserver import ForkedJob, ForkServerError
 from ._gpus import GPU_ENV, GpuPool, host_gpus
+from ._settings import LocalSettings
 
 __all__ = ["LocalBackend"]
 
 _JOB_ENV = "FIBER_JOB"  # set in the environment of every fiber job (the bootstrap's)
 _JOB_NUMBERS = itertools.count(1)
+
+
+def _own(cfg: Optional[Config] = None) -> LocalSettings:
+    """The local backend's settings in ``cfg`` (or the config in force)."""
+    return settings(LocalSettings, "local", cfg)
 
 
 def _status_of(returncode: Optional[int]) -> JobStatus:
@@ -95,13 +102,15 @@ def _note_once(message: str) -> None:
         sys.stderr.flush()
 
 
-class LocalBackend(Backend):
+class LocalBackend(CommandLineBackend):
     """Run jobs as subprocesses on this machine."""
 
     name = "local"
+    settings = LocalSettings
     jobs_share_host = True
     passes_fds = True
     jobs_are_children = True
+    sees_exits_at_once = True
 
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
@@ -296,7 +305,7 @@ class LocalBackend(Backend):
         parts = bootstrap_parts(argv)
         return (parts is not None and _forkserver.supported()
                 and os.path.abspath(parts[0]) == os.path.abspath(sys.executable)
-                and list(parts[1]) == interpreter_flags() and get_config().local_fork_server)
+                and list(parts[1]) == interpreter_flags() and _own().fork_server)
 
     def _fork_all(self, jobs: List[Tuple[str, List[str], Dict[str, str],
                                          Optional[Tuple[int, int]], Dict[str, int]]]
@@ -306,7 +315,7 @@ class LocalBackend(Backend):
             return {}
         cfg = get_config()
         try:
-            server = _forkserver.get_server(sys.executable, cfg.local_preload)
+            server = _forkserver.get_server(sys.executable, _own(cfg).preload)
         except ForkServerError as e:
             _note_once(f"{e}; local jobs start as subprocesses")
             return {}

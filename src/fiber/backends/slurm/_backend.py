@@ -72,13 +72,14 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ...config import get_config
+from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, FiberError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._batch import BatchBackend, parse_job_id, render_script, split_env
 from .._common import route_to
 from . import _jobs as _slurm_jobs
 from ._jobs import output_dir
+from ._settings import SlurmSettings
 from ._status import (
     PENDING_STATES,
     SQUEUE_FORMAT,
@@ -97,6 +98,11 @@ from ._steps import Step, cancel_steps, query_steps
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
+
+
+def _own(cfg: Optional[Config] = None) -> SlurmSettings:
+    """The slurm backend's settings in ``cfg`` (or the config in force)."""
+    return settings(SlurmSettings, "slurm", cfg)
 
 #: Set by fiber's job script to the job's own id: a process whose ``SLURM_JOB_ID`` is its
 #: own fiber job (not an allocation it was given) submits its children as jobs.
@@ -128,6 +134,7 @@ class SlurmBackend(BatchBackend):
     """Run fiber processes as Slurm jobs (``sbatch``) or job steps (``srun``)."""
 
     name = "slurm"
+    settings = SlurmSettings
 
     def __init__(self) -> None:
         super().__init__()
@@ -162,7 +169,7 @@ class SlurmBackend(BatchBackend):
 
     def mode(self) -> str:
         """``jobs`` or ``steps``: what this process submits, from ``slurm_mode``."""
-        mode = get_config().slurm_mode.strip().lower()
+        mode = _own().mode.strip().lower()
         if mode not in ("auto", "jobs", "steps"):
             raise ConfigError("slurm_mode", f"must be auto, jobs or steps, got {mode!r}")
         alloc = os.environ.get("SLURM_JOB_ID", "")
@@ -277,24 +284,24 @@ class SlurmBackend(BatchBackend):
     def _sbatch(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         n = len(specs)
-        prefix = safe_name(cfg.slurm_job_name_prefix or "fiber")
+        prefix = safe_name(_own(cfg).job_name_prefix or "fiber")
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
         name = f"{prefix}-{safe_name(label)}"
         out = os.path.join(output_dir(), "%x-%A_%a.out" if n > 1 else "%x-%j.out")
         argv = ["sbatch", "--parsable", "--no-requeue", f"--job-name={name}",
                 f"--comment={job_comment(self.program, label)}",
                 f"--output={out}", "--nodes=1", "--ntasks=1", *self._resource_args(specs[0])]
-        for flag, value in (("--partition", cfg.slurm_partition),
-                            ("--account", cfg.slurm_account), ("--qos", cfg.slurm_qos),
-                            ("--time", cfg.slurm_time_limit)):
+        for flag, value in (("--partition", _own(cfg).partition),
+                            ("--account", _own(cfg).account), ("--qos", _own(cfg).qos),
+                            ("--time", _own(cfg).time_limit)):
             if value:
                 argv.append(f"{flag}={value}")
         if n > 1:
             argv.append(f"--array=0-{n - 1}")
         try:
-            argv += shlex.split(cfg.slurm_extra_args)
+            argv += shlex.split(_own(cfg).extra_args)
         except ValueError as e:
-            raise ConfigError("slurm_extra_args", f"cannot split {cfg.slurm_extra_args!r}: {e}"
+            raise ConfigError("slurm_extra_args", f"cannot split {_own(cfg).extra_args!r}: {e}"
                               ) from None
         common, own = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
         try:
@@ -304,8 +311,8 @@ class SlurmBackend(BatchBackend):
         except ValueError as e:
             raise SubmitError(f"cannot write the job script: {e}") from None
         where = ", ".join(f"{k} {v!r}" for k, v in (
-            ("partition", cfg.slurm_partition), ("account", cfg.slurm_account),
-            ("qos", cfg.slurm_qos)) if v)
+            ("partition", _own(cfg).partition), ("account", _own(cfg).account),
+            ("qos", _own(cfg).qos)) if v)
         what = (f"sbatch (submitting {n} fiber job{'s as a job array' if n > 1 else ''}"
                 + (f"; {where}" if where else "") + ")")
         self._sbatched = True
@@ -329,15 +336,15 @@ class SlurmBackend(BatchBackend):
     def _submit_steps(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         alloc = os.environ["SLURM_JOB_ID"]
-        prefix = safe_name(cfg.slurm_job_name_prefix or "fiber")
+        prefix = safe_name(_own(cfg).job_name_prefix or "fiber")
         handles: List[JobHandle] = []
         for spec in specs:
             n = next(self._step_ids)
             name = f"{prefix}-{safe_name(spec.name)}-{os.getpid()}.{n}"
             argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", *self._resource_args(spec),
                     f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
-            if cfg.slurm_time_limit:
-                argv.append(f"--time={cfg.slurm_time_limit}")
+            if _own(cfg).time_limit:
+                argv.append(f"--time={_own(cfg).time_limit}")
             argv += list(spec.command)
             env = self.command_env()
             env.pop(OWN_JOB_ENV, None)

@@ -21,14 +21,20 @@ import tempfile
 import time
 from typing import Dict, Iterator, List, Optional, Protocol, Sequence
 
-from ...config import get_config
+from ...config import Config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobStatus
 from .._batch import follow_file
+from ._settings import SlurmSettings
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
 __all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines",
            "SlurmCommands"]
+
+
+def _own(cfg: Optional[Config] = None) -> SlurmSettings:
+    """The slurm backend's settings in ``cfg`` (or the config in force)."""
+    return settings(SlurmSettings, "slurm", cfg)
 
 
 class SlurmCommands(Protocol):
@@ -55,7 +61,7 @@ ENDING = {"completing", "completed", "cancelled", "failed", "timeout", "node_fai
 def output_dir() -> str:
     """The directory of job logs, ``slurm_output_dir`` (created with mode 0700 when
     missing); by default ``fiber-slurm-<uid>`` under the system temp dir."""
-    configured = get_config().slurm_output_dir
+    configured = _own().output_dir
     path = configured or os.path.join(tempfile.gettempdir(), f"fiber-slurm-{os.getuid()}")
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)

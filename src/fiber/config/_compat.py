@@ -41,15 +41,8 @@ NO_EFFECT: Dict[str, str] = {
 NOT_SETTINGS = frozenset({
     "FIBER_SECRET", "FIBER_JOB", "FIBER_JOB_HOST", "FIBER_PARENT", "FIBER_WORKER",
     "FIBER_ANCHOR_FD", "FIBER_PROCESS_ID", "FIBER_OUTPUT", "FIBER_JOB_LOG",
-    "FIBER_NETNS_HOSTS",
-    "FIBER_SLURM_PROGRAM", "FIBER_SLURM_OWN_JOB", "FIBER_DOCKER_PROGRAM",
-    "FIBER_DOCKER_MAIN_SOCKET", "FIBER_EXTRAS", "FIBER_INSTALL", "FIBER_CONSTRAINTS",
-    "FIBER_DOCKER_BRIDGE",
-    "FIBER_DOCKER_CACHE", "FIBER_DOCKER_DIR", "FIBER_DOCKER_NET",
-    "FIBER_DOCKER_START_TIMEOUT", "FIBER_SLURM_CPUS", "FIBER_SLURM_DIR",
-    "FIBER_SLURM_DRIVER_ADDR", "FIBER_SLURM_MEM", "FIBER_SLURM_MIN_JOB_AGE",
-    "FIBER_SLURM_MSG_TIMEOUT", "FIBER_SLURM_NET", "FIBER_SLURM_SLURMD_TIMEOUT",
-    "FIBER_SLURM_START_TIMEOUT", "FIBER_K8S_", "FIBER_TEST_", "FIBER_LOCAL_PROGRAM",
+    "FIBER_NETNS_HOSTS", "FIBER_EXTRAS", "FIBER_INSTALL", "FIBER_CONSTRAINTS",
+    "FIBER_K8S_", "FIBER_TEST_",
 })
 
 _LOG_LEVELS = {"10": "debug", "20": "info", "30": "warning", "40": "error", "50": "critical"}
@@ -57,7 +50,7 @@ _LOG_LEVELS = {"10": "debug", "20": "info", "30": "warning", "40": "error", "50"
 _warned: Set[str] = set()
 
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fiber/
 
 
 def _outside_fiber() -> int:
@@ -103,13 +96,16 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
     return key, value
 
 
-def unknown_variables(environ: Mapping[str, str], keys: Collection[str]) -> Dict[str, str]:
+def unknown_variables(environ: Mapping[str, str], keys: Collection[str],
+                      others: Collection[str] = ()) -> Dict[str, str]:
     """``FIBER_*`` variables of ``environ`` that are neither a setting (of ``keys`` or of
-    the original fiber) nor one of :data:`NOT_SETTINGS`: name -> a did-you-mean hint."""
+    the original fiber) nor one of :data:`NOT_SETTINGS` or ``others`` (a backend's own:
+    see ``Backend.settings``): name -> a did-you-mean hint."""
     names = [f"FIBER_{k.upper()}" for k in (*keys, *RENAMED, *NO_EFFECT)]
     out = {}
     for name in environ:
-        if not name.startswith("FIBER_") or name in names or name in NOT_SETTINGS:
+        if (not name.startswith("FIBER_") or name in names or name in NOT_SETTINGS
+                or name in others):
             continue
         if any(p.endswith("_") and name.startswith(p) for p in NOT_SETTINGS):
             continue

@@ -10,7 +10,7 @@ and the original fiber's ``[default]`` section is read too. Values from text sou
 converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key or a
 value of the wrong type raises :class:`ConfigError` naming the key, the closest valid one
 and the valid ones; a ``FIBER_*`` variable that is not a setting is warned about once.
-Keys of the original fiber are read as their new names (see :mod:`fiber._config_compat`).
+Keys of the original fiber are read as their new names (see :mod:`fiber.config._compat`).
 
 ``fiber.config.backend`` reads the value in force, and ``fiber.config.backend = "docker"``
 sets it, as ``fiber.init(backend="docker")`` does.
@@ -30,13 +30,16 @@ import sys
 import threading
 import types
 import typing
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Type, TypeVar
 
-from . import _config_compat as compat
-from .errors import ConfigError
+from ..errors import ConfigError
+from . import _backend_keys, _registry
+from . import _compat as compat
 
 __all__ = ["Config", "get_config", "init", "override", "reset", "load", "get_dict",
-           "CONFIG_FILE"]
+           "settings", "CONFIG_FILE"]
+
+_S = TypeVar("_S")
 
 CONFIG_FILE = ".fiberconfig"
 _ENV_PREFIX = "FIBER_"
@@ -107,91 +110,24 @@ class Config:
     #: thread. A pool's master polls longer while quick tasks run (see the README's
     #: "Pool scheduling"). 0: never poll.
     spin_us: int = 200
-    #: Slurm partition of fiber's jobs (``sbatch --partition``); empty: the cluster's
-    #: default partition.
-    slurm_partition: str = ""
-    #: Slurm account charged for fiber's jobs (``--account``); empty: the user's default.
-    slurm_account: str = ""
-    #: Slurm quality of service of fiber's jobs (``--qos``); empty: the default.
-    slurm_qos: str = ""
-    #: Time limit of each Slurm job or step (``--time``, Slurm syntax: ``30``,
-    #: ``1:00:00``, ``2-00:00:00``); empty: the partition's default.
-    slurm_time_limit: str = ""
-    #: More ``sbatch`` arguments, split like a shell command line
-    #: (``--constraint=v100 --exclusive``); not used for job steps.
-    slurm_extra_args: str = ""
-    #: Slurm job names are ``<prefix>-<process name>`` (``fiber-PoolWorker`` for a pool).
-    slurm_job_name_prefix: str = "fiber"
-    #: Directory of Slurm job logs (one ``<job name>-<job id>.out`` per job); empty:
-    #: ``fiber-slurm-<uid>`` under the system temp dir. Must be writable from the nodes.
-    slurm_output_dir: str = ""
-    #: ``jobs``: every process is an ``sbatch`` job; ``steps``: every process is a job step
-    #: (``srun``) of the allocation the program runs in; ``auto``: steps inside an
-    #: allocation (``SLURM_JOB_ID`` set), jobs otherwise.
-    slurm_mode: str = "auto"
-    #: Local backend: start jobs by forking a pre-imported template process (a fork
-    #: server, started with the first job) instead of a new interpreter per job; False:
-    #: every job is a subprocess.
-    local_fork_server: bool = True
-    #: Modules the local fork server imports before it forks jobs: comma-separated names,
-    #: ``auto`` (the third-party packages the master has imported from site-packages, e.g.
-    #: numpy) or empty (only fiber). Read when the fork server starts.
-    local_preload: str = "auto"
-    #: Docker engine of the ``docker`` backend (``unix:///var/run/docker.sock``,
-    #: ``tcp://host:2376``); empty: ``DOCKER_HOST`` (and ``DOCKER_TLS_VERIFY``,
-    #: ``DOCKER_CERT_PATH``), else the engine's default socket.
-    docker_host: str = ""
-    #: Network of fiber's containers: ``host`` (the host's network stack: jobs reach the
-    #: master on 127.0.0.1), ``bridge`` or a user-defined network (the master listens on
-    #: its gateway unless ``listen_host`` is set); empty: the master's own network when it
-    #: runs in a container, else the engine's default (``bridge``).
-    docker_network: str = ""
-    #: Python interpreter inside the image (``python`` wins when set); empty: the master's
-    #: own interpreter path when the jobs run the master's own image, else ``python3``.
-    docker_python: str = ""
-    #: Bind mounts of every container, comma-separated ``host_path[:container_path][:ro]``
-    #: (``/data:/data:ro,/scratch``); the container path defaults to the host path.
-    docker_mounts: str = ""
-    #: Seconds each call to the Docker engine may take before it fails (no hang).
-    docker_timeout: float = 60.0
-    #: Containers share the host's PID namespace (``--pid=host``, no init process): on an
-    #: engine reached through a Unix socket, ``Process.pid`` is then a pid of this host,
-    #: that of the job's first process (its output relay, which passes signals on to the
-    #: job), and the job can be signalled by it. False: each container has its own PID
-    #: namespace, and fiber uses synthetic pids.
-    docker_pid_host: bool = False
-    #: Namespace of the ``kubernetes`` backend's pods; empty: the master pod's own namespace
-    #: when the master runs in a pod, else the kubeconfig context's, else ``default``.
-    kubernetes_namespace: str = ""
-    #: kubeconfig file of the ``kubernetes`` backend; empty: the pod's service account when
-    #: the master runs in a pod, else ``KUBECONFIG`` or ``~/.kube/config``.
-    kubernetes_kubeconfig: str = ""
-    #: ``host:port`` at which processes in pods reach the API server (to start their own
-    #: children); empty: the cluster's ``kubernetes`` service. Set it on a cluster whose
-    #: service address pods cannot reach (no kube-proxy).
-    kubernetes_pod_api_server: str = ""
-    #: Service account of fiber's pods; empty: the master pod's own, else the namespace's
-    #: default. Processes in pods that start children need the rights of deploy/rbac.yaml.
-    kubernetes_service_account: str = ""
-    #: ``imagePullPolicy`` of fiber's pods (``Always``, ``IfNotPresent``, ``Never``);
-    #: empty: the cluster's default (``Always`` for a ``:latest`` image).
-    kubernetes_image_pull_policy: str = ""
-    #: Seconds a pod may wait on something that needs a person (unschedulable, image pull
-    #: back-off) before its job fails with the cluster's reason; 0: wait for ever (an
-    #: autoscaling cluster adds nodes for unschedulable pods).
-    kubernetes_pending_timeout: float = 60.0
-    #: Pods get CPU limits equal to their requests; False: requests only (no CFS
-    #: throttling; the pod may use idle CPUs of its node).
-    kubernetes_cpu_limits: bool = True
-    #: hostPath volumes of every pod, comma-separated ``node_path[:pod_path][:ro]``: for
-    #: one-node clusters (kind, minikube) and node-local data; the pod path defaults to the
-    #: node path.
-    kubernetes_mounts: str = ""
-    #: Seconds each call to the Kubernetes API may take before it fails (no hang).
-    kubernetes_timeout: float = 30.0
+    #: Each backend's own settings, ``{backend: {key: value}}``, for the keys set (see
+    #: :func:`settings`): ``fiber.init(slurm_partition="gpu")``, ``FIBER_SLURM_PARTITION``
+    #: or a ``[fiber.slurm]`` section of ``.fiberconfig``. A backend declares its keys
+    #: (``Backend.settings``); the core names none.
+    backends: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        """A backend's setting by its full key (``cfg.slurm_partition``), as before
+        backends declared their own (their code reads :func:`settings`)."""
+        found = None if name.startswith("_") else _backend_keys.split(name)
+        if found is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        backend, key, cls = found
+        return getattr(settings(cls, backend, self), key)
 
 
-_FIELDS: Dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)}
+_FIELDS: Dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)
+                                              if f.name != "backends"}
 _TYPES: Dict[str, Any] = typing.get_type_hints(Config)
 
 _lock = threading.Lock()
@@ -202,12 +138,25 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def _key_type(key: str) -> Any:
+    """The type of key ``key``, the core's or a backend's (see ._backend_keys).
+
+    Raises:
+        ConfigError: no such key: the message names the closest one and the valid ones.
+    """
+    if key in _FIELDS:
+        return _TYPES[key]
+    try:
+        return _backend_keys.field_type(key)[2]
+    except LookupError:
+        pass
+    raise ConfigError(key, "unknown key" + compat.suggestion(
+        key, [*_FIELDS, *_backend_keys.backend_keys()]), valid=list(_FIELDS))
+
+
 def _convert(key: str, value: Any) -> Any:
-    """Convert ``value`` to the type of field ``key``; raise ConfigError when it can't."""
-    if key not in _FIELDS:
-        raise ConfigError(key, "unknown key" + compat.suggestion(key, _FIELDS),
-                          valid=list(_FIELDS))
-    typ = _TYPES[key]
+    """Convert ``value`` to the type of key ``key``; raise ConfigError when it can't."""
+    typ = _key_type(key)
     try:
         if typ is bool:
             if isinstance(value, bool):
@@ -237,15 +186,11 @@ def _convert(key: str, value: Any) -> Any:
 def _validate(key: str, value: Any) -> None:
     if key == "backend" and not value:
         raise ConfigError(key, "must not be empty")
-    if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout",
-               "kubernetes_timeout") and value <= 0:
+    if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
         raise ConfigError(key, f"must be positive, got {value!r}")
-    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "spin_us",
-               "kubernetes_pending_timeout") and value < 0:
+    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch",
+               "spin_us") and value < 0:
         raise ConfigError(key, f"must not be negative, got {value!r}")
-    if key == "kubernetes_image_pull_policy" and value not in ("", "Always", "IfNotPresent",
-                                                               "Never"):
-        raise ConfigError(key, f"must be Always, IfNotPresent or Never, got {value!r}")
     if key == "log_level" and value not in LOG_LEVELS:
         raise ConfigError(key, f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
                           + compat.suggestion(str(value).lower(), LOG_LEVELS))
@@ -280,26 +225,44 @@ def _from_file(path: str) -> Dict[str, str]:
         parser.read_string(text, source=path)
     except configparser.Error as e:
         raise ConfigError(path, f"cannot parse: {e}") from None
-    unknown_sections = [s for s in parser.sections() if s not in _SECTIONS]
+    backends = {s: s[len("fiber."):] for s in parser.sections() if s.startswith("fiber.")}
+    unknown_sections = [s for s in parser.sections() if s not in _SECTIONS and s not in backends]
     if unknown_sections:
-        raise ConfigError(path, f"unknown section(s) {unknown_sections}; use [fiber]")
+        raise ConfigError(path, f"unknown section(s) {unknown_sections}; use [fiber], or "
+                          "[fiber.<backend>] for a backend's own keys")
     out: Dict[str, str] = {}
     for section in reversed(_SECTIONS):  # [fiber] wins over the original's [default]
         if parser.has_section(section):
             out.update(parser[section])
+    for section, backend in backends.items():  # [fiber.slurm] partition: slurm_partition
+        if backend not in _registry.known():
+            raise ConfigError(path, f"section [{section}]: no backend named {backend!r}"
+                              + compat.suggestion(backend, _registry.known()))
+        prefix = _registry.key_prefix(backend)
+        out.update({prefix + key: value for key, value in parser[section].items()})
     return out
+
+
+def _is_key(key: str) -> bool:
+    try:
+        _key_type(key)
+    except ConfigError:
+        return False
+    return True
 
 
 def _from_env(environ: Mapping[str, str]) -> Dict[str, str]:
     out = {}
     legacy = (*compat.RENAMED, *compat.NO_EFFECT)
-    for name, value in environ.items():
-        if name.startswith(_ENV_PREFIX):
-            key = name[len(_ENV_PREFIX):].lower()
-            if key in _FIELDS or key in legacy:
-                out[key] = value
+    ours = [n for n in environ if n.startswith(_ENV_PREFIX) and n not in compat.NOT_SETTINGS]
+    others = _backend_keys.variables(ours)
+    for name in ours:
+        key = name[len(_ENV_PREFIX):].lower()
+        if name not in others and (key in _FIELDS or key in legacy or _is_key(key)):
+            out[key] = environ[name]
     if not compat.in_a_job(environ):  # the program warns; its jobs inherit the variables
-        for name, hint in sorted(compat.unknown_variables(environ, _FIELDS).items()):
+        keys = [*_FIELDS, *out]
+        for name, hint in sorted(compat.unknown_variables(environ, keys, others).items()):
             compat.warn_once(f"env:{name}", f"{name} is not a fiber setting{hint}; it has "
                              "no effect", UserWarning)
     return out
@@ -314,6 +277,24 @@ def _translated(source: Mapping[str, Any], where: str) -> Dict[str, Any]:
         if pair is not None and not (pair[0] != key and pair[0] in source):
             out[pair[0]] = pair[1]
     return out
+
+
+def _built(values: Mapping[str, Any], base: Optional[Config] = None) -> Config:
+    """A Config of converted ``values`` (full keys), over ``base`` (or the defaults).
+
+    Raises:
+        ConfigError: a backend refuses one of its values.
+    """
+    core = {k: v for k, v in values.items() if k in _FIELDS}
+    backends = {name: dict(given) for name, given in (base.backends if base else {}).items()}
+    for key, value in values.items():
+        if key not in _FIELDS:
+            name, sub, _ = _backend_keys.field_type(key)
+            backends.setdefault(name, {})[sub] = value
+    backends = _backend_keys.checked(backends)
+    if base is None:
+        return Config(**core, backends=backends)
+    return dataclasses.replace(base, **core, backends=backends)
 
 
 def resolve(
@@ -334,25 +315,36 @@ def resolve(
             value = _convert(key, raw)
             _validate(key, value)
             values[key] = value
-    return Config(**values)
+    return _built(values)
 
 
-def to_env(cfg: Config, machine_keys: Sequence[str] = ("listen_host", "kubernetes_kubeconfig")
-           ) -> Dict[str, str]:
+def settings(cls: Type[_S], backend: str, cfg: Optional[Config] = None) -> _S:
+    """Backend ``backend``'s settings (its dataclass ``cls``) in ``cfg`` or the config in
+    force: the keys set, and ``cls``'s defaults for the others."""
+    return cls(**(cfg or get_config()).backends.get(backend, {}))
+
+
+def to_env(cfg: Config, machine_keys: Sequence[str] = ("listen_host",)) -> Dict[str, str]:
     """``FIBER_*`` variables that make a new process resolve ``cfg``'s non-default values
     (``fiber run`` hands the config to the main program this way). ``machine_keys`` name
-    this machine, not the job's (``listen_host``, a kubeconfig's path): they are set empty,
-    so that a job that inherits this environment too (``sbatch``) does not take them."""
+    this machine, not the job's (``listen_host``; a backend's keys marked ``machine``, a
+    kubeconfig's path): they are set empty, so that a job that inherits this environment
+    too (``sbatch``) does not take them."""
     out = {}
-    for field in dataclasses.fields(Config):
-        value = getattr(cfg, field.name)
-        if field.name in machine_keys:
-            out[_ENV_PREFIX + field.name.upper()] = ""
-            continue
-        if value == field.default:
-            continue
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        out[_ENV_PREFIX + field.name.upper()] = text
+
+    def put(key: str, value: Any, default: Any, machine: bool) -> None:
+        if machine:
+            out[_ENV_PREFIX + key.upper()] = ""
+        elif value != default:
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            out[_ENV_PREFIX + key.upper()] = text
+
+    for key, field in _FIELDS.items():
+        put(key, getattr(cfg, key), field.default, key in machine_keys)
+    for name, given in cfg.backends.items():
+        machine = _backend_keys.machine_keys(name)
+        for sub, value in given.items():
+            put(_registry.key_prefix(name) + sub, value, None, sub in machine)
     return out
 
 
@@ -409,8 +401,17 @@ def load(conf_file: str) -> Config:
 
 
 def get_dict() -> Dict[str, Any]:
-    """The config in force as a dict (the original fiber's ``fiber.config.get_dict()``)."""
-    return dataclasses.asdict(get_config())
+    """The config in force as a dict of full keys, every backend's too (the original
+    fiber's ``fiber.config.get_dict()``)."""
+    cfg = get_config()
+    out = {key: getattr(cfg, key) for key in _FIELDS}
+    for name in _registry.known():
+        cls = _registry.settings_class(name)
+        if cls is not None:
+            prefix = _registry.key_prefix(name)
+            out.update({prefix + k: v for k, v in
+                        dataclasses.asdict(settings(cls, name, cfg)).items()})
+    return out
 
 
 @contextlib.contextmanager
@@ -418,9 +419,11 @@ def override(**kwargs: Any) -> Iterator[Config]:
     """Temporarily replace config values (for tests); restores the previous config."""
     global _resolved
     base = get_config()
+    converted = {}
     for key, value in kwargs.items():
-        _validate(key, _convert(key, value))
-    new = dataclasses.replace(base, **{k: _convert(k, v) for k, v in kwargs.items()})
+        converted[key] = _convert(key, value)
+        _validate(key, converted[key])
+    new = _built(converted, base)
     with _lock:
         _resolved = new
     try:
@@ -443,12 +446,13 @@ class _ConfigModule(types.ModuleType):
     instead of making a module global nothing reads."""
 
     def __getattr__(self, name: str) -> Any:
-        if name in _FIELDS:
+        if name in _FIELDS or (not name.startswith("_") and _is_key(name)):
             return getattr(get_config(), name)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _FIELDS or name in compat.RENAMED or name in compat.NO_EFFECT:
+        if (name in _FIELDS or name in compat.RENAMED or name in compat.NO_EFFECT
+                or (not name.startswith("_") and _is_key(name))):
             init(**{name: value})
         else:
             super().__setattr__(name, value)
