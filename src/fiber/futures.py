@@ -1,7 +1,5 @@
 """``fiber.futures.Executor``: the ``concurrent.futures`` API on a fiber pool.
 
-::
-
     Executor.submit(fn, *args) ──▶ Pool task (see fiber.pool) ──▶ Future
     result from a worker ──▶ the thread in future.result()/exception(), which serves the
         hub meanwhile (as a pool's get() does) ──▶ future.set_result / set_exception
@@ -20,9 +18,9 @@ interpreter does not exit before the pending futures are done, even after
 ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())`` works too, when
 the backend's jobs share this host (``local``, ``netns``; ``Backend.jobs_share_host``): its
 call queue is a ``multiprocessing`` queue, an OS pipe whose descriptors reach each worker as
-multiprocessing's spawn hands them over (:mod:`fiber.process._fd_handoff`: the worker imports the
+multiprocessing's spawn hands them over (`fiber.process._fd_handoff`: the worker imports the
 main script, and calls go by reference), and it waits on fiber's result queue through the
-queue's ``_reader`` (:mod:`fiber.queues._reader`). A job on another host or in a container
+queue's ``_reader`` (`fiber.queues._reader`). A job on another host or in a container
 cannot get a descriptor of this host, so there its ``submit`` raises ``ProcessError``; this
 executor keeps the API everywhere, with functions of ``__main__`` and lambdas by value, and
 the pool's recovery of lost workers.

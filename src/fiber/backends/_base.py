@@ -1,10 +1,8 @@
 """The small interface every backend implements.
 
-A backend turns :class:`JobSpec` objects into jobs on one cluster manager, tells their
+A backend turns `JobSpec` objects into jobs on one cluster manager, tells their
 state, and ends them. It knows nothing of processes, queues or pools: the API layer above
 builds a command (the fiber bootstrap) and hands it down; data flows only downwards.
-
-::
 
     API layer ──JobSpec──▶ Backend.submit() ──▶ cluster manager (subprocess, sbatch, pod, ...)
         ▲                      │
@@ -146,7 +144,7 @@ class JobHandle:
     backend: str
     host: str = ""
     pid: Optional[int] = None
-    #: The job's output, for a spec with ``capture_output`` (see :class:`JobOutput`).
+    #: The job's output, for a spec with ``capture_output`` (see `JobOutput`).
     output: Optional[JobOutput] = dataclasses.field(default=None, compare=False, repr=False)
 
 

@@ -1,9 +1,9 @@
 """``Pipe`` and ``Connection`` between fiber processes on any hosts, and ``wait``.
 
-- :mod:`._pipe`: a pipe's two ends and the service on its creator's hub that holds its
+- `_pipe`: a pipe's two ends and the service on its creator's hub that holds its
   channels.
-- :mod:`._wait`: ``wait`` on many connections (and sentinels, sockets) at once.
-- :mod:`._fileno`: ``Connection.fileno()``, a descriptor readable while a message waits.
+- `_wait`: ``wait`` on many connections (and sentinels, sockets) at once.
+- `_fileno`: ``Connection.fileno()``, a descriptor readable while a message waits.
 - ``Listener``, ``Client``, ``deliver_challenge`` and ``answer_challenge`` are the standard
   library's: authenticated sockets between any two processes that know the address and
   the key (on any hosts, with a TCP address), whose connections are ``multiprocessing``'s;

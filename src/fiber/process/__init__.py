@@ -1,16 +1,16 @@
 """Job-backed processes with the semantics of ``multiprocessing.Process``.
 
-- :mod:`._process`: :class:`Process` and this process's children; :mod:`._attributes`:
-  its name, daemon flag, authkey, and the job's host, id and end; :mod:`._describe`: its
-  repr; :mod:`._job`: the parent's record of one started job; :mod:`._parent`: the parent
+- `_process`: `Process` and this process's children; `_attributes`:
+  its name, daemon flag, authkey, and the job's host, id and end; `_describe`: its
+  repr; `_job`: the parent's record of one started job; `_parent`: the parent
   as a job sees it.
-- :mod:`._bound`: ``Process`` classes bound to one backend (``ctx.Process``).
-- :mod:`._lineage`: the program's main process, which every job ends with.
-- :mod:`._launcher`: the launch protocol (the hub hands a child its payload and hears its
-  exit code); :mod:`._bootstrap`: the entry point of every job
+- `_bound`: ``Process`` classes bound to one backend (``ctx.Process``).
+- `_lineage`: the program's main process, which every job ends with.
+- `_launcher`: the launch protocol (the hub hands a child its payload and hears its
+  exit code); `_bootstrap`: the entry point of every job
   (``python -m fiber.process._bootstrap``).
-- :mod:`._fd_handoff`: objects of ``multiprocessing`` itself handed to a job of this host.
-- :mod:`._limits`: the open-file limit that many jobs need.
+- `_fd_handoff`: objects of ``multiprocessing`` itself handed to a job of this host.
+- `_limits`: the open-file limit that many jobs need.
 """
 
 from .._exports import publish

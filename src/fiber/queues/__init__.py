@@ -1,12 +1,12 @@
 """``Queue``, ``SimpleQueue`` and ``JoinableQueue`` between fiber processes on any hosts.
 
-- :mod:`._queue`: the queues (handles) and the service on the creator's hub that holds
+- `_queue`: the queues (handles) and the service on the creator's hub that holds
   their items.
-- :mod:`._reader`: in the creating process, a queue as a connection that
+- `_reader`: in the creating process, a queue as a connection that
   ``multiprocessing.connection.wait`` can wait on (``Queue._reader``).
 - The original fiber's names, for programs written for it: ``SimpleQueuePush`` (its
   ``SimpleQueue``), ``Pipe`` and ``ZConnection`` (the ends of a pipe): this package's
-  ``SimpleQueue``, :func:`fiber.connection.Pipe` and :class:`fiber.connection.Connection`.
+  ``SimpleQueue``, `fiber.connection.Pipe` and `fiber.connection.Connection`.
 """
 
 from .._exports import publish

@@ -2,7 +2,7 @@
 
 ``fiber.Ring(size, func).run()`` runs ``func(rank, size)`` in ``size`` jobs with the
 rendezvous of ``torch.distributed`` set in their environment and returns the results in
-rank order (see :mod:`fiber.ring._ring` for the messages, :mod:`fiber.ring._member` for
+rank order (see `fiber.ring._ring` for the messages, `fiber.ring._member` for
 the reserved port). ``fiber.experimental.Ring`` is the original fiber's interface, on this one.
 """
 

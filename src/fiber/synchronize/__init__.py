@@ -1,8 +1,8 @@
 """Locks, semaphores, events, conditions and barriers between fiber processes on any hosts.
 
-- :mod:`._primitives`: ``Lock``, ``RLock``, ``Semaphore``, ``BoundedSemaphore``, ``Event``
+- `_primitives`: ``Lock``, ``RLock``, ``Semaphore``, ``BoundedSemaphore``, ``Event``
   and their services on the creator's hub.
-- :mod:`._condition`: ``Condition``; :mod:`._barrier`: ``Barrier``.
+- `_condition`: ``Condition``; `_barrier`: ``Barrier``.
 """
 
 from threading import BrokenBarrierError

@@ -1,5 +1,5 @@
 """Several "hosts" on one Linux machine: network namespaces joined by a bridge (root only).
-The backend that runs jobs on them is :mod:`fiber.testing.netns`, which documents both."""
+The backend that runs jobs on them is `fiber.testing.netns`, which documents both."""
 
 
 from __future__ import annotations
@@ -253,10 +253,10 @@ def _check_host(i: int, n: int) -> int:
 class Hosts:
     """N network-namespace "hosts" on a bridge; see the module docstring.
 
-    Hosts are numbered from 1 (``h1`` .. ``hN``) in :meth:`exec_prefix`, :meth:`partition`
-    and :meth:`name`; :attr:`hosts` lists them in that order. Needs root.
+    Hosts are numbered from 1 (``h1`` .. ``hN``) in `exec_prefix`, `partition`
+    and `name`; `hosts` lists them in that order. Needs root.
 
-    Raises (from :meth:`start`):
+    Raises (from `start`):
         RuntimeError: a setup command failed (the message names it, its exit code and its
             stderr) or the hosts cannot reach each other; whatever was created is removed.
     """
