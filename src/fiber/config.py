@@ -10,7 +10,7 @@ and the original fiber's ``[default]`` section is read too. Values from text sou
 converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key or a
 value of the wrong type raises `ConfigError` naming the key, the closest valid one
 and the valid ones; a ``FIBER_*`` variable that is not a setting is warned about once.
-Keys of the original fiber are read as their new names (see `fiber._config_compat`).
+Keys of the original fiber are read as their new names, with a one-time ``FutureWarning``.
 
 ``fiber.config.backend`` reads the value in force, and ``fiber.config.backend = "docker"``
 sets it, as ``fiber.init(backend="docker")`` does.

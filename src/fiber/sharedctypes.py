@@ -11,7 +11,7 @@
 There is no memory shared between hosts, so the data lives in the creating process, as a
 real ctypes object (values convert, truncate and wrap exactly as in ``multiprocessing``),
 and every access is one round trip to its hub. An array's data is in memory that the
-processes of its creator's host can map (`fiber._core._host_memory`): there, and in
+processes of its creator's host can map (a memfd): there, and in
 the creator, ``get_obj()`` is a real ctypes array over the same pages, a buffer that numpy
 reads and writes (``np.frombuffer(a.get_obj(), dtype)``) as with ``multiprocessing``;
 elsewhere it is the array's handle without the lock (indexing works, buffers do not).
