@@ -176,7 +176,7 @@ def _store(hub: Server) -> SharedStore:
 
 
 class Shared:
-    """A handle to an object shared with other processes (see the module's docstring).
+    """A handle to an object shared with other processes, made by ``fiber.shared``.
 
     Pickled, it is a few bytes; unpickled in another process it is the object itself
     (read from pages every process of a host shares; writes stay private); unpickled in

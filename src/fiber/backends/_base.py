@@ -179,10 +179,11 @@ class Backend(abc.ABC):
     #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
     passes_fds: ClassVar[bool] = False
 
+    # (the relay: fiber.process._relay)
     #: True when every job is a child process of this one (``local``, ``netns``): its
     #: stdout and stderr can be pipes that this process reads (``JobSpec.capture_output``),
     #: so that what a job wrote outlives it. Elsewhere a job's first process stays as its
-    #: output relay (see fiber.process._relay).
+    #: output relay.
     jobs_are_children: ClassVar[bool] = False
 
     @abc.abstractmethod

@@ -386,7 +386,7 @@ class Connection(Handle):
     def fileno(self) -> int:
         """A file descriptor that is readable while ``recv`` would not block, for
         ``select``, ``selectors`` and ``multiprocessing.connection.wait`` (made on first
-        use, with a thread that keeps it so: see `fiber.connection._fileno`).
+        use, with a thread that keeps it so).
 
         Raises:
             OSError: the connection is closed.

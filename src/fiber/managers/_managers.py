@@ -97,6 +97,10 @@ from ._server import (
 __all__ = ["BaseManager", "SyncManager", "AsyncManager", "Namespace", "Token"]
 
 Namespace = _mpm.Namespace
+#: What a proxy is made from, in the place of ``multiprocessing.managers.Token``: a named
+#: tuple of the object's ``typeid``, its ``name`` and ``address`` on the server, the
+#: methods it exposes (``exposed``), the fiber object its proxy calls directly
+#: (``direct``, or None) and the proxy's type (``proxytype``).
 Token = Spec
 
 

@@ -60,7 +60,7 @@ class Pool(PoolExtras):
     ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
     ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
     ``error_handling`` (the original fiber's) is accepted: a dead worker's tasks always go
-    to the others (see `fiber.pool._api_extras`).
+    to the others.
 
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.

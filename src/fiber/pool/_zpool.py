@@ -16,11 +16,11 @@ __all__ = ["ZPool", "ResilientZPool"]
 
 
 class ZPool(Pool):
-    """`fiber.pool.Pool` under the original fiber's name and signature.
+    """`fiber.pool.Pool` under the original fiber's name and signature: it raises what
+    ``Pool`` raises, and:
 
     Raises:
         NotImplementedError: ``cluster`` is given (the original never used it either).
-        and what `fiber.pool.Pool` raises.
     """
 
     def __init__(self, processes: Optional[int] = None,

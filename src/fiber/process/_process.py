@@ -60,16 +60,8 @@ _OUTPUT_WAIT_S = 2.0
 
 
 class Process(ProcessAttributes):
-    """A job-backed process; the API of ``multiprocessing.Process``.
-
-    Raises (on ``start``):
-        pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
-            pickled (nothing is submitted).
-        BackendError: the backend could not create the job.
-        ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
-            and the backend's jobs do not share this host (see `fiber.process._fd_handoff`).
-        ConfigError: ``log_file`` cannot be written (nothing is submitted).
-    """
+    """A job-backed process; the API of ``multiprocessing.Process`` (``start`` says what
+    it raises)."""
 
     #: The backend this class starts jobs on; None means the configured default.
     _backend_name: ClassVar[Optional[str]] = None
@@ -98,6 +90,10 @@ class Process(ProcessAttributes):
         self._resources: Optional[Resources] = None
         if daemon is not None:
             self.daemon = daemon
+            """Whether the process is daemonic: terminated when its parent exits, and unable
+            to start children of its own. Set it before ``start`` (a ``ProcessError``
+            after); at exit a parent cancels its daemonic children's jobs and joins the
+            others, as multiprocessing does."""
 
     # -- what runs in the child -----------------------------------------------------------
 
@@ -109,7 +105,16 @@ class Process(ProcessAttributes):
     # -- the parent's controls ------------------------------------------------------------
 
     def start(self) -> None:
-        """Submit the job that runs this process."""
+        """Submit the job that runs this process.
+
+        Raises:
+            pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
+                pickled (nothing is submitted).
+            BackendError: the backend could not create the job.
+            ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
+                and the backend's jobs do not share this host.
+            ConfigError: ``log_file`` cannot be written (nothing is submitted).
+        """
         start_all([self])
 
     def _explained(self, error: BaseException) -> BaseException:
@@ -344,6 +349,7 @@ class Process(ProcessAttributes):
         return _SYNTHETIC_PID_BASE + self._identity[-1] + 1000 * len(self._identity)
 
     pid = ident
+    """The process's id: the same as ``ident``."""
 
     @property
     def sentinel(self) -> int:

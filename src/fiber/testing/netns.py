@@ -139,6 +139,11 @@ class NetnsBackend(LocalBackend):
         return hosts
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
+        """``ip netns exec <host>``: the next host round robin, or the one `on_host` chose.
+
+        Raises:
+            SubmitError: no hosts are installed, or the chosen host does not exist.
+        """
         hosts = self._hosts()
         n = len(hosts.hosts)
         i = getattr(_pin, "host", None)
@@ -153,6 +158,12 @@ class NetnsBackend(LocalBackend):
         return prefix
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        """Start each job in a host, with the host list in its environment (its own
+        children go on the hosts too); ``JobHandle.host`` is the host's namespace.
+
+        Raises:
+            SubmitError: no hosts are installed, or the job cannot start.
+        """
         env_value = self._hosts().to_env()
         handles = []
         for spec in specs:
@@ -165,6 +176,11 @@ class NetnsBackend(LocalBackend):
         return handles
 
     def listen_host(self) -> str:
+        """The root namespace's address on the bridge.
+
+        Raises:
+            RuntimeError: no hosts are installed (``use_hosts``).
+        """
         hosts = current_hosts()
         if hosts is None:
             raise RuntimeError("the netns backend has no hosts: start fiber.testing.netns."
