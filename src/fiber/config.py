@@ -104,8 +104,8 @@ class Config:
     #: Microseconds a thread waiting for a message (a pool result or task, a pipe's or
     #: queue's next item, a lock) polls for it before it sleeps, while this host has a
     #: CPU to spare: a quick reply is then read without the wake-up of a sleeping
-    #: thread. A pool's master polls longer while quick tasks run (see the README's
-    #: "Pool scheduling"). 0: never poll.
+    #: thread. A pool's master polls longer while quick tasks run (see "Pool scheduling"
+    #: in the guide's architecture page). 0: never poll.
     spin_us: int = 200
     #: Slurm partition of fiber's jobs (``sbatch --partition``); empty: the cluster's
     #: default partition.
