@@ -7,6 +7,8 @@
 - docs/check_site.py, which ``mkdocs build --strict`` runs on the site it has just built
   (a hook in mkdocs.yml: one build checks it all), finds each kind of problem it is for,
   on small pages made to have it.
+- Every ```python block that is a program carries a ``# run:`` marker naming known
+  backends (tests/api/test_doc_programs.py runs them), and parses.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Dict
 import pytest
 
 import support
+from support.doc_programs import BACKENDS, all_blocks
 
 ROOT = support.REPO
 DOCS = os.path.join(ROOT, "docs")
@@ -166,3 +169,17 @@ def test_a_broken_link_of_the_readme_into_the_docs_is_found(checker, tmp_path):
     assert problems == ["README.md: broken anchor: #nowhere",
                         "README.md: broken anchor: docs/b.md#nowhere",
                         "README.md: broken link: docs/nothing.md"]
+
+
+# -- the programs of the documentation -------------------------------------------------------
+
+def test_every_program_of_the_docs_is_marked_and_parses():
+    blocks = all_blocks()
+    assert len([b for b in blocks if "local" in b.backends]) >= 10  # the walk sees them
+    unmarked = [b.name for b in blocks if "__main__" in b.code and not b.backends]
+    assert not unmarked, f"programs without a '# run: BACKEND' first line: {unmarked}"
+    unknown = [(b.name, b.backends) for b in blocks if set(b.backends) - set(BACKENDS)]
+    assert not unknown, f"'# run:' names a backend that is not {BACKENDS}: {unknown}"
+    for b in blocks:
+        if b.backends:
+            compile(b.code, b.name, "exec")
