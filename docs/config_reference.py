@@ -4,7 +4,7 @@ Every key's type, default, environment variable and meaning (the ``#:`` comment 
 its field). ``python docs/config_reference.py`` prints the Markdown table;
 ``--write FILE...`` replaces the text between the markers ``<!-- config-reference -->``
 and ``<!-- /config-reference -->`` in each file; ``--check FILE...`` exits 1 when a file
-disagrees with the definition (the test suite runs it for README.md).
+disagrees with the definition (the test suite runs it for docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def register_backend(name: str, cls: Type[Backend]) -> None:
     be registered too (the ``fiber.backends`` entry-point group reaches every process).
 
     Raises:
-        TypeError: ``cls`` is not a :class:`Backend` subclass.
+        TypeError: ``cls`` is not a `Backend` subclass.
     """
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"{cls!r} is not a fiber.backends.Backend subclass")
