@@ -7,7 +7,7 @@ its field): the core's keys, then a table per backend (its keys are ``<backend>_
 ``python docs/config_reference.py`` prints the Markdown tables;
 ``--write FILE...`` replaces the text between the markers ``<!-- config-reference -->``
 and ``<!-- /config-reference -->`` in each file; ``--check FILE...`` exits 1 when a file
-disagrees with the definition (the test suite runs it for README.md).
+disagrees with the definition (the test suite runs it for docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -54,10 +54,12 @@ def pytest_configure(config: pytest.Config) -> None:
 ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_cli",
               "test_pool_chaos", "test_docs", "test_pool_local", "test_pipe_local"}
 #: Modules all of whose tests, ``ctx`` ones too, are of fiber's machinery only (fiber top,
-#: ps/logs/stop, GPUs handed out on local, the lost-worker warnings): one_python as well.
+#: ps/logs/stop, GPUs handed out on local, the lost-worker warnings) or are whole programs
+#: whose parts the suite tests on every Python already (the documentation's programs):
+#: one_python as well.
 ONE_PYTHON_WHOLE = {"test_observe_status", "test_observe_status_local", "test_observe_local",
                     "test_observe_gpus", "test_observe_failures",
-                    "test_observe_failures_local", "test_ps_local"}
+                    "test_observe_failures_local", "test_ps_local", "test_doc_programs"}
 
 
 API_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")

@@ -2,7 +2,7 @@
 
 ``import fiber as multiprocessing`` turns a multiprocessing program into one whose
 processes are jobs on the configured backend (``local`` subprocesses by default; see
-:mod:`fiber.config`). Importing fiber reads no configuration, starts no thread and opens
+`fiber.config`). Importing fiber reads no configuration, starts no thread and opens
 no socket: all of that happens on first use.
 """
 
@@ -52,7 +52,7 @@ def cpu_count() -> int:
 
 
 def Manager() -> managers.SyncManager:  # noqa: N802 - the multiprocessing name
-    """A started :class:`fiber.managers.SyncManager` (its server is a job)."""
+    """A started `fiber.managers.SyncManager` (its server is a job)."""
     return _default.Manager()  # type: ignore[no-any-return]
 
 

@@ -1,4 +1,4 @@
-"""``python -m fiber``: the ``fiber`` command (:mod:`fiber.cli`)."""
+"""``python -m fiber``: the ``fiber`` command (`fiber.cli`)."""
 
 import sys
 

@@ -6,7 +6,7 @@ Nothing is configured at import: the handler is attached the first time fiber lo
 process, or starts a job. With ``log_file`` every process writes its own file,
 ``<log_file>.<its name>``, opened (its directory made, as the original fiber did) when
 the main process first starts a job and when a job starts: a path that cannot be written
-fails ``start()`` with :class:`~fiber.errors.ConfigError` before any job is submitted
+fails ``start()`` with `ConfigError` before any job is submitted
 (a job that cannot open its own, on a host of its own, says so on its stderr and logs
 there: its work goes on).
 Each line has a timestamp, the process's name and pid, and the thread. When the
@@ -105,7 +105,7 @@ def _handler(log_file: str) -> logging.Handler:
 
 def _configure(strict: bool) -> None:
     """Set fiber's logger up for this process and the config in force. A log file that
-    cannot be written raises :class:`ConfigError` if ``strict``; else it is said on
+    cannot be written raises `ConfigError` if ``strict``; else it is said on
     stderr, once, and the lines go there instead: a message must never fail the code
     that logs it (a job's start, the hub's thread)."""
     global _configured

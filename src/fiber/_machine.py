@@ -1,8 +1,6 @@
 """This user's fiber programs on this machine, and what fiber keeps of them on disk: where
 ``fiber top``, ``ps``, ``logs`` and ``stop`` find them.
 
-::
-
     <temp dir>/fiber-<uid>/             0700, this user's (checked: never another's)
         programs/<program>.json         0600: a running program's main process: its pid
                                         and start, command line, backend, and the address
@@ -85,7 +83,7 @@ def process_start(pid: int) -> Optional[int]:
     """When process ``pid`` started (clock ticks after boot), or None if there is none:
     with the pid, it names one process (a pid is reused, the pair is not). A process
     that has ended but not been waited for (a zombie) still has its start: see
-    :func:`process_end` for whether it runs."""
+    `process_end` for whether it runs."""
     fields = _stat(pid)
     return None if fields is None else int(fields[19])  # field 22 of the whole line
 

@@ -1,15 +1,13 @@
 """``fiber top``: a running fiber program's pools and processes, refreshed in the terminal.
 
-::
-
     fiber top [PROGRAM] [--once] [--interval S]
 
 It runs on the machine of the program's main process (any backend: the jobs may be
 Slurm jobs, pods or containers; the main process is what it asks). It finds the program
-through the program file of :mod:`fiber._machine` (this user's, mode 0600: the hub's
+through the program file of `fiber._machine` (this user's, mode 0600: the hub's
 address and the program's secret), connects to the program's hub, proves the secret as
 any process of the program does, and asks its ``status`` service
-(:mod:`fiber._core._inspect`) once a second. Nothing else is opened: there is no port
+(`fiber._core._inspect`) once a second. Nothing else is opened: there is no port
 without authentication. Where the main process runs in a container or a pod (``fiber run
 -b kubernetes``), run ``fiber top`` there too (``kubectl exec -it POD -- fiber top``).
 

@@ -24,7 +24,7 @@ def other_distributions(package_dir: str) -> List[str]:
 
 
 def warn_if_shadowed(package_dir: str) -> None:
-    """Warn once, in the main program only, when :func:`other_distributions` finds one."""
+    """Warn once, in the main program only, when `other_distributions` finds one."""
     if os.environ.get("FIBER_PARENT"):
         return
     others = other_distributions(package_dir)

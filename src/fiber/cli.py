@@ -1,7 +1,5 @@
 """The ``fiber`` command: run a program as a cluster job, and list, read and stop jobs.
 
-::
-
     fiber run [-b BACKEND] [--image IMAGE] [-c KEY=VALUE]... [-d] [--] COMMAND [ARG]...
     fiber ps [-b BACKEND] [--all] [PROGRAM]
     fiber logs [-b BACKEND] [--tail N] JOB
@@ -22,7 +20,7 @@ and ``fiber stop`` take it from there.
 (``docker``, ``kubernetes``) or comment (``slurm``: this user's batch jobs) and see the
 jobs of every fiber program there; on ``local``, this user's programs on this machine
 and their jobs' logs. ``fiber top`` shows a running program's pools and processes (see
-:mod:`fiber._top`).
+`fiber._top`).
 """
 
 from __future__ import annotations
@@ -92,7 +90,7 @@ def version_line() -> str:
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors suggest the option or command meant."""
 
-    #: Every option and command of the ``fiber`` command, filled in by :func:`_parser`.
+    #: Every option and command of the ``fiber`` command, filled in by `_parser`.
     known: List[str] = []
 
     def error(self, message: str) -> NoReturn:
@@ -107,7 +105,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    """``--version``: :func:`version_line` as it is, on one line (argparse's own version
+    """``--version``: `version_line` as it is, on one line (argparse's own version
     action wraps it to the terminal's width, and the path in it is often wider)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,

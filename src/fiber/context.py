@@ -65,13 +65,13 @@ class FiberContext:
         return process_class(self._backend)
 
     def current_process(self) -> process.Process:
-        """The :class:`fiber.Process` object of the calling process."""
+        """The `fiber.Process` object of the calling process."""
         return process.current_process()
 
     def parent_process(self) -> Optional[process.Process]:
         """The parent of the calling process, or None in the main process.
 
-        As :func:`fiber.parent_process`: in a job, its ``is_alive()`` and ``join()`` follow the
+        As `fiber.parent_process`: in a job, its ``is_alive()`` and ``join()`` follow the
         parent over the job's connection to it.
         """
         return process.parent_process()
@@ -94,7 +94,7 @@ class FiberContext:
     # -- communication ------------------------------------------------------------------
 
     def Pipe(self, duplex: bool = True) -> Any:  # noqa: N802
-        """Two connected ends (see :func:`fiber.Pipe`); with ``duplex=False``, the first end only
+        """Two connected ends (see `fiber.Pipe`); with ``duplex=False``, the first end only
         receives and the second only sends.
 
         The pipe is served by this process's hub, whatever the context's backend.
@@ -102,7 +102,7 @@ class FiberContext:
         return connection.Pipe(duplex)
 
     def Queue(self, maxsize: int = 0) -> queues.Queue:  # noqa: N802
-        """A :class:`fiber.queues.Queue` (``maxsize`` <= 0: unbounded), served by this process.
+        """A `fiber.queues.Queue` (``maxsize`` <= 0: unbounded), served by this process.
 
         Raises:
             TypeError: ``maxsize`` is not an int.
@@ -110,7 +110,7 @@ class FiberContext:
         return queues.Queue(maxsize, ctx=self)
 
     def JoinableQueue(self, maxsize: int = 0) -> queues.JoinableQueue:  # noqa: N802
-        """A :class:`fiber.queues.JoinableQueue`, with ``task_done`` and ``join``.
+        """A `fiber.queues.JoinableQueue`, with ``task_done`` and ``join``.
 
         Raises:
             TypeError: ``maxsize`` is not an int.
@@ -118,33 +118,33 @@ class FiberContext:
         return queues.JoinableQueue(maxsize, ctx=self)
 
     def SimpleQueue(self) -> queues.SimpleQueue:  # noqa: N802
-        """A :class:`fiber.queues.SimpleQueue`: unbounded, with ``put``, ``get``, ``empty``."""
+        """A `fiber.queues.SimpleQueue`: unbounded, with ``put``, ``get``, ``empty``."""
         return queues.SimpleQueue(ctx=self)
 
     def Pool(self, processes: Optional[int] = None, initializer: Any = None,  # noqa: N802
              initargs: Any = (), maxtasksperchild: Optional[int] = None, **kwargs: Any) -> Any:
-        """A :class:`fiber.Pool` whose workers are jobs on this context's backend.
+        """A `fiber.Pool` whose workers are jobs on this context's backend.
 
-        Arguments are those of :class:`fiber.Pool` (``kwargs``: ``cpu``, ``memory``, ``gpu``,
+        Arguments are those of `fiber.Pool` (``kwargs``: ``cpu``, ``memory``, ``gpu``,
         ``error_handling``).
 
         Raises:
-            ValueError, TypeError: bad arguments, as listed by :class:`fiber.Pool`.
+            ValueError, TypeError: bad arguments, as listed by `fiber.Pool`.
         """
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self, **kwargs)
 
     # -- synchronization and shared data (fiber.synchronize, fiber.sharedctypes) --------
 
     def Lock(self) -> synchronize.Lock:  # noqa: N802
-        """A :class:`fiber.synchronize.Lock`, served by this process (usable from any host)."""
+        """A `fiber.synchronize.Lock`, served by this process (usable from any host)."""
         return synchronize.Lock(ctx=self)
 
     def RLock(self) -> synchronize.RLock:  # noqa: N802
-        """A :class:`fiber.synchronize.RLock` (reentrant), served by this process."""
+        """A `fiber.synchronize.RLock` (reentrant), served by this process."""
         return synchronize.RLock(ctx=self)
 
     def Semaphore(self, value: int = 1) -> synchronize.Semaphore:  # noqa: N802
-        """A :class:`fiber.synchronize.Semaphore` starting at ``value``, served by this process.
+        """A `fiber.synchronize.Semaphore` starting at ``value``, served by this process.
 
         Raises:
             ValueError: ``value`` < 0.
@@ -152,7 +152,7 @@ class FiberContext:
         return synchronize.Semaphore(value, ctx=self)
 
     def BoundedSemaphore(self, value: int = 1) -> synchronize.BoundedSemaphore:  # noqa: N802
-        """A :class:`fiber.synchronize.BoundedSemaphore`: ``release`` above ``value`` fails.
+        """A `fiber.synchronize.BoundedSemaphore`: ``release`` above ``value`` fails.
 
         Raises:
             ValueError: ``value`` < 0.
@@ -160,7 +160,7 @@ class FiberContext:
         return synchronize.BoundedSemaphore(value, ctx=self)
 
     def Condition(self, lock: Any = None) -> synchronize.Condition:  # noqa: N802
-        """A :class:`fiber.synchronize.Condition` over ``lock`` (None: a new fiber RLock).
+        """A `fiber.synchronize.Condition` over ``lock`` (None: a new fiber RLock).
 
         Raises:
             TypeError: ``lock`` is not a fiber ``Lock`` or ``RLock``.
@@ -168,12 +168,12 @@ class FiberContext:
         return synchronize.Condition(lock, ctx=self)
 
     def Event(self) -> synchronize.Event:  # noqa: N802
-        """A :class:`fiber.synchronize.Event`, served by this process."""
+        """A `fiber.synchronize.Event`, served by this process."""
         return synchronize.Event(ctx=self)
 
     def Barrier(self, parties: int, action: Any = None,  # noqa: N802
                 timeout: Optional[float] = None) -> synchronize.Barrier:
-        """A :class:`fiber.synchronize.Barrier` for ``parties`` processes, served by this one.
+        """A `fiber.synchronize.Barrier` for ``parties`` processes, served by this one.
 
         Raises:
             ValueError: ``parties`` < 1.
@@ -181,7 +181,7 @@ class FiberContext:
         return synchronize.Barrier(parties, action, timeout, ctx=self)
 
     def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True) -> Any:  # noqa: N802
-        """A shared ctypes value (see :func:`fiber.sharedctypes.Value`), served by this process.
+        """A shared ctypes value (see `fiber.sharedctypes.Value`), served by this process.
 
         Raises:
             TypeError: not a typecode or simple ctypes type, or ``args`` do not fit it.
@@ -191,7 +191,7 @@ class FiberContext:
 
     def Array(self, typecode_or_type: Any, size_or_initializer: Any, *,  # noqa: N802
               lock: Any = True) -> Any:
-        """A shared ctypes array (see :func:`fiber.sharedctypes.Array`), served by this process.
+        """A shared ctypes array (see `fiber.sharedctypes.Array`), served by this process.
 
         Raises:
             TypeError: not a typecode or simple ctypes type, or an item does not fit it.
@@ -200,7 +200,7 @@ class FiberContext:
         return sharedctypes.Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
 
     def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:  # noqa: N802
-        """A shared ctypes value without a lock (see :func:`fiber.sharedctypes.RawValue`).
+        """A shared ctypes value without a lock (see `fiber.sharedctypes.RawValue`).
 
         Raises:
             TypeError: not a typecode or simple ctypes type, or ``args`` do not fit it.
@@ -208,7 +208,7 @@ class FiberContext:
         return sharedctypes.RawValue(typecode_or_type, *args)
 
     def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:  # noqa: N802
-        """A shared ctypes array without a lock (see :func:`fiber.sharedctypes.RawArray`).
+        """A shared ctypes array without a lock (see `fiber.sharedctypes.RawArray`).
 
         Raises:
             TypeError: not a typecode or simple ctypes type, or an item does not fit it.
@@ -216,7 +216,7 @@ class FiberContext:
         return sharedctypes.RawArray(typecode_or_type, size_or_initializer)
 
     def Manager(self) -> Any:  # noqa: N802
-        """A started :class:`fiber.managers.SyncManager` whose server runs on this backend."""
+        """A started `fiber.managers.SyncManager` whose server runs on this backend."""
         manager = SyncManager(ctx=self)
         manager.start()
         return manager
@@ -224,7 +224,7 @@ class FiberContext:
     # -- contexts -----------------------------------------------------------------------
 
     def get_context(self, method: Optional[str] = None) -> FiberContext:
-        """The context of backend ``method`` (see :func:`fiber.get_context`).
+        """The context of backend ``method`` (see `fiber.get_context`).
 
         Raises:
             fiber.errors.UnknownBackendError: no backend or start method of that name (a

@@ -165,7 +165,7 @@ class PoolTerminatedError(ProcessError):
 
 
 class RingError(ProcessError):
-    """A member of a :class:`fiber.Ring` failed, so the ring ended all of its members.
+    """A member of a `fiber.Ring` failed, so the ring ended all of its members.
 
     Attributes: ``rank`` (the failed member's rank), ``size``, ``exitcode`` (its exit code,
     negative for a signal; None if the member raised, or if the backend never said),

@@ -1,7 +1,5 @@
 """``fiber.futures.Executor``: the ``concurrent.futures`` API on a fiber pool.
 
-::
-
     Executor.submit(fn, *args) ──▶ Pool task (see fiber.pool) ──▶ Future
     result from a worker ──▶ the thread in future.result()/exception(), which serves the
         hub meanwhile (as a pool's get() does) ──▶ future.set_result / set_exception
@@ -15,18 +13,20 @@ can be cancelled until a worker has been handed its task (``cancel()`` withdraws
 the pool's queue); the pool does not say when a worker takes a task, so ``running()``
 turns True only when a ``cancel()`` finds it handed out. As with the stdlib, the
 interpreter does not exit before the pending futures are done, even after
-``shutdown(wait=False)`` (see ``_PendingWork``).
+``shutdown(wait=False)``.
 
 ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())`` works too, when
 the backend's jobs share this host (``local``, ``netns``; ``Backend.jobs_share_host``): its
 call queue is a ``multiprocessing`` queue, an OS pipe whose descriptors reach each worker as
-multiprocessing's spawn hands them over (:mod:`fiber.process._fd_handoff`: the worker imports the
-main script, and calls go by reference), and it waits on fiber's result queue through the
-queue's ``_reader`` (:mod:`fiber.queues._reader`). A job on another host or in a container
-cannot get a descriptor of this host, so there its ``submit`` raises ``ProcessError``; this
-executor keeps the API everywhere, with functions of ``__main__`` and lambdas by value, and
-the pool's recovery of lost workers.
+multiprocessing's spawn hands them over (the worker imports the main script, and calls go
+by reference), and it waits on fiber's result queue through the queue's ``_reader``. A job
+on another host or in a container cannot get a descriptor of this host, so there its
+``submit`` raises ``ProcessError``; this executor keeps the API everywhere, with functions
+of ``__main__`` and lambdas by value, and the pool's recovery of lost workers.
 """
+
+# The handing over of multiprocessing's descriptors: fiber.process._fd_handoff; a queue's
+# _reader: fiber.queues._reader; the futures the interpreter waits for at exit: _PendingWork.
 
 from __future__ import annotations
 
@@ -287,8 +287,7 @@ class Executor(cf.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Accept no more calls; with ``cancel_futures``, cancel those no worker holds yet;
         with ``wait``, return once the others are done and the workers have exited.
-        Without ``wait``, they still finish before the interpreter exits (see
-        ``_PendingWork``)."""
+        Without ``wait``, they still finish before the interpreter exits."""
         with self._lock:
             self._shutdown = True
             pending = list(self._futures)

@@ -1,7 +1,5 @@
 """``@fiber.meta``: the resources a job running a function asks its cluster for.
 
-::
-
     @fiber.meta(cpu=4, memory=8192, gpu=1)
     def train(config): ...
 

@@ -1,7 +1,5 @@
 """``Value``, ``Array``, ``RawValue`` and ``RawArray``: ctypes data shared across hosts.
 
-::
-
     any fiber process                          hub of the creating process
     ─────────────────                          ───────────────────────────
     v.value ───── [get, tid, "value"] ───────▶ ValueService: the ctypes object itself
@@ -13,7 +11,7 @@
 There is no memory shared between hosts, so the data lives in the creating process, as a
 real ctypes object (values convert, truncate and wrap exactly as in ``multiprocessing``),
 and every access is one round trip to its hub. An array's data is in memory that the
-processes of its creator's host can map (:mod:`fiber._core._host_memory`): there, and in
+processes of its creator's host can map (a memfd): there, and in
 the creator, ``get_obj()`` is a real ctypes array over the same pages, a buffer that numpy
 reads and writes (``np.frombuffer(a.get_obj(), dtype)``) as with ``multiprocessing``;
 elsewhere it is the array's handle without the lock (indexing works, buffers do not).
@@ -27,7 +25,7 @@ each single access is still atomic.
 What differs from ``multiprocessing``: the objects are handles, not ctypes instances (no
 ``memoryview`` of a ``RawArray`` itself, no passing to C: use ``get_obj()``), and they
 pickle freely (to a queue, a pipe, a child).
-Supported types: the typecodes of :mod:`array` and simple ctypes types; structures are not.
+Supported types: the typecodes of `array` and simple ctypes types; structures are not.
 """
 
 from __future__ import annotations
@@ -222,7 +220,7 @@ class _Synchronized:
         return self._lock  # type: ignore[attr-defined]
 
     def acquire(self, *args: Any) -> bool:
-        """Acquire the lock (``acquire(block, timeout)`` of :class:`fiber.synchronize.Lock`).
+        """Acquire the lock (``acquire(block, timeout)`` of `fiber.synchronize.Lock`).
 
         Returns:
             True if the lock was taken, False if not blocking or the timeout passed.
@@ -341,7 +339,7 @@ def _lock_for(lock: Any) -> Any:
 def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
     """A shared ctypes value without a lock (each single access is still atomic).
 
-    ``typecode_or_type`` is a typecode of :mod:`array` (``"i"``, ``"d"``...) or a simple
+    ``typecode_or_type`` is a typecode of `array` (``"i"``, ``"d"``...) or a simple
     ctypes type; ``args`` initialize it. Use it when one process writes or when the
     accesses need no lock of their own; otherwise ``Value``.
 

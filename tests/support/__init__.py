@@ -11,6 +11,7 @@ imported by the jobs that run it, on any backend whose jobs see this directory.
   program it runs).
 - :mod:`.futures_helpers`, :mod:`.stdlib_executor_helpers`: executors' targets, and
   scripts of their own (``python tests/support/futures_helpers.py``).
+- :mod:`.doc_programs`: the complete programs of the documentation (``# run:`` blocks).
 """
 
 import os

@@ -1,8 +1,8 @@
 """Connections to the hubs of this program, with the program's settings.
 
-The transport takes its settings as arguments (:class:`fiber.transport.client.Settings`):
+The transport takes its settings as arguments (`fiber.transport.client.Settings`):
 these are its client functions with the program's configuration
-(:func:`fiber.config.get_config`, read again at each use) as those settings. Everything
+(`fiber.config.get_config`, read again at each use) as those settings. Everything
 above the transport reaches other processes' hubs through them.
 """
 
@@ -20,7 +20,7 @@ __all__ = ["get_client", "own_client", "plain_client", "ensure_anchor", "adopt_a
 
 def get_client(address: str, timeout: Optional[float] = None) -> Channel:
     """This thread's client for ``address`` (see
-    :func:`fiber.transport.client.get_client`).
+    `fiber.transport.client.get_client`).
 
     Raises:
         ConnectionLost, TransportError: the server cannot be reached.
@@ -31,10 +31,10 @@ def get_client(address: str, timeout: Optional[float] = None) -> Channel:
 
 def own_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     """A connection to ``address`` for the caller alone (see
-    :func:`fiber.transport.client.own_client`).
+    `fiber.transport.client.own_client`).
 
     Raises:
-        ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
+        ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
     return transport_client.own_client(address, timeout, settings=get_config)
 
@@ -44,18 +44,18 @@ def plain_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     job's output relay's (see fiber.process._relay), a process that is not the job.
 
     Raises:
-        ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
+        ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
     return Client(address, timeout=timeout, settings=get_config)
 
 
 def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     """The connection that tells the server at ``address`` this process is alive (see
-    :func:`fiber.transport.client.ensure_anchor`)."""
+    `fiber.transport.client.ensure_anchor`)."""
     return transport_client.ensure_anchor(address, timeout, settings=get_config)
 
 
 def adopt_anchor(address: str, sock: socket.socket, process_id: bytes) -> Client:
     """This process's anchor to the server at ``address``: ``sock``, handed to it at its
-    start (see :func:`fiber.transport.client.adopt_anchor`)."""
+    start (see `fiber.transport.client.adopt_anchor`)."""
     return transport_client.adopt_anchor(address, sock, process_id, settings=get_config)

@@ -1,7 +1,5 @@
 """Memory shared by the processes of one host: a memfd that each of them maps.
 
-::
-
     creator                                        another process of the same host
     ───────                                        ────────────────────────────────
     memfd_create ─▶ mmap (MAP_SHARED) ─▶ ctypes    Locator (in the pickle of the handle):
@@ -9,7 +7,7 @@
                                                    open /proc/<pid>/fd/<fd>, check inode
                                                    mmap it, close the fd ─▶ same pages
 
-A ``fiber.Array`` keeps its data in such memory (see :mod:`fiber.sharedctypes`): its hub
+A ``fiber.Array`` keeps its data in such memory (see `fiber.sharedctypes`): its hub
 serves it to every process, on any host, and a process of the creator's host can map the
 very pages instead, so that ``get_obj()`` is a ctypes array that numpy reads as a buffer,
 as multiprocessing's is (gymnasium's ``AsyncVectorEnv(shared_memory=True)`` does so).
@@ -45,7 +43,7 @@ def _host_key() -> Tuple[str, int]:
 
 
 class Locator(NamedTuple):
-    """Where another process of the same host finds a :class:`HostMemory` (picklable)."""
+    """Where another process of the same host finds a `HostMemory` (picklable)."""
 
     host: Tuple[str, int]
     pid: int

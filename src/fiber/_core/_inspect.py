@@ -1,8 +1,6 @@
 """What a running program says of itself to ``fiber top``: its pools and its processes,
 served on its hub (the ``status`` service), to a client holding the program's secret.
 
-::
-
     fiber top ── reads <user dir>/programs/<pid>.json (0600: hub address, secret)
               ── connects to the hub, authenticates with the program's secret
               ── [status, get] ─────────▶ StatusService: each source's snapshot
@@ -42,7 +40,7 @@ def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
 
     No weak-reference callback removes a source: it would run wherever garbage collection
     does, also inside this module's lock (a deadlock). Sources whose owner is gone are
-    dropped here and by :func:`snapshot` instead."""
+    dropped here and by `snapshot` instead."""
     ref = weakref.ref(owner)
     with _lock:
         _prune()
@@ -80,7 +78,7 @@ def snapshot() -> Dict[str, Any]:
 
 
 class StatusService(Service):
-    """Answers ``get`` with :func:`snapshot` (on the hub's thread, under its lock)."""
+    """Answers ``get`` with `snapshot` (on the hub's thread, under its lock)."""
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:

@@ -1,7 +1,5 @@
 """Requests that wait on a server: FIFO waiters, each with its own timeout.
 
-::
-
     request ──▶ Service.handle ──▶ can answer now? ── yes ──▶ reply
                                         │ no
                                         ▼
@@ -10,7 +8,7 @@
                   later (a release, a set, a notify): take(waiter) ──▶ reply
                   the waiter's connection closes: peer_gone ──▶ dropped
 
-The base of the services in :mod:`fiber.synchronize`; runs under ``Server.lock`` like
+The base of the services in `fiber.synchronize`; runs under ``Server.lock`` like
 every service, so it needs no lock of its own.
 """
 

@@ -1,7 +1,7 @@
 """Per-process runtime state: this process's server (the *hub*) and where it listens.
 
 Every fiber process has at most one hub, started on first use: the authenticated server
-(:class:`~fiber.transport.server.Server`) on which this process serves what it created —
+(`Server`) on which this process serves what it created —
 its children's launch payloads, its queues and pipes, its locks. Nothing starts at import.
 
 The hub listens on, in order: ``config.listen_host``; in a child, the local address on the

@@ -1,6 +1,6 @@
 """Objects served by the hub of the process that created them (queues, pipes, locks...).
 
-The creating process registers a :class:`~fiber.transport.server.Service` on its hub; the
+The creating process registers a `Service` on its hub; the
 object itself is only a handle — the hub's address and the service's name — that pickles
 to a few bytes and works from any fiber process on any host. In the creating process the
 handle talks to its hub over ``inproc://``; elsewhere over authenticated TCP.

@@ -1,9 +1,9 @@
 """Read-only data handed to many processes: sent once per host, mapped by every reader.
 
-Evolution strategies give every worker the same large noise table. A :class:`Shared`
-handle, made by :func:`share` (``fiber.shared``, and a Pool with large ``initargs``),
+Evolution strategies give every worker the same large noise table. A `Shared`
+handle, made by `share` (``fiber.shared``, and a Pool with large ``initargs``),
 pickles as a few bytes; unpickled in another process it *is* the object again, fetched
-from the publishing process once per host::
+from the publishing process once per host:
 
     publisher: share(obj)                     pickled once; every buffer >= 1 MiB copied once
       SharedStore on its hub                  into a sealed memfd (transport.memfd.sealed)
@@ -102,7 +102,7 @@ def _private(frames: List[Any]) -> List[Any]:
 
 
 class SharedOps:
-    """The shared-data protocol's operation (a request to a :class:`SharedStore`)."""
+    """The shared-data protocol's operation (a request to a `SharedStore`)."""
 
     GET = b"get"  # [key, host, offer]: the data's frames (or the holder on this host)
 
@@ -176,12 +176,12 @@ def _store(hub: Server) -> SharedStore:
 
 
 class Shared:
-    """A handle to an object shared with other processes (see the module's docstring).
+    """A handle to an object shared with other processes, made by ``fiber.shared``.
 
     Pickled, it is a few bytes; unpickled in another process it is the object itself
     (read from pages every process of a host shares; writes stay private); unpickled in
     the process that shared it, the original object. The data is released when the
-    handle is (or by :meth:`release`): keep it while processes may still receive it.
+    handle is (or by `release`): keep it while processes may still receive it.
     """
 
     def __init__(self, address: str, key: bytes, host: str) -> None:
@@ -210,7 +210,7 @@ class Shared:
 
 def share(obj: Any) -> Shared:
     """Publish ``obj`` from this process: pickled once, large buffers copied once into
-    sealed shared memory (see :class:`Shared`).
+    sealed shared memory (see `Shared`).
 
     Raises:
         ValueError: ``obj`` holds fiber pipe ends or manager proxies: each is handed to
@@ -225,7 +225,7 @@ def share(obj: Any) -> Shared:
 
 
 def share_if_large(obj: Any) -> Any:
-    """A :class:`Shared` handle for ``obj`` when its pickle carries a buffer of at least
+    """A `Shared` handle for ``obj`` when its pickle carries a buffer of at least
     ``SHARE_MIN_BYTES``; else ``obj`` itself (also when it cannot be pickled here, or holds
     what must be pickled once per receiver: pipe ends, manager proxies, objects of
     ``multiprocessing`` itself; those travel as a process's own arguments do)."""
@@ -276,7 +276,7 @@ _cache: Dict[bytes, List[Any]] = {}
 
 
 def _resolve(address: str, key: bytes, host: str) -> Any:
-    """The object of a :class:`Shared` handle, in the process that unpickles it."""
+    """The object of a `Shared` handle, in the process that unpickles it."""
     hub = _runtime.hub_if_started()
     if hub is not None and hub.address == address:
         with hub.lock:

@@ -1,10 +1,8 @@
 """The small interface every backend implements.
 
-A backend turns :class:`JobSpec` objects into jobs on one cluster manager, tells their
+A backend turns `JobSpec` objects into jobs on one cluster manager, tells their
 state, and ends them. It knows nothing of processes, queues or pools: the API layer above
 builds a command (the fiber bootstrap) and hands it down; data flows only downwards.
-
-::
 
     API layer ──JobSpec──▶ Backend.submit() ──▶ cluster manager (subprocess, sbatch, pod, ...)
         ▲                      │
@@ -145,7 +143,7 @@ class JobHandle:
     backend: str
     host: str = ""
     pid: Optional[int] = None
-    #: The job's output, for a spec with ``capture_output`` (see :class:`JobOutput`).
+    #: The job's output, for a spec with ``capture_output`` (see `JobOutput`).
     output: Optional[JobOutput] = dataclasses.field(default=None, compare=False, repr=False)
 
 
@@ -193,10 +191,11 @@ class Backend(abc.ABC):
     #: None: it has none (a subclass declares its own, or reads its base's by its name).
     settings: ClassVar[Optional[type]] = None
 
+    # (the relay: fiber.process._relay)
     #: True when every job is a child process of this one (``local``, ``netns``): its
     #: stdout and stderr can be pipes that this process reads (``JobSpec.capture_output``),
     #: so that what a job wrote outlives it. Elsewhere a job's first process stays as its
-    #: output relay (see fiber.process._relay).
+    #: output relay.
     jobs_are_children: ClassVar[bool] = False
 
     @abc.abstractmethod

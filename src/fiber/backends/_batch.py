@@ -4,19 +4,19 @@ Slurm (``sbatch``/``squeue``/``scancel``), PBS (``qsub``/``qstat``/``qdel``) and
 (``bsub``/``bjobs``/``bkill``) are all driven the same way: a job is a shell script handed
 to a submit command, its id is parsed from what that command prints, the state of *all*
 jobs comes from one query command per poll, and a cancel command ends them.
-:class:`BatchBackend` holds what they share:
+`BatchBackend` holds what they share:
 
-- :meth:`BatchBackend.run_command`: run a command with a timeout; a command that cannot
-  run, fails or hangs raises :class:`~fiber.errors.SubmitError` carrying the command, its
+- `BatchBackend.run_command`: run a command with a timeout; a command that cannot
+  run, fails or hangs raises `SubmitError` carrying the command, its
   exit code, stdout and stderr. Nothing ever waits on a cluster command without a deadline.
-- :func:`parse_job_id`: the job id in a submit command's output.
-- :func:`render_script`: a job script that exports the environment common to a batch of
+- `parse_job_id`: the job id in a submit command's output.
+- `render_script`: a job script that exports the environment common to a batch of
   jobs once and each job's own variables (its token) in a ``case`` over an index variable
   (``$SLURM_ARRAY_TASK_ID`` for a Slurm job array), then ``exec``-s the command, so that
   the scheduler sees the command's own exit status and signals. The script is handed to
   the submit command on stdin: the environment, which holds the program's secret, is
   never on a command line nor in a file fiber writes.
-- :meth:`BatchBackend.status`: one :meth:`~BatchBackend.query` for all jobs, and the
+- `BatchBackend.status`: one `query` for all jobs, and the
   bookkeeping of which submitted jobs are still unfinished.
 - cleanup: every job submitted and not seen finished is cancelled when the program exits
   (an ``atexit`` hook registered on the first submit), normally or by an exception. A
@@ -115,8 +115,8 @@ def split_env(envs: Sequence[Mapping[str, str]]) -> Tuple[Dict[str, str], List[D
 class BatchBackend(CommandLineBackend):
     """Command-line plumbing shared by batch-scheduler backends; see the module docstring.
 
-    Subclasses implement :meth:`submit`, :meth:`query`, :meth:`cancel` and
-    :meth:`listen_host`; :meth:`submit` calls :meth:`remember` with what it created.
+    Subclasses implement `submit`, `query`, `cancel` and
+    `listen_host`; `submit` calls `remember` with what it created.
     """
 
     #: Seconds a submit command may take before it counts as failed.

@@ -4,7 +4,7 @@ A job's interpreter is started with the master's interpreter flags (``-O``, ``-B
 warning filters, ``-X`` options, ``-E``/``-s``/``-I``...), as ``multiprocessing``'s spawn and
 forkserver children are: ``python -O -W error train.py`` runs its workers under ``-O`` and
 with warnings as errors too. Backends that recognise the bootstrap (the local fork server,
-the netns test hosts) take the command apart with :func:`bootstrap_parts`.
+the netns test hosts) take the command apart with `bootstrap_parts`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def bootstrap_command(python: str) -> Tuple[str, ...]:
 
 
 def bootstrap_parts(command: Sequence[str]) -> Optional[Tuple[str, Tuple[str, ...]]]:
-    """``(python, flags)`` of a :func:`bootstrap_command`; None for any other command."""
+    """``(python, flags)`` of a `bootstrap_command`; None for any other command."""
     if len(command) < 3 or tuple(command[-2:]) != ("-m", BOOTSTRAP_MODULE):
         return None
     return command[0], tuple(command[1:-2])

@@ -4,7 +4,7 @@
 (``main_spec``, ``follow``, ``stop_main``, ``detach``); ``fiber ps``, ``fiber logs`` and
 ``fiber stop`` list, read and remove the fiber jobs of any program that the cluster still
 keeps (``find_jobs``, ``read_logs``, ``remove_jobs``). A backend that can do some of it
-subclasses :class:`CommandLineBackend` instead of ``Backend`` and overrides what it can;
+subclasses `CommandLineBackend` instead of ``Backend`` and overrides what it can;
 the defaults say what it cannot. The command refuses a backend that is not one.
 """
 

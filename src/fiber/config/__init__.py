@@ -1,6 +1,6 @@
 """fiber's one configuration object, resolved once.
 
-Precedence, highest first::
+Precedence, highest first:
 
     fiber.init(key=value)  >  FIBER_KEY environment variables  >  .fiberconfig  >  defaults
 
@@ -8,15 +8,17 @@ Precedence, highest first::
 the same keys as ``fiber.init``; a file without a section header is read as ``[fiber]``,
 and the original fiber's ``[default]`` section is read too. Values from text sources are
 converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key or a
-value of the wrong type raises :class:`ConfigError` naming the key, the closest valid one
+value of the wrong type raises `ConfigError` naming the key, the closest valid one
 and the valid ones; a ``FIBER_*`` variable that is not a setting is warned about once.
-Keys of the original fiber are read as their new names (see :mod:`fiber.config._compat`).
+Keys of the original fiber are read as their new names, with a one-time ``FutureWarning``.
+A backend's own keys (``slurm_partition``) are declared by the backend (``Backend.settings``):
+``[fiber.<backend>]`` sections of ``.fiberconfig`` hold them too.
 
 ``fiber.config.backend`` reads the value in force, and ``fiber.config.backend = "docker"``
 sets it, as ``fiber.init(backend="docker")`` does.
 
-Nothing is read at import time. The first call to :func:`get_config` resolves the config;
-:func:`init` and :func:`override` replace it. Children receive the parent's resolved config
+Nothing is read at import time. The first call to `get_config` resolves the config;
+`init` and `override` replace it. Children receive the parent's resolved config
 in their launch payload, so a whole program runs with one configuration.
 """
 
@@ -107,18 +109,18 @@ class Config:
     #: Microseconds a thread waiting for a message (a pool result or task, a pipe's or
     #: queue's next item, a lock) polls for it before it sleeps, while this host has a
     #: CPU to spare: a quick reply is then read without the wake-up of a sleeping
-    #: thread. A pool's master polls longer while quick tasks run (see the README's
-    #: "Pool scheduling"). 0: never poll.
+    #: thread. A pool's master polls longer while quick tasks run (see "Pool scheduling"
+    #: in the guide's architecture page). 0: never poll.
     spin_us: int = 200
     #: Each backend's own settings, ``{backend: {key: value}}``, for the keys set (see
-    #: :func:`settings`): ``fiber.init(slurm_partition="gpu")``, ``FIBER_SLURM_PARTITION``
+    #: `settings`): ``fiber.init(slurm_partition="gpu")``, ``FIBER_SLURM_PARTITION``
     #: or a ``[fiber.slurm]`` section of ``.fiberconfig``. A backend declares its keys
     #: (``Backend.settings``); the core names none.
     backends: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         """A backend's setting by its full key (``cfg.slurm_partition``), as before
-        backends declared their own (their code reads :func:`settings`)."""
+        backends declared their own (their code reads `settings`)."""
         found = None if name.startswith("_") else _backend_keys.split(name)
         if found is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -380,7 +382,7 @@ def init(**kwargs: Any) -> Config:
 
 
 def reset() -> Config:
-    """Forget what :func:`init` set and resolve the config again from the environment
+    """Forget what `init` set and resolve the config again from the environment
     and ``.fiberconfig`` (the original fiber's ``fiber.reset()``)."""
     global _resolved
     with _lock:
@@ -391,8 +393,8 @@ def reset() -> Config:
 
 def load(conf_file: str) -> Config:
     """The config that ``conf_file`` (instead of ``.fiberconfig``), the environment and
-    :func:`init` give, without making it the one in force (the original fiber's
-    ``Config(conf_file=...)``; pass its values to :func:`init` to use it).
+    `init` give, without making it the one in force (the original fiber's
+    ``Config(conf_file=...)``; pass its values to `init` to use it).
 
     Raises:
         ConfigError: the file or a setting is wrong.
@@ -442,7 +444,7 @@ def install(cfg: Config) -> None:
 
 class _ConfigModule(types.ModuleType):
     """``fiber.config`` itself: ``fiber.config.<key>`` reads the value in force, and
-    assigning to it sets it as :func:`init` does (the original fiber's documented way),
+    assigning to it sets it as `init` does (the original fiber's documented way),
     instead of making a module global nothing reads."""
 
     def __getattr__(self, name: str) -> Any:

@@ -1,6 +1,6 @@
 """The configuration keys that backends declare: ``<backend>_<key>``.
 
-A backend's ``settings`` dataclass (see :mod:`._registry`) names its keys, their types,
+A backend's ``settings`` dataclass (see `_registry`) names its keys, their types,
 defaults and meanings (``#:`` comments). Its keys are read wherever the core's are, under
 the backend's prefix: ``fiber.init(slurm_partition="gpu")``, ``FIBER_SLURM_PARTITION``,
 ``partition`` in a ``[fiber.slurm]`` section of ``.fiberconfig`` (or ``slurm_partition`` in

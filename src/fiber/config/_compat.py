@@ -3,7 +3,7 @@ settings: what ``fiber.config`` accepts besides its own keys, and what it warns 
 
 Programs and ``.fiberconfig`` files written for the original fiber (same import name) use
 keys that were renamed here. They keep working: each old key is read as its new one,
-with a :class:`FutureWarning` naming the new key, once per process. Keys of the original
+with a `FutureWarning` naming the new key, once per process. Keys of the original
 that have no counterpart are accepted with a warning that they have no effect, never
 silently. Nothing here imports the rest of fiber.
 """
@@ -99,7 +99,7 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
 def unknown_variables(environ: Mapping[str, str], keys: Collection[str],
                       others: Collection[str] = ()) -> Dict[str, str]:
     """``FIBER_*`` variables of ``environ`` that are neither a setting (of ``keys`` or of
-    the original fiber) nor one of :data:`NOT_SETTINGS` or ``others`` (a backend's own:
+    the original fiber) nor one of `NOT_SETTINGS` or ``others`` (a backend's own:
     see ``Backend.settings``): name -> a did-you-mean hint."""
     names = [f"FIBER_{k.upper()}" for k in (*keys, *RENAMED, *NO_EFFECT)]
     out = {}

@@ -2,7 +2,7 @@
 
 A backend is one folder and one entry point: ``name = "package.module:BackendClass"`` in
 the ``fiber.backends`` group (fiber's own are in its ``pyproject.toml``; a third-party one
-in its package's). The entry points are the registry; :func:`register` adds a class in
+in its package's). The entry points are the registry; `register` adds a class in
 this process only (tests, a plugin without an installed distribution). A backend class may
 declare ``settings``, a frozen dataclass of its own configuration keys: ``<name>_<key>``
 for ``fiber.init`` and ``FIBER_<NAME>_<KEY>``, ``[fiber.<name>]`` in ``.fiberconfig``.

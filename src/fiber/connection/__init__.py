@@ -1,14 +1,16 @@
 """``Pipe`` and ``Connection`` between fiber processes on any hosts, and ``wait``.
 
-- :mod:`._pipe`: a pipe's two ends and the service on its creator's hub that holds its
-  channels.
-- :mod:`._wait`: ``wait`` on many connections (and sentinels, sockets) at once.
-- :mod:`._fileno`: ``Connection.fileno()``, a descriptor readable while a message waits.
-- ``Listener``, ``Client``, ``deliver_challenge`` and ``answer_challenge`` are the standard
-  library's: authenticated sockets between any two processes that know the address and
-  the key (on any hosts, with a TCP address), whose connections are ``multiprocessing``'s;
-  ``AuthenticationError`` is fiber's (a subclass of ``multiprocessing``'s).
+A pipe's messages are held by the hub of the process that made it. ``Listener``,
+``Client``, ``deliver_challenge`` and ``answer_challenge`` are the standard library's:
+authenticated sockets between any two processes that know the address and the key (on any
+hosts, with a TCP address), whose connections are ``multiprocessing``'s;
+``AuthenticationError`` is fiber's (a subclass of ``multiprocessing``'s).
 """
+
+# Inside: _pipe: a pipe's two ends and the service on its creator's hub that holds its
+# channels. _wait: wait on many connections (and sentinels, sockets) at once, the caller's
+# side; _watch: the hub's side. _fileno: Connection.fileno(), a descriptor readable while a
+# message waits.
 
 from multiprocessing.connection import Client, Listener, answer_challenge, deliver_challenge
 

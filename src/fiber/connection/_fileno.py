@@ -5,7 +5,7 @@ there is no descriptor of the kernel's to hand out. The first ``fileno()`` of an
 makes one: the read end of an OS pipe, made readable by a watcher thread while the end
 has a message waiting (or its other end is closed everywhere: ``recv`` raises
 ``EOFError`` at once), so that ``select``, ``selectors``, ``asyncio``'s ``add_reader`` and
-``multiprocessing.connection.wait`` work on it as on a ``multiprocessing`` connection::
+``multiprocessing.connection.wait`` work on it as on a ``multiprocessing`` connection:
 
     watcher thread (fiber-fileno)                 this process's recv()
     ─────────────────────────────                 ─────────────────────

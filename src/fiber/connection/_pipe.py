@@ -1,6 +1,6 @@
 """``Pipe`` and ``Connection`` between fiber processes on any hosts, and ``wait``.
 
-A pipe lives on the hub of the process that created it, as two one-way channels::
+A pipe lives on the hub of the process that created it, as two one-way channels:
 
     end 0 ── send ──▶ [channel to end 1] ── recv ──▶ end 1
     end 0 ◀── recv ── [channel to end 0] ◀── send ── end 1
@@ -183,7 +183,7 @@ class PipeService(_watch.Watched):
 
 
 class Connection(Handle):
-    """One end of a :func:`Pipe`, with the API of ``multiprocessing.connection.Connection``."""
+    """One end of a `Pipe`, with the API of ``multiprocessing.connection.Connection``."""
 
     _fileno_watch: Optional[FilenoWatch] = None  # made by the first fileno()
 
@@ -386,7 +386,7 @@ class Connection(Handle):
     def fileno(self) -> int:
         """A file descriptor that is readable while ``recv`` would not block, for
         ``select``, ``selectors`` and ``multiprocessing.connection.wait`` (made on first
-        use, with a thread that keeps it so: see :mod:`fiber.connection._fileno`).
+        use, with a thread that keeps it so).
 
         Raises:
             OSError: the connection is closed.

@@ -2,9 +2,9 @@
 
 A pipe end is ready when ``recv`` would not block: a message waits in its channel, or the
 other end is closed everywhere. Its channel lives on the hub of the pipe's creator, so
-readiness is known there, and only there; the hub's ``WaitService`` (:mod:`._watch`)
+readiness is known there, and only there; the hub's ``WaitService`` (`_watch`)
 holds one request per waiting thread and hub, naming every end of that hub that the
-thread waits for, and answers it when any of them becomes ready, or at the timeout::
+thread waits for, and answers it when any of them becomes ready, or at the timeout:
 
     waiting thread ── [WAIT, b"any", req_id, wait, name, end, name, end ...] ──▶ hub
                    ◀─ [req_id, b"ok", indices of the ready ends] ───────────── (or b"empty")

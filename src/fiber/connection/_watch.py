@@ -2,10 +2,10 @@
 
 A pipe end is ready when ``recv`` would not block: a message waits in its channel, or the
 other end is closed everywhere. Its channel lives on the hub of the pipe's creator, so
-readiness is known there, and only there; the hub's :class:`WaitService` holds one
+readiness is known there, and only there; the hub's `WaitService` holds one
 request per waiting thread and hub, naming every end of that hub that the thread waits
-for, and answers it when any of them becomes ready (a :class:`Watched` service, such as
-a pipe's, tells it), or at the timeout. The caller's side is :mod:`._wait`.
+for, and answers it when any of them becomes ready (a `Watched` service, such as
+a pipe's, tells it), or at the timeout. The caller's side is `_wait`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def unpack_indices(data: bytes) -> List[int]:
 
 
 class Watched(Service):
-    """A service whose ends a :class:`Watch` can wait for (a pipe's)."""
+    """A service whose ends a `Watch` can wait for (a pipe's)."""
 
-    #: Per end, the watches waiting for it (see :meth:`notify_watchers`).
+    #: Per end, the watches waiting for it (see `notify_watchers`).
     watchers: Tuple[List[Watch], ...]
 
     def ready(self, end: int) -> bool:
@@ -76,7 +76,7 @@ class Watch:
 
 
 class WaitOps:
-    """The wait protocol's operations (requests to a hub's :class:`WaitService`)."""
+    """The wait protocol's operations (requests to a hub's `WaitService`)."""
 
     ANY = b"any"  # [wait, name, end, name, end...]: answered when one of them is ready
     CANCEL = b"cancel"  # [req_id]: the ANY request the caller no longer waits for

@@ -1,7 +1,7 @@
 """Interfaces of the original fiber kept for the programs written for it.
 
-``fiber.experimental.Ring(processes, func, initializer, initargs=None)``: see
-:mod:`fiber.experimental._ring`; new programs use :class:`fiber.Ring`.
+``fiber.experimental.Ring(processes, func, initializer, initargs=None)`` keeps the original
+interface on top of ``fiber.Ring``, which new programs use.
 """
 
 from __future__ import annotations

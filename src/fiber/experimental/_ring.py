@@ -5,10 +5,10 @@ that sets up the group from ``ring.rank``, ``ring.size`` and ``ring.members[0].i
 ``.port``, then ``func(rank, size)`` trains. Here the rendezvous is done before the
 initializer runs: every member is ``connected``, ``members[0]`` holds rank 0's address
 and the port it reserved (not a random one that may be taken), and the environment of
-:class:`fiber.Ring` (``MASTER_ADDR``...) is set, so both the original initializers and a
+`fiber.Ring` (``MASTER_ADDR``...) is set, so both the original initializers and a
 plain ``dist.init_process_group(backend)`` work. Differences from the original: rank 0
 is a fiber job like the others (not a local process), ``initargs`` are passed to the
-initializer after the ring, a failed member raises :class:`fiber.errors.RingError`
+initializer after the ring, a failed member raises `fiber.errors.RingError`
 (the original joined silently), and ``run()`` returns the members' results.
 """
 

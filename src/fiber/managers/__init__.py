@@ -1,11 +1,14 @@
 """Managers: objects served by a manager process, reached through proxies.
 
-- :mod:`._managers`: ``BaseManager``, ``SyncManager``, ``AsyncManager`` and the types
-  they register.
-- :mod:`._server`: the manager's object server (a service on the manager job's hub).
-- :mod:`._proxies`: the proxies (sync and async) and the proxy types of ``SyncManager``.
-- :mod:`._async_calls`: the calls of async proxies, in flight on one channel each.
+``BaseManager`` and ``SyncManager`` are multiprocessing's, with the server a job;
+``AsyncManager`` is fiber's: each registered object lives in a job of its own (by
+default) and every method call returns a ``CallHandle`` at once.
 """
+
+# Inside: _managers: BaseManager, SyncManager, AsyncManager and the types they register.
+# _server: the manager's object server (a service on the manager job's hub). _proxies: the
+# proxies (sync and async) and the proxy types of SyncManager. _async_calls: the calls of
+# async proxies, in flight on one channel each.
 
 from .._exports import publish
 from ._async_calls import CallHandle

@@ -1,7 +1,5 @@
 """Many requests in flight on one connection, each answered into its own handle.
 
-::
-
     caller threads                  AsyncChannel (one per server address and process)
     ──────────────                  ──────────────────────────────────────────────────
     h1 = call(...) ── [svc, op, id1, ...] ──▶ socket ──▶ server (answers in any order)
@@ -12,7 +10,7 @@
 No helper thread: the first thread that needs a reply reads the socket for everyone (a
 *leader*); other threads wait on a condition until the leader stored their reply or
 stepped down. A call costs one write; a reply read by its own caller costs no thread hop.
-If the connection is lost, every pending handle raises :class:`ConnectionLost`.
+If the connection is lost, every pending handle raises `ConnectionLost`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Managers: objects that live in a server process and are used through proxies.
 
-::
-
     any fiber process, any host                manager process (a fiber.Process job)
     ───────────────────────────                ─────────────────────────────────────
     manager = SyncManager(); manager.start() ─▶ hub + "mgr" service (fiber.managers._server)
@@ -21,13 +19,13 @@ The API is ``multiprocessing.managers``': ``BaseManager`` (``register``, ``start
 ``Semaphore``, ``BoundedSemaphore``, ``Condition``, ``Event``, ``Barrier``, ``Pool``) and
 proxies with ``_callmethod``/``_getvalue``. The wire is fiber's: the manager is a job on
 the configured backend, connections authenticate with the program's secret, proxies are
-:class:`~fiber._core._served.Handle` objects that pickle to a few bytes and work from any fiber
+`Handle` objects that pickle to a few bytes and work from any fiber
 process on any host, and a remote exception is re-raised with its traceback.
 
 Queues, locks, conditions, events and barriers of a ``SyncManager`` are fiber's own
 served objects created in the manager: their proxies call them directly (one round trip,
 waits decided by the manager's hub, a lock released when its holder dies). A manager
-that dies makes every call on its proxies raise :class:`ConnectionLost`, never hang.
+that dies makes every call on its proxies raise `ConnectionLost`, never hang.
 
 Lifetime, as multiprocessing's: a started manager's server is shut down by ``shutdown()``,
 when the manager is garbage-collected (the proxies it made in this process hold it), or
@@ -35,10 +33,10 @@ at exit, before fiber's exit function ends the remaining daemonic children. A ma
 process that receives SIGTERM (``terminate()``) shuts down the same way, its object jobs
 first, then ends with exit code -15.
 
-:class:`AsyncManager`: every object of a registered type lives in its own job by default
+`AsyncManager`: every object of a registered type lives in its own job by default
 (``register(..., separate_job=False)`` keeps it in the manager), so N environments step
 on N CPUs; ``manager.Env()`` returns at once while the job starts, and each method call
-returns a :class:`~fiber.managers._async_calls.CallHandle` whose ``get(timeout)`` returns the
+returns a `CallHandle` whose ``get(timeout)`` returns the
 result or re-raises the remote exception. Calls on one object run in the order they were
 made; handles may be read in any order.
 """
@@ -99,6 +97,10 @@ from ._server import (
 __all__ = ["BaseManager", "SyncManager", "AsyncManager", "Namespace", "Token"]
 
 Namespace = _mpm.Namespace
+#: What a proxy is made from, in the place of ``multiprocessing.managers.Token``: a named
+#: tuple of the object's ``typeid``, its ``name`` and ``address`` on the server, the
+#: methods it exposes (``exposed``), the fiber object its proxy calls directly
+#: (``direct``, or None) and the proxy's type (``proxytype``).
 Token = Spec
 
 
@@ -125,7 +127,7 @@ class BaseManager:
     """A server process for shared objects, with the API of ``multiprocessing.managers``.
 
     ``address`` is a fiber address (``tcp://host:port...``, the ``address`` of a started
-    manager) for :meth:`connect`. Connections authenticate with the program's secret
+    manager) for `connect`. Connections authenticate with the program's secret
     (``FIBER_SECRET``), so ``authkey`` may only repeat it; ``serializer`` must be
     ``"pickle"``.
     """
@@ -441,33 +443,33 @@ Raises:
 #: The docstrings of SyncManager's creation methods (made by ``register``).
 _CREATED = {
     "Queue": "A queue served by the manager's hub (a fiber ``JoinableQueue``, ``maxsize`` "
-             "<= 0:\nunbounded); its :class:`QueueProxy` calls it directly, one round trip.",
+             "<= 0:\nunbounded); its `QueueProxy` calls it directly, one round trip.",
     "JoinableQueue": "A fiber ``JoinableQueue`` served by the manager's hub "
-                     "(:class:`QueueProxy`).",
-    "Event": "A fiber ``Event`` served by the manager's hub (:class:`EventProxy`).",
-    "Lock": "A fiber ``Lock`` served by the manager's hub (:class:`AcquirerProxy`).",
-    "RLock": "A fiber ``RLock`` served by the manager's hub (:class:`AcquirerProxy`).",
+                     "(`QueueProxy`).",
+    "Event": "A fiber ``Event`` served by the manager's hub (`EventProxy`).",
+    "Lock": "A fiber ``Lock`` served by the manager's hub (`AcquirerProxy`).",
+    "RLock": "A fiber ``RLock`` served by the manager's hub (`AcquirerProxy`).",
     "Semaphore": "A fiber ``Semaphore(value)`` served by the manager's hub "
-                 "(:class:`AcquirerProxy`).",
+                 "(`AcquirerProxy`).",
     "BoundedSemaphore": "A fiber ``BoundedSemaphore(value)`` served by the manager's hub "
-                        "(:class:`AcquirerProxy`).",
+                        "(`AcquirerProxy`).",
     "Condition": "A fiber ``Condition`` over ``lock`` (a manager's lock proxy or a fiber "
                  "lock;\nNone: a new RLock), served by the manager's hub "
-                 "(:class:`ConditionProxy`).",
+                 "(`ConditionProxy`).",
     "Barrier": "A fiber ``Barrier(parties, action, timeout)`` served by the manager's hub\n"
-               "(:class:`BarrierProxy`).",
-    "Pool": "A :class:`fiber.Pool` made in the manager process, whose workers are jobs it\n"
-            "starts (:class:`PoolProxy`): processes that did not create it can submit "
+               "(`BarrierProxy`).",
+    "Pool": "A `fiber.Pool` made in the manager process, whose workers are jobs it\n"
+            "starts (`PoolProxy`): processes that did not create it can submit "
             "to it.",
-    "list": "A ``list`` (from an optional iterable) kept by the manager (:class:`ListProxy`).",
+    "list": "A ``list`` (from an optional iterable) kept by the manager (`ListProxy`).",
     "dict": "A ``dict`` (the arguments of ``dict()``) kept by the manager "
-            "(:class:`DictProxy`).",
+            "(`DictProxy`).",
     "Value": "An object with a ``value`` attribute kept by the manager "
-             "(:class:`ValueProxy`);\nas multiprocessing's, ``typecode`` is not checked.",
+             "(`ValueProxy`);\nas multiprocessing's, ``typecode`` is not checked.",
     "Array": "An ``array.array(typecode, sequence)`` kept by the manager "
-             "(:class:`ArrayProxy`).",
+             "(`ArrayProxy`).",
     "Namespace": "An object whose attributes are shared, kept by the manager\n"
-                 "(:class:`NamespaceProxy`); keyword arguments set its initial attributes.",
+                 "(`NamespaceProxy`); keyword arguments set its initial attributes.",
 }
 for _typeid, _doc in _CREATED.items():
     getattr(SyncManager, _typeid).__doc__ = _doc + _CREATED_RAISES
@@ -479,7 +481,7 @@ class AsyncManager(BaseManager):
 
     ``manager.Type(...)`` returns a proxy at once while the object's job starts (an error
     creating the object is raised by the first call that needs it); every method call
-    returns a :class:`CallHandle`. Objects of a type registered with
+    returns a `CallHandle`. Objects of a type registered with
     ``separate_job=False`` live in the manager process and run one call at a time per
     calling process.
     """

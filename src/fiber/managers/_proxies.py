@@ -1,6 +1,4 @@
-"""Proxies: the client side of managed objects (see :mod:`fiber.managers`).
-
-::
+"""Proxies: the client side of managed objects (see `fiber.managers`).
 
     proxy._callmethod(m, args) ── [o…, call, (m, args, kwds)] ──▶ ObjectService (manager)
                                ◀── ok + result | proxy + Spec | err + exception ──
@@ -11,7 +9,7 @@
         hub, directly: ``q.get(timeout=1)`` is one round trip, decided by that hub
     AsyncProxy: ``_callmethod`` writes the request and returns a CallHandle at once
 
-A proxy is a :class:`~fiber._core._served.Handle` (the object's service name and its server's
+A proxy is a `Handle` (the object's service name and its server's
 address). Proxies returned by an ``AsyncManager`` may be *pending*: the object's job is
 still starting; the first use waits for it (``_resolve``).
 """
@@ -217,7 +215,7 @@ def _detach_loop() -> None:
 
 
 class AsyncProxy(BaseProxy):
-    """A proxy whose method calls return a :class:`CallHandle` at once."""
+    """A proxy whose method calls return a `CallHandle` at once."""
 
     def _callmethod(self, methodname: str, args: Sequence[Any] = (),
                     kwds: Optional[Dict[str, Any]] = None) -> Any:
@@ -253,7 +251,7 @@ class AutoProxy(BaseProxy):
 
 
 class AsyncAutoProxy(AsyncProxy, AutoProxy):
-    """An :class:`AutoProxy` whose calls return handles (the AsyncManager default)."""
+    """An `AutoProxy` whose calls return handles (the AsyncManager default)."""
 
 
 def _mp_exposed(name: str) -> Tuple[str, ...]:
@@ -263,7 +261,7 @@ def _mp_exposed(name: str) -> Tuple[str, ...]:
 
 _proxy_types: Dict[Tuple[str, Tuple[str, ...], type], type] = {}
 
-#: The docstring of each method of a class made by :func:`MakeProxyType`.
+#: The docstring of each method of a class made by `MakeProxyType`.
 _METHOD_DOC = """Call ``{meth}`` on the referent in the manager's process; return its result.
 
 Raises:
@@ -382,7 +380,7 @@ class ValueProxy(BaseProxy):
 
 BaseListProxy = MakeProxyType("BaseListProxy", _mp_exposed("BaseListProxy"))
 BaseListProxy.__doc__ = """The methods of ``list`` on a managed list (the base of
-:class:`ListProxy`)."""
+`ListProxy`)."""
 
 
 class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
@@ -402,7 +400,7 @@ class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
 
 DictProxy = MakeProxyType("DictProxy", _mp_exposed("DictProxy"))
 DictProxy.__doc__ = """The proxy of a manager's ``dict``: the methods of ``dict``, each run by the
-manager; iterating it iterates the managed dict's keys (an :class:`IteratorProxy`).
+manager; iterating it iterates the managed dict's keys (an `IteratorProxy`).
 
 As with multiprocessing, a value read out is a copy: changing it does not change the
 dict (assign it back: ``d[k] = v``)."""
@@ -411,8 +409,8 @@ ArrayProxy = MakeProxyType("ArrayProxy", ("__len__", "__getitem__", "__setitem__
 ArrayProxy.__doc__ = """The proxy of a manager's ``Array``: ``len(a)``, ``a[i]``, ``a[i:j]``,
 ``a[i] = x``, each one round trip to the manager."""
 BasePoolProxy = MakeProxyType("BasePoolProxy", _mp_exposed("PoolProxy"))
-BasePoolProxy.__doc__ = """The methods of :class:`fiber.Pool` on a manager's pool (the base of
-:class:`PoolProxy`): ``apply``, ``map``, ``*_async``, ``imap``..., run by the manager."""
+BasePoolProxy.__doc__ = """The methods of `fiber.Pool` on a manager's pool (the base of
+`PoolProxy`): ``apply``, ``map``, ``*_async``, ``imap``..., run by the manager."""
 
 
 class PoolProxy(BasePoolProxy):  # type: ignore[misc,valid-type]
@@ -430,7 +428,7 @@ PoolProxy._method_to_typeid_ = {
     "imap": "Iterator", "imap_unordered": "Iterator"}  # as multiprocessing's PoolProxy
 AsyncResultProxy = MakeProxyType("AsyncResultProxy", ("get", "wait", "ready", "successful"))
 AsyncResultProxy.__doc__ = """The proxy of a result of a manager's pool (``apply_async``...):
-``get``, ``wait``, ``ready``, ``successful``, as :class:`fiber.pool.AsyncResult`."""
+``get``, ``wait``, ``ready``, ``successful``, as `fiber.pool.AsyncResult`."""
 
 
 class DirectProxy(BaseProxy):
@@ -449,7 +447,7 @@ class AcquirerProxy(DirectProxy):
 
     Unlike multiprocessing's, ``acquire``/``release`` go to the fiber primitive served
     by the manager's hub directly (one round trip, its wait decided there); ``with``
-    works. See :mod:`fiber.synchronize` for their semantics.
+    works. See `fiber.synchronize` for their semantics.
     """
     _exposed_: ClassVar[Optional[Tuple[str, ...]]] = ("acquire", "release")
 
@@ -462,7 +460,7 @@ class AcquirerProxy(DirectProxy):
 
 class ConditionProxy(AcquirerProxy):
     """The proxy of a manager's ``Condition``: ``acquire``, ``release``, ``wait``,
-    ``wait_for``, ``notify``, ``notify_all``, as :class:`fiber.synchronize.Condition`.
+    ``wait_for``, ``notify``, ``notify_all``, as `fiber.synchronize.Condition`.
     """
     _exposed_: ClassVar[Optional[Tuple[str, ...]]] = (
         "acquire", "release", "wait", "notify", "notify_all")
@@ -470,21 +468,21 @@ class ConditionProxy(AcquirerProxy):
 
 class EventProxy(DirectProxy):
     """The proxy of a manager's ``Event``: ``is_set``, ``set``, ``clear``, ``wait``, as
-    :class:`fiber.synchronize.Event` (served by the manager's hub, called directly).
+    `fiber.synchronize.Event` (served by the manager's hub, called directly).
     """
     _exposed_ = ("is_set", "set", "clear", "wait")
 
 
 class BarrierProxy(DirectProxy):
     """The proxy of a manager's ``Barrier``: ``wait``, ``abort``, ``reset``, ``parties``...,
-    as :class:`fiber.synchronize.Barrier` (served by the manager's hub, called directly).
+    as `fiber.synchronize.Barrier` (served by the manager's hub, called directly).
     """
     _exposed_ = ("wait", "abort", "reset")
 
 
 class QueueProxy(DirectProxy):
     """The proxy of a manager's ``Queue`` or ``JoinableQueue``: the methods of
-    :class:`fiber.queues.JoinableQueue`.
+    `fiber.queues.JoinableQueue`.
 
     Calls go to the queue served by the manager's hub directly: ``q.get(timeout=1)`` is
     one round trip, its wait decided by that hub (multiprocessing's goes through a

@@ -1,7 +1,5 @@
 """The server side of managers: the manager process, and jobs that serve one object each.
 
-::
-
     client process                 manager process (a fiber job)        object job (AsyncManager)
     ──────────────                 ─────────────────────────────        ─────────────────────────
     manager.dict() ─ [mgr, create] ─▶ ManagerService ── worker thread:

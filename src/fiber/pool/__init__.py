@@ -1,18 +1,18 @@
 """``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers.
 
-- :mod:`._pool`: :class:`Pool`, the API; :mod:`._poolcore`: its core (workers' life
-  cycle, submission).
-- :mod:`._service`: the scheduler on the master's hub (task queue, credit, pending
-  tables, recovery of a lost worker's tasks).
-- :mod:`._results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.
-- :mod:`._worker`: the loop a worker runs; :mod:`._protocol`: what master and workers
-  say to each other on the wire.
-- :mod:`._api_extras`: ``Pool._pool``, ``start_workers``, ``wait_until_workers_up``;
-  :mod:`._zpool`: ``ZPool`` and ``ResilientZPool``, the original fiber's names.
-- ``RemoteTraceback``, ``MaybeEncodingError`` and ``TimeoutError`` (from
-  :mod:`fiber.errors`), where ``multiprocessing.pool`` has them; ``ThreadPool`` is the
-  standard library's (threads of this process: nothing of it is a job).
+Besides ``Pool`` and its result objects: ``RemoteTraceback``, ``MaybeEncodingError`` and
+``TimeoutError`` (from ``fiber.errors``), where ``multiprocessing.pool`` has them;
+``ThreadPool``, the standard library's (threads of this process: nothing of it is a job);
+``ZPool`` and ``ResilientZPool``, the original fiber's names of the pool; and the pool
+states ``INIT``, ``RUN``, ``CLOSE`` and ``TERMINATE``.
 """
+
+# Inside: _pool: Pool, the API; _poolcore: its core (workers' life cycle, submission).
+# _service: the scheduler on the master's hub (task queue, credit, pending tables, recovery
+# of a lost worker's tasks). _results: AsyncResult, MapResult and the imap iterators.
+# _worker: the loop a worker runs; _protocol: what master and workers say to each other on
+# the wire. _status: Pool.status(); _losses: the lost-worker warnings. _api_extras:
+# Pool._pool, start_workers, wait_until_workers_up; _zpool: ZPool and ResilientZPool.
 
 from multiprocessing.pool import ThreadPool
 

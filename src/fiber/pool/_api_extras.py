@@ -5,13 +5,13 @@
   of the workers started and not lost, at each read: assigning to it, or changing the list,
   changes nothing of the pool (its size is ``resize``'s). ``pool._state`` is one of
   ``RUN``, ``CLOSE`` and ``TERMINATE`` (the standard library's strings, also in
-  :mod:`fiber.pool`), read-only too.
+  `fiber.pool`), read-only too.
 - ``start_workers()`` and ``wait_until_workers_up()``: the original fiber's ``Pool``
   started its workers on first use, and programs written for it call these two to start
   them early and to wait until every worker has connected. This pool starts its workers
   when it is made, so ``start_workers`` has nothing left to do.
 
-A mixin of :class:`fiber.pool.Pool`, reading the pool's core (``self._core``) as the
+A mixin of `fiber.pool.Pool`, reading the pool's core (``self._core``) as the
 package's internal API.
 """
 

@@ -6,7 +6,7 @@ once its exit code is known: when its job's end is seen, or after ``REPORT_WAIT_
 without it (a host that stopped answering). Warnings are said in the order the workers
 were lost, a later one waiting for those before it: a task that kills each worker it
 runs on has its "killed its worker 2 times" said before "3 times", whichever job's end
-the backend reported first::
+the backend reported first:
 
     worker lost (PoolService.worker_lost) ── Losses.add(ws, Loss(tasks resubmitted, notes))
         ├─ its job ended (the pool's maintainer) ──────────────▶ Losses.ready(ws)
@@ -17,7 +17,7 @@ A worker that ends as asked (the pool closing or terminated, retired by ``resize
 ``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
 
 A worker whose initializer raised tells the master its traceback before it exits
-(:class:`InitFailures`): the first failure of a row is one warning with the traceback;
+(`InitFailures`): the first failure of a row is one warning with the traceback;
 the workers that fail the same way after it are counted, and said in one warning when
 the row ends (a worker starts, the pool breaks or ends); their ends say nothing more.
 """
@@ -59,7 +59,7 @@ class Losses:
         self._unsaid: Deque[Any] = collections.deque()
 
     def add(self, ws: Any, loss: Loss) -> None:
-        """Worker ``ws`` was lost: its warning is said once :meth:`ready`, after those of
+        """Worker ``ws`` was lost: its warning is said once `ready`, after those of
         the workers lost before it."""
         ws.loss = loss
         self._unsaid.append(ws)
@@ -174,7 +174,7 @@ def _where(ws: Any) -> str:
 
 
 def report(ws: Any) -> None:
-    """Say, once, that worker ``ws`` was lost (if it was: see :class:`Loss`)."""
+    """Say, once, that worker ``ws`` was lost (if it was: see `Loss`)."""
     loss: Optional[Loss] = ws.loss
     if loss is None:
         return

@@ -1,7 +1,5 @@
 """``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers.
 
-::
-
     caller thread ── apply_async/map/imap ──▶ pickle (function once, args per task)
                                               └─▶ PoolService.submit (under the hub lock;
                                                   written to idle workers right away)
@@ -15,7 +13,7 @@
 Workers pull work: each holds at most ``pool_prefetch + 1`` tasks, so a map never runs
 serially on one worker while others idle, and a worker is used as soon as it connects,
 before the rest of the pool has started. A worker that dies gives its tasks back; see
-:mod:`fiber.pool._service` for the exactly-once rules.
+`fiber.pool._service` for the exactly-once rules.
 """
 
 from __future__ import annotations
@@ -62,7 +60,7 @@ class Pool(PoolExtras):
     ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
     ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
     ``error_handling`` (the original fiber's) is accepted: a dead worker's tasks always go
-    to the others (see :mod:`fiber.pool._api_extras`).
+    to the others.
 
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
@@ -177,7 +175,7 @@ class Pool(PoolExtras):
             chunksize: Optional[int] = None) -> List[Any]:
         """``[func(x) for x in iterable]`` computed by the workers, in order.
 
-        Waits for every result (see :meth:`map_async` for ``chunksize``).
+        Waits for every result (see `map_async` for ``chunksize``).
 
         Raises:
             ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
@@ -192,7 +190,7 @@ class Pool(PoolExtras):
     def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
                   chunksize: Optional[int] = None, callback: Any = None,
                   error_callback: Any = None) -> MapResult:
-        """Submit ``func(x)`` for each item of ``iterable``; returns a :class:`MapResult` at once.
+        """Submit ``func(x)`` for each item of ``iterable``; returns a `MapResult` at once.
 
         ``iterable`` is consumed now and cut into chunks of ``chunksize`` items (None: about
         four chunks per worker). ``callback`` gets the list of results, ``error_callback``
@@ -209,7 +207,7 @@ class Pool(PoolExtras):
                 chunksize: Optional[int] = None) -> List[Any]:
         """``[func(*args) for args in iterable]`` computed by the workers, in order.
 
-        Waits for every result (see :meth:`map_async` for ``chunksize``).
+        Waits for every result (see `map_async` for ``chunksize``).
 
         Raises:
             ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
@@ -224,7 +222,7 @@ class Pool(PoolExtras):
     def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                       chunksize: Optional[int] = None, callback: Any = None,
                       error_callback: Any = None) -> MapResult:
-        """As :meth:`map_async`, with ``func(*args)`` for each ``args`` of ``iterable``.
+        """As `map_async`, with ``func(*args)`` for each ``args`` of ``iterable``.
 
         Raises:
             ValueError: the pool was closed or terminated, or ``chunksize`` < 1.
@@ -297,7 +295,7 @@ class Pool(PoolExtras):
         """A snapshot of the pool: each worker (name, job id, host, state, the task it
         runs and for how long, tasks done, restarts) and the tasks pending, running,
         done, failed and retried, with the tasks completed per second (fiber extension;
-        ``fiber top`` shows the same for a running program). See :class:`PoolStatus`."""
+        ``fiber top`` shows the same for a running program). See `PoolStatus`."""
         core = self._core
         with core.hub.lock:
             return snapshot(core.service, core.state, core.size)

@@ -1,14 +1,12 @@
 """The core of a ``fiber.Pool``: its workers' life cycle and the submission of tasks.
 
-::
-
-    Pool (the API, :mod:`._pool`) ── submit(fn, mode, items) ──▶ PoolCore
+    Pool (the API, `_pool`) ── submit(fn, mode, items) ──▶ PoolCore
         └─ pickles the function once (a table of functions per pool), the arguments per
-           task, and hands the tasks to PoolService (:mod:`._service`, on the hub)
+           task, and hands the tasks to PoolService (`_service`, on the hub)
     maintainer thread (one per pool): starts workers (one backend submit for many),
         watches their sentinels, replaces the lost, stops the pool when it is done
 
-A pool object that is collected is terminated (:func:`terminate_collected`).
+A pool object that is collected is terminated (`terminate_collected`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """What a pool's master and its workers say to each other.
 
-::
-
     worker ──▶ master   [pool, b"hello", b"", worker_id]              after start-up
                         [pool, b"init_failed", req, traceback,        initializer raised
                          worker_id]                                   (replied: heard)
@@ -99,7 +97,7 @@ def results_busy(frames: Sequence[Any]) -> float:
 
 
 def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
-    """The results of a batch (a list: see :func:`unpack_tasks`)."""
+    """The results of a batch (a list: see `unpack_tasks`)."""
     header = frames[0]
     pos = 1
     out: List[Tuple[int, bool, List[Any]]] = []

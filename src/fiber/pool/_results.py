@@ -243,7 +243,7 @@ class MapResult(ApplyResult):
 
     @property
     def completed(self) -> int:
-        """Items whose result has come (of :attr:`total`)."""
+        """Items whose result has come (of `total`)."""
         return self._items_done
 
     @property

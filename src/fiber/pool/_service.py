@@ -1,7 +1,5 @@
 """The master side of a pool: task queue, workers' credit and pending tables, recovery.
 
-::
-
     Pool.apply_async/map ──submit(tasks)──▶ queue (deque of Task)
                                               │ dispatch: a worker holds at most its
                                               ▼ credit of tasks; least-loaded first
@@ -115,10 +113,10 @@ class WorkerState:
         self.lost = False
         self.connected = False
         self.exitcode: Optional[int] = None
-        #: Its bucket in :class:`ReadyWorkers` (the tasks it held when put there), or -1:
+        #: Its bucket in `ReadyWorkers` (the tasks it held when put there), or -1:
         #: it cannot take a task now.
         self.load = -1
-        #: Its warning once lost, until said (see :mod:`._losses`).
+        #: Its warning once lost, until said (see `_losses`).
         self.loss: Optional[_losses.Loss] = None
         #: When the task it runs started, as far as the master can tell (monotonic): when
         #: it was handed to the idle worker, or the worker's last results came.
@@ -306,7 +304,7 @@ class PoolService(Service):
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
 
     def _refresh(self, ws: WorkerState) -> None:
-        """Refile ``ws`` in :attr:`ready` after what it holds or its state changed."""
+        """Refile ``ws`` in `ready` after what it holds or its state changed."""
         self.ready.put(ws, self._can_take(ws))
 
     def credit(self, fid: int) -> int:
@@ -466,7 +464,7 @@ class PoolService(Service):
 
     def worker_lost(self, ws: WorkerState) -> None:
         """A worker's connection closed or its job ended: reassign what it held, and
-        warn (once its exit code is known, see :mod:`._losses`) unless it ended as
+        warn (once its exit code is known, see `_losses`) unless it ended as
         asked."""
         if ws.lost:
             return

@@ -1,6 +1,6 @@
 """``Pool.status()``: a snapshot of a pool's workers and tasks, for people (``fiber top``).
 
-Everything here is read from the scheduler's state (:mod:`._service`) under the hub's lock,
+Everything here is read from the scheduler's state (`_service`) under the hub's lock,
 in one pass over the workers: a pool of 1,000 workers answers in a millisecond or two,
 and nothing is counted per task but four integers and a per-second bucket. Counts are
 of items: the scheduler hands out chunks of a map's items, users count their items.

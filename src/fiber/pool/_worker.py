@@ -1,7 +1,5 @@
 """The loop a pool worker runs (the target of each worker's job).
 
-::
-
     connect to the master's hub ─▶ initializer(*initargs) ─▶ hello
     loop:  read task batches (block only when nothing is held, after polling for
            ``spin_us`` while a CPU is spare and polling pays; a task that ends the wait
@@ -58,7 +56,7 @@ def _error(exc: BaseException, stage: str) -> List[Any]:
 
 def _exit_error(exc: SystemExit) -> List[Any]:
     """A task that raised ``SystemExit`` (``sys.exit()``): its caller gets a
-    :class:`~fiber.errors.RemoteError` saying so, with the traceback, instead of the
+    `RemoteError` saying so, with the traceback, instead of the
     ``SystemExit`` itself, which would end the caller without a word. The worker goes on."""
     _, _, _, tb = pack_exception(exc)
     return dumps((None, "SystemExit", f"sys.exit({exc.code!r}) in a pool task: it ends "
@@ -180,7 +178,7 @@ class SpinPays:
         return self.spin if self.polled else 0.0
 
     def waited(self) -> None:
-        """The wait that :meth:`start` began has ended."""
+        """The wait that `start` began has ended."""
         waited = time.monotonic() - self.since
         self.pays = waited <= (self.spin if self.polled else 2 * self.spin)
 

@@ -16,11 +16,11 @@ __all__ = ["ZPool", "ResilientZPool"]
 
 
 class ZPool(Pool):
-    """:class:`fiber.pool.Pool` under the original fiber's name and signature.
+    """`fiber.pool.Pool` under the original fiber's name and signature: it raises what
+    ``Pool`` raises, and:
 
     Raises:
         NotImplementedError: ``cluster`` is given (the original never used it either).
-        and what :class:`fiber.pool.Pool` raises.
     """
 
     def __init__(self, processes: Optional[int] = None,
@@ -35,4 +35,4 @@ class ZPool(Pool):
 
 
 class ResilientZPool(ZPool):
-    """:class:`ZPool` (the original's pool with error handling, which every pool has)."""
+    """`ZPool` (the original's pool with error handling, which every pool has)."""

@@ -1,17 +1,19 @@
 """Job-backed processes with the semantics of ``multiprocessing.Process``.
 
-- :mod:`._process`: :class:`Process` and this process's children; :mod:`._attributes`:
-  its name, daemon flag, authkey, and the job's host, id and end; :mod:`._describe`: its
-  repr; :mod:`._job`: the parent's record of one started job; :mod:`._parent`: the parent
-  as a job sees it.
-- :mod:`._bound`: ``Process`` classes bound to one backend (``ctx.Process``).
-- :mod:`._lineage`: the program's main process, which every job ends with.
-- :mod:`._launcher`: the launch protocol (the hub hands a child its payload and hears its
-  exit code); :mod:`._bootstrap`: the entry point of every job
-  (``python -m fiber.process._bootstrap``).
-- :mod:`._fd_handoff`: objects of ``multiprocessing`` itself handed to a job of this host.
-- :mod:`._limits`: the open-file limit that many jobs need.
+A ``Process`` runs its target as a job of the configured backend (a subprocess, a Slurm
+job, a container, a pod); ``current_process``, ``parent_process`` and ``active_children``
+are multiprocessing's; ``start_all``, ``terminate_all`` and ``end_with_parent`` are fiber's.
 """
+
+# Inside: _process: Process and this process's children; _attributes: its name, daemon
+# flag, authkey, and the job's host, id and end; _describe: its repr; _job: the parent's
+# record of one started job; _parent: the parent as a job sees it. _bound: Process classes
+# bound to one backend (ctx.Process). _lineage: the program's main process, which every job
+# ends with. _launcher: the launch protocol (the hub hands a child its payload and hears its
+# exit code); _bootstrap: the entry point of every job (python -m fiber.process._bootstrap).
+# _output, _captured, _relay, _printer: a job's output, forwarded to its parent. _title:
+# process titles. _fd_handoff: objects of multiprocessing itself handed to a job of this
+# host. _limits: the open-file limit that many jobs need.
 
 from .._exports import publish
 from ._lineage import end_with_parent

@@ -1,4 +1,4 @@
-"""The attributes of a :class:`~fiber.process.Process` that read or set its record and
+"""The attributes of a `Process` that read or set its record and
 nothing else: its name, daemon flag and authkey (as multiprocessing's), and what fiber
 adds, the job's host, id and how it ended. A base class, so that ``_process`` keeps to
 the life cycle of the job."""

@@ -1,12 +1,12 @@
 """The entry point of every fiber job: ``python -m fiber.process._bootstrap``.
 
 Reads the parent's hub address and the job token from the environment, fetches the launch
-payload (see :mod:`fiber.process._launcher`), runs the process, reports its exit code, and
-exits. A watchdog thread follows the job's lifelines (:mod:`fiber.process._lineage`): it
+payload (see `fiber.process._launcher`), runs the process, reports its exit code, and
+exits. A watchdog thread follows the job's lifelines (`fiber.process._lineage`): it
 tells ``parent_process()`` when the parent is gone, and ends the job when the program is.
 
 The local backend's fork server preloads this module and runs it as ``__main__`` in each
-job it forks from its template (see :mod:`fiber.backends.local._forkserver`): what the
+job it forks from its template (see `fiber.backends.local._forkserver`): what the
 template made of fiber's per-process state (its process id, its resolved config) is made
 anew first, as a new interpreter would have it.
 """
@@ -45,7 +45,7 @@ def _anchor_fd(address: str) -> int:
 
 
 def _watch_lifelines(parent: str, master: str) -> None:
-    """Follow this job's lifelines (see :mod:`fiber.process._lineage`): the parent's end
+    """Follow this job's lifelines (see `fiber.process._lineage`): the parent's end
     makes ``parent_process()`` dead; the program's end ends this job (no orphans, ever).
 
     A lifeline is the anchor connection to a hub. The main thread makes its calls on it

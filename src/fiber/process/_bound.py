@@ -2,7 +2,7 @@
 
 A bound class starts its jobs on its backend whatever the configured default; it is
 reachable by name in this module (``Process_slurm``), so that it pickles by reference.
-An instance pickles as a plain :class:`~fiber.process.Process` with the same state: the
+An instance pickles as a plain `Process` with the same state: the
 child needs no backend binding (and may not know a backend registered at run time in its
 parent). A user's subclass of a bound class keeps its own class.
 """
@@ -19,7 +19,7 @@ __all__ = ["process_class", "ProcessContext", "BackendContext"]
 
 
 class ProcessContext(Protocol):
-    """What a pool needs of its ``context`` (a :class:`fiber.FiberContext`): the
+    """What a pool needs of its ``context`` (a `fiber.FiberContext`): the
     ``Process`` class its workers are."""
 
     @property
@@ -27,7 +27,7 @@ class ProcessContext(Protocol):
 
 
 class BackendContext(Protocol):
-    """What a manager needs of its ``ctx`` (a :class:`fiber.FiberContext`): the backend
+    """What a manager needs of its ``ctx`` (a `fiber.FiberContext`): the backend
     its processes run on (None: the configured default)."""
 
     @property

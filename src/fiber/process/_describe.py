@@ -24,7 +24,7 @@ def _state(code: Optional[int], connected: bool) -> str:
 def process_repr(kind: str, name: str, job: Any, code: Optional[int], parent_pid: int,
                  ident: Optional[int], closed: bool, daemon: bool) -> str:
     """``<Process name=... pid=... parent=... job=... host=... state [daemon]>`` of a
-    process whose job record (:class:`~fiber.process._job.Job`) is ``job``."""
+    process whose job record (`Job`) is ``job``."""
     parts = [f"name={name!r}"]  # multiprocessing's order: name, pid, parent, state
     if closed:
         parts += [f"parent={parent_pid}", "closed"]

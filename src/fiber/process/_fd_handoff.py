@@ -7,7 +7,7 @@ a child: ``assert_spawning``), or the call queue of
 ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())``. Fiber's
 transport carries no file descriptors, so such a process is started as multiprocessing's
 ``spawn`` start method starts one, when the backend's jobs share this host
-(``Backend.jobs_share_host``: ``local``, ``netns``); elsewhere ``start()`` refuses it::
+(``Backend.jobs_share_host``: ``local``, ``netns``); elsewhere ``start()`` refuses it:
 
     parent, Process.start() ─ pickle_process          child, fiber.process._bootstrap
     ───────────────────────────────────────           ───────────────────────

@@ -1,7 +1,7 @@
 """The parent's record of one started process: its job, its sentinel, how it ended.
 
-A :class:`Job` is made when a :class:`~fiber.process.Process` is prepared for launch and
-is never pickled. The backend's watcher calls :meth:`Job.finish` with the job's final
+A `Job` is made when a `Process` is prepared for launch and
+is never pickled. The backend's watcher calls `Job.finish` with the job's final
 status; ``sentinel_r`` becomes readable (EOF) then, and what the job was handed but may
 never have taken is released.
 """

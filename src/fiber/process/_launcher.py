@@ -1,7 +1,5 @@
 """Launching a job-backed process: the parent's side and the child's bootstrap.
 
-::
-
     parent                                         child job (python -m fiber.process._bootstrap)
     ──────                                         ──────────────────────────────────────
     Process.start()
@@ -23,13 +21,13 @@
 A job of a backend that hands its jobs descriptors (``local``: they are this process's
 children) neither connects nor authenticates: it is handed its anchor, one end of a
 socket pair whose other end the hub serves from the start as that job's (see
-:func:`handing_anchors`); nobody else can hold it.
+`handing_anchors`); nobody else can hold it.
 
 The anchor connection doubles as the child's lifeline to its parent: when it drops (the
 parent exited, was killed, or its host became unreachable for ``heartbeat_timeout``
 seconds) the child's ``parent_process()`` turns dead. A second lifeline, to the program's
 main process, ends the child when the program ends, so fiber never leaves orphan jobs on
-a cluster (see :mod:`fiber.process._lineage`).
+a cluster (see `fiber.process._lineage`).
 """
 
 from __future__ import annotations
@@ -308,7 +306,7 @@ def check_reachable(backend: Backend) -> None:
 
 
 def _serve_source(server: Server, peer: Peer, req_id: bytes, filename: str) -> None:
-    """Reply with the source of ``filename`` as this process's :mod:`linecache` has it
+    """Reply with the source of ``filename`` as this process's `linecache` has it
     (its file, a notebook's cell, or itself asked of its own parent): for the traceback
     of a job that lacks the file. On a thread of its own: reading may take a while, and
     never under the hub's lock."""

@@ -1,6 +1,6 @@
 """The open-file limit of a master of many jobs.
 
-A master holds about :data:`FILES_PER_JOB` descriptors for every job it started (its
+A master holds about `FILES_PER_JOB` descriptors for every job it started (its
 connections, its sentinel pipe, a pidfd, a local job's output pipes): a pool of 1,024
 workers needs some 9,000 while it starts, where many
 systems give a process 1,024 (the soft limit) and allow more (the hard limit). Before it

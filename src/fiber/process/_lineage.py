@@ -2,7 +2,7 @@
 
 A fiber program is its main process (the *master*: the one the user started) and the
 jobs it starts, and theirs. Every job holds two lifelines (see
-:mod:`fiber.process._bootstrap`), its anchor connections to two hubs:
+`fiber.process._bootstrap`), its anchor connections to two hubs:
 
 - to its **parent**: when it drops, ``parent_process()`` turns dead (``is_alive()`` False,
   ``sentinel`` readable, ``join()`` returns), and the job goes on, as a child of
@@ -17,7 +17,7 @@ in each launch payload; in the master it is its own hub's.
 
 fiber's own helper jobs, which serve their parent and nobody else (a pool's workers, the
 object jobs of an ``AsyncManager``), end with their parent instead
-(:func:`end_with_parent`), as the standard library's pool workers and managed objects do.
+(`end_with_parent`), as the standard library's pool workers and managed objects do.
 """
 
 from __future__ import annotations

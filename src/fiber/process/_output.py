@@ -3,7 +3,7 @@
 A job's fds 1 and 2 are pipes, so that native code, ``os.write`` and subprocesses are
 forwarded as well as ``print``; their read ends belong to a process that outlives the
 job, so that nothing it wrote is lost however it ends (``os._exit``, SIGKILL, a segfault,
-the OOM killer). The parent picks the way, in the job's environment (``OUTPUT_ENV``)::
+the OOM killer). The parent picks the way, in the job's environment (``OUTPUT_ENV``):
 
     "captured"  (local, netns: the job is the parent's  the parent's hub drains the pipes
                 child, Backend.jobs_are_children)       itself (see _captured)
@@ -12,7 +12,7 @@ the OOM killer). The parent picks the way, in the job's environment (``OUTPUT_EN
     unset       (forward_output off)                     fds 1, 2 as the backend gave them
 
 In the job nothing runs for it: ``sys.stdout`` is made line-buffered, so that a line
-leaves when it is written, and :func:`sync` lets a pool worker wait, before it sends
+leaves when it is written, and `sync` lets a pool worker wait, before it sends
 results, until what its tasks printed has left the pipes (``FIONREAD`` of both is 0) and,
 with a relay, until the relay has passed it on: a task's lines reach the parent before
 its result. A line the job wrote without its end of line is written by the parent when
@@ -37,7 +37,7 @@ __all__ = ["CAPTURED", "RELAY", "split_for_relay", "start", "sync", "stop", "rel
 
 CAPTURED = _runtime.OUTPUT_CAPTURED
 RELAY = _runtime.OUTPUT_RELAYED
-#: Seconds :func:`sync` waits at most for the pipes to be read (a parent that is busy,
+#: Seconds `sync` waits at most for the pipes to be read (a parent that is busy,
 #: or gone: then the job goes on, and its lines come later or are in its log).
 _SYNC_S = 2.0
 _SYNC_STEP_S = 0.0002

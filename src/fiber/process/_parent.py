@@ -1,11 +1,11 @@
 """The parent as seen from a child: ``parent_process()``.
 
-In a job, :func:`set_parent` records the parent (from the launch payload); the job's
-lifeline to it (see :mod:`fiber.process._bootstrap`) calls :func:`parent_gone` when its
+In a job, `set_parent` records the parent (from the launch payload); the job's
+lifeline to it (see `fiber.process._bootstrap`) calls `parent_gone` when its
 connection to the parent drops. As in ``multiprocessing``, a job whose parent ended (was
 terminated, killed, or lost with its host) goes on, and sees it: ``is_alive()`` False, the
 sentinel readable, ``join()`` returned. It still ends with the program's main process
-(see :mod:`fiber.process._lineage`), which then calls :func:`parent_gone` too, first.
+(see `fiber.process._lineage`), which then calls `parent_gone` too, first.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class ParentProcess(Process):
     """The parent as seen from a child (``parent_process()``).
 
     The parent is gone, as the child sees it, when the child's lifeline to it drops (see
-    :mod:`fiber.process._bootstrap`), which calls :func:`parent_gone`.
+    `fiber.process._bootstrap`), which calls `parent_gone`.
     ``sentinel`` is the read end of a pipe, made on first use, whose write end is closed
     then: it becomes readable (EOF) when ``is_alive()`` turns False, and works with
     ``multiprocessing.connection.wait`` and ``select`` as the parent's sentinel does in

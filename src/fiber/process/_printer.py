@@ -1,14 +1,14 @@
 """The parent's side of forwarded output: each job's lines on this process's stdout and
 stderr, prefixed with the job's name and host (``(PoolWorker-3@node2) ...``).
 
-A job sends the bytes of its fds 1 and 2 as it reads them (see :mod:`._output`); they
-come to the launch service on the hub (:mod:`._launcher`), which hands them here under
+A job sends the bytes of its fds 1 and 2 as it reads them (see `_output`); they
+come to the launch service on the hub (`_launcher`), which hands them here under
 the hub's lock. Lines are put together per job and stream, and written whole, with the
 prefix, to ``sys.stdout`` or ``sys.stderr`` as they are then (a notebook's or a test's
 capture included), and flushed: a line appears as soon as it is complete. What a job
 wrote without an end of line is written when the job's output ends. A job's output ends
 with its ``output_end`` message, or when its output connection closes (a killed job):
-:meth:`OutputPrinter.wait_closed` lets ``join`` wait for that, so that what a job wrote
+`OutputPrinter.wait_closed` lets ``join`` wait for that, so that what a job wrote
 is on the terminal when ``join`` returns.
 """
 
@@ -39,7 +39,7 @@ class _JobOutput:
 
 class OutputPrinter:
     """Jobs' forwarded output, written to this process's stdout and stderr. Its methods
-    run under the hub's lock (the launch service's), but for :meth:`wait_closed`."""
+    run under the hub's lock (the launch service's), but for `wait_closed`."""
 
     def __init__(self) -> None:
         self._jobs: Dict[bytes, _JobOutput] = {}

@@ -1,7 +1,7 @@
 """Job-backed processes with the semantics of ``multiprocessing.Process``.
 
-A :class:`Process` is a job on the configured backend (a subprocess with ``local``, a
-Slurm job, a pod, a container). ``start`` submits it (see :mod:`fiber.process._launcher` for the
+A `Process` is a job on the configured backend (a subprocess with ``local``, a
+Slurm job, a pod, a container). ``start`` submits it (see `fiber.process._launcher` for the
 launch protocol), ``join``/``is_alive``/``exitcode`` follow the backend's view of the job,
 ``terminate``/``kill`` ask the backend to end it. ``sentinel`` is a real file descriptor
 that becomes readable when the job has ended, so it works with
@@ -60,16 +60,8 @@ _OUTPUT_WAIT_S = 2.0
 
 
 class Process(ProcessAttributes):
-    """A job-backed process; the API of ``multiprocessing.Process``.
-
-    Raises (on ``start``):
-        pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
-            pickled (nothing is submitted).
-        BackendError: the backend could not create the job.
-        ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
-            and the backend's jobs do not share this host (see :mod:`fiber.process._fd_handoff`).
-        ConfigError: ``log_file`` cannot be written (nothing is submitted).
-    """
+    """A job-backed process; the API of ``multiprocessing.Process`` (``start`` says what
+    it raises)."""
 
     #: The backend this class starts jobs on; None means the configured default.
     _backend_name: ClassVar[Optional[str]] = None
@@ -98,6 +90,10 @@ class Process(ProcessAttributes):
         self._resources: Optional[Resources] = None
         if daemon is not None:
             self.daemon = daemon
+            """Whether the process is daemonic: terminated when its parent exits, and unable
+            to start children of its own. Set it before ``start`` (a ``ProcessError``
+            after); at exit a parent cancels its daemonic children's jobs and joins the
+            others, as multiprocessing does."""
 
     # -- what runs in the child -----------------------------------------------------------
 
@@ -109,7 +105,16 @@ class Process(ProcessAttributes):
     # -- the parent's controls ------------------------------------------------------------
 
     def start(self) -> None:
-        """Submit the job that runs this process."""
+        """Submit the job that runs this process.
+
+        Raises:
+            pickle.PicklingError, TypeError, AttributeError: target or arguments cannot be
+                pickled (nothing is submitted).
+            BackendError: the backend could not create the job.
+            ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
+                and the backend's jobs do not share this host.
+            ConfigError: ``log_file`` cannot be written (nothing is submitted).
+        """
         start_all([self])
 
     def _explained(self, error: BaseException) -> BaseException:
@@ -162,7 +167,7 @@ class Process(ProcessAttributes):
     def _launched(self, job: Job, handle: JobHandle) -> None:
         """Make the submitted job this process's. It counts as started (a child that
         the exit handler joins) only once everything else is done: what fails before
-        leaves the job to :func:`start_all` to end (see ``Job.withdraw``)."""
+        leaves the job to `start_all` to end (see ``Job.withdraw``)."""
         job.handle = handle
         if handle.output is not None:  # the read ends of its pipes: this process's now
             _launcher.launcher().capture(job.token, handle.output)
@@ -246,7 +251,7 @@ class Process(ProcessAttributes):
 
         On the local backend the job's state is asked for now; on the others it is what the
         job watcher last saw (it polls all jobs at once) or what the job's connection tells.
-        A process found ended leaves :func:`fiber.active_children`.
+        A process found ended leaves `fiber.active_children`.
 
         Raises:
             fiber.errors.ProcessError: called from a process other than the parent (as
@@ -345,6 +350,7 @@ class Process(ProcessAttributes):
         return _SYNTHETIC_PID_BASE + self._identity[-1] + 1000 * len(self._identity)
 
     pid = ident
+    """The process's id: the same as ``ident``."""
 
     @property
     def sentinel(self) -> int:
@@ -497,7 +503,7 @@ class _MainProcess(Process):
 _current_process: Process = _MainProcess()
 _children: Set[Process] = set()
 _exit_registered = False
-#: Set when :func:`_exit_function` begins (see :func:`program_exiting`).
+#: Set when `_exit_function` begins (see `program_exiting`).
 _exiting = threading.Event()
 
 
@@ -580,7 +586,7 @@ def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
 
 def program_exiting() -> bool:
     """Whether this process has begun to end its children at exit (see
-    :func:`_exit_function`): a pool then replaces no worker it loses."""
+    `_exit_function`): a pool then replaces no worker it loses."""
     return _exiting.is_set()
 
 
@@ -588,7 +594,7 @@ def _exit_function() -> None:
     """At exit, as multiprocessing does: end daemonic children, wait for the others.
 
     A pool's maintainer would replace the workers ended here (multiprocessing terminates
-    its pools first): it starts none once :func:`program_exiting`, and a daemonic child
+    its pools first): it starts none once `program_exiting`, and a daemonic child
     started meanwhile is ended before it is waited for, not waited for for ever."""
     _exiting.set()
     terminate_all([p for p in active_children() if p.daemon])

@@ -2,7 +2,7 @@
 
 A job that is not its parent's child (Slurm, Docker, Kubernetes: a backend whose
 ``jobs_are_children`` is False; a child's pipes its parent drains itself, see
-:mod:`._captured`) starts as one process that splits in two at once::
+`_captured`) starts as one process that splits in two at once:
 
     the job's first process (the backend's)         its child: the job proper
     ───────────────────────────────────────          ─────────────────────────
@@ -24,7 +24,7 @@ So whatever ends the job (``os._exit``, SIGKILL, a segfault, the OOM killer), ev
 it wrote reaches the job's log and its parent: the pipes' read ends are the relay's, not
 the dying process's. The backend sees the job's own exit status. A pool worker that is
 about to send results first waits until the relay has passed on what its tasks printed
-(:func:`fiber.process._output.sync`: the pipes are empty and the relay is not busy, a
+(`fiber.process._output.sync`: the pipes are empty and the relay is not busy, a
 flag in a page the two processes share), so a task's lines come before its result.
 """
 

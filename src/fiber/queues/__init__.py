@@ -1,13 +1,14 @@
 """``Queue``, ``SimpleQueue`` and ``JoinableQueue`` between fiber processes on any hosts.
 
-- :mod:`._queue`: the queues (handles) and the service on the creator's hub that holds
-  their items.
-- :mod:`._reader`: in the creating process, a queue as a connection that
-  ``multiprocessing.connection.wait`` can wait on (``Queue._reader``).
-- The original fiber's names, for programs written for it: ``SimpleQueuePush`` (its
-  ``SimpleQueue``), ``Pipe`` and ``ZConnection`` (the ends of a pipe): this package's
-  ``SimpleQueue``, :func:`fiber.connection.Pipe` and :class:`fiber.connection.Connection`.
+A queue's items are held by the hub of the process that made it. The original fiber's
+names, for programs written for it: ``SimpleQueuePush`` (its ``SimpleQueue``), ``Pipe`` and
+``ZConnection`` (the ends of a pipe) are this package's ``SimpleQueue``,
+``fiber.connection.Pipe`` and ``fiber.connection.Connection``.
 """
+
+# Inside: _queue: the queues (handles) and the service on the creator's hub that holds
+# their items. _reader: in the creating process, a queue as a connection that
+# multiprocessing.connection.wait can wait on (Queue._reader).
 
 from .._exports import publish
 from ..connection import Connection as ZConnection

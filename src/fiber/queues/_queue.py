@@ -1,7 +1,5 @@
 """``Queue``, ``SimpleQueue`` and ``JoinableQueue`` shared by processes on any hosts.
 
-::
-
     writers (any process)                hub of the creating process           readers
     ─────────────────────                ───────────────────────────           ───────
     put(x) ── [put, frames] ───────────▶ QueueService                ◀── [get, wait] ── get()
@@ -25,7 +23,7 @@ before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
 
 In the creating process, ``_reader`` (made on first use) is the queue as a connection that
 ``multiprocessing.connection.wait`` can wait on, as the standard library's queues have one
-(see :mod:`fiber.queues._reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
+(see `fiber.queues._reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
 """
 
 from __future__ import annotations
@@ -58,7 +56,7 @@ _reader_lock = threading.Lock()
 
 
 class QueueOps:
-    """The queue protocol's operations (requests to a :class:`QueueService`)."""
+    """The queue protocol's operations (requests to a `QueueService`)."""
 
     PUT = b"put"
     PUT_WAIT = b"put_wait"

@@ -3,7 +3,7 @@
 The standard library's queues are OS pipes, and code written against them waits on the
 pipe: ``concurrent.futures.ProcessPoolExecutor``'s manager thread calls
 ``multiprocessing.connection.wait([result_queue._reader, ...] + sentinels)`` and then
-``result_queue._reader.recv()``. A fiber queue is served by its creator's hub, so there::
+``result_queue._reader.recv()``. A fiber queue is served by its creator's hub, so there:
 
     QueueService.handle (hub lock) ── items became non-empty ──▶ one byte in a pipe
                                    ── items became empty ──────▶ the byte read back

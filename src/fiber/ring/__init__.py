@@ -2,9 +2,12 @@
 
 ``fiber.Ring(size, func).run()`` runs ``func(rank, size)`` in ``size`` jobs with the
 rendezvous of ``torch.distributed`` set in their environment and returns the results in
-rank order (see :mod:`fiber.ring._ring` for the messages, :mod:`fiber.ring._member` for
-the reserved port). ``fiber.experimental.Ring`` is the original fiber's interface, on this one.
+rank order. ``fiber.experimental.Ring`` is the original fiber's interface, on this one.
 """
+
+# Inside: _ring: Ring and the messages between the master and the members; _rendezvous:
+# what the rendezvous is made of (addresses, the reserved port, interfaces, the plan);
+# _member: what runs in a member (its half of the rendezvous, then the function).
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What runs in each ring member: the member's half of the rendezvous, then the function.
 
-See :mod:`fiber.ring._ring` for the messages. Rank 0 reserves the rendezvous port on its
+See `fiber.ring._ring` for the messages. Rank 0 reserves the rendezvous port on its
 own host before it says hello, and keeps it reserved: when torch is importable there it
 starts torch's ``TCPStore`` server on the very socket it bound (``master_listen_fd``),
 so that the port is never free between its reservation and its use, and every rank,
@@ -29,7 +29,7 @@ __all__ = ["RingMember", "current_member", "member_main"]
 
 @dataclasses.dataclass(frozen=True)
 class RingMember:
-    """The ring as one member sees it (:func:`current_member`)."""
+    """The ring as one member sees it (`current_member`)."""
 
     rank: int
     size: int

@@ -1,8 +1,8 @@
 """What a ring's rendezvous is made of: addresses, the reserved port, interfaces, the plan.
 
-The member side (:mod:`fiber.ring._member`) finds the address it is reached at and, on
-rank 0, reserves the rendezvous port; the master (:mod:`fiber.ring._ring`) turns every
-member's :class:`Hello` into the environment of each rank (:func:`plan`), with torchrun's
+The member side (`fiber.ring._member`) finds the address it is reached at and, on
+rank 0, reserves the rendezvous port; the master (`fiber.ring._ring`) turns every
+member's `Hello` into the environment of each rank (`plan`), with torchrun's
 names. Nothing here sends a message.
 """
 
@@ -31,7 +31,7 @@ class Hello(NamedTuple):
 
 def member_address() -> str:
     """The address this member is reached at: the one its hub listens on, i.e. on the
-    route to its parent (see :func:`fiber._core._runtime.listen_host`)."""
+    route to its parent (see `fiber._core._runtime.listen_host`)."""
     return _runtime.listen_host()
 
 

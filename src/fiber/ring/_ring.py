@@ -1,7 +1,5 @@
 """``fiber.Ring``: N equal members started as fiber jobs, with torch.distributed's rendezvous.
 
-::
-
     master: Ring.run()                                member r (a fiber job, anywhere)
     ──────────────────                                ────────────────────────────────
     a duplex Pipe per member; start_all(N jobs)  ──▶  address = its hub's (route to master)

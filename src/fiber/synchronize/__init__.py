@@ -1,9 +1,12 @@
 """Locks, semaphores, events, conditions and barriers between fiber processes on any hosts.
 
-- :mod:`._primitives`: ``Lock``, ``RLock``, ``Semaphore``, ``BoundedSemaphore``, ``Event``
-  and their services on the creator's hub.
-- :mod:`._condition`: ``Condition``; :mod:`._barrier`: ``Barrier``.
+Each object is served by the hub of the process that made it: waits and timeouts are
+decided there, and a lock whose holder dies is released. ``BrokenBarrierError`` is the
+standard library's (``threading``'s, as in ``multiprocessing``).
 """
+
+# Inside: _primitives: Lock, RLock, Semaphore, BoundedSemaphore, Event and their services
+# on the creator's hub. _condition: Condition; _barrier: Barrier.
 
 from threading import BrokenBarrierError
 

@@ -1,7 +1,5 @@
 """``Barrier``: ``parties`` processes on any hosts wait until all have arrived.
 
-::
-
     party k (any process)                    hub of the Barrier's creator
     ─────────────────────                    ────────────────────────────
     wait(t) ── [wait, t] ──────────────────▶ BarrierService: count, parked waiters

@@ -1,7 +1,5 @@
 """``Condition``: a condition variable over a fiber Lock or RLock, on any hosts.
 
-::
-
     waiter (holds the lock)                       hub of the Condition's creator
     ───────────────────────                       ──────────────────────────────
     wait(t): [enqueue, ticket] ─────────────────▶ ConditionService: tickets in arrival order
@@ -149,7 +147,7 @@ class Condition(Handle):
         super().__setstate__(base)
 
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
-        """Acquire the underlying lock (see :meth:`fiber.synchronize.Lock.acquire`).
+        """Acquire the underlying lock (see `fiber.synchronize.Lock.acquire`).
 
         Returns:
             True if the lock was taken, False if ``block`` is False or ``timeout`` passed.
@@ -160,7 +158,7 @@ class Condition(Handle):
         return self._lock.acquire(block, timeout)
 
     def release(self) -> None:
-        """Release the underlying lock (see :meth:`fiber.synchronize.Lock.release`).
+        """Release the underlying lock (see `fiber.synchronize.Lock.release`).
 
         Raises:
             ValueError: (Lock) it is not held.

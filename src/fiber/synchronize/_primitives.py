@@ -1,7 +1,5 @@
 """Locks, semaphores, conditions, events and barriers shared by processes on any hosts.
 
-::
-
     any fiber process, any thread                 hub of the creating process
     ─────────────────────────────                 ───────────────────────────
     lock.acquire(timeout=t) ── [acquire, tid, t] ─▶ LockService: owner (process id, thread),
@@ -9,16 +7,16 @@
     lock.release() ──────────── [release, tid] ───▶ next waiter gets ok
     (holder process gone: its anchor connection closed) ─▶ process_gone: lock released
 
-``Condition`` (:mod:`fiber.synchronize._condition`) and ``Barrier``
-(:mod:`fiber.synchronize._barrier`) build on the same machinery. Every primitive is a
-:class:`~fiber._core._served.Handle` to a service on the hub of the process that created
+``Condition`` (`fiber.synchronize._condition`) and ``Barrier``
+(`fiber.synchronize._barrier`) build on the same machinery. Every primitive is a
+`Handle` to a service on the hub of the process that created
 it, like a queue: it pickles to a few bytes and works from any fiber process on any host.
 Waits are decided by the server, which answers when the call can complete or its timeout
 passes; the caller only waits for that answer.
 
 **Owners.** A ``Lock`` or ``RLock`` is held by the *(process, thread)* that acquired it:
 the process is the id the hub learned in the connection's handshake
-(:func:`fiber.transport.client.process_id`), the thread travels in each request. As with
+(`fiber.transport.client.process_id`), the thread travels in each request. As with
 ``multiprocessing``, any process may ``release`` a ``Lock``; only its owner an ``RLock``.
 
 **Lifetime.** As with queues, the object is served while the handle returned to its

@@ -1,6 +1,6 @@
 """Helpers for testing fiber programs and fiber itself.
 
-- :mod:`fiber.testing.netns`: several "hosts" on one Linux machine (network namespaces
+- `fiber.testing.netns`: several "hosts" on one Linux machine (network namespaces
   joined by a bridge, root only) and the ``netns`` backend that runs every job in one of
   them, so that multi-host behaviour (addresses, partitions, killed hosts) can be tested
   without a cluster.

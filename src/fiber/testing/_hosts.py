@@ -1,5 +1,5 @@
 """Several "hosts" on one Linux machine: network namespaces joined by a bridge (root only).
-The backend that runs jobs on them is :mod:`fiber.testing.netns`, which documents both."""
+The backend that runs jobs on them is `fiber.testing.netns`, which documents both."""
 
 
 from __future__ import annotations
@@ -253,12 +253,8 @@ def _check_host(i: int, n: int) -> int:
 class Hosts:
     """N network-namespace "hosts" on a bridge; see the module docstring.
 
-    Hosts are numbered from 1 (``h1`` .. ``hN``) in :meth:`exec_prefix`, :meth:`partition`
-    and :meth:`name`; :attr:`hosts` lists them in that order. Needs root.
-
-    Raises (from :meth:`start`):
-        RuntimeError: a setup command failed (the message names it, its exit code and its
-            stderr) or the hosts cannot reach each other; whatever was created is removed.
+    Hosts are numbered from 1 (``h1`` .. ``hN``) in `exec_prefix`, `partition`
+    and `name`; `hosts` lists them in that order. Needs root.
     """
 
     def __init__(self, n: int = 3, *, index: Optional[int] = None,
@@ -286,14 +282,17 @@ class Hosts:
 
     @property
     def tag(self) -> str:
+        """The prefix of every name these hosts use (``fbt<k>``: ``<k>`` their index)."""
         return f"{_PREFIX}{self.index}"
 
     @property
     def subnet(self) -> ipaddress.IPv4Network:
+        """The bridge's network, ``10.202.<k>.0/24``."""
         return ipaddress.IPv4Network(f"{NETWORK.network_address + (self.index << 8)}/24")
 
     @property
     def bridge(self) -> str:
+        """The bridge's name, ``fbt<k>br``."""
         return f"{self.tag}br"
 
     @property
@@ -306,6 +305,7 @@ class Hosts:
         return f"{self.tag}-h{_check_host(i, self.n)}"
 
     def ip(self, i: int) -> str:
+        """Host ``i``'s address (1-based): ``10.202.<k>.<10 + i>``."""
         return str(self.subnet.network_address + 10 + _check_host(i, self.n))
 
     def veth(self, i: int) -> str:
@@ -328,14 +328,25 @@ class Hosts:
         return _netns_pids(self.name(i))
 
     def host_list(self) -> HostList:
+        """The hosts and the master's address, as jobs are placed on them.
+
+        Raises:
+            RuntimeError: the hosts are not started.
+        """
         self._require_started()
         return HostList(self.hosts, self.root_ip)
 
     def to_env(self) -> str:
+        """The value of ``FIBER_NETNS_HOSTS`` that jobs get: the host list as JSON.
+
+        Raises:
+            RuntimeError: the hosts are not started.
+        """
         return self.host_list().to_env()
 
     @property
     def started(self) -> bool:
+        """Whether ``start`` has created the hosts (and ``stop`` not removed them)."""
         return self._started
 
     def _require_started(self) -> None:
@@ -345,7 +356,13 @@ class Hosts:
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self) -> Hosts:
-        """Create the bridge, the namespaces and their links (idempotent); returns self."""
+        """Create the bridge, the namespaces and their links (idempotent); returns self.
+
+        Raises:
+            RuntimeError: a setup command failed (the message names it, its exit code and
+                its stderr) or the hosts cannot reach each other; whatever was created is
+                removed.
+        """
         with self._mutex:
             if self._started:
                 return self

@@ -1,6 +1,6 @@
 """Several "hosts" on one Linux machine, and the ``netns`` backend that runs jobs on them.
 
-:class:`Hosts` creates N network namespaces joined by a Linux bridge (root only)::
+`Hosts` creates N network namespaces joined by a Linux bridge (root only):
 
     root namespace (the test process, the fiber master)
       bridge fbt<k>br  10.202.<k>.1/24
@@ -12,16 +12,16 @@ Every namespace has its own ``lo`` and no default route: nothing can leave the m
 ``<k>`` is an index in 0..255 claimed with a lock file (``/run/fiber-testing-netns``), so
 concurrent test runs on one machine never share names or addresses; an index whose
 10.202.<k>.0/24 is already routed here is skipped. Resources left behind by a run that
-died (its lock is free) are removed by the next :meth:`Hosts.start`.
+died (its lock is free) are removed by the next `Hosts.start`.
 
-:meth:`Hosts.partition` sets a host's bridge-side veth down: the host keeps its address
+`Hosts.partition` sets a host's bridge-side veth down: the host keeps its address
 and its processes keep running, but no packet reaches or leaves it (a cut cable).
 
-:class:`NetnsBackend` (``backend="netns"``) is the ``local`` backend with every job started
-through ``ip netns exec <host>`` on the hosts installed with :func:`use_hosts`, round
-robin (or on the host chosen with :func:`on_host`). Jobs are still subprocesses of the
+`NetnsBackend` (``backend="netns"``) is the ``local`` backend with every job started
+through ``ip netns exec <host>`` on the hosts installed with `use_hosts`, round
+robin (or on the host chosen with `on_host`). Jobs are still subprocesses of the
 submitting process, so their exit codes are exact; ``JobHandle.host`` is the namespace.
-The master stays in the root namespace and must listen on the bridge::
+The master stays in the root namespace and must listen on the bridge:
 
     hosts = Hosts(3).start()
     use_hosts(hosts)
@@ -66,7 +66,7 @@ _pin = threading.local()
 
 
 def use_hosts(hosts: Optional[Any]) -> None:
-    """Make ``hosts`` (started :class:`Hosts`) the ones netns jobs run on; None: forget.
+    """Make ``hosts`` (started `Hosts`) the ones netns jobs run on; None: forget.
 
     Also sets ``FIBER_NETNS_HOSTS`` in this process's environment, so that programs it
     starts (a test's helper script, say) find the hosts too.
@@ -87,7 +87,7 @@ def use_hosts(hosts: Optional[Any]) -> None:
 
 
 def current_hosts() -> Optional[HostList]:
-    """The hosts installed by :func:`use_hosts`, else those inherited from the parent."""
+    """The hosts installed by `use_hosts`, else those inherited from the parent."""
     global _current
     with _current_lock:
         if _current is None and os.environ.get(HOSTS_ENV):
@@ -139,6 +139,11 @@ class NetnsBackend(LocalBackend):
         return hosts
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
+        """``ip netns exec <host>``: the next host round robin, or the one `on_host` chose.
+
+        Raises:
+            SubmitError: no hosts are installed, or the chosen host does not exist.
+        """
         hosts = self._hosts()
         n = len(hosts.hosts)
         i = getattr(_pin, "host", None)
@@ -153,6 +158,12 @@ class NetnsBackend(LocalBackend):
         return prefix
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        """Start each job in a host, with the host list in its environment (its own
+        children go on the hosts too); ``JobHandle.host`` is the host's namespace.
+
+        Raises:
+            SubmitError: no hosts are installed, or the job cannot start.
+        """
         env_value = self._hosts().to_env()
         handles = []
         for spec in specs:
@@ -165,6 +176,11 @@ class NetnsBackend(LocalBackend):
         return handles
 
     def listen_host(self) -> str:
+        """The root namespace's address on the bridge.
+
+        Raises:
+            RuntimeError: no hosts are installed (``use_hosts``).
+        """
         hosts = current_hosts()
         if hosts is None:
             raise RuntimeError("the netns backend has no hosts: start fiber.testing.netns."

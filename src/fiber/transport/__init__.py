@@ -1,17 +1,17 @@
 """fiber's transport: authenticated message sockets between the processes of a program.
 
-Self-contained: it imports nothing of fiber but :mod:`fiber.errors`, and takes its
-settings as arguments (:class:`.client.Settings`; the program's configuration is passed
-by :mod:`fiber._core._clients`).
+Self-contained: it imports nothing of fiber but `fiber.errors`, and takes its
+settings as arguments (`client.Settings`; the program's configuration is passed
+by `fiber._core._clients`).
 
-- :mod:`.server`: one listening socket and one thread serving the *services* registered
-  on it; :mod:`.peers`: who sends it requests.
-- :mod:`.client`: the client side (one connection per thread, an *anchor* per process).
-- :mod:`.auth`: the program secret and the handshake that proves it.
-- :mod:`.framing`: messages as frames on a byte stream; :mod:`.memfd`: large frames
-  between processes of one host, without a copy; :mod:`.sockets`: addresses, listening,
+- `server`: one listening socket and one thread serving the *services* registered
+  on it; `peers`: who sends it requests.
+- `client`: the client side (one connection per thread, an *anchor* per process).
+- `auth`: the program secret and the handshake that proves it.
+- `framing`: messages as frames on a byte stream; `memfd`: large frames
+  between processes of one host, without a copy; `sockets`: addresses, listening,
   keepalives.
-- :mod:`.serialization`: objects to frames (pickle 5, buffers out of band, ``__main__``
-  by value); :mod:`.remote`: exceptions carried between processes.
-- :mod:`.cpus`: whether a CPU is spare, and polling while one is.
+- `serialization`: objects to frames (pickle 5, buffers out of band, ``__main__``
+  by value); `remote`: exceptions carried between processes.
+- `cpus`: whether a CPU is spare, and polling while one is.
 """

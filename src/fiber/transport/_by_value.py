@@ -5,11 +5,11 @@ installed (it is the one runtime dependency, and pip takes its newest):
 
 - **Code objects** keep their file name. cloudpickle 3.1.3 renames the file of every code
   object it ships to ``<dynamic-code>``, so a remote traceback lost the file and line of
-  the user's function. Here a code object travels as :func:`marshal.dumps` does it (the
+  the user's function. Here a code object travels as `marshal.dumps` does it (the
   format of ``.pyc`` files: every field kept, nested code objects included; jobs run the
   parent's Python version, as bytecode requires anyway).
 - **Functions of ``__main__``** are rebuilt on the one namespace of
-  :mod:`._main_namespace`, by :func:`reduce_main_function` here and the reconstructors
+  `_main_namespace`, by `reduce_main_function` here and the reconstructors
   there, so that any unpickler (plain ``pickle.loads`` too) shares their globals.
 
 Everything else cloudpickle does (lambdas and closures of other modules, classes of

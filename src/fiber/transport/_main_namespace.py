@@ -5,7 +5,7 @@ and a by-value function would get a globals dict of its own per pickle. A Pool's
 initializer (pickled in the worker's launch payload) and its task function (pickled apart)
 would not see each other's globals, so ``global model; model = v`` in the initializer would
 be lost to the tasks. A ``multiprocessing`` worker imports the main script, and all its
-functions share that module's globals; here they share :data:`namespace`::
+functions share that module's globals; here they share `namespace`:
 
     the pickler, for a function whose globals are __main__'s (_by_value):
         (make_function, (code, base_globals, name, number of closure cells),
@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Optional
 __all__ = ["namespace", "make_function", "set_function_state", "fetch_sources_with"]
 
 #: Where the source of a rebuilt function's file comes from when this host lacks the
-#: file: the process that sent it (see :func:`fetch_sources_with`).
+#: file: the process that sent it (see `fetch_sources_with`).
 _fetch_source: Optional[Callable[[str], Optional[str]]] = None
 
 #: The globals of every function of ``__main__`` rebuilt in this process.
@@ -58,8 +58,8 @@ _lock = threading.Lock()
 
 def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: str,
                   cells: int) -> types.FunctionType:
-    """A function of ``__main__`` with :data:`namespace` for its globals, and ``cells``
-    empty closure cells (:func:`set_function_state` fills them, and the rest).
+    """A function of ``__main__`` with `namespace` for its globals, and ``cells``
+    empty closure cells (`set_function_state` fills them, and the rest).
 
     ``base_globals`` holds the module attributes that relative imports need (``__name__``,
     ``__file__``, ...); they are set once, by the first function of ``__main__`` rebuilt.
@@ -83,7 +83,7 @@ def fetch_sources_with(fetch: Optional[Callable[[str], Optional[str]]]) -> None:
 
 
 def _lazy_source(filename: str) -> None:
-    """Register ``filename`` in :mod:`linecache` as a lazy entry read by ``_fetch_source``:
+    """Register ``filename`` in `linecache` as a lazy entry read by ``_fetch_source``:
     linecache calls it only when the file cannot be read here, once."""
     fetch = _fetch_source
     if (fetch is None or not filename or filename in linecache.cache
@@ -94,9 +94,9 @@ def _lazy_source(filename: str) -> None:
 
 
 def set_function_state(func: types.FunctionType, state: Dict[str, Any]) -> None:
-    """Give a function built by :func:`make_function` what it had when it was pickled
+    """Give a function built by `make_function` what it had when it was pickled
     (see ``_by_value.reduce_main_function``): its attributes, its closure's values, and
-    its globals, merged into :data:`namespace` by the rule of this module's docstring."""
+    its globals, merged into `namespace` by the rule of this module's docstring."""
     with _lock:
         for name, value in state["__globals__"].items():
             _merge(name, value)

@@ -4,7 +4,7 @@ Every fiber program has one random 32-byte secret, made by the main process and 
 each child through its job's environment (``FIBER_SECRET``), which the child removes from
 its own environment at once. It is never printed, logged, pickled or put in a command line.
 
-Handshake on every new connection, mutual, before anything is unpickled::
+Handshake on every new connection, mutual, before anything is unpickled:
 
     C ─▶ S   HELLO  version, client_nonce, process_id, flags
     S ─▶ C   CHAL   server_nonce, HMAC(secret, "S" | client_nonce | server_nonce), server_id
@@ -73,7 +73,7 @@ def program_secret() -> bytes:
 
 def adopt_secret(secret: bytes) -> None:
     """Take ``secret`` as this process's program secret: a standard-library
-    ``multiprocessing`` child that received a fiber object (see :mod:`fiber._core._served`),
+    ``multiprocessing`` child that received a fiber object (see `fiber._core._served`),
     which has no job environment to inherit it from.
 
     Raises:

@@ -1,15 +1,15 @@
-"""The client side of a :class:`~fiber.transport.server.Server`.
+"""The client side of a `Server`.
 
-A :class:`Client` is one authenticated TCP connection used by one thread: it sends
+A `Client` is one authenticated TCP connection used by one thread: it sends
 ``[service, op, req_id, *payload]`` and reads ``[req_id, status, *payload]`` itself, with
 no helper thread in between. It reads nothing until the server proved it holds the secret.
-A closed or broken connection raises :class:`ConnectionLost`; a client never reconnects on
+A closed or broken connection raises `ConnectionLost`; a client never reconnects on
 its own.
 
-In the process that runs the server, :class:`LocalClient` calls the services directly, and
+In the process that runs the server, `LocalClient` calls the services directly, and
 waits for a reply by serving the server's connections itself (``Server.wait_serving``).
 
-:func:`get_client` caches one client per thread and address. The first connection a
+`get_client` caches one client per thread and address. The first connection a
 process makes to a server is its *anchor*, kept open until the process ends, so that the
 server can tell when the process is gone (and a child, when its parent is gone); it also
 carries the calls of the first thread that asks for a client of that server.
@@ -45,12 +45,12 @@ LateReply = Callable[[bytes, List[Any]], None]
 
 
 class Settings(Protocol):
-    """What the transport reads of the program's configuration (a :class:`fiber.Config`
+    """What the transport reads of the program's configuration (a `fiber.Config`
     has it): asked for again at each use, so that a changed configuration applies."""
 
     @property
     def spin_us(self) -> float:
-        """Microseconds a thread waiting for a reply may poll first (see :mod:`.cpus`)."""
+        """Microseconds a thread waiting for a reply may poll first (see `cpus`)."""
 
     @property
     def heartbeat_interval(self) -> float:
@@ -107,17 +107,17 @@ class Client:
                  adopted: Optional[socket.socket] = None) -> None:
         """Connect to ``address`` and authenticate; or, with ``adopted``, take that socket,
         this process's end of a pair whose other end the server serves already (see
-        :meth:`fiber.transport.server.Server.adopt`)."""
+        `fiber.transport.server.Server.adopt`)."""
         self.address = address
         self._settings = settings
         self.lost = False
         #: An anchor is also the client of the first thread that asks for one (see
-        #: :func:`get_client`): a job's main thread makes no second connection.
+        #: `get_client`): a job's main thread makes no second connection.
         self.taken = False
         self._ids = itertools.count(1)
         self._late: Dict[bytes, LateReply] = {}
         #: Messages the server sent unasked (request id empty: a pool's tasks) that came
-        #: while this client waited for a reply; :meth:`next_push` gives them first.
+        #: while this client waited for a reply; `next_push` gives them first.
         self._pushes: Deque[List[Any]] = collections.deque()
         if adopted is not None:
             self.sock = adopted
@@ -170,7 +170,7 @@ class Client:
     def start(self, service: bytes, op: bytes, frames: Sequence[Any],
               on_reply: LateReply) -> bytes:
         """Send a request without waiting; its reply goes to ``on_reply`` when a later
-        read of this client meets it (:meth:`serve_late`, or another request's wait).
+        read of this client meets it (`serve_late`, or another request's wait).
         Returns the request's id."""
         req_id = struct.pack("<Q", next(self._ids))
         self._late[req_id] = on_reply
@@ -183,8 +183,8 @@ class Client:
 
     def serve_late(self) -> None:
         """Read what has come, without blocking, and hand the replies it completes to
-        their ``on_reply`` (messages the server pushed are kept for :meth:`next_push`;
-        what is neither is dropped, as in :meth:`request`).
+        their ``on_reply`` (messages the server pushed are kept for `next_push`;
+        what is neither is dropped, as in `request`).
 
         Raises:
             ConnectionLost: the server is gone.
@@ -200,7 +200,7 @@ class Client:
         """The next message the server sent unasked, ``[b"", op, *payload]``, waiting up
         to ``timeout`` s (None: for ever; 0: only what has come), after polling for it for
         ``spin`` s while a CPU is spare; None at the timeout. Replies to requests started
-        with :meth:`start` met meanwhile go to their ``on_reply``.
+        with `start` met meanwhile go to their ``on_reply``.
 
         A pool's worker takes its tasks so on the connection that also carries its
         tasks' own calls to the master: a push that comes while such a call waits for
@@ -242,7 +242,7 @@ class Client:
         self._reader.close()
 
     def send_message(self, frames: List[Any]) -> None:
-        """Send one message as it is (its request id included: see :meth:`receive`).
+        """Send one message as it is (its request id included: see `receive`).
 
         Raises:
             ConnectionLost: the server is gone.
@@ -257,10 +257,10 @@ class Client:
 
     def poll(self, seconds: float) -> None:
         """Read what comes within ``seconds``, polling while a CPU is spare (see
-        :func:`fiber.transport.cpus.poll`), until a message is complete.
+        `fiber.transport.cpus.poll`), until a message is complete.
 
         Raises:
-            ConnectionLost: as :meth:`receive`.
+            ConnectionLost: as `receive`.
         """
         messages = self._reader.messages
         _cpus.poll(lambda: messages or (self._feed(socket.MSG_DONTWAIT) and messages), seconds)
@@ -350,8 +350,8 @@ class Client:
 
 
 class Channel(Protocol):
-    """What :func:`get_client` gives: a :class:`Client` (a connection) or a
-    :class:`LocalClient` (this process's own server, called directly)."""
+    """What `get_client` gives: a `Client` (a connection) or a
+    `LocalClient` (this process's own server, called directly)."""
 
     address: str
     lost: bool
@@ -367,8 +367,8 @@ class Channel(Protocol):
 
 
 class OwnServer(Protocol):
-    """What a :class:`LocalClient` uses of this process's own server (a
-    :class:`~fiber.transport.server.Server`, which imports this module)."""
+    """What a `LocalClient` uses of this process's own server (a
+    `Server`, which imports this module)."""
 
     address: str
     lock: threading.RLock
@@ -432,7 +432,7 @@ class LocalClient:
 
     def start(self, service: bytes, op: bytes, frames: Sequence[Any],
               on_reply: LateReply) -> bytes:
-        """As :meth:`Client.start`; ``on_reply`` is called under the server's lock, on
+        """As `Client.start`; ``on_reply`` is called under the server's lock, on
         whichever thread answers (this one, when the answer is immediate)."""
         server = self._server
         peer = server.local_peer()
@@ -463,7 +463,7 @@ _local_servers: Dict[str, OwnServer] = {}
 
 
 def register_local_server(server: OwnServer) -> None:
-    """Route this process's calls to ``server`` through :class:`LocalClient`."""
+    """Route this process's calls to ``server`` through `LocalClient`."""
     _local_servers[server.address] = server
 
 
@@ -517,11 +517,11 @@ def own_client(address: str, timeout: float = CONNECT_TIMEOUT, *,
     """A connection to ``address`` for the caller alone, not this thread's cached one.
 
     For a channel on which the server also pushes messages nobody asked for (a pool's
-    tasks): :meth:`Client.request` drops what is not a reply, so user code that calls
-    the same server through :func:`get_client` on that thread must not share it.
+    tasks): `Client.request` drops what is not a reply, so user code that calls
+    the same server through `get_client` on that thread must not share it.
 
     Raises:
-        ConnectionLost, TransportError, AuthenticationError: as :func:`get_client`.
+        ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
     ensure_anchor(address, timeout, settings=settings)
     client = Client(address, timeout=timeout, settings=settings)
@@ -535,7 +535,7 @@ def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT, *,
 
     It is closed only when the process ends (or the connection fails): its end is how
     the server learns that the process is gone. It may carry one thread's calls (see
-    :func:`get_client`); whoever watches it for its end must not read from it.
+    `get_client`); whoever watches it for its end must not read from it.
     """
     with _anchor_lock:
         anchor = _anchors.get(address)
@@ -550,7 +550,7 @@ def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
                  settings: SettingsSource) -> Client:
     """Make ``sock`` this process's anchor to the server at ``address``, as the process
     ``process_id`` (this process's id from now on): its end of a socket pair whose other
-    end that server serves (see :meth:`fiber.transport.server.Server.adopt`), handed to
+    end that server serves (see `fiber.transport.server.Server.adopt`), handed to
     it at its start, before it made any connection."""
     global _PROCESS_ID
     _PROCESS_ID = process_id

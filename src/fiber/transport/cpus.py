@@ -7,7 +7,7 @@ sleeps (``spin_us``; a pool's master longer while quick tasks run), since a slee
 thread takes 30-50 us to wake on a VM and then runs on cold caches, and an idle virtual
 CPU must itself be woken by the next message's sender (~15 us in its ``send``). Polling
 is only worth it on a CPU that nothing else wants: on a busy host it would delay the very
-process whose message the thread waits for. So :func:`poll` asks the kernel how many
+process whose message the thread waits for. So `poll` asks the kernel how many
 tasks are runnable (``/proc/loadavg``, read with one ``pread``) as it goes.
 """
 
@@ -62,7 +62,7 @@ def polled_seconds() -> float:
 
 def spare_cpu() -> bool:
     """Whether the tasks runnable on this host right now, the caller included, leave a
-    CPU of :data:`CPUS` for it to poll on (False where the kernel does not say)."""
+    CPU of `CPUS` for it to poll on (False where the kernel does not say)."""
     return _runnable_now() <= CPUS
 
 
@@ -94,9 +94,9 @@ def poll(attempt: Callable[[], T], seconds: float) -> T:
     this host has a CPU to spare; returns what the last attempt gave.
 
     While the runnable tasks leave no CPU to spare, the CPU is yielded between attempts
-    (to the tasks that want it), and once that has lasted :data:`CONTENDED_S` the poll
+    (to the tasks that want it), and once that has lasted `CONTENDED_S` the poll
     ends early: the caller then sleeps, as it would have without polling. On a host with
-    more than :data:`OVERLOADED_PER_CPU` runnable tasks per CPU it makes one attempt only.
+    more than `OVERLOADED_PER_CPU` runnable tasks per CPU it makes one attempt only.
     """
     start = time.monotonic()
     got = attempt()

@@ -1,6 +1,6 @@
 """Messages on a byte stream: a message is a list of frames.
 
-Wire format of one message::
+Wire format of one message:
 
     uint32 n | uint64 len_1 ... uint64 len_n | frame_1 ... frame_n      (little endian)
 
@@ -9,7 +9,7 @@ joined string) and large frames are read with ``recv_into`` straight into a ``by
 of their size: one copy from the kernel, and a writable buffer for numpy at the end.
 
 On a Unix socket (a peer on the same host) a frame of 1 MiB or more does not go through
-the socket at all: it travels as a sealed memfd (see :mod:`.memfd`) whose descriptor goes
+the socket at all: it travels as a sealed memfd (see `memfd`) whose descriptor goes
 with the message (``SCM_RIGHTS``), its length marked by the top bit; the receiver maps it
 without a copy. A 100 MB array then costs one ``memcpy`` each way instead of two copies
 through the kernel in small pieces, and none when a received array is sent on unchanged.
@@ -205,7 +205,7 @@ Scratch = Union[bytearray, mmap.mmap]
 
 
 def new_scratch() -> Scratch:
-    """A read buffer for :class:`FrameReader` (``scratch``): an anonymous mapping, whose
+    """A read buffer for `FrameReader` (``scratch``): an anonymous mapping, whose
     pages the kernel provides as reads first fill them. A ``bytearray`` is zeroed when
     made: 64 pages touched (and, in a forked job, 64 page faults) for a buffer whose
     reads are mostly a few hundred bytes."""

@@ -1,7 +1,5 @@
 """Large frames between processes of one host as sealed memfds, passed on without a copy.
 
-::
-
     sender                                   receiver
     ──────                                   ────────
     copy the frame into a new memfd          map it private (no copy; a write copies
@@ -19,7 +17,7 @@ its pages under its reader (a SIGBUS); a memfd that arrives without the seals is
 into memory of the receiver's own instead of being mapped.
 
 Data sent to many processes of a host (a table every worker reads) is copied once into a
-memfd with :func:`sealed`: its read-only mapping, sent any number of times, goes as that
+memfd with `sealed`: its read-only mapping, sent any number of times, goes as that
 memfd each time, and every receiver maps the same pages.
 """
 
@@ -50,7 +48,7 @@ _sealed: Dict[int, Tuple[int, weakref.ref[mmap.mmap]]] = {}  # id(mapping): (fd,
 
 def to_memfd(frame: Any, size: int) -> int:
     """A sealed memfd holding ``frame``: the one it came in, when it is an unmodified
-    received mapping or a :func:`sealed` one, else a new copy. The caller closes the
+    received mapping or a `sealed` one, else a new copy. The caller closes the
     descriptor."""
     fd = _sealed_memfd(frame)
     if fd is None:
@@ -109,7 +107,7 @@ def _unseal(key: int, fd: int) -> None:
 
 
 def _sealed_memfd(frame: Any) -> Optional[int]:
-    """A new descriptor of the memfd of a :func:`sealed` mapping (None for others)."""
+    """A new descriptor of the memfd of a `sealed` mapping (None for others)."""
     if type(frame) is not mmap.mmap:
         return None
     with _lock:

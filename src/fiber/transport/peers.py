@@ -1,7 +1,7 @@
 """Who sends a server its requests: a *peer* is one authenticated connection, or one
 thread of the server's own process calling its services directly (a
-:class:`LocalPeer`, to which a reply is delivered in memory); and a
-:class:`Connection`, the server's record of one socket (a peer once authenticated)."""
+`LocalPeer`, to which a reply is delivered in memory); and a
+`Connection`, the server's record of one socket (a peer once authenticated)."""
 
 from __future__ import annotations
 

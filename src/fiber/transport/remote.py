@@ -3,11 +3,11 @@
 The exception itself travels when it pickles (so ``except ValueError`` works in the
 caller), by value when its class was defined in the main script (so ``except MyError``
 works too: cloudpickle gives the caller its own class back); otherwise a
-:class:`RemoteError` with its type name and message stands in. Either
+`RemoteError` with its type name and message stands in. Either
 way the formatted remote traceback becomes ``__cause__`` of the exception re-raised in the
 caller, as ``concurrent.futures`` does. An error of the caller's own process that comes the
 same way (a pool task that could not be pickled, a pool terminated) is raised as itself,
-without a remote traceback (:func:`pack_local_exception`).
+without a remote traceback (`pack_local_exception`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def user_traceback(exc: BaseException) -> Optional[TracebackType]:
 
 def format_user_exception(exc: BaseException) -> str:
     """``exc`` formatted as ``traceback.format_exception`` does, without fiber's frames
-    before the user's (see :func:`user_traceback`)."""
+    before the user's (see `user_traceback`)."""
     return "".join(traceback.format_exception(type(exc), exc, user_traceback(exc)))
 
 
@@ -55,7 +55,7 @@ def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
 
 
 def _carried(exc: BaseException) -> Any:
-    """``exc`` if it survives pickling, else None (a :class:`RemoteError` stands in)."""
+    """``exc`` if it survives pickling, else None (a `RemoteError` stands in)."""
     try:
         loads(dumps(exc))
     except Exception:
@@ -75,7 +75,7 @@ def pack_local_exception(exc: BaseException) -> Tuple[Any, str, str, Optional[st
 def unpack_exception(record: Tuple[Any, str, str, Optional[str]],
                      local: bool = False) -> BaseException:
     """The exception to raise in the caller, with the remote traceback as ``__cause__``;
-    none for a record of :func:`pack_local_exception`, nor if ``local`` (it was raised
+    none for a record of `pack_local_exception`, nor if ``local`` (it was raised
     by this very process: its own hub serving one of its objects)."""
     carried, type_name, message, tb = record
     if isinstance(carried, BaseException):

@@ -6,12 +6,10 @@ of their own, written to the socket without a copy. Functions and classes define
 or interactively (lambdas, closures) go by value through cloudpickle; everything
 importable goes by reference, as with plain pickle. The functions of ``__main__`` are rebuilt
 on one globals namespace per process, as if it had imported the main script (see
-:mod:`._main_namespace`): a Pool initializer's globals are seen by the tasks.
+`_main_namespace`): a Pool initializer's globals are seen by the tasks.
 
 On receipt each out-of-band buffer is read straight into a writable ``bytearray``, so that
 an array received is writable, as with ``multiprocessing``, without a further copy.
-
-::
 
     dumps(obj) -> [pickle_bytes, buf_1, ..., buf_n]      loads(frames) -> obj
 """
@@ -41,7 +39,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no
     """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers.
 
     Code objects and the functions of ``__main__`` go fiber's own way (see
-    :mod:`._by_value`): a code object keeps its file name, whatever cloudpickle does, and
+    `_by_value`): a code object keeps its file name, whatever cloudpickle does, and
     a function of ``__main__`` is rebuilt on the shared namespace by any unpickler.
     ``reducer_override`` is the pickle module's public hook, which cloudpickle implements.
     """

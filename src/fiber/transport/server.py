@@ -1,7 +1,5 @@
 """An authenticated message server: one listening TCP socket and one thread.
 
-::
-
     remote clients (one connection per thread)            Server thread (selector loop)
     ──────────────────────────────────────────            ─────────────────────────────
     HELLO/CHAL/AUTH/OK handshake ───────────────▶ per-connection state (nothing unpickled,
@@ -19,12 +17,12 @@ locks of their own. A *peer* is one connection (or one local thread); a *process
 when its anchor connection, kept open for the life of the process, is gone.
 
 A thread of this process that waits for something the connections will bring (a pool
-result, a reply to a local call) serves them itself (:meth:`Server.wait_serving`), so
+result, a reply to a local call) serves them itself (`Server.wait_serving`), so
 that the message wakes the thread that wants it, not the server thread that would then
 wake it: one thread wake-up and GIL hand-off less per round trip. For that the server
 thread sleeps on an outer epoll that holds the connections' selector (and its own
 wake-up pipe); a waiting thread takes the connections' selector out of it, so the server
-thread sleeps on without being woken, and puts it back when done::
+thread sleeps on without being woken, and puts it back when done:
 
     outer epoll (server thread) ── wake pipe (call_soon, timers, close)
                                 └─ connections' selector ── listeners, connections,
@@ -72,7 +70,7 @@ _ACCEPT_PAUSE_S = 0.5
 
 class Service(Dispatcher):
     """Something served on a Server; every method runs under ``Server.lock``. Its
-    requests go to the handlers of its operations (see :mod:`.operations`)."""
+    requests go to the handlers of its operations (see `operations`)."""
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         """A connection closed; drop what it was waiting for."""
@@ -197,7 +195,7 @@ class Server:
 
     def watch(self, fd: int, on_readable: Callable[[], None]) -> None:
         """Call ``on_readable()`` whenever ``fd`` is readable, under the lock, on the
-        thread that serves, until :meth:`unwatch`: a pipe that this process drains (a
+        thread that serves, until `unwatch`: a pipe that this process drains (a
         local job's output) is read in the same loop, and order, as its messages."""
         with self.lock:
             self._sel.register(fd, selectors.EVENT_READ, on_readable)
@@ -215,7 +213,7 @@ class Server:
         return self._services.get(name)
 
     def local_peer(self) -> LocalPeer:
-        """The calling thread's peer for direct calls (see :class:`LocalClient`)."""
+        """The calling thread's peer for direct calls (see `LocalClient`)."""
         peer = getattr(self._local, "peer", None)
         if peer is None:
             from .client import process_id
@@ -239,7 +237,7 @@ class Server:
                      spin: Optional[Callable[[], float]] = None) -> bool:
         """Wait up to ``timeout`` s for ``done()``, serving the connections on this thread.
 
-        Whatever makes ``done()`` true on another thread must call :meth:`nudge` after it
+        Whatever makes ``done()`` true on another thread must call `nudge` after it
         (replies to local peers do). Where this thread cannot serve (another one does, it
         holds the lock, it is the server thread, the server is stopping) it calls
         ``wait(timeout)``, the caller's ordinary wait, instead. Returns ``done()``.
@@ -250,7 +248,7 @@ class Server:
         wake-up of a sleeping thread (30-50 us on a VM, more than a third of a round
         trip), with the CPU's caches still warm, and the CPU has not gone idle for the
         next step either. It polls only while the host has a CPU to spare (see
-        :func:`fiber.transport.cpus.poll`).
+        `fiber.transport.cpus.poll`).
         """
         if done():
             return True
@@ -280,13 +278,13 @@ class Server:
 
     def _poll(self, seconds: float) -> _Events:
         """The connections' events, polled for up to ``seconds`` while a CPU is spare
-        (:func:`fiber.transport.cpus.poll`): [] if none came."""
+        (`fiber.transport.cpus.poll`): [] if none came."""
         sel = self._sel
         return _cpus.poll(lambda: sel.select(0), seconds)
 
     def serving(self) -> Serving:
         """A block in which this thread serves the connections (when it can: ``as``
-        gives whether it does), waiting in :meth:`wait_serving` meanwhile; or ``start``
+        gives whether it does), waiting in `wait_serving` meanwhile; or ``start``
         and ``stop`` it by hand.
 
         For a request and its wait: a reply that comes before the thread waits for it
@@ -303,7 +301,7 @@ class Server:
 
     def take_over(self) -> bool:
         """Take the connections' selector from the server thread, which sleeps on;
-        whether this thread did (for :class:`Serving`, which gives it back)."""
+        whether this thread did (for `Serving`, which gives it back)."""
         if (self._outer is None or self._stopping
                 or self.lock._is_owned()  # type: ignore[attr-defined]  # noqa: SLF001 - RLock has no public test
                 or threading.current_thread() is self._thread
@@ -318,7 +316,7 @@ class Server:
         return True
 
     def hand_back(self) -> None:
-        """Give the connections back to the server thread (after :meth:`take_over`)."""
+        """Give the connections back to the server thread (after `take_over`)."""
         with self.lock:
             # What arrived while we served (a peer's next request, the other results of a
             # map) is cheaper to handle here than by waking the server thread for it.

@@ -1,4 +1,4 @@
-"""The context manager of :meth:`fiber.transport.server.Server.serving`: a block in which
+"""The context manager of `fiber.transport.server.Server.serving`: a block in which
 a thread serves the server's connections in place of its thread (see ``wait_serving``)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class _Servable(Protocol):
 
 
 class Serving:
-    """The context manager of :meth:`Server.serving` (a class: a generator-based one
+    """The context manager of `Server.serving` (a class: a generator-based one
     costs 2.5 us, several times a round trip)."""
 
     __slots__ = ("server", "took")

@@ -1,7 +1,7 @@
 """A server thread's timers: callbacks due at a time, soonest first.
 
-:meth:`fiber.transport.server.Server.call_later` adds one; the server's thread sleeps
-until the soonest (:meth:`Timers.timeout`) and runs those due (:meth:`Timers.due`). A
+`fiber.transport.server.Server.call_later` adds one; the server's thread sleeps
+until the soonest (`Timers.timeout`) and runs those due (`Timers.due`). A
 timer is cancelled in place (O(1)) and dropped when its time comes.
 """
 
@@ -31,7 +31,7 @@ class Timer:
 
 
 class Timers:
-    """A heap of :class:`Timer`; used by one thread at a time (the server's lock)."""
+    """A heap of `Timer`; used by one thread at a time (the server's lock)."""
 
     def __init__(self) -> None:
         self._heap: List[Tuple[float, int, Timer]] = []

@@ -1,9 +1,9 @@
 """Saying which object could not be pickled.
 
 ``pickle`` says *what* failed (``cannot pickle '_thread.lock' object``) but not *where*:
-in a pool task of fifty arguments, a nested dict or an object's attribute. :func:`explain`
+in a pool task of fifty arguments, a nested dict or an object's attribute. `explain`
 pickles the parts of a value one by one to find the first one that fails, and
-:func:`reraise` raises the error again, of the same type (``except TypeError`` still
+`reraise` raises the error again, of the same type (``except TypeError`` still
 works), naming the argument and the path to the object inside it.
 """
 
@@ -74,7 +74,7 @@ def explained(error: BaseException, what: str, obj: Any, path: str = "") -> Base
 
 
 def reraise(error: BaseException, what: str, obj: Any, path: str = "") -> NoReturn:
-    """Raise :func:`explained` ``error``."""
+    """Raise `explained` ``error``."""
     raise explained(error, what, obj, path) from None
 
 

@@ -1,7 +1,7 @@
 """The ``docker`` backend: every fiber process is a container of one Docker engine.
 
-- :mod:`._backend`: :class:`DockerBackend` (create, watch, remove containers).
-- :mod:`._util`: what the backend needs of the engine and of this container (its id,
+- `_backend`: `DockerBackend` (create, watch, remove containers).
+- `_util`: what the backend needs of the engine and of this container (its id,
   mounts, exit statuses).
 """
 

@@ -1,7 +1,7 @@
 """The ``docker`` backend: every fiber process is a container on a Docker engine.
 
 Needs the Docker SDK for Python, the optional extra ``pip install 'fiber-cluster[docker]'``
-(a clear :class:`~fiber.errors.SubmitError` names it when it is missing). The engine is
+(a clear `SubmitError` names it when it is missing). The engine is
 ``docker_host`` if set, else ``DOCKER_HOST`` (with ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``),
 else the engine's default socket. Every engine call has a timeout (``docker_timeout``): an
 engine that is unreachable or stuck gives an error, never a hang.
@@ -34,12 +34,12 @@ Resources
 Many jobs at once
     ``submit`` creates and starts the containers from a few threads in parallel (a pool of
     100 workers is not 200 engine round trips in a row). Any failure removes the containers
-    of that submit and raises :class:`~fiber.errors.SubmitError` with the engine's reason.
+    of that submit and raises `SubmitError` with the engine's reason.
 
 Status
     One ``containers.list(all=True, filters={"label": "fiber.program=<id>"})`` call per
     poll for all jobs. A container that has exited is inspected once (exit code, OOM kill),
-    its output is kept (the last ``_LOG_TAIL`` lines: :meth:`DockerBackend.logs`) and it is
+    its output is kept (the last ``_LOG_TAIL`` lines: `DockerBackend.logs`) and it is
     removed. Exit codes follow ``multiprocessing``: a job killed by signal ``n`` reports
     ``-n`` (``kill()`` gives -9, ``terminate()`` -15, a ``docker kill`` from outside -9;
     tini's own report in the output tells a signal from a job's ``sys.exit(128 + n)``), one

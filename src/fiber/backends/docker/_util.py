@@ -33,7 +33,7 @@ _TINI_LINE = re.compile(r"^\[(?:INFO|DEBUG|TRACE) +tini \(\d+\)\] .*\n?", re.MUL
 def exit_status(code: int, oom_killed: bool = False, signalled: Sequence[int] = (),
                 error: str = "", memory_mb: Optional[int] = None,
                 output: bytes = b"") -> JobStatus:
-    """The :class:`JobStatus` of an exited container.
+    """The `JobStatus` of an exited container.
 
     ``code`` is the container's exit code: tini's, which is ``128 + n`` when the job died of
     signal ``n``. tini says which it was in the container's ``output`` (fiber sets

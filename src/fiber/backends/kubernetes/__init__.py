@@ -1,7 +1,7 @@
 """The ``kubernetes`` backend: every fiber process is a pod of one Kubernetes cluster.
 
-- :mod:`._backend`: :class:`KubernetesBackend` (create, watch, delete pods).
-- :mod:`._pods`: a job's pod manifest, and a pod's status as a job's.
+- `_backend`: `KubernetesBackend` (create, watch, delete pods).
+- `_pods`: a job's pod manifest, and a pod's status as a job's.
 """
 
 from ..._exports import publish

@@ -1,7 +1,7 @@
 """The ``kubernetes`` backend: every fiber process is a pod.
 
 Needs the official Kubernetes Python client, the optional extra
-``pip install 'fiber-cluster[kubernetes]'`` (a clear :class:`~fiber.errors.SubmitError`
+``pip install 'fiber-cluster[kubernetes]'`` (a clear `SubmitError`
 names it when it is missing). Credentials: ``kubernetes_kubeconfig`` if set; else, in a pod,
 its service account (the API server at ``kubernetes_pod_api_server`` when set, else the
 cluster's ``kubernetes`` service); else ``KUBECONFIG`` or ``~/.kube/config``. Every API call
@@ -36,7 +36,7 @@ Status
     help (``ErrImageNeverPull``, ``InvalidImageName``, a bad container config), after
     ``kubernetes_pending_timeout`` for what may resolve itself (image pull back-off, an
     unschedulable pod on an autoscaling cluster). A pod that ended is read once (exit code,
-    ``OOMKilled``, signal), its output kept (:meth:`KubernetesBackend.logs`) and it is
+    ``OOMKilled``, signal), its output kept (`KubernetesBackend.logs`) and it is
     deleted. Exit codes follow ``multiprocessing``: a container's ``128 + n`` is signal
     ``n`` (as shells report it), an OOM kill is ``-9`` with that reason. A pod deleted by
     someone else, or on a lost node, is ``LOST``: a pool gives its tasks to other workers.

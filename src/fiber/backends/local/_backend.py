@@ -1,7 +1,7 @@
 """The ``local`` backend: every job is a process on this machine. The default.
 
 A job running fiber's bootstrap with this interpreter is forked by the *fork server* (see
-:mod:`fiber.backends.local._forkserver`), a template process started with the first such job
+`fiber.backends.local._forkserver`), a template process started with the first such job
 that has fiber and the master's packages imported already; every other job, and every job
 when the fork server is disabled (config ``local_fork_server``) or cannot work, is a
 subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
@@ -9,11 +9,11 @@ subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
 Job exits are seen at once: one watcher thread waits on a pidfd per subprocess (Linux) and
 is woken by the fork server's exit reports; it falls back to polling elsewhere.
 A job that asks for ``gpu=n`` gets ``n`` of this host's GPUs of its own
-(``CUDA_VISIBLE_DEVICES``, see :mod:`._gpus`); ``cpu=`` and ``memory=`` are not enforced
+(``CUDA_VISIBLE_DEVICES``, see `_gpus`); ``cpu=`` and ``memory=`` are not enforced
 (warned once): jobs share the machine's CPUs and memory, as subprocesses do. A fiber job's
 output goes to its own log file when it is forwarded to its parent (``forward_output``),
 which ``fiber logs`` reads, with a record beside it of its pid and, once this backend has
-seen it end, how (``fiber ps``: ``ended (SIGKILL)``; see :mod:`._jobs`).
+seen it end, how (``fiber ps``: ``ended (SIGKILL)``; see `_jobs`).
 """
 
 from __future__ import annotations
@@ -126,6 +126,12 @@ class LocalBackend(CommandLineBackend):
         return []
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+        """Start each job as a child of this process: forked from the template, or a new
+        interpreter (``local_fork_server=false``).
+
+        Raises:
+            SubmitError: a job cannot start, or asks for GPUs this host cannot give.
+        """
         base_env = {k: v for k, v in os.environ.items() if k != _machine.PROGRAM_ENV}
         program = {_machine.PROGRAM_ENV: _machine.program_id()}  # a fiber job's, not a main's
         self._check_gpus(specs)
@@ -350,6 +356,8 @@ class LocalBackend(CommandLineBackend):
             return self._procs.get(handle.job_id)
 
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        """Each job's state from its process (``LOST`` for a job this backend did not
+        start)."""
         out = {}
         for h in handles:
             proc = self.proc_of(h)
@@ -360,6 +368,7 @@ class LocalBackend(CommandLineBackend):
         return out
 
     def wait(self, handle: JobHandle, timeout: Optional[float] = None) -> Optional[JobStatus]:
+        """Wait for the job's process to end (its status), or ``timeout`` (None)."""
         proc = self.proc_of(handle)
         if proc is None:
             return JobStatus(JobState.LOST, None, "unknown job")
@@ -372,6 +381,7 @@ class LocalBackend(CommandLineBackend):
         return self._status(handle.job_id, proc)
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
+        """SIGTERM (SIGKILL with ``force``) each job still running."""
         for h in handles:
             proc = self.proc_of(h)
             if proc is not None and not self._status(h.job_id, proc).state.finished:
@@ -381,17 +391,26 @@ class LocalBackend(CommandLineBackend):
                     pass
 
     def listen_host(self) -> str:
+        """``127.0.0.1``: the jobs are on this machine."""
         return "127.0.0.1"
 
     # -- fiber ps, logs, stop: this user's programs on this machine (see ._jobs) ----------
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
+        """This user's fiber programs on this machine and their jobs (``fiber ps``)."""
         return _jobs.find_jobs(program)
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        """A local job's own log file (``fiber logs``).
+
+        Raises:
+            BackendError: no log of that job is kept here.
+        """
         return _jobs.read_logs(job_id, tail)
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        """SIGTERM a program's main process and its jobs still running, or the jobs named
+        (``fiber stop``)."""
         return _jobs.remove_jobs(program, job_ids)
 
     def main_spec(self, spec: JobSpec) -> JobSpec:
@@ -400,6 +419,7 @@ class LocalBackend(CommandLineBackend):
         return dataclasses.replace(spec, env={**spec.env, "FIBER_LISTEN_HOST": host})
 
     def release(self, handle: JobHandle) -> None:
+        """Forget a finished job (and give its GPUs back)."""
         proc = self.proc_of(handle)
         if proc is None or not self._status(handle.job_id, proc).state.finished:
             return
@@ -410,6 +430,8 @@ class LocalBackend(CommandLineBackend):
                 del self._procs[handle.job_id]
 
     def watcher(self) -> JobWatcher:
+        """The watcher of this backend's jobs: one that sees each exit at once (pidfds and
+        the fork server's reports) where the kernel has pidfds, else the polling one."""
         if not hasattr(os, "pidfd_open"):
             return super().watcher()
         w: Optional[JobWatcher] = self.__dict__.get("_watcher")

@@ -3,11 +3,9 @@
 A job started as ``python -m fiber.process._bootstrap`` pays for a new interpreter and for
 ``import fiber`` (about 0.2 s of CPU), and more when its code imports numpy or torch. On
 its first such job the local backend starts instead one *template* process
-(:mod:`fiber.backends.local._forkserver_template`) that imports fiber, preloads the packages
+(`fiber.backends.local._forkserver_template`) that imports fiber, preloads the packages
 the master uses (config ``local_preload``) and then only forks: each child applies its job's
 environment and runs the bootstrap in-process, as ``python -m fiber.process._bootstrap`` would.
-
-::
 
     master (LocalBackend, any thread)            template (one thread; no hub, no socket
     ─────────────────────────────────            but its end of the socketpair)
@@ -160,7 +158,7 @@ class ForkedJob:
             self._cond.notify_all()
 
     def wait_answer(self, timeout: float) -> bool:
-        """Wait for :meth:`started` or :meth:`failed`; whether one came in time."""
+        """Wait for `started` or `failed`; whether one came in time."""
         with self._cond:
             return self._cond.wait_for(lambda: self._answered, timeout)
 
@@ -287,7 +285,7 @@ class ForkServer:
         1,024 round trips to the template. A job's stdout and stderr are the two fds of
         ``stdio`` (its log file, or pipes), or with None this process's own; it is handed
         the descriptors of ``inherit`` (see ``JobSpec.inherit``). Each job is a
-        :class:`ForkedJob`, or the ForkServerError saying why the template did not start
+        `ForkedJob`, or the ForkServerError saying why the template did not start
         it."""
         own_stdio = [fd for fd in (1, 2) if _is_open(fd)]
         ignored = _ignored_signals()

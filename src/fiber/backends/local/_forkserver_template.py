@@ -2,8 +2,8 @@
 
 Started by the local backend as ``python -m fiber.backends.local._forkserver_template FD``;
 its only channel is the inherited end of a private ``SOCK_SEQPACKET`` socketpair (``FD``).
-The master's side and the protocol are in :mod:`fiber.backends.local._forkserver`; the
-message framing both use is in :mod:`fiber.backends.local._forkserver_protocol`.
+The master's side and the protocol are in `fiber.backends.local._forkserver`; the
+message framing both use is in `fiber.backends.local._forkserver_protocol`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``fiber ps``, ``logs`` and ``stop`` on the ``local`` backend: this user's fiber programs on
 this machine and their jobs, whichever process started them.
 
-What is listed comes from the files of :mod:`fiber._machine`: a program is its main
+What is listed comes from the files of `fiber._machine`: a program is its main
 process's program file (written while it runs); a job is its log file, with its *record*
-beside it (``<job>.pid``), one line written by the process that started the job::
+beside it (``<job>.pid``), one line written by the process that started the job:
 
     <pid> <start>             when it started (start: see _machine.process_start; "-"
                               when the job had ended before it could be recorded)
@@ -15,7 +15,7 @@ by its parent) does not. A job ends ``ended (SIGKILL)``, ``ended (exit 1)``, or 
 ``ended`` when nobody could tell how (its program was killed too). A pid is trusted only
 with its start time, so a pid reused by another process is never signalled.
 
-Records of ended jobs (log and record) are pruned by :func:`prune`, when ``fiber ps``
+Records of ended jobs (log and record) are pruned by `prune`, when ``fiber ps``
 runs and when a process records new jobs (at most every ``PRUNE_EVERY_S``): those of
 programs that have ended are kept for ``KEEP_S`` (a day), ``KEEP_JOBS`` (200) at most,
 the newest first. A job that runs, any job of a program that runs, and a record younger
@@ -176,7 +176,7 @@ def prune(keep_jobs: int = KEEP_JOBS, keep_s: float = KEEP_S) -> List[str]:
 
 def find_jobs(program: str = "") -> List[JobInfo]:
     """The programs running here (their main processes) and the jobs whose logs are
-    kept, oldest first (after pruning the records of ended jobs: :func:`prune`)."""
+    kept, oldest first (after pruning the records of ended jobs: `prune`)."""
     prune()
     out = []
     for info in _machine.programs():

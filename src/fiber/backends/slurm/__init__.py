@@ -1,8 +1,8 @@
 """The ``slurm`` backend: every fiber process is a Slurm job, or a job step.
 
-- :mod:`._backend`: :class:`SlurmBackend` (submit, watch, cancel; job arrays and steps).
-- :mod:`._jobs`: the jobs of a program, found again by their comment; their output.
-- :mod:`._status`: ``squeue``/``sacct`` listings parsed into job states.
+- `_backend`: `SlurmBackend` (submit, watch, cancel; job arrays and steps).
+- `_jobs`: the jobs of a program, found again by their comment; their output.
+- `_status`: ``squeue``/``sacct`` listings parsed into job states.
 """
 
 from ..._exports import publish

@@ -2,7 +2,7 @@
 
 Slurm is driven through its own commands (``sbatch``, ``squeue``, ``scancel``,
 ``scontrol``, ``srun``; ``sacct`` where the cluster keeps accounting), each with a timeout:
-a command that fails or hangs raises :class:`~fiber.errors.SubmitError` with the command,
+a command that fails or hangs raises `SubmitError` with the command,
 its exit code, stdout and stderr. Nothing is installed on the cluster; the nodes need the
 same Python environment as the master (a shared filesystem), as with ``srun``.
 
@@ -32,8 +32,8 @@ process that is itself an ``sbatch`` job of fiber (its ``SLURM_JOB_ID`` is its o
 single-CPU job) submits its children as jobs.
 
 Status: one ``squeue`` call per poll for all jobs (``squeue -t all -r -j <ids>``; the
-watcher of :mod:`fiber.backends._base` polls with backoff). Slurm states map to
-:class:`JobState` as: PENDING/CONFIGURING/REQUEUED... → PENDING; RUNNING/COMPLETING/
+watcher of `fiber.backends._base` polls with backoff). Slurm states map to
+`JobState` as: PENDING/CONFIGURING/REQUEUED... → PENDING; RUNNING/COMPLETING/
 SUSPENDED → RUNNING; COMPLETED → SUCCEEDED; FAILED/TIMEOUT/OUT_OF_MEMORY/DEADLINE → FAILED;
 CANCELLED → CANCELLED; NODE_FAIL/BOOT_FAIL/PREEMPTED → LOST (with Slurm's reason). Exit
 codes follow ``multiprocessing``: Slurm's ``ExitCode`` ``137:0`` is 137 and ``0:9`` is -9

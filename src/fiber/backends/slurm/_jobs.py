@@ -4,7 +4,7 @@ whichever process submitted them.
 
 Slurm keeps no labels, so every fiber job carries its program's id in its comment
 (``sbatch --comment="fiber <program> <name>"``, see
-:func:`~fiber.backends.slurm._status.job_comment`), and the processes of a program
+`job_comment`), and the processes of a program
 inherit the id. One ``squeue`` lists them; a job's output is the ``StdOut`` file
 ``scontrol`` names (or, once Slurm has forgotten the job, its file in
 ``slurm_output_dir``); stopping is ``scancel``. Job steps (``slurm_mode=steps``) live
@@ -38,7 +38,7 @@ def _own(cfg: Optional[Config] = None) -> SlurmSettings:
 
 
 class SlurmCommands(Protocol):
-    """What these functions need of the backend (a :class:`SlurmBackend`): its commands,
+    """What these functions need of the backend (a `SlurmBackend`): its commands,
     their timeouts, the status of a job, and ``scancel``."""
 
     query_timeout: float

@@ -1,5 +1,5 @@
 """What Slurm's commands print, read: ``squeue``/``sacct`` output and exit codes, Slurm job
-states as fiber's :class:`JobStatus`, ``scontrol show config``; and the names and comments
+states as fiber's `JobStatus`, ``scontrol show config``; and the names and comments
 fiber gives jobs. Pure functions, tested without a cluster."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def parse_exit_pair(pair: str) -> Optional[int]:
 
 def parse_squeue(stdout: str) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
     """``{job id: (state, nodes, reason, exit code)}`` from ``squeue -O`` with
-    :data:`SQUEUE_FORMAT` (array tasks as ``<array id>_<index>``)."""
+    `SQUEUE_FORMAT` (array tasks as ``<array id>_<index>``)."""
     rows: Dict[str, Tuple[str, str, str, Optional[int]]] = {}
     for line in stdout.splitlines():
         parts = line.split("|")
@@ -84,7 +84,7 @@ def parse_sacct(stdout: str) -> Dict[str, Tuple[str, Optional[int]]]:
 
 def status_of(state: str, exitcode: Optional[int], reason: str = "", nodes: str = "",
               cancelled: Optional[str] = None) -> JobStatus:
-    """A :class:`JobStatus` from a Slurm job state; ``cancelled`` is ``"kill"`` or
+    """A `JobStatus` from a Slurm job state; ``cancelled`` is ``"kill"`` or
     ``"term"`` when fiber cancelled the job."""
     if state in PENDING_STATES:
         return JobStatus(JobState.PENDING, None, reason)
@@ -173,8 +173,8 @@ class Listed(NamedTuple):
 
 
 def parse_listing(stdout: str) -> List[Listed]:
-    """The fiber jobs (those with a :func:`job_comment`) in ``squeue -O`` output with
-    :data:`LIST_FORMAT`, in the order listed; other jobs are left out."""
+    """The fiber jobs (those with a `job_comment`) in ``squeue -O`` output with
+    `LIST_FORMAT`, in the order listed; other jobs are left out."""
     rows = []
     for line in stdout.splitlines():
         parts = line.split("|", 3)

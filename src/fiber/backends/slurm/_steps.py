@@ -23,7 +23,7 @@ __all__ = ["Step", "StepCommands", "step_rows", "query_steps", "cancel_steps"]
 
 
 class StepCommands(Protocol):
-    """What these functions need of the backend (a :class:`SlurmBackend`)."""
+    """What these functions need of the backend (a `SlurmBackend`)."""
 
     query_timeout: float
 
