@@ -21,6 +21,7 @@ the job's output ends.
 
 from __future__ import annotations
 
+import array
 import fcntl
 import os
 import sys
@@ -44,7 +45,9 @@ _SYNC_STEP_S = 0.0002
 
 _mode = ""
 _link: Optional[_relay.RelayLink] = None
-_count = bytearray(4)
+# FIONREAD fills these (a C int each: array's "i"); read as [0], no conversion
+_out_count = array.array("i", [0])
+_err_count = array.array("i", [0])
 
 
 def split_for_relay(parent: str, token: bytes) -> None:
@@ -69,16 +72,15 @@ def start() -> None:
             pass
 
 
-def _unread(fd: int) -> int:
+def _pending(ioctl: Any = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool:
+    """Whether something this job wrote has not left it yet (a pool worker asks before
+    each batch of results: two ioctls, kept cheap)."""
     try:
-        fcntl.ioctl(fd, termios.FIONREAD, _count, True)
+        ioctl(1, fionread, _out_count, True)
+        ioctl(2, fionread, _err_count, True)
     except OSError:
-        return 0
-    return int.from_bytes(_count, sys.byteorder)
-
-
-def _pending() -> bool:
-    return bool(_unread(1) or _unread(2) or (_link is not None and _link.busy()))
+        return False
+    return bool(_out_count[0] or _err_count[0] or (_link is not None and _link.busy()))
 
 
 def sync() -> None:
