@@ -493,7 +493,7 @@ class Hosts:
                         f"`{_fmt(argv)}` exited with {cp.returncode}: "
                         f"{(cp.stderr.strip().splitlines() or ['(no output)'])[-1]}. A firewall "
                         "on bridged traffic (net.bridge.bridge-nf-call-iptables=1 with an "
-                        "iptables FORWARD policy of DROP, as Docker sets) would do this.")
+                        "iptables FORWARD policy of DROP, as container engines set) would do this.")
         finally:
             root.close()
             try:
