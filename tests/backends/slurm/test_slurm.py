@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -955,4 +956,7 @@ def test_steps_inside_an_allocation(cluster, tmp_path):
     assert r["kill"] == -9 and r["terminate"] == -15
     assert r["child_host_and_job"][1] == alloc  # a step of the allocation, not a new job
     assert r["pool_ok"] and r["pool_hosts"] == NODES
+    # a step's line once, forwarded with its prefix: not also through srun's own stdout
+    assert text.count("a-step-says-hello") == 1, text
+    assert re.search(r"^\(Process-\d+@node\d\) a-step-says-hello$", text, re.M), text
     _wait_nodes_idle()

@@ -350,8 +350,12 @@ class SlurmBackend(BatchBackend):
             env.pop(OWN_JOB_ENV, None)
             env.update(spec.env)
             try:
-                popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                         close_fds=True)
+                # the step's output to a log of its own, as a batch job's (srun would pass
+                # it to this process's own stdout, where the relay forwards it too: twice)
+                with open(os.path.join(_slurm_jobs.output_dir(), f"{name}.out"), "ab") as log:
+                    popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=subprocess.STDOUT,
+                                             close_fds=True)
             except OSError as e:
                 if handles:
                     self.cancel(handles, force=True)

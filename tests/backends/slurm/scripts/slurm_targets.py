@@ -32,6 +32,10 @@ def slow_square(x: int) -> Tuple[int, str]:
     return x * x, socket.gethostname()
 
 
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
 def exit_with(code: int) -> None:
     sys.exit(code)
 

@@ -18,6 +18,9 @@ def main() -> None:
     backend = get_backend("slurm")
     out = {"mode": backend.mode(), "master_host": socket.gethostname(),
            "allocation": os.environ.get("SLURM_JOB_ID", "")}
+    said = fiber.Process(target=slurm_targets.say, args=("a-step-says-hello",))
+    said.start()
+    said.join(_common.TIMEOUT)
     p = fiber.Process(target=slurm_targets.exit_with, args=(3,))
     p.start()
     p.join(_common.TIMEOUT)
