@@ -43,8 +43,26 @@ def _gpus_of(local, gpu: int, count: int) -> list:
             p.join(60)
 
 
+def _gpus_then_wait(out, gate):
+    import os
+
+    out.put(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    gate.wait(60)
+
+
 def test_jobs_get_distinct_gpus(local, three_gpus):
-    assert _gpus_of(local, 1, 3) == ["0", "1", "2"]
+    """Three jobs alive at once (each waits until all three have said): three GPUs."""
+    out, gate = local.SimpleQueue(), local.Event()
+    target = fiber.meta(gpu=1)(_gpus_then_wait)
+    procs = [local.Process(target=target, args=(out, gate)) for _ in range(3)]
+    try:
+        for p in procs:
+            p.start()
+        assert sorted(out.get() for _ in procs) == ["0", "1", "2"]
+    finally:
+        gate.set()
+        for p in procs:
+            p.join(60)
 
 
 def test_a_pool_with_gpu_1_gives_each_worker_its_own(local, three_gpus):
