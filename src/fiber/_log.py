@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 from .config import get_config
 from .errors import ConfigError
 
-__all__ = ["log", "warn", "name_process", "open_log"]
+__all__ = ["log", "info", "warn", "name_process", "open_log"]
 
 _logger = logging.getLogger("fiber")
 #: The pid, process name and ``log_file`` fiber's logger was set up for, and whether
@@ -175,6 +175,14 @@ def log(message: str, *args: object) -> None:
     _ready()
     if _logger.isEnabledFor(logging.DEBUG):
         _logger.debug(message, *args)
+
+
+def info(message: str, *args: object) -> None:
+    """Log an event a user may want to follow but that is no failure (a pool worker
+    retired by its cluster and replaced): shown with ``log_level=info``."""
+    _ready()
+    if _logger.isEnabledFor(logging.INFO):
+        _logger.info(message, *args)
 
 
 def warn(message: str, *args: object) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from .._log import warn
 
-__all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text",
+__all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text", "where",
            "report"]
 
 #: Seconds a lost worker's warning waits for its job's exit code.
@@ -92,9 +92,9 @@ class InitFailures:
             return
         self.said()
         self.last = tb
-        where = f" ({_where(ws)})" if ws is not None else ""
+        place = f" ({where(ws)})" if ws is not None else ""
         warn("%s%s: the pool's initializer raised; the worker exits (workers that fail "
-             "the same way are counted, not shown):\n%s", name, where, tb.rstrip("\n"))
+             "the same way are counted, not shown):\n%s", name, place, tb.rstrip("\n"))
 
     def said(self, outcome: str = "") -> None:
         """Say how many workers failed as the last traceback said, since it was, with
@@ -163,7 +163,7 @@ def tasks_text(tasks: Sequence[Any]) -> str:
     return "; ".join(parts)
 
 
-def _where(ws: Any) -> str:
+def where(ws: Any) -> str:
     proc = ws.process
     job = proc.job_id
     host = proc.host
@@ -182,7 +182,7 @@ def report(ws: Any) -> None:
     what = "was lost" if loss.connected else "ended before it connected"
     code = exit_code(ws)
     how = describe_exit(ws) if code is not None else "contact lost (its end not reported yet)"
-    text = f"{ws.process.name} ({_where(ws)}) {what}: {how}"
+    text = f"{ws.process.name} ({where(ws)}) {what}: {how}"
     if loss.tasks:
         text += f"; resubmitted {loss.tasks}"
     elif loss.connected:

@@ -4,6 +4,9 @@
                         [pool, b"init_failed", req, traceback,        initializer raised
                          worker_id]                                   (replied: heard)
                         [pool, b"results", b"", RESULTS, *frames]     a batch of results
+                        [pool, b"retiring", req, worker_id, signal,   the cluster told it to
+                         ids of the tasks it took, u64 each]          go (replied: b"retire"
+                                                                      or b"die", see _retire)
     master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
                         [b"", b"stop"]                                finish what you hold, exit
 
@@ -40,6 +43,7 @@ class PoolOps:
     RESULTS = b"results"  # worker -> master: a batch of results
     TASKS = b"tasks"  # master -> worker: a batch of tasks
     STOP = b"stop"  # master -> worker: finish what you hold, then exit
+    RETIRING = b"retiring"  # worker -> master: the cluster told it to go (see _retire)
 
 _TASK = struct.Struct("<QIBH")
 

@@ -23,14 +23,14 @@ import collections
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
-from .._log import log
+from .._log import info, log
 from ..errors import WorkerLostError
 from ..process import Process
 from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
-from . import _losses, _status
+from . import _losses, _retire, _status
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -52,6 +52,14 @@ _SPIN_TASK = 0.002  # a wait for tasks up to this long polls while they run (spi
 _EXIT_WAIT = 10.0  # seconds a failing task waits for its workers' exit codes (_give_up)
 _EXIT_POLL = 0.05
 
+
+
+def _retire_plan(ws: WorkerState, given: List[Task]) -> str:
+    """What a retiring worker does with its tasks, for its INFO line."""
+    back = f"gives back {_losses.tasks_text(given)}" if given else "holds no other task"
+    if ws.pending:
+        return f"finishes {_losses.tasks_text(list(ws.pending.values()))}, {back}"
+    return back
 
 
 class ResultSink(Protocol):
@@ -99,7 +107,7 @@ class Task:
 class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
-                 "loss", "since", "done", "slot", "restarts", "init_failed")
+                 "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -127,6 +135,8 @@ class WorkerState:
         self.slot = 0
         self.restarts = 0
         self.init_failed = False  # its initializer raised (it said so: see init_failed)
+        #: Why its cluster told it to go (see _retire), or "": a retirement, not a loss.
+        self.retired_why = ""
 
 
 class ReadyWorkers:
@@ -423,6 +433,38 @@ class PoolService(Service):
         self.init_failures.failed(ws, bytes(payload[0]).decode(errors="replace"))
         server.reply(peer, req_id, b"ok")
 
+    @handles(PoolOps.RETIRING)
+    def retiring_worker(self, server: Server, peer: Peer, req_id: bytes,
+                        payload: List[Any]) -> None:
+        """``[worker id, signal, ids of the tasks it took]``: the worker's cluster told it
+        to go (see `_retire`). Answered ``die`` when fiber itself is ending it
+        (``terminate()``, the program's exit), else ``retire``: the tasks it holds but
+        those it took go back to the queue, charged to no one, and it is replaced now."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+        if ws is None or ws.lost or ws.process.cancelled:
+            server.reply(peer, req_id, b"die")
+            return
+        raw = bytes(payload[2])
+        taken = {int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)}
+        given = [task for task_id, task in ws.pending.items() if task_id not in taken]
+        for task in given:
+            del ws.pending[task.task_id]
+        for task in reversed(given):
+            self.queue.appendleft(task)
+        self.queued_items += sum(task.items for task in given)
+        ws.retired_why = _retire.why(int(bytes(payload[1])))
+        if not ws.retiring:
+            ws.retiring = True
+            self.retiring += 1
+            self.free_slots.append((ws.slot, ws.restarts + 1))  # its replacement's place
+        info("%s (%s) retires: %s; %s", ws.process.name, _losses.where(ws), ws.retired_why,
+             _retire_plan(ws, given))
+        server.reply(peer, req_id, b"retire")
+        self._refresh(ws)
+        self._maybe_stop(ws)
+        self.on_worker_gone(ws, True)  # wakes the pool's maintainer: a replacement
+        self.dispatch()
+
     def peer_gone(self, server: Server, peer: Peer) -> None:
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is not None:
@@ -476,17 +518,22 @@ class PoolService(Service):
             self.retiring -= 1
         tasks = list(ws.pending.values())
         ws.pending.clear()
-        expected = (not tasks and (ws.retiring or self.closing or (
+        expected = bool(ws.retired_why) or (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
-        notes = self._charge(ws, tasks)
+        # a worker its cluster retired charges no task: its grace ran out mid-task
+        notes = [] if ws.retired_why else self._charge(ws, tasks)
         for task in reversed(tasks):
             self.queue.appendleft(task)
         items = sum(task.items for task in tasks)
         self.queued_items += items
-        self.retried += items
+        if not ws.retired_why:
+            self.retried += items
         if not ws.retiring:
             self.free_slots.append((ws.slot, ws.restarts + 1))
-        if expected or ws.process.cancelled:
+        if ws.retired_why:
+            log("%s left the pool (retired: %s)%s", ws.process.name, ws.retired_why,
+                f"; {_losses.tasks_text(tasks)} run again" if tasks else "")
+        elif expected or ws.process.cancelled:
             log("%s left the pool (%s)", ws.process.name,
                 "retired" if ws.retiring else "terminated" if ws.process.cancelled
                 else "pool closing" if self.closing else "maxtasksperchild reached")

@@ -32,6 +32,7 @@ from ..transport.remote import format_user_exception, pack_exception
 from ..transport.serialization import dumps, loads
 from ..transport.unpicklable import explained
 from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
+from ._retire import Retirement
 
 __all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
 
@@ -209,6 +210,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     # lock) waits for its reply on it too; tasks pushed meanwhile are kept for next_push.
     client = get_client(address)
     assert isinstance(client, Client)  # a worker is a job: the master's hub is elsewhere
+    retire = Retirement(address, pool_name, worker_id)  # the cluster's signals (_retire)
     if initializer is not None:
         try:
             initializer(*initargs)
@@ -216,6 +218,9 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             _report_init_failure(client, pool_name, worker_id)
             _output.stop()
             os._exit(1)
+    if retire.requested:
+        _output.stop()
+        return  # told to go before it took any task: nothing to hand back
     client.send(pool_name, PoolOps.HELLO, [worker_id.to_bytes(8, "little")])
     spin_pays = SpinPays(get_config().spin_us * 1e-6)
     sync_output = _output.sync
@@ -232,6 +237,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         if out:
             sync_output()  # what the tasks printed goes before their results
             client.send(pool_name, PoolOps.RESULTS, pack_results(out, busy))
+            retire.sent(task_id for task_id, _, _ in out)
             out.clear()
             busy = 0.0
 
@@ -258,11 +264,13 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
                     break  # run it now: what else came is taken in after it (in order)
             elif msg[1] == PoolOps.STOP:
                 stopping = True
-        if not held:
+        if not held or retire.requested:
             flush()
-            if stopping or (maxtasks is not None and done >= maxtasks):
-                return
+            if stopping or retire.requested or (maxtasks is not None and done >= maxtasks):
+                return  # retiring: what it held was given back by the master
             continue
+        if not retire.take(held[0][0]):
+            continue  # told to go meanwhile: taken back above
         task_id, function, arg_frames = held.popleft()
         started = time.monotonic()
         ok, frames = run_task(function, arg_frames)

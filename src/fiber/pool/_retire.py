@@ -1,0 +1,132 @@
+"""A pool worker that its cluster tells to go retires: no task pays for it.
+
+On a cluster a worker's end is usually not a crash: its job reaches its time limit, a
+higher-priority job preempts it, its node is drained, a person stops it. The cluster
+says so with a signal first (SIGTERM, then SIGKILL after a grace period; Slurm's
+``--signal=B:USR1@N`` or Grid Engine's ``-notify`` earlier still), which reaches the
+worker itself or through its output relay (``fiber.process._relay``)::
+
+    worker: main thread (tasks)              worker: fiber-retire thread
+    ───────────────────────────              ───────────────────────────
+                                             SIGTERM / SIGUSR1 / SIGUSR2 (the signal's
+                                             wake-up fd: even inside a long native call)
+                                             under the lock: requested; the tasks it took
+                                             and has not reported yet (the one running,
+                                             results not sent yet)
+                                             ── [pool, retiring, wid, signal, ids] ──▶ master
+    takes no task any more (checked          ◀── b"retire" ── the master: the worker is
+    under the lock before each);                retiring: the tasks it holds but those it
+    finishes the one it runs, sends             took go back to the queue, charged to no
+    its results, exits 0 (the master's          one; a replacement starts at once; one
+    STOP wakes it when it is idle)              INFO line says who and why
+                                             ◀── b"die" ── fiber itself ended it
+                                                (terminate(), the program's exit): the
+                                                signal's default action, as before
+
+If the grace period ends before the task does, the cluster's SIGKILL ends the worker:
+its task goes back to the queue, still charged to no one (see ``PoolService.worker_lost``).
+A Process that is not a pool worker keeps the signals' default actions: it is the user's
+code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+from typing import Any, Iterable, NoReturn, Set
+
+from .._core._clients import own_client
+from ._protocol import PoolOps
+
+__all__ = ["NOTICE_SIGNALS", "Retirement", "why"]
+
+#: The signals with which a cluster tells a job to go: at once (SIGTERM) or soon (the
+#: early warnings Slurm and Grid Engine send when asked to: SIGUSR1, SIGUSR2).
+NOTICE_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+#: Seconds the worker waits for the master to say retire or die (then: die).
+_ASK_S = 10.0
+
+
+def why(signum: int) -> str:
+    """What a retirement's signal says, in a user's words."""
+    if signum == signal.SIGTERM:
+        return "its cluster asked it to stop (SIGTERM: a time limit, preemption, eviction " \
+               "or a person)"
+    return f"its cluster's notice ({signal.Signals(signum).name}: a time limit or " \
+           "preemption ahead)"
+
+
+def _noop(signum: int, frame: Any) -> None:
+    """The Python-level handler: the work is the wake-up fd's (see `Retirement`)."""
+
+
+class Retirement:
+    """The worker's side: the signals, the flag its main thread checks before each task,
+    and the thread that tells the master."""
+
+    def __init__(self, address: str, pool_name: bytes, worker_id: int) -> None:
+        self.lock = threading.Lock()
+        #: The cluster told this worker to go (set under `lock`).
+        self.requested = False
+        #: The tasks the main thread took whose results it has not sent yet (under `lock`).
+        self.taken: Set[int] = set()
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        for sig in NOTICE_SIGNALS:
+            signal.signal(sig, _noop)
+        threading.Thread(target=self._watch, args=(address, pool_name, worker_id),
+                         name="fiber-retire", daemon=True).start()
+
+    def take(self, task_id: int) -> bool:
+        """The main thread is about to run task ``task_id``: False if it must not (the
+        worker retires; the master gave that task to another worker)."""
+        with self.lock:
+            if self.requested:
+                return False
+            self.taken.add(task_id)
+            return True
+
+    def sent(self, task_ids: Iterable[int]) -> None:
+        """The results of ``task_ids`` have gone to the master."""
+        with self.lock:
+            self.taken.difference_update(task_ids)
+
+    def _watch(self, address: str, pool_name: bytes, worker_id: int) -> None:
+        while True:
+            try:
+                data = os.read(self._read, 64)
+            except InterruptedError:
+                continue
+            got = [s for s in data if s in NOTICE_SIGNALS]
+            if got:
+                break
+        signum = got[0]
+        with self.lock:
+            self.requested = True
+            taken = b"".join(t.to_bytes(8, "little") for t in sorted(self.taken))
+        try:
+            client = own_client(address)
+            status, _ = client.request(pool_name, PoolOps.RETIRING, [
+                worker_id.to_bytes(8, "little"), b"%d" % signum, taken], timeout=_ASK_S)
+            client.close()
+        except Exception:
+            status = b"die"  # no master to hand the tasks to: end as the signal says
+        if status != b"retire":
+            _die_of(signum)
+
+
+def _die_of(signum: int) -> NoReturn:
+    """End this process by ``signum``'s default action, from a thread (which cannot call
+    `signal.signal`): the C library's own handler reset, then the signal again."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal(signum, ctypes.c_void_p(0))  # SIG_DFL
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+    except (OSError, AttributeError):
+        pass
+    os._exit(128 + signum)

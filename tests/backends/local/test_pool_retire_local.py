@@ -1,0 +1,83 @@
+"""A pool worker that its cluster tells to go retires (issue 29): SIGTERM (or the early
+warnings SIGUSR1, SIGUSR2) to a worker mid-map makes it give back the tasks it holds,
+finish the one it runs and exit 0, while its replacement starts; no task runs twice, none
+is charged a retry, and one INFO line (not a WARNING) says so. ``terminate()`` still ends
+workers at once. Real processes, real signals (local backend); the cluster stages send
+the clusters' own (tests/backends/slurm, docker, kubernetes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+import fiber
+
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _task(x: int, marks: str) -> int:
+    """Mark its start (one file per run: a task run twice leaves two), then work."""
+    with open(os.path.join(marks, f"{x}-{os.getpid()}-{time.monotonic_ns()}"), "w"):
+        pass
+    time.sleep(0.3)
+    return x * x
+
+
+def _starts(marks: str) -> dict:
+    out: dict = {}
+    for name in os.listdir(marks):
+        x, pid, _ = name.split("-")
+        out.setdefault(int(x), []).append(int(pid))
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_worker_told_to_go_retires_and_no_task_pays(tmp_path, caplog, sig):
+    marks = str(tmp_path)
+    with fiber.config.override(log_level="info"):
+        with fiber.Pool(2) as pool:
+            result = pool.starmap_async(_task, [(x, marks) for x in range(16)], chunksize=1)
+            wait_until(lambda: len(os.listdir(marks)) >= 3, 60, message="tasks to run")
+            victim = _starts(marks)[0][0]  # the worker that ran the first task
+            os.kill(victim, sig)
+            assert result.get(timeout=120) == [x * x for x in range(16)]
+            status = pool.status()
+    starts = _starts(marks)
+    assert sorted(starts) == list(range(16))
+    assert all(len(pids) == 1 for pids in starts.values()), starts  # none ran twice
+    assert status.retried == 0
+    fiber_records = [r for r in caplog.records if r.name == "fiber"]
+    said = [r.getMessage() for r in fiber_records if " retires: " in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("PoolWorker-"), said
+    assert all(r.levelname == "INFO" for r in fiber_records if " retires: " in r.getMessage())
+    assert not [r for r in fiber_records if r.levelname == "WARNING"], fiber_records
+    wait_until(lambda: not _alive(victim), 30, message="the retired worker to end")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_terminate_still_ends_workers_at_once(tmp_path):
+    with fiber.Pool(2) as pool:
+        pool.starmap_async(_task, [(x, str(tmp_path)) for x in range(2)])
+        result = pool.apply_async(time.sleep, (60,))
+        wait_until(lambda: len(os.listdir(tmp_path)) >= 1, 60, message="a task to run")
+        started = time.monotonic()
+        pool.terminate()
+        assert time.monotonic() - started < 15
+        with pytest.raises(fiber.errors.PoolTerminatedError):
+            result.get(timeout=5)
