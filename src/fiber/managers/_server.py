@@ -390,6 +390,8 @@ class ManagerService(Service):
         self.backend = backend
         self.stopped = threading.Event()
         self.jobs: Dict[bytes, Any] = {}  # creation id -> Process serving one object
+        #: creation ids whose start() has not returned yet: live, whatever is_alive says
+        self.starting: Set[bytes] = set()
         self.pending: Dict[bytes, Tuple[Peer, bytes, str]] = {}
         self._lock = threading.Lock()
 
@@ -425,7 +427,8 @@ class ManagerService(Service):
     def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """Answered with the number of live objects (object jobs included)."""
         with self._lock:
-            jobs = sum(1 for p in self.jobs.values() if p.is_alive())
+            jobs = sum(1 for cid, p in self.jobs.items()
+                       if cid in self.starting or p.is_alive())
         server.reply_value(peer, req_id, len(self.objects.objects) + jobs)
 
     @handles(ManagerOps.SHUTDOWN)
@@ -448,20 +451,29 @@ class ManagerService(Service):
         end_with_parent(proc)  # it serves this manager's object only
         with server.lock:
             self.pending[cid] = (peer, req_id, typeid)
+        # Known before it starts, and counted live until start() has returned: the job
+        # may serve its object (and be asked for) before start() returns.
+        with self._lock:
+            self.jobs[cid] = proc
+            self.starting.add(cid)
         try:
             proc.start()
         except Exception as e:
+            with self._lock:
+                self.jobs.pop(cid, None)
             with server.lock:
                 if self.pending.pop(cid, None) is not None:
                     server.reply_error(peer, req_id, e)
             return
-        with self._lock:
-            self.jobs[cid] = proc
+        finally:
+            with self._lock:
+                self.starting.discard(cid)
 
     def reap(self, server: Server) -> None:
         """Answer creations whose job ended before reporting; forget ended jobs."""
         with self._lock:
-            ended = [(cid, p) for cid, p in self.jobs.items() if not p.is_alive()]
+            ended = [(cid, p) for cid, p in self.jobs.items()
+                     if cid not in self.starting and not p.is_alive()]
             for cid, _ in ended:
                 del self.jobs[cid]
         for cid, proc in ended:
