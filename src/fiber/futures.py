@@ -41,7 +41,7 @@ from .pool import Pool
 from .pool._pool import core_of
 from .pool._poolcore import PoolCore
 from .pool._results import ApplyResult
-from .pool._service import Task
+from .pool._state import Task
 from .pool._worker import CALL
 
 __all__ = ["Executor", "ProcessPoolExecutor"]

@@ -239,6 +239,12 @@ class Backend(abc.ABC):
                 w = self.__dict__["_watcher"] = JobWatcher(self)
             return w
 
+    def job_time_limit(self) -> Optional[float]:
+        """Seconds each job may run before its cluster ends it: the time limit fiber asks
+        for (Slurm's ``--time``), so that a pool renews its workers before it; None: no
+        limit known (the default)."""
+        return None
+
     def release(self, handle: JobHandle) -> None:
         """Drop what the backend keeps of a finished job whose process object is gone (a
         long-running program starts jobs without end: a pool with ``maxtasksperchild``)."""

@@ -106,6 +106,14 @@ class Config:
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
     #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
     pool_prefetch: int = 2
+    #: Seconds after which a pool worker is renewed on purpose (a replacement started,
+    #: then the worker retired: no task is lost or run twice), workers spread so that they
+    #: do not all go at once; 0: never. A backend's known time limit (Slurm's
+    #: ``slurm_time_limit``) renews workers before it in any case.
+    pool_worker_lifetime: float = 0.0
+    #: Seconds before a worker's known end (its job's time limit) that its replacement is
+    #: started (at most a third of the limit), so the pool keeps its width.
+    pool_renew_margin: float = 60.0
     #: Microseconds a thread waiting for a message (a pool result or task, a pipe's or
     #: queue's next item, a lock) polls for it before it sleeps, while this host has a
     #: CPU to spare: a quick reply is then read without the wake-up of a sleeping
@@ -191,7 +199,7 @@ def _validate(key: str, value: Any) -> None:
     if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
         raise ConfigError(key, f"must be positive, got {value!r}")
     if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch",
-               "spin_us") and value < 0:
+               "spin_us", "pool_worker_lifetime", "pool_renew_margin") and value < 0:
         raise ConfigError(key, f"must not be negative, got {value!r}")
     if key == "log_level" and value not in LOG_LEVELS:
         raise ConfigError(key, f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"

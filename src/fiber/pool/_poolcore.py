@@ -19,6 +19,7 @@ import secrets
 import selectors
 import signal
 import threading
+import time
 import types
 from typing import (
     Any,
@@ -41,15 +42,17 @@ from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import program_exiting, set_resources
+from ..process._process import backend_of, program_exiting, set_resources
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
 from ..transport.unpicklable import explain, explained
+from . import _renew
 from ._results import (
     CallbackThread,
 )
-from ._service import PoolService, ResultSink, Task, WorkerState, describe_exit
+from ._service import PoolService, describe_exit
+from ._state import ResultSink, Task, WorkerState
 from ._worker import CALL, worker_main
 
 __all__ = ["PoolCore", "terminate_collected", "label", "check_size", "RUN", "CLOSE",
@@ -120,6 +123,10 @@ class PoolCore:
                                    cfg.pool_max_task_retries, self._on_worker_gone,
                                    cfg.spin_us * 1e-6)
         self.service.server = self.hub
+        self.service.lifetime = _renew.lifetime(
+            cfg.pool_worker_lifetime, backend_of(process_class).job_time_limit(),
+            cfg.pool_renew_margin)
+        self.service.wake = self.wake
         self.hub.register(self.name, self.service)
         self.state = RUN
         self.broken: Optional[BaseException] = None
@@ -273,7 +280,7 @@ class PoolCore:
     def live_workers(self) -> List[WorkerState]:
         return [ws for ws in self.service.workers.values() if not ws.lost]
 
-    def _start_workers(self, count: int) -> None:
+    def _start_workers(self, count: int, replaces: Optional[WorkerState] = None) -> None:
         states = []
         for _ in range(count):
             wid = next(self._worker_ids)
@@ -284,6 +291,7 @@ class PoolCore:
             set_resources(proc, self.resources)
             end_with_parent(proc)  # a worker serves this pool only
             states.append(WorkerState(wid, proc))
+            states[-1].replaces = replaces
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
                 self.service.add_worker(ws)
@@ -351,10 +359,18 @@ class PoolCore:
                         working and self.broken is None) else 0
                     if self.state != RUN and not self.procs and need <= 0:
                         return
+                    now = time.monotonic()
+                    renew = self.service.due_renewals(now) if (
+                        working and self.broken is None) else []
+                    at = self.service.next_renewal()
                 if need > 0:
                     self._start_workers(need)
                     continue
-                for key, _ in self._exits.select():
+                for old in renew:  # ahead of its job's known end (see _renew)
+                    self._start_workers(1, replaces=old)
+                if renew:
+                    continue
+                for key, _ in self._exits.select(None if at is None else max(0.0, at - now)):
                     ws = key.data
                     if ws is None:
                         os.read(self._wake_r, 4096)

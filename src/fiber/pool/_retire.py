@@ -36,12 +36,13 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Iterable, NoReturn, Set
+from typing import Any, Iterable, List, NoReturn, Set
 
 from .._core._clients import own_client
+from ._losses import tasks_text
 from ._protocol import PoolOps
 
-__all__ = ["NOTICE_SIGNALS", "Retirement", "why"]
+__all__ = ["NOTICE_SIGNALS", "Retirement", "why", "plan"]
 
 #: The signals with which a cluster tells a job to go: at once (SIGTERM) or soon (the
 #: early warnings Slurm and Grid Engine send when asked to: SIGUSR1, SIGUSR2).
@@ -57,6 +58,15 @@ def why(signum: int) -> str:
                "or a person)"
     return f"its cluster's notice ({signal.Signals(signum).name}: a time limit or " \
            "preemption ahead)"
+
+
+def plan(ws: Any, given: List[Any]) -> str:
+    """What a retiring worker ``ws`` does with its tasks (``given``: those it gave
+    back), for its INFO line."""
+    back = f"gives back {tasks_text(given)}" if given else "holds no other task"
+    if ws.pending:
+        return f"finishes {tasks_text(list(ws.pending.values()))}, {back}"
+    return back
 
 
 def _noop(signum: int, frame: Any) -> None:

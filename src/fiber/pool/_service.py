@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from .._log import info, log
 from ..errors import WorkerLostError
-from ..process import Process
 from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
-from . import _losses, _retire, _status
+from . import _losses, _renew, _retire, _status
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -39,6 +38,7 @@ from ._protocol import (
     results_busy,
     unpack_results,
 )
+from ._state import ReadyWorkers, Task, WorkerState
 
 __all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
 
@@ -52,129 +52,6 @@ _SPIN_TASK = 0.002  # a wait for tasks up to this long polls while they run (spi
 _EXIT_WAIT = 10.0  # seconds a failing task waits for its workers' exit codes (_give_up)
 _EXIT_POLL = 0.05
 
-
-
-def _retire_plan(ws: WorkerState, given: List[Task]) -> str:
-    """What a retiring worker does with its tasks, for its INFO line."""
-    back = f"gives back {_losses.tasks_text(given)}" if given else "holds no other task"
-    if ws.pending:
-        return f"finishes {_losses.tasks_text(list(ws.pending.values()))}, {back}"
-    return back
-
-
-class ResultSink(Protocol):
-    """Where a task's result goes: the result object of its call (an ``ApplyResult``,
-    a ``MapResult``, an ``imap`` iterator, an executor's future)."""
-
-    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
-        """The outcome of item ``index``: a value's frames, or an exception record's."""
-
-
-class Task:
-    """One unit of work handed to a worker: an ``apply``'s call, or a chunk of a map's
-    items. What users read (``Pool.status()``, ``fiber top``, errors) counts and names
-    the items, a map's item being one task whatever its chunksize (``items``, ``first``)."""
-
-    __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
-                 "suspect", "first", "items")
-
-    def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
-                 call: str, first: Optional[int] = None, items: int = 1) -> None:
-        self.task_id = task_id
-        self.job = job
-        self.index = index  # of the chunk, as the call's result sink counts them
-        self.first = index if first is None else first  # the first item's, in the call
-        self.items = items  # the items of the chunk (1: an apply's call)
-        self.fid = fid
-        self.frames = frames
-        self.attempts: List[Any] = []  # worker states that died holding this task
-        self.done = False
-        self.call = call  # what was called, as "map(fn)": shared by the tasks of a call
-        #: Held by a worker that died holding several tasks: it may be the one that killed
-        #: it, so it runs alone on a worker until it completes (see worker_lost).
-        self.suspect = False
-
-    @property
-    def label(self) -> str:
-        """The task as error messages and ``fiber top`` name it, by its items' places in
-        the call: ``map(f) (task 7)``, or for a chunk ``map(f) (tasks 28-31)`` (made when
-        needed: not once per task)."""
-        if self.items == 1:
-            return f"{self.call} (task {self.first})"
-        return f"{self.call} (tasks {self.first}-{self.first + self.items - 1})"
-
-
-class WorkerState:
-    __slots__ = ("worker_id", "process", "peer", "pending", "functions",
-                 "assigned", "retiring", "lost", "connected", "exitcode", "load",
-                 "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why")
-
-    def __init__(self, worker_id: int, process: Process) -> None:
-        self.worker_id = worker_id
-        self.process = process
-        self.peer: Optional[Peer] = None
-        self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
-        #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
-        self.functions: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self.assigned = 0
-        self.retiring = False
-        self.lost = False
-        self.connected = False
-        self.exitcode: Optional[int] = None
-        #: Its bucket in `ReadyWorkers` (the tasks it held when put there), or -1:
-        #: it cannot take a task now.
-        self.load = -1
-        #: Its warning once lost, until said (see `_losses`).
-        self.loss: Optional[_losses.Loss] = None
-        #: When the task it runs started, as far as the master can tell (monotonic): when
-        #: it was handed to the idle worker, or the worker's last results came.
-        self.since = 0.0
-        self.done = 0  # tasks (items) it completed
-        #: Its place in the pool (a worker replacing a lost one takes its place) and how
-        #: often that place's worker was replaced.
-        self.slot = 0
-        self.restarts = 0
-        self.init_failed = False  # its initializer raised (it said so: see init_failed)
-        #: Why its cluster told it to go (see _retire), or "": a retirement, not a loss.
-        self.retired_why = ""
-
-
-class ReadyWorkers:
-    """The workers that can take a task, bucketed by how many tasks they hold.
-
-    The least-loaded one is found in O(1) (amortized over the buckets, at most the
-    largest credit), so that handing out a task or hearing a result costs the same with
-    1,024 workers as with 4: no scan of every worker per message.
-
-    Within a bucket the worker put there last comes first. One task at a time (``apply``
-    in a loop: an RL step, an ``AsyncManager`` call) then goes back to the worker that
-    returned the previous one, which is still polling for its next task (see the
-    worker's ``SpinPays``) on a warm CPU. First come first served would rotate it over
-    every idle worker, each idle for ``n - 1`` round trips by then: asleep, to be woken,
-    and polling no more since its waits are long (twice the round trip on 2 CPUs).
-    """
-
-    def __init__(self) -> None:
-        self._buckets: List[Dict[WorkerState, None]] = []
-
-    def put(self, ws: WorkerState, ready: bool) -> None:
-        """File ``ws`` under its current load if ``ready``, else take it out."""
-        if ws.load >= 0:
-            del self._buckets[ws.load][ws]
-            ws.load = -1
-        if ready:
-            load = len(ws.pending)
-            while len(self._buckets) <= load:
-                self._buckets.append({})
-            self._buckets[load][ws] = None
-            ws.load = load
-
-    def least_loaded(self) -> Optional[WorkerState]:
-        """A worker holding the fewest tasks: of those, the one that became so last."""
-        for bucket in self._buckets:
-            if bucket:
-                return next(reversed(bucket))
-        return None
 
 
 class PoolService(Service):
@@ -196,6 +73,10 @@ class PoolService(Service):
         self.workers: Dict[int, WorkerState] = {}
         self.ready = ReadyWorkers()
         self.retiring = 0  # workers of self.workers told to finish and exit (retire)
+        #: Seconds after it connects that a worker is renewed (see _renew); None: never.
+        self.lifetime: Optional[float] = None
+        #: Wakes the pool's maintainer (set by the pool): a renewal time is set.
+        self.wake: Callable[[], None] = lambda: None
         self.by_peer: Dict[int, WorkerState] = {}
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
@@ -287,6 +168,14 @@ class PoolService(Service):
             self._refresh(ws)
         for task in tasks:
             self._finish(task, False, record)
+
+    def due_renewals(self, now: float) -> List[WorkerState]:
+        """The workers whose renewal is due now, each once (see `_renew`)."""
+        return _renew.due(list(self.workers.values()), now, self.free_slots)
+
+    def next_renewal(self) -> Optional[float]:
+        """When the next renewal is due (monotonic), if any."""
+        return _renew.next_at(self.workers.values())
 
     def retire(self, count: int) -> List[WorkerState]:
         """Let ``count`` workers finish what they hold and exit (shrinking the pool)."""
@@ -415,9 +304,19 @@ class PoolService(Service):
             return
         ws.peer = peer
         ws.connected = True
+        ws.renew_at = _renew.renew_at(time.monotonic(), self.lifetime, ws.slot)
+        if ws.renew_at:
+            self.wake()  # the maintainer sleeps until the next renewal
         self._refresh(ws)
         self.by_peer[peer.peer_id] = ws
         self.init_failures.started()
+        old, ws.replaces = ws.replaces, None
+        if old is not None and not (old.lost or old.retiring):  # renewed: it retires
+            old.retiring = True
+            self.retiring += 1
+            info("%s", _renew.said(old, ws))
+            self._refresh(old)
+            self._maybe_stop(old)
         self.dispatch()
         self._maybe_stop(ws)
 
@@ -458,7 +357,7 @@ class PoolService(Service):
             self.retiring += 1
             self.free_slots.append((ws.slot, ws.restarts + 1))  # its replacement's place
         info("%s (%s) retires: %s; %s", ws.process.name, _losses.where(ws), ws.retired_why,
-             _retire_plan(ws, given))
+             _retire.plan(ws, given))
         server.reply(peer, req_id, b"retire")
         self._refresh(ws)
         self._maybe_stop(ws)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["process_repr", "children"]
+__all__ = ["process_repr", "children", "exit_code_of"]
 
 
 def _state(code: Optional[int], connected: bool) -> str:
@@ -57,3 +58,14 @@ def children(procs: List[Tuple[Any, Any]]) -> List[Dict[str, Any]]:
                     else f"exit code {code}", "daemon": child.daemon,
                     "running_s": round(now - job.started_at, 1)})
     return out
+
+
+def exit_code_of(e: SystemExit) -> int:
+    """The exit code a process's ``sys.exit(...)`` gives, as Python's own exit does (a
+    message is written to stderr, and is exit code 1)."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    sys.stderr.write(str(e.code) + "\n")
+    return 1

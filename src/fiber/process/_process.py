@@ -33,12 +33,13 @@ from typing import (
     Sequence,
     Set,
     Tuple,
+    Type,
 )
 
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process, open_log
-from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
+from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..config import get_config
 from ..errors import ProcessError
 from ..meta import resources_of
@@ -47,12 +48,14 @@ from ..transport.serialization import dumps
 from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _describe, _fd_handoff, _launcher
 from ._attributes import ProcessAttributes
+from ._describe import exit_code_of
 from ._job import Job, collect, release_collected
 from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
-           "kill_children", "set_resources", "mark_daemonic", "run_in_job", "program_exiting"]
+           "kill_children", "set_resources", "mark_daemonic", "run_in_job", "program_exiting",
+           "backend_of"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 #: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
@@ -136,7 +139,7 @@ class Process(ProcessAttributes):
         if _current_process._config.get("daemon"):
             raise ProcessError("daemonic processes are not allowed to have children")
         cfg = get_config()
-        backend = get_backend(self._backend_name or cfg.backend)
+        backend = backend_of(type(self))
         _launcher.check_reachable(backend)
         try:
             with collecting_handoffs() as handoffs:
@@ -396,7 +399,7 @@ class Process(ProcessAttributes):
             self.run()
             exitcode = 0
         except SystemExit as e:
-            exitcode = _exit_code_of(e)
+            exitcode = exit_code_of(e)
         except BaseException as e:
             # as multiprocessing prints it, from the user's first frame (see remote.py)
             sys.stderr.write(f"Process {self.name}:\n{format_user_exception(e)}")
@@ -413,6 +416,11 @@ class Process(ProcessAttributes):
                 except Exception:
                     pass
         return exitcode
+
+
+def backend_of(cls: Type[Process]) -> Backend:
+    """The backend whose jobs run processes of ``cls`` (a context's, else the config's)."""
+    return get_backend(cls._backend_name or get_config().backend)  # noqa: SLF001
 
 
 def start_all(processes: Sequence[Process]) -> None:
@@ -471,15 +479,6 @@ def _launch(group: List[Tuple[Process, Job, JobSpec]], handles: List[JobHandle])
             for (_, unlaunched, _), later in list(zip(group, handles))[n:]:
                 unlaunched.withdraw(later, e)
             raise
-
-
-def _exit_code_of(e: SystemExit) -> int:
-    if e.code is None:
-        return 0
-    if isinstance(e.code, int):
-        return e.code
-    sys.stderr.write(str(e.code) + "\n")
-    return 1
 
 
 class _MainProcess(Process):

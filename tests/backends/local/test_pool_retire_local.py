@@ -81,3 +81,23 @@ def test_terminate_still_ends_workers_at_once(tmp_path):
         assert time.monotonic() - started < 15
         with pytest.raises(fiber.errors.PoolTerminatedError):
             result.get(timeout=5)
+
+
+def test_workers_are_renewed_at_their_lifetime_and_nothing_is_lost(tmp_path, caplog):
+    """pool_worker_lifetime: a replacement starts before a worker retires (so the pool
+    keeps its width), spread over time; the map is exact, nothing runs twice."""
+    marks = str(tmp_path)
+    with fiber.config.override(log_level="info", pool_worker_lifetime=1.5):
+        with fiber.Pool(2) as pool:
+            got = pool.starmap(_task, [(x, marks) for x in range(30)], chunksize=1)
+            status = pool.status()
+    assert got == [x * x for x in range(30)]
+    starts = _starts(marks)
+    assert sorted(starts) == list(range(30))
+    assert all(len(pids) == 1 for pids in starts.values()), starts
+    assert len({pid for pids in starts.values() for pid in pids}) >= 4  # renewed ones ran
+    assert status.retried == 0
+    fiber_records = [r for r in caplog.records if r.name == "fiber"]
+    renewals = [r for r in fiber_records if " is renewed " in r.getMessage()]
+    assert len(renewals) >= 2 and all(r.levelname == "INFO" for r in renewals)
+    assert not [r for r in fiber_records if r.levelname == "WARNING"], fiber_records

@@ -752,6 +752,38 @@ def test_node_failure_mid_map_every_result_once(slurm, how):
     _wait_nodes_idle()
 
 
+def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(slurm, tmp_path,
+                                                                         caplog):
+    """Issue 29: jobs of a 1-minute limit, a map of 80 tasks of 7 s on Pool(4) (over twice
+    the limit): workers are renewed before their limit (or retire on Slurm's notice or
+    SIGTERM); every result once, no task started twice, no retry counted, no WARNING."""
+    marks = str(tmp_path)
+    os.chmod(marks, 0o777)
+    with fiber.config.override(slurm_time_limit="1", log_level="info"):
+        started = time.monotonic()
+        with slurm.Pool(4) as pool:
+            got = pool.starmap(slurm_targets.mark_then_sleep,
+                               [(x, marks, 7) for x in range(80)], chunksize=1)
+            status = pool.status()
+        took = time.monotonic() - started
+    assert got == list(range(80))
+    starts: Dict[int, List[str]] = {}
+    for name in os.listdir(marks):
+        x, host, pid = name.split("-")
+        starts.setdefault(int(x), []).append(f"{host}:{pid}")
+    assert sorted(starts) == list(range(80))
+    assert all(len(runs) == 1 for runs in starts.values()), starts  # none started twice
+    assert status.retried == 0
+    records = [r for r in caplog.records if r.name == "fiber"]
+    assert not [r for r in records if r.levelname == "WARNING"], [r.getMessage() for r in records]
+    renewed = [r for r in records if " is renewed " in r.getMessage()
+               or " retires: " in r.getMessage()]
+    assert len(renewed) >= 4, [r.getMessage() for r in records]
+    print(f"80 tasks of 7 s on Pool(4), 1-minute limit: {took:.0f} s (140 s of work a "
+          f"worker); {len(renewed)} renewals or retirements")
+    _wait_nodes_idle()
+
+
 def test_master_sigkilled_every_job_gone_within_30s(cluster):
     proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "sk_master_killed.py")],
                             env=_scenario_env(), cwd=SCRIPTS, stdin=subprocess.DEVNULL,

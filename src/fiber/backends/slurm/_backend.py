@@ -95,6 +95,7 @@ from ._status import (
     task_ranges,
 )
 from ._steps import Step, cancel_steps, query_steps
+from ._time import notice_seconds, time_limit_seconds
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
@@ -281,6 +282,22 @@ class SlurmBackend(BatchBackend):
             args.append(f"--gpus={int(r.gpu)}")
         return args
 
+    def job_time_limit(self) -> Optional[float]:
+        """``slurm_time_limit`` in seconds (None if unset): a pool renews its workers
+        before it (see fiber.pool._renew), and each job gets Slurm's notice ahead of it.
+
+        Raises:
+            ConfigError: it is not in a format of Slurm's ``--time``.
+        """
+        text = _own().time_limit.strip()
+        if not text:
+            return None
+        seconds = time_limit_seconds(text)
+        if seconds is None:
+            raise ConfigError("slurm_time_limit", f"{text!r} is not a Slurm time (minutes, "
+                              "minutes:seconds, hours:minutes:seconds, days-hours, ...)")
+        return seconds
+
     def _sbatch(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         n = len(specs)
@@ -296,6 +313,9 @@ class SlurmBackend(BatchBackend):
                             ("--time", _own(cfg).time_limit)):
             if value:
                 argv.append(f"{flag}={value}")
+        limit = self.job_time_limit()
+        if limit:  # the batch shell (the job's relay) gets it, and passes it on: it retires
+            argv.append(f"--signal=B:USR1@{notice_seconds(limit)}")
         if n > 1:
             argv.append(f"--array=0-{n - 1}")
         try:

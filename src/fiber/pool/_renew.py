@@ -1,0 +1,70 @@
+"""Workers renewed before a known end: a pool that outlives its jobs' time limits.
+
+A worker's job may have a known end: the time limit fiber asks its cluster for
+(``Backend.job_time_limit``: Slurm's ``--time``), or ``pool_worker_lifetime`` (any
+backend: workers renewed on purpose). Some time before it (``pool_renew_margin``, at most
+a third of the limit), the pool starts the worker's replacement; when the replacement
+says hello, the old worker retires (it finishes what it holds and exits), so a map longer
+than the walltime runs at its full width::
+
+    hello ──▶ renew_at = connected + lifetime × stagger(slot)   (the last 15% of it,
+                                                                 spread: not all at once)
+    the maintainer, at renew_at ──▶ a replacement starts (its `replaces`: the old worker)
+    the replacement's hello ──▶ the old worker retires (no new task; STOP once it holds
+                                none), one INFO line
+
+A worker the cluster ends anyway (the replacement could not start in time) retires on
+the cluster's notice or SIGTERM instead (see `_retire`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Deque, Iterable, List, Optional, Tuple
+
+__all__ = ["lifetime", "renew_at", "due", "next_at", "said"]
+
+#: The share of the lifetime over which renewals are spread.
+_SPREAD = 0.15
+_GOLDEN = 0.6180339887
+
+
+def lifetime(worker_lifetime: float, time_limit: Optional[float],
+             margin: float) -> Optional[float]:
+    """Seconds after it connects that a worker is renewed: ``worker_lifetime`` (0:
+    none), or ``margin`` (at most a third of it) before the backend's ``time_limit``,
+    whichever comes first; None: never."""
+    found = [worker_lifetime] if worker_lifetime > 0 else []
+    if time_limit:
+        found.append(time_limit - min(margin, time_limit / 3))
+    return min(found) if found else None
+
+
+def renew_at(connected: float, life: Optional[float], slot: int) -> float:
+    """When the worker of ``slot``, connected at ``connected``, is renewed (0: never): in
+    the last ``_SPREAD`` of its life, slots spread over it by the golden ratio."""
+    if life is None:
+        return 0.0
+    return connected + life * (1 - _SPREAD * ((slot * _GOLDEN) % 1))
+
+
+def said(old: Any, new: Any) -> str:
+    """The INFO line of a renewal."""
+    return (f"{old.process.name} is renewed ahead of its job's known end: "
+            f"{new.process.name} took its place; it finishes what it holds")
+
+
+def due(workers: List[Any], now: float, free_slots: Deque[Tuple[int, int]]) -> List[Any]:
+    """The workers whose renewal is due at ``now``, each returned once; their places
+    go first in ``free_slots`` (their replacements take them)."""
+    found = [ws for ws in workers if 0 < ws.renew_at <= now
+             and ws.connected and not (ws.retiring or ws.lost)]
+    for ws in found:
+        ws.renew_at = 0.0
+        free_slots.appendleft((ws.slot, ws.restarts + 1))
+    return found
+
+
+def next_at(workers: Iterable[Any]) -> Optional[float]:
+    """When the next renewal of ``workers`` is due (monotonic), if any."""
+    times = [ws.renew_at for ws in workers if ws.renew_at > 0]
+    return min(times) if times else None

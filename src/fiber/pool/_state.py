@@ -1,0 +1,137 @@
+"""The master's records of a pool: its tasks, its workers, and which can take a task.
+
+A `Task` is one unit handed to a worker (an ``apply``'s call, or a chunk of a map's
+items); a `WorkerState` is what the master knows of one worker (what it holds, its
+state, its place in the pool); `ReadyWorkers` finds the least-loaded worker that can
+take a task in O(1). `PoolService` (`_service`) keeps them, under the hub's lock.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Dict, List, Optional, Protocol
+
+from ..process import Process
+from ..transport.server import Peer
+from . import _losses
+
+__all__ = ["ResultSink", "Task", "WorkerState", "ReadyWorkers"]
+
+
+class ResultSink(Protocol):
+    """Where a task's result goes: the result object of its call (an ``ApplyResult``,
+    a ``MapResult``, an ``imap`` iterator, an executor's future)."""
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        """The outcome of item ``index``: a value's frames, or an exception record's."""
+
+
+class Task:
+    """One unit of work handed to a worker: an ``apply``'s call, or a chunk of a map's
+    items. What users read (``Pool.status()``, ``fiber top``, errors) counts and names
+    the items, a map's item being one task whatever its chunksize (``items``, ``first``)."""
+
+    __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
+                 "suspect", "first", "items")
+
+    def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
+                 call: str, first: Optional[int] = None, items: int = 1) -> None:
+        self.task_id = task_id
+        self.job = job
+        self.index = index  # of the chunk, as the call's result sink counts them
+        self.first = index if first is None else first  # the first item's, in the call
+        self.items = items  # the items of the chunk (1: an apply's call)
+        self.fid = fid
+        self.frames = frames
+        self.attempts: List[Any] = []  # worker states that died holding this task
+        self.done = False
+        self.call = call  # what was called, as "map(fn)": shared by the tasks of a call
+        #: Held by a worker that died holding several tasks: it may be the one that killed
+        #: it, so it runs alone on a worker until it completes (see worker_lost).
+        self.suspect = False
+
+    @property
+    def label(self) -> str:
+        """The task as error messages and ``fiber top`` name it, by its items' places in
+        the call: ``map(f) (task 7)``, or for a chunk ``map(f) (tasks 28-31)`` (made when
+        needed: not once per task)."""
+        if self.items == 1:
+            return f"{self.call} (task {self.first})"
+        return f"{self.call} (tasks {self.first}-{self.first + self.items - 1})"
+
+
+class WorkerState:
+    __slots__ = ("worker_id", "process", "peer", "pending", "functions",
+                 "assigned", "retiring", "lost", "connected", "exitcode", "load",
+                 "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
+                 "renew_at", "replaces")
+
+    def __init__(self, worker_id: int, process: Process) -> None:
+        self.worker_id = worker_id
+        self.process = process
+        self.peer: Optional[Peer] = None
+        self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
+        #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
+        self.functions: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.assigned = 0
+        self.retiring = False
+        self.lost = False
+        self.connected = False
+        self.exitcode: Optional[int] = None
+        #: Its bucket in `ReadyWorkers` (the tasks it held when put there), or -1:
+        #: it cannot take a task now.
+        self.load = -1
+        #: Its warning once lost, until said (see `_losses`).
+        self.loss: Optional[_losses.Loss] = None
+        #: When the task it runs started, as far as the master can tell (monotonic): when
+        #: it was handed to the idle worker, or the worker's last results came.
+        self.since = 0.0
+        self.done = 0  # tasks (items) it completed
+        #: Its place in the pool (a worker replacing a lost one takes its place) and how
+        #: often that place's worker was replaced.
+        self.slot = 0
+        self.restarts = 0
+        self.init_failed = False  # its initializer raised (it said so: see init_failed)
+        #: Why its cluster told it to go (see _retire), or "": a retirement, not a loss.
+        self.retired_why = ""
+        #: When it is renewed (monotonic; 0: never), and the worker it renews (see _renew).
+        self.renew_at = 0.0
+        self.replaces: Optional[WorkerState] = None
+
+
+class ReadyWorkers:
+    """The workers that can take a task, bucketed by how many tasks they hold.
+
+    The least-loaded one is found in O(1) (amortized over the buckets, at most the
+    largest credit), so that handing out a task or hearing a result costs the same with
+    1,024 workers as with 4: no scan of every worker per message.
+
+    Within a bucket the worker put there last comes first. One task at a time (``apply``
+    in a loop: an RL step, an ``AsyncManager`` call) then goes back to the worker that
+    returned the previous one, which is still polling for its next task (see the
+    worker's ``SpinPays``) on a warm CPU. First come first served would rotate it over
+    every idle worker, each idle for ``n - 1`` round trips by then: asleep, to be woken,
+    and polling no more since its waits are long (twice the round trip on 2 CPUs).
+    """
+
+    def __init__(self) -> None:
+        self._buckets: List[Dict[WorkerState, None]] = []
+
+    def put(self, ws: WorkerState, ready: bool) -> None:
+        """File ``ws`` under its current load if ``ready``, else take it out."""
+        if ws.load >= 0:
+            del self._buckets[ws.load][ws]
+            ws.load = -1
+        if ready:
+            load = len(ws.pending)
+            while len(self._buckets) <= load:
+                self._buckets.append({})
+            self._buckets[load][ws] = None
+            ws.load = load
+
+    def least_loaded(self) -> Optional[WorkerState]:
+        """A worker holding the fewest tasks: of those, the one that became so last."""
+        for bucket in self._buckets:
+            if bucket:
+                return next(reversed(bucket))
+        return None
