@@ -205,7 +205,7 @@ def test_each_operation_a_protocol_names_has_one_handler(service, ops):
 
 
 def test_the_pool_service_handles_what_workers_send():
-    worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS}
+    worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING}
     assert set(PoolService.operations) == worker_sends
     assert {PoolOps.TASKS, PoolOps.STOP}.isdisjoint(PoolService.operations)
 

@@ -83,6 +83,9 @@ class Retirement:
         self.requested = False
         #: The tasks the main thread took whose results it has not sent yet (under `lock`).
         self.taken: Set[int] = set()
+        #: The master has heard of the retirement: the worker may end (its connection's
+        #: end must not reach the master before its retirement does).
+        self.heard = threading.Event()
         self._read, write = os.pipe()
         os.set_blocking(write, False)
         signal.set_wakeup_fd(write, warn_on_full_buffer=False)
@@ -127,6 +130,12 @@ class Retirement:
             status = b"die"  # no master to hand the tasks to: end as the signal says
         if status != b"retire":
             _die_of(signum)
+        self.heard.set()
+
+    def wait_heard(self) -> None:
+        """Before the worker ends: until the master has heard of its retirement (at most
+        as long as the question may take)."""
+        self.heard.wait(_ASK_S + 1)
 
 
 def _die_of(signum: int) -> NoReturn:

@@ -219,7 +219,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             _output.stop()
             os._exit(1)
     if retire.requested:
-        _output.stop()
+        retire.wait_heard()
         return  # told to go before it took any task: nothing to hand back
     client.send(pool_name, PoolOps.HELLO, [worker_id.to_bytes(8, "little")])
     spin_pays = SpinPays(get_config().spin_us * 1e-6)
@@ -266,8 +266,11 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
                 stopping = True
         if not held or retire.requested:
             flush()
-            if stopping or retire.requested or (maxtasks is not None and done >= maxtasks):
-                return  # retiring: what it held was given back by the master
+            if retire.requested:
+                retire.wait_heard()  # what it held the master takes back: then it ends
+                return
+            if stopping or (maxtasks is not None and done >= maxtasks):
+                return
             continue
         if not retire.take(held[0][0]):
             continue  # told to go meanwhile: taken back above
