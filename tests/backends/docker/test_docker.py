@@ -46,6 +46,7 @@ from support.cli_helpers import (
     tagged,
 )
 from support.lost_warnings import LostWarnings, check_an_oom_killed_worker_is_one_warning
+from support.retire_helpers import check_a_stopped_worker_retires
 from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
@@ -369,6 +370,16 @@ def test_a_worker_container_killed_mid_map_is_one_warning_and_loses_no_result(
         lines = warnings.wait(1)
     assert len(lines) == 1 and f"(job {victim.job_id} on " in lines[0], lines
     assert " was lost: killed by SIGKILL; resubmitted map(slow_square) task" in lines[0]
+
+
+def test_a_worker_container_docker_stopped_retires_and_no_task_pays(engine, tmp_path,
+                                                                      caplog):
+    """`docker stop` (SIGTERM to the container's first process, the job's relay, which
+    passes it on; SIGKILL 10 s later): the worker retires (issue 29)."""
+    with fiber.config.override(log_level="info"):
+        check_a_stopped_worker_retires(
+            dctx(), str(tmp_path), lambda w: engine.stop(w.job_id, timeout=10),
+            lambda: caplog.records)
 
 
 def test_a_task_that_sigkills_its_worker_under_tini_is_one_warning(engine, warnings):

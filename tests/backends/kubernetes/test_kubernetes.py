@@ -49,6 +49,7 @@ from support.cli_helpers import (
     tagged,
 )
 from support.lost_warnings import LostWarnings, check_an_oom_killed_worker_is_one_warning
+from support.retire_helpers import check_a_stopped_worker_retires
 from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
@@ -369,6 +370,18 @@ def test_pool_over_pods_survives_a_deleted_worker_pod(api, warnings):
     assert len(lines) == 1 and f"(job {victim.metadata.name} on " in lines[0], lines
     assert re.search(r" was lost: .*its pod was deleted outside fiber; "
                      r"resubmitted map\(slow_square\) tasks? \d", lines[0]), lines
+
+
+def test_a_worker_pod_deleted_with_a_grace_period_retires_and_no_task_pays(api, tmp_path,
+                                                                             caplog):
+    """A pod deleted with a grace period (a drain, an eviction: SIGTERM to the pod's first
+    process, the job's relay, which passes it on; SIGKILL after 20 s): the worker retires
+    (issue 29)."""
+    with fiber.config.override(log_level="info"):
+        check_a_stopped_worker_retires(
+            kctx(), str(tmp_path),
+            lambda w: api.delete_namespaced_pod(w.job_id, NAMESPACE, grace_period_seconds=20),
+            lambda: caplog.records)
 
 
 def test_a_pool_worker_the_oom_killer_ended_is_one_warning_saying_so(api, warnings):
