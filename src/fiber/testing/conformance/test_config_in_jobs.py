@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fiber.config import override
 
-from support import helpers
+from .support import helpers
 
 
 def test_config_travels_to_children(ctx):

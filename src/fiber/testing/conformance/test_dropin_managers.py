@@ -8,7 +8,7 @@ import pytest
 
 from fiber.managers import BaseManager
 
-from support import dropin_helpers as dh
+from .support import dropin_helpers as dh
 
 pytestmark = pytest.mark.timeout(180)
 

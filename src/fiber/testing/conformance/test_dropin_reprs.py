@@ -13,7 +13,7 @@ import pytest
 
 import fiber
 
-from support import dropin_helpers as dh
+from .support import dropin_helpers as dh
 
 pytestmark = pytest.mark.timeout(120)
 

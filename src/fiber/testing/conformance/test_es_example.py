@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from support import es_example
-from support.es_example import TINY
+from .support import es_example
+from .support.es_example import TINY
 
 
 @pytest.fixture(scope="module")

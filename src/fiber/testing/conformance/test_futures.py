@@ -12,8 +12,8 @@ import pytest
 from fiber.errors import RemoteTraceback
 from fiber.futures import Executor
 
-from support import helpers, pool_helpers
-from support.waiting import wait_until
+from .support import helpers, pool_helpers
+from .support.waiting import wait_until
 
 
 def square(x: int) -> int:

@@ -17,8 +17,8 @@ from fiber.errors import RemoteTraceback
 from fiber.managers import SyncManager
 from fiber.transport.client import ConnectionLost
 
-from support import manager_helpers as mh
-from support.waiting import wait_until
+from .support import manager_helpers as mh
+from .support.waiting import wait_until
 
 
 @pytest.fixture

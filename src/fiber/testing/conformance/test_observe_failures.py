@@ -15,8 +15,8 @@ import pytest
 import fiber
 from fiber.errors import RemoteError, WorkerLostError
 
-from support import observe_helpers as oh
-from support.lost_warnings import LostWarnings
+from .support import observe_helpers as oh
+from .support.lost_warnings import LostWarnings
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -16,8 +16,8 @@ import fiber
 from fiber.backends import get_backend
 from fiber.errors import BackendError
 
-from support import helpers
-from support import observe_helpers as oh
+from .support import helpers
+from .support import observe_helpers as oh
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from support import observe_helpers as oh
-from support.cli_helpers import fiber_cli
-from support.waiting import require, wait_until
+from .support import observe_helpers as oh
+from .support.cli import fiber_cli
+from .support.waiting import require, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

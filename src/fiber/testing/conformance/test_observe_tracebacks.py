@@ -11,11 +11,11 @@ import linecache
 from typing import Any, Callable
 
 import pytest
-from test_observe_output import PREFIX, _Captured
 
 from fiber.errors import RemoteTraceback
 
-from support import observe_helpers as oh
+from .support import observe_helpers as oh
+from .test_observe_output import PREFIX, _Captured
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -11,8 +11,8 @@ import pytest
 import fiber
 from fiber.connection import BufferTooShort, wait
 
-from support import helpers
-from support.waiting import wait_until
+from .support import helpers
+from .support.waiting import wait_until
 
 
 def test_duplex_echo_with_child(ctx):

@@ -20,8 +20,8 @@ import pytest
 import fiber
 from fiber.errors import PoolTerminatedError, RemoteTraceback
 
-from support import pool_helpers as ph
-from support.waiting import wait_until
+from .support import pool_helpers as ph
+from .support.waiting import wait_until
 
 # map(), apply(), starmap() and join() have no timeout of their own: bound every test
 pytestmark = pytest.mark.timeout(120)

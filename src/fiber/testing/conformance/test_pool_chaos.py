@@ -12,7 +12,7 @@ from typing import List
 
 import pytest
 
-from support import pool_helpers as ph
+from .support import pool_helpers as ph
 
 N = 10_000
 EXPECTED = [x * 3 + 1 for x in range(N)]  # pool_helpers.tiny

@@ -19,8 +19,8 @@ from fiber.errors import (
     WorkerLostError,
 )
 
-from support import pool_helpers as ph
-from support.waiting import wait_until
+from .support import pool_helpers as ph
+from .support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ import pytest
 import fiber
 from fiber.errors import ProcessError
 
-from support import helpers
-from support.waiting import wait_until
+from .support import helpers
+from .support.waiting import wait_until
 
 
 def test_start_join_exitcode_zero(ctx):

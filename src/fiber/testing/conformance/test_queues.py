@@ -18,8 +18,8 @@ import pytest
 
 import fiber
 
-from support import helpers
-from support.waiting import wait_until
+from .support import helpers
+from .support.waiting import wait_until
 
 
 def test_put_get_between_processes(ctx):

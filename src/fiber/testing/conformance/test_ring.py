@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import multiprocessing
-import os
 import pickle
 import signal
 import time
@@ -20,8 +19,8 @@ import pytest
 import fiber
 from fiber.errors import RemoteTraceback, RingError
 
-import support
-from support import ring_helpers as rh
+from . import support
+from .support import ring_helpers as rh
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -205,15 +204,14 @@ def test_torch_member_killed_in_a_collective(ctx):
 
 # -- examples/ddp_ring.py -------------------------------------------------------------------------
 
-EXAMPLES = os.path.join(support.REPO, "examples")
-
 
 @pytest.mark.torch
 @pytest.mark.parametrize("members", [2, 4])
 def test_ddp_example_matches_one_process(ctx, monkeypatch, members):
     """DistributedDataParallel on a ring follows the path of one process training on the
     same global batches: equal losses, step by step, within float rounding."""
-    monkeypatch.syspath_prepend(EXAMPLES)  # the members import the example by name too
+    # the members import the example by name too
+    monkeypatch.syspath_prepend(support.in_checkout("examples"))
     import ddp_ring
 
     steps = 12

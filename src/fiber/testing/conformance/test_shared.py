@@ -16,7 +16,7 @@ import pytest
 
 import fiber
 
-from support import shared_helpers as sh
+from .support import shared_helpers as sh
 
 MB = 1 << 20
 SIZE = 64 * MB

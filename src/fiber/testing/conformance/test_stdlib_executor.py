@@ -22,9 +22,9 @@ from fiber.backends import get_backend, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError
 
-from support import helpers
-from support import stdlib_executor_helpers as h
-from support.waiting import wait_until
+from .support import helpers
+from .support import stdlib_executor_helpers as h
+from .support.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ import pytest
 
 import fiber
 
-from support import manager_helpers as mh
-from support.waiting import wait_until
+from .support import manager_helpers as mh
+from .support.waiting import wait_until
 
 
 def test_lock_basics_match_multiprocessing(ctx):

@@ -13,7 +13,7 @@ import pytest
 
 from fiber.errors import RemoteTraceback
 
-from support import helpers
+from .support import helpers
 
 
 class Holder:

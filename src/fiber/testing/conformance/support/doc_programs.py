@@ -1,9 +1,9 @@
 """The complete programs of the documentation: the ```python blocks of README.md and of
 docs/ whose first line is ``# run: BACKEND [BACKEND...]``.
 
-A block so marked is a program a user can save and run as it is; it is run by
-tests/api/test_doc_programs.py on each backend it names (``local`` in the local stage,
-``slurm`` in the Slurm stage...). A block without the marker is a fragment, and is not run;
+A block so marked is a program a user can save and run as it is; it is run by the
+conformance suite's test_doc_programs.py on each backend it names (``local`` in the local
+stage, ``slurm`` in the Slurm stage...). A block without the marker is a fragment, and is not run;
 tests/unit/test_docs.py checks that every block that looks like a program (it has an
 ``if __name__ == "__main__":``) carries the marker.
 """
@@ -59,19 +59,25 @@ class Block:
         return bool(self.imports & {"torch", "stable_baselines3"})
 
 
+def _repo() -> str:
+    if REPO is None:
+        raise RuntimeError("the documentation is in fiber's source checkout, which is not here")
+    return REPO
+
+
 def documents() -> List[str]:
     """README.md and every Markdown page of docs/, relative to the repository."""
     paths = ["README.md"]
-    for folder, _, files in os.walk(os.path.join(REPO, "docs")):
+    for folder, _, files in os.walk(os.path.join(_repo(), "docs")):
         for name in sorted(files):
             if name.endswith(".md"):
-                paths.append(os.path.relpath(os.path.join(folder, name), REPO))
+                paths.append(os.path.relpath(os.path.join(folder, name), _repo()))
     return sorted(paths)
 
 
 def python_blocks(path: str) -> List[Block]:
     """The ```python blocks of one document (indented ones too, as in a list)."""
-    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+    with open(os.path.join(_repo(), path), encoding="utf-8") as f:
         lines = f.read().splitlines()
     blocks = []
     i = 0

@@ -1,4 +1,5 @@
-"""Targets of the tests/backends/local/test_dropin_*.py processes (importable by every job)."""
+"""Targets of the drop-in tests' processes (test_dropin_*.py here and in fiber's
+tests/backends/local/; importable by every job)."""
 
 from __future__ import annotations
 

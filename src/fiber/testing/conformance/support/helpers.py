@@ -1,4 +1,4 @@
-"""Targets for child processes; importable by the children (tests/ is on their sys.path)."""
+"""Targets for child processes; importable by the children (fiber is installed where they run)."""
 
 from __future__ import annotations
 

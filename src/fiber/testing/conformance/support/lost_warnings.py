@@ -1,5 +1,5 @@
 """The warnings of lost pool workers that a test's own pool gave (issue 19), read from
-pytest's captures: tests/api/test_observe_failures.py and the backends' kill tests."""
+pytest's captures: test_observe_failures.py and the backends' kill tests."""
 
 from __future__ import annotations
 

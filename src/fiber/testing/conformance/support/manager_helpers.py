@@ -1,5 +1,5 @@
 """Targets and types for the synchronization and manager tests (importable by children:
-tests/ is on their sys.path)."""
+fiber is installed where they run)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Targets for the jobs of the observe tests and of the backends' kill tests (importable
-by the workers: tests/ is on their sys.path)."""
+by the workers: fiber is installed where they run)."""
 
 from __future__ import annotations
 

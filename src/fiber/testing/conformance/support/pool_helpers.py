@@ -1,5 +1,5 @@
-"""Targets for pool workers (tests/api/test_pool*.py); importable by the workers, which get the
-master's sys.path (tests/ is on it)."""
+"""Targets for pool workers (test_pool*.py); importable by the workers, which have fiber
+installed where they run."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Functions that ring members run (tests/api/test_ring.py); importable by the members, which
-get the master's sys.path (tests/ is on it: see support)."""
+"""Functions that ring members run (test_ring.py); importable by the members, which have
+fiber installed where they run (see support)."""
 
 from __future__ import annotations
 

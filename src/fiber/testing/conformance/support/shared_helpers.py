@@ -1,4 +1,4 @@
-"""Targets for the shared-data tests (tests/api/test_shared.py); importable by the children."""
+"""Targets for the shared-data tests (test_shared.py); importable by the children."""
 
 from __future__ import annotations
 

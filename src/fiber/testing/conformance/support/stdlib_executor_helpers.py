@@ -1,6 +1,6 @@
 """Targets for ``concurrent.futures.ProcessPoolExecutor(mp_context=fiber_ctx)`` workers and
-for fiber processes handed multiprocessing's own objects (tests/api/test_stdlib_executor.py),
-importable by the workers (tests/ is on their sys.path).
+for fiber processes handed multiprocessing's own objects (test_stdlib_executor.py),
+importable by the workers (fiber is installed where they run).
 
 Run as a script, it is a program whose task and initializer are functions of ``__main__``
 (what a user's script does): ``python stdlib_executor_helpers.py`` prints the results.
