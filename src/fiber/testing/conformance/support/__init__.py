@@ -53,6 +53,6 @@ def in_checkout(*parts: str) -> str:
         import pytest
 
         raise pytest.skip.Exception(
-            f"{os.path.join(*parts)} is in fiber's source checkout, not in the installed "
-            "package: run the suite from a checkout to include this test")
+            f"needs {'/'.join(parts)}/ of fiber's source checkout, which the installed "
+            "package does not carry: run the suite from a checkout to include this test")
     return os.path.join(REPO, *parts)
