@@ -26,5 +26,5 @@ def test_the_suite_runs_from_the_installed_package_anywhere(tmp_path: Any) -> No
         stdin=subprocess.DEVNULL)
     assert out.returncode == 0, f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert f"rootdir: {tmp_path}" in out.stdout, out.stdout  # not this repository's settings
-    assert " 3 passed" in out.stdout and "test_pool.py::test_functions_of_the_test_module PASSED" \
-        in out.stdout, out.stdout
+    assert " 3 passed" in out.stdout, out.stdout
+    assert "test_pool_lifecycle.py::test_functions_of_the_test_module PASSED" in out.stdout

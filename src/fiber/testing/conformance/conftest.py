@@ -8,12 +8,15 @@
 - every test has a deadline (pytest-timeout; 300 s when the session sets none); on timeout
   the stacks of all threads are dumped.
 - every test here must take ``ctx``: the collection stops on one that does not.
+- ``mp_pool``: the reference of the pool tests, a multiprocessing pool (one a module).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.pool
 import os
-from typing import List
+from typing import Iterator, List
 
 import pytest
 
@@ -38,6 +41,13 @@ ONE_PYTHON = {"test_pool_chaos"}
 #: warnings) or are whole programs whose parts the suite tests on every Python already (the
 #: documentation's programs): one_python as well.
 ONE_PYTHON_WHOLE = {"test_observe_status", "test_observe_failures", "test_doc_programs"}
+
+
+@pytest.fixture(scope="module")
+def mp_pool() -> Iterator[multiprocessing.pool.Pool]:
+    """The reference: a multiprocessing pool (spawn, like fiber's fresh interpreters)."""
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        yield pool
 
 
 def pytest_configure(config: pytest.Config) -> None:
