@@ -54,6 +54,7 @@ from fiber.backends.slurm import (
 from fiber.backends.slurm._jobs import last_lines, output_dir
 from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path, task_ranges
 from fiber.errors import BackendError, ConfigError, SubmitError
+from fiber.testing.conformance.support.waiting import unusable
 
 import support
 from support.cli_helpers import (
@@ -66,7 +67,6 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
-from support.waiting import unusable
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 CLUSTER_SH = os.path.join(support.REPO, "scripts", "slurm-cluster.sh")
