@@ -19,13 +19,15 @@
 #   container-engine.sh stop       remove running containers, stop the dockerd started here, unmount
 #                                  what it left under $DIR, delete the bridge. Idempotent.
 #   container-engine.sh env        print `export DOCKER_HOST=unix://$DIR/docker.sock`
-#   container-engine.sh test-env   env, plus the FIBER_* settings and TMPDIR with which
-#                                  `pytest --backend docker tests/api` and tests/backends/docker run:
+#   container-engine.sh test-env   env, plus the FIBER_* settings and TMPDIR with which the API
+#                                  suite (`pytest --pyargs fiber.testing.conformance
+#                                  --fiber-backend docker`) and tests/backends/docker run:
 #                                  image fiber-test:latest, host networking, the host's PID
 #                                  namespace (docker_pid_host), the repo's tests/ and examples/
 #                                  directories mounted read-only at their own paths (children
 #                                  import test and example modules by the master's sys.path:
-#                                  support.helpers, es_bipedal) and TMPDIR mounted
+#                                  test_docker, es_bipedal; the suite's own modules and helpers
+#                                  come with the image's fiber) and TMPDIR mounted
 #                                  read-write at its own path (tests share files through tmp_path),
 #                                  and the engine's socket (processes in containers start their
 #                                  own children: a manager's pool)
@@ -67,10 +69,12 @@ CACHE=${FIBER_DOCKER_CACHE:-$DIR}
 BASE_IMAGE=fiber-base:bookworm
 TEST_IMAGE=fiber-test:latest
 DOCKER=/usr/bin/docker
-# What fiber-test's jobs import besides fiber: fiber's dependencies, pytest (test modules import
-# it), the clients of the docker and kubernetes backends (a job starts its own children), and
-# what examples/es_bipedal.py's workers import for tests/api/test_es_example.py: gymnasium, the
-# box2d wheel, and pygame-ce (gymnasium's box2d package imports it even without rendering).
+# What fiber-test's jobs import besides fiber (with its conformance suite, whose test modules
+# and helpers the jobs of the API suite import): fiber's dependencies, pytest (test modules
+# import it), the clients of the docker and kubernetes backends (a job starts its own
+# children), and what examples/es_bipedal.py's workers import for the suite's
+# test_es_example.py: gymnasium, the box2d wheel, and pygame-ce (gymnasium's box2d package
+# imports it even without rendering).
 # Not torch (~700 MB): the torch tests are deselected on the container backends.
 PACKAGES="numpy cloudpickle psutil pytest docker kubernetes gymnasium box2d pygame-ce"
 export DOCKER_HOST=unix://$SOCK DOCKER_BUILDKIT=0

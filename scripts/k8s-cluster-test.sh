@@ -16,7 +16,7 @@
 #
 # Two tests need a path shared by this machine and the pods (they pass files through
 # tmp_path): set FIBER_KUBERNETES_MOUNTS and TMPDIR to such a path on one-node clusters,
-# or expect tests/api/test_pool_crash.py::*file* to fail on others.
+# or expect the suite's test_pool_crash.py::*file* to fail on others.
 set -euo pipefail
 IMAGE=${1:?usage: $0 IMAGE [NAMESPACE] [pytest args...]}
 NAMESPACE=${2:-fiber-test}
@@ -30,7 +30,11 @@ export FIBER_KUBERNETES_SERVICE_ACCOUNT=fiber
 # small CPU requests: the API suite starts dozens of short-lived pods
 export FIBER_CPU_PER_JOB=${FIBER_CPU_PER_JOB:-0.1}
 status=0
-.venv/bin/python -m pytest -q --backend kubernetes tests/api -m "not local_pids" \
-  --deselect tests/api/test_process.py::test_child_exception_traceback_reaches_stderr "$@" || status=1
+# the API suite (fiber.testing.conformance; from this checkout, its tests' node ids start with
+# src/fiber/testing/conformance/)
+.venv/bin/python -m pytest -q --fiber-backend kubernetes --pyargs fiber.testing.conformance \
+  -m "not local_pids" --deselect \
+  src/fiber/testing/conformance/test_process.py::test_child_exception_traceback_reaches_stderr \
+  "$@" || status=1
 .venv/bin/python -m pytest -q tests/backends/kubernetes "$@" || status=1
 exit $status

@@ -297,15 +297,16 @@ print_env() {
   echo "export FIBER_K8S_DOCKER_HOST=unix://$SOCK"
 }
 
-# the namespace fiber-test with deploy/rbac.yaml applied, and the FIBER_* settings with which
-# `pytest --backend kubernetes tests/api` and tests/backends/kubernetes run: image fiber-test:latest
-# (never pulled), tiny CPU requests without limits (the API suite starts dozens of pods on
-# 2 cores), the repo's tests/ and examples/ directories and TMPDIR mounted into every pod at
-# their own paths (children import test and example modules by the master's sys.path:
-# support.helpers, es_bipedal; tests share files through tmp_path), the service account of
-# deploy/rbac.yaml (processes in pods start their own children with no more rights than it
-# grants) and the apiserver's address for them (there is no kube-proxy, so the cluster's
-# service address is not routed).
+# the namespace fiber-test with deploy/rbac.yaml applied, and the FIBER_* settings with which the
+# API suite (`pytest --pyargs fiber.testing.conformance --fiber-backend kubernetes`) and
+# tests/backends/kubernetes run: image fiber-test:latest (never pulled), tiny CPU requests
+# without limits (the API suite starts dozens of pods on 2 cores), the repo's tests/ and
+# examples/ directories and TMPDIR mounted into every pod at their own paths (children import
+# test and example modules by the master's sys.path: test_kubernetes, es_bipedal; the suite's
+# own modules and helpers come with the image's fiber; tests share files through tmp_path),
+# the service account of deploy/rbac.yaml (processes in pods start their own children with no
+# more rights than it grants) and the apiserver's address for them (there is no kube-proxy, so
+# the cluster's service address is not routed).
 print_test_env() {
   kubectl get namespace fiber-test >/dev/null 2>&1 || kubectl create namespace fiber-test >/dev/null
   kubectl apply -n fiber-test -f "$REPO/deploy/rbac.yaml" >/dev/null

@@ -1,17 +1,17 @@
-"""What the tests share, importable as ``support`` by the tests and by every job.
+"""What the repository's tests share, importable as ``support`` by the tests and by every job.
 
 pytest puts ``tests/`` on ``sys.path`` (``pythonpath`` in ``pyproject.toml``), and a job
-gets its master's ``sys.path``: a target defined here (``support.helpers.noop``) is
-imported by the jobs that run it, on any backend whose jobs see this directory.
+gets its master's ``sys.path``: a target defined here is imported by the jobs that run it,
+on any backend whose jobs see this directory. What the API suite and its jobs share is the
+package's, importable wherever fiber is installed: ``fiber.testing.conformance.support``
+(``wait_until``, the targets of jobs); the tests here import it from there too.
 
-- :mod:`.waiting`: ``wait_until``, and ``unusable`` for a component a test needs.
-- :mod:`.helpers`, :mod:`.pool_helpers`, :mod:`.manager_helpers`: targets of jobs.
-- :mod:`.lost_warnings`: the lost-worker warnings a test's pool gave.
-- :mod:`.cli_helpers`: running the ``fiber`` command (and :file:`main_pool.py`, the
-  program it runs).
-- :mod:`.futures_helpers`, :mod:`.stdlib_executor_helpers`: executors' targets, and
-  scripts of their own (``python tests/support/futures_helpers.py``).
-- :mod:`.doc_programs`: the complete programs of the documentation (``# run:`` blocks).
+- :mod:`.cli_helpers`: running the ``fiber`` command, and :file:`main_pool.py`, the
+  program ``fiber run`` runs in the CLI tests.
+- :mod:`.futures_helpers`: executors' targets, and a script of its own
+  (``python tests/support/futures_helpers.py``).
+- :mod:`.hosts`: network-namespace hosts for a test.
+- :mod:`.relayed_backend`: the local backend with its jobs' output relayed.
 """
 
 import os

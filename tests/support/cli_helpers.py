@@ -1,5 +1,6 @@
 """Running the ``fiber`` command in tests (the CLI tests of tests/backends/local, docker,
-kubernetes and slurm)."""
+kubernetes and slurm): `fiber_cli` is the conformance suite's
+(``fiber.testing.conformance.support.cli``), the rest is for ``fiber run`` and ``main_pool.py``."""
 
 from __future__ import annotations
 
@@ -7,20 +8,15 @@ import json
 import os
 import re
 import subprocess
-import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
-from support.waiting import wait_until
+from fiber.testing.conformance.support.cli import FIBER, fiber_cli
+from fiber.testing.conformance.support.waiting import wait_until
+
+__all__ = ["FIBER", "MAIN", "fiber_cli", "fiber_popen", "tagged", "started_job", "program_of",
+           "ready_and_listed", "stop_program"]
 
 MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main_pool.py")
-FIBER = [sys.executable, "-m", "fiber"]
-
-
-def fiber_cli(*args: str, timeout: float = 300,
-              env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    """``fiber ARGS...`` in a subprocess, to its end; its output captured."""
-    return subprocess.run([*FIBER, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, env=env)
 
 
 def fiber_popen(*args: str) -> subprocess.Popen:

@@ -1,6 +1,6 @@
-"""Targets for executor workers (tests/api/test_futures.py), and the script that checks what an
-executor's pending work becomes at the end of a program; importable by the workers and by
-that script, which get tests/ on their path."""
+"""Targets for executor workers (tests/backends/local/test_futures_local.py), and the script
+that checks what an executor's pending work becomes at the end of a program; importable by
+the workers and by that script, which get tests/ on their path."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .waiting import unusable
+from fiber.testing.conformance.support.waiting import unusable
 
 
 def start_hosts(n: int) -> Any:

@@ -10,7 +10,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List
 
-from support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import wait_until
 
 
 def mark_then_sleep(x: int, marks: str, seconds: float) -> int:

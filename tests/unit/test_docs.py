@@ -8,7 +8,7 @@
   (a hook in mkdocs.yml: one build checks it all), finds each kind of problem it is for,
   on small pages made to have it.
 - Every ```python block that is a program carries a ``# run:`` marker naming known
-  backends (tests/api/test_doc_programs.py runs them), and parses.
+  backends (fiber/testing/conformance/test_doc_programs.py runs them), and parses.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any, Dict
 
 import pytest
 
+from fiber.testing.conformance.support.doc_programs import BACKENDS, all_blocks
+
 import support
-from support.doc_programs import BACKENDS, all_blocks
 
 ROOT = support.REPO
 DOCS = os.path.join(ROOT, "docs")

@@ -2,7 +2,7 @@
 and :mod:`fiber.pool._losses`), with stand-in workers: a task that kills every worker it
 runs on is charged with each death that held it, prefetched among others too, and the
 warnings come in the order the workers were lost, whichever job's end is known first
-(issue 26). The same on real workers: tests/api/test_pool_crash.py."""
+(issue 26). The same on real workers: fiber/testing/conformance/test_pool_crash.py."""
 
 from __future__ import annotations
 

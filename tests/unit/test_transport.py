@@ -15,12 +15,11 @@ import pytest
 import fiber
 from fiber._core import _runtime
 from fiber.errors import AuthenticationError
+from fiber.testing.conformance.support.waiting import wait_until
 from fiber.transport import auth
 from fiber.transport.client import Client
 from fiber.transport.framing import FrameReader, send_frames
 from fiber.transport.sockets import split_address
-
-from support.waiting import wait_until
 
 
 class _Trap:

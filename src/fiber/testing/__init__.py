@@ -4,6 +4,8 @@
   joined by a bridge, root only) and the ``netns`` backend that runs every job in one of
   them, so that multi-host behaviour (addresses, partitions, killed hosts) can be tested
   without a cluster.
+- ``fiber.testing.conformance``: the API suite every backend must pass, run with pytest
+  (``pytest --pyargs fiber.testing.conformance --fiber-backend NAME``).
 
 Nothing here is imported by ``import fiber``.
 """

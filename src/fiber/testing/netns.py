@@ -38,7 +38,7 @@ import dataclasses
 import itertools
 import os
 import threading
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..backends import JobHandle, JobSpec, register_backend
 from ..backends._command import bootstrap_parts
@@ -124,6 +124,26 @@ class NetnsBackend(LocalBackend):
     name = "netns"
     #: Its jobs stand for processes of other hosts: they reach this one over TCP only.
     passes_fds = False
+
+    #: How many hosts `test_engine` starts.
+    TEST_HOSTS = 3
+
+    @classmethod
+    @contextlib.contextmanager
+    def test_engine(cls) -> Iterator[Dict[str, Any]]:
+        """The engine of a test session (``fiber.testing.conformance``): `TEST_HOSTS`
+        hosts started and installed with `use_hosts`; yields the settings fiber needs,
+        the master's address on their bridge (``listen_host``); stops them after.
+
+        Raises:
+            RuntimeError: the hosts cannot be made here (no root, no iproute2).
+        """
+        with Hosts(cls.TEST_HOSTS) as hosts:
+            use_hosts(hosts)
+            try:
+                yield {"listen_host": hosts.root_ip}
+            finally:
+                use_hosts(None)
 
     def __init__(self) -> None:
         super().__init__()

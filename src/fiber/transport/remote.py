@@ -27,6 +27,13 @@ __all__ = ["pack_exception", "pack_local_exception", "unpack_exception", "user_t
 
 #: fiber's own source files: the frames a traceback of the user's code starts with.
 _FIBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: ... but for its conformance suite (fiber.testing.conformance): tests, and the targets of
+#: their jobs, are code of a user of fiber.
+_SUITE_DIR = os.path.join(_FIBER_DIR, "testing", "conformance") + os.sep
+
+
+def _fibers(filename: str) -> bool:
+    return filename.startswith(_FIBER_DIR) and not filename.startswith(_SUITE_DIR)
 
 
 def user_traceback(exc: BaseException) -> Optional[TracebackType]:
@@ -35,7 +42,7 @@ def user_traceback(exc: BaseException) -> Optional[TracebackType]:
     code in a job (the pool worker's loop, the bootstrap) tells the user nothing."""
     tb = exc.__traceback__
     first = tb
-    while first is not None and first.tb_frame.f_code.co_filename.startswith(_FIBER_DIR):
+    while first is not None and _fibers(first.tb_frame.f_code.co_filename):
         first = first.tb_next
     return first if first is not None else tb
 

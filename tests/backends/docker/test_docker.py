@@ -33,9 +33,14 @@ import fiber
 from fiber.backends import JobSpec, get_backend
 from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
 from fiber.errors import ConfigError, ProcessError, SubmitError
+from fiber.testing.conformance.support import observe_helpers
+from fiber.testing.conformance.support.lost_warnings import (
+    LostWarnings,
+    check_an_oom_killed_worker_is_one_warning,
+)
+from fiber.testing.conformance.support.waiting import unusable, wait_until
 
 import support
-from support import observe_helpers
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -45,13 +50,11 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
-from support.lost_warnings import LostWarnings, check_an_oom_killed_worker_is_one_warning
 from support.retire_helpers import check_a_stopped_worker_retires
-from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 ENGINE = "the Docker engine"  # what tests/conftest.unusable names
-TESTS = support.TESTS  # mounted into the containers: their jobs import support and tests
+TESTS = support.TESTS  # mounted into the containers: their jobs import this module
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 

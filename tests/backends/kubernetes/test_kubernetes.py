@@ -36,9 +36,14 @@ from fiber.backends.kubernetes import (
     pod_status,
 )
 from fiber.errors import ConfigError, SubmitError
+from fiber.testing.conformance.support import observe_helpers
+from fiber.testing.conformance.support.lost_warnings import (
+    LostWarnings,
+    check_an_oom_killed_worker_is_one_warning,
+)
+from fiber.testing.conformance.support.waiting import unusable, wait_until
 
 import support
-from support import observe_helpers
 from support.cli_helpers import (
     MAIN,
     fiber_cli,
@@ -48,14 +53,12 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
-from support.lost_warnings import LostWarnings, check_an_oom_killed_worker_is_one_warning
 from support.retire_helpers import check_a_stopped_worker_retires
-from support.waiting import unusable, wait_until
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 NODE = "the Kubernetes test node"  # what tests/conftest.unusable names
 NAMESPACE = os.environ.get("FIBER_KUBERNETES_NAMESPACE") or "fiber-test"
-TESTS = support.TESTS  # mounted into the pods: their jobs import support and tests
+TESTS = support.TESTS  # mounted into the pods: their jobs import this module
 REPO = support.REPO
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 

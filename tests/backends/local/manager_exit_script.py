@@ -11,8 +11,7 @@ function would end its job.
 import sys
 
 import fiber
-
-from support import manager_helpers as mh
+from fiber.testing.conformance.support import manager_helpers as mh
 
 kept = []
 

@@ -17,8 +17,7 @@ from fiber.backends import JobSpec, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.config import override
 from fiber.errors import SubmitError
-
-from support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import wait_until
 
 
 def report_anchor(q: Any) -> None:

@@ -11,8 +11,9 @@ import signal
 import sys
 import time
 
+from fiber.testing.conformance.support.waiting import wait_until
+
 from support.cli_helpers import MAIN, fiber_cli, fiber_popen, started_job, tagged
-from support.waiting import wait_until
 
 
 def _gone(pid: int) -> bool:

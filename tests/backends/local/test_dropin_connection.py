@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from support import dropin_helpers as dh
-from support.waiting import wait_until
+from fiber.testing.conformance.support import dropin_helpers as dh
+from fiber.testing.conformance.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

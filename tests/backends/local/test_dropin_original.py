@@ -59,7 +59,7 @@ def test_the_original_queues_names(ctx):
     assert r.readable and not r.writable and w.writable and not w.readable
     q = ctx.SimpleQueue()
     assert isinstance(q, fiber.queues.SimpleQueuePush)
-    from support import dropin_helpers as dh
+    from fiber.testing.conformance.support import dropin_helpers as dh
 
     p = ctx.Process(target=dh.send_later, args=(b, ["over the original's pipe"], 0))
     p.start()

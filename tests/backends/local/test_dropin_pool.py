@@ -14,9 +14,8 @@ import pytest
 import fiber
 import fiber.pool
 from fiber.errors import BrokenPoolError
-
-from support import dropin_helpers as dh
-from support import pool_helpers as ph
+from fiber.testing.conformance.support import dropin_helpers as dh
+from fiber.testing.conformance.support import pool_helpers as ph
 
 pytestmark = pytest.mark.timeout(180)
 

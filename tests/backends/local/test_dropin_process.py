@@ -23,9 +23,8 @@ import pytest
 
 import fiber
 from fiber.backends import get_backend
-
-from support import dropin_helpers as dh
-from support.waiting import wait_until
+from fiber.testing.conformance.support import dropin_helpers as dh
+from fiber.testing.conformance.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -75,7 +74,7 @@ def test_the_whole_program_ends_with_its_main_process():
     (local backend: the jobs are followed by OS pid)."""
     script = textwrap.dedent("""
         import sys, fiber
-        from support import dropin_helpers as dh
+        from fiber.testing.conformance.support import dropin_helpers as dh
         fiber.init(backend="local")
         q = fiber.Queue()
         p = fiber.Process(target=dh.start_grandchild_then_sleep, args=(q,))
@@ -111,7 +110,7 @@ def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
     out = tmp_path / "seen"
     script = textwrap.dedent(f"""
         import fiber
-        from support import dropin_helpers as dh
+        from fiber.testing.conformance.support import dropin_helpers as dh
         fiber.init(backend="local")
         p = fiber.Process(target=dh.report_parent_end, args=({str(out)!r},))
         p.start()

@@ -19,8 +19,7 @@ import pytest
 
 import fiber
 from fiber.sharedctypes import SharedArray
-
-from support import dropin_helpers as dh
+from fiber.testing.conformance.support import dropin_helpers as dh
 
 
 @pytest.mark.parametrize("lock", ["True", "Lock", "RLock"])

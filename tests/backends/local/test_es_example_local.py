@@ -1,6 +1,6 @@
 """examples/es_bipedal.py on the local backend alone: run as a script (with tiny settings),
-its bad settings refused, and its fitness shaping (see tests/api/test_es_example.py for
-what every backend runs)."""
+its bad settings refused, and its fitness shaping (see the conformance suite's
+fiber/testing/conformance/test_es_example.py for what every backend runs)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from support import REPO, es_example
-from support.es_example import EXAMPLES, TINY
+from fiber.testing.conformance.support import es_example
+from fiber.testing.conformance.support.es_example import EXAMPLES, TINY
+
+from support import REPO
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ import fiber
 from fiber.backends import JobState, register_backend
 from fiber.backends.local import LocalBackend, _forkserver
 from fiber.backends.local._forkserver import ForkedJob
+from fiber.testing.conformance.support.waiting import require, unusable
 
 import support
-from support.waiting import require, unusable
 
 
 @pytest.fixture(autouse=True)

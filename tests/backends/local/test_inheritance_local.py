@@ -1,7 +1,8 @@
 """What a local job inherits from a program started with interpreter flags (``python -O
 ... train.py --lr 0.1``): a settings module the workers import parses the program's
 arguments, and they run under its flags, whether the fork server forks them or they start
-as subprocesses (see tests/api/test_inheritance.py for what every backend's jobs inherit)."""
+as subprocesses (see fiber/testing/conformance/test_inheritance.py for what every
+backend's jobs inherit)."""
 
 from __future__ import annotations
 

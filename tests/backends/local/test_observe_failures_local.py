@@ -1,7 +1,7 @@
 """Failures are never silent (issue 19), as a whole program shows them: a normal shutdown
 says nothing, also with FIBER_DEBUG=1, and a program that configured no logging has the
 lost worker's warning on its stderr. Programs run as subprocesses on the local backend; the
-API tests (``ctx``) are in tests/api/test_observe_failures.py."""
+API tests (``ctx``) are in fiber/testing/conformance/test_observe_failures.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(240)
 
 _SHUTDOWN = """
     import fiber
-    from support import helpers
+    from fiber.testing.conformance.support import helpers
 
     def square(x):
         return x * x

@@ -11,8 +11,7 @@ import pytest
 import fiber
 from fiber.backends.local._gpus import host_gpus
 from fiber.errors import BrokenPoolError, SubmitError
-
-from support import observe_helpers as oh
+from fiber.testing.conformance.support import observe_helpers as oh
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 import fiber
+from fiber.testing.conformance.support import observe_helpers as oh
+from fiber.testing.conformance.support.waiting import wait_until
 
-from support import observe_helpers as oh
 from support.cli_helpers import fiber_cli, tagged
-from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

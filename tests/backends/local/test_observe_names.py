@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from support import observe_helpers as oh
-from support.waiting import wait_until
+from fiber.testing.conformance.support import observe_helpers as oh
+from fiber.testing.conformance.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

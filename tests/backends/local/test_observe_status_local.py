@@ -1,7 +1,8 @@
 """``fiber top`` reaches a program through its hub, with the program's secret (issue 19):
 the file that gives the hub's address and the secret is this user's alone, a client
 without the secret is refused, and a program that is not running is an error that says so.
-The live view itself is tested on every backend in tests/api/test_observe_status.py."""
+The live view itself is tested on every backend in
+fiber/testing/conformance/test_observe_status.py."""
 
 from __future__ import annotations
 

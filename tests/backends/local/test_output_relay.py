@@ -17,10 +17,10 @@ import pytest
 
 import fiber
 from fiber.backends import get_backend
+from fiber.testing.conformance.support import observe_helpers as oh
+from fiber.testing.conformance.support.waiting import wait_until
 
-from support import observe_helpers as oh
 from support import relayed_backend
-from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,6 +1,6 @@
 """A pool's crash handling on the local backend alone: a task that kills its workers names
 each attempt's exit, even when the backend reports the exits late (a backend written for
-the test). See tests/api/test_pool_crash.py for what every backend runs."""
+the test). See fiber/testing/conformance/test_pool_crash.py for what every backend runs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import fiber
 from fiber.backends import Backend, JobState, JobStatus, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import WorkerLostError
-
-from support import pool_helpers as ph
+from fiber.testing.conformance.support import pool_helpers as ph
 
 
 class _LateReports(LocalBackend):

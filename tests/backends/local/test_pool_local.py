@@ -20,10 +20,9 @@ import fiber
 from fiber.backends import register_backend
 from fiber.backends.local import LocalBackend
 from fiber.pool._pool import core_of
+from fiber.testing.conformance.support import pool_helpers as ph
+from fiber.testing.conformance.support.waiting import wait_until
 from fiber.transport.server import Server
-
-from support import pool_helpers as ph
-from support.waiting import wait_until
 
 
 def _empty_wait_polled(server: Server, budget: float) -> float:

@@ -14,8 +14,7 @@ import time
 import pytest
 
 import fiber
-
-from support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

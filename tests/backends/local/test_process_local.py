@@ -20,10 +20,10 @@ import fiber
 from fiber.backends import JobSpec, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError
+from fiber.testing.conformance.support import helpers
+from fiber.testing.conformance.support.waiting import wait_until
 
 import support
-from support import helpers
-from support.waiting import wait_until
 
 
 class Counter(fiber.Process):
@@ -162,7 +162,7 @@ def test_meta_rejects_bad_values():
 def test_no_orphans_when_parent_is_sigkilled(backend_name):
     parent = _run_script(f"""
         import fiber
-        from support import helpers
+        from fiber.testing.conformance.support import helpers
         fiber.init(backend={backend_name!r})
         q = fiber.Queue()
         p = fiber.Process(target=helpers.spawn_child_and_report, args=(q, False))
@@ -182,7 +182,7 @@ def test_no_orphans_when_parent_is_sigkilled(backend_name):
 def test_daemon_children_end_with_parent_and_others_are_joined(backend_name):
     parent = _run_script(f"""
         import fiber
-        from support import helpers
+        from fiber.testing.conformance.support import helpers
         fiber.init(backend={backend_name!r})
         d = fiber.Process(target=helpers.sleep, args=(120,), daemon=True)
         n = fiber.Process(target=helpers.sleep, args=(1.5,))
@@ -209,7 +209,8 @@ def test_job_that_never_connects_is_cancelled_after_startup_timeout(capfd):
 
 def test_debug_logging_goes_to_stderr():
     out = subprocess.run(
-        [sys.executable, "-c", "import fiber\nfrom support import helpers\n"
+        [sys.executable, "-c",
+         "import fiber\nfrom fiber.testing.conformance.support import helpers\n"
          "p = fiber.Process(target=helpers.noop); p.start(); p.join(60)"],
         capture_output=True, text=True, timeout=120,
         env=support.subprocess_env(FIBER_DEBUG="1"))

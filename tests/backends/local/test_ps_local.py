@@ -24,9 +24,9 @@ import pytest
 
 from fiber import _machine
 from fiber.backends.local import _jobs
+from fiber.testing.conformance.support.waiting import wait_until
 
 from support.cli_helpers import fiber_cli, tagged
-from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

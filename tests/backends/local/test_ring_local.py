@@ -1,6 +1,6 @@
 """fiber.Ring and fiber.experimental.Ring on the local backend alone: bad arguments refused,
 the resources of every member's job (a backend that records them), and the DDP example
-run as a script (see tests/api/test_ring.py for what every backend runs)."""
+run as a script (see fiber/testing/conformance/test_ring.py for what every backend runs)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 import fiber
 from fiber.backends import JobSpec, register_backend
 from fiber.backends.local import LocalBackend
+from fiber.testing.conformance.support import ring_helpers as rh
 
 import support
-from support import ring_helpers as rh
 
 
 class _Recording(LocalBackend):

@@ -1,7 +1,7 @@
 """Large read-only data on the local backend alone: what is refused with a clear error
 (released, unpicklable, objects for one process each), what still travels as before
 (small or unshareable initargs), and a sealed mapping sent as its one memfd (see
-tests/api/test_shared.py for what every backend runs)."""
+fiber/testing/conformance/test_shared.py for what every backend runs)."""
 
 from __future__ import annotations
 

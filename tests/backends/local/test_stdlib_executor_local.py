@@ -15,9 +15,9 @@ import pytest
 from fiber._core._served import collecting_handoffs
 from fiber.errors import ProcessError
 from fiber.process import _fd_handoff
+from fiber.testing.conformance.support import stdlib_executor_helpers as h
 
 import support
-from support import stdlib_executor_helpers as h
 
 UNGUARDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stdlib_executor_unguarded.py")
 

@@ -22,9 +22,9 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from fiber.testing import _hosts, netns
+from fiber.testing.conformance.support.waiting import unusable
 
 from support.hosts import start_hosts
-from support.waiting import unusable
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 SCRIPT_TIMEOUT = 120

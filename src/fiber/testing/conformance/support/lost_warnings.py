@@ -1,0 +1,48 @@
+"""The warnings of lost pool workers that a test's own pool gave (issue 19), read from
+pytest's captures: test_observe_failures.py and the backends' kill tests."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any, List
+
+from . import observe_helpers
+
+
+class LostWarnings:
+    """fiber's warnings of lost workers, as the test process shows them: on stderr (its
+    own handler), or in pytest's log capture (pytest gives the root logger a handler,
+    and fiber's records then go to the program's handlers, not to stderr too)."""
+
+    def __init__(self, capfd: Any, caplog: Any) -> None:
+        self._capfd, self._caplog = capfd, caplog
+        self._err = ""
+
+    def lost(self) -> List[str]:
+        self._err += self._capfd.readouterr().err
+        lines = [line for line in self._err.splitlines() if " WARNING: " in line]
+        lines += [r.getMessage() for r in self._caplog.records
+                  if r.name == "fiber" and r.levelno == logging.WARNING]
+        return [line for line in lines if " was lost" in line]
+
+    def wait(self, count: int, timeout: float = 30.0) -> List[str]:
+        deadline = time.monotonic() + timeout
+        while len(self.lost()) < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.lost()
+
+
+def check_an_oom_killed_worker_is_one_warning(ctx: Any, warnings: LostWarnings) -> None:
+    """A pool worker limited to 96 MB whose task takes far more: the map completes, and
+    one warning says the kernel's OOM killer ended it (the backends that are told so:
+    Docker, Kubernetes)."""
+    flag = ctx.Event()
+    with ctx.Pool(1, memory=96) as pool:
+        assert pool.map(functools.partial(observe_helpers.hog_once, flag), range(3),
+                        chunksize=1) == list(range(3))
+        lines = warnings.wait(1)
+    assert len(lines) == 1, lines
+    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
+            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines

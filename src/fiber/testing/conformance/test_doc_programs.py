@@ -1,0 +1,77 @@
+"""The complete programs of the documentation run as a user runs them.
+
+Every ```python block of README.md and docs/ whose first line is ``# run: BACKEND...``
+(see support/doc_programs.py) is saved to a file and run with ``python file.py`` on each
+backend it names, when that is the backend under test: the ``# run: local`` blocks in the
+local stage, ``# run: slurm`` in the Slurm stage, and so on (``FIBER_BACKEND`` is set; the
+stage's own settings, its image or its listen address, are in the environment already).
+A program must exit with code 0 within its deadline; on a timeout its Python dumps its
+threads (SIGABRT: faulthandler) and the whole process group is killed. The documentation
+is in fiber's source checkout, not in the package: without a checkout, the test is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, List
+
+import pytest
+
+import fiber
+
+from .support import REPO
+from .support.doc_programs import Block, programs_for
+
+TIMEOUT = 240  # seconds a program may take here, on a loaded 2-core machine
+
+pytestmark = pytest.mark.timeout(TIMEOUT + 60)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "block" in metafunc.fixturenames:
+        backend = metafunc.config.getoption("fiber_backend")
+        params: List[Any] = [pytest.param(None, id="no-checkout", marks=pytest.mark.skip(
+            reason="the documentation's programs are in fiber's source checkout, not in the "
+                   "installed package: run the suite from a checkout to include them"))]
+        if REPO is not None:
+            params = [
+                pytest.param(b, id=b.name, marks=[pytest.mark.torch] if b.needs_torch else [])
+                for b in programs_for(backend)]
+        metafunc.parametrize("block", params)
+
+
+def test_a_documented_program_runs(block: Block, ctx: fiber.FiberContext,
+                                   tmp_path: Any) -> None:
+    program = tmp_path / "program.py"
+    program.write_text(block.code, encoding="utf-8")
+    backend = ctx.backend or "local"
+    env = {**os.environ, "FIBER_BACKEND": backend, "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen([sys.executable, str(program)], cwd=str(tmp_path), env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # the program's threads, on its stderr
+        try:
+            out, err = proc.communicate(timeout=10)
+        finally:
+            _kill_group(proc)
+        pytest.fail(f"{block.name} did not end within {TIMEOUT} s\n--- stdout\n{out}\n"
+                    f"--- stderr\n{err}")
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, (f"{block.name} exited with {proc.returncode}\n"
+                                  f"--- stdout\n{out}\n--- stderr\n{err}")
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """End whatever the program left in its process group (its jobs, a fork server)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

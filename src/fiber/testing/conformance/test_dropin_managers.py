@@ -1,0 +1,73 @@
+"""Managers as multiprocessing programs use them (issue 16): a manager's ``Pool`` as a
+context manager, registered types exposing their public methods only, a manager ``Lock``
+acquired in one process and released in another."""
+
+from __future__ import annotations
+
+import pytest
+
+from fiber.managers import BaseManager
+
+from .support import dropin_helpers as dh
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class CounterManager(BaseManager):
+    pass
+
+
+CounterManager.register("Counter", dh.Counter)
+
+
+def test_a_managers_pool_is_a_context_manager(ctx):
+    with ctx.Manager() as manager:
+        with manager.Pool(2) as pool:
+            assert pool.map(dh.triple, range(5)) == [0, 3, 6, 9, 12]
+            async_result = pool.apply_async(dh.triple, (7,))
+            assert async_result.get(60) == 21
+        # __exit__ terminated it, as multiprocessing's PoolProxy does
+        with pytest.raises(ValueError, match="Pool not running"):
+            pool.map(dh.triple, [1])
+        # a pool proxy dropped at once: the manager stops that pool off its hub thread
+        # and goes on serving (the pool's workers need the hub to say goodbye)
+        manager.Pool(1)
+        assert manager.list([1, 2])[:] == [1, 2]
+        with manager.Pool(1) as again:
+            assert again.apply(dh.triple, (2,)) == 6
+
+
+def test_a_registered_type_exposes_its_public_methods_only(ctx):
+    with CounterManager(ctx=ctx) as manager:
+        counter = manager.Counter()
+        assert counter.add(2) == 2
+        with pytest.raises(AttributeError):
+            counter._reset()
+        with pytest.raises(AttributeError, match="not in exposed"):
+            counter._callmethod("_reset")
+        assert counter.add(1) == 3  # nothing was reset
+        assert "add" in dir(counter) and "_reset" not in dir(counter)
+
+
+def test_a_manager_lock_is_released_by_another_process(ctx):
+    with ctx.Manager() as manager:
+        lock, q, back = manager.Lock(), ctx.Queue(), ctx.Queue()
+        # acquired here, released by a child
+        assert lock.acquire(timeout=10)
+        p = ctx.Process(target=dh.release_lock, args=(lock, q))
+        p.start()
+        assert q.get(timeout=60) == "released"
+        p.join(60)
+        assert lock.acquire(timeout=10)  # free again
+        lock.release()
+        # acquired by a child, released here while the child still runs
+        p = ctx.Process(target=dh.acquire_and_wait, args=(lock, q, back))
+        p.start()
+        assert q.get(timeout=60) == "acquired"
+        assert not lock.acquire(timeout=0.2)
+        lock.release()
+        assert lock.acquire(timeout=10)
+        lock.release()
+        back.put("done")
+        p.join(60)
+        assert p.exitcode == 0

@@ -1,0 +1,243 @@
+"""Job-backed Process: multiprocessing semantics on the backend under test."""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import pickle
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+import fiber
+from fiber.errors import ProcessError
+
+from .support import helpers
+from .support.waiting import wait_until
+
+
+def test_start_join_exitcode_zero(ctx):
+    p = ctx.Process(target=helpers.noop)
+    assert p.exitcode is None and not p.is_alive()
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0 and not p.is_alive()
+    assert "stopped exitcode=0" in repr(p)
+
+
+@pytest.mark.parametrize("target,args,code", [
+    (helpers.exit_with, (3,), 3),
+    (helpers.hard_exit, (7,), 7),
+    (helpers.exit_with, (None,), 0),
+    (helpers.raise_value_error, ("boom",), 1),
+    (helpers.kill_self, (signal.SIGKILL,), -signal.SIGKILL),
+    (helpers.kill_self, (signal.SIGTERM,), -signal.SIGTERM),
+])
+def test_exit_codes_match_multiprocessing(ctx, target, args, code):
+    p = ctx.Process(target=target, args=args)
+    p.start()
+    p.join(60)
+    assert p.exitcode == code
+    ref = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    ref.start()
+    ref.join(60)
+    assert ref.exitcode == code
+
+
+def test_child_exception_traceback_reaches_stderr(ctx, capfd):
+    p = ctx.Process(target=helpers.raise_value_error, args=("kaboom-123",))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 1
+    err = capfd.readouterr().err
+    assert "ValueError: kaboom-123" in err and "Traceback" in err
+
+
+def test_kill_and_terminate(ctx):
+    for method, sig in (("kill", signal.SIGKILL), ("terminate", signal.SIGTERM)):
+        p = ctx.Process(target=helpers.sleep, args=(60,))
+        p.start()
+        wait_until(p.is_alive, 30, message="child running")
+        time.sleep(0.3)
+        getattr(p, method)()
+        p.join(30)
+        assert p.exitcode == -sig
+        assert f"exitcode=-{signal.Signals(sig).name}" in repr(p)
+
+
+def test_join_timeout_returns_while_running(ctx):
+    p = ctx.Process(target=helpers.sleep, args=(30,))
+    p.start()
+    t = time.monotonic()
+    p.join(0.3)
+    assert 0.25 < time.monotonic() - t < 10
+    assert p.is_alive() and p.exitcode is None
+    p.kill()
+    p.join(30)
+
+
+def test_sentinel_works_with_multiprocessing_wait(ctx):
+    slow = ctx.Process(target=helpers.sleep, args=(30,))
+    fast = ctx.Process(target=helpers.noop)
+    slow.start()
+    fast.start()
+    ready = multiprocessing.connection.wait([slow.sentinel, fast.sentinel], timeout=60)
+    assert ready == [fast.sentinel]
+    slow.kill()
+    assert multiprocessing.connection.wait([slow.sentinel], timeout=30) == [slow.sentinel]
+    fast.join(5)
+    slow.join(5)
+
+
+def test_attributes(ctx):
+    p = ctx.Process(target=helpers.noop, name="worker-x", daemon=True)
+    assert p.name == "worker-x" and p.daemon is True
+    with pytest.raises(ValueError):
+        _ = p.sentinel
+    p.start()
+    with pytest.raises(ProcessError):
+        p.daemon = False
+    assert isinstance(p.pid, int) and p.pid == p.ident
+    p.join(60)
+    q = ctx.Process(target=helpers.noop)
+    assert q.name.startswith("Process-")
+    assert fiber.current_process().name == "MainProcess"
+    assert fiber.parent_process() is None
+    assert isinstance(fiber.current_process().authkey, bytes)
+
+
+def test_pids_unique(ctx):
+    ps = [ctx.Process(target=helpers.noop) for _ in range(4)]
+    for p in ps:
+        p.start()
+    assert len({p.pid for p in ps}) == 4
+    for p in ps:
+        p.join(60)
+
+
+def test_child_sees_current_and_parent_process(ctx):
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.put_identity, args=(q,), name="kid")
+    p.start()
+    name, pid, parent_name, _ = q.get(timeout=60)
+    p.join(60)
+    assert name == "kid" and parent_name == "MainProcess"
+    if ctx.get_start_method() == "local":
+        assert pid == p.pid
+
+
+def test_start_twice_close_and_state_errors(ctx):
+    p = ctx.Process(target=helpers.sleep, args=(30,))
+    with pytest.raises(ProcessError):
+        p.join()
+    p.start()
+    with pytest.raises(ProcessError, match="twice"):
+        p.start()
+    with pytest.raises(ValueError, match="still running"):
+        p.close()
+    p.kill()
+    p.join(30)
+    p.close()
+    with pytest.raises(ValueError, match="closed"):
+        p.is_alive()
+    p.close()  # idempotent
+
+
+def test_unpicklable_argument_fails_at_start_and_submits_nothing(ctx):
+    before = psutil.Process().children(recursive=True)
+    p = ctx.Process(target=helpers.noop, args=(threading.Lock(),))
+    with pytest.raises((TypeError, pickle.PicklingError)):
+        p.start()
+    assert psutil.Process().children(recursive=True) == before
+    assert p not in fiber.active_children()
+
+
+def test_lambda_and_closure_go_by_value(ctx):
+    q = ctx.Queue()
+    factor = 6
+    p = ctx.Process(target=lambda: q.put(7 * factor))
+    p.start()
+    assert q.get(timeout=60) == 42
+    p.join(60)
+
+
+def test_a_started_process_lets_go_of_its_arguments(ctx):
+    """As multiprocessing: once started, the Process object no longer holds its target's
+    arguments (a manager's object handed to a child was never freed while it lived)."""
+    import gc
+    import weakref
+
+    payload = helpers.Payload()
+    ref = weakref.ref(payload)
+    p = ctx.Process(target=helpers.take, args=(payload,))
+    p.start()
+    del payload
+    gc.collect()
+    assert ref() is None
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_a_subclass_is_named_after_its_class(ctx):
+    class Worker(fiber.Process):
+        pass
+
+    assert Worker().name.startswith("Worker-")
+    assert ctx.Process(target=helpers.noop).name.startswith("Process-")
+    assert multiprocessing.Process().name.startswith("Process-")
+
+
+def test_a_child_ends_once_its_non_daemon_threads_have(ctx):
+    """As multiprocessing: run() returning does not cut the child's other threads short."""
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.put_from_a_thread_later, args=(q, 0.5))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert q.get(timeout=10) == "late"
+
+
+def test_active_children(ctx):
+    p = ctx.Process(target=helpers.sleep, args=(30,))
+    p.start()
+    assert p in fiber.active_children()
+    p.kill()
+    p.join(30)
+    assert p not in fiber.active_children()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_parent_sentinel_is_not_ready_while_the_parent_lives(ctx):
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.report_parent_sentinel, args=(q,))
+    p.start()
+    assert q.get(timeout=60) == ([], True, True)
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_parent_sentinel_is_ready_once_the_parent_is_killed(ctx):
+    # The grandchild outlives its parent (as with multiprocessing): its sentinel turns
+    # readable, a thread waiting on it reports, and then the grandchild ends by itself.
+    q = ctx.Queue()
+    child = ctx.Process(target=helpers.start_sentinel_watcher, args=(q,))
+    child.start()
+    msg = q.get(timeout=60)
+    assert msg[0] == "watching", msg
+    _, pid, alive, ready = msg
+    assert alive is True and ready == []
+    child.kill()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL
+    assert q.get(timeout=30) == ("gone", True, False)
+    if ctx.get_start_method() in ("local", "netns"):
+        wait_until(lambda: _gone(pid), 30, message="the grandchild to end")
