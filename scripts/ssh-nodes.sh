@@ -24,7 +24,9 @@
 # fiber master listens there; jobs connect back to it). Host I is network namespace fssh-nodeI
 # ($NET.(10+I), default NET 10.206.0) + UTS namespace (hostname nodeI) + private mount namespace
 # (its own /etc/hosts and a `hosts: files` nsswitch.conf, bind-mounted, so names never go to
-# DNS). Namespaces have NO default route: nothing leaves the machine. Every host sees this
+# DNS; and its own, empty, ~/.bashrc: bash reads it for every command run over ssh, and this
+# machine's runs `pyenv init`, whose rehash lock 100 logins at once wait on for 60 s and
+# complain about on stderr). Namespaces have NO default route: nothing leaves the machine. Every host sees this
 # machine's filesystem, so fiber's virtualenv is at the same path on every host (a shared
 # filesystem, as NFS home directories give a lab's workstations).
 # sshd: key-only root login, UsePAM no, StrictModes no, one host key for all, AcceptEnv none
@@ -97,6 +99,7 @@ setup_net() {  # bridge + one namespace per host + hosts/nsswitch files; idempot
   { echo "127.0.0.1 localhost"; echo "$NET.1 driver"
     for i in $(seq 1 "$n"); do echo "$NET.$((10 + i)) node$i"; done; } > "$DIR/hosts"
   sed 's/^hosts:.*/hosts:          files/' /etc/nsswitch.conf > "$DIR/nsswitch.conf"
+  echo "# the ssh test hosts' own ~/.bashrc (scripts/ssh-nodes.sh): nothing to run" > "$DIR/bashrc"
   ip link show $BR >/dev/null 2>&1 || {
     ip link add $BR type bridge
     ip addr add "$NET.1/24" dev $BR
@@ -167,7 +170,8 @@ cmd_start() {
     alive "$(pid_from "$DIR/sshd-node$i.pid")" && continue
     nsenter --net="/run/netns/$NS$i" -- unshare --uts --mount --propagation private -- \
       sh -c 'mount --bind "$0/hosts" /etc/hosts && mount --bind "$0/nsswitch.conf" /etc/nsswitch.conf &&
-        hostname "$1" && exec /usr/sbin/sshd -f "$0/sshd-$1.conf"' "$DIR" "node$i"
+        { [ ! -f "$2/.bashrc" ] || mount --bind "$0/bashrc" "$2/.bashrc"; } &&
+        hostname "$1" && exec /usr/sbin/sshd -f "$0/sshd-$1.conf"' "$DIR" "node$i" "$HOME"
   done
   for i in $(seq 1 "$n"); do
     local ok=0

@@ -41,9 +41,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Deque, Dict, List, Optional, Sequence, Set
+from typing import Deque, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..._log import warn
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobOutput, JobSpec, JobState, JobStatus
@@ -51,12 +50,11 @@ from .._command import bootstrap_parts
 from .._commands import CommandLineBackend
 from .._common import route_to
 from . import _logs
-from ._hosts import DOWN, NEW, UP, Host, HostTable
+from ._hosts import DOWN, Host, HostTable
 from ._session import (
     JOB_STUB,
     LOADER,
     SSH_FAILED,
-    Probe,
     Session,
     keeper_source,
     launch_data,
@@ -122,7 +120,6 @@ class SshBackend(CommandLineBackend):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._probe_lock = threading.Lock()
         self._jobs: Dict[str, _Job] = {}
         self._pending: Deque[_Job] = collections.deque()
         self._running: List[_Job] = []
@@ -160,7 +157,7 @@ class SshBackend(CommandLineBackend):
                 self._hosts.update(listed)
                 self._start_thread()
             if jobs:
-                self._first_contact(own, jobs[0].python)
+                self._hosts.contact(own, jobs[0].python, self._lock)
             with self._lock:
                 self._check_fit(jobs)
                 for job in jobs:
@@ -242,45 +239,6 @@ class SshBackend(CommandLineBackend):
     def _host_text(self) -> str:
         return ",".join(f"{h.name}:{h.slots}" for h in self._hosts.listed())
 
-    def _first_contact(self, own: SshSettings, python: str) -> None:
-        """Probe the hosts never tried yet, at once, and wait for their answers."""
-        with self._probe_lock:
-            with self._lock:
-                new = [h for h in self._hosts.listed() if h.state == NEW]
-            if not new:
-                return
-            probes = [self._probe(h.name, own, python) for h in new]
-            results = []
-            for probe in probes:
-                r = probe.result(own.connect_timeout + 20.0)
-                if r is None:
-                    probe.kill()
-                    r = f"no answer within {own.connect_timeout + 20.0:.0f} s"
-                results.append(r)
-            with self._lock:
-                for host, probe, reason in zip(new, probes, results):
-                    self._probed(host, probe, reason, own)
-
-    def _probe(self, host: str, own: SshSettings, python: str) -> Probe:
-        log = os.path.join(self._log_dir, f"probe-{host}-{next(_IDS)}.log")
-        return Probe(host, ssh_base(own, log), python, log)
-
-    def _probed(self, host: Host, probe: Probe, reason: str, own: SshSettings) -> None:
-        """What ``probe`` of ``host`` found (under the lock)."""
-        _unlink(probe.log_path)
-        host.probe = None
-        if not reason:
-            if host.state == DOWN:
-                warn("ssh host %s answers again: jobs go to it again", host.name)
-            host.state = UP
-            host.ever_up = True
-        else:
-            was_new = host.state == NEW
-            host.went_down(reason, own.retry_interval)
-            if was_new:
-                warn("ssh host %s cannot take fiber's jobs (%s); it is tried again every "
-                     "%g s", host.name, reason, own.retry_interval)
-
     def _note(self, message: str) -> None:
         if message not in self._noted:
             self._noted.add(message)
@@ -293,7 +251,7 @@ class SshBackend(CommandLineBackend):
         """The fiber-ssh thread, its wake pipe, the ssh logs' folder (under the lock)."""
         if self._thread is not None:
             return
-        self._log_dir = tempfile.mkdtemp(prefix="fiber-ssh-")
+        self._log_dir = self._hosts.log_dir = tempfile.mkdtemp(prefix="fiber-ssh-")
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -337,7 +295,7 @@ class SshBackend(CommandLineBackend):
         now = time.monotonic()
         times = [j.session.kill_at - now for j in self._running
                  if j.session is not None and j.session.kill_at is not None]
-        if self._pending:
+        if self._running or self._pending:
             times += [h.retry_at - now for h in self._hosts.listed() if h.state == DOWN]
         if any(j.pidfd < 0 for j in self._running):
             times.append(_POLL_S)
@@ -358,12 +316,15 @@ class SshBackend(CommandLineBackend):
             if not session.opened and session.poll_open():
                 host = self._hosts.get(session.host)
                 host.opening -= 1
-                host.state, host.ever_up = UP, True
+                host.up()
                 job.drop_output()
             if session.kill_at is not None and now >= session.kill_at:
                 session.kill_at = None
                 session.kill(signal.SIGKILL)
-        self._check_probes(now)
+        if self._running or self._pending:  # else nothing needs a host now
+            first = self._pending[0] if self._pending else None
+            self._hosts.check_probes(now, first.settings if first else _own(),
+                                     first.python if first else "")
         self._place()
         return ended
 
@@ -387,7 +348,7 @@ class SshBackend(CommandLineBackend):
             job.pidfd = -1
         if code == SSH_FAILED and not opened and job.cancel is None:
             reason = session.failure()
-            self._host_down(host, reason, job.settings)
+            self._hosts.went_down(host, reason, job.settings)
             _unlink(session.log_path)
             job.attempts += 1
             if job.attempts < _ATTEMPTS:
@@ -399,7 +360,7 @@ class SshBackend(CommandLineBackend):
                                                f"cannot reach ssh host {host.name}: {reason}"))
         status = session.status(code)
         if code == SSH_FAILED:
-            self._host_down(host, status.reason, job.settings)
+            self._hosts.went_down(host, status.reason, job.settings)
         _unlink(session.log_path)
         return self._finish(job, status)
 
@@ -407,28 +368,6 @@ class SshBackend(CommandLineBackend):
         job.status = status
         job.drop_output()
         return True
-
-    def _host_down(self, host: Host, reason: str, own: SshSettings) -> None:
-        if host.went_down(reason, own.retry_interval):
-            warn("ssh host %s is down (%s): no new job goes to it until it answers again "
-                 "(tried every %g s)", host.name, reason, own.retry_interval)
-
-    def _check_probes(self, now: float) -> None:
-        """Take the probes' answers; probe the down hosts whose time has come while jobs
-        wait (under the lock)."""
-        for host in self._hosts.hosts():
-            if host.probe is not None:
-                reason = host.probe.result(0)
-                if reason is not None:
-                    own = self._pending[0].settings if self._pending else _own()
-                    self._probed(host, host.probe, reason, own)
-            elif (host.state == DOWN and host.listed and self._pending
-                  and now >= host.retry_at):
-                job = self._pending[0]
-                try:
-                    host.probe = self._probe(host.name, job.settings, job.python)
-                except OSError as e:
-                    host.went_down(f"cannot start ssh: {e}", job.settings.retry_interval)
 
     def _place(self) -> None:
         """Start every pending job a host has room for (under the lock)."""
@@ -544,6 +483,20 @@ class SshBackend(CommandLineBackend):
             raise BackendError(f"no route to ssh host {name} ({address}): {e}; set "
                                "listen_host (FIBER_LISTEN_HOST) to this machine's address "
                                "that the hosts reach") from None
+
+    def check_hosts(self) -> List[Tuple[str, int, int, str]]:
+        """Try every host of ``ssh_hosts`` that is not known to be up now (ssh, and fiber
+        in its Python), then say what each is: ``(host, slots, slots in use, state)``,
+        the state ``up``, ``down: <why>`` or ``new`` (not tried)."""
+        own = _own()
+        with self._lock:
+            self._hosts.update(own.host_list())
+            self._start_thread()
+        python = own.python or get_config().python or sys.executable
+        self._hosts.contact(own, python, self._lock, down_too=True)
+        with self._lock:
+            return [(h.name, h.slots, h.used, h.state + (f": {h.reason}" if h.reason else ""))
+                    for h in self._hosts.listed()]
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
         """The output of a job started from this machine, as its log has it

@@ -11,14 +11,23 @@ authenticate).
 
 from __future__ import annotations
 
+import itertools
+import os
+import sys
+import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ._session import Probe
+from ..._log import warn
+from ._session import Probe, ssh_base
+from ._settings import SshSettings
 
 __all__ = ["Host", "HostTable"]
 
 NEW, UP, DOWN = "new", "up", "down"
+_PROBES = itertools.count(1)
+#: Seconds a probe may take beyond ssh's ConnectTimeout (a Python starting on a busy host).
+_PROBE_SLACK_S = 20.0
 
 
 class Host:
@@ -40,13 +49,8 @@ class Host:
     def free(self) -> int:
         return self.slots - self.used
 
-    def went_down(self, reason: str, retry_interval: float) -> bool:
-        """It failed (``reason``): no job goes to it for ``retry_interval`` s. Whether
-        it was up or new until now."""
-        was = self.state != DOWN
-        self.state, self.reason = DOWN, reason
-        self.retry_at = time.monotonic() + retry_interval
-        return was
+    def up(self) -> None:
+        self.state, self.reason, self.ever_up = UP, "", True
 
     def __repr__(self) -> str:
         return f"<Host {self.name} {self.used}/{self.slots} {self.state}>"
@@ -57,6 +61,9 @@ class HostTable:
 
     def __init__(self) -> None:
         self._hosts: Dict[str, Host] = {}
+        self._contact = threading.Lock()  # one first contact at a time
+        self.log_dir = ""  # where the probes' ssh logs go (the backend's)
+        self._python = ""  # the Python probes look for fiber in
 
     def update(self, listed: Sequence[Tuple[str, int]]) -> None:
         """Take the host list now in force: new hosts are added, slots changed; a host no
@@ -94,3 +101,74 @@ class HostTable:
                     and (best is None or host.free > best.free)):
                 best = host
         return best
+
+    # -- probes (under the backend's lock, but first_contact) -----------------------------
+
+    def went_down(self, host: Host, reason: str, own: SshSettings) -> None:
+        """``host`` failed (``reason``): no job goes to it for ``retry_interval`` s, then
+        a probe tries it again. Said when it was up."""
+        was_up = host.state == UP
+        host.state, host.reason = DOWN, reason
+        host.retry_at = time.monotonic() + own.retry_interval
+        if was_up:
+            warn("ssh host %s is down (%s): no new job goes to it until it answers again "
+                 "(tried every %g s)", host.name, reason, own.retry_interval)
+
+    def contact(self, own: SshSettings, python: str, lock: threading.Lock,
+                down_too: bool = False) -> None:
+        """Probe the hosts never tried yet (and ``down_too``, those that are down), all at
+        once, and wait for their answers (not under ``lock``, the backend's, which guards
+        the table)."""
+        self._python = python
+        with self._contact:
+            with lock:
+                new = [h for h in self.listed() if h.probe is None and (
+                    h.state == NEW or (down_too and h.state == DOWN))]
+            probes = [self._probe(h.name, own, python) for h in new]
+            results = []
+            for probe in probes:
+                reason = probe.result(own.connect_timeout + _PROBE_SLACK_S)
+                if reason is None:
+                    probe.kill()
+                    reason = f"no answer within {own.connect_timeout + _PROBE_SLACK_S:.0f} s"
+                results.append(reason)
+            with lock:
+                for host, probe, reason in zip(new, probes, results):
+                    self._probed(host, probe, reason, own)
+
+    def check_probes(self, now: float, own: SshSettings, python: str) -> None:
+        """Take the answers of the probes that ended; probe the down hosts whose time has
+        come, with ``own`` and ``python`` (a waiting job's; else the configuration's and
+        the last job's)."""
+        python = python or self._python or sys.executable
+        for host in self.hosts():
+            if host.probe is not None:
+                reason = host.probe.result(0)
+                if reason is not None:
+                    self._probed(host, host.probe, reason, own)
+            elif host.state == DOWN and host.listed and now >= host.retry_at:
+                try:
+                    host.probe = self._probe(host.name, own, python)
+                except OSError as e:
+                    self.went_down(host, f"cannot start ssh: {e}", own)
+
+    def _probe(self, host: str, own: SshSettings, python: str) -> Probe:
+        log = os.path.join(self.log_dir, f"probe-{host}-{next(_PROBES)}.log")
+        return Probe(host, ssh_base(own, log), python, log)
+
+    def _probed(self, host: Host, probe: Probe, reason: str, own: SshSettings) -> None:
+        """What ``probe`` of ``host`` found: it is up, or down (``reason``)."""
+        try:
+            os.unlink(probe.log_path)
+        except OSError:
+            pass
+        host.probe = None
+        if not reason:
+            if host.state == DOWN:
+                warn("ssh host %s answers again: jobs go to it again", host.name)
+            host.up()
+            return
+        if host.state == NEW:
+            warn("ssh host %s cannot take fiber's jobs (%s); it is tried again every %g s",
+                 host.name, reason, own.retry_interval)
+        self.went_down(host, reason, own)
