@@ -157,7 +157,7 @@ class SshBackend(CommandLineBackend):
                 self._hosts.update(listed)
                 self._start_thread()
             if jobs:
-                self._hosts.contact(own, jobs[0].python, self._lock)
+                self._contact(own, jobs[0].python)
             with self._lock:
                 self._check_fit(jobs)
                 for job in jobs:
@@ -219,17 +219,25 @@ class SshBackend(CommandLineBackend):
             self._note(f"cannot write ssh job logs ({e}): fiber logs will not have them")
             return None
 
+    def _contact(self, own: SshSettings, python: str) -> None:
+        """Probe the hosts not tried yet (with this job's Python); if every host is down
+        then, try the others again at once rather than fail on old news."""
+        probed = self._hosts.contact(own, python, self._lock)
+        with self._lock:
+            stuck = self._hosts.all_down()
+        if stuck:
+            self._hosts.contact(own, python, self._lock, down_too=True, skip=probed)
+
     def _check_fit(self, jobs: Sequence[_Job]) -> None:
-        """Refuse jobs that no host can ever hold, and a host list none of whose hosts
-        could ever be reached.
+        """Refuse jobs that no host can ever hold, and any job while no host can take
+        one (every host down, none running a job).
 
         Raises:
             SubmitError: one of these.
         """
-        listed = self._hosts.listed()
-        if listed and all(h.state == DOWN and not h.ever_up for h in listed):
+        if self._hosts.all_down():
             raise SubmitError("no ssh host can take fiber's jobs: " + "; ".join(
-                f"{h.name}: {h.reason}" for h in listed))
+                f"{h.name}: {h.reason}" for h in self._hosts.listed()))
         largest = self._hosts.largest()
         for job in jobs:
             if job.slots > largest:

@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..._log import warn
 from ._session import Probe, ssh_base
@@ -44,6 +44,7 @@ class Host:
         self.probe: Optional[Probe] = None
         self.listed = True  # in the configuration's host list now
         self.ever_up = False  # it has taken jobs, or answered a probe
+        self.checked: Set[str] = set()  # the Pythons that found fiber there
 
     @property
     def free(self) -> int:
@@ -115,16 +116,22 @@ class HostTable:
                  "(tried every %g s)", host.name, reason, own.retry_interval)
 
     def contact(self, own: SshSettings, python: str, lock: threading.Lock,
-                down_too: bool = False) -> None:
-        """Probe the hosts never tried yet (and ``down_too``, those that are down), all at
-        once, and wait for their answers (not under ``lock``, the backend's, which guards
-        the table)."""
+                down_too: bool = False, skip: Sequence[str] = ()) -> List[str]:
+        """Probe, all at once, and wait for their answers: the hosts never tried yet, those
+        up that have not run ``python`` yet, and with ``down_too`` those down (but the
+        hosts of ``skip``). Not under ``lock``, the backend's, which guards the table.
+        The names of the hosts probed."""
         self._python = python
         with self._contact:
             with lock:
-                new = [h for h in self.listed() if h.probe is None and (
-                    h.state == NEW or (down_too and h.state == DOWN))]
-            probes = [self._probe(h.name, own, python) for h in new]
+                todo = [h for h in self.listed() if h.name not in skip and (
+                    h.state == NEW or (h.state == UP and python not in h.checked)
+                    or (down_too and h.state == DOWN))]
+                for host in todo:  # a retry the thread started: this one's answer is newer
+                    if host.probe is not None:
+                        host.probe.kill()
+                        host.probe = None
+            probes = [self._probe(h.name, own, python) for h in todo]
             results = []
             for probe in probes:
                 reason = probe.result(own.connect_timeout + _PROBE_SLACK_S)
@@ -133,8 +140,14 @@ class HostTable:
                     reason = f"no answer within {own.connect_timeout + _PROBE_SLACK_S:.0f} s"
                 results.append(reason)
             with lock:
-                for host, probe, reason in zip(new, probes, results):
+                for host, probe, reason in zip(todo, probes, results):
                     self._probed(host, probe, reason, own)
+            return [h.name for h in todo]
+
+    def all_down(self) -> bool:
+        """Whether every listed host is down and holds no job: nothing can run now."""
+        listed = self.listed()
+        return bool(listed) and all(h.state == DOWN and not h.used for h in listed)
 
     def check_probes(self, now: float, own: SshSettings, python: str) -> None:
         """Take the answers of the probes that ended; probe the down hosts whose time has
@@ -167,6 +180,7 @@ class HostTable:
             if host.state == DOWN:
                 warn("ssh host %s answers again: jobs go to it again", host.name)
             host.up()
+            host.checked.add(probe.python)
             return
         if host.state == NEW:
             warn("ssh host %s cannot take fiber's jobs (%s); it is tried again every %g s",

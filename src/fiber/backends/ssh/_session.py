@@ -245,6 +245,11 @@ class Probe:
                 + (f": {err_text[-1]})" if err_text else ")"))
 
     def kill(self) -> None:
+        """End the probe, whatever it found (its log goes too)."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass

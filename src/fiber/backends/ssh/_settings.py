@@ -84,7 +84,7 @@ class SshSettings:
     #: Seconds ssh may take to connect to a host (``ConnectTimeout``).
     connect_timeout: int = 10
     #: Seconds between ssh's probes of a quiet connection (``ServerAliveInterval``): a
-    #: host that answers none of ``alive_count`` probes in a row is lost, with its jobs.
+    #: host that answers none of ``ssh_alive_count`` probes in a row is lost, with its jobs.
     alive_interval: int = 5
     #: Probes a host may leave unanswered before its jobs count as lost
     #: (``ServerAliveCountMax``).
