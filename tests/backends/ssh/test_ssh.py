@@ -648,3 +648,53 @@ def test_unreachable_hosts_are_clear_errors(hosts, caplog):
 def test_listen_host_is_this_machines_address_on_the_route_to_the_first_host(hosts):
     with fiber.config.override(listen_host="", ssh_hosts="node2:1,node1:1"):
         assert get_backend("ssh").listen_host() == hosts  # node2's HostName, by ssh -G
+
+
+def test_fiber_ps_logs_and_stop_find_the_jobs_started_here(ssh):
+    from support.cli_helpers import fiber_cli
+
+    p = ssh.Process(target=ssh_targets.say_then_sleep, args=("said on its host", 120))
+    p.start()
+    wait_until(lambda: p._job.remote_pid is not None, 60, 0.05, "the job's start")
+    job, host = p.job_id, p._job.handle.host
+    ps = fiber_cli("ps", "-b", "ssh", timeout=60)
+    assert ps.returncode == 0, ps.stderr
+    rows = [ln for ln in ps.stdout.splitlines() if ln.startswith(job + " ")]
+    assert rows and f"running on {host}" in rows[0], ps.stdout
+    wait_until(lambda: "said on its host" in fiber_cli("logs", "-b", "ssh", job,
+                                                       timeout=60).stdout,
+               30, 0.5, "the job's log")
+    stop = fiber_cli("stop", "-b", "ssh", job, timeout=60)
+    assert stop.returncode == 0 and job in stop.stdout, stop
+    p.join(30)
+    assert p.exitcode is not None and p.exitcode != 0
+    wait_until(lambda: not _fiber_processes(host), 30, 0.2, f"{host} without the job")
+    ps = fiber_cli("ps", "-b", "ssh", "-a", timeout=60)
+    rows = [ln for ln in ps.stdout.splitlines() if ln.startswith(job + " ")]
+    assert rows and "running" not in rows[0], ps.stdout
+
+
+def test_fiber_run_runs_a_program_on_a_host(ssh):
+    from support.cli_helpers import fiber_cli
+
+    env = {**os.environ, "FIBER_SSH_HOSTS": "node2:1",
+           "FIBER_SSH_CONFIG": os.environ["FIBER_SSH_CONFIG"]}
+    cp = fiber_cli("run", "-b", "ssh", "--", "python3", "-c",
+                   "import socket, sys; print('on', socket.gethostname()); sys.exit(3)",
+                   env=env, timeout=120)
+    assert cp.returncode == 3, cp
+    assert "on node2" in cp.stdout, cp
+
+
+@pytest.mark.parametrize("target, arg, code", [
+    (ssh_targets.exit_with, 3, 3),
+    (ssh_targets.exit_with, 130, 130),  # as 128 + SIGINT, but the job said it itself
+    (ssh_targets.hard_exit, 7, 7),  # os._exit: the keeper's exit code says it
+    (ssh_targets.kill_self, signal.SIGTERM, -signal.SIGTERM),
+    (ssh_targets.kill_self, signal.SIGKILL, -signal.SIGKILL),
+])
+def test_exit_codes_and_signals_come_back_as_multiprocessing_says(ssh, target, arg, code):
+    p = ssh.Process(target=target, args=(arg,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == code

@@ -5,6 +5,8 @@
 - `_session`: one ssh client in the master: a job's session, or a probe of a host.
 - `_keeper`: what runs on a host for each job: takes the job's values from the
   session's stdin, starts the job, passes signals on, ends as the job ended.
+- `_jobs`: the jobs' logs and records on the master's machine (``fiber ps``, ``logs``,
+  ``stop``).
 - `_settings`: `SshSettings` (``ssh_*`` keys) and the host list's syntax.
 """
 

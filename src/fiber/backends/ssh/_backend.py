@@ -45,11 +45,11 @@ from typing import Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
-from .._base import JobHandle, JobOutput, JobSpec, JobState, JobStatus
+from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus
 from .._command import bootstrap_parts
 from .._commands import CommandLineBackend
 from .._common import route_to
-from . import _logs
+from . import _jobs
 from ._hosts import DOWN, Host, HostTable
 from ._session import (
     JOB_STUB,
@@ -102,6 +102,7 @@ class _Job:
         self.cancel: Optional[int] = None  # the signal asked for
         self.attempts = 0
         self.pidfd = -1
+        self.log: Optional[str] = None  # its log and record (fiber logs, ps, stop)
 
     def drop_output(self) -> None:
         """Close this process's copies of the output's write ends (the ssh client has its
@@ -205,8 +206,10 @@ class SshBackend(CommandLineBackend):
         elif log is not None:  # forward_output off: the ssh client writes to the log
             out_w = err_w = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         handle = JobHandle(job_id, self.name, output=output)
-        return _Job(handle, argv, env, parts is not None, python,
-                    max(1, math.ceil(res.cpu or 1)), own, out_w, err_w)
+        job = _Job(handle, argv, env, parts is not None, python,
+                   max(1, math.ceil(res.cpu or 1)), own, out_w, err_w)
+        job.log = log
+        return job
 
     def _new_log(self, job_id: str, spec: JobSpec) -> Optional[str]:
         """A fiber job's log (``fiber logs``); None for another command (``fiber run``'s
@@ -214,7 +217,7 @@ class SshBackend(CommandLineBackend):
         if _JOB_ENV not in spec.env:
             return None
         try:
-            return _logs.new_log(job_id, spec.name)
+            return _jobs.new_log(job_id, spec.name)
         except OSError as e:
             self._note(f"cannot write ssh job logs ({e}): fiber logs will not have them")
             return None
@@ -375,6 +378,8 @@ class SshBackend(CommandLineBackend):
     def _finish(self, job: _Job, status: JobStatus) -> bool:
         job.status = status
         job.drop_output()
+        if job.log is not None and job.session is not None:
+            _jobs.note_ended(job.log, status.exitcode, lost=status.state == JobState.LOST)
         return True
 
     def _place(self) -> None:
@@ -400,6 +405,8 @@ class SshBackend(CommandLineBackend):
         host.opening += 1
         job.handle.host = host.name
         self._running.append(job)
+        if job.log is not None:
+            _jobs.note_started(job.log, host.name, job.session.pid)
         if hasattr(os, "pidfd_open") and self._selector is not None:
             try:
                 job.pidfd = os.pidfd_open(job.session.pid)
@@ -506,6 +513,17 @@ class SshBackend(CommandLineBackend):
             return [(h.name, h.slots, h.used, h.state + (f": {h.reason}" if h.reason else ""))
                     for h in self._hosts.listed()]
 
+    def find_jobs(self, program: str = "") -> List[JobInfo]:
+        """The ssh programs running on this machine and the jobs they started whose logs
+        are kept here (``fiber ps``)."""
+        return _jobs.find_jobs(program)
+
+    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        """SIGTERM a program's main process and the ssh clients of its running jobs, or
+        of the jobs named (``fiber stop``): a job's keeper kills it when its session
+        ends."""
+        return _jobs.remove_jobs(program, job_ids)
+
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
         """The output of a job started from this machine, as its log has it
         (``fiber logs``).
@@ -513,7 +531,7 @@ class SshBackend(CommandLineBackend):
         Raises:
             BackendError: no log of that job is kept on this machine.
         """
-        return _logs.read_log(job_id, tail)
+        return _jobs.read_log(job_id, tail)
 
     # -- the end ---------------------------------------------------------------------------
 

@@ -194,11 +194,12 @@ class Session:
         """The job's status from the client's exit code ``code``."""
         if code == 0:
             return JobStatus(JobState.SUCCEEDED, 0)
-        if code < 0:  # the client itself was killed: by us (an answer to cancel) or not
-            how = f"killed by {signal_name(-code)}"
-            if self.signalled:
-                return JobStatus(JobState.FAILED, code, how)
-            return JobStatus(JobState.LOST, None, f"its ssh client was {how}")
+        if self.signalled and (code < 0 or code == SSH_FAILED):  # we ended the client
+            return JobStatus(JobState.FAILED, -self.signalled,
+                             f"killed by {signal_name(self.signalled)}")
+        if code < 0:  # someone else killed the client (ssh says 255 for SIGTERM)
+            return JobStatus(JobState.LOST, None,
+                             f"its ssh client was killed by {signal_name(-code)}")
         if code == SSH_FAILED:
             said = _last_line(self.log_path)
             return JobStatus(JobState.LOST, None, f"the ssh connection to {self.host} was "

@@ -52,3 +52,21 @@ def environment(q: Any, names: Tuple[str, ...]) -> None:
 
 def wait_for(gate: Any) -> bool:
     return bool(gate.wait(120))
+
+
+def say_then_sleep(text: str, seconds: float) -> None:
+    print(text, flush=True)
+    time.sleep(seconds)
+
+
+def exit_with(code: int) -> None:
+    raise SystemExit(code)
+
+
+def hard_exit(code: int) -> None:
+    os._exit(code)
+
+
+def kill_self(sig: int) -> None:
+    os.kill(os.getpid(), sig)
+    time.sleep(10)
