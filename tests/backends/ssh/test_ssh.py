@@ -698,3 +698,21 @@ def test_exit_codes_and_signals_come_back_as_multiprocessing_says(ssh, target, a
     p.start()
     p.join(60)
     assert p.exitcode == code
+
+
+def test_a_job_dies_with_its_ssh_client(ssh):
+    """SIGKILL to a job's ssh client (the OOM killer, a person) ends its session: the
+    keeper on the host finds nobody reads the job's output any more and kills it."""
+    with fiber.config.override(ssh_hosts="node1:2"):
+        p = ssh.Process(target=ssh_targets.sleep, args=(120,))
+        p.start()
+        wait_until(lambda: p._job.remote_pid is not None, 60, 0.05, "the job's start")
+        assert _fiber_processes("node1")
+        [client] = [job.session.pid for job in get_backend("ssh")._running
+                    if job.handle.job_id == p.job_id]
+        os.kill(client, signal.SIGKILL)
+        p.join(30)
+        assert p.exitcode == -signal.SIGKILL  # lost: no code of its own
+        st = get_backend("ssh").status([p._job.handle])[p.job_id]
+        assert st.state == JobState.LOST and "its ssh client was killed by SIGKILL" in st.reason
+    wait_until(lambda: not _fiber_processes("node1"), 30, 0.2, "node1 without the job")

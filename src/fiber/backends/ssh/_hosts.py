@@ -43,7 +43,6 @@ class Host:
         self.retry_at = 0.0  # when a down host is probed again
         self.probe: Optional[Probe] = None
         self.listed = True  # in the configuration's host list now
-        self.ever_up = False  # it has taken jobs, or answered a probe
         self.checked: Set[str] = set()  # the Pythons that found fiber there
 
     @property
@@ -51,7 +50,7 @@ class Host:
         return self.slots - self.used
 
     def up(self) -> None:
-        self.state, self.reason, self.ever_up = UP, "", True
+        self.state, self.reason = UP, ""
 
     def __repr__(self) -> str:
         return f"<Host {self.name} {self.used}/{self.slots} {self.state}>"
