@@ -55,6 +55,8 @@ _PROBE = ("import importlib.util,sys;"
 _PROBE_NO_FIBER = 3
 
 _keeper_source: Optional[bytes] = None
+_PIPE_SIZE = 65536  # a pipe's capacity unless raised (Linux)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 def keeper_source() -> bytes:
@@ -132,7 +134,18 @@ class Session:
         finally:
             os.close(stdin_r)
         os.set_blocking(self._stdin, False)
-        self._write(data)  # a few KiB: the pipe holds them until ssh reads
+        # a few KiB (more with large ssh_env values): the pipe holds them until ssh reads
+        if len(data) > _PIPE_SIZE:
+            try:
+                fcntl.fcntl(self._stdin, _F_SETPIPE_SZ, len(data))
+            except OSError:
+                pass  # the write below says it did not fit
+        if not self._write(data):
+            self.proc.kill()
+            self.proc.wait()
+            self.close()
+            raise OSError(f"the job's launch data ({len(data)} bytes) does not fit a pipe: "
+                          "are ssh_env's variables that large?")
 
     @property
     def pid(self) -> int:
@@ -174,15 +187,6 @@ class Session:
                 self.proc.send_signal(sig)
             except ProcessLookupError:
                 pass
-
-    def poll(self) -> Optional[int]:
-        """The client's exit code once it ended (None while it runs); the stdin pipe is
-        closed then."""
-        code = self.proc.poll()
-        if code is not None and self._stdin >= 0:
-            os.close(self._stdin)
-            self._stdin = -1
-        return code
 
     def close(self) -> None:
         """Drop the stdin pipe (the keeper then hears no more), whether or not it ended."""
