@@ -336,8 +336,7 @@ class SshBackend(CommandLineBackend):
             first = self._pending[0] if self._pending else None
             self._hosts.check_probes(now, first.settings if first else _own(),
                                      first.python if first else "")
-        self._place()
-        return ended
+        return self._place() or ended
 
     def _session_ended(self, job: _Job, code: int) -> bool:
         """Job ``job``'s ssh client exited with ``code`` (under the lock): its slots are
@@ -382,8 +381,10 @@ class SshBackend(CommandLineBackend):
             _jobs.note_ended(job.log, status.exitcode, lost=status.state == JobState.LOST)
         return True
 
-    def _place(self) -> None:
-        """Start every pending job a host has room for (under the lock)."""
+    def _place(self) -> bool:
+        """Start every pending job a host has room for (under the lock); whether one
+        could not start (it is over)."""
+        failed = False
         for job in list(self._pending):
             host = self._hosts.pick(job.slots, job.settings.max_startups)
             if host is None:
@@ -392,8 +393,9 @@ class SshBackend(CommandLineBackend):
             try:
                 self._start(job, host)
             except OSError as e:
-                self._finish(job, JobStatus(JobState.FAILED, None, f"cannot start ssh: {e}"))
-                self._wake()
+                failed = self._finish(job, JobStatus(JobState.FAILED, None,
+                                                     f"cannot start ssh: {e}"))
+        return failed
 
     def _start(self, job: _Job, host: Host) -> None:
         log = os.path.join(self._log_dir, f"{job.handle.job_id}.log")
