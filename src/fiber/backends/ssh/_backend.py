@@ -34,7 +34,6 @@ import itertools
 import math
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -262,7 +261,11 @@ class SshBackend(CommandLineBackend):
         """The fiber-ssh thread, its wake pipe, the ssh logs' folder (under the lock)."""
         if self._thread is not None:
             return
-        self._log_dir = self._hosts.log_dir = tempfile.mkdtemp(prefix="fiber-ssh-")
+        try:  # the program's folder, pruned by later programs: never left behind
+            self._log_dir = _jobs.program_dir()
+        except OSError:
+            self._log_dir = tempfile.mkdtemp(prefix="fiber-ssh-")
+        self._hosts.log_dir = self._log_dir
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -398,7 +401,7 @@ class SshBackend(CommandLineBackend):
         return failed
 
     def _start(self, job: _Job, host: Host) -> None:
-        log = os.path.join(self._log_dir, f"{job.handle.job_id}.log")
+        log = os.path.join(self._log_dir, f"{job.handle.job_id}.ssh")
         command = remote_command(job.python, LOADER, str(len(keeper_source())))
         argv = [*ssh_base(job.settings, log), "--", host.name, command]
         data = launch_data(job.argv, job.env, job.pipe)
@@ -563,7 +566,9 @@ class SshBackend(CommandLineBackend):
         self._wake()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        shutil.rmtree(self._log_dir, ignore_errors=True)
+        for job in self._running:
+            if job.session is not None:
+                _unlink(job.session.log_path)
 
 
 def _unlink(path: str) -> None:

@@ -165,7 +165,7 @@ class HostTable:
                     self.went_down(host, f"cannot start ssh: {e}", own)
 
     def _probe(self, host: str, own: SshSettings, python: str) -> Probe:
-        log = os.path.join(self.log_dir, f"probe-{host}-{next(_PROBES)}.log")
+        log = os.path.join(self.log_dir, f"probe-{host}-{next(_PROBES)}.ssh")
         return Probe(host, ssh_base(own, log), python, log)
 
     def _probed(self, host: Host, probe: Probe, reason: str, own: SshSettings) -> None:

@@ -3,6 +3,8 @@ this machine, whichever process started them, as the files of the master's machi
 
     <temp dir>/fiber-<uid>/ssh-logs/<program>/<job id>-<name>.log   0600, this user's
     <temp dir>/fiber-<uid>/ssh-logs/<program>/<job id>.rec          its record
+    <temp dir>/fiber-<uid>/ssh-logs/<program>/<job id>.ssh          ssh's own messages
+                                                                    (ssh -E), while it runs
 
 A job's output comes to the master through its ssh session: the master's hub appends what
 it reads of the job's pipes to the log (``JobOutput.log_path``), or, with
@@ -32,8 +34,8 @@ from ...errors import BackendError
 from .._base import JobInfo
 from .._common import signal_name
 
-__all__ = ["new_log", "note_started", "note_ended", "read_log", "find_jobs", "remove_jobs",
-           "prune", "KEEP_S"]
+__all__ = ["program_dir", "new_log", "note_started", "note_ended", "read_log", "find_jobs",
+           "remove_jobs", "prune", "KEEP_S"]
 
 #: Seconds the logs of an ended program are kept after their last write.
 KEEP_S = 24 * 3600.0
@@ -52,11 +54,12 @@ def _root() -> str:
     return os.path.join(_machine.user_dir(), "ssh-logs")
 
 
-def new_log(job_id: str, name: str) -> str:
-    """The path of job ``job_id``'s log, made empty.
+def program_dir() -> str:
+    """This program's folder of logs and records, made if missing (also where the ssh
+    clients' own messages go, ``*.ssh``, each removed when its client has ended).
 
     Raises:
-        OSError: the logs' folder cannot be written.
+        OSError: it cannot be made.
     """
     global _checked
     program = _machine.program_id()
@@ -67,8 +70,17 @@ def new_log(job_id: str, name: str) -> str:
         if program == str(os.getpid()):  # an earlier process with this pid is not us
             shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory, 0o700, exist_ok=True)
+    return directory
+
+
+def new_log(job_id: str, name: str) -> str:
+    """The path of job ``job_id``'s log, made empty.
+
+    Raises:
+        OSError: the logs' folder cannot be written.
+    """
     safe = "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)[:100]
-    path = os.path.join(directory, f"{job_id}-{safe}.log")
+    path = os.path.join(program_dir(), f"{job_id}-{safe}.log")
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
     return path
 
