@@ -135,6 +135,7 @@ class LaunchService(Service):
             return
         pid, host = loads(payload[1:])
         launch.host = host
+        self.printer.rename(bytes(payload[0]), launch.name, host, get_config().output_prefix)
         launch.process_id = peer.process_id
         with self._lock:
             self._by_process[peer.process_id] = bytes(payload[0])

@@ -52,6 +52,14 @@ class OutputPrinter:
         prefix = f"({name}@{host}) " if prefixed else ""
         self._jobs[token] = _JobOutput(prefix)
 
+    def rename(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
+        """Job ``token`` said where it runs: its lines from now on carry ``(name@host) ``
+        (its output was opened before, naming the host it was thought to be on: a job
+        whose pipes this process reads may run on another host, reached by ssh)."""
+        job = self._jobs.get(token)
+        if job is not None:
+            job.prefix = f"({name}@{host}) " if prefixed else ""
+
     def write(self, token: bytes, fd: int, data: bytes) -> None:
         job = self._jobs.get(token)
         if job is None or fd not in (1, 2):
