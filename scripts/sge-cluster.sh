@@ -273,7 +273,9 @@ xprojects $4
 calendar NONE
 initial_state default
 EOF
-    for l in rt cpu fsize data stack core rss vmem; do echo "s_$l INFINITY"; echo "h_$l INFINITY"; done
+    # no core files: a crash test's segfaulting job would leave one in its working directory
+    echo "s_core 0"; echo "h_core 0"
+    for l in rt cpu fsize data stack rss vmem; do echo "s_$l INFINITY"; echo "h_$l INFINITY"; done
   }
 }
 
