@@ -75,6 +75,7 @@ from ._status import (
     array_name,
     cancelled_status,
     context_arg,
+    error_reason,
     live_status,
     parse_qacct,
     parse_qstat,
@@ -357,9 +358,9 @@ class SgeBackend(BatchBackend):
             if st is None:
                 continue
             if st.state is JobState.FAILED:
-                why = self._error_reason(rec.handle.job_id)
-                if why:
-                    st = rec.final = dataclasses.replace(st, reason=f"{st.reason}: {why}")
+                why = self._error_reason(rec.handle.job_id) or (
+                    f"the job could not start (qstat -j {rec.handle.job_id} said why)")
+                st = rec.final = dataclasses.replace(st, reason=f"{st.reason}: {why}")
             out[rec.handle.job_id] = st
         lost = [r.handle.job_id for r in recs if r.final and r.final.state is JobState.LOST]
         failed = [r.handle.job_id for r in recs if r.handle.job_id not in lost]
@@ -380,9 +381,7 @@ class SgeBackend(BatchBackend):
             cp = self.run_command(["qstat", "-j", job], what="qstat -j", check=False)
         except SubmitError:
             return ""
-        reasons = [line.split(":", 1)[1].strip() for line in cp.stdout.splitlines()
-                   if line.startswith("error reason") and ":" in line]
-        return "; ".join(dict.fromkeys(reasons))
+        return error_reason(cp.stdout)
 
     def _accounting(self, recs: List[_Job]) -> Dict[Tuple[str, Optional[int]], Acct]:
         """The accounting records of ``recs``' jobs: one ``qacct -j`` per job number (an

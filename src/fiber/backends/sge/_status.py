@@ -21,8 +21,8 @@ from .._common import signal_name
 
 __all__ = ["Row", "parse_qstat", "parse_tasks", "task_expressions", "split_id", "Acct",
            "parse_qacct", "acct_status", "live_status", "safe_name", "array_name",
-           "context_arg", "Listed", "parse_contexts", "cancelled_status", "PROGRAM_VAR",
-           "NAME_VAR"]
+           "context_arg", "Listed", "parse_contexts", "cancelled_status", "error_reason",
+           "PROGRAM_VAR", "NAME_VAR"]
 
 #: Job context variables (``qsub -ac``) that mark a fiber job: its program's id and its
 #: name for people (``fiber ps``); job names are too restricted to hold either.
@@ -146,8 +146,7 @@ def live_status(row: Row, cancelled: Optional[str] = None) -> JobStatus:
     answering the qmaster) is LOST; anything else listed is live (``d``: being deleted)."""
     host = row.queue.partition("@")[2]
     if "E" in row.state:
-        return JobStatus(JobState.FAILED, None, f"Grid Engine error state {row.state}: "
-                         "the job could not start (qstat -j says why)")
+        return JobStatus(JobState.FAILED, None, f"Grid Engine error state {row.state}")
     if "u" in row.queue_state and ("r" in row.state or "t" in row.state):
         return JobStatus(JobState.LOST, None, f"its node {host} stopped answering Grid "
                          f"Engine (queue instance {row.queue} in state {row.queue_state})")
@@ -157,6 +156,17 @@ def live_status(row: Row, cancelled: Optional[str] = None) -> JobStatus:
     if "q" in row.state or "h" in row.state or "w" in row.state:
         return JobStatus(JobState.PENDING, None, row.state)
     return JobStatus(JobState.RUNNING, None, row.state)
+
+
+def error_reason(qstat_j: str) -> str:
+    """Why a job is in an error state: the ``error reason`` lines of ``qstat -j <job>``
+    without their time stamps, joined."""
+    reasons = []
+    for line in qstat_j.splitlines():
+        m = re.match(r"^error reason\s+\d+:\s*(?:\S+ \S+ \[[^\]]*\]:\s*)?(.*?)\s*$", line)
+        if m and m.group(1):
+            reasons.append(m.group(1))
+    return "; ".join(dict.fromkeys(reasons))
 
 
 # -- accounting --------------------------------------------------------------------------
@@ -197,7 +207,8 @@ def parse_qacct(stdout: str) -> List[Acct]:
 
 def acct_status(rec: Acct, cancelled: Optional[str] = None,
                 deleted: bool = False) -> JobStatus:
-    """A `JobStatus` from a job's accounting record. ``exit_status`` 128 + n is the
+    """A `JobStatus` from a job's accounting record (``failed`` 0, or 100 for a job a signal
+    ended, is the job's own end). ``exit_status`` 128 + n is the
     signal n that killed the job (fiber's job script ``exec``-s python, so it is Python's
     own status); ``cancelled`` is ``"term"`` or ``"kill"`` when fiber deleted the job,
     ``deleted`` when someone else did (qstat showed it in state ``d``)."""
@@ -206,7 +217,9 @@ def acct_status(rec: Acct, cancelled: Optional[str] = None,
     code = rec.exit_status
     if 128 < code <= 128 + 64:
         code = -(code - 128)
-    if rec.failed == 0:
+    # failed 100 ("assumedly after job"): the job ran and a signal ended it; nothing of
+    # Grid Engine's own failed
+    if rec.failed in (0, 100) and (rec.failed == 0 or code != 0):
         if code == 0:
             return JobStatus(JobState.SUCCEEDED, 0)
         what = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
