@@ -309,7 +309,9 @@ def test_qsub_command_lines_arrays_resources_and_secrets(fake_sge):
         assert argv[0] == "-terse" and _after(argv, "-C") == [""]  # no #$ directives
         assert _after(argv, "-S") == ["/bin/sh"] and _after(argv, "-r") == ["n"]
         assert _after(argv, "-q") == ["gpu.q"] and _after(argv, "-P") == ["ml"]
-        assert _after(argv, "-o") == [str(fake_sge / "logs")] and _after(argv, "-j") == ["y"]
+        # a directory per program: ids start again after a cluster's reset
+        assert _after(argv, "-o") == [str(fake_sge / "logs" / b.program)]
+        assert _after(argv, "-j") == ["y"]
         assert "-V" in argv and argv[-3:] == ["arch=lx-amd64", "-R", "y"]
         assert _after(argv, "-ac")[0].startswith(f"fiber_program={b.program},fiber_name=")
         assert not any("ab" * 32 in a or "FIBER_JOB" in a for a in argv)  # no secrets
@@ -385,8 +387,10 @@ def test_a_job_gone_from_qstat_waits_for_its_accounting_record(fake_sge, monkeyp
     (fake_sge / "qstat.xml").write_text("<job_info></job_info>")
     st = b.status([h])[h.job_id]  # ended, qacct has no record yet: still running
     assert st.state == JobState.RUNNING and "accounting" in st.reason
+    assert b.status([h])[h.job_id].state == JobState.RUNNING
+    assert len((fake_sge / "qacct.log").read_text().splitlines()) == 1  # not again at once
     monkeypatch.setattr(sge_backend, "_ACCT_GRACE", 0.0)
-    time.sleep(1.1)  # (qacct is asked at most once a second)
+    time.sleep(1.1)  # (qacct is asked again after 1 s, then 2, 4, 8, 16)
     st = b.status([h])[h.job_id]
     assert st.state == JobState.LOST and "no accounting record" in st.reason
     assert len((fake_sge / "qacct.log").read_text().splitlines()) == 2
@@ -479,9 +483,25 @@ def test_config_keys_and_registry():
     assert isinstance(get_backend("sge"), SgeBackend)
 
 
-def test_logs_refuse_what_is_not_a_job_id():
-    with pytest.raises(BackendError, match="not a Grid Engine job id"):
-        SgeBackend().read_logs("*")
+def test_logs_are_the_newest_file_of_the_job_id(tmp_path):
+    """Job ids start again when a cluster's state is reset: of several logs with a job's id
+    (other programs', of an earlier cluster), ``fiber logs`` reads the one written last."""
+    old = tmp_path / "aaa" / "fiber-Process-1.o7"
+    new = tmp_path / "bbb" / "fiber-PoolWorker.o7"
+    task = tmp_path / "bbb" / "fiber-PoolWorker.o7.2"
+    for path, text in ((old, "earlier\n"), (new, "one\ntwo\nthree\n"), (task, "task 2\n")):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    os.utime(old, (time.time() - 3600,) * 2)
+    b = SgeBackend()
+    with fiber.config.override(sge_output_dir=str(tmp_path)):
+        assert b.read_logs("7") == "one\ntwo\nthree\n"
+        assert b.read_logs("7", tail=2) == "two\nthree\n"
+        assert b.read_logs("7.2") == "task 2\n"
+        with pytest.raises(BackendError, match="no output of Grid Engine job 8"):
+            b.read_logs("8")
+        with pytest.raises(BackendError, match="not a Grid Engine job id"):
+            b.read_logs("*")
 
 
 def test_a_program_started_by_fiber_run_has_an_id_of_its_own(monkeypatch):

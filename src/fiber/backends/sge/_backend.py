@@ -45,7 +45,9 @@ once qstat shows it.
 
 Output: Grid Engine jobs are not the master's children; each job's first process is its
 output relay (``fiber.process._relay``), which writes to the job's log, ``qsub -o
-<sge_output_dir> -j y``: ``<job name>.o<job id>[.<task id>]``.
+<sge_output_dir>/<program> -j y``: ``<job name>.o<job id>[.<task id>]`` in a directory of
+the program's own (job ids start again when a cluster's state is reset, and Grid Engine
+appends to an output file that exists).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._batch import BatchBackend, parse_job_id, render_script, split_env
 from .._common import route_to
 from . import _jobs as _sge_jobs
-from ._jobs import output_dir, user
+from ._jobs import program_dir, user
 from ._settings import SgeSettings
 from ._status import (
     Acct,
@@ -156,7 +158,8 @@ class _Job:
     deleted: bool = False  # qstat showed it being deleted, not by fiber
     final: Optional[JobStatus] = None
     output: str = ""  # its output file (a job alone in its qsub)
-    acct_asked: float = 0.0
+    acct_asked: float = 0.0  # when qacct was last asked of it (monotonic)
+    acct_wait: float = 0.0  # seconds until it may be asked again (doubling: 1, 2, 4...)
 
 
 class SgeBackend(BatchBackend):
@@ -257,7 +260,7 @@ class SgeBackend(BatchBackend):
         n = len(specs)
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
         name = f"{own.job_name_prefix}-{safe_name(label)}"
-        out_dir = output_dir()
+        out_dir = program_dir(self.program)
         argv = self.qsub_args(specs, own, name, label, out_dir)
         common, task_env = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
         try:
@@ -385,13 +388,16 @@ class SgeBackend(BatchBackend):
 
     def _accounting(self, recs: List[_Job]) -> Dict[Tuple[str, Optional[int]], Acct]:
         """The accounting records of ``recs``' jobs: one ``qacct -j`` per job number (an
-        array job's tasks come together), at most once a second each."""
+        array job's tasks come together). qacct reads the whole accounting file, which
+        the qmaster writes every ``accounting_flush_time``: a job is asked again 1, 2, 4,
+        8 and then every 16 s while its record is not there (a job whose child reported
+        its exit is watched until then too)."""
         now = time.monotonic()
         numbers = sorted({split_id(r.handle.job_id)[0] for r in recs
-                          if now - r.acct_asked >= 1.0})
+                          if now - r.acct_asked >= r.acct_wait})
         for r in recs:
             if split_id(r.handle.job_id)[0] in numbers:
-                r.acct_asked = now
+                r.acct_asked, r.acct_wait = now, min(max(1.0, 2 * r.acct_wait), 16.0)
         found: Dict[Tuple[str, Optional[int]], Acct] = {}
         for number in numbers:
             try:

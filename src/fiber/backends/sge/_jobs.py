@@ -6,7 +6,7 @@ Every fiber job carries its program's id and its name in its context (``qsub -ac
 fiber_program=<id>,fiber_name=<name>``, see `context_arg`); the processes of a program
 inherit the id. ``qstat -u <user> -xml`` lists this user's jobs and ``qstat -j <ids> -xml``
 gives their context (two calls); a job's output is its file in ``sge_output_dir`` (the
-directory ``qsub -o`` names); stopping is ``qdel``. Grid Engine forgets a job as soon as it
+program's directory in it); stopping is ``qdel``. Grid Engine forgets a job as soon as it
 has ended (``qacct`` keeps its record, without its context): ended jobs are not listed.
 """
 
@@ -27,8 +27,8 @@ from .._batch import follow_file
 from ._settings import SgeSettings
 from ._status import Row, parse_contexts, parse_qstat, split_id
 
-__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines",
-           "SgeCommands", "user", "state_word"]
+__all__ = ["output_dir", "program_dir", "follow", "find_jobs", "read_logs", "remove_jobs",
+           "last_lines", "SgeCommands", "user", "state_word"]
 
 _REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
 
@@ -78,6 +78,20 @@ def output_dir() -> str:
             raise SubmitError(f"the Grid Engine log directory {path!r} belongs to another "
                               "user; set sge_output_dir")
         os.chmod(path, 0o700)
+    return path
+
+
+def program_dir(program: str) -> str:
+    """The directory of a program's job logs: ``<sge_output_dir>/<program>`` (created
+    when missing). A program's jobs write to a directory of its own: job ids start again
+    when a cluster's state is reset, and Grid Engine appends to an output file that
+    exists, which would otherwise be an earlier job's of the same name and id."""
+    path = os.path.join(output_dir(), program)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise SubmitError(f"cannot create the Grid Engine log directory {path!r}: {e}"
+                          ) from None
     return path
 
 
@@ -151,24 +165,33 @@ def find_jobs(backend: SgeCommands, program: str = "") -> List[JobInfo]:
 
 
 def read_logs(backend: SgeCommands, job_id: str, tail: Optional[int] = None) -> str:
-    """The output file of a job (its last ``tail`` lines): ``<name>.o<job>[.<task>]`` in
-    the directory its ``qsub -o`` named (while qstat lists it) or in ``sge_output_dir``."""
+    """The output file of a job (its last ``tail`` lines):
+    ``<sge_output_dir>/<program>/<name>.o<job>[.<task>]``; of several (job ids start again
+    when a cluster's state is reset), the one written last."""
     try:
         job, task = split_id(job_id)
     except ValueError as e:
         raise BackendError(str(e)) from None
     suffix = f".o{job}" + (f".{task}" if task is not None else "")
-    found = glob.glob(os.path.join(glob.escape(output_dir()), f"*{suffix}"))
-    if len(found) != 1:
+    found = glob.glob(os.path.join(glob.escape(output_dir()), "*", f"*{suffix}"))
+    if not found:
         raise BackendError(f"no output of Grid Engine job {job_id}: sge_output_dir "
-                           f"({output_dir()}) has no single *{suffix}")
+                           f"({output_dir()}) has no */*{suffix}")
+    path = max(found, key=_mtime)
     try:
-        with open(found[0], encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError as e:
         raise BackendError(f"cannot read the output of Grid Engine job {job_id} "
-                           f"({found[0]}): {e.strerror}") from None
+                           f"({path}): {e.strerror}") from None
     return text if tail is None else last_lines(text, tail)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def last_lines(text: str, n: int) -> str:

@@ -60,9 +60,10 @@ class SgeSettings:
     extra_args: str = ""
     #: Job names are ``<prefix>-<process name>`` (``fiber-PoolWorker`` for a pool).
     job_name_prefix: str = "fiber"
-    #: Directory of the job logs (``qsub -o <dir> -j y``: one ``<job name>.o<job id>[.<task
-    #: id>]`` per job); empty: ``fiber-sge-<uid>`` under the system temp dir. Must be
-    #: writable from the nodes, at the same path (a shared filesystem), for ``fiber logs``.
+    #: Directory of the job logs (``qsub -o <dir>/<program> -j y``: one ``<job name>.o<job
+    #: id>[.<task id>]`` per job, in a directory per program); empty: ``fiber-sge-<uid>``
+    #: under the system temp dir. Must be writable from the nodes, at the same path (a
+    #: shared filesystem), for ``fiber logs``.
     output_dir: str = ""
 
     def __post_init__(self) -> None:
