@@ -133,6 +133,7 @@ def test_qstat_listing_with_queue_states():
     assert by[("103", ())].state == "Eqw"
     plain = parse_qstat(QSTAT_F.replace("<Queue-List>", "<x>").replace("</Queue-List>", "</x>"))
     assert len(plain) == len(rows)  # qstat without -f: the same jobs
+    assert parse_qstat("") == [] and parse_qstat("<job_info></job_info>") == []
     with pytest.raises(ValueError, match="no XML"):
         parse_qstat("error: commlib error: got select error (Connection refused)")
 

@@ -72,6 +72,8 @@ def parse_qstat(xml: str) -> List[Row]:
     Raises:
         ValueError: the text is not qstat's XML.
     """
+    if not xml.strip():  # (some versions print nothing at all when no job is listed)
+        return []
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as e:
