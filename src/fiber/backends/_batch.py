@@ -65,12 +65,14 @@ def parse_job_id(stdout: str, pattern: str = r"(\d+)") -> str:
 
 def render_script(command: Sequence[str], common_env: Mapping[str, str],
                   task_env: Sequence[Mapping[str, str]], *, index_var: str = "",
-                  directives: Sequence[str] = (), setup: Sequence[str] = ()) -> str:
+                  first_index: int = 0, directives: Sequence[str] = (),
+                  setup: Sequence[str] = ()) -> str:
     """A POSIX ``sh`` job script.
 
-    ``common_env`` is exported for every task; with several ``task_env`` entries, task
-    ``i`` (the value of ``$index_var``) also exports ``task_env[i]``; then ``setup`` lines
-    run and the script ``exec``-s ``command``. Every value is shell-quoted.
+    ``common_env`` is exported for every task; with several ``task_env`` entries, the task
+    whose ``$index_var`` is ``first_index + i`` (Slurm numbers array tasks from 0, Grid
+    Engine from 1) also exports ``task_env[i]``; then ``setup`` lines run and the script
+    ``exec``-s ``command``. Every value is shell-quoted.
 
     Raises:
         ValueError: an environment variable name is not a valid shell name, or several
@@ -87,7 +89,7 @@ def render_script(command: Sequence[str], common_env: Mapping[str, str],
         lines.append(f'case "${{{index_var}:-}}" in')
         for i, env in enumerate(task_env):
             body = "; ".join(_export(k, v) for k, v in env.items()) or ":"
-            lines.append(f"  {i}) {body} ;;")
+            lines.append(f"  {first_index + i}) {body} ;;")
         lines.append(f'  *) echo "fiber: no job for {index_var}=${{{index_var}:-}}" >&2;'
                      " exit 2 ;;")
         lines.append("esac")

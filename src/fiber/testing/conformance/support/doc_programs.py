@@ -19,7 +19,7 @@ from typing import List, Set, Tuple
 from . import REPO
 
 #: The backends a ``# run:`` marker may name.
-BACKENDS = ("local", "netns", "slurm", "ssh", "docker", "kubernetes")
+BACKENDS = ("local", "netns", "slurm", "sge", "ssh", "docker", "kubernetes")
 
 MARKER = re.compile(r"^# run:\s*(.*?)\s*$")
 _FENCE = re.compile(r"^(\s*)```(\w*)\s*$")

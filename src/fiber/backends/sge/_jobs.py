@@ -1,0 +1,227 @@
+"""The ``fiber`` command on Grid Engine: the output of a program ``fiber run`` started, and
+``fiber ps``, ``logs`` and ``stop``: the jobs of any fiber program of this user, whichever
+process submitted them.
+
+Every fiber job carries its program's id and its name in its context (``qsub -ac
+fiber_program=<id>,fiber_name=<name>``, see `context_arg`); the processes of a program
+inherit the id. ``qstat -u <user> -xml`` lists this user's jobs and ``qstat -j <ids> -xml``
+gives their context (two calls); a job's output is its file in ``sge_output_dir`` (the
+program's directory in it); stopping is ``qdel``. Grid Engine forgets a job as soon as it
+has ended (``qacct`` keeps its record, without its context): ended jobs are not listed.
+"""
+
+from __future__ import annotations
+
+import getpass
+import glob
+import os
+import subprocess
+import tempfile
+import time
+from typing import Dict, Iterator, List, Optional, Protocol, Sequence
+
+from ...config import Config, settings
+from ...errors import BackendError, SubmitError
+from .._base import JobHandle, JobInfo, JobStatus
+from .._batch import follow_file
+from ._settings import SgeSettings
+from ._status import Row, parse_contexts, parse_qstat, split_id
+
+__all__ = ["output_dir", "program_dir", "follow", "find_jobs", "read_logs", "remove_jobs",
+           "last_lines", "SgeCommands", "user", "state_word"]
+
+_REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
+
+
+def _own(cfg: Optional[Config] = None) -> SgeSettings:
+    """The sge backend's settings in ``cfg`` (or the config in force)."""
+    return settings(SgeSettings, "sge", cfg)
+
+
+class SgeCommands(Protocol):
+    """What these functions need of the backend (an `SgeBackend`): its commands, their
+    timeouts, the status of a job, and ``qdel``."""
+
+    query_timeout: float
+    cancel_timeout: float
+
+    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
+                    timeout: Optional[float] = None, what: str = "",
+                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
+
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
+
+
+def user() -> str:
+    """The user whose jobs fiber lists (``qstat -u``)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        return str(os.getuid())
+
+
+def output_dir() -> str:
+    """The directory of job logs, ``sge_output_dir`` (created with mode 0700 when
+    missing); by default ``fiber-sge-<uid>`` under the system temp dir."""
+    configured = _own().output_dir
+    path = configured or os.path.join(tempfile.gettempdir(), f"fiber-sge-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as e:
+        raise SubmitError(f"cannot create the Grid Engine log directory {path!r}: {e}"
+                          ) from None
+    if not configured and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        if st.st_uid != os.getuid():
+            raise SubmitError(f"the Grid Engine log directory {path!r} belongs to another "
+                              "user; set sge_output_dir")
+        os.chmod(path, 0o700)
+    return path
+
+
+def program_dir(program: str) -> str:
+    """The directory of a program's job logs: ``<sge_output_dir>/<program>`` (created
+    when missing). A program's jobs write to a directory of its own: job ids start again
+    when a cluster's state is reset, and Grid Engine appends to an output file that
+    exists, which would otherwise be an earlier job's of the same name and id."""
+    path = os.path.join(output_dir(), program)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise SubmitError(f"cannot create the Grid Engine log directory {path!r}: {e}"
+                          ) from None
+    return path
+
+
+def follow(backend: SgeCommands, handle: JobHandle, path: str,
+           since: float) -> Optional[Iterator[str]]:
+    """A job's output file ``path`` (in ``sge_output_dir``, shared with the nodes), written
+    since ``since`` (its submission), read as it grows, until the job has ended; None
+    without one (a task of an array job)."""
+    if not path:
+        return None
+
+    def ended() -> bool:
+        try:
+            return backend.status([handle])[handle.job_id].state.finished
+        except BackendError:  # a busy qmaster: not a reason to stop following
+            return False
+
+    return follow_file(path, ended, "sge_output_dir is not shared with the node", since)
+
+
+_WORDS = (("E", "error"), ("d", "deleting"), ("h", "held"), ("s", "suspended"),
+          ("S", "suspended"), ("T", "suspended"), ("r", "running"), ("t", "starting"),
+          ("q", "pending"), ("w", "pending"))
+
+
+def state_word(letters: str) -> str:
+    """Grid Engine's state letters as one word (``qw`` pending, ``dr`` deleting...)."""
+    for letter, word in _WORDS:
+        if letter in letters:
+            return word
+    return letters or "unknown"
+
+
+def _listing(backend: SgeCommands) -> List[Row]:
+    argv = ["qstat", "-u", user(), "-xml"]
+    cp = backend.run_command(argv, timeout=backend.query_timeout, what="qstat")
+    try:
+        return parse_qstat(cp.stdout)
+    except ValueError as e:
+        raise SubmitError(f"qstat: {e}", command=argv, returncode=cp.returncode,
+                          stdout=cp.stdout, stderr=cp.stderr) from None
+
+
+def find_jobs(backend: SgeCommands, program: str = "") -> List[JobInfo]:
+    """This user's fiber jobs that Grid Engine lists (only ``program``'s if given), oldest
+    first; a job's state is Grid Engine's, as a word (``pending``, ``running``...)."""
+    rows = _listing(backend)
+    numbers = sorted({r.job for r in rows}, key=int)
+    if not numbers:
+        return []
+    argv = ["qstat", "-j", ",".join(numbers), "-xml"]
+    cp = backend.run_command(argv, timeout=backend.query_timeout, what="qstat -j",
+                             check=False)
+    try:  # (a job that ended between the two calls is left out)
+        contexts = parse_contexts(cp.stdout)
+    except ValueError:
+        if cp.returncode == 0:
+            raise SubmitError("qstat -j printed no XML", command=argv, stdout=cp.stdout,
+                              stderr=cp.stderr) from None
+        contexts = {}
+    out: List[JobInfo] = []
+    for r in rows:
+        ctx = contexts.get(r.job)
+        if ctx is None or (program and ctx.program != program):
+            continue
+        for job_id in ([f"{r.job}.{t}" for t in r.tasks] if r.tasks else [r.job]):
+            out.append(JobInfo(job_id, ctx.program, ctx.name, state_word(r.state),
+                               ctx.submitted, ended="E" in r.state))
+    out.sort(key=lambda j: (j.created, [int(x) for x in j.job_id.split(".")]))
+    return out
+
+
+def read_logs(backend: SgeCommands, job_id: str, tail: Optional[int] = None) -> str:
+    """The output file of a job (its last ``tail`` lines):
+    ``<sge_output_dir>/<program>/<name>.o<job>[.<task>]``; of several (job ids start again
+    when a cluster's state is reset), the one written last."""
+    try:
+        job, task = split_id(job_id)
+    except ValueError as e:
+        raise BackendError(str(e)) from None
+    suffix = f".o{job}" + (f".{task}" if task is not None else "")
+    found = glob.glob(os.path.join(glob.escape(output_dir()), "*", f"*{suffix}"))
+    if not found:
+        raise BackendError(f"no output of Grid Engine job {job_id}: sge_output_dir "
+                           f"({output_dir()}) has no */*{suffix}")
+    path = max(found, key=_mtime)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise BackendError(f"cannot read the output of Grid Engine job {job_id} "
+                           f"({path}): {e.strerror}") from None
+    return text if tail is None else last_lines(text, tail)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def last_lines(text: str, n: int) -> str:
+    """The last ``n`` lines of ``text``; lines end at newlines only."""
+    if n <= 0:
+        return ""
+    lines = text.split("\n")
+    ended = lines[-1] == ""  # the text ends with a newline
+    return "\n".join(lines[-n - 1:] if ended else lines[-n:])
+
+
+def remove_jobs(backend: SgeCommands, program: str = "", job_ids: Sequence[str] = (),
+                queued_only: bool = False) -> List[str]:
+    """Delete the live jobs of ``program`` (listing again until none is left: its pool may
+    submit a replacement meanwhile, but for no longer than the backend's
+    ``cancel_timeout``), or the live ones of ``job_ids``, or with ``queued_only`` the
+    program's jobs that have not started; the ids deleted."""
+    deleted: List[str] = []
+    rounds = _REMOVE_ROUNDS if program and not queued_only else 1
+    deadline = time.monotonic() + backend.cancel_timeout
+    for i in range(rounds):
+        live = [j.job_id for j in find_jobs(backend, program)
+                if j.state != "deleting" and j.job_id not in deleted
+                and (program or j.job_id in job_ids)
+                and (not queued_only or j.state in ("pending", "held"))]
+        if not live:
+            break
+        backend.cancel_ids(live)
+        deleted += live
+        if i + 1 == rounds or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # then list again
+    return deleted
