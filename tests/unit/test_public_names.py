@@ -11,7 +11,7 @@ import multiprocessing
 import pytest
 
 import fiber
-from fiber._compat import UNSUPPORTED
+from fiber._exports import UNSUPPORTED
 
 #: The names of each submodule that programs use, beyond its ``__all__``.
 USED = {
