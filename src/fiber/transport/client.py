@@ -18,7 +18,6 @@ carries the calls of the first thread that asks for a client of that server.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import secrets
 import socket
@@ -33,6 +32,8 @@ from . import auth
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
 from .peers import LocalPeer, Peer
+from .settings import DEFAULTS, Settings, SettingsSource
+from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
@@ -42,39 +43,6 @@ __all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client"
 
 Reply = Tuple[bytes, List[Any]]
 LateReply = Callable[[bytes, List[Any]], None]
-
-
-class Settings(Protocol):
-    """What the transport reads of the program's configuration (a `fiber.Config`
-    has it): asked for again at each use, so that a changed configuration applies."""
-
-    @property
-    def spin_us(self) -> float:
-        """Microseconds a thread waiting for a reply may poll first (see `cpus`)."""
-
-    @property
-    def heartbeat_interval(self) -> float:
-        """Seconds between keepalive probes of an idle connection."""
-
-    @property
-    def heartbeat_timeout(self) -> float:
-        """Seconds of silence after which a connection is lost."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Defaults:
-    spin_us: float = 0.0
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 3.0
-
-
-#: The settings of a client made without the program's (tools, tests): no polling.
-DEFAULTS: Settings = _Defaults()
-SettingsSource = Callable[[], Settings]
-
-
-def _defaults() -> Settings:
-    return DEFAULTS
 
 
 class ConnectionLost(TransportError):
