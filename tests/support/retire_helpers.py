@@ -40,8 +40,10 @@ def check_a_stopped_worker_retires(ctx: Any, marks: str, stop: Callable[[Any], N
     with ctx.Pool(2) as pool:
         result = pool.starmap_async(mark_then_sleep, [(x, marks, 0.5) for x in range(24)],
                                     chunksize=1)
-        wait_until(lambda: len(os.listdir(marks)) >= 4, 300, interval=0.2,
-                   message="four tasks started")
+        wait_until(lambda: result.ready() or len(os.listdir(marks)) >= 4, 300,
+                   interval=0.2, message="four tasks started")
+        if result.ready():  # the tasks failed (they cannot write their marks?): say why
+            result.get(0)
         victim = next(w for w in pool.status().workers if w.state == "running")
         stop(victim)
         assert result.get(timeout=300) == list(range(24))

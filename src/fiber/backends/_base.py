@@ -281,16 +281,30 @@ class JobWatcher:
         self._stopped = False
         self._reset = False
 
+    def start(self) -> None:
+        """Start the watcher's thread, if it has not started yet.
+
+        Called before jobs are submitted: a job that is submitted while the interpreter
+        exits (an executor's pending work at exit, a pool replacing a worker) must find
+        the thread running, since Python 3.12 and later start no new thread then; and a
+        thread that cannot start fails the start before any job exists.
+        """
+        with self._cond:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None:
+            thread = threading.Thread(
+                target=self._run, name=f"fiber-watch-{self._backend.name}", daemon=True)
+            thread.start()
+            self._thread = thread
+
     def watch(self, handle: JobHandle, on_exit: ExitCallback) -> None:
         """Call ``on_exit(handle, status)`` once, when the job has finished."""
         with self._cond:
             self._jobs[handle.job_id] = (handle, on_exit)
             self._reset = True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"fiber-watch-{self._backend.name}", daemon=True
-                )
-                self._thread.start()
+            self._start_locked()
             self._cond.notify()
 
     def unwatch(self, handle: JobHandle) -> None:

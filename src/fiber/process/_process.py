@@ -457,6 +457,7 @@ def start_all(processes: Sequence[Process]) -> None:
     for i, group in enumerate(groups):
         backend, submitted = group[0][1].backend, False
         try:
+            backend.watcher().start()  # now: a thread may not start once the job runs
             with _launcher.handing_anchors(backend, [spec for _, _, spec in group]) as specs:
                 handles = backend.submit(specs)
             submitted = True

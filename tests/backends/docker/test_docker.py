@@ -378,8 +378,10 @@ def test_a_worker_container_killed_mid_map_is_one_warning_and_loses_no_result(
 def test_a_worker_container_docker_stopped_retires_and_no_task_pays(engine, tmp_path,
                                                                       caplog):
     """`docker stop` (SIGTERM to the container's first process, the job's relay, which
-    passes it on; SIGKILL 10 s later): the worker retires (issue 29)."""
-    with fiber.config.override(log_level="info"):
+    passes it on; SIGKILL 10 s later): the worker retires (issue 29). The tasks mark
+    their starts in ``tmp_path``, mounted."""
+    with fiber.config.override(log_level="info",
+                               docker_mounts=f"{TESTS}:{TESTS}:ro,{tmp_path}:{tmp_path}"):
         check_a_stopped_worker_retires(
             dctx(), str(tmp_path), lambda w: engine.stop(w.job_id, timeout=10),
             lambda: caplog.records)

@@ -78,13 +78,19 @@ def test_a_write_never_reaches_other_workers(ctx: Any, table: np.ndarray) -> Non
 def test_shared_handle_unpickles_to_the_data_once_per_host(
         ctx: Any, table: np.ndarray, backend_name: str) -> None:
     """``fiber.shared``: processes get the array itself; the publisher sends it to each
-    process of its own host as a descriptor, and over the network once per other host."""
+    process of its own host as a descriptor, and over the network once per other host.
+    The processes stay until all have reported: a host's holder that exits is forgotten,
+    and the next process of its host fetches the data again (jobs of a cluster start at
+    their own pace)."""
     handle = fiber.shared(table)
-    q = ctx.Queue()
-    procs = [ctx.Process(target=sh.report_shared, args=(handle, q)) for _ in range(6)]
+    q, done = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=sh.report_shared, args=(handle, q, done)) for _ in range(6)]
     for p in procs:
         p.start()
-    reports = _get_all(q, len(procs))
+    try:
+        reports = _get_all(q, len(procs))
+    finally:
+        done.set()
     for p in procs:
         p.join(60)
     assert all(r[3] == sh.crc(table) for r in reports)

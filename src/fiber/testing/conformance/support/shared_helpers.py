@@ -45,9 +45,12 @@ def scribble(_: Any) -> Tuple[int, int]:
     return before, crc(_table)
 
 
-def report_shared(table: Any, q: Any) -> None:
-    """A process's target: ``table`` was a fiber.shared handle in the parent."""
+def report_shared(table: Any, q: Any, done: Any = None) -> None:
+    """A process's target: ``table`` was a fiber.shared handle in the parent. With
+    ``done``, it stays (holding its host's copy, if it fetched one) until ``done`` is set."""
     q.put(report(table))
+    if done is not None:
+        done.wait(120)
 
 
 def scribble_and_wait(table: Any, q: Any, done: Any) -> None:
