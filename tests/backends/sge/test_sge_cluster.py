@@ -56,6 +56,12 @@ if SCRIPTS not in sys.path:
 
 import sge_targets  # noqa: E402
 
+from support.retire_helpers import (  # noqa: E402
+    check_a_stopped_worker_retires,
+    mark_then_sleep,
+    starts,
+)
+
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -383,6 +389,49 @@ def test_node_crash_mid_map_every_result_once(sge, caplog, capfd):
     lines = _lost(caplog, capfd, seen)
     for h in victims:
         assert sum(1 for line in lines if f"(job {h.job_id} on node2)" in line) == 1, lines
+    _wait_idle()
+
+
+# -- time limits and deletions (issue 29) -------------------------------------------------
+
+
+def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(sge, tmp_path, caplog):
+    """h_rt of 45 s (with -notify), a map of 30 tasks of 5 s on Pool(3) (50 s of work a
+    worker, over the limit): workers are renewed before their limit (or retire on the
+    SIGUSR2 of -notify); every result once, no task started twice, no retry counted, no
+    WARNING."""
+    marks = str(tmp_path)
+    os.chmod(marks, 0o777)
+    with fiber.config.override(sge_time_limit="45", log_level="info"):
+        assert get_backend("sge").job_time_limit() == 45.0
+        started = time.monotonic()
+        with sge.Pool(3) as pool:
+            got = pool.starmap(mark_then_sleep, [(x, marks, 5) for x in range(30)],
+                               chunksize=1)
+            status = pool.status()
+        took = time.monotonic() - started
+    assert got == list(range(30))
+    runs = starts(marks)
+    assert sorted(runs) == list(range(30))
+    assert all(len(r) == 1 for r in runs.values()), runs  # none started twice
+    assert status.retried == 0
+    said = [r for r in caplog.records if r.name == "fiber"]
+    assert not [r for r in said if r.levelname == "WARNING"], [r.getMessage() for r in said]
+    renewed = [r for r in said if " is renewed " in r.getMessage()
+               or " retires: " in r.getMessage()]
+    assert len(renewed) >= 3, [r.getMessage() for r in said]
+    print(f"30 tasks of 5 s on Pool(3), h_rt=45: {took:.0f} s; {len(renewed)} renewals "
+          "or retirements")
+    _wait_idle()
+
+
+def test_a_worker_whose_job_is_deleted_by_someone_else_retires(sge, tmp_path, caplog):
+    """A job with a time limit is submitted with -notify: a ``qdel`` by someone else (an
+    administrator, ``fiber stop`` elsewhere) sends it SIGUSR2 first, SIGKILL 5 s later
+    on the test cluster: its worker retires and no task pays for it."""
+    with fiber.config.override(sge_time_limit="600", log_level="info"):
+        check_a_stopped_worker_retires(
+            sge, str(tmp_path), lambda w: _run(["qdel", w.job_id]), lambda: caplog.records)
     _wait_idle()
 
 

@@ -19,6 +19,7 @@ from fiber.backends._batch import render_script, split_env
 from fiber.backends.sge import PROGRAM_ENV, SgeBackend
 from fiber.backends.sge import _backend as sge_backend
 from fiber.backends.sge._jobs import last_lines, state_word
+from fiber.backends.sge._settings import time_limit_seconds
 from fiber.backends.sge._status import (
     Acct,
     Row,
@@ -303,6 +304,7 @@ def test_qsub_command_lines_arrays_resources_and_secrets(fake_sge):
                                sge_extra_args="-l 'arch=lx-amd64' -R y"):
         handles = b.submit([_spec(i) for i in range(3)]
                            + [_spec(9, Resources(cpu=1.5, memory_mb=3000, gpu=1), "trainer")])
+        assert b.job_time_limit() == 3600.0
     assert [h.job_id for h in handles] == ["101.1", "101.2", "101.3", "102"]
     assert all(h.pid is None and h.backend == "sge" for h in handles)
     array, single = _argv(fake_sge, 1), _argv(fake_sge, 2)
@@ -314,6 +316,7 @@ def test_qsub_command_lines_arrays_resources_and_secrets(fake_sge):
         assert _after(argv, "-o") == [str(fake_sge / "logs" / b.program)]
         assert _after(argv, "-j") == ["y"]
         assert "-V" in argv and argv[-3:] == ["arch=lx-amd64", "-R", "y"]
+        assert "-notify" in argv  # a time limit: SIGUSR2 before SIGKILL (a worker retires)
         assert _after(argv, "-ac")[0].startswith(f"fiber_program={b.program},fiber_name=")
         assert not any("ab" * 32 in a or "FIBER_JOB" in a for a in argv)  # no secrets
     assert _after(array, "-t") == ["1-3"] and _after(single, "-t") == []
@@ -527,3 +530,15 @@ def test_listen_host_needs_the_qmaster_or_the_setting(monkeypatch, tmp_path):
         assert SgeBackend().listen_host() == "127.0.0.1"
     with fiber.config.override(listen_host="10.9.9.9"):
         assert SgeBackend().listen_host() == "10.9.9.9"
+
+
+def test_without_a_time_limit_no_notify_and_no_known_end(fake_sge):
+    b = FakeSgeBackend()
+    b.submit([_spec(0)])
+    assert "-notify" not in _argv(fake_sge, 1) and b.job_time_limit() is None
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90.0), ("1:30", 90.0), ("1:00:00", 3600.0),
+                                          (" 2:00 ", 120.0)])
+def test_time_limit_seconds(text, seconds):
+    assert time_limit_seconds(text) == seconds

@@ -16,7 +16,8 @@ fiber writes, nor in the job's environment list that ``qstat -j`` shows. Jobs ar
 rerunnable (``-r n``): a job whose node fails is never started twice. Resources:
 ``-pe <sge_pe> N`` for N > 1 CPUs, ``-l <sge_memory_resource>=<MB per slot>M``, ``-l
 <sge_gpu_resource>=N``; ``sge_queue`` (``-q``), ``sge_project`` (``-P``), ``sge_time_limit``
-(``-l h_rt=``), ``sge_extra_args``.
+(``-l h_rt=``, with ``-notify``: SIGUSR2 at the limit, SIGKILL the queue's ``notify`` time
+later; a pool renews its workers before the limit), ``sge_extra_args``.
 
 Status: one ``qstat -f -ne -u <user> -xml`` per poll for all jobs: the running ones inside
 their queue instance, with its state, and the pending ones. Grid Engine states map to
@@ -31,12 +32,13 @@ accounting flush time: until then (``_ACCT_GRACE`` at most) the job is still RUN
 then LOST. Normally the child's own exit report arrives first and settles it.
 
 Cancel: ``qdel`` (one call for all, an array's tasks as ranges, ``12.1-128``); Grid Engine
-kills the job's process group, so a cancelled job is -15 (``terminate``) or -9
-(``kill``). Every job submitted and not seen finished is deleted when the master exits
-normally or by an exception, and, for the program's root process, every job of the
-program still listed (its processes' children); a SIGKILLed master runs no hook, but its
-children's lifeline makes every started job exit (and a job that starts later cannot fetch
-its payload and exits at once).
+kills the job's process group, so a cancelled job is -15 (``terminate``) or -9 (``kill``).
+(A job with a time limit was submitted with ``-notify``: ``qdel`` sends it SIGUSR2 first; a
+pool worker asks its master, which tells it to end at once.) Every job submitted and not
+seen finished is deleted when the master exits normally or by an exception, and, for the
+program's root process, every job of the program still listed (its processes' children); a
+SIGKILLed master runs no hook, but its children's lifeline makes every started job exit (and
+a job that starts later cannot fetch its payload and exits at once).
 
 Where the master listens: ``listen_host`` if set, else the local address of the interface
 that routes to the qmaster's host (``$SGE_ROOT/$SGE_CELL/common/act_qmaster``).
@@ -69,7 +71,7 @@ from .._batch import BatchBackend, parse_job_id, render_script, split_env
 from .._common import route_to
 from . import _jobs as _sge_jobs
 from ._jobs import program_dir, user
-from ._settings import SgeSettings
+from ._settings import SgeSettings, time_limit_seconds
 from ._status import (
     Acct,
     Row,
@@ -234,6 +236,13 @@ class SgeBackend(BatchBackend):
             raise
         return [h for h in handles if h is not None]
 
+    def job_time_limit(self) -> Optional[float]:
+        """``sge_time_limit`` in seconds (None if unset): a pool renews its workers before
+        it (see fiber.pool._renew); jobs get SIGUSR2 at it (``-notify``), and a worker
+        that gets it retires (fiber.pool._retire) in the queue's ``notify`` time."""
+        text = _own().time_limit.strip()
+        return time_limit_seconds(text) if text else None
+
     def qsub_args(self, specs: Sequence[JobSpec], own: SgeSettings, name: str,
                   label: str, out_dir: str) -> List[str]:
         """The ``qsub`` command line of ``specs`` (alike but for their environment)."""
@@ -245,8 +254,8 @@ class SgeBackend(BatchBackend):
             if value:
                 argv += [flag, value]
         argv += resource_args(specs[0], own)
-        if own.time_limit:
-            argv += ["-l", f"h_rt={own.time_limit.strip()}"]
+        if own.time_limit:  # -notify: SIGUSR2 first, which the job's relay passes on
+            argv += ["-notify", "-l", f"h_rt={own.time_limit.strip()}"]
         if len(specs) > 1:
             argv += ["-t", f"1-{len(specs)}"]
         try:

@@ -13,11 +13,19 @@ import re
 import shlex
 from typing import ClassVar, Tuple
 
-__all__ = ["SgeSettings"]
+__all__ = ["SgeSettings", "time_limit_seconds"]
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TIME = re.compile(r"^(\d+:){0,2}\d+$")
+
+
+def time_limit_seconds(text: str) -> float:
+    """``h_rt`` in seconds: ``S``, ``M:S`` or ``H:M:S`` (a format `_TIME` accepts)."""
+    total = 0
+    for part in text.strip().split(":"):
+        total = total * 60 + int(part)
+    return float(total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +59,9 @@ class SgeSettings:
     #: the cluster's administrator defines; empty: a job that asks for GPUs is refused.
     gpu_resource: str = "gpu"
     #: Wall-clock limit of each job (``qsub -l h_rt=``, seconds or ``[[h:]m:]s``:
-    #: ``3600``, ``1:00:00``); empty: the queue's limit.
+    #: ``3600``, ``1:00:00``); empty: the queue's limit. With a limit, jobs are also
+    #: submitted with ``-notify`` (SIGUSR2 at the limit, SIGKILL the queue's ``notify``
+    #: time later: a pool worker retires), and a pool renews its workers before it.
     time_limit: str = ""
     #: Pass this process's environment to the jobs (``qsub -V``), as ``sbatch`` does by
     #: default; False: only fiber's own variables and those Grid Engine sets.
