@@ -30,18 +30,20 @@ import atexit
 import codecs
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-from ..errors import SubmitError
-from ._base import JobHandle, JobStatus
+from ..errors import BackendError, SubmitError
+from ._base import JobHandle, JobSpec, JobStatus
 from ._commands import CommandLineBackend
 
-__all__ = ["BatchBackend", "parse_job_id", "render_script", "split_env", "format_command"]
+__all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
+           "format_command", "follow_job", "follow_file", "last_lines"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -114,6 +116,23 @@ def split_env(envs: Sequence[Mapping[str, str]]) -> Tuple[Dict[str, str], List[D
     return common, rest
 
 
+class BatchCommands(Protocol):
+    """What the job-listing functions of a batch backend (its ``_jobs`` module: ``fiber
+    ps``, ``logs``, ``stop``) need of the backend: its commands, their timeouts, the
+    status of a job, and its cancel command."""
+
+    query_timeout: float
+    cancel_timeout: float
+
+    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
+                    timeout: Optional[float] = None, what: str = "",
+                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
+
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
+
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
+
+
 class BatchBackend(CommandLineBackend):
     """Command-line plumbing shared by batch-scheduler backends; see the module docstring.
 
@@ -128,7 +147,15 @@ class BatchBackend(CommandLineBackend):
     #: Seconds a cancel command may take (also the bound on the exit-time cleanup).
     cancel_timeout: float = 30.0
 
+    #: The variable that hands a program's id to its jobs (``FIBER_SLURM_PROGRAM``).
+    program_env: str = ""
+
     def __init__(self) -> None:
+        #: The program's id, in every job's listing (``fiber ps``); a child inherits it.
+        self.program = os.environ.get(self.program_env) or secrets.token_hex(6)
+        #: Whether the id came from a parent (else, at exit, the jobs of this process's
+        #: descendants are cancelled too: those of a program that ``fiber run`` stopped).
+        self.inherited = bool(os.environ.get(self.program_env))
         self._batch_lock = threading.Lock()
         self._unfinished: Dict[str, JobHandle] = {}
         self._cleanup_registered = False
@@ -190,6 +217,12 @@ class BatchBackend(CommandLineBackend):
         with self._batch_lock:
             for job_id in job_ids:
                 self._unfinished.pop(job_id, None)
+
+    def main_spec(self, spec: JobSpec) -> JobSpec:
+        """``fiber run``'s job: a program of its own (a new program id), also when ``fiber
+        run`` runs inside another program's job."""
+        self.program, self.inherited = secrets.token_hex(6), False
+        return spec
 
     def detach(self) -> None:
         with self._batch_lock:
@@ -272,3 +305,31 @@ def follow_file(path: str, ended: Callable[[], bool], missing: str,
             return
         time.sleep(delay)
         delay = min(delay * 1.5, 2.0)
+
+
+def follow_job(backend: BatchCommands, handle: JobHandle, path: str, since: float,
+               missing: str) -> Optional[Iterator[str]]:
+    """A batch job's output file ``path`` (in the backend's output directory, shared with
+    the nodes), written since ``since`` (its submission), read as it grows until the job
+    has ended (`follow_file`); None without one (an array task, a step). ``missing``
+    says why a file that never appeared is not here."""
+    if not path:
+        return None
+
+    def ended() -> bool:
+        try:
+            return backend.status([handle])[handle.job_id].state.finished
+        except BackendError:  # a busy scheduler: not a reason to stop following
+            return False
+
+    return follow_file(path, ended, missing, since)
+
+
+def last_lines(text: str, n: int) -> str:
+    """The last ``n`` lines of ``text``; lines end at newlines only (the carriage returns
+    of a progress bar do not end one)."""
+    if n <= 0:
+        return ""
+    lines = text.split("\n")
+    ended = lines[-1] == ""  # the text ends with a newline
+    return "\n".join(lines[-n - 1:] if ended else lines[-n:])

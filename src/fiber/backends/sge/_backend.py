@@ -57,7 +57,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import secrets
 import shlex
 import sys
 import threading
@@ -167,6 +166,8 @@ class _Job:
 class SgeBackend(BatchBackend):
     """Run fiber processes as Grid Engine jobs (``qsub``; array jobs for a batch)."""
 
+    program_env = PROGRAM_ENV
+
     name = "sge"
     settings = SgeSettings
 
@@ -179,11 +180,6 @@ class SgeBackend(BatchBackend):
         super().__init__()
         self._lock = threading.Lock()
         self._jobs: Dict[str, _Job] = {}
-        #: The program's id, in every job's context (``fiber ps``); a child inherits it.
-        self.program = os.environ.get(PROGRAM_ENV) or secrets.token_hex(6)
-        #: Whether the id came from a parent (else, at exit, the jobs of this process's
-        #: descendants are deleted too).
-        self.inherited = bool(os.environ.get(PROGRAM_ENV))
         self._submitted = False
 
     def watcher(self) -> JobWatcher:
@@ -515,11 +511,6 @@ class SgeBackend(BatchBackend):
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
         return _sge_jobs.remove_jobs(self, program, job_ids)
-
-    def main_spec(self, spec: JobSpec) -> JobSpec:
-        # a program of its own, also when fiber run runs inside another program's job
-        self.program, self.inherited = secrets.token_hex(6), False
-        return spec
 
     def stop_main(self, handle: JobHandle, force: bool = False) -> None:
         """The program's job, and its processes' jobs still queued (they have this

@@ -15,20 +15,19 @@ from __future__ import annotations
 import getpass
 import glob
 import os
-import subprocess
 import tempfile
 import time
-from typing import Dict, Iterator, List, Optional, Protocol, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError, SubmitError
-from .._base import JobHandle, JobInfo, JobStatus
-from .._batch import follow_file
+from .._base import JobHandle, JobInfo
+from .._batch import BatchCommands, follow_job, last_lines
 from ._settings import SgeSettings
 from ._status import Row, parse_contexts, parse_qstat, split_id
 
 __all__ = ["output_dir", "program_dir", "follow", "find_jobs", "read_logs", "remove_jobs",
-           "last_lines", "SgeCommands", "user", "state_word"]
+           "last_lines", "user", "state_word"]
 
 _REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
 
@@ -36,22 +35,6 @@ _REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhi
 def _own(cfg: Optional[Config] = None) -> SgeSettings:
     """The sge backend's settings in ``cfg`` (or the config in force)."""
     return settings(SgeSettings, "sge", cfg)
-
-
-class SgeCommands(Protocol):
-    """What these functions need of the backend (an `SgeBackend`): its commands, their
-    timeouts, the status of a job, and ``qdel``."""
-
-    query_timeout: float
-    cancel_timeout: float
-
-    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
-                    timeout: Optional[float] = None, what: str = "",
-                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
-
-    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
-
-    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
 
 
 def user() -> str:
@@ -95,21 +78,12 @@ def program_dir(program: str) -> str:
     return path
 
 
-def follow(backend: SgeCommands, handle: JobHandle, path: str,
+def follow(backend: BatchCommands, handle: JobHandle, path: str,
            since: float) -> Optional[Iterator[str]]:
     """A job's output file ``path`` (in ``sge_output_dir``, shared with the nodes), written
     since ``since`` (its submission), read as it grows, until the job has ended; None
     without one (a task of an array job)."""
-    if not path:
-        return None
-
-    def ended() -> bool:
-        try:
-            return backend.status([handle])[handle.job_id].state.finished
-        except BackendError:  # a busy qmaster: not a reason to stop following
-            return False
-
-    return follow_file(path, ended, "sge_output_dir is not shared with the node", since)
+    return follow_job(backend, handle, path, since, "sge_output_dir is not shared with the node")
 
 
 _WORDS = (("E", "error"), ("d", "deleting"), ("h", "held"), ("s", "suspended"),
@@ -125,7 +99,7 @@ def state_word(letters: str) -> str:
     return letters or "unknown"
 
 
-def _listing(backend: SgeCommands) -> List[Row]:
+def _listing(backend: BatchCommands) -> List[Row]:
     argv = ["qstat", "-u", user(), "-xml"]
     cp = backend.run_command(argv, timeout=backend.query_timeout, what="qstat")
     try:
@@ -135,7 +109,7 @@ def _listing(backend: SgeCommands) -> List[Row]:
                           stdout=cp.stdout, stderr=cp.stderr) from None
 
 
-def find_jobs(backend: SgeCommands, program: str = "") -> List[JobInfo]:
+def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
     """This user's fiber jobs that Grid Engine lists (only ``program``'s if given), oldest
     first; a job's state is Grid Engine's, as a word (``pending``, ``running``...)."""
     rows = _listing(backend)
@@ -164,7 +138,7 @@ def find_jobs(backend: SgeCommands, program: str = "") -> List[JobInfo]:
     return out
 
 
-def read_logs(backend: SgeCommands, job_id: str, tail: Optional[int] = None) -> str:
+def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -> str:
     """The output file of a job (its last ``tail`` lines):
     ``<sge_output_dir>/<program>/<name>.o<job>[.<task>]``; of several (job ids start again
     when a cluster's state is reset), the one written last."""
@@ -194,16 +168,7 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def last_lines(text: str, n: int) -> str:
-    """The last ``n`` lines of ``text``; lines end at newlines only."""
-    if n <= 0:
-        return ""
-    lines = text.split("\n")
-    ended = lines[-1] == ""  # the text ends with a newline
-    return "\n".join(lines[-n - 1:] if ended else lines[-n:])
-
-
-def remove_jobs(backend: SgeCommands, program: str = "", job_ids: Sequence[str] = (),
+def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str] = (),
                 queued_only: bool = False) -> List[str]:
     """Delete the live jobs of ``program`` (listing again until none is left: its pool may
     submit a replacement meanwhile, but for no longer than the backend's

@@ -64,7 +64,6 @@ import dataclasses
 import itertools
 import math
 import os
-import secrets
 import shlex
 import subprocess
 import sys
@@ -134,6 +133,8 @@ class _Job:
 class SlurmBackend(BatchBackend):
     """Run fiber processes as Slurm jobs (``sbatch``) or job steps (``srun``)."""
 
+    program_env = PROGRAM_ENV
+
     name = "slurm"
     settings = SlurmSettings
 
@@ -145,11 +146,6 @@ class SlurmBackend(BatchBackend):
         self._step_ids = itertools.count(1)
         self._ctl_config: Optional[Dict[str, str]] = None
         self._ctl_text = ""
-        #: The program's id, in every job's comment (``fiber ps``); a child inherits it.
-        self.program = os.environ.get(PROGRAM_ENV) or secrets.token_hex(6)
-        #: Whether the id came from a parent (else, at exit, the jobs of this process's
-        #: descendants are cancelled too: those of a program that ``fiber run`` stopped).
-        self.inherited = bool(os.environ.get(PROGRAM_ENV))
         self._sbatched = False  # whether this process submitted batch jobs
 
     #: Shortest interval between two status polls: each is a ``squeue`` RPC to slurmctld,
@@ -551,11 +547,6 @@ class SlurmBackend(BatchBackend):
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
         return _slurm_jobs.remove_jobs(self, program, job_ids)
-
-    def main_spec(self, spec: JobSpec) -> JobSpec:
-        # a program of its own, also when fiber run runs inside another program's job
-        self.program, self.inherited = secrets.token_hex(6), False
-        return spec
 
     def stop_main(self, handle: JobHandle, force: bool = False) -> None:
         """The program's job, and its processes' jobs still queued (they have this

@@ -16,41 +16,24 @@ from __future__ import annotations
 import glob
 import os
 import re
-import subprocess
 import tempfile
 import time
-from typing import Dict, Iterator, List, Optional, Protocol, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError, SubmitError
-from .._base import JobHandle, JobInfo, JobStatus
-from .._batch import follow_file
+from .._base import JobHandle, JobInfo
+from .._batch import BatchCommands, follow_job, last_lines
 from ._settings import SlurmSettings
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
-__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines",
-           "SlurmCommands"]
+__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
 
 
 def _own(cfg: Optional[Config] = None) -> SlurmSettings:
     """The slurm backend's settings in ``cfg`` (or the config in force)."""
     return settings(SlurmSettings, "slurm", cfg)
 
-
-class SlurmCommands(Protocol):
-    """What these functions need of the backend (a `SlurmBackend`): its commands,
-    their timeouts, the status of a job, and ``scancel``."""
-
-    query_timeout: float
-    cancel_timeout: float
-
-    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
-                    timeout: Optional[float] = None, what: str = "",
-                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
-
-    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
-
-    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
 
 _REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
 #: Slurm job states (lower case, as listed) in which there is nothing left to stop.
@@ -76,24 +59,15 @@ def output_dir() -> str:
     return path
 
 
-def follow(backend: SlurmCommands, handle: JobHandle, path: str,
+def follow(backend: BatchCommands, handle: JobHandle, path: str,
            since: float) -> Optional[Iterator[str]]:
     """A batch job's output file ``path`` (in ``slurm_output_dir``, shared with the nodes),
     written since ``since`` (its submission), read as it grows, until the job has ended;
     None without one (an array task, a step)."""
-    if not path:
-        return None
-
-    def ended() -> bool:
-        try:
-            return backend.status([handle])[handle.job_id].state.finished
-        except BackendError:  # a busy controller: not a reason to stop following
-            return False
-
-    return follow_file(path, ended, "slurm_output_dir is not shared with the node", since)
+    return follow_job(backend, handle, path, since, "slurm_output_dir is not shared with the node")
 
 
-def find_jobs(backend: SlurmCommands, program: str = "") -> List[JobInfo]:
+def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
     """This user's fiber jobs that Slurm still lists (only ``program``'s if given),
     oldest first; a job's state is Slurm's word for it (``running``, ``cancelled``...)."""
     argv = ["squeue", "--noheader", "--array", "--states=all", f"--user={os.getuid()}",
@@ -105,7 +79,7 @@ def find_jobs(backend: SlurmCommands, program: str = "") -> List[JobInfo]:
                     ended=r.state in ENDING and r.state != "completing") for r in rows]
 
 
-def read_logs(backend: SlurmCommands, job_id: str, tail: Optional[int] = None) -> str:
+def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -> str:
     """The output file of a batch job (its last ``tail`` lines)."""
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise BackendError(f"{job_id!r} is not a Slurm job id (1234, or 1234_5 for a task "
@@ -130,17 +104,7 @@ def read_logs(backend: SlurmCommands, job_id: str, tail: Optional[int] = None) -
     return text if tail is None else last_lines(text, tail)
 
 
-def last_lines(text: str, n: int) -> str:
-    """The last ``n`` lines of ``text``; lines end at newlines only (the carriage returns
-    of a progress bar do not end one)."""
-    if n <= 0:
-        return ""
-    lines = text.split("\n")
-    ended = lines[-1] == ""  # the text ends with a newline
-    return "\n".join(lines[-n - 1:] if ended else lines[-n:])
-
-
-def remove_jobs(backend: SlurmCommands, program: str = "", job_ids: Sequence[str] = (),
+def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str] = (),
                 force: bool = False, queued_only: bool = False) -> List[str]:
     """Cancel the unfinished jobs of ``program`` (listing again until none is left: its
     pool may submit a replacement meanwhile, but for no longer than the backend's
