@@ -30,7 +30,8 @@ import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs", "mtime",
-           "register_program", "programs", "process_start", "process_end", "running"]
+           "register_program", "programs", "process_start", "process_end", "running",
+           "write_private"]
 
 #: The program id a local job inherits (its main process's pid).
 PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
@@ -162,19 +163,28 @@ def register_program(address: str, secret: bytes, backend: str) -> Optional[str]
             "argv": list(sys.argv), "cwd": os.getcwd(), "backend": backend,
             "address": address, "secret": secret.hex(), "python": sys.executable}
     try:
-        directory = _sub("programs")
-        path = os.path.join(directory, f"{program_id()}.json")
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
-        os.replace(tmp, path)
+        path = os.path.join(_sub("programs"), f"{program_id()}.json")
+        write_private(path, json.dumps(info))
     except OSError:
         return None
     if _registered is None:
         atexit.register(_unregister)
     _registered = path
     return path
+
+
+def write_private(path: str, text: str) -> None:
+    """Replace the file ``path`` with ``text`` at once (a reader never sees half of it),
+    readable by this user alone.
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _unregister() -> None:

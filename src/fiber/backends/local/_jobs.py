@@ -75,13 +75,8 @@ def note_ended(log_path: str, pid: int, exitcode: Optional[int]) -> None:
 
 def _write(log_path: str, line: str) -> None:
     """Replace the record of ``log_path``'s job at once (a reader never sees half)."""
-    path = _pid_path(log_path)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(line + "\n")
-        os.replace(tmp, path)
+        _machine.write_private(_pid_path(log_path), line + "\n")
     except OSError:
         pass
 
