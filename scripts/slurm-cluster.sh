@@ -51,6 +51,10 @@
 #   a core, so 3 nodes x 2 CPUs run 384 one-CPU jobs at once; memory is not scheduled,
 #   SelectTypeParameters=CR_Core). Tests of large pools (a 128-worker job array) use "wide";
 #   the other tests rely on "debug" running no more jobs than it has CPUs.
+# - Preemption: PreemptType=preempt/partition_prio, PreemptMode=CANCEL; partition "urgent"
+#   (PriorityTier=10, not default) preempts jobs of "debug" and "wide": a job of "urgent" that
+#   needs a node's CPUs cancels what runs there (SIGTERM to the job's processes, SIGKILL
+#   KillWait=5 s later; state PREEMPTED). Nothing else submits to "urgent".
 # - Node failure detection (crash, or partition): with SlurmdTimeout=5 + MessageTimeout=3 (the
 #   defaults here) sinfo shows "allocated*"/"idle*" after ~6 s and "down* Not responding" (jobs
 #   NODE_FAIL) after ~12 s; with Slurm's 10/10 it takes ~27 s. A restarted slurmd is idle again
@@ -193,6 +197,8 @@ InactiveLimit=0
 MinJobAge=$MIN_JOB_AGE
 FirstJobId=$first_job_id
 KillWait=5
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 SlurmctldDebug=info
 SlurmdDebug=info
 EOF
@@ -201,6 +207,7 @@ EOF
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
     echo "PartitionName=$WIDE Nodes=ALL Default=NO OverSubscribe=FORCE:$OVERSUB MaxTime=INFINITE State=UP"
+    echo "PartitionName=urgent Nodes=ALL Default=NO PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP"
   } > "$CONF"
 }
 

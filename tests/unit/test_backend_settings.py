@@ -102,6 +102,8 @@ def test_a_backends_own_checks_and_types_apply():
         fiber.init(kubernetes_timeout=0)
     with pytest.raises(ConfigError, match="kubernetes_image_pull_policy"):
         fiber.init(kubernetes_image_pull_policy="Sometimes")
+    with pytest.raises(ConfigError, match="kubernetes_active_deadline"):
+        fiber.init(kubernetes_active_deadline=-5)
 
 
 def test_a_section_for_no_backend_is_refused(tmp_path):

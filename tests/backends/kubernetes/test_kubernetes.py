@@ -53,7 +53,7 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
-from support.retire_helpers import check_a_stopped_worker_retires
+from support.retire_helpers import check_a_stopped_worker_retires, mark_then_sleep, starts
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 NODE = "the Kubernetes test node"  # what tests/conftest.unusable names
@@ -131,6 +131,8 @@ def test_pod_manifest():
                      resources=Resources())
     assert "ownerReferences" not in bare["metadata"] and "volumes" not in bare["spec"]
     assert "resources" not in bare["spec"]["containers"][0]
+    assert "activeDeadlineSeconds" not in bare["spec"]
+    assert _manifest(active_deadline=45)["spec"]["activeDeadlineSeconds"] == 45
 
 
 def _validate_all(docs: List[Dict[str, Any]]) -> None:
@@ -149,7 +151,7 @@ def test_pod_manifests_valid_for_current_kubernetes_releases():
     """Every kind of pod the backend makes, against the schemas of 1.25 and the newest."""
     _validate_all([
         _manifest(),
-        _manifest(cpu_limits=False),
+        _manifest(cpu_limits=False, active_deadline=3600),
         _manifest(owner=None, service_account="", mounts=(), pull_policy="",
                   resources=Resources()),
     ])
@@ -390,6 +392,31 @@ def test_a_worker_pod_deleted_with_a_grace_period_retires_and_no_task_pays(api, 
             kctx(), str(tmp_path),
             lambda w: api.delete_namespaced_pod(w.job_id, NAMESPACE, grace_period_seconds=20),
             lambda: caplog.records)
+
+
+def test_a_map_longer_than_the_active_deadline_runs_at_full_width_and_exact(api, tmp_path,
+                                                                            caplog):
+    """Issue 29: pods of ``activeDeadlineSeconds`` 40 (kubernetes_active_deadline), a map
+    of 24 tasks of 4 s on Pool(2) (48 s of work a worker): workers are renewed before the
+    deadline (or retire on the kubelet's SIGTERM at it); every result once, no task
+    started twice, no retry counted, no WARNING."""
+    marks = str(tmp_path)
+    os.chmod(marks, 0o777)
+    with fiber.config.override(kubernetes_active_deadline=40, log_level="info"):
+        assert backend().job_time_limit() == 40.0
+        with kctx().Pool(2) as pool:
+            got = pool.starmap(mark_then_sleep, [(x, marks, 4) for x in range(24)],
+                               chunksize=1)
+            status = pool.status()
+    assert got == list(range(24))
+    runs = starts(marks)
+    assert sorted(runs) == list(range(24))
+    assert all(len(r) == 1 for r in runs.values()), runs
+    assert status.retried == 0
+    said = [r for r in caplog.records if r.name == "fiber"]
+    assert not [r for r in said if r.levelname == "WARNING"], [r.getMessage() for r in said]
+    assert len([r for r in said if " is renewed " in r.getMessage()
+                or " retires: " in r.getMessage()]) >= 2, [r.getMessage() for r in said]
 
 
 def test_a_pool_worker_the_oom_killer_ended_is_one_warning_saying_so(api, warnings):

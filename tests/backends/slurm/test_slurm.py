@@ -54,7 +54,7 @@ from fiber.backends.slurm import (
 from fiber.backends.slurm._jobs import last_lines, output_dir
 from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path, task_ranges
 from fiber.errors import BackendError, ConfigError, SubmitError
-from fiber.testing.conformance.support.waiting import unusable
+from fiber.testing.conformance.support.waiting import unusable, wait_until
 
 import support
 from support.cli_helpers import (
@@ -785,6 +785,50 @@ def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(slurm, tm
     assert len(renewed) >= 4, [r.getMessage() for r in records]
     print(f"80 tasks of 7 s on Pool(4), 1-minute limit: {took:.0f} s (140 s of work a "
           f"worker); {len(renewed)} renewals or retirements")
+    _wait_nodes_idle()
+
+
+def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplog):
+    """Issue 29: the test cluster preempts by partition priority (PreemptType=
+    preempt/partition_prio, PreemptMode=CANCEL: SIGTERM, then SIGKILL KillWait=5 s later).
+    Pool(3) on "debug" runs 60 tasks of 1 s; mid-map, a burst of jobs of the "urgent"
+    partition takes every CPU of the cluster for 12 s: every worker retires, the pool's
+    replacements wait (pending: ``starting`` in ``pool.status()``) until the burst ends,
+    and the map goes on. Every result once, no task started twice, no retry counted, no
+    WARNING."""
+    marks = str(tmp_path)
+    os.chmod(marks, 0o777)
+    cpus = _node_cpus()
+    with fiber.config.override(log_level="info"):
+        with slurm.Pool(3) as pool:
+            started = time.monotonic()
+            result = pool.starmap_async(slurm_targets.mark_then_sleep,
+                                        [(x, marks, 1) for x in range(60)], chunksize=1)
+            wait_until(lambda: len(os.listdir(marks)) >= 6, 120, 0.2, "six tasks started")
+            burst = [_run(["sbatch", "--parsable", "-p", "urgent", "-N1", "-n1",
+                           f"--cpus-per-task={cpus}", "-o", "/dev/null", "--wrap", "sleep 12"])
+                     for _ in NODES]
+            assert all(cp.returncode == 0 for cp in burst), [cp.stderr for cp in burst]
+            wait_until(lambda: all(w.state == "starting" for w in pool.status().workers),
+                       60, 0.2, "every worker preempted, its replacement waiting")
+            done_during_burst = len(os.listdir(marks))
+            got = result.get(timeout=300)
+            took = time.monotonic() - started
+            status = pool.status()
+    assert got == list(range(60))
+    starts: Dict[int, List[str]] = {}
+    for name in os.listdir(marks):
+        x, host, pid = name.split("-")
+        starts.setdefault(int(x), []).append(f"{host}:{pid}")
+    assert sorted(starts) == list(range(60))
+    assert all(len(runs) == 1 for runs in starts.values()), starts  # none started twice
+    assert status.retried == 0 and done_during_burst < 60
+    records = [r for r in caplog.records if r.name == "fiber"]
+    assert not [r for r in records if r.levelname == "WARNING"], [r.getMessage() for r in records]
+    retired = [r for r in records if " retires: " in r.getMessage()]
+    assert len(retired) == 3, [r.getMessage() for r in records]
+    print(f"60 tasks of 1 s on Pool(3), every worker preempted after {done_during_burst} "
+          f"had started: {took:.0f} s; {retired[0].getMessage()}")
     _wait_nodes_idle()
 
 

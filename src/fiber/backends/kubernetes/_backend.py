@@ -239,6 +239,11 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
 
     # -- submit ---------------------------------------------------------------------------
 
+    def job_time_limit(self) -> Optional[float]:
+        """``kubernetes_active_deadline`` (None if 0): a pool renews its workers before
+        it (see fiber.pool._renew); a worker the kubelet ends at it retires."""
+        return float(_own().active_deadline) or None
+
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         if not specs:
             return []
@@ -275,7 +280,8 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 env={"PYTHONUNBUFFERED": "1", PROGRAM_ENV: self.program, **spec.env},
                 owner=owner, service_account=service_account,
                 pull_policy=_own(cfg).image_pull_policy,
-                cpu_limits=_own(cfg).cpu_limits, mounts=mounts))
+                cpu_limits=_own(cfg).cpu_limits, mounts=mounts,
+                active_deadline=_own(cfg).active_deadline))
             jobs.append(_Job(job_id, spec.name, memory_mb, namespace=cluster.namespace))
 
         def create(i: int) -> None:

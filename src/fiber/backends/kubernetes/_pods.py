@@ -42,8 +42,10 @@ def pod_manifest(spec: JobSpec, *, name: str, namespace: str, image: str,
                  annotations: Dict[str, str], env: Dict[str, str],
                  owner: Optional[Dict[str, str]] = None, service_account: str = "",
                  pull_policy: str = "", cpu_limits: bool = True,
-                 mounts: Sequence[Tuple[str, str, bool]] = ()) -> Dict[str, Any]:
-    """The pod (a JSON-ready dict, ``v1/Pod``) that runs one job."""
+                 mounts: Sequence[Tuple[str, str, bool]] = (),
+                 active_deadline: int = 0) -> Dict[str, Any]:
+    """The pod (a JSON-ready dict, ``v1/Pod``) that runs one job; ``active_deadline``:
+    its ``activeDeadlineSeconds`` (0: none)."""
     res: Resources = spec.resources
     requests: Dict[str, str] = {}
     limits: Dict[str, str] = {}
@@ -80,6 +82,8 @@ def pod_manifest(spec: JobSpec, *, name: str, namespace: str, image: str,
         "terminationGracePeriodSeconds": _GRACE_SECONDS,
         "containers": [container],
     }
+    if active_deadline:
+        pod_spec["activeDeadlineSeconds"] = int(active_deadline)
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     if mounts:

@@ -45,10 +45,17 @@ class KubernetesSettings:
     mounts: str = ""
     #: Seconds each call to the Kubernetes API may take before it fails (no hang).
     timeout: float = 30.0
+    #: Seconds each pod may run (its ``activeDeadlineSeconds``: then the kubelet ends it,
+    #: SIGTERM and SIGKILL 10 s later, reason DeadlineExceeded); 0: no limit. With a
+    #: limit, a pool renews its workers before it, and a worker ended by it retires.
+    active_deadline: int = 0
 
     def __post_init__(self) -> None:
         if self.timeout <= 0:
             raise ValueError(f"timeout must be positive, got {self.timeout!r}")
+        if self.active_deadline < 0:
+            raise ValueError(f"active_deadline must not be negative, got "
+                             f"{self.active_deadline!r}")
         if self.pending_timeout < 0:
             raise ValueError(f"pending_timeout must not be negative, got "
                              f"{self.pending_timeout!r}")
