@@ -4,8 +4,10 @@ stderr, prefixed with the job's name and host (``(PoolWorker-3@node2) ...``).
 A job sends the bytes of its fds 1 and 2 as it reads them (see `_output`); they
 come to the launch service on the hub (`_launcher`), which hands them here under
 the hub's lock. Lines are put together per job and stream, and written whole, with the
-prefix, to ``sys.stdout`` or ``sys.stderr`` as they are then (a notebook's or a test's
-capture included), and flushed: a line appears as soon as it is complete. What a job
+prefix, to ``sys.stdout`` or ``sys.stderr`` as they are then: this process's own streams'
+file descriptors (one write a line: never inside a line this process is printing), or a
+notebook's or a test's capture (written and flushed): a line appears as soon as it is
+complete. What a job
 wrote without an end of line is written when the job's output ends. A job's output ends
 with its ``output_end`` message, or when its output connection closes (a killed job):
 `OutputPrinter.wait_closed` lets ``join`` wait for that, so that what a job wrote
@@ -14,10 +16,11 @@ is on the terminal when ``join`` returns.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 __all__ = ["OutputPrinter"]
 
@@ -114,11 +117,24 @@ def _emit(fd: int, prefix: str, data: bytes) -> None:
         text += "\n"
     if prefix:
         text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
-    stream: Optional[object] = sys.stdout if fd == 1 else sys.stderr
+    stream: Optional[Any] = sys.stdout if fd == 1 else sys.stderr
     if stream is None:
         return
     try:
-        stream.write(text)  # type: ignore[attr-defined]
-        stream.flush()  # type: ignore[attr-defined]
-    except (OSError, ValueError):
+        if stream is (sys.__stdout__ if fd == 1 else sys.__stderr__):
+            # This process's own stdout: to its file descriptor, in one write, as a
+            # multiprocessing child's line goes. Through the stream, the line would land
+            # in the middle of one that another thread is printing (print writes its
+            # words one by one and flushes at the end), and flush half of it.
+            _write_all(stream.fileno(), text.encode(stream.encoding or "utf-8", "replace"))
+        else:  # replaced (a notebook's or a test's capture): through it
+            stream.write(text)
+            stream.flush()
+    except (OSError, ValueError, AttributeError):
         pass  # a closed or broken stdout: the job's own log has the output
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
