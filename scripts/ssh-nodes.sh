@@ -22,7 +22,7 @@
 #
 # Layout: bridge fsshbr0 with $NET.1 in the ROOT namespace, named "driver" inside the hosts (the
 # fiber master listens there; jobs connect back to it). Host I is network namespace fssh-nodeI
-# ($NET.(10+I), default NET 10.206.0) + UTS namespace (hostname nodeI) + private mount namespace
+# ($NET.(10+I), default NET 10.208.0) + UTS namespace (hostname nodeI) + private mount namespace
 # (its own /etc/hosts and a `hosts: files` nsswitch.conf, bind-mounted, so names never go to
 # DNS; and its own, empty, ~/.bashrc: bash reads it for every command run over ssh, and this
 # machine's runs `pyenv init`, whose rehash lock 100 logins at once wait on for 60 s and
@@ -40,11 +40,12 @@
 # ever signalled; every name it creates starts with "fssh" (namespaces, bridge, veths).
 #
 # Environment: FIBER_SSH_DIR (state, default /tmp/fiber-ssh-nodes), FIBER_SSH_NET (the first
-# three octets of the /24, default 10.206.0; 10.200-10.205 and 10.207 are the other engines').
+# three octets of the /24, default 10.208.0; 10.200-10.207 are the other engines': 10.206 is
+# the Kubernetes node's pod network, and its stage runs while this one does).
 set -euo pipefail
 
 DIR=${FIBER_SSH_DIR:-/tmp/fiber-ssh-nodes}
-NET=${FIBER_SSH_NET:-10.206.0}
+NET=${FIBER_SSH_NET:-10.208.0}
 BR=fsshbr0
 NS=fssh-node      # namespace of host I: fssh-nodeI
 VETH=fsshv-node   # root-side veth of host I: fsshv-nodeI

@@ -50,8 +50,10 @@ class PoolExtras:
 
     @property
     def _pool(self) -> List[Any]:
-        """The worker processes started and not lost (a new list at each read)."""
+        """The worker processes started and not lost (a new list at each read); right
+        after ``Pool()``, once its maintainer has made its first workers known."""
         core = self._core
+        core.workers_known.wait()
         with core.hub.lock:
             return [ws.process for ws in core.live_workers()]
 

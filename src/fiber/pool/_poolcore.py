@@ -137,6 +137,9 @@ class PoolCore:
         self._function_ids = itertools.count(1)
         self._fids: collections.OrderedDict[Any, Tuple[int, Any]] = collections.OrderedDict()
         self._callbacks: Optional[CallbackThread] = None
+        #: Set once the maintainer has made its first workers known (or needs none):
+        #: ``pool._pool`` lists them from then on, as multiprocessing's right after Pool().
+        self.workers_known = threading.Event()
         #: Started workers whose process has not been closed yet, by sentinel.
         self.procs: Dict[int, WorkerState] = {}
         self._wake_r, self._wake_w = os.pipe()
@@ -295,6 +298,7 @@ class PoolCore:
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
                 self.service.add_worker(ws)
+        self.workers_known.set()
         try:
             start_all([ws.process for ws in states])
         except Exception as e:
@@ -366,6 +370,7 @@ class PoolCore:
                 if need > 0:
                     self._start_workers(need)
                     continue
+                self.workers_known.set()
                 for old in renew:  # ahead of its job's known end (see _renew)
                     self._start_workers(1, replaces=old)
                 if renew:
@@ -383,6 +388,7 @@ class PoolCore:
                         del self.procs[key.fd]
                     ws.process.close()
         finally:
+            self.workers_known.set()
             self._exits.close()
             with self._wake_lock:
                 os.close(self._wake_r)

@@ -295,7 +295,7 @@ def hosts() -> Iterator[str]:
     if problem:
         unusable("the ssh test hosts", f"no ssh test hosts: {problem} (start them with "
                  "`scripts/ssh-nodes.sh start 3` and `eval \"$(scripts/ssh-nodes.sh env)\"`)")
-    driver = os.environ.get("FIBER_SSH_DRIVER_ADDR", "10.206.0.1")
+    driver = os.environ.get("FIBER_SSH_DRIVER_ADDR", "10.208.0.1")
     from fiber._core import _runtime
 
     hub = _runtime.hub_if_started()

@@ -137,7 +137,7 @@ def test_initializer_and_initargs_run_in_each_worker(ctx):
 
 def test_maxtasksperchild_replaces_workers(ctx):
     with ctx.Pool(2, maxtasksperchild=3) as pool:
-        out = pool.map_async(ph.with_process_key, range(30), 1).get(timeout=20)
+        out = pool.map_async(ph.with_process_key, range(30), 1).get(timeout=120)
         assert [x for x, _ in out] == list(range(30))
         per_worker = collections.Counter(key for _, key in out)
         assert max(per_worker.values()) <= 3, per_worker
