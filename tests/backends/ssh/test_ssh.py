@@ -440,6 +440,24 @@ def test_jobs_beyond_the_slots_wait_and_start_as_slots_free(hosts):
     assert max(s for _, s, _ in spans) - min(s for _, s, _ in spans) >= 3.0  # some waited
 
 
+@pytest.mark.parametrize("after", [0.0, 0.01, 0.1, 0.3, 1.0])
+def test_terminate_soon_after_start_ends_the_job(hosts, after):
+    """terminate() at any moment of a job's start (at once, or some time after it is
+    alive) ends it with SIGTERM: a request that
+    reaches the keeper together with the launch line (before the job exists) is acted
+    on once the job does (it was held until the next request came)."""
+    with fiber.config.override(ssh_hosts="node1:4"):
+        p = fiber.get_context("ssh").Process(target=ssh_targets.sleep, args=(60,))
+        p.start()
+        if after:  # else: at once, before the job has started
+            wait_until(p.is_alive, 30, 0.02, "the job running")
+            time.sleep(after)
+        t = time.monotonic()
+        p.terminate()
+        p.join(20)
+    assert p.exitcode == -signal.SIGTERM and time.monotonic() - t < 10, p.exitcode
+
+
 def test_a_waiting_job_is_cancelled_without_starting_and_a_running_one_is_killed(hosts):
     with fiber.config.override(ssh_hosts="node1:1"):
         ctx = fiber.get_context("ssh")

@@ -72,6 +72,10 @@ class Keeper:
         piped = launch.get("pipe", True)
         if piped:
             argv.append(str(values_r))
+        # Blocked across the fork: a SIGTERM for the job that comes before the child has
+        # reset its handlers would run this keeper's handler in the child (whose pid is
+        # not known there) and be lost; blocked, it waits, and ends the child once unblocked.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
         pid = os.fork()
         if pid == 0:
             try:
@@ -84,11 +88,13 @@ class Keeper:
                 os.dup2(null, 0)
                 for sig in (signal.SIGCHLD, signal.SIGPIPE) + _FORWARDED:
                     signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.execvp(argv[0], argv)
             except BaseException as e:
                 os.write(2, f"fiber: cannot run {argv[0]} on this host: {e}\n".encode())
             os._exit(127)
         self.pid = pid
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(values_r)
         try:
             os.write(values_w, json.dumps(launch["env"]).encode())
@@ -121,15 +127,22 @@ class Keeper:
         except OSError:
             data = b""
         self.buffer += data
+        self.act()
+        return bool(data)
+
+    def act(self) -> None:
+        """Act on the whole request lines in the buffer."""
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
             if line.strip() == TERM:
                 self.signal_job(signal.SIGTERM)
             elif line.strip() == KILL:
                 self.signal_job(signal.SIGKILL)
-        return bool(data)
 
     def run(self) -> None:
+        # A request may have come with the launch line, before the job existed (the
+        # master's terminate() right after the start): the job exists now.
+        self.act()
         poller = select.poll()
         poller.register(0, select.POLLIN)
         poller.register(1, 0)  # POLLERR: nobody reads the session's output any more
