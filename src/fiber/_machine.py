@@ -24,6 +24,7 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs", "mtime",
            "register_program", "programs", "process_start", "process_end", "running",
-           "write_private"]
+           "write_private", "terminate"]
 
 #: The program id a local job inherits (its main process's pid).
 PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
@@ -111,6 +112,18 @@ def process_end(pid: int, start: Optional[int]) -> Tuple[bool, Optional[int]]:
 def running(pid: int, start: Optional[int]) -> bool:
     """Whether process ``(pid, start)`` runs (a zombie does not)."""
     return not process_end(pid, start)[0]
+
+
+def terminate(pid: int, start: Optional[int]) -> bool:
+    """SIGTERM to process ``(pid, start)`` if it still runs (``fiber stop``); whether it
+    was sent."""
+    if not running(pid, start):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return False
+    return True
 
 
 def job_log(job_id: str, name: str) -> str:

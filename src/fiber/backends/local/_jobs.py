@@ -214,21 +214,14 @@ def remove_jobs(program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
     to it closes)."""
     removed = []
     for info in _machine.programs():
-        if program and info["program"] == program and _signal(info["pid"], info["start"]):
+        if (program and info["program"] == program
+                and _machine.terminate(info["pid"], info["start"])):
             removed.append(info["program"])
     for path in _machine.find_job_logs(program=program) if program else [
             p for j in job_ids for p in _machine.find_job_logs(job_id=j)]:
         running, _ = _state(path)
-        if running is not None and _signal(running.pid, running.start):
+        if running is not None and _machine.terminate(running.pid, running.start):
             removed.append(_parts(path)[1])
     return removed
 
 
-def _signal(pid: int, start: Optional[int]) -> bool:
-    if not _machine.running(pid, start):
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return False
-    return True

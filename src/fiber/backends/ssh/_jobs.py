@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import time
 from typing import List, NamedTuple, Optional, Sequence
 
@@ -197,24 +196,15 @@ def remove_jobs(program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
     removed = []
     for info in _machine.programs():
         if (program and info["program"] == program and info.get("backend") == "ssh"
-                and _signal(info["pid"], info.get("start"))):
+                and _machine.terminate(info["pid"], info.get("start"))):
             removed.append(info["program"])
     paths = _logs(program=program) if program else [p for j in job_ids for p in _logs(job_id=j)]
     for path in paths:
         record = _read(path)
-        if record is not None and record.ended is None and _signal(record.pid, record.start):
+        if (record is not None and record.ended is None
+                and _machine.terminate(record.pid, record.start)):
             removed.append("-".join(os.path.basename(path).split("-")[:3]))
     return removed
-
-
-def _signal(pid: int, start: Optional[int]) -> bool:
-    if not _machine.running(pid, start):
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return False
-    return True
 
 
 def prune(keep_s: float = KEEP_S) -> None:
