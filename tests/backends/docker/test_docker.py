@@ -278,7 +278,7 @@ def test_out_of_memory_is_reported(engine, capfd):
 
 def test_gpu_request_fails_with_the_engines_reason(engine):
     if "nvidia" in (engine.info().get("Runtimes") or {}):
-        pytest.skip("this engine has the NVIDIA runtime")
+        unusable("an engine without the NVIDIA runtime", "this engine has the NVIDIA runtime")
     p = dctx().Process(target=wants_gpu)
     t = time.monotonic()
     with pytest.raises(SubmitError) as info:
@@ -450,7 +450,7 @@ def test_the_masters_exit_removes_all_its_containers(engine):
 def test_a_master_in_a_container_runs_its_children_on_its_image(engine):
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if not host.startswith("unix://"):
-        pytest.skip("the engine's socket must be mountable into a container")
+        unusable("a Unix-socket engine", "the engine's socket must be mountable into a container")
     sock = host[len("unix://"):]
     c = engine.create_container(
         IMAGE, ["python3", os.path.join(SCRIPTS, "in_container.py")],
@@ -492,7 +492,7 @@ def test_a_failed_submit_of_many_removes_the_containers_it_created(engine):
     procs = [dctx().Process(target=sleep, args=(30,)) for _ in range(3)]
     procs.append(dctx().Process(target=wants_gpu))
     if "nvidia" in (engine.info().get("Runtimes") or {}):
-        pytest.skip("this engine has the NVIDIA runtime")
+        unusable("an engine without the NVIDIA runtime", "this engine has the NVIDIA runtime")
     with pytest.raises(SubmitError) as info:
         fiber.process.start_all(procs)
     assert "1 of 4 jobs failed" in str(info.value)
@@ -517,7 +517,7 @@ def test_a_bridge_job_of_a_master_on_loopback_fails_at_once(engine):
 
     dctx().Queue()  # the hub is up, on the address of host networking
     if split_address(_runtime.hub().address)[0] != "127.0.0.1":
-        pytest.skip("this process's hub does not listen on loopback")
+        unusable("a hub on loopback", "this process's hub does not listen on loopback")
     with fiber.config.override(docker_network="bridge"):
         with pytest.raises(ProcessError) as info:  # fiber.process checks before submitting
             dctx().Process(target=sleep, args=(1,)).start()
