@@ -67,6 +67,7 @@ from support.cli_helpers import (
     stop_program,
     tagged,
 )
+from support.retire_helpers import mark_then_sleep, starts
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 CLUSTER_SH = os.path.join(support.REPO, "scripts", "slurm-cluster.sh")
@@ -766,17 +767,14 @@ def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(slurm, tm
     with fiber.config.override(slurm_time_limit="1", log_level="info"):
         started = time.monotonic()
         with slurm.Pool(4) as pool:
-            got = pool.starmap(slurm_targets.mark_then_sleep,
+            got = pool.starmap(mark_then_sleep,
                                [(x, marks, 7) for x in range(80)], chunksize=1)
             status = pool.status()
         took = time.monotonic() - started
     assert got == list(range(80))
-    starts: Dict[int, List[str]] = {}
-    for name in os.listdir(marks):
-        x, host, pid = name.split("-")
-        starts.setdefault(int(x), []).append(f"{host}:{pid}")
-    assert sorted(starts) == list(range(80))
-    assert all(len(runs) == 1 for runs in starts.values()), starts  # none started twice
+    runs = starts(marks)
+    assert sorted(runs) == list(range(80))
+    assert all(len(r) == 1 for r in runs.values()), runs  # none started twice
     assert status.retried == 0
     records = [r for r in caplog.records if r.name == "fiber"]
     assert not [r for r in records if r.levelname == "WARNING"], [r.getMessage() for r in records]
@@ -802,7 +800,7 @@ def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplo
     with fiber.config.override(log_level="info"):
         with slurm.Pool(3) as pool:
             started = time.monotonic()
-            result = pool.starmap_async(slurm_targets.mark_then_sleep,
+            result = pool.starmap_async(mark_then_sleep,
                                         [(x, marks, 1) for x in range(60)], chunksize=1)
             wait_until(lambda: len(os.listdir(marks)) >= 6, 120, 0.2, "six tasks started")
             burst = [_run(["sbatch", "--parsable", "-p", "urgent", "-N1", "-n1",
@@ -816,12 +814,9 @@ def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplo
             took = time.monotonic() - started
             status = pool.status()
     assert got == list(range(60))
-    starts: Dict[int, List[str]] = {}
-    for name in os.listdir(marks):
-        x, host, pid = name.split("-")
-        starts.setdefault(int(x), []).append(f"{host}:{pid}")
-    assert sorted(starts) == list(range(60))
-    assert all(len(runs) == 1 for runs in starts.values()), starts  # none started twice
+    runs = starts(marks)
+    assert sorted(runs) == list(range(60))
+    assert all(len(r) == 1 for r in runs.values()), runs  # none started twice
     assert status.retried == 0 and done_during_burst < 60
     records = [r for r in caplog.records if r.name == "fiber"]
     assert not [r for r in records if r.levelname == "WARNING"], [r.getMessage() for r in records]

@@ -66,10 +66,3 @@ def start_grandchild(q: Any) -> None:
            "grandchild": grandchild, "grandchild_exitcode": p.exitcode})
 
 
-def mark_then_sleep(x: int, marks: str, seconds: float) -> int:
-    """Mark the start of this run (one file a run: a task run twice leaves two), then
-    work ``seconds``."""
-    with open(os.path.join(marks, f"{x}-{socket.gethostname()}-{os.getpid()}"), "w"):
-        pass
-    time.sleep(seconds)
-    return x
