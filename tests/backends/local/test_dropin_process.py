@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
+from typing import Tuple
 
 import psutil
 import pytest
@@ -104,6 +107,34 @@ def test_the_whole_program_ends_with_its_main_process():
             proc.wait(30)
 
 
+def _job_and_child(proc: subprocess.Popen) -> Tuple[str, int]:
+    """The job id the program prints, and its child's pid (the child's prefixed line),
+    within 60 s; else a failure that shows what the program and the job said."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
+                     daemon=True).start()
+    job_id, child, seen = None, None, []
+    deadline = time.monotonic() + 60
+    while (job_id is None or child is None) and time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        seen.append(line)
+        words = line.split()
+        if words[:1] == ["job"]:
+            job_id = words[1]
+        elif words:
+            child = int(words[-1])  # "(Process-1@host) PID"
+    if job_id is not None and child is not None:
+        return job_id, child
+    proc.kill()
+    _, err = proc.communicate(timeout=30)
+    log = get_backend("local").read_logs(job_id) if job_id else "(no job id)"
+    raise AssertionError(f"stdout: {seen!r}\nthe program's stderr:\n{err}\n"
+                         f"the job's log:\n{log}")
+
+
 def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
     """When the main process is killed, its child's ``parent_process()`` turns dead and
     a thread waiting in ``join()`` runs (it writes a file) before the child ends."""
@@ -122,10 +153,7 @@ def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                 [os.path.dirname(__file__), *sys.path])})
     try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline().split() for _ in range(2)]
-        job_id = next(words[1] for words in lines if words[0] == "job")
-        child = next(int(words[-1]) for words in lines if words[0] != "job")  # prefixed
+        job_id, child = _job_and_child(proc)
         proc.kill()
         proc.wait(30)
         wait_until(lambda: _gone(child), 30, message="the child to end with the program")
