@@ -25,11 +25,10 @@ the row ends (a worker starts, the pool breaks or ends); their ends say nothing 
 from __future__ import annotations
 
 import collections
-import re
-import signal
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from .._log import warn
+from ..process._job import describe_end
 
 __all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text", "where",
            "report"]
@@ -129,24 +128,11 @@ def exit_code(ws: Any) -> Optional[int]:
 def describe_exit(ws: Any) -> str:
     """"killed by SIGKILL: OOMKilled", "exit code 1", ...: the worker's end as known."""
     code = exit_code(ws)
-    if code is None:
-        return "still running or unknown (lost contact)"
-    if code < 0:
-        try:
-            text = f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            text = f"killed by signal {-code}"
-    else:
-        text = f"exit code {code}"
-    # what the cluster said of the job (an image it could not pull, the OOM killer...)
     try:
-        reason = ws.process.exit_reason
+        reason = ws.process.exit_reason if code is not None else ""
     except ValueError:
         reason = ""
-    if not reason:
-        return text
-    # a reason that states the exit already ("Slurm FAILED: killed by SIGKILL") says it alone
-    return reason if re.search(rf"{re.escape(text)}\b", reason) else f"{text}: {reason}"
+    return describe_end(code, reason)
 
 
 def tasks_text(tasks: Sequence[Any]) -> str:

@@ -40,6 +40,7 @@ from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
 from ..process import Process, end_with_parent, start_all, terminate_all
+from ..process._job import end_said_elsewhere
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..process._process import backend_of, program_exiting, set_resources
@@ -293,6 +294,7 @@ class PoolCore:
                       self.maxtasks))
             set_resources(proc, self.resources)
             end_with_parent(proc)  # a worker serves this pool only
+            end_said_elsewhere(proc)  # its loss or retirement: the pool's words
             states.append(WorkerState(wid, proc))
             states[-1].replaces = replaces
         with self.hub.lock:  # known before they start: a quick one says hello at once

@@ -10,23 +10,93 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import sys
 import threading
 import time
-from typing import Callable, Deque, List, Optional, Tuple
+import weakref
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
-from .._log import log
+from .._log import log, warn
 from ..backends import Backend, JobHandle, JobState, JobStatus
 from ..config import get_config
 from . import _launcher
 
-__all__ = ["Job", "collect", "release_collected"]
+__all__ = ["Job", "collect", "release_collected", "describe_end", "say_end", "end_said_elsewhere"]
 
 #: Jobs whose Process objects were collected. A finalizer may run inside garbage
 #: collection while this thread holds a backend's lock: it only appends here (lock-free),
 #: and the next start releases them.
 _collected: Deque[Tuple[Backend, JobHandle]] = collections.deque()
+
+
+def describe_end(code: Optional[int], reason: str) -> str:
+    """"killed by SIGTERM: Slurm TIMEOUT", "exit code 1", ...: a job's end in a user's
+    words, from its exit code (None: not known) and what its backend said of it."""
+    if code is None:
+        text = "still running or unknown (lost contact)"
+    elif code < 0:
+        try:
+            text = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            text = f"killed by signal {-code}"
+    else:
+        text = f"exit code {code}"
+    if not reason:
+        return text
+    if code is None:
+        return reason
+    # a reason that states the exit already ("Slurm FAILED: killed by SIGKILL") says it alone
+    return reason if re.search(rf"{re.escape(text)}\b", reason) else f"{text}: {reason}"
+
+
+#: Processes whose ends their owner tells in words of its own (a pool's workers: its
+#: lost-worker warnings, its retirements' INFO lines): `say_end` says nothing of them.
+_said_elsewhere: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def end_said_elsewhere(process: Any) -> None:
+    """``process``'s end is its owner's to tell (not started yet)."""
+    _said_elsewhere.add(process)
+
+
+def say_end(process: Any, name: str, job: Job, status: JobStatus) -> None:
+    """Log a process's end; on stderr, what its own traceback could not say: that the
+    cluster never ran its job, or ended it (a time limit, preemption, eviction...), and
+    why. An end that the process's code made, or that fiber asked for, is only logged,
+    as multiprocessing says nothing of it."""
+    if job.cancel_requested:
+        log("%s ended as asked (terminate/kill): %s", name, status.reason or status.state.value)
+        return
+    log("%s ended: %s%s", name, status.state.value, f" ({status.reason})" if status.reason else "")
+    if process in _said_elsewhere:
+        return
+    if (status.state is JobState.FAILED and status.exitcode is None
+            and job.remote_pid is None and status.reason):
+        # the cluster never ran it (bad image, no node fits...)
+        sys.stderr.write(f"fiber: the job of {name} failed before it started: "
+                         f"{status.reason}\n")
+    elif _ended_from_outside(status, job.reported):
+        where = job.handle.job_id if job.handle is not None else "?"
+        if job.remote_host:
+            where += f" on {job.remote_host}"
+        warn("%s (job %s) was ended by its cluster or a signal, not by its code: %s", name,
+             where, describe_end(status.exitcode, status.reason))
+
+
+def _ended_from_outside(status: JobStatus, reported: Optional[int]) -> bool:
+    """Whether a job's end was most likely its cluster's doing (a time limit, preemption,
+    eviction, a node's failure, the OOM killer, a person's cancel), not its code's: the
+    job did not report an exit of its own (``reported``), and its backend said more of a
+    cancel, a loss or a signal than the signal alone (a local job killed by a signal: no
+    cluster, and multiprocessing says nothing of it either)."""
+    if reported is not None or not status.reason:
+        return False
+    if status.state in (JobState.CANCELLED, JobState.LOST):
+        return True
+    code = status.exitcode
+    return code is not None and code < 0 and status.reason != describe_end(code, "")
 
 
 def collect(job: Job) -> None:

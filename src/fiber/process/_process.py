@@ -49,7 +49,7 @@ from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _describe, _fd_handoff, _launcher
 from ._attributes import ProcessAttributes
 from ._describe import exit_code_of
-from ._job import Job, collect, release_collected
+from ._job import Job, collect, release_collected, say_end
 from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
 
@@ -201,18 +201,7 @@ class Process(ProcessAttributes):
         _children.add(self)
 
     def _on_finished(self, job: Job, status: JobStatus) -> None:
-        if job.cancel_requested:
-            log("%s ended as asked (terminate/kill): %s", self._name,
-                status.reason or status.state.value)
-        else:
-            log("%s ended: %s%s", self._name, status.state.value,
-                f" ({status.reason})" if status.reason else "")
-        if (status.state is JobState.FAILED and status.exitcode is None
-                and job.remote_pid is None and status.reason):
-            # the cluster never ran it (bad image, no node fits...): say why, as a child's
-            # own traceback would have
-            sys.stderr.write(f"fiber: the job of {self._name} failed before it started: "
-                             f"{status.reason}\n")
+        say_end(self, self._name, job, status)
         job.finish(status)
 
     def _on_started(self, job: Job, pid: int, host: str) -> None:

@@ -827,6 +827,46 @@ def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplo
     _wait_nodes_idle()
 
 
+def test_a_process_its_cluster_ends_says_so_and_why(slurm, caplog):
+    """Issue 29: a Process (not a pool worker) that its cluster ends keeps the exit code
+    multiprocessing would give, and one WARNING names the job, its node and the cluster's
+    reason: ``scancel`` by someone else, and preemption by a job of the higher-priority
+    partition "urgent" on its node. A Process that ends by its own code (an exit code, as
+    asked by ``terminate``) gets no warning."""
+    def running(p: Any) -> None:
+        wait_until(lambda: p.host, 60, 0.05, f"{p.name} running")
+
+    with fiber.config.override(log_level="info"):
+        cancelled = slurm.Process(target=slurm_targets.sleep, args=(120,))
+        preempted = slurm.Process(target=slurm_targets.sleep, args=(120,))
+        own = slurm.Process(target=slurm_targets.exit_with, args=(3,))
+        asked = slurm.Process(target=slurm_targets.sleep, args=(120,))
+        for p in (cancelled, preempted, own, asked):
+            p.start()
+        for p in (cancelled, preempted, asked):
+            running(p)
+        assert _run(["scancel", cancelled.job_id]).returncode == 0
+        burst = _run(["sbatch", "--parsable", "-p", "urgent", "-N1", "-n1", "-w", preempted.host,
+                      f"--cpus-per-task={_node_cpus()}", "-o", "/dev/null", "--wrap", "sleep 3"])
+        assert burst.returncode == 0, burst.stderr
+        asked.terminate()
+        for p in (cancelled, preempted, own, asked):
+            p.join(90)
+    assert cancelled.exitcode == -15 and own.exitcode == 3 and asked.exitcode == -15
+    assert preempted.exitcode is not None and preempted.exitcode != 0
+    warned = [r.getMessage() for r in caplog.records
+              if r.name == "fiber" and r.levelname == "WARNING"]
+    about = {p.name: [w for w in warned if w.startswith(f"{p.name} (")]
+             for p in (cancelled, preempted, own, asked)}
+    assert about[own.name] == [] and about[asked.name] == [], warned
+    (said,) = about[cancelled.name]
+    assert f"(job {cancelled.job_id} on {cancelled.host})" in said and "scancel" in said, said
+    (said,) = about[preempted.name]
+    assert f"on {preempted.host}" in said and "PREEMPTED" in said, said
+    print("\n".join(about[cancelled.name] + about[preempted.name]))
+    _wait_nodes_idle()
+
+
 def test_master_sigkilled_every_job_gone_within_30s(cluster):
     proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "sk_master_killed.py")],
                             env=_scenario_env(), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
