@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from fiber.transport import auth
 from fiber.transport.client import Client
 from fiber.transport.framing import FrameReader, send_frames
 from fiber.transport.sockets import split_address
+from fiber.transport.strangers import Strangers
 
 
 class _Trap:
@@ -368,3 +370,72 @@ def test_a_stopped_server_refuses_to_adopt():
     with theirs, pytest.raises(TransportError, match="stopped"):
         srv.adopt(ours, b"\0" * 16)
     assert ours.fileno() == -1  # closed: its pair's owner sees the end at once
+
+
+def test_more_than_a_handshake_before_auth_is_closed_and_said(monkeypatch):
+    """Issue 30: a stranger's first bytes beyond a handshake's end its connection at once
+    (a 65,536-frame header is no longer buffered whole, ~524 KB, before it is checked),
+    and a line on stderr names its host; another within the minute adds no line."""
+    hub = _runtime.hub()
+    # the earlier tests' strangers came from this host within the minute too
+    monkeypatch.setattr(hub, "strangers", Strangers(hub.address))
+    said = 0
+    for _ in range(2):
+        with _hub_socket() as s:
+            header = (65536).to_bytes(4, "little") + b"\1" * 8 * 1024
+            try:
+                s.sendall(header)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            assert _closed_by_server(s)
+    wait_until(lambda: len(hub.strangers.said) > said, 10, message="the stranger said")
+    lines = hub.strangers.said[said:]
+    assert len(lines) <= 1 and "from 127.0.0.1 that did not authenticate" in lines[0], lines
+    _queue_still_works()
+
+
+_MASTER = textwrap.dedent("""
+    import sys, time
+    import fiber
+    from fiber._core import _runtime
+    print(_runtime.hub().address, flush=True)
+    sys.stdin.read()  # until the test ends
+""")
+
+
+def test_a_flood_of_strangers_leaves_the_masters_memory_as_it_was():
+    """Issue 30: 1,200 connections, 300 at a time, each sending 512 KB without ever
+    authenticating, cost a master (a hub in a process of its own) under 50 MB of resident
+    memory while they last and after they are gone; and its stderr says one line of them
+    (one source host within a minute)."""
+    import psutil
+
+    master = subprocess.Popen([sys.executable, "-c", _MASTER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert master.stdout is not None
+        host, port = split_address(master.stdout.readline().strip())
+        rss = psutil.Process(master.pid).memory_info
+        base, peak = rss().rss, 0
+        junk = (65536).to_bytes(4, "little") + os.urandom(512 * 1024)
+        for _ in range(4):
+            socks = [socket.create_connection((host, port), timeout=10) for _ in range(300)]
+            for s in socks:
+                s.setblocking(False)
+                try:
+                    s.send(junk)  # what the kernel takes at once
+                except OSError:
+                    pass
+            peak = max(peak, rss().rss)
+            for s in socks:
+                s.close()
+        time.sleep(1)
+        after = rss().rss
+    finally:
+        master.kill()
+        _, err = master.communicate(timeout=30)
+    mb = 1 << 20
+    print(f"master RSS {base / mb:.0f} MB, {peak / mb:.0f} MB during, {after / mb:.0f} after")
+    assert peak - base < 50 * mb and after - base < 50 * mb, (base, peak, after)
+    lines = [line for line in err.splitlines() if "did not authenticate" in line]
+    assert len(lines) == 1, err

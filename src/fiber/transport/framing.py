@@ -32,6 +32,8 @@ __all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES"
            "Scratch"]
 
 MAX_FRAMES = 65536
+#: Frames a message may have before its connection authenticated (a handshake has 5).
+PREAUTH_FRAMES = 8
 _COUNT = struct.Struct("<I")
 _BIG = 256 * 1024  # frames at least this large are read into their own buffer
 _CHUNK = 256 * 1024
@@ -262,12 +264,27 @@ class FrameReader:
                 self._big = None
                 self._parse()
             return True
-        n = self._recv_into(sock, memoryview(self._scratch), flags)
+        view = memoryview(self._scratch)
+        if self.max_message is not None:
+            # Before authentication, nothing but a handshake's bytes: what a stranger
+            # sends costs this process at most ``preauth_bytes``, and a byte more
+            # ends the connection (the rest stays in the kernel until it is closed).
+            room = self.preauth_bytes - len(self._buf)
+            view = view[:room + 1]
+        n = self._recv_into(sock, view, flags)
         if n == 0:
             return False
+        if self.max_message is not None and len(self._buf) + n > self.preauth_bytes:
+            raise ProtocolError("more than a handshake before authentication")
         self._buf += memoryview(self._scratch)[:n]
         self._parse()
         return True
+
+    @property
+    def preauth_bytes(self) -> int:
+        """The bytes buffered at most before authentication: a message of
+        ``max_message`` bytes in ``PREAUTH_FRAMES`` frames, with its header."""
+        return 4 + 8 * PREAUTH_FRAMES + (self.max_message or 0)
 
     def close(self) -> None:
         """Release descriptors received for messages that will never be parsed."""
@@ -282,6 +299,8 @@ class FrameReader:
         (n,) = _COUNT.unpack_from(buf, pos)
         if n == 0 or n > MAX_FRAMES:
             raise ProtocolError(f"bad frame count {n}")
+        if self.max_message is not None and n > PREAUTH_FRAMES:
+            raise ProtocolError(f"{n} frames before authentication")
         size: int = 4 + 8 * n
         if len(buf) - pos < size:
             return 0

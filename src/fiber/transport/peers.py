@@ -58,7 +58,7 @@ class Connection:
     handshake, and its peer once authenticated."""
 
     __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
-                 "__weakref__")
+                 "source", "__weakref__")
 
     def __init__(self, sock: socket.socket, scratch: Scratch) -> None:
         self.sock = sock
@@ -69,3 +69,4 @@ class Connection:
         self.peer: Optional[Peer] = None
         self.since = time.monotonic()
         self.writing = False
+        self.source = ""  # the peer's host ("" for a Unix socket), for the strangers' log

@@ -55,6 +55,7 @@ from .peers import Connection, LocalPeer, Peer
 from .serialization import dumps
 from .serving import Serving
 from .sockets import listen, open_file_limits, server_id, tune
+from .strangers import Strangers
 from .timers import Timer, Timers
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
@@ -143,6 +144,7 @@ class Server:
         self._local = threading.local()
         #: Connections closed for failing or skipping authentication (for tests, logs).
         self.dropped = 0
+        self.strangers = Strangers(self.address)
         self._said_out_of_files = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -471,7 +473,7 @@ class Server:
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                sock, _ = listener.accept()
+                sock, source = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
@@ -481,6 +483,7 @@ class Server:
             sock.setblocking(False)
             tune(sock, *self._heartbeat)
             conn = Connection(sock, self._scratch)
+            conn.source = source[0] if isinstance(source, tuple) else ""
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
             self._unauthenticated[id(conn)] = conn
@@ -513,14 +516,18 @@ class Server:
     def _limit_unauthenticated(self) -> None:
         while len(self._unauthenticated) > _MAX_UNAUTHENTICATED:
             _, conn = self._unauthenticated.popitem(last=False)
-            self.dropped += 1
-            self._close_conn(conn)
+            self._refuse(conn, f"over {_MAX_UNAUTHENTICATED} connections wait to authenticate")
 
     def _expire_handshake(self, ref: weakref.ref[Connection]) -> None:
         conn = ref()
         if conn is not None and conn.peer is None and conn.sock.fileno() >= 0:
-            self.dropped += 1
-            self._close_conn(conn)
+            self._refuse(conn, f"no handshake within {_HANDSHAKE_TTL:.0f} s")
+
+    def _refuse(self, conn: Connection, why: str) -> None:
+        """Close ``conn``, which has not authenticated, and say so (see `Strangers`)."""
+        self.dropped += 1
+        self.strangers.refused(conn.source, why)
+        self._close_conn(conn)
 
     def _flush(self, conn: Connection, frames: Optional[Sequence[Any]] = None) -> None:
         """Write what ``conn`` has waiting, after adding the message ``frames``; what the
@@ -541,7 +548,12 @@ class Server:
             alive = conn.reader.feed_from(conn.sock)
         except (BlockingIOError, InterruptedError):
             return
-        except (OSError, ProtocolError):
+        except ProtocolError as e:
+            if conn.peer is None:
+                self._refuse(conn, str(e))
+                return
+            alive = False
+        except OSError:  # reset: how a killed process's connection ends
             alive = False
             if conn.peer is None:
                 self.dropped += 1
@@ -553,8 +565,8 @@ class Server:
                     self.dispatch(conn.peer, bytes(frames[0]), bytes(frames[1]),
                                   bytes(frames[2]), frames[3:])
             elif not self._handshake(conn, frames):
-                self.dropped += 1
-                self._close_conn(conn)
+                self._refuse(conn, "a wrong handshake" if conn.handshake.state == "hello"
+                             else "a wrong proof of the secret")
                 return
         if not alive:
             self._close_conn(conn)
