@@ -41,7 +41,7 @@ import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..backends import JobHandle, JobSpec, register_backend
-from ..backends._command import bootstrap_parts
+from ..backends._command import JOB_HOST_ENV, bootstrap_parts
 from ..backends.local import LocalBackend
 from ..errors import SubmitError
 from ._hosts import HOSTS_ENV, NETWORK, HostList, Hosts, cleanup_stale
@@ -159,7 +159,8 @@ class NetnsBackend(LocalBackend):
         return hosts
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
-        """``ip netns exec <host>``: the next host round robin, or the one `on_host` chose.
+        """``ip netns exec <host> env FIBER_JOB_HOST=<host>``: the next host round robin,
+        or the one `on_host` chose.
 
         Raises:
             SubmitError: no hosts are installed, or the chosen host does not exist.
@@ -174,8 +175,10 @@ class NetnsBackend(LocalBackend):
             prefix = hosts.exec_prefix(i)
         except IndexError as e:
             raise SubmitError(f"cannot place job: {e}") from None
-        self._placed.host = hosts.hosts[i - 1][0]
-        return prefix
+        self._placed.host = name = hosts.hosts[i - 1][0]
+        # the host the job reports (Process.host, its output's prefix, a lost worker's
+        # warning): its namespace, not the machine's name, which every host shares
+        return [*prefix, "env", f"{JOB_HOST_ENV}={name}"]
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         """Start each job in a host, with the host list in its environment (its own

@@ -86,6 +86,7 @@ def test_process_across_hosts(hosts: netns.Hosts) -> None:
     assert r["root_ips"] == [hosts.root_ip]
     assert r["exitcodes"] == [11, 12, 13]
     assert r["handle_hosts"] == r["expected_hosts"]
+    assert r["process_hosts"] == r["expected_hosts"]  # not the machine's name (issue 30)
     by_how = {k["how"]: k for k in r["killed"]}
     assert by_how["kill -9"]["exitcode"] == -9
     assert by_how["Process.kill"]["exitcode"] == -9

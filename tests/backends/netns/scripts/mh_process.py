@@ -59,6 +59,7 @@ def main():
         root_ips=sorted({s[2] for s in seen}),
         exitcodes=[p.exitcode for p in procs],
         handle_hosts=[p._job.handle.host for p in procs],
+        process_hosts=[p.host for p in procs],  # what each job reported: its namespace
         expected_hosts=[h for h, _ in hosts.hosts],
         expected_ips=[ip for _, ip in hosts.hosts],
         killed=killed,
