@@ -26,7 +26,9 @@ A version is given as:
 The timed program is ``_compare_child.py``: fiber's public API only, so that it runs
 against old commits too. It checks that a pool worker imported the same fiber as its
 master. The table gives each version's median (and the spread of its runs) and its
-ratio to the first baseline (below 1: faster); every figure is a time.
+ratio to each baseline (below 1: faster): the median of the rounds' own ratios (a run over
+the baseline's run of the same round, so that the load's drift over minutes cancels), with
+the count of rounds in which it was the slower; every figure is a time.
 """
 
 from __future__ import annotations
@@ -196,11 +198,23 @@ def rows(versions: Sequence[Version], baselines: int, results: Dict,
             out.append([bench, v.label, f"{_num(medians[v.label])} {by_label[v.label][0]['unit']}",
                         f"{_num(min(values))}-{_num(max(values))}",
                         _num(statistics.median(p99)) if p99 else "",
-                        *(f"{medians[v.label] / medians[b.label]:.2f}x"
+                        *(_paired(values, [r["value"] for r in by_label[b.label]])
                           for b in versions[:baselines]),
                         *([f"{sum(r['quiet'] for r in by_label[v.label])}/{len(values)}"]
                           if quiet else [])])
     return out
+
+
+def _paired(values: Sequence[float], base: Sequence[float]) -> str:
+    """The median of the rounds' ratios (each run over the baseline's run of the same
+    round, minutes apart at most) and in how many rounds the version was the slower:
+    a VM's load drifts from minute to minute, which a ratio of two medians takes in and
+    a round's own ratio mostly does not."""
+    ratios = [v / b for v, b in zip(values, base) if b > 0]
+    if not ratios:
+        return ""
+    slower = sum(r > 1 for r in ratios)
+    return f"{statistics.median(ratios):.2f}x ({slower}/{len(ratios)})"
 
 
 def print_table(header: List[str], table_rows: List[List[str]], markdown: bool) -> None:
