@@ -36,7 +36,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Iterable, List, NoReturn, Set
+from typing import Any, List, NoReturn, Optional, Tuple
 
 from .._core._clients import own_client
 from ._losses import tasks_text
@@ -77,12 +77,17 @@ class Retirement:
     """The worker's side: the signals, the flag its main thread checks before each task,
     and the thread that tells the master."""
 
-    def __init__(self, address: str, pool_name: bytes, worker_id: int) -> None:
+    def __init__(self, address: str, pool_name: bytes, worker_id: int,
+                 unsent: List[Tuple[int, bool, List[Any]]]) -> None:
         self.lock = threading.Lock()
         #: The cluster told this worker to go (set under `lock`).
         self.requested = False
-        #: The tasks the main thread took whose results it has not sent yet (under `lock`).
-        self.taken: Set[int] = set()
+        #: The task the main thread runs (set under `lock` by `take`; None after it).
+        self.running: Optional[int] = None
+        #: The worker's results not sent yet (its list, read here as it is): with
+        #: ``running``, the tasks it holds. A task whose result went out meanwhile may be
+        #: named too: the master no longer holds it for this worker, and skips it.
+        self._unsent = unsent
         #: The master has heard of the retirement: the worker may end (its connection's
         #: end must not reach the master before its retirement does).
         self.heard = threading.Event()
@@ -95,18 +100,15 @@ class Retirement:
                          name="fiber-retire", daemon=True).start()
 
     def take(self, task_id: int) -> bool:
-        """The main thread is about to run task ``task_id``: False if it must not (the
-        worker retires; the master gave that task to another worker)."""
+        """The main thread is about to run task ``task_id`` (it sets ``running`` back
+        to None once the result is in its unsent list): False if it must not (the worker
+        retires; the master gave that task to another worker). One lock a task: a set of
+        the tasks held, kept here as well, cost a pool's round trip 5%."""
         with self.lock:
             if self.requested:
                 return False
-            self.taken.add(task_id)
+            self.running = task_id
             return True
-
-    def sent(self, task_ids: Iterable[int]) -> None:
-        """The results of ``task_ids`` have gone to the master."""
-        with self.lock:
-            self.taken.difference_update(task_ids)
 
     def _watch(self, address: str, pool_name: bytes, worker_id: int) -> None:
         while True:
@@ -120,7 +122,10 @@ class Retirement:
         signum = got[0]
         with self.lock:
             self.requested = True
-            taken = b"".join(t.to_bytes(8, "little") for t in sorted(self.taken))
+            held = {task_id for task_id, _, _ in list(self._unsent)}
+            if self.running is not None:
+                held.add(self.running)
+            taken = b"".join(t.to_bytes(8, "little") for t in sorted(held))
         try:
             client = own_client(address)
             status, _ = client.request(pool_name, PoolOps.RETIRING, [

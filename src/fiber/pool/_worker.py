@@ -210,7 +210,8 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     # lock) waits for its reply on it too; tasks pushed meanwhile are kept for next_push.
     client = get_client(address)
     assert isinstance(client, Client)  # a worker is a job: the master's hub is elsewhere
-    retire = Retirement(address, pool_name, worker_id)  # the cluster's signals (_retire)
+    out: List[Tuple[int, bool, List[Any]]] = []  # results not sent yet
+    retire = Retirement(address, pool_name, worker_id, out)  # the cluster's signals
     if initializer is not None:
         try:
             initializer(*initargs)
@@ -226,7 +227,6 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     sync_output = _output.sync
     functions = FunctionCache()
     held: Deque[Tuple[int, _Function, List[Any]]] = collections.deque()
-    out: List[Tuple[int, bool, List[Any]]] = []
     first_out = 0.0
     busy = 0.0
     done = 0
@@ -237,7 +237,6 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         if out:
             sync_output()  # what the tasks printed goes before their results
             client.send(pool_name, PoolOps.RESULTS, pack_results(out, busy))
-            retire.sent(task_id for task_id, _, _ in out)
             out.clear()
             busy = 0.0
 
@@ -282,6 +281,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         if not out:
             first_out = started
         out.append((task_id, ok, frames))
+        retire.running = None  # held as an unsent result from now on
         done += 1
         # Batch only results of quick tasks: a slow task's result goes out at once.
         if not held or len(out) >= _BATCH or now - first_out > _BATCH_SECONDS:
