@@ -54,7 +54,9 @@
 # - Preemption: PreemptType=preempt/partition_prio, PreemptMode=CANCEL; partition "urgent"
 #   (PriorityTier=10, not default) preempts jobs of "debug" and "wide": a job of "urgent" that
 #   needs a node's CPUs cancels what runs there (SIGTERM to the job's processes, SIGKILL
-#   KillWait=5 s later; state PREEMPTED). Nothing else submits to "urgent".
+#   KillWait=5 s later; state PREEMPTED). Nothing else submits to "urgent". Partition
+#   "requeue" preempts with PreemptMode=REQUEUE instead: a job submitted --no-requeue, as
+#   fiber's are, is then cancelled all the same.
 # - Node failure detection (crash, or partition): with SlurmdTimeout=5 + MessageTimeout=3 (the
 #   defaults here) sinfo shows "allocated*"/"idle*" after ~6 s and "down* Not responding" (jobs
 #   NODE_FAIL) after ~12 s; with Slurm's 10/10 it takes ~27 s. A restarted slurmd is idle again
@@ -207,6 +209,7 @@ EOF
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
     echo "PartitionName=$WIDE Nodes=ALL Default=NO OverSubscribe=FORCE:$OVERSUB MaxTime=INFINITE State=UP"
+    echo "PartitionName=requeue Nodes=ALL Default=NO PreemptMode=REQUEUE MaxTime=INFINITE State=UP"
     echo "PartitionName=urgent Nodes=ALL Default=NO PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP"
   } > "$CONF"
 }

@@ -786,10 +786,14 @@ def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(slurm, tm
     _wait_nodes_idle()
 
 
-def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplog):
+@pytest.mark.parametrize("partition", ["debug", "requeue"])
+def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplog,
+                                                          partition):
     """Issue 29: the test cluster preempts by partition priority (PreemptType=
-    preempt/partition_prio, PreemptMode=CANCEL: SIGTERM, then SIGKILL KillWait=5 s later).
-    Pool(3) on "debug" runs 60 tasks of 1 s; mid-map, a burst of jobs of the "urgent"
+    preempt/partition_prio: SIGTERM, then SIGKILL KillWait=5 s later), with PreemptMode=
+    CANCEL on "debug" and REQUEUE on "requeue" (fiber submits --no-requeue: Slurm cancels
+    those jobs too, rather than run a worker's job twice).
+    Pool(3) on the partition runs 60 tasks of 1 s; mid-map, a burst of jobs of the "urgent"
     partition takes every CPU of the cluster for 12 s: every worker retires, the pool's
     replacements wait (pending: ``starting`` in ``pool.status()``) until the burst ends,
     and the map goes on. Every result once, no task started twice, no retry counted, no
@@ -797,7 +801,7 @@ def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplo
     marks = str(tmp_path)
     os.chmod(marks, 0o777)
     cpus = _node_cpus()
-    with fiber.config.override(log_level="info"):
+    with fiber.config.override(log_level="info", slurm_partition=partition):
         with slurm.Pool(3) as pool:
             started = time.monotonic()
             result = pool.starmap_async(mark_then_sleep,
@@ -822,8 +826,8 @@ def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplo
     assert not [r for r in records if r.levelname == "WARNING"], [r.getMessage() for r in records]
     retired = [r for r in records if " retires: " in r.getMessage()]
     assert len(retired) == 3, [r.getMessage() for r in records]
-    print(f"60 tasks of 1 s on Pool(3), every worker preempted after {done_during_burst} "
-          f"had started: {took:.0f} s; {retired[0].getMessage()}")
+    print(f"60 tasks of 1 s on Pool(3) in {partition}, every worker preempted after "
+          f"{done_during_burst} had started: {took:.0f} s; {retired[0].getMessage()}")
     _wait_nodes_idle()
 
 
