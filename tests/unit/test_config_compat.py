@@ -187,3 +187,63 @@ def test_log_level_and_log_file_write_timestamped_lines_per_process(tmp_path):
     assert first[:4].isdigit() and " fiber MainProcess[" in first and "DEBUG" in first, first
     assert "started PoolWorker-1" in main_log
     assert out.stderr == ""
+
+
+def test_reading_the_original_fibers_keys_gives_their_values(tmp_path):
+    """Issue 32: the original's tests read ``fiber.config.default_backend``; every key it
+    knew reads back, with the warning its setting gets: a renamed key as its new one, a
+    key without effect as set, or else as the original's default."""
+    code = """
+import warnings
+warnings.simplefilter("always")
+import fiber, fiber.config as c
+fiber.init(backend="local", image="img:1")
+print(c.default_backend, c.default_image, c.mem_per_job, c.ipc_admin_master_port)
+print(c.merge_output, c.use_bash, c.ipc_active, c.ipc_admin_worker_port, c.use_push_queue)
+c.use_push_queue = False
+fiber.init(mem_per_job=512)
+print(c.use_push_queue, c.mem_per_job)
+try:
+    c.no_such_key
+except AttributeError as e:
+    print("AttributeError", e)
+"""
+    out = _run(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "local img:1 None 0", out.stdout
+    assert lines[1] == "False False True 8000 True", out.stdout
+    assert lines[2] == "False 512", out.stdout
+    assert lines[3].startswith("AttributeError") and "no_such_key" in lines[3]
+    assert "'default_backend' (read) is the original fiber's name of 'backend'" in out.stderr
+    assert "'merge_output' (read) of the original fiber has no effect here" in out.stderr
+
+
+def test_the_original_fibers_spellings_are_accepted(tmp_path):
+    """Issue 32: ``log_level=INFO`` (the original's own demo config), ``FIBER_LOG_LEVEL=
+    DEBUG``, a key in mixed case in ``.fiberconfig`` (its configparser ignored case), and
+    None (its defaults: ``init(backend=None)``) for "the default again"."""
+    path = tmp_path / ".fiberconfig"
+    path.write_text("[default]\nLog_Level = INFO\nBACKEND = local\n")
+    cfg = resolve({}, environ={}, config_file=str(path))
+    assert cfg.log_level == "info" and cfg.backend == "local"
+    assert resolve({}, environ={"FIBER_LOG_LEVEL": "DEBUG"},
+                   config_file=str(tmp_path / "none")).log_level == "debug"
+    with pytest.raises(ConfigError, match="log_level"):
+        resolve({}, environ={"FIBER_LOG_LEVEL": "LOUD"}, config_file=str(tmp_path / "none"))
+    code = """
+import fiber
+fiber.init(log_level="WARNING", pool_prefetch=9)
+print(fiber.get_config().log_level, fiber.get_config().pool_prefetch)
+fiber.init(backend=None, pool_prefetch=None)
+print(fiber.get_config().backend, fiber.get_config().pool_prefetch)
+try:
+    fiber.init(no_such_key=None)
+except fiber.errors.ConfigError as e:
+    print("ConfigError", e.key)
+"""
+    out = _run(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["warning 9", f"local {Config().pool_prefetch}",
+                                    "ConfigError no_such_key"], \
+        out.stdout

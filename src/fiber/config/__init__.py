@@ -230,7 +230,8 @@ def _from_file(path: str) -> Dict[str, str]:
     if not text.lstrip().startswith("["):
         text = "[fiber]\n" + text
     parser = configparser.ConfigParser(interpolation=None, default_section="\0none")
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    # keys in any case (Log_Level), as the original's configparser read them
+    parser.optionxform = str.lower  # type: ignore[assignment,method-assign]
     try:
         parser.read_string(text, source=path)
     except configparser.Error as e:
@@ -378,10 +379,16 @@ def init(**kwargs: Any) -> Config:
     """
     global _resolved
     kwargs = _translated(kwargs, "fiber.init")
+    # None, as the original fiber's defaults were (init(backend=None)): the key's value
+    # from the environment, .fiberconfig or the default again
+    unset = [key for key, value in kwargs.items() if value is None]
+    kwargs = {key: value for key, value in kwargs.items() if value is not None}
     with _lock:
+        for key in unset:
+            _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
             _validate(key, _convert(key, value))
-        merged = {**_explicit, **kwargs}
+        merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
         cfg = resolve(merged)
         _explicit.clear()
         _explicit.update(merged)
@@ -458,6 +465,10 @@ class _ConfigModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name in _FIELDS or (not name.startswith("_") and _is_key(name)):
             return getattr(get_config(), name)
+        try:  # a key of the original fiber (its tests read default_backend)
+            return compat.read_old(name, lambda key: getattr(get_config(), key))
+        except KeyError:
+            pass
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:

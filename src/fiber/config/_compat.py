@@ -15,9 +15,10 @@ import os
 import sys
 import types
 import warnings
-from typing import Any, Collection, Dict, Iterable, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, Mapping, Optional, Set, Tuple
 
-__all__ = ["RENAMED", "NO_EFFECT", "translate", "unknown_variables", "suggestion", "warn_once"]
+__all__ = ["RENAMED", "NO_EFFECT", "NO_EFFECT_DEFAULTS", "translate", "read_old",
+           "unknown_variables", "suggestion", "warn_once"]
 
 #: Keys of the original fiber read as a key of this one.
 RENAMED: Dict[str, str] = {
@@ -45,7 +46,16 @@ NOT_SETTINGS = frozenset({
     "FIBER_K8S_", "FIBER_TEST_",
 })
 
+#: What reading a no-effect key gives when the program has not set it: the original's
+#: default (the original documented reading ``fiber.config.<key>``).
+NO_EFFECT_DEFAULTS: Dict[str, Any] = {
+    "merge_output": False, "use_bash": False, "ipc_active": True,
+    "ipc_admin_worker_port": 8000, "use_push_queue": True,
+}
+
 _LOG_LEVELS = {"10": "debug", "20": "info", "30": "warning", "40": "error", "50": "critical"}
+#: The no-effect keys a program set, and to what (read back as set).
+_no_effect_set: Dict[str, Any] = {}
 
 _warned: Set[str] = set()
 
@@ -88,12 +98,36 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
     if key in NO_EFFECT:
         warn_once(f"no-effect:{key}", f"fiber config {key!r} ({where}) of the original fiber "
                   f"has no effect here: {NO_EFFECT[key]}")
+        _no_effect_set[key] = value
         return None
     if key == "log_level" and isinstance(value, int) and not isinstance(value, bool):
         return key, _LOG_LEVELS.get(str(value), value)  # logging.DEBUG and so on
-    if key == "log_level" and isinstance(value, str) and value.strip() in _LOG_LEVELS:
-        return key, _LOG_LEVELS[value.strip()]
+    if key == "log_level" and isinstance(value, str):
+        # "INFO", as the original's own demo config spells it, or "20"
+        word = value.strip()
+        return key, _LOG_LEVELS.get(word, word.lower())
     return key, value
+
+
+def read_old(key: str, read: Callable[[str], Any]) -> Any:
+    """The value of the original fiber's ``key`` (``fiber.config.default_backend``):
+    its new key's, read with ``read``, or for a key without effect what the program set
+    (else the original's default); with the warning that key gets when set.
+
+    Raises:
+        KeyError: ``key`` is not one of the original's keys that this fiber lacks.
+    """
+    if key in RENAMED:
+        new = RENAMED[key]
+        warn_once(f"renamed:{key}", f"fiber config {key!r} (read) is the original fiber's "
+                  f"name of {new!r}; use {new!r}")
+        value = read(new)
+        return None if key == "mem_per_job" and not value else value  # unset: None
+    if key in NO_EFFECT:
+        warn_once(f"no-effect:{key}", f"fiber config {key!r} (read) of the original fiber "
+                  f"has no effect here: {NO_EFFECT[key]}")
+        return _no_effect_set.get(key, NO_EFFECT_DEFAULTS.get(key))
+    raise KeyError(key)
 
 
 def unknown_variables(environ: Mapping[str, str], keys: Collection[str],
