@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from ._process import Process
 
-__all__ = ["ParentProcess", "parent_process", "set_parent", "parent_gone"]
+__all__ = ["ParentProcess", "parent_process", "set_parent", "parent_gone",
+           "answer_for_the_stdlib"]
 
 
 class ParentProcess(Process):
@@ -106,8 +107,41 @@ def parent_process() -> Optional[Process]:
 
 
 def set_parent(name: str, pid: int) -> None:
+    """In a job: its parent is process ``name`` (pid ``pid`` on its host); the standard
+    library's ``parent_process()`` says so too (`answer_for_the_stdlib`)."""
     global _parent_process
     _parent_process = ParentProcess(name, pid)
+    answer_for_the_stdlib()
+
+
+#: The standard library's own ``parent_process`` (kept when `answer_for_the_stdlib`
+#: first replaces it).
+_stdlib_answer: Optional[Callable[[], Any]] = None
+
+
+def answer_for_the_stdlib() -> None:
+    """Make ``multiprocessing.parent_process()`` (and a context's, and
+    ``multiprocessing.process.parent_process()``) give this job's parent in this process,
+    as it does in a spawned child: code that imports the standard library (a library, a
+    test) and asks it, in a fiber job, got None. Its public names are replaced by a
+    function that answers for this process only: in a child this job forks with the
+    standard library (whose pid differs), the standard library's own answer stands."""
+    import multiprocessing
+    import multiprocessing.context
+    import multiprocessing.process
+
+    global _stdlib_answer
+    if _stdlib_answer is None:
+        _stdlib_answer = multiprocessing.process.parent_process
+    stdlib, job = _stdlib_answer, os.getpid()
+
+    def parent_process() -> Any:
+        """The parent of this process (fiber's in the job, else the standard library's)."""
+        return _parent_process if os.getpid() == job else stdlib()
+
+    multiprocessing.process.parent_process = parent_process
+    multiprocessing.parent_process = parent_process
+    multiprocessing.context.BaseContext.parent_process = staticmethod(parent_process)  # type: ignore[assignment]
 
 
 def parent_gone() -> bool:

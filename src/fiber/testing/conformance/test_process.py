@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import signal
 import threading
@@ -127,6 +128,21 @@ def test_child_sees_current_and_parent_process(ctx):
     assert name == "kid" and parent_name == "MainProcess"
     if ctx.get_start_method() == "local":
         assert pid == p.pid
+
+
+def test_the_standard_librarys_parent_process_answers_in_a_job(ctx):
+    """Issue 32: code in a job that asks the standard library (``multiprocessing.
+    parent_process()``, a context's, ``multiprocessing.process``'s: a library, a test)
+    gets the job's parent, as a spawned child does, not None; in a child the job forks
+    with the standard library, the standard library's own answer (the job) stands."""
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.report_stdlib_parent, args=(q,))
+    p.start()
+    answers, job_pid, forked = q.get(timeout=120)
+    p.join(60)
+    me = (os.getpid(), "MainProcess", True)
+    assert answers == [me, me, me], answers
+    assert forked == job_pid
 
 
 def test_start_twice_close_and_state_errors(ctx):

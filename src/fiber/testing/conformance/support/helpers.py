@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 
 def noop() -> None:
@@ -240,3 +241,33 @@ def put_anchor_keepalive(q) -> None:  # type: ignore[no-untyped-def]
         return
     q.put(("tcp", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)))
+
+
+def report_stdlib_parent(q) -> None:  # type: ignore[no-untyped-def]
+    """Put what the standard library's ``parent_process()`` says in this job (its three
+    spellings: ``(pid, name, is_alive())`` each, or None), this job's pid, and what it says
+    in a child this job forks with the standard library (that child's parent's pid)."""
+    import multiprocessing
+    import multiprocessing.process
+
+    answers = [multiprocessing.parent_process(), multiprocessing.process.parent_process(),
+               multiprocessing.get_context("spawn").parent_process()]
+    forked = None
+    if "fork" in multiprocessing.get_all_start_methods():
+        fork = multiprocessing.get_context("fork")
+        inner = fork.SimpleQueue()
+        child = fork.Process(target=_put_stdlib_parent_pid, args=(inner,))
+        with warnings.catch_warnings():  # 3.12+: forking a process that has threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            child.start()
+        forked = inner.get()
+        child.join(60)
+    q.put(([(a.pid, a.name, a.is_alive()) if a is not None else None for a in answers],
+           os.getpid(), forked))
+
+
+def _put_stdlib_parent_pid(q) -> None:  # type: ignore[no-untyped-def]
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    q.put(parent.pid if parent is not None else None)
