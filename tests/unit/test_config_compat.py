@@ -247,3 +247,28 @@ except fiber.errors.ConfigError as e:
     assert out.stdout.splitlines() == ["warning 9", f"local {Config().pool_prefetch}",
                                     "ConfigError no_such_key"], \
         out.stdout
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_the_original_fibers_config_objects_and_backend_module(tmp_path, monkeypatch):
+    """Issue 32: ``fiber.config.get_object()``, ``Config.from_dict`` (its keys read as
+    everywhere) and ``fiber.backend`` (its ``examples/ring.py`` imports it) exist; inside
+    a pod (``KUBERNETES_SERVICE_HOST``) the backend stays the configured one, on purpose
+    (the migration guide says why)."""
+    import fiber.backend
+
+    cfg = Config.from_dict({"default_backend": "docker", "log_level": "INFO"})
+    assert (cfg.backend, cfg.log_level) == ("docker", "info")
+    assert fiber.config.from_dict({"pool_prefetch": "7"}).pool_prefetch == 7
+    with pytest.raises(ConfigError, match="no_such_key"):
+        Config.from_dict({"no_such_key": 1})
+    assert fiber.config.get_object() is fiber.get_config()
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    with fiber.config.override(backend="local"):
+        assert fiber.backend.auto_select_backend() == "local"
+        assert fiber.backend.get_backend().name == "local"
+        assert fiber.backend.get_backend("local") is fiber.backend.get_backend()
+    with pytest.raises(UnknownBackendError):
+        fiber.backend.get_backend("nope")
+    assert resolve({}, environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"},
+                   config_file=str(tmp_path / "none")).backend == "local"

@@ -39,7 +39,7 @@ from . import _backend_keys, _registry
 from . import _compat as compat
 
 __all__ = ["Config", "get_config", "init", "override", "reset", "load", "get_dict",
-           "settings", "CONFIG_FILE"]
+           "get_object", "from_dict", "settings", "CONFIG_FILE"]
 
 _S = TypeVar("_S")
 
@@ -125,6 +125,12 @@ class Config:
     #: or a ``[fiber.slurm]`` section of ``.fiberconfig``. A backend declares its keys
     #: (``Backend.settings``); the core names none.
     backends: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Config:
+        """A config of ``values`` over the defaults (the original fiber's; see the
+        module's `from_dict`)."""
+        return from_dict(values)
 
     def __getattr__(self, name: str) -> Any:
         """A backend's setting by its full key (``cfg.slurm_partition``), as before
@@ -415,6 +421,23 @@ def load(conf_file: str) -> Config:
         ConfigError: the file or a setting is wrong.
     """
     return resolve(_explicit, config_file=conf_file)
+
+
+def get_object() -> Config:
+    """The config in force (the original fiber's ``fiber.config.get_object()``; a
+    `Config` is immutable here: `init` or `override` change what is in force)."""
+    return get_config()
+
+
+def from_dict(values: Mapping[str, Any]) -> Config:
+    """A config of ``values`` over the defaults, the environment and ``.fiberconfig``
+    left out (the original fiber's ``Config.from_dict``; its keys are read as
+    everywhere), without making it the one in force.
+
+    Raises:
+        ConfigError: a key is unknown or a value is wrong.
+    """
+    return resolve(values, environ={}, config_file=os.devnull)
 
 
 def get_dict() -> Dict[str, Any]:
