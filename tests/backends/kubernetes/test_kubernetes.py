@@ -362,10 +362,13 @@ def test_logs(api):
 
 def test_pool_over_pods_survives_a_force_deleted_worker_pod(api, caplog):
     """A pod deleted with no grace period (the API's force deletion): the kubelet still
-    sends its first process SIGTERM (SIGKILL follows within seconds), so the worker
-    retires: its tasks go to the others uncharged, every result once, one INFO line
-    naming the pod's job, no WARNING. (A worker that gets no SIGTERM at all is lost:
-    the OOM test below.)"""
+    sends its first process SIGTERM, and SIGKILL within a second or two. Every result
+    comes once, and one line names the pod's job and what happened to it: the worker
+    retires (INFO, no task charged) when it told the master before the SIGKILL, as on a
+    quiet machine; else it was lost (WARNING: "its pod was deleted outside fiber", its
+    task resubmitted), as in a loaded CI run, where the worker's question to the master
+    (a connection of its own, then a round trip) took longer than the kubelet waited.
+    (A worker that gets no SIGTERM at all is lost: the OOM test below.)"""
     with fiber.config.override(log_level="info"), kctx().Pool(3) as pool:
         result = pool.map_async(slow_square, range(200), chunksize=1)
         wait_until(lambda: len(pods_of(api, backend().program)) >= 3, 120, interval=0.5,
@@ -377,9 +380,15 @@ def test_pool_over_pods_survives_a_force_deleted_worker_pod(api, caplog):
         assert result.get(300) == [x * x for x in range(200)]
         retried = pool.status().retried
     said = [r for r in caplog.records if r.name == "fiber" and r.levelname != "DEBUG"]
-    assert len(said) == 1 and said[0].levelname == "INFO", [r.getMessage() for r in said]
-    assert f"(job {victim.metadata.name} on " in said[0].getMessage()
-    assert " retires: " in said[0].getMessage() and retried == 0, said[0].getMessage()
+    assert len(said) == 1, [r.getMessage() for r in said]
+    line = said[0].getMessage()
+    assert f"(job {victim.metadata.name} on " in line, line
+    if said[0].levelname == "INFO":
+        assert " retires: " in line and retried == 0, line
+    else:
+        assert said[0].levelname == "WARNING" and " was lost: " in line, line
+        assert "its pod was deleted outside fiber" in line and "resubmitted" in line, line
+    print(f"{said[0].levelname}: {line}")
 
 
 def test_a_worker_pod_deleted_with_a_grace_period_retires_and_no_task_pays(api, tmp_path,
