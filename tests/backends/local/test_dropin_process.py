@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -121,11 +122,12 @@ def _job_and_child(proc: subprocess.Popen) -> Tuple[str, int]:
         except queue.Empty:
             break
         seen.append(line)
-        words = line.split()
-        if words[:1] == ["job"]:
-            job_id = words[1]
-        elif words:
-            child = int(words[-1])  # "(Process-1@host) PID"
+        found = re.fullmatch(r"job (\S+)\n", line)
+        if found:
+            job_id = found.group(1)
+        found = re.fullmatch(r"\(Process-\d+@[^)]*\) (\d+)\n", line)
+        if found:
+            child = int(found.group(1))
     if job_id is not None and child is not None:
         return job_id, child
     proc.kill()
@@ -140,12 +142,16 @@ def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
     a thread waiting in ``join()`` runs (it writes a file) before the child ends."""
     out = tmp_path / "seen"
     script = textwrap.dedent(f"""
+        import sys
         import fiber
         from fiber.testing.conformance.support import dropin_helpers as dh
         fiber.init(backend="local")
         p = fiber.Process(target=dh.report_parent_end, args=({str(out)!r},))
         p.start()
-        print("job", p.job_id, flush=True)
+        # one write: with PYTHONUNBUFFERED (as in CI), print() writes its words one by
+        # one, and the child's forwarded line could land between them
+        sys.stdout.write(f"job {{p.job_id}}\\n")
+        sys.stdout.flush()
         p.join()
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
