@@ -125,7 +125,10 @@ def _emit(fd: int, prefix: str, data: bytes) -> None:
             # This process's own stdout: to its file descriptor, in one write, as a
             # multiprocessing child's line goes. Through the stream, the line would land
             # in the middle of one that another thread is printing (print writes its
-            # words one by one and flushes at the end), and flush half of it.
+            # words one by one and flushes at the end), and flush half of it. (With
+            # PYTHONUNBUFFERED, print() writes each word at once: a job's line can then
+            # land between two words of this process's own, as a multiprocessing
+            # child's can.)
             _write_all(stream.fileno(), text.encode(stream.encoding or "utf-8", "replace"))
         else:  # replaced (a notebook's or a test's capture): through it
             stream.write(text)
