@@ -86,18 +86,27 @@ def suggestion(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _warn_old(key: str, where: str) -> None:
+    """The one-time warning for ``key``, one of the original fiber's renamed or no-effect
+    keys, set or read (``where``)."""
+    if key in RENAMED:
+        new = RENAMED[key]
+        warn_once(f"renamed:{key}", f"fiber config {key!r} ({where}) is the original fiber's "
+                  f"name of {new!r}; use {new!r}")
+    else:
+        warn_once(f"no-effect:{key}", f"fiber config {key!r} ({where}) of the original fiber "
+                  f"has no effect here: {NO_EFFECT[key]}")
+
+
 def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
     """The key and value of this fiber that ``key`` of the original fiber means (with a
     one-time warning), None for a key that has no effect (warned too), or ``(key,
     value)`` unchanged for any other key. ``where`` says where it was set."""
     if key in RENAMED:
-        new = RENAMED[key]
-        warn_once(f"renamed:{key}", f"fiber config {key!r} ({where}) is the original fiber's "
-                  f"name of {new!r}; use {new!r}")
-        return new, value
+        _warn_old(key, where)
+        return RENAMED[key], value
     if key in NO_EFFECT:
-        warn_once(f"no-effect:{key}", f"fiber config {key!r} ({where}) of the original fiber "
-                  f"has no effect here: {NO_EFFECT[key]}")
+        _warn_old(key, where)
         _no_effect_set[key] = value
         return None
     if key == "log_level" and isinstance(value, int) and not isinstance(value, bool):
@@ -117,17 +126,13 @@ def read_old(key: str, read: Callable[[str], Any]) -> Any:
     Raises:
         KeyError: ``key`` is not one of the original's keys that this fiber lacks.
     """
-    if key in RENAMED:
-        new = RENAMED[key]
-        warn_once(f"renamed:{key}", f"fiber config {key!r} (read) is the original fiber's "
-                  f"name of {new!r}; use {new!r}")
-        value = read(new)
-        return None if key == "mem_per_job" and not value else value  # unset: None
+    if key not in RENAMED and key not in NO_EFFECT:
+        raise KeyError(key)
+    _warn_old(key, "read")
     if key in NO_EFFECT:
-        warn_once(f"no-effect:{key}", f"fiber config {key!r} (read) of the original fiber "
-                  f"has no effect here: {NO_EFFECT[key]}")
         return _no_effect_set.get(key, NO_EFFECT_DEFAULTS.get(key))
-    raise KeyError(key)
+    value = read(RENAMED[key])
+    return None if key == "mem_per_job" and not value else value  # unset: None
 
 
 def unknown_variables(environ: Mapping[str, str], keys: Collection[str],
