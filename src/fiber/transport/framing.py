@@ -265,18 +265,19 @@ class FrameReader:
                 self._parse()
             return True
         view = memoryview(self._scratch)
-        if self.max_message is not None:
+        if self.max_message is None:  # an authenticated peer's (the hot path)
+            n = self._recv_into(sock, view, flags)
+        else:
             # Before authentication, nothing but a handshake's bytes: what a stranger
             # sends costs this process at most ``preauth_bytes``, and a byte more
             # ends the connection (the rest stays in the kernel until it is closed).
             room = self.preauth_bytes - len(self._buf)
-            view = view[:room + 1]
-        n = self._recv_into(sock, view, flags)
+            n = self._recv_into(sock, view[:room + 1], flags)
+            if n > room:
+                raise ProtocolError("more than a handshake before authentication")
         if n == 0:
             return False
-        if self.max_message is not None and len(self._buf) + n > self.preauth_bytes:
-            raise ProtocolError("more than a handshake before authentication")
-        self._buf += memoryview(self._scratch)[:n]
+        self._buf += view[:n]
         self._parse()
         return True
 
