@@ -95,8 +95,10 @@ class Config:
     gpu_per_job: int = 0
     #: Seconds between liveness probes of a connection (TCP keepalive).
     heartbeat_interval: float = 1.0
-    #: Seconds of silence after which a peer counts as lost (its host unreachable).
-    heartbeat_timeout: float = 3.0
+    #: Seconds a peer's host may stay silent (unreachable, or losing every packet) before
+    #: the peer counts as lost. A peer that ends is known at once (its end closes the
+    #: connection); this grace is for links that drop packets for a while and heal.
+    heartbeat_timeout: float = 30.0
     #: Seconds a submitted job may take to connect back before it counts as failed.
     startup_timeout: float = 600.0
     #: Processes in a Pool created with ``processes=None``; 0 means ``cpu_count()``.

@@ -85,6 +85,22 @@ def say_end(process: Any, name: str, job: Job, status: JobStatus) -> None:
              where, describe_end(status.exitcode, status.reason))
 
 
+def say_lost_contact(process: Any, name: str, job: Job) -> None:
+    """Warn that a running process was lost: its host did not answer for
+    ``heartbeat_timeout`` seconds. A job cut off from the program's main process ends
+    itself (see `fiber.process._bootstrap`), so its end will read "exit code 1": this
+    line says why, which nothing else here could (its own last words are in its job's
+    log, not on this terminal)."""
+    if job.reported is not None or job.cancel_requested or process in _said_elsewhere:
+        return
+    where = job.handle.job_id if job.handle is not None else "?"
+    if job.remote_host:
+        where += f" on {job.remote_host}"
+    warn("%s (job %s) is lost: its host has not answered for %g s (heartbeat_timeout), "
+         "and a job cut off from the program's main process ends itself", name, where,
+         get_config().heartbeat_timeout)
+
+
 def _ended_from_outside(status: JobStatus, reported: Optional[int]) -> bool:
     """Whether a job's end was most likely its cluster's doing (a time limit, preemption,
     eviction, a node's failure, the OOM killer, a person's cancel), not its code's: the

@@ -77,7 +77,7 @@ class Launch:
     """The parent's record of one child; callbacks run on the hub thread."""
 
     def __init__(self, payload: List[Any], on_started: Callable[[int, str], None],
-                 on_exit_report: Callable[[int], None], on_gone: Callable[[], None],
+                 on_exit_report: Callable[[int], None], on_gone: Callable[[bool], None],
                  name: str = "") -> None:
         self.payload = payload
         self.name = name
@@ -215,8 +215,8 @@ class LaunchService(Service):
         with self._lock:
             token = self._by_process.pop(process_id, None)
             launch = self._launches.get(token) if token else None
-        if launch is not None:
-            launch.on_gone()
+        if launch is not None:  # told whether its host stopped answering
+            launch.on_gone(server.went_silent(process_id))
 
 
 _service_lock = threading.Lock()

@@ -49,7 +49,7 @@ from ..transport.unpicklable import PICKLING_ERRORS, explain, explained
 from . import _describe, _fd_handoff, _launcher
 from ._attributes import ProcessAttributes
 from ._describe import exit_code_of
-from ._job import Job, collect, release_collected, say_end
+from ._job import Job, collect, release_collected, say_end, say_lost_contact
 from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
 
@@ -163,7 +163,7 @@ class Process(ProcessAttributes):
         _launcher.launcher().add(token, _launcher.Launch(
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
-            on_gone=lambda: self._on_gone(job), name=self._name))
+            on_gone=lambda silent: self._on_gone(job, silent), name=self._name))
         asked = self._resources or resources_of(self._target) or Resources()
         return job, _launcher.job_spec(cfg, token, asked, self._name, backend)
 
@@ -210,7 +210,9 @@ class Process(ProcessAttributes):
     def _on_exit_report(self, job: Job, code: int) -> None:
         job.reported = code
 
-    def _on_gone(self, job: Job) -> None:
+    def _on_gone(self, job: Job, silent: bool) -> None:
+        if silent:
+            say_lost_contact(self, self._name, job)
         # A child that reported its exit and hung up is done; the backend's own view may
         # lag by a poll interval, unless it sees exits at once: then wait for it (exact).
         if (job.reported is not None and job.handle is not None

@@ -141,6 +141,9 @@ class Server:
         self._scratch = new_scratch()  # the connections' read buffer: read under the lock
         self._id = server_id(self.address).encode()  # told to clients (see auth)
         self._anchors: Dict[bytes, int] = collections.Counter()
+        #: Processes whose anchor timed out (``heartbeat_timeout`` with no answer from
+        #: their host), until a service asks (`went_silent`); bounded.
+        self._silent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._local = threading.local()
         #: Connections closed for failing or skipping authentication (for tests, logs).
         self.dropped = 0
@@ -374,6 +377,14 @@ class Server:
             self._wake()
         return timer
 
+    def went_silent(self, process_id: bytes) -> bool:
+        """Whether the process just gone (`Service.process_gone`) was lost because its
+        host stopped answering, not because its connection closed."""
+        if process_id not in self._silent:
+            return False
+        del self._silent[process_id]
+        return True
+
     def process_alive(self, process_id: bytes) -> bool:
         return self._anchors.get(process_id, 0) > 0
 
@@ -553,10 +564,14 @@ class Server:
                 self._refuse(conn, str(e))
                 return
             alive = False
-        except OSError:  # reset: how a killed process's connection ends
+        except OSError as e:  # reset: how a killed process's connection ends
             alive = False
             if conn.peer is None:
                 self.dropped += 1
+            elif e.errno == errno.ETIMEDOUT and conn.peer.anchor:  # its host: no answer
+                self._silent[conn.peer.process_id] = None
+                if len(self._silent) > 1024:
+                    self._silent.popitem(last=False)
         messages = conn.reader.messages
         while messages and conn.sock.fileno() >= 0:
             frames = messages.popleft()

@@ -24,14 +24,14 @@ class Settings(Protocol):
 
     @property
     def heartbeat_timeout(self) -> float:
-        """Seconds of silence after which a connection is lost."""
+        """Seconds a connection may stay silent or unacknowledged before it is lost."""
 
 
 @dataclasses.dataclass(frozen=True)
 class _Defaults:
     spin_us: float = 0.0
     heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 3.0
+    heartbeat_timeout: float = 30.0
 
 
 #: The settings of a client made without the program's (tools, tests): no polling.

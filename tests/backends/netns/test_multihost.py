@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -139,8 +140,11 @@ def _read_line(proc: subprocess.Popen[str], deadline: float) -> str:
 
 
 def test_partitioned_host_child_exits_by_itself(hosts: netns.Hosts) -> None:
+    """With a short grace (``heartbeat_timeout=4``, the program's choice), a child cut off
+    ends itself and the master says it is lost; see test_a_cut_* for the default."""
+    env = {**_env(hosts), "FIBER_HEARTBEAT_TIMEOUT": "4"}
     proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "mh_partition.py")],
-                            env=_env(hosts), cwd=SCRIPTS, stdin=subprocess.PIPE,
+                            env=env, cwd=SCRIPTS, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: List[str] = []
     try:
@@ -166,11 +170,52 @@ def test_partitioned_host_child_exits_by_itself(hosts: netns.Hosts) -> None:
     assert r["cut_exitcode"] == 1, r
     assert r["cut_seconds"] < 15, r
     assert "parent at" in r["cut_log"] and "is gone" in r["cut_log"], r
+    # ... and the master said so, and why (it was silent before)
+    assert re.search(r"Process-2 \(job \S+ on \S+-h2\) is lost: its host has not answered "
+                     r"for 4 s", stderr), stderr
     # the child on a connected host did not notice
     assert r["other_alive"] and r["other_exitcode"] == -9, r
     # the master's blocked call on a queue served on the cut-off host failed, not hung
     assert r["master_get"] not in ("still blocked",) and r["master_get_seconds"] < 15, r
     hosts.check()  # reconnected: the other tests can use host 2 again
+
+
+def _cut_scenario(hosts: netns.Hosts, seconds: str) -> Tuple[Dict[str, Any], str]:
+    cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, "mh_cut.py"), hosts.veth(2),
+                         seconds], env=_env(hosts), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
+                        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT + 200)
+    try:
+        return _result(cp.stdout, cp.stderr, cp.returncode), cp.stderr
+    finally:
+        hosts.partition(2, False)
+
+
+def test_a_cut_shorter_than_the_grace_heals_and_loses_nothing(hosts: netns.Hosts) -> None:
+    """Host 2 cut off for 2 s, then for 10 s, mid-map, with the default grace (30 s): no
+    worker lost or replaced, every result once, the Process on host 2 goes on."""
+    r, stderr = _cut_scenario(hosts, "2,10")
+    assert r["warm_echo"] == "warm" and f"fbt{hosts.index}-h2" in r["worker_hosts"], r
+    for cut in r["cuts"]:
+        assert cut["finished"] and cut["exactly_once"] and not cut["errors"], cut
+        assert cut["deliveries"] == cut["n"], cut
+        assert set(cut["pids"]) <= set(r["pids_before"]), (cut, r["pids_before"])
+        assert cut["child_alive"] and cut["echo"] == cut["seconds"], cut
+    assert r["child_exitcode"] == 0, r
+    assert "lost" not in stderr, stderr
+
+
+def test_a_cut_past_the_grace_loses_the_host_once_and_says_so(hosts: netns.Hosts) -> None:
+    """Host 2 cut off for 60 s: its workers are lost after the grace, their tasks run
+    elsewhere (every result once), and the master says its Process is lost, and why."""
+    r, stderr = _cut_scenario(hosts, "60")
+    (cut,) = r["cuts"]
+    assert cut["finished"] and cut["exactly_once"] and not cut["errors"], cut
+    assert cut["deliveries"] == cut["n"], cut
+    assert not cut["child_alive"] and cut["child_exitcode"] == 1, cut
+    assert re.search(r"Echo \(job \S+ on \S+-h2\) is lost: its host has not answered for "
+                     r"30 s", stderr), stderr
+    assert "was lost" in stderr, stderr  # host 2's workers, in the pool's words
+    hosts.check()
 
 
 def test_pool_across_hosts(hosts: netns.Hosts) -> None:
