@@ -1,5 +1,9 @@
 """Several "hosts" on one Linux machine: network namespaces joined by a bridge (root only).
-The backend that runs jobs on them is `fiber.testing.netns`, which documents both."""
+The backend that runs jobs on them is `fiber.testing.netns`, which documents both.
+
+`Hosts.shape` adds loss and delay to one host's link with a userspace relay
+(`fiber.testing._shaper`, which shows the layout): the kernels this runs on may have no
+``sch_netem`` and no iptables, so ``tc ... netem`` is not an option."""
 
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ._shaper import Shaper, relay, settings
 
 __all__ = ["Hosts", "HostList", "cleanup_stale", "HOSTS_ENV", "NETWORK"]
 
@@ -80,7 +86,7 @@ def _ours(index: Optional[int] = None) -> Tuple[Dict[int, List[str]], Dict[int, 
     """Namespaces and links named like ours, by index: ({k: [ns]}, {k: [link]})."""
     k_pat = r"\d{1,3}" if index is None else str(index)
     ns_re = re.compile(rf"^{_PREFIX}({k_pat})-h\d+$")
-    link_re = re.compile(rf"^{_PREFIX}({k_pat})(br|h\d+)$")
+    link_re = re.compile(rf"^{_PREFIX}({k_pat})(br|[hsr]\d+)$")  # [sr]: `Hosts.shape`
     namespaces: Dict[int, List[str]] = {}
     links: Dict[int, List[str]] = {}
     for name in _names_of_namespaces():
@@ -253,8 +259,8 @@ def _check_host(i: int, n: int) -> int:
 class Hosts:
     """N network-namespace "hosts" on a bridge; see the module docstring.
 
-    Hosts are numbered from 1 (``h1`` .. ``hN``) in `exec_prefix`, `partition`
-    and `name`; `hosts` lists them in that order. Needs root.
+    Hosts are numbered from 1 (``h1`` .. ``hN``) in `exec_prefix`, `partition`,
+    `shape` and `name`; `hosts` lists them in that order. Needs root.
     """
 
     def __init__(self, n: int = 3, *, index: Optional[int] = None,
@@ -270,6 +276,7 @@ class Hosts:
         self._lock_fd: Optional[int] = None
         self._started = False
         self._mutex = threading.RLock()
+        self._shapers: Dict[int, Shaper] = {}
 
     # -- names and addresses ------------------------------------------------------------
 
@@ -311,6 +318,10 @@ class Hosts:
     def veth(self, i: int) -> str:
         """The bridge-side (root namespace) end of host ``i``'s veth pair."""
         return f"{self.tag}h{_check_host(i, self.n)}"
+
+    def _port(self, i: int) -> str:
+        """Host ``i``'s bridge port: `veth`, or ``fbt<k>s<i>`` once `shape` relays it."""
+        return f"{self.tag}s{i}" if i in self._shapers else self.veth(i)
 
     @property
     def hosts(self) -> List[Tuple[str, str]]:
@@ -432,12 +443,15 @@ class Hosts:
         host". Wait for both ends to be operationally up and the bridge port forwarding.
         """
         deadline = time.monotonic() + timeout
-        sysfs = f"/sys/class/net/{self.veth(i)}"
+        port = self._port(i)  # shaped: the relay's veth pair must be up too
+        ends = [self.veth(i)] + ([port, f"{self.tag}r{i}"] if port != self.veth(i) else [])
         while True:
             try:
-                with open(f"{sysfs}/operstate") as f:
-                    root_up = f.read().strip() == "up"
-                with open(f"{sysfs}/brport/state") as f:
+                root_up = True
+                for end in ends:
+                    with open(f"/sys/class/net/{end}/operstate") as f:
+                        root_up = root_up and f.read().strip() == "up"
+                with open(f"/sys/class/net/{port}/brport/state") as f:
                     forwarding = f.read().strip() == "3"  # BR_STATE_FORWARDING
             except OSError:
                 root_up = forwarding = True  # no sysfs here: nothing to wait for
@@ -447,8 +461,8 @@ class Hosts:
                     return
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"the link of host {self.name(i)} is not up after "
-                                   f"{timeout} s (root end {self.veth(i)}: up={root_up}, "
-                                   f"forwarding={forwarding})")
+                                   f"{timeout} s (root ends {ends}: up={root_up}, "
+                                   f"port {port} forwarding={forwarding})")
             time.sleep(0.02)
 
     def check(self, timeout: float = 10.0) -> None:
@@ -503,7 +517,10 @@ class Hosts:
                 listener.communicate()
 
     def partition(self, i: int, on: bool = True) -> None:
-        """``on``: cut host ``i`` off the bridge (its veth goes down); else reconnect it."""
+        """``on``: cut host ``i`` off the bridge (its veth goes down); else reconnect it.
+
+        A shaped host is cut the same way: its veth is the relay's end, which then drops
+        what it would send to the host (counted as ``failed``)."""
         self._require_started()
         _run(["ip", "link", "set", self.veth(i), "down" if on else "up"])
         if not on:
@@ -511,6 +528,39 @@ class Hosts:
             # Forget addresses that failed to resolve while cut off, on both sides.
             _run(["ip", "-n", self.name(i), "neigh", "flush", "dev", "eth0"], check=False)
             _run(["ip", "neigh", "flush", "dev", self.bridge, "to", self.ip(i)], check=False)
+
+    def shape(self, i: int, *, loss: float = 0.0, delay_ms: float = 0.0,
+              towards: str = "both") -> None:
+        """Lose a fraction ``loss`` of host ``i``'s frames and delay them ``delay_ms``: of
+        those travelling ``towards`` ``"host"`` (to host ``i``), ``"bridge"`` (from it) or
+        ``"both"``; each direction keeps its own settings. The first call puts a relay
+        process (`fiber.testing._shaper`) on the host's link, till `stop`. ``loss=1.0``
+        cuts the host off, its link up; frames already delayed keep their delay.
+
+        Raises:
+            ValueError: a setting is out of range. RuntimeError: the relay cannot start.
+        """
+        self._require_started()
+        line = settings(towards, loss, delay_ms)
+        with self._mutex:
+            if _check_host(i, self.n) not in self._shapers:
+                self._shapers[i] = relay(_run, self.bridge, self.veth(i), f"{self.tag}s{i}",
+                                         f"{self.tag}r{i}")
+                self._wait_link_up(i)
+            self._shapers[i].ask(line)
+
+    def shaper_stats(self, i: int) -> Dict[str, Dict[str, int]]:
+        """Host ``i``'s relay's counts per direction (``"host"``: frames towards it,
+        ``"bridge"``): frames ``forwarded``, ``dropped`` (``loss``), ``failed`` (not sent:
+        the kernel's queue full, the host partitioned) and ``queued`` (delayed, not sent).
+
+        Raises:
+            RuntimeError: host ``i`` is not shaped.
+        """
+        with self._mutex:
+            if _check_host(i, self.n) not in self._shapers:
+                raise RuntimeError(f"host {self.name(i)} is not shaped: call shape() first")
+            return json.loads(self._shapers[i].ask("stats"))  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         """Kill every process in the hosts and delete everything (idempotent).
@@ -524,6 +574,9 @@ class Hosts:
                 return
             self._started = False
             try:
+                for shaper in self._shapers.values():
+                    shaper.close()
+                self._shapers.clear()
                 namespaces, links = _ours(k)
                 names = sorted(set(namespaces.get(k, [])))
                 problems = _remove(names, links.get(k, []))

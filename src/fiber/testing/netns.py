@@ -17,6 +17,17 @@ died (its lock is free) are removed by the next `Hosts.start`.
 `Hosts.partition` sets a host's bridge-side veth down: the host keeps its address
 and its processes keep running, but no packet reaches or leaves it (a cut cable).
 
+`Hosts.shape` makes a host's link lossy or slow (loss probability, constant delay, per
+direction). The kernels this runs on may lack ``sch_netem`` and iptables, so a userspace
+relay (``fiber.testing._shaper``, packet sockets) does it; the host's veth leaves the
+bridge, and a second veth pair takes its place as the bridge port:
+
+        bridge fbt<k>br
+        └── veth fbt<k>s1 ══ fbt<k>r1 ⇄ relay process ⇄ fbt<k>h1 ══ eth0 in fbt<k>-h1
+
+`Hosts.partition` still cuts a shaped host (its ``fbt<k>h<i>`` goes down); ``loss=1.0``
+cuts it with its link up.
+
 `NetnsBackend` (``backend="netns"``) is the ``local`` backend with every job started
 through ``ip netns exec <host>`` on the hosts installed with `use_hosts`, round
 robin (or on the host chosen with `on_host`). Jobs are still subprocesses of the
