@@ -534,7 +534,7 @@ class Hosts:
         """Lose a fraction ``loss`` of host ``i``'s frames and delay them ``delay_ms``: of
         those travelling ``towards`` ``"host"`` (to host ``i``), ``"bridge"`` (from it) or
         ``"both"``; each direction keeps its own settings. The first call puts a relay
-        process (`fiber.testing._shaper`) on the host's link, till `stop`. ``loss=1.0``
+        process on the host's link (in userspace: no netem here), till `stop`. ``loss=1.0``
         cuts the host off, its link up; frames already delayed keep their delay.
 
         Raises:

@@ -19,7 +19,7 @@ and its processes keep running, but no packet reaches or leaves it (a cut cable)
 
 `Hosts.shape` makes a host's link lossy or slow (loss probability, constant delay, per
 direction). The kernels this runs on may lack ``sch_netem`` and iptables, so a userspace
-relay (``fiber.testing._shaper``, packet sockets) does it; the host's veth leaves the
+relay process (AF_PACKET sockets) does it; the host's veth leaves the
 bridge, and a second veth pair takes its place as the bridge port:
 
         bridge fbt<k>br
