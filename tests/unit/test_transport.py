@@ -60,11 +60,11 @@ def _queue_still_works() -> None:
 
 def test_random_bytes_are_dropped():
     hub = _runtime.hub()
-    before = hub.dropped
+    before = hub.door.dropped
     with _hub_socket() as s:
         s.sendall(os.urandom(4096))
         assert _closed_by_server(s)
-    wait_until(lambda: hub.dropped > before, 10, message="drop counted")
+    wait_until(lambda: hub.door.dropped > before, 10, message="drop counted")
     _queue_still_works()
 
 
@@ -76,12 +76,12 @@ def test_strangers_on_the_unix_socket_are_dropped_too():
     name = _unix_name(_runtime.hub().address)
     assert name, "the hub should listen on an abstract Unix socket on Linux"
     hub = _runtime.hub()
-    before = hub.dropped
+    before = hub.door.dropped
     with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as s:
         s.connect("\0" + name)
         s.sendall(os.urandom(4096))
         assert _closed_by_server(s)
-    wait_until(lambda: hub.dropped > before, 10, message="drop counted")
+    wait_until(lambda: hub.door.dropped > before, 10, message="drop counted")
     _queue_still_works()
 
 
@@ -221,7 +221,7 @@ def test_closed_connections_are_not_kept_until_their_handshake_deadline():
     makes many: they were ~0.8 MB each)."""
     import gc
 
-    from fiber.transport import server as server_module
+    from fiber.transport import strangers as strangers_module
     from fiber.transport.peers import Connection
     from fiber.transport.server import Server
 
@@ -240,7 +240,7 @@ def test_closed_connections_are_not_kept_until_their_handshake_deadline():
         # all but the last, which the server thread's last batch of events may hold
         wait_until(lambda: conns_in_memory() <= before + 1, 10,
                    message="closed connections are still in memory")
-        assert server_module._HANDSHAKE_TTL >= 10  # the deadlines have not passed
+        assert strangers_module.HANDSHAKE_TTL >= 10  # the deadlines have not passed
     finally:
         srv.close()
 
@@ -351,7 +351,7 @@ def test_an_adopted_socket_pair_is_an_anchor_without_handshake():
         status, frames = client.request(b"echo", b"x", [b"hello"], timeout=10)
         assert (status, [bytes(f) for f in frames]) == (b"ok", [process_id, b"hello"])
         assert srv.process_alive(process_id)
-        assert srv.dropped == 0 and not srv._unauthenticated  # no handshake took place
+        assert srv.door.dropped == 0 and not srv.door.waiting  # no handshake took place
         client.close()
         assert done.wait(10) and gone == [process_id]
         wait_until(lambda: not srv.process_alive(process_id), 10)
@@ -378,7 +378,7 @@ def test_more_than_a_handshake_before_auth_is_closed_and_said(monkeypatch):
     and a line on stderr names its host; another within the minute adds no line."""
     hub = _runtime.hub()
     # the earlier tests' strangers came from this host within the minute too
-    monkeypatch.setattr(hub, "strangers", Strangers(hub.address))
+    monkeypatch.setattr(hub.door, "strangers", Strangers(hub.address))
     said = 0
     for _ in range(2):
         with _hub_socket() as s:
@@ -388,8 +388,8 @@ def test_more_than_a_handshake_before_auth_is_closed_and_said(monkeypatch):
             except (BrokenPipeError, ConnectionResetError):
                 pass
             assert _closed_by_server(s)
-    wait_until(lambda: len(hub.strangers.said) > said, 10, message="the stranger said")
-    lines = hub.strangers.said[said:]
+    wait_until(lambda: len(hub.door.strangers.said) > said, 10, message="the stranger said")
+    lines = hub.door.strangers.said[said:]
     assert len(lines) <= 1 and "from 127.0.0.1 that did not authenticate" in lines[0], lines
     _queue_still_works()
 

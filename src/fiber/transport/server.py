@@ -44,7 +44,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
@@ -55,16 +54,11 @@ from .peers import Connection, LocalPeer, Peer
 from .serialization import dumps
 from .serving import Serving
 from .sockets import listen, open_file_limits, server_id, tune
-from .strangers import Strangers
+from .strangers import HANDSHAKE_TTL, Door
 from .timers import Timer, Timers
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
-_HANDSHAKE_TTL = 30.0
-#: Connections kept before they authenticate; past it the oldest is dropped (a stranger
-#: opening connections without end). Each worker of a pool opens one as it starts (and
-#: one more at its first output): room for several thousand starting at once.
-_MAX_UNAUTHENTICATED = 8192
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
 
@@ -100,7 +94,7 @@ _NUDGE = object()
 class Server:
     """A TCP listener on ``host`` (``port``, 0: a free one) served by one thread."""
 
-    def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 3.0,
+    def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 30.0,
                  name: str = "fiber-server", port: int = 0) -> None:
         try:
             self._listeners, self.address = listen(host, port)
@@ -111,8 +105,6 @@ class Server:
         #: Guards every service and every socket write; reentrant for nested calls.
         self.lock = threading.RLock()
         self._sel = selectors.DefaultSelector()  # listeners and connections
-        #: Connections not authenticated yet, oldest first (by id: O(1) to add and drop).
-        self._unauthenticated: collections.OrderedDict[int, Connection] = collections.OrderedDict()
         for listener in self._listeners:
             listener.setblocking(False)
             self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
@@ -145,9 +137,8 @@ class Server:
         #: their host), until a service asks (`went_silent`); bounded.
         self._silent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._local = threading.local()
-        #: Connections closed for failing or skipping authentication (for tests, logs).
-        self.dropped = 0
-        self.strangers = Strangers(self.address)
+        #: Connections not authenticated yet, and those closed for it (for tests, logs).
+        self.door = Door(self.address, self._close_conn)
         self._said_out_of_files = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -497,12 +488,7 @@ class Server:
             conn.source = source[0] if isinstance(source, tuple) else ""
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
-            self._unauthenticated[id(conn)] = conn
-            self._limit_unauthenticated()
-            # A weak reference: a connection closed before the timer must not stay in
-            # memory until it fires (a pool replacing workers makes many).
-            self.call_later(_HANDSHAKE_TTL,
-                            functools.partial(self._expire_handshake, weakref.ref(conn)))
+            self.call_later(HANDSHAKE_TTL, self.door.arrived(conn))
 
     def _pause_accepting(self, listener: socket.socket, error: OSError) -> None:
         """Out of descriptors: the connection waits in the backlog, and its listener, which
@@ -523,22 +509,6 @@ class Server:
     def _resume_accepting(self, listener: socket.socket) -> None:
         if not self._stopping and listener.fileno() >= 0:
             self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
-
-    def _limit_unauthenticated(self) -> None:
-        while len(self._unauthenticated) > _MAX_UNAUTHENTICATED:
-            _, conn = self._unauthenticated.popitem(last=False)
-            self._refuse(conn, f"over {_MAX_UNAUTHENTICATED} connections wait to authenticate")
-
-    def _expire_handshake(self, ref: weakref.ref[Connection]) -> None:
-        conn = ref()
-        if conn is not None and conn.peer is None and conn.sock.fileno() >= 0:
-            self._refuse(conn, f"no handshake within {_HANDSHAKE_TTL:.0f} s")
-
-    def _refuse(self, conn: Connection, why: str) -> None:
-        """Close ``conn``, which has not authenticated, and say so (see `Strangers`)."""
-        self.dropped += 1
-        self.strangers.refused(conn.source, why)
-        self._close_conn(conn)
 
     def _flush(self, conn: Connection, frames: Optional[Sequence[Any]] = None) -> None:
         """Write what ``conn`` has waiting, after adding the message ``frames``; what the
@@ -561,13 +531,13 @@ class Server:
             return
         except ProtocolError as e:
             if conn.peer is None:
-                self._refuse(conn, str(e))
+                self.door.refuse(conn, str(e))
                 return
             alive = False
         except OSError as e:  # reset: how a killed process's connection ends
             alive = False
             if conn.peer is None:
-                self.dropped += 1
+                self.door.dropped += 1
             elif e.errno == errno.ETIMEDOUT and conn.peer.anchor:  # its host: no answer
                 self._silent[conn.peer.process_id] = None
                 if len(self._silent) > 1024:
@@ -580,7 +550,7 @@ class Server:
                     self.dispatch(conn.peer, bytes(frames[0]), bytes(frames[1]),
                                   bytes(frames[2]), frames[3:])
             elif not self._handshake(conn, frames):
-                self._refuse(conn, "a wrong handshake" if conn.handshake.state == "hello"
+                self.door.refuse(conn, "a wrong handshake" if conn.handshake.state == "hello"
                              else "a wrong proof of the secret")
                 return
         if not alive:
@@ -601,7 +571,7 @@ class Server:
         """``conn`` is a peer from now on (authenticated, or a socket pair's end)."""
         conn.reader.max_message = None
         conn.peer = Peer(next(self._peer_ids), process_id, anchor, conn)
-        self._unauthenticated.pop(id(conn), None)
+        self.door.left(conn)
         if anchor:
             self._anchors[process_id] += 1
 
@@ -610,7 +580,7 @@ class Server:
         if sock.fileno() < 0:
             return
         self._conns.pop(sock.fileno(), None)
-        self._unauthenticated.pop(id(conn), None)
+        self.door.left(conn)
         try:
             self._sel.unregister(sock)
         except (KeyError, ValueError):

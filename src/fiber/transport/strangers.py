@@ -1,5 +1,6 @@
-"""Connections that never proved the program's secret, said on stderr as sshd says them:
-one line per source host and minute, however many it opens.
+"""Connections that have not proved the program's secret: kept few and briefly (`Door`),
+and those closed said on stderr as sshd says them: one line per source host and minute,
+however many it opens (`Strangers`).
 
 A server closes a connection that sends something other than a handshake, sends more than
 a handshake's bytes, fails the proof, stays silent past the handshake's deadline, or is
@@ -11,11 +12,22 @@ connections.
 
 from __future__ import annotations
 
+import collections
 import sys
 import time
-from typing import Dict, List, Tuple
+import weakref
+from typing import Callable, Dict, List, Tuple
 
-__all__ = ["Strangers", "WINDOW_S"]
+from .peers import Connection
+
+__all__ = ["Door", "Strangers", "WINDOW_S", "HANDSHAKE_TTL", "MAX_WAITING"]
+
+#: Seconds a connection has to authenticate.
+HANDSHAKE_TTL = 30.0
+#: Connections kept before they authenticate; past it the oldest is closed (a stranger
+#: opening connections without end). Each worker of a pool opens one as it starts (and
+#: one more at its first output): room for several thousand starting at once.
+MAX_WAITING = 8192
 
 #: Seconds between two lines about one source host.
 WINDOW_S = 60.0
@@ -63,3 +75,41 @@ class Strangers:
             old = old[:len(old) // 2]
         for source in old:
             del self._sources[source]
+
+
+class Door:
+    """The connections of one server that have not authenticated yet (under the server's
+    lock): at most `MAX_WAITING`, the oldest closed first, each for `HANDSHAKE_TTL`
+    seconds at most; every one closed is counted (``dropped``) and said (`Strangers`)."""
+
+    def __init__(self, address: str, close: Callable[[Connection], None]) -> None:
+        """``close``: how the server closes a connection."""
+        self.waiting: collections.OrderedDict[int, Connection] = collections.OrderedDict()
+        self.dropped = 0
+        self.strangers = Strangers(address)
+        self._close = close
+
+    def arrived(self, conn: Connection) -> Callable[[], None]:
+        """``conn`` was accepted; returns what to call `HANDSHAKE_TTL` s later (it holds
+        a weak reference: a connection closed before must not stay in memory till then)."""
+        self.waiting[id(conn)] = conn
+        while len(self.waiting) > MAX_WAITING:
+            _, oldest = self.waiting.popitem(last=False)
+            self.refuse(oldest, f"over {MAX_WAITING} connections wait to authenticate")
+        ref = weakref.ref(conn)
+
+        def expire() -> None:
+            late = ref()
+            if late is not None and late.peer is None and late.sock.fileno() >= 0:
+                self.refuse(late, f"no handshake within {HANDSHAKE_TTL:.0f} s")
+        return expire
+
+    def left(self, conn: Connection) -> None:
+        """``conn`` authenticated, or was closed."""
+        self.waiting.pop(id(conn), None)
+
+    def refuse(self, conn: Connection, why: str) -> None:
+        """Close ``conn``, which has not authenticated, and say so."""
+        self.dropped += 1
+        self.strangers.refused(conn.source, why)
+        self._close(conn)
