@@ -17,16 +17,18 @@ propagates), not twice. Secrets are never passed to the logger.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sys
 import threading
-from typing import List, Optional, Tuple
+import time
+from typing import Deque, List, Optional, Tuple
 
 from .config import get_config
 from .errors import ConfigError
 
-__all__ = ["log", "info", "warn", "name_process", "open_log"]
+__all__ = ["log", "info", "warn", "name_process", "open_log", "recent_warnings"]
 
 _logger = logging.getLogger("fiber")
 #: The pid, process name and ``log_file`` fiber's logger was set up for, and whether
@@ -189,5 +191,21 @@ def warn(message: str, *args: object) -> None:
     """Log a warning: something went wrong that fiber recovered from (a worker lost and
     replaced), shown by default (``log_level=error`` hides it)."""
     _ready()
+    _warned[0] += 1
+    try:
+        _recent.append((time.time(), message % args if args else message))
+    except (TypeError, ValueError):
+        _recent.append((time.time(), message))
     if _logger.isEnabledFor(logging.WARNING):
         _logger.warning(message, *args)
+
+
+#: The last warnings of this process (when, the text), for the dashboard and fiber top;
+#: and how many there were in all.
+_recent: Deque[Tuple[float, str]] = collections.deque(maxlen=100)
+_warned = [0]
+
+
+def recent_warnings() -> Tuple[int, List[Tuple[float, str]]]:
+    """How many warnings this process logged, and the last ones (oldest first)."""
+    return _warned[0], list(_recent)

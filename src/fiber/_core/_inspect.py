@@ -22,6 +22,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Tuple
 
+from .._log import recent_warnings
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["SERVICE", "StatusService", "add_source", "snapshot"]
@@ -58,8 +59,10 @@ def snapshot() -> Dict[str, Any]:
     with _lock:
         _prune()
         sources = list(_sources.values())
+    warned, recent = recent_warnings()
     out: Dict[str, Any] = {"pid": os.getpid(), "argv": list(sys.argv), "time": time.time(),
-                           "pools": [], "processes": []}
+                           "pools": [], "processes": [], "warnings_total": warned,
+                           "warnings": [{"time": t, "text": text} for t, text in recent]}
     for kind, ref, describe in sources:
         owner = ref()
         if owner is None:

@@ -54,6 +54,10 @@ from ._worker import CALL, MAP, STARMAP
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
 
+#: Numbers the pools of this process (their names in fiber top and the dashboard).
+_numbers = itertools.count(1)
+
+
 class Pool(PoolExtras):
     """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
 
@@ -92,7 +96,10 @@ class Pool(PoolExtras):
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
         self._finalizer = weakref.finalize(self, terminate_collected, self._core)
-        _inspect.add_source("pools", self, lambda pool: pool.status().as_dict())
+        # what fiber top and the dashboard call it: "Pool-1", numbered in this process
+        name = f"Pool-{next(_numbers)}"
+        _inspect.add_source("pools", self,
+                            lambda pool: {"name": name, **pool.status().as_dict()})
 
     @property
     def _processes(self) -> int:
