@@ -36,7 +36,8 @@ ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_c
 #: Modules all of whose tests, ``ctx`` ones too, are of fiber's machinery only (fiber top,
 #: ps/logs/stop, GPUs handed out on local, the lost-worker warnings): one_python as well.
 ONE_PYTHON_WHOLE = {"test_observe_status_local", "test_observe_local", "test_observe_gpus",
-                    "test_observe_failures_local", "test_ps_local", "test_lossy", "test_shaper"}
+                    "test_observe_failures_local", "test_ps_local", "test_lossy", "test_shaper",
+                    "test_dashboard"}
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

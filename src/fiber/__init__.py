@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from . import _exports, _version, errors, futures, managers
+from ._core import _runtime
 from ._core._shared import Shared
 from ._core._shared import share as shared
 from ._version import __version__ as __version__
@@ -42,6 +43,19 @@ from .synchronize import (
 )
 
 _exports.publish(__name__, Shared)
+
+
+def _serve_dashboard() -> None:
+    """The program's dashboard, if its config asks for one: with the main process's hub
+    (imported then only: a program without one does not load the HTTP server)."""
+    address = get_config().dashboard
+    if address:
+        from .dashboard import serve_program
+
+        serve_program(address)
+
+
+_runtime.on_main_hub(_serve_dashboard)
 _default = get_context(None)
 _version.warn_if_shadowed(__path__[0])
 

@@ -29,7 +29,7 @@ from .transport import auth
 from .transport.client import Client
 from .transport.serialization import loads
 
-__all__ = ["add_parser", "run", "fetch", "render"]
+__all__ = ["add_parser", "add_dashboard_parser", "run", "run_dashboard", "fetch", "render"]
 
 SERVICE = b"status"
 
@@ -163,3 +163,35 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
+
+
+def add_dashboard_parser(commands: Any) -> argparse.ArgumentParser:
+    board: argparse.ArgumentParser = commands.add_parser(
+        "dashboard", help="serve a running program's web dashboard and /metrics",
+        description="Serve the web dashboard and Prometheus /metrics of a running fiber "
+        "program (see fiber.dashboard), attached as fiber top is: run it on the machine of "
+        "the program's main process; it prints the address to open, with its token, and "
+        "serves until Ctrl-C.")
+    board.add_argument("program", nargs="?", default="", metavar="PROGRAM",
+                       help="the program (its main process's pid); default: the newest")
+    board.add_argument("--address", default="127.0.0.1:0", metavar="HOST:PORT",
+                       help="where to serve (default 127.0.0.1:0, a free port)")
+    return board
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    """``fiber dashboard``: serve until interrupted, or the program ends; exit status."""
+    from .dashboard import start  # the HTTP server: for this command only
+
+    info = find_program(args.program)
+    fetch(info)  # reachable (else the error now, not in the browser)
+    board = start(lambda: fetch(info), args.address)
+    try:
+        while _machine.running(info["pid"], info["start"]):
+            time.sleep(1.0)
+        print(f"fiber dashboard: program {info['program']} has ended")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        board.close()
+    return 0

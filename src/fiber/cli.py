@@ -59,6 +59,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "top":  # the program's hub, not a cluster: no backend
             return _top.run(args)
+        if args.command == "dashboard":
+            return _top.run_dashboard(args)
         overrides = _overrides(args)
         if overrides:
             config.init(**overrides)
@@ -165,8 +167,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="programs or jobs, as fiber ps lists them (a program's main "
                       "job stands for the whole program)")
     top_command = _top.add_parser(commands)
-    _Parser.known.append("top")
-    for parser in (top, run, ps, logs, stop, top_command):
+    board_command = _top.add_dashboard_parser(commands)
+    _Parser.known.extend(["top", "dashboard"])
+    for parser in (top, run, ps, logs, stop, top_command, board_command):
         _Parser.known.extend(o for a in parser._actions for o in a.option_strings)  # noqa: SLF001
     return top
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Optional
+from typing import Callable, List, Optional
 
 from .. import _machine
 from ..backends import get_backend
@@ -94,7 +94,19 @@ def hub() -> Server:
             _hub.register(_inspect.SERVICE, _inspect.StatusService())
             if not parent_address():  # the main process: fiber top finds it there
                 _machine.register_program(_hub.address, auth.program_secret(), cfg.backend)
+                for hook in _main_hub_hooks:
+                    hook()
         return _hub
+
+
+#: Called once the main process's hub has started (see `on_main_hub`).
+_main_hub_hooks: List[Callable[[], None]] = []
+
+
+def on_main_hub(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` when the program's main process starts its hub (the dashboard,
+    from a layer above, starts with it); what it raises, the hub's first user gets."""
+    _main_hub_hooks.append(hook)
 
 
 def hub_if_started() -> Optional[Server]:

@@ -82,6 +82,10 @@ class Config:
     #: TCP port on which the main process listens for its jobs; 0: a free port. For a
     #: firewall that opens one port (jobs' own children still take free ports).
     listen_port: int = 0
+    #: ``HOST:PORT`` where the main process serves its web dashboard and Prometheus
+    #: ``/metrics`` (port 0: a free one; a token guards both); empty: none. See
+    #: `fiber.dashboard`; ``fiber dashboard`` attaches one to a running program instead.
+    dashboard: str = ""
     #: Python interpreter jobs run; empty means the interpreter running this program.
     python: str = ""
     #: Container image for container backends; empty means the master's own image.
@@ -214,6 +218,11 @@ def _validate(key: str, value: Any) -> None:
                           + compat.suggestion(str(value).lower(), LOG_LEVELS))
     if key == "listen_port" and not 0 <= value <= 65535:
         raise ConfigError(key, f"must be a TCP port (0 to 65535), got {value!r}")
+    if key == "dashboard" and value:
+        host, sep, port = str(value).rpartition(":")
+        if not (sep and port.isdigit() and 0 <= int(port) <= 65535):
+            raise ConfigError(key, f"must be HOST:PORT (127.0.0.1:0: a free port), "
+                              f"got {value!r}")
 
 
 def _from_file(path: str) -> Dict[str, str]:

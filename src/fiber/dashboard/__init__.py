@@ -1,0 +1,197 @@
+"""A web dashboard and Prometheus metrics for a running fiber program.
+
+Off by default. On with ``fiber.init(dashboard="127.0.0.1:0")`` (or ``FIBER_DASHBOARD``,
+or the ``.fiberconfig`` key ``dashboard``; port 0: a free one), in the program's main
+process, or from outside with ``fiber dashboard [PROGRAM]`` on the machine of a running
+program's main process (it attaches as ``fiber top`` does, so the program pays nothing
+until then). Either way one line on stderr gives the address and its token:
+
+    fiber: dashboard at http://127.0.0.1:8787/?token=3q2-...
+
+Routes, each behind the token (``?token=``, the cookie the first visit sets, or
+``Authorization: Bearer``):
+
+- ``/``: the page (plain JavaScript shipped in the wheel: no CDN), refreshed every second;
+- ``/api/snapshot``: what the page shows, as JSON (what ``fiber top`` shows);
+- ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md)).
+
+The server is the standard library's ``http.server`` on a thread of its own: no
+dependency, and nothing it receives is unpickled (it reads only a path and headers).
+It binds to 127.0.0.1 unless told another host; from a laptop, reach a cluster's login
+node through an ssh tunnel (``ssh -L 8787:127.0.0.1:8787 login-node``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.server
+import importlib.resources
+import json
+import secrets
+import sys
+import threading
+import urllib.parse
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from .._core import _inspect
+from ..errors import ConfigError
+from . import _metrics
+
+__all__ = ["Dashboard", "start", "parse_address", "serve_program"]
+
+Source = Callable[[], Dict[str, Any]]
+_COOKIE = "fiber_dashboard"
+_ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
+           "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8")}
+
+
+def parse_address(address: str) -> Tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``; ``PORT`` alone: 127.0.0.1) to ``(host, port)``.
+
+    Raises:
+        ValueError: not such an address.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", address
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"dashboard address {address!r} is not HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"dashboard address {address!r}: no such port")
+    return host.strip("[]") or "127.0.0.1", number
+
+
+def _asset(name: str) -> bytes:
+    static = importlib.resources.files("fiber.dashboard").joinpath("static")
+    return static.joinpath(name).read_bytes()
+
+
+class Dashboard:
+    """The dashboard's HTTP server, serving the snapshots of ``source`` (see the module).
+
+    ``token``: the one to ask for (None: a new random one).
+    """
+
+    def __init__(self, source: Source, address: str = "127.0.0.1:0",
+                 token: Optional[str] = None) -> None:
+        host, port = parse_address(address)
+        self.token = token or secrets.token_urlsafe(24)
+        self._source = source
+        handler = type("Handler", (_Handler,), {"dashboard": self})
+        self._httpd = http.server.ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        bound_host, bound_port = self._httpd.server_address[:2]
+        if isinstance(bound_host, bytes):
+            bound_host = bound_host.decode()
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        #: ``http://HOST:PORT``, without the token.
+        self.address = f"http://{shown}:{bound_port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        name="fiber-dashboard", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The address with its token: what to open in a browser."""
+        return f"{self.address}/?token={self.token}"
+
+    def snapshot(self) -> Dict[str, Any]:
+        """What the page shows now: the program's pools, processes and warnings."""
+        return self._source()
+
+    def close(self) -> None:
+        """Stop serving (open requests end)."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    dashboard: Dashboard
+    server_version = "fiber-dashboard"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's
+        pass  # no line per request on the program's stderr
+
+    def _token_given(self, query: Dict[str, Any]) -> Tuple[str, bool]:
+        """The token the request carries, and whether it came in the query (a first
+        visit: the cookie is set then)."""
+        if "token" in query:
+            return query["token"][-1], True
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[len("Bearer "):].strip(), False
+        for part in self.headers.get("Cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == _COOKIE:
+                return value, False
+        return "", False
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        given, in_query = self._token_given(query)
+        if not hmac.compare_digest(given.encode(), self.dashboard.token.encode()):
+            self._send(403, b"fiber dashboard: a token is needed (the address the program "
+                       b"printed has it)\n", "text/plain; charset=utf-8")
+            return
+        cookie = in_query and url.path == "/"
+        try:
+            if url.path in _ASSETS:
+                name, kind = _ASSETS[url.path]
+                self._send(200, _asset(name), kind, cookie)
+            elif url.path == "/api/snapshot":
+                body = json.dumps(self.dashboard.snapshot(), default=str).encode()
+                self._send(200, body, "application/json")
+            elif url.path == "/metrics":
+                body = _metrics.render(self.dashboard.snapshot()).encode()
+                self._send(200, body, _metrics.CONTENT_TYPE)
+            else:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+        except Exception as e:  # the program's state could not be read: say so, go on
+            self._send(503, f"fiber dashboard: {type(e).__name__}: {e}\n".encode(),
+                       "text/plain; charset=utf-8")
+
+    def _send(self, code: int, body: bytes, kind: str, cookie: bool = False) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        if cookie:
+            self.send_header("Set-Cookie", f"{_COOKIE}={self.dashboard.token}; HttpOnly; "
+                             "SameSite=Strict; Path=/")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def start(source: Source, address: str, token: Optional[str] = None) -> Dashboard:
+    """Serve ``source``'s snapshots at ``address`` and say where on stderr.
+
+    Raises:
+        OSError: the address cannot be bound. ValueError: it is not ``HOST:PORT``.
+    """
+    board = Dashboard(source, address, token)
+    sys.stderr.write(f"fiber: dashboard at {board.url}\n")
+    sys.stderr.flush()
+    return board
+
+
+_served: Optional[Dashboard] = None
+
+
+def serve_program(address: str) -> Dashboard:
+    """This program's own dashboard at ``address`` (the config's ``dashboard``: its main
+    process calls this when it starts its hub); one a process.
+
+    Raises:
+        ConfigError: ``address`` cannot be served (taken, not this host's).
+    """
+    global _served
+    if _served is None:
+        try:
+            _served = start(_inspect.snapshot, address)
+        except (OSError, ValueError) as e:
+            raise ConfigError("dashboard", f"cannot serve at {address!r}: {e}") from e
+    return _served

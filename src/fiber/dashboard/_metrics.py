@@ -1,0 +1,75 @@
+"""A program's snapshot (`fiber._core._inspect.snapshot`) as Prometheus metrics, in the
+text exposition format (version 0.0.4) that every Prometheus scrapes, with no exporter
+and no client library: the format is a few lines of text.
+
+Every pool's series carry the label ``pool`` (its name, ``Pool-1``...). The counters
+(``_total``) count since the pool started; a pool that ended drops out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Tuple
+
+__all__ = ["render", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+WORKER_STATES = ("starting", "idle", "running", "retiring")
+
+#: (name, type, help, the pool's value)
+_POOL_SERIES: List[Tuple[str, str, str, str]] = [
+    ("fiber_pool_size", "gauge", "Workers the pool keeps.", "size"),
+    ("fiber_pool_tasks_pending", "gauge", "Tasks queued, held by no worker.", "pending"),
+    ("fiber_pool_tasks_running", "gauge",
+     "Tasks held by workers (the one each runs and those prefetched).", "running"),
+    ("fiber_pool_tasks_done_total", "counter", "Tasks that returned a value.", "done"),
+    ("fiber_pool_tasks_failed_total", "counter",
+     "Tasks that raised, or failed because their worker was lost too often.", "failed"),
+    ("fiber_pool_tasks_retried_total", "counter",
+     "Tasks given back to the queue by a lost worker (each time).", "retried"),
+    ("fiber_pool_tasks_per_second", "gauge", "Tasks completed a second, over 10 s.",
+     "tasks_per_s"),
+]
+
+
+def _label(value: Any) -> str:
+    text = str(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _lines(snap: Dict[str, Any]) -> Iterator[str]:
+    pools = [p for p in snap.get("pools", []) if "error" not in p]
+    for name, kind, text, key in _POOL_SERIES:
+        yield f"# HELP {name} {text}"
+        yield f"# TYPE {name} {kind}"
+        for pool in pools:
+            yield f'{name}{{pool="{_label(pool["name"])}"}} {float(pool[key]):g}'
+    yield "# HELP fiber_pool_workers Workers by state."
+    yield "# TYPE fiber_pool_workers gauge"
+    for pool in pools:
+        counts = dict.fromkeys(WORKER_STATES, 0)
+        for worker in pool["workers"]:
+            counts[worker["state"]] = counts.get(worker["state"], 0) + 1
+        for state, n in counts.items():
+            yield f'fiber_pool_workers{{pool="{_label(pool["name"])}",state="{state}"}} {n}'
+    yield "# HELP fiber_pool_worker_restarts_total Workers started to replace lost ones."
+    yield "# TYPE fiber_pool_worker_restarts_total counter"
+    for pool in pools:
+        restarts = sum(w["restarts"] for w in pool["workers"])
+        yield f'fiber_pool_worker_restarts_total{{pool="{_label(pool["name"])}"}} {restarts}'
+    yield "# HELP fiber_processes Processes this program started, by state."
+    yield "# TYPE fiber_processes gauge"
+    states: Dict[str, int] = {}
+    for proc in snap.get("processes", []):
+        state = str(proc.get("state", "unknown"))
+        states[state] = states.get(state, 0) + 1
+    for state, n in sorted(states.items()):
+        yield f'fiber_processes{{state="{_label(state)}"}} {n}'
+    yield "# HELP fiber_warnings_total Warnings fiber logged (lost workers, retirements...)."
+    yield "# TYPE fiber_warnings_total counter"
+    yield f"fiber_warnings_total {int(snap.get('warnings_total', 0))}"
+
+
+def render(snap: Dict[str, Any]) -> str:
+    """The metrics of one snapshot, as a Prometheus scrape's body."""
+    return "\n".join(_lines(snap)) + "\n"

@@ -1,0 +1,85 @@
+// fiber dashboard: polls /api/snapshot once a second and redraws. Plain JavaScript, no
+// library: the page works on a cluster with no internet. The token travels in a cookie
+// the first visit set (HttpOnly), so the requests below need nothing else.
+"use strict";
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const c of children) {
+    node.append(c instanceof Node ? c : (c === null || c === undefined ? "" : String(c)));
+  }
+  return node;
+}
+
+function seconds(s) {
+  if (s === null || s === undefined) return "";
+  if (s < 60) return s.toFixed(1) + " s";
+  const m = Math.floor(s / 60), h = Math.floor(m / 60);
+  return h ? `${h}:${String(m % 60).padStart(2, "0")}:${String(Math.floor(s % 60)).padStart(2, "0")}`
+           : `${m}:${String(Math.floor(s % 60)).padStart(2, "0")}`;
+}
+
+function row(cells, attrs, cell = "td") {
+  const tr = el("tr", attrs);
+  for (const c of cells) tr.append(el(cell, {}, c));
+  return tr;
+}
+
+function pool(p) {
+  const section = el("section", {class: "pool", "data-pool": p.name});
+  section.append(el("h2", {}, `${p.name} (${p.state}, ${p.size} workers)`));
+  const total = p.done + p.failed + p.pending + p.running;
+  const share = total ? (p.done + p.failed) / total : 0;
+  const eta = p.tasks_per_s > 0 ? seconds((p.pending + p.running) / p.tasks_per_s) : "";
+  const bar = el("div", {class: "bar"}); bar.append(el("div", {style: `width:${(100 * share).toFixed(1)}%`}));
+  const stats = el("div", {class: "stats"});
+  stats.append(bar, " ",
+    el("span", {class: "progress"}, `${p.done + p.failed} of ${total} tasks`),
+    el("span", {class: "rate"}, `${p.tasks_per_s} tasks/s`),
+    el("span", {}, eta ? `ETA ${eta}` : ""),
+    el("span", {class: "counts"}, `pending ${p.pending} · running ${p.running} · done ${p.done} · failed ${p.failed} · retried ${p.retried}`));
+  section.append(stats);
+  const table = el("table", {class: "workers"});
+  table.append(el("thead", {},
+    row(["worker", "job", "host", "state", "task", "for", "held", "done", "restarts"], {}, "th")));
+  const body = el("tbody");
+  for (const w of p.workers) {
+    body.append(row([w.name, w.job_id, w.host, el("span", {class: "state-" + w.state}, w.state),
+                     w.task || "", seconds(w.running_s), w.held, w.done, w.restarts],
+                    {"data-worker": w.name, "data-state": w.state}));
+  }
+  table.append(body);
+  section.append(table);
+  return section;
+}
+
+function draw(snap) {
+  document.getElementById("program").textContent =
+    `${(snap.argv || []).join(" ")} (pid ${snap.pid})`;
+  document.getElementById("updated").textContent =
+    "updated " + new Date(snap.time * 1000).toLocaleTimeString();
+  const pools = document.getElementById("pools");
+  pools.replaceChildren(...(snap.pools.length ? snap.pools.map(pool)
+                                               : [el("p", {class: "muted"}, "no pool")]));
+  const procs = document.querySelector("#processes tbody");
+  procs.replaceChildren(...snap.processes.map(p => row(
+    [p.name, p.job_id, p.host, p.pid, p.state, seconds(p.running_s)], {"data-process": p.name})));
+  document.getElementById("warnings-total").textContent = `(${snap.warnings_total})`;
+  document.getElementById("warnings").replaceChildren(...snap.warnings.slice().reverse().map(
+    w => el("li", {}, `${new Date(w.time * 1000).toLocaleTimeString()}  ${w.text}`)));
+  document.body.setAttribute("data-updated", String(snap.time));
+}
+
+async function refresh() {
+  try {
+    const response = await fetch("api/snapshot", {cache: "no-store", credentials: "same-origin"});
+    if (response.ok) draw(await response.json());
+    else document.getElementById("updated").textContent = `the program answered ${response.status}`;
+  } catch (e) {
+    document.getElementById("updated").textContent = "the program is not answering";
+  }
+  setTimeout(refresh, 1000);
+}
+
+refresh();

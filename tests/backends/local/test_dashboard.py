@@ -1,0 +1,223 @@
+"""The web dashboard and /metrics (issue 31), against a running Pool(4): over HTTP, with
+Prometheus's own parser, and in a real headless Chromium (Debian's ``chromium``, which
+``scripts/test`` installs; without it the browser test is skipped by hand and fails
+under CI=true).
+
+The dashboard of these tests serves this test process's own snapshot
+(`fiber._core._inspect.snapshot`), as a program's does; the config path
+(``FIBER_DASHBOARD``) and ``fiber dashboard`` run in programs of their own.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.parse
+from typing import Dict, Iterator, Optional, Tuple
+
+import pytest
+
+import fiber
+from fiber._core import _inspect
+from fiber.dashboard import Dashboard, start
+from fiber.errors import ConfigError
+from fiber.testing.conformance.support.waiting import unusable, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def slow(x: float) -> float:
+    time.sleep(x)
+    return x
+
+
+@pytest.fixture
+def board() -> Iterator[Dashboard]:
+    b = start(_inspect.snapshot, "127.0.0.1:0")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _get(b: Dashboard, path: str, headers: Optional[Dict[str, str]] = None
+         ) -> Tuple[int, Dict[str, str], str]:
+    url = urllib.parse.urlsplit(b.address)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
+    finally:
+        conn.close()
+
+
+def test_every_route_needs_the_token(board: Dashboard) -> None:
+    for path in ("/", "/api/snapshot", "/metrics", "/dashboard.js"):
+        assert _get(board, path)[0] == 403
+        assert _get(board, path + "?token=wrong")[0] == 403
+        assert _get(board, path, {"Authorization": "Bearer wrong"})[0] == 403
+    assert _get(board, f"/metrics?token={board.token}")[0] == 200
+    assert _get(board, "/metrics", {"Authorization": f"Bearer {board.token}"})[0] == 200
+    # the first visit sets a cookie (HttpOnly) that the page's requests carry
+    status, headers, body = _get(board, f"/?token={board.token}")
+    assert status == 200 and "dashboard.js" in body
+    cookie = headers["set-cookie"].split(";")[0]
+    assert "HttpOnly" in headers["set-cookie"]
+    assert _get(board, "/api/snapshot", {"Cookie": cookie})[0] == 200
+    assert _get(board, "/nothing", {"Cookie": cookie})[0] == 404
+
+
+def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with fiber.Pool(4) as pool:
+        assert pool.map(slow, [0.001] * 200, 5) == [0.001] * 200
+        status, headers, text = _get(board, f"/metrics?token={board.token}")
+        assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+        samples: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        names = {labels[0][1] for (name, labels) in samples if name == "fiber_pool_size"}
+        # this pool: the one whose size is 4 and whose done count is the map's
+        mine = [n for n in names if samples[("fiber_pool_size", (("pool", n),))] == 4
+                and samples[("fiber_pool_tasks_done_total", (("pool", n),))] == 200]
+        assert len(mine) == 1, text
+        pool_label = (("pool", mine[0]),)
+        assert samples[("fiber_pool_tasks_failed_total", pool_label)] == 0
+        assert samples[("fiber_pool_tasks_pending", pool_label)] == 0
+        assert samples[("fiber_pool_workers", (("pool", mine[0]), ("state", "idle")))] == 4
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    unusable("a headless Chromium (Debian's chromium)", "no chromium on PATH")
+
+
+def _render(url: str) -> str:
+    """The page's DOM once its script has run (Chromium's virtual time: 3 s of it)."""
+    with tempfile.TemporaryDirectory() as profile:
+        cp = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                             f"--user-data-dir={profile}", "--virtual-time-budget=3000",
+                             "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and "<body" in cp.stdout, cp.stderr[-2000:]
+    return cp.stdout
+
+
+def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
+        board: Dashboard) -> None:
+    with fiber.Pool(4) as pool:
+        result = pool.map_async(slow, [0.2] * 120, 1)
+        wait_until(lambda: pool.status().done >= 8, 60, message="the map under way")
+        dom = _render(board.url)
+        workers = re.findall(r'data-worker="(PoolWorker-\d+)" data-state="(\w+)"', dom)
+        names = sorted({w for w, _ in workers})
+        assert len(names) >= 4 and any(s == "running" for _, s in workers), dom
+        done = [int(m) for m in re.findall(r'class="progress">(\d+) of \d+ tasks', dom)]
+        assert done and max(done) >= 8, dom
+
+        victim = pool.status().workers[0]
+        pid = next(c.ident for c in fiber.active_children() if c.name == victim.name)
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: any(w.restarts for w in pool.status().workers), 60,
+                   message="the lost worker replaced")
+        dom = _render(board.url)
+        assert re.search(r"<li>[^<]*" + re.escape(victim.name) + r"[^<]*was lost", dom), dom
+        assert re.search(r"<td>(\d+)</td></tr>", dom)
+        restarts = re.findall(r'data-worker="PoolWorker-\d+" data-state="\w+">'
+                              r"(?:<td>.*?</td>){8}<td>1</td>", dom)
+        assert restarts, dom  # the replacement shows its place's restart
+        assert result.get(120) == [0.2] * 120
+
+
+PROGRAM = textwrap.dedent("""
+    import sys, time
+    import fiber
+
+    def slow(x):
+        time.sleep(x)
+        return x
+
+    if __name__ == "__main__":
+        with fiber.Pool(2) as pool:
+            pool.map(slow, [0.01] * 10)
+            print("READY", flush=True)
+            sys.stdin.readline()
+""")
+
+
+def _program(env: Dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def _first_line(stream: object, pattern: str, deadline: float) -> str:
+    while time.monotonic() < deadline:
+        line = stream.readline()  # type: ignore[attr-defined]
+        if not line:
+            break
+        if re.search(pattern, line):
+            return str(line)
+    return ""
+
+
+def test_the_config_turns_it_on_and_fiber_dashboard_attaches() -> None:
+    env = {**os.environ, "FIBER_DASHBOARD": "127.0.0.1:0"}
+    prog = _program(env)
+    try:
+        line = _first_line(prog.stderr, r"fiber: dashboard at http://127\.0\.0\.1:\d+/\?token=",
+                           time.monotonic() + 60)
+        assert line, "no dashboard line from the program"
+        assert prog.stdout is not None and prog.stdout.readline().strip() == "READY"
+        url = urllib.parse.urlsplit(line.split(" at ", 1)[1].strip())
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        conn.request("GET", "/api/snapshot?" + url.query)
+        body = conn.getresponse().read().decode()
+        assert '"pools"' in body and '"PoolWorker-1"' in body, body
+
+        # fiber dashboard PID: the same, attached from outside
+        attach = subprocess.Popen([sys.executable, "-m", "fiber", "dashboard", str(prog.pid)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = _first_line(attach.stderr, r"fiber: dashboard at ", time.monotonic() + 60)
+            assert line, "fiber dashboard said nothing"
+            url = urllib.parse.urlsplit(line.split(" at ", 1)[1].strip())
+            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+            conn.request("GET", "/metrics?" + url.query)
+            text = conn.getresponse().read().decode()
+            assert 'fiber_pool_tasks_done_total{pool="Pool-1"} 10' in text, text
+        finally:
+            attach.terminate()
+            attach.wait(30)
+    finally:
+        assert prog.stdin is not None
+        prog.stdin.write("\n")
+        prog.stdin.flush()
+        prog.wait(60)
+
+
+def test_a_wrong_address_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="dashboard.*HOST:PORT"):
+        fiber.config.from_dict({"dashboard": "nowhere"})
+    taken = start(_inspect.snapshot, "127.0.0.1:0")
+    try:
+        port = urllib.parse.urlsplit(taken.address).port
+        env = {**os.environ, "FIBER_DASHBOARD": f"127.0.0.1:{port}"}
+        prog = _program(env)
+        _, err = prog.communicate("\n", timeout=60)
+        assert prog.returncode != 0 and "fiber config 'dashboard': cannot serve at" in err, err
+    finally:
+        taken.close()
