@@ -42,7 +42,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from .._core import _runtime
+from .._core import _inspect, _runtime
 from ..backends import Backend, JobOutput, JobSpec, Resources
 from ..backends._command import JOB_HOST_ENV, bootstrap_command
 from ..config import Config, get_config
@@ -101,6 +101,8 @@ class LaunchService(Service):
         #: that carries each child's (peer id -> job token).
         self.printer = OutputPrinter()
         self._outputs: Dict[int, bytes] = {}
+        # the dashboard shows the jobs' last output (see fiber._core._inspect)
+        _inspect.add_source("output", self, lambda service: service.printer.recent())
 
     def add(self, token: bytes, launch: Launch) -> None:
         with self._lock:

@@ -16,24 +16,29 @@ is on the terminal when ``join`` returns.
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 __all__ = ["OutputPrinter"]
 
 #: A line longer than this (no end of line yet) is written as it is.
 _MAX_PARTIAL = 65536
+#: Chunks of output (of whole lines) kept for the dashboard, and the text kept of each.
+_RECENT = 200
+_RECENT_CHARS = 500
 
 
 class _JobOutput:
     """One job's output: its prefix and its unfinished lines."""
 
-    __slots__ = ("prefix", "partial", "closed", "ended")
+    __slots__ = ("name", "prefix", "partial", "closed", "ended")
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, name: str, prefix: str) -> None:
+        self.name = name
         self.prefix = prefix
         self.partial: List[bytes] = [b"", b""]  # fd 1, fd 2
         self.closed = threading.Event()
@@ -46,6 +51,14 @@ class OutputPrinter:
 
     def __init__(self) -> None:
         self._jobs: Dict[bytes, _JobOutput] = {}
+        #: The last chunks written, each (when, job name, fd, text), for the dashboard.
+        self._recent: Deque[Tuple[float, str, int, str]] = collections.deque(maxlen=_RECENT)
+
+    def recent(self) -> List[Dict[str, Any]]:
+        """The jobs' last output, oldest first, as plain values (a chunk of whole lines
+        each, cut to its last `_RECENT_CHARS` characters)."""
+        return [{"time": t, "name": name, "fd": fd, "text": text}
+                for t, name, fd, text in list(self._recent)]
 
     def open(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
         """Job ``token`` forwards its output from now on; its lines will carry
@@ -53,7 +66,7 @@ class OutputPrinter:
         if token in self._jobs:  # opened already (see LaunchService.exit_report)
             return
         prefix = f"({name}@{host}) " if prefixed else ""
-        self._jobs[token] = _JobOutput(prefix)
+        self._jobs[token] = _JobOutput(name, prefix)
 
     def rename(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
         """Job ``token`` said where it runs: its lines from now on carry ``(name@host) ``
@@ -61,6 +74,7 @@ class OutputPrinter:
         whose pipes this process reads may run on another host, reached by ssh)."""
         job = self._jobs.get(token)
         if job is not None:
+            job.name = name
             job.prefix = f"({name}@{host}) " if prefixed else ""
 
     def write(self, token: bytes, fd: int, data: bytes) -> None:
@@ -76,6 +90,11 @@ class OutputPrinter:
             end = len(buffered)
         job.partial[fd - 1] = buffered[end:]
         _emit(fd, job.prefix, buffered[:end])
+        self._keep(job, fd, buffered[:end])
+
+    def _keep(self, job: _JobOutput, fd: int, chunk: bytes) -> None:
+        text = chunk[-_RECENT_CHARS:].decode(errors="replace")
+        self._recent.append((time.time(), job.name, fd, text))
 
     def close(self, token: bytes) -> None:
         """The job's output has ended: write what it left unfinished."""
@@ -86,6 +105,7 @@ class OutputPrinter:
             rest, job.partial[fd - 1] = job.partial[fd - 1], b""
             if rest:
                 _emit(fd, job.prefix, rest)
+                self._keep(job, fd, rest)
         job.closed.set()
 
     def job_ended(self, token: bytes) -> None:

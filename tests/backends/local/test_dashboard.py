@@ -39,6 +39,12 @@ def slow(x: float) -> float:
     return x
 
 
+def chatty(x: float) -> float:
+    sys.stdout.write(f"chatty {x}\n")  # one write: the line whole (PYTHONUNBUFFERED)
+    sys.stdout.flush()
+    return slow(x)
+
+
 @pytest.fixture
 def board() -> Iterator[Dashboard]:
     b = start(_inspect.snapshot, "127.0.0.1:0")
@@ -119,7 +125,7 @@ def _render(url: str) -> str:
 def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
         board: Dashboard) -> None:
     with fiber.Pool(4) as pool:
-        result = pool.map_async(slow, [0.2] * 120, 1)
+        result = pool.map_async(chatty, [0.2] * 120, 1)
         wait_until(lambda: pool.status().done >= 8, 60, message="the map under way")
         dom = _render(board.url)
         workers = re.findall(r'data-worker="(PoolWorker-\d+)" data-state="(\w+)"', dom)
@@ -127,6 +133,8 @@ def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
         assert len(names) >= 4 and any(s == "running" for _, s in workers), dom
         done = [int(m) for m in re.findall(r'class="progress">(\d+) of \d+ tasks', dom)]
         assert done and max(done) >= 8, dom
+        # the workers' output, each chunk with its job's name
+        assert re.search(r'data-job="PoolWorker-\d+">\(PoolWorker-\d+\) chatty 0.2', dom), dom
 
         victim = pool.status().workers[0]
         pid = next(c.ident for c in fiber.active_children() if c.name == victim.name)

@@ -65,10 +65,26 @@ function draw(snap) {
   const procs = document.querySelector("#processes tbody");
   procs.replaceChildren(...snap.processes.map(p => row(
     [p.name, p.job_id, p.host, p.pid, p.state, seconds(p.running_s)], {"data-process": p.name})));
+  drawOutput(snap.output || []);
   document.getElementById("warnings-total").textContent = `(${snap.warnings_total})`;
   document.getElementById("warnings").replaceChildren(...snap.warnings.slice().reverse().map(
     w => el("li", {}, `${new Date(w.time * 1000).toLocaleTimeString()}  ${w.text}`)));
   document.body.setAttribute("data-updated", String(snap.time));
+}
+
+// The jobs' last output, of one job if one is chosen (the choice survives the redraws).
+function drawOutput(chunks) {
+  const select = document.getElementById("output-of");
+  const names = [...new Set(chunks.map(c => c.name))].sort();
+  const known = [...select.options].map(o => o.value);
+  for (const name of names) {
+    if (!known.includes(name)) select.append(el("option", {value: name}, name));
+  }
+  const chosen = select.value;
+  const shown = chunks.filter(c => !chosen || c.name === chosen).slice(-100);
+  document.getElementById("output").replaceChildren(...shown.map(c => el(
+    "span", {class: c.fd === 2 ? "err" : "out", "data-job": c.name},
+    chosen ? c.text : c.text.replace(/^(?=.)/gm, `(${c.name}) `))));
 }
 
 async function refresh() {
