@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import weakref
 from typing import (
     Any,
     Callable,
+    Dict,
     Iterable,
     Iterator,
     List,
@@ -98,8 +100,15 @@ class Pool(PoolExtras):
         self._finalizer = weakref.finalize(self, terminate_collected, self._core)
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process
         name = f"Pool-{next(_numbers)}"
-        _inspect.add_source("pools", self,
-                            lambda pool: {"name": name, **pool.status().as_dict()})
+        core = self._core
+
+        def describe(pool: Pool) -> Dict[str, Any]:
+            out = {"name": name, **pool.status().as_dict()}
+            with core.hub.lock:
+                out["stream"] = core.service.stream.recent(time.monotonic())
+            return out
+
+        _inspect.add_source("pools", self, describe)
 
     @property
     def _processes(self) -> int:

@@ -96,6 +96,7 @@ class PoolService(Service):
         self.failed = 0  # tasks that failed (an exception, a lost worker, terminated)
         self.retried = 0  # tasks given back to the queue by a lost worker
         self.rate = _status.Rate()
+        self.stream = _status.Stream()  # the dashboard's timeline
 
     # -- from the pool (under the hub lock) ----------------------------------------------
 
@@ -280,15 +281,20 @@ class PoolService(Service):
             return  # a worker already presumed dead: its results were reassigned
         fids = []
         items = 0
+        outcome = "done"
         for task_id, ok, frames in unpack_results(payload):
             task = ws.pending.pop(task_id, None)
             if task is not None:
                 fids.append(task.fid)
                 items += task.items
+                if not ok:
+                    outcome = "failed"
                 self._finish(task, ok, frames)
         ws.done += items
-        ws.since = time.monotonic()
-        self.rate.add(items, ws.since)
+        now = time.monotonic()
+        self.stream.add(ws.process.name, ws.since, now, outcome, items)
+        ws.since = now
+        self.rate.add(items, now)
         self._refresh(ws)
         self._measure(fids, results_busy(payload))
         self._maybe_stop(ws)
@@ -425,6 +431,8 @@ class PoolService(Service):
             self.queue.appendleft(task)
         items = sum(task.items for task in tasks)
         self.queued_items += items
+        if items:
+            self.stream.add(ws.process.name, ws.since, time.monotonic(), "lost", items)
         if not ws.retired_why:
             self.retried += items
         if not ws.retiring:

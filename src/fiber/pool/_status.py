@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-__all__ = ["Rate", "WorkerStatus", "PoolStatus", "snapshot"]
+__all__ = ["Rate", "Stream", "WorkerStatus", "PoolStatus", "snapshot"]
 
 #: Seconds over which ``tasks_per_s`` is measured.
 RATE_WINDOW_S = 10
@@ -44,6 +44,35 @@ class Rate:
         total = sum(count for second, count in self._buckets if second > first)
         span = min(float(RATE_WINDOW_S), max(now - self._started, 1e-3))
         return total / span
+
+
+class Stream:
+    """A pool's task stream, for the dashboard's timeline: one bar per batch of results
+    a worker returned (from when it began on them, as far as the master can tell, to
+    when they came), or per batch a lost worker gave back. Bounded; a deque append per
+    results message is all it costs the pool."""
+
+    __slots__ = ("bars",)
+
+    #: Bars kept, and the age (s) past which they are not shown.
+    KEPT = 2000
+    WINDOW_S = 60.0
+
+    def __init__(self) -> None:
+        #: (worker name, start, end (monotonic), outcome, tasks)
+        self.bars: Deque[Tuple[str, float, float, str, int]] = collections.deque(
+            maxlen=self.KEPT)
+
+    def add(self, worker: str, start: float, end: float, outcome: str, tasks: int) -> None:
+        """``outcome``: ``done``, ``failed`` (some task of the batch raised) or ``lost``
+        (given back to the queue)."""
+        self.bars.append((worker, start, end, outcome, tasks))
+
+    def recent(self, now: float) -> List[List[Any]]:
+        """The bars that ended within `WINDOW_S`: ``[worker, start age (s), end age (s),
+        outcome, tasks]``, oldest first."""
+        return [[w, round(now - a, 3), round(now - b, 3), o, n]
+                for w, a, b, o, n in list(self.bars) if now - b <= self.WINDOW_S]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -133,6 +133,8 @@ def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
         assert len(names) >= 4 and any(s == "running" for _, s in workers), dom
         done = [int(m) for m in re.findall(r'class="progress">(\d+) of \d+ tasks', dom)]
         assert done and max(done) >= 8, dom
+        # the task stream: bars of done tasks, on the workers' rows
+        assert len(re.findall(r'<rect class="bar done"[^>]*data-worker="PoolWorker-\d+"', dom)) >= 4
         # the workers' output, each chunk with its job's name
         assert re.search(r'data-job="PoolWorker-\d+">\(PoolWorker-\d+\) chatty 0.2', dom), dom
 
@@ -143,6 +145,9 @@ def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
                    message="the lost worker replaced")
         dom = _render(board.url)
         assert re.search(r"<li>[^<]*" + re.escape(victim.name) + r"[^<]*was lost", dom), dom
+        # its tasks given back: an orange bar on its row
+        assert re.search(r'<rect class="bar lost"[^>]*data-worker="' + re.escape(victim.name)
+                         + '"', dom), dom
         assert re.search(r"<td>(\d+)</td></tr>", dom)
         restarts = re.findall(r'data-worker="PoolWorker-\d+" data-state="\w+">'
                               r"(?:<td>.*?</td>){8}<td>1</td>", dom)

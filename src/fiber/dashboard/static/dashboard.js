@@ -26,6 +26,45 @@ function row(cells, attrs, cell = "td") {
   return tr;
 }
 
+// The task stream: the last 60 s, one row per worker, one bar per batch of results
+// (green: done, red: some task failed, orange: given back by a lost worker).
+const SVG = "http://www.w3.org/2000/svg";
+const WINDOW_S = 60, WIDTH = 1000;
+
+function stream(p) {
+  const workers = [...new Set(p.workers.map(w => w.name).concat(p.stream.map(b => b[0])))];
+  workers.sort((a, b) => (a.length - b.length) || a.localeCompare(b));
+  const rowOf = new Map(workers.map((w, i) => [w, i]));
+  const rowHeight = Math.max(2, Math.min(10, Math.floor(400 / Math.max(1, workers.length))));
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("class", "stream");
+  svg.setAttribute("viewBox", `0 0 ${WIDTH} ${workers.length * rowHeight}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("height", String(Math.max(12, workers.length * rowHeight)));
+  // the span shown: the bars' own (10 s at least, 60 at most), so that a young pool's
+  // bars are not a sliver at the right edge
+  const span = Math.min(WINDOW_S, Math.max(10, ...p.stream.map(b => b[1])));
+  for (const [worker, startAge, endAge, outcome, tasks] of p.stream) {
+    const x = WIDTH * (1 - Math.min(startAge, span) / span);
+    const w = Math.max(1, WIDTH * (Math.min(startAge, span) - endAge) / span - 2);
+    const rect = document.createElementNS(SVG, "rect");
+    rect.setAttribute("class", "bar " + outcome);
+    rect.setAttribute("x", x.toFixed(1));
+    rect.setAttribute("y", String(rowOf.get(worker) * rowHeight));
+    rect.setAttribute("width", w.toFixed(1));
+    rect.setAttribute("height", String(Math.max(1, rowHeight - 1)));
+    rect.setAttribute("data-worker", worker);
+    const title = document.createElementNS(SVG, "title");
+    title.textContent = `${worker}: ${tasks} task(s) ${outcome}, ${(startAge - endAge).toFixed(3)} s`;
+    rect.append(title);
+    svg.append(rect);
+  }
+  const box = el("div", {class: "stream-box"});
+  box.append(el("div", {class: "muted"},
+    `task stream, last ${Math.round(span)} s (a row per worker; green done, red failed, orange given back)`), svg);
+  return box;
+}
+
 function pool(p) {
   const section = el("section", {class: "pool", "data-pool": p.name});
   section.append(el("h2", {}, `${p.name} (${p.state}, ${p.size} workers)`));
@@ -40,6 +79,7 @@ function pool(p) {
     el("span", {}, eta ? `ETA ${eta}` : ""),
     el("span", {class: "counts"}, `pending ${p.pending} · running ${p.running} · done ${p.done} · failed ${p.failed} · retried ${p.retried}`));
   section.append(stats);
+  section.append(stream(p));
   const table = el("table", {class: "workers"});
   table.append(el("thead", {},
     row(["worker", "job", "host", "state", "task", "for", "held", "done", "restarts"], {}, "th")));
