@@ -7,6 +7,7 @@ worker holds two."""
 
 from __future__ import annotations
 
+import types
 from typing import Any, List, Tuple
 
 from fiber.pool._protocol import PoolOps, pack_results, unpack_tasks
@@ -50,7 +51,9 @@ def pool_of(n: int) -> Tuple[PoolService, RecordingServer, List[Peer]]:
     service.cached_functions.add(FID)  # kept between calls, as the pool's submitters do
     peers = []
     for worker_id in range(1, n + 1):
-        service.add_worker(WorkerState(worker_id, process=None))  # type: ignore[arg-type]
+        # what the scheduler reads of a worker's Process: its name (the task stream)
+        named = types.SimpleNamespace(name=f"PoolWorker-{worker_id}")
+        service.add_worker(WorkerState(worker_id, process=named))  # type: ignore[arg-type]
         peer = Peer(100 + worker_id, b"job", True, None)
         service.hello(server, peer, b"", [worker_id.to_bytes(8, "little")])  # type: ignore[arg-type]
         peers.append(peer)

@@ -31,6 +31,7 @@ from fiber.pool._protocol import (
     unpack_tasks,
 )
 from fiber.pool._service import PoolService
+from fiber.process._inspected import InspectOps, InspectService
 from fiber.process._launcher import LaunchOps, LaunchService
 from fiber.queues._queue import QueueOps, QueueService
 from fiber.sharedctypes import ValueOps, ValueService
@@ -192,7 +193,7 @@ PROTOCOLS = [
     (LockService, LockOps), (SemaphoreService, SemaphoreOps), (EventService, EventOps),
     (ConditionService, ConditionOps), (BarrierService, BarrierOps), (ValueService, ValueOps),
     (LaunchService, LaunchOps), (ObjectService, ObjectOps), (ManagerService, ManagerOps),
-    (SharedStore, SharedOps),
+    (SharedStore, SharedOps), (InspectService, InspectOps),
 ]
 
 

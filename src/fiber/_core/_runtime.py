@@ -79,6 +79,7 @@ def listen_host() -> str:
 def hub() -> Server:
     """This process's server, started on first use."""
     global _hub, _hub_pid
+    started_main = False
     with _lock:
         if _hub is None or _hub_pid != os.getpid() or not _hub.alive:
             cfg = get_config()
@@ -94,9 +95,12 @@ def hub() -> Server:
             _hub.register(_inspect.SERVICE, _inspect.StatusService())
             if not parent_address():  # the main process: fiber top finds it there
                 _machine.register_program(_hub.address, auth.program_secret(), cfg.backend)
-                for hook in _main_hub_hooks:
-                    hook()
-        return _hub
+                started_main = True
+        started = _hub
+    if started_main:  # outside the lock: a hook may use the hub
+        for hook in _main_hub_hooks:
+            hook()
+    return started
 
 
 #: Called once the main process's hub has started (see `on_main_hub`).

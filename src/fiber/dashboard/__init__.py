@@ -13,7 +13,9 @@ Routes, each behind the token (``?token=``, the cookie the first visit sets, or
 
 - ``/``: the page (plain JavaScript shipped in the wheel: no CDN), refreshed every second;
 - ``/api/snapshot``: what the page shows, as JSON (what ``fiber top`` shows);
-- ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md)).
+- ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md));
+- ``/api/stack?worker=NAME``: the Python stacks of a job's threads, asked of it now (a
+  program's own dashboard: its jobs answer it).
 
 The server is the standard library's ``http.server`` on a thread of its own: no
 dependency, and nothing it receives is unpickled (it reads only a path and headers).
@@ -35,11 +37,13 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._core import _inspect
 from ..errors import ConfigError
+from ..process import _inspected
 from . import _metrics
 
 __all__ = ["Dashboard", "start", "parse_address", "serve_program"]
 
 Source = Callable[[], Dict[str, Any]]
+Stacks = Callable[[str], str]
 _COOKIE = "fiber_dashboard"
 _ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
            "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
@@ -72,14 +76,16 @@ def _asset(name: str) -> bytes:
 class Dashboard:
     """The dashboard's HTTP server, serving the snapshots of ``source`` (see the module).
 
-    ``token``: the one to ask for (None: a new random one).
+    ``token``: the one to ask for (None: a new random one). ``stacks``: a job's stacks
+    by its name (None: not known here).
     """
 
     def __init__(self, source: Source, address: str = "127.0.0.1:0",
-                 token: Optional[str] = None) -> None:
+                 token: Optional[str] = None, stacks: Optional[Stacks] = None) -> None:
         host, port = parse_address(address)
         self.token = token or secrets.token_urlsafe(24)
         self._source = source
+        self.stacks = stacks
         handler = type("Handler", (_Handler,), {"dashboard": self})
         self._httpd = http.server.ThreadingHTTPServer((host, port), handler)
         self._httpd.daemon_threads = True
@@ -145,6 +151,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             elif url.path == "/api/snapshot":
                 body = json.dumps(self.dashboard.snapshot(), default=str).encode()
                 self._send(200, body, "application/json")
+            elif url.path == "/api/stack":
+                self._stack(query.get("worker", [""])[-1])
             elif url.path == "/metrics":
                 body = _metrics.render(self.dashboard.snapshot()).encode()
                 self._send(200, body, _metrics.CONTENT_TYPE)
@@ -153,6 +161,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except Exception as e:  # the program's state could not be read: say so, go on
             self._send(503, f"fiber dashboard: {type(e).__name__}: {e}\n".encode(),
                        "text/plain; charset=utf-8")
+
+    def _stack(self, name: str) -> None:
+        text = "text/plain; charset=utf-8"
+        if self.dashboard.stacks is None:
+            self._send(501, b"stacks are shown by a program's own dashboard "
+                       b"(fiber.init(dashboard=...)), not an attached one\n", text)
+            return
+        try:
+            self._send(200, self.dashboard.stacks(name).encode(), text)
+        except LookupError as e:
+            self._send(404, f"{e}\n".encode(), text)
+        except TimeoutError as e:
+            self._send(504, f"{e}\n".encode(), text)
 
     def _send(self, code: int, body: bytes, kind: str, cookie: bool = False) -> None:
         self.send_response(code)
@@ -166,19 +187,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def start(source: Source, address: str, token: Optional[str] = None) -> Dashboard:
+def start(source: Source, address: str, token: Optional[str] = None,
+          stacks: Optional[Stacks] = None) -> Dashboard:
     """Serve ``source``'s snapshots at ``address`` and say where on stderr.
 
     Raises:
         OSError: the address cannot be bound. ValueError: it is not ``HOST:PORT``.
     """
-    board = Dashboard(source, address, token)
+    board = Dashboard(source, address, token, stacks)
     sys.stderr.write(f"fiber: dashboard at {board.url}\n")
     sys.stderr.flush()
     return board
 
 
 _served: Optional[Dashboard] = None
+
+
+def _program_snapshot() -> Dict[str, Any]:
+    """This program's snapshot, each worker with its job's last CPU and memory report."""
+    snap = _inspect.snapshot()
+    usage = _inspected.stats()
+    for pool in snap.get("pools", []):
+        for worker in pool.get("workers", []):
+            worker.update(usage.get(worker.get("name"), {}))
+    return snap
 
 
 def serve_program(address: str) -> Dashboard:
@@ -190,8 +222,9 @@ def serve_program(address: str) -> Dashboard:
     """
     global _served
     if _served is None:
+        _inspected.register()  # the jobs answer it (their stacks, CPU and memory)
         try:
-            _served = start(_inspect.snapshot, address)
+            _served = start(_program_snapshot, address, stacks=_inspected.stack_of)
         except (OSError, ValueError) as e:
             raise ConfigError("dashboard", f"cannot serve at {address!r}: {e}") from e
     return _served

@@ -28,7 +28,7 @@ from .._core import _runtime
 from .._core._clients import adopt_anchor, ensure_anchor
 from ..transport import client
 from ..transport.serialization import fetch_sources_with
-from . import _launcher, _lineage, _output, _parent, _title
+from . import _inspected, _launcher, _lineage, _output, _parent, _title
 from ._fd_handoff import load_spawned
 from ._process import kill_children, run_in_job
 
@@ -138,6 +138,8 @@ def main() -> None:
     lifeline = threading.Thread(target=_watch_lifelines, args=(parent, master),
                                 name="fiber-lifeline", daemon=True)
     lifeline.start()
+    if config.get_config().dashboard and master == parent:
+        _inspected.serve_parent(parent, token)  # its stacks and usage, for the dashboard
     # As a spawn child of multiprocessing: the parent's sys.path in its order (then what
     # only this host has), its sys.argv (a module that parses arguments at import sees
     # the program's), before anything of the user's is unpickled.

@@ -108,6 +108,11 @@ class LaunchService(Service):
         with self._lock:
             self._launches[token] = launch
 
+    def name_of(self, token: bytes) -> str:
+        """The name of the process whose job has ``token`` ("" if none runs)."""
+        launch = self._launches.get(token)
+        return launch.name if launch is not None else ""
+
     def remove(self, token: bytes) -> None:
         """The job has ended (or was never submitted)."""
         with self._lock:

@@ -11,6 +11,7 @@ The dashboard of these tests serves this test process's own snapshot
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import shutil
@@ -148,8 +149,7 @@ def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
         # its tasks given back: an orange bar on its row
         assert re.search(r'<rect class="bar lost"[^>]*data-worker="' + re.escape(victim.name)
                          + '"', dom), dom
-        assert re.search(r"<td>(\d+)</td></tr>", dom)
-        restarts = re.findall(r'data-worker="PoolWorker-\d+" data-state="\w+">'
+        restarts = re.findall(r'data-worker="PoolWorker-\d+" data-state="\w+"[^>]*>'
                               r"(?:<td>.*?</td>){8}<td>1</td>", dom)
         assert restarts, dom  # the replacement shows its place's restart
         assert result.get(120) == [0.2] * 120
@@ -163,11 +163,17 @@ PROGRAM = textwrap.dedent("""
         time.sleep(x)
         return x
 
+    def sleepy_user_function(x):
+        time.sleep(x)
+        return x
+
     if __name__ == "__main__":
         with fiber.Pool(2) as pool:
             pool.map(slow, [0.01] * 10)
+            pool.map_async(sleepy_user_function, [60, 60], 1)
             print("READY", flush=True)
             sys.stdin.readline()
+            pool.terminate()
 """)
 
 
@@ -196,10 +202,26 @@ def test_the_config_turns_it_on_and_fiber_dashboard_attaches() -> None:
         assert line, "no dashboard line from the program"
         assert prog.stdout is not None and prog.stdout.readline().strip() == "READY"
         url = urllib.parse.urlsplit(line.split(" at ", 1)[1].strip())
-        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
-        conn.request("GET", "/api/snapshot?" + url.query)
-        body = conn.getresponse().read().decode()
+
+        def get(path: str) -> Tuple[int, str]:
+            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+            conn.request("GET", f"{path}{'&' if '?' in path else '?'}{url.query}")
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+
+        body = get("/api/snapshot")[1]
         assert '"pools"' in body and '"PoolWorker-1"' in body, body
+        # each worker's job reports its CPU and memory (a program's own dashboard)...
+        wait_until(lambda: '"rss_mb"' in get("/api/snapshot")[1], 30,
+                   message="the workers' usage reported")
+        snap = json.loads(get("/api/snapshot")[1])
+        usage = [w for w in snap["pools"][0]["workers"] if "rss_mb" in w]
+        assert usage and all(w["rss_mb"] > 1 for w in usage), snap
+        # ... and answers with its threads' stacks, busy in the user's function
+        status, stack = get("/api/stack?worker=PoolWorker-1")
+        assert status == 200 and "sleepy_user_function" in stack, stack
+        assert re.search(r"Thread MainThread:\n(.*\n)*.*in sleepy_user_function", stack), stack
+        assert get("/api/stack?worker=nobody")[0] == 404
 
         # fiber dashboard PID: the same, attached from outside
         attach = subprocess.Popen([sys.executable, "-m", "fiber", "dashboard", str(prog.pid)],
@@ -212,6 +234,9 @@ def test_the_config_turns_it_on_and_fiber_dashboard_attaches() -> None:
             conn.request("GET", "/metrics?" + url.query)
             text = conn.getresponse().read().decode()
             assert 'fiber_pool_tasks_done_total{pool="Pool-1"} 10' in text, text
+            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+            conn.request("GET", "/api/stack?worker=PoolWorker-1&" + url.query)
+            assert conn.getresponse().status == 501  # stacks: the program's own only
         finally:
             attach.terminate()
             attach.wait(30)

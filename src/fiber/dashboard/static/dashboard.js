@@ -82,12 +82,17 @@ function pool(p) {
   section.append(stream(p));
   const table = el("table", {class: "workers"});
   table.append(el("thead", {},
-    row(["worker", "job", "host", "state", "task", "for", "held", "done", "restarts"], {}, "th")));
+    row(["worker", "job", "host", "state", "task", "for", "held", "done", "restarts", "CPU",
+         "memory"], {}, "th")));
   const body = el("tbody");
   for (const w of p.workers) {
-    body.append(row([w.name, w.job_id, w.host, el("span", {class: "state-" + w.state}, w.state),
-                     w.task || "", seconds(w.running_s), w.held, w.done, w.restarts],
-                    {"data-worker": w.name, "data-state": w.state}));
+    const tr = row([w.name, w.job_id, w.host, el("span", {class: "state-" + w.state}, w.state),
+                    w.task || "", seconds(w.running_s), w.held, w.done, w.restarts,
+                    w.cpu_percent === undefined ? "" : `${w.cpu_percent}%`,
+                    w.rss_mb === undefined ? "" : `${w.rss_mb} MB`],
+                   {"data-worker": w.name, "data-state": w.state, title: "click: its stacks"});
+    tr.addEventListener("click", () => showStack(w.name));
+    body.append(tr);
   }
   table.append(body);
   section.append(table);
@@ -125,6 +130,20 @@ function drawOutput(chunks) {
   document.getElementById("output").replaceChildren(...shown.map(c => el(
     "span", {class: c.fd === 2 ? "err" : "out", "data-job": c.name},
     chosen ? c.text : c.text.replace(/^(?=.)/gm, `(${c.name}) `))));
+}
+
+// A worker's Python stacks (all its threads), asked of it now (a program's own dashboard).
+async function showStack(name) {
+  const pre = document.getElementById("stack");
+  document.getElementById("stack-of").textContent = name;
+  pre.textContent = "asking...";
+  try {
+    const response = await fetch("api/stack?worker=" + encodeURIComponent(name),
+                                 {cache: "no-store", credentials: "same-origin"});
+    pre.textContent = await response.text();
+  } catch (e) {
+    pre.textContent = "the program is not answering";
+  }
 }
 
 async function refresh() {

@@ -1,0 +1,196 @@
+"""A job seen from its parent's dashboard: its threads' Python stacks on request, and its
+CPU time and resident memory every `STATS_S` seconds.
+
+Only when the program's configuration has a ``dashboard``: then each job's bootstrap
+starts `serve_parent`, a thread of its own on a connection of its own to the parent's
+hub, so that a job whose main thread is busy in a task (or stuck in one) still answers.
+A program without a dashboard makes neither the thread nor the connection.
+
+    job (thread fiber-inspected)               parent's hub (InspectService)
+    [inspect, hello, token] ─────────────────▶ the job's name, from its launch
+    [inspect, stats, token, cpu_s, rss] ─────▶ kept for the dashboard (every 2 s)
+                         ◀── [b"", stack, request id]            (`stack_of`)
+    [inspect, stack, token, request id, text] ▶ handed to the waiting caller
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Tuple
+
+from .._core import _runtime
+from ..transport.client import Client, ConnectionLost
+from ..transport.operations import handles
+from ..transport.server import Peer, Server, Service
+from . import _launcher
+
+__all__ = ["InspectService", "serve_parent", "register", "stack_of", "stats"]
+
+SERVICE = b"inspect"
+#: Seconds between a job's reports of its CPU time and memory.
+STATS_S = 2.0
+
+
+class InspectOps:
+    """The inspect protocol's operations (messages to an `InspectService`)."""
+
+    HELLO = b"hello"
+    STATS = b"stats"
+    STACK = b"stack"
+
+
+# -- in the job ------------------------------------------------------------------------------
+
+def _stacks() -> str:
+    """Every thread's stack, innermost last, as a traceback reads (with source lines)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = []
+    # sys._current_frames is documented (the sys module), not a private name of a library
+    for ident, frame in sys._current_frames().items():  # noqa: SLF001
+        if ident == threading.get_ident():
+            continue  # this thread, answering
+        parts.append(f"Thread {names.get(ident, ident)!s}:\n"
+                     + "".join(traceback.format_stack(frame)))
+    return "\n".join(parts)
+
+
+def _usage() -> Tuple[float, int]:
+    """This process's CPU seconds and resident bytes (0 where /proc does not say)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = 0
+    return time.process_time(), rss
+
+
+def serve_parent(parent: str, token: bytes) -> None:
+    """Answer the parent's dashboard from a daemon thread (see the module)."""
+    threading.Thread(target=_serve, args=(parent, token), name="fiber-inspected",
+                     daemon=True).start()
+
+
+def _serve(parent: str, token: bytes) -> None:
+    try:
+        client = Client(parent)
+        client.send(SERVICE, InspectOps.HELLO, [token])
+        next_stats = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_stats:
+                cpu, rss = _usage()
+                client.send(SERVICE, InspectOps.STATS, [token, f"{cpu:.3f}".encode(),
+                                                        str(rss).encode()])
+                next_stats = now + STATS_S
+            msg = client.next_push(max(0.0, next_stats - time.monotonic()))
+            if msg is not None and len(msg) > 2 and bytes(msg[1]) == InspectOps.STACK:
+                client.send(SERVICE, InspectOps.STACK,
+                            [token, bytes(msg[2]), _stacks().encode(errors="replace")])
+    except (ConnectionLost, OSError):
+        return  # the parent is gone: the lifelines end this job
+
+
+# -- in the parent ---------------------------------------------------------------------------
+
+class _Job:
+    __slots__ = ("peer", "name", "cpu", "rss", "at", "cpu_percent")
+
+    def __init__(self, peer: Peer, name: str) -> None:
+        self.peer, self.name = peer, name
+        self.cpu = self.at = self.cpu_percent = 0.0
+        self.rss = 0
+
+
+class InspectService(Service):
+    """The jobs that answer this process's dashboard, by name (under the hub's lock)."""
+
+    protocol = "inspect"
+
+    def __init__(self, launches: _launcher.LaunchService) -> None:
+        self.launches = launches  # the jobs' names, by token
+        self.jobs: Dict[str, _Job] = {}
+        self.by_peer: Dict[int, str] = {}
+        #: request id -> (the event its caller waits on, where the answer goes)
+        self.waiting: Dict[bytes, Tuple[threading.Event, List[str]]] = {}
+
+    @handles(InspectOps.HELLO)
+    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        name = self.launches.name_of(bytes(payload[0]))
+        if name:
+            self.jobs[name] = _Job(peer, name)
+            self.by_peer[peer.peer_id] = name
+
+    @handles(InspectOps.STATS)
+    def report(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        job = self.jobs.get(self.by_peer.get(peer.peer_id, ""))
+        if job is None:
+            return
+        cpu, now = float(bytes(payload[1])), time.monotonic()
+        if job.at:
+            job.cpu_percent = round(100 * (cpu - job.cpu) / max(1e-3, now - job.at), 1)
+        job.cpu, job.at, job.rss = cpu, now, int(bytes(payload[2]))
+
+    @handles(InspectOps.STACK)
+    def stack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        waiter = self.waiting.pop(bytes(payload[1]), None)
+        if waiter is not None:
+            waiter[1].append(bytes(payload[2]).decode(errors="replace"))
+            waiter[0].set()
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        name = self.by_peer.pop(peer.peer_id, None)
+        if name is not None and self.jobs.get(name) is not None \
+                and self.jobs[name].peer is peer:
+            del self.jobs[name]
+
+
+_service: Optional[InspectService] = None
+_service_lock = threading.Lock()
+
+
+def register() -> InspectService:
+    """This process's inspect service, on its hub (made once)."""
+    global _service
+    hub = _runtime.hub()
+    with _service_lock:
+        if _service is None:
+            _service = InspectService(_launcher.launcher())
+            hub.register(SERVICE, _service)
+        return _service
+
+
+def stats() -> Dict[str, Dict[str, float]]:
+    """The jobs' last reports: name -> {cpu_percent, rss_mb}."""
+    service = register()
+    with _runtime.hub().lock:
+        return {name: {"cpu_percent": job.cpu_percent, "rss_mb": round(job.rss / 2**20, 1)}
+                for name, job in service.jobs.items()}
+
+
+def stack_of(name: str, timeout: float = 5.0) -> str:
+    """The Python stacks of job ``name``'s threads, asked of the job now.
+
+    Raises:
+        LookupError: no such job answers this process. TimeoutError: it did not answer
+        within ``timeout`` seconds (its host unreachable, say).
+    """
+    service = register()
+    hub = _runtime.hub()
+    request = secrets.token_bytes(8)
+    done, answer = threading.Event(), []  # type: ignore[var-annotated]
+    with hub.lock:
+        job = service.jobs.get(name)
+        if job is None:
+            raise LookupError(f"no job named {name!r} answers (a dashboard's jobs only)")
+        service.waiting[request] = (done, answer)
+        hub.send(job.peer, [b"", InspectOps.STACK, request])
+    if not done.wait(timeout):
+        with hub.lock:
+            service.waiting.pop(request, None)
+        raise TimeoutError(f"{name} did not send its stack within {timeout:g} s")
+    return str(answer[0])
