@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 from .. import config
 from .._core import _runtime
@@ -95,6 +96,25 @@ def _end_with_program(address: str, is_master: bool) -> None:
     os._exit(1)
 
 
+#: Seconds a job tries to make its first connection to its parent: a job may start
+#: before its network is up (a pod's, while its node sets it up).
+FIRST_CONNECT_S = 60.0
+
+
+def _fetch_payload(parent: str, token: bytes) -> Any:
+    """The launch payload, its first connection tried again (nothing was sent) for up to
+    `FIRST_CONNECT_S`: a CI run saw a pod's first connect time out at 10 s."""
+    deadline = time.monotonic() + FIRST_CONNECT_S
+    while True:
+        try:
+            return _launcher.fetch_payload(parent, token)
+        except client.CannotConnect as e:
+            if time.monotonic() >= deadline:
+                raise
+            sys.stderr.write(f"fiber: job {os.getpid()} {e}; trying again\n")
+            time.sleep(1.0)
+
+
 def _take_anchor(parent: str) -> None:
     """This job's anchor to its parent, if it was handed one (a local job: see
     ``fiber.process._launcher.handing_anchors``), with the process id that goes with it;
@@ -122,7 +142,7 @@ def main() -> None:
     _output.split_for_relay(parent, token)
     _take_anchor(parent)
     try:
-        payload = _launcher.fetch_payload(parent, token)
+        payload = _fetch_payload(parent, token)
     except BaseException as e:
         sys.stderr.write(f"fiber: job cannot start: {type(e).__name__}: {e}\n")
         sys.stderr.flush()

@@ -36,7 +36,8 @@ from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
-__all__ = ["Client", "LocalClient", "ConnectionLost", "get_client", "own_client", "process_id",
+__all__ = ["Client", "LocalClient", "ConnectionLost", "CannotConnect", "get_client",
+           "own_client", "process_id",
            "close_all", "ensure_anchor", "adopt_anchor", "register_local_server",
            "prune_closed", "Settings", "DEFAULTS", "local_server", "renew_process_id",
            "Channel", "OwnServer"]
@@ -47,6 +48,10 @@ LateReply = Callable[[bytes, List[Any]], None]
 
 class ConnectionLost(TransportError):
     """The server of a fiber object ended or became unreachable."""
+
+
+class CannotConnect(ConnectionLost):
+    """No connection could be made to the server (none was made: nothing was sent)."""
 
 
 _PROCESS_ID = secrets.token_bytes(16)
@@ -93,7 +98,7 @@ class Client:
             try:
                 self.sock = connect(address, timeout)
             except OSError as e:
-                raise ConnectionLost(f"cannot connect: {e}", address) from None
+                raise CannotConnect(f"cannot connect: {e}", address) from None
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
         try:

@@ -216,3 +216,27 @@ def test_a_log_file_that_cannot_be_written_fails_the_start_before_any_job(tmp_pa
     assert "Not a directory" in said, said
     assert _said(cp.stdout, "CHILDREN") == "0"  # no job (nor the fork server) started
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "program.py"]
+
+
+def test_a_job_whose_parent_cannot_be_reached_yet_tries_again():
+    """A job may start before its network is up (a pod's): its first connection to its
+    parent, which fails (here: nothing listens), is tried again each second, said on its
+    stderr, rather than ending the job at the first failure (a CI run saw a pod's first
+    connect time out)."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, and nothing listens on it once closed
+    env = {**os.environ, "FIBER_PARENT": f"tcp://127.0.0.1:{port}", "FIBER_JOB": "00" * 16}
+    job = subprocess.Popen([sys.executable, "-m", "fiber.process._bootstrap"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)
+        assert job.poll() is None, job.communicate()  # still trying
+    finally:
+        job.kill()
+        _, err = job.communicate(timeout=30)
+    tries = [ln for ln in err.splitlines() if "cannot connect" in ln and "trying again" in ln]
+    assert len(tries) >= 2, err
