@@ -551,9 +551,11 @@ class SlurmBackend(BatchBackend):
     def stop_main(self, handle: JobHandle, force: bool = False) -> None:
         """The program's job, and its processes' jobs still queued (they have this
         process's program id): they would otherwise start once a CPU is freed, only to
-        find their master gone. Running ones are left to the program's own cleanup."""
-        self.cancel([handle], force=force)
+        find their master gone. Running ones are left to the program's own cleanup. The
+        queued ones first: the program's end frees its CPUs, and a queued job could start
+        on them between the two (a CI run saw it)."""
         _slurm_jobs.remove_jobs(self, self.program, force=force, queued_only=True)
+        self.cancel([handle], force=force)
 
     def cancel_unfinished(self) -> None:
         super().cancel_unfinished()
