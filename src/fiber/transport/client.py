@@ -51,7 +51,13 @@ class ConnectionLost(TransportError):
 
 
 class CannotConnect(ConnectionLost):
-    """No connection could be made to the server (none was made: nothing was sent)."""
+    """No connection could be made to the server (none was made: nothing was sent).
+    ``refused``: its host answered that nothing listens there (the server is gone),
+    rather than not answering at all (unreachable, or its network not up yet)."""
+
+    def __init__(self, message: str, address: str = "", refused: bool = False) -> None:
+        super().__init__(message, address)
+        self.refused = refused
 
 
 _PROCESS_ID = secrets.token_bytes(16)
@@ -98,7 +104,8 @@ class Client:
             try:
                 self.sock = connect(address, timeout)
             except OSError as e:
-                raise CannotConnect(f"cannot connect: {e}", address) from None
+                raise CannotConnect(f"cannot connect: {e}", address,
+                                    isinstance(e, ConnectionRefusedError)) from None
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
         try:

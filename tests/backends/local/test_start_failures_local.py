@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import psutil
 import pytest
@@ -218,25 +218,41 @@ def test_a_log_file_that_cannot_be_written_fails_the_start_before_any_job(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "program.py"]
 
 
+def _bootstrap(parent: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]:
+    env = {**os.environ, "FIBER_PARENT": parent, "FIBER_JOB": "00" * 16}
+    return subprocess.Popen([*prefix, sys.executable, "-m", "fiber.process._bootstrap"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_a_job_whose_parent_cannot_be_reached_yet_tries_again():
     """A job may start before its network is up (a pod's): its first connection to its
-    parent, which fails (here: nothing listens), is tried again each second, said on its
-    stderr, rather than ending the job at the first failure (a CI run saw a pod's first
-    connect time out)."""
+    parent, whose host does not answer (here: a network namespace of its own, with no
+    route), is tried again each second, said on its stderr, rather than ending the job
+    at the first failure (a CI run saw a pod's first connect time out)."""
+    import time
+
+    job = _bootstrap("tcp://10.203.7.9:4242", ["unshare", "--net"])
+    try:
+        time.sleep(9)
+        assert job.poll() is None, job.communicate()  # still trying
+    finally:
+        job.kill()
+        _, err = job.communicate(timeout=30)
+    tries = [ln for ln in err.splitlines() if "cannot connect" in ln and "trying again" in ln]
+    assert len(tries) >= 1, err
+
+
+def test_a_job_whose_parent_refuses_ends_at_once():
+    """Refused: the parent is gone (killed while this job started). The job ends at once,
+    exit code 1, and does not try again: it must not outlive its program."""
     import socket
     import time
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free, and nothing listens on it once closed
-    env = {**os.environ, "FIBER_PARENT": f"tcp://127.0.0.1:{port}", "FIBER_JOB": "00" * 16}
-    job = subprocess.Popen([sys.executable, "-m", "fiber.process._bootstrap"], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(4)
-        assert job.poll() is None, job.communicate()  # still trying
-    finally:
-        job.kill()
-        _, err = job.communicate(timeout=30)
-    tries = [ln for ln in err.splitlines() if "cannot connect" in ln and "trying again" in ln]
-    assert len(tries) >= 2, err
+    t = time.monotonic()
+    job = _bootstrap(f"tcp://127.0.0.1:{port}")
+    _, err = job.communicate(timeout=30)
+    assert job.returncode == 1 and time.monotonic() - t < 10, err
+    assert "cannot connect" in err and "trying again" not in err, err
