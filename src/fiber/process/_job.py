@@ -78,11 +78,14 @@ def say_end(process: Any, name: str, job: Job, status: JobStatus) -> None:
         sys.stderr.write(f"fiber: the job of {name} failed before it started: "
                          f"{status.reason}\n")
     elif _ended_from_outside(status, job.reported):
-        where = job.handle.job_id if job.handle is not None else "?"
-        if job.remote_host:
-            where += f" on {job.remote_host}"
         warn("%s (job %s) was ended by its cluster or a signal, not by its code: %s", name,
-             where, describe_end(status.exitcode, status.reason))
+             _where(job), describe_end(status.exitcode, status.reason))
+
+
+def _where(job: Job) -> str:
+    """"4711 on node2": the job's id, and its host once it said."""
+    where = job.handle.job_id if job.handle is not None else "?"
+    return f"{where} on {job.remote_host}" if job.remote_host else where
 
 
 def say_lost_contact(process: Any, name: str, job: Job) -> None:
@@ -93,11 +96,8 @@ def say_lost_contact(process: Any, name: str, job: Job) -> None:
     log, not on this terminal)."""
     if job.reported is not None or job.cancel_requested or process in _said_elsewhere:
         return
-    where = job.handle.job_id if job.handle is not None else "?"
-    if job.remote_host:
-        where += f" on {job.remote_host}"
     warn("%s (job %s) is lost: its host has not answered for %g s (heartbeat_timeout), "
-         "and a job cut off from the program's main process ends itself", name, where,
+         "and a job cut off from the program's main process ends itself", name, _where(job),
          get_config().heartbeat_timeout)
 
 
