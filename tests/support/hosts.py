@@ -19,3 +19,13 @@ def start_hosts(n: int) -> Any:
         unusable("the network-namespace hosts (root and iproute2)",
                  f"cannot create network-namespace hosts: {e}")
     return hosts
+
+
+def stop_hosts(hosts: Any) -> None:
+    """Stop ``hosts`` and check that nothing of theirs is left (namespaces, links)."""
+    from fiber.testing import _hosts
+
+    index = hosts.index
+    hosts.stop()
+    namespaces, links = _hosts._ours(index)
+    assert not namespaces and not links, f"left behind: {namespaces} {links}"

@@ -17,7 +17,7 @@ import sys
 
 from fiber.testing import netns
 
-from support.hosts import start_hosts
+from support.hosts import start_hosts, stop_hosts
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 SECONDS = 60
@@ -37,7 +37,7 @@ def test_five_percent_loss_and_a_200_ms_round_trip_lose_nothing_and_nobody() -> 
                             capture_output=True, text=True, timeout=SECONDS + 400)
         stats = [hosts.shaper_stats(i) for i in (1, 2, 3)]
     finally:
-        hosts.stop()
+        stop_hosts(hosts)
     lines = [ln for ln in cp.stdout.splitlines() if ln.startswith("RESULT ")]
     report = f"exit code {cp.returncode}\n{cp.stdout[-3000:]}\n--- stderr\n{cp.stderr[-6000:]}"
     assert cp.returncode == 0 and lines, report

@@ -22,10 +22,10 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from fiber.testing import _hosts, netns
+from fiber.testing import netns
 from fiber.testing.conformance.support.waiting import unusable
 
-from support.hosts import start_hosts
+from support.hosts import start_hosts, stop_hosts
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 SCRIPT_TIMEOUT = 120
@@ -37,10 +37,7 @@ def hosts() -> Iterator[netns.Hosts]:
     try:
         yield h
     finally:
-        index = h.index
-        h.stop()
-        namespaces, links = _hosts._ours(index)
-        assert not namespaces and not links, f"left behind: {namespaces} {links}"
+        stop_hosts(h)
 
 
 def _env(hosts: netns.Hosts) -> Dict[str, str]:
@@ -60,10 +57,16 @@ def _result(stdout: str, stderr: str, returncode: int) -> Dict[str, Any]:
 
 def run_scenario(hosts: netns.Hosts, name: str, *args: str,
                  timeout: float = SCRIPT_TIMEOUT) -> Dict[str, Any]:
+    return _scenario(hosts, name, *args, timeout=timeout)[0]
+
+
+def _scenario(hosts: netns.Hosts, name: str, *args: str,
+              timeout: float = SCRIPT_TIMEOUT) -> Tuple[Dict[str, Any], str]:
+    """A scenario's RESULT, and its stderr (what the master said)."""
     cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args],
                         env=_env(hosts), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
                         capture_output=True, text=True, timeout=timeout)
-    return _result(cp.stdout, cp.stderr, cp.returncode)
+    return _result(cp.stdout, cp.stderr, cp.returncode), cp.stderr
 
 
 def test_hosts_layout(hosts: netns.Hosts) -> None:
@@ -181,11 +184,9 @@ def test_partitioned_host_child_exits_by_itself(hosts: netns.Hosts) -> None:
 
 
 def _cut_scenario(hosts: netns.Hosts, seconds: str) -> Tuple[Dict[str, Any], str]:
-    cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, "mh_cut.py"), hosts.veth(2),
-                         seconds], env=_env(hosts), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
-                        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT + 200)
     try:
-        return _result(cp.stdout, cp.stderr, cp.returncode), cp.stderr
+        return _scenario(hosts, "mh_cut.py", hosts.veth(2), seconds,
+                         timeout=SCRIPT_TIMEOUT + 200)
     finally:
         hosts.partition(2, False)
 

@@ -21,7 +21,7 @@ import pytest
 
 from fiber.testing import _hosts, netns
 
-from support.hosts import start_hosts
+from support.hosts import start_hosts, stop_hosts
 
 Addr = Tuple[str, int]
 
@@ -54,10 +54,7 @@ def hosts() -> Iterator[netns.Hosts]:
         h.shape(1)  # the relay in place (no loss, no delay) before any test's leak check
         yield h
     finally:
-        index = h.index
-        h.stop()
-        namespaces, links = _hosts._ours(index)
-        assert not namespaces and not links, f"left behind: {namespaces} {links}"
+        stop_hosts(h)
 
 
 @pytest.fixture(scope="module")
