@@ -14,6 +14,8 @@ Routes, each behind the token (``?token=``, the cookie the first visit sets, or
 - ``/``: the page (plain JavaScript shipped in the wheel: no CDN), refreshed every second;
 - ``/api/snapshot``: what the page shows, as JSON (what ``fiber top`` shows);
 - ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md));
+  a program's own dashboard adds its live jobs as their clusters see them (queued or
+  running, asked of each backend at most every 5 s);
 - ``/api/stack?worker=NAME``: the Python stacks of a job's threads, asked of it now (a
   program's own dashboard: its jobs answer it).
 
@@ -37,7 +39,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._core import _inspect
 from ..errors import ConfigError
-from ..process import _inspected
+from ..process import _cluster_view, _inspected
 from . import _metrics
 
 __all__ = ["Dashboard", "start", "parse_address", "serve_program"]
@@ -204,12 +206,14 @@ _served: Optional[Dashboard] = None
 
 
 def _program_snapshot() -> Dict[str, Any]:
-    """This program's snapshot, each worker with its job's last CPU and memory report."""
+    """This program's snapshot, each worker with its job's last CPU and memory report,
+    and its live jobs as their clusters see them (pending in the queue, running)."""
     snap = _inspect.snapshot()
     usage = _inspected.stats()
     for pool in snap.get("pools", []):
         for worker in pool.get("workers", []):
             worker.update(usage.get(worker.get("name"), {}))
+    snap["cluster"] = _cluster_view.jobs()
     return snap
 
 

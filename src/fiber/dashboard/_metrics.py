@@ -29,6 +29,19 @@ _POOL_SERIES: List[Tuple[str, str, str, str]] = [
      "Tasks given back to the queue by a lost worker (each time).", "retried"),
     ("fiber_pool_tasks_per_second", "gauge", "Tasks completed a second, over 10 s.",
      "tasks_per_s"),
+    ("fiber_pool_sent_bytes_total", "counter",
+     "Bytes of the task messages sent to workers (arguments and functions).", "bytes_sent"),
+    ("fiber_pool_received_bytes_total", "counter",
+     "Bytes of the results messages received from workers.", "bytes_received"),
+]
+
+#: (name, help, the pool's histogram)
+_POOL_HISTOGRAMS: List[Tuple[str, str, str]] = [
+    ("fiber_pool_task_duration_seconds",
+     "How long tasks ran, as their workers measured (a batch of quick tasks: each at the "
+     "batch's mean).", "durations"),
+    ("fiber_pool_result_latency_seconds",
+     "From a task's submission to its result's arrival at the master.", "latency"),
 ]
 
 
@@ -43,7 +56,12 @@ def _lines(snap: Dict[str, Any]) -> Iterator[str]:
         yield f"# HELP {name} {text}"
         yield f"# TYPE {name} {kind}"
         for pool in pools:
-            yield f'{name}{{pool="{_label(pool["name"])}"}} {float(pool[key]):g}'
+            yield f'{name}{{pool="{_label(pool["name"])}"}} {float(pool.get(key, 0)):g}'
+    for name, text, key in _POOL_HISTOGRAMS:
+        yield f"# HELP {name} {text}"
+        yield f"# TYPE {name} histogram"
+        for pool in pools:
+            yield from _histogram(name, _label(pool["name"]), pool.get(key))
     yield "# HELP fiber_pool_workers Workers by state."
     yield "# TYPE fiber_pool_workers gauge"
     for pool in pools:
@@ -68,6 +86,26 @@ def _lines(snap: Dict[str, Any]) -> Iterator[str]:
     yield "# HELP fiber_warnings_total Warnings fiber logged (lost workers, retirements...)."
     yield "# TYPE fiber_warnings_total counter"
     yield f"fiber_warnings_total {int(snap.get('warnings_total', 0))}"
+    if "cluster" in snap:
+        yield from _jobs(snap)
+
+
+def _histogram(name: str, pool: str, hist: Any) -> Iterator[str]:
+    if not hist:
+        return
+    for bound, count in hist["buckets"]:
+        le = bound if isinstance(bound, str) else f"{float(bound):g}"
+        yield f'{name}_bucket{{pool="{pool}",le="{le}"}} {count}'
+    yield f'{name}_sum{{pool="{pool}"}} {float(hist["sum"]):g}'
+    yield f'{name}_count{{pool="{pool}"}} {hist["count"]}'
+
+
+def _jobs(snap: Dict[str, Any]) -> Iterator[str]:
+    yield "# HELP fiber_jobs This program's live jobs as their cluster sees them, by state."
+    yield "# TYPE fiber_jobs gauge"
+    for backend, states in sorted(snap.get("cluster", {}).get("jobs", {}).items()):
+        for state, n in sorted(states.items()):
+            yield f'fiber_jobs{{backend="{_label(backend)}",state="{_label(state)}"}} {n}'
 
 
 def render(snap: Dict[str, Any]) -> str:

@@ -101,11 +101,20 @@ class Pool(PoolExtras):
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process
         name = f"Pool-{next(_numbers)}"
         core = self._core
+        # /metrics' histograms and byte counts: from the start with a dashboard in the
+        # config, else from the first look of one (a program nobody watches pays nothing)
+        core.service.measuring = bool(get_config().dashboard)
 
         def describe(pool: Pool) -> Dict[str, Any]:
             out = {"name": name, **pool.status().as_dict()}
             with core.hub.lock:
-                out["stream"] = core.service.stream.recent(time.monotonic())
+                service = core.service
+                service.measuring = True
+                out["stream"] = service.stream.recent(time.monotonic())
+                out["durations"] = service.durations.as_dict()
+                out["latency"] = service.latency.as_dict()
+                out["bytes_sent"] = service.bytes_sent
+                out["bytes_received"] = service.bytes_received
             return out
 
         _inspect.add_source("pools", self, describe)

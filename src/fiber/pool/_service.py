@@ -97,6 +97,14 @@ class PoolService(Service):
         self.retried = 0  # tasks given back to the queue by a lost worker
         self.rate = _status.Rate()
         self.stream = _status.Stream()  # the dashboard's timeline
+        # /metrics (the dashboard), counted while ``measuring`` (see the pool): how long
+        # tasks ran, as their workers measured (a batch of quick tasks: each at the
+        # batch's mean), and waited from their submission to their result
+        self.measuring = False
+        self.durations = _status.Histogram()
+        self.latency = _status.Histogram()
+        self.bytes_sent = 0  # the task messages' frames, functions included
+        self.bytes_received = 0  # the results messages'
 
     # -- from the pool (under the hub lock) ----------------------------------------------
 
@@ -133,7 +141,9 @@ class PoolService(Service):
         self.outstanding += len(tasks)
         if tasks:
             self.last_fid = tasks[-1].fid
+        now = time.monotonic()
         for task in tasks:
+            task.queued = now
             self.function_refs[task.fid] += 1
         self.dispatch()
 
@@ -268,7 +278,10 @@ class PoolService(Service):
                     ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
         assert self.server is not None and ws.peer is not None
-        if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
+        frames = pack_tasks(wire)
+        if self.measuring:
+            self.bytes_sent += _status.frames_nbytes(frames)
+        if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *frames]):
             self.worker_lost(ws)
 
     # -- from workers ----------------------------------------------------------------------
@@ -282,6 +295,8 @@ class PoolService(Service):
         fids = []
         items = 0
         outcome = "done"
+        now = time.monotonic()
+        latency = self.latency if self.measuring else None
         for task_id, ok, frames in unpack_results(payload):
             task = ws.pending.pop(task_id, None)
             if task is not None:
@@ -289,14 +304,20 @@ class PoolService(Service):
                 items += task.items
                 if not ok:
                     outcome = "failed"
+                if latency is not None:
+                    latency.observe(now - task.queued, task.items)
                 self._finish(task, ok, frames)
         ws.done += items
-        now = time.monotonic()
         self.stream.add(ws.process.name, ws.since, now, outcome, items)
         ws.since = now
         self.rate.add(items, now)
         self._refresh(ws)
-        self._measure(fids, results_busy(payload))
+        busy = results_busy(payload)
+        if latency is not None:
+            self.bytes_received += _status.frames_nbytes(payload)
+            if items:
+                self.durations.observe(busy / items, items)
+        self._measure(fids, busy)
         self._maybe_stop(ws)
         if self.queue:  # the end of a round has none: a call a result saved
             self.dispatch()

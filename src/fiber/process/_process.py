@@ -55,7 +55,7 @@ from ._lineage import lifeline_address, master_address
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
            "kill_children", "set_resources", "mark_daemonic", "run_in_job", "program_exiting",
-           "backend_of"]
+           "backend_of", "live_jobs"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 #: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
@@ -553,10 +553,11 @@ def _register_exit_function() -> None:
         atexit.register(_exit_function)
         # fiber top lists this process's children (see fiber._core._inspect)
         _inspect.add_source("processes", _current_process,
-                            lambda _: _describe.children(_children_and_jobs()))
+                            lambda _: _describe.children(live_jobs()))
 
 
-def _children_and_jobs() -> List[Tuple[Process, Optional[Job]]]:
+def live_jobs() -> List[Tuple[Process, Optional[Job]]]:
+    """This process's children not joined yet, each with its job (None: not started)."""
     return [(c, c._job) for c in list(_children)]  # noqa: SLF001 - this module's class
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -87,6 +88,9 @@ def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     with fiber.Pool(4) as pool:
+        # a dashboard's first look turns on the pool's histograms and byte counts (a pool
+        # nobody watches pays nothing for them; with FIBER_DASHBOARD set, from its start)
+        assert _get(board, f"/metrics?token={board.token}")[0] == 200
         assert pool.map(slow, [0.001] * 200, 5) == [0.001] * 200
         status, headers, text = _get(board, f"/metrics?token={board.token}")
         assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -103,6 +107,30 @@ def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
         assert samples[("fiber_pool_tasks_failed_total", pool_label)] == 0
         assert samples[("fiber_pool_tasks_pending", pool_label)] == 0
         assert samples[("fiber_pool_workers", (("pool", mine[0]), ("state", "idle")))] == 4
+        ran = "fiber_pool_task_duration_seconds"
+        waited = "fiber_pool_result_latency_seconds"
+
+        def bucket(name: str, le: str) -> float:
+            return samples[(name + "_bucket", (("le", le), ("pool", mine[0])))]
+
+        assert bucket(ran, "0.0005") == 0  # none ran under the 1 ms it slept
+        assert bucket(ran, "+Inf") == samples[(ran + "_count", pool_label)] == 200
+        assert samples[(waited + "_count", pool_label)] == 200
+        assert samples[(waited + "_sum", pool_label)] >= samples[(ran + "_sum", pool_label)]
+        before = {le: bucket(ran, le) for le in ("0.1", "0.25", "+Inf")}
+        # four tasks of 150 ms: in the bucket up to 0.25 s, not in the one up to 0.1 s
+        assert pool.map(slow, [0.15] * 4, 1) == [0.15] * 4
+        text = _get(board, f"/metrics?token={board.token}")[2]
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for family in text_string_to_metric_families(text) for s in family.samples}
+        assert bucket(ran, "0.1") == before["0.1"]
+        assert bucket(ran, "0.25") == before["0.25"] + 4
+        assert bucket(ran, "+Inf") == before["+Inf"] + 4 == 204
+        assert samples[(waited + "_count", pool_label)] == 204
+        # every task carried its argument, every result its value: bytes both ways
+        sent = samples[("fiber_pool_sent_bytes_total", pool_label)]
+        received = samples[("fiber_pool_received_bytes_total", pool_label)]
+        assert sent >= 44 * len(pickle.dumps(0.001)) and received >= 44 * len(pickle.dumps(0.001))
 
 
 def _chromium() -> str:
@@ -211,6 +239,11 @@ def test_the_config_turns_it_on_and_fiber_dashboard_attaches() -> None:
 
         body = get("/api/snapshot")[1]
         assert '"pools"' in body and '"PoolWorker-1"' in body, body
+        # its live jobs as the cluster (here: this machine) sees them, in /metrics too
+        assert json.loads(body)["cluster"]["jobs"] == {"local": {"running": 2}}, body
+        # with the dashboard in the config the histograms count from the pool's start
+        assert json.loads(body)["pools"][0]["durations"]["count"] == 10, body
+        assert 'fiber_jobs{backend="local",state="running"} 2' in get("/metrics")[1]
         # each worker's job reports its CPU and memory (a program's own dashboard)...
         wait_until(lambda: '"rss_mb"' in get("/api/snapshot")[1], 30,
                    message="the workers' usage reported")

@@ -1,23 +1,32 @@
-"""Lost workers on Slurm (issue 19): a node that crashes mid-map is one warning per worker
-it held, naming the worker, its job and the node. Needs the Slurm test cluster (run in
-the Slurm stage of scripts/test, as test_slurm.py)."""
+"""Observing a program on Slurm. Lost workers (issue 19): a node that crashes mid-map is
+one warning per worker it held, naming the worker, its job and the node. The dashboard
+(issue 31): its jobs as Slurm sees them, one queued and one running. Needs the Slurm test
+cluster (run in the Slurm stage of scripts/test, as test_slurm.py)."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import re
 import time
+import urllib.parse
 from typing import Any, List
 
 import pytest
 from test_slurm import (  # noqa: F401
+    NODES,
     _cluster_sh,
     _live_jobs,
+    _node_cpus,
+    _nodes_idle,
+    _run,
     _wait_nodes_idle,
     cluster,
     slurm,
     slurm_targets,
 )
+
+import fiber.dashboard
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -64,4 +73,46 @@ def test_a_node_crash_mid_map_is_one_warning_per_worker_lost(slurm, caplog, capf
         assert len(mine) == 1, (name, job_id, lines)
         assert "resubmitted map(where) task" in mine[0], mine[0]
     print("\n".join(lines))
+    _wait_nodes_idle()
+
+
+def test_the_dashboard_shows_a_queued_worker_as_slurm_does(slurm):  # noqa: F811
+    """Two nodes taken by others: of a Pool(2) of whole-node workers one runs and one
+    waits in Slurm's queue, and the program's dashboard says so (/metrics), then shows
+    both running once the nodes are free."""
+    blocker = _run(["sbatch", "--parsable", "--array=0-1", f"--cpus-per-task={_node_cpus()}",
+                    "-o", "/dev/null", "--wrap", "sleep 300"]).stdout.strip()
+    board = fiber.dashboard.serve_program("127.0.0.1:0")
+    url = urllib.parse.urlsplit(board.url)
+
+    def jobs() -> str:
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        conn.request("GET", "/metrics?" + url.query)
+        text = conn.getresponse().read().decode()
+        return " ".join(line for line in text.splitlines() if line.startswith("fiber_jobs{"))
+
+    try:
+        deadline = time.monotonic() + 60
+        while len(_nodes_idle()) != len(NODES) - 2:
+            assert time.monotonic() < deadline, "the blockers did not start"
+            time.sleep(0.2)
+        pool = slurm.Pool(2, cpu=_node_cpus())
+        try:
+            assert pool.apply(slurm_targets.where, (1, 0)) is not None  # one worker runs
+            deadline = time.monotonic() + 30
+            want = ('fiber_jobs{backend="slurm",state="pending"} 1 '
+                    'fiber_jobs{backend="slurm",state="running"} 1')
+            while jobs() != want:
+                assert time.monotonic() < deadline, jobs()
+                time.sleep(1)
+            _run(["scancel", blocker])
+            deadline = time.monotonic() + 60
+            while jobs() != 'fiber_jobs{backend="slurm",state="running"} 2':
+                assert time.monotonic() < deadline, jobs()
+                time.sleep(1)
+        finally:
+            pool.terminate()
+    finally:
+        _run(["scancel", blocker])
+        board.close()
     _wait_nodes_idle()

@@ -65,6 +65,30 @@ function stream(p) {
   return box;
 }
 
+// The bound of the histogram's first bucket that holds the q-th share of its count.
+function quantile(h, q) {
+  for (const [bound, count] of h.buckets) {
+    if (count >= q * h.count) return bound === "+Inf" ? "more" : seconds(bound).replace(".0 s", " s");
+  }
+  return "";
+}
+
+// The program's live jobs by the state their cluster gives (asked every few seconds).
+function drawCluster(cluster) {
+  const body = document.querySelector("#cluster tbody");
+  if (!cluster) { body.replaceChildren(); return; }
+  document.getElementById("cluster-age").textContent = `(asked ${cluster.age_s} s ago)`;
+  const rows = Object.entries(cluster.jobs || {}).map(([backend, states]) => {
+    const other = Object.entries(states).filter(([s]) => s !== "pending" && s !== "running")
+      .map(([s, n]) => `${s} ${n}`).join(", ");
+    return row([backend, states.pending || 0, states.running || 0, other], {"data-backend": backend});
+  });
+  for (const [backend, error] of Object.entries(cluster.errors || {})) {
+    rows.push(row([backend, "", "", `cannot ask: ${error}`], {"data-backend": backend}));
+  }
+  body.replaceChildren(...rows);
+}
+
 function pool(p) {
   const section = el("section", {class: "pool", "data-pool": p.name});
   section.append(el("h2", {}, `${p.name} (${p.state}, ${p.size} workers)`));
@@ -79,6 +103,12 @@ function pool(p) {
     el("span", {}, eta ? `ETA ${eta}` : ""),
     el("span", {class: "counts"}, `pending ${p.pending} · running ${p.running} · done ${p.done} · failed ${p.failed} · retried ${p.retried}`));
   section.append(stats);
+  if (p.durations && p.durations.count) {
+    section.append(el("div", {class: "muted durations"},
+      `task time: mean ${seconds(p.durations.sum / p.durations.count)}, ` +
+      `median under ${quantile(p.durations, 0.5)}, 99% under ${quantile(p.durations, 0.99)}` +
+      (p.latency && p.latency.count ? `; submission to result: median under ${quantile(p.latency, 0.5)}` : "")));
+  }
   section.append(stream(p));
   const table = el("table", {class: "workers"});
   table.append(el("thead", {},
@@ -110,6 +140,7 @@ function draw(snap) {
   const procs = document.querySelector("#processes tbody");
   procs.replaceChildren(...snap.processes.map(p => row(
     [p.name, p.job_id, p.host, p.pid, p.state, seconds(p.running_s)], {"data-process": p.name})));
+  drawCluster(snap.cluster);
   drawOutput(snap.output || []);
   document.getElementById("warnings-total").textContent = `(${snap.warnings_total})`;
   document.getElementById("warnings").replaceChildren(...snap.warnings.slice().reverse().map(
