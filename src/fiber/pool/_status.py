@@ -71,10 +71,12 @@ class Stream:
         self.bars.append((worker, start, end, outcome, tasks))
 
     def recent(self, now: float) -> List[List[Any]]:
-        """The bars that ended within `WINDOW_S`: ``[worker, start age (s), end age (s),
-        outcome, tasks]``, oldest first."""
-        return [[w, round(now - a, 3), round(now - b, 3), o, n]
-                for w, a, b, o, n in list(self.bars) if now - b <= self.WINDOW_S]
+        """The bars that ended within `WINDOW_S`: ``[worker, start age (ms), end age (ms),
+        outcome, tasks]``, oldest first. Ages are whole milliseconds: ``int`` costs a
+        seventh of ``round(x, 3)``, and a 1,024-worker pool keeps all 2,000 bars."""
+        oldest = now - self.WINDOW_S
+        return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
+                for w, a, b, o, n in list(self.bars) if b >= oldest]
 
 
 class Histogram:

@@ -43,8 +43,9 @@ function stream(p) {
   svg.setAttribute("height", String(Math.max(12, workers.length * rowHeight)));
   // the span shown: the bars' own (10 s at least, 60 at most), so that a young pool's
   // bars are not a sliver at the right edge
-  const span = Math.min(WINDOW_S, Math.max(10, ...p.stream.map(b => b[1])));
-  for (const [worker, startAge, endAge, outcome, tasks] of p.stream) {
+  const span = Math.min(WINDOW_S, Math.max(10, ...p.stream.map(b => b[1] / 1000)));
+  for (const [worker, startMs, endMs, outcome, tasks] of p.stream) {
+    const startAge = startMs / 1000, endAge = endMs / 1000;
     const x = WIDTH * (1 - Math.min(startAge, span) / span);
     const w = Math.max(1, WIDTH * (Math.min(startAge, span) - endAge) / span - 2);
     const rect = document.createElementNS(SVG, "rect");
