@@ -178,11 +178,20 @@ async function showStack(name) {
   }
 }
 
+// Each update's time, kept for benchmarks/dashboard_page.py: [fetch and parse ms, draw ms].
+const timings = window.fiberTimings = [];
+
 async function refresh() {
   try {
+    const start = performance.now();
     const response = await fetch("api/snapshot", {cache: "no-store", credentials: "same-origin"});
-    if (response.ok) draw(await response.json());
-    else document.getElementById("updated").textContent = `the program answered ${response.status}`;
+    if (response.ok) {
+      const snap = await response.json();
+      const fetched = performance.now();
+      draw(snap);
+      timings.push([fetched - start, performance.now() - fetched]);
+      if (timings.length > 100) timings.shift();
+    } else document.getElementById("updated").textContent = `the program answered ${response.status}`;
   } catch (e) {
     document.getElementById("updated").textContent = "the program is not answering";
   }
