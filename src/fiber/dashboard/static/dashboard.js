@@ -90,9 +90,59 @@ function drawCluster(cluster) {
   body.replaceChildren(...rows);
 }
 
+// Rows kept from one update to the next, by key: at 1,024 workers, rebuilding every row
+// each second cost the browser more than the update's whole budget. A row's cells are
+// written only where their text changed. ``cells`` gives strings, or [text, class] for a
+// cell whose text sits in a span of that class (a worker's state).
+function keyedRows(tbody, items, key, cells, attrs, onClick) {
+  const kept = tbody.fiberRows || (tbody.fiberRows = new Map());
+  const rows = [];
+  const seen = new Set();
+  for (const item of items) {
+    const k = key(item);
+    seen.add(k);
+    const values = cells(item);
+    let tr = kept.get(k);
+    if (!tr) {
+      tr = el("tr", attrs(item));
+      for (const v of values) tr.append(el("td", {}, Array.isArray(v) ? el("span", {class: v[1]}, v[0]) : v));
+      if (onClick) tr.addEventListener("click", () => onClick(item));
+      kept.set(k, tr);
+    } else {
+      for (const [name, value] of Object.entries(attrs(item))) {
+        if (tr.getAttribute(name) !== value) tr.setAttribute(name, value);
+      }
+      values.forEach((v, i) => {
+        const td = tr.children[i];
+        const target = Array.isArray(v) ? td.firstChild : td;
+        const text = String(Array.isArray(v) ? v[0] : v);
+        if (target.textContent !== text) target.textContent = text;
+        if (Array.isArray(v) && target.className !== v[1]) target.className = v[1];
+      });
+    }
+    rows.push(tr);
+  }
+  for (const k of [...kept.keys()]) if (!seen.has(k)) kept.delete(k);
+  const current = tbody.children;
+  if (current.length !== rows.length || rows.some((tr, i) => current[i] !== tr)) {
+    tbody.replaceChildren(...rows);
+  }
+}
+
+const poolViews = new Map();  // pool name -> {section, tbody}
+
 function pool(p) {
-  const section = el("section", {class: "pool", "data-pool": p.name});
-  section.append(el("h2", {}, `${p.name} (${p.state}, ${p.size} workers)`));
+  let view = poolViews.get(p.name);
+  if (!view) {
+    const table = el("table", {class: "workers"});
+    table.append(el("thead", {},
+      row(["worker", "job", "host", "state", "task", "for", "held", "done", "restarts", "CPU",
+           "memory"], {}, "th")));
+    const tbody = el("tbody");
+    table.append(tbody);
+    view = {section: el("section", {class: "pool", "data-pool": p.name}), table, tbody};
+    poolViews.set(p.name, view);
+  }
   const total = p.done + p.failed + p.pending + p.running;
   const share = total ? (p.done + p.failed) / total : 0;
   const eta = p.tasks_per_s > 0 ? seconds((p.pending + p.running) / p.tasks_per_s) : "";
@@ -103,31 +153,23 @@ function pool(p) {
     el("span", {class: "rate"}, `${p.tasks_per_s} tasks/s`),
     el("span", {}, eta ? `ETA ${eta}` : ""),
     el("span", {class: "counts"}, `pending ${p.pending} · running ${p.running} · done ${p.done} · failed ${p.failed} · retried ${p.retried}`));
-  section.append(stats);
+  const parts = [el("h2", {}, `${p.name} (${p.state}, ${p.size} workers)`), stats];
   if (p.durations && p.durations.count) {
-    section.append(el("div", {class: "muted durations"},
+    parts.push(el("div", {class: "muted durations"},
       `task time: mean ${seconds(p.durations.sum / p.durations.count)}, ` +
       `median under ${quantile(p.durations, 0.5)}, 99% under ${quantile(p.durations, 0.99)}` +
       (p.latency && p.latency.count ? `; submission to result: median under ${quantile(p.latency, 0.5)}` : "")));
   }
-  section.append(stream(p));
-  const table = el("table", {class: "workers"});
-  table.append(el("thead", {},
-    row(["worker", "job", "host", "state", "task", "for", "held", "done", "restarts", "CPU",
-         "memory"], {}, "th")));
-  const body = el("tbody");
-  for (const w of p.workers) {
-    const tr = row([w.name, w.job_id, w.host, el("span", {class: "state-" + w.state}, w.state),
-                    w.task || "", seconds(w.running_s), w.held, w.done, w.restarts,
-                    w.cpu_percent === undefined ? "" : `${w.cpu_percent}%`,
-                    w.rss_mb === undefined ? "" : `${w.rss_mb} MB`],
-                   {"data-worker": w.name, "data-state": w.state, title: "click: its stacks"});
-    tr.addEventListener("click", () => showStack(w.name));
-    body.append(tr);
-  }
-  table.append(body);
-  section.append(table);
-  return section;
+  parts.push(stream(p), view.table);
+  view.section.replaceChildren(...parts);
+  keyedRows(view.tbody, p.workers, w => w.name,
+    w => [w.name, w.job_id, w.host, [w.state, "state-" + w.state], w.task || "",
+          seconds(w.running_s), w.held, w.done, w.restarts,
+          w.cpu_percent === undefined ? "" : `${w.cpu_percent}%`,
+          w.rss_mb === undefined ? "" : `${w.rss_mb} MB`],
+    w => ({"data-worker": w.name, "data-state": w.state, title: "click: its stacks"}),
+    w => showStack(w.name));
+  return view.section;
 }
 
 function draw(snap) {
@@ -136,11 +178,13 @@ function draw(snap) {
   document.getElementById("updated").textContent =
     "updated " + new Date(snap.time * 1000).toLocaleTimeString();
   const pools = document.getElementById("pools");
+  const names = new Set(snap.pools.map(p => p.name));
+  for (const name of [...poolViews.keys()]) if (!names.has(name)) poolViews.delete(name);
   pools.replaceChildren(...(snap.pools.length ? snap.pools.map(pool)
                                                : [el("p", {class: "muted"}, "no pool")]));
-  const procs = document.querySelector("#processes tbody");
-  procs.replaceChildren(...snap.processes.map(p => row(
-    [p.name, p.job_id, p.host, p.pid, p.state, seconds(p.running_s)], {"data-process": p.name})));
+  keyedRows(document.querySelector("#processes tbody"), snap.processes, p => p.name,
+    p => [p.name, p.job_id, p.host, p.pid, p.state, seconds(p.running_s)],
+    p => ({"data-process": p.name}));
   drawCluster(snap.cluster);
   drawOutput(snap.output || []);
   document.getElementById("warnings-total").textContent = `(${snap.warnings_total})`;
