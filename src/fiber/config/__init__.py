@@ -107,7 +107,8 @@ class Config:
     startup_timeout: float = 600.0
     #: Processes in a Pool created with ``processes=None``; 0 means ``cpu_count()``.
     pool_processes: int = 0
-    #: Times a pool task that killed its worker is tried again before it fails.
+    #: Times a pool task that killed its worker is tried again before it fails (and, in a
+    #: ``Pool(error_handling=True)``, a task that raised).
     pool_max_task_retries: int = 3
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
     #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
