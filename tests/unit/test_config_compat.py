@@ -104,6 +104,27 @@ def test_get_dict_load_and_reset(tmp_path):
     assert out.stdout.split() == ["21", "2"], out.stderr
 
 
+def test_the_original_fibers_config_from_a_file(tmp_path):
+    """Issue 32, the original's test_config.py (test_config_file, test_invalid_key):
+    ``Config(conf_file=path)`` is the config of that file, its keys read back under the
+    original's names too; an unknown key raises ValueError (ConfigError)."""
+    path = tmp_path / "demo_config"
+    path.write_text("[default]\nimage=demo-image:latest\nipc_active=False\n"
+                    "mem_per_job=12345\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        config = Config(conf_file=str(path))
+        assert config.image == "demo-image:latest"
+        assert (config.ipc_active, config.mem_per_job) == (False, 12345)
+        assert (config.ipc_admin_master_port, config.ipc_admin_worker_port) == (0, 8000)
+        fiber.init(ipc_active=None)  # the original's default again, for the next tests
+    path.write_text("[default]\nthis_key_does_not_exist=yes\n")
+    with pytest.raises(ValueError, match="this_key_does_not_exist"):
+        Config(conf_file=str(path))
+    with pytest.raises(TypeError, match="no other argument"):
+        Config(image="x", conf_file=str(path))
+
+
 def test_an_unknown_key_suggests_the_closest():
     with pytest.raises(ConfigError, match=r"did you mean 'backend'\?"):
         fiber.init(bakend="local")

@@ -132,6 +132,29 @@ class Config:
     #: or a ``[fiber.slurm]`` section of ``.fiberconfig``. A backend declares its keys
     #: (``Backend.settings``); the core names none.
     backends: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: The original fiber's ``Config(conf_file=path)``: the config that file (instead of
+    #: ``.fiberconfig``) and the environment give, what `init` set left out (not a field).
+    conf_file: dataclasses.InitVar[Optional[str]] = None
+
+    def __post_init__(self, conf_file: Optional[str]) -> None:
+        """``Config(conf_file=path)`` takes its values from that file and the environment
+        (``path`` alone: other arguments with it would be overwritten, so they are
+        refused).
+
+        Raises:
+            TypeError: ``conf_file`` is given with other arguments.
+            ConfigError: the file has an unknown key or a wrong value.
+        """
+        if conf_file is None:
+            return
+        defaults = Config()
+        given = [f.name for f in dataclasses.fields(self)
+                 if getattr(self, f.name) != getattr(defaults, f.name)]
+        if given:
+            raise TypeError(f"Config(conf_file=...) takes no other argument, got {given}")
+        loaded = resolve({}, config_file=conf_file)
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, getattr(loaded, f.name))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Config:
@@ -141,9 +164,14 @@ class Config:
 
     def __getattr__(self, name: str) -> Any:
         """A backend's setting by its full key (``cfg.slurm_partition``), as before
-        backends declared their own (their code reads `settings`)."""
+        backends declared their own (their code reads `settings`), or a key of the
+        original fiber read as ``fiber.config.<key>`` is (``cfg.mem_per_job``)."""
         found = None if name.startswith("_") else _backend_keys.split(name)
         if found is None:
+            try:  # a key of the original fiber (its Config's attributes)
+                return compat.read_old(name, lambda key: getattr(self, key))
+            except KeyError:
+                pass
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         backend, key, cls = found
         return getattr(settings(cls, backend, self), key)
