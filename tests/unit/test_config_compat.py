@@ -125,6 +125,17 @@ def test_the_original_fibers_config_from_a_file(tmp_path):
         Config(image="x", conf_file=str(path))
 
 
+def test_init_with_an_unknown_backend_fails_at_once():
+    """Issue 32: the original's ``init(backend="nope")`` failed at init; so does it here,
+    naming the known backends, and the config in force is unchanged."""
+    before = fiber.get_config()
+    with pytest.raises(ConfigError, match=r"unknown backend 'slrum' \(did you mean 'slurm'"):
+        fiber.init(backend="slrum")
+    with pytest.raises(ConfigError, match="known backends: .*local"):
+        fiber.init(backend="nope")
+    assert fiber.get_config() == before
+
+
 def test_an_unknown_key_suggests_the_closest():
     with pytest.raises(ConfigError, match=r"did you mean 'backend'\?"):
         fiber.init(bakend="local")

@@ -417,11 +417,28 @@ def get_config() -> Config:
     return cfg
 
 
+def _check_backend(name: str) -> None:
+    """A backend named in code must exist: ``init(backend="nope")`` fails there, as the
+    original fiber's did, not at the first ``start()``. (A name from the environment or
+    ``.fiberconfig`` is checked at first use: a backend a plugin registers later in the
+    process, ``pytest -p``, may be named there.)
+
+    Raises:
+        ConfigError: no backend of that name is installed or registered.
+    """
+    known = _registry.known()
+    if name not in known:
+        raise ConfigError("backend", f"unknown backend {name!r}"
+                          + compat.suggestion(name, known)
+                          + f"; known backends: {', '.join(known)}")
+
+
 def init(**kwargs: Any) -> Config:
     """Set configuration from code (highest precedence) and return the result.
 
     Raises:
-        ConfigError: a key is unknown or a value has the wrong type.
+        ConfigError: a key is unknown or a value has the wrong type, or ``backend``
+            names no backend.
     """
     global _resolved
     kwargs = _translated(kwargs, "fiber.init")
@@ -434,6 +451,8 @@ def init(**kwargs: Any) -> Config:
             _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
             _validate(key, _convert(key, value))
+        if "backend" in kwargs:
+            _check_backend(kwargs["backend"])
         merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
         cfg = resolve(merged)
         _explicit.clear()
