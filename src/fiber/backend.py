@@ -5,6 +5,7 @@ New code uses `fiber.backends`.
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from .backends import Backend
@@ -15,8 +16,12 @@ __all__ = ["get_backend", "auto_select_backend"]
 
 
 def auto_select_backend() -> str:
-    """The name of the backend in force (the config's ``backend``). The original also
-    chose ``kubernetes`` inside a pod; this fiber does not: see the migration guide."""
+    """The original's answer: ``kubernetes`` inside a pod (``KUBERNETES_SERVICE_HOST``
+    set), else the backend in force (the config's ``backend``). Only this function
+    answers so: the backend in force stays the configured one inside a pod too (the
+    migration guide says why), and `get_backend()` gives that one."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
     return get_config().backend
 
 
@@ -26,4 +31,4 @@ def get_backend(name: Optional[str] = None) -> Backend:
     Raises:
         fiber.errors.UnknownBackendError: no backend of that name is registered.
     """
-    return _get_backend(name or auto_select_backend())
+    return _get_backend(name or get_config().backend)

@@ -104,6 +104,38 @@ def test_get_dict_load_and_reset(tmp_path):
     assert out.stdout.split() == ["21", "2"], out.stderr
 
 
+def test_the_original_fibers_config_from_a_file(tmp_path):
+    """Issue 32, the original's test_config.py (test_config_file, test_invalid_key):
+    ``Config(conf_file=path)`` is the config of that file, its keys read back under the
+    original's names too; an unknown key raises ValueError (ConfigError)."""
+    path = tmp_path / "demo_config"
+    path.write_text("[default]\nimage=demo-image:latest\nipc_active=False\n"
+                    "mem_per_job=12345\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        config = Config(conf_file=str(path))
+        assert config.image == "demo-image:latest"
+        assert (config.ipc_active, config.mem_per_job) == (False, 12345)
+        assert (config.ipc_admin_master_port, config.ipc_admin_worker_port) == (0, 8000)
+        fiber.init(ipc_active=None)  # the original's default again, for the next tests
+    path.write_text("[default]\nthis_key_does_not_exist=yes\n")
+    with pytest.raises(ValueError, match="this_key_does_not_exist"):
+        Config(conf_file=str(path))
+    with pytest.raises(TypeError, match="no other argument"):
+        Config(image="x", conf_file=str(path))
+
+
+def test_init_with_an_unknown_backend_fails_at_once():
+    """Issue 32: the original's ``init(backend="nope")`` failed at init; so does it here,
+    naming the known backends, and the config in force is unchanged."""
+    before = fiber.get_config()
+    with pytest.raises(ConfigError, match=r"unknown backend 'slrum' \(did you mean 'slurm'"):
+        fiber.init(backend="slrum")
+    with pytest.raises(ConfigError, match="known backends: .*local"):
+        fiber.init(backend="nope")
+    assert fiber.get_config() == before
+
+
 def test_an_unknown_key_suggests_the_closest():
     with pytest.raises(ConfigError, match=r"did you mean 'backend'\?"):
         fiber.init(bakend="local")
@@ -265,10 +297,12 @@ def test_the_original_fibers_config_objects_and_backend_module(tmp_path, monkeyp
     assert fiber.config.get_object() is fiber.get_config()
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     with fiber.config.override(backend="local"):
-        assert fiber.backend.auto_select_backend() == "local"
+        assert fiber.backend.auto_select_backend() == "kubernetes"  # the original's answer
         assert fiber.backend.get_backend().name == "local"
         assert fiber.backend.get_backend("local") is fiber.backend.get_backend()
     with pytest.raises(UnknownBackendError):
         fiber.backend.get_backend("nope")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    assert fiber.backend.auto_select_backend() == fiber.get_config().backend
     assert resolve({}, environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"},
                    config_file=str(tmp_path / "none")).backend == "local"

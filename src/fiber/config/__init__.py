@@ -107,7 +107,8 @@ class Config:
     startup_timeout: float = 600.0
     #: Processes in a Pool created with ``processes=None``; 0 means ``cpu_count()``.
     pool_processes: int = 0
-    #: Times a pool task that killed its worker is tried again before it fails.
+    #: Times a pool task that killed its worker is tried again before it fails (and, in a
+    #: ``Pool(error_handling=True)``, a task that raised).
     pool_max_task_retries: int = 3
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
     #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
@@ -131,6 +132,29 @@ class Config:
     #: or a ``[fiber.slurm]`` section of ``.fiberconfig``. A backend declares its keys
     #: (``Backend.settings``); the core names none.
     backends: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: The original fiber's ``Config(conf_file=path)``: the config that file (instead of
+    #: ``.fiberconfig``) and the environment give, what `init` set left out (not a field).
+    conf_file: dataclasses.InitVar[Optional[str]] = None
+
+    def __post_init__(self, conf_file: Optional[str]) -> None:
+        """``Config(conf_file=path)`` takes its values from that file and the environment
+        (``path`` alone: other arguments with it would be overwritten, so they are
+        refused).
+
+        Raises:
+            TypeError: ``conf_file`` is given with other arguments.
+            ConfigError: the file has an unknown key or a wrong value.
+        """
+        if conf_file is None:
+            return
+        defaults = Config()
+        given = [f.name for f in dataclasses.fields(self)
+                 if getattr(self, f.name) != getattr(defaults, f.name)]
+        if given:
+            raise TypeError(f"Config(conf_file=...) takes no other argument, got {given}")
+        loaded = resolve({}, config_file=conf_file)
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, getattr(loaded, f.name))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Config:
@@ -140,9 +164,14 @@ class Config:
 
     def __getattr__(self, name: str) -> Any:
         """A backend's setting by its full key (``cfg.slurm_partition``), as before
-        backends declared their own (their code reads `settings`)."""
+        backends declared their own (their code reads `settings`), or a key of the
+        original fiber read as ``fiber.config.<key>`` is (``cfg.mem_per_job``)."""
         found = None if name.startswith("_") else _backend_keys.split(name)
         if found is None:
+            try:  # a key of the original fiber (its Config's attributes)
+                return compat.read_old(name, lambda key: getattr(self, key))
+            except KeyError:
+                pass
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         backend, key, cls = found
         return getattr(settings(cls, backend, self), key)
@@ -388,11 +417,28 @@ def get_config() -> Config:
     return cfg
 
 
+def _check_backend(name: str) -> None:
+    """A backend named in code must exist: ``init(backend="nope")`` fails there, as the
+    original fiber's did, not at the first ``start()``. (A name from the environment or
+    ``.fiberconfig`` is checked at first use: a backend a plugin registers later in the
+    process, ``pytest -p``, may be named there.)
+
+    Raises:
+        ConfigError: no backend of that name is installed or registered.
+    """
+    known = _registry.known()
+    if name not in known:
+        raise ConfigError("backend", f"unknown backend {name!r}"
+                          + compat.suggestion(name, known)
+                          + f"; known backends: {', '.join(known)}")
+
+
 def init(**kwargs: Any) -> Config:
     """Set configuration from code (highest precedence) and return the result.
 
     Raises:
-        ConfigError: a key is unknown or a value has the wrong type.
+        ConfigError: a key is unknown or a value has the wrong type, or ``backend``
+            names no backend.
     """
     global _resolved
     kwargs = _translated(kwargs, "fiber.init")
@@ -405,6 +451,8 @@ def init(**kwargs: Any) -> Config:
             _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
             _validate(key, _convert(key, value))
+        if "backend" in kwargs:
+            _check_backend(kwargs["backend"])
         merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
         cfg = resolve(merged)
         _explicit.clear()

@@ -107,7 +107,7 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
         return RENAMED[key], value
     if key in NO_EFFECT:
         _warn_old(key, where)
-        _no_effect_set[key] = value
+        _no_effect_set[key] = _typed(key, value)
         return None
     if key == "log_level" and isinstance(value, int) and not isinstance(value, bool):
         return key, _LOG_LEVELS.get(str(value), value)  # logging.DEBUG and so on
@@ -116,6 +116,21 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
         word = value.strip()
         return key, _LOG_LEVELS.get(word, word.lower())
     return key, value
+
+
+def _typed(key: str, value: Any) -> Any:
+    """``value`` of no-effect ``key`` as the original read it from a file or the
+    environment: a bool or an int when its default is one (``ipc_active=False``)."""
+    default = NO_EFFECT_DEFAULTS.get(key)
+    if not isinstance(value, str):
+        return value
+    word = value.strip().lower()
+    if isinstance(default, bool) and word in ("1", "true", "yes", "on", "0", "false", "no",
+                                              "off"):
+        return word in ("1", "true", "yes", "on")
+    if isinstance(default, int) and not isinstance(default, bool) and word.isdigit():
+        return int(word)
+    return value
 
 
 def read_old(key: str, read: Callable[[str], Any]) -> Any:

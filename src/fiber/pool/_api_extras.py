@@ -32,9 +32,9 @@ _POLL_S = 0.02
 
 
 def check_error_handling(error_handling: Optional[bool]) -> None:
-    """The original fiber's ``Pool(n, error_handling=...)``: accepted, since this pool
-    always gives a dead worker's tasks to the others (what ``True`` asked for; with
-    ``False`` the original lost them).
+    """Checks the original fiber's ``Pool(n, error_handling=...)``. Every pool here gives
+    a dead worker's tasks to the others (with ``False`` the original lost them); ``True``
+    also runs again a task that raised (see `fiber.pool.Pool`).
 
     Raises:
         TypeError: ``error_handling`` is not a bool (or None).

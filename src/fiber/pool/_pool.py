@@ -65,8 +65,11 @@ class Pool(PoolExtras):
 
     ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
     ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
-    ``error_handling`` (the original fiber's) is accepted: a dead worker's tasks always go
-    to the others.
+    A dead worker's tasks always go to the others. ``error_handling=True`` (the original
+    fiber's) also runs again a task that raised, up to ``pool_max_task_retries`` times,
+    before its exception is its result (for idempotent tasks: the original ran such a
+    task again, its exception having ended the worker); by default a task's exception is
+    its result at once, as with ``multiprocessing``.
 
     Raises:
         ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
@@ -97,6 +100,7 @@ class Pool(PoolExtras):
         process_class = Process if context is None else context.Process
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
+        self._core.service.retry_raised = bool(error_handling)
         self._finalizer = weakref.finalize(self, terminate_collected, self._core)
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process
         name = f"Pool-{next(_numbers)}"

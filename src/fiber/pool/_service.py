@@ -9,6 +9,8 @@
                                               of the queue; the one it was running is
                                               charged an attempt; after max retries it
                                               fails with WorkerLostError
+    a task raised, error_handling=True ──▶ back to the end of the queue, up to max
+                                              retries; then its exception is the result
 
 Everything here runs under the hub's lock (for messages from workers, the hub thread or
 a thread waiting for a result, see ``Server.wait_serving``; for submissions, the caller's
@@ -67,6 +69,10 @@ class PoolService(Service):
         self.prefetch = prefetch
         self.maxtasks = maxtasks
         self.max_retries = max_retries
+        #: ``Pool(error_handling=True)``, the original fiber's: a task that raised is run
+        #: again (see `_raised`), as its pool ran again a task whose worker died, which a
+        #: raise did there. False: its exception is the result at once (multiprocessing).
+        self.retry_raised = False
         self.on_worker_gone = on_worker_gone
         self.queue: Deque[Task] = collections.deque()
         self.queued_items = 0  # the items of the tasks in the queue (pool.status())
@@ -304,6 +310,8 @@ class PoolService(Service):
                 items += task.items
                 if not ok:
                     outcome = "failed"
+                    if self._raised(task):
+                        continue
                 if latency is not None:
                     latency.observe(now - task.queued, task.items)
                 self._finish(task, ok, frames)
@@ -422,6 +430,20 @@ class PoolService(Service):
         if self.function_refs[task.fid] <= 0:
             self.release_function(task.fid)
         task.job.deliver(task.index, ok, frames)
+
+    def _raised(self, task: Task) -> bool:
+        """Whether ``task``, which raised, goes back to the queue to run again (on any
+        worker): with ``retry_raised``, ``max_retries`` times; after that its exception
+        is its result."""
+        if not self.retry_raised or task.raised >= self.max_retries:
+            return False
+        task.raised += 1
+        self.queue.append(task)
+        self.queued_items += task.items
+        self.retried += task.items
+        log("%s raised; run again (%d of pool_max_task_retries=%d)", task.label,
+            task.raised, self.max_retries)
+        return True
 
     def _maybe_stop(self, ws: WorkerState) -> None:
         if not ws.connected or ws.lost or ws.pending:

@@ -32,7 +32,7 @@ class Task:
     the items, a map's item being one task whatever its chunksize (``items``, ``first``)."""
 
     __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
-                 "suspect", "first", "items", "queued")
+                 "suspect", "first", "items", "queued", "raised")
 
     def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
                  call: str, first: Optional[int] = None, items: int = 1) -> None:
@@ -50,6 +50,8 @@ class Task:
         #: it, so it runs alone on a worker until it completes (see worker_lost).
         self.suspect = False
         self.queued = 0.0  # when it was submitted (monotonic; see PoolService.submit)
+        #: Times it raised and was run again (a pool with ``error_handling=True``).
+        self.raised = 0
 
     @property
     def label(self) -> str:

@@ -35,4 +35,12 @@ class ZPool(Pool):
 
 
 class ResilientZPool(ZPool):
-    """`ZPool` (the original's pool with error handling, which every pool has)."""
+    """`ZPool` with ``error_handling=True`` (the original's pool with error handling): a
+    task that raised runs again (see `fiber.pool.Pool`)."""
+
+    def __init__(self, processes: Optional[int] = None,
+                 initializer: Optional[Callable[..., Any]] = None,
+                 initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
+                 cluster: Any = None, **kwargs: Any) -> None:
+        kwargs.setdefault("error_handling", True)
+        super().__init__(processes, initializer, initargs, maxtasksperchild, cluster, **kwargs)

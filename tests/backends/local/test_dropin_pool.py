@@ -96,6 +96,28 @@ def test_the_original_fibers_pool_api(ctx, make):
         pool.join()
 
 
+def test_error_handling_runs_again_a_task_that_raised(ctx):
+    """The original's ``Pool(error_handling=True)`` ("failed tasks will be resubmitted",
+    its test_pool.py's test_error_handling): a task that raised runs again, up to
+    ``pool_max_task_retries`` times, then its exception is its result; by default it is
+    the result at once, as with multiprocessing."""
+    retries = fiber.config.get_config().pool_max_task_retries
+    with ctx.Pool(2, error_handling=True) as pool:
+        tries = ctx.Value("i", 0)
+        assert pool.map(functools.partial(dh.raise_on, bad=3, times=2, tries=tries),
+                        range(8), chunksize=1) == list(range(8))
+        assert tries.value == 3
+        tries = ctx.Value("i", 0)
+        with pytest.raises(ValueError, match=f"try {retries + 1}"):
+            pool.apply(dh.raise_on, (3, 3, 100, tries))
+        assert tries.value == retries + 1
+    with ctx.Pool(1) as pool:
+        tries = ctx.Value("i", 0)
+        with pytest.raises(ValueError, match="try 1"):
+            pool.apply(dh.raise_on, (3, 3, 100, tries))
+        assert tries.value == 1
+
+
 def test_bad_arguments_of_the_original_api(ctx):
     with pytest.raises(TypeError, match="error_handling must be a bool"):
         ctx.Pool(1, error_handling="yes")

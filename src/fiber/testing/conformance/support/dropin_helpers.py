@@ -171,6 +171,18 @@ def exit_once_on(x: int, bad: int, flag) -> int:  # type: ignore[no-untyped-def]
     return x
 
 
+def raise_on(x: int, bad: int, times: int, tries) -> int:  # type: ignore[no-untyped-def]
+    """Raise ``ValueError`` the first ``times`` times ``bad`` comes (counted in ``tries``,
+    a shared Value); else return ``x``."""
+    if x == bad:
+        with tries.get_lock():
+            tries.value += 1
+            n = tries.value
+        if n <= times:
+            raise ValueError(f"{x} raised (try {n})")
+    return x
+
+
 def report_parent_end(path: str) -> None:
     """A child of the main process: a thread waits for ``parent_process().join()`` and
     writes what ``is_alive()`` says then to ``path``; the job itself waits to be ended."""
