@@ -28,12 +28,15 @@ START, END = "<!-- config-reference -->", "<!-- /config-reference -->"
 
 
 def field_docs(cls: type = config.Config) -> Dict[str, str]:
-    """Each field's ``#:`` comment, joined into one paragraph."""
+    """Each field's ``#:`` comment, joined into one paragraph (fields only: an
+    ``InitVar``, such as ``Config(conf_file=...)``, is an argument, not a key)."""
     source = inspect.getsource(cls)
     lines = source.splitlines()
     docs: Dict[str, str] = {}
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for node in ast.parse(textwrap.dedent(source)).body[0].body:  # type: ignore[attr-defined]
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and node.target.id in fields):
             comment: List[str] = []
             i = node.lineno - 2
             while i >= 0 and lines[i].strip().startswith("#:"):

@@ -5,10 +5,9 @@ New code uses `fiber.backends`.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
-from .backends import Backend
+from .backends import Backend, environment_backend
 from .backends import get_backend as _get_backend
 from .config import get_config
 
@@ -20,9 +19,7 @@ def auto_select_backend() -> str:
     set), else the backend in force (the config's ``backend``). Only this function
     answers so: the backend in force stays the configured one inside a pod too (the
     migration guide says why), and `get_backend()` gives that one."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return "kubernetes"
-    return get_config().backend
+    return environment_backend() or get_config().backend
 
 
 def get_backend(name: Optional[str] = None) -> Backend:

@@ -9,8 +9,9 @@ per backend name lives in a process, created on first use.
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Dict, List, Type
+from typing import Dict, List, Optional, Type
 
 from .._exports import publish
 from ..config import _registry
@@ -72,6 +73,15 @@ def register_backend(name: str, cls: Type[Backend]) -> None:
     with _lock:
         _registry.register(name, cls)
         _instances.pop(name, None)
+
+
+def environment_backend() -> Optional[str]:
+    """The backend whose cluster this process runs inside, as that cluster's environment
+    says (a Kubernetes pod: ``KUBERNETES_SERVICE_HOST``), or None. The original fiber
+    chose its backend so; here only ``fiber.backend.auto_select_backend`` asks."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    return None
 
 
 def _load(name: str) -> Type[Backend]:
