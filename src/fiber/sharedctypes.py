@@ -43,7 +43,7 @@ from .transport.operations import Handler, handles
 from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service
 
-__all__ = ["Value", "Array", "RawValue", "RawArray", "SharedValue", "SharedArray",
+__all__ = ["Value", "Array", "RawValue", "RawArray", "copy", "SharedValue", "SharedArray",
            "Synchronized", "SynchronizedArray", "SynchronizedString"]
 
 _TYPE = Union[str, type]
@@ -329,7 +329,7 @@ _RAW_OF = {Synchronized: SharedValue, SynchronizedArray: SharedArray,
 
 
 def _lock_for(lock: Any) -> Any:
-    if lock is True:
+    if lock is True or lock is None:  # None: a new lock too, as multiprocessing
         return synchronize.RLock()
     if not hasattr(lock, "acquire"):
         raise AttributeError(f"{lock!r} has no method 'acquire'")
@@ -386,7 +386,7 @@ def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
           ctx: Any = None) -> SharedValue:
     """A shared ctypes value; with ``lock`` (default: a new fiber RLock) a Synchronized.
 
-    ``lock``: True (a new RLock), False or None (a plain ``RawValue``), or a fiber lock
+    ``lock``: True or None (a new RLock), False (a plain ``RawValue``), or a fiber lock
     to share with other objects. ``ctx`` is accepted as multiprocessing's; the value
     lives in this process whatever the backend.
 
@@ -395,7 +395,7 @@ def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
         AttributeError: ``lock`` has no ``acquire`` method (as multiprocessing).
     """
     obj = _ctype(typecode_or_type)(*args)
-    if lock is False or lock is None:
+    if lock is False:
         return SharedValue(obj)
     return Synchronized(obj, _lock_for(lock))
 
@@ -412,7 +412,20 @@ def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # n
     """
     t = _ctype(typecode_or_type)
     obj, memory = _array(t, size_or_initializer)
-    if lock is False or lock is None:
+    if lock is False:
         return (SharedString if t is ctypes.c_char else SharedArray)(obj, memory=memory)
     cls = SynchronizedString if t is ctypes.c_char else SynchronizedArray
     return cls(obj, _lock_for(lock), memory)
+
+
+def copy(obj: Any) -> SharedValue:
+    """A new shared object (a ``RawValue`` or ``RawArray``) holding a copy of ``obj``, a
+    ctypes value or array, as ``multiprocessing.sharedctypes.copy``.
+
+    Raises:
+        TypeError: ``obj`` is not a simple ctypes value or an array of one (structures
+            are not supported).
+    """
+    if isinstance(obj, ctypes.Array):
+        return RawArray(_ctype(obj._type_), obj[:])
+    return RawValue(_ctype(type(obj)), obj.value)

@@ -19,11 +19,11 @@ USED = {
              "IMapUnorderedIterator", "RemoteTraceback", "MaybeEncodingError", "TimeoutError",
              "INIT", "RUN", "CLOSE", "TERMINATE"],
     "connection": ["Connection", "BufferTooShort", "AuthenticationError",
-                   "deliver_challenge", "answer_challenge"],
+                   "deliver_challenge", "answer_challenge", "families"],
     "managers": ["Namespace", "AutoProxy", "MakeProxyType", "BaseListProxy", "ListProxy",
                  "DictProxy", "ValueProxy", "ArrayProxy", "NamespaceProxy", "IteratorProxy",
                  "AcquirerProxy", "ConditionProxy", "EventProxy", "BarrierProxy",
-                 "BasePoolProxy", "PoolProxy"],
+                 "BasePoolProxy", "PoolProxy", "RemoteError"],
 }
 
 

@@ -11,6 +11,7 @@ default) and every method call returns a ``CallHandle`` at once.
 # async proxies, in flight on one channel each.
 
 from .._exports import publish
+from ..errors import RemoteError
 from ._async_calls import CallHandle
 from ._managers import AsyncManager, BaseManager, Namespace, SyncManager, Token
 from ._proxies import (
@@ -42,7 +43,7 @@ __all__ = ["BaseManager", "SyncManager", "AsyncManager", "BaseProxy", "AsyncProx
            "CallHandle", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
            "NamespaceProxy", "IteratorProxy", "AcquirerProxy", "ConditionProxy",
            "EventProxy", "BarrierProxy", "QueueProxy", "PoolProxy", "BasePoolProxy",
-           "AsyncResultProxy", "DirectProxy", "BaseListProxy"]
+           "AsyncResultProxy", "DirectProxy", "BaseListProxy", "RemoteError"]
 
 publish(__name__, BaseManager, SyncManager, AsyncManager, BaseProxy, AsyncProxy, AutoProxy,
         AsyncAutoProxy, CallHandle, DictProxy, ListProxy, ValueProxy, ArrayProxy,

@@ -230,10 +230,11 @@ class AsyncProxy(BaseProxy):
 
 class AutoProxy(BaseProxy):
     """A proxy for any type: every exposed method of the referent (the public ones by
-    default) is an attribute that calls it."""
+    default; a private one when ``register(exposed=...)`` names it) is an attribute that
+    calls it."""
 
     def __getattr__(self, name: str) -> Any:
-        if name[:1] == "_":
+        if name[:1] == "_" and (name[:2] == "__" or name not in self.__dict__.get("_exposed", ())):
             raise AttributeError(name)
         self._resolve()
         if name not in self._exposed:

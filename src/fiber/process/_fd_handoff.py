@@ -4,7 +4,8 @@ A fiber process's arguments may hold objects of the standard library's
 ``multiprocessing``: an end of ``multiprocessing.Pipe()``, a ``multiprocessing`` queue (an
 OS pipe plus semaphores, which refuse to be pickled unless ``multiprocessing`` is spawning
 a child: ``assert_spawning``), or the call queue of
-``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())``. Fiber's
+``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())``, or a
+``multiprocessing.Value`` or ``Array`` (shared memory: an mmap of a descriptor). Fiber's
 transport carries no file descriptors, so such a process is started as multiprocessing's
 ``spawn`` start method starts one, when the backend's jobs share this host
 (``Backend.jobs_share_host``: ``local``, ``netns``); elsewhere ``start()`` refuses it:
@@ -15,7 +16,7 @@ transport carries no file descriptors, so such a process is started as multiproc
       meets a multiprocessing object: _NeedsSpawn
     pickled again as spawn does (by reference),
     with a spawning popen of ours set:
-      Connection/socket ─▶ reduction.DupFd(fd)
+      Connection/socket/Arena ─▶ reduction.DupFd(fd)
         ─▶ _SpawningPopen.DupFd ─▶ _SharedFd:
            fd registered with multiprocessing's    load_spawned: authkey := the parent's,
            resource sharer (a thread serving a       main script imported as __mp_main__
@@ -47,7 +48,7 @@ import pickle
 import socket
 import sys
 from collections import ChainMap
-from multiprocessing import AuthenticationError, reduction, resource_sharer
+from multiprocessing import AuthenticationError, heap, reduction, resource_sharer
 from multiprocessing import connection as mp_connection
 from multiprocessing import context as mp_context
 from multiprocessing import process as mp_process
@@ -71,10 +72,13 @@ def _needs_spawn(obj: Any) -> Any:
 
 class _ProbingPickler(_Pickler):
     """Fiber's pickler, stopped by what would otherwise pickle wrong: a
-    ``multiprocessing`` Connection would copy its descriptor's number, a socket fails."""
+    ``multiprocessing`` Connection would copy its descriptor's number; a socket and the
+    shared memory behind multiprocessing's ``Value``, ``Array`` and ``heap`` (an ``Arena``:
+    an mmap of a file descriptor) fail."""
 
     dispatch_table = ChainMap({mp_connection.Connection: _needs_spawn,
-                               socket.socket: _needs_spawn}, _Pickler.dispatch_table)
+                               socket.socket: _needs_spawn,
+                               heap.Arena: _needs_spawn}, _Pickler.dispatch_table)
 
 
 #: The message of ``multiprocessing.context.assert_spawning``.

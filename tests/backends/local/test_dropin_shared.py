@@ -104,3 +104,25 @@ def test_gymnasium_async_vector_env_with_shared_memory(ctx, monkeypatch):
     finally:
         env.close()
         ref.close()
+
+
+def test_copy_makes_a_shared_copy_of_a_ctypes_object():
+    # multiprocessing.sharedctypes.copy; CPython's suite imports it with Value (issue 32)
+    from fiber.sharedctypes import copy
+
+    source, items = ctypes.c_double(2.5), (ctypes.c_int * 3)(1, 2, 3)
+    value, array = copy(source), copy(items)
+    source.value, items[0] = 0.0, 0
+    assert (value.value, array[:]) == (2.5, [1, 2, 3])
+    assert isinstance(array, SharedArray)
+    with pytest.raises(TypeError, match="simple ctypes"):
+        copy(ctypes.c_int * 2)  # a type, not an object
+
+
+def test_lock_none_means_a_new_lock_as_in_multiprocessing():
+    value, array = fiber.Value("i", 5, lock=None), fiber.Array("i", 3, lock=None)
+    assert value.get_lock() is not None and array.get_lock() is not None
+    with value.get_lock():
+        value.value += 1
+    assert value.value == 6
+    assert not hasattr(fiber.Value("i", 5, lock=False), "get_lock")

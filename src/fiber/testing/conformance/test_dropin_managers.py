@@ -18,6 +18,7 @@ class CounterManager(BaseManager):
 
 
 CounterManager.register("Counter", dh.Counter)
+CounterManager.register("ResettableCounter", dh.Counter, exposed=("add", "_reset"))
 
 
 def test_a_managers_pool_is_a_context_manager(ctx):
@@ -47,6 +48,16 @@ def test_a_registered_type_exposes_its_public_methods_only(ctx):
             counter._callmethod("_reset")
         assert counter.add(1) == 3  # nothing was reset
         assert "add" in dir(counter) and "_reset" not in dir(counter)
+
+
+def test_a_private_method_named_in_exposed_is_reachable(ctx):
+    # as multiprocessing's (CPython's suite registers exposed=('f', '_h'): issue 32)
+    with CounterManager(ctx=ctx) as manager:
+        counter = manager.ResettableCounter()
+        assert counter.add(2) == 2
+        counter._reset()
+        assert counter.add(1) == 1
+        assert not hasattr(counter, "_other") and not hasattr(counter, "__other__")
 
 
 def test_a_manager_lock_is_released_by_another_process(ctx):

@@ -143,6 +143,19 @@ class Elsewhere(LocalBackend):
     jobs_share_host = False
 
 
+def test_multiprocessing_shared_memory_reaches_a_fiber_process(host_ctx):
+    # multiprocessing's shared ctypes live in an Arena (an mmap of a descriptor); without a
+    # lock (whose semaphore asks for spawning itself) nothing else said so (CPython's own
+    # Barrier tests hand such memory to their processes: issue 32)
+    mp = multiprocessing.get_context("spawn")
+    value, array = mp.RawValue("i", 1), mp.RawArray("d", [0.5, 1.5])
+    p = host_ctx.Process(target=h.double_shared, args=(value, array))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert (value.value, array[:]) == (2, [1.0, 3.0])  # the child wrote to the same memory
+
+
 def test_other_hosts_are_refused_at_start(ctx, backend_name):
     if get_backend(backend_name).jobs_share_host:
         register_backend("elsewhere", Elsewhere)

@@ -49,6 +49,12 @@ def echo_through(requests: Any, replies: Any) -> None:
     replies.close()
 
 
+def double_shared(value: Any, array: Any) -> None:
+    """Double a multiprocessing ``RawValue`` and each item of a ``RawArray``."""
+    value.value *= 2
+    array[:] = [x * 2 for x in array[:]]
+
+
 # -- the script: functions of __main__ as tasks and initializer ---------------------------
 
 counter = 0
