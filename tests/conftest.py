@@ -37,7 +37,10 @@ ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_c
 #: ps/logs/stop, GPUs handed out on local, the lost-worker warnings): one_python as well.
 ONE_PYTHON_WHOLE = {"test_observe_status_local", "test_observe_local", "test_observe_gpus",
                     "test_observe_failures_local", "test_ps_local", "test_lossy", "test_shaper",
-                    "test_dashboard"}
+                    "test_dashboard",
+                    # the drop-in suites: CPython's own (its floor is measured on 3.11) and
+                    # the original fiber's (its API, not the Python), 2 minutes each
+                    "test_cpython_suite", "test_original_suite"}
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
