@@ -40,6 +40,7 @@ __all__ = [
     "JobStatus",
     "JobWatcher",
     "Resources",
+    "environment_backend",
     "get_backend",
     "known_backends",
     "register_backend",
