@@ -239,6 +239,8 @@ def test_the_config_turns_it_on_and_fiber_dashboard_attaches() -> None:
 
         body = get("/api/snapshot")[1]
         assert '"pools"' in body and '"PoolWorker-1"' in body, body
+        # nobody looked before: no job has reported its usage (they report while watched)
+        assert '"rss_mb"' not in body, body
         # its live jobs as the cluster (here: this machine) sees them, in /metrics too
         assert json.loads(body)["cluster"]["jobs"] == {"local": {"running": 2}}, body
         # with the dashboard in the config the histograms count from the pool's start
