@@ -184,3 +184,20 @@ def test_a_program_that_records_jobs_prunes_ended_ones(tmp_path, monkeypatch):
     finally:
         proc.kill()
         proc.communicate(timeout=30)
+    # the next program within PRUNE_EVERY_S leaves the records be (the machine's were
+    # pruned just now): only fiber ps prunes meanwhile
+    later = os.path.join(_machine.user_dir(), "logs", "555")
+    _ended_job("555", 1, 2 * DAY)
+    proc = subprocess.Popen([sys.executable, SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), line + proc.stderr.read()
+        assert os.path.exists(later)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    _jobs.find_jobs()  # what fiber ps does first
+    assert not os.path.exists(later)

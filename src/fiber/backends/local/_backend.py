@@ -265,13 +265,15 @@ class LocalBackend(CommandLineBackend):
             return self._procs.get(job_id)
 
     def _prune_records(self) -> None:
-        """Prune the records of ended jobs (see ._jobs) as this process records new ones:
-        at its first, then at most every ``PRUNE_EVERY_S`` seconds."""
+        """Prune the records of ended jobs (see ._jobs) as this process records new ones,
+        when no process did for ``PRUNE_EVERY_S`` seconds (asked at its first, then at
+        most that often)."""
         now = time.monotonic()
         if self._pruned_at is None or now - self._pruned_at >= _jobs.PRUNE_EVERY_S:
             self._pruned_at = now
             try:
-                _jobs.prune()
+                if _jobs.prune_due():
+                    _jobs.prune()
             except OSError:  # the user directory is unusable: the logs said so already
                 pass
 

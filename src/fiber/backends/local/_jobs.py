@@ -16,7 +16,9 @@ by its parent) does not. A job ends ``ended (SIGKILL)``, ``ended (exit 1)``, or 
 with its start time, so a pid reused by another process is never signalled.
 
 Records of ended jobs (log and record) are pruned by `prune`, when ``fiber ps``
-runs and when a process records new jobs (at most every ``PRUNE_EVERY_S``): those of
+runs and when a process records new jobs, if no process of this user has pruned them for
+``PRUNE_EVERY_S`` (`prune_due`: after a Pool(1024) program, the next program's prune
+unlinks 2,000 files, and a benchmark's runs, a program each, did it every time): those of
 programs that have ended are kept for ``KEEP_S`` (a day), ``KEEP_JOBS`` (200) at most,
 the newest first. A job that runs, any job of a program that runs, and a record younger
 than ``_YOUNG_S`` (a job being started, its record not written yet) are never pruned.
@@ -34,13 +36,13 @@ from ...errors import BackendError
 from .._base import JobInfo
 
 __all__ = ["note_started", "note_ended", "find_jobs", "read_logs", "remove_jobs", "prune",
-           "KEEP_JOBS", "KEEP_S", "PRUNE_EVERY_S"]
+           "prune_due", "KEEP_JOBS", "KEEP_S", "PRUNE_EVERY_S"]
 
 #: Ended jobs of ended programs whose records are kept at most (the newest).
 KEEP_JOBS = 200
 #: Seconds for which they are kept at most (since their last write: their end, mostly).
 KEEP_S = 24 * 3600
-#: Seconds between two prunings by a process that records jobs.
+#: Seconds between two prunings by the processes that record jobs (on this machine).
 PRUNE_EVERY_S = 600.0
 #: Records younger than this are kept whatever: a job being started has a log but no
 #: record yet, and its program may not have written its program file yet.
@@ -135,6 +137,21 @@ def _parts(log_path: str) -> Tuple[str, str, str]:
 
 def _created(path: str) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_machine.mtime(path)))
+
+
+def prune_due() -> bool:
+    """Whether the records were last pruned by a process recording jobs `PRUNE_EVERY_S`
+    ago or more (a marker file's age); if so, the marker says now, and the caller prunes
+    (two processes at once may both prune: harmless)."""
+    marker = os.path.join(_machine.user_dir(), "logs", ".pruned")
+    if time.time() - _machine.mtime(marker) < PRUNE_EVERY_S:
+        return False
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.utime(marker)
+    except OSError:  # no logs yet: nothing much to prune either
+        pass
+    return True
 
 
 def prune(keep_jobs: int = KEEP_JOBS, keep_s: float = KEEP_S) -> List[str]:
