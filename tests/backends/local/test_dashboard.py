@@ -29,7 +29,7 @@ import pytest
 
 import fiber
 from fiber._core import _inspect
-from fiber.dashboard import Dashboard, start
+from fiber.dashboard import CACHE_S, Dashboard, start
 from fiber.errors import ConfigError
 from fiber.testing.conformance.support.waiting import unusable, wait_until
 
@@ -92,6 +92,7 @@ def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
         # nobody watches pays nothing for them; with FIBER_DASHBOARD set, from its start)
         assert _get(board, f"/metrics?token={board.token}")[0] == 200
         assert pool.map(slow, [0.001] * 200, 5) == [0.001] * 200
+        time.sleep(CACHE_S)  # a snapshot serves the requests of the next CACHE_S seconds
         status, headers, text = _get(board, f"/metrics?token={board.token}")
         assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
         samples: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
@@ -120,6 +121,7 @@ def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
         before = {le: bucket(ran, le) for le in ("0.1", "0.25", "+Inf")}
         # four tasks of 150 ms: in the bucket up to 0.25 s, not in the one up to 0.1 s
         assert pool.map(slow, [0.15] * 4, 1) == [0.15] * 4
+        time.sleep(CACHE_S)
         text = _get(board, f"/metrics?token={board.token}")[2]
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for family in text_string_to_metric_families(text) for s in family.samples}
