@@ -277,3 +277,15 @@ def test_connect_retries_a_missing_route_for_a_moment_only() -> None:
     assert r["for_a_moment"]["outcome"] == "connected", r
     assert 0.9 < r["for_a_moment"]["seconds"] < 2.5, r
     assert r["refused"]["outcome"] == "ECONNREFUSED" and r["refused"]["seconds"] < 1, r
+
+
+def test_the_dashboard_of_a_program_over_three_hosts(hosts: netns.Hosts) -> None:
+    """Issue 31 on several hosts: each worker's job, on its own host, reports its usage and
+    answers for its stacks over the bridge; the jobs on the cluster are netns's."""
+    r = run_scenario(hosts, "mh_dashboard.py")
+    assert len(r["task_ips"]) == 3, r  # the workers ran on three hosts...
+    assert r["hosts"] == sorted(name for name, _ in hosts.hosts), r  # ... named so
+    assert r["reported"] and r["running"], r
+    assert r["stack_status"] == 200 and r["stack_in_user_function"], r
+    assert r["cluster"] == {"netns": {"running": 3}}, r
+    assert r["job_lines"] == ['fiber_jobs{backend="netns",state="running"} 3'], r
