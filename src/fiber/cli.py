@@ -1,6 +1,7 @@
 """The ``fiber`` command: run a program as a cluster job, and list, read and stop jobs.
 
-    fiber run [-b BACKEND] [--image IMAGE] [-c KEY=VALUE]... [-d] [--] COMMAND [ARG]...
+    fiber run [-b BACKEND] [--image IMAGE] [-c KEY=VALUE]... [-v VOLUME]... [-d|-a]
+              [--] COMMAND [ARG]...
     fiber ps [-b BACKEND] [--all] [PROGRAM]
     fiber logs [-b BACKEND] [--tail N] JOB
     fiber stop [-b BACKEND] PROGRAM|JOB...
@@ -14,7 +15,10 @@ their containers or pods carry the program's id. The command then prints the pro
 output as it is written, and ends with its exit code. Ctrl-C (or SIGTERM, SIGHUP) stops
 the program and every job it started; a second one kills them, a third stops waiting.
 With ``--detach`` it prints the job's id and leaves the program running; ``fiber logs``
-and ``fiber stop`` take it from there.
+and ``fiber stop`` take it from there. ``--attach``, the original fiber's flag to follow
+the output, is the default. ``--volume`` mounts a persistent volume in the program's job
+and every job it starts, where the backend has them (a Kubernetes volume claim, at
+``/persistent`` as in the original fiber); elsewhere it is refused with the reason.
 
 ``ps``, ``logs`` and ``stop`` work on the backends whose cluster keeps jobs by label
 (``docker``, ``kubernetes``) or comment (``slurm``: this user's batch jobs) and see the
@@ -142,8 +146,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--gpu", type=int, help="GPUs for its own job")
     run.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
                      help="an environment variable of the program (repeatable)")
-    run.add_argument("-d", "--detach", action="store_true",
-                     help="print the job's id and leave the program running")
+    run.add_argument("-v", "--volume", action="append", default=[],
+                     metavar="NAME[:PATH][:ro]",
+                     help="a persistent volume mounted in the program's job and its jobs, "
+                     "on a backend that has them (a volume claim, at /persistent unless "
+                     "PATH; repeatable)")
+    follow = run.add_mutually_exclusive_group()
+    follow.add_argument("-d", "--detach", action="store_true",
+                        help="print the job's id and leave the program running")
+    follow.add_argument("-a", "--attach", action="store_true",
+                        help="follow the program's output until it ends (the default; "
+                        "the original fiber's flag)")
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...",
                      help="the program to run and its arguments (python main.py); a -- "
                      "before it ends fiber run's own options")
@@ -197,6 +210,8 @@ def _run(backend: CommandLineBackend, args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("fiber run needs the command to run")
+    if args.volume:  # before to_env: the program and its jobs mount them too
+        config.init(**backend.volume_settings(args.volume))
     cfg = config.get_config()
     env = config.to_env(cfg)  # the program's processes become jobs of the same cluster
     for item in args.env:

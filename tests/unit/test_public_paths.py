@@ -35,7 +35,7 @@ PUBLIC = {
         "LABEL_NAME"
     ),
     "fiber.backends.kubernetes": (
-        "KubernetesBackend pod_manifest pod_status LABEL_PROGRAM LABEL_JOB"
+        "KubernetesBackend pod_manifest pod_status parse_claims LABEL_PROGRAM LABEL_JOB"
     ),
     "fiber.backends.local": "LocalBackend",
     "fiber.backends.slurm": (

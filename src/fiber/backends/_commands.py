@@ -1,16 +1,17 @@
 """What the ``fiber`` command needs of a backend: an interface of its own, optional.
 
 ``fiber run`` starts a program as a job of the cluster and follows its output
-(``main_spec``, ``follow``, ``stop_main``, ``detach``); ``fiber ps``, ``fiber logs`` and
-``fiber stop`` list, read and remove the fiber jobs of any program that the cluster still
-keeps (``find_jobs``, ``read_logs``, ``remove_jobs``). A backend that can do some of it
-subclasses `CommandLineBackend` instead of ``Backend`` and overrides what it can;
-the defaults say what it cannot. The command refuses a backend that is not one.
+(``main_spec``, ``follow``, ``stop_main``, ``detach``, ``volume_settings``); ``fiber ps``,
+``fiber logs`` and ``fiber stop`` list, read and remove the fiber jobs of any program
+that the cluster still keeps (``find_jobs``, ``read_logs``, ``remove_jobs``). A backend
+that can do some of it subclasses `CommandLineBackend` instead of ``Backend`` and
+overrides what it can; the defaults say what it cannot. The command refuses a backend
+that is not one.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from ..errors import BackendError
 from ._base import Backend, JobHandle, JobInfo, JobSpec
@@ -45,6 +46,19 @@ class CommandLineBackend(Backend):
         """
         raise BackendError(f"the {self.name} backend cannot leave a job running after "
                            "fiber run ends (run fiber run itself in the background)")
+
+    def volume_settings(self, volumes: Sequence[str]) -> Dict[str, str]:
+        """``fiber run -v VOLUME``: the config values (``fiber.init`` keys) that mount
+        these persistent volumes in the program's job and in the jobs it starts (the
+        values travel to the program with the rest of its config).
+
+        Raises:
+            fiber.errors.BackendError: the backend has no persistent volumes (the default).
+            fiber.errors.ConfigError: a volume is not in the backend's form.
+        """
+        raise BackendError(f"the {self.name} backend has no persistent volumes to mount "
+                           f"(fiber run --volume {' '.join(volumes)}); its settings "
+                           "(fiber.config) say what it can mount")
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
         """Every fiber job the cluster knows (only ``program``'s if given), oldest first.

@@ -10,10 +10,13 @@
     (gave up) [withdraw, ticket] ──────▶    a parked put is dropped
 
 The server stores items as the frames they arrived in and never unpickles them. An item
-is handed to exactly one waiting ``get``; a reader that gives up after the server sent it
-(KeyboardInterrupt) returns it to the front of the queue, so nothing is lost or delivered
-twice. With ``maxsize=0`` a ``put`` is fire-and-forget, as with multiprocessing's feeder
-thread; with a bound, it waits for the server's acknowledgement.
+is handed to exactly one waiting ``get``, the one that has waited longest (``getters`` is
+a FIFO, so readers that wait take turns; a ``get`` that finds items queued is answered at
+once, since holding it for another reader's turn would pace the queue to its slowest
+reader); a reader that gives up after the server sent it (KeyboardInterrupt) returns it
+to the front of the queue, so nothing is lost or delivered twice. With ``maxsize=0`` a
+``put`` is fire-and-forget, as with multiprocessing's feeder thread; with a bound, it
+waits for the server's acknowledgement.
 
 A bounded ``put`` carries a ticket. If its caller gives up while the put is parked
 (KeyboardInterrupt, a signal handler that raises), it sends ``[withdraw, ticket]`` on the

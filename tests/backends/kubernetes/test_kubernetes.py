@@ -32,6 +32,7 @@ from fiber.backends.kubernetes import (
     LABEL_JOB,
     LABEL_PROGRAM,
     KubernetesBackend,
+    parse_claims,
     pod_manifest,
     pod_status,
 )
@@ -135,6 +136,27 @@ def test_pod_manifest():
     assert _manifest(active_deadline=45)["spec"]["activeDeadlineSeconds"] == 45
 
 
+def test_volume_claims_are_mounted_where_the_original_fiber_mounted_them():
+    """``fiber run -v CLAIM`` (kubernetes_volume_claims): the claim at ``/persistent``,
+    read-write, as the original's ``fiber run -v``; a path and ``ro`` when given."""
+    claims = parse_claims("kubernetes_volume_claims", "data, logs.v1:/logs:ro")
+    assert claims == [("data", "/persistent", False), ("logs.v1", "/logs", True)]
+    spec = _manifest(claims=claims)["spec"]
+    assert spec["volumes"][1:] == [
+        {"name": "fiber-claim-0", "persistentVolumeClaim": {"claimName": "data",
+                                                            "readOnly": False}},
+        {"name": "fiber-claim-1", "persistentVolumeClaim": {"claimName": "logs.v1",
+                                                            "readOnly": True}}]
+    assert spec["containers"][0]["volumeMounts"][1:] == [
+        {"name": "fiber-claim-0", "mountPath": "/persistent", "readOnly": False},
+        {"name": "fiber-claim-1", "mountPath": "/logs", "readOnly": True}]
+    only = _manifest(mounts=(), claims=claims[:1])["spec"]
+    assert [v["name"] for v in only["volumes"]] == ["fiber-claim-0"]
+    for bad in ("Data", "data:relative", "a:/b:/c", "-data"):
+        with pytest.raises(ConfigError, match="claim"):
+            parse_claims("kubernetes_volume_claims", bad)
+
+
 def _validate_all(docs: List[Dict[str, Any]]) -> None:
     import kubernetes_validate
     from kubernetes_validate import utils
@@ -152,6 +174,7 @@ def test_pod_manifests_valid_for_current_kubernetes_releases():
     _validate_all([
         _manifest(),
         _manifest(cpu_limits=False, active_deadline=3600),
+        _manifest(claims=[("data", "/persistent", False), ("logs", "/logs", True)]),
         _manifest(owner=None, service_account="", mounts=(), pull_policy="",
                   resources=Resources()),
     ])

@@ -55,7 +55,10 @@ REWRITES: List[Tuple[str, str, str]] = [
 ]
 
 #: The original's module names the tests use in code, and this fiber's class each one's
-#: ``Backend`` is.
+#: ``Backend`` is. Only here, not in fiber (issue 32): they were the original's
+#: implementation modules, imported by its own cli and tests alone, and their ``Backend``
+#: had the original's interface (``create_job``, ``get_job_status``...), which this
+#: fiber's classes do not; a program gets a backend from ``fiber.backend.get_backend()``.
 ALIASES: Dict[str, str] = {
     "fiber.docker_backend": "fiber.backends.docker:DockerBackend",
     "fiber.local_backend": "fiber.backends.local:LocalBackend",

@@ -138,3 +138,20 @@ def test_bad_resources_are_usage_errors_and_listen_host_stays_on_this_machine():
     r = fiber_cli("run", "-c", "listen_host=127.0.0.1", "--", sys.executable, "-c",
                   "import fiber; print(fiber.config.get_config().listen_host)")
     assert (r.returncode, r.stdout) == (0, "127.0.0.1\n"), r.stderr
+
+
+def test_attach_the_original_fibers_flag_is_the_default_follow():
+    """``fiber run -a`` (the original's ``--attach``: follow the output) is what fiber run
+    does anyway; with ``--detach`` it is a usage error."""
+    for flag in ("-a", "--attach"):
+        r = fiber_cli("run", flag, "--", sys.executable, "-c", "print('hello')")
+        assert (r.returncode, r.stdout) == (0, "hello\n"), r.stderr
+    r = fiber_cli("run", "-a", "-d", "--", "true")
+    assert r.returncode == 2 and "not allowed with argument" in r.stderr
+
+
+def test_volume_on_a_backend_without_volumes_is_a_clear_error_before_anything_starts():
+    r = fiber_cli("run", "-v", "data", "--", sys.executable, "-c", "print('ran')")
+    assert r.returncode == 1, r.stderr
+    assert "the local backend has no persistent volumes to mount" in r.stderr
+    assert "usage:" not in r.stderr and "ran" not in r.stdout

@@ -6,7 +6,9 @@
 
 from ..._exports import publish
 from ._backend import LABEL_JOB, LABEL_PROGRAM, KubernetesBackend, pod_manifest, pod_status
+from ._pods import parse_claims
 
-__all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
+__all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "parse_claims", "LABEL_PROGRAM",
+           "LABEL_JOB"]
 
 publish(__name__, KubernetesBackend)

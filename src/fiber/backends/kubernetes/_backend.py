@@ -87,6 +87,7 @@ from ._pods import (
     POD_NAMESPACE_ENV,
     api_reason,
     is_not_found,
+    parse_claims,
     pod_manifest,
     pod_status,
 )
@@ -250,6 +251,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         cfg = get_config()
         cluster = self._cluster(cfg)
         mounts = parse_mounts("kubernetes_mounts", _own(cfg).mounts)
+        claims = parse_claims("kubernetes_volume_claims", _own(cfg).volume_claims)
         own = cluster.own
         own_container = ((own or {}).get("spec", {}).get("containers") or [{}])[0]
         owner = ({"name": own["metadata"]["name"], "uid": own["metadata"]["uid"]}
@@ -281,7 +283,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 owner=owner, service_account=service_account,
                 pull_policy=_own(cfg).image_pull_policy,
                 cpu_limits=_own(cfg).cpu_limits, mounts=mounts,
-                active_deadline=_own(cfg).active_deadline))
+                active_deadline=_own(cfg).active_deadline, claims=claims))
             jobs.append(_Job(job_id, spec.name, memory_mb, namespace=cluster.namespace))
 
         def create(i: int) -> None:
@@ -453,6 +455,20 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         return list(json.loads(resp.data).get("items") or [])
 
     # -- the ``fiber`` command line -----------------------------------------------------
+
+    def volume_settings(self, volumes: Sequence[str]) -> Dict[str, str]:
+        """``fiber run -v CLAIM``: the claims added to ``kubernetes_volume_claims``, so
+        that the program's pod and every pod it starts mount them (at ``/persistent``
+        unless a path is given), as the original fiber's pods inherited their master's.
+
+        Raises:
+            fiber.errors.ConfigError: a volume is not ``claim[:pod_path][:ro]``.
+        """
+        for volume in volumes:
+            parse_claims("--volume", volume)
+        current = _own().volume_claims
+        return {"kubernetes_volume_claims": ",".join(
+            [v for v in (current, *volumes) if v.strip()])}
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
         cfg = get_config()

@@ -8,20 +8,24 @@ every case the cluster reports.
 from __future__ import annotations
 
 import json
+import re
 import signal
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ...errors import ConfigError
 from .._base import JobSpec, JobState, JobStatus, Resources
 from .._command import JOB_HOST_ENV
 from .._common import signal_name
 
-__all__ = ["pod_manifest", "pod_status", "api_reason", "is_not_found", "CONTAINER",
-           "POD_NAME_ENV", "POD_NAMESPACE_ENV", "POD_IP_ENV"]
+__all__ = ["pod_manifest", "pod_status", "parse_claims", "CLAIM_PATH", "api_reason",
+           "is_not_found", "CONTAINER", "POD_NAME_ENV", "POD_NAMESPACE_ENV", "POD_IP_ENV"]
 
 #: Environment through which a process in a pod knows its pod (the downward API).
 POD_NAME_ENV = "FIBER_K8S_POD_NAME"
 POD_NAMESPACE_ENV = "FIBER_K8S_NAMESPACE"
 POD_IP_ENV = "FIBER_K8S_POD_IP"
+#: Where a volume claim is mounted when no path is given (the original fiber's place).
+CLAIM_PATH = "/persistent"
 #: The name of the job's container in its pod.
 CONTAINER = "fiber"
 _GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a pod is deleted
@@ -30,6 +34,49 @@ _FATAL_WAITING = {"ErrImageNeverPull", "InvalidImageName", "ErrInvalidImageName"
                   "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 #: Waiting reasons that may resolve themselves: the job fails after the pending timeout.
 _STUCK_WAITING = {"ErrImagePull", "ImagePullBackOff"}
+
+
+def parse_claims(key: str, text: str) -> List[Tuple[str, str, bool]]:
+    """A list of volume claims ``claim[:pod_path][:ro|rw],...`` (config key ``key``) as
+    ``(claim, pod_path, read_only)`` triples; the pod path defaults to `CLAIM_PATH`.
+
+    Raises:
+        ConfigError: an item is not a claim name (a DNS subdomain) with an absolute path.
+    """
+    out = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        parts = item.split(":")
+        read_only = False
+        if len(parts) > 1 and parts[-1] in ("ro", "rw"):
+            read_only = parts.pop() == "ro"
+        if len(parts) == 1:
+            parts.append(CLAIM_PATH)
+        if (len(parts) != 2 or not parts[1].startswith("/") or len(parts[0]) > 253
+                or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", parts[0])):
+            raise ConfigError(key, f"expected claim[:pod_path][:ro] (a claim's name, an "
+                              f"absolute path), got {item!r}")
+        out.append((parts[0], parts[1], read_only))
+    return out
+
+
+def _volumes(mounts: Sequence[Tuple[str, str, bool]],
+             claims: Sequence[Tuple[str, str, bool]]) -> Tuple[List[Any], List[Any]]:
+    """The pod's ``volumes`` and the container's ``volumeMounts``: hostPath mounts, then
+    volume claims."""
+    volumes: List[Any] = []
+    volume_mounts: List[Any] = []
+    for i, (src, dst, read_only) in enumerate(mounts):
+        volumes.append({"name": f"fiber-mount-{i}", "hostPath": {"path": src}})
+        volume_mounts.append({"name": f"fiber-mount-{i}", "mountPath": dst,
+                              "readOnly": read_only})
+    for i, (claim, dst, read_only) in enumerate(claims):
+        volumes.append({"name": f"fiber-claim-{i}", "persistentVolumeClaim": {
+            "claimName": claim, "readOnly": read_only}})
+        volume_mounts.append({"name": f"fiber-claim-{i}", "mountPath": dst,
+                              "readOnly": read_only})
+    return volumes, volume_mounts
 
 
 def _quantity_cpu(cpu: float) -> str:
@@ -43,9 +90,11 @@ def pod_manifest(spec: JobSpec, *, name: str, namespace: str, image: str,
                  owner: Optional[Dict[str, str]] = None, service_account: str = "",
                  pull_policy: str = "", cpu_limits: bool = True,
                  mounts: Sequence[Tuple[str, str, bool]] = (),
-                 active_deadline: int = 0) -> Dict[str, Any]:
+                 active_deadline: int = 0,
+                 claims: Sequence[Tuple[str, str, bool]] = ()) -> Dict[str, Any]:
     """The pod (a JSON-ready dict, ``v1/Pod``) that runs one job; ``active_deadline``:
-    its ``activeDeadlineSeconds`` (0: none)."""
+    its ``activeDeadlineSeconds`` (0: none); ``mounts``: hostPath volumes and ``claims``:
+    PersistentVolumeClaims, as ``(source, pod_path, read_only)``."""
     res: Resources = spec.resources
     requests: Dict[str, str] = {}
     limits: Dict[str, str] = {}
@@ -86,12 +135,8 @@ def pod_manifest(spec: JobSpec, *, name: str, namespace: str, image: str,
         pod_spec["activeDeadlineSeconds"] = int(active_deadline)
     if service_account:
         pod_spec["serviceAccountName"] = service_account
-    if mounts:
-        volumes, volume_mounts = [], []
-        for i, (src, dst, read_only) in enumerate(mounts):
-            volumes.append({"name": f"fiber-mount-{i}", "hostPath": {"path": src}})
-            volume_mounts.append({"name": f"fiber-mount-{i}", "mountPath": dst,
-                                  "readOnly": read_only})
+    if mounts or claims:
+        volumes, volume_mounts = _volumes(mounts, claims)
         pod_spec["volumes"] = volumes
         container["volumeMounts"] = volume_mounts
     metadata: Dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels,

@@ -43,6 +43,10 @@ class KubernetesSettings:
     #: one-node clusters (kind, minikube) and node-local data; the pod path defaults to the
     #: node path.
     mounts: str = ""
+    #: PersistentVolumeClaims mounted in every pod, comma-separated
+    #: ``claim[:pod_path][:ro]``; the pod path defaults to ``/persistent`` (where the
+    #: original fiber's ``fiber run -v CLAIM`` mounted it). ``fiber run -v`` adds to it.
+    volume_claims: str = ""
     #: Seconds each call to the Kubernetes API may take before it fails (no hang).
     timeout: float = 30.0
     #: Seconds each pod may run (its ``activeDeadlineSeconds``: then the kubelet ends it,
