@@ -49,13 +49,16 @@ WATCH_S = 10.0
 
 
 class InspectOps:
-    """The inspect protocol's operations (messages to an `InspectService`, and pushes
-    to the jobs: ``watch``, ``stack``)."""
+    """The inspect protocol's operations (messages to an `InspectService`; ``stack`` is
+    also the parent's push to a job, which answers with its own)."""
 
     HELLO = b"hello"
     STATS = b"stats"
     STACK = b"stack"
-    WATCH = b"watch"
+
+
+#: The parent's push that asks a job for its reports (see the module).
+WATCH = b"watch"
 
 
 # -- in the job ------------------------------------------------------------------------------
@@ -110,7 +113,7 @@ def _serve(parent: str, token: bytes) -> None:
             if op == InspectOps.STACK:
                 client.send(SERVICE, InspectOps.STACK,
                             [token, bytes(msg[2]), _stacks().encode(errors="replace")])
-            elif op == InspectOps.WATCH and len(msg) > 3:
+            elif op == WATCH and len(msg) > 3:
                 now = time.monotonic()
                 if now >= watched_until:
                     next_stats = now  # report at once: the page shows it within its update
@@ -166,7 +169,7 @@ class InspectService(Service):
 
     def _watch(self) -> List[bytes]:
         interval = max(STATS_S, len(self.jobs) / REPORTS_PER_S)
-        return [b"", InspectOps.WATCH, f"{WATCH_S:g}".encode(), f"{interval:g}".encode()]
+        return [b"", WATCH, f"{WATCH_S:g}".encode(), f"{interval:g}".encode()]
 
     @handles(InspectOps.STATS)
     def report(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
