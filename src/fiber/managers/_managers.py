@@ -59,6 +59,7 @@ from ..config import get_config
 from ..errors import ProcessError
 from ..process._bound import BackendContext, process_class
 from ..process._process import mark_daemonic
+from ..synchronize._primitives import ManagedLock
 from ..transport import auth
 from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
@@ -415,7 +416,7 @@ for _typeid, _callable, _proxy in (
         ("Queue", _managed_queue, QueueProxy),
         ("JoinableQueue", _managed_queue, QueueProxy),
         ("Event", synchronize.Event, EventProxy),
-        ("Lock", synchronize.Lock, AcquirerProxy),
+        ("Lock", ManagedLock, AcquirerProxy),
         ("RLock", synchronize.RLock, AcquirerProxy),
         ("Semaphore", synchronize.Semaphore, AcquirerProxy),
         ("BoundedSemaphore", synchronize.BoundedSemaphore, AcquirerProxy),
@@ -447,7 +448,9 @@ _CREATED = {
     "JoinableQueue": "A fiber ``JoinableQueue`` served by the manager's hub "
                      "(`QueueProxy`).",
     "Event": "A fiber ``Event`` served by the manager's hub (`EventProxy`).",
-    "Lock": "A fiber ``Lock`` served by the manager's hub (`AcquirerProxy`).",
+    "Lock": "A lock served by the manager's hub (`AcquirerProxy`), with the semantics of\n"
+            "``threading.Lock``, as multiprocessing's: it stays held when the process\n"
+            "that acquired it ends, and releasing it when free raises ``RuntimeError``.",
     "RLock": "A fiber ``RLock`` served by the manager's hub (`AcquirerProxy`).",
     "Semaphore": "A fiber ``Semaphore(value)`` served by the manager's hub "
                  "(`AcquirerProxy`).",

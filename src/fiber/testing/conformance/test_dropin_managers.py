@@ -1,6 +1,6 @@
 """Managers as multiprocessing programs use them (issue 16): a manager's ``Pool`` as a
 context manager, registered types exposing their public methods only, a manager ``Lock``
-acquired in one process and released in another."""
+acquired in one process and released in another (also after that one has ended)."""
 
 from __future__ import annotations
 
@@ -82,3 +82,21 @@ def test_a_manager_lock_is_released_by_another_process(ctx):
         back.put("done")
         p.join(60)
         assert p.exitcode == 0
+
+
+def test_a_manager_lock_stays_held_when_its_holder_ends(ctx):
+    # a manager's Lock is a threading.Lock (CPython's TestSyncManagerTypes.test_lock):
+    # a child takes it and exits, the parent releases it; fiber's own Lock would have
+    # been released with its holder, making this release fail (issue 32)
+    with ctx.Manager() as manager:
+        lock = manager.Lock()
+        p = ctx.Process(target=dh.acquire_then_exit, args=(lock,))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        assert not lock.acquire(timeout=0.2)  # still held
+        lock.release()
+        with pytest.raises(RuntimeError):  # threading.Lock's error
+            lock.release()
+        assert lock.acquire(timeout=10)
+        lock.release()
