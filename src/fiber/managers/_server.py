@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
 from .._core._clients import get_client
+from ..errors import as_remote_error
 from ..meta import resources_of
 from ..process import end_with_parent
 from ..process._bound import process_class
@@ -171,7 +172,10 @@ class ObjectServer:
                 raise TypeError(f"{typeid!r} has no callable: give the object itself")
             obj = args[0]
         else:
-            obj = entry.callable(*args, **kwds)
+            try:
+                obj = entry.callable(*args, **kwds)
+            except Exception as e:  # reported as multiprocessing's manager reports it
+                raise as_remote_error(e) from None
         return self.serve(obj, typeid, holder)
 
     def serve(self, obj: Any, typeid: str, holder: bytes) -> Spec:
@@ -297,9 +301,10 @@ class ObjectService(Service):
 
     def _call(self, peer: Peer, payload: List[Any], pickle: bool = True) -> Tuple[bytes, Any]:
         method, args, kwds = loads(payload)
-        if method not in self.exposed:
-            raise AttributeError(f"method {method!r} of {type(self.obj)!r} object is not in "
-                                 f"exposed={tuple(sorted(self.exposed))!r}")
+        if method not in self.exposed:  # a RemoteError with multiprocessing's manager
+            raise as_remote_error(AttributeError(
+                f"method {method!r} of {type(self.obj)!r} object is not in "
+                f"exposed={tuple(sorted(self.exposed))!r}"))
         result = getattr(self.obj, method)(*args, **kwds)
         typeid = self.method_to_typeid.get(method)
         if typeid:
@@ -399,8 +404,8 @@ class ManagerService(Service):
     def create(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """``dumps((typeid, args, kwds))``: answered with the new object's Spec."""
         typeid, args, kwds = loads(payload)
-        if typeid not in self.objects.registry:
-            raise KeyError(f"no type {typeid!r} registered with this manager")
+        if typeid not in self.objects.registry:  # a RemoteError with multiprocessing's
+            raise as_remote_error(KeyError(f"no type {typeid!r} registered with this manager"))
         holder = peer.process_id
         if self.objects.registry[typeid].separate_job:
             self.objects.workers.submit(peer, lambda: self._start_job(

@@ -4,9 +4,13 @@ acquired in one process and released in another (also after that one has ended).
 
 from __future__ import annotations
 
+import multiprocessing.managers
+import pickle
+
 import pytest
 
-from fiber.managers import BaseManager
+from fiber.errors import RemoteTraceback
+from fiber.managers import BaseManager, RemoteError
 
 from .support import dropin_helpers as dh
 
@@ -100,3 +104,27 @@ def test_a_manager_lock_stays_held_when_its_holder_ends(ctx):
             lock.release()
         assert lock.acquire(timeout=10)
         lock.release()
+
+
+def test_errors_multiprocessing_reports_as_remote_error_are_both(ctx):
+    # multiprocessing raises RemoteError for a method that is not exposed and for an
+    # object whose creation fails; fiber raises an error that is a RemoteError and of
+    # the error's own type (issue 32), so both kinds of except clause work
+    with CounterManager(ctx=ctx) as manager:
+        counter = manager.Counter()
+        with pytest.raises(RemoteError) as info:
+            counter._callmethod("_reset")
+        err = info.value
+        assert isinstance(err, AttributeError) and "not in exposed" in str(err)
+        assert isinstance(err, multiprocessing.managers.RemoteError)
+        assert isinstance(err.__cause__, RemoteTraceback) and err.remote_traceback
+        again = pickle.loads(pickle.dumps(err))
+        assert type(again) is type(err) and str(again) == str(err)
+    with ctx.Manager() as manager:
+        with pytest.raises(RemoteError) as info:
+            manager.Pool(-1)
+        assert isinstance(info.value, ValueError)
+        d = manager.dict()
+        with pytest.raises(KeyError) as info:  # a method's own error: itself, as there
+            d["missing"]
+        assert not isinstance(info.value, RemoteError)
