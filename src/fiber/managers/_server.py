@@ -30,6 +30,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
@@ -490,9 +491,17 @@ class ManagerService(Service):
                         f"{proc.exitcode}) before the object was created"))
 
     def stop_jobs(self) -> None:
-        with self._lock:
-            procs = list(self.jobs.values())
-            self.jobs.clear()
+        """End the object jobs. A start in progress is let return first (up to 10 s): its
+        job may already serve its object, even be done with it, before ``start()`` has
+        returned in the worker thread that called it, and only then can it be joined."""
+        deadline = time.monotonic() + 10
+        while True:
+            with self._lock:
+                if not self.starting or time.monotonic() > deadline:
+                    procs = [p for cid, p in self.jobs.items() if cid not in self.starting]
+                    self.jobs.clear()
+                    break
+            time.sleep(0.01)
         for p in procs:
             if p.is_alive():
                 p.terminate()
