@@ -194,3 +194,25 @@ def test_spawn_context_names_itself_and_fork_means_the_default_backend(ctx):
     assert isinstance(q.get(timeout=60), int)
     p.kill()
     p.join(60)
+
+
+def test_set_executable_takes_bytes_and_paths_and_preload_checks_names(ctx):
+    # as multiprocessing's (CPython's test_set_executable, test_context_check_module_types)
+    import pathlib
+
+    try:  # set_executable sets the python config key
+        for path in (sys.executable.encode(), pathlib.Path(sys.executable)):
+            fiber.set_executable(path)
+            assert fiber.get_config().python == sys.executable
+            p = ctx.Process(target=dh.triple, args=(1,))
+            p.start()
+            p.join(60)
+            assert p.exitcode == 0
+        with pytest.raises(TypeError):
+            fiber.set_executable(3)  # type: ignore[arg-type]
+    finally:
+        fiber.init(python=None)  # back to the environment's, or the default
+    fiber.set_forkserver_preload(["json"])
+    with pytest.raises(TypeError, match="module_names must be a list of strings"):
+        fiber.get_context("forkserver").set_forkserver_preload([1, 2, 3])  # type: ignore[list-item]
+
