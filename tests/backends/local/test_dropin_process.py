@@ -216,3 +216,24 @@ def test_set_executable_takes_bytes_and_paths_and_preload_checks_names(ctx):
     with pytest.raises(TypeError, match="module_names must be a list of strings"):
         fiber.get_context("forkserver").set_forkserver_preload([1, 2, 3])  # type: ignore[list-item]
 
+
+def test_a_child_inherits_the_level_the_program_gave_the_logger(ctx):
+    # as a spawn child of multiprocessing (CPython's _TestLogging.test_level); starting a
+    # job no longer resets the level to the config's either (issue 32)
+    import logging
+
+    logger, root = fiber.get_logger(), logging.getLogger()
+    before = (logger.level, root.level)
+    q = ctx.Queue()
+    try:
+        for own, root_level, expected in ((32, before[1], 32), (logging.NOTSET, 37, 37)):
+            logger.setLevel(own)
+            root.setLevel(root_level)
+            p = ctx.Process(target=dh.logger_level, args=(q,))
+            p.start()
+            assert q.get(timeout=60) == expected
+            p.join(60)
+            assert logger.level == own
+    finally:
+        logger.setLevel(before[0])
+        root.setLevel(before[1])
