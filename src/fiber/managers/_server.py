@@ -35,6 +35,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
 from .._core._clients import get_client
+from ..backends import get_backend
+from ..config import get_config
 from ..errors import as_remote_error
 from ..meta import resources_of
 from ..process import end_with_parent
@@ -532,6 +534,10 @@ def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
             service.stopped.set()
         signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        if any(entry.separate_job for entry in registry.values()):
+            # before it reports ready: the first object's job then starts as fast as
+            # the next (the local backend's fork server takes ~0.5 s to start)
+            get_backend(backend or get_config().backend).prepare()
         if ready is not None:
             ready(hub.address)
         while not service.stopped.wait(0.2):
