@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 #: (major, minor) -> tests that must pass, of the selection's total on that Python
-FLOORS = {(3, 11): 190}  # 193 reached; 3 of slack for a flaky test (active_children)
+FLOORS = {(3, 11): 200}  # 203 reached; 3 of slack for a flaky test (active_children)
 
 pytestmark = pytest.mark.timeout(900)
 
