@@ -53,7 +53,7 @@ from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
 __all__ = ["Lock", "ManagedLock", "RLock", "Semaphore", "BoundedSemaphore", "Event",
-           "LockService", "LockOps",
+           "LockService", "ThreadingLockService", "LockOps",
            "SemaphoreOps", "EventOps"]
 
 # -- Lock and RLock --------------------------------------------------------------------
