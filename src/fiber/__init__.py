@@ -8,6 +8,7 @@ no socket: all of that happens on first use.
 
 from __future__ import annotations
 
+import os
 from typing import Any, List, Optional
 
 from . import _exports, _version, errors, futures, managers
@@ -86,14 +87,15 @@ def get_all_start_methods() -> List[str]:
     return _default.get_all_start_methods()
 
 
-def set_executable(executable: str) -> None:
-    """Make jobs run the Python interpreter ``executable`` (the ``python`` config key).
+def set_executable(executable: str | bytes | os.PathLike[str]) -> None:
+    """Make jobs run the Python interpreter ``executable`` (the ``python`` config key): a
+    ``str``, ``bytes`` or path-like object, as multiprocessing accepts.
 
     Unlike multiprocessing's (the interpreter of spawned children), it applies to every
     job started from now on, on every backend: the path must exist where jobs run.
 
     Raises:
-        fiber.errors.ConfigError: ``executable`` is not a string.
+        TypeError: ``executable`` is not a path.
     """
     _default.set_executable(executable)
 
@@ -101,6 +103,9 @@ def set_executable(executable: str) -> None:
 def set_forkserver_preload(module_names: List[str]) -> None:
     """Accepted for compatibility and ignored: fiber jobs start clean and import what they
     unpickle (the local backend's ``local_preload`` config key preloads modules).
+
+    Raises:
+        TypeError: an item of ``module_names`` is not a string (as multiprocessing's).
     """
     _default.set_forkserver_preload(module_names)
 

@@ -28,13 +28,16 @@ from typing import Deque, List, Optional, Tuple
 from .config import get_config
 from .errors import ConfigError
 
-__all__ = ["log", "info", "warn", "name_process", "open_log", "recent_warnings"]
+__all__ = ["log", "info", "warn", "name_process", "open_log", "recent_warnings",
+           "program_level", "inherit_level"]
 
 _logger = logging.getLogger("fiber")
 #: The pid, process name and ``log_file`` fiber's logger was set up for, and whether
 #: that file is written (False: it could not be opened, its lines go to stderr).
 _configured: Tuple[int, str, str, bool] = (0, "", "", True)
 _process_name = "MainProcess"
+#: The level fiber last gave its logger from the config (None: not yet, in this process).
+_applied: Optional[int] = None
 #: Held to set the logger up, and the process it belongs to (a forked child, which may
 #: have copied it held, makes its own).
 _lock = (0, threading.Lock())
@@ -110,7 +113,7 @@ def _configure(strict: bool) -> None:
     cannot be written raises `ConfigError` if ``strict``; else it is said on
     stderr, once, and the lines go there instead: a message must never fail the code
     that logs it (a job's start, the hub's thread)."""
-    global _configured
+    global _configured, _applied
     cfg = get_config()
     program_has_handlers = bool(logging.getLogger().handlers) and not cfg.log_file
     ours = [h for h in _logger.handlers if h in _ours]
@@ -138,8 +141,36 @@ def _configure(strict: bool) -> None:
         _ours.append(handler)
     elif program_has_handlers and not any(isinstance(f, _Context) for f in _logger.filters):
         _logger.addFilter(_Context())  # the program's format may use %(fiber_process)s
-    _logger.setLevel(logging.DEBUG if cfg.debug else getattr(logging, cfg.log_level.upper()))
+    level = _config_level()
+    if program_level() is None:  # else the level the program gave the logger stays
+        _logger.setLevel(level)
+    _applied = level
     _configured = (os.getpid(), _process_name, cfg.log_file, written)
+
+
+def _config_level() -> int:
+    cfg = get_config()
+    return logging.DEBUG if cfg.debug else int(getattr(logging, cfg.log_level.upper()))
+
+
+def _apply_level(level: int) -> None:
+    global _applied
+    _logger.setLevel(level)
+    _applied = level
+
+
+def program_level() -> Optional[int]:
+    """The ``fiber`` logger's effective level if the program set the logger's level
+    itself (``get_logger().setLevel``, even to ``NOTSET`` to follow the root's), else None
+    (the config's ``log_level`` is in force). A job inherits it, as a spawn child of
+    multiprocessing inherits its logger's level."""
+    set_here = _logger.level != (logging.NOTSET if _applied is None else _applied)
+    return _logger.getEffectiveLevel() if set_here else None
+
+
+def inherit_level(level: int) -> None:
+    """In a job at its start: the level its parent's program set (`program_level`)."""
+    _logger.setLevel(level)
 
 
 def _stale(log_file: str, strict: bool) -> bool:
@@ -154,10 +185,11 @@ def _ready(strict: bool = False) -> None:
         with _setup_lock():  # threads that log at once set it up once
             if _stale(get_config().log_file, strict):
                 _configure(strict)
-    else:  # the level may have changed since (fiber.init, config.override)
-        level = logging.DEBUG if cfg.debug else getattr(logging, cfg.log_level.upper())
-        if _logger.level != level:
-            _logger.setLevel(level)
+    else:  # the config's level may have changed since (fiber.init, config.override);
+        # a level the program set on the logger stays until then
+        level = _config_level()
+        if level != _applied:
+            _apply_level(level)
 
 
 def open_log() -> None:

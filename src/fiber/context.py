@@ -256,20 +256,27 @@ class FiberContext:
         """Every backend name, plus ``"spawn"`` and ``"forkserver"`` for the default one."""
         return [*known_backends(), *_DEFAULT_ALIASES]
 
-    def set_executable(self, executable: str) -> None:
+    def set_executable(self, executable: str | bytes | os.PathLike[str]) -> None:
         """Make jobs run the Python interpreter ``executable`` (the ``python`` config key).
 
         In multiprocessing it names the interpreter of spawned children; here it applies to
         every job this program starts from now on, on every backend (a path that must exist
-        where the jobs run: on the cluster's hosts or in the image).
+        where the jobs run: on the cluster's hosts or in the image). A ``str``, ``bytes`` or
+        path-like object, as multiprocessing accepts.
 
         Raises:
-            fiber.errors.ConfigError: ``executable`` is not a string.
+            TypeError: ``executable`` is not a path.
         """
-        init(python=executable)
+        init(python=os.fsdecode(executable))
 
     def set_forkserver_preload(self, module_names: List[str]) -> None:
-        """Accepted for compatibility; fiber jobs import what they unpickle."""
+        """Accepted for compatibility; fiber jobs import what they unpickle.
+
+        Raises:
+            TypeError: an item of ``module_names`` is not a string (as multiprocessing's).
+        """
+        if not all(type(mod) is str for mod in module_names):
+            raise TypeError("module_names must be a list of strings")
 
     def freeze_support(self) -> None:
         """Accepted for compatibility (frozen Windows executables only)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 import multiprocessing
+import multiprocessing.managers as _mp_managers
 import multiprocessing.pool as _mp_pool
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 __all__ = [
     "FiberError",
@@ -141,13 +142,85 @@ class RemoteTraceback(_mp_pool.RemoteTraceback):  # type: ignore[name-defined,mi
 MaybeEncodingError: type = _mp_pool.MaybeEncodingError  # type: ignore[attr-defined]
 
 
-class RemoteError(FiberError):
-    """A remote exception that could not be sent back as itself (e.g. unpicklable)."""
+class RemoteError(FiberError, _mp_managers.RemoteError):
+    """A remote exception that could not be sent back as itself (e.g. unpicklable), or
+    one that ``multiprocessing``'s manager reports as ``RemoteError`` (`as_remote_error`).
+
+    A subclass of ``multiprocessing.managers.RemoteError``: code that catches that one
+    catches this one. ``type_name`` is the remote exception's type, ``remote_traceback``
+    its formatted traceback (also the ``__cause__`` of the raised exception).
+    """
 
     def __init__(self, type_name: str, message: str, tb: str = "") -> None:
         self.type_name = type_name
         self.remote_traceback = tb
+        self._message = message
         super().__init__(f"{type_name}: {message}")
+
+    def __str__(self) -> str:  # the message, not the standard library's framed traceback
+        return Exception.__str__(self)
+
+    def __reduce__(self) -> Any:  # its arguments are not its message: pickle them
+        return (RemoteError, (self.type_name, self._message, self.remote_traceback))
+
+
+#: The classes `as_remote_error` made, by the type they extend (one per type, so that a
+#: pickled error comes back as the same class), and the other way. Only grow.
+_remote_classes: Dict[type, type] = {}
+_remote_bases: Dict[type, type] = {}
+_OWN = ("type_name", "remote_traceback")
+
+
+def as_remote_error(exc: BaseException) -> BaseException:
+    """``exc`` as an error that is both a `RemoteError` and of ``exc``'s own type.
+
+    For the errors ``multiprocessing``'s manager reports as ``RemoteError`` (a call of a
+    method that is not exposed, an object whose creation fails): ``except RemoteError``
+    catches it, as with ``multiprocessing``, and ``except AttributeError`` (or the error's
+    own type) too, as fiber re-raises a remote error as itself. Its class is named
+    ``Remote<Type>`` and shows ``exc``'s message. ``exc`` itself is returned when it is a
+    `RemoteError` already, not an ``Exception``, or of a type that cannot be extended.
+    """
+    cls = type(exc)
+    if isinstance(exc, RemoteError) or not isinstance(exc, Exception):
+        return exc
+    try:
+        remote = _remote_classes.get(cls) or _remote_class(cls)
+        err: RemoteError = remote.__new__(remote, *exc.args)
+    except Exception:
+        return exc
+    try:  # what the type's __init__ makes of its arguments (OSError's errno...)
+        cls.__init__(err, *exc.args)
+    except Exception:
+        pass
+    err.__dict__.update(vars(exc))
+    err.args = exc.args
+    err.type_name, err.remote_traceback = cls.__qualname__, ""
+    return err.with_traceback(exc.__traceback__)
+
+
+def _remote_class(cls: type) -> type:
+    def __reduce__(self: Any) -> Any:  # noqa: N807 - a method, defined for the class
+        state = {k: v for k, v in vars(self).items() if k not in _OWN}
+        return (_rebuild_remote_error, (_remote_bases[type(self)], self.args, state,
+                                        self.remote_traceback))
+
+    remote = type(f"Remote{cls.__name__}", (RemoteError, cls), {
+        "__module__": __name__, "__doc__": f"A `RemoteError` that is a {cls.__name__}.",
+        "__str__": cls.__str__, "__reduce__": __reduce__})
+    _remote_classes[cls], _remote_bases[remote] = remote, cls
+    return remote
+
+
+def _rebuild_remote_error(cls: type, args: Tuple[Any, ...], state: Dict[str, Any],
+                          tb: str) -> BaseException:
+    original = cls.__new__(cls, *args)
+    original.args = args
+    original.__dict__.update(state)
+    err = as_remote_error(original)
+    if isinstance(err, RemoteError):
+        err.remote_traceback = tb
+    return err
 
 
 class WorkerLostError(ProcessError):

@@ -44,6 +44,7 @@ from fiber.synchronize._primitives import (
     LockService,
     SemaphoreOps,
     SemaphoreService,
+    ThreadingLockService,
 )
 from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
 from fiber.transport.operations import Dispatcher, handles, names
@@ -190,7 +191,8 @@ def test_the_pool_protocol_frames_survive_the_socket(pair):
 #: Every service with requests, and the class that names its protocol's operations.
 PROTOCOLS = [
     (QueueService, QueueOps), (PipeService, PipeOps), (WaitService, WaitOps),
-    (LockService, LockOps), (SemaphoreService, SemaphoreOps), (EventService, EventOps),
+    (LockService, LockOps), (ThreadingLockService, LockOps), (SemaphoreService, SemaphoreOps),
+    (EventService, EventOps),
     (ConditionService, ConditionOps), (BarrierService, BarrierOps), (ValueService, ValueOps),
     (LaunchService, LaunchOps), (ObjectService, ObjectOps), (ManagerService, ManagerOps),
     (SharedStore, SharedOps), (InspectService, InspectOps),

@@ -239,6 +239,13 @@ class Backend(abc.ABC):
                 w = self.__dict__["_watcher"] = JobWatcher(self)
             return w
 
+    def prepare(self) -> None:
+        """Get ready to submit soon, so that the first submit is as fast as the next ones
+        (the local backend starts its fork server, about 0.5 s): for a process that will
+        start jobs at its users' requests (a manager of objects in jobs). Nothing by
+        default; a failure is left for the submit to report."""
+        return None
+
     def job_time_limit(self) -> Optional[float]:
         """Seconds each job may run before its cluster ends it: the time limit fiber asks
         for (Slurm's ``--time``), so that a pool renews its workers before it; None: no

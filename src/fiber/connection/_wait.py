@@ -86,6 +86,13 @@ def _wait_one_hub(address: str, conns: List[Connection],
     return {id(conns[i]) for i in _indices(status, frames)}
 
 
+def _ready_now(conn: Connection) -> bool:
+    try:
+        return conn.poll(0)
+    except (OSError, EOFError):  # recv raises it at once: ready, as a closed pipe is
+        return True
+
+
 class _Multiplexed:
     """A wait over several hubs and descriptors (see the module docstring)."""
 
@@ -114,11 +121,17 @@ class _Multiplexed:
                         self._on_event(key.data)
                     if left == 0:
                         break
+                if self.ready:  # as multiprocessing's: all that are ready, not the first
+                    for key, _ in sel.select(0):
+                        self._on_event(key.data)
             finally:
-                self._cancel()  # the own hub's reply, if any, is delivered by now
+                unanswered = self._cancel()  # the own hub's reply is delivered by now
                 if self.wake_r >= 0:
                     os.close(self.wake_r)
                     os.close(self.wake_w)
+        if self.ready:
+            for address in unanswered:  # its connections ready now count too
+                self.ready.update(id(c) for c in self.by_hub[address] if _ready_now(c))
         return self.ready
 
     def _start(self, sel: selectors.BaseSelector, timeout: Optional[float]) -> None:
@@ -170,7 +183,8 @@ class _Multiplexed:
         else:
             self.ready.add(id(data))
 
-    def _cancel(self) -> None:
+    def _cancel(self) -> List[str]:
+        """Cancel the hubs' waits not answered yet; their addresses."""
         with self.lock:
             pending, self.pending = self.pending, {}
         for client, req_id in pending.values():
@@ -178,3 +192,4 @@ class _Multiplexed:
                 client.send(WAIT_SERVICE, WaitOps.CANCEL, [req_id])
             except ConnectionLost:
                 pass
+        return list(pending)

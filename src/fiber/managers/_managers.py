@@ -59,6 +59,7 @@ from ..config import get_config
 from ..errors import ProcessError
 from ..process._bound import BackendContext, process_class
 from ..process._process import mark_daemonic
+from ..synchronize._primitives import ManagedLock
 from ..transport import auth
 from ..transport.client import ConnectionLost
 from ..transport.serialization import dumps, loads
@@ -242,7 +243,10 @@ class BaseManager:
             self._process.join(timeout)
 
     def shutdown(self) -> None:
-        """Stop the manager's server (if this manager started it); proxies then fail."""
+        """Stop the manager's server (if this manager started it) and wait for its job to
+        end (asked to shut down; terminated if it has not ended ``shutdown_timeout`` + 5
+        seconds later), so that ``active_children()`` no longer lists it; proxies then
+        fail."""
         if self._state != STARTED:
             return
         self._state = SHUTDOWN
@@ -315,6 +319,8 @@ class _Server:
         self.address = address
         self.timeout = timeout
         self.stopped = False
+        #: Set once stopped: what a collected manager's finalizer waits for.
+        self.done = threading.Event()
         self._lock = threading.Lock()
         with _servers_lock:
             _servers.add(self)
@@ -341,6 +347,7 @@ class _Server:
                     proc.kill()
                     proc.join(10)
             self.stopped = True
+            self.done.set()
             with _servers_lock:
                 _servers.discard(self)
 
@@ -365,7 +372,15 @@ def _register_exit_hook() -> None:
 
 
 def _stop_later(server: _Server) -> None:
+    """A collected manager's finalizer: stop its server and wait for that, bounded.
+
+    As multiprocessing's (``_finalize_manager``: join with a timeout, then terminate), so
+    that the next ``active_children()`` no longer lists the server. The stop itself runs
+    on the stopper thread, since garbage collection may run anywhere; on one of fiber's
+    own threads (the hub, whose work the stop may need) the finalizer does not wait."""
     _stop_queue.put(server)  # SimpleQueue.put: safe in a finalizer
+    if not threading.current_thread().name.startswith("fiber-"):
+        server.done.wait(server.timeout + 1.0)
 
 
 def _stop_loop() -> None:
@@ -415,7 +430,7 @@ for _typeid, _callable, _proxy in (
         ("Queue", _managed_queue, QueueProxy),
         ("JoinableQueue", _managed_queue, QueueProxy),
         ("Event", synchronize.Event, EventProxy),
-        ("Lock", synchronize.Lock, AcquirerProxy),
+        ("Lock", ManagedLock, AcquirerProxy),
         ("RLock", synchronize.RLock, AcquirerProxy),
         ("Semaphore", synchronize.Semaphore, AcquirerProxy),
         ("BoundedSemaphore", synchronize.BoundedSemaphore, AcquirerProxy),
@@ -447,7 +462,9 @@ _CREATED = {
     "JoinableQueue": "A fiber ``JoinableQueue`` served by the manager's hub "
                      "(`QueueProxy`).",
     "Event": "A fiber ``Event`` served by the manager's hub (`EventProxy`).",
-    "Lock": "A fiber ``Lock`` served by the manager's hub (`AcquirerProxy`).",
+    "Lock": "A lock served by the manager's hub (`AcquirerProxy`), with the semantics of\n"
+            "``threading.Lock``, as multiprocessing's: it stays held when the process\n"
+            "that acquired it ends, and releasing it when free raises ``RuntimeError``.",
     "RLock": "A fiber ``RLock`` served by the manager's hub (`AcquirerProxy`).",
     "Semaphore": "A fiber ``Semaphore(value)`` served by the manager's hub "
                  "(`AcquirerProxy`).",

@@ -30,10 +30,14 @@ import os
 import queue
 import signal
 import threading
+import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
 from .._core._clients import get_client
+from ..backends import get_backend
+from ..config import get_config
+from ..errors import as_remote_error
 from ..meta import resources_of
 from ..process import end_with_parent
 from ..process._bound import process_class
@@ -171,7 +175,10 @@ class ObjectServer:
                 raise TypeError(f"{typeid!r} has no callable: give the object itself")
             obj = args[0]
         else:
-            obj = entry.callable(*args, **kwds)
+            try:
+                obj = entry.callable(*args, **kwds)
+            except Exception as e:  # reported as multiprocessing's manager reports it
+                raise as_remote_error(e) from None
         return self.serve(obj, typeid, holder)
 
     def serve(self, obj: Any, typeid: str, holder: bytes) -> Spec:
@@ -297,9 +304,10 @@ class ObjectService(Service):
 
     def _call(self, peer: Peer, payload: List[Any], pickle: bool = True) -> Tuple[bytes, Any]:
         method, args, kwds = loads(payload)
-        if method not in self.exposed:
-            raise AttributeError(f"method {method!r} of {type(self.obj)!r} object is not in "
-                                 f"exposed={tuple(sorted(self.exposed))!r}")
+        if method not in self.exposed:  # a RemoteError with multiprocessing's manager
+            raise as_remote_error(AttributeError(
+                f"method {method!r} of {type(self.obj)!r} object is not in "
+                f"exposed={tuple(sorted(self.exposed))!r}"))
         result = getattr(self.obj, method)(*args, **kwds)
         typeid = self.method_to_typeid.get(method)
         if typeid:
@@ -399,8 +407,8 @@ class ManagerService(Service):
     def create(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """``dumps((typeid, args, kwds))``: answered with the new object's Spec."""
         typeid, args, kwds = loads(payload)
-        if typeid not in self.objects.registry:
-            raise KeyError(f"no type {typeid!r} registered with this manager")
+        if typeid not in self.objects.registry:  # a RemoteError with multiprocessing's
+            raise as_remote_error(KeyError(f"no type {typeid!r} registered with this manager"))
         holder = peer.process_id
         if self.objects.registry[typeid].separate_job:
             self.objects.workers.submit(peer, lambda: self._start_job(
@@ -485,9 +493,17 @@ class ManagerService(Service):
                         f"{proc.exitcode}) before the object was created"))
 
     def stop_jobs(self) -> None:
-        with self._lock:
-            procs = list(self.jobs.values())
-            self.jobs.clear()
+        """End the object jobs. A start in progress is let return first (up to 10 s): its
+        job may already serve its object, even be done with it, before ``start()`` has
+        returned in the worker thread that called it, and only then can it be joined."""
+        deadline = time.monotonic() + 10
+        while True:
+            with self._lock:
+                if not self.starting or time.monotonic() > deadline:
+                    procs = [p for cid, p in self.jobs.items() if cid not in self.starting]
+                    self.jobs.clear()
+                    break
+            time.sleep(0.01)
         for p in procs:
             if p.is_alive():
                 p.terminate()
@@ -518,6 +534,10 @@ def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
             service.stopped.set()
         signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        if any(entry.separate_job for entry in registry.values()):
+            # before it reports ready: the first object's job then starts as fast as
+            # the next (the local backend's fork server takes ~0.5 s to start)
+            get_backend(backend or get_config().backend).prepare()
         if ready is not None:
             ready(hub.address)
         while not service.stopped.wait(0.2):

@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from .. import config
+from .. import _log, config
 from .._core import _runtime
 from .._core._clients import adopt_anchor, ensure_anchor
 from ..transport import client
@@ -151,6 +151,8 @@ def main() -> None:
         os._exit(1)
     # listen_host names an address of the parent's host: a child finds its own.
     config.install(dataclasses.replace(payload["config"], listen_host=""))
+    if payload.get("log_level") is not None:  # the parent program set its logger's level
+        _log.inherit_level(payload["log_level"])
     ensure_anchor(parent).retune()  # the program's heartbeat, not the defaults
     _lineage.set_master_address(payload.get("master") or parent)
     _output.start()

@@ -38,7 +38,7 @@ from typing import (
 
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
-from .._log import log, name_process, open_log
+from .._log import log, name_process, open_log, program_level
 from ..backends import Backend, JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from ..config import get_config
 from ..errors import ProcessError
@@ -157,6 +157,9 @@ class Process(ProcessAttributes):
                   "master": master_address(), "lifeline": lifeline_address(self)}
         if spawn is not None:  # it holds objects of multiprocessing itself
             launch["spawn"] = spawn
+        level = program_level()
+        if level is not None:  # as a spawn child inherits its multiprocessing logger's
+            launch["log_level"] = level
         payload = dumps(launch)
         token = secrets.token_bytes(16)
         job = Job(backend, token, handoffs)

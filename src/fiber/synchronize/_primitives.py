@@ -25,7 +25,9 @@ creator lives there; a process that hands a lock to others must keep its own ref
 **A holder that dies.** When a process's anchor connection to the hub closes (it exited,
 was killed, or its host was unreachable for ``heartbeat_timeout`` seconds), every
 ``Lock``/``RLock`` it held is released and its waits are dropped; the next waiter gets the
-lock. (``multiprocessing`` leaves such a lock held forever.) Semaphores are counters, not
+lock. (``multiprocessing`` leaves such a lock held forever.) A ``SyncManager``'s
+``Lock`` (`ManagedLock`) is the exception: it keeps ``threading.Lock``'s semantics, held
+until some process releases it. Semaphores are counters, not
 owned, and are not restored. A ``Barrier`` whose waiting process vanishes breaks.
 
 **Cost.** An uncontended ``acquire`` + ``release`` is two round trips to the hub.
@@ -50,7 +52,8 @@ from ..transport.operations import handles
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
-__all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "LockService", "LockOps",
+__all__ = ["Lock", "ManagedLock", "RLock", "Semaphore", "BoundedSemaphore", "Event",
+           "LockService", "ThreadingLockService", "LockOps",
            "SemaphoreOps", "EventOps"]
 
 # -- Lock and RLock --------------------------------------------------------------------
@@ -134,7 +137,7 @@ class LockService(Parking):
         if self.recursive and self.owner != _who(peer, payload):
             raise AssertionError("attempt to release recursive lock not owned by thread")
         if self.owner is None:
-            raise ValueError("semaphore or lock released too many times")
+            raise self.unlocked_error()
         self.count -= 1
         if self.count <= 0:
             self._free(server)
@@ -179,11 +182,30 @@ class LockService(Parking):
             if not server.reply(w.peer, w.req_id, b"ok"):
                 self.owner, self.count = None, 0  # that waiter is gone: the next one
 
+    def unlocked_error(self) -> Exception:
+        """What releasing the lock when it is free raises (``multiprocessing.Lock``'s)."""
+        return ValueError("semaphore or lock released too many times")
+
     def process_gone(self, server: Server, process_id: bytes) -> None:
         for w in [w for w in self.waiters if w.data[0][0] == process_id]:
             self.take(w)
         if self.owner is not None and self.owner[0] == process_id:
             self._free(server)
+
+
+class ThreadingLockService(LockService):
+    """A lock with ``threading.Lock``'s semantics (what a ``SyncManager`` serves): held
+    by nobody in particular, so a holder that ends does not release it."""
+
+    def __init__(self) -> None:
+        super().__init__(recursive=False)
+
+    def unlocked_error(self) -> Exception:
+        return RuntimeError("release unlocked lock")  # threading.Lock's words
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        for w in [w for w in self.waiters if w.data[0][0] == process_id]:
+            self.take(w)
 
 
 #: Which threads of this process hold which locks: {lock name: {thread ident: count}}.
@@ -215,8 +237,11 @@ class Lock(Handle):
 
     def __init__(self, *, ctx: Any = None) -> None:
         #: Only in the creating process (not pickled): lets a Value guard on the server.
-        self._service = LockService(self._recursive)
+        self._service = self._new_service()
         super().__init__(self._service, b"L")
+
+    def _new_service(self) -> LockService:
+        return LockService(self._recursive)
 
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock, waiting up to ``timeout`` s (forever if None); False if not got."""
@@ -285,6 +310,29 @@ class Lock(Handle):
     def __repr__(self) -> str:
         # as multiprocessing's: <Lock(owner=None)>, <Lock(owner=MainProcess)>
         return f"<{type(self).__name__}(owner={self._owner_repr()[0]})>"
+
+
+class ManagedLock(Lock):
+    """A ``SyncManager``'s ``Lock``: ``threading.Lock``'s semantics, as the standard
+    library's manager serves a ``threading.Lock``.
+
+    Any process may release it, so the process that acquired it does not own it: the
+    lock stays held when that process ends (a child may take it and leave its release to
+    another process, as CPython's ``TestSyncManagerTypes.test_lock`` does), and releasing
+    it when free raises ``RuntimeError``. fiber's own `Lock` is released when its holder
+    dies instead, as a lock nobody can release any more would block its waiters for ever.
+    """
+
+    def _new_service(self) -> LockService:
+        return ThreadingLockService()
+
+    def release(self) -> None:
+        """Release the lock, whichever process acquired it.
+
+        Raises:
+            RuntimeError: it is not held (``threading.Lock``'s error).
+        """
+        super().release()
 
 
 class RLock(Lock):

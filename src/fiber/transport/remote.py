@@ -91,4 +91,6 @@ def unpack_exception(record: Tuple[Any, str, str, Optional[str]],
         exc = RemoteError(type_name, message, tb or "")
     if tb is not None and not local:
         exc.__cause__ = RemoteTraceback(tb)
+        if isinstance(exc, RemoteError) and not exc.remote_traceback:
+            exc.remote_traceback = tb  # an error that is a RemoteError and its own type
     return exc

@@ -76,3 +76,22 @@ def test_a_closed_connections_watcher_ends():
     assert mpc.wait([a], timeout=60) == [a]
     a.close()
     wait_until(lambda: not watchers[0].is_alive(), 30, message="the fileno watcher to end")
+
+
+def test_wait_returns_every_ready_object_with_a_sentinel(ctx):
+    # as multiprocessing's (CPython's TestWait.test_wait_integer): a wait over
+    # connections and an ended process's sentinel returns all that are ready, not only
+    # the first source that answered (issue 32)
+    from fiber.connection import wait
+
+    a, b = ctx.Pipe()
+    p = ctx.Process(target=dh.triple, args=(1,))
+    p.start()
+    p.join(60)
+    assert wait([a, p.sentinel, b], 10) == [p.sentinel]
+    a.send(None)
+    assert wait([a, p.sentinel, b], 10) == [p.sentinel, b]
+    b.send(None)
+    assert wait([a, p.sentinel, b], 10) == [a, p.sentinel, b]
+    a.close()
+    b.close()

@@ -194,3 +194,46 @@ def test_spawn_context_names_itself_and_fork_means_the_default_backend(ctx):
     assert isinstance(q.get(timeout=60), int)
     p.kill()
     p.join(60)
+
+
+def test_set_executable_takes_bytes_and_paths_and_preload_checks_names(ctx):
+    # as multiprocessing's (CPython's test_set_executable, test_context_check_module_types)
+    import pathlib
+
+    try:  # set_executable sets the python config key
+        for path in (sys.executable.encode(), pathlib.Path(sys.executable)):
+            fiber.set_executable(path)
+            assert fiber.get_config().python == sys.executable
+            p = ctx.Process(target=dh.triple, args=(1,))
+            p.start()
+            p.join(60)
+            assert p.exitcode == 0
+        with pytest.raises(TypeError):
+            fiber.set_executable(3)  # type: ignore[arg-type]
+    finally:
+        fiber.init(python=None)  # back to the environment's, or the default
+    fiber.set_forkserver_preload(["json"])
+    with pytest.raises(TypeError, match="module_names must be a list of strings"):
+        fiber.get_context("forkserver").set_forkserver_preload([1, 2, 3])  # type: ignore[list-item]
+
+
+def test_a_child_inherits_the_level_the_program_gave_the_logger(ctx):
+    # as a spawn child of multiprocessing (CPython's _TestLogging.test_level); starting a
+    # job no longer resets the level to the config's either (issue 32)
+    import logging
+
+    logger, root = fiber.get_logger(), logging.getLogger()
+    before = (logger.level, root.level)
+    q = ctx.Queue()
+    try:
+        for own, root_level, expected in ((32, before[1], 32), (logging.NOTSET, 37, 37)):
+            logger.setLevel(own)
+            root.setLevel(root_level)
+            p = ctx.Process(target=dh.logger_level, args=(q,))
+            p.start()
+            assert q.get(timeout=60) == expected
+            p.join(60)
+            assert logger.level == own
+    finally:
+        logger.setLevel(before[0])
+        root.setLevel(before[1])

@@ -296,6 +296,22 @@ def test_disabled_fork_server_starts_subprocesses(local):
         assert p.exitcode == -signal.SIGKILL
 
 
+def test_prepare_starts_the_fork_server_ahead_of_the_first_job():
+    # what a manager of objects in jobs (AsyncManager) does before it reports ready, so
+    # that its first object's job does not wait ~0.5 s for the fork server (issue 32: the
+    # original fiber's test_async_manager_basic times four managers' first calls)
+    code = textwrap.dedent("""
+        from fiber.backends import get_backend
+        from fiber.backends.local import _forkserver
+        assert _forkserver.server_pid() is None
+        get_backend("local").prepare()
+        print(_forkserver.server_pid() is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
 class PrefixedBackend(LocalBackend):
     name = "prefixed"
 

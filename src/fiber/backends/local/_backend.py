@@ -392,6 +392,14 @@ class LocalBackend(CommandLineBackend):
                 except ProcessLookupError:
                     pass
 
+    def prepare(self) -> None:
+        """Start this process's fork server now (see `Backend.prepare`)."""
+        if _forkserver.supported() and _own().fork_server:
+            try:
+                _forkserver.get_server(sys.executable, _own(get_config()).preload)
+            except ForkServerError:
+                pass  # the first submit says so, and starts its jobs as subprocesses
+
     def listen_host(self) -> str:
         """``127.0.0.1``: the jobs are on this machine."""
         return "127.0.0.1"

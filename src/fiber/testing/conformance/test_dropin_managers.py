@@ -1,12 +1,16 @@
 """Managers as multiprocessing programs use them (issue 16): a manager's ``Pool`` as a
 context manager, registered types exposing their public methods only, a manager ``Lock``
-acquired in one process and released in another."""
+acquired in one process and released in another (also after that one has ended)."""
 
 from __future__ import annotations
 
+import multiprocessing.managers
+import pickle
+
 import pytest
 
-from fiber.managers import BaseManager
+from fiber.errors import RemoteTraceback
+from fiber.managers import BaseManager, RemoteError
 
 from .support import dropin_helpers as dh
 
@@ -82,3 +86,45 @@ def test_a_manager_lock_is_released_by_another_process(ctx):
         back.put("done")
         p.join(60)
         assert p.exitcode == 0
+
+
+def test_a_manager_lock_stays_held_when_its_holder_ends(ctx):
+    # a manager's Lock is a threading.Lock (CPython's TestSyncManagerTypes.test_lock):
+    # a child takes it and exits, the parent releases it; fiber's own Lock would have
+    # been released with its holder, making this release fail (issue 32)
+    with ctx.Manager() as manager:
+        lock = manager.Lock()
+        p = ctx.Process(target=dh.acquire_then_exit, args=(lock,))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        assert not lock.acquire(timeout=0.2)  # still held
+        lock.release()
+        with pytest.raises(RuntimeError):  # threading.Lock's error
+            lock.release()
+        assert lock.acquire(timeout=10)
+        lock.release()
+
+
+def test_errors_multiprocessing_reports_as_remote_error_are_both(ctx):
+    # multiprocessing raises RemoteError for a method that is not exposed and for an
+    # object whose creation fails; fiber raises an error that is a RemoteError and of
+    # the error's own type (issue 32), so both kinds of except clause work
+    with CounterManager(ctx=ctx) as manager:
+        counter = manager.Counter()
+        with pytest.raises(RemoteError) as info:
+            counter._callmethod("_reset")
+        err = info.value
+        assert isinstance(err, AttributeError) and "not in exposed" in str(err)
+        assert isinstance(err, multiprocessing.managers.RemoteError)
+        assert isinstance(err.__cause__, RemoteTraceback) and err.remote_traceback
+        again = pickle.loads(pickle.dumps(err))
+        assert type(again) is type(err) and str(again) == str(err)
+    with ctx.Manager() as manager:
+        with pytest.raises(RemoteError) as info:
+            manager.Pool(-1)
+        assert isinstance(info.value, ValueError)
+        d = manager.dict()
+        with pytest.raises(KeyError) as info:  # a method's own error: itself, as there
+            d["missing"]
+        assert not isinstance(info.value, RemoteError)

@@ -342,6 +342,27 @@ def test_collected_manager_stops_its_server(ctx):
     assert server.exitcode == 0  # shut down, not terminated
 
 
+def _use_a_manager(ctx):  # type: ignore[no-untyped-def]
+    m = ctx.Manager()
+    d = m.dict(a=1)
+    assert d["a"] == 1
+    return m._process  # m and d are dropped on return
+
+
+def test_shutdown_and_collection_wait_for_the_server(ctx):
+    """As multiprocessing's: ``shutdown()``, and the finalizer of a manager left to the
+    garbage collector, wait for the server's job, so that the next ``active_children()``
+    does not list it (the original fiber's tests assert ``active_children() == []``
+    right after a test that left its manager to the collector: issue 32)."""
+    m = ctx.Manager()
+    server = m._process
+    m.shutdown()
+    assert server not in fiber.active_children() and server.exitcode == 0
+    server = _use_a_manager(ctx)
+    assert server not in fiber.active_children()
+    assert server.exitcode == 0  # shut down, not terminated
+
+
 def test_async_proxies_keep_their_manager(ctx):
     import gc
 

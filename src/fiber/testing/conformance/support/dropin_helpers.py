@@ -131,6 +131,16 @@ def acquire_and_wait(lock, q, back) -> None:  # type: ignore[no-untyped-def]
     back.get(timeout=120)  # holds it until the parent has released it
 
 
+def logger_level(q) -> None:  # type: ignore[no-untyped-def]
+    import fiber
+
+    q.put(fiber.get_logger().getEffectiveLevel())
+
+
+def acquire_then_exit(lock) -> None:  # type: ignore[no-untyped-def]
+    lock.acquire()
+
+
 class Counter:
     """A registered type: public methods, and private ones a proxy must not reach."""
 
