@@ -28,6 +28,7 @@ __all__ = [
     "TimeoutError",
     "RemoteError",
     "RemoteTraceback",
+    "as_remote_error",
     "MaybeEncodingError",
     "WorkerLostError",
     "BrokenPoolError",
