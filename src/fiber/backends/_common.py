@@ -7,11 +7,12 @@ import itertools
 import signal
 import socket
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ..errors import ConfigError, SubmitError
 
-__all__ = ["import_extra", "parallel", "parse_mounts", "route_to", "signal_name", "PARALLEL"]
+__all__ = ["import_extra", "mount_items", "parallel", "parse_mounts", "route_to", "signal_name",
+           "PARALLEL"]
 
 #: Cluster calls in flight for one submit, cancel or cleanup.
 PARALLEL = 8
@@ -68,10 +69,9 @@ def parallel(fn: Callable[[T], R], items: Sequence[T],
     return out
 
 
-def parse_mounts(key: str, text: str) -> List[Tuple[str, str, bool]]:
-    """A mount list ``src[:dst][:ro|rw],...`` (config key ``key``) as ``(src, dst,
-    read_only)`` triples; the destination defaults to the source path."""
-    mounts = []
+def mount_items(text: str) -> Iterator[Tuple[str, List[str], bool]]:
+    """The items of a mount list ``a[:b][:ro|rw],...``: each item, its parts without the
+    mode, and whether it is read-only; the caller checks the parts."""
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
@@ -79,6 +79,14 @@ def parse_mounts(key: str, text: str) -> List[Tuple[str, str, bool]]:
         read_only = False
         if len(parts) > 1 and parts[-1] in ("ro", "rw"):
             read_only = parts.pop() == "ro"
+        yield item, parts, read_only
+
+
+def parse_mounts(key: str, text: str) -> List[Tuple[str, str, bool]]:
+    """A mount list ``src[:dst][:ro|rw],...`` (config key ``key``) as ``(src, dst,
+    read_only)`` triples; the destination defaults to the source path."""
+    mounts = []
+    for item, parts, read_only in mount_items(text):
         if len(parts) == 1:
             parts.append(parts[0])
         if len(parts) != 2 or not all(p.startswith("/") for p in parts):

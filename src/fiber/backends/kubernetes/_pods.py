@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ...errors import ConfigError
 from .._base import JobSpec, JobState, JobStatus, Resources
 from .._command import JOB_HOST_ENV
-from .._common import signal_name
+from .._common import mount_items, signal_name
 
 __all__ = ["pod_manifest", "pod_status", "parse_claims", "CLAIM_PATH", "api_reason",
            "is_not_found", "CONTAINER", "POD_NAME_ENV", "POD_NAMESPACE_ENV", "POD_IP_ENV"]
@@ -44,13 +44,7 @@ def parse_claims(key: str, text: str) -> List[Tuple[str, str, bool]]:
         ConfigError: an item is not a claim name (a DNS subdomain) with an absolute path.
     """
     out = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        parts = item.split(":")
-        read_only = False
-        if len(parts) > 1 and parts[-1] in ("ro", "rw"):
-            read_only = parts.pop() == "ro"
+    for item, parts, read_only in mount_items(text):
         if len(parts) == 1:
             parts.append(CLAIM_PATH)
         if (len(parts) != 2 or not parts[1].startswith("/") or len(parts[0]) > 253
