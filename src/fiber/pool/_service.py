@@ -147,10 +147,12 @@ class PoolService(Service):
         self.outstanding += len(tasks)
         if tasks:
             self.last_fid = tasks[-1].fid
-        now = time.monotonic()
         for task in tasks:
-            task.queued = now
             self.function_refs[task.fid] += 1
+        if self.measuring:  # for the latency histogram (0.0: submitted unmeasured)
+            now = time.monotonic()
+            for task in tasks:
+                task.queued = now
         self.dispatch()
 
     def release_function(self, fid: int) -> None:
@@ -312,7 +314,7 @@ class PoolService(Service):
                     outcome = "failed"
                     if self._raised(task):
                         continue
-                if latency is not None:
+                if latency is not None and task.queued:
                     latency.observe(now - task.queued, task.items)
                 self._finish(task, ok, frames)
         ws.done += items
