@@ -18,7 +18,6 @@ import dataclasses
 import inspect
 import sys
 import textwrap
-import typing
 from typing import Dict, List, Tuple
 
 from fiber import config
@@ -57,7 +56,7 @@ def _default(field: dataclasses.Field) -> str:
 
 def _table(cls: type, prefix: str = "", skip: Tuple[str, ...] = ()) -> List[str]:
     docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
+    hints = config.field_types(cls)  # not get_type_hints: Config's InitVar (3.9)
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(cls):
         if field.name in skip:

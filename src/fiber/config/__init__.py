@@ -179,7 +179,19 @@ class Config:
 
 _FIELDS: Dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)
                                               if f.name != "backends"}
-_TYPES: Dict[str, Any] = typing.get_type_hints(Config)
+
+
+def field_types(cls: type) -> Dict[str, Any]:
+    """The types of ``cls``'s fields, evaluated. Not ``typing.get_type_hints(cls)``: on
+    Python 3.9 it refuses the ``InitVar`` annotation of ``conf_file`` (an argument, not
+    a field), and importing fiber failed there."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    shim = type("_Fields", (), {"__module__": cls.__module__, "__annotations__": {
+        name: hint for name, hint in cls.__annotations__.items() if name in fields}})
+    return typing.get_type_hints(shim, vars(sys.modules[cls.__module__]))
+
+
+_TYPES: Dict[str, Any] = field_types(Config)
 
 _lock = threading.Lock()
 _explicit: Dict[str, Any] = {}
