@@ -417,6 +417,9 @@ def test_jobs_beyond_the_slots_wait_and_start_as_slots_free(hosts):
     than its slots, and the host not listed runs none. (4 s: starting six processes on a
     loaded machine can take longer than a shorter job lasts, and the status is asked
     after the last start.)"""
+    # the jobs of the tests before (a Pool(128)'s, ended under load) must have left their
+    # slots: else fewer than three start at once (ci10: one did, five waited)
+    wait_until(lambda: not fiber.active_children(), 120, 0.1, "the earlier jobs gone")
     with fiber.config.override(ssh_hosts="node1:2,node2:1"):
         ctx = fiber.get_context("ssh")
         q = ctx.Queue()
