@@ -304,7 +304,8 @@ class PoolService(Service):
         items = 0
         outcome = "done"
         now = time.monotonic()
-        latency = self.latency if self.measuring else None
+        measuring = self.measuring
+        latency = self.latency
         for task_id, ok, frames in unpack_results(payload):
             task = ws.pending.pop(task_id, None)
             if task is not None:
@@ -314,7 +315,7 @@ class PoolService(Service):
                     outcome = "failed"
                     if self._raised(task):
                         continue
-                if latency is not None and task.queued:
+                if measuring and task.queued:
                     latency.observe(now - task.queued, task.items)
                 self._finish(task, ok, frames)
         ws.done += items
@@ -323,7 +324,7 @@ class PoolService(Service):
         self.rate.add(items, now)
         self._refresh(ws)
         busy = results_busy(payload)
-        if latency is not None:
+        if measuring:
             self.bytes_received += _status.frames_nbytes(payload)
             if items:
                 self.durations.observe(busy / items, items)

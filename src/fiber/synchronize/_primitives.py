@@ -186,10 +186,15 @@ class LockService(Parking):
         """What releasing the lock when it is free raises (``multiprocessing.Lock``'s)."""
         return ValueError("semaphore or lock released too many times")
 
+    #: Whether a holder that ends releases the lock (fiber's locks); its waits are
+    #: dropped either way.
+    freed_by_holders_end = True
+
     def process_gone(self, server: Server, process_id: bytes) -> None:
         for w in [w for w in self.waiters if w.data[0][0] == process_id]:
             self.take(w)
-        if self.owner is not None and self.owner[0] == process_id:
+        if (self.freed_by_holders_end and self.owner is not None
+                and self.owner[0] == process_id):
             self._free(server)
 
 
@@ -203,9 +208,7 @@ class ThreadingLockService(LockService):
     def unlocked_error(self) -> Exception:
         return RuntimeError("release unlocked lock")  # threading.Lock's words
 
-    def process_gone(self, server: Server, process_id: bytes) -> None:
-        for w in [w for w in self.waiters if w.data[0][0] == process_id]:
-            self.take(w)
+    freed_by_holders_end = False
 
 
 #: Which threads of this process hold which locks: {lock name: {thread ident: count}}.
