@@ -163,7 +163,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 name, kind = _ASSETS[url.path]
                 self._send(200, _asset(name), kind, cookie)
             elif url.path == "/api/snapshot":
-                body = json.dumps(self.dashboard.snapshot(), default=str).encode()
+                body = json.dumps(self.dashboard.snapshot(), default=str,
+                                  separators=(",", ":")).encode()
                 self._send(200, body, "application/json")
             elif url.path == "/api/stack":
                 self._stack(query.get("worker", [""])[-1])

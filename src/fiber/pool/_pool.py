@@ -50,7 +50,7 @@ from ._results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from ._status import PoolStatus, snapshot
+from ._status import PoolStatus, snapshot, status_dict
 from ._worker import CALL, MAP, STARMAP
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -110,9 +110,9 @@ class Pool(PoolExtras):
         core.service.measuring = bool(get_config().dashboard)
 
         def describe(pool: Pool) -> Dict[str, Any]:
-            out = {"name": name, **pool.status().as_dict()}
             with core.hub.lock:
                 service = core.service
+                out = {"name": name, **status_dict(service, core.state, core.size)}
                 service.measuring = True
                 out["stream"] = service.stream.recent(time.monotonic())
                 out["durations"] = service.durations.as_dict()

@@ -17,8 +17,9 @@ A program without a dashboard makes neither the thread nor the connection.
 A job reports nothing while nobody looks: its thread waits on its socket. The parent
 asks for reports (`WATCH_S` of them) when the dashboard reads them and the last ask is
 half that old, at an interval that keeps the reports of all its jobs near
-`REPORTS_PER_S` a second (2 s for up to 256 jobs, 8 s at 1,024): a Pool(1024) on two
-CPUs ran 1.5x slower with 1,024 jobs reporting every 2 s, watched or not.
+`REPORTS_PER_S` a second (2 s for up to 128 jobs, 16 s at 1,024): a Pool(1024) on two
+CPUs ran 1.5x slower with 1,024 jobs reporting every 2 s, watched or not. A watch is
+long (the renewal is a message to every job: 1,024 sends under the hub's lock).
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ SERVICE = b"inspect"
 #: Seconds between a job's reports of its CPU time and memory, at least.
 STATS_S = 2.0
 #: Reports a second from all the jobs, at most (the interval grows with their number).
-REPORTS_PER_S = 128
+REPORTS_PER_S = 64
 #: Seconds a watch lasts (the parent renews it while the dashboard reads the reports).
-WATCH_S = 10.0
+WATCH_S = 30.0
 
 
 class InspectOps:
