@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core import _inspect
 from ..errors import ConfigError
@@ -163,8 +163,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 name, kind = _ASSETS[url.path]
                 self._send(200, _asset(name), kind, cookie)
             elif url.path == "/api/snapshot":
-                body = json.dumps(self.dashboard.snapshot(), default=str,
-                                  separators=(",", ":")).encode()
+                body = _json(self.dashboard.snapshot()).encode()
                 self._send(200, body, "application/json")
             elif url.path == "/api/stack":
                 self._stack(query.get("worker", [""])[-1])
@@ -215,13 +214,43 @@ def start(source: Source, address: str, token: Optional[str] = None,
     return board
 
 
+def _json(value: Any) -> str:
+    """``value`` as compact JSON, its long lists (a pool's workers, its task stream)
+    encoded `_inspect.SLICE` items at a time with a short sleep between (see
+    `fiber._core._inspect.pause`: one ``json.dumps`` of a 1,024-worker snapshot holds the
+    GIL for ~10 ms, which the program's hub then waits for)."""
+    parts: List[str] = []
+    _encode(value, parts)
+    return "".join(parts)
+
+
+def _encode(value: Any, parts: List[str]) -> None:
+    if isinstance(value, dict):
+        parts.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            parts.append(("," if i else "") + json.dumps(str(key)) + ":")
+            _encode(item, parts)
+        parts.append("}")
+    elif isinstance(value, list) and len(value) > _inspect.SLICE:
+        parts.append("[")
+        for start in range(0, len(value), _inspect.SLICE):
+            if start:
+                parts.append(",")
+                time.sleep(_inspect.PAUSE_S)
+            part = value[start:start + _inspect.SLICE]
+            parts.append(json.dumps(part, default=str, separators=(",", ":"))[1:-1])
+        parts.append("]")
+    else:
+        parts.append(json.dumps(value, default=str, separators=(",", ":")))
+
+
 _served: Optional[Dashboard] = None
 
 
 def _program_snapshot() -> Dict[str, Any]:
     """This program's snapshot, each worker with its job's last CPU and memory report,
     and its live jobs as their clusters see them (pending in the queue, running)."""
-    snap = _inspect.snapshot()
+    snap = _inspect.snapshot(viewer=True)
     usage = _inspected.stats()
     for pool in snap.get("pools", []):
         for worker in pool.get("workers", []):

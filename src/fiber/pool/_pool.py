@@ -50,7 +50,7 @@ from ._results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from ._status import PoolStatus, snapshot, status_dict
+from ._status import PoolStatus, rows, snapshot, status_dict
 from ._worker import CALL, MAP, STARMAP
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -110,11 +110,24 @@ class Pool(PoolExtras):
         core.service.measuring = bool(get_config().dashboard)
 
         def describe(pool: Pool) -> Dict[str, Any]:
-            with core.hub.lock:
-                service = core.service
-                out = {"name": name, **status_dict(service, core.state, core.size)}
+            # A viewer's table is built in slices, the hub's lock and the GIL let go
+            # between them (see _inspect.pause): the hub waits for a slice at most.
+            lock, service = core.hub.lock, core.service
+            with lock:
+                states = list(service.workers.values())
+                bars = list(service.stream.bars)
+            workers: List[Dict[str, Any]] = []
+            for start in range(0, len(states), _inspect.SLICE):
+                _inspect.pause()
+                with lock:
+                    workers += rows(states[start:start + _inspect.SLICE], time.monotonic())
+            _inspect.pause()
+            stream = service.stream.recent(time.monotonic(), bars)
+            with lock:
+                out = {"name": name,
+                       **status_dict(service, core.state, core.size, workers)}
                 service.measuring = True
-                out["stream"] = service.stream.recent(time.monotonic())
+                out["stream"] = stream
                 out["durations"] = service.durations.as_dict()
                 out["latency"] = service.latency.as_dict()
                 out["bytes_sent"] = service.bytes_sent

@@ -15,7 +15,7 @@ import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["Rate", "Stream", "Histogram", "frames_nbytes", "WorkerStatus", "PoolStatus",
-           "status_dict", "snapshot"]
+           "rows", "status_dict", "snapshot"]
 
 #: Seconds over which ``tasks_per_s`` is measured.
 RATE_WINDOW_S = 10
@@ -70,13 +70,16 @@ class Stream:
         (given back to the queue)."""
         self.bars.append((worker, start, end, outcome, tasks))
 
-    def recent(self, now: float) -> List[List[Any]]:
-        """The bars that ended within `WINDOW_S`: ``[worker, start age (ms), end age (ms),
-        outcome, tasks]``, oldest first. Ages are whole milliseconds: ``int`` costs a
-        seventh of ``round(x, 3)``, and a 1,024-worker pool keeps all 2,000 bars."""
+    def recent(self, now: float, bars: Optional[List[Tuple[str, float, float, str, int]]]
+               = None) -> List[List[Any]]:
+        """The bars (``bars``: a copy of `bars` taken earlier) that ended within
+        `WINDOW_S`: ``[worker, start age (ms), end age (ms), outcome, tasks]``, oldest
+        first. Ages are whole milliseconds: ``int`` costs a seventh of ``round(x, 3)``,
+        and a 1,024-worker pool keeps all 2,000 bars."""
         oldest = now - self.WINDOW_S
         return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
-                for w, a, b, o, n in list(self.bars) if b >= oldest]
+                for w, a, b, o, n in (list(self.bars) if bars is None else bars)
+                if b >= oldest]
 
 
 class Histogram:
@@ -196,12 +199,21 @@ def _row(ws: Any, now: float) -> Dict[str, Any]:
             "restarts": ws.restarts}
 
 
-def status_dict(service: Any, state: str, size: int) -> Dict[str, Any]:
+def rows(states: Sequence[Any], now: float) -> List[Dict[str, Any]]:
+    """The rows of the workers ``states`` (the scheduler's) that are not lost (under the
+    hub's lock)."""
+    return [_row(ws, now) for ws in states if not ws.lost]
+
+
+def status_dict(service: Any, state: str, size: int,
+                workers: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
     """`PoolStatus.as_dict` of the pool whose scheduler is ``service`` (under the hub's
-    lock), made directly. The workers come in the order they were started, which is
-    their names' (``PoolWorker-N``, numbered as started: the scheduler keeps them so)."""
+    lock), made directly; ``workers``: their `rows`, if made already. The workers come
+    in the order they were started, which is their names' (``PoolWorker-N``, numbered as
+    started: the scheduler keeps them so)."""
     now = time.monotonic()
-    workers = [_row(ws, now) for ws in service.workers.values() if not ws.lost]
+    if workers is None:
+        workers = rows(list(service.workers.values()), now)
     return {"state": state.lower(), "size": size, "workers": workers,
             "pending": service.queued_items, "running": sum(w["held"] for w in workers),
             "done": service.done, "failed": service.failed, "retried": service.retried,

@@ -218,8 +218,10 @@ def stats() -> Dict[str, Dict[str, float]]:
     hub = _runtime.hub()
     with hub.lock:
         service.watch(hub)
-        return {name: {"cpu_percent": job.cpu_percent, "rss_mb": round(job.rss / 2**20, 1)}
-                for name, job in service.jobs.items() if job.at}  # those that reported
+        jobs = list(service.jobs.values())
+    # read outside the lock: each report replaces a job's figures, a float at a time
+    return {job.name: {"cpu_percent": job.cpu_percent, "rss_mb": round(job.rss / 2**20, 1)}
+            for job in jobs if job.at}  # those that reported
 
 
 def stack_of(name: str, timeout: float = 5.0) -> str:
