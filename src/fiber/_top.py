@@ -137,6 +137,14 @@ def render(snap: Dict[str, Any], info: Dict[str, Any], height: int = 0) -> str:
         lines += _table(rows)
     if not snap.get("pools") and not others:
         lines.append("(no pool and no process running)")
+    cluster = snap.get("cluster")
+    if isinstance(cluster, dict) and (cluster.get("jobs") or cluster.get("errors")):
+        told = [f"{backend}: " + ", ".join(f"{state} {n}" for state, n in sorted(states.items()))
+                for backend, states in sorted(cluster.get("jobs", {}).items())]
+        told += [f"{backend}: cannot be asked ({error})"
+                 for backend, error in sorted(cluster.get("errors", {}).items())]
+        lines.append(f"Jobs on the cluster (asked {cluster.get('age_s', 0)} s ago): "
+                     + "; ".join(told))
     return "\n".join(lines) + "\n"
 
 

@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, Tuple
 from .._log import recent_warnings
 from ..transport.server import Peer, Server, Service
 
-__all__ = ["SERVICE", "StatusService", "add_source", "snapshot", "pause", "SLICE"]
+__all__ = ["SERVICE", "StatusService", "add_source", "add_field", "snapshot", "pause",
+           "SLICE"]
 
 SERVICE = b"status"
 #: Rows a source builds at a time for a viewer (see `pause`).
@@ -52,6 +53,17 @@ def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
     with _lock:
         _prune()
         _sources[next(_ids)] = (kind, ref, describe)
+
+
+#: name -> what viewers outside the program receive under it (see `add_field`)
+_fields: Dict[str, Callable[[], Any]] = {}
+
+
+def add_field(name: str, value: Callable[[], Any]) -> None:
+    """Give viewers outside the program (``fiber top``, ``fiber dashboard PID``) ``value()``
+    under ``name`` with each snapshot. It is called on the hub's thread, under its lock:
+    it must not wait (a backend's answer, say, is fetched on a thread of its own)."""
+    _fields[name] = value
 
 
 def _prune() -> None:
@@ -117,4 +129,10 @@ class StatusService(Service):
                payload: List[Any]) -> None:
         if op != b"get":
             raise ValueError(f"unknown status operation {op!r}")
-        server.reply_value(peer, req_id, snapshot())
+        out = snapshot()
+        for name, value in list(_fields.items()):
+            try:
+                out[name] = value()
+            except Exception as e:  # a broken field must not hide the snapshot
+                out[name] = {"error": f"{type(e).__name__}: {e}"}
+        server.reply_value(peer, req_id, out)

@@ -14,8 +14,8 @@ Routes, each behind the token (``?token=``, the cookie the first visit sets, or
 - ``/``: the page (plain JavaScript shipped in the wheel: no CDN), refreshed every second;
 - ``/api/snapshot``: what the page shows, as JSON (what ``fiber top`` shows);
 - ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md));
-  a program's own dashboard adds its live jobs as their clusters see them (queued or
-  running, asked of each backend at most every 5 s);
+  with the program's live jobs as their clusters see them (queued or running, asked of
+  each backend at most every 5 s);
 - ``/api/stack?worker=NAME``: the Python stacks of a job's threads, asked of it now (a
   program's own dashboard: its jobs answer it).
 

@@ -86,7 +86,7 @@ def _lines(snap: Dict[str, Any]) -> Iterator[str]:
     yield "# HELP fiber_warnings_total Warnings fiber logged (lost workers, retirements...)."
     yield "# TYPE fiber_warnings_total counter"
     yield f"fiber_warnings_total {int(snap.get('warnings_total', 0))}"
-    if "cluster" in snap:
+    if isinstance(snap.get("cluster"), dict):  # None: not asked yet (an attached one)
         yield from _jobs(snap)
 
 
@@ -103,7 +103,7 @@ def _histogram(name: str, pool: str, hist: Any) -> Iterator[str]:
 def _jobs(snap: Dict[str, Any]) -> Iterator[str]:
     yield "# HELP fiber_jobs This program's live jobs as their cluster sees them, by state."
     yield "# TYPE fiber_jobs gauge"
-    for backend, states in sorted(snap.get("cluster", {}).get("jobs", {}).items()):
+    for backend, states in sorted(snap["cluster"].get("jobs", {}).items()):
         for state, n in sorted(states.items()):
             yield f'fiber_jobs{{backend="{_label(backend)}",state="{_label(state)}"}} {n}'
 

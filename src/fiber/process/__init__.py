@@ -16,6 +16,7 @@ are multiprocessing's; ``start_all``, ``terminate_all`` and ``end_with_parent`` 
 # host. _limits: the open-file limit that many jobs need.
 
 from .._exports import publish
+from . import _cluster_view  # noqa: F401 - fiber top and fiber dashboard PID get it
 from ._lineage import end_with_parent
 from ._parent import parent_process
 from ._process import Process, active_children, current_process, start_all, terminate_all

@@ -7,18 +7,24 @@ this asks each backend of the program's live jobs, with one `Backend.status` cal
 backend (one ``squeue``, one ``qstat``), at most every `MIN_INTERVAL_S` seconds, on the
 caller's thread (the dashboard's, never the hub's): a page polled every second costs the
 cluster's scheduler one query per backend every few seconds, not one a second.
+
+Viewers outside the program (``fiber top``, ``fiber dashboard PID``) get `latest`, which
+the hub's thread gives without waiting for a backend: the last counts, refreshed on a
+thread of its own when they are older than `MIN_INTERVAL_S` (so only while somebody
+looks).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from .._core import _inspect
 from ..backends import Backend, JobHandle
 from . import _process
 
-__all__ = ["jobs", "MIN_INTERVAL_S"]
+__all__ = ["jobs", "latest", "MIN_INTERVAL_S"]
 
 #: Seconds a count is reused before the backends are asked again.
 MIN_INTERVAL_S = 5.0
@@ -41,6 +47,35 @@ def jobs() -> Dict[str, Any]:
             _last = (now, view)
             when = now
         return {**view, "age_s": round(now - when, 1)}
+
+
+def latest() -> Optional[Dict[str, Any]]:
+    """`jobs` as last asked, without waiting (for the hub's thread); asked anew on a
+    thread of its own when older than `MIN_INTERVAL_S` and this process has live jobs.
+    None before a first answer."""
+    when, view = _last
+    now = time.monotonic()
+    if now - when >= MIN_INTERVAL_S and _process.live_jobs() \
+            and _refreshing.acquire(blocking=False):
+        try:
+            threading.Thread(target=_refresh, name="fiber-cluster-view", daemon=True).start()
+        except BaseException:
+            _refreshing.release()
+            raise
+    return {**view, "age_s": round(now - when, 1)} if view else None
+
+
+_refreshing = threading.Lock()  # held while a thread of `latest` asks the backends
+
+
+def _refresh() -> None:
+    try:
+        jobs()
+    finally:
+        _refreshing.release()
+
+
+_inspect.add_field("cluster", latest)
 
 
 def _ask() -> Dict[str, Any]:

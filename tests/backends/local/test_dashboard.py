@@ -274,6 +274,20 @@ def test_the_config_turns_it_on_and_fiber_dashboard_attaches() -> None:
             conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
             conn.request("GET", "/api/stack?worker=PoolWorker-1&" + url.query)
             assert conn.getresponse().status == 501  # stacks: the program's own only
+
+            # the jobs as the cluster sees them: asked by the program on a thread of its
+            # own (not its hub's) once a viewer looks, given with the next snapshots
+            def cluster() -> object:
+                conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+                conn.request("GET", "/api/snapshot?" + url.query)
+                return json.loads(conn.getresponse().read())["cluster"]
+
+            wait_until(lambda: cluster() is not None, 30, message="the attached cluster view")
+            assert cluster()["jobs"] == {"local": {"running": 2}}  # type: ignore[index]
+            top = subprocess.run([sys.executable, "-m", "fiber", "top", "--once",
+                                  str(prog.pid)], capture_output=True, text=True, timeout=60)
+            assert "Jobs on the cluster (asked " in top.stdout, top.stdout + top.stderr
+            assert "local: running 2" in top.stdout, top.stdout
         finally:
             attach.terminate()
             attach.wait(30)
