@@ -12,7 +12,7 @@ import bisect
 import collections
 import dataclasses
 import time
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __all__ = ["Rate", "Stream", "Histogram", "frames_nbytes", "WorkerStatus", "PoolStatus",
            "rows", "status_dict", "snapshot"]
@@ -70,16 +70,15 @@ class Stream:
         (given back to the queue)."""
         self.bars.append((worker, start, end, outcome, tasks))
 
-    def recent(self, now: float, bars: Optional[List[Tuple[str, float, float, str, int]]]
-               = None) -> List[List[Any]]:
-        """The bars (``bars``: a copy of `bars` taken earlier) that ended within
-        `WINDOW_S`: ``[worker, start age (ms), end age (ms), outcome, tasks]``, oldest
-        first. Ages are whole milliseconds: ``int`` costs a seventh of ``round(x, 3)``,
-        and a 1,024-worker pool keeps all 2,000 bars."""
+    def recent(self, now: float, bars: List[Tuple[str, float, float, str, int]]
+               ) -> List[List[Any]]:
+        """Of ``bars`` (a copy of `bars`, taken under the hub's lock: this runs outside
+        it), those that ended within `WINDOW_S`: ``[worker, start age (ms), end age (ms),
+        outcome, tasks]``, oldest first. Ages are whole milliseconds: ``int`` costs a
+        seventh of ``round(x, 3)``, and a 1,024-worker pool keeps all 2,000 bars."""
         oldest = now - self.WINDOW_S
         return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
-                for w, a, b, o, n in (list(self.bars) if bars is None else bars)
-                if b >= oldest]
+                for w, a, b, o, n in bars if b >= oldest]
 
 
 class Histogram:
@@ -199,7 +198,7 @@ def _row(ws: Any, now: float) -> Dict[str, Any]:
             "restarts": ws.restarts}
 
 
-def rows(states: Sequence[Any], now: float) -> List[Dict[str, Any]]:
+def rows(states: Iterable[Any], now: float) -> List[Dict[str, Any]]:
     """The rows of the workers ``states`` (the scheduler's) that are not lost (under the
     hub's lock)."""
     return [_row(ws, now) for ws in states if not ws.lost]
@@ -213,7 +212,7 @@ def status_dict(service: Any, state: str, size: int,
     started: the scheduler keeps them so)."""
     now = time.monotonic()
     if workers is None:
-        workers = rows(list(service.workers.values()), now)
+        workers = rows(service.workers.values(), now)
     return {"state": state.lower(), "size": size, "workers": workers,
             "pending": service.queued_items, "running": sum(w["held"] for w in workers),
             "done": service.done, "failed": service.failed, "retried": service.retried,

@@ -31,6 +31,7 @@ MIN_INTERVAL_S = 5.0
 
 _lock = threading.Lock()
 _last: Tuple[float, Dict[str, Any]] = (-MIN_INTERVAL_S, {})
+_refreshing = threading.Lock()  # held while a thread of `latest` asks the backends
 
 
 def jobs() -> Dict[str, Any]:
@@ -63,9 +64,6 @@ def latest() -> Optional[Dict[str, Any]]:
             _refreshing.release()
             raise
     return {**view, "age_s": round(now - when, 1)} if view else None
-
-
-_refreshing = threading.Lock()  # held while a thread of `latest` asks the backends
 
 
 def _refresh() -> None:
