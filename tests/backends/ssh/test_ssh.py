@@ -418,9 +418,14 @@ def test_jobs_beyond_the_slots_wait_and_start_as_slots_free(hosts):
     loaded machine can take longer than a shorter job lasts, and the status is asked
     after the last start.)"""
     # the jobs of the tests before (a Pool(128)'s, ended under load) must have left their
-    # slots: else fewer than three start at once (ci10: one did, five waited)
+    # slots, and both hosts must be up: else fewer than three start at once (ci10: one did,
+    # five waited; ci of 7cb09f2: two did). A process leaves active_children() when its
+    # connection says it ended, which can be before its ssh client exits and frees the slot.
     wait_until(lambda: not fiber.active_children(), 120, 0.1, "the earlier jobs gone")
     with fiber.config.override(ssh_hosts="node1:2,node2:1"):
+        wait_until(lambda: all(state == "up" and used == 0 for _, _, used, state
+                               in get_backend("ssh").check_hosts()), 120, 0.2,
+                   "both hosts up with every slot free")
         ctx = fiber.get_context("ssh")
         q = ctx.Queue()
         procs = [ctx.Process(target=ssh_targets.span_to, args=(q, 4.0)) for _ in range(6)]
@@ -430,7 +435,8 @@ def test_jobs_beyond_the_slots_wait_and_start_as_slots_free(hosts):
         states = get_backend("ssh").status(handles)
         waiting = [h for h in handles if states[h.job_id].reason == "waiting for a slot"]
         assert len(waiting) == 3 and all(
-            states[h.job_id].state == JobState.PENDING for h in waiting), states
+            states[h.job_id].state == JobState.PENDING for h in waiting), (
+                states, get_backend("ssh").check_hosts())
         spans = [q.get(timeout=120) for _ in procs]
         for p in procs:
             p.join(60)
