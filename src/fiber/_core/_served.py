@@ -103,6 +103,10 @@ class Handle:
                                                            on_late=on_late)
         except ConnectionLost as e:
             raise self._lost(e) from e
+        return self._checked(status, payload)
+
+    def _checked(self, status: bytes, payload: List[Any]) -> Tuple[bytes, List[Any]]:
+        """A reply as it came, unless it is an error (``err``), which is raised here."""
         if status == b"err":  # raised by this process's own hub: not a remote error
             hub = _runtime.hub_if_started()
             raise unpack_exception(loads(payload),

@@ -113,6 +113,12 @@ class Config:
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
     #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
     pool_prefetch: int = 2
+    #: Items a Queue's consumer in another process holds ahead when items are queued
+    #: behind the one it got (lent: still in the queue, counted by ``qsize``, given back
+    #: when another consumer waits or this one ends), so that a consumer across a slow
+    #: link is not paced by one round trip per ``get``. 0: one item per ``get``, and
+    #: every consumer's items in queue order.
+    queue_prefetch: int = 16
     #: Seconds after which a pool worker is renewed on purpose (a replacement started,
     #: then the worker retired: no task is lost or run twice), workers spread so that they
     #: do not all go at once; 0: never. A backend's known time limit (Slurm's
@@ -251,7 +257,7 @@ def _validate(key: str, value: Any) -> None:
         raise ConfigError(key, "must not be empty")
     if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
         raise ConfigError(key, f"must be positive, got {value!r}")
-    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch",
+    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "queue_prefetch",
                "spin_us", "pool_worker_lifetime", "pool_renew_margin") and value < 0:
         raise ConfigError(key, f"must not be negative, got {value!r}")
     if key == "log_level" and value not in LOG_LEVELS:

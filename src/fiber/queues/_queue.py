@@ -24,6 +24,10 @@ same connection, so the server sees it after the put: a put still parked is drop
 its item never enters the queue, as with multiprocessing; a put the server admitted just
 before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
 
+A consumer in another process that gets an item with others queued behind it has some
+lent ahead (``queue_prefetch``): see `fiber.queues._lending`. Lent items are still in the
+queue (``qsize``, a bound) until taken, and come back if not taken.
+
 In the creating process, ``_reader`` (made on first use) is the queue as a connection that
 ``multiprocessing.connection.wait`` can wait on, as the standard library's queues have one
 (see `fiber.queues._reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
@@ -33,16 +37,22 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import queue as _queue
 import struct
 import threading
-from typing import Any, Deque, List, Optional, Tuple
+import time
+import weakref
+from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 from .._core._served import Handle, decode_wait, encode_wait
+from ..config import get_config
+from ..transport.client import ConnectionLost, LateReply, local_server
 from ..transport.operations import handles
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Service, Timer
 from ..transport.unpicklable import dumps_explained
+from ._lending import LEND_BYTES, RECALL, Lease, LendOps, Loans, pack_loan
 from ._reader import QueueReader, ReadySignal, reader_of
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
@@ -70,6 +80,10 @@ class QueueOps:
     TASK_DONE = b"task_done"
     JOIN = b"join"
     SYNC = b"sync"
+    # items lent ahead to a consumer elsewhere (fiber.queues._lending)
+    PULL = LendOps.PULL
+    ACK = LendOps.ACK
+    RETURN = LendOps.RETURN
 
 
 class QueueService(Service):
@@ -85,11 +99,14 @@ class QueueService(Service):
         self.putters: Deque[_Putter] = collections.deque()
         self.joiners: List[Tuple[Peer, bytes]] = []
         self.unfinished = 0
+        #: Items lent ahead to consumers on other processes (see fiber.queues._lending):
+        #: still in the queue until taken.
+        self.loans = Loans()
         #: Set by the queue's ``_reader`` (see fiber.queues._reader) once it is used.
         self.signal: Optional[ReadySignal] = None
 
     def _full(self) -> bool:
-        return 0 < self.maxsize <= len(self.items)
+        return 0 < self.maxsize <= len(self.items) + self.loans.count
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
@@ -125,6 +142,7 @@ class QueueService(Service):
             timer = None if wait is None else server.call_later(
                 wait, lambda: self._expire(server, self.getters, getter, b"empty"))
             self.getters.append((peer, req_id, timer))
+            self._serve(server)  # recalls what is lent, if anything is
 
     @handles(QueueOps.UNGET)
     def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -134,7 +152,42 @@ class QueueService(Service):
 
     @handles(QueueOps.SIZE)
     def size(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        server.reply(peer, req_id, b"ok", [struct.pack("<q", len(self.items))])
+        server.reply(peer, req_id, b"ok",
+                     [struct.pack("<q", len(self.items) + self.loans.count)])
+
+    @handles(QueueOps.PULL)
+    def pull(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Lend up to ``n`` items (and `LEND_BYTES`, at least one) to a consumer's lease;
+        none while a ``get`` waits (it goes first). Answered ``more`` if items remain."""
+        (n,) = struct.unpack("<Q", payload[0])
+        lent: List[List[Any]] = []
+        size = 0
+        while self.items and len(lent) < n and size < LEND_BYTES and not self.getters:
+            item = self.items.popleft()
+            lent.append(item)
+            size += sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in item)
+        first = self.loans.lend(peer, lent)
+        if not server.reply(peer, req_id, b"more" if self.items else b"ok",
+                            pack_loan(first, lent)):
+            self._put_back(server, self.loans.give_back(peer))  # the consumer vanished
+
+    @handles(QueueOps.ACK)
+    def ack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A consumer took lent items: they left the queue (room for a bounded put)."""
+        self.loans.take(peer, [struct.unpack("<Q", f)[0] for f in payload])
+        self._admit_putters(server)
+
+    @handles(QueueOps.RETURN)
+    def give_back(self, server: Server, peer: Peer, req_id: bytes,
+                  payload: List[Any]) -> None:
+        """A consumer gives back lent items it did not take (recalled, or closing)."""
+        self._put_back(server, self.loans.give_back(
+            peer, [struct.unpack("<Q", f)[0] for f in payload]))
+
+    def _put_back(self, server: Server, items: List[List[Any]]) -> None:
+        """Lent items come back, in queue order, to the front of the queue."""
+        self.items.extendleft(reversed(items))
+        self._serve(server)
 
     @handles(QueueOps.TASK_DONE)
     def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -191,7 +244,8 @@ class QueueService(Service):
 
     def _hand_out(self, server: Server, pid: Peer, req_id: bytes) -> bool:
         frames = self.items.popleft()
-        if not server.reply(pid, req_id, b"ok", frames):
+        # "more": items wait behind this one, so a consumer elsewhere may pull some ahead
+        if not server.reply(pid, req_id, b"more" if self.items else b"ok", frames):
             self.items.appendleft(frames)  # the reader vanished: keep the item
             return False
         self._admit_putters(server)
@@ -213,6 +267,10 @@ class QueueService(Service):
             if timer is not None:
                 timer.cancel()
             self._hand_out(server, gpid, greq)
+        if self.getters and self.loans.count:
+            # a get waits on an empty queue while consumers hold lent items: recall them
+            for peer in self.loans.to_recall():
+                server.send(peer, [b"", RECALL])
 
     def _expire(self, server: Server, waiters: Deque[Any], entry: Any, status: bytes) -> None:
         for i, w in enumerate(waiters):
@@ -228,6 +286,9 @@ class QueueService(Service):
                     w[2].cancel()
                 waiters.remove(w)  # type: ignore[arg-type]
         self.joiners = [j for j in self.joiners if j[0] is not peer]
+        back = self.loans.give_back(peer)
+        if back:  # a consumer's lease ended with items it had not taken
+            self._put_back(server, back)
 
 
 def _ignore(status: bytes, frames: List[Any]) -> None:
@@ -300,14 +361,65 @@ class Queue(Handle):
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
+        lease = self._lease(make=False)
+        if lease is not None:  # items lent ahead come first (see fiber.queues._lending)
+            t0 = time.monotonic()
+            lent = lease.take(block, timeout)
+            if lent is not None:
+                return loads(lent)
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - t0))
         status, frames = self._request(QueueOps.GET, [encode_wait(block, timeout)],
                                        on_late=self._give_back, timeout=timeout)
         if status == b"empty":
             raise _queue.Empty
+        if status == b"more":  # a backlog: a consumer elsewhere pulls some ahead
+            lease = self._lease(make=True)
+            if lease is not None:
+                lease.pull()
         return loads(frames)
 
+    def _request(self, op: bytes, frames: Sequence[Any] = (),
+                 on_late: Optional[LateReply] = None,
+                 timeout: Optional[float] = None) -> Tuple[bytes, List[Any]]:
+        """As `Handle._request`; in a process that holds items lent ahead, a count or a
+        ``task_done`` goes on the lease's connection, after the acknowledgements of what
+        this process took (a ``get`` then ``empty()`` says True)."""
+        if op in (QueueOps.SIZE, QueueOps.TASK_DONE):
+            lease = self._lease(make=False)
+            if lease is not None:
+                try:
+                    reply = lease.request(op, list(frames))
+                except ConnectionLost as e:
+                    raise self._lost(e) from e
+                if reply is not None:
+                    return self._checked(*reply)
+        return super()._request(op, frames, on_late, timeout)
+
+    def _lease(self, make: bool) -> Optional[Lease]:
+        """This process's lease of items lent ahead (made with ``make``), if it takes
+        any: a process other than the queue's creator, with ``queue_prefetch`` > 0."""
+        lease: Optional[Lease] = self.__dict__.get("_lease_")
+        if lease is not None and not lease.broken and lease.pid == os.getpid():
+            return lease
+        if not make or local_server(self.hub_address) is not None:
+            return None  # the creator reaches its hub with no round trip
+        batch = get_config().queue_prefetch
+        if batch <= 0:
+            return None
+        with _reader_lock:
+            lease = self.__dict__.get("_lease_")
+            if lease is None or lease.broken or lease.pid != os.getpid():
+                try:
+                    lease = Lease(self.hub_address, self.service_name, batch)
+                except ConnectionLost:
+                    return None  # the next get says what became of the hub
+                self.__dict__["_lease_"] = lease
+                weakref.finalize(self, lease.close)
+        return lease
+
     def _give_back(self, status: bytes, frames: List[Any]) -> None:
-        if status == b"ok":
+        if status in (b"ok", b"more"):
             self._send(QueueOps.UNGET, frames)
 
     def put_nowait(self, obj: Any) -> None:
@@ -363,6 +475,9 @@ class Queue(Handle):
     def close(self) -> None:
         """No more items will be put or got by this process."""
         self._closed = True
+        lease = self.__dict__.pop("_lease_", None)
+        if lease is not None and lease.pid == os.getpid():
+            lease.close()  # what it held goes back to the queue
         reader = self.__dict__.get("_reader_end")
         if reader is not None:
             reader.close()

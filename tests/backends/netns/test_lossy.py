@@ -53,3 +53,29 @@ def test_five_percent_loss_and_a_200_ms_round_trip_lose_nothing_and_nobody() -> 
     assert r["dict_exact"] and r["dict_extra"] == 0 and min(r["written"].values()) > 10, r
     assert r["exitcodes"] == [0, 0, 0], r
     assert "lost" not in cp.stderr and "is gone" not in cp.stderr, report
+
+
+def test_a_queue_consumer_at_a_distance_is_not_paced_by_the_round_trip() -> None:
+    """A consumer 100 ms away (50 ms each way on its link) gets one item a round trip
+    without lending (``queue_prefetch = 0``: ~10 items/s) and several times that with it
+    (the default: items lent ahead); every item once and in order either way."""
+    hosts = start_hosts(2)
+    try:
+        hosts.shape(1, delay_ms=50, towards="both")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("FIBER_LISTEN_HOST", "FIBER_BACKEND")}
+        env[netns.HOSTS_ENV] = hosts.to_env()
+        cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, "mh_queue_distance.py")],
+                            env=env, cwd=SCRIPTS, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=400)
+    finally:
+        stop_hosts(hosts)
+    lines = [ln for ln in cp.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert cp.returncode == 0 and lines, f"{cp.stdout[-3000:]}\n--- stderr\n{cp.stderr[-6000:]}"
+    r = json.loads(lines[-1][len("RESULT "):])
+    print(f"queue at a 100 ms round trip: {r}")
+    plain, lent = r["plain"], r["lent"]
+    assert plain["exact"] and lent["exact"], r
+    assert plain["exitcode"] == lent["exitcode"] == 0, r
+    assert plain["rate"] < 12, r  # the link is slow: one item a round trip
+    assert lent["rate"] > 5 * plain["rate"], r

@@ -1,0 +1,295 @@
+"""Queue items lent ahead to a consumer on another process, so that a consumer at a
+distance is not paced by one round trip per ``get`` (issue 30: 9.9 items/s at 100 ms).
+
+    consumer process                                       the queue's hub
+    ────────────────                                       ───────────────
+    get() ── [get] (its thread's connection) ────────────▶ one item, taken; status
+          ◀── item, "more" when items are still queued ──  "more" if others wait behind
+    Lease (own connection, own thread)
+          ── [pull, n] ──────────────────────────────────▶ up to n items (and 1 MiB), lent:
+          ◀── [first seq, counts, frames...] ────────────  Loans holds them, qsize counts them
+    get() takes the buffer's next item ── [ack, seq] ────▶ taken: forgotten, a put admitted
+          ◀── [recall] (pushed) ─────────────────────────  a get waits and the queue is empty
+    Lease's thread ── [return, seqs] ────────────────────▶ back to the front of the queue
+
+Each lent item ends in exactly one of three ways: the consumer takes it (``ack``, sent
+under the lease's lock before ``get`` returns), gives it back (``return``, under the same
+lock: a recall, ``close()``), or its connection ends (the consumer's process is gone or
+unreachable) and the hub puts it back at the front. So an item a consumer never took is
+never lost, and none is taken twice. The one window: a consumer that dies in the instant
+between sending an ``ack`` and that ``ack`` reaching the hub, on a connection reset
+that drops it (a SIGKILL while the kernel still had unread data for the connection, and
+the ``ack`` was not yet transmitted), has its item put back although it took it.
+
+The consumer pulls ahead again when half its buffer is used while the hub said more
+items were queued, so a consumer with a backlog holds a round trip's worth of items.
+Items come back only when another ``get`` waits on an empty queue, so an idle consumer
+never starves the others (what a credit that is never recalled would do).
+
+Order: a consumer takes its items in queue order. An item recalled from one consumer
+goes back to the front and may reach another consumer after newer items it already took
+(``queue_prefetch = 0`` keeps every consumer's items in queue order: docs/networks.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from .._core._clients import own_client
+from ..transport.client import Client, ConnectionLost
+from ..transport.server import Peer
+
+__all__ = ["LendOps", "RECALL", "Loans", "Lease", "LEND_BYTES", "pack_loan", "unpack_loan"]
+
+#: A pull is answered with at most this many bytes of items (at least one item), so that
+#: large items (arrays) are not lent to one consumer by the dozen.
+LEND_BYTES = 1 << 20
+
+_Q = struct.Struct("<Q")
+
+
+class LendOps:
+    """The lending protocol's operations (requests to a queue's service)."""
+
+    PULL = b"pull"
+    ACK = b"ack"
+    RETURN = b"return"
+
+
+#: Pushed by the hub to a lease: give back what you hold and have not taken.
+RECALL = b"recall"
+
+
+def _nbytes(frames: List[Any]) -> int:
+    return sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+
+
+def pack_loan(first: int, items: List[List[Any]]) -> List[Any]:
+    """The frames of a pull's answer: ``[first seq, n, frame counts]`` then the items'
+    frames."""
+    head = struct.pack(f"<QI{len(items)}I", first, len(items), *(len(i) for i in items))
+    return [head, *(f for item in items for f in item)]
+
+
+def unpack_loan(frames: List[Any]) -> List[Tuple[int, List[Any]]]:
+    """``[(seq, item frames)]`` of a pull's answer."""
+    first, n = struct.unpack_from("<QI", frames[0])
+    counts = struct.unpack_from(f"<{n}I", frames[0], 12)
+    out, at = [], 1
+    for i, k in enumerate(counts):
+        out.append((first + i, list(frames[at:at + k])))
+        at += k
+    return out
+
+
+class _Account:
+    __slots__ = ("items", "next_seq", "recalling")
+
+    def __init__(self) -> None:
+        self.items: Dict[int, List[Any]] = {}  # seq -> frames, in seq (queue) order
+        self.next_seq = 1
+        self.recalling = False
+
+
+class Loans:
+    """What one queue's hub has lent, per consumer connection (under the hub's lock)."""
+
+    def __init__(self) -> None:
+        self._accounts: Dict[Peer, _Account] = {}
+        #: Items lent and neither taken nor given back: they are still in the queue.
+        self.count = 0
+
+    def lend(self, peer: Peer, items: List[List[Any]]) -> int:
+        """Record ``items`` as lent to ``peer``; their first seq."""
+        acct = self._accounts.setdefault(peer, _Account())
+        first = acct.next_seq
+        for i, item in enumerate(items):
+            acct.items[first + i] = item
+        acct.next_seq += len(items)
+        acct.recalling = False
+        self.count += len(items)
+        return first
+
+    def take(self, peer: Peer, seqs: List[int]) -> None:
+        """``peer`` took these items: they left the queue."""
+        acct = self._accounts.get(peer)
+        if acct is None:
+            return
+        for seq in seqs:
+            if acct.items.pop(seq, None) is not None:
+                self.count -= 1
+
+    def give_back(self, peer: Peer, seqs: Optional[List[int]] = None) -> List[List[Any]]:
+        """Items ``peer`` gives back (``seqs``; None: all it holds, as when its connection
+        ended), in queue order, for the front of the queue."""
+        acct = self._accounts.get(peer)
+        if acct is None:
+            return []
+        if seqs is None:
+            del self._accounts[peer]
+            seqs = list(acct.items)
+        acct.recalling = False
+        back = [acct.items.pop(s) for s in sorted(seqs) if s in acct.items]
+        self.count -= len(back)
+        return back
+
+    def to_recall(self) -> List[Peer]:
+        """The consumers holding lent items not yet asked for them (marked asked)."""
+        out = []
+        for peer, acct in self._accounts.items():
+            if acct.items and not acct.recalling:
+                acct.recalling = True
+                out.append(peer)
+        return out
+
+
+class Lease:
+    """A consumer process's items lent ahead by one queue's hub, on a connection of its
+    own read by a thread of its own (which answers recalls even while no ``get`` runs).
+
+    Every send on the connection is made under ``_cond``'s lock, the order the hub then
+    sees; only the lease's thread reads it.
+    """
+
+    def __init__(self, address: str, name: bytes, batch: int) -> None:
+        self._name = name
+        self._batch = batch
+        self._client: Client = own_client(address)
+        self._cond = threading.Condition()
+        self._buffer: Deque[Tuple[int, List[Any]]] = collections.deque()
+        self._pulling = False
+        self._more = False
+        self.pid = os.getpid()
+        self.broken = False
+        self._thread = threading.Thread(target=self._run, name="fiber-queue-lease",
+                                        daemon=True)
+        self._thread.start()
+
+    def take(self, block: bool, timeout: Optional[float]) -> Optional[List[Any]]:
+        """The next lent item's frames, taken (the hub is told), waiting for a pull
+        under way (up to ``timeout``); None when there is none: ask the hub directly."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while block and not self._buffer and self._pulling and not self.broken:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+            if not self._buffer or self.broken:
+                return None
+            seq, frames = self._buffer.popleft()
+            self._send(LendOps.ACK, [_Q.pack(seq)])
+            if self._more and not self._pulling and len(self._buffer) <= self._batch // 2:
+                self._pull()
+            return frames
+
+    def held(self) -> int:
+        """Lent items here, not taken yet."""
+        with self._cond:
+            return len(self._buffer)
+
+    def pull(self) -> None:
+        """The hub said more items are queued: ask for some ahead."""
+        with self._cond:
+            if not self._pulling and not self.broken:
+                self._pull()
+
+    def request(self, op: bytes, frames: List[Any]) -> Optional[Tuple[bytes, List[Any]]]:
+        """Send a request of the queue's protocol on the lease's connection, after the
+        ``ack``s of this process's takes (so that a ``qsize`` after a ``get`` counts
+        it), and wait for its reply; None if the connection is gone before it was sent.
+
+        Raises:
+            ConnectionLost: the connection was lost after the request was sent.
+        """
+        box: List[Tuple[bytes, List[Any]]] = []
+
+        def on_reply(status: bytes, payload: List[Any]) -> None:
+            with self._cond:
+                box.append((status, payload))
+                self._cond.notify_all()
+
+        with self._cond:
+            if self.broken:
+                return None
+            try:
+                self._client.start(self._name, op, frames, on_reply=on_reply)
+            except ConnectionLost:
+                self._broke()
+                return None
+            while not box and not self.broken:
+                self._cond.wait()
+            if not box:
+                raise ConnectionLost("connection lost", self._client.address)
+            return box[0]
+
+    def close(self) -> None:
+        """Give back what is held and end the connection (the thread ends with it)."""
+        if self.pid != os.getpid():
+            return  # a forked child's copy: the socket is its parent's
+        with self._cond:
+            if not self.broken and self._buffer:
+                self._send(LendOps.RETURN, [_Q.pack(s) for s, _ in self._buffer])
+            self._buffer.clear()
+            self.broken = True
+            self._cond.notify_all()
+        try:
+            self._client.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's read
+        except OSError:
+            pass
+        self._client.close()
+
+    # -- under the lock -------------------------------------------------------------------
+
+    def _pull(self) -> None:
+        self._pulling = True
+        try:
+            self._client.start(self._name, LendOps.PULL, [_Q.pack(self._batch)],
+                               on_reply=self._pulled)
+        except ConnectionLost:
+            self._broke()
+
+    def _send(self, op: bytes, frames: List[Any]) -> None:
+        try:
+            self._client.send(self._name, op, frames)
+        except ConnectionLost:
+            self._broke()
+
+    def _broke(self) -> None:
+        """The connection is gone: the hub puts back what it lent (nothing held here may
+        be taken now)."""
+        self.broken = True
+        self._pulling = False
+        self._buffer.clear()
+        self._cond.notify_all()
+
+    # -- the lease's thread ---------------------------------------------------------------
+
+    def _pulled(self, status: bytes, frames: List[Any]) -> None:
+        with self._cond:
+            self._pulling = False
+            if status in (b"ok", b"more") and not self.broken:
+                self._buffer.extend(unpack_loan(frames))
+                self._more = status == b"more"
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                msg = self._client.next_push(None)
+                if msg is not None and bytes(msg[1]) == RECALL:
+                    with self._cond:
+                        if self._buffer and not self.broken:
+                            self._send(LendOps.RETURN,
+                                       [_Q.pack(s) for s, _ in self._buffer])
+                            self._buffer.clear()
+        except (ConnectionLost, OSError, ValueError):
+            pass
+        with self._cond:
+            self._broke()

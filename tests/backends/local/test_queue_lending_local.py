@@ -1,0 +1,215 @@
+"""Queue items lent ahead to consumers in other processes (fiber.queues._lending, issue
+30): each item taken exactly once whatever the consumers do (hold their items and stop
+asking, get killed, close the queue, race each other), ``qsize`` counting what is lent,
+a bounded queue's room freed only by what is taken, and ``queue_prefetch = 0`` lending
+nothing. Real processes of the local backend, killed with real signals.
+
+The same at a distance (a 200 ms round trip, where lending is the point) is in
+tests/backends/netns/test_multihost.py::test_a_queue_consumer_at_a_distance_is_not_paced_by_the_round_trip.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+from typing import Any, List
+
+import pytest
+
+import fiber
+from fiber.testing.conformance.support.waiting import wait_until
+
+N = 100
+
+
+def _lease_of(q: Any) -> Any:
+    return q._lease(make=False)
+
+
+def take_one_and_hold(q: Any, out: Any, release: Any) -> None:
+    """Get one item, wait until items are lent here, say so, then stop getting until
+    ``release`` is set (holding what was lent), and close the queue."""
+    first = q.get(timeout=30)
+    deadline = time.monotonic() + 30
+    while (_lease_of(q) is None or _lease_of(q).held() == 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lease = _lease_of(q)
+    out.put((first, os.getpid(), 0 if lease is None else lease.held()))
+    release.wait(60)
+    q.close()
+
+
+def consume_until_none(q: Any, out: Any, tag: int) -> None:
+    got = []
+    while True:
+        x = q.get(timeout=60)
+        if x is None:
+            break
+        got.append(x)
+    out.put((tag, got, _lease_of(q) is not None))
+
+
+def produce(q: Any, start: int, n: int) -> None:
+    for i in range(start, start + n):
+        q.put(i)
+
+
+def _fill(q: Any, n: int = N) -> None:
+    for i in range(n):
+        q.put(i)
+    wait_until(lambda: q.qsize() == n, 10, 0.01, "the items queued")
+
+
+def test_items_held_by_an_idle_consumer_are_recalled_when_another_waits():
+    """A consumer that got one item holds ~16 more lent to it and stops asking: another
+    consumer (here the creator, which waits on an empty queue) gets every other item,
+    each once, and qsize counted the lent ones as queued."""
+    q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
+    _fill(q)
+    p = fiber.Process(target=take_one_and_hold, args=(q, out, release))
+    p.start()
+    first, _, held = out.get(timeout=60)
+    assert first == 0 and held >= 10, held  # items were lent ahead
+    assert q.qsize() == N - 1  # lent items are still in the queue
+    rest = [q.get(timeout=10) for _ in range(N - 1)]  # needs the recall
+    assert sorted(rest) == list(range(1, N)), rest
+    release.set()
+    p.join(30)
+    assert p.exitcode == 0 and q.qsize() == 0
+
+
+def test_items_lent_to_a_consumer_killed_with_sigkill_go_back_to_the_queue():
+    q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
+    _fill(q)
+    p = fiber.Process(target=take_one_and_hold, args=(q, out, release))
+    p.start()
+    first, pid, held = out.get(timeout=60)
+    assert first == 0 and held >= 10, held
+    os.kill(pid, signal.SIGKILL)
+    p.join(30)
+    assert p.exitcode == -signal.SIGKILL
+    wait_until(lambda: q.qsize() == N - 1, 10, 0.05, "the lent items back")
+    rest = [q.get(timeout=10) for _ in range(N - 1)]
+    assert rest == list(range(1, N))  # back at the front, in queue order
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.2)
+
+
+def test_a_consumer_that_closes_the_queue_gives_its_items_back():
+    q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
+    _fill(q)
+    p = fiber.Process(target=take_one_and_hold, args=(q, out, release))
+    p.start()
+    first, _, held = out.get(timeout=60)
+    assert held >= 10
+    release.set()  # the consumer closes its queue and exits
+    p.join(30)
+    assert p.exitcode == 0
+    assert [q.get(timeout=10) for _ in range(N - 1)] == list(range(1, N))
+
+
+def test_four_consumers_two_producers_every_item_once():
+    """20,000 items from two producers to four consumers that race for them: every item
+    taken exactly once, each producer's items in the order put for a consumer that only
+    ever took from the front (lending on, as it is by default)."""
+    q, out = fiber.Queue(), fiber.Queue()
+    n = 10_000
+    consumers = [fiber.Process(target=consume_until_none, args=(q, out, c)) for c in range(4)]
+    producers = [fiber.Process(target=produce, args=(q, k * n, n)) for k in range(2)]
+    for p in consumers + producers:
+        p.start()
+    for p in producers:
+        p.join(120)
+    for _ in consumers:
+        q.put(None)
+    results = [out.get(timeout=120) for _ in consumers]
+    for p in consumers:
+        p.join(30)
+    got: List[int] = [x for _, xs, _ in results for x in xs]
+    assert len(got) == 2 * n and sorted(got) == list(range(2 * n))
+    assert any(leased for _, _, leased in results)  # lending did happen
+    assert [p.exitcode for p in consumers + producers] == [0] * 6
+    assert q.qsize() == 0
+
+
+def test_a_bounded_queue_counts_lent_items_until_taken():
+    """maxsize=8: what is lent still fills the queue, so a blocked put is admitted only
+    when a consumer takes an item. 300 items through it, in order, once."""
+    q, out = fiber.Queue(8), fiber.Queue()
+    c = fiber.Process(target=consume_until_none, args=(q, out, 0))
+    c.start()
+    for i in range(300):
+        q.put(i, timeout=30)
+        assert q.qsize() <= 8
+    q.put(None, timeout=30)
+    _, got, _ = out.get(timeout=60)
+    c.join(30)
+    assert got == list(range(300)) and c.exitcode == 0
+
+
+def test_a_joinable_queue_joins_when_lent_items_are_done():
+    q = fiber.JoinableQueue()
+    _fill(q, 200)
+    q.put(None)
+    p = fiber.Process(target=drain_and_mark_done, args=(q,))
+    p.start()
+    q.join()  # returns once the consumer marked all 201 done
+    p.join(30)
+    assert p.exitcode == 0 and q.qsize() == 0
+
+
+def drain_and_mark_done(q: Any) -> None:
+    while True:
+        x = q.get(timeout=30)
+        q.task_done()
+        if x is None:
+            return
+
+
+def report_lease(q: Any, out: Any) -> None:
+    got = [q.get(timeout=30) for _ in range(N)]
+    out.put((got, _lease_of(q) is not None))
+
+
+def test_queue_prefetch_zero_lends_nothing():
+    with fiber.config.override(queue_prefetch=0):
+        q, out = fiber.Queue(), fiber.Queue()
+        _fill(q)
+        p = fiber.Process(target=report_lease, args=(q, out))
+        p.start()
+        got, leased = out.get(timeout=60)
+        p.join(30)
+    assert got == list(range(N)) and not leased
+    q2, out2 = fiber.Queue(), fiber.Queue()  # and the default lends
+    _fill(q2)
+    p = fiber.Process(target=report_lease, args=(q2, out2))
+    p.start()
+    got, leased = out2.get(timeout=60)
+    p.join(30)
+    assert got == list(range(N)) and leased
+
+
+def take_all_then_count(q: Any, out: Any, n: int) -> None:
+    got, wrong = [], []
+    for i in range(n):
+        got.append(q.get(timeout=30))
+        size = q.qsize()
+        if size != n - 1 - i:
+            wrong.append((i, size))
+    out.put((got, q.empty(), wrong, _lease_of(q) is not None))
+
+
+def test_a_consumers_own_count_after_its_gets_sees_them():
+    """A consumer's ``qsize()`` after each of its ``get``s (most of them taking lent
+    items) counts that item as gone: its count goes after the acknowledgements of its
+    takes (CPython's TestSyncManagerTypes.test_joinable_queue checks ``empty()`` so)."""
+    for _ in range(3):
+        q, out = fiber.JoinableQueue(), fiber.Queue()
+        _fill(q, 200)
+        p = fiber.Process(target=take_all_then_count, args=(q, out, 200))
+        p.start()
+        got, empty, wrong, leased = out.get(timeout=60)
+        p.join(30)
+        assert got == list(range(200)) and empty and wrong == [] and leased, wrong
