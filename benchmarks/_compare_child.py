@@ -19,6 +19,11 @@ Benchmarks (each a time, so that lower is better for all):
 - ``rounds``: rounds of 5 tasks of 1 ms sleep on ``Pool(5)`` (the ES/RL step pattern),
   median milliseconds a round.
 - ``pipe``: a ``Pipe`` echo with a child ``Process``, median microseconds.
+- ``queue``: a round trip through two ``Queue``s with a child ``Process`` (it gets from
+  one and puts on the other), median microseconds: a ``get`` on an empty queue.
+- ``drain``: ``tasks`` items queued by the master, then got one by one by a child
+  ``Process``: microseconds an item, from the child's first ``get`` to its last (a
+  consumer with a backlog, where a queue lends items ahead), best of 3.
 - ``start``: ``Pool(workers)`` until a first ``map`` of one 200 ms sleep a worker
   returns, in milliseconds (start-up at scale: a worker holds one task of unknown or
   slow length at a time, so the map ends 200 ms after its last worker started; the
@@ -59,6 +64,22 @@ def echo_child(conn: Any) -> None:
             conn.send(conn.recv())
     except EOFError:
         pass
+
+
+def queue_echo_child(inbox: Any, outbox: Any) -> None:
+    while True:
+        x = inbox.get()
+        outbox.put(x)
+        if x is None:
+            return
+
+
+def drain_child(q: Any, out: Any, n: int) -> None:
+    q.get()
+    t = time.perf_counter()
+    for _ in range(n - 1):
+        q.get()
+    out.put((time.perf_counter() - t) / (n - 1))
 
 
 def _samples(fn: Callable[[], object], n: int) -> List[float]:
@@ -137,6 +158,40 @@ def bench_pipe(args: argparse.Namespace) -> Dict[str, Any]:
             "worker_fiber": str(fiber.__file__)}
 
 
+def bench_queue(args: argparse.Namespace) -> Dict[str, Any]:
+    inbox, outbox = fiber.Queue(), fiber.Queue()
+    child = fiber.Process(target=queue_echo_child, args=(inbox, outbox))
+    child.start()
+
+    def one() -> None:
+        inbox.put(1)
+        outbox.get()
+
+    try:
+        for _ in range(200):
+            one()
+        s = _samples(one, args.calls)
+    finally:
+        inbox.put(None)
+        outbox.get(timeout=30)
+        child.join(10)
+    return {"value": statistics.median(s) * 1e6, "unit": "us", "p99": _p99(s) * 1e6,
+            "worker_fiber": str(fiber.__file__)}
+
+
+def bench_drain(args: argparse.Namespace) -> Dict[str, Any]:
+    best = float("inf")
+    for _ in range(3):
+        q, out = fiber.Queue(), fiber.Queue()
+        for i in range(args.tasks):
+            q.put(i)
+        child = fiber.Process(target=drain_child, args=(q, out, args.tasks))
+        child.start()
+        best = min(best, out.get(timeout=300))
+        child.join(30)
+    return {"value": best * 1e6, "unit": "us/item", "worker_fiber": str(fiber.__file__)}
+
+
 def bench_start(args: argparse.Namespace) -> Dict[str, Any]:
     t = time.perf_counter()
     pool = fiber.Pool(args.workers)
@@ -163,7 +218,8 @@ def bench_es(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 BENCHES = {"apply": bench_apply, "map": bench_map, "rounds": bench_rounds,
-           "pipe": bench_pipe, "start": bench_start, "es": bench_es}
+           "pipe": bench_pipe, "queue": bench_queue, "drain": bench_drain,
+           "start": bench_start, "es": bench_es}
 
 
 def main() -> None:
