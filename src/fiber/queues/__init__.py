@@ -9,7 +9,8 @@ names, for programs written for it: ``SimpleQueuePush`` (its ``SimpleQueue``), `
 # Inside: _queue: the queues (handles) and the service on the creator's hub that holds
 # their items. _reader: in the creating process, a queue as a connection that
 # multiprocessing.connection.wait can wait on (Queue._reader). _lending: items lent ahead
-# to a consumer in another process (the hub's Loans, the consumer's Lease).
+# to a consumer in another process (the hub's Loans, the consumer's Lease). _ends: the
+# original fiber's SimpleQueuePush.reader and .writer.
 
 from .._exports import publish
 from ..connection import Connection as ZConnection

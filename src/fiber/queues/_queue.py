@@ -52,6 +52,7 @@ from ..transport.operations import handles
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Service, Timer
 from ..transport.unpicklable import dumps_explained
+from ._ends import QueueEnd
 from ._lending import LEND_BYTES, RECALL, Lease, LendOps, Loans, pack_loan
 from ._reader import QueueReader, ReadySignal, reader_of
 
@@ -542,6 +543,17 @@ class SimpleQueue(Queue):
             fiber.errors.TransportError: the queue's creator process is gone or unreachable.
         """
         return super().get()
+
+    @property
+    def reader(self) -> QueueEnd:
+        """The original fiber's ``SimpleQueuePush.reader``: ``reader.recv()`` is ``get()``."""
+        return QueueEnd(self, writable=False)
+
+    @property
+    def writer(self) -> QueueEnd:
+        """The original fiber's ``SimpleQueuePush.writer``: ``writer.send(x)`` is
+        ``put(x)``."""
+        return QueueEnd(self, writable=True)
 
     def put(self, obj: Any) -> None:  # type: ignore[override]
         """Put ``obj`` in the queue (unbounded: it does not wait for the queue's server).

@@ -65,3 +65,28 @@ def test_the_original_queues_names(ctx):
     p.start()
     assert a.recv() == "over the original's pipe"
     p.join(60)
+
+
+def relay_through_the_ends(q_in, q_out, n):
+    """The original's test_queue.get_queue: it prints both ends, then relays n items."""
+    print("relay started", q_in, q_in.reader, q_in.writer)
+    for _ in range(n):
+        q_out.writer.send(q_in.reader.recv())
+
+
+def test_the_original_simple_queues_reader_and_writer(ctx):
+    """``SimpleQueuePush.reader``/``.writer`` (the original's connections) in any process:
+    ``recv()`` gets, ``send()`` puts; the wrong one for the end is an OSError."""
+    q_in, q_out = ctx.SimpleQueue(), ctx.SimpleQueue()
+    p = ctx.Process(target=relay_through_the_ends, args=(q_in, q_out, 5))
+    p.start()
+    for i in range(5):
+        q_in.writer.send(i)
+    assert [q_out.reader.recv() for _ in range(5)] == list(range(5))
+    p.join(60)
+    assert p.exitcode == 0
+    assert "reader" in repr(q_in.reader) and q_in.reader.readable
+    with pytest.raises(OSError):
+        q_in.reader.send(1)
+    with pytest.raises(OSError):
+        q_in.writer.recv()
