@@ -21,10 +21,15 @@ between sending an ``ack`` and that ``ack`` reaching the hub, on a connection re
 that drops it (a SIGKILL while the kernel still had unread data for the connection, and
 the ``ack`` was not yet transmitted), has its item put back although it took it.
 
-The consumer pulls ahead again when half its buffer is used while the hub said more
-items were queued, so a consumer with a backlog holds a round trip's worth of items.
-Items come back only when another ``get`` waits on an empty queue, so an idle consumer
-never starves the others (what a credit that is never recalled would do).
+A handle borrows from the second backlog its ``get``s meet (one unpickled for a single
+task does not), and pulls ahead again when half its buffer is used while the hub said
+more items were queued, so a consumer with a backlog holds a round trip's worth of
+items. Items come back when another ``get`` finds the queue empty (waiting or not), so
+an idle consumer never starves the others (what a credit that is never recalled would
+do). While a pull is under way a ``get`` waits for its answer, even one that does not
+block: its items may all be on their way here. A child forked from a consumer closes
+its copy of the lease's connection (``os.register_at_fork``), so the consumer's end is
+seen while the child lives.
 
 Order: a consumer takes its items in queue order. An item recalled from one consumer
 goes back to the front and may reach another consumer after newer items it already took
@@ -35,10 +40,12 @@ from __future__ import annotations
 
 import collections
 import os
+import queue as _queue
 import socket
 import struct
 import threading
 import time
+import weakref
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from .._core._clients import own_client
@@ -153,38 +160,55 @@ class Lease:
     """A consumer process's items lent ahead by one queue's hub, on a connection of its
     own read by a thread of its own (which answers recalls even while no ``get`` runs).
 
-    Every send on the connection is made under ``_cond``'s lock, the order the hub then
-    sees; only the lease's thread reads it.
+    The connection is made by that thread (a ``get`` does not wait for it), which then
+    sends the first pull. Every send on it is made under ``_cond``'s lock, the order the
+    hub then sees; only the lease's thread reads it.
     """
 
     def __init__(self, address: str, name: bytes, batch: int) -> None:
+        self._address = address
         self._name = name
         self._batch = batch
-        self._client: Client = own_client(address)
+        self._client: Optional[Client] = None
         self._cond = threading.Condition()
         self._buffer: Deque[Tuple[int, List[Any]]] = collections.deque()
-        self._pulling = False
+        #: A pull asked for and not answered yet (the first one: sent once connected).
+        self._pulling = True
         self._more = False
         self.pid = os.getpid()
         self.broken = False
+        _live.add(self)
         self._thread = threading.Thread(target=self._run, name="fiber-queue-lease",
                                         daemon=True)
         self._thread.start()
 
     def take(self, block: bool, timeout: Optional[float]) -> Optional[List[Any]]:
-        """The next lent item's frames, taken (the hub is told), waiting for a pull
-        under way (up to ``timeout``); None when there is none: ask the hub directly."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """The next lent item's frames, taken (the hub is told before it is returned).
+        While a pull is under way its items may all be on their way here, so it is
+        waited for, also by a ``get`` that does not block (a round trip), and up to
+        ``timeout`` by one that does.
+
+        Returns None when nothing is lent here or coming: ask the hub directly.
+
+        Raises:
+            queue.Empty: ``timeout`` passed while a pull was under way.
+        """
+        deadline = None if timeout is None or not block else time.monotonic() + timeout
         with self._cond:
-            while block and not self._buffer and self._pulling and not self.broken:
+            while not self._buffer and self._pulling and not self.broken:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    break
+                    raise _queue.Empty
                 self._cond.wait(left)
-            if not self._buffer or self.broken:
+            if not self._buffer or self.broken or self._client is None:
                 return None
-            seq, frames = self._buffer.popleft()
-            self._send(LendOps.ACK, [_Q.pack(seq)])
+            seq, frames = self._buffer[0]
+            try:
+                self._client.send(self._name, LendOps.ACK, [_Q.pack(seq)])
+            except ConnectionLost:  # not told: the hub puts it back, it is not ours
+                self._broke()
+                return None
+            self._buffer.popleft()
             if self._more and not self._pulling and len(self._buffer) <= self._batch // 2:
                 self._pull()
             return frames
@@ -203,11 +227,8 @@ class Lease:
     def request(self, op: bytes, frames: List[Any]) -> Optional[Tuple[bytes, List[Any]]]:
         """Send a request of the queue's protocol on the lease's connection, after the
         ``ack``s of this process's takes (so that a ``qsize`` after a ``get`` counts
-        it), and wait for its reply; None if the connection is gone before it was sent.
-
-        Raises:
-            ConnectionLost: the connection was lost after the request was sent.
-        """
+        it), and wait for its reply; None if the connection is not there (not made
+        yet: nothing was taken through it; or gone), or was lost before the reply."""
         box: List[Tuple[bytes, List[Any]]] = []
 
         def on_reply(status: bytes, payload: List[Any]) -> None:
@@ -216,7 +237,7 @@ class Lease:
                 self._cond.notify_all()
 
         with self._cond:
-            if self.broken:
+            if self.broken or self._client is None:
                 return None
             try:
                 self._client.start(self._name, op, frames, on_reply=on_reply)
@@ -225,45 +246,39 @@ class Lease:
                 return None
             while not box and not self.broken:
                 self._cond.wait()
-            if not box:
-                raise ConnectionLost("connection lost", self._client.address)
-            return box[0]
+            return box[0] if box else None
 
     def close(self) -> None:
         """Give back what is held and end the connection (the thread ends with it)."""
         if self.pid != os.getpid():
-            return  # a forked child's copy: the socket is its parent's
+            return  # a forked child's copy (see _forget_in_child)
         with self._cond:
-            if not self.broken and self._buffer:
-                self._send(LendOps.RETURN, [_Q.pack(s) for s, _ in self._buffer])
-            self._buffer.clear()
-            self.broken = True
-            self._cond.notify_all()
-        try:
-            self._client.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's read
-        except OSError:
-            pass
-        self._client.close()
+            if not self.broken and self._buffer and self._client is not None:
+                try:
+                    self._client.send(self._name, LendOps.RETURN,
+                                      [_Q.pack(s) for s, _ in self._buffer])
+                except ConnectionLost:
+                    pass  # the hub puts them back when it sees the connection end
+            self._broke()
+        self._shut()
 
     # -- under the lock -------------------------------------------------------------------
 
     def _pull(self) -> None:
-        self._pulling = True
+        if self._client is None:
+            self._pulling = True  # sent once the connection is made
+            return
         try:
             self._client.start(self._name, LendOps.PULL, [_Q.pack(self._batch)],
                                on_reply=self._pulled)
         except ConnectionLost:
             self._broke()
-
-    def _send(self, op: bytes, frames: List[Any]) -> None:
-        try:
-            self._client.send(self._name, op, frames)
-        except ConnectionLost:
-            self._broke()
+            return
+        self._pulling = True
 
     def _broke(self) -> None:
-        """The connection is gone: the hub puts back what it lent (nothing held here may
-        be taken now)."""
+        """The connection is gone (or closed): the hub puts back what it lent, and
+        nothing held here may be taken now."""
         self.broken = True
         self._pulling = False
         self._buffer.clear()
@@ -281,15 +296,67 @@ class Lease:
 
     def _run(self) -> None:
         try:
+            client = own_client(self._address)
+        except Exception:  # no lending, then: gets go to the hub as before
+            with self._cond:
+                self._broke()
+            return
+        with self._cond:
+            self._client = client
+            if self.broken:  # closed meanwhile
+                client.close()
+                return
+            want, self._pulling = self._pulling, False
+            if want:
+                self._pull()
+        try:
             while True:
-                msg = self._client.next_push(None)
+                msg = client.next_push(None)
                 if msg is not None and bytes(msg[1]) == RECALL:
                     with self._cond:
                         if self._buffer and not self.broken:
-                            self._send(LendOps.RETURN,
-                                       [_Q.pack(s) for s, _ in self._buffer])
+                            client.send(self._name, LendOps.RETURN,
+                                        [_Q.pack(s) for s, _ in self._buffer])
                             self._buffer.clear()
-        except (ConnectionLost, OSError, ValueError):
+        except BaseException:  # the connection ended (or was closed): so does the lease
             pass
-        with self._cond:
-            self._broke()
+        finally:
+            with self._cond:
+                self._broke()
+            self._shut()
+
+    def _shut(self) -> None:
+        client = self._client
+        if client is None or self.pid != os.getpid():
+            return
+        try:
+            client.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's read
+        except OSError:
+            pass
+        client.close()
+
+    def _forget_in_child(self) -> None:
+        """In a child forked from this lease's process: the connection is the parent's
+        (its items, its acks); close this copy of it, so that the parent's end is seen
+        when the parent ends, and take nothing through it."""
+        self._cond = threading.Condition()  # the parent's may have been held at the fork
+        self.broken = True
+        self._pulling = False
+        self._buffer.clear()
+        if self._client is not None:
+            try:
+                self._client.sock.close()
+            except OSError:
+                pass
+
+
+#: The leases of this process, for a forked child to let go of its copies.
+_live: weakref.WeakSet[Lease] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for lease in list(_live):
+        lease._forget_in_child()  # noqa: SLF001 - this module's class
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

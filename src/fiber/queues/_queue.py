@@ -47,7 +47,7 @@ from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 from .._core._served import Handle, decode_wait, encode_wait
 from ..config import get_config
-from ..transport.client import ConnectionLost, LateReply, local_server
+from ..transport.client import LateReply, local_server
 from ..transport.operations import handles
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Service, Timer
@@ -67,6 +67,18 @@ _tickets = itertools.count(1)
 
 #: Makes each queue's ``_reader`` once.
 _reader_lock = threading.Lock()
+#: Makes each handle's lease once.
+_lease_lock = threading.Lock()
+
+
+def _new_lease_lock() -> None:
+    """In a forked child: a lock another thread of the parent held at the fork stays
+    held in the child for ever."""
+    global _lease_lock
+    _lease_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lease_lock)
 
 
 class QueueOps:
@@ -112,8 +124,9 @@ class QueueService(Service):
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Any]) -> None:
         super().handle(server, peer, op, req_id, payload)
-        if self.signal is not None:
+        if self.signal is not None:  # the creator may be waiting on its _reader
             self.signal.show(bool(self.items))
+            self._recall(server)
 
     @handles(QueueOps.PUT)
     def put(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -138,6 +151,7 @@ class QueueService(Service):
             self._hand_out(server, peer, req_id)
         elif wait == 0:
             server.reply(peer, req_id, b"empty")
+            self._recall(server)  # a get that polls must not starve either
         else:
             getter: _Waiter = (peer, req_id, None)
             timer = None if wait is None else server.call_later(
@@ -268,8 +282,13 @@ class QueueService(Service):
             if timer is not None:
                 timer.cancel()
             self._hand_out(server, gpid, greq)
-        if self.getters and self.loans.count:
-            # a get waits on an empty queue while consumers hold lent items: recall them
+        if self.getters:
+            self._recall(server)
+
+    def _recall(self, server: Server) -> None:
+        """A get found the queue empty while consumers hold lent items: recall them (once
+        a loan: see Loans.to_recall)."""
+        if not self.items and self.loans.count:
             for peer in self.loans.to_recall():
                 server.send(peer, [b"", RECALL])
 
@@ -375,48 +394,53 @@ class Queue(Handle):
         if status == b"empty":
             raise _queue.Empty
         if status == b"more":  # a backlog: a consumer elsewhere pulls some ahead
-            lease = self._lease(make=True)
-            if lease is not None:
-                lease.pull()
+            try:
+                lease = self._lease(make=True)
+                if lease is not None:
+                    lease.pull()
+            except Exception:
+                pass  # lending is an optimisation: the item got is returned in any case
         return loads(frames)
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None) -> Tuple[bytes, List[Any]]:
-        """As `Handle._request`; in a process that holds items lent ahead, a count or a
-        ``task_done`` goes on the lease's connection, after the acknowledgements of what
-        this process took (a ``get`` then ``empty()`` says True)."""
-        if op in (QueueOps.SIZE, QueueOps.TASK_DONE):
+        """As `Handle._request`; in a process that holds items lent ahead, a count and a
+        put that may not wait go on the lease's connection, after the acknowledgements
+        of what this process took: a ``get`` then ``empty()`` says True, and a
+        ``put_nowait`` into the room a ``get`` made finds it. (If that connection is
+        gone, they go as other requests do.)"""
+        if op == QueueOps.SIZE or (op == QueueOps.PUT_WAIT and decode_wait(frames[0]) == 0):
             lease = self._lease(make=False)
             if lease is not None:
-                try:
-                    reply = lease.request(op, list(frames))
-                except ConnectionLost as e:
-                    raise self._lost(e) from e
+                reply = lease.request(op, list(frames))
                 if reply is not None:
                     return self._checked(*reply)
         return super()._request(op, frames, on_late, timeout)
 
     def _lease(self, make: bool) -> Optional[Lease]:
-        """This process's lease of items lent ahead (made with ``make``), if it takes
-        any: a process other than the queue's creator, with ``queue_prefetch`` > 0."""
+        """This handle's lease of items lent ahead, if it has one; with ``make``, made at
+        the second backlog a ``get`` met (a handle that gets once, as one unpickled for a
+        single task, does not borrow), in a process other than the queue's creator, when
+        ``queue_prefetch`` > 0."""
         lease: Optional[Lease] = self.__dict__.get("_lease_")
         if lease is not None and not lease.broken and lease.pid == os.getpid():
             return lease
         if not make or local_server(self.hub_address) is not None:
             return None  # the creator reaches its hub with no round trip
+        self.__dict__["_backlogs"] = seen = self.__dict__.get("_backlogs", 0) + 1
         batch = get_config().queue_prefetch
-        if batch <= 0:
+        if batch <= 0 or seen < 2:
             return None
-        with _reader_lock:
+        with _lease_lock:
             lease = self.__dict__.get("_lease_")
             if lease is None or lease.broken or lease.pid != os.getpid():
-                try:
-                    lease = Lease(self.hub_address, self.service_name, batch)
-                except ConnectionLost:
-                    return None  # the next get says what became of the hub
+                ended = self.__dict__.pop("_lease_end", None)
+                if ended is not None:
+                    ended.detach()  # the old lease ended by itself
+                lease = Lease(self.hub_address, self.service_name, batch)
                 self.__dict__["_lease_"] = lease
-                weakref.finalize(self, lease.close)
+                self.__dict__["_lease_end"] = weakref.finalize(self, lease.close)
         return lease
 
     def _give_back(self, status: bytes, frames: List[Any]) -> None:

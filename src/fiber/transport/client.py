@@ -79,7 +79,9 @@ def renew_process_id() -> None:
 
 
 class Client:
-    """An authenticated connection to one server, used by one thread at a time."""
+    """An authenticated connection to one server, used by one thread at a time; or read
+    by one thread while others send on it under a lock of their own (a queue's lease:
+    see fiber.queues._lending): a read and a send share no state but ``lost``."""
 
     def __init__(self, address: str, *, anchor: bool = False, timeout: float = CONNECT_TIMEOUT,
                  settings: SettingsSource = _defaults,
@@ -546,7 +548,11 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     try:
         if not readable([sock], 0):
             return False
-        return sock.recv(1, socket.MSG_PEEK) == b""
+        # not blocking: a thread of the client's own (a queue's lease) may have read
+        # what made the socket readable in between
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
     except (OSError, ValueError):
         return True
 

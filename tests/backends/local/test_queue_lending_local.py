@@ -28,10 +28,11 @@ def _lease_of(q: Any) -> Any:
     return q._lease(make=False)
 
 
-def take_one_and_hold(q: Any, out: Any, release: Any) -> None:
-    """Get one item, wait until items are lent here, say so, then stop getting until
-    ``release`` is set (holding what was lent), and close the queue."""
-    first = q.get(timeout=30)
+def take_two_and_hold(q: Any, out: Any, release: Any) -> None:
+    """Get two items (a handle borrows at its second backlog), wait until items are lent
+    here, say so, then stop getting until ``release`` is set (holding what was lent),
+    and close the queue."""
+    first = [q.get(timeout=30), q.get(timeout=30)]
     deadline = time.monotonic() + 30
     while (_lease_of(q) is None or _lease_of(q).held() == 0) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -68,13 +69,13 @@ def test_items_held_by_an_idle_consumer_are_recalled_when_another_waits():
     each once, and qsize counted the lent ones as queued."""
     q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
     _fill(q)
-    p = fiber.Process(target=take_one_and_hold, args=(q, out, release))
+    p = fiber.Process(target=take_two_and_hold, args=(q, out, release))
     p.start()
     first, _, held = out.get(timeout=60)
-    assert first == 0 and held >= 10, held  # items were lent ahead
-    assert q.qsize() == N - 1  # lent items are still in the queue
-    rest = [q.get(timeout=10) for _ in range(N - 1)]  # needs the recall
-    assert sorted(rest) == list(range(1, N)), rest
+    assert first == [0, 1] and held >= 10, held  # items were lent ahead
+    assert q.qsize() == N - 2  # lent items are still in the queue
+    rest = [q.get(timeout=10) for _ in range(N - 2)]  # needs the recall
+    assert sorted(rest) == list(range(2, N)), rest
     release.set()
     p.join(30)
     assert p.exitcode == 0 and q.qsize() == 0
@@ -83,16 +84,16 @@ def test_items_held_by_an_idle_consumer_are_recalled_when_another_waits():
 def test_items_lent_to_a_consumer_killed_with_sigkill_go_back_to_the_queue():
     q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
     _fill(q)
-    p = fiber.Process(target=take_one_and_hold, args=(q, out, release))
+    p = fiber.Process(target=take_two_and_hold, args=(q, out, release))
     p.start()
     first, pid, held = out.get(timeout=60)
-    assert first == 0 and held >= 10, held
+    assert first == [0, 1] and held >= 10, held
     os.kill(pid, signal.SIGKILL)
     p.join(30)
     assert p.exitcode == -signal.SIGKILL
-    wait_until(lambda: q.qsize() == N - 1, 10, 0.05, "the lent items back")
-    rest = [q.get(timeout=10) for _ in range(N - 1)]
-    assert rest == list(range(1, N))  # back at the front, in queue order
+    wait_until(lambda: q.qsize() == N - 2, 10, 0.05, "the lent items back")
+    rest = [q.get(timeout=10) for _ in range(N - 2)]
+    assert rest == list(range(2, N))  # back at the front, in queue order
     with pytest.raises(queue.Empty):
         q.get(timeout=0.2)
 
@@ -100,14 +101,14 @@ def test_items_lent_to_a_consumer_killed_with_sigkill_go_back_to_the_queue():
 def test_a_consumer_that_closes_the_queue_gives_its_items_back():
     q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
     _fill(q)
-    p = fiber.Process(target=take_one_and_hold, args=(q, out, release))
+    p = fiber.Process(target=take_two_and_hold, args=(q, out, release))
     p.start()
     first, _, held = out.get(timeout=60)
     assert held >= 10
     release.set()  # the consumer closes its queue and exits
     p.join(30)
     assert p.exitcode == 0
-    assert [q.get(timeout=10) for _ in range(N - 1)] == list(range(1, N))
+    assert [q.get(timeout=10) for _ in range(N - 2)] == list(range(2, N))
 
 
 def test_four_consumers_two_producers_every_item_once():
@@ -213,3 +214,106 @@ def test_a_consumers_own_count_after_its_gets_sees_them():
         got, empty, wrong, leased = out.get(timeout=60)
         p.join(30)
         assert got == list(range(200)) and empty and wrong == [] and leased, wrong
+
+
+def drain_without_waiting(q: Any, out: Any) -> None:
+    got = []
+    while not q.empty():
+        got.append(q.get_nowait())
+    out.put(got)
+
+
+def test_a_consumer_draining_with_get_nowait_gets_every_item_in_order():
+    """``while not q.empty(): q.get_nowait()`` in a consumer elsewhere: a get that does
+    not wait still waits for items already on their way to it (a pull under way), so it
+    neither says Empty while they come nor takes a later item first."""
+    for _ in range(3):
+        q, out = fiber.Queue(), fiber.Queue()
+        _fill(q, 300)
+        p = fiber.Process(target=drain_without_waiting, args=(q, out))
+        p.start()
+        got = out.get(timeout=60)
+        p.join(30)
+        assert got == list(range(300)) and p.exitcode == 0
+
+
+def test_a_consumer_that_polls_has_lent_items_recalled_too():
+    """A consumer that only polls (``get_nowait``) while another holds lent items gets
+    them: a get that finds the queue empty recalls them whether or not it waits."""
+    q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
+    _fill(q)
+    p = fiber.Process(target=take_two_and_hold, args=(q, out, release))
+    p.start()
+    _, _, held = out.get(timeout=60)
+    assert held >= 10
+    rest: List[int] = []
+    deadline = time.monotonic() + 20
+    while len(rest) < N - 2 and time.monotonic() < deadline:
+        try:
+            rest.append(q.get_nowait())
+        except queue.Empty:
+            time.sleep(0.01)
+    release.set()
+    p.join(30)
+    assert sorted(rest) == list(range(2, N)), len(rest)
+
+
+def hold_then_fork(q: Any, out: Any) -> None:
+    """Hold lent items, fork a child (as multiprocessing's fork does) that outlives this
+    process, and wait to be killed."""
+    [q.get(timeout=30), q.get(timeout=30)]
+    deadline = time.monotonic() + 30
+    while (_lease_of(q) is None or _lease_of(q).held() == 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    out.put((os.getpid(), child, _lease_of(q).held()))
+    time.sleep(60)
+
+
+def test_a_forked_child_does_not_keep_its_parents_loan():
+    """The consumer's forked child lets go of its copy of the lease's connection: when
+    the consumer is SIGKILLed, the hub sees that connection end and puts its items back
+    although the child lives on."""
+    q, out = fiber.Queue(), fiber.Queue()
+    _fill(q)
+    p = fiber.Process(target=hold_then_fork, args=(q, out))
+    p.start()
+    pid, child, held = out.get(timeout=60)
+    try:
+        assert held >= 10
+        os.kill(pid, signal.SIGKILL)
+        p.join(30)
+        assert [q.get(timeout=10) for _ in range(N - 2)] == list(range(2, N))
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def get_then_put_nowait(q: Any, out: Any, rounds: int) -> None:
+    full = 0
+    for i in range(rounds):
+        q.get(timeout=30)
+        try:
+            q.put_nowait(i)
+        except queue.Full:
+            full += 1
+    out.put(full)
+
+
+def test_a_put_nowait_after_a_get_finds_the_room_it_made():
+    """A bounded queue kept full: a consumer that takes an item (lent) and at once puts
+    one without waiting is never told Full: its put goes after its take's
+    acknowledgement."""
+    q, out = fiber.Queue(20), fiber.Queue()
+    for i in range(20):
+        q.put(i)
+    p = fiber.Process(target=get_then_put_nowait, args=(q, out, 300))
+    p.start()
+    assert out.get(timeout=60) == 0
+    p.join(30)
+    assert q.qsize() == 20
