@@ -439,3 +439,28 @@ def test_a_flood_of_strangers_leaves_the_masters_memory_as_it_was():
     assert peak - base < 50 * mb and after - base < 50 * mb, (base, peak, after)
     lines = [line for line in err.splitlines() if "did not authenticate" in line]
     assert len(lines) == 1, err
+
+
+def test_a_handshake_gets_the_heartbeats_grace_not_only_ten_seconds():
+    """A connection made with no deadline waits for its handshake as long as a silent
+    peer is given before it counts as lost (``heartbeat_timeout``, when above 10 s): a
+    lossy, slow link's handshake past 10 s must not end the job that made it. Here a
+    listener that accepts and never answers, and a grace of 11.5 s."""
+    import dataclasses
+
+    from fiber.transport.client import CONNECT_TIMEOUT, connect_timeout, own_client
+    from fiber.transport.settings import DEFAULTS
+
+    def grace(seconds: float):
+        return lambda: dataclasses.replace(DEFAULTS, heartbeat_timeout=seconds)
+
+    assert connect_timeout(grace(3.0)) == CONNECT_TIMEOUT == 10.0
+    assert connect_timeout(grace(45.0)) == 45.0
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        t = time.monotonic()
+        with pytest.raises(fiber.errors.TransportError, match="no handshake answer within 11.5"):
+            own_client(address, settings=grace(11.5))  # no deadline given: the grace
+        assert 11.0 < time.monotonic() - t < 20

@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..config import get_config
 from ..transport import client as transport_client
-from ..transport.client import CONNECT_TIMEOUT, Channel, Client
+from ..transport.client import Channel, Client
 
 __all__ = ["get_client", "own_client", "plain_client", "ensure_anchor", "adopt_anchor"]
 
@@ -29,7 +29,7 @@ def get_client(address: str, timeout: Optional[float] = None) -> Channel:
     return transport_client.get_client(address, timeout, settings=get_config)
 
 
-def own_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+def own_client(address: str, timeout: Optional[float] = None) -> Client:
     """A connection to ``address`` for the caller alone (see
     `fiber.transport.client.own_client`).
 
@@ -39,17 +39,19 @@ def own_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     return transport_client.own_client(address, timeout, settings=get_config)
 
 
-def plain_client(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+def plain_client(address: str, timeout: Optional[float] = None) -> Client:
     """A connection to ``address`` that is not this process's anchor, and makes none: a
     job's output relay's (see fiber.process._relay), a process that is not the job.
 
     Raises:
         ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
+    if timeout is None:
+        timeout = transport_client.connect_timeout(get_config)
     return Client(address, timeout=timeout, settings=get_config)
 
 
-def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+def ensure_anchor(address: str, timeout: Optional[float] = None) -> Client:
     """The connection that tells the server at ``address`` this process is alive (see
     `fiber.transport.client.ensure_anchor`)."""
     return transport_client.ensure_anchor(address, timeout, settings=get_config)

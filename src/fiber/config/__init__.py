@@ -101,7 +101,8 @@ class Config:
     heartbeat_interval: float = 1.0
     #: Seconds a peer's host may stay silent (unreachable, or losing every packet) before
     #: the peer counts as lost. A peer that ends is known at once (its end closes the
-    #: connection); this grace is for links that drop packets for a while and heal.
+    #: connection); this grace is for links that drop packets for a while and heal. A
+    #: new connection and its handshake may take as long (10 s at least).
     heartbeat_timeout: float = 30.0
     #: Seconds a submitted job may take to connect back before it counts as failed.
     startup_timeout: float = 600.0

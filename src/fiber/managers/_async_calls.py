@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .._core._clients import get_client, own_client
 from ..errors import TimeoutError
-from ..transport.client import CONNECT_TIMEOUT, Client, ConnectionLost, local_server
+from ..transport.client import Client, ConnectionLost, local_server
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 
@@ -51,9 +51,8 @@ class AsyncChannel:
         self.error: Optional[BaseException] = None
         self._local = local_server(address)
         if self._local is None:
-            t = CONNECT_TIMEOUT if timeout is None else timeout
             # closed by prune_closed when its server is gone
-            self._client: Optional[Client] = own_client(address, t)
+            self._client: Optional[Client] = own_client(address, timeout)
         else:
             self._client = None
 

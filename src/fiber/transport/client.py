@@ -37,7 +37,7 @@ from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "CannotConnect", "get_client",
-           "own_client", "process_id",
+           "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor", "register_local_server",
            "prune_closed", "Settings", "DEFAULTS", "local_server", "renew_process_id",
            "Channel", "OwnServer"]
@@ -62,8 +62,18 @@ class CannotConnect(ConnectionLost):
 
 _PROCESS_ID = secrets.token_bytes(16)
 
-#: Seconds to wait for a connection and its handshake when the call has no deadline.
+#: Seconds to wait for a connection and its handshake when the call has no deadline, at
+#: least (see `connect_timeout`).
 CONNECT_TIMEOUT = 10.0
+
+
+def connect_timeout(settings: SettingsSource = _defaults) -> float:
+    """Seconds a connection and its handshake may take when the call has no deadline:
+    `CONNECT_TIMEOUT`, or the settings' ``heartbeat_timeout`` if longer. A link that
+    drops packets for less than that grace loses no peer, and must not fail a new
+    connection either (a CI run saw a handshake over 5% loss and a 400 ms round trip
+    go past 10 s, and the job that made it end)."""
+    return max(CONNECT_TIMEOUT, settings().heartbeat_timeout)
 
 
 def process_id() -> bytes:
@@ -480,7 +490,8 @@ def get_client(address: str, timeout: Optional[float] = None, *,
     if isinstance(client, Client):  # lost (a LocalClient never is)
         client.close()
     prune_closed()
-    timeout = CONNECT_TIMEOUT if timeout is None else max(0.1, min(timeout, CONNECT_TIMEOUT))
+    limit = connect_timeout(settings)
+    timeout = limit if timeout is None else max(0.1, min(timeout, limit))
     anchor = ensure_anchor(address, timeout, settings=settings)
     with _anchor_lock:
         if not anchor.taken and not anchor.lost:
@@ -494,7 +505,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
     return client
 
 
-def own_client(address: str, timeout: float = CONNECT_TIMEOUT, *,
+def own_client(address: str, timeout: Optional[float] = None, *,
                settings: SettingsSource) -> Client:
     """A connection to ``address`` for the caller alone, not this thread's cached one.
 
@@ -505,13 +516,15 @@ def own_client(address: str, timeout: float = CONNECT_TIMEOUT, *,
     Raises:
         ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
+    if timeout is None:
+        timeout = connect_timeout(settings)
     ensure_anchor(address, timeout, settings=settings)
     client = Client(address, timeout=timeout, settings=settings)
     _all_clients.add(client)
     return client
 
 
-def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT, *,
+def ensure_anchor(address: str, timeout: Optional[float] = None, *,
                   settings: SettingsSource) -> Client:
     """The connection that tells the server at ``address`` this process is alive.
 
@@ -522,8 +535,9 @@ def ensure_anchor(address: str, timeout: float = CONNECT_TIMEOUT, *,
     with _anchor_lock:
         anchor = _anchors.get(address)
         if anchor is None or anchor.lost:
-            anchor = _anchors[address] = Client(address, anchor=True, timeout=timeout,
-                                                settings=settings)
+            anchor = _anchors[address] = Client(
+                address, anchor=True, settings=settings,
+                timeout=connect_timeout(settings) if timeout is None else timeout)
             _all_clients.add(anchor)
         return anchor
 
