@@ -85,7 +85,11 @@ class PoolExtras:
         while True:
             with core.hub.lock:
                 core.check_running()
-                up = sum(1 for ws in core.live_workers() if ws.connected and not ws.retiring)
+                # started: its start returned (a local job can connect before that, while
+                # its Process still says "initial" and is_alive() is False)
+                started = {id(ws) for ws in core.procs.values()}
+                up = sum(1 for ws in core.live_workers()
+                         if ws.connected and not ws.retiring and id(ws) in started)
                 if up >= core.size:
                     return
             if deadline is not None and time.monotonic() >= deadline:
