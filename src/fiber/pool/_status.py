@@ -12,7 +12,9 @@ import bisect
 import collections
 import dataclasses
 import time
-from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+
+from ..transport.framing import frames_nbytes  # what the pool counts of its messages
 
 __all__ = ["Rate", "Stream", "Histogram", "frames_nbytes", "WorkerStatus", "PoolStatus",
            "rows", "status_dict", "snapshot"]
@@ -112,12 +114,6 @@ class Histogram:
             total += n
             buckets.append([bound, total])
         return {"buckets": buckets, "sum": self.sum, "count": self.count}
-
-
-def frames_nbytes(frames: Sequence[Any]) -> int:
-    """The bytes of a message's frames: bytes, or one-dimensional buffers of bytes (what
-    ``dumps`` makes and the wire gives), whose ``len`` is their size."""
-    return sum(map(len, frames))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,10 +73,6 @@ class LendOps:
 RECALL = b"recall"
 
 
-def _nbytes(frames: List[Any]) -> int:
-    return sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
-
-
 def pack_loan(first: int, items: List[List[Any]]) -> List[Any]:
     """The frames of a pull's answer: ``[first seq, n, frame counts]`` then the items'
     frames."""
@@ -253,10 +249,9 @@ class Lease:
         if self.pid != os.getpid():
             return  # a forked child's copy (see _forget_in_child)
         with self._cond:
-            if not self.broken and self._buffer and self._client is not None:
+            if not self.broken and self._client is not None:
                 try:
-                    self._client.send(self._name, LendOps.RETURN,
-                                      [_Q.pack(s) for s, _ in self._buffer])
+                    self._give_back(self._client)
                 except ConnectionLost:
                     pass  # the hub puts them back when it sees the connection end
             self._broke()
@@ -275,6 +270,12 @@ class Lease:
             self._broke()
             return
         self._pulling = True
+
+    def _give_back(self, client: Client) -> None:
+        """Give back every item held here and not taken (a recall, ``close()``)."""
+        if self._buffer:
+            client.send(self._name, LendOps.RETURN, [_Q.pack(s) for s, _ in self._buffer])
+            self._buffer.clear()
 
     def _broke(self) -> None:
         """The connection is gone (or closed): the hub puts back what it lent, and
@@ -314,10 +315,8 @@ class Lease:
                 msg = client.next_push(None)
                 if msg is not None and bytes(msg[1]) == RECALL:
                     with self._cond:
-                        if self._buffer and not self.broken:
-                            client.send(self._name, LendOps.RETURN,
-                                        [_Q.pack(s) for s, _ in self._buffer])
-                            self._buffer.clear()
+                        if not self.broken:
+                            self._give_back(client)
         except BaseException:  # the connection ended (or was closed): so does the lease
             pass
         finally:

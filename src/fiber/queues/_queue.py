@@ -48,6 +48,7 @@ from typing import Any, Deque, List, Optional, Sequence, Tuple
 from .._core._served import Handle, decode_wait, encode_wait
 from ..config import get_config
 from ..transport.client import LateReply, local_server
+from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server, Service, Timer
@@ -180,7 +181,7 @@ class QueueService(Service):
         while self.items and len(lent) < n and size < LEND_BYTES and not self.getters:
             item = self.items.popleft()
             lent.append(item)
-            size += sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in item)
+            size += frames_nbytes(item)
         first = self.loans.lend(peer, lent)
         if not server.reply(peer, req_id, b"more" if self.items else b"ok",
                             pack_loan(first, lent)):

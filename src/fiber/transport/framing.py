@@ -29,9 +29,15 @@ from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 from . import memfd
 
 __all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES", "new_scratch",
-           "Scratch"]
+           "Scratch", "frames_nbytes"]
 
 MAX_FRAMES = 65536
+
+
+def frames_nbytes(frames: Sequence[Any]) -> int:
+    """The bytes of a message's frames: bytes, or one-dimensional buffers of bytes (what
+    ``dumps`` makes and the wire gives), whose ``len`` is their size."""
+    return sum(map(len, frames))
 #: Frames a message may have before its connection authenticated (a handshake has 5).
 PREAUTH_FRAMES = 8
 _COUNT = struct.Struct("<I")
