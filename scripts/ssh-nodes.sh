@@ -252,6 +252,17 @@ c, a = s.accept(); print('driver got:', c.recv(100).decode(), 'from', a[0])" &
   echo "SMOKE OK"
 }
 
+# kill -9 every process of node $1 until none is left: a process that exits between the
+# listing and the kill is not an error, one that survives is.
+cmd_crash() {
+  local pids tries=0
+  while pids=$(ip netns pids "$NS$1") && [ -n "$pids" ]; do
+    [ "$tries" -lt 50 ] || die "node $1 still has processes: $pids"
+    kill -KILL $pids 2>/dev/null || true
+    tries=$((tries + 1)); sleep 0.1
+  done
+}
+
 case "${1:-}" in
   install) cmd_install ;;
   start) shift; cmd_start "$@" ;;
@@ -260,7 +271,7 @@ case "${1:-}" in
   status) cmd_status ;;
   env) shift; cmd_env "$@" ;;
   smoke) cmd_smoke ;;
-  crash) check_node "${2:-}"; ip netns pids "$NS$2" | xargs -r kill -KILL ;;
+  crash) check_node "${2:-}"; cmd_crash "$2" ;;
   partition)
     check_node "${2:-}"
     case "${3:-}" in

@@ -439,6 +439,12 @@ def _node_cpus() -> int:
     return int(_run(["sinfo", "-h", "-N", "-o", "%c"], timeout=15).stdout.split()[0])
 
 
+def _all_running(pool: Any, n: int) -> bool:
+    """``n`` workers of ``pool``, each running a task."""
+    workers = pool.status().workers
+    return len(workers) == n and all(w.state == "running" for w in workers)
+
+
 def _nodes_idle() -> List[str]:
     cp = _run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], timeout=15)
     return sorted(set(cp.stdout.split())) if cp.returncode == 0 else []
@@ -806,7 +812,10 @@ def test_a_burst_of_preempting_jobs_mid_map_costs_no_task(slurm, tmp_path, caplo
             started = time.monotonic()
             result = pool.starmap_async(mark_then_sleep,
                                         [(x, marks, 1) for x in range(60)], chunksize=1)
-            wait_until(lambda: len(os.listdir(marks)) >= 6, 120, 0.2, "six tasks started")
+            # every worker runs a task (under load one may still be starting: preempted
+            # before it connects, it would be replaced without retiring)
+            wait_until(lambda: len(os.listdir(marks)) >= 6 and _all_running(pool, 3), 120,
+                       0.2, "six tasks started, three workers running")
             burst = [_run(["sbatch", "--parsable", "-p", "urgent", "-N1", "-n1",
                            f"--cpus-per-task={cpus}", "-o", "/dev/null", "--wrap", "sleep 12"])
                      for _ in NODES]
