@@ -46,6 +46,7 @@ from fiber.synchronize._primitives import (
     SemaphoreService,
     ThreadingLockService,
 )
+from fiber.transport._resend import EndedPeers, ResendOps
 from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
 from fiber.transport.operations import Dispatcher, handles, names
 from fiber.transport.server import Service
@@ -195,7 +196,7 @@ PROTOCOLS = [
     (EventService, EventOps),
     (ConditionService, ConditionOps), (BarrierService, BarrierOps), (ValueService, ValueOps),
     (LaunchService, LaunchOps), (ObjectService, ObjectOps), (ManagerService, ManagerOps),
-    (SharedStore, SharedOps), (InspectService, InspectOps),
+    (SharedStore, SharedOps), (InspectService, InspectOps), (EndedPeers, ResendOps),
 ]
 
 
@@ -208,7 +209,8 @@ def test_each_operation_a_protocol_names_has_one_handler(service, ops):
 
 
 def test_the_pool_service_handles_what_workers_send():
-    worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING}
+    worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING,
+                    PoolOps.RESUME}
     assert set(PoolService.operations) == worker_sends
     assert {PoolOps.TASKS, PoolOps.STOP}.isdisjoint(PoolService.operations)
 

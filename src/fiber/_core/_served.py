@@ -21,7 +21,7 @@ from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..transport import auth
-from ..transport.client import ConnectionLost, LateReply
+from ..transport.client import CannotConnect, ConnectionLost, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 from ..transport.server import Server, Service
@@ -114,10 +114,19 @@ class Handle:
         return status, payload
 
     def _send(self, op: bytes, frames: Sequence[Any] = ()) -> None:
-        try:
-            get_client(self._address).send(self._name, op, frames)
-        except ConnectionLost as e:
-            raise self._lost(e) from e
+        """Send ``op``, which gets no reply (a put, a pipe's send). A connection that
+        fails under it did not deliver it whole: it goes on a new connection, after what
+        the failed one lost (see `fiber.transport._resend`); a server that refuses the
+        new connection is gone."""
+        for attempt in (1, 2):
+            try:
+                get_client(self._address).send(self._name, op, frames)
+                return
+            except CannotConnect as e:
+                raise self._lost(e) from e
+            except ConnectionLost as e:
+                if attempt == 2:
+                    raise self._lost(e) from e
 
     def _lost(self, e: ConnectionLost) -> BaseException:
         """The error a lost server means for this kind of object (overridden by Pipe)."""

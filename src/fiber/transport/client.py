@@ -28,7 +28,7 @@ import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ..errors import AuthenticationError, TransportError
-from . import auth
+from . import _resend, auth
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
 from .peers import LocalPeer, Peer
@@ -120,11 +120,17 @@ class Client:
                                     isinstance(e, ConnectionRefusedError)) from None
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
+        self._log: Optional[_resend.SentLog] = None
+        self.peer_id = 0  # its id at the server (told at the handshake)
         try:
             self.retune()
             if adopted is None:
                 self._handshake(anchor, timeout)
             self.sock.settimeout(None)
+            # what it sends, where a link may reset it (TCP), and first what an ended
+            # connection to the same server lost (see _resend)
+            self._log = _resend.SentLog.for_socket(self.sock)
+            _resend.send_orphans(self, address)
         except BaseException:
             self.sock.close()
             raise
@@ -156,8 +162,10 @@ class Client:
             raise
 
     def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
-        """Send a message that gets no reply."""
-        self.send_message([service, op, b"", *frames])
+        """Send a message that gets no reply (kept until acknowledged: see `_resend`)."""
+        nbytes = self.send_message([service, op, b"", *frames])
+        if self._log is not None:
+            self._log.keep(nbytes, self.sock, service, op, frames)
 
     def start(self, service: bytes, op: bytes, frames: Sequence[Any],
               on_reply: LateReply) -> bytes:
@@ -233,8 +241,9 @@ class Client:
             pass
         self._reader.close()
 
-    def send_message(self, frames: List[Any]) -> None:
-        """Send one message as it is (its request id included: see `receive`).
+    def send_message(self, frames: List[Any]) -> int:
+        """Send one message as it is (its request id included: see `receive`); returns
+        the bytes written.
 
         Raises:
             ConnectionLost: the server is gone.
@@ -242,10 +251,21 @@ class Client:
         if self.lost:
             raise ConnectionLost("connection lost", self.address)
         try:
-            send_frames(self.sock, frames, self._unix)
+            nbytes = send_frames(self.sock, frames, self._unix)
         except OSError as e:
-            self.lost = True
+            self.mark_lost()
             raise ConnectionLost(f"send failed: {e}", self.address) from None
+        if self._log is not None:
+            self._log.wrote(nbytes)
+        return nbytes
+
+    def mark_lost(self) -> None:
+        """The connection has failed: its no-reply messages that did not arrive go to
+        the next connection to the same server (see `_resend`)."""
+        if not self.lost:
+            self.lost = True
+            if self._log is not None:
+                self._log.lost(self.sock, self.address, self.peer_id)
 
     def poll(self, seconds: float) -> None:
         """Read what comes within ``seconds``, polling while a CPU is spare (see
@@ -289,10 +309,10 @@ class Client:
         except BlockingIOError:
             return False
         except (OSError, ProtocolError) as e:
-            self.lost = True
+            self.mark_lost()
             raise ConnectionLost(f"connection lost: {e}", self.address) from None
         if not alive:
-            self.lost = True
+            self.mark_lost()
             raise ConnectionLost("connection lost", self.address)
         return True
 
@@ -327,6 +347,8 @@ class Client:
         msg = self._handshake_reply(timeout)
         if msg[0] != auth.OK:
             raise AuthenticationError(f"the server at {self.address} refused our credentials")
+        if len(msg) > 1:
+            self.peer_id = int.from_bytes(bytes(msg[1]), "little")
 
     def _handshake_reply(self, timeout: float) -> List[Any]:
         try:
@@ -582,13 +604,15 @@ def prune_closed() -> int:
         if client.lost or client.sock.fileno() < 0 or _closed_by_peer(client.sock):
             if client.sock.fileno() >= 0:
                 closed += 1
-            client.lost = True
+            client.mark_lost()
             client.close()
     return closed
 
 
 def close_all() -> None:
-    """Close this thread's clients and every anchor (at process exit)."""
+    """Close this thread's clients and every anchor (at process exit), after a last try
+    to deliver what a reset connection lost (see `_resend`)."""
+    _resend.deliver_orphans(lambda address: Client(address, timeout=5.0))
     cache = getattr(_local, "clients", None) or {}
     for client in cache.values():
         if isinstance(client, Client) and not client.taken:

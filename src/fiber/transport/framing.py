@@ -119,21 +119,24 @@ def _advance(bufs: Deque[Any], sent: int) -> None:
         bufs.popleft()
 
 
-def send_frames(sock: socket.socket, frames: Sequence[Any], unix: Optional[bool] = None) -> None:
+def send_frames(sock: socket.socket, frames: Sequence[Any], unix: Optional[bool] = None) -> int:
     """Write one message on a blocking socket (``unix``: whether it is an AF_UNIX one,
-    which callers that send often pass: ``sock.family`` builds an enum at every call)."""
+    which callers that send often pass: ``sock.family`` builds an enum at every call);
+    returns the bytes written."""
     if unix is None:
         unix = sock.family == socket.AF_UNIX
     buffers, fds = encode(frames, unix)
     try:
         if len(buffers) == 1 and not fds:
             sock.sendall(buffers[0])
-            return
+            return len(buffers[0])
         bufs: Deque[Any] = collections.deque(memoryview(b).cast("B") for b in buffers)
+        total: int = sum(b.nbytes for b in bufs)
         ancillary = _rights(fds) if fds else []
         while bufs:
             _advance(bufs, sock.sendmsg(list(bufs)[:_IOV_MAX], ancillary))
             ancillary = []
+        return total
     finally:
         if fds:
             _close_all(fds)

@@ -19,9 +19,12 @@ request's error).
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, List, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, TypeVar
 
-__all__ = ["handles", "Dispatcher", "Handler", "names"]
+if TYPE_CHECKING:
+    from .peers import Peer
+
+__all__ = ["handles", "Dispatcher", "Service", "Handler", "names"]
 
 #: A handler: ``(service, server, peer, req_id, payload) -> None``.
 Handler = Callable[..., None]
@@ -88,3 +91,15 @@ class Dispatcher:
             ValueError: the protocol has no operation ``op``.
         """
         self.handler(op)(self, server, peer, req_id, payload)
+
+
+class Service(Dispatcher):
+    """Something served on a `fiber.transport.server.Server`; every method runs under
+    ``Server.lock``. Its requests go to the handlers of its operations (see
+    `operations`)."""
+
+    def peer_gone(self, server: Any, peer: Peer) -> None:
+        """A connection closed; drop what it was waiting for."""
+
+    def process_gone(self, server: Any, process_id: bytes) -> None:
+        """A process lost its anchor connection: it ended or is unreachable."""

@@ -22,7 +22,7 @@ PREAUTH_LIMIT = 512
 class Peer:
     """A client connection after it authenticated."""
 
-    __slots__ = ("peer_id", "process_id", "anchor", "conn")
+    __slots__ = ("peer_id", "process_id", "anchor", "conn", "reset", "received")
 
     def __init__(self, peer_id: int, process_id: bytes, anchor: bool,
                  conn: Optional[Connection]) -> None:
@@ -31,6 +31,12 @@ class Peer:
         self.process_id = process_id
         self.anchor = anchor
         self.conn = conn
+        #: Its TCP connection ended in an error other than a timeout (a reset: a killed
+        #: process with unread data, or a link's reset while both ends live), not a clean
+        #: end: the process may still live and connect again (see `Service.peer_gone`).
+        #: Never for a Unix socket: no link resets one.
+        self.reset = False
+        self.received = 0  # messages read from it (see fiber.transport._resend)
 
 
 class LocalPeer(Peer):

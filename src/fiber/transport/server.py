@@ -48,12 +48,13 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
 from . import cpus as _cpus
+from ._resend import RESEND_SERVICE, EndedPeers
 from .framing import ProtocolError, new_scratch
-from .operations import Dispatcher
+from .operations import Service
 from .peers import Connection, LocalPeer, Peer
 from .serialization import dumps
 from .serving import Serving
-from .sockets import listen, open_file_limits, server_id, tune
+from .sockets import listen, open_file_limits, readable, server_id, tune
 from .strangers import HANDSHAKE_TTL, Door
 from .timers import Timer, Timers
 
@@ -61,17 +62,9 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
-
-
-class Service(Dispatcher):
-    """Something served on a Server; every method runs under ``Server.lock``. Its
-    requests go to the handlers of its operations (see `operations`)."""
-
-    def peer_gone(self, server: Server, peer: Peer) -> None:
-        """A connection closed; drop what it was waiting for."""
-
-    def process_gone(self, server: Server, process_id: bytes) -> None:
-        """A process lost its anchor connection: it ended or is unreachable."""
+#: Seconds a process whose anchor was reset has to anchor again before it is gone (its
+#: locks freed, its pipes' ends closed): a job's lifeline does at once (see _resend).
+REANCHOR_WAIT_S = 10.0
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:
@@ -139,6 +132,9 @@ class Server:
         self._local = threading.local()
         #: Connections not authenticated yet, and those closed for it (for tests, logs).
         self.door = Door(self.address, self._close_conn)
+        #: How many messages each ended connection brought (see _resend).
+        self.ended_peers = EndedPeers(self.end_peer)
+        self._services[RESEND_SERVICE] = self.ended_peers
         self._said_out_of_files = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -396,6 +392,20 @@ class Server:
             else:
                 traceback.print_exc()
 
+    def end_peer(self, peer_id: int) -> None:
+        """End the connection of peer ``peer_id`` if it is still open, after reading
+        what it has brought, as reset (services learn it as ``peer.reset``): its client
+        says, on a new connection, that it was reset (under the lock)."""
+        for conn in list(self._conns.values()):
+            if conn.peer is not None and conn.peer.peer_id == peer_id:
+                conn.peer.reset = conn.sock.family != socket.AF_UNIX
+                for _ in range(10000):  # what its socket holds: at most its buffer
+                    if conn.sock.fileno() < 0 or not readable([conn.sock], 0):
+                        break
+                    self._read(conn)
+                self._close_conn(conn)
+                return
+
     # -- the loop ------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -516,7 +526,9 @@ class Server:
         try:
             outbox = conn.outbox
             done = outbox.flush(conn.sock) if frames is None else outbox.write(conn.sock, frames)
-        except OSError:
+        except OSError as e:
+            if conn.peer is not None and e.errno != errno.ETIMEDOUT:
+                conn.peer.reset = conn.sock.family != socket.AF_UNIX  # as in _read
             self._close_conn(conn)
             return
         want = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
@@ -538,7 +550,9 @@ class Server:
             alive = False
             if conn.peer is None:
                 self.door.dropped += 1
-            elif e.errno == errno.ETIMEDOUT and conn.peer.anchor:  # its host: no answer
+            elif e.errno != errno.ETIMEDOUT:  # or a link's reset: the process may live
+                conn.peer.reset = conn.sock.family != socket.AF_UNIX
+            elif conn.peer.anchor:  # its host: no answer
                 self._silent[conn.peer.process_id] = None
                 if len(self._silent) > 1024:
                     self._silent.popitem(last=False)
@@ -546,6 +560,7 @@ class Server:
         while messages and conn.sock.fileno() >= 0:
             frames = messages.popleft()
             if conn.peer is not None:
+                conn.peer.received += 1
                 if len(frames) >= 3:
                     self.dispatch(conn.peer, bytes(frames[0]), bytes(frames[1]),
                                   bytes(frames[2]), frames[3:])
@@ -562,6 +577,8 @@ class Server:
         reply, keep = handshake.step(frames, self._id)
         if keep and handshake.done:
             self._admit(conn, handshake.process_id, handshake.anchor)
+            assert conn.peer is not None
+            reply = [*reply, conn.peer.peer_id.to_bytes(8, "little")]  # see _resend
         if reply:
             conn.outbox.add(reply)
             self._flush(conn)
@@ -591,6 +608,7 @@ class Server:
         peer, conn.peer = conn.peer, None
         if peer is None or not notify:
             return
+        self.ended_peers.ended(peer)
         # Each service is told on its own: a bug in one must not keep the others (nor the
         # anchor count) from learning that the peer has gone.
         for service in list(self._services.values()):
@@ -599,5 +617,13 @@ class Server:
             self._anchors[peer.process_id] -= 1
             if self._anchors[peer.process_id] <= 0:
                 del self._anchors[peer.process_id]
-                for service in list(self._services.values()):
-                    self._guarded(service.process_gone, self, peer.process_id)
+                if peer.reset:  # it may live and anchor again: what it holds waits
+                    self.call_later(REANCHOR_WAIT_S, functools.partial(
+                        self._process_gone, peer.process_id))
+                else:
+                    self._process_gone(peer.process_id)
+
+    def _process_gone(self, process_id: bytes) -> None:
+        if process_id not in self._anchors:  # it has not anchored again
+            for service in list(self._services.values()):
+                self._guarded(service.process_gone, self, process_id)

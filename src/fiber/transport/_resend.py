@@ -1,0 +1,229 @@
+"""Messages a client sent without a reply (a ``Queue.put``, a ``Pipe.send``: calls that
+return once written) that its TCP connection's reset lost, sent again on the next
+connection to the same server: each arrives once.
+
+A reset (a link's or a middlebox's, while both processes live) ends a connection with
+bytes on their way: those the server's kernel acknowledged are read by the server first,
+those it did not are gone, and some may still reach it. So the server says how many
+messages it took from the old connection, once it has ended it::
+
+    client (SentLog: what it wrote, the no-reply   server
+    messages kept until the kernel says the
+    server's kernel acknowledged them)
+    ── reset: the kept ones become orphans of the server's address, with the old
+       connection's peer id (the server tells it at the handshake) ──
+    new connection ── [RESEND_SERVICE, count, old peer id] ──▶  ends the old connection if
+                                                                it is still open, after
+                                                                reading what it holds
+                   ◀── ok, how many messages it read ──
+    sends the orphans past that count, then its own ──▶        each once, in order
+
+Kept messages are dropped as the kernel acknowledges them (``TCP_INFO``'s
+``tcpi_bytes_acked``, checked every `_CHECK` messages or `_CHECK_BYTES` bytes: one
+``getsockopt``), so a client keeps about a round trip's worth. Where the kernel does not
+say (not Linux), nothing is kept. Unix sockets (one host) are never reset by a link. Not
+covered: replies and the server's pushes (a call in flight across a reset fails with
+``ConnectionLost``); a pool resumes its own (``fiber.pool._resume``). Orphans that no
+connection could take are said on stderr, at the latest at the process's exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import struct
+import sys
+import threading
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from .operations import Service, handles
+from .peers import Peer
+
+__all__ = ["SentLog", "Orphans", "orphan", "take_orphans", "send_orphans", "deliver_orphans",
+           "say_undelivered", "bytes_acked", "RESEND_SERVICE", "EndedPeers", "ResendOps"]
+
+#: The service every server has for it (a name no registered service can take).
+RESEND_SERVICE = b"\x00resend"
+
+
+class ResendOps:
+    """The operations of `EndedPeers`."""
+
+    COUNT = b"count"  # [old peer id] -> ok [messages it brought] | unknown
+
+#: Orphans of one ended connection: its peer id at the server, and its messages as
+#: (index among the messages written on it, service, op, frames).
+Orphans = Tuple[int, List[Tuple[int, bytes, bytes, Sequence[Any]]]]
+_CHECK = 64
+_CHECK_BYTES = 4 << 20
+#: Where ``tcpi_bytes_acked`` (a u64) sits in Linux's ``struct tcp_info`` (since 4.1).
+_ACKED_AT = 120
+_ACKED = struct.Struct("<Q")
+_ENDED_KEPT = 4096
+
+
+def bytes_acked(sock: socket.socket) -> Optional[int]:
+    """The data bytes of ``sock`` its peer's kernel acknowledged; None where the kernel
+    does not say (not Linux, or a kernel before 4.1)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_INFO", 11), 256)
+    except (OSError, ValueError):
+        return None
+    if len(info) < _ACKED_AT + 8:
+        return None
+    acked: int = _ACKED.unpack_from(info, _ACKED_AT)[0]
+    return max(0, acked - 1)  # the SYN counts one
+
+
+class SentLog:
+    """What one TCP client wrote since its handshake, and its no-reply messages that its
+    server's kernel may not have acknowledged yet."""
+
+    __slots__ = ("messages", "nbytes", "kept", "_kept_bytes")
+
+    def __init__(self) -> None:
+        self.messages = 0  # written, every message
+        self.nbytes = 0  # their bytes
+        #: (end offset, size, index, service, op, frames) of each no-reply message kept
+        self.kept: Deque[Tuple[int, int, int, bytes, bytes, Sequence[Any]]] = \
+            collections.deque()
+        self._kept_bytes = 0
+
+    @staticmethod
+    def for_socket(sock: socket.socket) -> Optional[SentLog]:
+        """A log for ``sock`` if a link may reset it and the kernel says what arrived."""
+        if sock.family == socket.AF_UNIX or bytes_acked(sock) is None:
+            return None
+        return SentLog()
+
+    def wrote(self, nbytes: int) -> None:
+        self.messages += 1
+        self.nbytes += nbytes
+
+    def keep(self, nbytes: int, sock: socket.socket, service: bytes, op: bytes,
+             frames: Sequence[Any]) -> None:
+        """The no-reply message just written (`wrote` counted it) is kept."""
+        self.kept.append((self.nbytes, nbytes, self.messages - 1, service, op, frames))
+        self._kept_bytes += nbytes
+        if len(self.kept) >= _CHECK or self._kept_bytes >= _CHECK_BYTES:
+            self._drop_acknowledged(sock)
+
+    def _drop_acknowledged(self, sock: socket.socket) -> None:
+        acked = bytes_acked(sock)
+        kept = self.kept
+        while acked is not None and kept and kept[0][0] <= acked:
+            self._kept_bytes -= kept.popleft()[1]
+
+    def lost(self, sock: socket.socket, address: str, peer_id: int) -> None:
+        """The connection (``sock``, peer ``peer_id`` of the server at ``address``)
+        failed: the kept messages the kernel does not know to have arrived are orphans."""
+        self._drop_acknowledged(sock)
+        kept = []
+        while self.kept:  # popped: a thread that sends may still append (see Client)
+            kept.append(self.kept.popleft())
+        if kept:
+            orphan(address, (peer_id, [(i, sv, op, fr) for _, _, i, sv, op, fr in kept]))
+
+
+_lock = threading.Lock()
+_orphans: Dict[str, List[Orphans]] = {}
+
+
+def orphan(address: str, orphans: Orphans, first: bool = False) -> None:
+    with _lock:
+        queue = _orphans.setdefault(address, [])
+        if first:
+            queue.insert(0, orphans)
+        else:
+            queue.append(orphans)
+
+
+def send_orphans(client: Any, address: str) -> None:
+    """First on a new connection (``client``) to ``address``: of each ended connection's
+    orphans, those its server did not get, in their order.
+
+    Raises:
+        ConnectionLost, TimeoutError: as the client's calls (what was not sent yet is
+        kept for the next connection; what was, the client's own log keeps).
+    """
+    pending = take_orphans(address)
+    while pending:
+        old, messages = pending[0]
+        sent = 0
+        try:
+            status, payload = client.request(RESEND_SERVICE, ResendOps.COUNT,
+                                             [old.to_bytes(8, "little")], timeout=30.0)
+            if status != b"ok":
+                say_undelivered(address, len(messages), "the server no longer knows how "
+                                "many of them it got")
+            else:
+                got = int.from_bytes(bytes(payload[0]), "little")
+                for index, service, op, frames in messages:
+                    if index >= got:
+                        client.send(service, op, frames)
+                    sent += 1
+        except BaseException:
+            for batch in reversed([(old, messages[sent:]), *pending[1:]]):
+                orphan(address, batch, first=True)
+            raise
+        pending.pop(0)
+
+
+def take_orphans(address: str) -> List[Orphans]:
+    """The lost messages to send first on a new connection to ``address``."""
+    if not _orphans:
+        return []
+    with _lock:
+        return _orphans.pop(address, [])
+
+
+def deliver_orphans(connect: Callable[[str], Any]) -> None:
+    """At the process's exit: a last connection to each server that has orphans
+    (``connect(address)`` sends them first), or their loss said."""
+    with _lock:
+        addresses = list(_orphans)
+    for address in addresses:
+        try:
+            connect(address).close()
+        except Exception as e:
+            for _, messages in take_orphans(address):
+                say_undelivered(address, len(messages), str(e))
+
+
+def say_undelivered(address: str, count: int, why: str) -> None:
+    """The last word on orphans no connection could take."""
+    try:
+        sys.stderr.write(f"fiber: {count} message(s) to {address} (puts, sends: calls that "
+                         f"had returned) were lost when its connection was reset, and "
+                         f"could not be sent again: {why}\n")
+    except (OSError, ValueError):
+        pass
+
+
+class EndedPeers(Service):
+    """The server's side: how many messages each recently ended connection brought.
+    A service of every server (`RESEND_SERVICE`), run under its lock like the others."""
+
+    protocol = "resend"
+
+    def __init__(self, take_over: Callable[[int], None]) -> None:
+        self._end_peer = take_over  # ends a live connection, after reading it
+        self._counts: collections.OrderedDict[int, int] = collections.OrderedDict()
+
+    def ended(self, peer: Peer) -> None:
+        self._counts[peer.peer_id] = peer.received  # 0 too: then every one went again
+        if len(self._counts) > _ENDED_KEPT:
+            self._counts.popitem(last=False)
+
+    @handles(ResendOps.COUNT)
+    def count(self, server: Any, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[old peer id]``: answered ``ok`` and how many messages that connection
+        brought, once it has ended; ``unknown`` if this server does not know (it
+        forgot, or it never served that connection)."""
+        old = int.from_bytes(bytes(payload[0]), "little")
+        self._end_peer(old)
+        count = self._counts.get(old)  # kept: a client may ask again (see send_orphans)
+        if count is None:
+            server.reply(peer, req_id, b"unknown")
+        else:
+            server.reply(peer, req_id, b"ok", [count.to_bytes(8, "little")])

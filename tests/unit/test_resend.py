@@ -1,0 +1,88 @@
+"""A TCP connection reset while both ends live loses no message sent without a reply
+(issue 30; see fiber.transport._resend): the server says how many it read of the old
+connection, the client sends the rest first on its next connection.
+
+The reset is the kernel's own (``ss -K``, which needs root: without it the test is
+unusable, a failure under CI=true). The server is made to stop reading for a while, so
+that when the reset comes its receive buffer is full and most messages are still in the
+client's send queue, unacknowledged: lost with the connection unless sent again.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from typing import Any, List
+
+import pytest
+
+from fiber._core import _runtime
+from fiber.testing.conformance.support.waiting import unusable, wait_until
+from fiber.transport import _resend, sockets
+from fiber.transport.client import Client, ConnectionLost
+from fiber.transport.operations import Service, handles
+
+N = 2000
+PAYLOAD = b"x" * 1000
+
+
+class _Recorder(Service):
+    protocol = "test"
+
+    def __init__(self) -> None:
+        self.got: List[int] = []
+
+    @handles(b"stall")
+    def stall(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+        time.sleep(float(bytes(payload[0])))  # the server reads nothing meanwhile
+
+    @handles(b"one")
+    def one(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+        self.got.append(int(bytes(payload[0])))
+
+
+def _reset(sock: socket.socket) -> None:
+    """Abort ``sock``'s TCP connection as a middlebox's reset would (``ss -K``)."""
+    host, port = sock.getsockname()[:2]
+    cp = subprocess.run(["ss", "-K", "src", host, "sport", "=", str(port)],
+                        capture_output=True, text=True, timeout=30)
+    if cp.returncode != 0 or "ESTAB" not in cp.stdout:
+        unusable("ss -K (root)", f"cannot reset a connection: {cp.stderr or cp.stdout}")
+
+
+@pytest.mark.parametrize("resend", [True, False], ids=["resent", "without"])
+def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resend,
+                                                                          monkeypatch):
+    # TCP, as between hosts: a client on the server's host would take its Unix socket
+    monkeypatch.setattr(sockets, "_unix_name", lambda address: None)
+    hub = _runtime.hub()
+    name = b"resend-test-%d" % resend
+    recorder = _Recorder()
+    hub.register(name, recorder)
+    try:
+        client = Client(hub.address, timeout=10)
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        client.send(name, b"stall", [b"2.0"])
+        for i in range(N):
+            client.send(name, b"one", [b"%d" % i, PAYLOAD])
+        acked = _resend.bytes_acked(client.sock)
+        _reset(client.sock)
+        with pytest.raises(ConnectionLost):
+            client.send(name, b"one", [b"-1", PAYLOAD])  # finds the reset: not sent
+        if not resend:  # what the client would do without _resend: nothing
+            _resend.take_orphans(hub.address)
+        client.close()
+        again = Client(hub.address, timeout=10)
+        again.send(name, b"one", [b"%d" % N, PAYLOAD])
+        if resend:
+            wait_until(lambda: len(recorder.got) >= N + 1, 30, 0.05, "every message")
+            time.sleep(0.5)  # none more
+            assert recorder.got == list(range(N + 1))
+        else:
+            wait_until(lambda: recorder.got[-1:] == [N], 30, 0.05, "the last message")
+            assert len(recorder.got) < N // 2, len(recorder.got)  # the reset did lose some
+        assert acked is not None and acked < N * len(PAYLOAD) // 2  # most unacknowledged
+        again.close()
+    finally:
+        hub.unregister(name)
