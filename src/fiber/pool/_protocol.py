@@ -44,6 +44,7 @@ class PoolOps:
     TASKS = b"tasks"  # master -> worker: a batch of tasks
     STOP = b"stop"  # master -> worker: finish what you hold, then exit
     RETIRING = b"retiring"  # worker -> master: the cluster told it to go (see _retire)
+    RESUME = b"resume"  # worker -> master: its connection was reset; it is back (_resume)
 
 _TASK = struct.Struct("<QIBH")
 

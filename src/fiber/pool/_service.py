@@ -31,7 +31,7 @@ from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
-from . import _losses, _renew, _retire, _status
+from . import _losses, _renew, _resume, _retire, _status
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -381,14 +381,7 @@ class PoolService(Service):
         if ws is None or ws.lost or ws.process.cancelled:
             server.reply(peer, req_id, b"die")
             return
-        raw = bytes(payload[2])
-        taken = {int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)}
-        given = [task for task_id, task in ws.pending.items() if task_id not in taken]
-        for task in given:
-            del ws.pending[task.task_id]
-        for task in reversed(given):
-            self.queue.appendleft(task)
-        self.queued_items += sum(task.items for task in given)
+        given = self._take_back(ws, bytes(payload[2]))
         ws.retired_why = _retire.why(int(bytes(payload[1])))
         if not ws.retiring:
             ws.retiring = True
@@ -402,10 +395,63 @@ class PoolService(Service):
         self.on_worker_gone(ws, True)  # wakes the pool's maintainer: a replacement
         self.dispatch()
 
+    def _take_back(self, ws: WorkerState, kept: bytes) -> List[Task]:
+        """The tasks ``ws`` holds but those of ``kept`` (their ids, 8 bytes each) go
+        back to the front of the queue, in their order; returned."""
+        ids = {int.from_bytes(kept[i:i + 8], "little") for i in range(0, len(kept), 8)}
+        back = [task for task_id, task in ws.pending.items() if task_id not in ids]
+        for task in back:
+            del ws.pending[task.task_id]
+        self.queue.extendleft(reversed(back))
+        self.queued_items += sum(task.items for task in back)
+        return back
+
     def peer_gone(self, server: Server, peer: Peer) -> None:
+        """A worker's connection ended: it is lost, unless the connection was reset while
+        the worker may still live (see `_resume`): then it is waited for, holding its
+        tasks, until it connects again, its job ends, or the wait is over."""
         ws = self.by_peer.pop(peer.peer_id, None)
-        if ws is not None:
+        if ws is None:
+            return
+        if (not peer.reset or self.closing or ws.retiring or ws.lost or ws.init_failed
+                or ws.process.cancelled):
             self.worker_lost(ws)
+            return
+        ws.peer = None
+        ws.connected = False
+        ws.resume_by = time.monotonic() + _resume.RESUME_WAIT_S
+        self._refresh(ws)
+        log("%s's connection was reset: waiting %.0f s for it to connect again",
+            ws.process.name, _resume.RESUME_WAIT_S)
+        server.call_later(_resume.RESUME_WAIT_S, lambda: self._not_resumed(ws))
+
+    def _not_resumed(self, ws: WorkerState) -> None:
+        if ws.resume_by and not ws.lost and not ws.connected:
+            self.worker_lost(ws)
+
+    @handles(PoolOps.RESUME)
+    def resume(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[worker id, ids of the tasks it holds or has unsent results of]``: a worker
+        whose connection was reset is back (see `_resume`). Answered ``stop`` when it
+        was given up meanwhile."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+        if ws is not None and ws.peer is not None and ws.peer is not peer:
+            server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
+        if ws is None or ws.lost or not ws.resume_by:
+            server.reply(peer, req_id, b"stop")
+            return
+        missing = self._take_back(ws, bytes(payload[1]))
+        ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
+        ws.functions.clear()  # a function's frames may have been lost with the tasks
+        self.by_peer[peer.peer_id] = ws
+        info("%s (%s) connected again after its connection was reset; %s",
+             ws.process.name, _losses.where(ws),
+             f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
+             else "nothing was lost")
+        server.reply(peer, req_id, b"ok")
+        self._refresh(ws)
+        self.dispatch()
+        self._maybe_stop(ws)
 
     def _measure(self, fids: List[int], busy: float) -> None:
         """Update the running average task length of the functions of a results batch

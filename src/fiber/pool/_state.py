@@ -67,7 +67,7 @@ class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
-                 "renew_at", "replaces")
+                 "renew_at", "replaces", "resume_by")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -100,6 +100,9 @@ class WorkerState:
         #: When it is renewed (monotonic; 0: never), and the worker it renews (see _renew).
         self.renew_at = 0.0
         self.replaces: Optional[WorkerState] = None
+        #: Its connection was reset: when it is lost unless it has connected again
+        #: (monotonic; 0: it is not being waited for. See `_resume`).
+        self.resume_by = 0.0
 
 
 class ReadyWorkers:

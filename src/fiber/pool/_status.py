@@ -121,7 +121,8 @@ class WorkerStatus:
     """One worker of a pool, as ``Pool.status()`` shows it.
 
     ``state`` is ``starting`` (its job was submitted, it has not connected yet), ``idle``,
-    ``running`` or ``retiring`` (``resize`` or ``close``: it finishes what it holds).
+    ``running``, ``retiring`` (``resize`` or ``close``: it finishes what it holds) or
+    ``reconnecting`` (its connection was reset: it is waited for, holding its tasks).
     ``task`` names what it runs: the call and the task's index in it (``map(f) (task
     7)``), or the indexes of the chunk of items it was handed (``map(f) (tasks 28-31)``,
     with ``chunksize=4``), and ``running_s`` for how long, as far as the master can tell
@@ -183,11 +184,13 @@ def _row(ws: Any, now: float) -> Dict[str, Any]:
     if pending:
         label: Optional[str] = next(iter(pending.values())).label
         running: Optional[float] = max(0.0, now - ws.since)
-        state = "retiring" if ws.retiring else "running"
+        state = ("retiring" if ws.retiring else "reconnecting" if ws.resume_by
+                 else "running")
         held = sum(t.items for t in pending.values())
     else:
         label = running = None
-        state = ("retiring" if ws.retiring else "idle" if ws.connected else "starting")
+        state = ("retiring" if ws.retiring else "idle" if ws.connected
+                 else "reconnecting" if ws.resume_by else "starting")
         held = 0
     return {"name": proc.name, "job_id": proc.job_id, "host": proc.host, "state": state,
             "task": label, "running_s": running, "held": held, "done": ws.done,

@@ -27,10 +27,11 @@ from .._core._clients import get_client
 from ..config import get_config
 from ..errors import MaybeEncodingError
 from ..process import _output
-from ..transport.client import Client
+from ..transport.client import Client, ConnectionLost
 from ..transport.remote import format_user_exception, pack_exception
 from ..transport.serialization import dumps, loads
 from ..transport.unpicklable import explained
+from . import _resume
 from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
 from ._retire import Retirement
 
@@ -241,51 +242,61 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             busy = 0.0
 
     while True:
-        while True:  # take in whatever arrived; wait only when there is nothing to do
-            if out and not held and not stopping:
-                flush()
-            finished = maxtasks is not None and done >= maxtasks
-            idle = not (held or stopping or finished)
-            # Idle, the next task (an RL step's) often comes within a round trip: it is
-            # polled for, and read without a wake-up, while a CPU is spare (see
-            # fiber.transport.cpus) and while polling pays (see SpinPays).
-            if idle:
-                msg = client.next_push(None, spin_pays.start())
-                spin_pays.waited()
-            else:
-                msg = client.next_push(0.0, 0.0)
-            if msg is None:
-                break
-            if msg[1] == PoolOps.TASKS:
-                for task_id, fid, fn_frames, arg_frames in unpack_tasks(msg[2:]):
-                    held.append((task_id, functions.receive(fid, fn_frames), arg_frames))
+        try:
+            while True:  # take in whatever arrived; wait only when there is nothing to do
+                if out and not held and not stopping:
+                    flush()
+                finished = maxtasks is not None and done >= maxtasks
+                idle = not (held or stopping or finished)
+                # Idle, the next task (an RL step's) often comes within a round trip: it is
+                # polled for, and read without a wake-up, while a CPU is spare (see
+                # fiber.transport.cpus) and while polling pays (see SpinPays).
                 if idle:
-                    break  # run it now: what else came is taken in after it (in order)
-            elif msg[1] == PoolOps.STOP:
-                stopping = True
-        if not held or retire.requested:
-            flush()
-            if retire.requested:
-                retire.wait_heard()  # what it held the master takes back: then it ends
-                return
-            if stopping or (maxtasks is not None and done >= maxtasks):
-                return
-            continue
-        if not retire.take(held[0][0]):
-            continue  # told to go meanwhile: taken back above
-        task_id, function, arg_frames = held.popleft()
-        started = time.monotonic()
-        ok, frames = run_task(function, arg_frames)
-        now = time.monotonic()
-        busy += now - started
-        if not out:
-            first_out = started
-        out.append((task_id, ok, frames))
-        retire.running = None  # held as an unsent result from now on
-        done += 1
-        # Batch only results of quick tasks: a slow task's result goes out at once.
-        if not held or len(out) >= _BATCH or now - first_out > _BATCH_SECONDS:
-            flush()
-        # Let go of the task's buffers only now: unmapping a large one (~0.7 ms for 10 MB)
-        # is then done while the master reads the result, not before the next task.
-        del arg_frames, frames
+                    msg = client.next_push(None, spin_pays.start())
+                    spin_pays.waited()
+                else:
+                    msg = client.next_push(0.0, 0.0)
+                if msg is None:
+                    break
+                if msg[1] == PoolOps.TASKS:
+                    for task_id, fid, fn_frames, arg_frames in unpack_tasks(msg[2:]):
+                        held.append((task_id, functions.receive(fid, fn_frames), arg_frames))
+                    if idle:
+                        break  # run it now: what else came is taken in after it (in order)
+                elif msg[1] == PoolOps.STOP:
+                    stopping = True
+            if not held or retire.requested:
+                flush()
+                if retire.requested:
+                    retire.wait_heard()  # what it held the master takes back: then it ends
+                    return
+                if stopping or (maxtasks is not None and done >= maxtasks):
+                    return
+                continue
+            if not retire.take(held[0][0]):
+                continue  # told to go meanwhile: taken back above
+            task_id, function, arg_frames = held.popleft()
+            started = time.monotonic()
+            ok, frames = run_task(function, arg_frames)
+            now = time.monotonic()
+            busy += now - started
+            if not out:
+                first_out = started
+            out.append((task_id, ok, frames))
+            retire.running = None  # held as an unsent result from now on
+            done += 1
+            # Batch only results of quick tasks: a slow task's result goes out at once.
+            if not held or len(out) >= _BATCH or now - first_out > _BATCH_SECONDS:
+                flush()
+            # Let go of the task's buffers only now: unmapping a large one (~0.7 ms for 10 MB)
+            # is then done while the master reads the result, not before the next task.
+            del arg_frames, frames
+        except ConnectionLost:
+            if stopping:
+                return  # the master is ending the pool: nothing waits for this worker
+            again = _resume.reconnect(address, pool_name, worker_id,
+                                      list(_resume.held_ids(held, out)))
+            if again is None:
+                return  # given up by the master meanwhile: its tasks run elsewhere
+            client = again
+            flush()  # the results the lost connection did not take

@@ -1,0 +1,77 @@
+"""A pool worker whose connection was reset, while it and its master both live, connects
+again and goes on: a lossy link or a middlebox must not cost a healthy worker.
+
+    worker                                        master (PoolService)
+    ──────                                        ────────────────────
+    its connection fails (reset, aborted)         the peer's connection ended in a reset
+                                                  (not a timeout, not a clean end): the
+                                                  worker is "reconnecting", its tasks held
+                                                  for it up to RESUME_WAIT_S (its job's
+                                                  end, if the backend sees it, still makes
+                                                  it lost at once)
+    a new connection (its anchor: the lifeline
+    makes or shares it, fiber.process._bootstrap)
+    ── [pool, resume, wid, ids of the tasks it holds or has results of, unsent] ──▶
+                                                  tasks it holds no more (lost in flight
+                                                  either way) go back to the queue, charged
+                                                  to no one; its function cache is
+                                                  forgotten (a function's frames may have
+                                                  been lost too)
+    ◀── b"ok" ──  it sends its unsent results     ◀── b"stop": too late, its tasks went to
+    and takes tasks again                             others: it ends
+
+A result lost in flight is computed again: every result is still delivered once (the
+master's bookkeeping drops a second one), and a task may have started twice.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Optional
+
+from .._core._clients import get_client
+from ..transport.client import CannotConnect, Client, ConnectionLost
+from ._protocol import PoolOps
+
+__all__ = ["RESUME_WAIT_S", "reconnect", "held_ids"]
+
+#: Seconds the master holds the tasks of a worker whose connection was reset, for it to
+#: connect again (the worker tries as long).
+RESUME_WAIT_S = 10.0
+_RETRY_S = 0.2
+
+
+def reconnect(address: str, pool_name: bytes, worker_id: int, held: Iterable[int]
+              ) -> Optional[Client]:
+    """The worker's new connection to its master, which has taken it back with the tasks
+    ``held`` (ids); None when the master no longer waits for it (it ends).
+
+    Raises:
+        ConnectionLost: the master is gone (refused), or could not be reached in time.
+    """
+    ids = b"".join(task_id.to_bytes(8, "little") for task_id in held)
+    deadline = time.monotonic() + RESUME_WAIT_S
+    while True:
+        try:
+            client = get_client(address)
+            assert isinstance(client, Client)  # a worker is a job: its master is elsewhere
+            status, _ = client.request(pool_name, PoolOps.RESUME,
+                                       [worker_id.to_bytes(8, "little"), ids],
+                                       timeout=max(1.0, deadline - time.monotonic()))
+        except CannotConnect as e:
+            if e.refused or time.monotonic() >= deadline:
+                raise
+            time.sleep(_RETRY_S)
+            continue
+        except ConnectionLost:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(_RETRY_S)
+            continue
+        return client if status == b"ok" else None
+
+
+def held_ids(held: Iterable[Any], out: Iterable[Any]) -> Iterable[int]:
+    """The ids of the tasks a worker holds (``held``) and of its unsent results (``out``)."""
+    yield from (task[0] for task in held)
+    yield from (result[0] for result in out)
