@@ -14,6 +14,7 @@ anew first, as a new interpreter would have it.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import pickle
 import select
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 from .. import _log, config
 from .._core import _runtime
@@ -41,8 +42,41 @@ _exiting = threading.Event()
 SENTINEL_GRACE_S = 0.5
 
 
-def _anchor_fd(address: str) -> int:
-    return ensure_anchor(address).sock.fileno()
+def _watched(address: str) -> socket.socket:
+    """The lifeline to ``address``: its anchor's socket, on a descriptor of its own (the
+    thread that replaces a reset anchor closes the anchor's own)."""
+    return ensure_anchor(address).sock.dup()
+
+
+def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.socket]:
+    """The lifeline to ``address`` ended (``ended``, closed here): a new one if the end
+    was a reset of a TCP connection (a link's, or a middlebox's: not its peer's end, nor a
+    timeout, which is its host's silence past the heartbeat's grace) and the hub answers
+    a new connection; None if the peer is gone (refused: a killed hub's end too)."""
+    try:
+        error = ended.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        tcp = ended.family in (socket.AF_INET, socket.AF_INET6)
+    finally:
+        ended.close()
+    if not tcp or not events & (select.POLLERR | select.POLLHUP) or error == errno.ETIMEDOUT:
+        return None
+    anchor = ensure_anchor(address)
+    if anchor.sock.fileno() < 0 or anchor.lost or _closed(anchor.sock):
+        anchor.mark_lost()  # its thread may not know yet: the next call connects anew
+    try:
+        return _watched(address)
+    except Exception:
+        return None
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the connection of ``sock`` has ended (an error or its peer's end)."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLRDHUP)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):  # closed meanwhile, by the thread that replaced it
+        return True
 
 
 def _watch_lifelines(parent: str, master: str) -> None:
@@ -52,31 +86,39 @@ def _watch_lifelines(parent: str, master: str) -> None:
     A lifeline is the anchor connection to a hub. The main thread makes its calls on it
     (see ``transport.client.get_client``), so this thread never reads from it: it waits
     for the peer's end of the stream (``POLLRDHUP``: the process ended or was killed) or
-    an error (keepalive probes found its host unreachable).
+    an error (keepalive probes found its host unreachable). A TCP connection reset while
+    the hub lives is made again, here or by the thread that uses it (`_again`).
     """
-    poller = select.poll()
-    parent_fd = _anchor_fd(parent)
-    poller.register(parent_fd, select.POLLRDHUP)
-    master_fd = parent_fd
+    lines = {parent: _watched(parent)}
     if master != parent:
         try:
-            master_fd = _anchor_fd(master)
-            poller.register(master_fd, select.POLLRDHUP)
+            lines[master] = _watched(master)
         except Exception as e:  # unreachable from here: the parent's lifeline is the one
             sys.stderr.write(f"fiber: job {os.getpid()} cannot reach the program's main "
                              f"process at {master} ({e}); it ends with its parent\n")
-            master_fd = parent_fd
-    while True:
-        ended = {fd for fd, _ in poller.poll()}
+            master = parent
+    poller = select.poll()
+    for sock in lines.values():
+        poller.register(sock, select.POLLRDHUP)
+    while lines:
+        ended = {fd: events for fd, events in poller.poll()}
         if _exiting.is_set():
             return
-        if master_fd in ended:
-            break
-        if parent_fd in ended:  # the parent ended, the program goes on: so does this job
-            poller.unregister(parent_fd)
-            _parent.parent_gone()
-            _output.parent_gone()  # nobody reads its forwarded output: to its log
-    _end_with_program(master if master_fd != parent_fd else parent, master_fd != parent_fd)
+        for address, sock in list(lines.items()):
+            events = ended.get(sock.fileno())
+            if events is None:
+                continue
+            poller.unregister(sock)
+            again = _again(address, sock, events)
+            if again is not None:
+                lines[address] = again
+                poller.register(again, select.POLLRDHUP)
+            elif address == master:
+                _end_with_program(master, master != parent)
+            else:  # the parent ended, the program goes on: so does this job
+                del lines[address]
+                _parent.parent_gone()
+                _output.parent_gone()  # nobody reads its forwarded output: to its log
 
 
 def _end_with_program(address: str, is_master: bool) -> None:
