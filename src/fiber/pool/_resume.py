@@ -37,7 +37,7 @@ __all__ = ["RESUME_WAIT_S", "reconnect", "held_ids"]
 
 #: Seconds the master holds the tasks of a worker whose connection was reset, for it to
 #: connect again (the worker tries as long).
-RESUME_WAIT_S = 10.0
+RESUME_WAIT_S = 5.0
 _RETRY_S = 0.2
 
 

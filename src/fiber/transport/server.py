@@ -64,7 +64,7 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 _ACCEPT_PAUSE_S = 0.5
 #: Seconds a process whose anchor was reset has to anchor again before it is gone (its
 #: locks freed, its pipes' ends closed): a job's lifeline does at once (see _resend).
-REANCHOR_WAIT_S = 10.0
+REANCHOR_WAIT_S = 5.0
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:
