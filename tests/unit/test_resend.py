@@ -20,6 +20,7 @@ import pytest
 from fiber._core import _runtime
 from fiber.testing.conformance.support.waiting import unusable, wait_until
 from fiber.transport import _resend, sockets
+from fiber.transport import client as client_module
 from fiber.transport.client import Client, ConnectionLost
 from fiber.transport.operations import Service, handles
 
@@ -55,7 +56,8 @@ def _reset(sock: socket.socket) -> None:
 def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resend,
                                                                           monkeypatch):
     # TCP, as between hosts: a client on the server's host would take its Unix socket
-    monkeypatch.setattr(sockets, "_unix_name", lambda address: None)
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout:
+                        socket.create_connection(sockets.split_address(address), timeout))
     hub = _runtime.hub()
     name = b"resend-test-%d" % resend
     recorder = _Recorder()
