@@ -131,10 +131,12 @@ def send_frames(sock: socket.socket, frames: Sequence[Any], unix: Optional[bool]
             sock.sendall(buffers[0])
             return len(buffers[0])
         bufs: Deque[Any] = collections.deque(memoryview(b).cast("B") for b in buffers)
-        total: int = sum(b.nbytes for b in bufs)
         ancillary = _rights(fds) if fds else []
+        total = 0
         while bufs:
-            _advance(bufs, sock.sendmsg(list(bufs)[:_IOV_MAX], ancillary))
+            sent = sock.sendmsg(list(bufs)[:_IOV_MAX], ancillary)
+            total += sent
+            _advance(bufs, sent)
             ancillary = []
         return total
     finally:
