@@ -26,6 +26,7 @@ from fiber.transport.operations import Service, handles
 
 N = 2000
 PAYLOAD = b"x" * 1000
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
 
 class _Recorder(Service):
@@ -64,7 +65,9 @@ def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resen
     hub.register(name, recorder)
     try:
         client = Client(hub.address, timeout=10)
-        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        # room for every message in the client's send queue (FORCE: past wmem_max,
+        # which is 208 KiB on a stock kernel; root, as ss -K needs)
+        client.sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 8 << 20)
         client.send(name, b"stall", [b"2.0"])
         for i in range(N):
             client.send(name, b"one", [b"%d" % i, PAYLOAD])

@@ -298,5 +298,4 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
                                       list(_resume.held_ids(held, out)))
             if again is None:
                 return  # given up by the master meanwhile: its tasks run elsewhere
-            client = again
-            flush()  # the results the lost connection did not take
+            client = again  # its unsent results go out as usual, from the loop

@@ -58,10 +58,13 @@ def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.s
         tcp = ended.family in (socket.AF_INET, socket.AF_INET6)
     finally:
         ended.close()
+    anchor = client.current_anchor(address)
+    if anchor is not None and anchor.lost:  # its reader may have taken the error first
+        error = error or anchor.error
     if not tcp or not events & (select.POLLERR | select.POLLHUP) or error == errno.ETIMEDOUT:
         return None
-    anchor = ensure_anchor(address)
-    if anchor.sock.fileno() < 0 or anchor.lost or _closed(anchor.sock):
+    if anchor is not None and (anchor.sock.fileno() < 0 or anchor.lost
+                               or _closed(anchor.sock)):
         anchor.mark_lost()  # its thread may not know yet: the next call connects anew
     try:
         return _watched(address)

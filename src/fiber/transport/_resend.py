@@ -52,7 +52,7 @@ class ResendOps:
     COUNT = b"count"  # [old peer id] -> ok [messages it brought] | unknown
 
 #: Orphans of one ended connection: its peer id at the server, and its messages as
-#: (index among the messages written on it, service, op, frames).
+#: (index among the messages written on it after the handshake, service, op, frames).
 Orphans = Tuple[int, List[Tuple[int, bytes, bytes, Sequence[Any]]]]
 _CHECK = 64
 _CHECK_BYTES = 4 << 20
@@ -76,39 +76,56 @@ def bytes_acked(sock: socket.socket) -> Optional[int]:
 
 
 class SentLog:
-    """What one TCP client wrote since its handshake, and its no-reply messages that its
-    server's kernel may not have acknowledged yet."""
+    """What one TCP client wrote, and its no-reply messages that its server's kernel may
+    not have acknowledged yet. Written by the thread that sends (a lease's senders take
+    a lock of their own), ended by whichever thread finds the connection lost: its own
+    lock orders the two."""
 
-    __slots__ = ("messages", "nbytes", "kept", "_kept_bytes")
+    __slots__ = ("messages", "nbytes", "counting", "kept", "_kept_bytes", "_lock", "_ended",
+                 "_address", "_peer_id")
 
     def __init__(self) -> None:
-        self.messages = 0  # written, every message
-        self.nbytes = 0  # their bytes
+        self.messages = 0  # written since the handshake (what the server counts)
+        self.nbytes = 0  # every byte written, the handshake's too (what the kernel counts)
+        self.counting = False  # set once the handshake is done
         #: (end offset, size, index, service, op, frames) of each no-reply message kept
         self.kept: Deque[Tuple[int, int, int, bytes, bytes, Sequence[Any]]] = \
             collections.deque()
         self._kept_bytes = 0
+        self._lock = threading.Lock()
+        self._ended = False
+        self._address = ""
+        self._peer_id = 0
 
     @staticmethod
     def for_socket(sock: socket.socket) -> Optional[SentLog]:
-        """A log for ``sock`` if a link may reset it and the kernel says what arrived."""
+        """A log for ``sock`` (connected) if a link may reset it and the kernel says what
+        arrived."""
         if sock.family == socket.AF_UNIX or bytes_acked(sock) is None:
             return None
         return SentLog()
 
     def wrote(self, nbytes: int) -> None:
-        self.messages += 1
         self.nbytes += nbytes
+        if self.counting:
+            self.messages += 1
 
     def keep(self, nbytes: int, sock: socket.socket, service: bytes, op: bytes,
              frames: Sequence[Any]) -> None:
-        """The no-reply message just written (`wrote` counted it) is kept."""
-        self.kept.append((self.nbytes, nbytes, self.messages - 1, service, op, frames))
-        self._kept_bytes += nbytes
-        if len(self.kept) >= _CHECK or self._kept_bytes >= _CHECK_BYTES:
-            self._drop_acknowledged(sock)
+        """The no-reply message just written (`wrote` counted it) is kept; if its
+        connection was found lost meanwhile, it is an orphan at once."""
+        entry = (self.nbytes, nbytes, self.messages - 1, service, op, frames)
+        with self._lock:
+            if self._ended:
+                orphan(self._address, (self._peer_id, [entry[2:]]))
+                return
+            self.kept.append(entry)
+            self._kept_bytes += nbytes
+            if len(self.kept) >= _CHECK or self._kept_bytes >= _CHECK_BYTES:
+                self._drop_acknowledged(sock)
 
     def _drop_acknowledged(self, sock: socket.socket) -> None:
+        """(under the lock)"""
         acked = bytes_acked(sock)
         kept = self.kept
         while acked is not None and kept and kept[0][0] <= acked:
@@ -116,26 +133,30 @@ class SentLog:
 
     def lost(self, sock: socket.socket, address: str, peer_id: int) -> None:
         """The connection (``sock``, peer ``peer_id`` of the server at ``address``)
-        failed: the kept messages the kernel does not know to have arrived are orphans."""
-        self._drop_acknowledged(sock)
-        kept = []
-        while self.kept:  # popped: a thread that sends may still append (see Client)
-            kept.append(self.kept.popleft())
-        if kept:
-            orphan(address, (peer_id, [(i, sv, op, fr) for _, _, i, sv, op, fr in kept]))
+        failed: the kept messages the kernel does not know to have arrived are orphans.
+        If it wrote anything, the next connection asks the server for its count even
+        with none: the server then reads what the old one still holds first (in order)."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended, self._address, self._peer_id = True, address, peer_id
+            self._drop_acknowledged(sock)
+            kept = [entry[2:] for entry in self.kept]
+            self.kept.clear()
+        if kept or self.messages:
+            orphan(address, (peer_id, kept))
 
 
 _lock = threading.Lock()
 _orphans: Dict[str, List[Orphans]] = {}
+#: Held while a new connection to an address sends its orphans: another new connection
+#: to it waits, so that its messages do not overtake them.
+_sending: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
 
 
-def orphan(address: str, orphans: Orphans, first: bool = False) -> None:
+def orphan(address: str, orphans: Orphans) -> None:
     with _lock:
-        queue = _orphans.setdefault(address, [])
-        if first:
-            queue.insert(0, orphans)
-        else:
-            queue.append(orphans)
+        _orphans.setdefault(address, []).append(orphans)
 
 
 def send_orphans(client: Any, address: str) -> None:
@@ -144,29 +165,41 @@ def send_orphans(client: Any, address: str) -> None:
 
     Raises:
         ConnectionLost, TimeoutError: as the client's calls (what was not sent yet is
-        kept for the next connection; what was, the client's own log keeps).
+        kept for the next connection, ahead of the rest).
     """
-    pending = take_orphans(address)
-    while pending:
-        old, messages = pending[0]
-        sent = 0
-        try:
-            status, payload = client.request(RESEND_SERVICE, ResendOps.COUNT,
-                                             [old.to_bytes(8, "little")], timeout=30.0)
-            if status != b"ok":
-                say_undelivered(address, len(messages), "the server no longer knows how "
-                                "many of them it got")
-            else:
-                got = int.from_bytes(bytes(payload[0]), "little")
-                for index, service, op, frames in messages:
-                    if index >= got:
-                        client.send(service, op, frames)
-                    sent += 1
-        except BaseException:
-            for batch in reversed([(old, messages[sent:]), *pending[1:]]):
-                orphan(address, batch, first=True)
-            raise
-        pending.pop(0)
+    with _lock:
+        sending = _sending[address]
+    with sending:
+        pending = take_orphans(address)
+        while pending:
+            old, messages = pending[0]
+            sent = 0
+            try:
+                status, payload = client.request(RESEND_SERVICE, ResendOps.COUNT,
+                                                 [old.to_bytes(8, "little")], timeout=30.0)
+                if status != b"ok":
+                    say_undelivered(address, len(messages), "the server no longer knows "
+                                    "how many of them it got")
+                else:
+                    got = int.from_bytes(bytes(payload[0]), "little")
+                    for index, service, op, frames in messages:
+                        if index >= got:
+                            client.send(service, op, frames)
+                        sent += 1
+            except BaseException:
+                _put_back(address, client.peer_id, [(old, messages[sent:]), *pending[1:]])
+                raise
+            pending.pop(0)
+
+
+def _put_back(address: str, failed: int, rest: List[Orphans]) -> None:
+    """A resend failed on connection ``failed`` (its own orphans, what it resent, were
+    filed last): the order is what it resent, then ``rest``, then anything newer."""
+    with _lock:
+        queue = _orphans.setdefault(address, [])
+        mine = [batch for batch in queue if batch[0] == failed]
+        others = [batch for batch in queue if batch[0] != failed]
+        queue[:] = mine + rest + others
 
 
 def take_orphans(address: str) -> List[Orphans]:

@@ -37,6 +37,7 @@ from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "CannotConnect", "get_client",
+           "current_anchor",
            "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor", "register_local_server",
            "prune_closed", "Settings", "DEFAULTS", "local_server", "renew_process_id",
@@ -120,17 +121,19 @@ class Client:
                                     isinstance(e, ConnectionRefusedError)) from None
         self._unix = self.sock.family == socket.AF_UNIX
         self._reader = FrameReader(unix=self._unix)
+        #: What it writes, where a link may reset it (TCP: see `_resend`).
         self._log: Optional[_resend.SentLog] = None
         self.peer_id = 0  # its id at the server (told at the handshake)
+        self.error = 0  # the errno that ended it, if one did
         try:
             self.retune()
             if adopted is None:
+                self._log = _resend.SentLog.for_socket(self.sock)
                 self._handshake(anchor, timeout)
             self.sock.settimeout(None)
-            # what it sends, where a link may reset it (TCP), and first what an ended
-            # connection to the same server lost (see _resend)
-            self._log = _resend.SentLog.for_socket(self.sock)
-            _resend.send_orphans(self, address)
+            if self._log is not None:
+                self._log.counting = True
+            _resend.send_orphans(self, address)  # what ended connections lost, first
         except BaseException:
             self.sock.close()
             raise
@@ -253,19 +256,20 @@ class Client:
         try:
             nbytes = send_frames(self.sock, frames, self._unix)
         except OSError as e:
-            self.mark_lost()
+            self.mark_lost(e.errno or 0)
             raise ConnectionLost(f"send failed: {e}", self.address) from None
         if self._log is not None:
             self._log.wrote(nbytes)
         return nbytes
 
-    def mark_lost(self) -> None:
-        """The connection has failed: its no-reply messages that did not arrive go to
-        the next connection to the same server (see `_resend`)."""
-        if not self.lost:
-            self.lost = True
-            if self._log is not None:
-                self._log.lost(self.sock, self.address, self.peer_id)
+    def mark_lost(self, error: int = 0) -> None:
+        """The connection has failed (``error``: the errno that said so, if known): its
+        no-reply messages that did not arrive go to the next connection to the same
+        server (see `_resend`)."""
+        self.error = self.error or error
+        self.lost = True
+        if self._log is not None:
+            self._log.lost(self.sock, self.address, self.peer_id)
 
     def poll(self, seconds: float) -> None:
         """Read what comes within ``seconds``, polling while a CPU is spare (see
@@ -309,7 +313,7 @@ class Client:
         except BlockingIOError:
             return False
         except (OSError, ProtocolError) as e:
-            self.mark_lost()
+            self.mark_lost(getattr(e, "errno", 0) or 0)
             raise ConnectionLost(f"connection lost: {e}", self.address) from None
         if not alive:
             self.mark_lost()
@@ -562,6 +566,12 @@ def ensure_anchor(address: str, timeout: Optional[float] = None, *,
                 timeout=connect_timeout(settings) if timeout is None else timeout)
             _all_clients.add(anchor)
         return anchor
+
+
+def current_anchor(address: str) -> Optional[Client]:
+    """This process's anchor to ``address`` as it is (lost or not), without connecting."""
+    with _anchor_lock:
+        return _anchors.get(address)
 
 
 def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,

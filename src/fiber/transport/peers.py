@@ -64,7 +64,7 @@ class Connection:
     handshake, and its peer once authenticated."""
 
     __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
-                 "source", "__weakref__")
+                 "source", "broken", "__weakref__")
 
     def __init__(self, sock: socket.socket, scratch: Scratch) -> None:
         self.sock = sock
@@ -76,3 +76,4 @@ class Connection:
         self.since = time.monotonic()
         self.writing = False
         self.source = ""  # the peer's host ("" for a Unix socket), for the strangers' log
+        self.broken = False  # a write failed: it is read to its end, then closed

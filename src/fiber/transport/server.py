@@ -399,12 +399,17 @@ class Server:
         for conn in list(self._conns.values()):
             if conn.peer is not None and conn.peer.peer_id == peer_id:
                 conn.peer.reset = conn.sock.family != socket.AF_UNIX
-                for _ in range(10000):  # what its socket holds: at most its buffer
-                    if conn.sock.fileno() < 0 or not readable([conn.sock], 0):
-                        break
-                    self._read(conn)
-                self._close_conn(conn)
+                self._drain_close(conn)
                 return
+
+    def _drain_close(self, conn: Connection) -> None:
+        """Close ``conn`` once what its socket holds is read: every message its client
+        wrote before the connection failed is served (and counted, see _resend)."""
+        for _ in range(10000):  # at most its receive buffer
+            if conn.sock.fileno() < 0 or not readable([conn.sock], 0):
+                break
+            self._read(conn)
+        self._close_conn(conn)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -522,14 +527,19 @@ class Server:
 
     def _flush(self, conn: Connection, frames: Optional[Sequence[Any]] = None) -> None:
         """Write what ``conn`` has waiting, after adding the message ``frames``; what the
-        socket does not take now waits for it to become writable."""
+        socket does not take now waits for it to become writable. A write that fails
+        ends the connection once what it brought is read (not in the middle of serving
+        one of its messages: after this batch of events)."""
+        if conn.broken:
+            return
         try:
             outbox = conn.outbox
             done = outbox.flush(conn.sock) if frames is None else outbox.write(conn.sock, frames)
         except OSError as e:
-            if conn.peer is not None and e.errno != errno.ETIMEDOUT:
-                conn.peer.reset = conn.sock.family != socket.AF_UNIX  # as in _read
-            self._close_conn(conn)
+            conn.broken = True
+            if conn.peer is not None and e.errno == errno.ECONNRESET:  # else: as read
+                conn.peer.reset = conn.sock.family != socket.AF_UNIX
+            self.call_soon(functools.partial(self._drain_close, conn))
             return
         want = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
         if conn.writing != (not done) and conn.sock.fileno() >= 0:
