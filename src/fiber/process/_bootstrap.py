@@ -92,7 +92,14 @@ def _watch_lifelines(parent: str, master: str) -> None:
     an error (keepalive probes found its host unreachable). A TCP connection reset while
     the hub lives is made again, here or by the thread that uses it (`_again`).
     """
-    lines = {parent: _watched(parent)}
+    try:
+        if _exiting.is_set():  # the job ended before this thread ran: nothing to watch
+            return
+        lines = {parent: _watched(parent)}
+    except Exception:
+        if _exiting.is_set():  # ... while it took the anchor (closed meanwhile)
+            return
+        raise
     if master != parent:
         try:
             lines[master] = _watched(master)
