@@ -348,8 +348,9 @@ class SshBackend(CommandLineBackend):
         session = job.session
         assert session is not None
         host = self._hosts.get(session.host)
-        opened = session.opened or session.poll_open()
-        if not session.opened:
+        was_open = session.opened
+        opened = was_open or session.poll_open()  # (which sets session.opened)
+        if not was_open:  # it was counted as opening until now, opened or not
             host.opening -= 1
         session.close()
         host.used -= job.slots
