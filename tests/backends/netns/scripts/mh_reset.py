@@ -74,6 +74,9 @@ def main():
                 got.append(("error", repr(e)))
             done.set()
 
+        # the producer holds its lock and puts before the first reset: a call of its
+        # under way (its start, the lock's acquire) would fail with ConnectionLost
+        items = [q.get(timeout=_common.TIMEOUT)]
         threading.Thread(target=consume, daemon=True).start()
         first_reset = None
         for _ in range(resets):
@@ -91,7 +94,6 @@ def main():
         out["errors"] = [e for x, e in got if x == "error"]
         out["pids"] = sorted({pid for x, pid in got if x != "error"})
         out["states"] = sorted({w.state for w in pool.status().workers})
-    items = []
     try:
         while len(items) < PUTS:
             items.append(q.get(timeout=_common.TIMEOUT))
