@@ -58,13 +58,8 @@ def reconnect(address: str, pool_name: bytes, worker_id: int, held: Iterable[int
             status, _ = client.request(pool_name, PoolOps.RESUME,
                                        [worker_id.to_bytes(8, "little"), ids],
                                        timeout=max(1.0, deadline - time.monotonic()))
-        except CannotConnect as e:
-            if e.refused or time.monotonic() >= deadline:
-                raise
-            time.sleep(_RETRY_S)
-            continue
-        except ConnectionLost:
-            if time.monotonic() >= deadline:
+        except ConnectionLost as e:
+            if (isinstance(e, CannotConnect) and e.refused) or time.monotonic() >= deadline:
                 raise
             time.sleep(_RETRY_S)
             continue

@@ -22,6 +22,7 @@ duplicate (from a worker presumed dead) is ignored.
 from __future__ import annotations
 
 import collections
+import functools
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
@@ -423,10 +424,13 @@ class PoolService(Service):
         self._refresh(ws)
         log("%s's connection was reset: waiting %.0f s for it to connect again",
             ws.process.name, _resume.RESUME_WAIT_S)
-        server.call_later(_resume.RESUME_WAIT_S, lambda: self._not_resumed(ws))
+        server.call_later(_resume.RESUME_WAIT_S,
+                          functools.partial(self._not_resumed, ws, ws.resume_by))
 
-    def _not_resumed(self, ws: WorkerState) -> None:
-        if ws.resume_by and not ws.lost and not ws.connected:
+    def _not_resumed(self, ws: WorkerState, resume_by: float) -> None:
+        """The wait that ended at ``resume_by`` is over: lost, unless it came back (or a
+        later reset began a wait of its own)."""
+        if ws.resume_by == resume_by and not ws.lost and not ws.connected:
             self.worker_lost(ws)
 
     @handles(PoolOps.RESUME)

@@ -64,22 +64,12 @@ def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.s
     if not tcp or not events & (select.POLLERR | select.POLLHUP) or error == errno.ETIMEDOUT:
         return None
     if anchor is not None and (anchor.sock.fileno() < 0 or anchor.lost
-                               or _closed(anchor.sock)):
+                               or client.closed_by_peer(anchor.sock)):
         anchor.mark_lost()  # its thread may not know yet: the next call connects anew
     try:
         return _watched(address)
     except Exception:
         return None
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the connection of ``sock`` has ended (an error or its peer's end)."""
-    try:
-        poller = select.poll()
-        poller.register(sock, select.POLLRDHUP)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):  # closed meanwhile, by the thread that replaced it
-        return True
 
 
 def _watch_lifelines(parent: str, master: str) -> None:

@@ -239,8 +239,8 @@ class EndedPeers(Service):
 
     protocol = "resend"
 
-    def __init__(self, take_over: Callable[[int], None]) -> None:
-        self._end_peer = take_over  # ends a live connection, after reading it
+    def __init__(self, end_peer: Callable[[int], None]) -> None:
+        self._end_peer = end_peer  # ends a live connection, after reading it
         self._counts: collections.OrderedDict[int, int] = collections.OrderedDict()
 
     def ended(self, peer: Peer) -> None:

@@ -37,7 +37,7 @@ from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "LocalClient", "ConnectionLost", "CannotConnect", "get_client",
-           "current_anchor",
+           "current_anchor", "closed_by_peer",
            "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor", "register_local_server",
            "prune_closed", "Settings", "DEFAULTS", "local_server", "renew_process_id",
@@ -590,7 +590,9 @@ def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
     return anchor
 
 
-def _closed_by_peer(sock: socket.socket) -> bool:
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the connection of ``sock`` has ended: its peer's end, an error, or the
+    socket closed here meanwhile."""
     try:
         if not readable([sock], 0):
             return False
@@ -611,7 +613,7 @@ def prune_closed() -> int:
     """
     closed = 0
     for client in list(_all_clients):
-        if client.lost or client.sock.fileno() < 0 or _closed_by_peer(client.sock):
+        if client.lost or client.sock.fileno() < 0 or closed_by_peer(client.sock):
             if client.sock.fileno() >= 0:
                 closed += 1
             client.mark_lost()

@@ -77,3 +77,9 @@ class Connection:
         self.writing = False
         self.source = ""  # the peer's host ("" for a Unix socket), for the strangers' log
         self.broken = False  # a write failed: it is read to its end, then closed
+
+    def reset_peer(self) -> None:
+        """Its peer's connection was reset (see `Peer.reset`), unless it is a Unix
+        socket's, which no link resets."""
+        if self.peer is not None:
+            self.peer.reset = not self.reader.unix

@@ -398,7 +398,7 @@ class Server:
         says, on a new connection, that it was reset (under the lock)."""
         for conn in list(self._conns.values()):
             if conn.peer is not None and conn.peer.peer_id == peer_id:
-                conn.peer.reset = conn.sock.family != socket.AF_UNIX
+                conn.reset_peer()
                 self._drain_close(conn)
                 return
 
@@ -537,8 +537,8 @@ class Server:
             done = outbox.flush(conn.sock) if frames is None else outbox.write(conn.sock, frames)
         except OSError as e:
             conn.broken = True
-            if conn.peer is not None and e.errno == errno.ECONNRESET:  # else: as read
-                conn.peer.reset = conn.sock.family != socket.AF_UNIX
+            if e.errno == errno.ECONNRESET:  # else: as its reading says
+                conn.reset_peer()
             self.call_soon(functools.partial(self._drain_close, conn))
             return
         want = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
@@ -561,7 +561,7 @@ class Server:
             if conn.peer is None:
                 self.door.dropped += 1
             elif e.errno != errno.ETIMEDOUT:  # or a link's reset: the process may live
-                conn.peer.reset = conn.sock.family != socket.AF_UNIX
+                conn.reset_peer()
             elif conn.peer.anchor:  # its host: no answer
                 self._silent[conn.peer.process_id] = None
                 if len(self._silent) > 1024:
