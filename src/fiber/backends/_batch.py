@@ -39,7 +39,7 @@ import time
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ..errors import BackendError, SubmitError
-from ._base import JobHandle, JobSpec, JobStatus
+from ._base import JobHandle, JobInfo, JobSpec, JobStatus
 from ._commands import CommandLineBackend
 
 __all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
@@ -323,6 +323,33 @@ def follow_job(backend: BatchCommands, handle: JobHandle, path: str, since: floa
             return False
 
     return follow_file(path, ended, missing, since)
+
+
+def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[JobInfo], bool],
+                  cancel: Callable[[List[str]], None], *, timeout: float = 0.0,
+                  until_ended: bool = False) -> List[str]:
+    """Cancel the ``stoppable`` jobs of a ``listing``; the ids cancelled.
+
+    With a ``timeout``, list again every 0.5 s while that finds more to cancel (for that
+    long at most): a program's pool replaces a worker the cluster ends, until the program's
+    own job has ended. With ``until_ended`` (``fiber stop``), also until every job cancelled
+    has ended: a replacement submitted at the master's last moment would otherwise escape
+    the stop, wait in the queue, and fail when it starts without its master (a CI run saw
+    one). Without a timeout, one listing.
+    """
+    cancelled: List[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = listing()
+        live = [j.job_id for j in jobs if stoppable(j) and j.job_id not in cancelled]
+        if live:
+            cancel(live)
+            cancelled += live
+        elif not until_ended or all(j.ended for j in jobs if j.job_id in cancelled):
+            return cancelled
+        if time.monotonic() >= deadline:
+            return cancelled
+        time.sleep(0.5)
 
 
 def last_lines(text: str, n: int) -> str:

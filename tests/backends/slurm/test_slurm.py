@@ -958,7 +958,11 @@ def test_fiber_run_detached_then_ps_logs_and_stop(cluster):
         stop_program("slurm", job, lambda: not _live_jobs(ids))
         assert fiber_cli("ps", "-b", "slurm", program).stdout.splitlines()[1:] == []
         ps = fiber_cli("ps", "-b", "slurm", "--all", program).stdout.splitlines()[1:]
-        assert [ln.split()[2] for ln in ps] == ["cancelled"] * 3, ps
+        # a worker signalled by the stop retires, and its master may replace it before
+        # its own signal comes: fiber stop cancels that replacement too, and returns only
+        # once every job it cancelled has ended (a CI run saw one escape, start, and fail)
+        listed = {ln.split()[0]: ln.split()[2] for ln in ps}
+        assert set(ids) <= set(listed) and set(listed.values()) == {"cancelled"}, ps
         tail = fiber_cli("logs", "-b", "slurm", "--tail", "2", job)  # READY, Slurm's word
         assert tail.returncode == 0 and tail.stdout.startswith("READY "), tail
         assert tail.stdout.count("\n") == 2 and f"JOB {job} ON" in tail.stdout, tail

@@ -510,7 +510,7 @@ class SgeBackend(BatchBackend):
         return _sge_jobs.read_logs(self, job_id, tail)
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
-        return _sge_jobs.remove_jobs(self, program, job_ids)
+        return _sge_jobs.remove_jobs(self, program, job_ids, until_ended=True)
 
     def stop_main(self, handle: JobHandle, force: bool = False) -> None:
         """The program's job, and its processes' jobs still queued (they have this

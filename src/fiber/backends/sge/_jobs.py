@@ -16,20 +16,18 @@ import getpass
 import glob
 import os
 import tempfile
-import time
 from typing import Iterator, List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo
-from .._batch import BatchCommands, follow_job, last_lines
+from .._batch import BatchCommands, cancel_listed, follow_job, last_lines
 from ._settings import SgeSettings
 from ._status import Row, parse_contexts, parse_qstat, split_id
 
 __all__ = ["output_dir", "program_dir", "follow", "find_jobs", "read_logs", "remove_jobs",
            "last_lines", "user", "state_word"]
 
-_REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
 
 
 def _own(cfg: Optional[Config] = None) -> SgeSettings:
@@ -169,24 +167,16 @@ def _mtime(path: str) -> float:
 
 
 def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str] = (),
-                queued_only: bool = False) -> List[str]:
-    """Delete the live jobs of ``program`` (listing again until none is left: its pool may
-    submit a replacement meanwhile, but for no longer than the backend's
-    ``cancel_timeout``), or the live ones of ``job_ids``, or with ``queued_only`` the
-    program's jobs that have not started; the ids deleted."""
-    deleted: List[str] = []
-    rounds = _REMOVE_ROUNDS if program and not queued_only else 1
-    deadline = time.monotonic() + backend.cancel_timeout
-    for i in range(rounds):
-        live = [j.job_id for j in find_jobs(backend, program)
-                if j.state != "deleting" and j.job_id not in deleted
-                and (program or j.job_id in job_ids)
-                and (not queued_only or j.state in ("pending", "held"))]
-        if not live:
-            break
-        backend.cancel_ids(live)
-        deleted += live
-        if i + 1 == rounds or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)  # then list again
-    return deleted
+                queued_only: bool = False, until_ended: bool = False) -> List[str]:
+    """Delete the live jobs of ``program`` (listing again until none is left, for at most
+    the backend's ``cancel_timeout``; with ``until_ended``, until every one has left the
+    listing: see `cancel_listed`), or the live ones of ``job_ids``, or with
+    ``queued_only`` the program's jobs that have not started; the ids deleted."""
+    def stoppable(j: JobInfo) -> bool:
+        return (j.state != "deleting" and (program or j.job_id in job_ids)
+                and (not queued_only or j.state in ("pending", "held")))
+    again = bool(program) and not queued_only
+    return cancel_listed(lambda: find_jobs(backend, program), stoppable,
+                         lambda ids: backend.cancel_ids(ids),
+                         timeout=backend.cancel_timeout if again else 0.0,
+                         until_ended=until_ended and again)

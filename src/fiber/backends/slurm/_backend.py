@@ -546,7 +546,7 @@ class SlurmBackend(BatchBackend):
         return _slurm_jobs.read_logs(self, job_id, tail)
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
-        return _slurm_jobs.remove_jobs(self, program, job_ids)
+        return _slurm_jobs.remove_jobs(self, program, job_ids, until_ended=True)
 
     def stop_main(self, handle: JobHandle, force: bool = False) -> None:
         """The program's job, and its processes' jobs still queued (they have this

@@ -17,13 +17,12 @@ import glob
 import os
 import re
 import tempfile
-import time
 from typing import Iterator, List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo
-from .._batch import BatchCommands, follow_job, last_lines
+from .._batch import BatchCommands, cancel_listed, follow_job, last_lines
 from ._settings import SlurmSettings
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
@@ -35,7 +34,6 @@ def _own(cfg: Optional[Config] = None) -> SlurmSettings:
     return settings(SlurmSettings, "slurm", cfg)
 
 
-_REMOVE_ROUNDS = 5  # listings by fiber stop (a program may submit a job meanwhile)
 #: Slurm job states (lower case, as listed) in which there is nothing left to stop.
 ENDING = {"completing", "completed", "cancelled", "failed", "timeout", "node_fail",
           "boot_fail", "preempted", "out_of_memory", "deadline", "revoked", "special_exit"}
@@ -105,25 +103,19 @@ def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -
 
 
 def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str] = (),
-                force: bool = False, queued_only: bool = False) -> List[str]:
-    """Cancel the unfinished jobs of ``program`` (listing again until none is left: its
-    pool may submit a replacement meanwhile, but for no longer than the backend's
-    ``cancel_timeout``), or the unfinished ones of ``job_ids``, or with ``queued_only``
-    the program's jobs that have not started; the ids cancelled (``force``: with
-    SIGKILL). Slurm goes on listing them, as cancelled, until ``MinJobAge`` has passed."""
-    cancelled: List[str] = []
-    rounds = _REMOVE_ROUNDS if program and not queued_only else 1
-    deadline = time.monotonic() + backend.cancel_timeout
-    for i in range(rounds):
-        live = [j.job_id for j in find_jobs(backend, program)
-                if j.state not in ENDING and j.job_id not in cancelled
-                and (program or j.job_id in job_ids)
-                and (not queued_only or j.state == "pending")]
-        if not live:
-            break
-        backend.cancel_ids(live, force)
-        cancelled += live
-        if i + 1 == rounds or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)  # then list again
-    return cancelled
+                force: bool = False, queued_only: bool = False,
+                until_ended: bool = False) -> List[str]:
+    """Cancel the unfinished jobs of ``program`` (listing again until none is left, for
+    at most the backend's ``cancel_timeout``; with ``until_ended``, until every one has
+    ended: see `cancel_listed`), or the unfinished ones of ``job_ids``, or with
+    ``queued_only`` the program's jobs that have not started; the ids cancelled
+    (``force``: with SIGKILL). Slurm goes on listing them, as cancelled, until
+    ``MinJobAge`` has passed."""
+    def stoppable(j: JobInfo) -> bool:
+        return (j.state not in ENDING and (program or j.job_id in job_ids)
+                and (not queued_only or j.state == "pending"))
+    again = bool(program) and not queued_only
+    return cancel_listed(lambda: find_jobs(backend, program), stoppable,
+                         lambda ids: backend.cancel_ids(ids, force),
+                         timeout=backend.cancel_timeout if again else 0.0,
+                         until_ended=until_ended and again)

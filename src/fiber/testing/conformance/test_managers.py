@@ -205,8 +205,11 @@ def test_manager_killed_mid_call_raises(ctx):
     time.sleep(0.5)
     t = time.monotonic()
     shop._process.kill()
-    th.join(30)
-    assert not th.is_alive() and time.monotonic() - t < 15
+    # a cluster ends a killed job when it gets to it (a Kubernetes node under load: tens
+    # of seconds); a job whose network goes before its process sends no FIN, and only the
+    # heartbeat (heartbeat_timeout, 30 s) then says it is gone
+    th.join(60)
+    assert not th.is_alive() and time.monotonic() - t < 45
     assert isinstance(errors[0], ConnectionLost) and "manager" in str(errors[0])
     shop.shutdown()
 
