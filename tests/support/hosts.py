@@ -29,3 +29,15 @@ def stop_hosts(hosts: Any) -> None:
     hosts.stop()
     namespaces, links = _hosts._ours(index)
     assert not namespaces and not links, f"left behind: {namespaces} {links}"
+
+
+#: What the master says of a worker that came back after a reset (one INFO line each,
+#: which may say "tasks ... lost in flight" or "nothing was lost").
+RESUMED = "connected again after its connection was reset"
+
+
+def said_lost(stderr: str) -> bool:
+    """Whether the master said, outside its resume lines, that something was lost or a
+    process is gone (a worker lost, a lifeline ended)."""
+    others = "\n".join(ln for ln in stderr.splitlines() if RESUMED not in ln)
+    return "lost" in others or "is gone" in others

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from fiber.testing import netns
 
-from support.hosts import start_hosts, stop_hosts
+from support.hosts import said_lost, start_hosts, stop_hosts
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 SECONDS = 60
@@ -104,5 +104,4 @@ def test_resets_at_a_distance_lose_and_double_no_put() -> None:
     assert r["finished"] and r["exactly_once"] and not r["errors"], r
     assert set(r["pids"]) <= set(r["pids_before"]), r
     assert r["puts_exact"] and r["child_exitcode"] == 0, r
-    assert "lost" not in cp.stderr.replace("lost in flight", "") and \
-        "is gone" not in cp.stderr, report
+    assert not said_lost(cp.stderr), report
