@@ -57,6 +57,9 @@ def test_no_timeout_is_one_listing_and_a_stuck_job_ends_the_wait_at_the_timeout(
     cluster = Cluster([_job("1", "running")], [_job("1", "completing")])
     assert cancel_listed(cluster.listing, _stoppable, cluster.cancel) == ["1"]
     assert len(cluster.listings) == 1
+    once = Cluster([_job("1", "running")], [_job("1", "completing")])
+    assert cancel_listed(once.listing, _stoppable, once.cancel, until_ended=True) == ["1"]
+    assert len(once.listings) == 1  # no timeout: one listing, whatever until_ended says
     stuck = Cluster([_job("1", "running")], [_job("1", "completing")])
     got = cancel_listed(stuck.listing, _stoppable, stuck.cancel, timeout=1.2, until_ended=True)
     assert got == ["1"] and stuck.calls == [["1"]]

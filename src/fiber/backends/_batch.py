@@ -335,7 +335,7 @@ def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[Job
     own job has ended. With ``until_ended`` (``fiber stop``), also until every job cancelled
     has ended: a replacement submitted at the master's last moment would otherwise escape
     the stop, wait in the queue, and fail when it starts without its master (a CI run saw
-    one). Without a timeout, one listing.
+    one). Without a timeout, one listing (``until_ended`` then changes nothing).
     """
     cancelled: List[str] = []
     deadline = time.monotonic() + timeout

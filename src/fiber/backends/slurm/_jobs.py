@@ -114,8 +114,8 @@ def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str
     def stoppable(j: JobInfo) -> bool:
         return (j.state not in ENDING and (program or j.job_id in job_ids)
                 and (not queued_only or j.state == "pending"))
-    again = bool(program) and not queued_only
+    again = bool(program) and not queued_only  # a program's pool may submit meanwhile
     return cancel_listed(lambda: find_jobs(backend, program), stoppable,
                          lambda ids: backend.cancel_ids(ids, force),
                          timeout=backend.cancel_timeout if again else 0.0,
-                         until_ended=until_ended and again)
+                         until_ended=until_ended)
