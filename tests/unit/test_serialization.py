@@ -33,6 +33,21 @@ def test_small_objects_stay_in_band():
     assert len(dumps({"a": b"x" * 100})) == 1
 
 
+
+def test_large_buffers_go_out_of_band_after_small_ones_and_beside_a_lambda():
+    """``dumps`` first tries every buffer in band and stops at a large one: what follows
+    it in the object (another large array, a function only cloudpickle ships) must
+    still travel, the large arrays out of band and the small ones in the pickle."""
+    small, big1, big2 = np.arange(10.0), np.random.rand(20_000), np.random.rand(30_000)
+    frames = dumps([small, big1, big2])
+    assert [memoryview(f).nbytes for f in frames[1:]] == [big1.nbytes, big2.nbytes]
+    out = loads(frames)
+    assert all(np.array_equal(a, b) for a, b in zip(out, [small, big1, big2]))
+    frames = dumps((big1, lambda x: x + 1))  # noqa: E731 - by value: the cloudpickle path
+    assert [memoryview(f).nbytes for f in frames[1:]] == [big1.nbytes]
+    arr, fn = loads(frames)
+    assert np.array_equal(arr, big1) and fn(1) == 2
+
 def test_lambdas_and_closures_by_value():
     k = 3
     f = loads(dumps(lambda x: x * k))

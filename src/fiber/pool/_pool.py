@@ -188,6 +188,8 @@ class Pool(PoolExtras):
                 chunksize += 1
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        if chunksize == 1:  # the usual map of quick tasks: a list a task, no slicing
+            return [[item] for item in items], len(items)
         return [items[i:i + chunksize] for i in range(0, len(items), chunksize)], len(items)
 
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],

@@ -106,8 +106,8 @@ def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
     header = frames[0]
     pos = 1
     out: List[Tuple[int, bool, List[Any]]] = []
-    for offset in range(_BUSY.size, len(header), _RESULT.size):
-        task_id, ok, n = _RESULT.unpack_from(header, offset)
-        out.append((task_id, bool(ok), list(frames[pos:pos + n])))
+    for task_id, ok, n in _RESULT.iter_unpack(memoryview(header)[_BUSY.size:]):
+        # a result is usually one frame: a list of it costs a third of a slice's
+        out.append((task_id, ok == 1, [frames[pos]] if n == 1 else list(frames[pos:pos + n])))
         pos += n
     return out

@@ -143,18 +143,21 @@ class PoolService(Service):
         return len(self.workers) - self.retiring
 
     def submit(self, tasks: List[Task]) -> None:
+        """Queue ``tasks`` (of one call: one function) and hand out what workers can take."""
+        if tasks:
+            self._queue_call(tasks)
+        self.dispatch()
+
+    def _queue_call(self, tasks: List[Task]) -> None:
         self.queue.extend(tasks)
         self.queued_items += sum(task.items for task in tasks)
         self.outstanding += len(tasks)
-        if tasks:
-            self.last_fid = tasks[-1].fid
-        for task in tasks:
-            self.function_refs[task.fid] += 1
+        self.last_fid = fid = tasks[0].fid
+        self.function_refs[fid] += len(tasks)
         if self.measuring:  # for the latency histogram (0.0: submitted unmeasured)
             now = time.monotonic()
             for task in tasks:
                 task.queued = now
-        self.dispatch()
 
     def release_function(self, fid: int) -> None:
         """Forget a function no task needs any more and no submitter will reuse."""
@@ -244,11 +247,11 @@ class PoolService(Service):
         """Hand queued tasks out, each to the least-loaded worker that has credit for it,
         so that a map's tasks spread over the workers (every idle worker gets one before
         any gets a second). The cost is per task handed out, not per worker."""
-        queue = self.queue
+        queue, ready, maxtasks = self.queue, self.ready, self.maxtasks
         credits: Dict[int, int] = {}  # fid -> credit, for this call
         batches: Dict[WorkerState, List[Task]] = {}
         while queue:
-            ws = self.ready.least_loaded()
+            ws = ready.least_loaded()
             if ws is None:
                 break
             task = queue[0]
@@ -265,7 +268,9 @@ class PoolService(Service):
                 ws.since = time.monotonic()
             ws.pending[task.task_id] = task
             ws.assigned += 1
-            self._refresh(ws)
+            # `_refresh` inlined (the loop's cost is per task): ``ws`` could take a task,
+            # so only this task (a suspect runs alone) or ``maxtasks`` can stop it now
+            ready.put(ws, not task.suspect and (maxtasks is None or ws.assigned < maxtasks))
             batch = batches.get(ws)
             if batch is None:
                 batches[ws] = [task]
@@ -557,7 +562,7 @@ class PoolService(Service):
         warning carries. A task that has now killed its worker too often is taken out
         of ``tasks`` (not resubmitted): it fails with WorkerLostError."""
         for task in tasks:  # every death that held a task counts, once it is charged
-            task.attempts.append(ws)
+            task.attempts += (ws,)
         if len(tasks) != 1:
             # Any of them may have been running (results of quick tasks are sent in
             # batches): none is charged now; each runs alone until it completes.

@@ -9,7 +9,7 @@ take a task in O(1). `PoolService` (`_service`) keeps them, under the hub's lock
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from ..process import Process
 from ..transport.server import Peer
@@ -43,7 +43,8 @@ class Task:
         self.items = items  # the items of the chunk (1: an apply's call)
         self.fid = fid
         self.frames = frames
-        self.attempts: List[Any] = []  # worker states that died holding this task
+        #: The worker states that died holding this task (a tuple: most tasks have none).
+        self.attempts: Tuple[Any, ...] = ()
         self.done = False
         self.call = call  # what was called, as "map(fn)": shared by the tasks of a call
         #: Held by a worker that died holding several tasks: it may be the one that killed

@@ -35,6 +35,17 @@ OOB_THRESHOLD = 64 * 1024
 Frame = Union[bytes, bytearray, memoryview]
 
 
+class _LargeBuffer(Exception):
+    """A buffer to send out of band: ``dumps``'s first try stops there."""
+
+
+def _small_buffer(buf: pickle.PickleBuffer) -> bool:
+    """``dumps``'s first try: every buffer in band, or it stops at a large one."""
+    if buf.raw().nbytes >= OOB_THRESHOLD:
+        raise _LargeBuffer
+    return True
+
+
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no hints
     """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers.
 
@@ -58,6 +69,22 @@ def dumps(obj: Any) -> List[Frame]:
     Raises:
         pickle.PicklingError, TypeError, AttributeError: ``obj`` cannot be pickled.
     """
+    # The C pickler is several times cheaper than building a cloudpickle Pickler; its
+    # output is kept unless it refers to __main__ (which the receiver may not have) or
+    # it failed on something only cloudpickle handles (lambdas, local functions). Its
+    # first try keeps every buffer in band and stops at the first large one: no closure
+    # and no list are made for the usual small message (a third of its cost).
+    large = False
+    try:
+        head = pickle.dumps(obj, protocol=5, buffer_callback=_small_buffer)
+        # find, not `in`: bytes' `in` first tries the needle as an int, and raises and
+        # clears a TypeError each time (a fifth of a small task's pickling)
+        if head.find(b"__main__") < 0:
+            return [head]
+    except _LargeBuffer:
+        large = True
+    except (pickle.PicklingError, AttributeError, TypeError):
+        pass
     buffers: List[Frame] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
@@ -67,18 +94,14 @@ def dumps(obj: Any) -> List[Frame]:
         buffers.append(view)
         return False
 
-    # The C pickler is several times cheaper than building a cloudpickle Pickler; its
-    # output is kept unless it refers to __main__ (which the receiver may not have) or
-    # it failed on something only cloudpickle handles (lambdas, local functions).
-    try:
-        head = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-        # find, not `in`: bytes' `in` first tries the needle as an int, and raises and
-        # clears a TypeError each time (a fifth of a small task's pickling)
-        if head.find(b"__main__") < 0:
-            return [head, *buffers] if buffers else [head]
-    except (pickle.PicklingError, AttributeError, TypeError):
-        pass
-    buffers.clear()
+    if large:  # again, large buffers out of band (the first try stopped at one)
+        try:
+            head = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+            if head.find(b"__main__") < 0:
+                return [head, *buffers]
+        except (pickle.PicklingError, AttributeError, TypeError):
+            pass
+        buffers.clear()
     out = io.BytesIO()
     _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
     # getvalue(), not getbuffer(): a memoryview exported from a BytesIO that outlives it (a
