@@ -40,7 +40,7 @@ def _poll(address: str, token: str) -> None:
     url = urllib.parse.urlsplit(address)
     while True:
         time.sleep(1.0)
-        for path in ("/api/snapshot", "/metrics"):
+        for path in ("/api/snapshot?workers=0:100", "/metrics"):  # the page's first page
             conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
             conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
             conn.getresponse().read()

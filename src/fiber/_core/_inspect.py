@@ -14,19 +14,20 @@ anywhere but on the hub, which refuses whoever does not hold the secret.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._log import recent_warnings
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["SERVICE", "StatusService", "add_source", "add_field", "snapshot", "pause",
-           "SLICE"]
+           "SLICE", "rows_shown", "rows_wanted", "Rows"]
 
 SERVICE = b"status"
 #: Rows a source builds at a time for a viewer (see `pause`).
@@ -34,7 +35,11 @@ SLICE = 64
 #: Seconds a viewer's thread sleeps between two slices (see `pause`).
 PAUSE_S = 0.0002
 
-_viewer = threading.local()  # .on: this thread takes a viewer's snapshot (see `snapshot`)
+#: .on: this thread takes a viewer's snapshot (see `snapshot`); .rows: the rows of a
+#: long table it shows (see `rows_shown`)
+_viewer = threading.local()
+#: ``(first, count)``: the rows of a long table (a pool's workers) a viewer shows
+Rows = Tuple[int, int]
 
 _lock = threading.Lock()
 _ids = itertools.count(1)
@@ -84,6 +89,26 @@ def pause() -> None:
     while a page was open. In slices, the hub waits for one slice at most."""
     if getattr(_viewer, "on", False):
         time.sleep(PAUSE_S)
+
+
+@contextlib.contextmanager
+def rows_shown(rows: Optional[Rows]) -> Iterator[None]:
+    """Within it, this thread's snapshots build only ``rows`` (``(first, count)``; None:
+    all) of a long table, and count the rest (a pool's workers by state): a dashboard's
+    page shows a page of a 1,024-worker table, and /metrics none of its rows."""
+    before = getattr(_viewer, "rows", None)
+    _viewer.rows = rows
+    try:
+        yield
+    finally:
+        _viewer.rows = before
+
+
+def rows_wanted() -> Optional[Rows]:
+    """The rows of a long table this thread's snapshot builds (None: all; see
+    `rows_shown`)."""
+    rows: Optional[Rows] = getattr(_viewer, "rows", None)
+    return rows
 
 
 def snapshot(viewer: bool = False) -> Dict[str, Any]:

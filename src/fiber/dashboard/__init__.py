@@ -13,6 +13,8 @@ Routes, each behind the token (``?token=``, the cookie the first visit sets, or
 
 - ``/``: the page (plain JavaScript shipped in the wheel: no CDN), refreshed every second;
 - ``/api/snapshot``: what the page shows, as JSON (what ``fiber top`` shows);
+  ``?workers=FIRST:COUNT`` gives only those rows of each pool's worker table (the page
+  asks for one page of 100), every worker still counted by state;
 - ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md));
   with the program's live jobs as their clusters see them (queued or running, asked of
   each backend at most every 5 s);
@@ -43,13 +45,14 @@ from ..errors import ConfigError
 from ..process import _cluster_view, _inspected
 from . import _metrics
 
-__all__ = ["Dashboard", "start", "parse_address", "serve_program", "CACHE_S"]
+__all__ = ["Dashboard", "start", "parse_address", "serve_program", "page", "CACHE_S"]
 
 Source = Callable[[], Dict[str, Any]]
 Stacks = Callable[[str], str]
 _COOKIE = "fiber_dashboard"
 #: Seconds a snapshot serves the requests that follow it (see `Dashboard.snapshot`).
 CACHE_S = 0.5
+
 _ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
            "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
            "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8")}
@@ -91,7 +94,8 @@ class Dashboard:
         self.token = token or secrets.token_urlsafe(24)
         self._source = source
         self._lock = threading.Lock()
-        self._cached: Optional[Tuple[float, Dict[str, Any]]] = None
+        #: rows shown -> (when, snapshot)
+        self._cached: Dict[Optional[_inspect.Rows], Tuple[float, Dict[str, Any]]] = {}
         self.stacks = stacks
         handler = type("Handler", (_Handler,), {"dashboard": self})
         self._httpd = http.server.ThreadingHTTPServer((host, port), handler)
@@ -111,16 +115,19 @@ class Dashboard:
         """The address with its token: what to open in a browser."""
         return f"{self.address}/?token={self.token}"
 
-    def snapshot(self) -> Dict[str, Any]:
-        """What the page shows now: the program's pools, processes and warnings. One
-        snapshot serves every request of the next `CACHE_S` seconds (the page's, another
-        tab's, a Prometheus scrape): at 1,024 workers a snapshot takes ~20 ms of the
-        master's CPU, so that many viewers cost what one does."""
+    def snapshot(self, rows: Optional[_inspect.Rows] = None) -> Dict[str, Any]:
+        """What the page shows now: the program's pools, processes and warnings, with
+        ``rows`` (``(first, count)``; None: all) of each pool's worker table, and every
+        worker counted (see `page`). One snapshot of each ``rows`` serves every request
+        of the next `CACHE_S` seconds (the page's, another tab's, a Prometheus scrape),
+        so that many viewers cost what one does."""
         with self._lock:
             now = time.monotonic()
-            if self._cached is None or now - self._cached[0] >= CACHE_S:
-                self._cached = (now, self._source())
-            return self._cached[1]
+            cached = self._cached.get(rows)
+            if cached is None or now - cached[0] >= CACHE_S:
+                with _inspect.rows_shown(rows):
+                    cached = self._cached[rows] = (now, page(self._source(), rows))
+            return cached[1]
 
     def close(self) -> None:
         """Stop serving (open requests end)."""
@@ -163,12 +170,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 name, kind = _ASSETS[url.path]
                 self._send(200, _asset(name), kind, cookie)
             elif url.path == "/api/snapshot":
-                body = _json(self.dashboard.snapshot()).encode()
+                rows = _rows_asked(query.get("workers", [""])[-1])
+                body = _json(self.dashboard.snapshot(rows)).encode()
                 self._send(200, body, "application/json")
             elif url.path == "/api/stack":
                 self._stack(query.get("worker", [""])[-1])
             elif url.path == "/metrics":
-                body = _metrics.render(self.dashboard.snapshot()).encode()
+                body = _metrics.render(self.dashboard.snapshot((0, 0))).encode()
                 self._send(200, body, _metrics.CONTENT_TYPE)
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
@@ -199,6 +207,48 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                              "SameSite=Strict; Path=/")
         self.end_headers()
         self.wfile.write(body)
+
+
+def _rows_asked(text: str) -> Optional[_inspect.Rows]:
+    """``?workers=FIRST:COUNT`` (the page's: one page of each pool's worker table), or
+    None (absent or not such: every row)."""
+    first, sep, count = text.partition(":")
+    try:
+        return (max(0, int(first)), max(0, int(count))) if sep else None
+    except ValueError:
+        return None
+
+
+def page(snap: Dict[str, Any], rows: Optional[_inspect.Rows]) -> Dict[str, Any]:
+    """``snap`` with only ``rows`` of each pool's workers (None: all), and each pool's
+    counts of every worker (``workers_total``, ``worker_states``, ``restarts``,
+    ``workers_from``). A program's own snapshot comes so already (its pools build only
+    those rows); an attached dashboard's (``fiber top``'s, with every row) is cut here.
+    The processes (a pool's workers among them) are counted by state
+    (``process_states``, ``processes_total``) and, with ``rows``, only the first
+    ``rows[1]`` are kept."""
+    procs = snap.get("processes")
+    if isinstance(procs, list) and "process_states" not in snap:
+        states: Dict[str, int] = {}
+        for proc in procs:
+            state = str(proc.get("state", "unknown"))
+            states[state] = states.get(state, 0) + 1
+        snap.update(processes_total=len(procs), process_states=states)
+        if rows is not None:
+            snap["processes"] = procs[:rows[1]]
+    for pool in snap.get("pools", []):
+        workers = pool.get("workers")
+        if not isinstance(workers, list) or "worker_states" in pool:
+            continue
+        by_state: Dict[str, int] = {}
+        for worker in workers:
+            by_state[worker["state"]] = by_state.get(worker["state"], 0) + 1
+        pool.update(workers_total=len(workers), worker_states=by_state, workers_from=0,
+                    restarts=sum(w["restarts"] for w in workers))
+        if rows is not None:
+            pool["workers_from"] = first = min(rows[0], len(workers))
+            pool["workers"] = workers[first:first + rows[1]]
+    return snap
 
 
 def start(source: Source, address: str, token: Optional[str] = None,
@@ -251,7 +301,8 @@ def _program_snapshot() -> Dict[str, Any]:
     """This program's snapshot, each worker with its job's last CPU and memory report,
     and its live jobs as their clusters see them (pending in the queue, running)."""
     snap = _inspect.snapshot(viewer=True)
-    usage = _inspected.stats()
+    usage = _inspected.stats({w.get("name") for p in snap.get("pools", [])
+                              for w in p.get("workers", [])})
     for pool in snap.get("pools", []):
         for worker in pool.get("workers", []):
             worker.update(usage.get(worker.get("name"), {}))

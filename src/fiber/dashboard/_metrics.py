@@ -1,6 +1,7 @@
-"""A program's snapshot (`fiber._core._inspect.snapshot`) as Prometheus metrics, in the
-text exposition format (version 0.0.4) that every Prometheus scrapes, with no exporter
-and no client library: the format is a few lines of text.
+"""A program's snapshot (`fiber._core._inspect.snapshot`, with its pools' counts of every
+worker: see `fiber.dashboard.page`) as Prometheus metrics, in the text exposition format
+(version 0.0.4) that every Prometheus scrapes, with no exporter and no client library:
+the format is a few lines of text.
 
 Every pool's series carry the label ``pool`` (its name, ``Pool-1``...). The counters
 (``_total``) count since the pool started; a pool that ended drops out.
@@ -66,22 +67,17 @@ def _lines(snap: Dict[str, Any]) -> Iterator[str]:
     yield "# TYPE fiber_pool_workers gauge"
     for pool in pools:
         counts = dict.fromkeys(WORKER_STATES, 0)
-        for worker in pool["workers"]:
-            counts[worker["state"]] = counts.get(worker["state"], 0) + 1
+        counts.update(pool.get("worker_states", {}))
         for state, n in counts.items():
             yield f'fiber_pool_workers{{pool="{_label(pool["name"])}",state="{state}"}} {n}'
     yield "# HELP fiber_pool_worker_restarts_total Workers started to replace lost ones."
     yield "# TYPE fiber_pool_worker_restarts_total counter"
     for pool in pools:
-        restarts = sum(w["restarts"] for w in pool["workers"])
+        restarts = pool.get("restarts", 0)
         yield f'fiber_pool_worker_restarts_total{{pool="{_label(pool["name"])}"}} {restarts}'
     yield "# HELP fiber_processes Processes this program started, by state."
     yield "# TYPE fiber_processes gauge"
-    states: Dict[str, int] = {}
-    for proc in snap.get("processes", []):
-        state = str(proc.get("state", "unknown"))
-        states[state] = states.get(state, 0) + 1
-    for state, n in sorted(states.items()):
+    for state, n in sorted(snap.get("process_states", {}).items()):
         yield f'fiber_processes{{state="{_label(state)}"}} {n}'
     yield "# HELP fiber_warnings_total Warnings fiber logged (lost workers, retirements...)."
     yield "# TYPE fiber_warnings_total counter"

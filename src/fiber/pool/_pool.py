@@ -50,7 +50,7 @@ from ._results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from ._status import PoolStatus, rows, snapshot, status_dict
+from ._status import PoolStatus, new_tally, rows, snapshot, status_dict, tally
 from ._worker import CALL, MAP, STARMAP
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -111,11 +111,23 @@ class Pool(PoolExtras):
 
         def describe(pool: Pool) -> Dict[str, Any]:
             # A viewer's table is built in slices, the hub's lock and the GIL let go
-            # between them (see _inspect.pause): the hub waits for a slice at most.
+            # between them (see _inspect.pause): the hub waits for a slice at most. Every
+            # worker is counted; only the rows the viewer shows are built (all for fiber
+            # top, a page for the dashboard's page, none for /metrics).
             lock, service = core.hub.lock, core.service
+            shown = _inspect.rows_wanted()
             with lock:
-                states = list(service.workers.values())
+                states = [ws for ws in service.workers.values() if not ws.lost]
                 bars = list(service.stream.bars)
+            counts = new_tally()
+            for start in range(0, len(states), 4 * _inspect.SLICE):  # 4: a count is cheap
+                _inspect.pause()
+                with lock:
+                    tally(states[start:start + 4 * _inspect.SLICE], counts)
+            first = 0
+            if shown is not None:
+                first = min(max(0, shown[0]), len(states))
+                states = states[first:first + max(0, shown[1])]
             workers: List[Dict[str, Any]] = []
             for start in range(0, len(states), _inspect.SLICE):
                 _inspect.pause()
@@ -124,8 +136,9 @@ class Pool(PoolExtras):
             _inspect.pause()
             stream = service.stream.recent(time.monotonic(), bars)
             with lock:
-                out = {"name": name,
-                       **status_dict(service, core.state, core.size, workers)}
+                out = {"name": name, **status_dict(service, core.state, core.size, workers,
+                                                   counts["running"])}
+                out.update(counts, workers_from=first)
                 service.measuring = True
                 out["stream"] = stream
                 out["durations"] = service.durations.as_dict()

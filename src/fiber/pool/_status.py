@@ -17,7 +17,7 @@ from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 from ..transport.framing import frames_nbytes  # what the pool counts of its messages
 
 __all__ = ["Rate", "Stream", "Histogram", "frames_nbytes", "WorkerStatus", "PoolStatus",
-           "rows", "status_dict", "snapshot"]
+           "rows", "status_dict", "snapshot", "new_tally", "tally"]
 
 #: Seconds over which ``tasks_per_s`` is measured.
 RATE_WINDOW_S = 10
@@ -176,6 +176,15 @@ class PoolStatus:
         return out
 
 
+def _state(ws: Any) -> str:
+    """A worker's `WorkerStatus.state` (under the hub's lock)."""
+    if ws.retiring:
+        return "retiring"
+    if ws.pending:
+        return "reconnecting" if ws.resume_by else "running"
+    return "idle" if ws.connected else "reconnecting" if ws.resume_by else "starting"
+
+
 def _row(ws: Any, now: float) -> Dict[str, Any]:
     """One worker as `WorkerStatus`'s fields, a plain dict (what the dashboard and ``fiber
     top`` receive: a frozen dataclass and its copy cost 10 ms a poll at 1,024 workers)."""
@@ -184,15 +193,11 @@ def _row(ws: Any, now: float) -> Dict[str, Any]:
     if pending:
         label: Optional[str] = next(iter(pending.values())).label
         running: Optional[float] = max(0.0, now - ws.since)
-        state = ("retiring" if ws.retiring else "reconnecting" if ws.resume_by
-                 else "running")
         held = sum(t.items for t in pending.values())
     else:
         label = running = None
-        state = ("retiring" if ws.retiring else "idle" if ws.connected
-                 else "reconnecting" if ws.resume_by else "starting")
         held = 0
-    return {"name": proc.name, "job_id": proc.job_id, "host": proc.host, "state": state,
+    return {"name": proc.name, "job_id": proc.job_id, "host": proc.host, "state": _state(ws),
             "task": label, "running_s": running, "held": held, "done": ws.done,
             "restarts": ws.restarts}
 
@@ -203,17 +208,43 @@ def rows(states: Iterable[Any], now: float) -> List[Dict[str, Any]]:
     return [_row(ws, now) for ws in states if not ws.lost]
 
 
+def new_tally() -> Dict[str, Any]:
+    """What a pool's every worker adds up to, without a row each (see `tally`)."""
+    return {"workers_total": 0, "worker_states": {}, "restarts": 0, "running": 0}
+
+
+def tally(states: Iterable[Any], into: Dict[str, Any]) -> None:
+    """Add the workers ``states`` that are not lost to ``into`` (a `new_tally`, under the
+    hub's lock): their count, their counts by state, their restarts and the tasks they
+    hold. What /metrics and a page of the worker table need of every worker: a row each
+    cost a 1,024-worker pool 10-20 ms of its hub's time a poll."""
+    by_state = into["worker_states"]
+    for ws in states:
+        if ws.lost:
+            continue
+        into["workers_total"] += 1
+        state = _state(ws)
+        by_state[state] = by_state.get(state, 0) + 1
+        into["restarts"] += ws.restarts
+        if ws.pending:
+            into["running"] += sum(t.items for t in ws.pending.values())
+
+
 def status_dict(service: Any, state: str, size: int,
-                workers: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+                workers: Optional[List[Dict[str, Any]]] = None,
+                running: Optional[int] = None) -> Dict[str, Any]:
     """`PoolStatus.as_dict` of the pool whose scheduler is ``service`` (under the hub's
-    lock), made directly; ``workers``: their `rows`, if made already. The workers come
-    in the order they were started, which is their names' (``PoolWorker-N``, numbered as
+    lock), made directly; ``workers``: their `rows`, if made already (``running``: the
+    tasks every worker holds, if ``workers`` are some of them). The workers come in the
+    order they were started, which is their names' (``PoolWorker-N``, numbered as
     started: the scheduler keeps them so)."""
     now = time.monotonic()
     if workers is None:
         workers = rows(service.workers.values(), now)
+    if running is None:
+        running = sum(w["held"] for w in workers)
     return {"state": state.lower(), "size": size, "workers": workers,
-            "pending": service.queued_items, "running": sum(w["held"] for w in workers),
+            "pending": service.queued_items, "running": running,
             "done": service.done, "failed": service.failed, "retried": service.retried,
             "tasks_per_s": round(service.rate.per_second(now), 1)}
 

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from .._core import _runtime
 from ..transport.client import Client, ConnectionLost
@@ -211,9 +211,9 @@ def register() -> InspectService:
         return _service
 
 
-def stats() -> Dict[str, Dict[str, float]]:
-    """The jobs' last reports: name -> {cpu_percent, rss_mb}; the jobs report while this
-    is asked (see the module)."""
+def stats(names: Optional[Collection[Any]] = None) -> Dict[str, Dict[str, float]]:
+    """The last reports of the jobs ``names`` (None: all): name -> {cpu_percent, rss_mb};
+    the jobs report while this is asked (see the module)."""
     service = register()
     hub = _runtime.hub()
     with hub.lock:
@@ -221,7 +221,7 @@ def stats() -> Dict[str, Dict[str, float]]:
         jobs = list(service.jobs.values())
     # read outside the lock: each report replaces a job's figures, a float at a time
     return {job.name: {"cpu_percent": job.cpu_percent, "rss_mb": round(job.rss / 2**20, 1)}
-            for job in jobs if job.at}  # those that reported
+            for job in jobs if job.at and (names is None or job.name in names)}
 
 
 def stack_of(name: str, timeout: float = 5.0) -> str:

@@ -29,7 +29,7 @@ import pytest
 
 import fiber
 from fiber._core import _inspect
-from fiber.dashboard import CACHE_S, Dashboard, start
+from fiber.dashboard import CACHE_S, Dashboard, page, start
 from fiber.errors import ConfigError
 from fiber.testing.conformance.support.waiting import unusable, wait_until
 
@@ -135,6 +135,57 @@ def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
         assert sent >= 44 * len(pickle.dumps(0.001)) and received >= 44 * len(pickle.dumps(0.001))
 
 
+def test_a_page_of_the_worker_table_and_every_worker_counted(board: Dashboard) -> None:
+    """The page asks for a page of each pool's worker table (``?workers=FIRST:COUNT``):
+    only those rows are built and sent, while every worker is still counted by state
+    (what the page says above the table, and what /metrics gives)."""
+    with fiber.Pool(4) as pool:
+        assert pool.map(slow, [0.001] * 8, 1) == [0.001] * 8
+        names = [w.name for w in pool.status().workers]
+        headers = {"Authorization": f"Bearer {board.token}"}
+
+        def mine(path: str) -> Dict[str, object]:
+            status, _, body = _get(board, path, headers)
+            assert status == 200, body
+            found = [p for p in json.loads(body)["pools"] if p.get("size") == 4
+                     and p["done"] == 8]
+            assert len(found) == 1, body
+            return found[0]
+
+        status, _, body = _get(board, "/api/snapshot?workers=1:2", headers)
+        snap = json.loads(body)  # the processes (the workers among them): the first 2
+        assert len(snap["processes"]) == 2 and snap["processes_total"] >= 4, body
+        assert sum(snap["process_states"].values()) == snap["processes_total"], body
+        paged = mine("/api/snapshot?workers=1:2")
+        assert [w["name"] for w in paged["workers"]] == names[1:3]  # type: ignore[index]
+        assert paged["workers_from"] == 1 and paged["workers_total"] == 4
+        assert paged["worker_states"] == {"idle": 4} and paged["restarts"] == 0
+        whole = mine("/api/snapshot")
+        assert [w["name"] for w in whole["workers"]] == names  # type: ignore[index]
+        past = mine("/api/snapshot?workers=8:100")  # past the end: no row, still counted
+        assert past["workers"] == [] and past["workers_total"] == 4
+        assert mine("/api/snapshot?workers=bad")["workers_total"] == 4  # not such: all
+
+
+def test_an_attached_snapshot_is_cut_to_the_page_asked() -> None:
+    """``fiber dashboard PID`` gets every row from the program (as ``fiber top``): the
+    dashboard cuts it to the page and counts what it cut."""
+    workers = [{"name": f"PoolWorker-{i}", "state": "running" if i % 2 else "idle",
+                "restarts": 1 if i == 3 else 0} for i in range(1, 6)]
+    procs = [{"name": w["name"], "state": "running"} for w in workers]
+    snap = {"pools": [{"name": "Pool-1", "workers": workers}], "processes": procs}
+    pool = page(snap, (3, 2))["pools"][0]
+    assert [w["name"] for w in pool["workers"]] == ["PoolWorker-4", "PoolWorker-5"]
+    assert pool["workers_total"] == 5 and pool["workers_from"] == 3
+    assert pool["worker_states"] == {"running": 3, "idle": 2} and pool["restarts"] == 1
+    assert [p["name"] for p in snap["processes"]] == ["PoolWorker-1", "PoolWorker-2"]
+    assert snap["processes_total"] == 5 and snap["process_states"] == {"running": 5}
+    own = {"pools": [{"name": "Pool-2", "workers": [], "worker_states": {"idle": 9},
+                      "workers_total": 9, "workers_from": 0, "restarts": 0}],
+           "processes": [], "processes_total": 9, "process_states": {"running": 9}}
+    assert page(own, (0, 100)) == own  # a program's own snapshot comes cut already
+
+
 def _chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name)
@@ -162,6 +213,8 @@ def test_the_page_in_a_real_browser_follows_a_pool_and_a_lost_worker(
         workers = re.findall(r'data-worker="(PoolWorker-\d+)" data-state="(\w+)"', dom)
         names = sorted({w for w, _ in workers})
         assert len(names) >= 4 and any(s == "running" for _, s in workers), dom
+        # the table's page: its rows of every worker, the rest counted by state
+        assert re.search(r'class="shown">workers 1-4 of 4<', dom), dom
         done = [int(m) for m in re.findall(r'class="progress">(\d+) of \d+ tasks', dom)]
         assert done and max(done) >= 8, dom
         # the task stream: bars of done tasks, on the workers' rows

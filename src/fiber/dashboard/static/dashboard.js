@@ -131,6 +131,31 @@ function keyedRows(tbody, items, key, cells, attrs, onClick) {
 
 const poolViews = new Map();  // pool name -> {section, tbody}
 
+// The worker tables show PAGE rows from workersFrom (the same page of every pool): the
+// program builds only those rows, so that a poll of a 1,024-worker pool costs it a page,
+// not the whole table. Every worker is still counted (by state, above the table).
+const PAGE = 100;
+let workersFrom = 0;
+
+function pager(p) {
+  const total = p.workers_total === undefined ? p.workers.length : p.workers_total;
+  const first = p.workers_from || 0;
+  const states = Object.entries(p.worker_states || {}).sort()
+    .map(([s, n]) => `${s} ${n}`).join(" · ");
+  const box = el("div", {class: "pager"});
+  const turn = (to) => { workersFrom = Math.max(0, to); refreshNow(); };
+  const back = el("button", {type: "button", class: "prev"}, "‹");
+  const next = el("button", {type: "button", class: "next"}, "›");
+  back.disabled = first <= 0;
+  next.disabled = first + p.workers.length >= total;
+  back.addEventListener("click", () => turn(first - PAGE));
+  next.addEventListener("click", () => turn(first + PAGE));
+  box.append(back, next, el("span", {class: "shown"},
+    total ? `workers ${first + 1}-${first + p.workers.length} of ${total}` : "no worker"),
+    el("span", {class: "muted states"}, states));
+  return box;
+}
+
 function pool(p) {
   let view = poolViews.get(p.name);
   if (!view) {
@@ -160,7 +185,7 @@ function pool(p) {
       `median under ${quantile(p.durations, 0.5)}, 99% under ${quantile(p.durations, 0.99)}` +
       (p.latency && p.latency.count ? `; submission to result: median under ${quantile(p.latency, 0.5)}` : "")));
   }
-  parts.push(stream(p), view.table);
+  parts.push(stream(p), pager(p), view.table);
   view.section.replaceChildren(...parts);
   keyedRows(view.tbody, p.workers, w => w.name,
     w => [w.name, w.job_id, w.host, [w.state, "state-" + w.state], w.task || "",
@@ -182,6 +207,10 @@ function draw(snap) {
   for (const name of [...poolViews.keys()]) if (!names.has(name)) poolViews.delete(name);
   pools.replaceChildren(...(snap.pools.length ? snap.pools.map(pool)
                                                : [el("p", {class: "muted"}, "no pool")]));
+  const procs = snap.processes_total === undefined ? snap.processes.length : snap.processes_total;
+  document.getElementById("processes-shown").textContent =
+    (procs > snap.processes.length ? `(the first ${snap.processes.length} of ${procs}; ` : `(${procs}; `) +
+    Object.entries(snap.process_states || {}).sort().map(([s, n]) => `${s} ${n}`).join(" · ") + ")";
   keyedRows(document.querySelector("#processes tbody"), snap.processes, p => p.name,
     p => [p.name, p.job_id, p.host, p.pid, p.state, seconds(p.running_s)],
     p => ({"data-process": p.name}));
@@ -225,10 +254,14 @@ async function showStack(name) {
 // Each update's time, kept for benchmarks/dashboard_page.py: [fetch and parse ms, draw ms].
 const timings = window.fiberTimings = [];
 
+let timer = null;
+
 async function refresh() {
+  clearTimeout(timer);
   try {
     const start = performance.now();
-    const response = await fetch("api/snapshot", {cache: "no-store", credentials: "same-origin"});
+    const response = await fetch(`api/snapshot?workers=${workersFrom}:${PAGE}`,
+                                 {cache: "no-store", credentials: "same-origin"});
     if (response.ok) {
       const snap = await response.json();
       const fetched = performance.now();
@@ -239,7 +272,13 @@ async function refresh() {
   } catch (e) {
     document.getElementById("updated").textContent = "the program is not answering";
   }
-  setTimeout(refresh, 1000);
+  timer = setTimeout(refresh, 1000);
+}
+
+// A page turned: its rows now, not at the next second's update.
+function refreshNow() {
+  clearTimeout(timer);
+  refresh();
 }
 
 refresh();
