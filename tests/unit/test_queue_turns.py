@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, List, Sequence, Set, Tuple
 
 from fiber._core._served import encode_wait
-from fiber.queues._queue import QueueService
+from fiber.queues._service import QueueService
 
 
 class _Server:

@@ -33,7 +33,7 @@ from fiber.pool._protocol import (
 from fiber.pool._service import PoolService
 from fiber.process._inspected import InspectOps, InspectService
 from fiber.process._launcher import LaunchOps, LaunchService
-from fiber.queues._queue import QueueOps, QueueService
+from fiber.queues._service import QueueOps, QueueService
 from fiber.sharedctypes import ValueOps, ValueService
 from fiber.synchronize._barrier import BarrierOps, BarrierService
 from fiber.synchronize._condition import ConditionOps, ConditionService

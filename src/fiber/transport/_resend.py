@@ -23,7 +23,8 @@ Kept messages are dropped as the kernel acknowledges them (``TCP_INFO``'s
 ``getsockopt``), so a client keeps about a round trip's worth. Where the kernel does not
 say (not Linux), nothing is kept. Unix sockets (one host) are never reset by a link. Not
 covered: replies and the server's pushes (a call in flight across a reset fails with
-``ConnectionLost``); a pool resumes its own (``fiber.pool._resume``). Orphans that no
+``ConnectionLost``), but a queue's ``get`` is asked again and answered with the same item
+(``fiber.queues._receipts``), and a pool resumes its own (``fiber.pool._resume``). Orphans that no
 connection could take are said on stderr, at the latest at the process's exit.
 """
 
@@ -39,7 +40,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 from .operations import Service, handles
 from .peers import Peer
 
-__all__ = ["SentLog", "Orphans", "orphan", "take_orphans", "send_orphans", "deliver_orphans",
+__all__ = ["SentLog", "Orphans", "orphan", "has_orphans", "take_orphans", "send_orphans",
+           "deliver_orphans",
            "say_undelivered", "bytes_acked", "RESEND_SERVICE", "EndedPeers", "ResendOps"]
 
 #: The service every server has for it (a name no registered service can take).
@@ -200,6 +202,12 @@ def _put_back(address: str, failed: int, rest: List[Orphans]) -> None:
         mine = [batch for batch in queue if batch[0] == failed]
         others = [batch for batch in queue if batch[0] != failed]
         queue[:] = mine + rest + others
+
+
+def has_orphans(address: str) -> bool:
+    """Whether messages to ``address`` wait for a new connection to it."""
+    with _lock:
+        return bool(_orphans.get(address))
 
 
 def take_orphans(address: str) -> List[Orphans]:

@@ -38,6 +38,12 @@ class Peer:
         self.reset = False
         self.received = 0  # messages read from it (see fiber.transport._resend)
 
+    @property
+    def may_reset(self) -> bool:
+        """Whether a link can reset its connection (TCP: not a Unix socket, nor a thread
+        of the server's own process)."""
+        return self.conn is not None and not self.conn.reader.unix
+
 
 class LocalPeer(Peer):
     """A thread of this process calling services directly; replies wake it up."""

@@ -244,6 +244,22 @@ def test_connections_reset_while_both_ends_live_lose_no_worker(hosts: netns.Host
     assert not said_lost(stderr), stderr
 
 
+def test_a_consumer_whose_connections_are_reset_takes_each_item_once(
+        hosts: netns.Hosts) -> None:
+    """Issue 30: a Process on host 2 takes 6,000 items from a queue of the master's, most
+    of them lent ahead to it, while every TCP connection of host 2 to the master is
+    aborted twice (``ss -K``). No item is taken twice (an ``ack`` that a reset lost is
+    sent again while the hub still holds the lease's items) and none is lost (a ``get``
+    whose reply a reset lost is asked again, and answered with the same item); the
+    consumer sees no error."""
+    r, stderr = _scenario(hosts, "mh_reset_consumer.py", "2", timeout=SCRIPT_TIMEOUT + 120)
+    assert all(n >= 1 for n in r["killed"]), r
+    assert r["n_twice"] == 0 and r["n_missing"] == 0, r
+    assert r["took"] == 6000 and r["errors"] == [] and r["left"] == 0, r
+    assert r["child_exitcode"] == 0, (r, stderr[-3000:])
+    assert not said_lost(stderr), stderr
+
+
 def test_pool_across_hosts(hosts: netns.Hosts) -> None:
     r = run_scenario(hosts, "mh_pool.py")
     host_ips = set(r["host_ips"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -55,3 +56,11 @@ def join_all(procs: Any, timeout: float = TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
+
+
+def reset_host(hosts: Any, i: int) -> int:
+    """Abort every TCP socket of host ``i`` whose peer is the master (``ss -K`` in its
+    namespace: the kernel's own abort, as a middlebox's reset); how many it aborted."""
+    cp = subprocess.run([*hosts.exec_prefix(i), "ss", "-K", "dst", hosts.root_ip],
+                        capture_output=True, text=True, timeout=30)
+    return cp.stdout.count("ESTAB")

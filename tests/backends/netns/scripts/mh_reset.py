@@ -13,7 +13,6 @@ Usage: ``mh_reset.py RESETS`` (how many resets, 3 s apart). Prints RESULT.
 
 import logging
 import os
-import subprocess
 import threading
 import time
 
@@ -39,12 +38,6 @@ def producer(q, n, lock, hold):
             time.sleep(0.004)
         time.sleep(hold)
 
-
-def reset_host(hosts, i):
-    """Abort every TCP socket of host ``i`` whose peer is the master."""
-    cp = subprocess.run([*hosts.exec_prefix(i), "ss", "-K", "dst", hosts.root_ip],
-                        capture_output=True, text=True, timeout=30)
-    return cp.stdout.count("ESTAB")
 
 
 def main():
@@ -82,7 +75,7 @@ def main():
         for _ in range(resets):
             time.sleep(1.0)
             first_reset = first_reset or time.monotonic()
-            out["killed"].append(reset_host(hosts, 2))
+            out["killed"].append(_common.reset_host(hosts, 2))
             time.sleep(2.0)
         # past the server's wait for a reset process to anchor again: the lock is
         # still the producer's (its process lives), not freed as a dead holder's

@@ -1,0 +1,274 @@
+"""The hub's side of a queue: ``QueueService``, the state of one queue on its creator's
+hub thread, and the protocol's operations (the handles' side, and the protocol's
+picture, are in `fiber.queues._queue`)."""
+
+from __future__ import annotations
+
+import collections
+import struct
+from typing import Any, Deque, List, Optional, Tuple
+
+from .._core._served import decode_wait
+from .._log import info
+from ..transport.framing import frames_nbytes
+from ..transport.operations import handles
+from ..transport.server import REANCHOR_WAIT_S, Peer, Server, Service, Timer
+from ._lending import LEND_BYTES, RECALL, LendOps, Loans, pack_loan
+from ._reader import ReadySignal
+from ._receipts import Receipts
+
+__all__ = ["QueueOps", "QueueService"]
+
+#: a waiting get: its connection, request id, timer and ticket (see _receipts)
+_Waiter = Tuple[Peer, bytes, Optional[Timer], bytes]
+#: A parked bounded put: (peer, req_id, timer, frames, ticket).
+_Putter = Tuple[Peer, bytes, Optional[Timer], List[Any], bytes]
+
+
+class QueueOps:
+    """The queue protocol's operations (requests to a `QueueService`)."""
+
+    PUT = b"put"
+    PUT_WAIT = b"put_wait"
+    WITHDRAW = b"withdraw"
+    GET = b"get"
+    UNGET = b"unget"
+    SIZE = b"size"
+    TASK_DONE = b"task_done"
+    JOIN = b"join"
+    SYNC = b"sync"
+    # items lent ahead to a consumer elsewhere (fiber.queues._lending)
+    PULL = LendOps.PULL
+    ACK = LendOps.ACK
+    RETURN = LendOps.RETURN
+
+
+class QueueService(Service):
+    """The state of one queue, on its creator's hub thread."""
+
+    protocol = "queue"
+
+    def __init__(self, maxsize: int, joinable: bool) -> None:
+        self.maxsize = maxsize
+        self.joinable = joinable
+        self.items: Deque[List[Any]] = collections.deque()
+        self.getters: Deque[_Waiter] = collections.deque()
+        self.putters: Deque[_Putter] = collections.deque()
+        self.joiners: List[Tuple[Peer, bytes]] = []
+        self.unfinished = 0
+        #: Items lent ahead to consumers on other processes (see fiber.queues._lending):
+        #: still in the queue until taken.
+        self.loans = Loans()
+        #: The last item handed to each getter elsewhere, until it is known to have
+        #: arrived (see fiber.queues._receipts).
+        self.receipts = Receipts()
+        #: Set by the queue's ``_reader`` (see fiber.queues._reader) once it is used.
+        self.signal: Optional[ReadySignal] = None
+
+    def _full(self) -> bool:
+        return 0 < self.maxsize <= len(self.items) + self.loans.count
+
+    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        super().handle(server, peer, op, req_id, payload)
+        if self.signal is not None:  # the creator may be waiting on its _reader
+            self.signal.show(bool(self.items))
+            self._recall(server)
+
+    @handles(QueueOps.PUT)
+    def put(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Unbounded, fire-and-forget: the item's frames."""
+        self._add(server, payload)
+
+    @handles(QueueOps.PUT_WAIT)
+    def put_wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Bounded: ``[wait, ticket, *frames]``, always answered."""
+        self._put_wait(server, peer, req_id, decode_wait(payload[0]), bytes(payload[1]),
+                       payload[2:])
+
+    @handles(QueueOps.WITHDRAW)
+    def withdraw(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """The caller of a bounded put gave up."""
+        self._withdraw(server, peer, bytes(payload[0]))
+
+    @handles(QueueOps.GET)
+    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[wait, ticket]``: an item, now or once one comes (or ``empty``)."""
+        wait = decode_wait(payload[0])
+        asked = bytes(payload[1]) if len(payload) > 1 else b""
+        again = self.receipts.again(asked, peer)
+        if again is not None:  # its reply was lost in a reset: the same item again
+            info("a get's reply, cut off by a connection's reset, was sent again")
+            server.reply(peer, req_id, *again)
+        elif self.items:
+            self._hand_out(server, peer, req_id, asked)
+        elif wait == 0:
+            server.reply(peer, req_id, b"empty")
+            self._recall(server)  # a get that polls must not starve either
+        else:
+            getter: _Waiter = (peer, req_id, None, asked)
+            timer = None if wait is None else server.call_later(
+                wait, lambda: self._expire(server, self.getters, getter, b"empty"))
+            self.getters.append((peer, req_id, timer, asked))
+            self._serve(server)  # recalls what is lent, if anything is
+
+    @handles(QueueOps.UNGET)
+    def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A late reply to an abandoned get: the item goes back to the front."""
+        self.items.appendleft(payload)
+        self._serve(server)
+
+    @handles(QueueOps.SIZE)
+    def size(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok",
+                     [struct.pack("<q", len(self.items) + self.loans.count)])
+
+    @handles(QueueOps.PULL)
+    def pull(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Lend up to ``n`` items (and `LEND_BYTES`, at least one) to a consumer's lease;
+        none while a ``get`` waits (it goes first). Answered ``more`` if items remain."""
+        (n,) = struct.unpack("<Q", payload[0])
+        key = bytes(payload[1])
+        lent: List[List[Any]] = []
+        size = 0
+        while self.items and len(lent) < n and size < LEND_BYTES and not self.getters:
+            item = self.items.popleft()
+            lent.append(item)
+            size += frames_nbytes(item)
+        first = self.loans.lend(peer, key, lent)
+        if not server.reply(peer, req_id, b"more" if self.items else b"ok",
+                            pack_loan(first, lent)):
+            self._put_back(server, self.loans.give_back(key))  # the consumer vanished
+
+    @handles(QueueOps.ACK)
+    def ack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """A consumer took lent items: they left the queue (room for a bounded put)."""
+        self.loans.take(bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]])
+        self._admit_putters(server)
+
+    @handles(QueueOps.RETURN)
+    def give_back(self, server: Server, peer: Peer, req_id: bytes,
+                  payload: List[Any]) -> None:
+        """A consumer gives back lent items it did not take (recalled, or closing)."""
+        self._put_back(server, self.loans.give_back(
+            bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]]))
+
+    def _put_back(self, server: Server, items: List[List[Any]]) -> None:
+        """Lent items come back, in queue order, to the front of the queue."""
+        self.items.extendleft(reversed(items))
+        self._serve(server)
+
+    @handles(QueueOps.TASK_DONE)
+    def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        if self.unfinished <= 0:
+            raise ValueError("task_done() called too many times")
+        self.unfinished -= 1
+        server.reply(peer, req_id, b"ok")
+        if self.unfinished == 0:
+            for jpeer, jreq in self.joiners:
+                server.reply(jpeer, jreq, b"ok")
+            self.joiners.clear()
+
+    @handles(QueueOps.JOIN)
+    def join(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        if self.unfinished == 0:
+            server.reply(peer, req_id, b"ok")
+        else:
+            self.joiners.append((peer, req_id))
+
+    @handles(QueueOps.SYNC)
+    def sync(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """Answered once every request sent before it on the connection was handled."""
+        server.reply(peer, req_id, b"ok")
+
+    def _put_wait(self, server: Server, pid: Peer, req_id: bytes, wait: Optional[float],
+                  ticket: bytes, frames: List[Any]) -> None:
+        if not self._full():
+            self._add(server, frames)
+            server.reply(pid, req_id, b"ok")
+        elif wait == 0:
+            server.reply(pid, req_id, b"full")
+        else:
+            entry = (pid, req_id)
+            timer = None if wait is None else server.call_later(
+                wait, lambda: self._expire(server, self.putters, entry, b"full"))
+            self.putters.append((pid, req_id, timer, frames, ticket))
+
+    def _withdraw(self, server: Server, pid: Peer, ticket: bytes) -> None:
+        """Drop the put ``ticket`` if still parked: it never happened. If it was admitted
+        (or timed out) before this arrived, there is nothing to undo."""
+        for i, (ppid, preq, timer, _, pticket) in enumerate(self.putters):
+            if ppid is pid and pticket == ticket:
+                del self.putters[i]
+                if timer is not None:
+                    timer.cancel()
+                server.reply(pid, preq, b"withdrawn")  # consumes the caller's late handler
+                return
+
+    def _add(self, server: Server, frames: List[Any]) -> None:
+        self.items.append(frames)
+        if self.joinable:
+            self.unfinished += 1
+        self._serve(server)
+
+    def _hand_out(self, server: Server, pid: Peer, req_id: bytes, asked: bytes) -> bool:
+        frames = self.items.popleft()
+        # "more": items wait behind this one, so a consumer elsewhere may pull some ahead
+        status = b"more" if self.items else b"ok"
+        if not server.reply(pid, req_id, status, frames):
+            self.items.appendleft(frames)  # the reader vanished: keep the item
+            return False
+        self.receipts.handed(asked, status, frames, pid)
+        self._admit_putters(server)
+        return True
+
+    def _admit_putters(self, server: Server) -> None:
+        while self.putters and not self._full():
+            ppid, preq, timer, frames, _ = self.putters.popleft()
+            if timer is not None:
+                timer.cancel()
+            self.items.append(frames)
+            if self.joinable:
+                self.unfinished += 1
+            server.reply(ppid, preq, b"ok")
+
+    def _serve(self, server: Server) -> None:
+        while self.items and self.getters:
+            gpid, greq, timer, asked = self.getters.popleft()
+            if timer is not None:
+                timer.cancel()
+            self._hand_out(server, gpid, greq, asked)
+        if self.getters:
+            self._recall(server)
+
+    def _recall(self, server: Server) -> None:
+        """A get found the queue empty while consumers hold lent items: recall them (once
+        a loan: see Loans.to_recall)."""
+        if not self.items and self.loans.count:
+            for peer in self.loans.to_recall():
+                server.send(peer, [b"", RECALL])
+
+    def _expire(self, server: Server, waiters: Deque[Any], entry: Any, status: bytes) -> None:
+        for i, w in enumerate(waiters):
+            if w[0] is entry[0] and w[1] == entry[1]:
+                del waiters[i]
+                server.reply(entry[0], entry[1], status)
+                return
+
+    def peer_gone(self, server: Server, peer: Peer) -> None:
+        for waiters in (self.getters, self.putters):
+            for w in [w for w in waiters if w[0] is peer]:
+                if w[2] is not None:
+                    w[2].cancel()
+                waiters.remove(w)  # type: ignore[arg-type]
+        self.joiners = [j for j in self.joiners if j[0] is not peer]
+        self.receipts.peer_gone(server, peer)
+        if peer.reset:  # it may live: a late ack of its (sent again) must find its items
+            key = self.loans.orphan(peer)
+            if key is not None:
+                server.call_later(REANCHOR_WAIT_S,
+                                  lambda: self._put_back(server, self.loans.give_back(key)))
+            return
+        back = self.loans.give_back(self.loans.key_of(peer))
+        if back:  # a consumer's lease ended with items it had not taken
+            self._put_back(server, back)
