@@ -13,7 +13,8 @@ from typing import Optional
 
 from ..config import get_config
 from ..transport import client as transport_client
-from ..transport.client import Channel, Client
+from ..transport.client import Client
+from ..transport.local import Channel
 
 __all__ = ["get_client", "own_client", "plain_client", "ensure_anchor", "adopt_anchor"]
 

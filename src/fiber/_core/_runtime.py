@@ -20,7 +20,7 @@ from .. import _machine
 from ..backends import get_backend
 from ..config import get_config
 from ..transport import auth
-from ..transport.client import register_local_server, unregister_local_server
+from ..transport.local import register_local_server, unregister_local_server
 from ..transport.server import Server
 from ..transport.sockets import split_address
 from . import _inspect

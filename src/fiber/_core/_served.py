@@ -21,7 +21,8 @@ from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..transport import auth
-from ..transport.client import CannotConnect, ConnectionLost, LateReply
+from ..transport.client import CannotConnect, ConnectionLost
+from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 from ..transport.server import Server, Service

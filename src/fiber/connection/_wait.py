@@ -26,7 +26,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .._core._clients import get_client
 from .._core._served import encode_wait
-from ..transport.client import Client, ConnectionLost, LateReply
+from ..transport.client import Client, ConnectionLost
+from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 from ._pipe import Connection, wait_frames

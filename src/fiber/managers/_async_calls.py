@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .._core._clients import get_client, own_client
 from ..errors import TimeoutError
-from ..transport.client import Client, ConnectionLost, local_server
+from ..transport.client import Client, ConnectionLost
+from ..transport.local import local_server
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 

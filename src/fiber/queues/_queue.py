@@ -48,7 +48,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from .._core._served import Handle, decode_wait, encode_wait
 from ..config import get_config
-from ..transport.client import CannotConnect, ConnectionLost, LateReply, local_server
+from ..transport.client import CannotConnect, ConnectionLost
+from ..transport.local import LateReply, local_server
 from ..transport.serialization import loads
 from ..transport.unpicklable import dumps_explained
 from . import _receipts

@@ -6,8 +6,8 @@ no helper thread in between. It reads nothing until the server proved it holds t
 A closed or broken connection raises `ConnectionLost`; a client never reconnects on
 its own.
 
-In the process that runs the server, `LocalClient` calls the services directly, and
-waits for a reply by serving the server's connections itself (``Server.wait_serving``).
+In the process that runs the server, ``fiber.transport.local.LocalClient`` calls the
+services directly, and waits for a reply by serving the server's connections itself.
 
 `get_client` caches one client per thread and address. The first connection a
 process makes to a server is its *anchor*, kept open until the process ends, so that the
@@ -25,26 +25,23 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from ..errors import AuthenticationError, TransportError
 from . import _resend, auth
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
-from .peers import LocalPeer, Peer
+from .local import Channel, LateReply, LocalClient, Reply, local_server, spin_of
 from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
-__all__ = ["Client", "LocalClient", "ConnectionLost", "CannotConnect", "get_client",
+__all__ = ["Client", "ConnectionLost", "CannotConnect", "get_client",
            "current_anchor", "closed_by_peer",
            "own_client", "process_id", "connect_timeout",
-           "close_all", "ensure_anchor", "adopt_anchor", "register_local_server",
-           "prune_closed", "Settings", "DEFAULTS", "local_server", "renew_process_id",
-           "Channel", "OwnServer"]
+           "close_all", "ensure_anchor", "adopt_anchor",
+           "prune_closed", "Settings", "DEFAULTS", "renew_process_id"]
 
-Reply = Tuple[bytes, List[Any]]
-LateReply = Callable[[bytes, List[Any]], None]
 
 
 class ConnectionLost(TransportError):
@@ -322,7 +319,7 @@ class Client:
 
     def _wait(self, req_id: bytes, timeout: Optional[float]) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
-        spin = _spin(self._settings) if not self._reader.messages else 0.0
+        spin = spin_of(self._settings) if not self._reader.messages else 0.0
         if spin:  # a quick reply is then read without a wake-up (see fiber.transport.cpus)
             self.poll(spin if timeout is None else min(spin, timeout))
         while True:
@@ -367,131 +364,10 @@ class Client:
         return msg
 
 
-class Channel(Protocol):
-    """What `get_client` gives: a `Client` (a connection) or a
-    `LocalClient` (this process's own server, called directly)."""
-
-    address: str
-    lost: bool
-
-    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
-                timeout: Optional[float] = None,
-                on_late: Optional[LateReply] = None) -> Reply: ...
-
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None: ...
-
-    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
-              on_reply: LateReply) -> bytes: ...
-
-
-class OwnServer(Protocol):
-    """What a `LocalClient` uses of this process's own server (a
-    `Server`, which imports this module)."""
-
-    address: str
-    lock: threading.RLock
-
-    @property
-    def alive(self) -> bool: ...
-
-    def local_peer(self) -> LocalPeer: ...
-
-    def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
-                 payload: List[Any]) -> None: ...
-
-    def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
-                     wait: Callable[[Optional[float]], bool],
-                     spin: Optional[Callable[[], float]] = None) -> bool: ...
-
-
-class LocalClient:
-    """Calls the services of this process's own server directly, under its lock."""
-
-    lost = False
-
-    def __init__(self, server: OwnServer, settings: SettingsSource = _defaults) -> None:
-        self.address = server.address
-        self._server = server
-        self._ids = itertools.count(1)
-        self._spin = lambda: _spin(settings)
-
-    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
-                timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
-        server = self._server
-        peer = server.local_peer()
-        req_id = struct.pack("<Q", next(self._ids))
-        payload = _own(frames)
-        replies = peer.replies
-
-        def wait(left: Optional[float]) -> bool:
-            with server.lock:
-                return peer.cond.wait_for(lambda: req_id in replies, left)
-
-        with server.lock:
-            server.dispatch(peer, service, op, req_id, payload)
-        try:
-            if not server.wait_serving(lambda: req_id in replies, timeout, wait, self._spin):
-                raise TimeoutError(f"no reply from {service!r} within {timeout} s")
-        except BaseException:
-            with server.lock:
-                got = replies.pop(req_id, None)
-                if got is None and on_late is not None:
-                    peer.late[req_id] = on_late
-                elif got is not None and on_late is not None:
-                    on_late(*got)  # answered just as we gave up: hand it back
-            raise
-        return replies.pop(req_id)
-
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
-        server = self._server
-        payload = _own(frames)
-        with server.lock:
-            server.dispatch(server.local_peer(), service, op, b"", payload)
-
-    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
-              on_reply: LateReply) -> bytes:
-        """As `Client.start`; ``on_reply`` is called under the server's lock, on
-        whichever thread answers (this one, when the answer is immediate)."""
-        server = self._server
-        peer = server.local_peer()
-        req_id = struct.pack("<Q", next(self._ids))
-        payload = _own(frames)
-        with server.lock:
-            peer.late[req_id] = on_reply
-            server.dispatch(peer, service, op, req_id, payload)
-        return req_id
-
-
-def _spin(settings: SettingsSource) -> float:
-    """Seconds a thread waiting for a reply may poll first (see fiber.transport.cpus)."""
-    return float(settings().spin_us) * 1e-6
-
-
-def _own(frames: Sequence[Any]) -> List[Any]:
-    """Copies of the caller's buffers: it may change them once we return, and a queue
-    keeps them. Large ones become writable bytearrays, handed on without another copy."""
-    return [bytes(f) if memoryview(f).nbytes < 65536 else bytearray(f) for f in frames]
-
-
 _local = threading.local()
 _all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 _anchors: Dict[str, Client] = {}
 _anchor_lock = threading.Lock()
-_local_servers: Dict[str, OwnServer] = {}
-
-
-def register_local_server(server: OwnServer) -> None:
-    """Route this process's calls to ``server`` through `LocalClient`."""
-    _local_servers[server.address] = server
-
-
-def unregister_local_server(server: OwnServer) -> None:
-    _local_servers.pop(server.address, None)
-
-
-def local_server(address: str) -> Optional[OwnServer]:
-    """This process's own server at ``address`` (registered), or None."""
-    return _local_servers.get(address)
 
 
 def get_client(address: str, timeout: Optional[float] = None, *,
@@ -509,7 +385,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
     client = cache.get(address)
     if client is not None and not client.lost:
         return client
-    server = _local_servers.get(address)
+    server = local_server(address)
     if server is not None and server.alive:
         client = cache[address] = LocalClient(server, settings)
         return client

@@ -1,0 +1,145 @@
+"""The in-process side of a `Server`: a thread of the process that runs the server calls
+its services directly (`LocalClient`), with no socket, and waits for a reply by serving
+the server's connections itself (``Server.wait_serving``). `Channel` is what a caller
+gets from ``get_client``: a `LocalClient` for this process's own server, a connection
+(``fiber.transport.client.Client``) for any other."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import threading
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from .peers import LocalPeer, Peer
+from .settings import SettingsSource
+from .settings import defaults as _defaults
+
+__all__ = ["Channel", "OwnServer", "LocalClient", "Reply", "LateReply", "spin_of",
+           "register_local_server", "unregister_local_server", "local_server"]
+
+Reply = Tuple[bytes, List[Any]]
+LateReply = Callable[[bytes, List[Any]], None]
+
+
+class Channel(Protocol):
+    """What `get_client` gives: a `Client` (a connection) or a
+    `LocalClient` (this process's own server, called directly)."""
+
+    address: str
+    lost: bool
+
+    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+                timeout: Optional[float] = None,
+                on_late: Optional[LateReply] = None) -> Reply: ...
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None: ...
+
+    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+              on_reply: LateReply) -> bytes: ...
+
+
+class OwnServer(Protocol):
+    """What a `LocalClient` uses of this process's own server (a
+    `Server`, which imports this module)."""
+
+    address: str
+    lock: threading.RLock
+
+    @property
+    def alive(self) -> bool: ...
+
+    def local_peer(self) -> LocalPeer: ...
+
+    def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
+                 payload: List[Any]) -> None: ...
+
+    def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
+                     wait: Callable[[Optional[float]], bool],
+                     spin: Optional[Callable[[], float]] = None) -> bool: ...
+
+
+class LocalClient:
+    """Calls the services of this process's own server directly, under its lock."""
+
+    lost = False
+
+    def __init__(self, server: OwnServer, settings: SettingsSource = _defaults) -> None:
+        self.address = server.address
+        self._server = server
+        self._ids = itertools.count(1)
+        self._spin = lambda: spin_of(settings)
+
+    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+                timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
+        server = self._server
+        peer = server.local_peer()
+        req_id = struct.pack("<Q", next(self._ids))
+        payload = _own(frames)
+        replies = peer.replies
+
+        def wait(left: Optional[float]) -> bool:
+            with server.lock:
+                return peer.cond.wait_for(lambda: req_id in replies, left)
+
+        with server.lock:
+            server.dispatch(peer, service, op, req_id, payload)
+        try:
+            if not server.wait_serving(lambda: req_id in replies, timeout, wait, self._spin):
+                raise TimeoutError(f"no reply from {service!r} within {timeout} s")
+        except BaseException:
+            with server.lock:
+                got = replies.pop(req_id, None)
+                if got is None and on_late is not None:
+                    peer.late[req_id] = on_late
+                elif got is not None and on_late is not None:
+                    on_late(*got)  # answered just as we gave up: hand it back
+            raise
+        return replies.pop(req_id)
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+        server = self._server
+        payload = _own(frames)
+        with server.lock:
+            server.dispatch(server.local_peer(), service, op, b"", payload)
+
+    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+              on_reply: LateReply) -> bytes:
+        """As `Client.start`; ``on_reply`` is called under the server's lock, on
+        whichever thread answers (this one, when the answer is immediate)."""
+        server = self._server
+        peer = server.local_peer()
+        req_id = struct.pack("<Q", next(self._ids))
+        payload = _own(frames)
+        with server.lock:
+            peer.late[req_id] = on_reply
+            server.dispatch(peer, service, op, req_id, payload)
+        return req_id
+
+
+def spin_of(settings: SettingsSource) -> float:
+    """Seconds a thread waiting for a reply may poll first (see fiber.transport.cpus)."""
+    return float(settings().spin_us) * 1e-6
+
+
+def _own(frames: Sequence[Any]) -> List[Any]:
+    """Copies of the caller's buffers: it may change them once we return, and a queue
+    keeps them. Large ones become writable bytearrays, handed on without another copy."""
+    return [bytes(f) if memoryview(f).nbytes < 65536 else bytearray(f) for f in frames]
+
+
+_local_servers: Dict[str, OwnServer] = {}
+
+
+def register_local_server(server: OwnServer) -> None:
+    """Route this process's calls to ``server`` through `LocalClient`."""
+    _local_servers[server.address] = server
+
+
+def unregister_local_server(server: OwnServer) -> None:
+    _local_servers.pop(server.address, None)
+
+
+def local_server(address: str) -> Optional[OwnServer]:
+    """This process's own server at ``address`` (registered), or None."""
+    return _local_servers.get(address)
