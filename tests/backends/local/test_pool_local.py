@@ -223,3 +223,28 @@ def test_an_ended_pool_writes_nothing_to_the_pipes_made_after_it(ctx):
         for r, w in pipes:
             os.close(r)
             os.close(w)
+
+
+def test_a_pool_collected_while_the_runtime_starts_its_hub_is_terminated_not_hung() -> None:
+    """Garbage collection runs a dropped pool's finalizer wherever it strikes: in ci22
+    (Python 3.13) inside ``_runtime.hub()``, which holds the runtime's lock, and the
+    finalizer's termination asked for that lock again: the test waited for ever. The
+    finalizer is called here as garbage collection called it there, under that lock:
+    it must return at once and the pool still end (on a thread of its own)."""
+    from fiber._core import _runtime
+    from fiber.pool._poolcore import TERMINATE, terminate_collected
+
+    pool = fiber.Pool(1)
+    assert pool.apply(abs, (-1,)) == 1
+    core = core_of(pool)
+    returned = threading.Event()
+
+    def collected_in_hub() -> None:
+        with _runtime._lock:  # noqa: SLF001 - where the collection struck
+            terminate_collected(core)
+        returned.set()
+
+    threading.Thread(target=collected_in_hub, daemon=True).start()
+    assert returned.wait(15), "the finalizer waited for the lock it was called under"
+    wait_until(lambda: core.state == TERMINATE and not core.maintainer.is_alive(), 60,
+               message="the collected pool terminated")
