@@ -113,6 +113,12 @@ def on_main_hub(hook: Callable[[], None]) -> None:
     _main_hub_hooks.append(hook)
 
 
+def starting_hub() -> bool:
+    """Whether a thread is in `hub` (holding its lock): code that garbage collection may
+    run there (a finalizer) must not call `hub` itself, in this thread."""
+    return _lock.locked()
+
+
 def hub_if_started() -> Optional[Server]:
     return _hub if _hub is not None and _hub_pid == os.getpid() else None
 

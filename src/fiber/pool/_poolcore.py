@@ -449,17 +449,17 @@ class PoolCore:
 
 def terminate_collected(core: PoolCore) -> None:
     """A pool dropped by its user (or left at exit): terminate it. Garbage collection may
-    run this in any thread at any moment: inside a lock that terminating needs (the
-    hub's, held by a thread the hub's thread waits to see started; the runtime's, while
-    it starts the hub: a pool collected there waited for ever, ci22). So it is done on a
-    thread of its own, and here only at the interpreter's exit (its main thread has ended
-    then; Python 3.12 refuses new threads, and the output the workers wrote must be on
-    the terminal before the program ends)."""
-    if threading.main_thread().is_alive():
-        try:
-            threading.Thread(target=core.terminate, name="fiber-pool-collected",
-                             daemon=True).start()
-            return
-        except RuntimeError:  # no new thread now: terminate here
-            pass
-    core.terminate()
+    run this in any thread at any moment, also inside a lock that terminating needs: the
+    hub's, held by a thread that the hub's thread waits to see started (a pool's callback
+    thread), or the runtime's, held while it starts the hub (ci22: a pool collected there
+    waited for that lock for ever). Then it is done on a thread of its own; otherwise
+    here, so that a collected pool has ended when the collection returns."""
+    if not _runtime.starting_hub() and core.hub.lock.acquire(blocking=False):
+        core.hub.lock.release()  # free (or ours): terminate here
+        core.terminate()
+        return
+    try:
+        threading.Thread(target=core.terminate, name="fiber-pool-collected",
+                         daemon=True).start()
+    except RuntimeError:  # at the interpreter's exit (3.12 refuses new threads)
+        core.terminate()

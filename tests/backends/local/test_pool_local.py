@@ -230,7 +230,8 @@ def test_a_pool_collected_while_the_runtime_starts_its_hub_is_terminated_not_hun
     (Python 3.13) inside ``_runtime.hub()``, which holds the runtime's lock, and the
     finalizer's termination asked for that lock again: the test waited for ever. The
     finalizer is called here as garbage collection called it there, under that lock:
-    it must return at once and the pool still end (on a thread of its own)."""
+    it must return at once and the pool still end (on a thread of its own; elsewhere it
+    ends before the collection returns, see test_pool_lifecycle)."""
     from fiber._core import _runtime
     from fiber.pool._poolcore import TERMINATE, terminate_collected
 
