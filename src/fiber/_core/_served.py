@@ -18,7 +18,7 @@ import struct
 import threading
 import weakref
 from multiprocessing import context as mp_context
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ..transport import auth
 from ..transport.client import CannotConnect, ConnectionLost
@@ -29,7 +29,8 @@ from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
-__all__ = ["Handle", "encode_wait", "decode_wait", "collecting_handoffs", "add_handoff",
+__all__ = ["Handle", "again_on_a_new_connection", "encode_wait", "decode_wait",
+           "collecting_handoffs", "add_handoff",
            "probing"]
 
 
@@ -117,21 +118,35 @@ class Handle:
     def _send(self, op: bytes, frames: Sequence[Any] = ()) -> None:
         """Send ``op``, which gets no reply (a put, a pipe's send). A connection that
         fails under it did not deliver it whole: it goes on a new connection, after what
-        the failed one lost (see `fiber.transport._resend`); a server that refuses the
-        new connection is gone."""
-        for attempt in (1, 2):
-            try:
-                get_client(self._address).send(self._name, op, frames)
-                return
-            except CannotConnect as e:
-                raise self._lost(e) from e
-            except ConnectionLost as e:
-                if attempt == 2:
-                    raise self._lost(e) from e
+        the failed one lost (see `fiber.transport._resend`)."""
+        try:
+            again_on_a_new_connection(
+                lambda: get_client(self._address).send(self._name, op, frames))
+        except ConnectionLost as e:
+            raise self._lost(e) from e
 
     def _lost(self, e: ConnectionLost) -> BaseException:
         """The error a lost server means for this kind of object (overridden by Pipe)."""
         return e
+
+
+T = TypeVar("T")
+
+
+def again_on_a_new_connection(call: Callable[[], T]) -> T:
+    """``call()``, made once more if its connection fails under it (the next call gets
+    a new one): for a call that is safe to repeat after a reset (a put's resend, a
+    ``get`` with its ticket). A server that refuses the new connection is gone.
+
+    Raises:
+        ConnectionLost: the second connection failed too, or none could be made.
+    """
+    try:
+        return call()
+    except CannotConnect:
+        raise
+    except ConnectionLost:
+        return call()
 
 
 def _for_a_stdlib_child() -> bool:

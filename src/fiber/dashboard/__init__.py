@@ -29,6 +29,7 @@ node through an ssh tunnel (``ssh -L 8787:127.0.0.1:8787 login-node``).
 
 from __future__ import annotations
 
+import collections
 import hmac
 import http.server
 import importlib.resources
@@ -123,8 +124,10 @@ class Dashboard:
         so that many viewers cost what one does."""
         with self._lock:
             now = time.monotonic()
+            # the stale ones go: every page a viewer turned to would otherwise stay
+            self._cached = {k: v for k, v in self._cached.items() if now - v[0] < CACHE_S}
             cached = self._cached.get(rows)
-            if cached is None or now - cached[0] >= CACHE_S:
+            if cached is None:
                 with _inspect.rows_shown(rows):
                     cached = self._cached[rows] = (now, page(self._source(), rows))
             return cached[1]
@@ -229,26 +232,25 @@ def page(snap: Dict[str, Any], rows: Optional[_inspect.Rows]) -> Dict[str, Any]:
     ``rows[1]`` are kept."""
     procs = snap.get("processes")
     if isinstance(procs, list) and "process_states" not in snap:
-        states: Dict[str, int] = {}
-        for proc in procs:
-            state = str(proc.get("state", "unknown"))
-            states[state] = states.get(state, 0) + 1
-        snap.update(processes_total=len(procs), process_states=states)
+        snap.update(processes_total=len(procs), process_states=_by_state(procs))
         if rows is not None:
             snap["processes"] = procs[:rows[1]]
     for pool in snap.get("pools", []):
         workers = pool.get("workers")
         if not isinstance(workers, list) or "worker_states" in pool:
             continue
-        by_state: Dict[str, int] = {}
-        for worker in workers:
-            by_state[worker["state"]] = by_state.get(worker["state"], 0) + 1
-        pool.update(workers_total=len(workers), worker_states=by_state, workers_from=0,
+        pool.update(workers_total=len(workers), worker_states=_by_state(workers),
+                    workers_from=0,
                     restarts=sum(w["restarts"] for w in workers))
         if rows is not None:
             pool["workers_from"] = first = min(rows[0], len(workers))
             pool["workers"] = workers[first:first + rows[1]]
     return snap
+
+
+def _by_state(rows: List[Dict[str, Any]]) -> Dict[str, int]:
+    """How many of ``rows`` (workers', processes') are in each state."""
+    return dict(collections.Counter(str(row.get("state", "unknown")) for row in rows))
 
 
 def start(source: Source, address: str, token: Optional[str] = None,

@@ -145,19 +145,16 @@ class PoolService(Service):
     def submit(self, tasks: List[Task]) -> None:
         """Queue ``tasks`` (of one call: one function) and hand out what workers can take."""
         if tasks:
-            self._queue_call(tasks)
+            self.queue.extend(tasks)
+            self.queued_items += sum(task.items for task in tasks)
+            self.outstanding += len(tasks)
+            self.last_fid = fid = tasks[0].fid
+            self.function_refs[fid] += len(tasks)
+            if self.measuring:  # for the latency histogram (0.0: submitted unmeasured)
+                now = time.monotonic()
+                for task in tasks:
+                    task.queued = now
         self.dispatch()
-
-    def _queue_call(self, tasks: List[Task]) -> None:
-        self.queue.extend(tasks)
-        self.queued_items += sum(task.items for task in tasks)
-        self.outstanding += len(tasks)
-        self.last_fid = fid = tasks[0].fid
-        self.function_refs[fid] += len(tasks)
-        if self.measuring:  # for the latency histogram (0.0: submitted unmeasured)
-            now = time.monotonic()
-            for task in tasks:
-                task.queued = now
 
     def release_function(self, fid: int) -> None:
         """Forget a function no task needs any more and no submitter will reuse."""

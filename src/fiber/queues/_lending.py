@@ -146,15 +146,14 @@ class Loans:
             if acct.items.pop(seq, None) is not None:
                 self.count -= 1
 
-    def give_back(self, key: Optional[bytes], seqs: Optional[List[int]] = None
-                  ) -> List[List[Any]]:
+    def give_back(self, key: bytes, seqs: Optional[List[int]] = None) -> List[List[Any]]:
         """Items the lease ``key`` gives back (``seqs``; None: all it holds, as when its
         connection ended), in queue order, for the front of the queue."""
-        acct = self._accounts.get(key) if key is not None else None
+        acct = self._accounts.get(key)
         if acct is None:
             return []
         if seqs is None:
-            del self._accounts[key]  # type: ignore[arg-type]  # not None: found
+            del self._accounts[key]
             if acct.peer is not None:
                 self._keys.pop(acct.peer, None)
             seqs = list(acct.items)

@@ -46,9 +46,8 @@ import time
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple
 
-from .._core._served import Handle, decode_wait, encode_wait
+from .._core._served import Handle, again_on_a_new_connection, decode_wait, encode_wait
 from ..config import get_config
-from ..transport.client import CannotConnect, ConnectionLost
 from ..transport.local import LateReply, local_server
 from ..transport.serialization import loads
 from ..transport.unpicklable import dumps_explained
@@ -176,17 +175,13 @@ class Queue(Handle):
         fiber.queues._receipts); a hub that cannot be reached is gone."""
         asked = _receipts.ticket()
         start = time.monotonic()
-        for attempt in (1, 2):
+
+        def ask() -> Tuple[bytes, List[Any]]:
             left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            try:
-                return self._request(QueueOps.GET, [encode_wait(block, left), asked],
-                                     on_late=self._give_back, timeout=left)
-            except CannotConnect:
-                raise
-            except ConnectionLost:
-                if attempt == 2:
-                    raise
-        raise AssertionError("not reached")
+            return self._request(QueueOps.GET, [encode_wait(block, left), asked],
+                                 on_late=self._give_back, timeout=left)
+
+        return again_on_a_new_connection(ask)
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
                  on_late: Optional[LateReply] = None,

@@ -264,11 +264,13 @@ class QueueService(Service):
         self.joiners = [j for j in self.joiners if j[0] is not peer]
         self.receipts.peer_gone(server, peer)
         if peer.reset:  # it may live: a late ack of its (sent again) must find its items
-            key = self.loans.orphan(peer)
-            if key is not None:
+            orphaned = self.loans.orphan(peer)
+            if orphaned is not None:
+                key_: bytes = orphaned
                 server.call_later(REANCHOR_WAIT_S,
-                                  lambda: self._put_back(server, self.loans.give_back(key)))
+                                  lambda: self._put_back(server, self.loans.give_back(key_)))
             return
-        back = self.loans.give_back(self.loans.key_of(peer))
+        key = self.loans.key_of(peer)
+        back = self.loans.give_back(key) if key is not None else []
         if back:  # a consumer's lease ended with items it had not taken
             self._put_back(server, back)

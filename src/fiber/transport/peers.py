@@ -88,4 +88,4 @@ class Connection:
         """Its peer's connection was reset (see `Peer.reset`), unless it is a Unix
         socket's, which no link resets."""
         if self.peer is not None:
-            self.peer.reset = not self.reader.unix
+            self.peer.reset = self.peer.may_reset
