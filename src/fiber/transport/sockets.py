@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 __all__ = ["tune", "listen", "connect", "split_address", "readable", "open_file_limits"]
 
 _TRANSIENT = (errno.EHOSTUNREACH, errno.ENETUNREACH)
-_UNREACHABLE_RETRY_S = 3.0
+_RETRY_PAUSE_S = 0.1
 
 
 def tune(sock: socket.socket, heartbeat_s: float, timeout_s: float) -> None:
@@ -110,17 +110,21 @@ def connect(address: str, timeout: float) -> socket.socket:
         except OSError:
             unix.close()
     host, port = split_address(address)
-    # A route or neighbour entry can be missing for a moment (a pod's network set up
-    # just now, its IP reused from a pod deleted a moment ago): that is retried for a
-    # few seconds. A refused connection is not: nothing listens there.
-    deadline = time.monotonic() + min(timeout, _UNREACHABLE_RETRY_S)
+    # A route or neighbour entry can be missing for a while: a pod's network set up just
+    # now, its IP reused from a pod deleted a moment ago, or a lossy link on which the
+    # neighbour's address resolution failed (three lost probes: "No route to host").
+    # That is retried until ``timeout``, the grace a silent peer gets (see
+    # `fiber.config.Config.heartbeat_timeout`). A refused connection is not retried:
+    # nothing listens there.
+    deadline = time.monotonic() + timeout
     while True:
+        left = deadline - time.monotonic()
         try:
-            return socket.create_connection((host, port), timeout=timeout)
+            return socket.create_connection((host, port), timeout=max(0.1, left))
         except OSError as e:
-            if e.errno not in _TRANSIENT or time.monotonic() >= deadline:
+            if e.errno not in _TRANSIENT or left <= _RETRY_PAUSE_S:
                 raise
-        time.sleep(0.1)
+        time.sleep(_RETRY_PAUSE_S)
 
 
 def readable(fds: Sequence[Any], timeout: Optional[float]) -> List[Any]:

@@ -303,9 +303,11 @@ def test_pool_of_256_over_four_hosts_delivers_each_result_once_after_a_kill() ->
           f"{r['map_seconds']} s, master {r['master_with_pool']}")
 
 
-def test_connect_retries_a_missing_route_for_a_moment_only() -> None:
-    """A pod's route can be missing for a moment after it starts: connect retries EHOSTUNREACH
-    for a few seconds, then gives up; a refused connection fails at once."""
+def test_connect_retries_a_missing_route_until_its_timeout_only() -> None:
+    """A pod's route can be missing for a moment after it starts, a lossy link's neighbour
+    resolution can fail (ci of f2b7bb1: a manager's proxy failed with "No route to host"
+    at 5% loss): connect retries EHOSTUNREACH until its timeout (the heartbeat's grace),
+    then gives up; a refused connection fails at once."""
     script = os.path.join(SCRIPTS, "mh_unreachable.py")
     cp = subprocess.run(["unshare", "-n", sys.executable, script], capture_output=True,
                         text=True, timeout=SCRIPT_TIMEOUT)
@@ -314,7 +316,7 @@ def test_connect_retries_a_missing_route_for_a_moment_only() -> None:
         unusable("a network namespace (unshare -n, root)", cp.stderr.strip())
     assert cp.returncode == 0 and lines, cp.stderr
     r = json.loads(lines[-1][len("RESULT "):])
-    assert r["for_good"]["outcome"] == "EHOSTUNREACH" and 2.5 < r["for_good"]["seconds"] < 10, r
+    assert r["for_good"]["outcome"] == "EHOSTUNREACH" and 3.9 < r["for_good"]["seconds"] < 6, r
     assert r["for_a_moment"]["outcome"] == "connected", r
     assert 0.9 < r["for_a_moment"]["seconds"] < 2.5, r
     assert r["refused"]["outcome"] == "ECONNREFUSED" and r["refused"]["seconds"] < 1, r

@@ -163,6 +163,10 @@ class SshBackend(CommandLineBackend):
                 for job in jobs:
                     self._jobs[job.handle.job_id] = job
                     self._pending.append(job)
+                # Placed here, not on the thread's next turn: a job that has a free slot
+                # is starting when submit returns (its status says so at once), and the
+                # jobs of one burst spread over the hosts as their slots say.
+                failed = self._place()
         except BaseException:
             for job in jobs:
                 job.drop_output()
@@ -171,6 +175,8 @@ class SshBackend(CommandLineBackend):
                     os.close(job.handle.output.stderr_fd)
             raise
         self._wake()
+        if failed:
+            self.watcher().wake()
         return [job.handle for job in jobs]
 
     def _prepare(self, spec: JobSpec, own: SshSettings, cfg: Config) -> _Job:
