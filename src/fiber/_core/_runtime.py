@@ -16,7 +16,7 @@ import socket
 import threading
 from typing import Callable, List, Optional
 
-from .. import _machine
+from .. import _log, _machine
 from ..backends import get_backend
 from ..config import get_config
 from ..transport import auth
@@ -91,6 +91,7 @@ def hub() -> Server:
             _hub = Server(listen_host(), cfg.heartbeat_interval, cfg.heartbeat_timeout,
                           name="fiber-hub", port=port)
             _hub_pid = os.getpid()
+            _hub.say = _log.info
             register_local_server(_hub)
             _hub.register(_inspect.SERVICE, _inspect.StatusService())
             if not parent_address():  # the main process: fiber top finds it there

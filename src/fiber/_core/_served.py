@@ -20,7 +20,7 @@ import weakref
 from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
-from ..transport import auth
+from ..transport import auth, receipts
 from ..transport.client import CannotConnect, ConnectionLost
 from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
@@ -95,14 +95,24 @@ class Handle:
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
                  on_late: Optional[LateReply] = None,
-                 timeout: Optional[float] = None) -> Tuple[bytes, List[Any]]:
+                 timeout: Optional[float] = None,
+                 again: bool = False) -> Tuple[bytes, List[Any]]:
         """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
 
         ``timeout`` bounds the time to connect, when this is the first call to the server.
+        With ``again`` (for a service that ``answers_again``), the request carries a
+        ticket, and is asked again on a new connection if its connection fails under it:
+        it is served once, and answered even if its first answer was lost in a reset.
         """
         try:
-            status, payload = get_client(self._address, timeout).request(self._name, op, frames,
-                                                           on_late=on_late)
+            if again:
+                asked = receipts.ticket()
+                status, payload = again_on_a_new_connection(
+                    lambda: get_client(self._address, timeout).request(
+                        self._name, op, frames, on_late=on_late, ticket=asked))
+            else:
+                status, payload = get_client(self._address, timeout).request(
+                    self._name, op, frames, on_late=on_late)
         except ConnectionLost as e:
             raise self._lost(e) from e
         return self._checked(status, payload)
@@ -136,7 +146,7 @@ T = TypeVar("T")
 def again_on_a_new_connection(call: Callable[[], T]) -> T:
     """``call()``, made once more if its connection fails under it (the next call gets
     a new one): for a call that is safe to repeat after a reset (a put's resend, a
-    ``get`` with its ticket). A server that refuses the new connection is gone.
+    request with its ticket). A server that refuses the new connection is gone.
 
     Raises:
         ConnectionLost: the second connection failed too, or none could be made.

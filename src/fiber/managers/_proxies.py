@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 from .._core import _served
 from .._core._clients import get_client
 from ..transport.client import ConnectionLost
+from ..transport.local import LateReply
 from ..transport.serialization import dumps, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
@@ -73,6 +74,15 @@ class BaseProxy(_served.Handle):
         if self._pending is not None:
             spec = self._pending.get()
             self._init(spec)
+
+    def _request(self, op: bytes, frames: Sequence[Any] = (),
+                 on_late: Optional[LateReply] = None,
+                 timeout: Optional[float] = None,
+                 again: bool = True) -> Tuple[bytes, List[Any]]:
+        """As `Handle._request`, asked again across a reset: a managed object's requests
+        are served once and always answered (``ObjectService.answers_again``), so a
+        call whose reply a reset cut off gets its answer, not a second run."""
+        return super()._request(op, frames, on_late, timeout, again)
 
     def _callmethod(self, methodname: str, args: Sequence[Any] = (),
                     kwds: Optional[Dict[str, Any]] = None) -> Any:

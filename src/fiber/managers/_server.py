@@ -239,6 +239,9 @@ class ObjectService(Service):
     """One managed object: calls (on worker threads), and its proxies' counts."""
 
     protocol = "managed-object"
+    #: A call runs to its end and is answered even if its connection ended meanwhile:
+    #: asked again after a reset, it is answered, not run twice (issue 30).
+    answers_again = True
 
     def __init__(self, owner: ObjectServer, name: bytes, obj: Any, typeid: str,
                  exposed: Tuple[str, ...], method_to_typeid: Dict[str, str],

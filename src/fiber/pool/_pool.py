@@ -31,6 +31,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Set,
     Tuple,
 )
 
@@ -125,16 +126,18 @@ class Pool(PoolExtras):
                 with lock:
                     tally(states[start:start + 4 * _inspect.SLICE], counts)
             first = 0
+            names: Optional[Set[str]] = None  # the stream's workers: all, or the page's
             if shown is not None:
                 first = min(max(0, shown[0]), len(states))
                 states = states[first:first + max(0, shown[1])]
+                names = {ws.process.name for ws in states}
             workers: List[Dict[str, Any]] = []
             for start in range(0, len(states), _inspect.SLICE):
                 _inspect.pause()
                 with lock:
                     workers += rows(states[start:start + _inspect.SLICE], time.monotonic())
             _inspect.pause()
-            stream = service.stream.recent(time.monotonic(), bars)
+            stream = service.stream.recent(time.monotonic(), bars, names)
             with lock:
                 out = {"name": name, **status_dict(service, core.state, core.size, workers,
                                                    counts["running"])}

@@ -12,7 +12,7 @@ import bisect
 import collections
 import dataclasses
 import time
-from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from ..transport.framing import frames_nbytes  # what the pool counts of its messages
 
@@ -72,15 +72,20 @@ class Stream:
         (given back to the queue)."""
         self.bars.append((worker, start, end, outcome, tasks))
 
-    def recent(self, now: float, bars: List[Tuple[str, float, float, str, int]]
-               ) -> List[List[Any]]:
+    def recent(self, now: float, bars: List[Tuple[str, float, float, str, int]],
+               workers: Optional[Set[str]] = None) -> List[List[Any]]:
         """Of ``bars`` (a copy of `bars`, taken under the hub's lock: this runs outside
-        it), those that ended within `WINDOW_S`: ``[worker, start age (ms), end age (ms),
-        outcome, tasks]``, oldest first. Ages are whole milliseconds: ``int`` costs a
-        seventh of ``round(x, 3)``, and a 1,024-worker pool keeps all 2,000 bars."""
+        it), those that ended within `WINDOW_S`, of ``workers`` only if given (a page
+        of the dashboard's table: its rows) and of workers lost since: ``[worker, start
+        age (ms), end age (ms), outcome, tasks]``, oldest first. Ages are whole
+        milliseconds: ``int`` costs a seventh of ``round(x, 3)``, and a 1,024-worker pool
+        keeps all 2,000 bars."""
         oldest = now - self.WINDOW_S
+        if workers is None:
+            return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
+                    for w, a, b, o, n in bars if b >= oldest]
         return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
-                for w, a, b, o, n in bars if b >= oldest]
+                for w, a, b, o, n in bars if b >= oldest and (w in workers or o == "lost")]
 
 
 class Histogram:

@@ -25,7 +25,7 @@ its item never enters the queue, as with multiprocessing; a put the server admit
 before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
 
 The hub's side is `fiber.queues._service`. A ``get`` whose reply a connection's reset
-lost is asked again with its ticket and gets the same item (`fiber.queues._receipts`).
+lost is asked again with its ticket and gets the same item (`fiber.transport.receipts`).
 A consumer in another process that gets an item with others queued behind it has some
 lent ahead (``queue_prefetch``): see `fiber.queues._lending`. Lent items are still in the
 queue (``qsize``, a bound) until taken, and come back if not taken.
@@ -48,10 +48,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from .._core._served import Handle, again_on_a_new_connection, decode_wait, encode_wait
 from ..config import get_config
+from ..transport import receipts
 from ..transport.local import LateReply, local_server
 from ..transport.serialization import loads
 from ..transport.unpicklable import dumps_explained
-from . import _receipts
 from ._ends import QueueEnd
 from ._lending import Lease
 from ._reader import QueueReader, reader_of
@@ -172,8 +172,8 @@ class Queue(Handle):
         """Ask the hub for an item. A ``get`` whose connection fails under it is asked
         again, with the same ticket, on a new connection: if the hub had handed it an
         item, that reply was lost (a reset), and the hub sends the same item again (see
-        fiber.queues._receipts); a hub that cannot be reached is gone."""
-        asked = _receipts.ticket()
+        fiber.transport.receipts); a hub that cannot be reached is gone."""
+        asked = receipts.ticket()
         start = time.monotonic()
 
         def ask() -> Tuple[bytes, List[Any]]:
@@ -185,7 +185,8 @@ class Queue(Handle):
 
     def _request(self, op: bytes, frames: Sequence[Any] = (),
                  on_late: Optional[LateReply] = None,
-                 timeout: Optional[float] = None) -> Tuple[bytes, List[Any]]:
+                 timeout: Optional[float] = None,
+                 again: bool = False) -> Tuple[bytes, List[Any]]:
         """As `Handle._request`; in a process that holds items lent ahead, a count and a
         put that may not wait go on the lease's connection, after the acknowledgements
         of what this process took: a ``get`` then ``empty()`` says True, and a
@@ -197,7 +198,7 @@ class Queue(Handle):
                 reply = lease.request(op, list(frames))
                 if reply is not None:
                     return self._checked(*reply)
-        return super()._request(op, frames, on_late, timeout)
+        return super()._request(op, frames, on_late, timeout, again)
 
     def _lease(self, make: bool) -> Optional[Lease]:
         """This handle's lease of items lent ahead, if it has one; with ``make``, made at

@@ -12,14 +12,14 @@ from .._core._served import decode_wait
 from .._log import info
 from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
-from ..transport.server import REANCHOR_WAIT_S, Peer, Server, Service, Timer
+from ..transport.receipts import REANCHOR_WAIT_S, SKIP, Receipts
+from ..transport.server import Peer, Server, Service, Timer
 from ._lending import LEND_BYTES, RECALL, LendOps, Loans, pack_loan
 from ._reader import ReadySignal
-from ._receipts import Receipts
 
 __all__ = ["QueueOps", "QueueService"]
 
-#: a waiting get: its connection, request id, timer and ticket (see _receipts)
+#: a waiting get: its connection, request id, timer and ticket (see fiber.transport.receipts)
 _Waiter = Tuple[Peer, bytes, Optional[Timer], bytes]
 #: A parked bounded put: (peer, req_id, timer, frames, ticket).
 _Putter = Tuple[Peer, bytes, Optional[Timer], List[Any], bytes]
@@ -60,7 +60,7 @@ class QueueService(Service):
         #: still in the queue until taken.
         self.loans = Loans()
         #: The last item handed to each getter elsewhere, until it is known to have
-        #: arrived (see fiber.queues._receipts).
+        #: arrived (see fiber.transport.receipts).
         self.receipts = Receipts()
         #: Set by the queue's ``_reader`` (see fiber.queues._reader) once it is used.
         self.signal: Optional[ReadySignal] = None
@@ -97,6 +97,8 @@ class QueueService(Service):
         wait = decode_wait(payload[0])
         asked = bytes(payload[1]) if len(payload) > 1 else b""
         again = self.receipts.again(asked, peer)
+        if again is SKIP:  # an older connection's copy of a get asked again already
+            return
         if again is not None:  # its reply was lost in a reset: the same item again
             info("a get's reply, cut off by a connection's reset, was sent again")
             server.reply(peer, req_id, *again)

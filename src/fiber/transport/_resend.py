@@ -21,11 +21,12 @@ messages it took from the old connection, once it has ended it::
 Kept messages are dropped as the kernel acknowledges them (``TCP_INFO``'s
 ``tcpi_bytes_acked``, checked every `_CHECK` messages or `_CHECK_BYTES` bytes: one
 ``getsockopt``), so a client keeps about a round trip's worth. Where the kernel does not
-say (not Linux), nothing is kept. Unix sockets (one host) are never reset by a link. Not
-covered: replies and the server's pushes (a call in flight across a reset fails with
-``ConnectionLost``), but a queue's ``get`` is asked again and answered with the same item
-(``fiber.queues._receipts``), and a pool resumes its own (``fiber.pool._resume``). Orphans that no
-connection could take are said on stderr, at the latest at the process's exit.
+say (not Linux), nothing is kept. Unix sockets (one host) are never reset by a link.
+Replies are not kept here: a queue's ``get`` and a manager's calls are asked again and
+answered as they were (``fiber.transport.receipts``), a pool resumes its own
+(``fiber.pool._resume``), and other calls in flight across a reset fail with
+``ConnectionLost``. Orphans that no connection could take are said on stderr, at the
+latest at the process's exit.
 """
 
 from __future__ import annotations
@@ -227,8 +228,9 @@ def deliver_orphans(connect: Callable[[str], Any]) -> None:
         try:
             connect(address).close()
         except Exception as e:
-            for _, messages in take_orphans(address):
-                say_undelivered(address, len(messages), str(e))
+            lost = sum(len(messages) for _, messages in take_orphans(address))
+            if lost:  # (a connection that lost none still asks its count: see SentLog.lost)
+                say_undelivered(address, lost, str(e))
 
 
 def say_undelivered(address: str, count: int, why: str) -> None:

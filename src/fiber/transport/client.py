@@ -142,17 +142,20 @@ class Client:
         tune(self.sock, given.heartbeat_interval, given.heartbeat_timeout)
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
-                timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
+                timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
+                ticket: bytes = b"") -> Reply:
         """Send a request and wait for its reply: ``(status, payload_frames)``.
 
         ``on_late`` receives a reply that arrives after this call gave up (timeout,
-        KeyboardInterrupt), so that what the server handed out is not lost.
+        KeyboardInterrupt), so that what the server handed out is not lost. ``ticket``
+        (`fiber.transport.receipts.ticket`) is the request's id: asked again with the same
+        ticket on a new connection, a service that ``answers_again`` answers it again.
 
         Raises:
             ConnectionLost: the server is gone.
             TimeoutError: no reply within ``timeout`` (the request may still be served).
         """
-        req_id = struct.pack("<Q", next(self._ids))
+        req_id = ticket or struct.pack("<Q", next(self._ids))
         self.send_message([service, op, req_id, *frames])
         try:
             return self._wait(req_id, timeout)

@@ -31,7 +31,7 @@ class Channel(Protocol):
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
                 timeout: Optional[float] = None,
-                on_late: Optional[LateReply] = None) -> Reply: ...
+                on_late: Optional[LateReply] = None, ticket: bytes = b"") -> Reply: ...
 
     def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None: ...
 
@@ -71,7 +71,10 @@ class LocalClient:
         self._spin = lambda: spin_of(settings)
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
-                timeout: Optional[float] = None, on_late: Optional[LateReply] = None) -> Reply:
+                timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
+                ticket: bytes = b"") -> Reply:
+        """As `fiber.transport.client.Client.request` (``ticket`` unused: a call in
+        memory is never cut off)."""
         server = self._server
         peer = server.local_peer()
         req_id = struct.pack("<Q", next(self._ids))

@@ -98,6 +98,12 @@ class Service(Dispatcher):
     ``Server.lock``. Its requests go to the handlers of its operations (see
     `operations`)."""
 
+    #: Whether every request it takes is answered, even when the connection that asked
+    #: ends first (nothing is dropped with its connection). The server then keeps the
+    #: answer to a request whose id is a ticket (`fiber.transport.receipts`): asked again
+    #: on a new connection after a reset, it is answered again, not served twice.
+    answers_again = False
+
     def peer_gone(self, server: Any, peer: Peer) -> None:
         """A connection closed; drop what it was waiting for."""
 

@@ -36,39 +36,34 @@ import collections
 import errno
 import functools
 import itertools
+import logging
 import os
 import select
 import selectors
 import socket
 import sys
 import threading
-import time
 import traceback
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
-from . import cpus as _cpus
 from ._resend import RESEND_SERVICE, EndedPeers
 from .framing import ProtocolError, new_scratch
 from .operations import Service
 from .peers import Connection, LocalPeer, Peer
+from .receipts import REANCHOR_WAIT_S, SKIP, TICKET_BYTES, Receipts
 from .serialization import dumps
-from .serving import Serving
+from .serving import Events, Serving, StandIn
 from .sockets import listen, open_file_limits, readable, server_id, tune
 from .strangers import HANDSHAKE_TTL, Door
 from .timers import Timer, Timers
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
+_log = logging.getLogger("fiber.transport")
+
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
-#: Seconds a process whose anchor was reset has to anchor again before it is gone (its
-#: locks freed, its pipes' ends closed): a job's lifeline does at once (see _resend).
-REANCHOR_WAIT_S = 5.0
-
-
-def _left(deadline: Optional[float]) -> Optional[float]:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _pipe() -> Tuple[int, int]:
@@ -78,13 +73,12 @@ def _pipe() -> Tuple[int, int]:
     return r, w
 
 
-_Events = List[Tuple[selectors.SelectorKey, int]]
 _LISTENER = object()
 _WAKE = object()
 _NUDGE = object()
 
 
-class Server:
+class Server(StandIn):
     """A TCP listener on ``host`` (``port``, 0: a free one) served by one thread."""
 
     def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 30.0,
@@ -135,6 +129,11 @@ class Server:
         #: How many messages each ended connection brought (see _resend).
         self.ended_peers = EndedPeers(self.end_peer)
         self._services[RESEND_SERVICE] = self.ended_peers
+        #: The last request of each caller of an ``answers_again`` service (see receipts).
+        self.receipts = Receipts()
+        #: Where the server's INFO lines go (the program's fiber log, once set: see
+        #: fiber._core._runtime; this package does not know the config).
+        self.say: Callable[..., None] = _log.info
         self._said_out_of_files = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -224,101 +223,6 @@ class Server:
             except (BlockingIOError, OSError):
                 pass
 
-    def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
-                     wait: Callable[[Optional[float]], bool],
-                     spin: Optional[Callable[[], float]] = None) -> bool:
-        """Wait up to ``timeout`` s for ``done()``, serving the connections on this thread.
-
-        Whatever makes ``done()`` true on another thread must call `nudge` after it
-        (replies to local peers do). Where this thread cannot serve (another one does, it
-        holds the lock, it is the server thread, the server is stopping) it calls
-        ``wait(timeout)``, the caller's ordinary wait, instead. Returns ``done()``.
-
-        ``spin()``, asked once, gives the seconds from now for which this thread may poll
-        the connections before it sleeps on them (a wait that other messages keep waking
-        polls no longer): a message that comes meanwhile is read at once, without the
-        wake-up of a sleeping thread (30-50 us on a VM, more than a third of a round
-        trip), with the CPU's caches still warm, and the CPU has not gone idle for the
-        next step either. It polls only while the host has a CPU to spare (see
-        `fiber.transport.cpus.poll`).
-        """
-        if done():
-            return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        budget = 0.0 if spin is None else spin()
-        poll_until = time.monotonic() + budget if budget > 0 else None
-        with self.serving() as serving:
-            while serving and not done():
-                left = _left(deadline)
-                events: _Events = []
-                if poll_until is not None and left != 0:
-                    allowance = poll_until - time.monotonic()
-                    if allowance > 0:
-                        events = self._poll(allowance if left is None else min(allowance, left))
-                    if not events:
-                        poll_until = None  # spent, or no CPU to spare: sleep from now on
-                if not events:
-                    events = self._sel.select(_left(deadline))
-                with self.lock:
-                    self._handle(events)
-                if left == 0 or self._stopping:
-                    break
-        if done():
-            return True
-        left = _left(deadline)
-        return left != 0 and wait(left)
-
-    def _poll(self, seconds: float) -> _Events:
-        """The connections' events, polled for up to ``seconds`` while a CPU is spare
-        (`fiber.transport.cpus.poll`): [] if none came."""
-        sel = self._sel
-        return _cpus.poll(lambda: sel.select(0), seconds)
-
-    def serving(self) -> Serving:
-        """A block in which this thread serves the connections (when it can: ``as``
-        gives whether it does), waiting in `wait_serving` meanwhile; or ``start``
-        and ``stop`` it by hand.
-
-        For a request and its wait: a reply that comes before the thread waits for it
-        then wakes nobody else. Keep the block to the request and the wait: the
-        connections are served only while the thread waits, and nothing in between may
-        wait for another thread (such as user code pickling an argument).
-        """
-        return Serving(self)
-
-    @property
-    def stand_in(self) -> Optional[int]:
-        """The ident of the thread serving in place of the server thread, if one is."""
-        return self._stand_in
-
-    def take_over(self) -> bool:
-        """Take the connections' selector from the server thread, which sleeps on;
-        whether this thread did (for `Serving`, which gives it back)."""
-        if (self._outer is None or self._stopping
-                or self.lock._is_owned()  # type: ignore[attr-defined]  # noqa: SLF001 - RLock has no public test
-                or threading.current_thread() is self._thread
-                or not self._serving.acquire(blocking=False)):
-            return False
-        with self.lock:
-            if self._stopping:
-                self._serving.release()
-                return False
-            self._outer.unregister(self._sel.fileno())
-            self._stand_in = threading.get_ident()
-        return True
-
-    def hand_back(self) -> None:
-        """Give the connections back to the server thread (after `take_over`)."""
-        with self.lock:
-            # What arrived while we served (a peer's next request, the other results of a
-            # map) is cheaper to handle here than by waking the server thread for it.
-            self._handle(self._sel.select(0))
-            self._stand_in = None
-            if not self._stopping and self._outer is not None:
-                # Level-triggered: what arrived meanwhile wakes the server thread.
-                self._outer.register(self._sel.fileno(), select.EPOLLIN)
-        self._serving.release()
-
     def close(self) -> None:
         if self._stopping:
             return
@@ -336,6 +240,8 @@ class Server:
     def reply(self, peer: Peer, req_id: bytes, status: bytes,
               frames: Sequence[Any] = ()) -> bool:
         """Send a reply; False when the peer is gone."""
+        if len(req_id) == TICKET_BYTES and self.receipts:  # (see dispatch)
+            peer = self.receipts.answered(req_id, status, list(frames), peer)
         if isinstance(peer, LocalPeer):
             peer.deliver(req_id, status, frames)
             self.nudge()
@@ -384,6 +290,16 @@ class Server:
                 self.reply_error(peer, req_id, LookupError(
                     f"no fiber object {name.decode(errors='replace')!r} here (closed?)"))
             return
+        if len(req_id) == TICKET_BYTES and service.answers_again and peer.may_reset:
+            again = self.receipts.again(req_id, peer)
+            if again is not None:  # asked again on a new connection after a reset
+                self.say("a request asked again after a connection's reset: %s",
+                          "its answer will go to the new connection" if again is SKIP
+                          else "answered again")
+                if again is not SKIP:
+                    self.reply(peer, req_id, *again)
+                return
+            self.receipts.serving(req_id, peer)
         try:
             service.handle(self, peer, op, req_id, payload)
         except Exception as e:  # a bad request must not kill the server thread
@@ -444,7 +360,7 @@ class Server:
                     for fd in fds:
                         os.close(fd)
 
-    def _sleep(self, timeout: Optional[float]) -> Optional[_Events]:
+    def _sleep(self, timeout: Optional[float]) -> Optional[Events]:
         """Wait for work: the connections' events, or None when their (nested) selector
         has some, for this thread to take unless another one serves them."""
         if self._outer is None:
@@ -454,7 +370,7 @@ class Server:
             self._drain(self._wake_r)
         return None if self._sel.fileno() in ready else []
 
-    def _handle(self, events: _Events) -> None:
+    def _handle(self, events: Events) -> None:
         for key, mask in events:
             self._guarded(self._on_event, key, mask)
 
@@ -623,6 +539,7 @@ class Server:
         # anchor count) from learning that the peer has gone.
         for service in list(self._services.values()):
             self._guarded(service.peer_gone, self, peer)
+        self._guarded(self.receipts.peer_gone, self, peer)
         if peer.anchor:
             self._anchors[peer.process_id] -= 1
             if self._anchors[peer.process_id] <= 0:

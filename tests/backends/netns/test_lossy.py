@@ -136,3 +136,29 @@ def test_a_consumer_at_a_distance_takes_each_item_once_across_resets(
     assert r["took"] == int(n) and r["errors"] == [] and r["left"] == 0, r
     assert r["child_exitcode"] == 0, report
     assert not said_lost(cp.stderr), report
+
+
+def test_manager_calls_cut_off_by_resets_run_once_and_return() -> None:
+    """Issue 30: a Process on host 2 calls a manager served on host 1 (``append`` on a
+    managed list, ``+= 1`` on a namespace's counter), one call after another, and host
+    2's connections to host 1 are aborted twice (``mh_reset_manager.py``), with 50 ms
+    added each way on host 2's link and 10% of its frames towards the bridge lost, so a
+    call or its reply is on its way at each reset. Each call runs once and none fails:
+    before, the call in flight failed with ``ConnectionLost`` (or, asked again, would
+    have run twice)."""
+    hosts = start_hosts(3)
+    try:
+        hosts.shape(2, delay_ms=50, towards="host")
+        hosts.shape(2, loss=0.1, delay_ms=50, towards="bridge")
+        r, cp, report = _scenario(hosts, "mh_reset_manager.py", "2", "100", timeout=300,
+                                  env_extra={"FIBER_LOG_LEVEL": "info"})
+    finally:
+        stop_hosts(hosts)
+    again = cp.stderr.count("a request asked again after a connection's reset")
+    print(f"manager calls across resets: {r}; requests asked again: {again}")
+    assert all(k >= 1 for k in r["killed"]), r
+    assert r["errors"] == [], report
+    assert r["appended"] == 100 and r["in_order"] and r["n_twice"] == 0, r
+    assert r["n_missing"] == 0 and r["count"] == 100, r
+    assert r["child_exitcode"] == 0, report
+    assert not said_lost(cp.stderr), report

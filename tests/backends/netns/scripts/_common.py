@@ -58,9 +58,10 @@ def join_all(procs: Any, timeout: float = TIMEOUT) -> None:
         p.join(max(0.0, deadline - time.monotonic()))
 
 
-def reset_host(hosts: Any, i: int) -> int:
-    """Abort every TCP socket of host ``i`` whose peer is the master (``ss -K`` in its
-    namespace: the kernel's own abort, as a middlebox's reset); how many it aborted."""
-    cp = subprocess.run([*hosts.exec_prefix(i), "ss", "-K", "dst", hosts.root_ip],
+def reset_host(hosts: Any, i: int, dst: str = "") -> int:
+    """Abort every TCP socket of host ``i`` whose peer is the master, or ``dst`` (``ss
+    -K`` in its namespace: the kernel's own abort, as a middlebox's reset); how many it
+    aborted."""
+    cp = subprocess.run([*hosts.exec_prefix(i), "ss", "-K", "dst", dst or hosts.root_ip],
                         capture_output=True, text=True, timeout=30)
     return cp.stdout.count("ESTAB")

@@ -1,0 +1,151 @@
+"""A request whose reply a connection's reset lost is asked again, and answered as it was
+the first time: not served twice (issue 30).
+
+    caller (a thread)                                   the server
+    call ── [op, ticket, ...] ────────────────────────▶ serves it; keeps its answer as the
+                                                        last of the ticket's caller
+          ✕ the reply lost in a reset (ConnectionLost)
+    call ── [op, the same ticket, ...] (new conn.) ───▶ the same answer again; or, if it
+                                                        is still being served, the answer
+                                                        goes to the new connection
+    next call ── [op, next ticket, ...] ──────────────▶ the last answer arrived: forgotten
+
+A ticket (`ticket`) is its caller's key (a thread of a process: 8 random bytes) and a
+count. A caller makes one call at a time, so a newer ticket says the last answer
+arrived. Answers are kept for callers on TCP connections only (a Unix socket is never
+reset), until the caller's next call or its connection's end: at once for a clean end
+(its process ended or closed it), ``REANCHOR_WAIT_S`` after a reset (the time it has to
+ask again).
+
+Two users: a queue's ``get`` (`fiber.queues._service`: the ticket is a frame of the
+request, and a ``get`` parked when its connection ends is dropped, never answered), and
+the services that answer every request they took (``Service.answers_again``: a
+manager's objects), for which the ticket is the request's id and the server keeps the
+answers itself (`fiber.transport.server.Server.dispatch`).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from .peers import Peer
+
+__all__ = ["TICKET_BYTES", "ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
+
+_TICKET = struct.Struct("<8sQ")
+TICKET_BYTES = _TICKET.size
+#: Seconds a process whose connection was reset has to connect again before what it
+#: held is let go (its locks freed, its pipes' ends closed, its answers forgotten).
+REANCHOR_WAIT_S = 5.0
+_local = threading.local()
+
+
+def ticket() -> bytes:
+    """The next ticket of this thread (`TICKET_BYTES` long)."""
+    key = getattr(_local, "key", None)
+    if key is None or _local.pid != os.getpid():
+        _local.key, _local.pid, _local.count = os.urandom(8), os.getpid(), 0
+    _local.count += 1
+    return _TICKET.pack(_local.key, _local.count)
+
+
+Answer = Tuple[bytes, List[Any]]
+#: `Receipts.again`'s "nothing to send": the request is being served and its answer
+#: will go to the asking connection, or it is an older connection's copy of a request
+#: asked again already. Compared by identity.
+SKIP: Answer = (b"", [])
+
+
+class _Entry:
+    __slots__ = ("ticket", "answer", "peer")
+
+    def __init__(self, asked: bytes, answer: Optional[Answer], peer: Peer) -> None:
+        self.ticket = asked
+        self.answer = answer  # None while it is served
+        self.peer = peer  # where the answer goes (went)
+
+
+class Receipts:
+    """The last request of each caller on a TCP connection, and its answer once given
+    (under the server's lock)."""
+
+    def __init__(self) -> None:
+        self._last: Dict[bytes, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def again(self, asked: bytes, peer: Peer) -> Optional[Answer]:
+        """What to do with request ``asked`` (a ticket, or b"": none) from ``peer``:
+        None, serve it; `SKIP`, nothing (it is being served, and its answer will go to
+        ``peer``; or this is an older connection's copy of a request asked again); or
+        the answer to send ``peer`` again. A newer ticket forgets its caller's last
+        answer (it arrived)."""
+        if not asked:
+            return None
+        key = asked[:8]
+        last = self._last.get(key)
+        if last is None:
+            return None
+        if last.ticket != asked:
+            del self._last[key]
+            return None
+        if peer.peer_id < last.peer.peer_id:
+            return SKIP
+        last.peer = peer
+        return SKIP if last.answer is None else last.answer
+
+    def handed(self, asked: bytes, status: bytes, frames: List[Any], peer: Peer) -> None:
+        """``frames`` were sent to ``peer`` as the answer to ``asked``: kept (a queue's
+        ``get``, whose request is not recorded while it waits: its wait is dropped
+        with its connection)."""
+        if asked and peer.may_reset:
+            self._last[asked[:8]] = _Entry(asked, (status, frames), peer)
+
+    def serving(self, asked: bytes, peer: Peer) -> None:
+        """Request ``asked`` from ``peer`` is being served, and will be answered even if
+        its connection ends (``Service.answers_again``)."""
+        if peer.may_reset:
+            self._last[asked[:8]] = _Entry(asked, None, peer)
+
+    def answered(self, asked: bytes, status: bytes, frames: List[Any], peer: Peer) -> Peer:
+        """``asked``, being served for ``peer``, is answered (``status``, ``frames``):
+        the answer is kept, and the connection to send it to is returned (``peer``, or
+        the one that asked again meanwhile)."""
+        last = self._last.get(asked[:8])
+        if last is None or last.ticket != asked:
+            return peer
+        last.answer = (status, frames)
+        return last.peer
+
+    def peer_gone(self, server: Any, peer: Peer) -> None:
+        """``peer``'s connection ended: its callers' answers are forgotten, at once or,
+        after a reset, once they had the time to ask again. A request still being served
+        is kept until it is answered and that time has passed."""
+        keys = [key for key, last in self._last.items() if last.peer is peer]
+        if not keys:
+            return
+        if not peer.reset:
+            for key in [k for k in keys if self._last[k].answer is not None]:
+                del self._last[key]
+            keys = [k for k in keys if k in self._last]
+        if keys:
+            self._later(server, keys, peer)
+
+    def _later(self, server: Any, keys: List[bytes], peer: Peer) -> None:
+        server.call_later(REANCHOR_WAIT_S, lambda: self._forget(server, keys, peer))
+
+    def _forget(self, server: Any, keys: List[bytes], peer: Peer) -> None:
+        running = []
+        for key in keys:
+            last = self._last.get(key)
+            if last is not None and last.peer is peer:
+                if last.answer is None:
+                    running.append(key)  # still served: forgotten once answered
+                else:
+                    del self._last[key]
+        if running:
+            self._later(server, running, peer)
