@@ -158,10 +158,13 @@ def test_a_page_of_the_worker_table_and_every_worker_counted(board: Dashboard) -
         assert sum(snap["process_states"].values()) == snap["processes_total"], body
         paged = mine("/api/snapshot?workers=1:2")
         assert [w["name"] for w in paged["workers"]] == names[1:3]  # type: ignore[index]
+        # the task stream: the page's workers' bars only (and those of lost workers)
+        assert {bar[0] for bar in paged["stream"]} <= set(names[1:3]), paged  # type: ignore[union-attr]
         assert paged["workers_from"] == 1 and paged["workers_total"] == 4
         assert paged["worker_states"] == {"idle": 4} and paged["restarts"] == 0
         whole = mine("/api/snapshot")
         assert [w["name"] for w in whole["workers"]] == names  # type: ignore[index]
+        assert sum(bar[4] for bar in whole["stream"]) == 8, whole  # type: ignore[union-attr]
         past = mine("/api/snapshot?workers=8:100")  # past the end: no row, still counted
         assert past["workers"] == [] and past["workers_total"] == 4
         assert mine("/api/snapshot?workers=bad")["workers_total"] == 4  # not such: all
