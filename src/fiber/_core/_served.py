@@ -21,7 +21,7 @@ from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ..transport import auth, receipts
-from ..transport.client import CannotConnect, ConnectionLost
+from ..transport.client import RESET_RETRIES, CannotConnect, ConnectionLost
 from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
@@ -144,19 +144,22 @@ T = TypeVar("T")
 
 
 def again_on_a_new_connection(call: Callable[[], T]) -> T:
-    """``call()``, made once more if its connection fails under it (the next call gets
-    a new one): for a call that is safe to repeat after a reset (a put's resend, a
-    request with its ticket). A server that refuses the new connection is gone.
+    """``call()``, made again while its connection fails under it, on a new connection
+    each time (the next call gets one), up to `RESET_RETRIES` times: for a call that is
+    safe to repeat after a reset (a put's resend, a request with its ticket). A server
+    that refuses a new connection is gone.
 
     Raises:
-        ConnectionLost: the second connection failed too, or none could be made.
+        ConnectionLost: the last connection failed too, or none could be made.
     """
-    try:
-        return call()
-    except CannotConnect:
-        raise
-    except ConnectionLost:
-        return call()
+    for _ in range(RESET_RETRIES):
+        try:
+            return call()
+        except CannotConnect:
+            raise
+        except ConnectionLost:
+            pass
+    return call()
 
 
 def _for_a_stdlib_child() -> bool:

@@ -19,10 +19,15 @@ unreachable) and the hub puts it back at the front. So an item a consumer never 
 never lost, and none is taken twice. A connection that a link resets while both ends
 live may lose ``ack``s on their way: they are sent again on a new connection
 (fiber.transport._resend; the lease's thread makes one at once), and name the lease by
-its key, not its connection, so the hub holds a reset lease's items for
-``REANCHOR_WAIT_S`` before it puts them back (`Loans`). Measured at 100 ms with two
-resets: 8 items of 6,000 taken twice before (tests/backends/netns/test_lossy.py), none
-since. The one window left: a consumer that dies in the instant between sending an
+its key, not its connection. Behind them on that connection goes ``[settle, key]``:
+what the lease holds and did not take goes back to the queue then, once its ``ack``s
+are counted. Until it comes the hub holds a reset lease's items (`Loans`), as long as
+the consumer's process lives (it anchored again within ``REANCHOR_WAIT_S``), and puts
+them back when it is gone. Measured at 100 ms with two resets: 8 items of 6,000 taken
+twice before (tests/backends/netns/test_lossy.py), none since; and once (ci23, a loaded
+machine) 8 acks came after the hub, holding the items a fixed 5 s then, had put them
+back: 8 extra copies in the queue, which the settle order and the hold rule remove.
+The one window left: a consumer that dies in the instant between sending an
 ``ack`` and that ``ack`` reaching the hub, on a connection reset that drops it (a SIGKILL
 while the kernel still had unread data for the connection, and the ``ack`` was not yet
 transmitted), has its item put back although it took it.
@@ -52,11 +57,12 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from .._core._clients import own_client, plain_client
 from ..transport import _resend
 from ..transport.client import Client, ConnectionLost
+from ..transport.receipts import REANCHOR_WAIT_S
 from ..transport.server import Peer
 
 __all__ = ["LendOps", "RECALL", "Loans", "Lease", "LEND_BYTES", "pack_loan", "unpack_loan"]
@@ -74,6 +80,7 @@ class LendOps:
     PULL = b"pull"
     ACK = b"ack"
     RETURN = b"return"
+    SETTLE = b"settle"  # [key]: the lease's connection was reset; what it did not take
 
 
 #: Pushed by the hub to a lease: give back what you hold and have not taken.
@@ -99,13 +106,15 @@ def unpack_loan(frames: List[Any]) -> List[Tuple[int, List[Any]]]:
 
 
 class _Account:
-    __slots__ = ("items", "next_seq", "recalling", "peer")
+    __slots__ = ("items", "next_seq", "recalling", "peer", "process_id", "reset_at")
 
     def __init__(self, peer: Optional[Peer]) -> None:
         self.items: Dict[int, List[Any]] = {}  # seq -> frames, in seq (queue) order
         self.next_seq = 1
         self.recalling = False
         self.peer = peer  # the lease's connection; None once it was reset
+        self.process_id = peer.process_id if peer is not None else b""
+        self.reset_at = 0.0  # when its connection was reset (monotonic)
 
 
 class Loans:
@@ -114,8 +123,12 @@ class Loans:
     An account is the lease's, by the key it sent with its pulls, not its connection's:
     an ``ack`` that a reset lost is sent again on another connection of the consumer's
     (fiber.transport._resend), and must still find the items it takes. So a lease whose
-    connection was reset keeps its items lent for ``REANCHOR_WAIT_S`` (`orphan`), the
-    time its process has to connect again, before they go back to the queue."""
+    connection was reset keeps its items lent (`orphan`) until its ``settle`` comes,
+    behind those ``ack``s; or until its process is gone (it did not anchor again within
+    ``REANCHOR_WAIT_S``); or, at the latest, `SETTLE_WAIT_S` after the reset."""
+
+    #: Seconds a reset lease of a living process may hold its items without settling.
+    SETTLE_WAIT_S = 60.0
 
     def __init__(self) -> None:
         self._accounts: Dict[bytes, _Account] = {}
@@ -171,8 +184,21 @@ class Loans:
         finds it), recalled from no one; its key, to give it back later."""
         key = self._keys.pop(peer, None)
         if key is not None:
-            self._accounts[key].peer = None
+            acct = self._accounts[key]
+            acct.peer, acct.reset_at = None, time.monotonic()
         return key
+
+    def settled_by(self, key: bytes, alive: Callable[[bytes], bool]) -> Optional[float]:
+        """Whether the reset lease ``key`` must give its items back now (None), or in how
+        many seconds to ask again: while its process lives (``alive(process_id)``) and
+        `SETTLE_WAIT_S` has not passed, its ``settle`` may still come."""
+        acct = self._accounts.get(key)
+        if acct is None or acct.peer is not None:
+            return None  # settled already, or (a key reused) live again: nothing held
+        left = acct.reset_at + self.SETTLE_WAIT_S - time.monotonic()
+        if left > 0 and alive(acct.process_id):
+            return min(left, REANCHOR_WAIT_S)
+        return None
 
     def to_recall(self) -> List[Peer]:
         """The consumers holding lent items not yet asked for them (marked asked)."""
@@ -207,6 +233,7 @@ class Lease:
         self.key = os.urandom(8)
         self.pid = os.getpid()
         self.broken = False
+        self._closing = False  # close() gave back what it held: nothing to settle
         _live.add(self)
         self._thread = threading.Thread(target=self._run, name="fiber-queue-lease",
                                         daemon=True)
@@ -283,6 +310,7 @@ class Lease:
         if self.pid != os.getpid():
             return  # a forked child's copy (see _forget_in_child)
         with self._cond:
+            self._closing = True
             if not self.broken and self._client is not None:
                 try:
                     self._give_back(self._client)
@@ -357,16 +385,19 @@ class Lease:
         finally:
             with self._cond:
                 self._broke()
+                closing = self._closing
             self._shut()
-        self._resend_acks()
+        if not closing:
+            self._settle(client)
 
-    def _resend_acks(self) -> None:
-        """After a reset: ``ack``s it may have lost go again now, on a new connection
-        (fiber.transport._resend), while the hub still holds this lease's items (see
-        `Loans`), rather than with this process's next connection, which may come after
-        the hub has put them back (and another consumer taken them again)."""
-        if self.pid != os.getpid() or not _resend.has_orphans(self._address):
-            return
+    def _settle(self, client: Client) -> None:
+        """After a reset: the ``ack``s it may have lost (fiber.transport._resend), then
+        ``settle`` (the rest goes back to the queue), go now on a new connection, in that
+        order, rather than with this process's next connection, which may come late."""
+        if self.pid != os.getpid() or not client.lost or not client.error:
+            return  # (no error: the hub closed it, or ended: nothing to settle)
+        _resend.orphan(self._address, (client.peer_id, [
+            (_resend.ALWAYS, self._name, LendOps.SETTLE, [self.key])]))
         try:
             plain_client(self._address).close()  # a new connection sends them first
         except Exception:  # noqa: S110 - kept for the next connection, or said at exit

@@ -41,6 +41,7 @@ class QueueOps:
     PULL = LendOps.PULL
     ACK = LendOps.ACK
     RETURN = LendOps.RETURN
+    SETTLE = LendOps.SETTLE
 
 
 class QueueService(Service):
@@ -147,6 +148,24 @@ class QueueService(Service):
         """A consumer took lent items: they left the queue (room for a bounded put)."""
         self.loans.take(bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]])
         self._admit_putters(server)
+
+    @handles(QueueOps.SETTLE)
+    def settle(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[key]``: a lease whose connection was reset, after the ``ack``s it sent
+        again: what it holds and did not take goes back to the queue."""
+        self._put_back(server, self.loans.give_back(bytes(payload[0])))
+
+    def _settle_later(self, server: Server, key: bytes, delay: float) -> None:
+        """In ``delay`` s: the reset lease ``key``'s items go back, unless it settled or
+        its process lives and may still settle (see `Loans.settled_by`)."""
+        def check() -> None:
+            again = self.loans.settled_by(key, server.process_alive)
+            if again is None:
+                self._put_back(server, self.loans.give_back(key))
+            else:
+                self._settle_later(server, key, again)
+
+        server.call_later(delay, check)
 
     @handles(QueueOps.RETURN)
     def give_back(self, server: Server, peer: Peer, req_id: bytes,
@@ -268,9 +287,7 @@ class QueueService(Service):
         if peer.reset:  # it may live: a late ack of its (sent again) must find its items
             orphaned = self.loans.orphan(peer)
             if orphaned is not None:
-                key_: bytes = orphaned
-                server.call_later(REANCHOR_WAIT_S,
-                                  lambda: self._put_back(server, self.loans.give_back(key_)))
+                self._settle_later(server, orphaned, REANCHOR_WAIT_S)
             return
         key = self.loans.key_of(peer)
         back = self.loans.give_back(key) if key is not None else []

@@ -36,7 +36,7 @@ from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
-__all__ = ["Client", "ConnectionLost", "CannotConnect", "get_client",
+__all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES", "get_client",
            "current_anchor", "closed_by_peer",
            "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor",
@@ -63,6 +63,11 @@ _PROCESS_ID = secrets.token_bytes(16)
 #: Seconds to wait for a connection and its handshake when the call has no deadline, at
 #: least (see `connect_timeout`).
 CONNECT_TIMEOUT = 10.0
+#: Times a call safe to repeat is made again on a new connection, each time its
+#: connection fails under it (a reset): a link that resets connections may reset the
+#: new ones too (a CI run saw a get's second connection reset 1.5 s after the first,
+#: and its item lost, when a get was asked again once only).
+RESET_RETRIES = 10
 
 
 def connect_timeout(settings: SettingsSource = _defaults) -> float:
