@@ -33,8 +33,12 @@ from ..process._job import describe_end
 __all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text", "where",
            "report"]
 
-#: Seconds a lost worker's warning waits for its job's exit code.
-REPORT_WAIT_S = 10.0
+#: Seconds a lost worker's warning (and the WorkerLostError of a task that killed its
+#: workers) waits for its job's exit code. A normal end is reported in milliseconds
+#: locally and in a few seconds by a cluster; a busy Kubernetes node took over 10 s (the
+#: error then said "still running or unknown"). It is as long as a lossy link's grace
+#: (``heartbeat_timeout``'s default): only a job whose end is never reported waits it out.
+REPORT_WAIT_S = 30.0
 _MAX_LISTED = 10  # task indexes named per call in a warning
 
 

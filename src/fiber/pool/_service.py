@@ -52,7 +52,6 @@ _HOLD = 0.002  # seconds of work a worker of quick tasks holds
 _MAX_CREDIT = 64
 _SLOW = 0.02  # tasks at least this long are not prefetched (see PoolService.credit)
 _SPIN_TASK = 0.002  # a wait for tasks up to this long polls while they run (spin_budget)
-_EXIT_WAIT = 10.0  # seconds a failing task waits for its workers' exit codes (_give_up)
 _EXIT_POLL = 0.05
 
 
@@ -572,7 +571,7 @@ class PoolService(Service):
         n = len(culprit.attempts)
         if n > self.max_retries:
             tasks.clear()
-            self._give_up(culprit, time.monotonic() + _EXIT_WAIT)
+            self._give_up(culprit, time.monotonic() + _losses.REPORT_WAIT_S)
             return [f"{culprit.label} killed its worker {n} times: it fails with "
                     f"WorkerLostError (pool_max_task_retries={self.max_retries})"]
         if n > 1:

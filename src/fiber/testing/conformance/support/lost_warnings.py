@@ -27,7 +27,9 @@ class LostWarnings:
                   if r.name == "fiber" and r.levelno == logging.WARNING]
         return [line for line in lines if " was lost" in line]
 
-    def wait(self, count: int, timeout: float = 30.0) -> List[str]:
+    def wait(self, count: int, timeout: float = 60.0) -> List[str]:
+        """The lost-worker warnings, once ``count`` are said or after ``timeout`` s (a
+        warning waits up to REPORT_WAIT_S, 30 s, for its exit code)."""
         deadline = time.monotonic() + timeout
         while len(self.lost()) < count and time.monotonic() < deadline:
             time.sleep(0.1)
