@@ -18,10 +18,10 @@ import struct
 import threading
 import weakref
 from multiprocessing import context as mp_context
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..transport import auth, receipts
-from ..transport.client import RESET_RETRIES, CannotConnect, ConnectionLost
+from ..transport.client import ConnectionLost, again_on_a_new_connection
 from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
@@ -29,7 +29,7 @@ from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
-__all__ = ["Handle", "again_on_a_new_connection", "encode_wait", "decode_wait",
+__all__ = ["Handle", "encode_wait", "decode_wait",
            "collecting_handoffs", "add_handoff",
            "probing"]
 
@@ -138,28 +138,6 @@ class Handle:
     def _lost(self, e: ConnectionLost) -> BaseException:
         """The error a lost server means for this kind of object (overridden by Pipe)."""
         return e
-
-
-T = TypeVar("T")
-
-
-def again_on_a_new_connection(call: Callable[[], T]) -> T:
-    """``call()``, made again while its connection fails under it, on a new connection
-    each time (the next call gets one), up to `RESET_RETRIES` times: for a call that is
-    safe to repeat after a reset (a put's resend, a request with its ticket). A server
-    that refuses a new connection is gone.
-
-    Raises:
-        ConnectionLost: the last connection failed too, or none could be made.
-    """
-    for _ in range(RESET_RETRIES):
-        try:
-            return call()
-        except CannotConnect:
-            raise
-        except ConnectionLost:
-            pass
-    return call()
 
 
 def _for_a_stdlib_child() -> bool:

@@ -81,11 +81,9 @@ class Stream:
         milliseconds: ``int`` costs a seventh of ``round(x, 3)``, and a 1,024-worker pool
         keeps all 2,000 bars."""
         oldest = now - self.WINDOW_S
-        if workers is None:
-            return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
-                    for w, a, b, o, n in bars if b >= oldest]
         return [[w, int((now - a) * 1000), int((now - b) * 1000), o, n]
-                for w, a, b, o, n in bars if b >= oldest and (w in workers or o == "lost")]
+                for w, a, b, o, n in bars
+                if b >= oldest and (workers is None or w in workers or o == "lost")]
 
 
 class Histogram:

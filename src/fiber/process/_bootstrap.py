@@ -66,16 +66,10 @@ def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.s
     if anchor is not None and (anchor.sock.fileno() < 0 or anchor.lost
                                or client.closed_by_peer(anchor.sock)):
         anchor.mark_lost()  # its thread may not know yet: the next call connects anew
-    for _ in range(client.RESET_RETRIES):  # a link that resets connections may reset new ones
-        try:
-            return _watched(address)
-        except client.CannotConnect:  # refused (gone), or unreachable past the grace
-            return None
-        except client.ConnectionLost:  # reset again while it was being made
-            continue
-        except Exception:
-            return None
-    return None
+    try:  # a link that resets connections may reset the new ones too
+        return client.again_on_a_new_connection(lambda: _watched(address))
+    except Exception:  # refused (gone), reset each time, or unreachable past the grace
+        return None
 
 
 def _watch_lifelines(parent: str, master: str) -> None:

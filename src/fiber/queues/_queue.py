@@ -46,9 +46,10 @@ import time
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple
 
-from .._core._served import Handle, again_on_a_new_connection, decode_wait, encode_wait
+from .._core._served import Handle, decode_wait, encode_wait
 from ..config import get_config
 from ..transport import receipts
+from ..transport.client import again_on_a_new_connection
 from ..transport.local import LateReply, local_server
 from ..transport.serialization import loads
 from ..transport.unpicklable import dumps_explained

@@ -187,9 +187,9 @@ def send_orphans(client: Any, address: str) -> None:
                 got = ALWAYS
                 if status == b"ok":
                     got = int.from_bytes(bytes(payload[0]), "little")
-                elif _counted(messages):
-                    say_undelivered(address, _counted(messages), "the server no longer "
-                                    "knows how many of them it got")
+                elif (counted := _counted(messages)):
+                    say_undelivered(address, counted, "the server no longer knows how "
+                                    "many of them it got")
                 for index, service, op, frames in messages:
                     if index >= got:
                         client.send(service, op, frames)

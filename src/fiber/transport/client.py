@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, TypeVar
 
 from ..errors import AuthenticationError, TransportError
 from . import _resend, auth
@@ -36,7 +36,8 @@ from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
-__all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES", "get_client",
+__all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES",
+           "again_on_a_new_connection", "get_client",
            "current_anchor", "closed_by_peer",
            "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor",
@@ -68,6 +69,28 @@ CONNECT_TIMEOUT = 10.0
 #: new ones too (a CI run saw a get's second connection reset 1.5 s after the first,
 #: and its item lost, when a get was asked again once only).
 RESET_RETRIES = 10
+
+T = TypeVar("T")
+
+
+def again_on_a_new_connection(call: Callable[[], T]) -> T:
+    """``call()``, made again while its connection fails under it, on a new connection
+    each time (the next call gets one), up to `RESET_RETRIES` times: for a call that is
+    safe to repeat after a reset (a put's resend, a request with its ticket, a new
+    lifeline). A server that refuses a new connection is gone.
+
+    Raises:
+        CannotConnect: the server refused a new connection (or none could be made).
+        ConnectionLost: the last connection failed too.
+    """
+    for _ in range(RESET_RETRIES):
+        try:
+            return call()
+        except CannotConnect:
+            raise
+        except ConnectionLost:
+            pass
+    return call()
 
 
 def connect_timeout(settings: SettingsSource = _defaults) -> float:
