@@ -11,6 +11,7 @@ address the backend says its jobs can reach.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import threading
@@ -25,7 +26,8 @@ from ..transport.server import Server
 from ..transport.sockets import split_address
 from . import _inspect
 
-__all__ = ["hub", "listen_host", "parent_address", "shutdown_hub"]
+__all__ = ["hub", "listen_host", "parent_address", "shutdown_hub", "on_process_end",
+           "run_end_hooks"]
 
 PARENT_ENV = "FIBER_PARENT"
 JOB_ENV = "FIBER_JOB"
@@ -131,3 +133,26 @@ def shutdown_hub() -> None:
     if h is not None and _hub_pid == os.getpid():
         unregister_local_server(h)
         h.close()
+
+
+_end_hooks: List[Callable[[], None]] = []
+
+
+def on_process_end(hook: Callable[[], None]) -> None:
+    """Call ``hook`` at this process's clean end, while its connections are still open:
+    a job's after its ``run()`` (fiber.process calls `run_end_hooks`; a job ends with
+    ``os._exit``, which runs no ``atexit``), the main program's at exit. For what must
+    reach a hub before the connection closes (a queue's lease settles what it took)."""
+    if not _end_hooks:
+        atexit.register(run_end_hooks)
+    _end_hooks.append(hook)
+
+
+def run_end_hooks() -> None:
+    """Run the `on_process_end` hooks (each once: a hook may be called again, from the
+    main program's ``atexit`` too, and must then do nothing)."""
+    for hook in list(_end_hooks):
+        try:
+            hook()
+        except Exception:  # noqa: S110 - one failing must not keep the others from running
+            pass

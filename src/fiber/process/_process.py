@@ -592,6 +592,7 @@ def _exit_function() -> None:
     its pools first): it starts none once `program_exiting`, and a daemonic child
     started meanwhile is ended before it is waited for, not waited for for ever."""
     _exiting.set()
+    _runtime.run_end_hooks()  # while this process's connections are open
     terminate_all([p for p in active_children() if p.daemon])
     for p in active_children():
         if p.daemon and not p.cancelled:

@@ -14,8 +14,10 @@ distance is not paced by one round trip per ``get`` (issue 30: 9.9 items/s at 10
 
 Each lent item ends in exactly one of three ways: the consumer takes it (``ack``, sent
 under the lease's lock before ``get`` returns), gives it back (``return``, under the same
-lock: a recall, ``close()``), or its connection ends (the consumer's process is gone or
-unreachable) and the hub puts it back at the front. So an item a consumer never took is
+lock, at a recall; ``settle``, a request, when the lease closes: at the handle's end and
+at its process's clean end, before the connection closes, so that its ``ack``s are
+counted first), or its connection ends (the consumer's process is gone or unreachable)
+and the hub puts it back at the front. So an item a consumer never took is
 never lost, and none is taken twice. A connection that a link resets while both ends
 live may lose ``ack``s on their way: they are sent again on a new connection
 (fiber.transport._resend; the lease's thread makes one at once), and name the lease by
@@ -27,10 +29,12 @@ them back when it is gone. Measured at 100 ms with two resets: 8 items of 6,000 
 twice before (tests/backends/netns/test_lossy.py), none since; and once (ci23, a loaded
 machine) 8 acks came after the hub, holding the items a fixed 5 s then, had put them
 back: 8 extra copies in the queue, which the settle order and the hold rule remove.
-The one window left: a consumer that dies in the instant between sending an
-``ack`` and that ``ack`` reaching the hub, on a connection reset that drops it (a SIGKILL
-while the kernel still had unread data for the connection, and the ``ack`` was not yet
-transmitted), has its item put back although it took it.
+A consumer that *ended* with a pull's answer unread had its kernel reset the
+connection, which drops what it had not transmitted yet, its last ``ack``s among them
+(the hub then put back 10 items it had taken: 1 run in ~10 of that test); the settle at
+its end closes that. The one window left: a consumer that dies (SIGKILL, ``os._exit``)
+in the instant between sending an ``ack`` and that ``ack`` reaching the hub, on a
+connection reset that drops it, has its item put back although it took it.
 
 A handle borrows from the second backlog its ``get``s meet (one unpickled for a single
 task does not), and pulls ahead again when half its buffer is used while the hub said
@@ -59,6 +63,7 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
+from .._core import _runtime
 from .._core._clients import own_client, plain_client
 from ..transport import _resend
 from ..transport.client import Client, ConnectionLost
@@ -85,6 +90,8 @@ class LendOps:
 
 #: Pushed by the hub to a lease: give back what you hold and have not taken.
 RECALL = b"recall"
+#: Seconds a lease's `Lease.close` waits for the hub to answer its ``settle``.
+CLOSE_WAIT_S = 10.0
 
 
 def pack_loan(first: int, items: List[List[Any]]) -> List[Any]:
@@ -189,12 +196,13 @@ class Loans:
         return key
 
     def settled_by(self, key: bytes, alive: Callable[[bytes], bool]) -> Optional[float]:
-        """Whether the reset lease ``key`` must give its items back now (None), or in how
-        many seconds to ask again: while its process lives (``alive(process_id)``) and
-        `SETTLE_WAIT_S` has not passed, its ``settle`` may still come."""
+        """Whether the reset lease ``key`` must give its items back now (None), in how
+        many seconds to ask again (while its process lives, ``alive(process_id)``, and
+        `SETTLE_WAIT_S` has not passed, its ``settle`` may still come), or 0.0: nothing
+        to wait for (it settled, or its account is not a reset one)."""
         acct = self._accounts.get(key)
         if acct is None or acct.peer is not None:
-            return None  # settled already, or (a key reused) live again: nothing held
+            return 0.0
         left = acct.reset_at + self.SETTLE_WAIT_S - time.monotonic()
         if left > 0 and alive(acct.process_id):
             return min(left, REANCHOR_WAIT_S)
@@ -257,7 +265,7 @@ class Lease:
                 if left is not None and left <= 0:
                     raise _queue.Empty
                 self._cond.wait(left)
-            if not self._buffer or self.broken or self._client is None:
+            if not self._buffer or self.broken or self._closing or self._client is None:
                 return None
             seq, frames = self._buffer[0]
             try:
@@ -281,11 +289,13 @@ class Lease:
             if not self._pulling and not self.broken:
                 self._pull()
 
-    def request(self, op: bytes, frames: List[Any]) -> Optional[Tuple[bytes, List[Any]]]:
+    def request(self, op: bytes, frames: List[Any], timeout: Optional[float] = None
+                ) -> Optional[Tuple[bytes, List[Any]]]:
         """Send a request of the queue's protocol on the lease's connection, after the
         ``ack``s of this process's takes (so that a ``qsize`` after a ``get`` counts
-        it), and wait for its reply; None if the connection is not there (not made
-        yet: nothing was taken through it; or gone), or was lost before the reply."""
+        it), and wait for its reply (up to ``timeout`` s); None if the connection is
+        not there (not made yet: nothing was taken through it; or gone), or was lost
+        before the reply, or it did not come in time."""
         box: List[Tuple[bytes, List[Any]]] = []
 
         def on_reply(status: bytes, payload: List[Any]) -> None:
@@ -293,6 +303,7 @@ class Lease:
                 box.append((status, payload))
                 self._cond.notify_all()
 
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             if self.broken or self._client is None:
                 return None
@@ -302,20 +313,35 @@ class Lease:
                 self._broke()
                 return None
             while not box and not self.broken:
-                self._cond.wait()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
             return box[0] if box else None
 
     def close(self) -> None:
-        """Give back what is held and end the connection (the thread ends with it)."""
+        """Give back what is held and end the connection (the thread ends with it).
+
+        ``settle`` puts back at the hub all it lent here and was not told taken, and
+        its answer is waited for (up to `CLOSE_WAIT_S`): the ``ack``s sent before it
+        are then counted. Closing the connection while data for it is unread (a pull's
+        answer on its way, a recall) makes the kernel reset it, which drops what it had
+        not transmitted yet: a consumer that ended so, on a link that lost packets,
+        had the hub put back items it took (a CI run: 10 extra copies in the queue)."""
         if self.pid != os.getpid():
             return  # a forked child's copy (see _forget_in_child)
         with self._cond:
-            self._closing = True
-            if not self.broken and self._client is not None:
-                try:
-                    self._give_back(self._client)
-                except ConnectionLost:
-                    pass  # the hub puts them back when it sees the connection end
+            self._closing = True  # no take from now on: settle gives back all it holds
+        if threading.current_thread() is self._thread:  # its reader: no answer can come
+            with self._cond:
+                if not self.broken and self._client is not None:
+                    try:
+                        self._client.send(self._name, LendOps.SETTLE, [self.key])
+                    except ConnectionLost:
+                        pass  # reset or gone: the hub holds or puts back what it lent
+        else:
+            self.request(LendOps.SETTLE, [self.key], timeout=CLOSE_WAIT_S)
+        with self._cond:
             self._broke()
         self._shut()
 
@@ -437,4 +463,13 @@ def _after_fork_in_child() -> None:
         lease._forget_in_child()  # noqa: SLF001 - this module's class
 
 
+def _close_all() -> None:
+    """At this process's clean end: each lease settles (see `Lease.close`) before the
+    process's connections close (a job's queue handles live until then: its Process
+    object holds its arguments)."""
+    for lease in list(_live):
+        lease.close()
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)
+_runtime.on_process_end(_close_all)

@@ -151,9 +151,12 @@ class QueueService(Service):
 
     @handles(QueueOps.SETTLE)
     def settle(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        """``[key]``: a lease whose connection was reset, after the ``ack``s it sent
-        again: what it holds and did not take goes back to the queue."""
+        """``[key]``: a lease ends (closed, after its ``ack``s: answered ``ok`` when
+        asked), or its connection was reset (sent on a new one, after the ``ack``s it
+        sent again): what it holds and did not take goes back to the queue."""
         self._put_back(server, self.loans.give_back(bytes(payload[0])))
+        if req_id:
+            server.reply(peer, req_id, b"ok")
 
     def _settle_later(self, server: Server, key: bytes, delay: float) -> None:
         """In ``delay`` s: the reset lease ``key``'s items go back, unless it settled or
@@ -162,7 +165,7 @@ class QueueService(Service):
             again = self.loans.settled_by(key, server.process_alive)
             if again is None:
                 self._put_back(server, self.loans.give_back(key))
-            else:
+            elif again > 0:
                 self._settle_later(server, key, again)
 
         server.call_later(delay, check)

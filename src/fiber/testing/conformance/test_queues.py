@@ -31,6 +31,25 @@ def test_put_get_between_processes(ctx):
     p.join(60)
 
 
+def test_a_consumer_that_ends_leaves_exactly_what_it_did_not_take(ctx):
+    """A consumer whose gets met a backlog holds items lent ahead when it ends: right
+    after its ``join`` the queue counts exactly the items it did not take, and gives
+    them in their order (its lease settles at its end, after the acknowledgements of its
+    takes: see fiber.queues._lending)."""
+    q, out = ctx.Queue(), ctx.Queue()
+    n, k = 500, 137
+    for i in range(n):
+        q.put(i)
+    p = ctx.Process(target=helpers.take_some, args=(q, k, out))
+    p.start()
+    assert out.get(timeout=60) == list(range(k))
+    p.join(60)
+    assert p.exitcode == 0
+    assert q.qsize() == n - k
+    assert [q.get(timeout=10) for _ in range(n - k)] == list(range(k, n))
+    assert q.empty()
+
+
 def test_waiting_threads_of_the_creating_process(ctx):
     """In the queue's own process one waiting thread serves the hub's connections and
     the others wait as usual; each is woken by an item from a child or from a thread."""

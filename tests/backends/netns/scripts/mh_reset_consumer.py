@@ -79,11 +79,18 @@ def main():
     except Exception as e:  # noqa: BLE001 - said in the result
         end = ("missing", len(got), [repr(e)])
     child.join(_common.TIMEOUT)
+    left = q.qsize()
+    left_items = []
+    for _ in range(min(left, 20)):
+        try:
+            left_items.append(q.get(timeout=5))
+        except Exception as e:  # noqa: BLE001 - said in the result
+            left_items.append(repr(e))
     seen = set()
     twice = sorted({x for x in got if x in seen or seen.add(x)})
     _common.result(n=n, killed=killed, took=end[1], errors=end[2], twice=twice[:20],
                    n_twice=len(twice), missing=sorted(set(range(n)) - seen)[:20],
-                   n_missing=len(set(range(n)) - seen), left=q.qsize(),
+                   n_missing=len(set(range(n)) - seen), left=left, left_items=left_items,
                    child_exitcode=child.exitcode,
                    after_last_reset_s=round(time.monotonic() - last_reset, 1))
 

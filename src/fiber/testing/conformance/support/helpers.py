@@ -79,6 +79,12 @@ def joinable_worker(q) -> None:  # type: ignore[no-untyped-def]
             return
 
 
+def take_some(q, k, out) -> None:  # type: ignore[no-untyped-def]
+    """Take ``k`` items from ``q`` (lent ahead to this process once its gets meet a
+    backlog) and send them on ``out``; then end."""
+    out.put([q.get(timeout=30) for _ in range(k)])
+
+
 def roundtrip_queue(inq, outq) -> None:  # type: ignore[no-untyped-def]
     outq.put(inq.get(timeout=120))
 
