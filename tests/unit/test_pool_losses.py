@@ -146,3 +146,38 @@ def test_an_initializer_failure_is_said_once_then_counted(said):
     assert lines[3] == ("the pool's initializer failed the same way in 1 more worker "
                         "(PoolWorker-5); then a worker started"), lines
     assert failures.last == ""
+
+
+class _Hub:
+    """What PoolService calls of its server here: timers are kept, never run."""
+
+    def __init__(self) -> None:
+        self.timers: List[Any] = []
+
+    def call_later(self, delay: float, fn: Any) -> None:
+        self.timers.append((delay, fn))
+
+    def send(self, peer: Any, frames: Any) -> bool:
+        return True
+
+
+def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
+    """A worker that said hello, whose connection was then reset (a crashed node's
+    kernel: the Slurm node-crash test in CI), and whose job then ended: it "was lost"
+    (not "ended before it connected"), and it is not counted as a failed start."""
+    from fiber.transport.peers import Peer
+
+    pool, hub = _Pool(max_retries=3), _Hub()
+    gone: List[Any] = []
+    pool.service.on_worker_gone = lambda ws, expected: gone.append(ws.started)
+    ws = pool.worker()
+    peer = Peer(7, b"p" * 16, False, None)
+    pool.service.hello(hub, peer, b"", [ws.worker_id.to_bytes(8, "little")])
+    assert ws.connected
+    peer.reset = True
+    pool.service.peer_gone(hub, peer)
+    assert not ws.connected and ws.resume_by > 0 and ws.started
+    pool.die(ws, -9)
+    assert gone == [True]
+    (line,) = said()
+    assert "PoolWorker-1 (job 1-1 on here) was lost: killed by SIGKILL" in line, line

@@ -320,7 +320,7 @@ class PoolCore:
 
     def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
         """Called under the hub lock when a worker is lost or has exited."""
-        if ws.connected:
+        if ws.started:
             self.startup_failures = 0
         elif not expected and _self_inflicted(ws.exitcode):
             self.startup_failures += 1

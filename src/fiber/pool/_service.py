@@ -545,7 +545,7 @@ class PoolService(Service):
             log("%s ended: its initializer raised", ws.process.name)
         else:
             log("%s lost, holding %d tasks", ws.process.name, len(tasks))
-            self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.connected))
+            self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.started))
             if exit_code(ws) is not None:
                 self.losses.ready(ws)
             elif self.server is not None:

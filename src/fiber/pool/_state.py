@@ -105,6 +105,14 @@ class WorkerState:
         #: (monotonic; 0: it is not being waited for. See `_resume`).
         self.resume_by = 0.0
 
+    @property
+    def started(self) -> bool:
+        """Whether it connected and said hello: it is connected, or waited for since its
+        connection was reset (a crashed node's workers often end so: their kernel's
+        reset, then their job's end). A worker lost so "was lost"; it did not "end
+        before it connected", nor count as a failed start."""
+        return self.connected or self.resume_by > 0
+
 
 class ReadyWorkers:
     """The workers that can take a task, bucketed by how many tasks they hold.

@@ -404,6 +404,7 @@ class Process(ProcessAttributes):
             shutdown = getattr(threading, "_shutdown", None)
             if shutdown is not None:
                 shutdown()
+            _runtime.run_end_hooks()  # its threads are done; its connections still open
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -592,7 +593,6 @@ def _exit_function() -> None:
     its pools first): it starts none once `program_exiting`, and a daemonic child
     started meanwhile is ended before it is waited for, not waited for for ever."""
     _exiting.set()
-    _runtime.run_end_hooks()  # while this process's connections are open
     terminate_all([p for p in active_children() if p.daemon])
     for p in active_children():
         if p.daemon and not p.cancelled:

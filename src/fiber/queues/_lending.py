@@ -253,13 +253,22 @@ class Lease:
         waited for, also by a ``get`` that does not block (a round trip), and up to
         ``timeout`` by one that does.
 
-        Returns None when nothing is lent here or coming: ask the hub directly.
+        Returns None when nothing is lent here or coming: ask the hub directly. So does
+        a lease whose connection is not made yet: nothing can be on its way, and its
+        first pull waits for the next backlog a ``get`` meets (sent now, it could
+        overtake that ``get``). Waiting for it instead, a ``get`` waited as long as
+        the connection took, up to its timeout (once, on the lossy reset test: a
+        consumer's ``get`` raised ``Empty`` after 30 s with 5,918 items queued, and a
+        new lease's connection not made is the one wait that fits).
 
         Raises:
             queue.Empty: ``timeout`` passed while a pull was under way.
         """
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         with self._cond:
+            if self._client is None and not self._buffer:
+                self._pulling = False
+                return None
             while not self._buffer and self._pulling and not self.broken:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
