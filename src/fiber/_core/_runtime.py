@@ -142,8 +142,8 @@ def on_process_end(hook: Callable[[], None]) -> None:
     """Call ``hook`` at this process's clean end, while its connections are still open:
     a job's once its ``run()`` and its other threads are done (fiber.process calls
     `run_end_hooks`: a job ends with ``os._exit``, which runs no ``atexit``), the main
-    program's at exit. For what must
-    reach a hub before the connection closes (a queue's lease settles what it took)."""
+    program's at exit. For what must reach a hub before the connection closes (a
+    queue's lease settles what it took)."""
     if not _end_hooks:
         atexit.register(run_end_hooks)
     _end_hooks.append(hook)

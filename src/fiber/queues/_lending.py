@@ -266,7 +266,7 @@ class Lease:
         """
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         with self._cond:
-            if self._client is None and not self._buffer:
+            if self._client is None:  # (items come only on its connection)
                 self._pulling = False
                 return None
             while not self._buffer and self._pulling and not self.broken:
