@@ -21,13 +21,13 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .._log import recent_warnings
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["SERVICE", "StatusService", "add_source", "add_field", "snapshot", "pause",
-           "SLICE", "rows_shown", "rows_wanted", "Rows"]
+           "SLICE", "rows_shown", "rows_wanted", "Rows", "Counted"]
 
 SERVICE = b"status"
 #: Rows a source builds at a time for a viewer (see `pause`).
@@ -58,6 +58,16 @@ def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
     with _lock:
         _prune()
         _sources[next(_ids)] = (kind, ref, describe)
+
+
+class Counted(NamedTuple):
+    """What a source of a long table (a process's children) gives a viewer that shows
+    some of its rows (see `rows_shown`): those rows, built, and what every row adds up
+    to, counted without a row each. `snapshot` puts the rows under the source's kind and
+    adds ``counts`` to its own (numbers added, dicts of numbers added key by key)."""
+
+    rows: List[Any]
+    counts: Dict[str, Any]
 
 
 #: name -> what viewers outside the program receive under it (see `add_field`)
@@ -140,11 +150,25 @@ def _snapshot() -> Dict[str, Any]:
             value = {"error": f"{type(e).__name__}: {e}"}
         if value is None:
             continue
-        if isinstance(value, list):
+        if isinstance(value, Counted):
+            out.setdefault(kind, []).extend(value.rows)
+            _add_counts(out, value.counts)
+        elif isinstance(value, list):
             out.setdefault(kind, []).extend(value)
         else:
             out.setdefault(kind, []).append(value)
     return out
+
+
+def _add_counts(out: Dict[str, Any], counts: Dict[str, Any]) -> None:
+    """Add ``counts`` (a `Counted`'s) to ``out``'s."""
+    for key, value in counts.items():
+        if isinstance(value, dict):
+            into = out.setdefault(key, {})
+            for name, n in value.items():
+                into[name] = into.get(name, 0) + n
+        else:
+            out[key] = out.get(key, 0) + value
 
 
 class StatusService(Service):

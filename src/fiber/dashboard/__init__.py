@@ -229,11 +229,13 @@ def page(snap: Dict[str, Any], rows: Optional[_inspect.Rows]) -> Dict[str, Any]:
     those rows); an attached dashboard's (``fiber top``'s, with every row) is cut here.
     The processes (a pool's workers among them) are counted by state
     (``process_states``, ``processes_total``) and, with ``rows``, only the first
-    ``rows[1]`` are kept."""
+    ``rows[1]`` are kept: a program's own come so (see `fiber.process._describe`), an
+    attached program's come counted with every row, an older fiber's uncounted."""
     procs = snap.get("processes")
-    if isinstance(procs, list) and "process_states" not in snap:
-        snap.update(processes_total=len(procs), process_states=_by_state(procs))
-        if rows is not None:
+    if isinstance(procs, list):
+        if "process_states" not in snap:
+            snap.update(processes_total=len(procs), process_states=_by_state(procs))
+        if rows is not None and len(procs) > rows[1]:
             snap["processes"] = procs[:rows[1]]
     for pool in snap.get("pools", []):
         workers = pool.get("workers")

@@ -557,7 +557,8 @@ def _register_exit_function() -> None:
         atexit.register(_exit_function)
         # fiber top lists this process's children (see fiber._core._inspect)
         _inspect.add_source("processes", _current_process,
-                            lambda _: _describe.children(live_jobs()))
+                            lambda _: _describe.children(live_jobs(),
+                                                         _inspect.rows_wanted()))
 
 
 def live_jobs() -> List[Tuple[Process, Optional[Job]]]:

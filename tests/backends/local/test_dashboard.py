@@ -23,6 +23,7 @@ import tempfile
 import textwrap
 import time
 import urllib.parse
+from types import SimpleNamespace
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
@@ -187,6 +188,53 @@ def test_an_attached_snapshot_is_cut_to_the_page_asked() -> None:
                       "workers_total": 9, "workers_from": 0, "restarts": 0}],
            "processes": [], "processes_total": 9, "process_states": {"running": 9}}
     assert page(own, (0, 100)) == own  # a program's own snapshot comes cut already
+
+
+class _Child:
+    """A child process as `_describe.children` reads it, counting the records built."""
+
+    built = 0
+
+    def __init__(self, n: int) -> None:
+        self.name, self.daemon = f"Process-{n}", False
+
+    @property
+    def ident(self) -> int:
+        _Child.built += 1
+        return 1000 + len(self.name)
+
+
+def test_a_programs_children_are_counted_and_only_the_page_built() -> None:
+    """A Pool(1024)'s master has 1,024 children: a page (and /metrics, no row) builds the
+    records it shows and counts the others by state, without a record each."""
+    from fiber.process import _describe
+
+    def job(code: Optional[int]) -> SimpleNamespace:
+        return SimpleNamespace(handle=SimpleNamespace(job_id="7"), remote_host="here",
+                               started_at=time.monotonic(), finished=code is not None,
+                               exitcode=lambda: code)
+
+    procs = [(_Child(n), job(1 if n == 4 else None)) for n in range(1, 6)]
+    procs.append((_Child(6), None))  # not started: not a job yet
+    _Child.built = 0
+    shown = _describe.children(procs, (3, 2))  # a page's rows: the first 2 processes
+    assert [p["name"] for p in shown.rows] == ["Process-1", "Process-2"]
+    assert shown.counts == {"processes_total": 5,
+                            "process_states": {"running": 4, "exit code 1": 1}}
+    assert _Child.built == 2
+    assert _describe.children(procs, (0, 0)).rows == []  # /metrics: counts only
+    assert len(_describe.children(procs).rows) == 5  # fiber top: every one
+
+    class Owner:
+        pass
+
+    owners = [Owner(), Owner()]  # two sources of one kind: their counts add up
+    for owner in owners:
+        _inspect.add_source("probes", owner, lambda _: shown)
+    snap = _inspect.snapshot()
+    assert [p["name"] for p in snap["probes"]] == ["Process-1", "Process-2"] * 2
+    assert snap["processes_total"] >= 10 and snap["process_states"]["exit code 1"] >= 2
+    del owners
 
 
 def _chromium() -> str:
