@@ -46,13 +46,16 @@ from ..errors import ConfigError
 from ..process import _cluster_view, _inspected
 from . import _metrics
 
-__all__ = ["Dashboard", "start", "parse_address", "serve_program", "page", "CACHE_S"]
+__all__ = ["Dashboard", "start", "parse_address", "serve_program", "page", "CACHE_S",
+           "COUNTS_ONLY"]
 
 Source = Callable[[], Dict[str, Any]]
 Stacks = Callable[[str], str]
 _COOKIE = "fiber_dashboard"
 #: Seconds a snapshot serves the requests that follow it (see `Dashboard.snapshot`).
 CACHE_S = 0.5
+#: The rows /metrics asks for: none, only the counts every snapshot has.
+COUNTS_ONLY: _inspect.Rows = (0, 0)
 
 _ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
            "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
@@ -121,12 +124,16 @@ class Dashboard:
         ``rows`` (``(first, count)``; None: all) of each pool's worker table, and every
         worker counted (see `page`). One snapshot of each ``rows`` serves every request
         of the next `CACHE_S` seconds (the page's, another tab's, a Prometheus scrape),
-        so that many viewers cost what one does."""
+        so that many viewers cost what one does. `COUNTS_ONLY` (/metrics': no row, only the
+        counts, which every snapshot has) is served by any of them: a browser's poll
+        and a scrape that follows it cost one snapshot."""
         with self._lock:
             now = time.monotonic()
             # the stale ones go: every page a viewer turned to would otherwise stay
             self._cached = {k: v for k, v in self._cached.items() if now - v[0] < CACHE_S}
             cached = self._cached.get(rows)
+            if cached is None and rows == COUNTS_ONLY and self._cached:
+                cached = max(self._cached.values(), key=lambda entry: entry[0])
             if cached is None:
                 with _inspect.rows_shown(rows):
                     cached = self._cached[rows] = (now, page(self._source(), rows))
@@ -179,7 +186,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             elif url.path == "/api/stack":
                 self._stack(query.get("worker", [""])[-1])
             elif url.path == "/metrics":
-                body = _metrics.render(self.dashboard.snapshot((0, 0))).encode()
+                body = _metrics.render(self.dashboard.snapshot(COUNTS_ONLY)).encode()
                 self._send(200, body, _metrics.CONTENT_TYPE)
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")

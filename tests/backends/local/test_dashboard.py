@@ -24,13 +24,13 @@ import textwrap
 import time
 import urllib.parse
 from types import SimpleNamespace
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
 import fiber
 from fiber._core import _inspect
-from fiber.dashboard import CACHE_S, Dashboard, page, start
+from fiber.dashboard import CACHE_S, COUNTS_ONLY, Dashboard, page, start
 from fiber.errors import ConfigError
 from fiber.testing.conformance.support.waiting import unusable, wait_until
 
@@ -235,6 +235,29 @@ def test_a_programs_children_are_counted_and_only_the_page_built() -> None:
     assert [p["name"] for p in snap["probes"]] == ["Process-1", "Process-2"] * 2
     assert snap["processes_total"] >= 10 and snap["process_states"]["exit code 1"] >= 2
     del owners
+
+
+def test_metrics_after_a_page_are_served_by_its_snapshot() -> None:
+    """Every snapshot counts every worker and process, which is all /metrics reads: a
+    scrape that follows a page's poll costs the program nothing more."""
+    taken: List[Optional[Tuple[int, int]]] = []
+
+    def source() -> Dict[str, object]:
+        taken.append(_inspect.rows_wanted())
+        return {"pools": [], "processes": []}
+
+    b = Dashboard(source)
+    try:
+        b.snapshot((0, 100))
+        b.snapshot(COUNTS_ONLY)
+        assert taken == [(0, 100)]
+        b.snapshot((100, 100))  # another page: its own rows
+        assert taken == [(0, 100), (100, 100)]
+        time.sleep(CACHE_S)
+        b.snapshot(COUNTS_ONLY)  # nothing recent: a snapshot of no row
+        assert taken == [(0, 100), (100, 100), (0, 0)]
+    finally:
+        b.close()
 
 
 def _chromium() -> str:
