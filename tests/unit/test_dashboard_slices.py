@@ -1,10 +1,12 @@
 """The dashboard builds a large snapshot in slices, letting the hub's thread have the GIL
 between them: the slices must add up to exactly what one go gives, and only a viewer's
-thread (the dashboard's, never the hub's) may sleep between them."""
+thread (the dashboard's, never the hub's) may sleep between them, once it has computed
+a while (a sleep costs it CPU)."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, List
 
 import pytest
@@ -35,6 +37,7 @@ def test_sliced_json_is_the_json_of_one_go(length: int) -> None:
 def test_only_a_viewers_thread_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: List[float] = []
     monkeypatch.setattr(_inspect.time, "sleep", slept.append)
+    monkeypatch.setattr(_inspect, "BUSY_S", 0.0)  # a pause at every slice
     seen: List[int] = []
 
     class Owner:
@@ -55,3 +58,36 @@ def test_only_a_viewers_thread_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == [0, 1, 0]
     assert slept == [_inspect.PAUSE_S]
     del owner
+
+
+def test_a_viewer_pauses_once_it_has_computed_a_while(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sleep costs the viewer's thread CPU (the GIL taken back from the busy hub): it
+    sleeps between two slices only once it has computed `_inspect.BUSY_S` since it last
+    slept, not at every slice of a page's few rows."""
+    slept: List[float] = []
+    monkeypatch.setattr(_inspect.time, "sleep", slept.append)
+    with _inspect.viewing():
+        _inspect.pause()
+        _inspect.pause()
+        assert slept == []  # it has barely begun
+        begun = time.thread_time()
+        while time.thread_time() - begun < _inspect.BUSY_S:
+            pass
+        _inspect.pause()
+        _inspect.pause()
+        assert slept == [_inspect.PAUSE_S]
+        with _inspect.viewing(False):  # the hub's thread: never
+            _inspect.pause()
+    _inspect.pause()
+    assert slept == [_inspect.PAUSE_S]
+
+
+def test_a_page_sized_json_does_not_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JSON of a page (100 rows of each table) takes well under `_inspect.BUSY_S`
+    to encode, in slices that go on without a sleep."""
+    slept: List[float] = []
+    monkeypatch.setattr(_inspect.time, "sleep", slept.append)
+    rows = [{"name": f"PoolWorker-{i}", "state": "running"} for i in range(100)]
+    assert json.loads(_json({"pools": [{"workers": rows}]}))["pools"][0]["workers"] == rows
+    assert slept == []

@@ -27,16 +27,18 @@ from .._log import recent_warnings
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["SERVICE", "StatusService", "add_source", "add_field", "snapshot", "pause",
-           "SLICE", "rows_shown", "rows_wanted", "Rows", "Counted"]
+           "viewing", "SLICE", "rows_shown", "rows_wanted", "Rows", "Counted"]
 
 SERVICE = b"status"
 #: Rows a source builds at a time for a viewer (see `pause`).
 SLICE = 64
 #: Seconds a viewer's thread sleeps between two slices (see `pause`).
 PAUSE_S = 0.0002
+#: CPU seconds a viewer's thread computes between two such sleeps, at least.
+BUSY_S = 0.0005
 
-#: .on: this thread takes a viewer's snapshot (see `snapshot`); .rows: the rows of a
-#: long table it shows (see `rows_shown`)
+#: .on: this thread takes a viewer's snapshot (see `viewing`), .since: its CPU time when
+#: it last paused (see `pause`); .rows: the rows of a long table it shows (`rows_shown`)
 _viewer = threading.local()
 #: ``(first, count)``: the rows of a long table (a pool's workers) a viewer shows
 Rows = Tuple[int, int]
@@ -89,16 +91,34 @@ def _prune() -> None:
 
 def pause() -> None:
     """Between two slices of a long table (`SLICE` rows) that a source builds: on a
-    viewer's thread (see `snapshot`), a short sleep, with the hub's lock let go, that
-    hands the GIL to the hub's thread; elsewhere (the hub's own thread) nothing.
+    viewer's thread (see `viewing`) that has computed `BUSY_S` since it last paused (or
+    began), a short sleep, with the hub's lock let go, that hands the GIL to the hub's
+    thread; elsewhere (the hub's own thread), or sooner, nothing.
 
     Why: the hub's thread gives up the GIL at every send and receive, and gets it back
     from a thread that computes only when that thread lets go, or after the interpreter's
     switch interval (5 ms). A 1,024-worker table built in one go (~25 ms with its JSON)
     so held the hub for several times its own cost: a Pool(1024)'s rounds took 1.26x
-    while a page was open. In slices, the hub waits for one slice at most."""
+    while a page was open. In slices, the hub waits for `BUSY_S` and a slice at most.
+    Not at every slice: a sleep costs the sleeper 20-130 µs of CPU (taking the GIL back
+    from a busy thread), as much as a slice of a page's rows; a page's poll slept a dozen
+    times, for 1 ms of its 6."""
     if getattr(_viewer, "on", False):
-        time.sleep(PAUSE_S)
+        if time.thread_time() - _viewer.since >= BUSY_S:
+            time.sleep(PAUSE_S)
+            _viewer.since = time.thread_time()
+
+
+@contextlib.contextmanager
+def viewing(on: bool = True) -> Iterator[None]:
+    """Within it, this thread is a viewer's (``on``: the dashboard's, which builds and
+    encodes a snapshot in slices, see `pause`), or not (the hub's, which never sleeps)."""
+    before = getattr(_viewer, "on", False), getattr(_viewer, "since", 0.0)
+    _viewer.on, _viewer.since = on, time.thread_time()
+    try:
+        yield
+    finally:
+        _viewer.on, _viewer.since = before
 
 
 @contextlib.contextmanager
@@ -125,11 +145,8 @@ def snapshot(viewer: bool = False) -> Dict[str, Any]:
     """This program as ``fiber top`` shows it. ``viewer``: taken on a thread of its own
     (the dashboard's), not the hub's: the sources then build long tables in slices (see
     `pause`)."""
-    _viewer.on = viewer
-    try:
+    with viewing(viewer):
         return _snapshot()
-    finally:
-        _viewer.on = False
 
 
 def _snapshot() -> Dict[str, Any]:

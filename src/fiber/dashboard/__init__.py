@@ -277,11 +277,12 @@ def start(source: Source, address: str, token: Optional[str] = None,
 
 def _json(value: Any) -> str:
     """``value`` as compact JSON, its long lists (a pool's workers, its task stream)
-    encoded `_inspect.SLICE` items at a time with a short sleep between (see
-    `fiber._core._inspect.pause`: one ``json.dumps`` of a 1,024-worker snapshot holds the
-    GIL for ~10 ms, which the program's hub then waits for)."""
+    encoded `_inspect.SLICE` items at a time, with a short sleep between two slices now
+    and then (see `fiber._core._inspect.pause`: one ``json.dumps`` of a 1,024-worker
+    snapshot holds the GIL for ~10 ms, which the program's hub then waits for)."""
     parts: List[str] = []
-    _encode(value, parts)
+    with _inspect.viewing():
+        _encode(value, parts)
     return "".join(parts)
 
 
@@ -297,7 +298,7 @@ def _encode(value: Any, parts: List[str]) -> None:
         for start in range(0, len(value), _inspect.SLICE):
             if start:
                 parts.append(",")
-                time.sleep(_inspect.PAUSE_S)
+                _inspect.pause()
             part = value[start:start + _inspect.SLICE]
             parts.append(json.dumps(part, default=str, separators=(",", ":"))[1:-1])
         parts.append("]")
