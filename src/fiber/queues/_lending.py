@@ -420,23 +420,31 @@ class Lease:
         finally:
             with self._cond:
                 self._broke()
-                closing = self._closing
+                settle = not self._closing and self._last_words(client)
             self._shut()
-        if not closing:
-            self._settle(client)
+        if settle:
+            try:
+                plain_client(self._address).close()  # a new connection sends them first
+            except Exception:  # noqa: S110 - kept for the next connection, or said at exit
+                pass
 
-    def _settle(self, client: Client) -> None:
-        """After a reset: the ``ack``s it may have lost (fiber.transport._resend), then
-        ``settle`` (the rest goes back to the queue), go now on a new connection, in that
-        order, rather than with this process's next connection, which may come late."""
-        if self.pid != os.getpid() or not client.lost or not client.error:
-            return  # (no error: the hub closed it, or ended: nothing to settle)
+    def _last_words(self, client: Client) -> bool:
+        """(under the lock, so that every ``ack`` sent on the ended connection was kept or
+        filed first) The connection ended, not closed here: after the ``ack``s it may
+        have lost (fiber.transport._resend), ``settle`` (the rest goes back to the
+        queue), to go now on a new connection, rather than with this process's next
+        one, which may come late.
+
+        Whatever the end looked like: a reset that another thread's check read first
+        (`fiber.transport.client.prune_closed`) leaves this one a plain end, and the hub
+        then held the items up to `Loans.SETTLE_WAIT_S`. Where the hub did close the
+        connection (its process ended, or it put back what was lent), a settle finds
+        nothing: the hub's end refuses the connection, or the account is gone."""
+        if self.pid != os.getpid() or not client.lost:
+            return False
         _resend.orphan(self._address, (client.peer_id, [
             (_resend.ALWAYS, self._name, LendOps.SETTLE, [self.key])]))
-        try:
-            plain_client(self._address).close()  # a new connection sends them first
-        except Exception:  # noqa: S110 - kept for the next connection, or said at exit
-            pass
+        return True
 
     def _shut(self) -> None:
         client = self._client

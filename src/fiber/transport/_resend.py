@@ -16,7 +16,12 @@ messages it took from the old connection, once it has ended it::
                                                                 it is still open, after
                                                                 reading what it holds
                    ◀── ok, how many messages it read ──
-    sends the orphans past that count, then its own ──▶        each once, in order
+    sends the orphans past that count ──▶                      each once, in order
+                   ── [RESEND_SERVICE, sync] ──▶
+                   ◀── ok: all of them served ──
+    then its own; another new connection to the server sends nothing before that ``ok``
+    (two connections' messages reach the server in no set order: a queue's lease files
+    its ``settle`` to follow its ``ack``s, whichever connection takes those)
 
 Kept messages are dropped as the kernel acknowledges them (``TCP_INFO``'s
 ``tcpi_bytes_acked``, checked every `_CHECK` messages or `_CHECK_BYTES` bytes: one
@@ -53,6 +58,7 @@ class ResendOps:
     """The operations of `EndedPeers`."""
 
     COUNT = b"count"  # [old peer id] -> ok [messages it brought] | unknown
+    SYNC = b"sync"  # [] -> ok, once the messages before it on its connection were served
 
 #: Orphans of one ended connection: its peer id at the server, and its messages as
 #: (index among the messages written on it after the handshake, service, op, frames).
@@ -178,6 +184,8 @@ def send_orphans(client: Any, address: str) -> None:
         sending = _sending[address]
     with sending:
         pending = take_orphans(address)
+        if not pending:
+            return
         while pending:
             old, messages = pending[0]
             sent = 0
@@ -198,6 +206,9 @@ def send_orphans(client: Any, address: str) -> None:
                 _put_back(address, client.peer_id, [(old, messages[sent:]), *pending[1:]])
                 raise
             pending.pop(0)
+        # served before another connection's messages can be, so that orphans taken here
+        # keep their order with those filed after (a lease's settle behind its acks)
+        client.request(RESEND_SERVICE, ResendOps.SYNC, [], timeout=30.0)
 
 
 def _put_back(address: str, failed: int, rest: List[Orphans]) -> None:
@@ -281,3 +292,9 @@ class EndedPeers(Service):
             server.reply(peer, req_id, b"unknown")
         else:
             server.reply(peer, req_id, b"ok", [count.to_bytes(8, "little")])
+
+    @handles(ResendOps.SYNC)
+    def sync(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+        """``[]``: answered once what came before it on this connection was served (a
+        server serves a connection's messages in order)."""
+        server.reply(peer, req_id, b"ok")

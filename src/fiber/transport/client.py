@@ -38,7 +38,7 @@ from .sockets import connect, readable, server_id, tune
 
 __all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES",
            "again_on_a_new_connection", "get_client",
-           "current_anchor", "closed_by_peer",
+           "current_anchor", "ended_with",
            "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor",
            "prune_closed", "Settings", "DEFAULTS", "renew_process_id"]
@@ -497,19 +497,24 @@ def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
     return anchor
 
 
-def closed_by_peer(sock: socket.socket) -> bool:
-    """Whether the connection of ``sock`` has ended: its peer's end, an error, or the
-    socket closed here meanwhile."""
+def ended_with(sock: socket.socket) -> Optional[int]:
+    """None while the connection of ``sock`` is open; once it has ended, the errno that
+    ended it (0: its peer's end, or the socket closed here meanwhile).
+
+    Kept, not swallowed: reading a reset socket's error clears it, so its own reader
+    then finds a plain end (a queue's lease, which settles after a reset only)."""
     try:
         if not readable([sock], 0):
-            return False
+            return None
         # not blocking: a thread of the client's own (a queue's lease) may have read
         # what made the socket readable in between
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        return 0 if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" else None
     except BlockingIOError:
-        return False
-    except (OSError, ValueError):
-        return True
+        return None
+    except OSError as e:
+        return e.errno or 0
+    except ValueError:  # closed here
+        return 0
 
 
 def prune_closed() -> int:
@@ -520,11 +525,16 @@ def prune_closed() -> int:
     """
     closed = 0
     for client in list(_all_clients):
-        if client.lost or client.sock.fileno() < 0 or closed_by_peer(client.sock):
-            if client.sock.fileno() >= 0:
-                closed += 1
-            client.mark_lost()
-            client.close()
+        error = 0  # (lost or closed: what ended it is known)
+        if not client.lost and client.sock.fileno() >= 0:
+            ended = ended_with(client.sock)
+            if ended is None:
+                continue
+            error = ended
+        if client.sock.fileno() >= 0:
+            closed += 1
+        client.mark_lost(error)
+        client.close()
     return closed
 
 
