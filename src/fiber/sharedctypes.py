@@ -63,6 +63,10 @@ class ValueService(Service):
     """One ctypes object; accesses carrying a thread id wait for the guard lock."""
 
     protocol = "value"
+    #: Every access it takes is answered (one waiting for the guard lock runs when the
+    #: lock is freed, its connection there or not): asked again after a reset, an
+    #: access is answered again, not run twice (see fiber.transport.receipts).
+    answers_again = True
 
     def __init__(self, obj: Any, guard: Optional[synchronize.LockService],
                  memory: Optional[HostMemory] = None) -> None:
@@ -125,6 +129,8 @@ def _ctype(typecode_or_type: _TYPE) -> Any:
 
 class SharedValue(Handle):
     """A ctypes value served by its creator's hub (``RawValue``; ``Value`` adds a lock)."""
+
+    _asks_again = True  # an access outlives a reset (see Handle, ValueService)
 
     _lock: Any = None  # the lock taken by the server (None: unguarded)
     _client_lock: Any = None  # a lock taken by this side (a lock served elsewhere)

@@ -7,6 +7,15 @@
                                         │
                   later (a release, a set, a notify): take(waiter) ──▶ reply
                   the waiter's connection closes: peer_gone ──▶ dropped
+                  ... is reset: kept; its caller asks again on a new connection
+                      (same ticket), and the reply goes there ──▶ once
+                  its process is gone (not back after a reset): process_gone ──▶ dropped
+
+A request that waits carries a ticket (`fiber.transport.receipts`): the services are
+``answers_again``, so a wait under way when its connection is reset (a link's reset,
+both processes live) is not lost with it. Its reply, if it comes before the caller
+asked again, waits for it: given, as far as the service is concerned (a lock granted,
+a message received), as it is once the caller asks again and gets it.
 
 The base of the services in `fiber.synchronize`; runs under ``Server.lock`` like
 every service, so it needs no lock of its own.
@@ -80,9 +89,21 @@ class Parking(Service):
     def timed_out(self, server: Server, w: Waiter) -> None:
         server.reply(w.peer, w.req_id, b"no")
 
+    answers_again = True
+
     def peer_gone(self, server: Server, peer: Peer) -> None:
+        """Waits of a connection that closed are dropped, unless their caller asked
+        again on another connection or may (a reset: see above)."""
         for w in [w for w in self.waiters if w.peer is peer]:
+            if not server.receipts.waits_on(w.req_id, peer):
+                self.take(w)
+                self.dropped(server, w)
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        """The waits of a process that is gone (those a reset kept among them)."""
+        for w in [w for w in self.waiters if w.peer.process_id == process_id]:
             self.take(w)
+            server.receipts.forget(w.req_id)
             self.dropped(server, w)
 
     def dropped(self, server: Server, w: Waiter) -> None:

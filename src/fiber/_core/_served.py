@@ -57,6 +57,11 @@ class Handle:
     creator), it is served until the creating process ends.
     """
 
+    #: Whether every request carries a ticket and is asked again on a new connection
+    #: when a reset cuts it off (see `_request`): for kinds whose service
+    #: ``answers_again`` every request (a lock's waits, a pipe's ``recv``).
+    _asks_again = False
+
     def __init__(self, service: Service, kind: bytes) -> None:
         hub = _runtime.hub()
         self._name = kind + secrets.token_hex(8).encode()
@@ -96,16 +101,17 @@ class Handle:
     def _request(self, op: bytes, frames: Sequence[Any] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None,
-                 again: bool = False) -> Tuple[bytes, List[Any]]:
+                 again: Optional[bool] = None) -> Tuple[bytes, List[Any]]:
         """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
 
         ``timeout`` bounds the time to connect, when this is the first call to the server.
         With ``again`` (for a service that ``answers_again``), the request carries a
         ticket, and is asked again on a new connection if its connection fails under it:
         it is served once, and answered even if its first answer was lost in a reset.
+        None: the kind's own rule (`_asks_again`).
         """
         try:
-            if again:
+            if self._asks_again if again is None else again:
                 asked = receipts.ticket()
                 status, payload = again_on_a_new_connection(
                     lambda: get_client(self._address, timeout).request(

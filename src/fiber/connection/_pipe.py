@@ -171,19 +171,29 @@ class PipeService(_watch.Watched):
                 server.reply(w[0], w[1], b"empty")
                 return
 
+    answers_again = True  # a recv under way outlives a reset (see fiber._core._parking)
+
     def peer_gone(self, server: Server, peer: Peer) -> None:
         for end in (0, 1):
-            self.waiters[end][:] = [w for w in self.waiters[end] if w[0] is not peer]
+            self.waiters[end][:] = [w for w in self.waiters[end] if w[0] is not peer
+                                    or server.receipts.waits_on(w[1], peer)]
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         for end in (0, 1):
             self.holders[end].discard(process_id)
+            for w in [w for w in self.waiters[end] if w[0].process_id == process_id]:
+                self.waiters[end].remove(w)
+                if w[3] is not None:
+                    w[3].cancel()
+                server.receipts.forget(w[1])
         for end in (0, 1):
             self._serve(server, end)
 
 
 class Connection(Handle):
     """One end of a `Pipe`, with the API of ``multiprocessing.connection.Connection``."""
+
+    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
     _fileno_watch: Optional[FilenoWatch] = None  # made by the first fileno()
 

@@ -27,7 +27,6 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 from .._core import _served
 from .._core._clients import get_client
 from ..transport.client import ConnectionLost
-from ..transport.local import LateReply
 from ..transport.serialization import dumps, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
@@ -53,6 +52,10 @@ class BaseProxy(_served.Handle):
     #: as multiprocessing's, it lives while its proxies do, since collecting it stops its
     #: server.
     _manager: Any = None
+    #: A managed object's requests are served once and always answered
+    #: (``ObjectService.answers_again``): a call whose reply a reset cut off is asked
+    #: again and gets its answer, not a second run.
+    _asks_again = True
 
     def _init(self, spec: Spec) -> None:
         """Become the proxy of ``spec``'s object, counted once for this process."""
@@ -75,14 +78,6 @@ class BaseProxy(_served.Handle):
             spec = self._pending.get()
             self._init(spec)
 
-    def _request(self, op: bytes, frames: Sequence[Any] = (),
-                 on_late: Optional[LateReply] = None,
-                 timeout: Optional[float] = None,
-                 again: bool = True) -> Tuple[bytes, List[Any]]:
-        """As `Handle._request`, asked again across a reset: a managed object's requests
-        are served once and always answered (``ObjectService.answers_again``), so a
-        call whose reply a reset cut off gets its answer, not a second run."""
-        return super()._request(op, frames, on_late, timeout, again)
 
     def _callmethod(self, methodname: str, args: Sequence[Any] = (),
                     kwds: Optional[Dict[str, Any]] = None) -> Any:
@@ -235,7 +230,7 @@ class AsyncProxy(BaseProxy):
                                            dumps((methodname, tuple(args), kwds or {})),
                                            decode=functools.partial(_decode,
                                                                     manager=self._manager),
-                                           owner=self)
+                                           owner=self, again=True)
 
 
 class AutoProxy(BaseProxy):

@@ -187,7 +187,7 @@ class Queue(Handle):
     def _request(self, op: bytes, frames: Sequence[Any] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None,
-                 again: bool = False) -> Tuple[bytes, List[Any]]:
+                 again: Optional[bool] = None) -> Tuple[bytes, List[Any]]:
         """As `Handle._request`; in a process that holds items lent ahead, a count and a
         put that may not wait go on the lease's connection, after the acknowledgements
         of what this process took: a ``get`` then ``empty()`` says True, and a

@@ -148,6 +148,8 @@ class Barrier(Handle):
     ``BrokenBarrierError`` in every waiter until ``reset``.
     """
 
+    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
+
     def __init__(self, parties: int, action: Optional[Callable[[], Any]] = None,
                  timeout: Optional[float] = None, *, ctx: Any = None) -> None:
         if parties < 1:

@@ -123,6 +123,7 @@ class ConditionService(Parking):
         self.owners.pop(w.data, None)
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
+        super().process_gone(server, process_id)  # its sleeps
         for ticket in [t for t, p in self.owners.items() if p == process_id]:
             self._forget(ticket)
             self.notified.discard(ticket)
@@ -130,6 +131,8 @@ class ConditionService(Parking):
 
 class Condition(Handle):
     """A condition variable over a fiber ``Lock`` or ``RLock`` (a new RLock by default)."""
+
+    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
     def __init__(self, lock: Optional[Lock] = None, *, ctx: Any = None) -> None:
         if lock is None:

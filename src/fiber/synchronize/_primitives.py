@@ -191,8 +191,7 @@ class LockService(Parking):
     freed_by_holders_end = True
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
-        for w in [w for w in self.waiters if w.data[0][0] == process_id]:
-            self.take(w)
+        super().process_gone(server, process_id)  # its waits
         if (self.freed_by_holders_end and self.owner is not None
                 and self.owner[0] == process_id):
             self._free(server)
@@ -235,6 +234,8 @@ class Lock(Handle):
 
     Released by the hub if its holder's process ends or becomes unreachable.
     """
+
+    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
     _recursive = False
 
@@ -387,6 +388,8 @@ class SemaphoreService(Parking):
 class Semaphore(Handle):
     """A counter that ``acquire`` decrements (waiting at zero) and ``release`` increments."""
 
+    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
+
     _bounded = False
 
     def __init__(self, value: int = 1, *, ctx: Any = None) -> None:
@@ -516,6 +519,8 @@ class EventService(Parking):
 
 class Event(Handle):
     """A flag that processes wait on; the API of ``multiprocessing.Event``."""
+
+    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
     def __init__(self, *, ctx: Any = None) -> None:
         super().__init__(EventService(), b"E")

@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .peers import Peer
 
-__all__ = ["TICKET_BYTES", "ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
+__all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
 
 _TICKET = struct.Struct("<8sQ")
 TICKET_BYTES = _TICKET.size
@@ -50,6 +50,12 @@ def ticket() -> bytes:
         _local.key, _local.pid, _local.count = os.urandom(8), os.getpid(), 0
     _local.count += 1
     return _TICKET.pack(_local.key, _local.count)
+
+
+def make_ticket(key: bytes, count: int) -> bytes:
+    """The ``count``-th ticket of the caller ``key`` (8 bytes: a caller that makes one
+    call at a time; see `ticket`)."""
+    return _TICKET.pack(key, count)
 
 
 Answer = Tuple[bytes, List[Any]]
@@ -111,15 +117,37 @@ class Receipts:
         if peer.may_reset:
             self._last[asked[:8]] = _Entry(asked, None, peer)
 
-    def answered(self, asked: bytes, status: bytes, frames: List[Any], peer: Peer) -> Peer:
+    def answered(self, asked: bytes, status: bytes, frames: List[Any],
+                 peer: Peer) -> Tuple[Peer, bool]:
         """``asked``, being served for ``peer``, is answered (``status``, ``frames``):
-        the answer is kept, and the connection to send it to is returned (``peer``, or
-        the one that asked again meanwhile)."""
+        the answer is kept. Returns the connection to send it to (``peer``, or the one
+        that asked again meanwhile), and whether the answer waits there for its caller
+        to ask again (that connection was reset: a send to it fails, yet the answer is
+        as good as given)."""
         last = self._last.get(asked[:8])
         if last is None or last.ticket != asked:
-            return peer
+            return peer, False
         last.answer = (status, frames)
-        return last.peer
+        return last.peer, last.peer.reset
+
+    def waits_on(self, asked: bytes, peer: Peer) -> bool:
+        """Whether request ``asked``, which waits to be answered (a lock's ``acquire``)
+        and whose connection (``peer``) ended, is still to be answered: its caller asked
+        again on another connection, or may (``peer``'s was reset). If not, it is
+        forgotten: it never will be."""
+        last = self._last.get(asked[:8]) if len(asked) == TICKET_BYTES else None
+        if last is None or last.ticket != asked:
+            return False
+        if last.peer is not peer or peer.reset:
+            return True
+        del self._last[asked[:8]]
+        return False
+
+    def forget(self, asked: bytes) -> None:
+        """Request ``asked`` waited and will not be answered (its process is gone)."""
+        last = self._last.get(asked[:8])
+        if last is not None and last.ticket == asked and last.answer is None:
+            del self._last[asked[:8]]
 
     def peer_gone(self, server: Any, peer: Peer) -> None:
         """``peer``'s connection ended: its callers' answers are forgotten, at once or,

@@ -239,14 +239,16 @@ class Server(StandIn):
 
     def reply(self, peer: Peer, req_id: bytes, status: bytes,
               frames: Sequence[Any] = ()) -> bool:
-        """Send a reply; False when the peer is gone."""
+        """Send a reply; False when the peer is gone (and will not ask for it again:
+        see `fiber.transport.receipts`)."""
+        kept = False
         if len(req_id) == TICKET_BYTES and self.receipts:  # (see dispatch)
-            peer = self.receipts.answered(req_id, status, list(frames), peer)
+            peer, kept = self.receipts.answered(req_id, status, list(frames), peer)
         if isinstance(peer, LocalPeer):
             peer.deliver(req_id, status, frames)
             self.nudge()
             return True
-        return self.send(peer, [req_id, status, *frames])
+        return self.send(peer, [req_id, status, *frames]) or kept
 
     def send(self, peer: Peer, frames: Sequence[Any]) -> bool:
         """Send a message to a remote peer; False when it is gone."""

@@ -260,6 +260,42 @@ def test_a_consumer_whose_connections_are_reset_takes_each_item_once(
     assert not said_lost(stderr), stderr
 
 
+def test_waits_under_way_across_resets_return_as_without_them(hosts: netns.Hosts) -> None:
+    """Issue 30: a Process on host 2 waits, a thread a wait, on a Lock the master holds,
+    a Semaphore(0), an Event, a Condition, a Barrier(2), a Pipe's read end and a Value
+    whose lock the master holds, all served by the master, while every TCP connection
+    of host 2 to the master is aborted twice (``ss -K``, ``mh_reset_waits.py``). Then
+    the master releases, sets, notifies, arrives and sends: each wait returns as it
+    would have without the resets (asked again on a new connection, it is answered
+    there, once). Before, each raised ``ConnectionLost`` at the first reset."""
+    r, stderr = _scenario(hosts, "mh_reset_waits.py", "2", timeout=SCRIPT_TIMEOUT + 120)
+    assert all(n >= 7 for n in r["killed"]), r  # the seven waits' connections, at least
+    results = r["results"]
+    assert {k: results.get(k) for k in ("lock", "semaphore", "event", "condition", "pipe",
+                                        "value")} \
+        == {"lock": True, "semaphore": True, "event": True, "condition": True,
+            "pipe": "hello", "value": 7}, (r, stderr[-3000:])
+    assert {results.get("barrier"), r["master_index"]} == {0, 1}, r
+    assert r["lock_free_after"] and r["semaphore_after"] == 0, r
+    assert r["child_exitcode"] == 0, (r, stderr[-3000:])
+    assert not said_lost(stderr), stderr
+
+
+def test_async_manager_calls_in_flight_across_resets_return_once(
+        hosts: netns.Hosts) -> None:
+    """Issue 30: a Process keeps 8 calls in flight on an ``AsyncManager``'s object (300
+    calls of 10 ms) while every TCP connection of its host to the object's job is
+    aborted twice (``ss -K``, ``mh_reset_async.py``). Every handle returns its own
+    result, none raises, and the object ran each call once. Before, every call in
+    flight raised ``ConnectionLost`` at a reset."""
+    r, stderr = _scenario(hosts, "mh_reset_async.py", "2", timeout=SCRIPT_TIMEOUT + 120)
+    assert all(n >= 1 for n in r["killed"]), r
+    assert r["errors"] == [] and r["exact"] and r["count"] == r["n"], (r, stderr[-3000:])
+    assert r["ran"] == r["n"] and r["twice"] == [] and r["n_missing"] == 0, r
+    assert r["child_exitcode"] == 0, (r, stderr[-3000:])
+    assert not said_lost(stderr), stderr
+
+
 def test_pool_across_hosts(hosts: netns.Hosts) -> None:
     r = run_scenario(hosts, "mh_pool.py")
     host_ips = set(r["host_ips"])

@@ -1,0 +1,112 @@
+"""Reset every TCP connection of host 2 to the master (``ss -K``, as in mh_reset.py)
+while a Process on host 2 waits, one thread a wait, on objects the master serves: a
+``Lock`` the master holds, a ``Semaphore(0)``, an ``Event``, a ``Condition``, a
+``Barrier(2)``, a ``Pipe``'s read end and a ``Value`` whose lock the master holds
+(an access waits for it). After the resets the master releases, sets, notifies,
+arrives and sends. Expected: each wait returns what it would have without the
+resets (the lock taken, the semaphore's one release taken once, the event set, the
+notification, the barrier passed, the message received once), none raises, and the
+lock's and semaphore's state afterwards is right.
+
+Usage: ``mh_reset_waits.py RESETS`` (how many resets, 1.5 s apart). Prints RESULT.
+"""
+
+import logging
+import os
+import threading
+import time
+
+import _common
+
+import fiber
+from fiber.testing import netns
+
+WAIT = 60.0  # each wait's own timeout: far past the resets
+
+
+def waiter(objs, out):
+    lock, sem, ev, cond, barrier, reader, value = objs
+
+    def take_lock():
+        got = lock.acquire(timeout=WAIT)
+        if got:
+            lock.release()
+        return got
+
+    def wait_cond():
+        with cond:
+            return cond.wait(WAIT)
+
+    waits = {"lock": take_lock, "semaphore": lambda: sem.acquire(timeout=WAIT),
+             "event": lambda: ev.wait(WAIT), "condition": wait_cond,
+             "barrier": lambda: barrier.wait(WAIT), "pipe": reader.recv,
+             "value": lambda: value.value}
+
+    def run(name, fn):
+        out.put(("ready", name))
+        try:
+            value = fn()
+        except BaseException as e:  # noqa: BLE001 - said in the result, not raised
+            value = "raised " + repr(e)
+        out.put((name, value))
+
+    threads = [threading.Thread(target=run, args=item) for item in waits.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def main():
+    resets = int(os.sys.argv[1])
+    hosts = _common.setup()
+    logging.getLogger("fiber").setLevel(logging.INFO)
+    lock, sem, ev = fiber.Lock(), fiber.Semaphore(0), fiber.Event()
+    cond, barrier = fiber.Condition(), fiber.Barrier(2)
+    reader, writer = fiber.Pipe(duplex=False)
+    value = fiber.Value("i", 0)
+    out = fiber.Queue()
+    lock.acquire()
+    value.get_lock().acquire()
+    value.value = 7
+    with netns.on_host(2):
+        child = fiber.Process(target=waiter, name="Waiter",
+                              args=((lock, sem, ev, cond, barrier, reader, value), out))
+        child.start()
+    ready = set()
+    while len(ready) < 7:
+        kind, name = out.get(timeout=_common.TIMEOUT)
+        ready.add(name)
+    time.sleep(1.0)  # each call under way on the master's hub
+    killed = []
+    for i in range(resets):
+        if i:
+            time.sleep(1.5)
+        killed.append(_common.reset_host(hosts, 2))
+    time.sleep(1.0)
+    lock.release()
+    sem.release()
+    ev.set()
+    with cond:
+        cond.notify_all()
+    try:
+        master_index = barrier.wait(_common.TIMEOUT)
+    except Exception as e:  # noqa: BLE001 - said in the result
+        master_index = "raised " + repr(e)
+    writer.send("hello")
+    value.get_lock().release()
+    results = {}
+    try:
+        while len(results) < 7:
+            name, value = out.get(timeout=WAIT + 10)
+            results[name] = value
+    except Exception as e:  # noqa: BLE001 - said in the result
+        results["missing"] = repr(e)
+    child.join(_common.TIMEOUT)
+    _common.result(killed=killed, results=results, master_index=master_index,
+                   lock_free_after=lock.acquire(timeout=10),
+                   semaphore_after=sem.get_value(), child_exitcode=child.exitcode)
+
+
+if __name__ == "__main__":
+    main()
