@@ -10,7 +10,16 @@
 No helper thread: the first thread that needs a reply reads the socket for everyone (a
 *leader*); other threads wait on a condition until the leader stored their reply or
 stepped down. A call costs one write; a reply read by its own caller costs no thread hop.
-If the connection is lost, every pending handle raises `ConnectionLost`.
+
+A connection reset while both ends live (issue 30) does not fail the calls in flight:
+a method call (``again``: its service ``answers_again``) carries a ticket
+(`fiber.transport.receipts`), and the channel asks every such call still unanswered
+again on a new connection, where it is answered once: run once, its answer sent again
+or, if it is still running, sent there. A ticket's key is one of the channel's *slots*
+(one per call in flight, reused), so the server keeps one answer per slot: a slot's
+next call says its last answer arrived. Other calls in flight (an object's creation,
+which is not asked again) raise `ConnectionLost`, as do all of them when no new
+connection can be made (the server is gone: it refuses).
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .._core._clients import get_client, own_client
 from ..errors import TimeoutError
-from ..transport.client import Client, ConnectionLost
+from ..transport.client import Client, ConnectionLost, again_on_a_new_connection
 from ..transport.local import local_server
+from ..transport.receipts import make_ticket
 from ..transport.remote import unpack_exception
 from ..transport.serialization import loads
 
@@ -50,6 +60,14 @@ class AsyncChannel:
         self._discarded: Set[bytes] = set()
         self._reading = False
         self.error: Optional[BaseException] = None
+        #: Calls sent and not answered yet: what to send again after a reset (None:
+        #: not to be asked again), by request id, in the order they were sent.
+        self._in_flight: Dict[bytes, Optional[Tuple[bytes, bytes, Sequence[Any]]]] = {}
+        #: Calls that a reset cut off and that were not asked again, with the error.
+        self._failed: Dict[bytes, BaseException] = {}
+        self._key = os.urandom(6)  # + a slot (u16): a ticket's key (see the module doc)
+        self._slots: List[int] = []  # each slot's last ticket count
+        self._free: List[int] = []
         self._local = local_server(address)
         if self._local is None:
             # closed by prune_closed when its server is gone
@@ -59,13 +77,15 @@ class AsyncChannel:
 
     @property
     def lost(self) -> bool:
-        return self.error is not None or (self._client is not None and self._client.lost)
+        return self.error is not None
 
     def call(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
-             decode: Optional[Decode] = None, owner: Any = None) -> CallHandle:
+             decode: Optional[Decode] = None, owner: Any = None,
+             again: bool = False) -> CallHandle:
         """Send a request now; its reply is read by the handle's ``get``, which returns
         ``decode(status, frames)`` (default: the unpickled value). ``owner`` is kept
-        alive until the reply is read."""
+        alive until the reply is read. ``again``: the service answers every request it
+        took, so the call is asked again on a new connection if a reset cuts it off."""
         def handle(req_id: bytes, reply: Optional[Reply] = None,
                    error: Optional[BaseException] = None) -> CallHandle:
             return CallHandle(self, req_id, reply, error, decode, owner)
@@ -76,20 +96,76 @@ class AsyncChannel:
             except ConnectionLost as e:
                 return handle(b"", error=e)
             return handle(b"", reply=reply)
-        req_id = struct.pack("<Q", next(self._ids))
-        try:
-            with self._send_lock:
-                self._client.send_message([service, op, req_id, *frames])
-        except ConnectionLost as e:
-            self._fail(e)
-            return handle(req_id, error=e)
+        with self._send_lock:
+            if self.error is not None:
+                return handle(b"", error=self.error)
+            client = self._client
+            with self._cond:
+                req_id = self._ticket() if again else struct.pack("<Q", next(self._ids))
+                self._in_flight[req_id] = (service, op, frames) if again else None
+            try:
+                client.send_message([service, op, req_id, *frames])
+            except ConnectionLost:
+                pass  # asked again, or failed, by _recover
+            else:
+                return handle(req_id)
+        self._recover(client)
         return handle(req_id)
 
-    def _fail(self, e: BaseException) -> None:
+    def _ticket(self) -> bytes:
+        """(under the condition's lock) A ticket on a free slot (see the module doc)."""
+        if self._free:
+            slot = self._free.pop()
+        else:
+            slot = len(self._slots)
+            self._slots.append(0)
+        self._slots[slot] += 1
+        return make_ticket(self._key + slot.to_bytes(2, "little"), self._slots[slot])
+
+    def _answered(self, req_id: bytes) -> None:
+        """(under the condition's lock) ``req_id``'s reply came: if it had a slot, the
+        slot is free again."""
+        if self._in_flight.pop(req_id) is not None:
+            self._free.append(int.from_bytes(req_id[6:8], "little"))
+
+    def _recover(self, failed: Client) -> None:
+        """The connection ``failed`` broke under calls in flight: on a new one, those
+        that may be asked again are (in their order); the others fail. If no new
+        connection can be made, every call fails."""
+        with self._send_lock:
+            if self._client is not failed or self.error is not None:
+                return  # another thread did it
+            try:
+                again_on_a_new_connection(self._reconnect)
+                error = None
+            except ConnectionLost as e:
+                error = e
+            except Exception as e:  # e.g. the server's secret no longer proved
+                error = ConnectionLost(f"cannot connect again: {e}", self.address)
+            with self._cond:
+                if error is not None:
+                    self._failed.update((rid, error) for rid in self._in_flight)
+                    self._in_flight.clear()
+                    self.error = error
+                self._cond.notify_all()
+
+    def _reconnect(self) -> None:
+        """(under the send lock) A new connection, and the calls in flight asked again
+        on it; those that may not be fail with the old connection's error."""
+        old = self._client
+        assert old is not None
+        old.close()
+        self._client = client = own_client(self.address)
         with self._cond:
-            if self.error is None:
-                self.error = e
+            for rid in [rid for rid, call in self._in_flight.items() if call is None]:
+                del self._in_flight[rid]
+                self._failed[rid] = ConnectionLost(
+                    "connection reset under the call (it is not asked again)", self.address)
+            calls = list(self._in_flight.items())
             self._cond.notify_all()
+        for rid, call in calls:
+            assert call is not None
+            client.send_message([call[0], call[1], rid, *call[2]])
 
     def wait(self, req_id: bytes, timeout: Optional[float]) -> Optional[Reply]:
         """The reply to ``req_id``, or None after ``timeout`` s; reads as leader if needed."""
@@ -99,6 +175,9 @@ class AsyncChannel:
                 reply = self._replies.pop(req_id, None)
                 if reply is not None:
                     return reply
+                failed = self._failed.pop(req_id, None)
+                if failed is not None:
+                    raise failed
                 if self.error is not None:
                     raise self.error
                 left = None if deadline is None else deadline - time.monotonic()
@@ -117,19 +196,25 @@ class AsyncChannel:
                     self._cond.notify_all()
 
     def _read_until(self, req_id: bytes, timeout: Optional[float]) -> None:
-        assert self._client is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            client = self._client
+            assert client is not None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                msg = self._client.receive(left)
-            except ConnectionLost as e:
-                self._fail(e)
-                return
+                msg = client.receive(left)
+            except ConnectionLost:
+                self._recover(client)
+                if self.error is not None or req_id in self._failed:
+                    return
+                continue
             if msg is None:
                 return
             rid = bytes(msg[0])
             with self._cond:
+                if rid not in self._in_flight:
+                    continue  # a second answer: read on the old connection, then asked again
+                self._answered(rid)
                 self._replies[rid] = (bytes(msg[1]), msg[2:])
                 if rid in self._discarded:
                     self._discarded.discard(rid)
@@ -142,7 +227,8 @@ class AsyncChannel:
         """A handle dropped unread: forget its reply when it comes (or now). Takes no
         lock: it runs from ``__del__``, possibly inside this channel's own code."""
         self._discarded.add(req_id)
-        if self._replies.pop(req_id, None) is not None:
+        if (self._replies.pop(req_id, None) is not None
+                or self._failed.pop(req_id, None) is not None):
             self._discarded.discard(req_id)
 
     def close(self) -> None:
