@@ -260,7 +260,7 @@ class Queue(Handle):
         Raises:
             fiber.errors.TransportError: the queue's creator process is gone or unreachable.
         """
-        _, frames = self._request(QueueOps.SIZE)
+        _, frames = self._request(QueueOps.SIZE, again=True)  # a count: safe to ask again
         return int(struct.unpack("<q", frames[0])[0])
 
     def empty(self) -> bool:
@@ -307,7 +307,7 @@ class Queue(Handle):
 
     def join_thread(self) -> None:
         """Wait until every item this thread put has reached the queue's server."""
-        self._request(QueueOps.SYNC)
+        self._request(QueueOps.SYNC, again=True)
 
     def cancel_join_thread(self) -> None:
         """Kept for compatibility: a put is written to the socket before it returns."""
@@ -332,8 +332,9 @@ class JoinableQueue(Queue):
         self._request(QueueOps.TASK_DONE)
 
     def join(self) -> None:
-        """Block until every item put has been marked ``task_done``."""
-        self._request(QueueOps.JOIN)
+        """Block until every item put has been marked ``task_done``. A wait: asked again
+        on a new connection if a reset cuts it off (the server keeps no state for it)."""
+        self._request(QueueOps.JOIN, again=True)
 
 
 class SimpleQueue(Queue):

@@ -1,12 +1,12 @@
-"""Reset every TCP connection of host 2 to the master (``ss -K``, as in mh_reset.py)
-while a Process on host 2 waits, one thread a wait, on objects the master serves: a
-``Lock`` the master holds, a ``Semaphore(0)``, an ``Event``, a ``Condition``, a
-``Barrier(2)``, a ``Pipe``'s read end and a ``Value`` whose lock the master holds
-(an access waits for it). After the resets the master releases, sets, notifies,
-arrives and sends. Expected: each wait returns what it would have without the
-resets (the lock taken, the semaphore's one release taken once, the event set, the
-notification, the barrier passed, the message received once), none raises, and the
-lock's and semaphore's state afterwards is right.
+"""Reset every TCP connection of host 2 to the master (``ss -K``, as in mh_reset.py) while
+a Process on host 2 waits, one thread a wait, on objects the master serves: a ``Lock``
+the master holds, a ``Semaphore(0)``, an ``Event``, a ``Condition``, a ``Barrier(2)``, a
+``Pipe``'s read end, a ``Value`` whose lock the master holds (an access waits for it)
+and a ``JoinableQueue`` with an item not done (its ``join``). After the resets the
+master releases, sets, notifies, arrives and sends. Expected: each wait returns what it
+would have without the resets (the lock taken, the semaphore's one release taken once,
+the event set, the notification, the barrier passed, the message received once), none
+raises, and the lock's and semaphore's state afterwards is right.
 
 Usage: ``mh_reset_waits.py RESETS`` (how many resets, 1.5 s apart). Prints RESULT.
 """
@@ -25,7 +25,11 @@ WAIT = 60.0  # each wait's own timeout: far past the resets
 
 
 def waiter(objs, out):
-    lock, sem, ev, cond, barrier, reader, value = objs
+    lock, sem, ev, cond, barrier, reader, value, jq = objs
+
+    def join():
+        jq.join()
+        return True
 
     def take_lock():
         got = lock.acquire(timeout=WAIT)
@@ -40,7 +44,7 @@ def waiter(objs, out):
     waits = {"lock": take_lock, "semaphore": lambda: sem.acquire(timeout=WAIT),
              "event": lambda: ev.wait(WAIT), "condition": wait_cond,
              "barrier": lambda: barrier.wait(WAIT), "pipe": reader.recv,
-             "value": lambda: value.value}
+             "value": lambda: value.value, "join": join}
 
     def run(name, fn):
         out.put(("ready", name))
@@ -65,16 +69,19 @@ def main():
     cond, barrier = fiber.Condition(), fiber.Barrier(2)
     reader, writer = fiber.Pipe(duplex=False)
     value = fiber.Value("i", 0)
+    jq = fiber.JoinableQueue()
+    jq.put("work")
     out = fiber.Queue()
     lock.acquire()
     value.get_lock().acquire()
     value.value = 7
     with netns.on_host(2):
         child = fiber.Process(target=waiter, name="Waiter",
-                              args=((lock, sem, ev, cond, barrier, reader, value), out))
+                              args=((lock, sem, ev, cond, barrier, reader, value, jq),
+                                    out))
         child.start()
     ready = set()
-    while len(ready) < 7:
+    while len(ready) < 8:
         kind, name = out.get(timeout=_common.TIMEOUT)
         ready.add(name)
     time.sleep(1.0)  # each call under way on the master's hub
@@ -95,9 +102,11 @@ def main():
         master_index = "raised " + repr(e)
     writer.send("hello")
     value.get_lock().release()
+    jq.get(timeout=_common.TIMEOUT)
+    jq.task_done()
     results = {}
     try:
-        while len(results) < 7:
+        while len(results) < 8:
             name, value = out.get(timeout=WAIT + 10)
             results[name] = value
     except Exception as e:  # noqa: BLE001 - said in the result
