@@ -133,9 +133,17 @@ class BarrierService(Parking):
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         super().peer_gone(server, peer)
-        self.later = [x for x in self.later if x[0] is not peer]
-        if self.runner is peer:
+        self.later = [x for x in self.later
+                      if x[0] is not peer or server.receipts.waits_on(x[1], peer)]
+        if self.runner is peer and not peer.reset:  # (reset: it may come back)
             self.runner = None
+            self._break(server)
+
+    def process_gone(self, server: Server, process_id: bytes) -> None:
+        super().process_gone(server, process_id)
+        self.later = [x for x in self.later if x[0].process_id != process_id]
+        if self.runner is not None and self.runner.process_id == process_id:
+            self.runner = None  # the action's runner never came back
             self._break(server)
 
 
