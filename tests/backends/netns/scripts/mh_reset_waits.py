@@ -1,12 +1,13 @@
 """Reset every TCP connection of host 2 to the master (``ss -K``, as in mh_reset.py) while
 a Process on host 2 waits, one thread a wait, on objects the master serves: a ``Lock``
 the master holds, a ``Semaphore(0)``, an ``Event``, a ``Condition``, a ``Barrier(2)``, a
-``Pipe``'s read end, a ``Value`` whose lock the master holds (an access waits for it)
-and a ``JoinableQueue`` with an item not done (its ``join``). After the resets the
-master releases, sets, notifies, arrives and sends. Expected: each wait returns what it
-would have without the resets (the lock taken, the semaphore's one release taken once,
-the event set, the notification, the barrier passed, the message received once), none
-raises, and the lock's and semaphore's state afterwards is right.
+``Pipe``'s read end, a ``Value`` whose lock the master holds (an access waits for it), a
+``JoinableQueue`` with an item not done (its ``join``), and a second ``Barrier(2)``
+whose action the child runs (it arrives last) while the resets come. After the resets
+the master releases, sets, notifies, arrives and sends. Expected: each wait returns what
+it would have without the resets (the lock taken, the semaphore's one release taken
+once, the event set, the notification, the barrier passed, the message received once),
+none raises, and the lock's and semaphore's state afterwards is right.
 
 Usage: ``mh_reset_waits.py RESETS`` (how many resets, 1.5 s apart). Prints RESULT.
 """
@@ -22,10 +23,15 @@ import fiber
 from fiber.testing import netns
 
 WAIT = 60.0  # each wait's own timeout: far past the resets
+ACTION_S = 4.0  # the second barrier's action, run by the child: the resets fall in it
+
+
+def slow_action():
+    time.sleep(ACTION_S)
 
 
 def waiter(objs, out):
-    lock, sem, ev, cond, barrier, reader, value, jq = objs
+    lock, sem, ev, cond, barrier, reader, value, jq, runner = objs
 
     def join():
         jq.join()
@@ -44,7 +50,8 @@ def waiter(objs, out):
     waits = {"lock": take_lock, "semaphore": lambda: sem.acquire(timeout=WAIT),
              "event": lambda: ev.wait(WAIT), "condition": wait_cond,
              "barrier": lambda: barrier.wait(WAIT), "pipe": reader.recv,
-             "value": lambda: value.value, "join": join}
+             "value": lambda: value.value, "join": join,
+             "runner": lambda: runner.wait(WAIT)}
 
     def run(name, fn):
         out.put(("ready", name))
@@ -71,17 +78,21 @@ def main():
     value = fiber.Value("i", 0)
     jq = fiber.JoinableQueue()
     jq.put("work")
+    runner = fiber.Barrier(2, action=slow_action)  # the child arrives last: it runs it
+    runner_index = []
+    first = threading.Thread(target=lambda: runner_index.append(runner.wait(WAIT)))
+    first.start()
     out = fiber.Queue()
     lock.acquire()
     value.get_lock().acquire()
     value.value = 7
     with netns.on_host(2):
         child = fiber.Process(target=waiter, name="Waiter",
-                              args=((lock, sem, ev, cond, barrier, reader, value, jq),
-                                    out))
+                              args=((lock, sem, ev, cond, barrier, reader, value, jq,
+                                     runner), out))
         child.start()
     ready = set()
-    while len(ready) < 8:
+    while len(ready) < 9:
         kind, name = out.get(timeout=_common.TIMEOUT)
         ready.add(name)
     time.sleep(1.0)  # each call under way on the master's hub
@@ -106,12 +117,14 @@ def main():
     jq.task_done()
     results = {}
     try:
-        while len(results) < 8:
+        while len(results) < 9:
             name, value = out.get(timeout=WAIT + 10)
             results[name] = value
     except Exception as e:  # noqa: BLE001 - said in the result
         results["missing"] = repr(e)
     child.join(_common.TIMEOUT)
+    first.join(_common.TIMEOUT)
+    results["runner_master"] = runner_index[0] if runner_index else "raised"
     _common.result(killed=killed, results=results, master_index=master_index,
                    lock_free_after=lock.acquire(timeout=10),
                    semaphore_after=sem.get_value(), child_exitcode=child.exitcode)
