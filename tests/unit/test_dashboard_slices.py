@@ -91,3 +91,16 @@ def test_a_page_sized_json_does_not_sleep(monkeypatch: pytest.MonkeyPatch) -> No
     rows = [{"name": f"PoolWorker-{i}", "state": "running"} for i in range(100)]
     assert json.loads(_json({"pools": [{"workers": rows}]}))["pools"][0]["workers"] == rows
     assert slept == []
+
+
+def test_a_pools_long_lists_are_sliced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pools come in a short list: their worker tables and streams, long, are
+    encoded in slices all the same (a 1,024-worker pool in one ``json.dumps`` held the
+    GIL for ~10 ms)."""
+    slept: List[float] = []
+    monkeypatch.setattr(_inspect.time, "sleep", slept.append)
+    monkeypatch.setattr(_inspect, "BUSY_S", 0.0)  # a pause at every slice
+    rows = [{"name": f"PoolWorker-{i}"} for i in range(3 * _inspect.SLICE)]
+    value = {"pools": [{"name": "Pool-1", "workers": rows}, {"name": "Pool-2"}]}
+    assert _json(value) == _one_go(value)
+    assert len(slept) == 2

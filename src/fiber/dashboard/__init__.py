@@ -300,10 +300,22 @@ def _encode(value: Any, parts: List[str]) -> None:
                 parts.append(",")
                 _inspect.pause()
             part = value[start:start + _inspect.SLICE]
-            parts.append(json.dumps(part, default=str, separators=(",", ":"))[1:-1])
+            parts.append(_ENCODER.encode(part)[1:-1])
+        parts.append("]")
+    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        parts.append("[")  # a few tables (the pools), whose own long lists are sliced
+        for i, item in enumerate(value):
+            if i:
+                parts.append(",")
+            _encode(item, parts)
         parts.append("]")
     else:
-        parts.append(json.dumps(value, default=str, separators=(",", ":")))
+        parts.append(_ENCODER.encode(value))
+
+
+#: Compact JSON, anything else as its ``str`` (made once: ``json.dumps`` with options
+#: makes an encoder a call, and a snapshot is encoded in a hundred calls)
+_ENCODER = json.JSONEncoder(default=str, separators=(",", ":"))
 
 
 _served: Optional[Dashboard] = None
