@@ -75,8 +75,11 @@ def main() -> None:
 
         thread = threading.Thread(target=poller, daemon=True)
         thread.start()
+        rounds = []
         for _ in range(args.rounds):
+            start = time.perf_counter()
             pool.map(task, range(args.workers), 1)
+            rounds.append(time.perf_counter() - start)
         stop.set()
         thread.join()
     rows: List[List[str]] = []
@@ -84,7 +87,9 @@ def main() -> None:
         rows.append([name, str(len(got)), f"{statistics.median(p[0] for p in got):.1f} ms",
                      f"{statistics.median(p[1] for p in got):.0f} ms",
                      f"{statistics.median(p[2] for p in got) / 1000:.0f} KB"])
-    table(f"Pool({args.workers}) running rounds of 1 ms tasks: one poll (page + /metrics)",
+    table(f"Pool({args.workers}) running rounds of 1 ms tasks (median round "
+          f"{statistics.median(rounds) * 1e3:.1f} ms, polled twice a second): one poll "
+          "(page + /metrics)",
           ["table rows", "polls", "CPU, median", "wall, median", "body"], rows)
     if profile is not None:  # (its own overhead inflates the many small calls)
         print(f"\nwhere {len(polls[list(modes)[0]])} polls with a page spent their time:")
