@@ -12,6 +12,8 @@ from typing import Any, List
 
 import pytest
 
+from fiber._core._served import encode_wait
+from fiber.synchronize._primitives import LockOps, LockService
 from fiber.transport import client as client_module
 from fiber.transport import receipts
 from fiber.transport.client import Client
@@ -113,3 +115,59 @@ def test_a_service_that_does_not_answer_again_serves_a_ticket_twice(server):
     assert again.request(b"dropping", b"op", ticket=asked, timeout=10)[0] == b"ok"
     assert service.served == 2 and len(server.receipts) == 0
     again.close()
+
+
+def _lock_on(srv: Server, monkeypatch: pytest.MonkeyPatch) -> Client:
+    """A fiber lock served by ``srv`` (``b"lock"``), held by thread ``A`` of this process,
+    whose anchor keeps it alive at the server; ``REANCHOR_WAIT_S`` made short."""
+    monkeypatch.setattr(receipts, "REANCHOR_WAIT_S", 0.3)
+    srv.register(b"lock", LockService(recursive=False))
+    anchor = Client(srv.address, timeout=10, anchor=True)
+    assert _acquire(anchor, b"A", receipts.ticket()) == (b"ok", [])
+    return anchor
+
+
+def _acquire(c: Client, thread: bytes, asked: bytes, timeout: float = 10) -> Any:
+    return c.request(b"lock", LockOps.ACQUIRE, [thread, encode_wait(True, None)],
+                     ticket=asked, timeout=timeout)
+
+
+def _park(srv: Server, thread: bytes, asked: bytes) -> Client:
+    c = Client(srv.address, timeout=10)
+    c.send_message([b"lock", LockOps.ACQUIRE, asked, thread, encode_wait(True, None)])
+    time.sleep(0.1)  # parked at the server
+    return c
+
+
+def test_a_grant_kept_for_a_caller_between_connections_outlives_the_reanchor_wait(
+        server, monkeypatch):
+    """A lock granted to a waiter whose connection was reset waits for it to ask again
+    (the grant stands), also past ``REANCHOR_WAIT_S`` while its process lives:
+    connecting again can take longer. Forgotten then, as before, the request asked
+    again was served anew: the lock, already its own, made it wait for itself."""
+    anchor = _lock_on(server, monkeypatch)
+    asked = receipts.ticket()
+    _reset(_park(server, b"B", asked))
+    time.sleep(0.1)  # the server saw the reset
+    assert anchor.request(b"lock", LockOps.RELEASE, [b"A"], timeout=10)[0] == b"ok"
+    time.sleep(1.0)  # three REANCHOR_WAIT_S
+    again = Client(server.address, timeout=10)
+    assert _acquire(again, b"B", asked, timeout=3) == (b"ok", [])
+    again.close()
+    anchor.close()
+
+
+def test_a_wait_kept_after_a_reset_and_not_asked_again_is_dropped(server, monkeypatch):
+    """A wait whose connection was reset and whose caller does not ask again within
+    ``REANCHOR_WAIT_S`` (it gave up while its process lives) is dropped: the lock goes
+    to the next waiter. Kept, it was granted to nobody, and the next waiter waited for
+    ever."""
+    anchor = _lock_on(server, monkeypatch)
+    _reset(_park(server, b"B", receipts.ticket()))
+    other = _park(server, b"C", struct.pack("<Q", 1))  # an ordinary request
+    time.sleep(1.0)  # three REANCHOR_WAIT_S
+    assert anchor.request(b"lock", LockOps.RELEASE, [b"A"], timeout=10)[0] == b"ok"
+    status = other.receive(3)
+    assert status is not None and bytes(status[1]) == b"ok", status
+    other.close()
+    anchor.close()

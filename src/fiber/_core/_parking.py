@@ -9,7 +9,8 @@
                   the waiter's connection closes: peer_gone ──▶ dropped
                   ... is reset: kept; its caller asks again on a new connection
                       (same ticket), and the reply goes there ──▶ once
-                  its process is gone (not back after a reset): process_gone ──▶ dropped
+                  ... not asked again within REANCHOR_WAIT_S, or its process is gone
+                      (process_gone) ──▶ dropped
 
 A request that waits carries a ticket (`fiber.transport.receipts`): the services are
 ``answers_again``, so a wait under way when its connection is reset (a link's reset,
@@ -23,6 +24,7 @@ every service, so it needs no lock of its own.
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 from typing import Any, List, Optional, Tuple
@@ -95,9 +97,16 @@ class Parking(Service):
         """Waits of a connection that closed are dropped, unless their caller asked
         again on another connection or may (a reset: see above)."""
         for w in [w for w in self.waiters if w.peer is peer]:
-            if not server.receipts.waits_on(w.req_id, peer):
+            if not server.receipts.keeps_waiting(server, w.req_id, peer,
+                                                 functools.partial(self._unclaimed, server, w)):
                 self.take(w)
                 self.dropped(server, w)
+
+    def _unclaimed(self, server: Server, w: Waiter) -> None:
+        """A wait kept after a reset whose caller did not ask for it again: dropped."""
+        if any(x is w for x in self.waiters):
+            self.take(w)
+            self.dropped(server, w)
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         """The waits of a process that is gone (those a reset kept among them)."""

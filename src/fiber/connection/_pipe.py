@@ -19,6 +19,7 @@ or ends.
 from __future__ import annotations
 
 import collections
+import functools
 import pickle
 import secrets
 import threading
@@ -176,7 +177,15 @@ class PipeService(_watch.Watched):
     def peer_gone(self, server: Server, peer: Peer) -> None:
         for end in (0, 1):
             self.waiters[end][:] = [w for w in self.waiters[end] if w[0] is not peer
-                                    or server.receipts.waits_on(w[1], peer)]
+                                    or server.receipts.keeps_waiting(
+                                        server, w[1], peer,
+                                        functools.partial(self._drop_waiter, end, w))]
+
+    def _drop_waiter(self, end: int, waiter: Tuple[Any, ...]) -> None:
+        """A recv kept after a reset whose caller did not ask for it again."""
+        if waiter[3] is not None:
+            waiter[3].cancel()
+        self.waiters[end][:] = [w for w in self.waiters[end] if w is not waiter]
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         for end in (0, 1):

@@ -11,15 +11,16 @@ No helper thread: the first thread that needs a reply reads the socket for every
 *leader*); other threads wait on a condition until the leader stored their reply or
 stepped down. A call costs one write; a reply read by its own caller costs no thread hop.
 
-A connection reset while both ends live (issue 30) does not fail the calls in flight:
-a method call (``again``: its service ``answers_again``) carries a ticket
+A connection reset while both ends live (issue 30) does not fail the calls in flight: a
+method call (``again``: its service ``answers_again``) carries a ticket
 (`fiber.transport.receipts`), and the channel asks every such call still unanswered
 again on a new connection, where it is answered once: run once, its answer sent again
 or, if it is still running, sent there. A ticket's key is one of the channel's *slots*
-(one per call in flight, reused), so the server keeps one answer per slot: a slot's
-next call says its last answer arrived. Other calls in flight (an object's creation,
-which is not asked again) raise `ConnectionLost`, as do all of them when no new
-connection can be made (the server is gone: it refuses).
+(one per call in flight, reused), so the server keeps one answer per slot: a slot's next
+call says its last answer arrived (a channel that once had N calls in flight has the
+server keep up to N answers while its connection lasts). Other calls in flight (an
+object's creation, which is not asked again) raise `ConnectionLost`, as do all of them
+when no new connection can be made (the server is gone: it refuses).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from ..transport.serialization import loads
 __all__ = ["AsyncChannel", "CallHandle", "channel"]
 
 Reply = Tuple[bytes, List[Any]]
+#: Calls in flight on one channel that can be asked again (a slot each); more are made
+#: as calls that are not (as an object's creation).
+_SLOTS = 1 << 16
 
 
 #: Turns a reply (status, frames) into the value ``CallHandle.get`` returns.
@@ -101,6 +105,7 @@ class AsyncChannel:
                 return handle(b"", error=self.error)
             client = self._client
             with self._cond:
+                again = again and (bool(self._free) or len(self._slots) < _SLOTS)
                 req_id = self._ticket() if again else struct.pack("<Q", next(self._ids))
                 self._in_flight[req_id] = (service, op, frames) if again else None
             try:
@@ -144,10 +149,19 @@ class AsyncChannel:
                 error = ConnectionLost(f"cannot connect again: {e}", self.address)
             with self._cond:
                 if error is not None:
-                    self._failed.update((rid, error) for rid in self._in_flight)
+                    for rid in self._in_flight:
+                        self._fail_call(rid, error)
                     self._in_flight.clear()
                     self.error = error
                 self._cond.notify_all()
+
+    def _fail_call(self, rid: bytes, error: BaseException) -> None:
+        """(under the condition's lock) The call ``rid`` failed: its handle raises
+        ``error``, unless it was dropped unread."""
+        if rid in self._discarded:
+            self._discarded.discard(rid)
+        else:
+            self._failed[rid] = error
 
     def _reconnect(self) -> None:
         """(under the send lock) A new connection, and the calls in flight asked again
@@ -159,8 +173,8 @@ class AsyncChannel:
         with self._cond:
             for rid in [rid for rid, call in self._in_flight.items() if call is None]:
                 del self._in_flight[rid]
-                self._failed[rid] = ConnectionLost(
-                    "connection reset under the call (it is not asked again)", self.address)
+                self._fail_call(rid, ConnectionLost(
+                    "connection reset under the call (it is not asked again)", self.address))
             calls = list(self._in_flight.items())
             self._cond.notify_all()
         for rid, call in calls:

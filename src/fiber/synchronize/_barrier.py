@@ -16,6 +16,7 @@ breaks it too, rather than leaving the others waiting forever.
 
 from __future__ import annotations
 
+import functools
 from threading import BrokenBarrierError
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -133,15 +134,20 @@ class BarrierService(Parking):
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         super().peer_gone(server, peer)
-        self.later = [x for x in self.later
-                      if x[0] is not peer or server.receipts.waits_on(x[1], peer)]
+        self.later = [x for x in self.later if x[0] is not peer or server.receipts.keeps_waiting(
+            server, x[1], peer, functools.partial(self._drop_later, x))]
         if self.runner is peer and not peer.reset:  # (reset: it may come back)
             self.runner = None
             self._break(server)
 
+    def _drop_later(self, entry: Tuple[Peer, bytes, List[Any]]) -> None:
+        self.later = [x for x in self.later if x is not entry]
+
     def process_gone(self, server: Server, process_id: bytes) -> None:
         super().process_gone(server, process_id)
-        self.later = [x for x in self.later if x[0].process_id != process_id]
+        for entry in [x for x in self.later if x[0].process_id == process_id]:
+            self._drop_later(entry)
+            server.receipts.forget(entry[1])
         if self.runner is not None and self.runner.process_id == process_id:
             self.runner = None  # the action's runner never came back
             self._break(server)

@@ -149,15 +149,15 @@ class SentLog:
         failed: the kept messages the kernel does not know to have arrived are orphans.
         If it wrote anything, the next connection asks the server for its count even
         with none: the server then reads what the old one still holds first (in order)."""
-        with self._lock:
-            if self._ended:
+        with self._lock:  # filed under it: another thread that finds the connection
+            if self._ended:  # lost returns after them (a lease's settle follows its acks)
                 return
             self._ended, self._address, self._peer_id = True, address, peer_id
             self._drop_acknowledged(sock)
             kept = [entry[2:] for entry in self.kept]
             self.kept.clear()
-        if kept or self.messages:
-            orphan(address, (peer_id, kept))
+            if kept or self.messages:
+                orphan(address, (peer_id, kept))
 
 
 _lock = threading.Lock()

@@ -14,14 +14,17 @@ A ticket (`ticket`) is its caller's key (a thread of a process: 8 random bytes) 
 count. A caller makes one call at a time, so a newer ticket says the last answer
 arrived. Answers are kept for callers on TCP connections only (a Unix socket is never
 reset), until the caller's next call or its connection's end: at once for a clean end
-(its process ended or closed it), ``REANCHOR_WAIT_S`` after a reset (the time it has to
-ask again).
+(its process ended or closed it); after a reset, while its process lives (it anchored
+again within ``REANCHOR_WAIT_S``), up to `KEPT_ANSWER_S`, since connecting again may
+take longer than that.
 
 Two users: a queue's ``get`` (`fiber.queues._service`: the ticket is a frame of the
 request, and a ``get`` parked when its connection ends is dropped, never answered), and
 the services that answer every request they took (``Service.answers_again``: a
-manager's objects), for which the ticket is the request's id and the server keeps the
-answers itself (`fiber.transport.server.Server.dispatch`).
+manager's objects, locks and the other waits of `fiber._core._parking`, pipes), for
+which the ticket is the request's id and the server keeps the answers itself
+(`fiber.transport.server.Server.dispatch`). A wait whose connection was reset is kept
+for its caller to ask again (`Receipts.keeps_waiting`), for ``REANCHOR_WAIT_S``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .peers import Peer
 
@@ -45,11 +49,19 @@ _local = threading.local()
 
 def ticket() -> bytes:
     """The next ticket of this thread (`TICKET_BYTES` long)."""
-    key = getattr(_local, "key", None)
-    if key is None or _local.pid != os.getpid():
-        _local.key, _local.pid, _local.count = os.urandom(8), os.getpid(), 0
-    _local.count += 1
+    try:
+        _local.count += 1
+    except AttributeError:  # this thread's first (a forked child starts anew: below)
+        _local.key, _local.count = os.urandom(8), 1
     return _TICKET.pack(_local.key, _local.count)
+
+
+def _new_keys_in_child() -> None:
+    """A forked child is another caller: its forking thread's key is not its own."""
+    _local.__dict__.clear()
+
+
+os.register_at_fork(after_in_child=_new_keys_in_child)
 
 
 def make_ticket(key: bytes, count: int) -> bytes:
@@ -65,13 +77,21 @@ Answer = Tuple[bytes, List[Any]]
 SKIP: Answer = (b"", [])
 
 
+#: Seconds at most an answer is kept for a caller whose connection was reset while its
+#: process lives (it may take that long to connect again: `RESET_RETRIES` connections,
+#: each up to the heartbeat's grace). Its next call, or its process's end, forgets it
+#: sooner.
+KEPT_ANSWER_S = 300.0
+
+
 class _Entry:
-    __slots__ = ("ticket", "answer", "peer")
+    __slots__ = ("ticket", "answer", "peer", "since")
 
     def __init__(self, asked: bytes, answer: Optional[Answer], peer: Peer) -> None:
         self.ticket = asked
         self.answer = answer  # None while it is served
         self.peer = peer  # where the answer goes (went)
+        self.since = time.monotonic()  # when it was asked, then answered
 
 
 class Receipts:
@@ -127,21 +147,35 @@ class Receipts:
         last = self._last.get(asked[:8])
         if last is None or last.ticket != asked:
             return peer, False
-        last.answer = (status, frames)
+        last.answer, last.since = (status, frames), time.monotonic()
         return last.peer, last.peer.reset
 
-    def waits_on(self, asked: bytes, peer: Peer) -> bool:
+    def keeps_waiting(self, server: Any, asked: bytes, peer: Peer,
+                      drop: Callable[[], None]) -> bool:
         """Whether request ``asked``, which waits to be answered (a lock's ``acquire``)
         and whose connection (``peer``) ended, is still to be answered: its caller asked
         again on another connection, or may (``peer``'s was reset). If not, it is
-        forgotten: it never will be."""
-        last = self._last.get(asked[:8]) if len(asked) == TICKET_BYTES else None
+        forgotten: it never will be. A wait kept for a reset connection whose caller
+        does not ask again within ``REANCHOR_WAIT_S`` (it gave up, or its process is
+        gone) is forgotten then, and ``drop()`` drops it from its service: answered
+        later, it would be given to nobody (a lock granted to a thread that raised)."""
+        key = asked[:8]
+        last = self._last.get(key) if len(asked) == TICKET_BYTES else None
         if last is None or last.ticket != asked:
             return False
-        if last.peer is not peer or peer.reset:
+        if last.peer is not peer:
             return True
-        del self._last[asked[:8]]
-        return False
+        if not peer.reset:
+            del self._last[key]
+            return False
+
+        def unclaimed() -> None:
+            if self._last.get(key) is last and last.peer is peer and last.answer is None:
+                del self._last[key]
+                drop()
+
+        server.call_later(REANCHOR_WAIT_S, unclaimed)
+        return True
 
     def forget(self, asked: bytes) -> None:
         """Request ``asked`` waited and will not be answered (its process is gone)."""
@@ -167,13 +201,19 @@ class Receipts:
         server.call_later(REANCHOR_WAIT_S, lambda: self._forget(server, keys, peer))
 
     def _forget(self, server: Any, keys: List[bytes], peer: Peer) -> None:
-        running = []
+        """After a reset: answers not asked for again are forgotten once their caller's
+        process is gone (it did not anchor again), or after `KEPT_ANSWER_S`; until then
+        it may still ask (connecting again can take longer than ``REANCHOR_WAIT_S``),
+        and an answer forgotten too soon would have its request served twice."""
+        kept = []
+        alive = server.process_alive(peer.process_id)
+        now = time.monotonic()
         for key in keys:
             last = self._last.get(key)
             if last is not None and last.peer is peer:
-                if last.answer is None:
-                    running.append(key)  # still served: forgotten once answered
+                if last.answer is None or (alive and now - last.since < KEPT_ANSWER_S):
+                    kept.append(key)  # still served, or its caller may still ask
                 else:
                     del self._last[key]
-        if running:
-            self._later(server, running, peer)
+        if kept:
+            self._later(server, kept, peer)
