@@ -13,6 +13,7 @@ from typing import Any, List
 import pytest
 
 from fiber._core._served import encode_wait
+from fiber.queues._service import QueueOps, QueueService
 from fiber.synchronize._primitives import LockOps, LockService
 from fiber.transport import client as client_module
 from fiber.transport import receipts
@@ -171,3 +172,40 @@ def test_a_wait_kept_after_a_reset_and_not_asked_again_is_dropped(server, monkey
     assert status is not None and bytes(status[1]) == b"ok", status
     other.close()
     anchor.close()
+
+
+def _cut_off(srv: Server, name: bytes, op: bytes, payload: List[Any]) -> None:
+    """``op`` sent as a request; the connection reset once the server answered."""
+    first = Client(srv.address, timeout=10)
+    first.send_message([name, op, struct.pack("<Q", 1), *payload])
+    time.sleep(0.05)  # served: its answer is on its way
+    _reset(first)
+
+
+def test_a_task_done_asked_again_after_a_reset_counts_once(server):
+    """A JoinableQueue's ``task_done`` whose reply a reset cut off is asked again with
+    its ticket: answered, not counted twice (which would let ``join`` return early, or
+    raise "called too many times")."""
+    service = QueueService(maxsize=0, joinable=True)
+    server.register(b"q", service)
+    service.unfinished = 2
+    asked = receipts.ticket()
+    _cut_off(server, b"q", QueueOps.TASK_DONE, [asked])
+    again = Client(server.address, timeout=10)
+    assert again.request(b"q", QueueOps.TASK_DONE, [asked], timeout=10) == (b"ok", [])
+    assert service.unfinished == 1
+    again.close()
+
+
+def test_a_bounded_put_asked_again_after_a_reset_is_put_once(server):
+    """A bounded queue's ``put``, admitted and its reply cut off by a reset, asked again
+    with its ticket: the item is in the queue once."""
+    service = QueueService(maxsize=5, joinable=False)
+    server.register(b"q", service)
+    asked = receipts.ticket()
+    item = [encode_wait(True, None), asked, b"item"]
+    _cut_off(server, b"q", QueueOps.PUT_WAIT, item)
+    again = Client(server.address, timeout=10)
+    assert again.request(b"q", QueueOps.PUT_WAIT, item, timeout=10) == (b"ok", [])
+    assert len(service.items) == 1
+    again.close()

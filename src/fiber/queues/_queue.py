@@ -37,7 +37,6 @@ In the creating process, ``_reader`` (made on first use) is the queue as a conne
 
 from __future__ import annotations
 
-import itertools
 import os
 import queue as _queue
 import struct
@@ -61,7 +60,6 @@ from ._service import QueueOps, QueueService
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 
 #: Tickets of bounded puts; unique per connection, which is all the server compares.
-_tickets = itertools.count(1)
 
 #: Makes each queue's ``_reader`` once.
 _reader_lock = threading.Lock()
@@ -122,11 +120,16 @@ class Queue(Handle):
         if self._maxsize <= 0:
             self._send(QueueOps.PUT, frames)
             return
-        ticket = struct.pack("<Q", next(_tickets))
+        ticket = receipts.ticket()  # asked again with it after a reset: put once
+        start = time.monotonic()
+
+        def ask() -> Tuple[bytes, List[Any]]:
+            left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+            return self._request(QueueOps.PUT_WAIT, [encode_wait(block, left), ticket, *frames],
+                                 on_late=_ignore, timeout=left)
+
         try:
-            status, _ = self._request(QueueOps.PUT_WAIT,
-                                      [encode_wait(block, timeout), ticket, *frames],
-                                      on_late=_ignore, timeout=timeout)
+            status, _ = again_on_a_new_connection(ask)
         except BaseException:
             self._withdraw(ticket)
             raise
@@ -324,12 +327,14 @@ class JoinableQueue(Queue):
     _joinable = True
 
     def task_done(self) -> None:
-        """Mark one item as processed.
+        """Mark one item as processed (asked again, with its ticket, if a reset cuts it
+        off: counted once).
 
         Raises:
             ValueError: called more times than there were items.
         """
-        self._request(QueueOps.TASK_DONE)
+        asked = receipts.ticket()
+        again_on_a_new_connection(lambda: self._request(QueueOps.TASK_DONE, [asked]))
 
     def join(self) -> None:
         """Block until every item put has been marked ``task_done``. A wait: asked again

@@ -83,9 +83,22 @@ class QueueService(Service):
 
     @handles(QueueOps.PUT_WAIT)
     def put_wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        """Bounded: ``[wait, ticket, *frames]``, always answered."""
-        self._put_wait(server, peer, req_id, decode_wait(payload[0]), bytes(payload[1]),
-                       payload[2:])
+        """Bounded: ``[wait, ticket, *frames]``, always answered; asked again after a reset
+        (same ticket), answered as it was (an item admitted is not put twice)."""
+        asked = bytes(payload[1])
+        if not self._answered_again(server, peer, req_id, asked, "bounded put"):
+            self._put_wait(server, peer, req_id, decode_wait(payload[0]), asked, payload[2:])
+
+    def _answered_again(self, server: Server, peer: Peer, req_id: bytes, asked: bytes,
+                        what: str) -> bool:
+        """Whether request ``asked`` was served already (its reply was lost in a reset:
+        sent again now, and said at INFO) or is an older connection's copy of one asked
+        again."""
+        again = self.receipts.again(asked, peer)
+        if again is not None and again is not SKIP:
+            info("a %s's reply, cut off by a connection's reset, was sent again", what)
+            server.reply(peer, req_id, *again)
+        return again is not None
 
     @handles(QueueOps.WITHDRAW)
     def withdraw(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -97,13 +110,9 @@ class QueueService(Service):
         """``[wait, ticket]``: an item, now or once one comes (or ``empty``)."""
         wait = decode_wait(payload[0])
         asked = bytes(payload[1]) if len(payload) > 1 else b""
-        again = self.receipts.again(asked, peer)
-        if again is SKIP:  # an older connection's copy of a get asked again already
+        if self._answered_again(server, peer, req_id, asked, "get"):  # the same item
             return
-        if again is not None:  # its reply was lost in a reset: the same item again
-            info("a get's reply, cut off by a connection's reset, was sent again")
-            server.reply(peer, req_id, *again)
-        elif self.items:
+        if self.items:
             self._hand_out(server, peer, req_id, asked)
         elif wait == 0:
             server.reply(peer, req_id, b"empty")
@@ -184,10 +193,15 @@ class QueueService(Service):
 
     @handles(QueueOps.TASK_DONE)
     def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[ticket]``: asked again after a reset, answered, not counted twice."""
+        asked = bytes(payload[0]) if payload else b""
+        if self._answered_again(server, peer, req_id, asked, "task_done"):
+            return
         if self.unfinished <= 0:
             raise ValueError("task_done() called too many times")
         self.unfinished -= 1
         server.reply(peer, req_id, b"ok")
+        self.receipts.handed(asked, b"ok", [], peer)
         if self.unfinished == 0:
             for jpeer, jreq in self.joiners:
                 server.reply(jpeer, jreq, b"ok")
@@ -210,6 +224,7 @@ class QueueService(Service):
         if not self._full():
             self._add(server, frames)
             server.reply(pid, req_id, b"ok")
+            self.receipts.handed(ticket, b"ok", [], pid)
         elif wait == 0:
             server.reply(pid, req_id, b"full")
         else:
@@ -220,13 +235,14 @@ class QueueService(Service):
 
     def _withdraw(self, server: Server, pid: Peer, ticket: bytes) -> None:
         """Drop the put ``ticket`` if still parked: it never happened. If it was admitted
-        (or timed out) before this arrived, there is nothing to undo."""
+        (or timed out) before this arrived, there is nothing to undo. (By its ticket
+        alone: a withdraw may come on another connection than its put's.)"""
         for i, (ppid, preq, timer, _, pticket) in enumerate(self.putters):
-            if ppid is pid and pticket == ticket:
+            if pticket == ticket:
                 del self.putters[i]
                 if timer is not None:
                     timer.cancel()
-                server.reply(pid, preq, b"withdrawn")  # consumes the caller's late handler
+                server.reply(ppid, preq, b"withdrawn")  # consumes the put's late handler
                 return
 
     def _add(self, server: Server, frames: List[Any]) -> None:
@@ -248,13 +264,14 @@ class QueueService(Service):
 
     def _admit_putters(self, server: Server) -> None:
         while self.putters and not self._full():
-            ppid, preq, timer, frames, _ = self.putters.popleft()
+            ppid, preq, timer, frames, ticket = self.putters.popleft()
             if timer is not None:
                 timer.cancel()
             self.items.append(frames)
             if self.joinable:
                 self.unfinished += 1
             server.reply(ppid, preq, b"ok")
+            self.receipts.handed(ticket, b"ok", [], ppid)
 
     def _serve(self, server: Server) -> None:
         while self.items and self.getters:

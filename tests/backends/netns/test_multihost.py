@@ -263,12 +263,12 @@ def test_a_consumer_whose_connections_are_reset_takes_each_item_once(
 def test_waits_under_way_across_resets_return_as_without_them(hosts: netns.Hosts) -> None:
     """Issue 30: a Process on host 2 waits, a thread a wait, on a Lock the master holds, a
     Semaphore(0), an Event, a Condition, a Barrier(2), a Pipe's read end, a Value whose lock
-    the master holds, a JoinableQueue's join and a Barrier whose action the child runs
-    meanwhile, all served by the master, while every TCP connection of host 2 to the master
-    is aborted twice (``ss -K``, ``mh_reset_waits.py``). Then the master releases, sets,
-    notifies, arrives and sends: each wait returns as it would have without the resets
-    (asked again on a new connection, it is answered there, once). Before, each raised
-    ``ConnectionLost`` at the first reset."""
+    the master holds, a JoinableQueue's join, a full bounded Queue's put and a Barrier whose
+    action the child runs meanwhile, all served by the master, while every TCP connection of
+    host 2 to the master is aborted twice (``ss -K``, ``mh_reset_waits.py``). Then the
+    master releases, sets, notifies, arrives and sends: each wait returns as it would have
+    without the resets (asked again on a new connection, it is answered there, once).
+    Before, each raised ``ConnectionLost`` at the first reset."""
     r, stderr = _scenario(hosts, "mh_reset_waits.py", "2", timeout=SCRIPT_TIMEOUT + 120)
     assert all(n >= 8 for n in r["killed"]), r  # the waits' connections (the runner: 1st)
     results = r["results"]
@@ -279,6 +279,7 @@ def test_waits_under_way_across_resets_return_as_without_them(hosts: netns.Hosts
     assert {results.get("barrier"), r["master_index"]} == {0, 1}, r
     # the child ran the second barrier's action across the resets: passed, not broken
     assert {results.get("runner"), results.get("runner_master")} == {0, 1}, r
+    assert results.get("bounded put") is True and r["bounded_got"] == ["full", "child"], r
     assert r["lock_free_after"] and r["semaphore_after"] == 0, r
     assert r["child_exitcode"] == 0, (r, stderr[-3000:])
     assert not said_lost(stderr), stderr

@@ -31,7 +31,7 @@ def slow_action():
 
 
 def waiter(objs, out):
-    lock, sem, ev, cond, barrier, reader, value, jq, runner = objs
+    lock, sem, ev, cond, barrier, reader, value, jq, runner, bounded = objs
 
     def join():
         jq.join()
@@ -51,7 +51,8 @@ def waiter(objs, out):
              "event": lambda: ev.wait(WAIT), "condition": wait_cond,
              "barrier": lambda: barrier.wait(WAIT), "pipe": reader.recv,
              "value": lambda: value.value, "join": join,
-             "runner": lambda: runner.wait(WAIT)}
+             "runner": lambda: runner.wait(WAIT),
+             "bounded put": lambda: bounded.put("child", timeout=WAIT) is None}
 
     def run(name, fn):
         out.put(("ready", name))
@@ -79,6 +80,8 @@ def main():
     jq = fiber.JoinableQueue()
     jq.put("work")
     runner = fiber.Barrier(2, action=slow_action)  # the child arrives last: it runs it
+    bounded = fiber.Queue(maxsize=1)
+    bounded.put("full")  # the child's put waits for room
     runner_index = []
     first = threading.Thread(target=lambda: runner_index.append(runner.wait(WAIT)))
     first.start()
@@ -89,10 +92,10 @@ def main():
     with netns.on_host(2):
         child = fiber.Process(target=waiter, name="Waiter",
                               args=((lock, sem, ev, cond, barrier, reader, value, jq,
-                                     runner), out))
+                                     runner, bounded), out))
         child.start()
     ready = set()
-    while len(ready) < 9:
+    while len(ready) < 10:
         kind, name = out.get(timeout=_common.TIMEOUT)
         ready.add(name)
     time.sleep(1.0)  # each call under way on the master's hub
@@ -115,9 +118,14 @@ def main():
     value.get_lock().release()
     jq.get(timeout=_common.TIMEOUT)
     jq.task_done()
+    bounded_got = [bounded.get(timeout=_common.TIMEOUT) for _ in range(2)]
+    try:
+        bounded_got.append(bounded.get(timeout=1))
+    except Exception:  # noqa: BLE001 - empty: the child's item came once
+        pass
     results = {}
     try:
-        while len(results) < 9:
+        while len(results) < 10:
             name, value = out.get(timeout=WAIT + 10)
             results[name] = value
     except Exception as e:  # noqa: BLE001 - said in the result
@@ -126,6 +134,7 @@ def main():
     first.join(_common.TIMEOUT)
     results["runner_master"] = runner_index[0] if runner_index else "raised"
     _common.result(killed=killed, results=results, master_index=master_index,
+                   bounded_got=bounded_got,
                    lock_free_after=lock.acquire(timeout=10),
                    semaphore_after=sem.get_value(), child_exitcode=child.exitcode)
 
