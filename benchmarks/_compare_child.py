@@ -31,6 +31,11 @@ Benchmarks (each a time, so that lower is better for all):
 - ``es``: rounds of one 50 ms sleep a worker on ``Pool(workers)`` (an evolution
   strategy's iteration at scale) after a first one, median milliseconds a round (50 is
   no overhead at all).
+- ``async``: rounds of one ``step`` call on each of 4 ``AsyncManager`` objects (each in
+  its own job), every call sent before any result is read (an RL rollout's remote
+  environments), median microseconds a round.
+- ``lock``: a ``Lock``'s ``acquire`` + ``release`` by a child ``Process`` (the lock
+  served by the master), median microseconds, as the child measured it.
 """
 
 from __future__ import annotations
@@ -80,6 +85,23 @@ def drain_child(q: Any, out: Any, n: int) -> None:
     for _ in range(n - 1):
         q.get()
     out.put((time.perf_counter() - t) / (n - 1))
+
+
+class StepEnv:
+    """A remote environment whose ``step`` costs nothing: the call's own overhead."""
+
+    def step(self, action: int) -> int:
+        return action
+
+
+def lock_child(lock: Any, out: Any, n: int) -> None:
+    def one() -> None:
+        lock.acquire()
+        lock.release()
+
+    for _ in range(200):
+        one()
+    out.put(_samples(one, n))
 
 
 def _samples(fn: Callable[[], object], n: int) -> List[float]:
@@ -217,9 +239,44 @@ def bench_es(args: argparse.Namespace) -> Dict[str, Any]:
             "worker_fiber": worker_fiber}
 
 
+def bench_async(args: argparse.Namespace) -> Dict[str, Any]:
+    import fiber.managers
+
+    class Envs(fiber.managers.AsyncManager):
+        pass
+
+    Envs.register("StepEnv", StepEnv)
+    manager = Envs()
+    manager.start()
+    try:
+        envs = [manager.StepEnv() for _ in range(4)]
+
+        def one() -> None:
+            for h in [env.step(1) for env in envs]:
+                h.get()
+
+        for _ in range(200):
+            one()
+        s = _samples(one, args.calls)
+    finally:
+        manager.shutdown()
+    return {"value": statistics.median(s) * 1e6, "unit": "us/round", "p99": _p99(s) * 1e6,
+            "worker_fiber": str(fiber.__file__)}
+
+
+def bench_lock(args: argparse.Namespace) -> Dict[str, Any]:
+    lock, out = fiber.Lock(), fiber.Queue()
+    child = fiber.Process(target=lock_child, args=(lock, out, args.calls))
+    child.start()
+    s = sorted(out.get(timeout=300))
+    child.join(30)
+    return {"value": statistics.median(s) * 1e6, "unit": "us", "p99": _p99(s) * 1e6,
+            "worker_fiber": str(fiber.__file__)}
+
+
 BENCHES = {"apply": bench_apply, "map": bench_map, "rounds": bench_rounds,
            "pipe": bench_pipe, "queue": bench_queue, "drain": bench_drain,
-           "start": bench_start, "es": bench_es}
+           "start": bench_start, "es": bench_es, "async": bench_async, "lock": bench_lock}
 
 
 def main() -> None:

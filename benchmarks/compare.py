@@ -1,7 +1,8 @@
 """Two (or more) versions of fiber timed against each other in one run, alternating.
 
     .venv/bin/python benchmarks/compare.py --baseline REV [--baseline REV2 ...]
-        [--candidate REV|DIR|python:PATH] [--bench apply map rounds pipe queue drain start es]
+        [--candidate REV|DIR|python:PATH]
+        [--bench apply map rounds pipe queue drain start es async lock]
         [--runs 7] [--calls 2000] [--tasks 20000] [--workers 64] [--wait-quiet S]
         [--markdown] [--verbose]
 
@@ -49,7 +50,7 @@ from typing import Dict, List, Optional, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_compare_child.py")
 REPO = os.path.dirname(HERE)
-BENCHES = ["apply", "map", "rounds", "pipe", "queue", "drain", "start", "es"]
+BENCHES = ["apply", "map", "rounds", "pipe", "queue", "drain", "start", "es", "async", "lock"]
 RUN_TIMEOUT_S = 600
 
 
