@@ -111,14 +111,14 @@ class Handle:
         None: the kind's own rule (`_asks_again`).
         """
         try:
-            if self._asks_again if again is None else again:
+            client = get_client(self._address, timeout)
+            if client.may_reset and (self._asks_again if again is None else again):
                 asked = receipts.ticket()
                 status, payload = again_on_a_new_connection(
                     lambda: get_client(self._address, timeout).request(
                         self._name, op, frames, on_late=on_late, ticket=asked))
-            else:
-                status, payload = get_client(self._address, timeout).request(
-                    self._name, op, frames, on_late=on_late)
+            else:  # (this process's own hub, or a Unix socket: no reset to outlive)
+                status, payload = client.request(self._name, op, frames, on_late=on_late)
         except ConnectionLost as e:
             raise self._lost(e) from e
         return self._checked(status, payload)

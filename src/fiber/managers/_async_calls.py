@@ -78,6 +78,9 @@ class AsyncChannel:
             self._client: Optional[Client] = own_client(address, timeout)
         else:
             self._client = None
+        #: Whether a link may reset the connection (TCP): then calls are kept until
+        #: answered, to be asked again (a Unix socket's end is its server's).
+        self._tracked = self._client is not None and self._client.may_reset
 
     @property
     def lost(self) -> bool:
@@ -104,17 +107,20 @@ class AsyncChannel:
             if self.error is not None:
                 return handle(b"", error=self.error)
             client = self._client
-            with self._cond:
-                again = again and (bool(self._free) or len(self._slots) < _SLOTS)
-                req_id = self._ticket() if again else struct.pack("<Q", next(self._ids))
-                self._in_flight[req_id] = (service, op, frames) if again else None
+            if self._tracked:
+                with self._cond:
+                    again = again and (bool(self._free) or len(self._slots) < _SLOTS)
+                    req_id = self._ticket() if again else struct.pack("<Q", next(self._ids))
+                    self._in_flight[req_id] = (service, op, frames) if again else None
+            else:
+                req_id = struct.pack("<Q", next(self._ids))
             try:
                 client.send_message([service, op, req_id, *frames])
-            except ConnectionLost:
-                pass  # asked again, or failed, by _recover
+            except ConnectionLost as e:
+                cause = e  # asked again, or failed, by _recover
             else:
                 return handle(req_id)
-        self._recover(client)
+        self._recover(client, cause)
         return handle(req_id)
 
     def _ticket(self) -> bytes:
@@ -133,14 +139,16 @@ class AsyncChannel:
         if self._in_flight.pop(req_id) is not None:
             self._free.append(int.from_bytes(req_id[6:8], "little"))
 
-    def _recover(self, failed: Client) -> None:
-        """The connection ``failed`` broke under calls in flight: on a new one, those
-        that may be asked again are (in their order); the others fail. If no new
-        connection can be made, every call fails."""
+    def _recover(self, failed: Client, cause: ConnectionLost) -> None:
+        """The connection ``failed`` broke (``cause``) under calls in flight: on a new
+        one, those that may be asked again are (in their order); the others fail. If no
+        new connection can be made, or none is kept (a Unix socket), every call fails."""
         with self._send_lock:
             if self._client is not failed or self.error is not None:
                 return  # another thread did it
             try:
+                if not self._tracked:  # nothing kept to ask again: every call fails
+                    raise cause
                 again_on_a_new_connection(self._reconnect)
                 error = None
             except ConnectionLost as e:
@@ -217,8 +225,8 @@ class AsyncChannel:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 msg = client.receive(left)
-            except ConnectionLost:
-                self._recover(client)
+            except ConnectionLost as e:
+                self._recover(client, e)
                 if self.error is not None or req_id in self._failed:
                     return
                 continue
@@ -226,9 +234,10 @@ class AsyncChannel:
                 return
             rid = bytes(msg[0])
             with self._cond:
-                if rid not in self._in_flight:
-                    continue  # a second answer: read on the old connection, then asked again
-                self._answered(rid)
+                if self._tracked:
+                    if rid not in self._in_flight:
+                        continue  # a second answer: read on the old connection, asked again
+                    self._answered(rid)
                 self._replies[rid] = (bytes(msg[1]), msg[2:])
                 if rid in self._discarded:
                     self._discarded.discard(rid)

@@ -145,6 +145,7 @@ class Client:
                 raise CannotConnect(f"cannot connect: {e}", address,
                                     isinstance(e, ConnectionRefusedError)) from None
         self._unix = self.sock.family == socket.AF_UNIX
+        self.may_reset = not self._unix  # (a Unix socket has no link to reset it)
         self._reader = FrameReader(unix=self._unix)
         #: What it writes, where a link may reset it (TCP: see `_resend`).
         self._log: Optional[_resend.SentLog] = None

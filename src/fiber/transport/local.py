@@ -28,6 +28,8 @@ class Channel(Protocol):
 
     address: str
     lost: bool
+    #: Whether a link may reset it (TCP): then a request asked again carries a ticket.
+    may_reset: bool
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
                 timeout: Optional[float] = None,
@@ -63,6 +65,7 @@ class LocalClient:
     """Calls the services of this process's own server directly, under its lock."""
 
     lost = False
+    may_reset = False  # a call, not a connection
 
     def __init__(self, server: OwnServer, settings: SettingsSource = _defaults) -> None:
         self.address = server.address
