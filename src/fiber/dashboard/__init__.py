@@ -236,8 +236,8 @@ def page(snap: Dict[str, Any], rows: Optional[_inspect.Rows]) -> Dict[str, Any]:
     those rows); an attached dashboard's (``fiber top``'s, with every row) is cut here.
     The processes (a pool's workers among them) are counted by state
     (``process_states``, ``processes_total``) and, with ``rows``, only the first
-    ``rows[1]`` are kept: a program's own come so (see `fiber.process._describe`), an
-    attached program's come counted with every row, an older fiber's uncounted."""
+    ``rows[1]`` are kept: a program's own come so, an attached program's come counted
+    with every row, an older fiber's uncounted."""
     procs = snap.get("processes")
     if isinstance(procs, list):
         if "process_states" not in snap:
