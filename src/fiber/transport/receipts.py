@@ -206,7 +206,7 @@ class Receipts:
         it may still ask (connecting again can take longer than ``REANCHOR_WAIT_S``),
         and an answer forgotten too soon would have its request served twice."""
         kept = []
-        alive = server.process_alive(peer.process_id)
+        alive = peer.reset and server.process_alive(peer.process_id)  # (a clean end: gone)
         now = time.monotonic()
         for key in keys:
             last = self._last.get(key)
