@@ -236,7 +236,7 @@ def test_connections_reset_while_both_ends_live_lose_no_worker(hosts: netns.Host
     r, stderr = _scenario(hosts, "mh_reset.py", "2", timeout=SCRIPT_TIMEOUT + 120)
     assert all(n >= 2 for n in r["killed"]), r  # host 2's two workers and the Process
     assert r["finished"] and r["exactly_once"] and not r["errors"], r
-    assert set(r["pids"]) <= set(r["pids_before"]), r  # nobody replaced
+    assert set(r["pids"]) <= set(r["pids_before"]), (r, stderr[-4000:])  # nobody replaced
     assert r["puts_exact"] and r["child_exitcode"] == 0, r
     assert not r["lock_taken_from_a_live_holder"] and r["lock_free_after"], r
     assert r["states"] == ["idle"], r
