@@ -97,22 +97,21 @@ class Parking(Service):
         """Waits of a connection that closed are dropped, unless their caller asked
         again on another connection or may (a reset: see above)."""
         for w in [w for w in self.waiters if w.peer is peer]:
-            if not server.receipts.keeps_waiting(server, w.req_id, peer,
-                                                 functools.partial(self._unclaimed, server, w)):
-                self.take(w)
-                self.dropped(server, w)
-
-    def _unclaimed(self, server: Server, w: Waiter) -> None:
-        """A wait kept after a reset whose caller did not ask for it again: dropped."""
-        if any(x is w for x in self.waiters):
-            self.take(w)
-            self.dropped(server, w)
+            drop = functools.partial(self._drop, server, w)
+            if not server.receipts.keeps_waiting(server, w.req_id, peer, drop):
+                drop()
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
         """The waits of a process that is gone (those a reset kept among them)."""
         for w in [w for w in self.waiters if w.peer.process_id == process_id]:
-            self.take(w)
             server.receipts.forget(w.req_id)
+            self._drop(server, w)
+
+    def _drop(self, server: Server, w: Waiter) -> None:
+        """Drop the wait ``w`` if it is still parked (a wait kept after a reset may have
+        been answered or timed out since)."""
+        if any(x is w for x in self.waiters):
+            self.take(w)
             self.dropped(server, w)
 
     def dropped(self, server: Server, w: Waiter) -> None:

@@ -182,7 +182,8 @@ class PipeService(_watch.Watched):
                                         functools.partial(self._drop_waiter, end, w))]
 
     def _drop_waiter(self, end: int, waiter: Tuple[Any, ...]) -> None:
-        """A recv kept after a reset whose caller did not ask for it again."""
+        """A recv dropped: kept after a reset, its caller did not ask for it again, or its
+        process is gone."""
         if waiter[3] is not None:
             waiter[3].cancel()
         self.waiters[end][:] = [w for w in self.waiters[end] if w is not waiter]
@@ -191,9 +192,7 @@ class PipeService(_watch.Watched):
         for end in (0, 1):
             self.holders[end].discard(process_id)
             for w in [w for w in self.waiters[end] if w[0].process_id == process_id]:
-                self.waiters[end].remove(w)
-                if w[3] is not None:
-                    w[3].cancel()
+                self._drop_waiter(end, w)
                 server.receipts.forget(w[1])
         for end in (0, 1):
             self._serve(server, end)

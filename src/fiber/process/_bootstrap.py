@@ -63,10 +63,8 @@ def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.s
         error = error or anchor.error
     if not tcp or not events & (select.POLLERR | select.POLLHUP) or error == errno.ETIMEDOUT:
         return None
-    if anchor is not None and not anchor.lost:  # its thread may not know yet:
-        why = 0 if anchor.sock.fileno() < 0 else client.ended_with(anchor.sock)
-        if why is not None:
-            anchor.mark_lost(why)  # the next call connects anew
+    if anchor is not None:
+        anchor.found_ended()  # its thread may not know yet: the next call connects anew
     try:  # a link that resets connections may reset the new ones too
         return client.again_on_a_new_connection(lambda: _watched(address))
     except Exception:  # refused (gone), reset each time, or unreachable past the grace

@@ -43,7 +43,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .._core._served import Handle, decode_wait, encode_wait
 from ..config import get_config
@@ -58,8 +58,6 @@ from ._reader import QueueReader, reader_of
 from ._service import QueueOps, QueueService
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
-
-#: Tickets of bounded puts; unique per connection, which is all the server compares.
 
 #: Makes each queue's ``_reader`` once.
 _reader_lock = threading.Lock()
@@ -121,15 +119,10 @@ class Queue(Handle):
             self._send(QueueOps.PUT, frames)
             return
         ticket = receipts.ticket()  # asked again with it after a reset: put once
-        start = time.monotonic()
-
-        def ask() -> Tuple[bytes, List[Any]]:
-            left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            return self._request(QueueOps.PUT_WAIT, [encode_wait(block, left), ticket, *frames],
-                                 on_late=_ignore, timeout=left)
-
         try:
-            status, _ = again_on_a_new_connection(ask)
+            status, _ = self._ask_again(
+                QueueOps.PUT_WAIT, lambda left: [encode_wait(block, left), ticket, *frames],
+                _ignore, timeout)
         except BaseException:
             self._withdraw(ticket)
             raise
@@ -178,12 +171,19 @@ class Queue(Handle):
         item, that reply was lost (a reset), and the hub sends the same item again (see
         fiber.transport.receipts); a hub that cannot be reached is gone."""
         asked = receipts.ticket()
+        return self._ask_again(QueueOps.GET, lambda left: [encode_wait(block, left), asked],
+                               self._give_back, timeout)
+
+    def _ask_again(self, op: bytes, frames: Callable[[Optional[float]], List[Any]],
+                   on_late: LateReply, timeout: Optional[float]) -> Tuple[bytes, List[Any]]:
+        """``op`` with ``frames(left)`` (``left``: what remains of ``timeout``), asked
+        again on a new connection while its connection fails under it: its frames
+        carry its ticket, so the hub answers it once."""
         start = time.monotonic()
 
         def ask() -> Tuple[bytes, List[Any]]:
             left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            return self._request(QueueOps.GET, [encode_wait(block, left), asked],
-                                 on_late=self._give_back, timeout=left)
+            return self._request(op, frames(left), on_late=on_late, timeout=left)
 
         return again_on_a_new_connection(ask)
 

@@ -291,6 +291,17 @@ class Client:
             self._log.wrote(nbytes)
         return nbytes
 
+    def found_ended(self) -> bool:
+        """Whether the connection has ended: marked lost already, or found ended now
+        (then marked lost with the errno that ended it; 0: a plain end, or the socket
+        closed here). Its own thread may not know yet (see `ended_with`)."""
+        if not self.lost:
+            why = 0 if self.sock.fileno() < 0 else ended_with(self.sock)
+            if why is None:
+                return False
+            self.mark_lost(why)
+        return True
+
     def mark_lost(self, error: int = 0) -> None:
         """The connection has failed (``error``: the errno that said so, if known): its
         no-reply messages that did not arrive go to the next connection to the same
@@ -526,16 +537,10 @@ def prune_closed() -> int:
     """
     closed = 0
     for client in list(_all_clients):
-        error = 0  # (lost or closed: what ended it is known)
-        if not client.lost and client.sock.fileno() >= 0:
-            ended = ended_with(client.sock)
-            if ended is None:
-                continue
-            error = ended
-        if client.sock.fileno() >= 0:
-            closed += 1
-        client.mark_lost(error)
-        client.close()
+        if client.found_ended():
+            if client.sock.fileno() >= 0:
+                closed += 1
+            client.close()
     return closed
 
 
