@@ -23,9 +23,14 @@ trips). ``RawValue``/``RawArray`` (``lock=False``) are the same objects without 
 each single access is still atomic.
 
 What differs from ``multiprocessing``: the objects are handles, not ctypes instances (no
-``memoryview`` of a ``RawArray`` itself, no passing to C: use ``get_obj()``), and they
-pickle freely (to a queue, a pipe, a child).
-Supported types: the typecodes of `array` and simple ctypes types; structures are not.
+``memoryview`` of a ``RawArray`` itself, no passing to C: use an ``Array``'s
+``get_obj()``), and they pickle freely (to a queue, a pipe, a child). As in
+``multiprocessing``, only the synchronized objects (``Value``, ``Array``) have
+``get_obj()`` and ``get_lock()``; a ``RawValue`` or ``RawArray`` has neither.
+Supported types: the typecodes of `array` and simple ctypes types; a ``Value`` or
+``RawValue`` may also be a ``ctypes.Structure`` (or ``Union``), whose fields are its
+attributes (``v.x``, one round trip each). An array of structures is not supported:
+``a[0].x = 1`` would write to a copy.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from .transport.serialization import dumps, loads
 from .transport.server import Peer, Server, Service
 
 __all__ = ["Value", "Array", "RawValue", "RawArray", "copy", "SharedValue", "SharedArray",
-           "Synchronized", "SynchronizedArray", "SynchronizedString"]
+           "SharedStructure", "Synchronized", "SynchronizedArray", "SynchronizedString",
+           "SynchronizedStructure"]
 
 _TYPE = Union[str, type]
 typecode_to_type: Dict[str, Any] = _mpsc.typecode_to_type  # type: ignore[attr-defined]
@@ -118,13 +124,37 @@ class ValueService(Service):
         server.reply(peer, req_id, b"ok")
 
 
-def _ctype(typecode_or_type: _TYPE) -> Any:
+#: What a ``Value`` may hold besides simple types: its fields are served one by one.
+_STRUCTURES = (ctypes.Structure, ctypes.Union)
+
+
+def _ctype(typecode_or_type: _TYPE, structures: bool = False) -> Any:
+    """The ctypes type of ``typecode_or_type``: a simple one, or (``structures``) also a
+    structure or union.
+
+    Raises:
+        TypeError: neither (an array's items are simple types only: see the module).
+    """
     t = typecode_to_type.get(typecode_or_type, typecode_or_type)  # type: ignore
-    if isinstance(t, str) or not isinstance(t, type) or not issubclass(
-            t, ctypes._SimpleCData):  # noqa: SLF001 - ctypes names its simple types so
-        raise TypeError(f"fiber shares typecodes and simple ctypes types, not "
-                        f"{typecode_or_type!r}")
-    return t
+    if isinstance(t, type) and (issubclass(t, ctypes._SimpleCData)  # noqa: SLF001
+                                or (structures and issubclass(t, _STRUCTURES))):
+        return t  # (ctypes names its simple types' base so)
+    kinds = "simple ctypes types and structures" if structures else "simple ctypes types"
+    raise TypeError(f"fiber shares typecodes and {kinds}, not {typecode_or_type!r}")
+
+
+def _field_names(t: Any) -> frozenset[str]:
+    """The fields of structure type ``t``: its own, its bases', and those of its
+    anonymous members (which ctypes makes attributes of ``t`` too)."""
+    names = set()
+    for cls in t.__mro__:
+        fields = cls.__dict__.get("_fields_", ())
+        anonymous = cls.__dict__.get("_anonymous_", ())
+        for name, ftype, *_ in fields:
+            names.add(name)
+            if name in anonymous:
+                names |= _field_names(ftype)
+    return frozenset(names)
 
 
 class SharedValue(Handle):
@@ -195,9 +225,9 @@ class SharedValue(Handle):
     def value(self, value: Any) -> None:
         self._set(b"value", value)
 
-    def get_obj(self) -> Any:
-        """The same data without the lock (as multiprocessing's raw ctypes object): a
-        handle to it (an array's own memory where it can be mapped, see the module)."""
+    def _raw_view(self) -> Any:
+        """The same data without the lock (what ``get_obj()`` of a synchronized object
+        gives): a handle to it."""
         raw = type(self).__new__(_RAW_OF.get(type(self), type(self)))
         raw.__setstate__(self.__getstate__())
         # a view of this module's class: its private state is set here
@@ -224,6 +254,12 @@ class _Synchronized:
     def get_lock(self) -> Any:
         """The lock that guards every access (a fiber ``RLock`` unless another was given)."""
         return self._lock  # type: ignore[attr-defined]
+
+    def get_obj(self) -> Any:
+        """The same data without the lock, as multiprocessing's raw ctypes object: for an
+        array, a ctypes array over its memory (a buffer) in the creator and on its host;
+        otherwise a handle to it (see the module)."""
+        return self._raw_view()  # type: ignore[attr-defined]
 
     def acquire(self, *args: Any) -> bool:
         """Acquire the lock (``acquire(block, timeout)`` of `fiber.synchronize.Lock`).
@@ -256,9 +292,55 @@ class Synchronized(_Synchronized, SharedValue):
     """A ``Value`` with its lock: ``.value``, ``get_lock()``, ``get_obj()``, ``with v:``."""
 
 
+class SharedStructure(SharedValue):
+    """A ctypes structure (or union) served by its creator's hub: each field is an
+    attribute, read or assigned in one round trip (``v.x *= 2`` is two), as the fields of
+    multiprocessing's shared structure are."""
+
+    _fields: frozenset[str] = frozenset()
+
+    def __init__(self, obj: Any, lock: Any = None, memory: Optional[HostMemory] = None
+                 ) -> None:
+        self._fields = _field_names(type(obj))
+        super().__init__(obj, lock, memory)
+
+    def _extra_state(self) -> Any:
+        return self._fields
+
+    def _set_extra_state(self, extra: Any) -> None:
+        self._fields = extra
+
+    def __getattr__(self, name: str) -> Any:
+        # only for what normal lookup misses: the fields (the handle's own attributes
+        # are found first, also while it is being unpickled)
+        if name in self.__dict__.get("_fields", ()):
+            return self._get(name.encode())
+        raise AttributeError(f"{self.__dict__.get('_type_name', 'structure')!r} object "
+                             f"has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__.get("_fields", ()):
+            self._set(name.encode(), value)
+        else:
+            super().__setattr__(name, value)
+
+    def __dir__(self) -> List[str]:
+        return sorted({*super().__dir__(), *self._fields})
+
+    def __repr__(self) -> str:
+        # as multiprocessing's, a ctypes structure: <...Point object at 0x...>
+        return f"<{__name__}.{self._type_name} object at {id(self):#x}>"
+
+
+class SynchronizedStructure(Synchronized, SharedStructure):
+    """A ``Value`` of a structure, with its lock (a ``Synchronized``, as in
+    multiprocessing)."""
+
+
 class SharedArray(SharedValue):
-    """A ctypes array served by its creator's hub: ``a[i]``, ``a[i:j]``, ``len(a)``;
-    ``get_obj()`` maps its memory on the creator's host (see the module)."""
+    """A ctypes array served by its creator's hub: ``a[i]``, ``a[i:j]``, ``len(a)``; a
+    synchronized one's ``get_obj()`` maps its memory on the creator's host (see the
+    module)."""
 
     _view: Any = None  # the ctypes array over this host's mapping, once made
 
@@ -275,7 +357,7 @@ class SharedArray(SharedValue):
     def _set_extra_state(self, extra: Any) -> None:
         self._length, self._item_type, self._locator = extra
 
-    def get_obj(self) -> Any:
+    def _raw_view(self) -> Any:
         """The array without the lock: a ctypes array over its memory (a buffer, as
         multiprocessing's) in the creator and on its host; elsewhere a handle."""
         local = self.__dict__.get("_obj")
@@ -285,7 +367,7 @@ class SharedArray(SharedValue):
             mapping = attach(self._locator)
             if mapping is not None:
                 self._view = (self._item_type * self._length).from_buffer(mapping)
-        return self._view if self._view is not None else super().get_obj()
+        return self._view if self._view is not None else super()._raw_view()
 
     def __repr__(self) -> str:
         # as multiprocessing's RawArray, a ctypes array: <...c_int_Array_3 object at 0x...>
@@ -331,7 +413,15 @@ class SynchronizedString(_Synchronized, SharedString):
 
 
 _RAW_OF = {Synchronized: SharedValue, SynchronizedArray: SharedArray,
-           SynchronizedString: SharedString}
+           SynchronizedString: SharedString, SynchronizedStructure: SharedStructure}
+
+
+def _served_value(obj: Any, lock: Any = None) -> SharedValue:
+    """The handle serving ctypes value ``obj``: raw without ``lock``, else synchronized."""
+    structure = isinstance(obj, _STRUCTURES)
+    if lock is None:
+        return SharedStructure(obj) if structure else SharedValue(obj)
+    return (SynchronizedStructure if structure else Synchronized)(obj, lock)
 
 
 def _lock_for(lock: Any) -> Any:
@@ -345,15 +435,16 @@ def _lock_for(lock: Any) -> Any:
 def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
     """A shared ctypes value without a lock (each single access is still atomic).
 
-    ``typecode_or_type`` is a typecode of `array` (``"i"``, ``"d"``...) or a simple
-    ctypes type; ``args`` initialize it. Use it when one process writes or when the
-    accesses need no lock of their own; otherwise ``Value``.
+    ``typecode_or_type`` is a typecode of `array` (``"i"``, ``"d"``...), a simple
+    ctypes type or a ``ctypes.Structure`` (its fields are then attributes); ``args``
+    initialize it. Use it when one process writes or when the accesses need no lock of
+    their own; otherwise ``Value``.
 
     Raises:
-        TypeError: not a typecode or simple ctypes type (structures are not supported),
-            or ``args`` do not fit it.
+        TypeError: not a typecode, simple ctypes type or structure, or ``args`` do not
+            fit it.
     """
-    return SharedValue(_ctype(typecode_or_type)(*args))
+    return _served_value(_ctype(typecode_or_type, structures=True)(*args))
 
 
 def _array(t: Any, size_or_initializer: Union[int, Any]
@@ -378,7 +469,8 @@ def RawArray(typecode_or_type: _TYPE,  # noqa: N802
     """A shared ctypes array without a lock, of a size or from a sequence.
 
     ``size_or_initializer``: an int (that many zeroed items) or a sequence of the items.
-    On hosts with mappable memory, ``get_obj()`` gives a buffer (numpy) over its data.
+    As multiprocessing's, it has no ``get_obj()``: an ``Array``'s gives a buffer (numpy)
+    over its data on hosts with mappable memory.
 
     Raises:
         TypeError: not a typecode or simple ctypes type, or an item does not fit it.
@@ -396,14 +488,15 @@ def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
     to share with other objects. ``ctx`` is accepted as multiprocessing's; the value
     lives in this process whatever the backend.
 
+    ``typecode_or_type`` may be a ``ctypes.Structure``, as for ``RawValue``.
+
     Raises:
-        TypeError: not a typecode or simple ctypes type, or ``args`` do not fit it.
+        TypeError: not a typecode, simple ctypes type or structure, or ``args`` do not
+            fit it.
         AttributeError: ``lock`` has no ``acquire`` method (as multiprocessing).
     """
-    obj = _ctype(typecode_or_type)(*args)
-    if lock is False:
-        return SharedValue(obj)
-    return Synchronized(obj, _lock_for(lock))
+    obj = _ctype(typecode_or_type, structures=True)(*args)
+    return _served_value(obj, None if lock is False else _lock_for(lock))
 
 
 def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # noqa: N802
@@ -426,12 +519,12 @@ def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # n
 
 def copy(obj: Any) -> SharedValue:
     """A new shared object (a ``RawValue`` or ``RawArray``) holding a copy of ``obj``, a
-    ctypes value or array, as ``multiprocessing.sharedctypes.copy``.
+    ctypes value, structure or array, as ``multiprocessing.sharedctypes.copy``.
 
     Raises:
-        TypeError: ``obj`` is not a simple ctypes value or an array of one (structures
-            are not supported).
+        TypeError: ``obj`` is not a simple ctypes value or structure, or an array of
+            simple values (see the module).
     """
     if isinstance(obj, ctypes.Array):
         return RawArray(_ctype(obj._type_), obj[:])
-    return RawValue(_ctype(type(obj)), obj.value)
+    return _served_value(_ctype(type(obj), structures=True).from_buffer_copy(obj))

@@ -67,8 +67,8 @@ PUBLIC = {
     "fiber.ring": "Ring RingError RingMember current_member",
     "fiber.experimental": "Ring RingNode",
     "fiber.sharedctypes": (
-        "Value Array RawValue RawArray SharedValue SharedArray Synchronized SynchronizedArray "
-        "SynchronizedString"
+        "Value Array RawValue RawArray SharedValue SharedArray SharedStructure Synchronized "
+        "SynchronizedArray SynchronizedString SynchronizedStructure"
     ),
     "fiber.synchronize": (
         "Lock RLock Semaphore BoundedSemaphore Condition Event Barrier BrokenBarrierError"

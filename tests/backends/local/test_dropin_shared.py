@@ -60,8 +60,9 @@ def test_get_obj_of_an_array_is_a_buffer_in_its_creator():
     assert a[:] == [1.0, 2.0, 3.0, 4.0]  # the served data is the same memory
     a[0] = 9.5
     assert obj[0] == 9.5
-    raw = fiber.RawArray("c", b"abc")
-    assert raw.get_obj().value == b"abc"
+    assert fiber.Array("c", b"abc").get_obj().value == b"abc"
+    # as multiprocessing's raw objects: no lock, no get_obj()
+    assert not hasattr(fiber.RawArray("c", b"abc"), "get_obj")
     assert isinstance(fiber.Array("i", 0).get_obj(), ctypes.Array)  # empty, still mapped
 
 
