@@ -42,6 +42,7 @@ import queue as _queue
 import struct
 import threading
 import time
+import traceback
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -107,14 +108,33 @@ class Queue(Handle):
         exception raised by a signal handler) is withdrawn: its item is not put, unless
         the server admitted it at that very moment, when it counts as put.
 
+        An ``obj`` that cannot be pickled is not put, and ``put`` returns, as with
+        ``multiprocessing``, whose feeder thread pickles it later: the error (naming the
+        part that failed) goes to ``_on_queue_feeder_error``, which prints it to stderr,
+        and the queue goes on.
+
         Raises:
             queue.Full: the queue is bounded and stayed full (``block``/``timeout``).
             ValueError: the queue was closed in this process.
-            pickle.PicklingError, TypeError: ``obj`` cannot be pickled.
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        frames = dumps_explained(obj, "the item put on the queue", "item")
+        try:
+            frames = dumps_explained(obj, "the item put on the queue", "item")
+        except Exception as e:
+            self._on_queue_feeder_error(e, obj)
+            return
+        self._put_frames(frames, block, timeout)
+
+    @staticmethod
+    def _on_queue_feeder_error(e: Exception, obj: Any) -> None:
+        """Report that ``obj`` could not be pickled (``e``) and was dropped: printed to
+        stderr. The standard library's hook of the same name, which a subclass overrides
+        (``concurrent.futures`` does, to fail the task's future)."""
+        traceback.print_exception(type(e), e, e.__traceback__)
+
+    def _put_frames(self, frames: List[Any], block: bool, timeout: Optional[float]) -> None:
+        """Put the pickled item ``frames`` (see `put`)."""
         if self._maxsize <= 0:
             self._send(QueueOps.PUT, frames)
             return
@@ -239,7 +259,6 @@ class Queue(Handle):
         Raises:
             queue.Full: the queue is bounded and full.
             ValueError: the queue was closed in this process.
-            pickle.PicklingError, TypeError: ``obj`` cannot be pickled.
         """
         self.put(obj, False)
 
@@ -371,8 +390,13 @@ class SimpleQueue(Queue):
     def put(self, obj: Any) -> None:  # type: ignore[override]
         """Put ``obj`` in the queue (unbounded: it does not wait for the queue's server).
 
+        As ``multiprocessing.SimpleQueue.put``, which pickles in the caller, an ``obj``
+        that cannot be pickled raises here (naming the part that failed).
+
         Raises:
             ValueError: the queue was closed in this process.
-            pickle.PicklingError, TypeError: ``obj`` cannot be pickled.
+            pickle.PicklingError, TypeError, AttributeError: ``obj`` cannot be pickled.
         """
-        super().put(obj)
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        self._put_frames(dumps_explained(obj, "the item put on the queue", "item"), True, None)

@@ -170,12 +170,47 @@ def test_closed_queue_refuses(ctx):
     q.cancel_join_thread()
 
 
-def test_unpicklable_item_fails_in_caller_and_queue_goes_on(ctx):
-    q = ctx.Queue()
-    with pytest.raises(TypeError):
+def test_unpicklable_item_is_dropped_and_queue_goes_on(ctx, capsys):
+    """As multiprocessing's feeder thread: ``put`` returns, the error is printed (by the
+    ``_on_queue_feeder_error`` hook), later items arrive and a bound counts right;
+    ``SimpleQueue.put`` pickles in the caller and raises, as multiprocessing's."""
+    for q in ctx.Queue(), ctx.Queue(maxsize=1), ctx.JoinableQueue():
         q.put(threading.Lock())
-    q.put("fine")
-    assert q.get(timeout=10) == "fine"
+        q.put("fine")
+        assert q.qsize() == 1
+        assert q.get(timeout=10) == "fine"
+        assert q.empty()
+    assert capsys.readouterr().err.count("cannot be pickled") == 3
+    sq = ctx.SimpleQueue()
+    with pytest.raises(TypeError):
+        sq.put(threading.Lock())
+    sq.put("fine")
+    assert sq.get() == "fine"
+
+
+class _FeederErrors(fiber.queues.Queue):
+    """A queue whose hook records what it was given (as concurrent.futures' does)."""
+
+    seen: list = []
+
+    @staticmethod
+    def _on_queue_feeder_error(e, obj):
+        _FeederErrors.seen.append((type(e), obj))
+
+
+class _RaisesInReduce:
+    def __reduce__(self):
+        raise AttributeError("no")
+
+
+def test_feeder_error_hook_gets_the_error_and_the_item(ctx):
+    _FeederErrors.seen.clear()  # (one run per backend)
+    q = _FeederErrors(ctx=ctx)
+    item = _RaisesInReduce()
+    q.put(item)
+    q.put(True)
+    assert q.get(timeout=10) is True
+    assert _FeederErrors.seen == [(AttributeError, item)]
 
 
 def test_200mb_array_roundtrip_through_a_child(ctx):

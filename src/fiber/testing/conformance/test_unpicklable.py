@@ -1,6 +1,8 @@
 """An object that cannot be pickled is named: which argument, item or target, and the
 path to the culprit inside it; the error keeps its type (``except TypeError`` works) and
-nothing else is lost (the other tasks of the map, the queue's later items)."""
+nothing else is lost (the other tasks of the map, the queue's later items). A
+``Queue.put`` reports it on stderr and drops the item, as ``multiprocessing``'s feeder
+thread does."""
 
 from __future__ import annotations
 
@@ -49,14 +51,17 @@ def test_a_process_argument_is_named(ctx):
     assert ctx.active_children() == []
 
 
-def test_a_queue_item_is_named_and_the_queue_goes_on(ctx):
+def test_a_queue_item_is_named_and_the_queue_goes_on(ctx, capsys):
     q = ctx.Queue()
     q.put(1)
-    with pytest.raises(TypeError, match=r"the item put on the queue cannot be pickled "
-                       r"\(item\.lock: a _thread.lock\)"):
-        q.put(Holder())
+    q.put(Holder())  # dropped and reported, as by multiprocessing's feeder thread
+    assert ("TypeError: the item put on the queue cannot be pickled (item.lock: a "
+            "_thread.lock)") in capsys.readouterr().err
     q.put(2)
     assert [q.get(timeout=30), q.get(timeout=30)] == [1, 2]
+    with pytest.raises(TypeError, match=r"the item put on the queue cannot be pickled "
+                       r"\(item\.lock: a _thread.lock\)"):
+        ctx.SimpleQueue().put(Holder())  # pickled by put, as multiprocessing's
 
 
 def test_a_pipe_object_is_named(ctx):
@@ -105,7 +110,7 @@ def test_a_pickling_failure_in_the_caller_reads_as_a_local_error(ctx):
             assert "cannot be pickled" in str(error), (api, error)
             assert _remote_heading(error) == [], api
         assert len(errors) == 1 and _remote_heading(errors[0]) == []
-    q = ctx.Queue()
+    q = ctx.SimpleQueue()  # (a Queue's put reports it on stderr: see above)
     process = ctx.Process(target=helpers.identity, args=(lock,))
     for error in (_raised(lambda: q.put(Holder())), _raised(process.start)):
         assert isinstance(error, TypeError) and "cannot be pickled" in str(error), error
