@@ -6,6 +6,10 @@
   changes nothing of the pool (its size is ``resize``'s). ``pool._state`` is one of
   ``RUN``, ``CLOSE`` and ``TERMINATE`` (the standard library's strings, also in
   `fiber.pool`), read-only too.
+- ``pool._repopulate_pool()``: the standard library's private method that starts
+  workers until the pool has its size, which programs call after ``maxtasksperchild``
+  retired some. Here the pool's maintainer replaces each worker by itself, so it waits
+  until the pool has its size of workers up (as ``wait_until_workers_up``).
 - ``start_workers()`` and ``wait_until_workers_up()``: the original fiber's ``Pool``
   started its workers on first use, and programs written for it call these two to start
   them early and to wait until every worker has connected. This pool starts its workers
@@ -44,23 +48,36 @@ def check_error_handling(error_handling: Optional[bool]) -> None:
 
 
 class PoolExtras:
-    """``_pool``, ``start_workers`` and ``wait_until_workers_up`` (see the module)."""
+    """``_pool``, ``_repopulate_pool``, ``start_workers`` and ``wait_until_workers_up``
+    (see the module)."""
 
     _core: Any
 
     @property
     def _pool(self) -> List[Any]:
-        """The worker processes started and not lost (a new list at each read); right
-        after ``Pool()``, once its maintainer has made its first workers known."""
+        """The worker processes started and not lost (a new list at each read), each with
+        its pid: right after ``Pool()``, once its maintainer has started its first
+        workers; a replacement is listed once its start returned."""
         core = self._core
         core.workers_known.wait()
         with core.hub.lock:
-            return [ws.process for ws in core.live_workers()]
+            started = {id(ws) for ws in core.procs.values()}
+            return [ws.process for ws in core.live_workers() if id(ws) in started]
 
     @property
     def _state(self) -> str:
         """``RUN``, ``CLOSE`` or ``TERMINATE``, as ``multiprocessing.Pool._state``."""
         return str(self._core.state)
+
+    def _repopulate_pool(self) -> None:
+        """Return once the pool has its size of workers up: its maintainer replaces the
+        workers that ended (see the module).
+
+        Raises:
+            ValueError: the pool is closed or terminated.
+            BrokenPoolError: its workers keep failing to start.
+        """
+        self.wait_until_workers_up()
 
     def start_workers(self) -> None:
         """Start the workers (the original fiber's API): they already are.

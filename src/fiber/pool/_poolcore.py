@@ -138,8 +138,9 @@ class PoolCore:
         self._function_ids = itertools.count(1)
         self._fids: collections.OrderedDict[Any, Tuple[int, Any]] = collections.OrderedDict()
         self._callbacks: Optional[CallbackThread] = None
-        #: Set once the maintainer has made its first workers known (or needs none):
-        #: ``pool._pool`` lists them from then on, as multiprocessing's right after Pool().
+        #: Set once the maintainer has started its first workers (or needs none):
+        #: ``pool._pool`` lists them, with their pids, from then on, as
+        #: multiprocessing's right after Pool().
         self.workers_known = threading.Event()
         #: Started workers whose process has not been closed yet, by sentinel.
         self.procs: Dict[int, WorkerState] = {}
@@ -300,7 +301,6 @@ class PoolCore:
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
                 self.service.add_worker(ws)
-        self.workers_known.set()
         try:
             start_all([ws.process for ws in states])
         except Exception as e:
@@ -315,6 +315,7 @@ class PoolCore:
                 self.procs[ws.process.sentinel] = ws
                 self._exits.register(ws.process.sentinel, selectors.EVENT_READ, ws)
             terminated = self.state == TERMINATE
+        self.workers_known.set()  # started: pool._pool's pids are set, as multiprocessing's
         if terminated:  # terminate() ran while these were being submitted
             terminate_all([ws.process for ws in states])
 
