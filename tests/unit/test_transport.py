@@ -464,3 +464,38 @@ def test_a_handshake_gets_the_heartbeats_grace_not_only_ten_seconds():
         with pytest.raises(fiber.errors.TransportError, match="no handshake answer within 11.5"):
             own_client(address, settings=grace(11.5))  # no deadline given: the grace
         assert 11.0 < time.monotonic() - t < 20
+
+
+def test_a_server_silent_for_its_grace_gets_one_short_try_to_connect_again():
+    """A connection that timed out (its server silent for the whole grace) leaves that
+    server `SPENT_GRACE_CONNECT_S` for the next connection, not a second grace; other
+    servers keep theirs, and a connection made again gives the grace back. (The real
+    silence, a host cut off: tests/backends/netns/test_multihost_sync.py.)"""
+    import dataclasses
+    import errno
+
+    from fiber.transport.client import SPENT_GRACE_CONNECT_S, connect_timeout
+    from fiber.transport.settings import DEFAULTS
+
+    def grace(seconds: float):
+        return lambda: dataclasses.replace(DEFAULTS, heartbeat_timeout=seconds)
+
+    address = _runtime.hub().address
+    other = "tcp://127.0.0.1:9"
+    assert connect_timeout(grace(30.0), address) == 30.0
+    first = Client(address, settings=grace(30.0))
+    first.mark_lost(errno.ECONNRESET)  # an end, not a silence: the grace stays
+    assert connect_timeout(grace(30.0), address) == 30.0
+    second = Client(address, settings=grace(30.0))
+    second.mark_lost(errno.ETIMEDOUT)
+    assert connect_timeout(grace(30.0), address) == SPENT_GRACE_CONNECT_S < 10
+    assert connect_timeout(grace(30.0), other) == 30.0
+    assert connect_timeout(grace(30.0)) == 30.0
+    assert connect_timeout(grace(0.2), address) == SPENT_GRACE_CONNECT_S
+    time.sleep(0.3)  # a grace later, a silence long past says nothing more
+    assert connect_timeout(grace(0.2), address) == 10.0
+    second.mark_lost(errno.ETIMEDOUT)
+    Client(address, settings=grace(30.0)).close()  # it answers again
+    assert connect_timeout(grace(30.0), address) == 30.0
+    first.close()
+    second.close()

@@ -48,7 +48,7 @@ def plain_client(address: str, timeout: Optional[float] = None) -> Client:
         ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
     if timeout is None:
-        timeout = transport_client.connect_timeout(get_config)
+        timeout = transport_client.connect_timeout(get_config, address)
     return Client(address, timeout=timeout, settings=get_config)
 
 

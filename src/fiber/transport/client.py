@@ -18,6 +18,7 @@ carries the calls of the first thread that asks for a client of that server.
 from __future__ import annotations
 
 import collections
+import errno
 import itertools
 import secrets
 import socket
@@ -36,7 +37,7 @@ from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
 
-__all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES",
+__all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES", "SPENT_GRACE_CONNECT_S",
            "again_on_a_new_connection", "get_client",
            "current_anchor", "ended_with",
            "own_client", "process_id", "connect_timeout",
@@ -69,6 +70,14 @@ CONNECT_TIMEOUT = 10.0
 #: new ones too (a CI run saw a get's second connection reset 1.5 s after the first,
 #: and its item lost, when a get was asked again once only).
 RESET_RETRIES = 10
+#: Seconds a new connection may take to a server whose last connection timed out: that
+#: server was silent for the whole grace (``heartbeat_timeout``), so it gets one short
+#: try (two SYNs and a handshake on a healthy link), not a second grace (a caller of a
+#: Kubernetes pod deleted with its network waited 30 s for the silence, then 30 s more
+#: to connect to an address nobody held).
+SPENT_GRACE_CONNECT_S = 3.0
+#: Addresses whose connection timed out, and when (`time.monotonic`): see `connect_timeout`.
+_timed_out: Dict[str, float] = {}
 
 T = TypeVar("T")
 
@@ -93,13 +102,20 @@ def again_on_a_new_connection(call: Callable[[], T]) -> T:
     return call()
 
 
-def connect_timeout(settings: SettingsSource = _defaults) -> float:
-    """Seconds a connection and its handshake may take when the call has no deadline:
-    `CONNECT_TIMEOUT`, or the settings' ``heartbeat_timeout`` if longer. A link that
-    drops packets for less than that grace loses no peer, and must not fail a new
-    connection either (a CI run saw a handshake over 5% loss and a 400 ms round trip
-    go past 10 s, and the job that made it end)."""
-    return max(CONNECT_TIMEOUT, settings().heartbeat_timeout)
+def connect_timeout(settings: SettingsSource = _defaults, address: str = "") -> float:
+    """Seconds a connection (to ``address``) and its handshake may take when the call has
+    no deadline: `CONNECT_TIMEOUT`, or the settings' ``heartbeat_timeout`` if longer. A
+    link that drops packets for less than that grace loses no peer, and must not fail a
+    new connection either (a CI run saw a handshake over 5% loss and a 400 ms round trip
+    go past 10 s, and the job that made it end).
+
+    But a server whose connection timed out less than a grace ago has had its grace:
+    `SPENT_GRACE_CONNECT_S`, until a connection to it is made again."""
+    grace = settings().heartbeat_timeout
+    since = _timed_out.get(address) if address else None
+    if since is not None and time.monotonic() - since < grace:
+        return SPENT_GRACE_CONNECT_S
+    return max(CONNECT_TIMEOUT, grace)
 
 
 def process_id() -> bytes:
@@ -159,6 +175,7 @@ class Client:
             self.sock.settimeout(None)
             if self._log is not None:
                 self._log.counting = True
+            _timed_out.pop(address, None)  # (it answers again)
             _resend.send_orphans(self, address)  # what ended connections lost, first
         except BaseException:
             self.sock.close()
@@ -308,6 +325,8 @@ class Client:
         server (see `_resend`)."""
         self.error = self.error or error
         self.lost = True
+        if error == errno.ETIMEDOUT:  # silent for the grace (keepalive, user timeout)
+            _timed_out[self.address] = time.monotonic()
         if self._log is not None:
             self._log.lost(self.sock, self.address, self.peer_id)
 
@@ -435,7 +454,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
     if isinstance(client, Client):  # lost (a LocalClient never is)
         client.close()
     prune_closed()
-    limit = connect_timeout(settings)
+    limit = connect_timeout(settings, address)
     timeout = limit if timeout is None else max(0.1, min(timeout, limit))
     anchor = ensure_anchor(address, timeout, settings=settings)
     with _anchor_lock:
@@ -462,7 +481,7 @@ def own_client(address: str, timeout: Optional[float] = None, *,
         ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
     if timeout is None:
-        timeout = connect_timeout(settings)
+        timeout = connect_timeout(settings, address)
     ensure_anchor(address, timeout, settings=settings)
     client = Client(address, timeout=timeout, settings=settings)
     _all_clients.add(client)
@@ -482,7 +501,7 @@ def ensure_anchor(address: str, timeout: Optional[float] = None, *,
         if anchor is None or anchor.lost:
             anchor = _anchors[address] = Client(
                 address, anchor=True, settings=settings,
-                timeout=connect_timeout(settings) if timeout is None else timeout)
+                timeout=connect_timeout(settings, address) if timeout is None else timeout)
             _all_clients.add(anchor)
         return anchor
 

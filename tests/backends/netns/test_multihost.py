@@ -18,7 +18,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -56,15 +56,17 @@ def _result(stdout: str, stderr: str, returncode: int) -> Dict[str, Any]:
 
 
 def run_scenario(hosts: netns.Hosts, name: str, *args: str,
-                 timeout: float = SCRIPT_TIMEOUT) -> Dict[str, Any]:
-    return _scenario(hosts, name, *args, timeout=timeout)[0]
+                 timeout: float = SCRIPT_TIMEOUT,
+                 env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    return _scenario(hosts, name, *args, timeout=timeout, env=env)[0]
 
 
-def _scenario(hosts: netns.Hosts, name: str, *args: str,
-              timeout: float = SCRIPT_TIMEOUT) -> Tuple[Dict[str, Any], str]:
-    """A scenario's RESULT, and its stderr (what the master said)."""
+def _scenario(hosts: netns.Hosts, name: str, *args: str, timeout: float = SCRIPT_TIMEOUT,
+              env: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, Any], str]:
+    """A scenario's RESULT, and its stderr (what the master said); ``env``: variables
+    added to the scenario's environment."""
     cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args],
-                        env=_env(hosts), cwd=SCRIPTS, stdin=subprocess.DEVNULL,
+                        env={**_env(hosts), **(env or {})}, cwd=SCRIPTS, stdin=subprocess.DEVNULL,
                         capture_output=True, text=True, timeout=timeout)
     return _result(cp.stdout, cp.stderr, cp.returncode), cp.stderr
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
 
 from fiber.testing import netns
+from fiber.transport.client import SPENT_GRACE_CONNECT_S
 
 
 def test_counters_under_locks_are_exact_across_hosts(hosts: netns.Hosts) -> None:  # noqa: F811
@@ -47,6 +48,26 @@ def test_manager_killed_mid_call_fails_callers(hosts: netns.Hosts) -> None:  # n
     assert r["child"][0].startswith("ConnectionLost") and r["child"][1] < 10, r
     assert r["master"][0].startswith("ConnectionLost") and r["master"][1] < 10, r
     assert r["child_exit"] == 0 and r["seconds"] < 15
+
+
+def test_manager_whose_host_goes_silent_fails_callers_after_one_grace(
+        hosts: netns.Hosts) -> None:  # noqa: F811
+    """Host 1 cut off, then its manager killed: the callers hear nothing. They give up
+    once the grace (``heartbeat_timeout``) is out, plus one short try to connect again
+    (``SPENT_GRACE_CONNECT_S``), not a second grace spent connecting to a host that has
+    been silent all along (a Kubernetes run took over 60 s with a 30 s grace)."""
+    try:
+        r = run_scenario(hosts, "mh_sync_manager_kill.py", "--silent", hosts.veth(1),
+                         env={"FIBER_HEARTBEAT_TIMEOUT": "12"})
+    finally:
+        hosts.partition(1, False)
+    assert r["grace"] == 12, r
+    bound = 12 + SPENT_GRACE_CONNECT_S + 3
+    for caller in ("child", "master"):
+        said, seconds = r[caller]
+        assert said.startswith("ConnectionLost"), r
+        assert 12 - 1 < seconds < bound, r
+    assert r["child_exit"] == 0, r
 
 
 def test_async_manager_objects_on_hosts(hosts: netns.Hosts) -> None:  # noqa: F811
