@@ -59,7 +59,22 @@ from ..backends import Backend
 from ..errors import ProcessError
 from ..transport.serialization import _Pickler
 
-__all__ = ["pickle_process", "load_spawned"]
+__all__ = ["pickle_process", "load_spawned", "multiprocessing_authkey", "adopt_authkey"]
+
+
+def multiprocessing_authkey() -> bytes:
+    """This process's ``multiprocessing`` authkey, which each of its jobs takes
+    (`adopt_authkey`), as a child that ``multiprocessing`` spawns takes its parent's: the
+    standard library's resource sharer (a Connection or socket sent through a pipe, see
+    `fiber.transport.serialization`) and its ``Listener``/``Client`` and managers then
+    authenticate every process of the program alike."""
+    return bytes(mp_process.current_process().authkey)
+
+
+def adopt_authkey(authkey: bytes) -> None:
+    """In a job: take its parent's ``multiprocessing`` authkey (the setter that
+    ``multiprocessing`` documents)."""
+    mp_process.current_process().authkey = authkey
 
 
 class _NeedsSpawn(Exception):

@@ -148,11 +148,13 @@ class Process(ProcessAttributes):
             with probing():
                 error = self._explained(e)
             raise error from None
-        # what a spawn child of multiprocessing inherits: the program's argv, path and
-        # working directory (the interpreter flags are on the job's command line)
+        # what a spawn child of multiprocessing inherits: the program's argv, path,
+        # working directory and multiprocessing authkey (the interpreter flags are on
+        # the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
                   "argv": list(sys.argv), "cwd": os.getcwd(),
                   "parent": (self._parent_name, os.getpid()),
+                  "mp_authkey": _fd_handoff.multiprocessing_authkey(),
                   # the job's lifelines (see _lineage)
                   "master": master_address(), "lifeline": lifeline_address(self)}
         if spawn is not None:  # it holds objects of multiprocessing itself

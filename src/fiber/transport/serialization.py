@@ -11,6 +11,12 @@ on one globals namespace per process, as if it had imported the main script (see
 On receipt each out-of-band buffer is read straight into a writable ``bytearray``, so that
 an array received is writable, as with ``multiprocessing``, without a further copy.
 
+A ``multiprocessing.connection.Connection`` or a ``socket.socket`` goes as
+``multiprocessing`` sends one through a pipe (its ``ForkingPickler``): its descriptor is
+handed over by the sender's resource sharer (a Unix socket authenticated with the
+``multiprocessing`` authkey, which fiber's jobs share with their parent), so it reaches
+processes of the sender's host. Plain pickle would copy the descriptor's number.
+
     dumps(obj) -> [pickle_bytes, buf_1, ..., buf_n]      loads(frames) -> obj
 """
 
@@ -19,7 +25,11 @@ from __future__ import annotations
 import io
 import mmap
 import pickle
+import socket
 import types
+from collections import ChainMap
+from multiprocessing import connection as mp_connection
+from multiprocessing import reduction
 from typing import Any, List, Sequence, Union
 
 import cloudpickle
@@ -27,7 +37,8 @@ import cloudpickle
 from ._by_value import is_main_function, reduce_code, reduce_main_function
 from ._main_namespace import fetch_sources_with
 
-__all__ = ["dumps", "dumps_bytes", "loads", "OOB_THRESHOLD", "Frame", "fetch_sources_with"]
+__all__ = ["dumps", "dumps_bytes", "loads", "pickles", "OOB_THRESHOLD", "Frame",
+           "fetch_sources_with"]
 
 #: Buffers at least this large go out of band; smaller ones are cheaper in the pickle.
 OOB_THRESHOLD = 64 * 1024
@@ -46,6 +57,17 @@ def _small_buffer(buf: pickle.PickleBuffer) -> bool:
     return True
 
 
+#: In a pickle made by plain ``pickle``: a ``multiprocessing`` Connection, whose descriptor
+#: only ``_Pickler`` hands over (plain pickle copies its number; a socket refuses).
+_CONNECTION_MARK = b"multiprocessing.connection"
+
+
+def _as_multiprocessing_does(obj: Any) -> Any:
+    """``obj`` (a descriptor's holder) pickled by ``multiprocessing``'s own pickler, which
+    hands the descriptor to its resource sharer; unpickled by plain pickle."""
+    return pickle.loads, (bytes(reduction.ForkingPickler.dumps(obj)),)
+
+
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no hints
     """cloudpickle's by-value pickling of dynamic functions, with out-of-band buffers.
 
@@ -53,7 +75,12 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no
     `_by_value`): a code object keeps its file name, whatever cloudpickle does, and
     a function of ``__main__`` is rebuilt on the shared namespace by any unpickler.
     ``reducer_override`` is the pickle module's public hook, which cloudpickle implements.
+    A Connection or socket of the standard library goes as ``multiprocessing`` sends it.
     """
+
+    dispatch_table = ChainMap({mp_connection.Connection: _as_multiprocessing_does,
+                               socket.socket: _as_multiprocessing_does},
+                              cloudpickle.Pickler.dispatch_table)
 
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is types.CodeType:
@@ -61,6 +88,27 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no
         if is_main_function(obj):
             return reduce_main_function(obj)
         return super().reducer_override(obj)
+
+
+def _stand_in(obj: Any) -> Any:
+    return int, ()
+
+
+class _DryPickler(_Pickler):
+    """`_Pickler` that hands nothing over: a Connection or socket pickles as a stand-in."""
+
+    dispatch_table = ChainMap({mp_connection.Connection: _stand_in, socket.socket: _stand_in},
+                              cloudpickle.Pickler.dispatch_table)
+
+
+def pickles(obj: Any) -> bool:
+    """Whether ``dumps(obj)`` would succeed, without handing any descriptor over to the
+    resource sharer (for finding what in a value cannot be pickled)."""
+    try:
+        _DryPickler(io.BytesIO(), protocol=5, buffer_callback=lambda buf: False).dump(obj)
+    except Exception:
+        return False
+    return True
 
 
 def dumps(obj: Any) -> List[Frame]:
@@ -79,7 +127,7 @@ def dumps(obj: Any) -> List[Frame]:
         head = pickle.dumps(obj, protocol=5, buffer_callback=_small_buffer)
         # find, not `in`: bytes' `in` first tries the needle as an int, and raises and
         # clears a TypeError each time (a fifth of a small task's pickling)
-        if head.find(b"__main__") < 0:
+        if head.find(b"__main__") < 0 and head.find(_CONNECTION_MARK) < 0:
             return [head]
     except _LargeBuffer:
         large = True
@@ -97,7 +145,7 @@ def dumps(obj: Any) -> List[Frame]:
     if large:  # again, large buffers out of band (the first try stopped at one)
         try:
             head = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-            if head.find(b"__main__") < 0:
+            if head.find(b"__main__") < 0 and head.find(_CONNECTION_MARK) < 0:
                 return [head, *buffers]
         except (pickle.PicklingError, AttributeError, TypeError):
             pass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, List, NoReturn, Optional, Tuple
 
-from .serialization import Frame, dumps
+from .serialization import Frame, dumps, pickles
 
 __all__ = ["explain", "explained", "reraise", "dumps_explained", "PICKLING_ERRORS"]
 
@@ -24,11 +24,7 @@ _MAX_ITEMS = 1000
 
 
 def _fails(obj: Any) -> bool:
-    try:
-        dumps(obj)
-    except Exception:
-        return True
-    return False
+    return not pickles(obj)
 
 
 def _describe(obj: Any) -> str:

@@ -156,6 +156,29 @@ def test_multiprocessing_shared_memory_reaches_a_fiber_process(host_ctx):
     assert (value.value, array[:]) == (2, [1.0, 3.0])  # the child wrote to the same memory
 
 
+def test_connection_and_socket_sent_over_a_fiber_pipe(host_ctx):
+    """As multiprocessing sends them through a pipe: the descriptor is handed over by the
+    sender's resource sharer, which the parent may use since a job takes its parent's
+    multiprocessing authkey (plain pickle would copy the descriptor's number)."""
+    ours, theirs = host_ctx.Pipe()
+    p = host_ctx.Process(target=h.send_descriptors, args=(theirs,))
+    p.start()
+    try:
+        assert ours.recv() == bytes(multiprocessing.current_process().authkey)
+        conn = ours.recv()
+        assert isinstance(conn, multiprocessing.connection.Connection)
+        assert conn.poll(60) and conn.recv() == "over a multiprocessing pipe"
+        sock = ours.recv()
+        sock.settimeout(60)
+        assert sock.recv(100) == b"over a socket"
+        conn.close()
+        sock.close()
+        ours.send("done")
+    finally:
+        p.join(60)
+    assert p.exitcode == 0
+
+
 def test_other_hosts_are_refused_at_start(ctx, backend_name):
     if get_backend(backend_name).jobs_share_host:
         register_backend("elsewhere", Elsewhere)

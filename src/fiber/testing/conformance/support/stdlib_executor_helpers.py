@@ -71,6 +71,23 @@ def main_task(x: int) -> Any:
     return (x * 2, counter > 100)
 
 
+def send_descriptors(conn: Any) -> None:
+    """Send the parent its ``multiprocessing`` authkey, then one end of a
+    ``multiprocessing.Pipe`` and one of a socket pair (the other ends kept to answer)."""
+    import multiprocessing
+    import multiprocessing.connection
+    import socket
+
+    conn.send(bytes(multiprocessing.current_process().authkey))
+    mine, theirs = multiprocessing.connection.Pipe()
+    conn.send(theirs)
+    mine.send("over a multiprocessing pipe")
+    sock_mine, sock_theirs = socket.socketpair()
+    conn.send(sock_theirs)
+    sock_mine.sendall(b"over a socket")
+    conn.recv()  # until the parent has read both
+
+
 if __name__ == "__main__":
     import concurrent.futures as cf
 
