@@ -28,7 +28,7 @@ from typing import Any, Optional
 from .. import _log, config
 from .._core import _runtime
 from .._core._clients import adopt_anchor, ensure_anchor
-from ..transport import client
+from ..transport import client, cpus
 from ..transport.serialization import fetch_sources_with
 from . import _inspected, _launcher, _lineage, _output, _parent, _title
 from ._fd_handoff import adopt_authkey, load_spawned
@@ -71,9 +71,12 @@ def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.s
         return None
 
 
-def _watch_lifelines(parent: str, master: str) -> None:
+def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> None:
     """Follow this job's lifelines (see `fiber.process._lineage`): the parent's end
     makes ``parent_process()`` dead; the program's end ends this job (no orphans, ever).
+    ``parent_line`` is the parent's (`_watched`), taken by the main thread before the
+    job's target runs, so that the job's descriptors do not depend on this thread's
+    timing; the master's, which may need a connection, is taken here.
 
     A lifeline is the anchor connection to a hub. The main thread makes its calls on it
     (see ``transport.client.get_client``), so this thread never reads from it: it waits
@@ -81,14 +84,10 @@ def _watch_lifelines(parent: str, master: str) -> None:
     an error (keepalive probes found its host unreachable). A TCP connection reset while
     the hub lives is made again, here or by the thread that uses it (`_again`).
     """
-    try:
-        if _exiting.is_set():  # the job ended before this thread ran: nothing to watch
-            return
-        lines = {parent: _watched(parent)}
-    except Exception:
-        if _exiting.is_set():  # ... while it took the anchor (closed meanwhile)
-            return
-        raise
+    if _exiting.is_set():  # the job ended before this thread ran: nothing to watch
+        parent_line.close()
+        return
+    lines = {parent: parent_line}
     if master != parent:
         try:
             lines[master] = _watched(master)
@@ -184,6 +183,7 @@ def main() -> None:
     # process stays as its relay (see _relay)
     _output.split_for_relay(parent, token)
     _take_anchor(parent)
+    cpus.open_load()  # now, not at its first poll (see open_load)
     try:
         payload = _fetch_payload(parent, token)
     except BaseException as e:
@@ -200,7 +200,8 @@ def main() -> None:
     # functions of the parent's __main__ whose file this host lacks: the parent has it
     fetch_sources_with(lambda filename: _launcher.fetch_source(parent, filename))
     master = payload.get("lifeline") or parent  # what ends this job (see _lineage)
-    lifeline = threading.Thread(target=_watch_lifelines, args=(parent, master),
+    lifeline = threading.Thread(target=_watch_lifelines,
+                                args=(parent, master, _watched(parent)),
                                 name="fiber-lifeline", daemon=True)
     lifeline.start()
     if config.get_config().dashboard and master == parent:

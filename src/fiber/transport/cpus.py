@@ -19,7 +19,7 @@ import time
 from typing import Callable, TypeVar
 
 __all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "polled_seconds",
-           "CONTENDED_S"]
+           "open_load", "CONTENDED_S"]
 
 T = TypeVar("T")
 
@@ -66,8 +66,11 @@ def spare_cpu() -> bool:
     return _runnable_now() <= CPUS
 
 
-def _runnable_now() -> int:
-    """The tasks runnable on this host now; a huge number where the kernel does not say."""
+def open_load() -> int:
+    """This process's descriptor of ``/proc/loadavg`` (-1 where there is none), opened on
+    first use. A job opens it as it starts (see ``fiber.process._bootstrap``), so that its
+    descriptors do not depend on whether it has polled yet, as a ``multiprocessing``
+    child's do not."""
     global _loadavg
     pid, fd = _loadavg
     if pid != os.getpid():  # first use, or a forked child (whose fds may have been closed)
@@ -76,6 +79,12 @@ def _runnable_now() -> int:
         except OSError:
             fd = -1
         _loadavg = (os.getpid(), fd)
+    return fd
+
+
+def _runnable_now() -> int:
+    """The tasks runnable on this host now; a huge number where the kernel does not say."""
+    fd = open_load()
     if fd < 0:
         return 1 << 30
     try:
