@@ -499,3 +499,26 @@ def test_a_server_silent_for_its_grace_gets_one_short_try_to_connect_again():
     assert connect_timeout(grace(30.0), address) == 30.0
     first.close()
     second.close()
+
+
+def test_the_transport_counts_the_bytes_each_connection_writes_and_reads():
+    """What a pool's /metrics gives as its bytes (`PoolService.traffic`): an outbox counts
+    what its socket took, a reader what it read, big frames and a message the socket
+    could not take at once included."""
+    from fiber.transport.framing import FrameReader, Outbox, encode
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        outbox, reader = Outbox(), FrameReader()
+        messages = [[b"x" * 10, b"y"], [b"z" * 300_000], [b"w" * 5_000_000, b"v"]]
+        expected = sum(len(buf) for m in messages for buf in encode(m, False)[0])
+        for m in messages:
+            outbox.write(a, m)
+        while reader.nbytes < expected:
+            outbox.flush(a)
+            b.settimeout(10)
+            assert reader.feed_from(b)
+        assert outbox.flush(a)
+        assert outbox.nbytes == reader.nbytes == expected > 5_300_000
+        assert [[bytes(f) for f in m] for m in reader.messages] == messages

@@ -31,9 +31,11 @@ _POOL_SERIES: List[Tuple[str, str, str, str]] = [
     ("fiber_pool_tasks_per_second", "gauge", "Tasks completed a second, over 10 s.",
      "tasks_per_s"),
     ("fiber_pool_sent_bytes_total", "counter",
-     "Bytes of the task messages sent to workers (arguments and functions).", "bytes_sent"),
+     "Bytes sent to the pool's workers on their connections (tasks with their arguments "
+     "and functions, answers to the workers' calls).", "bytes_sent"),
     ("fiber_pool_received_bytes_total", "counter",
-     "Bytes of the results messages received from workers.", "bytes_received"),
+     "Bytes received from the pool's workers on their connections (results, the "
+     "workers' calls).", "bytes_received"),
 ]
 
 #: (name, help, the pool's histogram)

@@ -146,8 +146,7 @@ class Pool(PoolExtras):
                 out["stream"] = stream
                 out["durations"] = service.durations.as_dict()
                 out["latency"] = service.latency.as_dict()
-                out["bytes_sent"] = service.bytes_sent
-                out["bytes_received"] = service.bytes_received
+                out["bytes_sent"], out["bytes_received"] = service.traffic()
             return out
 
         _inspect.add_source("pools", self, describe)

@@ -109,8 +109,8 @@ class PoolService(Service):
         self.measuring = False
         self.durations = _status.Histogram()
         self.latency = _status.Histogram()
-        self.bytes_sent = 0  # the task messages' frames, functions included
-        self.bytes_received = 0  # the results messages'
+        #: Bytes written to and read from the connections of workers gone (`traffic`).
+        self.traffic_gone = [0, 0]
 
     # -- from the pool (under the hub lock) ----------------------------------------------
 
@@ -288,10 +288,7 @@ class PoolService(Service):
                     ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
         assert self.server is not None and ws.peer is not None
-        frames = pack_tasks(wire)
-        if self.measuring:
-            self.bytes_sent += _status.frames_nbytes(frames)
-        if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *frames]):
+        if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
             self.worker_lost(ws)
 
     # -- from workers ----------------------------------------------------------------------
@@ -307,7 +304,7 @@ class PoolService(Service):
         outcome = "done"
         now = time.monotonic()
         measuring = self.measuring
-        latency = self.latency
+        waited = self.latency.add
         for task_id, ok, frames in unpack_results(payload):
             task = ws.pending.pop(task_id, None)
             if task is not None:
@@ -318,7 +315,10 @@ class PoolService(Service):
                     if self._raised(task):
                         continue
                 if measuring and task.queued:
-                    latency.observe(now - task.queued, task.items)
+                    if task.items == 1:
+                        waited(now - task.queued)
+                    else:
+                        self.latency.observe(now - task.queued, task.items)
                 self._finish(task, ok, frames)
         ws.done += items
         self.stream.add(ws.process.name, ws.since, now, outcome, items)
@@ -326,10 +326,14 @@ class PoolService(Service):
         self.rate.add(items, now)
         self._refresh(ws)
         busy = results_busy(payload)
-        if measuring:
-            self.bytes_received += _status.frames_nbytes(payload)
-            if items:
+        if measuring and items:
+            if items == 1:
+                self.durations.add(busy)
+            else:
                 self.durations.observe(busy / items, items)
+            if len(self.latency.pending) > _status.Histogram.FOLD_AT:
+                self.latency.fold()
+                self.durations.fold()
         self._measure(fids, busy)
         self._maybe_stop(ws)
         if self.queue:  # the end of a round has none: a call a result saved
@@ -415,6 +419,7 @@ class PoolService(Service):
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is None:
             return
+        self._count_traffic(peer)
         if (not peer.reset or self.closing or ws.retiring or ws.lost or ws.init_failed
                 or ws.process.cancelled):
             self.worker_lost(ws)
@@ -506,6 +511,24 @@ class PoolService(Service):
             if self.server is not None and ws.peer is not None:
                 self.server.send(ws.peer, [b"", PoolOps.STOP])
 
+    def traffic(self) -> Tuple[int, int]:
+        """Bytes sent to the pool's workers and received from them, on their connections
+        (tasks, functions and arguments; results; the workers' calls and their answers),
+        counted by the transport as it writes and reads: nothing on the pool's path."""
+        sent, received = self.traffic_gone
+        for ws in self.by_peer.values():
+            if ws.peer is not None:
+                out, got = Server.traffic(ws.peer)
+                sent += out
+                received += got
+        return sent, received
+
+    def _count_traffic(self, peer: Peer) -> None:
+        """``peer`` is no worker's any more: its bytes go to `traffic_gone`."""
+        out, got = Server.traffic(peer)
+        self.traffic_gone[0] += out
+        self.traffic_gone[1] += got
+
     def worker_lost(self, ws: WorkerState) -> None:
         """A worker's connection closed or its job ended: reassign what it held, and
         warn (once its exit code is known, see `_losses`) unless it ended as
@@ -514,8 +537,8 @@ class PoolService(Service):
             return
         ws.lost = True
         self._refresh(ws)
-        if ws.peer is not None:
-            self.by_peer.pop(ws.peer.peer_id, None)
+        if ws.peer is not None and self.by_peer.pop(ws.peer.peer_id, None) is not None:
+            self._count_traffic(ws.peer)
         if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
             self.retiring -= 1
         tasks = list(ws.pending.values())

@@ -11,12 +11,11 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import functools
 import time
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
-from ..transport.framing import frames_nbytes  # what the pool counts of its messages
-
-__all__ = ["Rate", "Stream", "Histogram", "frames_nbytes", "WorkerStatus", "PoolStatus",
+__all__ = ["Rate", "Stream", "Histogram", "WorkerStatus", "PoolStatus",
            "rows", "status_dict", "snapshot", "new_tally", "tally"]
 
 #: Seconds over which ``tasks_per_s`` is measured.
@@ -88,10 +87,17 @@ class Stream:
 
 class Histogram:
     """Counts of observed seconds by bucket, as Prometheus histograms have them (each
-    bucket counts the observations up to its bound; ``sum`` and ``count`` of all): a
-    bisect and two additions an observation, no list of values kept."""
+    bucket counts the observations up to its bound; ``sum`` and ``count`` of all).
 
-    __slots__ = ("counts", "sum", "count")
+    The hub's thread observes each task's latency: `add` only appends the value to
+    `pending` (a list's bound ``append``: 40 ns, where a bisect and three additions cost
+    the hub 350 ns a task), and the values are binned in bulk, by C loops, when the
+    histogram is read or `FOLD_AT` of them wait."""
+
+    __slots__ = ("counts", "sum", "count", "pending", "add")
+
+    #: Values kept unbinned at most (a few hundred KB).
+    FOLD_AT = 16384
 
     #: Upper bounds (s) of the buckets: a 1 ms RL step to a minutes-long simulation.
     BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -101,6 +107,9 @@ class Histogram:
         self.counts = [0] * (len(self.BOUNDS) + 1)  # the last: above every bound
         self.sum = 0.0
         self.count = 0
+        self.pending: List[float] = []  # observed once each, not binned yet
+        #: One observation of a value, binned later (see the class).
+        self.add = self.pending.append
 
     def observe(self, seconds: float, n: int = 1) -> None:
         """``n`` observations of ``seconds`` each."""
@@ -108,9 +117,22 @@ class Histogram:
         self.sum += seconds * n
         self.count += n
 
+    def fold(self) -> None:
+        """Bin the `pending` values (under the lock that guards `add`)."""
+        pending = self.pending
+        if pending:
+            counts = self.counts
+            for index, n in collections.Counter(
+                    map(functools.partial(bisect.bisect_left, self.BOUNDS), pending)).items():
+                counts[index] += n
+            self.sum += sum(pending)
+            self.count += len(pending)
+            pending.clear()
+
     def as_dict(self) -> Dict[str, Any]:
         """``{"buckets": [[bound, cumulative count]...], "sum", "count"}``, the last
         bound ``"+Inf"`` (what /metrics prints)."""
+        self.fold()
         total = 0
         buckets: List[List[Any]] = []
         for bound, n in zip((*self.BOUNDS, "+Inf"), self.counts):

@@ -153,6 +153,7 @@ class Outbox:
     def __init__(self, unix: bool = False) -> None:
         self.unix = unix
         self.items: Deque[_Item] = collections.deque()  # buffers, and fd lists before them
+        self.nbytes = 0  # written so far (what the socket took)
 
     def add(self, frames: Sequence[Any]) -> None:
         self._queue(*encode(frames, self.unix))
@@ -175,6 +176,7 @@ class Outbox:
             sent = sock.send(buf)
         except (BlockingIOError, InterruptedError):
             sent = 0
+        self.nbytes += sent
         if sent == len(buf):
             return True
         self.items.append(memoryview(buf)[sent:])
@@ -202,6 +204,7 @@ class Outbox:
                     sent = sock.sendmsg(bufs)
             except (BlockingIOError, InterruptedError):
                 return False
+            self.nbytes += sent
             if fds:  # delivered with the first byte: ours can go
                 _close_all(fds)
                 self.items = items = collections.deque(
@@ -243,6 +246,7 @@ class FrameReader:
         self._big_filled = 0
         self._fds: Deque[int] = collections.deque()
         self.messages: Deque[List[Any]] = collections.deque()
+        self.nbytes = 0  # read so far
 
     def _recv_into(self, sock: socket.socket, view: memoryview, flags: int) -> int:
         if not self.unix:
@@ -269,6 +273,7 @@ class FrameReader:
             n = self._recv_into(sock, memoryview(self._big)[self._big_filled:], flags)
             if n == 0:
                 return False
+            self.nbytes += n
             self._big_filled += n
             if self._big_filled == len(self._big):
                 self._frames.append(self._big)
@@ -288,6 +293,7 @@ class FrameReader:
                 raise ProtocolError("more than a handshake before authentication")
         if n == 0:
             return False
+        self.nbytes += n
         self._buf += view[:n]
         self._parse()
         return True

@@ -266,6 +266,13 @@ class Server(StandIn):
 
         return self.reply(peer, req_id, b"err", dumps(pack_exception(exc)))
 
+    @staticmethod
+    def traffic(peer: Peer) -> Tuple[int, int]:
+        """The bytes written to ``peer`` and read from it on its connection so far (also
+        once it has ended; ``(0, 0)`` for a thread of this process)."""
+        conn = peer.conn
+        return (0, 0) if conn is None else (conn.outbox.nbytes, conn.reader.nbytes)
+
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
         timer = self._timers.add(delay, fn)
         if threading.current_thread() is not self._thread:
