@@ -18,6 +18,7 @@ from ._core._shared import share as shared
 from ._version import __version__ as __version__
 from .config import Config, get_config, init, reset
 from .connection import BufferTooShort, Pipe
+from .context import DefaultContext as _DefaultContext
 from .context import FiberContext, get_context
 from .errors import (
     AuthenticationError,
@@ -57,7 +58,7 @@ def _serve_dashboard() -> None:
 
 
 _runtime.on_main_hub(_serve_dashboard)
-_default = get_context(None)
+_default = _DefaultContext()
 _version.warn_if_shadowed(__path__[0])
 
 
@@ -72,13 +73,18 @@ def Manager() -> managers.SyncManager:  # noqa: N802 - the multiprocessing name
 
 
 def get_start_method(allow_none: bool = False) -> str:
-    """The default backend's name."""
+    """The start method ``set_start_method`` named (in a job: that it was started with),
+    else the default backend's name."""
     return _default.get_start_method(allow_none)
 
 
 def set_start_method(method: Optional[str], force: bool = False) -> None:
-    """Make backend ``method`` the default (``"spawn"``, ``"forkserver"``: keep the configured
-    one)."""
+    """Make backend ``method`` the default; ``"spawn"``, ``"forkserver"`` and ``"fork"``
+    (with a warning) keep the configured one under that name (see `fiber.context`).
+
+    Raises:
+        ValueError: no backend or start method of that name.
+    """
     _default.set_start_method(method, force)
 
 

@@ -14,7 +14,16 @@ does not inherit this process's memory, so what a child needs must reach it in i
 arguments (functions and classes of ``__main__`` travel by value). Refusing it would make
 such a program unusable for a difference most of them never meet.
 
-The module-level API of ``fiber`` is the default context's.
+As in ``multiprocessing``, a context asked for by a start method is of the class named
+after it (``SpawnContext``, whose ``Process`` is ``SpawnProcess``), a context is
+concrete (its ``get_context()`` is itself; ``set_start_method`` raises ``ValueError``),
+and a process knows the start method it was started with: a job's
+``get_start_method()`` is its process class's (``SpawnProcess``) or its parent's default
+one.
+
+The module-level API of ``fiber`` is the `DefaultContext`'s: ``set_start_method`` picks
+the context that ``get_context()`` returns (``"spawn"``: the default backend under that
+name; a backend's name: that backend, made the default).
 """
 
 from __future__ import annotations
@@ -31,12 +40,14 @@ from .errors import UnknownBackendError
 from .managers import SyncManager
 from .pool import Pool
 from .process._bound import process_class
+from .process._method import METHODS, default_method, set_default_method
 
-__all__ = ["FiberContext", "get_context", "DefaultContext"]
+__all__ = ["FiberContext", "get_context", "DefaultContext", "ForkContext", "SpawnContext",
+           "ForkServerContext"]
 
 _DEFAULT_ALIASES = ("spawn", "forkserver")
 #: Start methods of multiprocessing that mean the default backend (see the module).
-_ACCEPTED_METHODS = (*_DEFAULT_ALIASES, "fork")
+_ACCEPTED_METHODS = METHODS
 
 _FORK_WARNING = (
     "fiber: start method 'fork' means fiber's default backend here: a fiber process is a "
@@ -61,8 +72,9 @@ class FiberContext:
 
     @property
     def Process(self) -> Type[process.Process]:  # noqa: N802 - the multiprocessing name
-        """``Process`` bound to this context's backend."""
-        return process_class(self._backend)
+        """``Process`` bound to this context's backend (``SpawnProcess``... for a context
+        asked for by a start method of multiprocessing)."""
+        return process_class(self._backend, self._method)
 
     def current_process(self) -> process.Process:
         """The `fiber.Process` object of the calling process."""
@@ -224,13 +236,14 @@ class FiberContext:
     # -- contexts -----------------------------------------------------------------------
 
     def get_context(self, method: Optional[str] = None) -> FiberContext:
-        """The context of backend ``method`` (see `fiber.get_context`).
+        """This context (``method`` None), else the context of backend or start method
+        ``method`` (see `fiber.get_context`).
 
         Raises:
             fiber.errors.UnknownBackendError: no backend or start method of that name (a
                 ``ValueError``, as multiprocessing raises).
         """
-        return get_context(method)
+        return self if method is None else get_context(method)
 
     def get_start_method(self, allow_none: bool = False) -> str:
         """The start method this context was asked for (``"spawn"``...), else the backend
@@ -238,19 +251,13 @@ class FiberContext:
         return self._method or self._backend or get_config().backend
 
     def set_start_method(self, method: Optional[str], force: bool = False) -> None:
-        """Make ``method`` (a backend name) the default backend of this program;
-        ``"spawn"``, ``"forkserver"`` and ``"fork"`` (with a warning) keep the default.
+        """Refused, as by multiprocessing's concrete contexts: the default context's
+        (``fiber.set_start_method``) sets the program's.
 
         Raises:
-            ValueError (UnknownBackendError): no backend or start method of that name.
+            ValueError: always.
         """
-        if method is None or method in _DEFAULT_ALIASES:
-            return
-        if method == "fork" and method not in known_backends():
-            warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=3)
-            return
-        get_context(method)  # raises for unknown names
-        init(backend=method)
+        raise ValueError("cannot set start method of concrete context")
 
     def get_all_start_methods(self) -> List[str]:
         """Every backend name, plus ``"spawn"`` and ``"forkserver"`` for the default one."""
@@ -323,7 +330,60 @@ class FiberContext:
         return f"<fiber context backend={self._backend or 'default'}{method}>"
 
 
-DefaultContext = FiberContext
+class ForkContext(FiberContext):
+    """The context of start method ``"fork"``: the default backend (see the module)."""
+
+
+class SpawnContext(FiberContext):
+    """The context of start method ``"spawn"``: the default backend."""
+
+
+class ForkServerContext(FiberContext):
+    """The context of start method ``"forkserver"``: the default backend."""
+
+
+_METHOD_CONTEXTS = {"fork": ForkContext, "spawn": SpawnContext,
+                    "forkserver": ForkServerContext}
+
+
+class DefaultContext(FiberContext):
+    """The module-level API of ``fiber``: the default backend, under the start method that
+    ``set_start_method`` named, if any (as multiprocessing's default context). Its state
+    is the process's start method, so that every instance is the same context."""
+
+    def get_context(self, method: Optional[str] = None) -> FiberContext:
+        """The context ``set_start_method`` picked (``method`` None), else the context of
+        backend or start method ``method`` (see `fiber.get_context`).
+
+        Raises:
+            fiber.errors.UnknownBackendError: no backend or start method of that name.
+        """
+        return _context_of(default_method()) if method is None else get_context(method)
+
+    def get_start_method(self, allow_none: bool = False) -> str:
+        """The start method ``set_start_method`` named (or that this job was started
+        with), else the default backend's name."""
+        return default_method() or get_config().backend
+
+    def set_start_method(self, method: Optional[str], force: bool = False) -> None:
+        """Make ``method`` the program's start method: a backend's name makes it the
+        default backend; ``"spawn"``, ``"forkserver"`` and ``"fork"`` (with a warning)
+        keep the default backend under that name; None forgets the name.
+
+        Raises:
+            ValueError (UnknownBackendError): no backend or start method of that name.
+        """
+        if method is None:
+            set_default_method(None)
+            return
+        if method in _ACCEPTED_METHODS and method not in known_backends():
+            if method == "fork":
+                warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=3)
+            set_default_method(method)
+            return
+        get_context(method)  # raises for unknown names
+        init(backend=method)
+        set_default_method(None)
 
 
 _contexts: Dict[Optional[str], FiberContext] = {}
@@ -331,23 +391,32 @@ _contexts_lock = threading.Lock()
 
 
 def get_context(method: Optional[str] = None) -> FiberContext:
-    """The context of backend ``method``; ``None``: the default backend, and ``"spawn"``,
-    ``"forkserver"`` or ``"fork"`` (with a ``RuntimeWarning``) the default backend under
-    that name (see the module).
+    """The context of backend ``method``; ``"spawn"``, ``"forkserver"`` or ``"fork"`` (with
+    a ``RuntimeWarning``) the default backend under that name (see the module); ``None``:
+    the one ``set_start_method`` picked, the default backend's if none.
 
     Raises:
         ValueError (UnknownBackendError): no backend or start method of that name.
     """
-    if method is not None and method not in known_backends():
+    if method is None:
+        return _context_of(default_method())
+    if method not in known_backends():
         if method not in _ACCEPTED_METHODS:
             raise UnknownBackendError(method, [*known_backends(), *_DEFAULT_ALIASES])
         if method == "fork":
             warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=2)
+    return _context_of(method)
+
+
+def _context_of(method: Optional[str]) -> FiberContext:
+    """The context of a checked ``method`` (None: the default backend's), made once."""
     with _contexts_lock:
         ctx = _contexts.get(method)
         if ctx is None:
-            alias = method in _ACCEPTED_METHODS and method not in known_backends()
-            ctx = _contexts[method] = (FiberContext(None, method) if alias
-                                       else FiberContext(method))
+            if method in _METHOD_CONTEXTS and method not in known_backends():
+                ctx = _METHOD_CONTEXTS[method](None, method)
+            else:
+                ctx = FiberContext(method)
+            _contexts[method] = ctx
         return ctx
 

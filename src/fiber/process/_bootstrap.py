@@ -32,6 +32,7 @@ from ..transport import client, cpus
 from ..transport.serialization import fetch_sources_with
 from . import _inspected, _launcher, _lineage, _output, _parent, _title
 from ._fd_handoff import adopt_authkey, load_spawned
+from ._method import set_default_method
 from ._process import kill_children, run_in_job
 
 _exiting = threading.Event()
@@ -208,8 +209,8 @@ def main() -> None:
         _inspected.serve_parent(parent, token)  # its stacks and usage, for the dashboard
     # As a spawn child of multiprocessing: the parent's sys.path in its order (then what
     # only this host has), its sys.argv (a module that parses arguments at import sees
-    # the program's) and multiprocessing authkey, before anything of the user's is
-    # unpickled.
+    # the program's), multiprocessing authkey and start method, before anything of the
+    # user's is unpickled.
     parent_path = list(payload["sys_path"])
     sys.path[:] = parent_path + [e for e in sys.path if e not in parent_path]
     sys.argv[:] = payload["argv"]
@@ -218,6 +219,7 @@ def main() -> None:
         os.chdir(cwd)
     _parent.set_parent(*payload["parent"])
     adopt_authkey(payload["mp_authkey"])
+    set_default_method(payload["start_method"])
     # Taken out of the payload, which lives as long as this function: a process's large
     # arguments are then held once (as objects), not twice (their pickle too).
     pickled = payload.pop("process")

@@ -1,7 +1,8 @@
 """``Process`` classes bound to one backend: what ``fiber.get_context(name).Process`` is.
 
 A bound class starts its jobs on its backend whatever the configured default; it is
-reachable by name in this module (``Process_slurm``), so that it pickles by reference.
+reachable by name in this module (``Process_slurm``; ``SpawnProcess`` for a context asked
+for by a start method of multiprocessing), so that it pickles by reference.
 An instance pickles as a plain `Process` with the same state: the
 child needs no backend binding (and may not know a backend registered at run time in its
 parent). A user's subclass of a bound class keeps its own class.
@@ -36,16 +37,29 @@ class BackendContext(Protocol):
 _lock = threading.Lock()
 
 
-def process_class(backend: Optional[str]) -> Type[Process]:
+#: The class of a context asked for by a start method of multiprocessing: its name there.
+_METHOD_CLASSES = {"fork": "ForkProcess", "spawn": "SpawnProcess",
+                   "forkserver": "ForkServerProcess"}
+
+
+def process_class(backend: Optional[str], method: Optional[str] = None) -> Type[Process]:
     """``Process`` bound to ``backend``; ``None``: the plain class (the configured default
-    backend). One class per backend name, made on first use."""
-    if backend is None:
+    backend). One class per backend name, made on first use. With ``method`` (a start
+    method of multiprocessing, meaning the default backend: ``backend`` is None), the
+    class multiprocessing names after it (``SpawnProcess``), whose jobs say they were
+    started with it (see `fiber.process._method`)."""
+    if backend is None and method is None:
         return Process
-    name = "Process_" + "".join(c if c.isalnum() else "_" for c in backend)
+    if backend is None:
+        name = _METHOD_CLASSES[str(method)]
+        attrs = {"_start_method": method}
+    else:
+        name = "Process_" + "".join(c if c.isalnum() else "_" for c in backend)
+        attrs = {"_backend_name": backend}
     with _lock:
         cls = globals().get(name)
         if cls is None:
-            cls = type(name, (Process,), {"_backend_name": backend, "__module__": __name__,
+            cls = type(name, (Process,), {**attrs, "__module__": __name__,
                                           "__reduce__": _reduce_as_plain_process,
                                           "_named_as": "Process"})
             globals()[name] = cls

@@ -52,6 +52,7 @@ from ._describe import exit_code_of
 from ._job import Job, collect, release_collected, say_end, say_lost_contact
 from ._limits import ensure_open_files
 from ._lineage import lifeline_address, master_address
+from ._method import default_method
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
            "kill_children", "set_resources", "mark_daemonic", "run_in_job", "program_exiting",
@@ -68,6 +69,8 @@ class Process(ProcessAttributes):
 
     #: The backend this class starts jobs on; None means the configured default.
     _backend_name: ClassVar[Optional[str]] = None
+    #: The start method its jobs say they were started with (None: the parent's).
+    _start_method: ClassVar[Optional[str]] = None
     _identity: Tuple[int, ...]
     _counter: itertools.count[int]
 
@@ -149,12 +152,13 @@ class Process(ProcessAttributes):
                 error = self._explained(e)
             raise error from None
         # what a spawn child of multiprocessing inherits: the program's argv, path,
-        # working directory and multiprocessing authkey (the interpreter flags are on
-        # the job's command line)
+        # working directory, multiprocessing authkey and start method (the interpreter
+        # flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
                   "argv": list(sys.argv), "cwd": os.getcwd(),
                   "parent": (self._parent_name, os.getpid()),
                   "mp_authkey": _fd_handoff.multiprocessing_authkey(),
+                  "start_method": self._start_method or default_method(),
                   # the job's lifelines (see _lineage)
                   "master": master_address(), "lifeline": lifeline_address(self)}
         if spawn is not None:  # it holds objects of multiprocessing itself

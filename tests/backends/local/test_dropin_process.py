@@ -184,7 +184,20 @@ def test_spawn_context_names_itself_and_fork_means_the_default_backend(ctx):
     assert fork.get_start_method() == "fork"
     assert [w.category for w in caught] == [RuntimeWarning, RuntimeWarning]
     assert all("does not inherit" in str(w.message) for w in caught)
-    assert fiber.get_start_method() == fiber.get_config().backend  # nothing changed
+    try:  # the default backend, under that name, as the children say too
+        assert fiber.get_start_method() == "fork" and fiber.get_context() is fork
+        out = fiber.SimpleQueue()
+        p = fiber.Process(target=dh.put_start_method, args=(out,))
+        p.start()
+        assert out.get() == "fork"
+        p.join(60)
+    finally:
+        fiber.set_start_method(None, force=True)
+    assert fiber.get_start_method() == fiber.get_config().backend
+    p = spawn.Process(target=dh.put_start_method, args=(out,))  # its class's method
+    p.start()
+    assert out.get() == "spawn"
+    p.join(60)
     with pytest.raises(ValueError, match="unknown fiber backend 'forky'"):
         fiber.get_context("forky")
     # the program goes on: a "fork" context starts fiber jobs

@@ -114,17 +114,29 @@ def test_started_processes_keep_no_descriptor_once_collected():
 
 
 def test_contexts_and_start_methods():
-    assert fiber.get_context("spawn").Process is fiber.get_context().Process
+    # the default backend under multiprocessing's names for its classes
+    spawn = fiber.get_context("spawn")
+    assert type(spawn).__name__ == "SpawnContext" and spawn.get_context() is spawn
+    assert spawn.Process.__name__ == "SpawnProcess"
+    assert issubclass(spawn.Process, fiber.get_context().Process)
     assert fiber.get_context("local").Process is fiber.get_context("local").Process
     methods = fiber.get_all_start_methods()
     assert "local" in methods and "spawn" in methods
     with pytest.raises(ValueError) as err:
         fiber.get_context("no-such-backend")
     assert "local" in str(err.value)
+    with pytest.raises(ValueError, match="concrete context"):
+        spawn.set_start_method("local")
     # what PyTorch programs ask for: children that start clean, as fiber's always do
-    assert fiber.get_context("forkserver").Process is fiber.get_context().Process
+    assert fiber.get_context("forkserver").Process.__name__ == "ForkServerProcess"
     assert "forkserver" in methods
-    fiber.set_start_method("forkserver", force=True)
+    try:
+        fiber.set_start_method("forkserver", force=True)
+        assert fiber.get_start_method() == "forkserver"
+        assert fiber.get_context() is fiber.get_context("forkserver")
+    finally:
+        fiber.set_start_method(None, force=True)
+    assert fiber.get_start_method() == fiber.get_config().backend
     # "fork": the default backend too, with a warning (backends/local/test_dropin_process.py)
 
 

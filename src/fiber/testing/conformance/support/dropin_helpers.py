@@ -44,6 +44,11 @@ def grandchild_pid_then_sleep(q) -> None:  # type: ignore[no-untyped-def]
     time.sleep(120)
 
 
+def put_start_method(q) -> None:  # type: ignore[no-untyped-def]
+    """Say the start method this job was started with (``get_start_method()``)."""
+    q.put(fiber.get_start_method())
+
+
 def start_grandchild_then_sleep(q) -> None:  # type: ignore[no-untyped-def]
     fiber.Process(target=grandchild_pid_then_sleep, args=(q,)).start()
     time.sleep(120)
