@@ -7,7 +7,10 @@ in one run, alternating, each in a fresh process.
 A round is one 1 ms task per worker, then a wait for all of them (the RL/ES step
 pattern); rounds are timed once every worker has connected. The browser is a process of
 its own, as a browser is. Printed: the median round time of each mode and its ratio to
-"off".
+"off"; and the CPU the rounds took, of the master alone and of the whole machine (from
+/proc/stat: every job, the browser, and whatever else runs, so run it on a quiet
+machine), per round: on two CPUs a round's time moves by a few percent from one run to
+the next for no reason of its own, its CPU much less.
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ MODES = ("off", "on, idle", "on, polled")
 
 def task(_: int) -> None:
     time.sleep(0.001)
+
+
+def _machine_cpu() -> float:
+    """CPU seconds all this machine's CPUs have spent busy since it started."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    busy = sum(fields[:3]) + sum(fields[5:8])
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _poll(address: str, token: str) -> None:
@@ -75,14 +87,16 @@ def child(mode: str, workers: int, rounds: int) -> None:
             browser = subprocess.Popen([sys.executable, __file__, "--poll", board.address,
                                         board.token])
         times = []
+        cpu, machine = time.process_time(), _machine_cpu()
         for _ in range(rounds):
             t = time.perf_counter()
             pool.map(task, range(workers), 1)
             times.append(time.perf_counter() - t)
+        cpu, machine = time.process_time() - cpu, _machine_cpu() - machine
         if browser is not None:
             browser.kill()
             browser.wait()
-    print(json.dumps(statistics.median(times)))
+    print(json.dumps([statistics.median(times), cpu / rounds, machine / rounds]))
 
 
 def main() -> None:
@@ -100,6 +114,8 @@ def main() -> None:
         child(args.child, args.workers, args.rounds)
         return
     medians: Dict[str, List[float]] = {m: [] for m in MODES}
+    master: Dict[str, List[float]] = {m: [] for m in MODES}  # CPU s per round
+    machine: Dict[str, List[float]] = {m: [] for m in MODES}
     env = {k: v for k, v in os.environ.items() if k != "FIBER_DASHBOARD"}
     for run in range(args.runs):
         # the order rotates from one run to the next, as in compare.py: the load a mode's
@@ -108,14 +124,25 @@ def main() -> None:
             out = subprocess.run([sys.executable, __file__, "--child", mode, "--workers",
                                   str(args.workers), "--rounds", str(args.rounds)],
                                  env=env, capture_output=True, text=True, check=True)
-            medians[mode].append(float(out.stdout.strip().splitlines()[-1]))
-    # each run's ratio to the "off" of the same run (the VM's drift over minutes cancels)
-    ratios = {m: [v / off for v, off in zip(medians[m], medians["off"])] for m in MODES}
+            median, cpu, busy = json.loads(out.stdout.strip().splitlines()[-1])
+            medians[mode].append(median)
+            master[mode].append(cpu)
+            machine[mode].append(busy)
+
+    def ratio(values: Dict[str, List[float]], mode: str) -> str:
+        # each run's ratio to the "off" of the same run (the VM's drift over minutes
+        # cancels), the median of them
+        return f"{statistics.median(v / off for v, off in zip(values[mode], values['off'])):.3f}x"
+
     table(f"Pool({args.workers}), rounds of 1 ms tasks, {args.runs} runs of {args.rounds}",
-          ["dashboard", "median round", "runs' range", "vs off (median of runs' ratios)"],
+          ["dashboard", "median round", "runs' range", "vs off", "master CPU/round", "vs off",
+           "machine CPU/round", "vs off"],
           [[m, f"{statistics.median(v) * 1e3:.2f} ms",
-            f"{min(v) * 1e3:.0f}-{max(v) * 1e3:.0f} ms",
-            f"{statistics.median(ratios[m]):.3f}x"] for m, v in medians.items()])
+            f"{min(v) * 1e3:.0f}-{max(v) * 1e3:.0f} ms", ratio(medians, m),
+            f"{statistics.median(master[m]) * 1e3:.1f} ms", ratio(master, m),
+            f"{statistics.median(machine[m]) * 1e3:.1f} ms", ratio(machine, m)]
+           for m, v in medians.items()])
+    print("(vs off: the median of the runs' ratios to the same run's \"off\")")
 
 
 if __name__ == "__main__":

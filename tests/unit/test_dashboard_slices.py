@@ -104,3 +104,31 @@ def test_a_pools_long_lists_are_sliced(monkeypatch: pytest.MonkeyPatch) -> None:
     value = {"pools": [{"name": "Pool-1", "workers": rows}, {"name": "Pool-2"}]}
     assert _json(value) == _one_go(value)
     assert len(slept) == 2
+
+
+def test_latencies_added_then_binned_count_as_observed_one_by_one():
+    """The hub only appends a task's latency (`Histogram.add`); binned later, in bulk
+    (`fold`, or `take` under the lock and `binned` outside it), the histogram is the one
+    `observe` would have made value by value, bounds included."""
+    import random
+
+    from fiber.pool._status import Histogram
+
+    rng = random.Random(7)
+    values = [rng.choice(Histogram.BOUNDS) for _ in range(500)] + [
+        rng.uniform(0, 400) for _ in range(2000)] + [0.0, 1e9]
+    one_by_one, added, taken = Histogram(), Histogram(), Histogram()
+    for v in values:
+        one_by_one.observe(v)
+        added.add(v)
+        taken.add(v)
+    added.fold()
+    assert added.pending == [] and added.count == len(values)
+    taken.merge(Histogram.binned(taken.take()))
+    taken.observe(3.0, 5)  # a chunk's items, each at the chunk's mean
+    one_by_one.observe(3.0, 5)
+    added.observe(3.0, 5)
+    assert added.as_dict()["buckets"] == one_by_one.as_dict()["buckets"] \
+        == taken.as_dict()["buckets"]
+    assert added.count == taken.count == one_by_one.count == len(values) + 5
+    assert abs(added.sum - one_by_one.sum) < 1e-3 and abs(taken.sum - one_by_one.sum) < 1e-3

@@ -139,6 +139,12 @@ class Pool(PoolExtras):
             _inspect.pause()
             stream = service.stream.recent(time.monotonic(), bars, names)
             with lock:
+                waits, runs = service.latency.take(), service.durations.take()
+            waits_binned = service.latency.binned(waits)  # outside the lock (see take)
+            runs_binned = service.durations.binned(runs)
+            with lock:
+                service.latency.merge(waits_binned)
+                service.durations.merge(runs_binned)
                 out = {"name": name, **status_dict(service, core.state, core.size, workers,
                                                    counts["running"])}
                 out.update(counts, workers_from=first)

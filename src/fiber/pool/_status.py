@@ -117,17 +117,33 @@ class Histogram:
         self.sum += seconds * n
         self.count += n
 
+    def take(self) -> List[float]:
+        """The `pending` values, handed over (under the lock that guards `add`), to bin
+        with `binned` outside it: a second's latencies of a Pool(1024) running 1 ms
+        tasks (~9,000) take the hub's lock 1-2 ms to bin, 20 us to take."""
+        taken = self.pending[:]  # a copy: `add` is bound to this list
+        self.pending.clear()
+        return taken
+
+    @classmethod
+    def binned(cls, values: List[float]) -> Tuple[Dict[int, int], float]:
+        """``values`` by bucket (index -> count), and their sum: for `merge`."""
+        bins = collections.Counter(map(functools.partial(bisect.bisect_left, cls.BOUNDS),
+                                       values))
+        return bins, sum(values)
+
+    def merge(self, binned: Tuple[Dict[int, int], float]) -> None:
+        """Add values `binned` (under the lock that guards `add`)."""
+        bins, total = binned
+        for index, n in bins.items():
+            self.counts[index] += n
+            self.count += n
+        self.sum += total
+
     def fold(self) -> None:
         """Bin the `pending` values (under the lock that guards `add`)."""
-        pending = self.pending
-        if pending:
-            counts = self.counts
-            for index, n in collections.Counter(
-                    map(functools.partial(bisect.bisect_left, self.BOUNDS), pending)).items():
-                counts[index] += n
-            self.sum += sum(pending)
-            self.count += len(pending)
-            pending.clear()
+        if self.pending:
+            self.merge(self.binned(self.take()))
 
     def as_dict(self) -> Dict[str, Any]:
         """``{"buckets": [[bound, cumulative count]...], "sum", "count"}``, the last
