@@ -331,7 +331,10 @@ class PoolService(Service):
                 self.durations.add(busy)
             else:
                 self.durations.observe(busy / items, items)
-            if len(self.latency.pending) > _status.Histogram.FOLD_AT:
+            # each bounded on its own: tasks submitted before measuring began add a
+            # duration and no latency
+            if len(self.durations.pending) > _status.Histogram.FOLD_AT \
+                    or len(self.latency.pending) > _status.Histogram.FOLD_AT:
                 self.latency.fold()
                 self.durations.fold()
         self._measure(fids, busy)
