@@ -572,6 +572,8 @@ def test_pool_is_one_job_array_spread_over_three_nodes(slurm, monkeypatch):
 
     monkeypatch.setattr(backend, "run_command", counting)
     with slurm.Pool(6) as pool:
+        # A node whose workers start last could otherwise find the map done.
+        _wait_for(lambda: _connected(pool) == 6, 120, "the 6 workers connected")
         results = pool.map(slurm_targets.slow_square, range(60), chunksize=1)
         handles = [ws.process._job.handle for ws in pool._core.procs.values()]
         assert [r for r, _ in results] == [x * x for x in range(60)]
