@@ -359,6 +359,49 @@ def test_an_adopted_socket_pair_is_an_anchor_without_handshake():
         srv.close()
 
 
+def test_a_job_whose_end_is_reported_but_never_seen_on_its_connection_is_gone():
+    """Server.job_ended: the backend says a process's job ended, but its anchor is still
+    open (its host cut off: the end never came). ``JOB_END_SETTLE_S`` later the hub
+    reads what it sent, closes it, and the services hear process_gone, once, though the
+    connection's own end follows."""
+    import secrets
+    import threading
+
+    from fiber.transport.server import JOB_END_SETTLE_S, Server, Service
+
+    gone, said = [], []
+    done = threading.Event()
+
+    class Recorder(Service):
+        def handle(self, server, peer, op, req_id, payload):
+            said.append(bytes(payload[0]))
+
+        def process_gone(self, server, process_id):
+            gone.append(process_id)
+            done.set()
+
+    srv = Server("127.0.0.1", name="fiber-test-server")
+    srv.register(b"rec", Recorder())
+    try:
+        process_id = secrets.token_bytes(16)
+        ours, theirs = socket.socketpair()
+        srv.adopt(ours, process_id)
+        client = Client(srv.address, anchor=True, adopted=theirs)
+        client.send(b"rec", b"x", [b"last words"])
+        t = time.monotonic()
+        srv.job_ended(process_id)
+        assert done.wait(10) and gone == [process_id]
+        assert JOB_END_SETTLE_S - 0.1 < time.monotonic() - t < JOB_END_SETTLE_S + 2
+        assert said == [b"last words"]  # read before it was closed
+        assert not srv.process_alive(process_id)
+        assert theirs.recv(1) == b""  # closed by the hub
+        client.close()
+        time.sleep(0.3)
+        assert gone == [process_id]
+    finally:
+        srv.close()
+
+
 def test_a_stopped_server_refuses_to_adopt():
     from fiber.errors import TransportError
     from fiber.transport.server import Server

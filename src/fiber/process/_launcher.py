@@ -114,11 +114,15 @@ class LaunchService(Service):
         return launch.name if launch is not None else ""
 
     def remove(self, token: bytes) -> None:
-        """The job has ended (or was never submitted)."""
+        """The job has ended (or was never submitted); the hub hears it too, in case
+        the end of its process's connections never comes (`Server.job_ended`)."""
         with self._lock:
             launch = self._launches.pop(token, None)
             if launch is not None and launch.process_id is not None:
                 self._by_process.pop(launch.process_id, None)
+                hub = _runtime.hub_if_started()
+                if hub is not None:
+                    hub.job_ended(launch.process_id)
         self.printer.job_ended(token)
 
     def _launch(self, server: Server, peer: Peer, req_id: bytes,

@@ -65,6 +65,12 @@ _log = logging.getLogger("fiber.transport")
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
 
+#: Seconds after its backend reported a job's end that the process's connections still
+#: open (their end lost: a host cut off, a pod's network gone first) are closed, and a
+#: reset one's wait for it to anchor again ends (see `Server.job_ended`). What it sent
+#: before it died has had the report's delay and this long to arrive.
+JOB_END_SETTLE_S = 1.0
+
 
 def _pipe() -> Tuple[int, int]:
     r, w = os.pipe()
@@ -123,6 +129,8 @@ class Server(StandIn):
         #: Processes whose anchor timed out (``heartbeat_timeout`` with no answer from
         #: their host), until a service asks (`went_silent`); bounded.
         self._silent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        #: Processes the services were told are gone (each once; bounded).
+        self._gone: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._local = threading.local()
         #: Connections not authenticated yet, and those closed for it (for tests, logs).
         self.door = Door(self.address, self._close_conn)
@@ -183,6 +191,27 @@ class Server(StandIn):
             self._admit(conn, process_id, anchor=True)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def job_ended(self, process_id: bytes) -> None:
+        """Process ``process_id``'s job has ended, as its backend says (any thread).
+
+        The end of its connections is how the services learn it (a lock's holder, a
+        queue's consumer...), but that end may never come: a host cut off, or a pod whose
+        network went before its process, sends no FIN, and a reset connection is waited
+        for in case its process lives. The backend's word settles it:
+        ``JOB_END_SETTLE_S`` later, what is still open of it is read and closed, and the
+        process is gone."""
+        self.call_soon(lambda: self.call_later(
+            JOB_END_SETTLE_S, functools.partial(self._job_ended, process_id)))
+
+    def _job_ended(self, process_id: bytes) -> None:
+        for conn in list(self._conns.values()):
+            peer = conn.peer
+            if peer is not None and peer.process_id == process_id:
+                peer.reset = False  # its process is gone: nothing to wait for
+                self.say("closing a connection of an ended job (its end was not seen)")
+                self._drain_close(conn)
+        self._process_gone(process_id)  # (a reset's wait ends too; at most once)
 
     def watch(self, fd: int, on_readable: Callable[[], None]) -> None:
         """Call ``on_readable()`` whenever ``fd`` is readable, under the lock, on the
@@ -526,6 +555,7 @@ class Server(StandIn):
         self.door.left(conn)
         if anchor:
             self._anchors[process_id] += 1
+            self._gone.pop(process_id, None)
 
     def _close_conn(self, conn: Connection, notify: bool = True) -> None:
         sock = conn.sock
@@ -560,6 +590,11 @@ class Server(StandIn):
                     self._process_gone(peer.process_id)
 
     def _process_gone(self, process_id: bytes) -> None:
+        if process_id in self._gone:
+            return
         if process_id not in self._anchors:  # it has not anchored again
+            self._gone[process_id] = None
+            if len(self._gone) > 4096:
+                self._gone.popitem(last=False)
             for service in list(self._services.values()):
                 self._guarded(service.process_gone, self, process_id)

@@ -11,6 +11,7 @@ from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixt
 
 from fiber.testing import netns
 from fiber.transport.client import SPENT_GRACE_CONNECT_S
+from fiber.transport.server import JOB_END_SETTLE_S
 
 
 def test_counters_under_locks_are_exact_across_hosts(hosts: netns.Hosts) -> None:  # noqa: F811
@@ -39,6 +40,22 @@ def test_lock_released_when_holder_dies_on_another_host(hosts: netns.Hosts) -> N
     assert r["master_got"] and r["master_seconds"] < 5
     assert r["server_ip"] == h1 and r["holder3_ip"] == h3 and r["taker_ip"] == h2
     assert r["taker_waited"] and r["taker_got"]
+
+
+def test_lock_of_a_holder_killed_on_a_silent_host_is_released_when_its_job_ends(
+        hosts: netns.Hosts) -> None:  # noqa: F811
+    """Host 2 cut off, then the lock's holder on it killed: no end of its connections
+    reaches the master (a Kubernetes pod whose network went first). Its backend says
+    the job ended, and the lock is released a moment later, not after the grace
+    (``heartbeat_timeout``) it would take the silence to tell."""
+    try:
+        r = run_scenario(hosts, "mh_sync_lock_death.py", "--silent", hosts.veth(2),
+                         env={"FIBER_HEARTBEAT_TIMEOUT": "12"})
+    finally:
+        hosts.partition(2, False)
+    assert r["grace"] == 12, r
+    assert r["held_elsewhere"] and r["holder_exit"] == -9, r
+    assert r["master_got"] and r["master_seconds"] < JOB_END_SETTLE_S + 3, r  # was 12.1 s
 
 
 def test_manager_killed_mid_call_fails_callers(hosts: netns.Hosts) -> None:  # noqa: F811
