@@ -201,8 +201,10 @@ class Server(StandIn):
         for in case its process lives. The backend's word settles it:
         ``JOB_END_SETTLE_S`` later, what is still open of it is read and closed, and the
         process is gone."""
-        self.call_soon(lambda: self.call_later(
-            JOB_END_SETTLE_S, functools.partial(self._job_ended, process_id)))
+        self.call_soon(functools.partial(self._settle_job_end, process_id))
+
+    def _settle_job_end(self, process_id: bytes) -> None:
+        self.call_later(JOB_END_SETTLE_S, functools.partial(self._job_ended, process_id))
 
     def _job_ended(self, process_id: bytes) -> None:
         for conn in list(self._conns.values()):
