@@ -211,7 +211,7 @@ class Server(StandIn):
             peer = conn.peer
             if peer is not None and peer.process_id == process_id:
                 peer.reset = False  # its process is gone: nothing to wait for
-                self.say("closing a connection of an ended job (its end was not seen)")
+                _log.debug("closing a connection of an ended job (its end was not seen)")
                 self._drain_close(conn)
         self._process_gone(process_id)  # (a reset's wait ends too; at most once)
 
