@@ -72,9 +72,9 @@ def Manager() -> managers.SyncManager:  # noqa: N802 - the multiprocessing name
     return _default.Manager()  # type: ignore[no-any-return]
 
 
-def get_start_method(allow_none: bool = False) -> str:
+def get_start_method(allow_none: bool = False) -> Optional[str]:
     """The start method ``set_start_method`` named (in a job: that it was started with),
-    else the default backend's name."""
+    else the default backend's name; with ``allow_none``, None while none was set."""
     return _default.get_start_method(allow_none)
 
 
@@ -83,6 +83,7 @@ def set_start_method(method: Optional[str], force: bool = False) -> None:
     (with a warning) keep the configured one under that name (see `fiber.context`).
 
     Raises:
+        RuntimeError: one was set already, and not ``force`` (as in multiprocessing).
         ValueError: no backend or start method of that name.
     """
     _default.set_start_method(method, force)

@@ -40,7 +40,7 @@ from .errors import UnknownBackendError
 from .managers import SyncManager
 from .pool import Pool
 from .process._bound import process_class
-from .process._method import METHODS, default_method, set_default_method
+from .process._method import METHODS, choose, chosen, default_method, set_default_method
 
 __all__ = ["FiberContext", "get_context", "DefaultContext", "ForkContext", "SpawnContext",
            "ForkServerContext"]
@@ -245,7 +245,7 @@ class FiberContext:
         """
         return self if method is None else get_context(method)
 
-    def get_start_method(self, allow_none: bool = False) -> str:
+    def get_start_method(self, allow_none: bool = False) -> Optional[str]:
         """The start method this context was asked for (``"spawn"``...), else the backend
         it starts processes on."""
         return self._method or self._backend or get_config().backend
@@ -360,30 +360,40 @@ class DefaultContext(FiberContext):
         """
         return _context_of(default_method()) if method is None else get_context(method)
 
-    def get_start_method(self, allow_none: bool = False) -> str:
+    def get_start_method(self, allow_none: bool = False) -> Optional[str]:
         """The start method ``set_start_method`` named (or that this job was started
-        with), else the default backend's name."""
+        with), else the default backend's name; with ``allow_none``, None while none was
+        set (as ``multiprocessing`` says before ``set_start_method``)."""
+        if allow_none and not chosen():
+            return None
         return default_method() or get_config().backend
 
     def set_start_method(self, method: Optional[str], force: bool = False) -> None:
         """Make ``method`` the program's start method: a backend's name makes it the
         default backend; ``"spawn"``, ``"forkserver"`` and ``"fork"`` (with a warning)
-        keep the default backend under that name; None forgets the name.
+        keep the default backend under that name; None with ``force`` forgets it.
 
         Raises:
+            RuntimeError: a start method was set already, and not ``force``
+                (as in ``multiprocessing``: "context has already been set").
             ValueError (UnknownBackendError): no backend or start method of that name.
         """
+        if chosen() and not force:
+            raise RuntimeError("context has already been set")
         if method is None:
             set_default_method(None)
+            choose(False)
             return
         if method in _ACCEPTED_METHODS and method not in known_backends():
             if method == "fork":
                 warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=3)
             set_default_method(method)
+            choose(True)
             return
         get_context(method)  # raises for unknown names
         init(backend=method)
         set_default_method(None)
+        choose(True)
 
 
 _contexts: Dict[Optional[str], FiberContext] = {}

@@ -16,12 +16,26 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-__all__ = ["default_method", "set_default_method", "METHODS"]
+__all__ = ["default_method", "set_default_method", "METHODS", "chosen", "choose"]
 
 #: multiprocessing's start methods, each meaning fiber's default backend.
 METHODS = ("fork", "spawn", "forkserver")
 
 _default: List[Optional[str]] = [None]
+#: Whether ``set_start_method`` picked a backend or method in this process (see `chosen`).
+_chosen = [False]
+
+
+def chosen() -> bool:
+    """Whether this process's start method was set: by ``set_start_method`` (a backend's
+    name or a method's), or by its job's payload; as ``multiprocessing``'s default
+    context's, which then refuses to be set again without ``force``."""
+    return _chosen[0] or _default[0] is not None
+
+
+def choose(on: bool) -> None:
+    """``set_start_method`` picked one (True), or was told to forget it (False)."""
+    _chosen[0] = on
 
 
 def default_method() -> Optional[str]:

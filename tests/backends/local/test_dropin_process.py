@@ -172,6 +172,43 @@ def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
             proc.wait(30)
 
 
+_START_METHOD_STEPS = textwrap.dedent("""
+    import json, sys
+    m = __import__(sys.argv[1])
+    said = []
+    def step(fn, *args, **kw):
+        try:
+            fn(*args, **kw)
+            said.append("ok")
+        except Exception as e:
+            said.append(f"{type(e).__name__}: {e}")
+    said.append(m.get_start_method(allow_none=True))
+    step(m.set_start_method, "spawn")
+    said.append(m.get_start_method(allow_none=True))
+    step(m.set_start_method, "spawn")  # a second time: refused
+    step(m.set_start_method, "forkserver", force=True)
+    said.append(m.get_start_method())
+    step(m.set_start_method, None, force=True)
+    said.append(m.get_start_method(allow_none=True))
+    step(m.set_start_method, "spawn")  # forgotten: may be set again
+    print(json.dumps(said))
+""")
+
+
+def test_start_method_set_once_as_multiprocessing_sets_it():
+    """None before any is set (``allow_none``), a second ``set_start_method`` refused
+    without ``force``, forgotten with ``None, force=True``: step by step as the standard
+    library, each in a fresh interpreter."""
+    said = {}
+    for module in ("multiprocessing", "fiber"):
+        cp = subprocess.run([sys.executable, "-c", _START_METHOD_STEPS, module],
+                            capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        said[module] = cp.stdout.strip()
+    assert said["fiber"] == said["multiprocessing"]
+    assert "RuntimeError: context has already been set" in said["fiber"]
+
+
 def test_spawn_context_names_itself_and_fork_means_the_default_backend(ctx):
     spawn = fiber.get_context("spawn")
     assert spawn.get_start_method() == "spawn"
