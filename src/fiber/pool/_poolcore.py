@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 import types
+import warnings
 from typing import (
     Any,
     Callable,
@@ -454,7 +455,15 @@ def terminate_collected(core: PoolCore) -> None:
     hub's, held by a thread that the hub's thread waits to see started (a pool's callback
     thread), or the runtime's, held while it starts the hub (ci22: a pool collected there
     waited for that lock for ever). Then it is done on a thread of its own; otherwise
-    here, so that a collected pool has ended when the collection returns."""
+    here, so that a collected pool has ended when the collection returns.
+
+    A pool still running then is said in a ``ResourceWarning`` (shown with ``-W default``
+    or ``-X dev``), in ``multiprocessing.Pool``'s words, so that filters written for it
+    apply."""
+    if core.state == RUN:
+        warnings.warn(f"unclosed running multiprocessing pool (a fiber Pool of {core.size} "
+                      "workers): terminated as it was collected", ResourceWarning,
+                      stacklevel=2)
     if not _runtime.starting_hub() and core.hub.lock.acquire(blocking=False):
         core.hub.lock.release()  # free (or ours): terminate here
         core.terminate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import multiprocessing.pool as mp_pool
 
+import psutil
 import pytest
 
 import fiber
@@ -16,6 +17,7 @@ import fiber.pool
 from fiber.errors import BrokenPoolError
 from fiber.testing.conformance.support import dropin_helpers as dh
 from fiber.testing.conformance.support import pool_helpers as ph
+from fiber.testing.conformance.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -55,6 +57,32 @@ def test_an_unpicklable_result_raises_maybe_encoding_error(ctx):
         assert "TypeError" in e.exc and "pickle" in e.exc and "result" in e.exc
         assert isinstance(e.__cause__, mp_pool.RemoteTraceback)
     assert e.value.startswith("[")  # a map's chunk: the list of its results, as the stdlib
+
+
+def test_a_running_pool_collected_says_so_in_a_resource_warning(ctx):
+    """As multiprocessing.Pool's ``__del__``: the same words (a filter written for them
+    applies), and the pool is terminated; a pool closed first says nothing."""
+    import gc
+    import warnings
+
+    for closed in (False, True):
+        pool = ctx.Pool(1)
+        assert pool.apply(ph.square, (3,)) == 9
+        pids = [p.pid for p in pool._pool]
+        if closed:
+            pool.close()
+            pool.join()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del pool
+            gc.collect()
+        said = [str(w.message) for w in caught if w.category is ResourceWarning]
+        if closed:
+            assert said == []
+        else:
+            assert len(said) == 1 and said[0].startswith(
+                "unclosed running multiprocessing pool"), said
+        wait_until(lambda pids=pids: not any(map(psutil.pid_exists, pids)), 30)
 
 
 def test_pool_underscore_pool_lists_the_workers_read_only(ctx):
