@@ -44,7 +44,7 @@ from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._job import end_said_elsewhere
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import backend_of, program_exiting, set_resources
+from ..process._process import backend_of, program_exiting, release_ended, set_resources
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
@@ -390,7 +390,7 @@ class PoolCore:
                         self.service.worker_lost(ws)
                         self.service.report_lost(ws)
                         del self.procs[key.fd]
-                    ws.process.close()
+                    release_ended(ws.process)  # joinable still, as a user may
         finally:
             self.workers_known.set()
             self._exits.close()

@@ -535,6 +535,22 @@ def set_resources(proc: Process, resources: Optional[Resources]) -> None:
     proc._resources = resources  # noqa: SLF001
 
 
+def release_ended(proc: Process) -> bool:
+    """Free what the ended ``proc`` holds (its sentinel's descriptor) and forget it as a
+    child, as ``close()`` does, but leave the object usable: its owner (a pool, a ring)
+    ended it, not the program, which may still ``join`` it or read its ``exitcode`` (a
+    worker it found in `active_children` a moment before, say: ``multiprocessing.Pool``
+    never closes its workers either). Its ``sentinel`` is -1 from then on. False (and
+    nothing done) if it has not ended."""
+    job = proc._job  # noqa: SLF001
+    if job is not None:
+        if not job.finished:
+            return False
+        job.close_sentinel()
+    _children.discard(proc)
+    return True
+
+
 def mark_daemonic(proc: Process) -> None:
     """End ``proc`` with this process, as a daemonic child, though it was started as
     a non-daemonic one (which may start children of its own)."""

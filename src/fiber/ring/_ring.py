@@ -34,6 +34,7 @@ from ..context import FiberContext, get_context
 from ..errors import RingError, TimeoutError
 from ..meta import meta, resources_of
 from ..process import Process, start_all, terminate_all
+from ..process._process import release_ended
 from ..transport.remote import unpack_exception
 from ._member import member_main
 from ._rendezvous import plan
@@ -258,9 +259,7 @@ class _Round:
         for conn in self.conns + self._theirs:
             conn.close()
         for proc in self.procs:
-            try:
-                proc.close()
-            except ValueError:  # still running after _END_WAIT_S: the backend is slow
+            if not release_ended(proc):  # still running after _END_WAIT_S: a slow backend
                 sys.stderr.write(f"fiber: {proc.name} did not end within {_END_WAIT_S} s\n")
 
 

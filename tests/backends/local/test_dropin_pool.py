@@ -85,6 +85,25 @@ def test_a_running_pool_collected_says_so_in_a_resource_warning(ctx):
         wait_until(lambda pids=pids: not any(map(psutil.pid_exists, pids)), 30)
 
 
+def test_a_worker_the_pool_replaced_can_still_be_joined(ctx):
+    """A program that joins what `active_children` listed may hold a pool worker that
+    ended and was replaced meanwhile: its join returns, with its exit code, as a
+    multiprocessing.Pool's worker's does (a CI run once got "process object is closed")."""
+    import os
+    import signal
+
+    with ctx.Pool(1) as pool:
+        assert pool.apply(ph.square, (2,)) == 4
+        worker = pool._pool[0]
+        assert worker in fiber.active_children()
+        os.kill(worker.pid, signal.SIGKILL)
+        wait_until(lambda: [p.pid for p in pool._pool] not in ([], [worker.pid]), 30)
+        assert pool.apply(ph.square, (3,)) == 9  # its replacement
+        worker.join(5)
+        assert worker.exitcode == -signal.SIGKILL and not worker.is_alive()
+        assert worker not in fiber.active_children()
+
+
 def test_pool_underscore_pool_lists_the_workers_read_only(ctx):
     with ctx.Pool(3) as pool:
         workers = pool._pool
