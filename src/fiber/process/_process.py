@@ -300,12 +300,9 @@ class Process(ProcessAttributes):
         """
         if self._closed:
             return
-        if self._job is not None:
-            if not self._job.finished:
-                raise ValueError("Cannot close a process while it is still running. "
-                                 "You should first call join() or terminate().")
-            self._job.close_sentinel()
-            _children.discard(self)
+        if not release_ended(self):
+            raise ValueError("Cannot close a process while it is still running. "
+                             "You should first call join() or terminate().")
         self._closed = True
 
     def _check_closed(self) -> None:
