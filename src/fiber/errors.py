@@ -26,6 +26,7 @@ __all__ = [
     "ProcessError",
     "ResourceLimitError",
     "TimeoutError",
+    "LockLostError",
     "RemoteError",
     "RemoteTraceback",
     "as_remote_error",
@@ -119,6 +120,16 @@ class ResourceLimitError(ProcessError):
 
 class TimeoutError(FiberError, multiprocessing.TimeoutError):
     """A blocking fiber call ran past its deadline."""
+
+
+class LockLostError(FiberError, RuntimeError):
+    """A fiber ``Lock`` or ``RLock`` was taken from the thread that held it: the lock's
+    hub counted that thread's process lost (its connection reset and it did not
+    connect again within 5 s, or its host was silent for ``heartbeat_timeout``) and
+    gave the lock to the next waiter. Raised by that thread's next ``release`` (or
+    ``acquire``, or ``Condition.wait``) of the lock, in place of releasing it for
+    whoever holds it since: two holders at once are an error the program sees, not a
+    silent one (fencing, as a lock service's session expiry)."""
 
 
 class RemoteTraceback(_mp_pool.RemoteTraceback):  # type: ignore[name-defined,misc]

@@ -13,11 +13,15 @@ from typing import Any, List
 import pytest
 
 from fiber._core._served import encode_wait
+from fiber.errors import LockLostError
 from fiber.queues._service import QueueOps, QueueService
-from fiber.synchronize._primitives import LockOps, LockService
+from fiber.synchronize._primitives import LockOps, LockService, SemaphoreOps, SemaphoreService
 from fiber.transport import client as client_module
 from fiber.transport import receipts
+from fiber.transport import server as server_module
 from fiber.transport.client import Client
+from fiber.transport.remote import unpack_exception
+from fiber.transport.serialization import loads
 from fiber.transport.server import Server, Service
 from fiber.transport.sockets import split_address
 
@@ -209,3 +213,98 @@ def test_a_bounded_put_asked_again_after_a_reset_is_put_once(server):
     assert again.request(b"q", QueueOps.PUT_WAIT, item, timeout=10) == (b"ok", [])
     assert len(service.items) == 1
     again.close()
+
+
+
+def _of_process(srv: Server, process: bytes, monkeypatch: pytest.MonkeyPatch) -> Client:
+    """An anchor that says it is process ``process`` (another process than this one, to
+    the server: its end can make that process gone while this one's anchor lives)."""
+    with monkeypatch.context() as m:
+        m.setattr(client_module, "_PROCESS_ID", process)
+        return Client(srv.address, timeout=10, anchor=True)
+
+
+def _release(c: Client, thread: bytes, asked: bytes) -> Any:
+    return c.request(b"lock", LockOps.RELEASE, [thread], ticket=asked, timeout=10)
+
+
+def _holds(c: Client, thread: bytes) -> bool:
+    return bool(c.request(b"lock", LockOps.OWNED, [thread], timeout=10)[0] == b"ok")
+
+
+def _counted_gone(srv: Server, anchor: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``anchor`` reset; its process does not anchor again within ``REANCHOR_WAIT_S``
+    (made short), so the server counts it gone."""
+    monkeypatch.setattr(server_module, "REANCHOR_WAIT_S", 0.3)
+    monkeypatch.setattr(receipts, "REANCHOR_WAIT_S", 0.3)
+    _reset(anchor)
+    time.sleep(1.0)
+
+
+def test_a_holder_counted_gone_that_lives_is_told_so_and_frees_no_other_holder(
+        server, monkeypatch):
+    """A process holding a lock is counted gone (its connection reset, and it did not
+    connect again in time), so its lock goes to the next waiter. When it comes back and
+    releases, it gets `LockLostError`, and the lock stays the new holder's: before, its
+    release freed the lock that was now another's (two holders, silently)."""
+    anchor = _lock_on(server, monkeypatch)
+    assert _release(anchor, b"A", receipts.ticket()) == (b"ok", [])
+    holder = _of_process(server, b"P" * 16, monkeypatch)
+    assert _acquire(holder, b"H", receipts.ticket()) == (b"ok", [])
+    _counted_gone(server, holder, monkeypatch)
+    assert _acquire(anchor, b"B", receipts.ticket(), timeout=3) == (b"ok", [])
+    back = _of_process(server, b"P" * 16, monkeypatch)
+    status, payload = _release(back, b"H", receipts.ticket())
+    assert status == b"err"
+    error = unpack_exception(loads(payload))
+    assert isinstance(error, LockLostError) and "taken from this thread" in str(error)
+    assert _holds(anchor, b"B")
+    # said once: its next call is an ordinary one (B holds the lock)
+    assert back.request(b"lock", LockOps.ACQUIRE, [b"H", encode_wait(False, None)],
+                        ticket=receipts.ticket(), timeout=10) == (b"no", [])
+    back.close()
+    anchor.close()
+
+
+def test_a_release_asked_again_after_its_process_was_counted_gone_is_made_once(
+        server, monkeypatch):
+    """A release made, its answer cut off by a reset, and its process counted gone
+    before it asked again (which forgets the answers kept for it): asked again, it is
+    answered and not made again. Made again, it freed the lock of the next holder."""
+    anchor = _lock_on(server, monkeypatch)
+    assert _release(anchor, b"A", receipts.ticket()) == (b"ok", [])
+    holder = _of_process(server, b"R" * 16, monkeypatch)
+    assert _acquire(holder, b"H", receipts.ticket()) == (b"ok", [])
+    waiter = _park(server, b"W", receipts.ticket())  # gets the lock at H's release
+    asked = receipts.ticket()
+    holder.send_message([b"lock", LockOps.RELEASE, asked, b"H"])
+    time.sleep(0.1)  # released: the lock is W's, the answer on its way
+    _counted_gone(server, holder, monkeypatch)
+    back = _of_process(server, b"R" * 16, monkeypatch)
+    assert _release(back, b"H", asked) == (b"ok", [])
+    assert _holds(anchor, b"W")
+    back.close()
+    waiter.close()
+    anchor.close()
+
+
+def test_a_semaphore_release_asked_again_after_its_process_was_counted_gone_counts_once(
+        server, monkeypatch):
+    """The same for a semaphore: its release, asked again after the process that made
+    it was counted gone, is answered and not counted a second time."""
+    service = SemaphoreService(0, None)
+    server.register(b"sem", service)
+    releaser = _of_process(server, b"S" * 16, monkeypatch)
+    asked = receipts.ticket()
+    releaser.send_message([b"sem", SemaphoreOps.RELEASE, asked])
+    time.sleep(0.1)  # counted: its answer on its way
+    _counted_gone(server, releaser, monkeypatch)
+    back = _of_process(server, b"S" * 16, monkeypatch)
+    assert back.request(b"sem", SemaphoreOps.RELEASE, [], ticket=asked, timeout=10) == (
+        b"ok", [])
+    assert service.value == 1
+    # its next release is a new one
+    assert back.request(b"sem", SemaphoreOps.RELEASE, [], ticket=receipts.ticket(),
+                        timeout=10) == (b"ok", [])
+    assert service.value == 2
+    back.close()

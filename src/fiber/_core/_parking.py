@@ -24,14 +24,16 @@ every service, so it needs no lock of its own.
 
 from __future__ import annotations
 
+import collections
 import functools
 import struct
 import threading
 from typing import Any, List, Optional, Tuple
 
+from ..transport.receipts import TICKET_BYTES
 from ..transport.server import Peer, Server, Service, Timer
 
-__all__ = ["Parking", "Waiter", "Owner", "Q", "tid"]
+__all__ = ["Parking", "Waiter", "Made", "Owner", "Q", "tid"]
 
 Q = struct.Struct("<q")
 Owner = Tuple[bytes, bytes]  # (process id, thread id)
@@ -39,6 +41,38 @@ Owner = Tuple[bytes, bytes]  # (process id, thread id)
 
 def tid() -> bytes:
     return Q.pack(threading.get_ident())
+
+
+class Made:
+    """The last request of each caller (by ticket) whose effect must not be made twice
+    (a lock's or a semaphore's ``release``), kept after the caller's process is counted
+    gone, for the callers seen last (`KEPT`).
+
+    The server's receipts answer a request asked again after a reset as it was
+    answered, but forget the answers of a process counted gone (its connection reset
+    and it did not connect again within 5 s, or its host silent for the grace). If that
+    process lived and asks again, the request would be made a second time: a release
+    would free the lock of its next holder, or count a semaphore's unit twice. The
+    service asks `again` first, and answers such a request ``ok`` without making it."""
+
+    #: Callers remembered per object (the oldest forgotten): a few hundred bytes each.
+    KEPT = 1024
+
+    def __init__(self) -> None:
+        self._last: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()
+
+    def again(self, req_id: bytes) -> bool:
+        """Whether ``req_id`` was made already (its caller asks it again)."""
+        return len(req_id) == TICKET_BYTES and self._last.get(req_id[:8]) == req_id
+
+    def made(self, req_id: bytes) -> None:
+        """``req_id`` was made (nothing kept for a request without a ticket)."""
+        if len(req_id) == TICKET_BYTES:
+            key = req_id[:8]
+            self._last[key] = req_id
+            self._last.move_to_end(key)
+            if len(self._last) > self.KEPT:
+                self._last.popitem(last=False)
 
 
 class Waiter:

@@ -41,14 +41,17 @@ trips plus the wait.
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._core._parking import Owner, Parking, Q
+from .._core._parking import Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Handle, decode_wait, encode_wait
+from ..errors import LockLostError
 from ..process import current_process
 from ..transport.operations import handles
+from ..transport.receipts import TICKET_BYTES
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
@@ -92,6 +95,14 @@ def _who(peer: Peer, payload: List[Any]) -> Owner:
     return (peer.process_id, bytes(payload[0]))
 
 
+#: Holders freed as lost each lock remembers (the oldest forgotten).
+_REMEMBERED = 64
+_TAKEN = ("the lock was taken from this thread: its hub counted this process lost while "
+          "it held the lock (its connection was reset and it did not connect again "
+          "within 5 s, or its host was silent for heartbeat_timeout), and another "
+          "process may have held it since")
+
+
 class LockService(Parking):
     """One lock: its owner, recursion count and waiters (``data`` = (owner, count))."""
 
@@ -102,6 +113,16 @@ class LockService(Parking):
         self.recursive = recursive
         self.owner: Optional[Owner] = None
         self.count = 0
+        #: The request that gave the owner the lock (its ticket, when it has one).
+        self.granted = b""
+        #: Holders whose process was counted gone while they held the lock, which was
+        #: freed (their grant's request): if the process lives after all (a reset it
+        #: took too long to come back from, a host silent past the grace), its next
+        #: release or acquire raises `LockLostError` instead of acting on the lock that
+        #: is now another's.
+        self.taken: collections.OrderedDict[Owner, bytes] = collections.OrderedDict()
+        #: Each caller's last release (see `Made`).
+        self.released = Made()
         #: Calls that need the lock free or held by their caller (a Value's accesses).
         self.guarded: List[Tuple[Owner, Callable[[], None]]] = []
 
@@ -120,8 +141,11 @@ class LockService(Parking):
 
     def _acquire(self, server: Server, peer: Peer, req_id: bytes, who: Owner,
                  wait: Optional[float], count: int, recursion: bool) -> None:
+        taken = self.taken.pop(who, None)
+        if taken is not None and taken != req_id:  # (its grant asked again: served anew)
+            raise LockLostError(_TAKEN)
         if self.owner is None:
-            self.owner, self.count = who, count
+            self.owner, self.count, self.granted = who, count, req_id
             server.reply(peer, req_id, b"ok")
         elif self.recursive and self.owner == who and recursion:
             self.count += 1
@@ -134,20 +158,33 @@ class LockService(Parking):
     @handles(LockOps.RELEASE)
     def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """``[thread id]``; answered only when sent as a request."""
-        if self.recursive and self.owner != _who(peer, payload):
+        who = _who(peer, payload)
+        if self.released.again(req_id):
+            server.reply(peer, req_id, b"ok")  # made already: its answer was lost
+            return
+        self._check_not_taken(who)
+        if self.recursive and self.owner != who:
             raise AssertionError("attempt to release recursive lock not owned by thread")
         if self.owner is None:
             raise self.unlocked_error()
         self.count -= 1
         if self.count <= 0:
             self._free(server)
+        self.released.made(req_id)
         if req_id:
             server.reply(peer, req_id, b"ok")
+
+    def _check_not_taken(self, who: Owner) -> None:
+        """Raise `LockLostError` if ``who`` held the lock until its process was counted
+        gone (and does not hold it again)."""
+        if self.owner != who and self.taken.pop(who, None) is not None:
+            raise LockLostError(_TAKEN)
 
     @handles(LockOps.RELEASE_SAVE)
     def release_save(self, server: Server, peer: Peer, req_id: bytes,
                      payload: List[Any]) -> None:
         """``Condition.wait``: let go entirely, answered with the count to restore."""
+        self._check_not_taken(_who(peer, payload))
         if self.owner != _who(peer, payload):
             raise AssertionError("must acquire() condition before using wait()")
         count = self.count
@@ -178,7 +215,7 @@ class LockService(Parking):
             fn()
         while self.owner is None and self.waiters:
             w = self.take(self.waiters[0])
-            self.owner, self.count = w.data
+            (self.owner, self.count), self.granted = w.data, w.req_id
             if not server.reply(w.peer, w.req_id, b"ok"):
                 self.owner, self.count = None, 0  # that waiter is gone: the next one
 
@@ -194,6 +231,12 @@ class LockService(Parking):
         super().process_gone(server, process_id)  # its waits
         if (self.freed_by_holders_end and self.owner is not None
                 and self.owner[0] == process_id):
+            granted = self.granted if len(self.granted) == TICKET_BYTES else b""
+            self.taken[self.owner] = granted
+            if len(self.taken) > _REMEMBERED:
+                self.taken.popitem(last=False)
+            if granted:  # a grant its caller may ask for again: it stands no more
+                server.receipts.revoke(granted)
             self._free(server)
 
 
@@ -268,8 +311,14 @@ class Lock(Handle):
         Raises:
             ValueError: (Lock) it is not held.
             AssertionError: (RLock) the calling thread does not own it.
+            LockLostError: it was taken from this thread, its process counted lost.
         """
-        self._request(LockOps.RELEASE, [_tid()])
+        try:
+            self._request(LockOps.RELEASE, [_tid()])
+        except LockLostError:
+            with _held_lock:  # it holds the lock no more, however often it took it
+                _held.get(self._name, {}).pop(threading.get_ident(), None)
+            raise
         _note(self._name, -1)
 
     def _is_mine(self) -> bool:
@@ -358,6 +407,7 @@ class SemaphoreService(Parking):
         super().__init__()
         self.value = value
         self.maxvalue = maxvalue
+        self.released = Made()  # each caller's last release
 
     @handles(SemaphoreOps.ACQUIRE)
     def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -370,9 +420,13 @@ class SemaphoreService(Parking):
     @handles(SemaphoreOps.RELEASE)
     def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """Answered only when sent as a request."""
+        if self.released.again(req_id):
+            server.reply(peer, req_id, b"ok")  # made already: its answer was lost
+            return
         if self.maxvalue is not None and self.value >= self.maxvalue:
             raise ValueError("semaphore or lock released too many times")
         self.value += 1
+        self.released.made(req_id)
         while self.value > 0 and self.waiters:
             w = self.take(self.waiters[0])
             if server.reply(w.peer, w.req_id, b"ok"):

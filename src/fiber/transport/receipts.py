@@ -183,6 +183,13 @@ class Receipts:
         if last is not None and last.ticket == asked and last.answer is None:
             del self._last[asked[:8]]
 
+    def revoke(self, asked: bytes) -> None:
+        """The answer to ``asked`` no longer holds (a lock granted to a process since
+        counted gone, and freed): asked again, the request is served anew."""
+        last = self._last.get(asked[:8])
+        if last is not None and last.ticket == asked:
+            del self._last[asked[:8]]
+
     def peer_gone(self, server: Any, peer: Peer) -> None:
         """``peer``'s connection ended: its callers' answers are forgotten, at once or,
         after a reset, once they had the time to ask again. A request still being served

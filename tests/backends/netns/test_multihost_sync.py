@@ -93,3 +93,22 @@ def test_async_manager_objects_on_hosts(hosts: netns.Hosts) -> None:  # noqa: F8
     assert r["pids"] == 3 and set(r["ips"]) <= set(r["host_ips"])
     assert r["parallel_seconds"] < 2.5
     assert r["error"] == ["ValueError", "remote failure", True]
+
+
+def test_a_lock_holder_counted_gone_that_comes_back_is_told_and_frees_nothing(
+        hosts: netns.Hosts) -> None:  # noqa: F811
+    """Host 2 cut off and its connections to the master aborted while a process on it
+    holds the master's lock: the hub counts that process gone after 5 s and the master
+    takes the lock. Host 2 comes back, its process lives, and its release raises
+    `LockLostError` and leaves the master's lock alone; before, it freed it (and the
+    master's own release raised ``ValueError``)."""
+    try:
+        r = run_scenario(hosts, "mh_lock_taken.py", "--veth", hosts.veth(2))
+    finally:
+        hosts.partition(2, False)
+    assert r["holder"] == "held" and r["holder_ip"] == r["host_ips"][1], r
+    assert r["aborted"] >= 1, r
+    assert r["master_got"] and r["master_seconds"] < 15, r
+    assert r["told"][0] == "LockLostError" and "taken from this thread" in r["told"][1], r
+    assert r["master_released"] == "ok", r
+    assert r["holder_exit"] == 0, r
