@@ -37,9 +37,8 @@ from fiber.queues._service import QueueOps, QueueService
 from fiber.sharedctypes import ValueOps, ValueService
 from fiber.synchronize._barrier import BarrierOps, BarrierService
 from fiber.synchronize._condition import ConditionOps, ConditionService
+from fiber.synchronize._event import EventOps, EventService
 from fiber.synchronize._primitives import (
-    EventOps,
-    EventService,
     LockOps,
     LockService,
     SemaphoreOps,

@@ -5,15 +5,16 @@ decided there, and a lock whose holder dies is released. ``BrokenBarrierError`` 
 standard library's (``threading``'s, as in ``multiprocessing``).
 """
 
-# Inside: _primitives: Lock, RLock, Semaphore, BoundedSemaphore, Event and their services
-# on the creator's hub. _condition: Condition; _barrier: Barrier.
+# Inside: _primitives: Lock, RLock, Semaphore, BoundedSemaphore and their services on
+# the creator's hub. _event: Event; _condition: Condition; _barrier: Barrier.
 
 from threading import BrokenBarrierError
 
 from .._exports import publish
 from ._barrier import Barrier
 from ._condition import Condition
-from ._primitives import BoundedSemaphore, Event, Lock, RLock, Semaphore
+from ._event import Event
+from ._primitives import BoundedSemaphore, Lock, RLock, Semaphore
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier",
            "BrokenBarrierError"]

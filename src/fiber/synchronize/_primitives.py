@@ -1,4 +1,4 @@
-"""Locks, semaphores, conditions, events and barriers shared by processes on any hosts.
+"""Locks and semaphores shared by processes on any hosts.
 
     any fiber process, any thread                 hub of the creating process
     ─────────────────────────────                 ───────────────────────────
@@ -25,7 +25,9 @@ creator lives there; a process that hands a lock to others must keep its own ref
 **A holder that dies.** When a process's anchor connection to the hub closes (it exited,
 was killed, or its host was unreachable for ``heartbeat_timeout`` seconds), every
 ``Lock``/``RLock`` it held is released and its waits are dropped; the next waiter gets the
-lock. (``multiprocessing`` leaves such a lock held forever.) A ``SyncManager``'s
+lock. (``multiprocessing`` leaves such a lock held forever.) If that process lived
+after all (a reset it took more than 5 s to come back from), its next ``release`` of the
+lock raises ``LockLostError`` instead of freeing it for its new holder. A ``SyncManager``'s
 ``Lock`` (`ManagedLock`) is the exception: it keeps ``threading.Lock``'s semantics, held
 until some process releases it. Semaphores are counters, not
 owned, and are not restored. A ``Barrier`` whose waiting process vanishes breaks.
@@ -55,9 +57,8 @@ from ..transport.receipts import TICKET_BYTES
 from ..transport.serialization import loads
 from ..transport.server import Peer, Server
 
-__all__ = ["Lock", "ManagedLock", "RLock", "Semaphore", "BoundedSemaphore", "Event",
-           "LockService", "ThreadingLockService", "LockOps",
-           "SemaphoreOps", "EventOps"]
+__all__ = ["Lock", "ManagedLock", "RLock", "Semaphore", "BoundedSemaphore",
+           "LockService", "ThreadingLockService", "LockOps", "SemaphoreOps"]
 
 # -- Lock and RLock --------------------------------------------------------------------
 
@@ -79,15 +80,6 @@ class SemaphoreOps:
     ACQUIRE = b"acquire"
     RELEASE = b"release"
     VALUE = b"value"
-
-
-class EventOps:
-    """The event protocol's operations."""
-
-    WAIT = b"wait"
-    SET = b"set"
-    CLEAR = b"clear"
-    IS_SET = b"is_set"
 
 
 def _who(peer: Peer, payload: List[Any]) -> Owner:
@@ -538,80 +530,3 @@ class _SemLockView:
     def _is_zero(self) -> bool:
         return self._sem.get_value() == 0
 
-
-# -- Event ------------------------------------------------------------------------------
-
-
-class EventService(Parking):
-    def __init__(self) -> None:
-        super().__init__()
-        self.flag = False
-
-    @handles(EventOps.WAIT)
-    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        """``[wait]``: answered ``ok`` once the flag is set, ``no`` at the timeout."""
-        self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.flag)
-
-    protocol = "event"
-
-    @handles(EventOps.SET)
-    def set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        self.flag = True
-        for w in list(self.waiters):
-            server.reply(self.take(w).peer, w.req_id, b"ok")
-        server.reply(peer, req_id, b"ok")
-
-    @handles(EventOps.CLEAR)
-    def clear(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        self.flag = False
-        server.reply(peer, req_id, b"ok")
-
-    @handles(EventOps.IS_SET)
-    def is_set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        server.reply(peer, req_id, b"ok" if self.flag else b"no")
-
-
-class Event(Handle):
-    """A flag that processes wait on; the API of ``multiprocessing.Event``."""
-
-    _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
-
-    def __init__(self, *, ctx: Any = None) -> None:
-        super().__init__(EventService(), b"E")
-
-    def is_set(self) -> bool:
-        """Whether the flag is set (one round trip to the creator's hub).
-
-        Raises:
-            fiber.errors.TransportError: the event's creator process is gone or unreachable.
-        """
-        return self._request(EventOps.IS_SET)[0] == b"ok"
-
-    def set(self) -> None:
-        """Set the flag and wake every process waiting on it; later waits return at once.
-
-        Raises:
-            fiber.errors.TransportError: the event's creator process is gone or unreachable.
-        """
-        self._request(EventOps.SET)
-
-    def clear(self) -> None:
-        """Reset the flag, so that ``wait`` blocks again until the next ``set``.
-
-        Raises:
-            fiber.errors.TransportError: the event's creator process is gone or unreachable.
-        """
-        self._request(EventOps.CLEAR)
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Wait until the flag is set or ``timeout`` s pass; returns the flag."""
-        status, _ = self._request(EventOps.WAIT, [encode_wait(True, timeout)], timeout=timeout)
-        return status == b"ok"
-
-    def __repr__(self) -> str:
-        # as multiprocessing's: <Event at 0x7f... unset>
-        try:
-            state = "set" if self.is_set() else "unset"
-        except Exception:
-            state = "unknown"
-        return f"<{type(self).__name__} at {id(self):#x} {state}>"
