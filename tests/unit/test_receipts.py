@@ -162,6 +162,26 @@ def test_a_grant_kept_for_a_caller_between_connections_outlives_the_reanchor_wai
     anchor.close()
 
 
+def test_a_grant_kept_for_a_caller_that_gave_up_is_given_back_at_its_next_request(
+        server, monkeypatch):
+    """A lock granted to a waiter between connections waits for it (above); if the
+    caller gave up instead of asking again (its thread interrupted, or reset too often),
+    its next request, with a newer ticket, shows it: the lock is released for the next
+    waiter. Before, the thread that gave up held it until its process ended."""
+    anchor = _lock_on(server, monkeypatch)
+    _reset(_park(server, b"B", receipts.ticket()))
+    time.sleep(0.1)  # the server saw the reset
+    assert anchor.request(b"lock", LockOps.RELEASE, [b"A"], timeout=10)[0] == b"ok"
+    assert not _holds(anchor, b"C")  # (granted to B, kept for it)
+    again = Client(server.address, timeout=10)
+    assert again.request(b"lock", LockOps.OWNED, [b"B"], ticket=receipts.ticket(),
+                         timeout=10) == (b"no", [])  # gave up: its next request
+    assert again.request(b"lock", LockOps.ACQUIRE, [b"C", encode_wait(False, None)],
+                         timeout=10) == (b"ok", [])
+    again.close()
+    anchor.close()
+
+
 def test_a_wait_kept_after_a_reset_and_not_asked_again_is_dropped(server, monkeypatch):
     """A wait whose connection was reset and whose caller does not ask again within
     ``REANCHOR_WAIT_S`` (it gave up while its process lives) is dropped: the lock goes
@@ -308,3 +328,24 @@ def test_a_semaphore_release_asked_again_after_its_process_was_counted_gone_coun
                         timeout=10) == (b"ok", [])
     assert service.value == 2
     back.close()
+
+
+def test_a_semaphore_unit_kept_for_a_caller_that_gave_up_comes_back(server, monkeypatch):
+    """The same for a semaphore's unit: given to a waiter between connections that gave
+    up, it is counted back at the caller's next request."""
+    monkeypatch.setattr(receipts, "REANCHOR_WAIT_S", 0.3)
+    service = SemaphoreService(0, None)
+    server.register(b"sem", service)
+    anchor = Client(server.address, timeout=10, anchor=True)
+    waiting = Client(server.address, timeout=10)
+    waiting.send_message([b"sem", SemaphoreOps.ACQUIRE, receipts.ticket(),
+                          encode_wait(True, None)])
+    time.sleep(0.1)  # parked
+    _reset(waiting)
+    time.sleep(0.1)
+    assert anchor.request(b"sem", SemaphoreOps.RELEASE, [], timeout=10) == (b"ok", [])
+    assert service.value == 0  # the unit is the waiter's, kept for it
+    assert anchor.request(b"sem", SemaphoreOps.VALUE, [], ticket=receipts.ticket(),
+                          timeout=10)[0] == b"ok"  # its caller's next request
+    assert service.value == 1
+    anchor.close()

@@ -44,6 +44,7 @@ trips plus the wait.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -210,6 +211,14 @@ class LockService(Parking):
             (self.owner, self.count), self.granted = w.data, w.req_id
             if not server.reply(w.peer, w.req_id, b"ok"):
                 self.owner, self.count = None, 0  # that waiter is gone: the next one
+            else:  # released if its caller, between connections, gives up
+                server.receipts.if_unclaimed(w.req_id, functools.partial(
+                    self._unclaimed, server, self.owner, w.req_id))
+
+    def _unclaimed(self, server: Server, owner: Owner, granted: bytes) -> None:
+        """A grant its caller never got (see ``Receipts.if_unclaimed``) is given back."""
+        if self.owner == owner and self.granted == granted:
+            self._free(server)
 
     def unlocked_error(self) -> Exception:
         """What releasing the lock when it is free raises (``multiprocessing.Lock``'s)."""
@@ -417,14 +426,20 @@ class SemaphoreService(Parking):
             return
         if self.maxvalue is not None and self.value >= self.maxvalue:
             raise ValueError("semaphore or lock released too many times")
-        self.value += 1
         self.released.made(req_id)
+        self._add(server)
+        if req_id:
+            server.reply(peer, req_id, b"ok")
+
+    def _add(self, server: Server) -> None:
+        """One unit more, to the first waiter if any: one its caller, between
+        connections, gives up comes back (see ``Receipts.if_unclaimed``)."""
+        self.value += 1
         while self.value > 0 and self.waiters:
             w = self.take(self.waiters[0])
             if server.reply(w.peer, w.req_id, b"ok"):
                 self.value -= 1
-        if req_id:
-            server.reply(peer, req_id, b"ok")
+                server.receipts.if_unclaimed(w.req_id, functools.partial(self._add, server))
 
     @handles(SemaphoreOps.VALUE)
     def get_value(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:

@@ -85,13 +85,16 @@ KEPT_ANSWER_S = 300.0
 
 
 class _Entry:
-    __slots__ = ("ticket", "answer", "peer", "since")
+    __slots__ = ("ticket", "answer", "peer", "since", "undo")
 
     def __init__(self, asked: bytes, answer: Optional[Answer], peer: Peer) -> None:
         self.ticket = asked
         self.answer = answer  # None while it is served
         self.peer = peer  # where the answer goes (went)
         self.since = time.monotonic()  # when it was asked, then answered
+        #: What undoes the answer, while it waits for its caller, written to no
+        #: connection (see `Receipts.if_unclaimed`).
+        self.undo: Optional[Callable[[], None]] = None
 
 
 class Receipts:
@@ -118,10 +121,11 @@ class Receipts:
             return None
         if last.ticket != asked:
             del self._last[key]
+            _undo(last)  # (an answer it never got: it gave up between connections)
             return None
         if peer.peer_id < last.peer.peer_id:
             return SKIP
-        last.peer = peer
+        last.peer, last.undo = peer, None
         return SKIP if last.answer is None else last.answer
 
     def handed(self, asked: bytes, status: bytes, frames: List[Any], peer: Peer) -> None:
@@ -149,6 +153,18 @@ class Receipts:
             return peer, False
         last.answer, last.since = (status, frames), time.monotonic()
         return last.peer, last.peer.reset
+
+    def if_unclaimed(self, asked: bytes, undo: Callable[[], None]) -> None:
+        """``asked`` was just answered (a lock granted to a wait) while its caller is
+        between connections: the answer waits for it, written to no connection. If the
+        caller never asks for it (it gave up: its thread interrupted, or resets past
+        `RESET_RETRIES`; its next request shows it, as does its process's end or
+        `KEPT_ANSWER_S`), ``undo()`` runs (the lock is released), not to leave what it
+        grants to nobody."""
+        last = self._last.get(asked[:8])
+        if (last is not None and last.ticket == asked and last.answer is not None
+                and last.peer.reset):
+            last.undo = undo
 
     def keeps_waiting(self, server: Any, asked: bytes, peer: Peer,
                       drop: Callable[[], None]) -> bool:
@@ -199,7 +215,7 @@ class Receipts:
             return
         if not peer.reset:
             for key in [k for k in keys if self._last[k].answer is not None]:
-                del self._last[key]
+                _undo(self._last.pop(key))
             keys = [k for k in keys if k in self._last]
         if keys:
             self._later(server, keys, peer)
@@ -221,6 +237,13 @@ class Receipts:
                 if last.answer is None or (alive and now - last.since < KEPT_ANSWER_S):
                     kept.append(key)  # still served, or its caller may still ask
                 else:
-                    del self._last[key]
+                    _undo(self._last.pop(key))
         if kept:
             self._later(server, kept, peer)
+
+
+def _undo(entry: _Entry) -> None:
+    """Undo an answer its caller never got (see `Receipts.if_unclaimed`)."""
+    undo, entry.undo = entry.undo, None
+    if undo is not None:
+        undo()
