@@ -20,6 +20,11 @@ half that old, at an interval that keeps the reports of all its jobs near
 `REPORTS_PER_S` a second (2 s for up to 128 jobs, 16 s at 1,024): a Pool(1024) on two
 CPUs ran 1.5x slower with 1,024 jobs reporting every 2 s, watched or not. A watch is
 long (the renewal is a message to every job: 1,024 sends under the hub's lock).
+
+A job on the parent's own host (the same kernel, process and network namespaces: the
+local backend's) is not asked: the parent reads its CPU time and memory in ``/proc``,
+those of the workers a viewer shows, each every `STATS_S` at most, and the job is not
+woken at all (each report woke a process on the CPUs the program's rounds run on).
 """
 
 from __future__ import annotations
@@ -87,6 +92,25 @@ def _usage() -> Tuple[float, int]:
     return time.process_time(), rss
 
 
+_HERE: Optional[bytes] = None
+
+
+def here() -> bytes:
+    """What tells this process's host apart, as its parent can see it: its kernel's boot
+    id, and its process and network namespaces (b"" where /proc does not say). A job
+    with its parent's can have its usage read by the parent in /proc (see the module)."""
+    global _HERE
+    if _HERE is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+                boot = f.read().strip()
+            spaces = [os.stat(f"/proc/self/ns/{ns}").st_ino for ns in ("pid", "net")]
+            _HERE = boot + b":" + b":".join(str(i).encode() for i in spaces)
+        except OSError:
+            _HERE = b""
+    return _HERE
+
+
 def serve_parent(parent: str, token: bytes) -> None:
     """Answer the parent's dashboard from a daemon thread (see the module)."""
     threading.Thread(target=_serve, args=(parent, token), name="fiber-inspected",
@@ -96,7 +120,7 @@ def serve_parent(parent: str, token: bytes) -> None:
 def _serve(parent: str, token: bytes) -> None:
     try:
         client = Client(parent)
-        client.send(SERVICE, InspectOps.HELLO, [token])
+        client.send(SERVICE, InspectOps.HELLO, [token, here(), str(os.getpid()).encode()])
         watched_until = next_stats = interval = 0.0
         while True:
             now = time.monotonic()
@@ -127,12 +151,40 @@ def _serve(parent: str, token: bytes) -> None:
 # -- in the parent ---------------------------------------------------------------------------
 
 class _Job:
-    __slots__ = ("peer", "name", "cpu", "rss", "at", "cpu_percent")
+    __slots__ = ("peer", "name", "pid", "cpu", "rss", "at", "cpu_percent")
 
-    def __init__(self, peer: Peer, name: str) -> None:
+    def __init__(self, peer: Peer, name: str, pid: int = 0) -> None:
         self.peer, self.name = peer, name
+        self.pid = pid  # on this host: read in /proc (see the module); else 0
         self.cpu = self.at = self.cpu_percent = 0.0
         self.rss = 0
+
+    def read(self, now: float, uptime: float) -> None:
+        """Read this job's usage in /proc (a job on this host); nothing if it has ended."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{self.pid}/statm", "rb") as f:
+                rss = int(f.read().split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            return
+        fields = stat[stat.rindex(b")") + 2:].split()  # from the state on (field 3)
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+        if self.at:
+            self.cpu_percent = round(100 * (cpu - self.cpu) / max(1e-3, now - self.at), 1)
+        else:  # first read: its mean since it started
+            age = uptime - int(fields[19]) / _TICKS
+            self.cpu_percent = round(100 * cpu / max(1e-3, age), 1)
+        self.cpu, self.at, self.rss = cpu, now, rss
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _uptime() -> float:
+    with open("/proc/uptime", "rb") as f:
+        return float(f.read().split()[0])
 
 
 class InspectService(Service):
@@ -150,12 +202,14 @@ class InspectService(Service):
 
     @handles(InspectOps.HELLO)
     def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[token, here, pid]``: a job with this process's `here` is read in /proc."""
         name = self.launches.name_of(bytes(payload[0]))
         if name:
-            self.jobs[name] = _Job(peer, name)
+            local = len(payload) > 2 and here() and bytes(payload[1]) == here()
+            job = self.jobs[name] = _Job(peer, name, int(bytes(payload[2])) if local else 0)
             self.by_peer[peer.peer_id] = name
-            if time.monotonic() - self.watch_sent < WATCH_S:  # watched: a newcomer too
-                server.send(peer, self._watch())
+            if not job.pid and time.monotonic() - self.watch_sent < WATCH_S:
+                server.send(peer, self._watch())  # watched: a newcomer too
 
     def watch(self, server: Server) -> None:
         """Ask every job for reports for `WATCH_S` seconds, if the last ask is half that
@@ -166,10 +220,12 @@ class InspectService(Service):
         self.watch_sent = now
         message = self._watch()
         for job in self.jobs.values():
-            server.send(job.peer, message)
+            if not job.pid:  # (the others are read here)
+                server.send(job.peer, message)
 
     def _watch(self) -> List[bytes]:
-        interval = max(STATS_S, len(self.jobs) / REPORTS_PER_S)
+        reporting = sum(1 for job in self.jobs.values() if not job.pid)
+        interval = max(STATS_S, reporting / REPORTS_PER_S)
         return [b"", WATCH, f"{WATCH_S:g}".encode(), f"{interval:g}".encode()]
 
     @handles(InspectOps.STATS)
@@ -219,9 +275,15 @@ def stats(names: Optional[Collection[Any]] = None) -> Dict[str, Dict[str, float]
     with hub.lock:
         service.watch(hub)
         jobs = list(service.jobs.values())
+    jobs = [job for job in jobs if names is None or job.name in names]
+    now, uptime = time.monotonic(), 0.0
+    for job in jobs:  # (one caller at a time: the dashboard's snapshot is under its lock)
+        if job.pid and now - job.at >= STATS_S:
+            uptime = uptime or _uptime()
+            job.read(now, uptime)
     # read outside the lock: each report replaces a job's figures, a float at a time
     return {job.name: {"cpu_percent": job.cpu_percent, "rss_mb": round(job.rss / 2**20, 1)}
-            for job in jobs if job.at and (names is None or job.name in names)}
+            for job in jobs if job.at}
 
 
 def stack_of(name: str, timeout: float = 5.0) -> str:
