@@ -82,11 +82,20 @@ def _stacks() -> str:
     return "\n".join(parts)
 
 
+def _resident(pid: str) -> int:
+    """The resident bytes of process ``pid`` (or "self"), from /proc.
+
+    Raises:
+        OSError, ValueError, IndexError: /proc does not say (the process has ended).
+    """
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
 def _usage() -> Tuple[float, int]:
     """This process's CPU seconds and resident bytes (0 where /proc does not say)."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        rss = _resident("self")
     except (OSError, ValueError, IndexError):
         rss = 0
     return time.process_time(), rss
@@ -159,23 +168,26 @@ class _Job:
         self.cpu = self.at = self.cpu_percent = 0.0
         self.rss = 0
 
+    def record(self, cpu: float, rss: int, now: float, age: float = 0.0) -> None:
+        """Its CPU seconds and resident bytes at ``now`` (reported, or read): its CPU
+        use since the last ones, or, the first time, over its ``age`` if given."""
+        if self.at:
+            self.cpu_percent = round(100 * (cpu - self.cpu) / max(1e-3, now - self.at), 1)
+        elif age:
+            self.cpu_percent = round(100 * cpu / max(1e-3, age), 1)
+        self.cpu, self.at, self.rss = cpu, now, rss
+
     def read(self, now: float, uptime: float) -> None:
         """Read this job's usage in /proc (a job on this host); nothing if it has ended."""
         try:
             with open(f"/proc/{self.pid}/stat", "rb") as f:
                 stat = f.read()
-            with open(f"/proc/{self.pid}/statm", "rb") as f:
-                rss = int(f.read().split()[1]) * _PAGE
+            rss = _resident(str(self.pid))
         except (OSError, ValueError, IndexError):
             return
         fields = stat[stat.rindex(b")") + 2:].split()  # from the state on (field 3)
         cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
-        if self.at:
-            self.cpu_percent = round(100 * (cpu - self.cpu) / max(1e-3, now - self.at), 1)
-        else:  # first read: its mean since it started
-            age = uptime - int(fields[19]) / _TICKS
-            self.cpu_percent = round(100 * cpu / max(1e-3, age), 1)
-        self.cpu, self.at, self.rss = cpu, now, rss
+        self.record(cpu, rss, now, age=uptime - int(fields[19]) / _TICKS)
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -233,10 +245,7 @@ class InspectService(Service):
         job = self.jobs.get(self.by_peer.get(peer.peer_id, ""))
         if job is None:
             return
-        cpu, now = float(bytes(payload[1])), time.monotonic()
-        if job.at:
-            job.cpu_percent = round(100 * (cpu - job.cpu) / max(1e-3, now - job.at), 1)
-        job.cpu, job.at, job.rss = cpu, now, int(bytes(payload[2]))
+        job.record(float(bytes(payload[1])), int(bytes(payload[2])), time.monotonic())
 
     @handles(InspectOps.STACK)
     def stack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
