@@ -273,6 +273,12 @@ def _note(name: bytes, delta: int) -> None:
                 _held.pop(name, None)
 
 
+def _forget(name: bytes) -> None:
+    """This thread holds lock ``name`` no more, however often it took it."""
+    with _held_lock:
+        _held.get(name, {}).pop(threading.get_ident(), None)
+
+
 class Lock(Handle):
     """A lock held by one (process, thread) at a time; the API of ``multiprocessing.Lock``.
 
@@ -317,8 +323,7 @@ class Lock(Handle):
         try:
             self._request(LockOps.RELEASE, [_tid()])
         except LockLostError:
-            with _held_lock:  # it holds the lock no more, however often it took it
-                _held.get(self._name, {}).pop(threading.get_ident(), None)
+            _forget(self._name)
             raise
         _note(self._name, -1)
 
@@ -328,8 +333,7 @@ class Lock(Handle):
 
     def _release_save(self) -> int:
         _, frames = self._request(LockOps.RELEASE_SAVE, [_tid()])
-        with _held_lock:
-            _held.get(self._name, {}).pop(threading.get_ident(), None)
+        _forget(self._name)
         return int(Q.unpack(frames[0])[0])
 
     def _acquire_restore(self, count: int) -> None:
