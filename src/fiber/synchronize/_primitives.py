@@ -44,9 +44,10 @@ trips plus the wait.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._core._parking import Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
@@ -279,6 +280,17 @@ def _forget(name: bytes) -> None:
         _held.get(name, {}).pop(threading.get_ident(), None)
 
 
+@contextlib.contextmanager
+def _forgotten_if_lost(name: bytes) -> Iterator[None]:
+    """A call on lock ``name`` that raises `LockLostError` (its hub gave this thread's
+    hold to another) leaves this thread holding it no more in `_held` either."""
+    try:
+        yield
+    except LockLostError:
+        _forget(name)
+        raise
+
+
 class Lock(Handle):
     """A lock held by one (process, thread) at a time; the API of ``multiprocessing.Lock``.
 
@@ -300,9 +312,10 @@ class Lock(Handle):
     def acquire(self, block: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock, waiting up to ``timeout`` s (forever if None); False if not got."""
         tid = _tid()
-        status, _ = self._request(LockOps.ACQUIRE, [tid, encode_wait(block, timeout)],
-                                  on_late=lambda s, f: self._abandoned(s, tid),
-                                  timeout=timeout)
+        with _forgotten_if_lost(self._name):
+            status, _ = self._request(LockOps.ACQUIRE, [tid, encode_wait(block, timeout)],
+                                      on_late=lambda s, f: self._abandoned(s, tid),
+                                      timeout=timeout)
         if status != b"ok":
             return False
         _note(self._name, 1)
@@ -320,11 +333,8 @@ class Lock(Handle):
             AssertionError: (RLock) the calling thread does not own it.
             LockLostError: it was taken from this thread, its process counted lost.
         """
-        try:
+        with _forgotten_if_lost(self._name):
             self._request(LockOps.RELEASE, [_tid()])
-        except LockLostError:
-            _forget(self._name)
-            raise
         _note(self._name, -1)
 
     def _is_mine(self) -> bool:
@@ -332,7 +342,8 @@ class Lock(Handle):
             return threading.get_ident() in _held.get(self._name, {})
 
     def _release_save(self) -> int:
-        _, frames = self._request(LockOps.RELEASE_SAVE, [_tid()])
+        with _forgotten_if_lost(self._name):
+            _, frames = self._request(LockOps.RELEASE_SAVE, [_tid()])
         _forget(self._name)
         return int(Q.unpack(frames[0])[0])
 

@@ -101,7 +101,9 @@ def test_a_lock_holder_counted_gone_that_comes_back_is_told_and_frees_nothing(
     holds the master's lock: the hub counts that process gone after 5 s and the master
     takes the lock. Host 2 comes back, its process lives, and its release raises
     `LockLostError` and leaves the master's lock alone; before, it freed it (and the
-    master's own release raised ``ValueError``)."""
+    master's own release raised ``ValueError``). Its ``acquire`` of a second lock so
+    taken raises `LockLostError` as well, and leaves it no longer counting that lock its
+    own (before, its repr still named it the owner)."""
     try:
         r = run_scenario(hosts, "mh_lock_taken.py", "--veth", hosts.veth(2))
     finally:
@@ -110,5 +112,7 @@ def test_a_lock_holder_counted_gone_that_comes_back_is_told_and_frees_nothing(
     assert r["aborted"] >= 1, r
     assert r["master_got"] and r["master_seconds"] < 15, r
     assert r["told"][0] == "LockLostError" and "taken from this thread" in r["told"][1], r
+    assert r["master_got_again"], r
+    assert r["told_again"] == ["LockLostError", "<Lock(owner=SomeOtherProcess)>"], r
     assert r["master_released"] == "ok", r
     assert r["holder_exit"] == 0, r
