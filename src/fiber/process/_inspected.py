@@ -179,15 +179,18 @@ class _Job:
 
     def read(self, now: float, uptime: float) -> None:
         """Read this job's usage in /proc (a job on this host); nothing if it has ended."""
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                stat = f.read()
-            rss = _resident(str(self.pid))
+        try:  # one file, one system call each (a file object costs 3x: 100 jobs a poll)
+            fd = os.open(f"/proc/{self.pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                stat = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+            fields = stat[stat.rindex(b")") + 2:].split()  # from the state on (field 3)
+            cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+            started, rss = int(fields[19]) / _TICKS, int(fields[21]) * _PAGE
         except (OSError, ValueError, IndexError):
-            return
-        fields = stat[stat.rindex(b")") + 2:].split()  # from the state on (field 3)
-        cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
-        self.record(cpu, rss, now, age=uptime - int(fields[19]) / _TICKS)
+            return  # ended
+        self.record(cpu, rss, now, age=uptime - started)
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
