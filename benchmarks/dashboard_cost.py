@@ -1,16 +1,28 @@
 """What the dashboard costs a running pool: rounds of 1 ms tasks with the dashboard off,
-on and idle, and on with a browser's polling (a snapshot and /metrics every second),
-in one run, alternating, each in a fresh process.
+on and idle, and on with a browser polling (a snapshot and /metrics every second).
 
-    .venv/bin/python benchmarks/dashboard_cost.py [--workers N] [--rounds R] [--runs K]
+    .venv/bin/python benchmarks/dashboard_cost.py [--workers N] [--block R] [--pairs P] [--runs K]
 
 A round is one 1 ms task per worker, then a wait for all of them (the RL/ES step
-pattern); rounds are timed once every worker has connected. The browser is a process of
-its own, as a browser is. Printed: the median round time of each mode and its ratio to
-"off"; and the CPU the rounds took, of the master alone and of the whole machine (from
-/proc/stat: every job, the browser, and whatever else runs, so run it on a quiet
-machine), per round: on two CPUs a round's time moves by a few percent from one run to
-the next for no reason of its own, its CPU much less.
+pattern); rounds are timed once every worker has connected, in blocks of R rounds. The
+browser is a process of its own, as a browser is, asking at a steady second's beat.
+
+On two CPUs shared by 1,024 jobs, a pool's rounds take 100 to 165 ms from one program
+to the next for no reason of its own, while within one program they hold steady. So the
+two costs are measured apart, each as closely as it can be:
+
+* **polled against idle**, within one program: a program with the dashboard on runs P
+  pairs of blocks, idle and polled in turn (ABBA, so that a drift over the run falls on
+  both), the browser told at each block whether to ask. Each pair gives one ratio;
+  printed, their mean with a 95% interval (a bootstrap over the pairs, all runs').
+* **on and idle against off**, between programs: each run starts one program with the
+  dashboard off and one with it on (their order alternating), each runs 2P blocks (the
+  "on" one's idle blocks are its share); the ratio of their mean rounds, a run each.
+
+A block's figure is its mean round (the wall time of its R rounds over R: a poll that
+slows two rounds of ten shows, where a median would hide it), and the CPU the block
+took, of the master and of the whole machine (/proc/stat: every job, the browser and
+whatever else runs, so run it on a quiet machine), each per round.
 """
 
 from __future__ import annotations
@@ -19,18 +31,22 @@ import argparse
 import http.client
 import json
 import os
+import random
+import select
 import statistics
 import subprocess
 import sys
 import time
 import urllib.parse
-from typing import Dict, List
+from typing import Dict, List, Sequence, Tuple
 
 from _common import table
 
 import fiber
 
-MODES = ("off", "on, idle", "on, polled")
+#: a block's figures: mean round, master CPU a round, machine CPU a round (seconds)
+Block = Tuple[float, float, float]
+FIGURES = ("mean round", "master CPU/round", "machine CPU/round")
 
 
 def task(_: int) -> None:
@@ -46,17 +62,32 @@ def _machine_cpu() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-def _poll(address: str, token: str) -> None:
+def _ask(url: urllib.parse.SplitResult, token: str) -> None:
+    for path in ("/api/snapshot?workers=0:100", "/metrics"):  # the page's first page
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        conn.getresponse().read()
+        conn.close()
+
+
+def _browse(address: str, token: str) -> None:
     """The browser: another process (a thread of the program would take the GIL its hub
-    needs, which a browser does not), asking for what the page asks every second."""
+    needs, which a browser does not). It asks for what the page asks, once a second on
+    a steady beat, while its last line on stdin was ``poll`` (until ``rest``); stdin's end
+    ends it. The beat does not move with the blocks, so that over many blocks a polled
+    second gets one poll, neither more nor less."""
     url = urllib.parse.urlsplit(address)
+    polling, beat = False, time.monotonic()
     while True:
-        time.sleep(1.0)
-        for path in ("/api/snapshot?workers=0:100", "/metrics"):  # the page's first page
-            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
-            conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
-            conn.getresponse().read()
-            conn.close()
+        beat += 1.0
+        while (left := beat - time.monotonic()) > 0:
+            if select.select([sys.stdin], [], [], left)[0]:
+                line = sys.stdin.readline()
+                if not line:
+                    return
+                polling = line.strip() == "poll"
+        if polling:
+            _ask(url, token)
 
 
 def _all_up(pool: fiber.Pool, timeout: float = 300.0) -> None:
@@ -74,75 +105,98 @@ def _all_up(pool: fiber.Pool, timeout: float = 300.0) -> None:
     pool.map(task, range(size * 4), 1)  # warm
 
 
-def child(mode: str, workers: int, rounds: int) -> None:
-    if mode != "off":
+def _block(pool: fiber.Pool, workers: int, rounds: int) -> Block:
+    cpu, machine, start = time.process_time(), _machine_cpu(), time.perf_counter()
+    for _ in range(rounds):
+        pool.map(task, range(workers), 1)
+    return ((time.perf_counter() - start) / rounds, (time.process_time() - cpu) / rounds,
+            (_machine_cpu() - machine) / rounds)
+
+
+def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
+    """One program: with ``dashboard``, ``pairs`` pairs of blocks idle and polled (ABBA);
+    without, as many blocks. Prints {"idle": [block...], "polled": [block...]}."""
+    if dashboard:
         fiber.init(dashboard="127.0.0.1:0")
-    browser = None
+    out: Dict[str, List[Block]] = {"idle": [], "polled": []}
     with fiber.Pool(workers) as pool:
         _all_up(pool)
-        if mode == "on, polled":
+        if not dashboard:
+            out["idle"] = [_block(pool, workers, rounds) for _ in range(2 * pairs)]
+        else:
             from fiber.dashboard import serve_program
 
             board = serve_program("127.0.0.1:0")
-            browser = subprocess.Popen([sys.executable, __file__, "--poll", board.address,
-                                        board.token])
-        times = []
-        cpu, machine = time.process_time(), _machine_cpu()
-        for _ in range(rounds):
-            t = time.perf_counter()
-            pool.map(task, range(workers), 1)
-            times.append(time.perf_counter() - t)
-        cpu, machine = time.process_time() - cpu, _machine_cpu() - machine
-        if browser is not None:
-            browser.kill()
+            browser = subprocess.Popen([sys.executable, __file__, "--browse", board.address,
+                                        board.token], stdin=subprocess.PIPE, text=True)
+            assert browser.stdin is not None
+            for b in range(2 * pairs):
+                mode = ("idle", "polled")[(b + b // 2) % 2]  # idle polled polled idle ...
+                browser.stdin.write("poll\n" if mode == "polled" else "rest\n")
+                browser.stdin.flush()
+                out[mode].append(_block(pool, workers, rounds))
+            browser.stdin.close()
             browser.wait()
-    print(json.dumps([statistics.median(times), cpu / rounds, machine / rounds]))
+    print(json.dumps(out))
+
+
+def _interval(ratios: Sequence[float], draws: int = 2000) -> Tuple[float, float, float]:
+    """The mean of ``ratios`` and its 95% bootstrap interval."""
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return statistics.fmean(ratios), means[int(0.025 * draws)], means[int(0.975 * draws)]
+
+
+def _said(ratios: Sequence[float]) -> str:
+    mean, low, high = _interval(ratios)
+    return f"{mean:.3f}x ({low:.3f}-{high:.3f})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--child", choices=MODES)
-    parser.add_argument("--poll", nargs=2, metavar=("ADDRESS", "TOKEN"), help=argparse.SUPPRESS)
+    parser.add_argument("--block", type=int, default=20, help="rounds a block")
+    parser.add_argument("--pairs", type=int, default=16, help="idle-polled pairs a run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--child", choices=("off", "on"))
+    parser.add_argument("--browse", nargs=2, metavar=("ADDRESS", "TOKEN"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.poll:
-        _poll(*args.poll)
+    if args.browse:
+        _browse(*args.browse)
         return
     if args.child:
-        child(args.child, args.workers, args.rounds)
+        child(args.child == "on", args.workers, args.block, args.pairs)
         return
-    medians: Dict[str, List[float]] = {m: [] for m in MODES}
-    master: Dict[str, List[float]] = {m: [] for m in MODES}  # CPU s per round
-    machine: Dict[str, List[float]] = {m: [] for m in MODES}
     env = {k: v for k, v in os.environ.items() if k != "FIBER_DASHBOARD"}
+    runs: List[Dict[str, Dict[str, List[Block]]]] = []
     for run in range(args.runs):
-        # the order rotates from one run to the next, as in compare.py: the load a mode's
-        # 1,024 ending jobs leave is not always met by the same next mode
-        for mode in MODES[run % len(MODES):] + MODES[:run % len(MODES)]:
+        got = {}
+        for mode in ("off", "on") if run % 2 == 0 else ("on", "off"):
             out = subprocess.run([sys.executable, __file__, "--child", mode, "--workers",
-                                  str(args.workers), "--rounds", str(args.rounds)],
+                                  str(args.workers), "--block", str(args.block), "--pairs",
+                                  str(args.pairs)],
                                  env=env, capture_output=True, text=True, check=True)
-            median, cpu, busy = json.loads(out.stdout.strip().splitlines()[-1])
-            medians[mode].append(median)
-            master[mode].append(cpu)
-            machine[mode].append(busy)
+            got[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        runs.append(got)
+    rows = []
+    for i, figure in enumerate(FIGURES):
+        def mean(blocks: List[Block]) -> float:
+            return statistics.fmean(b[i] for b in blocks)  # noqa: B023 - used at once
 
-    def ratio(values: Dict[str, List[float]], mode: str) -> str:
-        # each run's ratio to the "off" of the same run (the VM's drift over minutes
-        # cancels), the median of them
-        return f"{statistics.median(v / off for v, off in zip(values[mode], values['off'])):.3f}x"
-
-    table(f"Pool({args.workers}), rounds of 1 ms tasks, {args.runs} runs of {args.rounds}",
-          ["dashboard", "median round", "runs' range", "vs off", "master CPU/round", "vs off",
-           "machine CPU/round", "vs off"],
-          [[m, f"{statistics.median(v) * 1e3:.2f} ms",
-            f"{min(v) * 1e3:.0f}-{max(v) * 1e3:.0f} ms", ratio(medians, m),
-            f"{statistics.median(master[m]) * 1e3:.1f} ms", ratio(master, m),
-            f"{statistics.median(machine[m]) * 1e3:.1f} ms", ratio(machine, m)]
-           for m, v in medians.items()])
-    print("(vs off: the median of the runs' ratios to the same run's \"off\")")
+        polled = [p[i] / q[i] for r in runs for p, q in zip(r["on"]["polled"], r["on"]["idle"])]
+        idle = [mean(r["on"]["idle"]) / mean(r["off"]["idle"]) for r in runs]
+        rows.append([figure,
+                     " ".join(f"{mean(r['off']['idle']) * 1e3:.1f}" for r in runs) + " ms",
+                     _said(polled),
+                     " ".join(f"{x:.3f}" for x in idle),
+                     f"{statistics.median(idle):.3f}x"])
+    table(f"Pool({args.workers}), rounds of 1 ms tasks in blocks of {args.block}; "
+          f"{args.runs} runs, each an 'off' program and an 'on' one of {args.pairs} pairs",
+          ["", "off, each run", "polled vs idle (95%)", "idle vs off, each run", "median"],
+          rows)
+    print("(polled vs idle: the mean of every pair's ratio, same program; idle vs off: "
+          "the 'on' program's idle blocks against the 'off' program of the same run)")
 
 
 if __name__ == "__main__":
