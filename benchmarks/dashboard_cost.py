@@ -140,6 +140,11 @@ def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
     print(json.dumps(out))
 
 
+def _mean(blocks: Sequence[Block], figure: int) -> float:
+    """The mean of figure ``figure`` (an index of `FIGURES`) over ``blocks``."""
+    return statistics.fmean(b[figure] for b in blocks)
+
+
 def _interval(ratios: Sequence[float], draws: int = 2000) -> Tuple[float, float, float]:
     """The mean of ``ratios`` and its 95% bootstrap interval."""
     rng = random.Random(0)
@@ -181,13 +186,10 @@ def main() -> None:
         runs.append(got)
     rows = []
     for i, figure in enumerate(FIGURES):
-        def mean(blocks: List[Block]) -> float:
-            return statistics.fmean(b[i] for b in blocks)  # noqa: B023 - used at once
-
         polled = [p[i] / q[i] for r in runs for p, q in zip(r["on"]["polled"], r["on"]["idle"])]
-        idle = [mean(r["on"]["idle"]) / mean(r["off"]["idle"]) for r in runs]
+        idle = [_mean(r["on"]["idle"], i) / _mean(r["off"]["idle"], i) for r in runs]
         rows.append([figure,
-                     " ".join(f"{mean(r['off']['idle']) * 1e3:.1f}" for r in runs) + " ms",
+                     " ".join(f"{_mean(r['off']['idle'], i) * 1e3:.1f}" for r in runs) + " ms",
                      _said(polled),
                      " ".join(f"{x:.3f}" for x in idle),
                      f"{statistics.median(idle):.3f}x"])
