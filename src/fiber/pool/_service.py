@@ -518,17 +518,13 @@ class PoolService(Service):
         """Bytes sent to the pool's workers and received from them, on their connections
         (tasks, functions and arguments; results; the workers' calls and their answers),
         counted by the transport as it writes and reads: nothing on the pool's path."""
-        sent, received = self.traffic_gone
-        for ws in self.by_peer.values():
-            if ws.peer is not None:
-                out, got = Server.traffic(ws.peer)
-                sent += out
-                received += got
-        return sent, received
+        sent, received = Server.traffic([ws.peer for ws in self.by_peer.values()
+                                         if ws.peer is not None])
+        return sent + self.traffic_gone[0], received + self.traffic_gone[1]
 
     def _count_traffic(self, peer: Peer) -> None:
         """``peer`` is no worker's any more: its bytes go to `traffic_gone`."""
-        out, got = Server.traffic(peer)
+        out, got = Server.traffic((peer,))
         self.traffic_gone[0] += out
         self.traffic_gone[1] += got
 

@@ -52,9 +52,14 @@ def _own(cfg: Optional[Config] = None) -> LocalSettings:
     return settings(LocalSettings, "local", cfg)
 
 
+#: A running job's status, one for all (it is frozen): the dashboard asks for a
+#: Pool(1024)'s 1,024 every few seconds, and a new one each took a third of that.
+_RUNNING = JobStatus(JobState.RUNNING)
+
+
 def _status_of(returncode: Optional[int]) -> JobStatus:
     if returncode is None:
-        return JobStatus(JobState.RUNNING)
+        return _RUNNING
     if returncode == 0:
         return JobStatus(JobState.SUCCEEDED, 0)
     if returncode < 0:
@@ -253,7 +258,7 @@ class LocalBackend(CommandLineBackend):
         parent, or the master of the fork server that is), and ``fiber ps`` runs in
         another."""
         status = _current_status(proc)
-        if status.state.finished and job_id in self._logged:
+        if status is not _RUNNING and status.state.finished and job_id in self._logged:
             with self._lock:
                 path = self._logged.pop(job_id, None)
             if path is not None:
@@ -360,14 +365,10 @@ class LocalBackend(CommandLineBackend):
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
         """Each job's state from its process (``LOST`` for a job this backend did not
         start)."""
-        out = {}
-        for h in handles:
-            proc = self.proc_of(h)
-            out[h.job_id] = (
-                JobStatus(JobState.LOST, None, "unknown job") if proc is None
-                else self._status(h.job_id, proc)
-            )
-        return out
+        with self._lock:  # once, not a job
+            procs = [(h.job_id, self._procs.get(h.job_id)) for h in handles]
+        return {job_id: JobStatus(JobState.LOST, None, "unknown job") if proc is None
+                else self._status(job_id, proc) for job_id, proc in procs}
 
     def wait(self, handle: JobHandle, timeout: Optional[float] = None) -> Optional[JobStatus]:
         """Wait for the job's process to end (its status), or ``timeout`` (None)."""
