@@ -9,15 +9,18 @@ browser is a process of its own, as a browser is, asking at a steady second's be
 
 On two CPUs shared by 1,024 jobs, a pool's rounds take 100 to 165 ms from one program
 to the next for no reason of its own, while within one program they hold steady. So the
-two costs are measured apart, each as closely as it can be:
+costs are measured apart, each as closely as it can be:
 
 * **polled against idle**, within one program: a program with the dashboard on runs P
   pairs of blocks, idle and polled in turn (ABBA, so that a drift over the run falls on
   both), the browser told at each block whether to ask. Each pair gives one ratio;
   printed, their mean with a 95% interval (a bootstrap over the pairs, all runs').
+* **idle against unmeasured**, within the same program: as many pairs of blocks idle
+  and with the pool's /metrics histograms off (see `child`): what the dashboard adds
+  to the pool's path while nobody looks.
 * **on and idle against off**, between programs: each run starts one program with the
-  dashboard off and one with it on (their order alternating), each runs 2P blocks (the
-  "on" one's idle blocks are its share); the ratio of their mean rounds, a run each.
+  dashboard off and one with it on (their order alternating); the ratio of the "off"
+  one's 2P blocks to the "on" one's P idle blocks of the first kind, a run each.
 
 A block's figure is its mean round (the wall time of its R rounds over R: a poll that
 slows two rounds of ten shows, where a median would hide it), and the CPU the block
@@ -113,12 +116,27 @@ def _block(pool: fiber.Pool, workers: int, rounds: int) -> Block:
             (_machine_cpu() - machine) / rounds)
 
 
+#: The "on" program's blocks, in groups of four (ABBA): idle, polled, polled, idle, then
+#: idle, unmeasured, unmeasured, idle ("idle 2": the idle blocks of the second group).
+GROUPS = (("idle", "polled", "polled", "idle"),
+          ("idle 2", "unmeasured", "unmeasured", "idle 2"))
+
+
 def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
-    """One program: with ``dashboard``, ``pairs`` pairs of blocks idle and polled (ABBA);
-    without, as many blocks. Prints {"idle": [block...], "polled": [block...]}."""
+    """One program: with ``dashboard``, ``pairs`` pairs of blocks idle and polled, and as
+    many idle and unmeasured (see `GROUPS`); without, 2 ``pairs`` blocks. Prints
+    {kind: [block...]}.
+
+    Unmeasured: the pool's /metrics histograms (the task durations and latencies its hub
+    records, from the start with a dashboard in the config) turned off, as they are in a
+    program without a dashboard: the one piece of an idle dashboard on the pool's path
+    that can be turned off and on in one program (through the pool's own attribute,
+    which the dashboard's first look sets; so an unmeasured block never follows a
+    polled one). What stays on: the jobs' idle connections to the dashboard and its
+    HTTP server's thread, which wakes twice a second."""
     if dashboard:
         fiber.init(dashboard="127.0.0.1:0")
-    out: Dict[str, List[Block]] = {"idle": [], "polled": []}
+    out: Dict[str, List[Block]] = {kind: [] for group in GROUPS for kind in group}
     with fiber.Pool(workers) as pool:
         _all_up(pool)
         if not dashboard:
@@ -130,11 +148,13 @@ def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
             browser = subprocess.Popen([sys.executable, __file__, "--browse", board.address,
                                         board.token], stdin=subprocess.PIPE, text=True)
             assert browser.stdin is not None
-            for b in range(2 * pairs):
-                mode = ("idle", "polled")[(b + b // 2) % 2]  # idle polled polled idle ...
-                browser.stdin.write("poll\n" if mode == "polled" else "rest\n")
+            service = pool._core.service  # noqa: SLF001 - see above
+            for b in range(4 * pairs):
+                kind = GROUPS[b // 4 % 2][b % 4]
+                browser.stdin.write("poll\n" if kind == "polled" else "rest\n")
                 browser.stdin.flush()
-                out[mode].append(_block(pool, workers, rounds))
+                service.measuring = kind != "unmeasured"
+                out[kind].append(_block(pool, workers, rounds))
             browser.stdin.close()
             browser.wait()
     print(json.dumps(out))
@@ -161,7 +181,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--block", type=int, default=20, help="rounds a block")
-    parser.add_argument("--pairs", type=int, default=16, help="idle-polled pairs a run")
+    parser.add_argument("--pairs", type=int, default=16,
+                        help="pairs of each kind a run (even: whole ABBA groups)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--child", choices=("off", "on"))
     parser.add_argument("--browse", nargs=2, metavar=("ADDRESS", "TOKEN"),
@@ -187,18 +208,22 @@ def main() -> None:
     rows = []
     for i, figure in enumerate(FIGURES):
         polled = [p[i] / q[i] for r in runs for p, q in zip(r["on"]["polled"], r["on"]["idle"])]
+        measured = [q[i] / p[i] for r in runs
+                    for p, q in zip(r["on"]["unmeasured"], r["on"]["idle 2"])]
         idle = [_mean(r["on"]["idle"], i) / _mean(r["off"]["idle"], i) for r in runs]
         rows.append([figure,
                      " ".join(f"{_mean(r['off']['idle'], i) * 1e3:.1f}" for r in runs) + " ms",
-                     _said(polled),
+                     _said(polled), _said(measured),
                      " ".join(f"{x:.3f}" for x in idle),
                      f"{statistics.median(idle):.3f}x"])
     table(f"Pool({args.workers}), rounds of 1 ms tasks in blocks of {args.block}; "
-          f"{args.runs} runs, each an 'off' program and an 'on' one of {args.pairs} pairs",
-          ["", "off, each run", "polled vs idle (95%)", "idle vs off, each run", "median"],
-          rows)
-    print("(polled vs idle: the mean of every pair's ratio, same program; idle vs off: "
-          "the 'on' program's idle blocks against the 'off' program of the same run)")
+          f"{args.runs} runs, each an 'off' program and an 'on' one of {args.pairs} pairs "
+          "of each kind",
+          ["", "off, each run", "polled vs idle (95%)", "idle vs unmeasured (95%)",
+           "idle vs off, each run", "median"], rows)
+    print("(polled vs idle, idle vs unmeasured: the mean of every pair's ratio, same "
+          "program; idle vs off: the 'on' program's idle blocks against the 'off' "
+          "program of the same run)")
 
 
 if __name__ == "__main__":
