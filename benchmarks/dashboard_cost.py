@@ -16,8 +16,8 @@ costs are measured apart, each as closely as it can be:
   both), the browser told at each block whether to ask. Each pair gives one ratio;
   printed, their mean with a 95% interval (a bootstrap over the pairs, all runs').
 * **idle against unmeasured**, within the same program: as many pairs of blocks idle
-  and with the pool's /metrics histograms off (see `child`): what the dashboard adds
-  to the pool's path while nobody looks.
+  and with the pool's /metrics histograms off (see `child`): what an idle dashboard
+  that was looked at once adds to the pool's path (until a first look: nothing).
 * **on and idle against off**, between programs: each run starts one program with the
   dashboard off and one with it on (their order alternating); the ratio of the "off"
   one's 2P blocks to the "on" one's P idle blocks of the first kind, a run each.
@@ -127,13 +127,13 @@ def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
     many idle and unmeasured (see `GROUPS`); without, 2 ``pairs`` blocks. Prints
     {kind: [block...]}.
 
-    Unmeasured: the pool's /metrics histograms (the task durations and latencies its hub
-    records, from the start with a dashboard in the config) turned off, as they are in a
-    program without a dashboard: the one piece of an idle dashboard on the pool's path
-    that can be turned off and on in one program (through the pool's own attribute,
-    which the dashboard's first look sets; so an unmeasured block never follows a
-    polled one). What stays on: the jobs' idle connections to the dashboard and its
-    HTTP server's thread, which wakes twice a second."""
+    Idle and polled blocks run with the pool's /metrics histograms on (the task
+    durations and latencies its hub records from a viewer's first look on: an idle
+    dashboard that was looked at once), unmeasured ones with them off, as they are
+    until that first look (set through the pool's own attribute before each block; an
+    unmeasured block never follows a polled one, whose last poll would set it).
+    On in every block, as no block can turn them off: the jobs' idle connections to the
+    dashboard and its HTTP server's thread, which wakes twice a second."""
     if dashboard:
         fiber.init(dashboard="127.0.0.1:0")
     out: Dict[str, List[Block]] = {kind: [] for group in GROUPS for kind in group}

@@ -106,9 +106,11 @@ class Pool(PoolExtras):
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process
         name = f"Pool-{next(_numbers)}"
         core = self._core
-        # /metrics' histograms and byte counts: from the start with a dashboard in the
-        # config, else from the first look of one (a program nobody watches pays nothing)
-        core.service.measuring = bool(get_config().dashboard)
+        # /metrics' histograms: from the first look of a dashboard (its page, a scrape)
+        # or of fiber top, dashboard in the config or not: a program nobody looks at
+        # pays nothing for them (measured: ~1% of a Pool(1024)'s rounds of 1 ms tasks,
+        # benchmarks/dashboard_cost.py), and a Prometheus takes its first scrape as the
+        # start of its counts anyway
 
         def describe(pool: Pool) -> Dict[str, Any]:
             # A viewer's table is built in slices, the hub's lock and the GIL let go
@@ -148,7 +150,7 @@ class Pool(PoolExtras):
                 out = {"name": name, **status_dict(service, core.state, core.size, workers,
                                                    counts["running"])}
                 out.update(counts, workers_from=first)
-                service.measuring = True
+                service.measuring = True  # from now on (see above)
                 out["stream"] = stream
                 out["durations"] = service.durations.as_dict()
                 out["latency"] = service.latency.as_dict()
