@@ -2,6 +2,7 @@
 on and idle, and on with a browser polling (a snapshot and /metrics every second).
 
     .venv/bin/python benchmarks/dashboard_cost.py [--workers N] [--block R] [--pairs P] [--runs K]
+                                                  [--rate Q]
 
 A round is one 1 ms task per worker, then a wait for all of them (the RL/ES step
 pattern); rounds are timed once every worker has connected, in blocks of R rounds. The
@@ -15,6 +16,9 @@ costs are measured apart, each as closely as it can be:
   pairs of blocks, idle and polled in turn (ABBA, so that a drift over the run falls on
   both), the browser told at each block whether to ask. Each pair gives one ratio;
   printed, their mean with a 95% interval (a bootstrap over the pairs, all runs').
+  ``--rate Q``: Q polls a second, each on another page of rows (a snapshot each), so
+  that a cost too small to resolve at one poll a second is measured Q times over; the
+  cost of one a second is printed too, as 1/Q of it (the polls' costs adding up).
 * **idle against unmeasured**, within the same program: as many pairs of blocks idle
   and with the pool's /metrics histograms off (see `child`): what an idle dashboard
   that was looked at once adds to the pool's path (until a first look: nothing).
@@ -65,24 +69,28 @@ def _machine_cpu() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-def _ask(url: urllib.parse.SplitResult, token: str) -> None:
-    for path in ("/api/snapshot?workers=0:100", "/metrics"):  # the page's first page
+def _ask(url: urllib.parse.SplitResult, token: str, page: int = 0) -> None:
+    """What the page asks a second: one page of the workers' table (the first, 100 rows),
+    then /metrics (served by that snapshot)."""
+    for path in (f"/api/snapshot?workers={100 * page}:100", "/metrics"):
         conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
         conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
         conn.getresponse().read()
         conn.close()
 
 
-def _browse(address: str, token: str) -> None:
+def _browse(address: str, token: str, rate: int = 1) -> None:
     """The browser: another process (a thread of the program would take the GIL its hub
-    needs, which a browser does not). It asks for what the page asks, once a second on
-    a steady beat, while its last line on stdin was ``poll`` (until ``rest``); stdin's end
-    ends it. The beat does not move with the blocks, so that over many blocks a polled
-    second gets one poll, neither more nor less."""
+    needs, which a browser does not). It asks for what the page asks, ``rate`` times a
+    second on a steady beat, while its last line on stdin was ``poll`` (until ``rest``);
+    stdin's end ends it. The beat does not move with the blocks, so that over many blocks
+    a polled second gets ``rate`` polls, neither more nor less. With ``rate`` above 1,
+    each poll of a second asks for another page of rows (as ``rate`` viewers on as many
+    pages would), so that each builds a snapshot: one of the same rows serves 0.5 s."""
     url = urllib.parse.urlsplit(address)
-    polling, beat = False, time.monotonic()
+    polling, beat, polls = False, time.monotonic(), 0
     while True:
-        beat += 1.0
+        beat += 1.0 / rate
         while (left := beat - time.monotonic()) > 0:
             if select.select([sys.stdin], [], [], left)[0]:
                 line = sys.stdin.readline()
@@ -90,7 +98,8 @@ def _browse(address: str, token: str) -> None:
                     return
                 polling = line.strip() == "poll"
         if polling:
-            _ask(url, token)
+            _ask(url, token, polls % rate)
+            polls += 1
 
 
 def _all_up(pool: fiber.Pool, timeout: float = 300.0) -> None:
@@ -122,7 +131,7 @@ GROUPS = (("idle", "polled", "polled", "idle"),
           ("idle 2", "unmeasured", "unmeasured", "idle 2"))
 
 
-def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
+def child(dashboard: bool, workers: int, rounds: int, pairs: int, rate: int) -> None:
     """One program: with ``dashboard``, ``pairs`` pairs of blocks idle and polled, and as
     many idle and unmeasured (see `GROUPS`); without, 2 ``pairs`` blocks. Prints
     {kind: [block...]}.
@@ -145,8 +154,9 @@ def child(dashboard: bool, workers: int, rounds: int, pairs: int) -> None:
             from fiber.dashboard import serve_program
 
             board = serve_program("127.0.0.1:0")
-            browser = subprocess.Popen([sys.executable, __file__, "--browse", board.address,
-                                        board.token], stdin=subprocess.PIPE, text=True)
+            browser = subprocess.Popen([sys.executable, __file__, "--rate", str(rate),
+                                        "--browse", board.address, board.token],
+                                       stdin=subprocess.PIPE, text=True)
             assert browser.stdin is not None
             service = pool._core.service  # noqa: SLF001 - see above
             for b in range(4 * pairs):
@@ -184,15 +194,18 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16,
                         help="pairs of each kind a run (even: whole ABBA groups)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=1,
+                        help="polls a second while polled (above 1: each on another page "
+                             "of rows; the cost of one a second is printed too)")
     parser.add_argument("--child", choices=("off", "on"))
     parser.add_argument("--browse", nargs=2, metavar=("ADDRESS", "TOKEN"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.browse:
-        _browse(*args.browse)
+        _browse(*args.browse, rate=args.rate)
         return
     if args.child:
-        child(args.child == "on", args.workers, args.block, args.pairs)
+        child(args.child == "on", args.workers, args.block, args.pairs, args.rate)
         return
     env = {k: v for k, v in os.environ.items() if k != "FIBER_DASHBOARD"}
     runs: List[Dict[str, Dict[str, List[Block]]]] = []
@@ -201,7 +214,7 @@ def main() -> None:
         for mode in ("off", "on") if run % 2 == 0 else ("on", "off"):
             out = subprocess.run([sys.executable, __file__, "--child", mode, "--workers",
                                   str(args.workers), "--block", str(args.block), "--pairs",
-                                  str(args.pairs)],
+                                  str(args.pairs), "--rate", str(args.rate)],
                                  env=env, capture_output=True, text=True, check=True)
             got[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         runs.append(got)
@@ -211,15 +224,18 @@ def main() -> None:
         measured = [q[i] / p[i] for r in runs
                     for p, q in zip(r["on"]["unmeasured"], r["on"]["idle 2"])]
         idle = [_mean(r["on"]["idle"], i) / _mean(r["off"]["idle"], i) for r in runs]
+        # the cost of one poll a second, if the cost grows with the polls (--rate)
+        per_poll = [1 + (x - 1) / args.rate for x in polled]
         rows.append([figure,
                      " ".join(f"{_mean(r['off']['idle'], i) * 1e3:.1f}" for r in runs) + " ms",
-                     _said(polled), _said(measured),
+                     _said(polled), _said(per_poll), _said(measured),
                      " ".join(f"{x:.3f}" for x in idle),
                      f"{statistics.median(idle):.3f}x"])
     table(f"Pool({args.workers}), rounds of 1 ms tasks in blocks of {args.block}; "
           f"{args.runs} runs, each an 'off' program and an 'on' one of {args.pairs} pairs "
           "of each kind",
-          ["", "off, each run", "polled vs idle (95%)", "idle vs unmeasured (95%)",
+          ["", "off, each run", f"polled ({args.rate}/s) vs idle (95%)",
+           "a poll a second", "idle vs unmeasured (95%)",
            "idle vs off, each run", "median"], rows)
     print("(polled vs idle, idle vs unmeasured: the mean of every pair's ratio, same "
           "program; idle vs off: the 'on' program's idle blocks against the 'off' "
