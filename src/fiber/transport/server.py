@@ -307,8 +307,9 @@ class Server(StandIn):
         """The bytes written to ``peers`` and read from them on their connections so far
         (also once they have ended; nothing for a thread of this process), added up.
 
-        In two C loops, not a Python call a peer: a dashboard's poll of a 1,024-worker
-        pool adds up every worker's, and took 0.3-1 ms of its hub's GIL so."""
+        In two C loops, not a Python call a peer (a dashboard's poll adds up a
+        1,024-worker pool's every second). Under a pool running rounds it still costs
+        ~0.8 ms: reading 1,024 connections' counters from memory, not the calls."""
         conns = [conn for conn in map(_CONN, peers) if conn is not None]
         return sum(map(_SENT, conns)), sum(map(_RECEIVED, conns))
 
