@@ -35,7 +35,7 @@ import typing
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Type, TypeVar
 
 from ..errors import ConfigError
-from . import _backend_keys, _registry
+from . import _backend_keys, _registry, _values
 from . import _compat as compat
 
 __all__ = ["Config", "get_config", "init", "override", "reset", "load", "get_dict",
@@ -46,7 +46,7 @@ _S = TypeVar("_S")
 CONFIG_FILE = ".fiberconfig"
 _ENV_PREFIX = "FIBER_"
 _SECTIONS = ("fiber", "default")  # default: the original fiber's section
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_LEVELS = _values.LOG_LEVELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,10 +204,6 @@ _lock = threading.Lock()
 _explicit: Dict[str, Any] = {}
 _resolved: Optional[Config] = None
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
 def _key_type(key: str) -> Any:
     """The type of key ``key``, the core's or a backend's (see ._backend_keys).
 
@@ -224,53 +220,13 @@ def _key_type(key: str) -> Any:
         key, [*_FIELDS, *_backend_keys.backend_keys()]), valid=list(_FIELDS))
 
 
-def _convert(key: str, value: Any) -> Any:
-    """Convert ``value`` to the type of key ``key``; raise ConfigError when it can't."""
-    typ = _key_type(key)
-    try:
-        if typ is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-                return value.strip().lower() in _TRUE
-            raise ValueError(value)
-        if typ is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(value)
-        if typ is float:
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return float(value)
-        if typ is str:
-            if not isinstance(value, str):
-                raise ValueError(value)
-            return value
-    except (TypeError, ValueError):
-        raise ConfigError(
-            key, f"expected {typ.__name__}, got {value!r}", valid=list(_FIELDS)
-        ) from None
-    raise AssertionError(f"unsupported config type {typ!r}")  # a bug in Config, not input
+def _value(key: str, raw: Any) -> Any:
+    """``raw``, the value of key ``key`` a source gives, converted and checked.
 
-
-def _validate(key: str, value: Any) -> None:
-    if key == "backend" and not value:
-        raise ConfigError(key, "must not be empty")
-    if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
-        raise ConfigError(key, f"must be positive, got {value!r}")
-    if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "queue_prefetch",
-               "spin_us", "pool_worker_lifetime", "pool_renew_margin") and value < 0:
-        raise ConfigError(key, f"must not be negative, got {value!r}")
-    if key == "log_level" and value not in LOG_LEVELS:
-        raise ConfigError(key, f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
-                          + compat.suggestion(str(value).lower(), LOG_LEVELS))
-    if key == "listen_port" and not 0 <= value <= 65535:
-        raise ConfigError(key, f"must be a TCP port (0 to 65535), got {value!r}")
-    if key == "dashboard" and value:
-        host, sep, port = str(value).rpartition(":")
-        if not (sep and port.isdigit() and 0 <= int(port) <= 65535):
-            raise ConfigError(key, f"must be HOST:PORT (127.0.0.1:0: a free port), "
-                              f"got {value!r}")
+    Raises:
+        ConfigError: the key is unknown, or the value is not of its type or range.
+    """
+    return _values.checked(key, _values.converted(key, _key_type(key), raw, list(_FIELDS)))
 
 
 def _from_file(path: str) -> Dict[str, str]:
@@ -388,9 +344,7 @@ def resolve(
     )
     for source in sources:
         for key, raw in source.items():
-            value = _convert(key, raw)
-            _validate(key, value)
-            values[key] = value
+            values[key] = _value(key, raw)
     return _built(values)
 
 
@@ -469,7 +423,7 @@ def init(**kwargs: Any) -> Config:
         for key in unset:
             _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
-            _validate(key, _convert(key, value))
+            _value(key, value)
         if "backend" in kwargs:
             _check_backend(kwargs["backend"])
         merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
@@ -539,8 +493,7 @@ def override(**kwargs: Any) -> Iterator[Config]:
     base = get_config()
     converted = {}
     for key, value in kwargs.items():
-        converted[key] = _convert(key, value)
-        _validate(key, converted[key])
+        converted[key] = _value(key, value)
     new = _built(converted, base)
     with _lock:
         _resolved = new
