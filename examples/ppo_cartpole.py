@@ -21,8 +21,8 @@ library started their process, so ``--compare`` trains twice, with multiprocessi
 with fiber, and checks that the episode returns, the evaluation and the final weights are
 the same, bit for bit.
 
-Needs the ``examples`` extra: ``pip install 'fiber-cluster[examples]'`` (stable-baselines3,
-gymnasium, torch).
+Needs fiber's ``examples`` extra (stable-baselines3, gymnasium, torch): ``pip install
+'.[examples]'`` in fiber's checkout.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
   ``fiber.config.Config`` (docs/config_reference.py).
 - README.md is a door: at most 250 lines, with the two commands, the install and links
   that reach the guide.
+- No page, docstring, script or error tells users to ``pip install fiber-cluster`` from an
+  index, which does not have it yet (but as what works "once published"); the commands
+  that install fiber name extras it has and the wheel it builds.
 - docs/check_site.py, which ``mkdocs build --strict`` runs on the site it has just built
   (a hook in mkdocs.yml: one build checks it all), finds each kind of problem it is for,
   on small pages made to have it.
@@ -14,14 +17,18 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
+import importlib.metadata
 import os
+import re
 import runpy
 import subprocess
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from fiber._version import DISTRIBUTION, WHEEL
 from fiber.testing.conformance.support.doc_programs import BACKENDS, all_blocks
 
 import support
@@ -62,9 +69,54 @@ def test_the_readme_is_a_door():
         text = f.read()
     assert len(text.splitlines()) <= 250, "the README grows: move the new part into docs/"
     for needed in ("./scripts/demo", ".venv-demo", "./scripts/test", "PYTHON=python3.12",
-                   'pip install "fiber-cluster[', "docs/getting-started.md",
+                   "pip install .", 'pip install ".[kubernetes]"', "python -m build",
+                   f'pip install "dist/{WHEEL}[kubernetes]"', "docs/getting-started.md",
                    "docs/backends/index.md", "docs/pools.md"):
         assert needed in text, needed
+
+
+# -- the install commands -------------------------------------------------------------------
+
+def _pip_installs() -> List[Tuple[str, str]]:
+    """(file:line, the words after ``pip install``) of every pip install in the README, the
+    docs, fiber's sources, the examples and the scripts."""
+    files = [README] + glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True)
+    for pattern in ("src/fiber/**/*.py", "examples/*.py", "scripts/*"):
+        files += glob.glob(os.path.join(ROOT, pattern), recursive=True)
+    found = []
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                for m in re.finditer(r"pip install([^`\n]*)", line):
+                    words = [w.strip("'\"") for w in m.group(1).split()]
+                    found.append((f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}", words))
+    return found
+
+
+def test_nothing_tells_users_to_install_fiber_from_an_index():
+    """fiber-cluster is not on PyPI yet: a command that would take it from an index is
+    wrong, but as what works "once published"."""
+    installs = _pip_installs()
+    assert len(installs) >= 20, installs  # the walk sees them
+    by_name = re.compile(rf"{DISTRIBUTION}(\[[\w,]+\])?([<>=!~].*)?")
+    wrong = [where for where, words in installs
+             if any(by_name.fullmatch(w) for w in words) and "once published" not in where]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_install_commands_name_extras_fiber_has_and_its_wheel():
+    extras = set(importlib.metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or [])
+    wheel_placeholder = WHEEL.replace(importlib.metadata.version(DISTRIBUTION), "VERSION")
+    named = 0
+    for where, words in _pip_installs():
+        for word in words:
+            m = re.fullmatch(r"(.*)\[([\w,]+)\]", word)
+            path, asked = (m.group(1), m.group(2).split(",")) if m else (word, [])
+            assert set(asked) - {"EXTRA"} <= extras, f"{where}: fiber has no extra {asked}"
+            if "fiber_cluster" in path:
+                assert os.path.basename(path) in (WHEEL, wheel_placeholder), where
+                named += 1
+    assert named >= 4  # the README's, the getting started's, the hints'
 
 
 # -- the site's checks ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ import socket
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
+from .._version import install_hint
 from ..errors import ConfigError, SubmitError
 
 __all__ = ["import_extra", "mount_items", "parallel", "parse_mounts", "route_to", "signal_name",
@@ -115,10 +116,9 @@ def signal_name(n: int) -> str:
 
 def import_extra(module: str, backend: str, what: str) -> Any:
     """``module``, the client library a backend needs, or a SubmitError naming the extra
-    of fiber that installs it (``fiber-cluster[<backend>]``)."""
+    of fiber that installs it (the extra named as the backend) and how."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
         raise SubmitError(f"the {backend} backend needs {what} (the `{module}` package), "
-                          f"which is not installed: pip install 'fiber-cluster[{backend}]'"
-                          ) from e
+                          f"which is not installed: {install_hint(backend)}") from e

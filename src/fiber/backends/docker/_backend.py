@@ -1,7 +1,7 @@
 """The ``docker`` backend: every fiber process is a container on a Docker engine.
 
-Needs the Docker SDK for Python, the optional extra ``pip install 'fiber-cluster[docker]'``
-(a clear `SubmitError` names it when it is missing). The engine is
+Needs the Docker SDK for Python, fiber's optional extra ``docker`` (``pip install
+'.[docker]'`` in fiber's checkout; a clear `SubmitError` says so when it is missing). The engine is
 ``docker_host`` if set, else ``DOCKER_HOST`` (with ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``),
 else the engine's default socket. Every engine call has a timeout (``docker_timeout``): an
 engine that is unreachable or stuck gives an error, never a hang.

@@ -1,8 +1,8 @@
 """The ``kubernetes`` backend: every fiber process is a pod.
 
-Needs the official Kubernetes Python client, the optional extra
-``pip install 'fiber-cluster[kubernetes]'`` (a clear `SubmitError`
-names it when it is missing). Credentials: ``kubernetes_kubeconfig`` if set; else, in a pod,
+Needs the official Kubernetes Python client, fiber's optional extra ``kubernetes``
+(``pip install '.[kubernetes]'`` in fiber's checkout; a clear `SubmitError` says so when
+it is missing). Credentials: ``kubernetes_kubeconfig`` if set; else, in a pod,
 its service account (the API server at ``kubernetes_pod_api_server`` when set, else the
 cluster's ``kubernetes`` service); else ``KUBECONFIG`` or ``~/.kube/config``. Every API call
 has a timeout (``kubernetes_timeout``): an unreachable API server is an error, not a hang.

@@ -2,9 +2,10 @@
 
 Every test here takes the ``ctx`` fixture, the context of the backend under test, so the
 whole suite runs on any backend fiber can find by name; a backend's author runs it
-against theirs, from any directory, with fiber installed with its ``test`` extra::
+against theirs, from any directory, with fiber installed with its ``test`` extra (from
+fiber's checkout, or ``pip install 'fiber_cluster-VERSION-py3-none-any.whl[test]'``)::
 
-    pip install 'fiber-cluster[test]'
+    pip install '.[test]'
     pytest --pyargs fiber.testing.conformance --fiber-backend NAME [-m "not local_pids"]
 
 - ``conftest.py``: the suite's markers, fixtures and leak check (from `.fixtures`);

@@ -34,6 +34,7 @@ import pytest
 
 import fiber
 
+from ..._version import install_hint
 from ...config import _registry
 from .support.waiting import unusable
 
@@ -102,7 +103,7 @@ def default_timeouts(config: pytest.Config, items: Iterable[pytest.Item]) -> Non
         option = config.getoption("timeout")
     except ValueError:
         raise pytest.UsageError("the conformance suite needs pytest-timeout (every test has "
-                                "a deadline): pip install 'fiber-cluster[test]'") from None
+                                f"a deadline): {install_hint('test')}") from None
     if option is not None or os.environ.get("PYTEST_TIMEOUT") or config.getini("timeout"):
         return
     for item in items:
