@@ -43,11 +43,14 @@ class FiberError(Exception):
 
 
 class ConfigError(FiberError, ValueError):
-    """A configuration key is unknown or its value has the wrong type."""
+    """A configuration key is unknown or its value is wrong; ``where`` names the source
+    that set it (``FIBER_DEBUG``, a ``.fiberconfig`` path, ``fiber.init``), if known."""
 
-    def __init__(self, key: str, problem: str, valid: Sequence[str] = ()) -> None:
+    def __init__(self, key: str, problem: str, valid: Sequence[str] = (),
+                 where: str = "") -> None:
         self.key = key
-        msg = f"fiber config {key!r}: {problem}"
+        self.where = where
+        msg = f"fiber config {key!r}" + (f" (from {where})" if where else "") + f": {problem}"
         if valid:
             msg += "; valid keys are: " + ", ".join(sorted(valid))
         super().__init__(msg)

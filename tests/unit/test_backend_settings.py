@@ -96,7 +96,7 @@ def test_an_unknown_key_of_a_backend_names_the_closest_and_its_keys():
 def test_a_backends_own_checks_and_types_apply():
     with pytest.raises(ConfigError, match="toy_retries"):
         fiber.init(toy_retries=-1)
-    with pytest.raises(ConfigError, match="expected int"):
+    with pytest.raises(ConfigError, match=r"expected a whole number \(int\)"):
         fiber.init(toy_retries="many")
     with pytest.raises(ConfigError, match="kubernetes_timeout"):
         fiber.init(kubernetes_timeout=0)

@@ -28,16 +28,56 @@ def test_environment_strings_are_converted(tmp_path):
     assert cfg.debug is True
 
 
-@pytest.mark.parametrize("env,key", [
-    ({"FIBER_POOL_PREFETCH": "many"}, "pool_prefetch"),
-    ({"FIBER_DEBUG": "maybe"}, "debug"),
-    ({"FIBER_HEARTBEAT_TIMEOUT": "-1"}, "heartbeat_timeout"),
-    ({"FIBER_SPIN_US": "-200"}, "spin_us"),
+#: (key, a wrong value, what the error says is expected): a key of each type, the core's
+#: and a backend's.
+BAD_VALUES = [
+    ("heartbeat_timeout", "abc", "expected a number (float), got 'abc'"),
+    ("cpu_per_job", "two", "expected a number (float), got 'two'"),
+    ("pool_prefetch", "many", "expected a whole number (int), got 'many'"),
+    ("listen_port", "80.5", "expected a whole number (int), got '80.5'"),
+    ("debug", "maybe", "expected a boolean (true or false, 1 or 0, yes or no, on or off), "
+                       "got 'maybe'"),
+    ("log_level", "loud", "must be one of debug, info, warning, error, critical, got 'loud'"),
+    ("heartbeat_timeout", "-1", "must be positive, got -1.0"),
+    ("spin_us", "-200", "must not be negative, got -200"),
+    ("ssh_connect_timeout", "ten", "expected a whole number (int), got 'ten'"),
+    ("docker_timeout", "soon", "expected a number (float), got 'soon'"),
+    ("local_fork_server", "perhaps", "expected a boolean (true or false, 1 or 0, yes or no, "
+                                     "on or off), got 'perhaps'"),
+]
+
+
+@pytest.mark.parametrize("key,value,expected", BAD_VALUES)
+def test_a_wrong_value_says_what_is_expected_and_where_it_was_set(tmp_path, key, value,
+                                                                   expected):
+    """``FIBER_HEARTBEAT_TIMEOUT=abc`` listed every valid key, as if the key were unknown:
+    a wrong value of a valid key says what the key expects, what was given, and where
+    (the variable, the file, ``fiber.init``), and no list of keys."""
+    variable = f"FIBER_{key.upper()}"
+    path = tmp_path / ".fiberconfig"
+    path.write_text(f"[fiber]\n{key} = {value}\n")
+    for where, kwargs in [(variable, {"environ": {variable: value}}),
+                          (str(path), {"config_file": str(path)}),
+                          ("fiber.init", {"explicit": {key: value}})]:
+        args = {"explicit": {}, "environ": {}, "config_file": str(tmp_path / "none"), **kwargs}
+        with pytest.raises(ConfigError) as err:
+            resolve(**args)
+        assert str(err.value) == f"fiber config {key!r} (from {where}): {expected}"
+        assert err.value.key == key and err.value.where == where
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    ({"heartbeat_timeout": "abc"}, "expected a number (float), got 'abc'"),
+    ({"debug": 2}, "expected a boolean (true or false, 1 or 0, yes or no, on or off), got 2"),
+    ({"listen_port": True}, "expected a whole number (int), got True"),
+    ({"image": 3}, "expected a string (str), got 3"),
 ])
-def test_bad_value_names_key_and_valid_keys(tmp_path, env, key):
+def test_a_wrong_value_in_init_says_so_and_changes_nothing(kwargs, expected):
+    before = fiber.get_config()
     with pytest.raises(ConfigError) as err:
-        resolve({}, environ=env, config_file=str(tmp_path / "none"))
-    assert key in str(err.value)
+        fiber.init(**kwargs)
+    assert str(err.value) == f"fiber config {next(iter(kwargs))!r} (from fiber.init): {expected}"
+    assert fiber.get_config() == before
 
 
 def test_unknown_key_lists_valid_ones():

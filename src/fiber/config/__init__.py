@@ -7,9 +7,10 @@ Precedence, highest first:
 ``.fiberconfig`` (in the working directory) is an INI file whose ``[fiber]`` section holds
 the same keys as ``fiber.init``; a file without a section header is read as ``[fiber]``,
 and the original fiber's ``[default]`` section is read too. Values from text sources are
-converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key or a
-value of the wrong type raises `ConfigError` naming the key, the closest valid one
-and the valid ones; a ``FIBER_*`` variable that is not a setting is warned about once.
+converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key raises
+`ConfigError` naming the key, the closest valid one and the valid ones, a wrong value one
+saying what its key expects and where it was set (see `_values`); a ``FIBER_*`` variable
+that is not a setting is warned about once.
 Keys of the original fiber are read as their new names, with a one-time ``FutureWarning``.
 A backend's own keys (``slurm_partition``) are declared by the backend (``Backend.settings``):
 ``[fiber.<backend>]`` sections of ``.fiberconfig`` hold them too.
@@ -32,7 +33,7 @@ import sys
 import threading
 import types
 import typing
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Type, TypeVar
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from ..errors import ConfigError
 from . import _backend_keys, _registry, _values
@@ -204,8 +205,10 @@ _lock = threading.Lock()
 _explicit: Dict[str, Any] = {}
 _resolved: Optional[Config] = None
 
-def _key_type(key: str) -> Any:
-    """The type of key ``key``, the core's or a backend's (see ._backend_keys).
+
+def _key_type(key: str, where: str = "") -> Any:
+    """The type of key ``key``, the core's or a backend's (see ._backend_keys), set in
+    ``where``.
 
     Raises:
         ConfigError: no such key: the message names the closest one and the valid ones.
@@ -213,20 +216,21 @@ def _key_type(key: str) -> Any:
     if key in _FIELDS:
         return _TYPES[key]
     try:
-        return _backend_keys.field_type(key)[2]
+        return _backend_keys.field_type(key, where)[2]
     except LookupError:
         pass
     raise ConfigError(key, "unknown key" + compat.suggestion(
-        key, [*_FIELDS, *_backend_keys.backend_keys()]), valid=list(_FIELDS))
+        key, [*_FIELDS, *_backend_keys.backend_keys()]), valid=list(_FIELDS), where=where)
 
 
-def _value(key: str, raw: Any) -> Any:
-    """``raw``, the value of key ``key`` a source gives, converted and checked.
+def _value(key: str, raw: Any, where: str) -> Any:
+    """``raw``, the value of key ``key`` that ``where`` gives (``FIBER_DEBUG``, a file's
+    path, ``fiber.init``), converted and checked.
 
     Raises:
         ConfigError: the key is unknown, or the value is not of its type or range.
     """
-    return _values.checked(key, _values.converted(key, _key_type(key), raw, list(_FIELDS)))
+    return _values.checked(key, _values.converted(key, _key_type(key, where), raw, where), where)
 
 
 def _from_file(path: str) -> Dict[str, str]:
@@ -300,14 +304,15 @@ def _from_env(environ: Mapping[str, str]) -> Dict[str, str]:
     return out
 
 
-def _translated(source: Mapping[str, Any], where: str) -> Dict[str, Any]:
-    """``source`` with the original fiber's keys read as ours; a new key set in the
-    same source wins over its old name."""
-    out: Dict[str, Any] = {}
+def _translated(source: Mapping[str, Any], where: str) -> Dict[str, Tuple[Any, str]]:
+    """``source`` with the original fiber's keys read as ours, each value with the key it
+    was set under (``default_backend`` for ``backend``); a new key set in the same source
+    wins over its old name."""
+    out: Dict[str, Tuple[Any, str]] = {}
     for key, value in source.items():
         pair = compat.translate(key, value, where)
         if pair is not None and not (pair[0] != key and pair[0] in source):
-            out[pair[0]] = pair[1]
+            out[pair[0]] = (pair[1], key)
     return out
 
 
@@ -338,13 +343,14 @@ def resolve(
     values: Dict[str, Any] = {}
     path = config_file if config_file is not None else CONFIG_FILE
     sources = (
-        _translated(_from_file(path), path),
-        _translated(_from_env(os.environ if environ is None else environ), "environment"),
-        _translated(explicit, "fiber.init"),
+        (_translated(_from_file(path), path), lambda key: path),
+        (_translated(_from_env(os.environ if environ is None else environ), "environment"),
+         lambda key: _ENV_PREFIX + key.upper()),
+        (_translated(explicit, "fiber.init"), lambda key: "fiber.init"),
     )
-    for source in sources:
-        for key, raw in source.items():
-            values[key] = _value(key, raw)
+    for source, where in sources:
+        for key, (raw, given_as) in source.items():
+            values[key] = _value(key, raw, where(given_as))
     return _built(values)
 
 
@@ -414,7 +420,7 @@ def init(**kwargs: Any) -> Config:
             names no backend.
     """
     global _resolved
-    kwargs = _translated(kwargs, "fiber.init")
+    kwargs = {key: value for key, (value, _) in _translated(kwargs, "fiber.init").items()}
     # None, as the original fiber's defaults were (init(backend=None)): the key's value
     # from the environment, .fiberconfig or the default again
     unset = [key for key, value in kwargs.items() if value is None]
@@ -423,7 +429,7 @@ def init(**kwargs: Any) -> Config:
         for key in unset:
             _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
-            _value(key, value)
+            _value(key, value, "fiber.init")
         if "backend" in kwargs:
             _check_backend(kwargs["backend"])
         merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
@@ -493,7 +499,7 @@ def override(**kwargs: Any) -> Iterator[Config]:
     base = get_config()
     converted = {}
     for key, value in kwargs.items():
-        converted[key] = _value(key, value)
+        converted[key] = _value(key, value, "config.override")
     new = _built(converted, base)
     with _lock:
         _resolved = new

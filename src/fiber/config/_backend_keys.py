@@ -46,8 +46,8 @@ def backend_keys() -> List[str]:
     return out
 
 
-def field_type(key: str) -> Tuple[str, str, Any]:
-    """``(backend, its key, the key's type)`` of backend key ``key``.
+def field_type(key: str, where: str = "") -> Tuple[str, str, Any]:
+    """``(backend, its key, the key's type)`` of backend key ``key`` (set in ``where``).
 
     Raises:
         ConfigError: no backend declares it: the message names the closest key and the
@@ -61,7 +61,7 @@ def field_type(key: str) -> Tuple[str, str, Any]:
     if sub not in hints or sub not in {f.name for f in dataclasses.fields(cls)}:
         valid = _keys_of(name, cls)
         raise ConfigError(key, f"unknown key of the {name} backend" + suggestion(key, valid),
-                          valid=valid)
+                          valid=valid, where=where)
     return name, sub, hints[sub]
 
 

@@ -15,13 +15,21 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+#: What a value of each type is, as an error says it expected one.
+_EXPECTED = {
+    bool: "a boolean (true or false, 1 or 0, yes or no, on or off)",
+    int: "a whole number (int)",
+    float: "a number (float)",
+    str: "a string (str)",
+}
 
 
-def converted(key: str, typ: Any, value: Any, valid: Any) -> Any:
-    """``value`` converted to ``typ``, the type of key ``key``.
+def converted(key: str, typ: Any, value: Any, where: str) -> Any:
+    """``value`` of key ``key``, set in ``where``, converted to ``typ``, the key's type.
 
     Raises:
-        ConfigError: it cannot be.
+        ConfigError: it cannot be: the error says what the key expects, not which keys
+            exist (the key is one).
     """
     try:
         if typ is bool:
@@ -43,33 +51,39 @@ def converted(key: str, typ: Any, value: Any, valid: Any) -> Any:
                 raise ValueError(value)
             return value
     except (TypeError, ValueError):
-        raise ConfigError(
-            key, f"expected {typ.__name__}, got {value!r}", valid=valid
-        ) from None
+        raise ConfigError(key, f"expected {_EXPECTED[typ]}, got {value!r}",
+                          where=where) from None
     raise AssertionError(f"unsupported config type {typ!r}")  # a bug in Config, not input
 
 
-def checked(key: str, value: Any) -> Any:
-    """``value`` of key ``key`` (of its type) once it is checked.
+def checked(key: str, value: Any, where: str) -> Any:
+    """``value`` of key ``key`` (of its type), set in ``where``, once it is checked.
 
     Raises:
         ConfigError: it is out of the key's range.
     """
+    problem = _problem(key, value)
+    if problem:
+        raise ConfigError(key, problem, where=where)
+    return value
+
+
+def _problem(key: str, value: Any) -> str:
+    """What is wrong with ``value`` of key ``key``, or ''."""
     if key == "backend" and not value:
-        raise ConfigError(key, "must not be empty")
+        return "must not be empty"
     if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
-        raise ConfigError(key, f"must be positive, got {value!r}")
+        return f"must be positive, got {value!r}"
     if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "queue_prefetch",
                "spin_us", "pool_worker_lifetime", "pool_renew_margin") and value < 0:
-        raise ConfigError(key, f"must not be negative, got {value!r}")
+        return f"must not be negative, got {value!r}"
     if key == "log_level" and value not in LOG_LEVELS:
-        raise ConfigError(key, f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
-                          + suggestion(str(value).lower(), LOG_LEVELS))
+        return (f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
+                + suggestion(str(value).lower(), LOG_LEVELS))
     if key == "listen_port" and not 0 <= value <= 65535:
-        raise ConfigError(key, f"must be a TCP port (0 to 65535), got {value!r}")
+        return f"must be a TCP port (0 to 65535), got {value!r}"
     if key == "dashboard" and value:
         host, sep, port = str(value).rpartition(":")
         if not (sep and port.isdigit() and 0 <= int(port) <= 65535):
-            raise ConfigError(key, f"must be HOST:PORT (127.0.0.1:0: a free port), "
-                              f"got {value!r}")
-    return value
+            return f"must be HOST:PORT (127.0.0.1:0: a free port), got {value!r}"
+    return ""

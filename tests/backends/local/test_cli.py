@@ -86,7 +86,7 @@ def test_bad_settings_are_clear_errors():
     r = fiber_cli("run", "-c", "no_such_key=1", "--", "true")
     assert r.returncode == 1 and "unknown key" in r.stderr and "pool_prefetch" in r.stderr
     r = fiber_cli("run", "-c", "pool_prefetch=many", "--", "true")
-    assert r.returncode == 1 and "expected int" in r.stderr
+    assert r.returncode == 1 and "expected a whole number (int)" in r.stderr
     r = fiber_cli("run", "-b", "no-such-backend", "--", "true")
     assert r.returncode == 1 and "no-such-backend" in r.stderr and "local" in r.stderr
     r = fiber_cli("run", "--", "/no/such/program")
