@@ -5,17 +5,20 @@
         programs/<program>.json         0600: a running program's main process: its pid
                                         and start, command line, backend, and the address
                                         and secret of its hub (what fiber top connects with)
+        programs/<program>.ended.json   the same once it has ended, without the address
+                                        and secret, and how it ended (fiber ps --all)
         logs/<program>/<job>-<name>.log the output of the program's local jobs (local
                                         and netns backends), with their records beside
                                         (<job>.pid: see backends/local/_jobs.py, which
                                         also prunes them)
 
 A program's id here is its main process's pid. The program file is written when the
-main process's hub starts and removed when it exits; one left by a process that was
-killed is recognised (its pid is gone, or is another process's now) and removed by the
-next look. The secret in it lets whoever reads the file act as the program (as the
-secret in the environment of its jobs does): the directory and the file are this user's
-alone, as ssh-agent's socket or a Jupyter kernel's connection file are.
+main process's hub starts and replaced by its ended file when it exits; one left by a
+process that was killed is recognised (its pid is gone, or is another process's now) and
+replaced by the next look, which says it was killed (its exit hooks did not run). The
+secret in it lets whoever reads the file act as the program (as the secret in the
+environment of its jobs does): the directory and the file are this user's alone, as
+ssh-agent's socket or a Jupyter kernel's connection file are.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs", "mtime",
-           "register_program", "programs", "process_start", "process_end", "running",
-           "write_private", "terminate"]
+           "register_program", "programs", "ended_programs", "forget_program",
+           "process_start", "started_at", "process_end", "running", "write_private",
+           "terminate"]
 
 #: The program id a local job inherits (its main process's pid).
 PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
@@ -88,6 +93,14 @@ def process_start(pid: int) -> Optional[int]:
     `process_end` for whether it runs."""
     fields = _stat(pid)
     return None if fields is None else int(fields[19])  # field 22 of the whole line
+
+
+def started_at(start: int) -> float:
+    """When a process whose start is ``start`` (see `process_start`) started, in seconds
+    since the epoch: what ``fiber ps`` shows as its job's creation (a file's mtime tells
+    its last write instead, which for a killed program's jobs is their end)."""
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return booted + start / os.sysconf("SC_CLK_TCK")
 
 
 def process_end(pid: int, start: Optional[int]) -> Tuple[bool, Optional[int]]:
@@ -180,6 +193,7 @@ def register_program(address: str, secret: bytes, backend: str) -> Optional[str]
         write_private(path, json.dumps(info))
     except OSError:
         return None
+    forget_program(program_id())  # an earlier process's, with this pid
     if _registered is None:
         atexit.register(_unregister)
     _registered = path
@@ -201,39 +215,87 @@ def write_private(path: str, text: str) -> None:
 
 
 def _unregister() -> None:
+    """At exit: this program's file becomes its ended file (it exited; how, an exit
+    hook cannot tell)."""
     path = _registered
     if path is not None:
         try:
             with open(path) as f:
-                mine = json.load(f).get("pid") == os.getpid()
+                info = json.load(f)
         except (OSError, ValueError):
             return
-        if mine:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        if info.get("pid") == os.getpid():
+            _note_ended(path, info, killed=False, exitcode=None)
+
+
+def _note_ended(path: str, info: Dict[str, Any], killed: bool,
+                exitcode: Optional[int]) -> None:
+    """Replace the program file ``path`` (``info``) by the program's ended file: what
+    ``fiber ps --all`` lists of it, without its hub's address and secret. ``killed``: its
+    exit hooks did not run (a signal, or ``os._exit``); ``exitcode``: as `process_end`
+    tells it, None when unknown."""
+    kept = {k: v for k, v in info.items() if k not in ("address", "secret")}
+    kept.update(killed=killed, exitcode=exitcode)
+    try:
+        write_private(_ended_path(info["program"]), json.dumps(kept))
+    except (OSError, KeyError):
+        pass
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _ended_path(program: str) -> str:
+    return os.path.join(user_dir(), "programs", f"{program}.ended.json")
 
 
 def programs() -> List[Dict[str, Any]]:
     """The running fiber programs of this user on this machine (their program files),
-    oldest first; files of programs that are gone are removed."""
+    oldest first; the files of programs that are gone become their ended files."""
     directory = os.path.join(user_dir(), "programs")
     out = []
-    for name in os.listdir(directory) if os.path.isdir(directory) else []:
-        if not name.endswith(".json"):
+    for name in _listdir(directory):
+        if not name.endswith(".json") or name.endswith(".ended.json"):
             continue
         path = os.path.join(directory, name)
-        try:
-            with open(path) as f:
-                info = json.load(f)
-        except (OSError, ValueError):
+        info = _load(path)
+        if info is None:
             continue
-        if not running(int(info.get("pid", 0)), info.get("start")):
-            try:
-                os.unlink(path)  # its process is gone (killed before it could say so)
-            except OSError:
-                pass
+        ended, code = process_end(int(info.get("pid", 0)), info.get("start"))
+        if ended:  # killed before it could say so (a zombie still tells how)
+            _note_ended(path, info, killed=True, exitcode=code)
             continue
         out.append(info)
     return sorted(out, key=lambda i: i.get("start") or 0)
+
+
+def ended_programs() -> List[Dict[str, Any]]:
+    """The ended files of this user's fiber programs on this machine (see `programs`,
+    which makes those of killed programs), each with ``ended_at``: when it was written."""
+    directory = os.path.join(user_dir(), "programs")
+    out = []
+    for name in _listdir(directory):
+        path = os.path.join(directory, name)
+        info = _load(path) if name.endswith(".ended.json") else None
+        if info is not None and "program" in info:
+            out.append({**info, "ended_at": mtime(path)})
+    return out
+
+
+def forget_program(program: str) -> None:
+    """Remove the ended file of ``program``, if any (pruned, or its pid is reused)."""
+    try:
+        os.unlink(_ended_path(program))
+    except OSError:
+        pass
+
+
+def _load(path: str) -> Optional[Dict[str, Any]]:
+    """A program file's contents, or None (gone meanwhile, or half written by hand)."""
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None

@@ -2,6 +2,9 @@
 
     fiber top [PROGRAM] [--once] [--interval S]
 
+With its output not a terminal (``fiber top > file``, ``| grep``), one snapshot, as with
+``--once``: a refreshed screen's escape codes would only clutter a file.
+
 It runs on the machine of the program's main process (any backend: the jobs may be
 Slurm jobs, pods or containers; the main process is what it asks). It finds the program
 through the program file of `fiber._machine` (this user's, mode 0600: the hub's
@@ -39,10 +42,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "top", help="show a running program's pools and processes, refreshed",
         description="Show a running fiber program's pools (workers, the task each runs "
         "and for how long) and processes, refreshed every second; run it on the machine "
-        "of the program's main process.")
+        "of the program's main process. With its output not a terminal (redirected to a "
+        "file or a pipe) it prints one snapshot and exits 0, as with --once.")
     top.add_argument("program", nargs="?", default="", metavar="PROGRAM",
                      help="the program (its main process's pid); default: the newest")
-    top.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    top.add_argument("--once", action="store_true",
+                     help="print one snapshot and exit (what it does when its output is "
+                     "not a terminal)")
     top.add_argument("--interval", type=float, default=1.0, metavar="S",
                      help="seconds between refreshes (default 1)")
     return top

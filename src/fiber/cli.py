@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument("-a", "--all", action="store_true",
                     help="also the jobs that have ended, while the cluster keeps them "
                     "(local keeps those of running programs and, of ended programs, "
-                    "the newest 200 jobs that ended in the last 24 h)")
+                    "the newest 200 jobs and programs that ended in the last 24 h)")
 
     logs = command("logs", _logs, "print a job's output")
     logs.add_argument("job", metavar="JOB", help="the job's id, as fiber ps lists it")

@@ -59,17 +59,24 @@ def test_ps_logs_and_stop_a_local_program():
         wait_until(lambda: not psutil.pid_exists(ready["pid"])
                    or psutil.Process(ready["pid"]).status() == psutil.STATUS_ZOMBIE, 30,
                    message="the program's job to end")
-        # listed no more as running: the main process, nor a job (their logs are kept,
-        # and listed with --all)
+        # listed no more as running: the main process, nor a job (both are kept, and
+        # listed with --all: the program killed by the signal, before its exit hooks)
         wait_until(lambda: "running" not in fiber_cli("ps", "-b", "local", "--all",
                                                       program).stdout,
                    30, interval=0.5, message="fiber ps to list the program as ended")
         after = fiber_cli("ps", "-b", "local", "--all", program).stdout
-        assert "main:" not in after and ready["job"] in after
+        assert "ended (killed)" in _line_of(after, program) and ready["job"] in after
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+def _line_of(ps: str, job: str) -> str:
+    """The line of ``fiber ps``'s output that lists ``job``."""
+    lines = [line for line in ps.splitlines() if line.split()[0] == job]
+    assert len(lines) == 1, ps
+    return lines[0]
 
 
 def _sockets(pid: int) -> int:

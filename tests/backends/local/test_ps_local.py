@@ -9,6 +9,7 @@ left in the shared one is not looked at, nor touched.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict
+from typing import Dict, List
 
 import psutil
 import pytest
@@ -26,7 +27,7 @@ from fiber import _machine
 from fiber.backends.local import _jobs
 from fiber.testing.conformance.support.waiting import wait_until
 
-from support.cli_helpers import fiber_cli, tagged
+from support.cli_helpers import MAIN, fiber_cli, tagged
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -42,12 +43,18 @@ def _env(tmp_path) -> Dict[str, str]:
     return env
 
 
-def _states(env: Dict[str, str], *args: str) -> Dict[str, str]:
-    """``fiber ps -b local ARGS...``: the state of each job it lists, by job id."""
+def _rows(env: Dict[str, str], *args: str) -> Dict[str, List[str]]:
+    """``fiber ps -b local ARGS...``: the row of each job it lists (job, program, state,
+    created, name), by job id."""
     ps = fiber_cli("ps", "-b", "local", *args, env=env, timeout=60)
     assert ps.returncode == 0, ps.stderr
     rows = [re.split(r"\s{2,}", line.strip()) for line in ps.stdout.splitlines()[1:]]
-    return {row[0]: row[2] for row in rows}
+    return {row[0]: row for row in rows}
+
+
+def _states(env: Dict[str, str], *args: str) -> Dict[str, str]:
+    """``fiber ps -b local ARGS...``: the state of each job it lists, by job id."""
+    return {job: row[2] for job, row in _rows(env, *args).items()}
 
 
 def test_a_job_killed_by_sigkill_is_listed_as_ended_by_it(tmp_path):
@@ -71,13 +78,65 @@ def test_a_job_killed_by_sigkill_is_listed_as_ended_by_it(tmp_path):
         assert list(_states(env, program)) == [program], _states(env, program)
         proc.kill()
         proc.wait(60)
-        # once its program is gone too, the job's record still tells how it ended
+        # once its program is gone too, the job's record still tells how it ended, and
+        # the program's row that it was killed (reaped before fiber ps saw it end)
         assert _states(env, program) == {}
-        assert _states(env, "--all", program) == {ready["job"]: "ended (SIGKILL)"}
+        assert _states(env, "--all", program) == {program: "ended (killed)",
+                                                  ready["job"]: "ended (SIGKILL)"}
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+def test_a_sigkilled_programs_row_stays_and_its_jobs_keep_their_creation_time(tmp_path):
+    """A program killed by SIGKILL: its row stays (``--all``), ended by the signal when
+    fiber ps sees it before its parent waits for it; its jobs' CREATED is when they were
+    created, not when they ended (their logs' last write)."""
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, MAIN, "hold"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=env)
+    program = str(proc.pid)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # a Pool(2), idle (the test's timeout bounds it)
+        assert line.startswith("READY "), line + proc.stderr.read()
+        before = _rows(env, "--all", program)
+        assert before[program][2:] == [f"running (pid {proc.pid})", before[program][3],
+                                       f"main: {MAIN} hold"], before
+        workers = [job for job, row in before.items() if row[-1].startswith("PoolWorker-")]
+        assert len(workers) == 2 and len(before) == 3, before
+        created = {job: row[3] for job, row in before.items()}
+        started = calendar.timegm(time.strptime(max(created.values()), "%Y-%m-%dT%H:%M:%SZ"))
+        wait_until(lambda: time.time() >= started + 2, 10,
+                   message="two seconds past the jobs' creation")
+        os.kill(proc.pid, signal.SIGKILL)  # not waited for yet: a zombie
+        wait_until(lambda: all(row[2].startswith("ended") for row in
+                               _rows(env, "--all", program).values()), 60, interval=0.5,
+                   message="fiber ps --all to list the program and its jobs as ended")
+        after = _rows(env, "--all", program)
+        assert after[program][2] == "ended (SIGKILL)", after
+        assert {job: row[3] for job, row in after.items()} == created, (before, after)
+        proc.wait(60)  # reaped: how it ended was kept when fiber ps first saw it
+        assert _rows(env, "--all", program) == after
+        assert _states(env, program) == {}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_a_program_that_exited_keeps_its_row(tmp_path):
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, MAIN, "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=env)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    row = _rows(env, "--all")[str(proc.pid)]
+    assert row[2:] == ["ended", row[3], f"main: {MAIN} 3"], row  # (exit 3: not known)
+    assert _states(env) == {}
 
 
 def _job_record(tmp_path, monkeypatch, pid: int) -> None:

@@ -10,18 +10,22 @@ beside it (``<job>.pid``), one line written by the process that started the job:
     <pid> <start> <exit>      once that process saw it end: its exit code, or minus the
                               signal that killed it ("?": unknown)
 
-A job runs while its ``(pid, start)`` process runs; a zombie (ended, not yet waited for
-by its parent) does not. A job ends ``ended (SIGKILL)``, ``ended (exit 1)``, or just
-``ended`` when nobody could tell how (its program was killed too). A pid is trusted only
-with its start time, so a pid reused by another process is never signalled.
+A program's row is its program file, or its ended file once it has ended (see
+`fiber._machine`). A job's ``CREATED`` is its process's start, from its record (its
+log's last write may be its end). A job runs while its ``(pid, start)`` process runs; a
+zombie (ended, not yet waited for by its parent) does not. A job ends ``ended
+(SIGKILL)``, ``ended (exit 1)``, or just ``ended`` when nobody could tell how (its
+program was killed too). A pid is trusted only with its start time, so a pid reused by
+another process is never signalled.
 
 Records of ended jobs (log and record) are pruned by `prune`, when ``fiber ps``
 runs and when a process records new jobs, if no process of this user has pruned them for
 ``PRUNE_EVERY_S`` (`prune_due`: after a Pool(1024) program, the next program's prune
 unlinks 2,000 files, and a benchmark's runs, a program each, did it every time): those of
 programs that have ended are kept for ``KEEP_S`` (a day), ``KEEP_JOBS`` (200) at most,
-the newest first. A job that runs, any job of a program that runs, and a record younger
-than ``_YOUNG_S`` (a job being started, its record not written yet) are never pruned.
+the newest first, as are the rows of ended programs. A job that runs, any job of a
+program that runs, and a record younger than ``_YOUNG_S`` (a job being started, its
+record not written yet) are never pruned.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ... import _machine
 from ...errors import BackendError
@@ -135,8 +139,17 @@ def _parts(log_path: str) -> Tuple[str, str, str]:
     return os.path.basename(directory), "-".join(words[:2]), "-".join(words[2:])
 
 
-def _created(path: str) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_machine.mtime(path)))
+def _created(log_path: str, record: Optional[_Record]) -> float:
+    """When a job was created: when its process started (its log's last write is its end,
+    for a job whose program was killed); for a job never recorded as started, its log's
+    last write (it ran briefly, if at all)."""
+    if record is not None and record.start is not None:
+        return _machine.started_at(record.start)
+    return _machine.mtime(log_path)
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 def prune_due() -> bool:
@@ -183,28 +196,53 @@ def prune(keep_jobs: int = KEEP_JOBS, keep_s: float = KEEP_S) -> List[str]:
             os.rmdir(directory)  # an ended program's, once empty
         except OSError:
             pass
+    _prune_programs(keep_jobs, keep_s, now)
     return removed
 
 
+def _prune_programs(keep: int, keep_s: float, now: float) -> None:
+    """Forget the ended programs (their rows) beyond the newest ``keep`` or ended more
+    than ``keep_s`` seconds ago, as their jobs' records are."""
+    ended = sorted(_machine.ended_programs(), key=lambda i: -i["ended_at"])
+    for i, info in enumerate(ended):
+        if i >= keep or now - info["ended_at"] > keep_s:
+            _machine.forget_program(info["program"])
+
+
 def find_jobs(program: str = "") -> List[JobInfo]:
-    """The programs running here (their main processes) and the jobs whose logs are
-    kept, oldest first (after pruning the records of ended jobs: `prune`)."""
+    """The programs here (their main processes; those that have ended while their files
+    are kept) and the jobs whose logs are kept, oldest first (after pruning the records
+    of ended jobs: `prune`)."""
     prune()
-    out = []
-    for info in _machine.programs():
-        if program and info["program"] != program:
-            continue
-        command = " ".join(info.get("argv") or [])
-        out.append(JobInfo(job_id=info["program"], program=info["program"],
-                           name=f"main: {command}"[:200],
-                           state=f"running (pid {info['pid']})", created="",
-                           image=info.get("backend", "")))
+    found = [_program(info, f"running (pid {info['pid']})") for info in _machine.programs()]
+    found += [_program(info, _program_ended(info)) for info in _machine.ended_programs()]
+    found = [(when, job) for when, job in found if not program or job.program == program]
     for path in _machine.find_job_logs(program=program):
         prog, job_id, name = _parts(path)
         running, state = _state(path)
-        out.append(JobInfo(job_id=job_id, program=prog, name=name, state=state,
-                           created=_created(path), ended=running is None))
-    return out
+        when = _created(path, _read(path))
+        found.append((when, JobInfo(job_id=job_id, program=prog, name=name, state=state,
+                                    created=_iso(when), ended=running is None)))
+    return [job for _, job in sorted(found, key=lambda pair: pair[0])]
+
+
+def _program(info: Dict[str, Any], state: str) -> Tuple[float, JobInfo]:
+    """(when it started, the row) of a program's main process, from its program file."""
+    when = _machine.started_at(info["start"]) if info.get("start") is not None else 0.0
+    command = " ".join(info.get("argv") or [])
+    return when, JobInfo(job_id=info["program"], program=info["program"],
+                         name=f"main: {command}"[:200], state=state,
+                         created=_iso(when) if when else "", image=info.get("backend", ""),
+                         ended=not state.startswith("running"))
+
+
+def _program_ended(info: Dict[str, Any]) -> str:
+    """How an ended program ended: as a job's end when it was seen a zombie, ``ended
+    (killed)`` when it ended without its exit hooks (a signal, or ``os._exit``), else
+    ``ended`` (it exited; with which code, its exit hook could not tell)."""
+    if info.get("exitcode") is not None:
+        return _ended(info["exitcode"])
+    return "ended (killed)" if info.get("killed") else "ended"
 
 
 def read_logs(job_id: str, tail: Optional[int] = None) -> str:
