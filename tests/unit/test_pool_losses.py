@@ -12,7 +12,9 @@ from typing import Any, List, Optional
 import pytest
 
 from fiber.errors import WorkerLostError
+from fiber.pool._resume import RESUME_WAIT_S
 from fiber.pool._service import PoolService, Task, WorkerState
+from fiber.transport.peers import Peer
 from fiber.transport.remote import unpack_exception
 from fiber.transport.serialization import loads
 
@@ -160,6 +162,9 @@ class _Hub:
     def send(self, peer: Any, frames: Any) -> bool:
         return True
 
+    def reply(self, peer: Any, req_id: bytes, status: bytes) -> bool:
+        return True
+
 
 def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
     """A worker that said hello, whose connection was then reset (a crashed node's
@@ -181,3 +186,67 @@ def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
     assert gone == [True]
     (line,) = said()
     assert "PoolWorker-1 (job 1-1 on here) was lost: killed by SIGKILL" in line, line
+
+
+def _connect(pool: _Pool, hub: _Hub, ws: WorkerState, peer_id: int) -> Any:
+    """``ws`` connects (hello) on a new peer, which is returned."""
+    peer = Peer(peer_id, b"p" * 16, False, None)
+    pool.service.hello(hub, peer, b"", [ws.worker_id.to_bytes(8, "little")])
+    return peer
+
+
+def test_a_reset_worker_holds_its_tasks_until_lost_and_names_them(said):
+    """A worker's connection reset: its tasks stay its own through the wait (none goes
+    back to the queue before its loss is final), then its warning names each. Both ways
+    the loss becomes final: the wait ends (`_resume`), or its job's end is seen first
+    (a crashed Slurm node: the kernel's reset, then NODE_FAIL)."""
+    for how in ("the wait ended", "its job ended"):
+        pool, hub, result = _Pool(max_retries=3), _Hub(), _Result()
+        ws = pool.worker()
+        peer = _connect(pool, hub, ws, 7)
+        pool.take(ws, _tasks(pool, result, 2))
+        peer.reset = True
+        pool.service.peer_gone(hub, peer)
+        assert len(ws.pending) == 2 and not pool.service.queue, how
+        ws.process.exitcode = -9
+        if how == "the wait ended":
+            ((delay, not_resumed),) = hub.timers
+            assert delay == RESUME_WAIT_S
+            not_resumed()
+            pool.service.report_lost(ws)
+        else:
+            pool.service.worker_lost(ws)
+            pool.service.report_lost(ws)
+        assert [t.index for t in pool.service.queue] == [0, 1], how
+    lines = said()
+    assert len(lines) == 2, lines
+    for line in lines:
+        assert line.endswith("was lost: killed by SIGKILL; resubmitted map(f) tasks 0, 1"), line
+
+
+def test_a_worker_lost_after_it_came_back_names_the_tasks_lost_in_flight(said):
+    """A worker whose connection was reset comes back holding one of its three tasks:
+    the other two, lost in flight, go back to the queue and run again (INFO). Lost
+    later, its warning names them too, once each: task 1, handed to it again and held
+    at its loss, is named as resubmitted only. A worker that came back and is not lost
+    says nothing."""
+    pool, hub, result = _Pool(max_retries=3), _Hub(), _Result()
+    ws = pool.worker()
+    peer = _connect(pool, hub, ws, 7)
+    held, *lost = _tasks(pool, result, 3)
+    pool.take(ws, [held, *lost])
+    peer.reset = True
+    pool.service.peer_gone(hub, peer)
+    again = Peer(8, b"q" * 16, False, None)
+    pool.service.resume(hub, again, b"", [ws.worker_id.to_bytes(8, "little"),
+                                          held.task_id.to_bytes(8, "little")])
+    assert ws.connected and not said()  # came back: no warning
+    assert list(ws.pending) == [held.task_id], ws.pending
+    assert list(pool.service.queue) == lost
+    pool.take(ws, lost[:1])  # handed to it again
+    ws.process.exitcode = -9
+    pool.service.worker_lost(ws)
+    (line,) = said()
+    assert line.endswith("was lost: killed by SIGKILL; resubmitted map(f) tasks 0, 1; "
+                         "map(f) task 2 lost in flight at an earlier reset of its "
+                         "connection, run again"), line

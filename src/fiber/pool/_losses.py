@@ -16,6 +16,10 @@ the backend reported first:
 A worker that ends as asked (the pool closing or terminated, retired by ``resize``, after
 ``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
 
+A worker whose connection was reset holds its tasks until it comes back or is lost: its
+warning names them. One that came back gave back those lost in flight (`Given`, said at
+INFO then); if it is lost later, its warning names them too, but those it holds again.
+
 A worker whose initializer raised tells the master its traceback before it exits
 (`InitFailures`): the first failure of a row is one warning with the traceback;
 the workers that fail the same way after it are counted, and said in one warning when
@@ -30,8 +34,8 @@ from typing import Any, Deque, Dict, List, Optional, Sequence
 from .._log import warn
 from ..process._job import describe_end
 
-__all__ = ["Loss", "Losses", "InitFailures", "exit_code", "describe_exit", "tasks_text", "where",
-           "report"]
+__all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exit", "tasks_text",
+           "given_text", "where", "report"]
 
 #: Seconds a lost worker's warning (and the WorkerLostError of a task that killed its
 #: workers) waits for its job's exit code. A normal end is reported in milliseconds
@@ -45,13 +49,27 @@ _MAX_LISTED = 10  # task indexes named per call in a warning
 class Loss:
     """A lost worker's warning, waiting for its exit code."""
 
-    __slots__ = ("tasks", "notes", "connected", "ready")
+    __slots__ = ("tasks", "notes", "connected", "ready", "given")
 
-    def __init__(self, tasks: str, notes: List[str], connected: bool) -> None:
+    def __init__(self, tasks: str, notes: List[str], connected: bool,
+                 given: str = "") -> None:
         self.tasks = tasks
         self.notes = notes
         self.connected = connected
         self.ready = False  # to be said: its exit code is known, or waited for long enough
+        self.given = given  # `given_text`: tasks lost in flight at an earlier reset
+
+
+class Given:
+    """A task a worker gave back when it came back after a reset (lost in flight, run
+    again): its id, call and index, not the task (which holds its call's results)."""
+
+    __slots__ = ("task_id", "call", "index")
+
+    def __init__(self, task_id: int, call: str, index: int) -> None:
+        self.task_id = task_id
+        self.call = call
+        self.index = index
 
 
 class Losses:
@@ -153,6 +171,13 @@ def tasks_text(tasks: Sequence[Any]) -> str:
     return "; ".join(parts)
 
 
+def given_text(given: Sequence[Given], held: Sequence[Any]) -> str:
+    """The tasks ``given`` back at a worker's resumes, but those it holds (``held``,
+    named as resubmitted), as `tasks_text` names them."""
+    ids = {task.task_id for task in held}
+    return tasks_text([g for g in given if g.task_id not in ids])
+
+
 def where(ws: Any) -> str:
     proc = ws.process
     job = proc.job_id
@@ -177,6 +202,8 @@ def report(ws: Any) -> None:
         text += f"; resubmitted {loss.tasks}"
     elif loss.connected:
         text += "; it held no task"
+    if loss.given:
+        text += f"; {loss.given} lost in flight at an earlier reset of its connection, run again"
     if (code is None or not loss.connected) and ws.process.job_id:
         text += f"; its own log may say more (fiber logs {ws.process.job_id})"
     for note in loss.notes:

@@ -454,6 +454,7 @@ class PoolService(Service):
             server.reply(peer, req_id, b"stop")
             return
         missing = self._take_back(ws, bytes(payload[1]))
+        ws.given.extend(_losses.Given(t.task_id, t.call, t.index) for t in missing)
         ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
         ws.functions.clear()  # a function's frames may have been lost with the tasks
         self.by_peer[peer.peer_id] = ws
@@ -567,7 +568,8 @@ class PoolService(Service):
             log("%s ended: its initializer raised", ws.process.name)
         else:
             log("%s lost, holding %d tasks", ws.process.name, len(tasks))
-            self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.started))
+            self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.started,
+                                             _losses.given_text(ws.given, tasks)))
             if exit_code(ws) is not None:
                 self.losses.ready(ws)
             elif self.server is not None:

@@ -68,7 +68,7 @@ class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
-                 "renew_at", "replaces", "resume_by")
+                 "renew_at", "replaces", "resume_by", "given")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -104,6 +104,9 @@ class WorkerState:
         #: Its connection was reset: when it is lost unless it has connected again
         #: (monotonic; 0: it is not being waited for. See `_resume`).
         self.resume_by = 0.0
+        #: The tasks it gave back when it came back after a reset: its warning, if it is
+        #: lost later, names them (see `_losses`).
+        self.given: List[_losses.Given] = []
 
     @property
     def started(self) -> bool:
