@@ -136,8 +136,12 @@ class Handle:
         fails under it did not deliver it whole: it goes on a new connection, after what
         the failed one lost (see `fiber.transport._resend`)."""
         try:
-            again_on_a_new_connection(
-                lambda: get_client(self._address).send(self._name, op, frames))
+            client = get_client(self._address)
+            if client.may_reset:
+                again_on_a_new_connection(
+                    lambda: get_client(self._address).send(self._name, op, frames))
+            else:  # (this process's own hub, or a Unix socket: no reset to outlive)
+                client.send(self._name, op, frames)
         except ConnectionLost as e:
             raise self._lost(e) from e
 

@@ -46,10 +46,11 @@ import traceback
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from .._core._clients import get_client
 from .._core._served import Handle, decode_wait, encode_wait
 from ..config import get_config
 from ..transport import receipts
-from ..transport.client import again_on_a_new_connection
+from ..transport.client import ConnectionLost, again_on_a_new_connection
 from ..transport.local import LateReply, local_server
 from ..transport.serialization import loads
 from ..transport.unpicklable import dumps_explained
@@ -124,7 +125,10 @@ class Queue(Handle):
         except Exception as e:
             self._on_queue_feeder_error(e, obj)
             return
-        self._put_frames(frames, block, timeout)
+        if self._maxsize <= 0:
+            self._send(QueueOps.PUT, frames)
+        else:
+            self._put_frames(frames, block, timeout)
 
     @staticmethod
     def _on_queue_feeder_error(e: Exception, obj: Any) -> None:
@@ -165,7 +169,7 @@ class Queue(Handle):
         """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        lease = self._lease(make=False)
+        lease = self._lease(make=False) if "_lease_" in self.__dict__ else None
         if lease is not None:  # items lent ahead come first (see fiber.queues._lending)
             t0 = time.monotonic()
             lent = lease.take(block, timeout)
@@ -189,7 +193,18 @@ class Queue(Handle):
         """Ask the hub for an item. A ``get`` whose connection fails under it is asked
         again, with the same ticket, on a new connection: if the hub had handed it an
         item, that reply was lost (a reset), and the hub sends the same item again (see
-        fiber.transport.receipts); a hub that cannot be reached is gone."""
+        fiber.transport.receipts); a hub that cannot be reached is gone. Where no reset
+        can cut the request off (the creator's own hub, a Unix socket) it is asked once,
+        with no ticket: the round trip of every ``get`` on one host pays for nothing."""
+        try:
+            client = get_client(self._address, timeout)
+            if not client.may_reset:
+                status, frames = client.request(self._name, QueueOps.GET,
+                                                [encode_wait(block, timeout)],
+                                                on_late=self._give_back)
+                return (status, frames) if status != b"err" else self._checked(status, frames)
+        except ConnectionLost as e:
+            raise self._lost(e) from e
         asked = receipts.ticket()
         return self._ask_again(QueueOps.GET, lambda left: [encode_wait(block, left), asked],
                                self._give_back, timeout)

@@ -110,7 +110,7 @@ class QueueService(Service):
         """``[wait, ticket]``: an item, now or once one comes (or ``empty``)."""
         wait = decode_wait(payload[0])
         asked = bytes(payload[1]) if len(payload) > 1 else b""
-        if self._answered_again(server, peer, req_id, asked, "get"):  # the same item
+        if asked and self._answered_again(server, peer, req_id, asked, "get"):  # the same item
             return
         if self.items:
             self._hand_out(server, peer, req_id, asked)
@@ -258,8 +258,10 @@ class QueueService(Service):
         if not server.reply(pid, req_id, status, frames):
             self.items.appendleft(frames)  # the reader vanished: keep the item
             return False
-        self.receipts.handed(asked, status, frames, pid)
-        self._admit_putters(server)
+        if asked:
+            self.receipts.handed(asked, status, frames, pid)
+        if self.putters:
+            self._admit_putters(server)
         return True
 
     def _admit_putters(self, server: Server) -> None:
@@ -279,7 +281,7 @@ class QueueService(Service):
             if timer is not None:
                 timer.cancel()
             self._hand_out(server, gpid, greq, asked)
-        if self.getters:
+        if self.getters and self.loans.count:
             self._recall(server)
 
     def _recall(self, server: Server) -> None:
