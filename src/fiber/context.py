@@ -34,7 +34,7 @@ import warnings
 from typing import Any, Dict, List, Optional, Type
 
 from . import connection, process, queues, sharedctypes, synchronize
-from .backends import known_backends
+from .backends import known_backends, registered_name
 from .config import get_config, init
 from .errors import UnknownBackendError
 from .managers import SyncManager
@@ -401,20 +401,23 @@ _contexts_lock = threading.Lock()
 
 
 def get_context(method: Optional[str] = None) -> FiberContext:
-    """The context of backend ``method``; ``"spawn"``, ``"forkserver"`` or ``"fork"`` (with
-    a ``RuntimeWarning``) the default backend under that name (see the module); ``None``:
-    the one ``set_start_method`` picked, the default backend's if none.
+    """The context of backend ``method`` (its name in any case: ``"SLURM"`` is ``slurm``);
+    ``"spawn"``, ``"forkserver"`` or ``"fork"`` (with a ``RuntimeWarning``) the default
+    backend under that name (see the module); ``None``: the one ``set_start_method``
+    picked, the default backend's if none.
 
     Raises:
         ValueError (UnknownBackendError): no backend or start method of that name.
     """
     if method is None:
         return _context_of(default_method())
-    if method not in known_backends():
-        if method not in _ACCEPTED_METHODS:
-            raise UnknownBackendError(method, [*known_backends(), *_DEFAULT_ALIASES])
-        if method == "fork":
-            warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=2)
+    backend = registered_name(method)  # in any case: "SLURM" is slurm
+    if backend is not None:
+        return _context_of(backend)
+    if method not in _ACCEPTED_METHODS:
+        raise UnknownBackendError(method, [*known_backends(), *_DEFAULT_ALIASES])
+    if method == "fork":
+        warnings.warn(_FORK_WARNING, RuntimeWarning, stacklevel=2)
     return _context_of(method)
 
 

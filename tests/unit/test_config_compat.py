@@ -136,6 +136,93 @@ def test_init_with_an_unknown_backend_fails_at_once():
     assert fiber.get_config() == before
 
 
+def test_backend_names_are_case_insensitive_in_every_source(tmp_path):
+    """``FIBER_BACKEND=LOCAL`` was accepted when read and failed at ``Pool()``: a name is
+    read in any case, as a log level is, and stands as the backend's own."""
+    path = tmp_path / ".fiberconfig"
+    path.write_text("[fiber]\nbackend = Slurm\n[fiber.SLURM]\npartition = gpu\n")
+    cfg = resolve({}, environ={}, config_file=str(path))
+    assert cfg.backend == "slurm" and cfg.backends == {"slurm": {"partition": "gpu"}}
+    assert resolve({}, environ={"FIBER_BACKEND": "LOCAL"}, config_file=os.devnull).backend \
+        == "local"
+    try:
+        assert fiber.init(backend="Slurm").backend == "slurm"
+        fiber.config.backend = "LOCAL"
+        assert fiber.config.backend == "local"
+    finally:
+        fiber.init(backend=None)
+    assert fiber.get_context("LOCAL") is fiber.get_context("local")
+    assert fiber.get_context("Local").get_start_method() == "local"
+
+
+@pytest.mark.parametrize("source", ["environment", "file", "init"])
+def test_an_unknown_backend_is_refused_when_read_with_a_suggestion(tmp_path, source):
+    """Only ``fiber.init`` checked the name: one from the environment or ``.fiberconfig``
+    failed at ``Pool()``, without the did-you-mean."""
+    path = tmp_path / ".fiberconfig"
+    path.write_text("backend = SLRUM\n")
+    args = {"environment": ({}, {"FIBER_BACKEND": "SLRUM"}, os.devnull),
+            "file": ({}, {}, str(path)), "init": ({"backend": "SLRUM"}, {}, os.devnull)}
+    with pytest.raises(ConfigError) as err:
+        resolve(*args[source])
+    where = {"environment": "FIBER_BACKEND", "file": str(path), "init": "fiber.init"}[source]
+    assert str(err.value).startswith(
+        f"fiber config 'backend' (from {where}): unknown backend 'SLRUM' (did you mean "
+        "'slurm'?); known backends: "), str(err.value)
+    assert "local" in str(err.value)
+
+
+def test_a_pool_runs_on_a_backend_named_in_capitals(tmp_path):
+    out = _run("import fiber\n"
+               "if __name__ == '__main__':\n"
+               "    with fiber.Pool(1) as pool:\n"
+               "        print(fiber.get_config().backend, pool.map(abs, [-1, -2]))\n",
+               tmp_path, {"FIBER_BACKEND": "LOCAL"})
+    assert (out.returncode, out.stdout) == (0, "local [1, 2]\n"), out.stderr
+
+
+_PLUGIN = """
+import dataclasses
+from fiber.backends.local import LocalBackend
+
+
+@dataclasses.dataclass(frozen=True)
+class ZoneSettings:
+    zone: str = ""
+
+
+class MyCluster(LocalBackend):
+    name = "MyCluster"
+    settings = ZoneSettings
+"""
+
+
+def test_a_third_party_backend_is_named_in_any_case(tmp_path):
+    """A backend installed by its entry point under a name in mixed case (``MyCluster``):
+    ``FIBER_BACKEND=mycluster``, ``get_context("MYCLUSTER")`` and its own variables
+    (``FIBER_MYCLUSTER_ZONE``, read as lower case, as every ``FIBER_*`` variable is)."""
+    site = tmp_path / "site"
+    (site / "mycluster-1.0.dist-info").mkdir(parents=True)
+    (site / "mycluster-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mycluster\nVersion: 1.0\n")
+    (site / "mycluster-1.0.dist-info" / "entry_points.txt").write_text(
+        "[fiber.backends]\nMyCluster = mycluster:MyCluster\n")
+    (site / "mycluster.py").write_text(_PLUGIN)
+    code = ("import fiber, fiber.config\n"
+            "from mycluster import ZoneSettings\n"
+            "if __name__ == '__main__':\n"
+            "    print(fiber.get_config().backend)\n"
+            "    print(fiber.config.settings(ZoneSettings, 'MyCluster').zone)\n"
+            "    ctx = fiber.get_context('MYCLUSTER')\n"
+            "    print(ctx.get_start_method())\n"
+            "    with ctx.Pool(1) as pool:\n"
+            "        print(pool.map(abs, [-3]))\n")
+    out = _run(code, tmp_path, {"PYTHONPATH": str(site), "FIBER_BACKEND": "mycluster",
+                                "FIBER_MYCLUSTER_ZONE": "eu"})
+    assert (out.returncode, out.stdout) == (0, "MyCluster\neu\nMyCluster\n[3]\n"), out.stderr
+    assert "not a fiber setting" not in out.stderr, out.stderr
+
+
 def test_an_unknown_key_suggests_the_closest():
     with pytest.raises(ConfigError, match=r"did you mean 'backend'\?"):
         fiber.init(bakend="local")

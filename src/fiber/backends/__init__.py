@@ -44,6 +44,7 @@ __all__ = [
     "get_backend",
     "known_backends",
     "register_backend",
+    "registered_name",
 ]
 
 publish(__name__, Backend, CommandLineBackend, JobHandle, JobInfo, JobOutput, JobSpec,
@@ -57,6 +58,12 @@ def known_backends() -> List[str]:
     """Names of every backend this process can create: the ``fiber.backends`` entry
     points (fiber's own among them) and those registered here."""
     return _registry.known()
+
+
+def registered_name(name: str) -> Optional[str]:
+    """The name of the backend that ``name`` means, or None if there is none: names are
+    case-insensitive (``SLURM`` is ``slurm``)."""
+    return _registry.canonical(name)
 
 
 def register_backend(name: str, cls: Type[Backend]) -> None:
@@ -93,11 +100,13 @@ def _load(name: str) -> Type[Backend]:
 
 
 def get_backend(name: str) -> Backend:
-    """The process-wide instance of backend ``name``.
+    """The process-wide instance of backend ``name`` (in any case: ``SLURM`` is
+    ``slurm``).
 
     Raises:
         UnknownBackendError: no backend of that name is registered.
     """
+    name = registered_name(name) or name
     with _lock:
         inst = _instances.get(name)
         if inst is None:

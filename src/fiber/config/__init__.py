@@ -270,10 +270,11 @@ def _from_file(path: str) -> Dict[str, str]:
     for section in reversed(_SECTIONS):  # [fiber] wins over the original's [default]
         if parser.has_section(section):
             out.update(parser[section])
-    for section, backend in backends.items():  # [fiber.slurm] partition: slurm_partition
-        if backend not in _registry.known():
-            raise ConfigError(path, f"section [{section}]: no backend named {backend!r}"
-                              + compat.suggestion(backend, _registry.known()))
+    for section, given in backends.items():  # [fiber.slurm] partition: slurm_partition
+        backend = _registry.canonical(given)
+        if backend is None:
+            raise ConfigError(path, f"section [{section}]: no backend named {given!r}"
+                              + compat.suggestion(given.lower(), _registry.known()))
         prefix = _registry.key_prefix(backend)
         out.update({prefix + key: value for key, value in parser[section].items()})
     return out
@@ -396,22 +397,6 @@ def get_config() -> Config:
     return cfg
 
 
-def _check_backend(name: str) -> None:
-    """A backend named in code must exist: ``init(backend="nope")`` fails there, as the
-    original fiber's did, not at the first ``start()``. (A name from the environment or
-    ``.fiberconfig`` is checked at first use: a backend a plugin registers later in the
-    process, ``pytest -p``, may be named there.)
-
-    Raises:
-        ConfigError: no backend of that name is installed or registered.
-    """
-    known = _registry.known()
-    if name not in known:
-        raise ConfigError("backend", f"unknown backend {name!r}"
-                          + compat.suggestion(name, known)
-                          + f"; known backends: {', '.join(known)}")
-
-
 def init(**kwargs: Any) -> Config:
     """Set configuration from code (highest precedence) and return the result.
 
@@ -430,8 +415,6 @@ def init(**kwargs: Any) -> Config:
             _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
             _value(key, value, "fiber.init")
-        if "backend" in kwargs:
-            _check_backend(kwargs["backend"])
         merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
         cfg = resolve(merged)
         _explicit.clear()

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-__all__ = ["GROUP", "known", "load", "register", "settings_class", "key_prefix"]
+__all__ = ["GROUP", "known", "canonical", "load", "register", "settings_class", "key_prefix"]
 
 GROUP = "fiber.backends"
 
@@ -47,6 +47,20 @@ def known() -> List[str]:
     with _lock:
         names = set(_registered)
     return sorted(names | set(_entry_points()))
+
+
+def canonical(name: str) -> Optional[str]:
+    """The name of the backend that ``name`` means, or None if no backend has it. Names
+    are case-insensitive (``SLURM`` is ``slurm``, ``mycluster`` a third party's
+    ``MyCluster``), as log levels are; this is the one place they are matched. Two names
+    that differ only in case match exactly only (``FOO`` then means neither)."""
+    names = known()
+    if not isinstance(name, str):
+        return None
+    if name in names:
+        return name
+    folded = [known_name for known_name in names if known_name.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
 
 
 def register(name: str, cls: Any) -> None:
@@ -74,8 +88,10 @@ def load(name: str) -> Optional[Any]:
 
 
 def key_prefix(name: str) -> str:
-    """How backend ``name``'s keys begin: ``slurm_`` (a ``-`` of the name is ``_``)."""
-    return name.replace("-", "_") + "_"
+    """How backend ``name``'s keys begin: ``slurm_`` (a ``-`` of the name is ``_``, and
+    keys are lower case, as ``FIBER_*`` variables are read: ``MyCluster``'s are
+    ``mycluster_``)."""
+    return name.replace("-", "_").lower() + "_"
 
 
 def settings_class(name: str) -> Optional[type]:

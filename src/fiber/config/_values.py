@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from . import _registry
 from ._compat import suggestion
 
 __all__ = ["LOG_LEVELS", "converted", "checked"]
@@ -60,18 +61,37 @@ def checked(key: str, value: Any, where: str) -> Any:
     """``value`` of key ``key`` (of its type), set in ``where``, once it is checked.
 
     Raises:
-        ConfigError: it is out of the key's range.
+        ConfigError: it is out of the key's range, or names no backend.
     """
+    if key == "backend":
+        value = _backend(value, where)
     problem = _problem(key, value)
     if problem:
         raise ConfigError(key, problem, where=where)
     return value
 
 
+def _backend(name: str, where: str) -> str:
+    """The name of the backend that ``name`` means: names are case-insensitive, as log
+    levels are (``FIBER_BACKEND=LOCAL`` is ``local``).
+
+    Raises:
+        ConfigError: no backend has that name: the error names the closest and the
+            known ones.
+    """
+    if not name:
+        raise ConfigError("backend", "must not be empty", where=where)
+    found = _registry.canonical(name)
+    if found is None:
+        known = _registry.known()
+        raise ConfigError("backend", f"unknown backend {name!r}"
+                          + suggestion(name.lower(), known)
+                          + f"; known backends: {', '.join(known)}", where=where)
+    return found
+
+
 def _problem(key: str, value: Any) -> str:
     """What is wrong with ``value`` of key ``key``, or ''."""
-    if key == "backend" and not value:
-        return "must not be empty"
     if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
         return f"must be positive, got {value!r}"
     if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "queue_prefetch",
