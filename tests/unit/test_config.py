@@ -141,3 +141,34 @@ def test_import_has_no_side_effects(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env=env)
     assert out.stdout.strip() == "clean", out.stderr
+
+
+@pytest.mark.parametrize("value,problem", [
+    ("256.1.1.1", "'256.1.1.1' is not an IPv4 address (Octet 256 (> 255) not permitted in "
+                  "'256.1.1.1')"),
+    ("10.0.1", "'10.0.1' is not an IPv4 address (Expected 4 octets in '10.0.1')"),
+    ("10.0.0.5:4242", "'10.0.0.5:4242' is not an IP address: listen_host takes no port "
+                      "(listen_port sets it)"),
+    ("[::1]", "'[::1]' is not an IP address: write an IPv6 address without brackets"),
+    ("fe80::zz", "'fe80::zz' is not an IPv6 address"),
+    ("node 1", "'node 1' is neither an IP address nor a host name (letters, digits, '-' and "
+               "'_' in labels separated by dots)"),
+    ("lo", "'lo' is a network interface of this host, not an address: give the interface's "
+           "address (ip -brief address show lo)"),
+])
+def test_a_listen_host_that_is_no_address_is_refused_when_read(tmp_path, value, problem):
+    """``listen_host=256.1.1.1`` was accepted when read and failed at ``Pool()`` (the hub
+    could not listen there)."""
+    with pytest.raises(ConfigError) as err:
+        resolve({}, environ={"FIBER_LISTEN_HOST": value}, config_file=os.devnull)
+    assert str(err.value).startswith(
+        f"fiber config 'listen_host' (from FIBER_LISTEN_HOST): {problem}"), str(err.value)
+    with pytest.raises(ConfigError, match=r"\(from fiber.init\)"):
+        fiber.init(listen_host=value)
+
+
+@pytest.mark.parametrize("value", ["", "127.0.0.1", "0.0.0.0", "::1", "fe80::1%lo",
+                                   "localhost", "node-1.cluster.local", "my_service"])
+def test_a_listen_host_may_be_an_address_or_a_host_name(value):
+    assert resolve({"listen_host": value}, environ={}, config_file=os.devnull).listen_host \
+        == value

@@ -57,9 +57,10 @@ class Config:
     #: Backend that runs jobs: ``local``, ``slurm``, ``kubernetes``, ``docker``, or a
     #: third-party backend registered under the ``fiber.backends`` entry-point group.
     backend: str = "local"
-    #: Address this process's listening sockets bind to; empty means "the address the
-    #: backend says peers can reach". Not inherited: a child listens on the local address
-    #: on the route to its parent, which is on its own host.
+    #: Address this process's listening sockets bind to (an IPv4 or IPv6 address, or a
+    #: host name; not an interface's name); empty means "the address the backend says
+    #: peers can reach". Not inherited: a child listens on the local address on the route
+    #: to its parent, which is on its own host.
     listen_host: str = ""
     #: Verbose logging of fiber's machinery to stderr (never of secrets): the same as
     #: ``log_level=debug``.

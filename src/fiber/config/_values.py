@@ -4,6 +4,9 @@ fails when it is read, not at the first ``Pool()``."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
+import socket
 from typing import Any
 
 from ..errors import ConfigError
@@ -16,6 +19,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+#: A label of a host name: letters, digits, '-' (not first or last) and '_' (which DNS
+#: names hold, and /etc/hosts and container networks use: ``my_service``).
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 #: What a value of each type is, as an error says it expected one.
 _EXPECTED = {
     bool: "a boolean (true or false, 1 or 0, yes or no, on or off)",
@@ -100,10 +106,48 @@ def _problem(key: str, value: Any) -> str:
     if key == "log_level" and value not in LOG_LEVELS:
         return (f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
                 + suggestion(str(value).lower(), LOG_LEVELS))
+    if key == "listen_host" and value:
+        return _not_an_address(value)
     if key == "listen_port" and not 0 <= value <= 65535:
         return f"must be a TCP port (0 to 65535), got {value!r}"
     if key == "dashboard" and value:
         host, sep, port = str(value).rpartition(":")
         if not (sep and port.isdigit() and 0 <= int(port) <= 65535):
             return f"must be HOST:PORT (127.0.0.1:0: a free port), got {value!r}"
+    return ""
+
+
+def _not_an_address(host: str) -> str:
+    """What makes ``host`` no address this process can listen on (an IP address or a host
+    name, as ``socket.bind`` takes, which jobs are told to connect to), or ''. A name of
+    digits and dots is an IPv4 address or nothing: a host name's last label is never
+    all digits (RFC 1123)."""
+    if ":" in host:
+        if host.startswith("["):
+            return f"{host!r} is not an IP address: write an IPv6 address without brackets"
+        if host.count(":") == 1:
+            return (f"{host!r} is not an IP address: listen_host takes no port "
+                    "(listen_port sets it)")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError as e:
+            return f"{host!r} is not an IPv6 address ({e})"
+        return ""
+    if re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError as e:
+            return f"{host!r} is not an IPv4 address ({e})"
+        return ""
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        return (f"{host!r} is neither an IP address nor a host name (letters, digits, '-' "
+                "and '_' in labels separated by dots)")
+    try:
+        interfaces = {name for _, name in socket.if_nameindex()}
+    except OSError:  # a platform or sandbox that does not say
+        interfaces = set()
+    if host in interfaces:
+        return (f"{host!r} is a network interface of this host, not an address: give the "
+                f"interface's address (ip -brief address show {host})")
     return ""
