@@ -1,7 +1,9 @@
 """What a user installing fiber meets: another distribution of the import name ``fiber``
 (the original fiber) beside this one is named at import, ``fiber --version`` names this
-package, and the install commands that errors give (fiber-cluster is not on PyPI yet:
-from fiber's checkout, or its wheel) are commands pip runs, with extras fiber has."""
+package, the install commands that errors give (fiber-cluster is not on PyPI yet: from
+fiber's checkout, or its wheel) are commands pip runs, with extras fiber has, and the
+README's demo (scripts/demo, scripts/bootstrap-venv) runs the Python that ``PYTHON`` asks
+for and says which."""
 
 from __future__ import annotations
 
@@ -159,3 +161,72 @@ def test_the_conformance_suite_without_pytest_timeout_says_how_to_install_it():
     assert out.returncode != 0
     assert f"needs pytest-timeout (every test has a deadline): {install_hint('test')}" in (
         out.stdout + out.stderr)
+
+
+# -- scripts/demo and scripts/bootstrap-venv: PYTHON ---------------------------------------
+
+SUPPORTED = ("3.9", "3.10", "3.11", "3.12", "3.13")
+
+
+def _two_pythons() -> List[str]:
+    """Two supported Python versions that scripts/find-python finds (CI has them all)."""
+    found = [v for v in SUPPORTED
+             if subprocess.run([os.path.join(support.REPO, "scripts", "find-python"), v],
+                               capture_output=True, timeout=60).returncode == 0]
+    assert len(found) >= 2, f"scripts/find-python finds only {found} of {SUPPORTED}"
+    return found[-2:]
+
+
+def _checkout_with_scripts(dest) -> None:
+    """What scripts/demo reads of fiber's checkout, copied: its .venv-demo is the copy's."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(support.REPO, name), dest)
+    for name in ("src", "scripts", "requirements"):
+        shutil.copytree(os.path.join(support.REPO, name), dest / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (dest / "examples").mkdir()
+    shutil.copy(os.path.join(support.REPO, "examples", "pi_estimation.py"), dest / "examples")
+
+
+def _run(cmd: List[str], python: str, cwd) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FIBER_", "PYTHON"))}
+    env.update(PYTHON=python, FIBER_EXTRAS="", FIBER_INSTALL="wheel")  # as the demo's
+    return subprocess.run(cmd, cwd=str(cwd), env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _version_of(python) -> str:
+    return subprocess.run([str(python), "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+@pytest.mark.one_python  # the scripts, not the interpreter that runs pytest: once is enough
+def test_the_demo_runs_the_python_asked_for_and_a_venv_of_another_is_made_anew(tmp_path):
+    """PYTHON=3.12 (a version, as scripts/test finds it) and PYTHON=python3.13 (not on the
+    PATH here but through pyenv) are found; the demo says which Python it runs; a
+    .venv-demo that another Python made is made anew, with a line that says so, not reused
+    silently; a PYTHON that names nothing is an error that says what to give."""
+    first, second = _two_pythons()
+    _checkout_with_scripts(tmp_path)
+    venv = tmp_path / ".venv-demo"
+
+    out = _run(["scripts/demo"], first, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    made = _version_of(venv / "bin" / "python")
+    assert made.startswith(first + "."), made
+    assert f"examples/pi_estimation.py on Python {made} (" in out.stdout, out.stdout
+    assert "pi ~= 3.1" in out.stdout and "making it anew" not in out.stdout
+
+    bootstrap = ["scripts/bootstrap-venv", ".venv-demo"]
+    out = _run(bootstrap, f"python{second}", tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    remade = _version_of(venv / "bin" / "python")
+    assert remade.startswith(second + "."), remade
+    assert out.stdout.startswith(f".venv-demo has Python {made} ("), out.stdout
+    assert f"not python{second}'s {remade} (" in out.stdout.splitlines()[0], out.stdout
+
+    out = _run(bootstrap, "python3.77", tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.startswith("PYTHON=python3.77: no such interpreter; give a command on the "
+                                 "PATH, a path, or a version such as 3.12"), out.stderr
+    assert _version_of(venv / "bin" / "python") == remade
