@@ -171,8 +171,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         query = urllib.parse.parse_qs(url.query)
         given, in_query = self._token_given(query)
         if not hmac.compare_digest(given.encode(), self.dashboard.token.encode()):
-            self._send(403, b"fiber dashboard: a token is needed (the address the program "
-                       b"printed has it)\n", "text/plain; charset=utf-8")
+            self._send(403, _refusal(given), "text/plain; charset=utf-8")
             return
         cookie = in_query and url.path == "/"
         try:
@@ -217,6 +216,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                              "SameSite=Strict; Path=/")
         self.end_headers()
         self.wfile.write(body)
+
+
+def _refusal(given: str) -> bytes:
+    """Why a request is refused: it carried no token, or another one (an address from an
+    earlier run: each start of a dashboard makes a new token)."""
+    if not given:
+        return (b"fiber dashboard: no token given: open the address fiber printed, with its "
+                b"?token=... (or send Authorization: Bearer TOKEN)\n")
+    return (b"fiber dashboard: wrong token: not this dashboard's (each start makes a new "
+            b"one: open the address fiber printed this time, with its ?token=...)\n")
 
 
 def _rows_asked(text: str) -> Optional[_inspect.Rows]:

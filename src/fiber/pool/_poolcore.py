@@ -136,6 +136,9 @@ class PoolCore:
         self.window = max(16, 2 * size * (cfg.pool_prefetch + 1))
         self._worker_ids = itertools.count(1)
         self._task_ids = itertools.count(1)
+        #: The pool's single calls (apply, an executor's submit), numbered as they come:
+        #: what names each one's task, as a map's tasks are named by their items' places.
+        self._call_numbers = itertools.count()
         self._function_ids = itertools.count(1)
         self._fids: collections.OrderedDict[Any, Tuple[int, Any]] = collections.OrderedDict()
         self._callbacks: Optional[CallbackThread] = None
@@ -210,7 +213,8 @@ class PoolCore:
                chunksize: int = 1) -> List[Task]:
         """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
         A map's ``data`` is the chunk of ``chunksize`` items whose first is item ``index *
-        chunksize`` of the call (what ``pool.status()`` counts and names).
+        chunksize`` of the call (what ``pool.status()`` counts and names); a single call's
+        (``mode`` CALL) is named by its number among the pool's single calls.
 
         Tasks are pickled and queued in slices, so that the workers start on the first
         ones while the rest of a long map is being pickled (5,000 tasks take ~50 ms).
@@ -236,6 +240,9 @@ class PoolCore:
         source = iter(items)
         try:
             for index, data in source:
+                # taken before pickling: a call whose arguments cannot be pickled keeps
+                # its number, and the numbers follow the program's calls
+                first = next(self._call_numbers) if mode == CALL else index * chunksize
                 try:
                     frames = dumps((mode, data))
                 except Exception as e:
@@ -244,7 +251,7 @@ class PoolCore:
                     job.deliver(index, False, dumps(pack_local_exception(error)))
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label,
-                                    index * chunksize, 1 if mode == CALL else len(data)))
+                                    first, 1 if mode == CALL else len(data)))
                 if len(pending) >= (_SLICE if tasks else self.window):
                     # the hub thread serves while later slices are pickled (this thread
                     # would read nothing then: heartbeats must not go unread)

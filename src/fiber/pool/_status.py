@@ -165,9 +165,10 @@ class WorkerStatus:
     ``running``, ``retiring`` (``resize`` or ``close``: it finishes what it holds) or
     ``reconnecting`` (its connection was reset: it is waited for, holding its tasks).
     ``task`` names what it runs: the call and the task's index in it (``map(f) (task
-    7)``), or the indexes of the chunk of items it was handed (``map(f) (tasks 28-31)``,
-    with ``chunksize=4``), and ``running_s`` for how long, as far as the master can tell
-    (since it was handed to the idle worker, or since the worker's last results).
+    7)``), the indexes of the chunk of items it was handed (``map(f) (tasks 28-31)``,
+    with ``chunksize=4``), or an apply's place among the pool's applies (``apply(f)
+    (task 3)``); and ``running_s`` for how long, as far as the master can tell (since it
+    was handed to the idle worker, or since the worker's last results).
     ``held`` and ``done`` count tasks (items, as everywhere here): those it holds (the
     one it runs and those prefetched) and those it completed. ``restarts``: how many
     workers held this worker's place in the pool before it (each replaced one that was

@@ -85,6 +85,42 @@ def test_every_route_needs_the_token(board: Dashboard) -> None:
     assert _get(board, "/nothing", {"Cookie": cookie})[0] == 404
 
 
+def test_a_refusal_says_whether_the_token_was_missing_or_wrong(board: Dashboard) -> None:
+    """No token and a wrong one are both refused (403), each saying which: an address
+    without its token, or one from an earlier run (a stale cookie, an old bookmark)."""
+    missing = [{}, {"Authorization": "Bearer "}]
+    wrong = [{"Authorization": "Bearer wrong"}, {"Cookie": "fiber_dashboard=old"}]
+    for path in ("/", "/api/snapshot", "/metrics"):
+        for status, _, body in ([_get(board, path, h) for h in missing]
+                                + [_get(board, path + "?token=")]):
+            assert status == 403 and body.startswith(
+                "fiber dashboard: no token given: open the address fiber printed, with "
+                "its ?token="), body
+        for status, _, body in ([_get(board, path, h) for h in wrong]
+                                + [_get(board, path + "?token=wrong")]):
+            assert status == 403 and body.startswith(
+                "fiber dashboard: wrong token: not this dashboard's"), body
+            assert "no token given" not in body
+
+
+def test_each_apply_task_has_its_own_number(board: Dashboard) -> None:
+    """A worker running an ``apply`` shows which of the pool's applies it runs, as a
+    map's task shows its item: ``apply(slow) (task 1)``, not ``(task 0)`` for all."""
+    with fiber.Pool(2) as pool:
+        assert pool.map(slow, [0.001] * 8, 1) == [0.001] * 8  # both workers up
+        results = [pool.apply_async(slow, (x,)) for x in (0.001, 30, 30)]
+        assert results[0].get(timeout=60) == 0.001
+        wait_until(lambda: sum(w.state == "running" for w in pool.status().workers) == 2,
+                   60, message="both workers running an apply")
+        status, _, body = _get(board, "/api/snapshot", {"Authorization":
+                                                          f"Bearer {board.token}"})
+        assert status == 200, body
+        [mine] = [p for p in json.loads(body)["pools"] if p.get("size") == 2
+                  and p["done"] == 9]
+        assert sorted(w["task"] for w in mine["workers"]) == [
+            "apply(slow) (task 1)", "apply(slow) (task 2)"], mine["workers"]
+
+
 def test_metrics_parse_and_agree_with_the_map(board: Dashboard) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
