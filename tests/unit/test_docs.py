@@ -10,6 +10,10 @@
 - docs/check_site.py, which ``mkdocs build --strict`` runs on the site it has just built
   (a hook in mkdocs.yml: one build checks it all), finds each kind of problem it is for,
   on small pages made to have it.
+- Every list of fiber's backends in the docs (the README's opening, the home page, getting
+  started, the configuration's ``backend``, the backends' table, the glossary...) names
+  each built-in one (``pyproject.toml``'s ``fiber.backends`` entry points), and every
+  ``pytest`` command of the docs uses options and paths that exist.
 - Every ```python block that is a program carries a ``# run:`` marker naming known
   backends (fiber/testing/conformance/test_doc_programs.py runs them), and parses.
 """
@@ -117,6 +121,99 @@ def test_the_install_commands_name_extras_fiber_has_and_its_wheel():
                 assert os.path.basename(path) in (WHEEL, wheel_placeholder), where
                 named += 1
     assert named >= 4  # the README's, the getting started's, the hints'
+
+
+# -- the backends, wherever the docs list them ---------------------------------------------
+
+#: A backend's name in prose, besides its own (case-insensitive, whole words).
+_PROSE_NAMES = {"sge": ("Grid Engine",)}
+#: The lists of backends, each found as the paragraph (lines up to a blank one) of a file
+#: that holds the given text.
+BACKEND_LISTS = [
+    ("README.md", "fiber is the `multiprocessing` API on a computer cluster"),
+    ("README.md", "| backend | the cluster needs |"),
+    ("README.md", "`scripts/test` runs every test on the `local` backend"),
+    ("docs/index.md", "fiber is the `multiprocessing` API on a computer cluster"),
+    ("docs/index.md", "| run on a cluster |"),
+    ("docs/getting-started.md", "Each backend's page"),
+    ("docs/configuration.md", "| `backend` (`FIBER_BACKEND`)"),
+    ("docs/backends/index.md", "| backend | the cluster needs |"),
+    ("docs/concepts.md", "**backend.**"),
+    ("docs/contributing/architecture.md", "backend layer   Backend ABC"),
+    ("docs/contributing/testing.md", "| local | `pytest --fiber-backend local"),
+    ("mkdocs.yml", "- backends/index.md"),
+    ("src/fiber/backends/__init__.py", "fiber's own ("),
+]
+
+
+def _builtin_backends() -> List[str]:
+    """fiber's own backends: its distribution's entry points in the backends' group."""
+    dist = importlib.metadata.distribution(DISTRIBUTION)
+    return sorted(ep.name for ep in dist.entry_points if ep.group == "fiber.backends")
+
+
+def _paragraph(path: str, anchor: str) -> str:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        paragraphs = re.split(r"\n\s*\n", f.read())
+    found = [p for p in paragraphs if anchor in p]
+    assert len(found) == 1, f"{path}: {len(found)} paragraphs hold {anchor!r}"
+    return found[0]
+
+
+def _names(text: str, backend: str) -> bool:
+    return any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE)
+               for name in (backend, *_PROSE_NAMES.get(backend, ())))
+
+
+def test_every_list_of_backends_names_each_built_in_one():
+    builtin = _builtin_backends()
+    assert {"local", "slurm", "sge", "ssh", "docker", "kubernetes"} <= set(builtin)
+    missing = [f"{path} ({anchor!r}...): {backend}" for path, anchor in BACKEND_LISTS
+               for backend in builtin if not _names(_paragraph(path, anchor), backend)]
+    assert not missing, "lists of backends that miss one:\n" + "\n".join(missing)
+    pages = [b for b in builtin if not os.path.exists(os.path.join(DOCS, "backends", b + ".md"))]
+    assert not pages, f"built-in backends without a page in docs/backends/: {pages}"
+
+
+def test_a_list_of_backends_that_misses_one_is_found():
+    assert _names("Slurm jobs, Grid Engine jobs", "sge") and _names("`sge`", "sge")
+    assert not _names("Slurm jobs, Docker containers", "sge")
+    assert not _names("ssh-nodes.sh", "ssh") and not _names("fiber-local", "local")
+
+
+@pytest.fixture(scope="module")
+def pytest_options() -> str:
+    out = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_pytest_commands_of_the_docs_exist(pytest_options):
+    """Each ``pytest`` command line of the docs uses options pytest (and fiber's plugin)
+    has, names a known backend, and paths of this repository: ``--backend sge tests/api``
+    was none of these (``mycluster`` is the backend a page shows how to write)."""
+    files = [README] + glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True)
+    wrong, seen = [], 0
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                for m in re.finditer(r"\bpytest((?: +[^ `|#]+)+)", line):
+                    seen += 1
+                    where = f"{os.path.relpath(path, ROOT)}:{n}"
+                    words = m.group(1).split()
+                    for option in (w.split("=")[0] for w in words if w.startswith("--")):
+                        if not re.search(rf"(?<![\w-]){re.escape(option)}\b", pytest_options):
+                            wrong.append(f"{where}: pytest has no option {option}")
+                    for a, b in zip(words, words[1:]):
+                        if a == "--fiber-backend" and b not in (*BACKENDS, "mycluster"):
+                            wrong.append(f"{where}: no backend {b}")
+                    for w in words:
+                        if re.match(r"(tests|src)/", w) and not glob.glob(
+                                os.path.join(ROOT, re.sub(r"::.*|\{.*", "", w))):
+                            wrong.append(f"{where}: no path {w}")
+    assert seen >= 20, seen  # the walk sees them
+    assert not wrong, "\n".join(wrong)
 
 
 # -- the site's checks ---------------------------------------------------------------------

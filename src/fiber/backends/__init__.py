@@ -1,9 +1,10 @@
 """Backends: the layer that creates, watches and ends jobs on one cluster manager.
 
 A backend is one folder and one entry point in the ``fiber.backends`` group (``name =
-"package.module:BackendClass"``): fiber's own (local, slurm, docker, kubernetes) are
-registered so by its ``pyproject.toml``, a third-party one by its package's, and nothing
-else lists them (the configuration reads them too: a backend's own keys). One instance
+"package.module:BackendClass"``): fiber's own (local, slurm, sge, ssh, docker,
+kubernetes) are registered so by its ``pyproject.toml``, a third-party one by its
+package's, and nothing else lists them (the configuration reads them too: a backend's own
+keys). One instance
 per backend name lives in a process, created on first use.
 """
 

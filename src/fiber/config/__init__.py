@@ -54,8 +54,9 @@ LOG_LEVELS = _values.LOG_LEVELS
 class Config:
     """The resolved configuration. Every field can be set by each source above."""
 
-    #: Backend that runs jobs: ``local``, ``slurm``, ``kubernetes``, ``docker``, or a
-    #: third-party backend registered under the ``fiber.backends`` entry-point group.
+    #: Backend that runs jobs: ``local``, ``slurm``, ``sge`` (Grid Engine), ``ssh``,
+    #: ``docker``, ``kubernetes``, or a third-party backend registered under the
+    #: ``fiber.backends`` entry-point group.
     backend: str = "local"
     #: Address this process's listening sockets bind to (an IPv4 or IPv6 address, or a
     #: host name; not an interface's name); empty means "the address the backend says
