@@ -2,8 +2,11 @@
 
 The strict build turns each problem into a warning, and so a failed build:
 
-- a Sphinx role left visible in a page's text (``:class:``, ``:mod:``, ``:func:``...) or a
-  reST literal-block marker (a paragraph ending with ``::``): the docstrings are Markdown;
+- reST markup left visible in a page's text, code spans included (Markdown renders a
+  docstring's ``:class:`Pool``` as ``:class:`` and a code span, a reST link ```Pool`_`` as a
+  code span and ``_``): a Sphinx role (``:class:``, ``:mod:``, ``:func:``...), a reST
+  hyperlink reference, or a literal-block marker (a paragraph ending with ``::``). The
+  docstrings are Markdown; only a code block (``<pre>``) may show such markup;
 - a public name without an entry: every name of ``__all__`` of ``fiber`` and of each public
   module (``PUBLIC_MODULES``) is documented on exactly one reference page, under one of its
   public names or the path of the object it is (``fiber.Pool`` is ``fiber.pool.Pool``);
@@ -44,7 +47,11 @@ PUBLIC_MODULES = [
 #: Where the API reference lives in the site.
 REFERENCE = "reference/"
 
-ROLE = re.compile(r":(?:py:)?(?:class|mod|func|meth|data|attr|exc|obj|const|ref):")
+ROLE = re.compile(r":(?:py:)?(?:class|mod|func|meth|data|attr|exc|obj|const|ref|doc|file|"
+                  r"envvar|term|option|program|any):")
+#: A reST hyperlink reference, ```name`_``: a code span then an underscore, in the text of a
+#: block with its code spans marked off (`Page.marked`).
+REST_LINK = re.compile(r"\x00[^\x00]*\x00__?(?!\w)")
 LITERAL_MARKER = re.compile(r"::\s*$")
 PRIVATE_PATH = re.compile(r"\bfiber(?:\.[A-Za-z]\w*)*\._[A-Za-z]\w*")
 MD_LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -66,11 +73,13 @@ class Page(html.parser.HTMLParser):
         self.links: List[str] = []
         self.paragraphs: List[str] = []  # the text of each block, code spans included
         self.prose: List[str] = []  # the same without the code spans
+        self.marked: List[str] = []  # the same with each code span between two NULs
         self.bases: List[Tuple[str, bool]] = []  # (title, linked) of each "Bases:" entry
         self._skip = 0
         self._code = 0
         self._text: List[str] = []
         self._prose: List[str] = []
+        self._marked: List[str] = []
         self._in_bases = False
         self._base_title: Optional[str] = None
         self._base_linked = False
@@ -92,6 +101,7 @@ class Page(html.parser.HTMLParser):
             self._skip += 1
         if tag == "code":
             self._code += 1
+            self._marked.append("\x00")
         if tag in self.BLOCKS:
             self._flush()
             self._in_bases = tag == "p" and "doc-class-bases" in a.get("class", "")
@@ -106,6 +116,7 @@ class Page(html.parser.HTMLParser):
             self._skip = max(0, self._skip - 1)
         if tag == "code":
             self._code = max(0, self._code - 1)
+            self._marked.append("\x00")
         if self._in_bases and tag == "code" and self._base_title is not None:
             self.bases.append((self._base_title, self._base_linked))
         if tag in self.BLOCKS:
@@ -116,6 +127,7 @@ class Page(html.parser.HTMLParser):
     def handle_data(self, data: str) -> None:
         if not self._skip:
             self._text.append(data)
+            self._marked.append(data)
             if not self._code:
                 self._prose.append(data)
 
@@ -124,7 +136,8 @@ class Page(html.parser.HTMLParser):
         if text:
             self.paragraphs.append(text)
             self.prose.append("".join(self._prose).strip())
-        self._text, self._prose = [], []
+            self.marked.append("".join(self._marked).strip())
+        self._text, self._prose, self._marked = [], [], []
 
     def close(self) -> None:
         super().close()
@@ -149,11 +162,12 @@ def read_site(site_dir: str) -> Dict[str, Page]:
 # -- text ----------------------------------------------------------------------------------
 
 def raw_markup(pages: Dict[str, Page]) -> List[str]:
-    """Sphinx roles and literal-block markers left visible (outside code spans)."""
+    """Sphinx roles, reST hyperlink references and literal-block markers left visible in
+    the text of a page, its code spans included (not in its code blocks)."""
     problems = []
     for path, page in sorted(pages.items()):
-        for text in page.prose:
-            if ROLE.search(text) or LITERAL_MARKER.search(text):
+        for text, prose, marked in zip(page.paragraphs, page.prose, page.marked):
+            if ROLE.search(text) or LITERAL_MARKER.search(prose) or REST_LINK.search(marked):
                 problems.append(f"{path}: reST markup shows as text: {text[:120]!r}")
     return problems
 

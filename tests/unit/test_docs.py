@@ -240,12 +240,17 @@ def _site(tmp_path, pages: Dict[str, str]) -> str:
 
 
 def test_a_sphinx_role_or_a_literal_marker_left_visible_is_found(checker, tmp_path):
+    """In a code span too (the testing page showed two roles so), but for a code block."""
     site = _site(tmp_path, {
         "a/index.html": "<p>Use :class:<code>Pool</code> here.</p>",
         "b/index.html": "<p>The diagram::</p>",
-        "c/index.html": "<p>A role is written <code>:class:`X`</code>, in code.</p>"})
+        "c/index.html": "<p>A role is written <code>:class:</code>, in code.</p>",
+        "d/index.html": "<li>See <code>Pool</code>_ and <code>Queue</code>__ there.</li>",
+        "e/index.html": "<p>Not <code>a_b</code>_c, nor <code>x</code> _ nor <code>y</code>::x "
+                        "nor a time, 10:30:00.</p><pre><code>:func:`f` `g`_ h::</code></pre>"})
     problems = checker["raw_markup"](checker["read_site"](site))
-    assert [p.split(":")[0] for p in problems] == ["a/index.html", "b/index.html"]
+    assert [p.split(":")[0] for p in problems] == ["a/index.html", "b/index.html",
+                                                   "c/index.html", "d/index.html"], problems
 
 
 _ENTRY = '<h2 id="{}" class="doc doc-heading">x</h2>'
