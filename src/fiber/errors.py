@@ -50,10 +50,14 @@ class ConfigError(FiberError, ValueError):
                  where: str = "") -> None:
         self.key = key
         self.where = where
+        self._given = (problem, tuple(valid))
         msg = f"fiber config {key!r}" + (f" (from {where})" if where else "") + f": {problem}"
         if valid:
             msg += "; valid keys are: " + ", ".join(sorted(valid))
         super().__init__(msg)
+
+    def __reduce__(self) -> Any:  # its arguments are not its message: pickle them
+        return (type(self), (self.key, *self._given, self.where))
 
 
 class BackendError(FiberError):

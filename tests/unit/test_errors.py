@@ -49,3 +49,16 @@ def test_unpicklable_exception_becomes_remote_error():
 def test_submit_error_carries_command_output():
     e = errors.SubmitError("sbatch failed", ["sbatch", "x"], 1, "", "bad partition")
     assert "sbatch x" in str(e) and "bad partition" in str(e) and e.returncode == 1
+
+
+def test_a_config_error_crosses_processes_as_itself():
+    """A ConfigError failed a pool's tasks as ``RemoteError: ConfigError: ...`` (its
+    arguments are not its message: it did not unpickle), "remote" with nothing remote."""
+    import pickle
+
+    e = errors.ConfigError("log_file", "cannot write", where="FIBER_LOG_FILE")
+    for back in (pickle.loads(pickle.dumps(e)), unpack_exception(pack_exception(e))):
+        assert type(back) is errors.ConfigError
+        assert (str(back), back.key, back.where) == (str(e), "log_file", "FIBER_LOG_FILE")
+    e = errors.ConfigError("backnd", "unknown key", valid=["backend"])
+    assert str(pickle.loads(pickle.dumps(e))) == str(e)

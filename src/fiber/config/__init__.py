@@ -72,8 +72,11 @@ class Config:
     #: Where fiber's log messages go: empty for stderr, ``stdout``, or a file path, to
     #: which every process appends ``.<its name>`` (``fiber.log.MainProcess``,
     #: ``fiber.log.PoolWorker-3``): one file a process, opened when a job starts and when
-    #: the main process starts its first job, its directory made if missing. A path that
-    #: cannot be written fails ``start()`` with ``ConfigError`` before any job is submitted.
+    #: the main process starts fiber's machinery (its first ``Pool()``, ``Queue()`` or
+    #: ``start()``), its directory made if missing. A path whose folder cannot be made or
+    #: written raises ``ConfigError`` when the config is read: at ``fiber.init``, or
+    #: (``FIBER_LOG_FILE``, ``.fiberconfig``) at the program's first use of fiber; a file
+    #: that cannot be opened, at that first ``Pool()``; never in a job.
     log_file: str = ""
     #: What fiber's jobs write to stdout and stderr appears on the master's stdout and
     #: stderr as it is written, each line prefixed with the job's name and host (every
@@ -351,9 +354,13 @@ def resolve(
          lambda key: _ENV_PREFIX + key.upper()),
         (_translated(explicit, "fiber.init"), lambda key: "fiber.init"),
     )
+    origins: Dict[str, str] = {}
     for source, where in sources:
         for key, (raw, given_as) in source.items():
-            values[key] = _value(key, raw, where(given_as))
+            origins[key] = where(given_as)
+            values[key] = _value(key, raw, origins[key])
+    if "log_file" in values:
+        _values.check_log_file(values["log_file"], origins["log_file"])
     return _built(values)
 
 
@@ -485,6 +492,8 @@ def override(**kwargs: Any) -> Iterator[Config]:
     converted = {}
     for key, value in kwargs.items():
         converted[key] = _value(key, value, "config.override")
+    if "log_file" in converted:
+        _values.check_log_file(converted["log_file"], "config.override")
     new = _built(converted, base)
     with _lock:
         _resolved = new

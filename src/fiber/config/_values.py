@@ -5,15 +5,17 @@ fails when it is read, not at the first ``Pool()``."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
+import tempfile
 from typing import Any
 
 from ..errors import ConfigError
 from . import _registry
 from ._compat import suggestion
 
-__all__ = ["LOG_LEVELS", "converted", "checked"]
+__all__ = ["LOG_LEVELS", "converted", "checked", "check_log_file"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -151,3 +153,34 @@ def _not_an_address(host: str) -> str:
         return (f"{host!r} is a network interface of this host, not an address: give the "
                 f"interface's address (ip -brief address show {host})")
     return ""
+
+
+def check_log_file(path: str, where: str) -> None:
+    """That fiber's log files can be written where ``log_file`` ``path`` (set in
+    ``where``) puts them: ``<path>.<process name>``, in its folder, made if missing.
+    Checked when the config is read, so that the program that set it learns it there,
+    not from a pool's thread that starts workers, nor a line that says the log goes to
+    stderr instead; nothing is left behind (a folder made in the nearest one that exists,
+    then removed): the log opens its file at the first ``start()``.
+
+    Raises:
+        ConfigError: the folder cannot be made, or written.
+    """
+    if not path or path == "stdout":
+        return
+    folder = os.path.dirname(path) or "."
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing) or "."
+    if not os.path.isdir(existing):
+        problem = f"cannot make the folder {folder} of fiber's log: {existing} is not a folder"
+    else:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".fiber-log-check-", dir=existing))
+            return
+        except OSError as e:
+            problem = (f"cannot write fiber's log in {folder} ({e.strerror})"
+                       if existing == folder else f"cannot make the folder {folder} of "
+                       f"fiber's log in {existing} ({e.strerror})")
+    raise ConfigError("log_file", problem + "; choose a path in a folder you can write, or "
+                      "leave log_file empty for stderr", where=where)

@@ -154,9 +154,9 @@ _LOGGING = """
         return x * x
 
     if __name__ == "__main__":
-        fiber.init(log_file=sys.argv[1])
-        p = fiber.Process(target=child)
         try:
+            fiber.init(log_file=sys.argv[1])
+            p = fiber.Process(target=child)
             p.start()
         except fiber.errors.ConfigError as e:
             print("RAISED", e, flush=True)
@@ -206,16 +206,90 @@ def test_a_log_file_in_an_existing_folder_has_each_jobs_lines_in_its_file(tmp_pa
     assert cp.stderr == ""
 
 
-def test_a_log_file_that_cannot_be_written_fails_the_start_before_any_job(tmp_path):
+def test_a_log_file_that_cannot_be_written_fails_before_any_job(tmp_path):
     (tmp_path / "a-file").write_text("not a folder\n")
     cp = _run(tmp_path, _LOGGING, "a-file/logs/fiber.log")
     assert cp.returncode == 0, cp.stderr
     said = _said(cp.stdout, "RAISED")
-    assert said.startswith("fiber config 'log_file': cannot write fiber's log to "
-                           "a-file/logs/fiber.log.MainProcess: "), said
-    assert "Not a directory" in said, said
+    assert said == ("fiber config 'log_file' (from fiber.init): cannot make the folder "
+                    "a-file/logs of fiber's log: a-file is not a folder; choose a path in a "
+                    "folder you can write, or leave log_file empty for stderr"), said
     assert _said(cp.stdout, "CHILDREN") == "0"  # no job (nor the fork server) started
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "program.py"]
+    assert cp.stderr == ""
+
+
+_UNWRITABLE_LOG = """
+    import sys
+    import psutil
+    import fiber
+
+    def square(x):
+        return x * x
+
+    if __name__ == "__main__":
+        step = "init"
+        try:
+            if sys.argv[1:]:
+                fiber.init(log_file=sys.argv[1])
+            step = "Pool"
+            with fiber.Pool(2) as pool:
+                step = "map"
+                print("MAP", pool.map(square, [1, 2]), flush=True)
+        except Exception as e:
+            print("RAISED", step, type(e).__module__ + "." + type(e).__qualname__, e,
+                  flush=True)
+            print("CHILDREN", len(psutil.Process().children(recursive=True)), flush=True)
+"""
+
+#: Where log_file is set (the program's argument, a variable, the file), and the step of
+#: the program that must raise: fiber.init, or the first Pool(), where the program
+#: first reads the config.
+_LOG_SOURCES = [
+    ("fiber.init", ["/proc/fiber-log/fiber.log"], {}, "", "init"),
+    ("FIBER_LOG_FILE", [], {"FIBER_LOG_FILE": "/proc/fiber-log/fiber.log"}, "", "Pool"),
+    (".fiberconfig", [], {}, "log_file = /proc/fiber-log/fiber.log\n", "Pool"),
+]
+
+
+@pytest.mark.parametrize("where,args,env,file,step", _LOG_SOURCES,
+                         ids=[source[0] for source in _LOG_SOURCES])
+def test_a_log_file_that_cannot_be_written_is_one_config_error_where_it_was_set(
+        tmp_path, where, args, env, file, step):
+    """A pool's log file that cannot be written raised a BrokenPoolError or a
+    RemoteError (a ConfigError, "remote") from ``map``, as the pool's thread that
+    started the workers or the tasks it failed happened to meet it first, each after a
+    line saying the log went to stderr. It is one ConfigError, where the program set the
+    path or first read the config, every time (five runs), with nothing on stderr and no
+    job started."""
+    if file:
+        (tmp_path / ".fiberconfig").write_text(file)
+    for _ in range(5):
+        cp = _run(tmp_path, _UNWRITABLE_LOG, *args, env=env)
+        assert cp.returncode == 0, cp.stderr
+        assert _said(cp.stdout, "RAISED") == (
+            f"{step} fiber.errors.ConfigError fiber config 'log_file' (from {where}): cannot "
+            "make the folder /proc/fiber-log of fiber's log in /proc (No such file or "
+            "directory); choose a path in a folder you can write, or leave log_file empty "
+            "for stderr"), cp.stdout
+        assert _said(cp.stdout, "CHILDREN") == "0"
+        assert cp.stderr == ""
+
+
+def test_a_main_log_file_that_cannot_be_opened_fails_the_first_pool_every_time(tmp_path):
+    """Its folder can be written, but not the main process's own file (a folder has its
+    name): the file is opened in the caller's thread when the program starts fiber's
+    machinery (its first ``Pool()``), before any thread of fiber's logs (which said on
+    stderr that the log went there, and left the error to the pool's thread)."""
+    (tmp_path / "logs" / "fiber.log.MainProcess").mkdir(parents=True)
+    for _ in range(5):
+        cp = _run(tmp_path, _UNWRITABLE_LOG, env={"FIBER_LOG_FILE": "logs/fiber.log"})
+        assert cp.returncode == 0, cp.stderr
+        assert _said(cp.stdout, "RAISED").startswith(
+            "Pool fiber.errors.ConfigError fiber config 'log_file': cannot write fiber's log "
+            "to logs/fiber.log.MainProcess: [Errno 21] Is a directory"), cp.stdout
+        assert _said(cp.stdout, "CHILDREN") == "0"
+        assert cp.stderr == ""
 
 
 def _bootstrap(parent: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]:
