@@ -85,10 +85,10 @@ def hub() -> Server:
     with _lock:
         if _hub is None or _hub_pid != os.getpid() or not _hub.alive:
             cfg = get_config()
-            if not parent_address():
-                # The main process's log (log_file) opened here, in the caller's thread,
-                # before any thread of fiber's logs: a file that cannot be opened fails
-                # the program's first Pool(), Queue() or start(), not a thread's line.
+            if cfg.log_file and not parent_address():
+                # The main process's log file opened here, in the caller's thread, before
+                # any thread of fiber's logs: a file that cannot be opened fails the
+                # program's first Pool(), Queue() or start(), not a thread's line.
                 _log.open_log()
             # Made before any address is handed out: a child forked by multiprocessing
             # then inherits it, and can authenticate to this hub.
