@@ -44,6 +44,7 @@ BAD_VALUES = [
     ("docker_timeout", "soon", "expected a number (float), got 'soon'"),
     ("local_fork_server", "perhaps", "expected a boolean (true or false, 1 or 0, yes or no, "
                                      "on or off), got 'perhaps'"),
+    ("ssh_connect_timeout", "0", "connect_timeout must be a whole number of at least 1, got 0"),
 ]
 
 
@@ -71,6 +72,7 @@ def test_a_wrong_value_says_what_is_expected_and_where_it_was_set(tmp_path, key,
     ({"debug": 2}, "expected a boolean (true or false, 1 or 0, yes or no, on or off), got 2"),
     ({"listen_port": True}, "expected a whole number (int), got True"),
     ({"image": 3}, "expected a string (str), got 3"),
+    ({"log_level": 5}, "must be one of debug, info, warning, error, critical, got '5'"),
 ])
 def test_a_wrong_value_in_init_says_so_and_changes_nothing(kwargs, expected):
     before = fiber.get_config()

@@ -322,8 +322,10 @@ def _translated(source: Mapping[str, Any], where: str) -> Dict[str, Tuple[Any, s
     return out
 
 
-def _built(values: Mapping[str, Any], base: Optional[Config] = None) -> Config:
-    """A Config of converted ``values`` (full keys), over ``base`` (or the defaults).
+def _built(values: Mapping[str, Any], origins: Mapping[str, str],
+           base: Optional[Config] = None) -> Config:
+    """A Config of converted ``values`` (full keys, set where ``origins`` says), over
+    ``base`` (or the defaults).
 
     Raises:
         ConfigError: a backend refuses one of its values.
@@ -334,7 +336,7 @@ def _built(values: Mapping[str, Any], base: Optional[Config] = None) -> Config:
         if key not in _FIELDS:
             name, sub, _ = _backend_keys.field_type(key)
             backends.setdefault(name, {})[sub] = value
-    backends = _backend_keys.checked(backends)
+    backends = _backend_keys.checked(backends, origins)
     if base is None:
         return Config(**core, backends=backends)
     return dataclasses.replace(base, **core, backends=backends)
@@ -361,7 +363,7 @@ def resolve(
             values[key] = _value(key, raw, origins[key])
     if "log_file" in values:
         _values.check_log_file(values["log_file"], origins["log_file"])
-    return _built(values)
+    return _built(values, origins)
 
 
 def settings(cls: Type[_S], backend: str, cfg: Optional[Config] = None) -> _S:
@@ -494,7 +496,7 @@ def override(**kwargs: Any) -> Iterator[Config]:
         converted[key] = _value(key, value, "config.override")
     if "log_file" in converted:
         _values.check_log_file(converted["log_file"], "config.override")
-    new = _built(converted, base)
+    new = _built(converted, {key: "config.override" for key in converted}, base)
     with _lock:
         _resolved = new
     try:

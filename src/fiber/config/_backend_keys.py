@@ -65,12 +65,14 @@ def field_type(key: str, where: str = "") -> Tuple[str, str, Any]:
     return name, sub, hints[sub]
 
 
-def checked(values: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def checked(values: Mapping[str, Mapping[str, Any]],
+            origins: Optional[Mapping[str, str]] = None) -> Dict[str, Dict[str, Any]]:
     """``values`` once each backend's settings accept them (its own checks: a timeout
-    that must be positive...).
+    that must be positive...); ``origins`` says where each full key was set.
 
     Raises:
-        ConfigError: a backend refuses a value (named by its full key when it can tell).
+        ConfigError: a backend refuses a value (named by its full key, and where it was
+            set, when it can tell).
     """
     out: Dict[str, Dict[str, Any]] = {}
     for name, given in values.items():
@@ -81,8 +83,8 @@ def checked(values: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]
             cls(**given)
         except (TypeError, ValueError) as e:
             word = str(e).split(" ", 1)[0]
-            key = _registry.key_prefix(name) + (word if word in given else "")
-            raise ConfigError(key.rstrip("_"), str(e)) from None
+            key = (_registry.key_prefix(name) + (word if word in given else "")).rstrip("_")
+            raise ConfigError(key, str(e), where=(origins or {}).get(key, "")) from None
         out[name] = dict(given)
     return out
 

@@ -110,7 +110,8 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
         _no_effect_set[key] = _typed(key, value)
         return None
     if key == "log_level" and isinstance(value, int) and not isinstance(value, bool):
-        return key, _LOG_LEVELS.get(str(value), value)  # logging.DEBUG and so on
+        # logging.DEBUG and so on; another number is named as a wrong level
+        return key, _LOG_LEVELS.get(str(value), str(value))
     if key == "log_level" and isinstance(value, str):
         # "INFO", as the original's own demo config spells it, or "20"
         word = value.strip()
