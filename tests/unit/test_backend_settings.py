@@ -17,7 +17,7 @@ from fiber import config
 from fiber.backends import Backend, JobHandle, JobSpec, get_backend, register_backend
 from fiber.backends.kubernetes._settings import KubernetesSettings
 from fiber.backends.slurm._settings import SlurmSettings
-from fiber.errors import ConfigError
+from fiber.errors import ConfigError, SubmitError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,3 +159,33 @@ def test_the_built_in_backends_are_entry_points_only():
     assert {"local", "slurm", "docker", "kubernetes"} <= set(_registry._entry_points())
     assert get_backend("local").settings is not None
     assert KubernetesSettings().timeout > 0
+
+
+# -- the batch backends' log directories ---------------------------------------------------
+
+@pytest.mark.parametrize("backend, key, folder", [("slurm", "slurm_output_dir", "slurm-logs"),
+                                                  ("sge", "sge_output_dir", "sge-logs")])
+def test_a_batch_backends_logs_go_by_default_to_the_home_directory(monkeypatch, tmp_path,
+                                                                   backend, key, folder):
+    """Its nodes write them and ``fiber logs`` reads them: the default is in the home
+    directory, which a cluster's nodes share far more often than /tmp; private, made 0700
+    again if opened up; a configured one is taken as it is; one that cannot be made names
+    the key that chooses another."""
+    import importlib
+
+    jobs = importlib.import_module(f"fiber.backends.{backend}._jobs")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with config.override(**{key: ""}):
+        path = jobs.output_dir()
+        assert path == str(tmp_path / ".fiber" / folder)
+        assert os.stat(path).st_mode & 0o777 == 0o700
+        os.chmod(path, 0o755)
+        assert jobs.output_dir() == path and os.stat(path).st_mode & 0o777 == 0o700
+    shared = tmp_path / "shared" / "logs"
+    with config.override(**{key: str(shared)}):
+        assert jobs.output_dir() == str(shared)
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "file"))
+    with config.override(**{key: ""}), pytest.raises(SubmitError) as e:
+        jobs.output_dir()
+    assert str(e.value).endswith(f"; set {key} to a directory the nodes can write"), e.value

@@ -43,7 +43,7 @@ from ._base import JobHandle, JobInfo, JobSpec, JobStatus
 from ._commands import CommandLineBackend
 
 __all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
-           "format_command", "follow_job", "follow_file", "last_lines"]
+           "format_command", "follow_job", "follow_file", "last_lines", "log_dir"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -305,6 +305,38 @@ def follow_file(path: str, ended: Callable[[], bool], missing: str,
             return
         time.sleep(delay)
         delay = min(delay * 1.5, 2.0)
+
+
+def log_dir(configured: str, default_name: str, cluster: str, key: str) -> str:
+    """The directory of a batch backend's job logs, which its nodes write and ``fiber
+    logs`` reads: ``configured`` (the backend's ``<name>_output_dir``), else
+    ``~/.fiber/<default_name>``, in the home directory, which a cluster's nodes share far
+    more often than a temp dir. Made when missing, mode 0700; the default one is this
+    user's and kept private.
+
+    Raises:
+        SubmitError: it cannot be made, or the default one is another user's; the message
+            names ``key``, the setting that chooses another.
+    """
+    path = configured
+    if not path:
+        home = os.path.expanduser("~")
+        if home == "~":
+            raise SubmitError(f"no home directory for the {cluster} job logs; set {key} to "
+                              "a directory the nodes can write")
+        path = os.path.join(home, ".fiber", default_name)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as e:
+        raise SubmitError(f"cannot create the {cluster} log directory {path!r}: {e}; set "
+                          f"{key} to a directory the nodes can write") from None
+    if not configured and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        if st.st_uid != os.getuid():
+            raise SubmitError(f"the {cluster} log directory {path!r} belongs to another "
+                              f"user; set {key}")
+        os.chmod(path, 0o700)
+    return path
 
 
 def follow_job(backend: BatchCommands, handle: JobHandle, path: str, since: float,

@@ -26,10 +26,8 @@ import json
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional
@@ -51,7 +49,7 @@ from fiber.backends.slurm import (
     parse_squeue,
     status_of,
 )
-from fiber.backends.slurm._jobs import last_lines, output_dir
+from fiber.backends.slurm._jobs import last_lines
 from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path, task_ranges
 from fiber.errors import BackendError, ConfigError, SubmitError
 from fiber.testing.conformance.support.waiting import unusable, wait_until
@@ -408,14 +406,6 @@ def test_mode_selection(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID")
     with fiber.config.override(slurm_mode="steps"), pytest.raises(SubmitError, match="salloc"):
         b.submit([_spec(1)])
-
-
-def test_default_log_directory_is_private(fake_slurm, monkeypatch, tmp_path):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    with fiber.config.override(slurm_output_dir=""):
-        path = output_dir()
-    assert path == os.path.join(str(tmp_path), f"fiber-slurm-{os.getuid()}")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
 
 
 def test_config_keys_and_registry():

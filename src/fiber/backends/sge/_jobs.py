@@ -15,13 +15,12 @@ from __future__ import annotations
 import getpass
 import glob
 import os
-import tempfile
 from typing import Iterator, List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo
-from .._batch import BatchCommands, cancel_listed, follow_job, last_lines
+from .._batch import BatchCommands, cancel_listed, follow_job, last_lines, log_dir
 from ._settings import SgeSettings
 from ._status import Row, parse_contexts, parse_qstat, split_id
 
@@ -44,22 +43,9 @@ def user() -> str:
 
 
 def output_dir() -> str:
-    """The directory of job logs, ``sge_output_dir`` (created with mode 0700 when
-    missing); by default ``fiber-sge-<uid>`` under the system temp dir."""
-    configured = _own().output_dir
-    path = configured or os.path.join(tempfile.gettempdir(), f"fiber-sge-{os.getuid()}")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.stat(path)
-    except OSError as e:
-        raise SubmitError(f"cannot create the Grid Engine log directory {path!r}: {e}"
-                          ) from None
-    if not configured and (st.st_uid != os.getuid() or st.st_mode & 0o077):
-        if st.st_uid != os.getuid():
-            raise SubmitError(f"the Grid Engine log directory {path!r} belongs to another "
-                              "user; set sge_output_dir")
-        os.chmod(path, 0o700)
-    return path
+    """The directory of job logs, ``sge_output_dir``; by default ``~/.fiber/sge-logs``
+    (`log_dir`)."""
+    return log_dir(_own().output_dir, "sge-logs", "Grid Engine", "sge_output_dir")
 
 
 def program_dir(program: str) -> str:

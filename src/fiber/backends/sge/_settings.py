@@ -71,9 +71,9 @@ class SgeSettings:
     #: Job names are ``<prefix>-<process name>`` (``fiber-PoolWorker`` for a pool).
     job_name_prefix: str = "fiber"
     #: Directory of the job logs (``qsub -o <dir>/<program> -j y``: one ``<job name>.o<job
-    #: id>[.<task id>]`` per job, in a directory per program); empty: ``fiber-sge-<uid>``
-    #: under the system temp dir. Must be writable from the nodes, at the same path (a
-    #: shared filesystem), for ``fiber logs``.
+    #: id>[.<task id>]`` per job, in a directory per program); empty: ``~/.fiber/sge-logs``,
+    #: in the home directory, which the nodes usually share. Must be writable from the
+    #: nodes, at the same path (a shared filesystem), for ``fiber logs``.
     output_dir: str = ""
 
     def __post_init__(self) -> None:

@@ -54,8 +54,8 @@ network the nodes share with the controller. ``JobHandle.pid`` is None (fiber us
 synthetic pids); ``JobHandle.host`` is the job's node once ``squeue`` shows it.
 
 Job logs (stdout and stderr of each job) go to ``slurm_output_dir``, by default
-``fiber-slurm-<uid>`` under the system temp dir, created with mode 0700: on a real cluster
-point it at a shared filesystem that the nodes can write (``$HOME/...``).
+``~/.fiber/slurm-logs``, created with mode 0700: the home directory, which a cluster's
+nodes usually share; where it is not shared, point it at a filesystem the nodes can write.
 """
 
 from __future__ import annotations

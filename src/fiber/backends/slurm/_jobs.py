@@ -16,13 +16,12 @@ from __future__ import annotations
 import glob
 import os
 import re
-import tempfile
 from typing import Iterator, List, Optional, Sequence
 
 from ...config import Config, settings
-from ...errors import BackendError, SubmitError
+from ...errors import BackendError
 from .._base import JobHandle, JobInfo
-from .._batch import BatchCommands, cancel_listed, follow_job, last_lines
+from .._batch import BatchCommands, cancel_listed, follow_job, last_lines, log_dir
 from ._settings import SlurmSettings
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
@@ -40,21 +39,9 @@ ENDING = {"completing", "completed", "cancelled", "failed", "timeout", "node_fai
 
 
 def output_dir() -> str:
-    """The directory of job logs, ``slurm_output_dir`` (created with mode 0700 when
-    missing); by default ``fiber-slurm-<uid>`` under the system temp dir."""
-    configured = _own().output_dir
-    path = configured or os.path.join(tempfile.gettempdir(), f"fiber-slurm-{os.getuid()}")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.stat(path)
-    except OSError as e:
-        raise SubmitError(f"cannot create the Slurm log directory {path!r}: {e}") from None
-    if not configured and (st.st_uid != os.getuid() or st.st_mode & 0o077):
-        if st.st_uid != os.getuid():
-            raise SubmitError(f"the Slurm log directory {path!r} belongs to another "
-                              "user; set slurm_output_dir")
-        os.chmod(path, 0o700)
-    return path
+    """The directory of job logs, ``slurm_output_dir``; by default
+    ``~/.fiber/slurm-logs`` (`log_dir`)."""
+    return log_dir(_own().output_dir, "slurm-logs", "Slurm", "slurm_output_dir")
 
 
 def follow(backend: BatchCommands, handle: JobHandle, path: str,

@@ -41,7 +41,8 @@ class SlurmSettings:
     #: Slurm job names are ``<prefix>-<process name>`` (``fiber-PoolWorker`` for a pool).
     job_name_prefix: str = "fiber"
     #: Directory of Slurm job logs (one ``<job name>-<job id>.out`` per job); empty:
-    #: ``fiber-slurm-<uid>`` under the system temp dir. Must be writable from the nodes.
+    #: ``~/.fiber/slurm-logs``, in the home directory, which the nodes usually share. Must
+    #: be writable from the nodes.
     output_dir: str = ""
     #: ``jobs``: every process is an ``sbatch`` job; ``steps``: every process is a job step
     #: (``srun``) of the allocation the program runs in; ``auto``: steps inside an
