@@ -177,8 +177,12 @@ class LaunchService(Service):
             self._outputs[peer.peer_id] = token
             self._open_output(token, launch)
 
-    def _open_output(self, token: bytes, launch: Launch, host: str = "") -> None:
-        self.printer.open(token, launch.name, host or launch.host, get_config().output_prefix)
+    def _open_output(self, token: bytes, launch: Launch, guess: str = "") -> None:
+        """Print job ``token``'s output from now on, prefixed with the host the job said
+        it runs on (`fetch`), else with ``guess``, which `fetch` corrects later. A job
+        may say it before its output opens: a submit of many jobs returns after the
+        first ones asked for their payloads."""
+        self.printer.open(token, launch.name, launch.host or guess, get_config().output_prefix)
 
     def capture(self, token: bytes, output: JobOutput) -> None:
         """Read the pipes of job ``token``'s stdout and stderr from now on (a local job,
@@ -187,7 +191,7 @@ class LaunchService(Service):
         with hub.lock:
             launch = self._launches.get(token)
             if launch is not None:
-                self._open_output(token, launch, host=job_host())
+                self._open_output(token, launch, guess=job_host())
             CapturedOutput(hub, self.printer, token, output)
 
     @handles(LaunchOps.OUTPUT)

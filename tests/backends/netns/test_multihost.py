@@ -319,6 +319,20 @@ def test_pool_across_hosts(hosts: netns.Hosts) -> None:
     assert r["replaced"] and r["third_ok"] and not r["third_pids_include_victim"], r
 
 
+def test_a_replacement_workers_lines_name_its_netns_host(hosts: netns.Hosts) -> None:
+    """Each line a worker prints, a SIGKILLed worker's replacement's too, is prefixed
+    with the netns host the worker runs in (``ip netns identify``), not the machine's
+    name, also when the job said its host before the master began reading its pipes."""
+    r = run_scenario(hosts, "mh_replacement_host.py")
+    assert r["replacements"] and r["victim"] not in r["replacements"], r
+    line = re.compile(r"^\((PoolWorker-\d+)@(\S+)\) task \d+ from (\d+)$")
+    found = [line.match(text) for text in r["lines"]]
+    assert found and all(found), r["lines"]
+    host_of = {m.group(3): m.group(2) for m in found if m is not None}
+    assert {str(pid) for pid in r["replacements"]} <= set(host_of), r
+    assert host_of == {pid: r["hosts"][pid] for pid in host_of}, r["lines"]
+
+
 @pytest.mark.scale
 def test_pool_of_256_over_four_hosts_delivers_each_result_once_after_a_kill() -> None:
     """Pool(256), 64 workers on each of four hosts: a map of 2,048 tasks whose worker is
