@@ -7,7 +7,9 @@
            run the next task ─▶ result (value or exception record)
            send results in batches: at once when nothing else is held or the task took
            over 2 ms, else every 64 results or 2 ms, so that cheap tasks are not one
-           message each (the batch says how long its tasks ran: the master's credit)
+           message each (the batch says how long its tasks ran: the master's credit);
+           and before a task whose function's tasks take over 2 ms here on average (or
+           that has not run here yet), so that no result waits behind a long task
     stop:  when told to, or after ``maxtasks`` tasks, once everything held is done
 
 Tasks are executed in the order received; the master's pending table relies on it (the
@@ -68,12 +70,14 @@ def _exit_error(exc: SystemExit) -> List[Any]:
 class _Function:
     """A function as received: unpickled on first use, its failure remembered."""
 
-    __slots__ = ("frames", "fn", "error")
+    __slots__ = ("frames", "fn", "error", "seconds")
 
     def __init__(self, frames: List[Any]) -> None:
         self.frames: Optional[List[Any]] = frames
         self.fn: Optional[Callable[..., Any]] = None
         self.error: Optional[BaseException] = None
+        #: How long its tasks run here, a running average (None: none has run yet).
+        self.seconds: Optional[float] = None
 
     def get(self) -> Callable[..., Any]:
         if self.frames is not None:
@@ -276,10 +280,15 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             if not retire.take(held[0][0]):
                 continue  # told to go meanwhile: taken back above
             task_id, function, arg_frames = held.popleft()
+            if out and (function.seconds is None or function.seconds > _BATCH_SECONDS):
+                flush()  # results do not wait behind a task that may be long
             started = time.monotonic()
             ok, frames = run_task(function, arg_frames)
             now = time.monotonic()
-            busy += now - started
+            ran = now - started
+            busy += ran
+            function.seconds = ran if function.seconds is None else (
+                0.7 * function.seconds + 0.3 * ran)
             if not out:
                 first_out = started
             out.append((task_id, ok, frames))
