@@ -313,7 +313,7 @@ class Pool(PoolExtras):
                         chunksize=chunksize)
 
         holder.append(cls.__new__(cls))
-        cls.__init__(holder[0], submit, chunks, core.window, core.hub,
+        cls.__init__(holder[0], submit, chunks, core.imap_window, core.hub,
                      core.service.spin_budget, owner=self)
         return holder[0]
 

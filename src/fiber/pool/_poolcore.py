@@ -202,6 +202,13 @@ class PoolCore:
                 self.service.release_function(old)
         return fid
 
+    def imap_window(self) -> int:
+        """How many chunks an ``imap`` keeps submitted and not yet consumed: twice what
+        the workers hold on a fast link, or on slow links twice what covers their round
+        trips (see ``_credit``)."""
+        far = self.service.far_room() if self.service.far else 0
+        return max(self.window, 2 * far)
+
     def check_running(self) -> None:
         if self.state != RUN:
             raise ValueError("Pool not running")

@@ -290,8 +290,10 @@ class MapResult(ApplyResult):
 class IMapIterator:
     """The iterator of ``imap``: results in order, the input consumed lazily.
 
-    At most ``window`` chunks are submitted and not yet consumed, so an endless input
-    works; ``next`` tops the window up from the input before it waits. An exception
+    At most ``window()`` chunks are submitted and not yet consumed, so an endless input
+    works; ``next`` tops the window up from the input before it waits. (A function: the
+    window grows with what the pool's workers on slow links hold, see
+    ``PoolCore.imap_window``.) An exception
     raised by the input is raised by ``next`` in its place, after the results of what
     the input gave before (as multiprocessing), and ends the iteration.
     """
@@ -300,7 +302,8 @@ class IMapIterator:
     _pool: Any = None  # as ApplyResult._pool
 
     def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
-                 window: int, server: Optional[Server] = None, spin: Spin = None,
+                 window: Callable[[], int], server: Optional[Server] = None,
+                 spin: Spin = None,
                  owner: Any = None) -> None:
         self._pool = owner  # as ApplyResult's
         self._submit = submit
@@ -320,7 +323,8 @@ class IMapIterator:
         self._top_up()
 
     def _top_up(self) -> None:
-        while not self._exhausted and self._submitted - self._consumed < self._window:
+        window = self._window()
+        while not self._exhausted and self._submitted - self._consumed < window:
             try:
                 chunk = next(self._chunks)
             except StopIteration:

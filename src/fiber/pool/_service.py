@@ -32,7 +32,7 @@ from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
-from . import _losses, _renew, _resume, _retire, _status
+from . import _credit, _losses, _renew, _resume, _retire, _status
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -48,9 +48,6 @@ __all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
 describe_exit = _losses.describe_exit
 exit_code = _losses.exit_code
 
-_HOLD = 0.002  # seconds of work a worker of quick tasks holds
-_MAX_CREDIT = 64
-_SLOW = 0.02  # tasks at least this long are not prefetched (see PoolService.credit)
 _SPIN_TASK = 0.002  # a wait for tasks up to this long polls while they run (spin_budget)
 _EXIT_POLL = 0.05
 
@@ -78,6 +75,8 @@ class PoolService(Service):
         self.queued_items = 0  # the items of the tasks in the queue (pool.status())
         self.workers: Dict[int, WorkerState] = {}
         self.ready = ReadyWorkers()
+        #: Workers on slow links, which hold more tasks (see `_credit`, `_dispatch_far`).
+        self.far = _credit.FarWorkers()
         self.retiring = 0  # workers of self.workers told to finish and exit (retire)
         #: Seconds after it connects that a worker is renewed (see _renew); None: never.
         self.lifetime: Optional[float] = None
@@ -226,24 +225,16 @@ class PoolService(Service):
         self.ready.put(ws, self._can_take(ws))
 
     def credit(self, fid: int) -> int:
-        """How many tasks of function ``fid`` a worker may hold, the one it runs included.
-
-        Quick tasks are prefetched, so that a worker never idles on a round trip: it
-        holds about ``_HOLD`` seconds of them, at least ``prefetch + 1``. A task whose
-        length is not known yet (no result of its function so far) or that is slow
-        (``_SLOW``, where a round trip is a few percent of it at most) is not: a task
-        held behind a long one waits while other workers may idle, and a pool's first
-        worker to connect would take the work of those still starting."""
-        seconds = self.task_seconds.get(fid)
-        if seconds is None or seconds >= _SLOW:
-            return 1
-        return max(self.prefetch + 1, min(_MAX_CREDIT, int(_HOLD / max(seconds, 1e-6))))
+        """How many tasks of function ``fid`` a worker on a fast link may hold, the one
+        it runs included (see `_credit`)."""
+        return _credit.credit(self.task_seconds.get(fid), self.prefetch)
 
     def dispatch(self) -> None:
         """Hand queued tasks out, each to the least-loaded worker that has credit for it,
         so that a map's tasks spread over the workers (every idle worker gets one before
-        any gets a second). The cost is per task handed out, not per worker."""
-        queue, ready, maxtasks = self.queue, self.ready, self.maxtasks
+        any gets a second); then top up the workers on slow links (`_dispatch_far`). The
+        cost is per task handed out, not per worker."""
+        queue, ready = self.queue, self.ready
         credits: Dict[int, int] = {}  # fid -> credit, for this call
         batches: Dict[WorkerState, List[Task]] = {}
         while queue:
@@ -257,23 +248,44 @@ class PoolService(Service):
             if credit is None:
                 credit = credits[task.fid] = self.credit(task.fid)
             if len(ws.pending) >= credit:
-                break  # the least-loaded worker is full: so is every other
-            queue.popleft()
-            self.queued_items -= task.items
-            if not ws.pending:
-                ws.since = time.monotonic()
-            ws.pending[task.task_id] = task
-            ws.assigned += 1
-            # `_refresh` inlined (the loop's cost is per task): ``ws`` could take a task,
-            # so only this task (a suspect runs alone) or ``maxtasks`` can stop it now
-            ready.put(ws, not task.suspect and (maxtasks is None or ws.assigned < maxtasks))
-            batch = batches.get(ws)
-            if batch is None:
-                batches[ws] = [task]
-            else:
-                batch.append(task)
+                break  # the least-loaded worker is full: so is every other on a fast link
+            self._hand(ws, batches)
+        if queue and self.far:
+            self._dispatch_far(batches)
         for ws, tasks in batches.items():
             self._send_tasks(ws, tasks)
+
+    def _dispatch_far(self, batches: Dict[WorkerState, List[Task]]) -> None:
+        """Top up the workers on slow links, the least loaded first, to the credit that
+        covers their round trip (see `_credit.link_credit`); a suspect task waits for
+        an idle worker (`dispatch`)."""
+        queue = self.queue
+        for ws in self.far.by_load():
+            while queue and ws.load >= 0 and not queue[0].suspect:
+                task = queue[0]
+                rtt = ws.link.rtt if ws.link is not None else 0.0
+                if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
+                                                          self.prefetch, rtt):
+                    break
+                self._hand(ws, batches)
+
+    def _hand(self, ws: WorkerState, batches: Dict[WorkerState, List[Task]]) -> None:
+        """The first queued task goes to ``ws`` (in ``batches``, sent by `dispatch`)."""
+        task = self.queue.popleft()
+        self.queued_items -= task.items
+        if not ws.pending:
+            ws.since = ws.probe = time.monotonic()
+        ws.pending[task.task_id] = task
+        ws.assigned += 1
+        # `_refresh` inlined (the cost is per task): ``ws`` could take a task, so only
+        # this task (a suspect runs alone) or ``maxtasks`` can stop it now
+        maxtasks = self.maxtasks
+        self.ready.put(ws, not task.suspect and (maxtasks is None or ws.assigned < maxtasks))
+        batch = batches.get(ws)
+        if batch is None:
+            batches[ws] = [task]
+        else:
+            batch.append(task)
 
     def _send_tasks(self, ws: WorkerState, tasks: List[Task]) -> None:
         wire: List[WireTask] = []
@@ -326,6 +338,10 @@ class PoolService(Service):
         self.rate.add(items, now)
         self._refresh(ws)
         busy = results_busy(payload)
+        if ws.probe:  # its first results since it was handed tasks idle: a round trip
+            if peer.may_reset:  # (TCP: a Unix socket's link has no round trip to cover)
+                self.far.observed(ws, now - ws.probe - busy)
+            ws.probe = 0.0
         if measuring and items:
             if items == 1:
                 self.durations.add(busy)
@@ -456,6 +472,7 @@ class PoolService(Service):
         missing = self._take_back(ws, bytes(payload[1]))
         ws.given.extend(_losses.Given(t.task_id, t.call, t.index) for t in missing)
         ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
+        ws.probe = 0.0  # its next results say how long the reset took, not its link
         ws.functions.clear()  # a function's frames may have been lost with the tasks
         self.by_peer[peer.peer_id] = ws
         info("%s (%s) connected again after its connection was reset; %s",
@@ -466,6 +483,11 @@ class PoolService(Service):
         self._refresh(ws)
         self.dispatch()
         self._maybe_stop(ws)
+
+    def far_room(self) -> int:
+        """The tasks the workers on slow links may hold of the function submitted last:
+        what an ``imap`` keeps submitted ahead to fill them (see `_credit`)."""
+        return self.far.room(self.task_seconds.get(self.last_fid), self.prefetch)
 
     def _measure(self, fids: List[int], busy: float) -> None:
         """Update the running average task length of the functions of a results batch
@@ -541,6 +563,7 @@ class PoolService(Service):
             self._count_traffic(ws.peer)
         if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
             self.retiring -= 1
+        self.far.forget(ws)
         tasks = list(ws.pending.values())
         ws.pending.clear()
         expected = bool(ws.retired_why) or (not tasks and (ws.retiring or self.closing or (

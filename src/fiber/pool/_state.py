@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from ..process import Process
 from ..transport.server import Peer
-from . import _losses
+from . import _credit, _losses
 
 __all__ = ["ResultSink", "Task", "WorkerState", "ReadyWorkers"]
 
@@ -68,7 +68,7 @@ class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
-                 "renew_at", "replaces", "resume_by", "given")
+                 "renew_at", "replaces", "resume_by", "given", "probe", "link")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -107,6 +107,11 @@ class WorkerState:
         #: The tasks it gave back when it came back after a reset: its warning, if it is
         #: lost later, names them (see `_losses`).
         self.given: List[_losses.Given] = []
+        #: When it was handed tasks while it held none, until its next results (its link's
+        #: round trip is measured so: see `_credit`); 0: not since its last results.
+        self.probe = 0.0
+        #: Its link's measured round trip, once measured (over TCP only).
+        self.link: Optional[_credit.Link] = None
 
     @property
     def started(self) -> bool:

@@ -1,0 +1,114 @@
+"""How many tasks a pool worker may hold (its credit), and the round trip of its link.
+
+A worker holds the task it runs and, where waiting for the next one would leave it idle,
+the next ones too: the master hands a task out only to a worker with credit left.
+
+- Tasks of unknown length (a function's first, before any result) or of ``SLOW_S`` and
+  more: one at a time. A task held behind a long one waits while other workers may idle,
+  and a pool's first worker to connect would take the work of those still starting.
+- Quick tasks: about ``HOLD_S`` seconds of them, at least ``prefetch + 1``, so that a
+  worker on a fast link never idles on a round trip.
+- A worker on a slow link (its round trip ``FAR_S`` or more: another site, a congested
+  or shaped network): one task plus enough to cover its round trip, ``1 + rtt / task``
+  (up to `MAX_FAR_CREDIT`), once that round trip is ``SHARE`` or more of a task. Held to
+  one task at a time it would wait a round trip for each (a 100 ms round trip and
+  20 ms tasks: a sixth of its time working).
+
+The round trip is measured as TCP measures its own, from the traffic itself, with no
+probe: a worker that was handed tasks while it held none answers with its first results
+after ``round trip + the time its tasks ran`` (which it reports), so each such batch is
+one sample (`Link.observed`). A worker reached through a Unix socket (this host) is never
+measured: its link has no round trip worth covering.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional
+
+__all__ = ["HOLD_S", "MAX_CREDIT", "SLOW_S", "FAR_S", "SHARE", "MAX_FAR_CREDIT",
+           "credit", "link_credit", "Link", "FarWorkers"]
+
+HOLD_S = 0.002  # seconds of quick tasks a worker holds
+MAX_CREDIT = 64
+SLOW_S = 0.02  # tasks at least this long are not prefetched on a fast link
+#: A link whose round trip is this or more is covered by credit of its own (below it,
+#: `HOLD_S` of quick tasks covers it, and a slow task loses at most a few percent).
+FAR_S = 0.001
+#: The share of a task's time that a round trip must reach to be covered.
+SHARE = 0.05
+MAX_FAR_CREDIT = 256
+_SAMPLES = 5  # a link's round trip: the median of its last samples
+
+
+def credit(seconds: Optional[float], prefetch: int) -> int:
+    """The credit of a worker on a fast link for tasks of ``seconds`` each (None: not
+    measured yet)."""
+    if seconds is None or seconds >= SLOW_S:
+        return 1
+    return max(prefetch + 1, min(MAX_CREDIT, int(HOLD_S / max(seconds, 1e-6))))
+
+
+def link_credit(seconds: Optional[float], prefetch: int, rtt: float) -> int:
+    """The credit of a worker whose link's round trip is ``rtt`` seconds: as `credit`,
+    or, where the round trip is ``SHARE`` of a task or more, enough to cover it."""
+    base = credit(seconds, prefetch)
+    if seconds is None or rtt < SHARE * seconds:
+        return base
+    return max(base, min(MAX_FAR_CREDIT, 1 + math.ceil(rtt / max(seconds, 1e-6))))
+
+
+class Link:
+    """The measured round trip of one worker's link: the median of its last samples, so
+    that one late answer (a pause of the master or the worker) does not count as a slow
+    link, while a link that became slow is seen within three samples."""
+
+    __slots__ = ("samples", "rtt")
+
+    def __init__(self) -> None:
+        self.samples: List[float] = []
+        self.rtt = 0.0
+
+    def observed(self, sample: float) -> float:
+        """Count one round trip (seconds); returns the link's round trip now."""
+        samples = self.samples
+        samples.append(max(0.0, sample))
+        if len(samples) > _SAMPLES:
+            del samples[0]
+        self.rtt = sorted(samples)[len(samples) // 2]
+        return self.rtt
+
+
+class FarWorkers:
+    """The workers of a pool whose links are slow (``FAR_S`` or more), which the master
+    tops up beyond the others' credit (``PoolService._dispatch_far``): usually none."""
+
+    def __init__(self) -> None:
+        self.workers: Dict[Any, None] = {}  # WorkerState -> None, in the order they came
+
+    def __bool__(self) -> bool:
+        return bool(self.workers)
+
+    def observed(self, ws: Any, sample: float) -> None:
+        """A round trip of ``ws``'s link (``ws.link``, made on its first): it joins, or
+        leaves once its link is fast again."""
+        if ws.link is None:
+            ws.link = Link()
+        if ws.link.observed(sample) >= FAR_S:
+            self.workers[ws] = None
+        else:
+            self.workers.pop(ws, None)
+
+    def forget(self, ws: Any) -> None:
+        """``ws`` is gone."""
+        self.workers.pop(ws, None)
+
+    def by_load(self) -> List[Any]:
+        """The far workers, the least loaded first."""
+        return sorted(self.workers, key=lambda ws: len(ws.pending))
+
+    def room(self, seconds: Optional[float], prefetch: int) -> int:
+        """The tasks of ``seconds`` each they may hold in all. Read without the pool's
+        lock (a stale figure only sizes one ``imap`` top-up)."""
+        return sum(link_credit(seconds, prefetch, ws.link.rtt)
+                   for ws in list(self.workers) if ws.link is not None)

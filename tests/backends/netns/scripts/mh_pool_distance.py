@@ -1,0 +1,55 @@
+"""A Pool whose 4 workers are on hosts whose links the test delays (`Hosts.shape`, 50 ms
+each way: a 100 ms round trip): an ordered ``imap`` of 20 ms tasks, how many tasks a
+second it ran against the 200 that 4 workers can run, whether every result came once and
+in order, and how many tasks each worker held at most (sampled from the master's side).
+
+Usage: ``mh_pool_distance.py [TASKS]``. Prints RESULT.
+"""
+
+import sys
+import threading
+import time
+
+import _common
+
+import fiber
+
+TASK_S = 0.02
+WORKERS = 4
+
+
+def work(x):
+    time.sleep(TASK_S)
+    return x * x
+
+
+def main():
+    _common.setup()
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+    with fiber.Pool(WORKERS) as pool:
+        pool.map(work, range(WORKERS), 1)  # every worker connected, the function measured
+        core = pool._core
+        most = [0]
+        stop = threading.Event()
+
+        def sample():  # the most tasks a worker held, as the master's table says
+            while not stop.wait(0.005):
+                with core.hub.lock:
+                    held = [len(ws.pending) for ws in core.live_workers()]
+                most[0] = max([most[0], *held])
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.monotonic()
+        got = list(pool.imap(work, range(n), 1))
+        seconds = time.monotonic() - t0
+        stop.set()
+        sampler.join()
+        rtts = sorted(round(ws.link.rtt * 1000, 1) for ws in core.live_workers()
+                      if ws.link is not None)
+    _common.result(exact=got == [x * x for x in range(n)], rate=round(n / seconds, 1),
+                   ideal=WORKERS / TASK_S, held_most=most[0], rtt_ms=rtts)
+
+
+if __name__ == "__main__":
+    main()
