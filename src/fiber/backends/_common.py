@@ -10,10 +10,10 @@ import threading
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from .._version import install_hint
-from ..errors import ConfigError, SubmitError
+from ..errors import BackendError, ConfigError, SubmitError
 
-__all__ = ["import_extra", "mount_items", "parallel", "parse_mounts", "route_to", "signal_name",
-           "PARALLEL"]
+__all__ = ["import_extra", "mount_items", "parallel", "parse_mounts", "route_to", "route_toward",
+           "signal_name", "PARALLEL"]
 
 #: Cluster calls in flight for one submit, cancel or cleanup.
 PARALLEL = 8
@@ -104,6 +104,24 @@ def route_to(host: str) -> str:
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect(addr)
         return str(s.getsockname()[0])
+
+
+def route_toward(host: str, what: str, name_fix: str, reached_by: str) -> str:
+    """`route_to` ``host``, or a BackendError that says why there is no route (``what``
+    names the host in it: "the Slurm controller 'ctl'").
+
+    ``listen_host`` is suggested only where it is the remedy: the name resolves but no
+    local address routes to it. A name that does not resolve is a wrong name or a DNS
+    problem (``name_fix`` says where the name comes from), which no address of ours mends.
+    """
+    try:
+        return route_to(host)
+    except socket.gaierror as e:
+        raise BackendError(f"{what} does not resolve ({e.strerror}): {name_fix}") from None
+    except OSError as e:
+        raise BackendError(f"no local address routes to {what} ({e.strerror or e}); set "
+                           "listen_host (FIBER_LISTEN_HOST) to this machine's address that "
+                           f"{reached_by} reach") from None
 
 
 def signal_name(n: int) -> str:

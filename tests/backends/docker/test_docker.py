@@ -107,8 +107,9 @@ def slow_square(x: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    """A client of the test engine (the one the backend uses: DOCKER_HOST)."""
+def engine_api() -> Iterator[Any]:
+    """A client of the test engine (the one the backend uses: DOCKER_HOST), with or
+    without the test image."""
     try:
         import docker
     except ImportError:
@@ -118,14 +119,20 @@ def engine() -> Iterator[Any]:
         api = docker.APIClient(version="auto", timeout=30, **docker.utils.kwargs_from_env())
     except Exception as e:
         unusable(ENGINE, f"no Docker engine at {where}: {e}")
-    try:
-        api.inspect_image(IMAGE)
-    except Exception as e:
-        api.close()
-        unusable(ENGINE, f"image {IMAGE} is not on the engine at {where} "
-                  f"(scripts/container-engine.sh image): {e}")
     yield api
     api.close()
+
+
+@pytest.fixture(scope="module")
+def engine(engine_api: Any) -> Any:
+    """A client of the test engine, which has the test image."""
+    try:
+        engine_api.inspect_image(IMAGE)
+    except Exception as e:
+        unusable(ENGINE, f"image {IMAGE} is not on the engine at "
+                 f"{os.environ.get('DOCKER_HOST', 'the default socket')} "
+                 f"(scripts/container-engine.sh image): {e}")
+    return engine_api
 
 
 @pytest.fixture(autouse=True)
@@ -509,6 +516,16 @@ def test_an_unreachable_engine_fails_the_submit_quickly(engine, tmp_path):
             p.start()
         assert time.monotonic() - t < 10
     assert "no-engine.sock" in str(info.value)
+
+
+def test_a_network_the_engine_lacks_is_said_so_not_as_listen_host(engine_api):
+    with fiber.config.override(docker_network="fiber-no-such-network"):
+        with pytest.raises(SubmitError) as info:
+            DockerBackend().listen_host()
+    said = str(info.value)
+    assert said.startswith("cannot find the gateway of Docker network 'fiber-no-such-network'"
+                           ), said
+    assert "check docker_network" in said and "set listen_host" not in said
 
 
 def test_a_bridge_job_of_a_master_on_loopback_fails_at_once(engine):

@@ -36,7 +36,8 @@ from fiber.backends.kubernetes import (
     pod_manifest,
     pod_status,
 )
-from fiber.errors import ConfigError, SubmitError
+from fiber.backends.kubernetes._pods import POD_IP_ENV
+from fiber.errors import BackendError, ConfigError, SubmitError
 from fiber.testing.conformance.support import observe_helpers
 from fiber.testing.conformance.support.lost_warnings import (
     LostWarnings,
@@ -266,6 +267,25 @@ def test_unreachable_api_server_is_a_clear_error(tmp_path):
         with pytest.raises(SubmitError, match="cannot create pod .*cannot connect|refused"):
             KubernetesBackend().submit([JobSpec(command=("true",), image=IMAGE)])
         assert time.monotonic() - t0 < 15
+
+
+def test_an_api_server_name_that_does_not_resolve_is_said_so(tmp_path, monkeypatch):
+    """Not a question of listen_host: the kubeconfig's server is the name to check."""
+    monkeypatch.delenv(POD_IP_ENV, raising=False)
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://nosuchhost.invalid:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    with fiber.config.override(kubernetes_kubeconfig=str(cfg)):
+        with pytest.raises(BackendError) as info:
+            KubernetesBackend().listen_host()
+    said = str(info.value)
+    assert said.startswith("the Kubernetes API server 'nosuchhost.invalid' does not resolve "
+                           "(Name or service not known): check the server of your kubeconfig"
+                           ), said
+    assert "set listen_host" not in said
 
 
 def test_no_credentials_is_a_clear_error(tmp_path, monkeypatch):

@@ -516,16 +516,31 @@ def test_a_program_started_by_fiber_run_has_an_id_of_its_own(monkeypatch):
     assert backend.program != "parent12" and not backend.inherited
 
 
+def _listen_host_error() -> str:
+    with fiber.config.override(listen_host=""), pytest.raises(BackendError) as info:
+        SgeBackend().listen_host()
+    return str(info.value)
+
+
 def test_listen_host_needs_the_qmaster_or_the_setting(monkeypatch, tmp_path):
     monkeypatch.delenv("FIBER_LISTEN_HOST", raising=False)
     monkeypatch.delenv("SGE_ROOT", raising=False)
-    with fiber.config.override(listen_host=""), pytest.raises(BackendError, match="listen_host"):
-        SgeBackend().listen_host()
-    common = tmp_path / "default" / "common"
-    common.mkdir(parents=True)
-    (common / "act_qmaster").write_text("127.0.0.1\n")
-    monkeypatch.setenv("SGE_ROOT", str(tmp_path))
     monkeypatch.delenv("SGE_CELL", raising=False)
+    # what is wrong, and no listen_host where it is no remedy (qsub needs the same)
+    said = _listen_host_error()
+    assert "SGE_ROOT is not set" in said and "settings.sh" in said
+    assert "set listen_host" not in said
+    monkeypatch.setenv("SGE_ROOT", str(tmp_path))
+    act_qmaster = tmp_path / "default" / "common" / "act_qmaster"
+    said = _listen_host_error()
+    assert f"cannot read {act_qmaster} (No such file or directory)" in said
+    assert "set listen_host" not in said
+    act_qmaster.parent.mkdir(parents=True)
+    act_qmaster.write_text("nosuchhost.invalid\n")
+    said = _listen_host_error()
+    assert "qmaster 'nosuchhost.invalid' does not resolve" in said
+    assert str(act_qmaster) in said and "set listen_host" not in said
+    act_qmaster.write_text("127.0.0.1\n")
     with fiber.config.override(listen_host=""):
         assert SgeBackend().listen_host() == "127.0.0.1"
     with fiber.config.override(listen_host="10.9.9.9"):

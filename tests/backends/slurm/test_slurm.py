@@ -25,6 +25,7 @@ import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,6 +202,37 @@ def test_controller_address():
     assert controller_address("slurmctldhost=a(1.2.3.4)\nSlurmctldHost=b\n") == "1.2.3.4"
     assert controller_address("ControlMachine=old\n") == "old"
     assert controller_address("# SlurmctldHost=commented\n") == ""
+
+
+def _listen_host_error(monkeypatch: Any, conf: str) -> str:
+    """What SlurmBackend.listen_host() raises, the real ``scontrol`` reading ``conf``."""
+    if not shutil.which("scontrol"):
+        unusable("the Slurm client", "scontrol is not installed (scripts/slurm-cluster.sh "
+                 "install)")
+    monkeypatch.setenv("SLURM_CONF", conf)
+    with fiber.config.override(listen_host=""), pytest.raises(BackendError) as info:
+        SlurmBackend().listen_host()
+    return str(info.value)
+
+
+def test_slurm_not_reachable_is_said_in_scontrols_words_not_as_listen_host(monkeypatch,
+                                                                            tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=nocontroller\n")  # no SlurmctldHost: scontrol gives up
+    said = _listen_host_error(monkeypatch, str(conf))
+    assert said.startswith("Slurm is not reachable from here (scontrol show config failed: "
+                           "scontrol: error: No SlurmctldHost defined."), said
+    assert f"looked at {conf}, /etc/slurm/slurm.conf" in said and "SLURM_CONF" in said
+    assert "set listen_host" not in said
+
+
+def test_a_controller_name_that_does_not_resolve_is_said_so(monkeypatch, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\nSlurmctldHost=nosuchhost.invalid\n")
+    said = _listen_host_error(monkeypatch, str(conf))  # ~10 s: scontrol tries to resolve it
+    assert said.startswith(f"the Slurm controller 'nosuchhost.invalid' does not resolve "
+                           f"(Name or service not known): check SlurmctldHost in {conf}"), said
+    assert "set listen_host" not in said
 
 
 def test_job_script_exports_each_tasks_environment(tmp_path):

@@ -125,6 +125,45 @@ def test_jobs_that_cannot_be_placed_are_refused_at_submit():
             backend.submit([JobSpec(command=("true",), resources=Resources(gpu=1))])
 
 
+def _listen_host_error(hosts: str, ssh_config: str = "", netns: bool = False) -> str:
+    """What SshBackend.listen_host() raises for ``ssh_hosts=hosts`` (run with ``netns`` in
+    a fresh network namespace of its own, where nothing but loopback exists)."""
+    code = ("import fiber\nfrom fiber.backends.ssh import SshBackend\n"
+            f"with fiber.config.override(listen_host='', ssh_hosts={hosts!r}, ssh_options='',"
+            f" ssh_config={ssh_config!r}):\n"
+            "    try:\n        print('RESULT', SshBackend().listen_host())\n"
+            "    except Exception as e:\n        print(f'RESULT {type(e).__name__}: {e}')\n")
+    argv = [sys.executable, "-c", code]
+    cp = subprocess.run(["unshare", "--net", *argv] if netns else argv, capture_output=True,
+                        text=True, timeout=60)
+    lines = [ln for ln in cp.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"exit {cp.returncode}: {cp.stdout}{cp.stderr}"
+    return lines[-1][len("RESULT "):]
+
+
+def test_a_host_name_that_does_not_resolve_is_said_so_and_listen_host_is_no_remedy():
+    said = _listen_host_error("nosuchhost.invalid:2")
+    assert said.startswith("BackendError: ssh host 'nosuchhost.invalid' does not resolve"), said
+    assert "ssh_hosts" in said and "listen_host" not in said
+
+
+def test_listen_host_is_suggested_where_no_local_address_routes_to_the_host():
+    said = _listen_host_error("10.255.0.1:2", netns=True)
+    assert said.startswith("BackendError: no local address routes to ssh host '10.255.0.1' "
+                           "(Network is unreachable)"), said
+    assert "set listen_host (FIBER_LISTEN_HOST)" in said
+
+
+def test_a_host_behind_a_proxy_with_no_route_of_ours_needs_listen_host(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host behind\n  HostName nosuchhost.invalid\n"
+                      "  ProxyJump gateway.invalid\n")
+    said = _listen_host_error("behind:2", ssh_config=str(config))
+    assert said.startswith("BackendError: ssh host 'behind' (HostName 'nosuchhost.invalid') "
+                           "is reached through a proxy (proxyjump gateway.invalid)"), said
+    assert "set listen_host (FIBER_LISTEN_HOST)" in said
+
+
 # -- without hosts: the keeper, run here as a host runs it ---------------------------------
 
 #: A job's first lines as fiber's (`JOB_STUB`), then: report what it got, and wait.

@@ -233,9 +233,10 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
                 gateway = str(pool.get("Gateway") or "").split("/")[0]
                 if gateway and ":" not in gateway:
                     return gateway
-        except Exception as e:
+        except Exception as e:  # listen_host would not help: jobs need that network too
+            fix = " (check docker_network, FIBER_DOCKER_NETWORK)" if is_not_found(e) else ""
             raise SubmitError(f"cannot find the gateway of Docker network {network!r} on "
-                              f"{engine.url}: {engine_reason(e)}; set listen_host") from e
+                              f"{engine.url}: {engine_reason(e)}{fix}") from e
         raise SubmitError(f"Docker network {network!r} on {engine.url} has no IPv4 gateway; "
                           "set listen_host to an address of this host that its containers "
                           "can reach")

@@ -78,7 +78,7 @@ from ..._log import log
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
-from .._common import PARALLEL, import_extra, parallel, parse_mounts, route_to
+from .._common import PARALLEL, import_extra, parallel, parse_mounts, route_toward
 from .._labelled import LabelledBackend, TrackedJob
 from ._pods import (
     CONTAINER,
@@ -232,11 +232,9 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             ip = (cluster.own.get("status") or {}).get("podIP")
             if ip:
                 return str(ip)
-        try:
-            return route_to(cluster.host)
-        except OSError as e:
-            raise SubmitError(f"no route to the Kubernetes API server {cluster.host}: {e}; "
-                              "set listen_host") from e
+        return route_toward(cluster.host, f"the Kubernetes API server {cluster.host!r}",
+                            "check the server of your kubeconfig (kubernetes_kubeconfig, "
+                            "KUBECONFIG)", "pods")
 
     # -- submit ---------------------------------------------------------------------------
 

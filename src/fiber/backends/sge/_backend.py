@@ -67,7 +67,7 @@ from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, FiberError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._batch import BatchBackend, parse_job_id, render_script, split_env
-from .._common import route_to
+from .._common import route_toward
 from . import _jobs as _sge_jobs
 from ._jobs import program_dir, user
 from ._settings import SgeSettings, time_limit_seconds
@@ -137,16 +137,23 @@ def resource_args(spec: JobSpec, own: SgeSettings) -> List[str]:
 
 def qmaster_host() -> str:
     """The qmaster's host, from ``$SGE_ROOT/$SGE_CELL/common/act_qmaster`` ("" unknown)."""
+    return _act_qmaster()[0]
+
+
+def _act_qmaster() -> Tuple[str, str]:
+    """The qmaster's host and its file (``act_qmaster``), or "" and why it is unknown."""
     root = os.environ.get("SGE_ROOT", "")
     if not root:
-        return ""
+        return "", ("SGE_ROOT is not set: Grid Engine's environment is not loaded (source "
+                    "<sge_root>/<cell>/common/settings.sh)")
     path = os.path.join(root, os.environ.get("SGE_CELL") or "default", "common",
                         "act_qmaster")
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read().strip().split()[0]
-    except (OSError, IndexError):
-        return ""
+            words = f.read().split()
+    except OSError as e:
+        return "", f"cannot read {path} ({e.strerror}): check SGE_ROOT and SGE_CELL"
+    return (words[0], path) if words else ("", f"{path} is empty")
 
 
 @dataclasses.dataclass
@@ -194,18 +201,11 @@ class SgeBackend(BatchBackend):
         cfg = get_config()
         if cfg.listen_host:
             return cfg.listen_host
-        host = qmaster_host()
+        host, source = _act_qmaster()
         if not host:
-            raise BackendError("the sge backend cannot tell which network the nodes share "
-                               "with this process: no $SGE_ROOT/$SGE_CELL/common/act_qmaster;"
-                               " set listen_host (FIBER_LISTEN_HOST) to this host's cluster "
-                               "address")
-        try:
-            return route_to(host)
-        except OSError as e:
-            raise BackendError(f"no route to the Grid Engine qmaster {host!r} ({e}); set "
-                               "listen_host (FIBER_LISTEN_HOST) to this host's cluster "
-                               "address") from None
+            raise BackendError(f"the sge backend cannot tell where the qmaster is: {source}")
+        return route_toward(host, f"the Grid Engine qmaster {host!r}", f"check {source}",
+                            "the nodes")
 
     # -- submit --------------------------------------------------------------------------
 

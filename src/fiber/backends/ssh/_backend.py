@@ -47,7 +47,7 @@ from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus
 from .._command import bootstrap_parts
 from .._commands import CommandLineBackend
-from .._common import route_to
+from .._common import route_to, route_toward
 from . import _jobs
 from ._hosts import DOWN, Host, HostTable
 from ._session import (
@@ -498,18 +498,33 @@ class SshBackend(CommandLineBackend):
 
     @staticmethod
     def _route_to_host(own: SshSettings, name: str) -> str:
-        address = name.rsplit("@", 1)[-1]
+        address, proxy = name.rsplit("@", 1)[-1], ""
         try:
             cp = subprocess.run([*ssh_base(own), "-G", "--", name], capture_output=True,
                                 text=True, timeout=10, stdin=subprocess.DEVNULL)
-            for line in cp.stdout.splitlines():
-                if line.startswith("hostname "):
-                    address = line.split(None, 1)[1].strip()
-            return route_to(address)
         except (OSError, subprocess.SubprocessError) as e:
-            raise BackendError(f"no route to ssh host {name} ({address}): {e}; set "
-                               "listen_host (FIBER_LISTEN_HOST) to this machine's address "
-                               "that the hosts reach") from None
+            raise BackendError(f"cannot run `ssh -G {name}` ({e}): the ssh backend needs the "
+                               "OpenSSH client (ssh) on PATH") from None
+        if cp.returncode != 0:
+            raise BackendError(f"`ssh -G {name}` failed (exit {cp.returncode}): "
+                               f"{cp.stderr.strip()}") from None
+        for line in cp.stdout.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "hostname":
+                address = value.strip()
+            elif key in ("proxyjump", "proxycommand") and value.strip() != "none":
+                proxy = f"{key} {value.strip()}"
+        what = f"ssh host {name!r}" + (f" (HostName {address!r})" if address != name else "")
+        if proxy:  # reached through another host: its network need not be ours
+            try:
+                return route_to(address)
+            except OSError:
+                raise BackendError(f"{what} is reached through a proxy ({proxy}), and this "
+                                   "machine has no route of its own to it; set listen_host "
+                                   "(FIBER_LISTEN_HOST) to this machine's address that the "
+                                   "hosts reach") from None
+        return route_toward(address, what, "check ssh_hosts (FIBER_SSH_HOSTS), or give it a "
+                            "HostName in your ssh config (ssh_config)", "the hosts")
 
     def check_hosts(self) -> List[Tuple[str, int, int, str]]:
         """Try every host of ``ssh_hosts`` that is not known to be up now (ssh, and fiber
