@@ -139,8 +139,11 @@ BACKEND_LISTS = [
     ("docs/configuration.md", "| `backend` (`FIBER_BACKEND`)"),
     ("docs/backends/index.md", "| backend | the cluster needs |"),
     ("docs/concepts.md", "**backend.**"),
+    ("docs/concepts.md", "**relay.**"),
     ("docs/contributing/architecture.md", "backend layer   Backend ABC"),
     ("docs/contributing/testing.md", "| local | `pytest --fiber-backend local"),
+    ("docs/contributing/testing.md", "The cluster stages each start their cluster"),
+    ("docs/troubleshooting.md", "Where each backend keeps a job's own log"),
     ("mkdocs.yml", "- backends/index.md"),
     ("src/fiber/backends/__init__.py", "fiber's own ("),
 ]
