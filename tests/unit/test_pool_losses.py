@@ -7,11 +7,13 @@ warnings come in the order the workers were lost, whichever job's end is known f
 from __future__ import annotations
 
 import logging
+import types
 from typing import Any, List, Optional
 
 import pytest
 
 from fiber.errors import WorkerLostError
+from fiber.pool import _losses
 from fiber.pool._resume import RESUME_WAIT_S
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.transport.peers import Peer
@@ -250,3 +252,16 @@ def test_a_worker_lost_after_it_came_back_names_the_tasks_lost_in_flight(said):
     assert line.endswith("was lost: killed by SIGKILL; resubmitted map(f) tasks 0, 1; "
                          "map(f) task 2 lost in flight at an earlier reset of its "
                          "connection, run again"), line
+
+
+def test_lost_tasks_are_named_by_their_items_places_as_their_labels_are():
+    """A warning names a task as its label and the dashboard do (issue 44, 8): an
+    ``apply`` by its number among the pool's calls (not 0 for all), a map's chunk by
+    the range of its items (not the chunk's index)."""
+    sink = types.SimpleNamespace(deliver=lambda *a: None)
+    fifth_apply = Task(7, sink, 0, 1, [b""], "apply(g)", first=5)
+    chunk = Task(8, sink, 2, 1, [b""], "map(f)", first=8, items=4)
+    single = Task(9, sink, 3, 1, [b""], "map(f)", first=12)
+    assert _losses.tasks_text([fifth_apply]) == "apply(g) task 5"
+    assert _losses.tasks_text([chunk, single]) == "map(f) tasks 8-11, 12"
+    assert _losses.tasks_text([chunk]) == "map(f) tasks 8-11"

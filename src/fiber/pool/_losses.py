@@ -62,14 +62,16 @@ class Loss:
 
 class Given:
     """A task a worker gave back when it came back after a reset (lost in flight, run
-    again): its id, call and index, not the task (which holds its call's results)."""
+    again): its id, call and items' places, not the task (which holds its call's
+    results)."""
 
-    __slots__ = ("task_id", "call", "index")
+    __slots__ = ("task_id", "call", "first", "items")
 
-    def __init__(self, task_id: int, call: str, index: int) -> None:
+    def __init__(self, task_id: int, call: str, first: int, items: int) -> None:
         self.task_id = task_id
         self.call = call
-        self.index = index
+        self.first = first
+        self.items = items
 
 
 class Losses:
@@ -158,16 +160,21 @@ def describe_exit(ws: Any) -> str:
 
 
 def tasks_text(tasks: Sequence[Any]) -> str:
-    """The tasks named by call and index: ``map(f) tasks 3, 4; apply(g) task 0``."""
-    by_call: Dict[str, List[int]] = collections.OrderedDict()
+    """The tasks named by call and their items' places in it, as the task's label and
+    the dashboard name them: ``map(f) tasks 3, 4, 8-11; apply(g) task 5`` (a chunk of
+    a map is the range of its items; an ``apply`` is numbered among the pool's)."""
+    by_call: Dict[str, List[str]] = collections.OrderedDict()
     for task in tasks:
-        by_call.setdefault(task.call, []).append(task.index)
+        place = (str(task.first) if task.items == 1
+                 else f"{task.first}-{task.first + task.items - 1}")
+        by_call.setdefault(task.call, []).append(place)
     parts = []
-    for call, indexes in by_call.items():
-        shown = ", ".join(map(str, indexes[:_MAX_LISTED]))
-        if len(indexes) > _MAX_LISTED:
-            shown += f" and {len(indexes) - _MAX_LISTED} more"
-        parts.append(f"{call} task{'s' if len(indexes) > 1 else ''} {shown}")
+    for call, places in by_call.items():
+        shown = ", ".join(places[:_MAX_LISTED])
+        if len(places) > _MAX_LISTED:
+            shown += f" and {len(places) - _MAX_LISTED} more"
+        many = len(places) > 1 or "-" in places[0]
+        parts.append(f"{call} task{'s' if many else ''} {shown}")
     return "; ".join(parts)
 
 

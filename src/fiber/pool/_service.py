@@ -470,7 +470,7 @@ class PoolService(Service):
             server.reply(peer, req_id, b"stop")
             return
         missing = self._take_back(ws, bytes(payload[1]))
-        ws.given.extend(_losses.Given(t.task_id, t.call, t.index) for t in missing)
+        ws.given.extend(_losses.Given(t.task_id, t.call, t.first, t.items) for t in missing)
         ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
         ws.probe = 0.0  # its next results say how long the reset took, not its link
         ws.functions.clear()  # a function's frames may have been lost with the tasks
