@@ -108,6 +108,33 @@ def test_a_pool_at_a_distance_is_not_paced_by_the_round_trip() -> None:
     assert r["rate"] > r["ideal"] / 3, r
 
 
+def test_a_far_workers_quick_result_does_not_wait_behind_its_slow_task() -> None:
+    """Issue 44 (10): a worker 100 ms away (50 ms each way, on whichever host) handed a
+    quick task and a slow one (0.3 s) in one batch, as a far worker may hold them
+    (``mh_pool_flush.py``: a new quick function's task waits for the worker to be idle,
+    then goes with the slow task queued behind it; the pending tables say it was so).
+    The worker sends the quick task's
+    result before it starts the slow task, whose length it knows: the quick map's result
+    reaches the master a one-way delay after the slow task started. Before, the result
+    waited in the worker's batch for the slow task's end (a gap of 0.35 s)."""
+    hosts = start_hosts(2)
+    try:
+        for i in (1, 2):
+            hosts.shape(i, delay_ms=50, towards="both")
+        r, _, _ = _scenario(hosts, "mh_pool_flush.py", timeout=300)
+    finally:
+        stop_hosts(hosts)
+    print(f"quick result before a slow task at a 100 ms round trip: {r}")
+    assert r["quick_exact"], r
+    assert r["queued"] == ["map(quick)", "map(slow)", "map(slow)"], r
+    assert ["map(quick)", "map(slow)"] in r["tables"], r  # held together, quick first
+    assert all(90 <= rtt <= 300 for rtt in r["rtt_ms"]) and len(r["rtt_ms"]) == 1, r
+    assert 0.04 <= r["gap"] < 0.2, r  # one way (50 ms); the slow task's end: 0.35 s
+    # the quick result freed the worker's credit: the second slow task came while the
+    # first ran (before, a round trip after it, the worker idle meanwhile: 0.4 s apart)
+    assert 0.29 <= r["slow_apart"] < 0.35, r
+
+
 def test_resets_at_a_distance_lose_and_double_no_put() -> None:
     """Issue 30: the reset scenario of test_multihost (``mh_reset.py``: host 2's
     connections to the master aborted twice mid-map) with 50 ms added each way on host
