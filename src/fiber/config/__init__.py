@@ -118,7 +118,8 @@ class Config:
     #: ``Pool(error_handling=True)``, a task that raised).
     pool_max_task_retries: int = 3
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
-    #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held.
+    #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held
+    #: (but by a worker on a slow link: enough to cover its round trip, see the pool page).
     pool_prefetch: int = 2
     #: Items a Queue's consumer in another process holds ahead when items are queued
     #: behind the one it got (lent: still in the queue, counted by ``qsize``, given back
