@@ -60,6 +60,7 @@ class _Pool:
         for task in tasks:
             self.service.queue.remove(task)
             ws.pending[task.task_id] = task
+            task.held_by += 1
 
     def die(self, ws: WorkerState, exitcode: Optional[int]) -> None:
         ws.process.exitcode = exitcode

@@ -117,6 +117,11 @@ class Config:
     #: Times a pool task that killed its worker is tried again before it fails (and, in a
     #: ``Pool(error_handling=True)``, a task that raised).
     pool_max_task_retries: int = 3
+    #: A task a pool worker holds is late once the task that worker runs has run this
+    #: many times its function's measured task time (and at least 1 s): while another
+    #: worker idles with nothing queued, a copy of it runs there, and the first result
+    #: is kept (the task runs twice; its result arrives once). 0: never copied.
+    pool_late_factor: float = 4.0
     #: Tasks a pool worker holds beyond the one it runs (prefetch credit), for tasks
     #: known to be quick (under 20 ms); slower ones, or not yet measured, are not held
     #: (but by a worker on a slow link: enough to cover its round trip, see the pool page).

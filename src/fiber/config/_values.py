@@ -103,7 +103,8 @@ def _problem(key: str, value: Any) -> str:
     if key in ("heartbeat_interval", "heartbeat_timeout", "startup_timeout") and value <= 0:
         return f"must be positive, got {value!r}"
     if key in ("pool_processes", "pool_max_task_retries", "pool_prefetch", "queue_prefetch",
-               "spin_us", "pool_worker_lifetime", "pool_renew_margin") and value < 0:
+               "spin_us", "pool_worker_lifetime", "pool_renew_margin",
+               "pool_late_factor") and value < 0:
         return f"must not be negative, got {value!r}"
     if key == "log_level" and value not in LOG_LEVELS:
         return (f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"

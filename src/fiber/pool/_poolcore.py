@@ -125,6 +125,7 @@ class PoolCore:
                                    cfg.pool_max_task_retries, self._on_worker_gone,
                                    cfg.spin_us * 1e-6)
         self.service.server = self.hub
+        self.service.late_factor = cfg.pool_late_factor
         self.service.lifetime = _renew.lifetime(
             cfg.pool_worker_lifetime, backend_of(process_class).job_time_limit(),
             cfg.pool_renew_margin)

@@ -32,7 +32,7 @@ from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
-from . import _credit, _losses, _renew, _resume, _retire, _status
+from . import _credit, _late, _losses, _renew, _resume, _retire, _status
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -77,6 +77,11 @@ class PoolService(Service):
         self.ready = ReadyWorkers()
         #: Workers on slow links, which hold more tasks (see `_credit`, `_dispatch_far`).
         self.far = _credit.FarWorkers()
+        #: ``pool_late_factor`` (0: late tasks are not copied; see `_late`), and the hub
+        #: timer of the next check for them, while one is set.
+        self.late_factor = 0.0
+        self.late_timer: Optional[Any] = None
+        self.copies = 0  # tasks (items) copied because they were late
         self.retiring = 0  # workers of self.workers told to finish and exit (retire)
         #: Seconds after it connects that a worker is renewed (see _renew); None: never.
         self.lifetime: Optional[float] = None
@@ -152,6 +157,8 @@ class PoolService(Service):
                 now = time.monotonic()
                 for task in tasks:
                     task.queued = now
+            if self.late_timer is None and self.late_factor > 0:
+                self._schedule_late()
         self.dispatch()
 
     def release_function(self, fid: int) -> None:
@@ -249,7 +256,7 @@ class PoolService(Service):
                 credit = credits[task.fid] = self.credit(task.fid)
             if len(ws.pending) >= credit:
                 break  # the least-loaded worker is full: so is every other on a fast link
-            self._hand(ws, batches)
+            self._hand(ws, self._unqueue(), batches)
         if queue and self.far:
             self._dispatch_far(batches)
         for ws, tasks in batches.items():
@@ -267,12 +274,16 @@ class PoolService(Service):
                 if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
                                                           self.prefetch, rtt):
                     break
-                self._hand(ws, batches)
+                self._hand(ws, self._unqueue(), batches)
 
-    def _hand(self, ws: WorkerState, batches: Dict[WorkerState, List[Task]]) -> None:
-        """The first queued task goes to ``ws`` (in ``batches``, sent by `dispatch`)."""
+    def _unqueue(self) -> Task:
         task = self.queue.popleft()
         self.queued_items -= task.items
+        return task
+
+    def _hand(self, ws: WorkerState, task: Task, batches: Dict[WorkerState, List[Task]]) -> None:
+        """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
+        task.held_by += 1
         if not ws.pending:
             ws.since = ws.probe = time.monotonic()
         ws.pending[task.task_id] = task
@@ -303,6 +314,33 @@ class PoolService(Service):
         if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
             self.worker_lost(ws)
 
+    def _schedule_late(self) -> None:
+        if self.server is not None:
+            self.late_timer = self.server.call_later(_late.CHECK_S, self._check_late)
+
+    def _check_late(self) -> None:
+        """(A hub timer, every ``_late.CHECK_S`` while tasks are outstanding.) While
+        workers idle with nothing queued, copy the late tasks to them (see `_late`)."""
+        self.late_timer = None
+        if self.outstanding <= 0 or self.late_factor <= 0:
+            return  # (the next submit sets the timer again)
+        self._schedule_late()
+        idle = self.ready.idle() if not self.queue else []
+        if not idle:
+            return
+        late = _late.late_tasks(list(self.workers.values()), self.task_seconds,
+                                self.late_factor, time.monotonic())
+        batches: Dict[WorkerState, List[Task]] = {}
+        for task, holder, ran in late:
+            copy = _late.pick_idle(idle, holder)
+            if copy is None:
+                break
+            self._hand(copy, task, batches)
+            self.copies += task.items
+            _late.said(task, holder, ran, self.task_seconds.get(task.fid), copy)
+        for ws, tasks in batches.items():
+            self._send_tasks(ws, tasks)
+
     # -- from workers ----------------------------------------------------------------------
 
     @handles(PoolOps.RESULTS)
@@ -319,19 +357,23 @@ class PoolService(Service):
         waited = self.latency.add
         for task_id, ok, frames in unpack_results(payload):
             task = ws.pending.pop(task_id, None)
-            if task is not None:
-                fids.append(task.fid)
-                items += task.items
-                if not ok:
-                    outcome = "failed"
-                    if self._raised(task):
-                        continue
-                if measuring and task.queued:
-                    if task.items == 1:
-                        waited(now - task.queued)
-                    else:
-                        self.latency.observe(now - task.queued, task.items)
-                self._finish(task, ok, frames)
+            if task is None:
+                continue
+            task.held_by -= 1
+            fids.append(task.fid)
+            if task.done:
+                continue  # a copy's result came first (see _late): this one is dropped
+            items += task.items
+            if not ok:
+                outcome = "failed"
+                if self._raised(task):
+                    continue
+            if measuring and task.queued:
+                if task.items == 1:
+                    waited(now - task.queued)
+                else:
+                    self.latency.observe(now - task.queued, task.items)
+            self._finish(task, ok, frames)
         ws.done += items
         self.stream.add(ws.process.name, ws.since, now, outcome, items)
         ws.since = now
@@ -427,6 +469,14 @@ class PoolService(Service):
         back = [task for task_id, task in ws.pending.items() if task_id not in ids]
         for task in back:
             del ws.pending[task.task_id]
+        return self._requeue(back)
+
+    def _requeue(self, tasks: List[Task]) -> List[Task]:
+        """Tasks a worker held go back to the front of the queue, in their order, but
+        those done or whose copy another worker holds (see `_late`); returned."""
+        for task in tasks:
+            task.held_by -= 1
+        back = [task for task in tasks if not task.done and task.held_by <= 0]
         self.queue.extendleft(reversed(back))
         self.queued_items += sum(task.items for task in back)
         return back
@@ -570,10 +620,8 @@ class PoolService(Service):
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
         # a worker its cluster retired charges no task: its grace ran out mid-task
         notes = [] if ws.retired_why else self._charge(ws, tasks)
-        for task in reversed(tasks):
-            self.queue.appendleft(task)
+        tasks = self._requeue(tasks)
         items = sum(task.items for task in tasks)
-        self.queued_items += items
         if items:
             self.stream.add(ws.process.name, ws.since, time.monotonic(), "lost", items)
         if not ws.retired_why:

@@ -32,7 +32,7 @@ class Task:
     the items, a map's item being one task whatever its chunksize (``items``, ``first``)."""
 
     __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
-                 "suspect", "first", "items", "queued", "raised")
+                 "suspect", "first", "items", "queued", "raised", "held_by")
 
     def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
                  call: str, first: Optional[int] = None, items: int = 1) -> None:
@@ -53,6 +53,9 @@ class Task:
         self.queued = 0.0  # when it was submitted (monotonic; see PoolService.submit)
         #: Times it raised and was run again (a pool with ``error_handling=True``).
         self.raised = 0
+        #: Workers holding it: 1 once handed out, 2 while a copy of it runs elsewhere
+        #: because it was late (see `_late`).
+        self.held_by = 0
 
     @property
     def label(self) -> str:
@@ -151,6 +154,10 @@ class ReadyWorkers:
                 self._buckets.append({})
             self._buckets[load][ws] = None
             ws.load = load
+
+    def idle(self) -> List[WorkerState]:
+        """The workers that hold no task and can take one, the last become so first."""
+        return list(reversed(self._buckets[0])) if self._buckets else []
 
     def least_loaded(self) -> Optional[WorkerState]:
         """A worker holding the fewest tasks: of those, the one that became so last."""

@@ -213,6 +213,27 @@ def test_a_cut_shorter_than_the_grace_heals_and_loses_nothing(hosts: netns.Hosts
     assert "lost" not in stderr, stderr
 
 
+def test_an_ordered_imap_goes_on_while_a_host_is_cut(hosts: netns.Hosts) -> None:
+    """Issue 45: host 2 cut off for 10 s during an ordered ``imap`` of 25 ms tasks. Its
+    tasks are late after 1 s (``pool_late_factor``: 4 times 25 ms, at least 1 s) and run
+    again on the other hosts' idle workers: the stream stops for about that, not for the
+    whole cut (it did: 10 s), every result once and in order, no worker replaced (the
+    cut heals within the grace). With ``pool_late_factor=0`` it waits for the host."""
+    try:
+        r, _ = _scenario(hosts, "mh_cut_imap.py", hosts.veth(2), "10",
+                         timeout=SCRIPT_TIMEOUT + 200)
+        off, _ = _scenario(hosts, "mh_cut_imap.py", hosts.veth(2), "10", "0",
+                           timeout=SCRIPT_TIMEOUT + 200)
+    finally:
+        hosts.partition(2, False)
+    print(f"imap over a 10 s cut: {r}; without copies: {off}")
+    assert r["exact"] and off["exact"], (r, off)
+    assert r["copies"] > 0 and off["copies"] == 0, (r, off)
+    assert r["longest_gap"] < 4, r
+    assert off["longest_gap"] > 8, off  # the test cuts for real
+    assert not r["replaced"] and not off["replaced"], (r, off)
+
+
 def test_a_cut_past_the_grace_loses_the_host_once_and_says_so(hosts: netns.Hosts) -> None:
     """Host 2 cut off for 60 s: its workers are lost after the grace, their tasks run
     elsewhere (every result once), and the master says its Process is lost, and why."""

@@ -1,0 +1,81 @@
+"""Tasks clearly late run again elsewhere (a backup copy); the first result is kept.
+
+At thousands of workers some host is always slow or cut off, and some task is always one
+of a heavy tail: the tasks held behind it, or on that host, would wait for it while other
+workers idle (an ordered ``imap`` stalls on them). So the master checks, every
+``CHECK_S`` while tasks are outstanding and a worker idles with nothing queued, which
+held tasks are **late**: the task a worker runs has run ``pool_late_factor`` times its
+function's measured task time, at least ``LATE_MIN_S`` (plus its link's round trip), and
+every task that worker holds behind it is late with it. Each late task, the one held
+longest first, is copied to an idle worker, on another host where one idles: both run it,
+whichever result comes first is delivered and the other dropped (``Task.done``), so
+results stay exactly once while the task runs twice (the pool page says so). A task has
+one copy at most (``Task.held_by``), a task that may have killed its worker
+(``suspect``) none, and a function not measured yet is never late. A worker holding a
+task whose copy runs elsewhere may die: the task is not queued again while the copy
+lives (see ``PoolService.worker_lost``).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from .._log import info
+from ._state import Task, WorkerState
+
+__all__ = ["CHECK_S", "LATE_MIN_S", "late_tasks", "pick_idle", "said"]
+
+#: Seconds between two checks for late tasks (while any could be copied).
+CHECK_S = 0.25
+#: A task is never late before it has run this long: below it, a pause of the master or
+#: a worker (a collection, a busy CPU) is not a slow host.
+LATE_MIN_S = 1.0
+
+
+def late_after(seconds: Optional[float], factor: float, rtt: float) -> Optional[float]:
+    """Seconds after which a task of ``seconds`` (its function's measured time; None:
+    not measured) is late on a worker whose link's round trip is ``rtt``."""
+    if seconds is None or factor <= 0:
+        return None
+    return max(LATE_MIN_S, factor * seconds) + rtt
+
+
+def late_tasks(workers: List[WorkerState], task_seconds: Dict[int, float], factor: float,
+               now: float) -> List[Tuple[Task, WorkerState, float]]:
+    """The late tasks that may be copied, each with its holder and how long the task
+    its holder runs has run, the longest first (a worker's tasks in their order)."""
+    late: List[Tuple[Task, WorkerState, float]] = []
+    for ws in workers:
+        if not ws.pending or ws.lost:
+            continue
+        running = next(iter(ws.pending.values()))
+        limit = late_after(task_seconds.get(running.fid), factor,
+                           ws.link.rtt if ws.link is not None else 0.0)
+        ran = now - ws.since
+        if limit is None or ran <= limit:
+            continue
+        late.extend((task, ws, ran) for task in ws.pending.values()
+                    if task.held_by == 1 and not task.done and not task.suspect)
+    late.sort(key=lambda entry: -entry[2])  # stable: a worker's tasks stay in order
+    return late
+
+
+def pick_idle(idle: List[WorkerState], holder: WorkerState) -> Optional[WorkerState]:
+    """An idle worker for a copy of a task ``holder`` holds: on another host if one
+    idles there (the holder's host may be what is slow), else any."""
+    if not idle:
+        return None
+    host = holder.process.host
+    for i, ws in enumerate(idle):
+        if not host or ws.process.host != host:
+            return idle.pop(i)
+    return idle.pop()
+
+
+def said(task: Task, holder: WorkerState, ran: float, seconds: Optional[float],
+         copy: WorkerState) -> None:
+    """One INFO line a copy: which task, where it was late, where it runs again."""
+    info("%s is late on %s (%s: its worker's task has run %.1f s, its tasks take %s): "
+         "run again on %s; the first result is kept", task.label, holder.process.name,
+         holder.process.host or "its host", ran,
+         "?" if seconds is None else f"{seconds * 1000:.0f} ms", copy.process.name)

@@ -1,0 +1,145 @@
+"""Late tasks run again elsewhere, the first result kept (``fiber.pool._late``), driven
+through the master's scheduler with a recording server as ``test_pool_dispatch.py``: the
+hub's timers are kept and fired by the test, and "late" is made by moving back the time
+at which a worker's task started (``WorkerState.since``), as a cut-off host's would be.
+
+Issue 45: a silent or slow host's tasks (or those held behind one of a heavy tail) run
+again on an idle worker once clearly late; results stay exactly once."""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, List, Tuple
+
+from test_pool_dispatch import RecordingServer
+
+from fiber.pool import _late
+from fiber.pool._protocol import pack_results
+from fiber.pool._service import PoolService, Task, WorkerState
+from fiber.transport.peers import Peer
+
+FID = 1
+
+
+class TimedServer(RecordingServer):
+    """As `RecordingServer`, keeping the timers set (fired by `fire`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timers: List[Callable[[], None]] = []
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Any:
+        self.timers.append(fn)
+        return types.SimpleNamespace(cancel=lambda: None)
+
+    def fire(self) -> None:
+        timers, self.timers = self.timers, []
+        for fn in timers:
+            fn()
+
+
+class CountingSink:
+    def __init__(self) -> None:
+        self.delivered: List[Tuple[int, bool]] = []
+
+    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+        self.delivered.append((index, ok))
+
+
+def pool_of(hosts: List[str]) -> Tuple[PoolService, TimedServer, List[Peer]]:
+    """A service with a worker on each of ``hosts`` (connected), copies on."""
+    service = PoolService(b"pool-test", prefetch=2, maxtasks=None, max_retries=3,
+                          on_worker_gone=lambda ws, expected: None)
+    service.late_factor = 4.0
+    server = TimedServer()
+    service.server = server  # type: ignore[assignment]
+    service.functions[FID] = [b"function"]
+    service.cached_functions.add(FID)
+    peers = []
+    for worker_id, host in enumerate(hosts, 1):
+        process = types.SimpleNamespace(name=f"PoolWorker-{worker_id}", host=host,
+                                        cancelled=False, exitcode=None, job_id="")
+        service.add_worker(WorkerState(worker_id, process=process))  # type: ignore[arg-type]
+        peer = Peer(100 + worker_id, b"job", True, None)
+        service.hello(server, peer, b"", [worker_id.to_bytes(8, "little")])  # type: ignore[arg-type]
+        peers.append(peer)
+    return service, server, peers
+
+
+def answer(service: PoolService, server: TimedServer, peer: Peer, task_ids: List[int]) -> None:
+    payload = pack_results([(i, True, [b"result"]) for i in task_ids], 0.02 * len(task_ids))
+    service.results(server, peer, b"", payload)  # type: ignore[arg-type]
+
+
+def held(server: TimedServer, peer: Peer) -> List[int]:
+    return [t for p, t in server.tasks_sent() if p == peer.peer_id]
+
+
+def test_a_late_workers_tasks_run_again_on_another_host_and_are_delivered_once():
+    service, server, (slow, fast) = pool_of(["node1", "node2"])
+    service.task_seconds[FID] = 0.01  # quick: a worker holds several
+    sink = CountingSink()
+    service.submit([Task(i, sink, i, FID, [b"arg"], "map(f)") for i in range(1, 7)])
+    mine, theirs = held(server, slow), held(server, fast)
+    assert len(mine) == 3 and len(theirs) == 3
+    answer(service, server, fast, theirs)  # node2's worker is done and idles
+    server.fire()
+    assert held(server, fast) == theirs  # not late yet: nothing copied
+    ws = service.by_peer[slow.peer_id]
+    ws.since -= _late.LATE_MIN_S + 0.5  # node1's worker has not answered for 1.5 s
+    server.fire()
+    copied = held(server, fast)[len(theirs):]
+    assert copied == [mine[0]]  # the one it runs first: one task a check to an idle worker
+    assert service.copies == 1
+    answer(service, server, fast, copied)
+    assert sorted(sink.delivered) == sorted((i, True) for i in theirs + copied)
+    server.fire()  # the next: it idles again, and node1's next task is late too
+    assert held(server, fast)[len(theirs) + 1:] == [mine[1]]
+    answer(service, server, slow, mine)  # node1 answers at last: all three
+    delivered = [index for index, _ in sink.delivered]
+    assert sorted(delivered) == list(range(1, 7)), sink.delivered  # each once
+    answer(service, server, fast, [mine[1]])  # the copy's late result: dropped
+    assert len(sink.delivered) == 6
+
+
+def test_nothing_is_copied_while_tasks_are_queued_or_the_function_is_not_measured():
+    service, server, (slow, fast) = pool_of(["node1", "node2"])
+    sink = CountingSink()
+    service.submit([Task(1, sink, 0, FID, [b"arg"], "apply(f)")])  # not measured
+    ws = next(w for w in service.workers.values() if w.pending)
+    ws.since -= 100
+    server.fire()
+    assert len(server.tasks_sent()) == 1 and service.copies == 0
+    service.task_seconds[FID] = 30.0  # measured, and slow: late after 120 s
+    server.fire()
+    assert service.copies == 0
+    ws.since -= 100
+    server.fire()
+    assert service.copies == 1
+
+
+def test_a_task_whose_copy_lives_is_not_queued_again_when_its_holder_dies():
+    service, server, (a, b) = pool_of(["node1", "node2"])
+    service.task_seconds[FID] = 0.02
+    sink = CountingSink()
+    service.submit([Task(1, sink, 0, FID, [b"arg"], "apply(f)")])
+    holder = next(w for w in service.workers.values() if w.pending)
+    other = next(w for w in service.workers.values() if w is not holder)
+    holder.since -= 10
+    server.fire()
+    assert service.copies == 1 and list(other.pending) == [1]
+    service.worker_lost(holder)
+    assert not service.queue  # its copy runs on the other worker
+    service.worker_lost(other)
+    assert [t.task_id for t in service.queue] == [1]  # the last holder gone: queued once
+
+
+def test_no_copies_with_pool_late_factor_0():
+    service, server, (a, b) = pool_of(["node1", "node2"])
+    service.late_factor = 0.0
+    service.task_seconds[FID] = 0.02
+    service.submit([Task(1, CountingSink(), 0, FID, [b"arg"], "apply(f)")])
+    next(w for w in service.workers.values() if w.pending).since -= 10
+    assert not server.timers
+    server.fire()
+    assert service.copies == 0
