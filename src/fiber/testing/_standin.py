@@ -1,0 +1,418 @@
+"""A stand-in process: many simulated pool workers, each a real connection to the master.
+
+    master (fiber.testing.standins)                    this process (one of a few)
+    ───────────────────────────────                    ───────────────────────────
+    submit ── job <id> <hub> <token> <secret> ───────▶ stdin: one simulated worker a job
+                                                       TCP connect (from its own 127.x
+                                                       address), the handshake (auth),
+                                                       fetch its payload, hello (as a
+                                                       job's _bootstrap and _worker)
+           ◀──────────── tasks / results ────────────▶ each task a timer of its seconds,
+                                                       then its result (as _worker sends)
+           ◀──────────── stop / exit report ─────────▶ then its connection closed
+    cancel ── kill <id> <signal> ────────────────────▶ its connection closed at once
+    stats  ── stats ─────────────────────────────────▶
+           ◀── end <id> <exit code> | stats <json> ── stdout
+
+Everything a real worker says on the wire is said here, with fiber's own framing,
+handshake, pickles and pool protocol; what is not done is the work: a worker's process,
+its interpreter, and its task (``standins.sleep_for`` only, run as a timer). One thread
+and one epoll serve every simulated worker of this process.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import heapq
+import itertools
+import json
+import os
+import pickle
+import resource
+import select
+import socket
+import struct
+import sys
+import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from ..pool._protocol import PoolOps, pack_results, unpack_tasks
+from ..pool._worker import CALL, MAP, worker_main
+from ..process._launcher import SERVICE, LaunchOps
+from ..transport import auth
+from ..transport.framing import FrameReader, Outbox, ProtocolError, new_scratch
+from ..transport.remote import pack_exception
+from ..transport.serialization import dumps, loads
+from ..transport.sockets import server_id, split_address, tune
+from .standins import sleep_for
+
+#: Linux's ``IP_BIND_ADDRESS_NO_PORT``: the source port is chosen at connect, per
+#: destination, so a stand-in's address is not limited to one set of ephemeral ports.
+_BIND_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+#: A worker sends its results at once after a task this long (see fiber.pool._worker).
+_BATCH_SECONDS = 0.002
+_BATCH = 64
+_EXIT_REQUEST = struct.pack("<Q", 2)
+_FETCH_REQUEST = struct.pack("<Q", 1)
+
+# a simulated worker's states
+CONNECTING, HELLO_SENT, AUTH_SENT, FETCHING, RUNNING, EXITING = range(6)
+
+
+class Sim:
+    """One simulated worker: its connection, where it is in its life, what it holds."""
+
+    __slots__ = ("job_id", "hub", "token", "sock", "reader", "outbox", "state", "cnonce",
+                 "process_id", "pool", "wid", "held", "running", "out", "busy", "first_out",
+                 "stopping", "refused", "writing")
+
+    def __init__(self, job_id: str, hub: str, token: bytes) -> None:
+        self.job_id, self.hub, self.token = job_id, hub, token
+        self.sock: Optional[socket.socket] = None
+        self.reader: Optional[FrameReader] = None
+        self.outbox = Outbox()
+        self.state = CONNECTING
+        self.cnonce = self.process_id = self.pool = b""
+        self.wid = 0
+        #: Tasks received and not started: (task id, seconds, value, error frames).
+        self.held: Deque[Tuple[int, float, Any, Optional[List[Any]]]] = collections.deque()
+        self.running: Optional[Tuple[int, float, Any, float]] = None  # + when it started
+        self.out: List[Tuple[int, bool, List[Any]]] = []
+        self.busy = self.first_out = 0.0
+        self.stopping = False
+        self.refused: Dict[int, Optional[List[Any]]] = {}  # function id -> error frames
+        self.writing = False
+
+
+class StandIn:
+    """The event loop of one stand-in process."""
+
+    def __init__(self, source: str, connecting: int, host: str) -> None:
+        self.source = source
+        self.host = host  # the host its jobs say they run on
+        self.connecting = connecting  # simulated workers between connect and hello, at most
+        self.starting = 0
+        self.epoll = select.epoll()
+        self.by_fd: Dict[int, Sim] = {}
+        self.jobs: Dict[str, Sim] = {}
+        self.waiting: Deque[Sim] = collections.deque()
+        self.timers: List[Tuple[float, int, Sim]] = []
+        self.seq = itertools.count()
+        self.scratch = new_scratch()  # every reader's: one thread reads them in turn
+        self.verdicts: Dict[bytes, Optional[List[Any]]] = {}  # function pickle -> error
+        self.stdin_buf = b""
+        self.stats = {"hellos": 0, "tasks": 0, "late_sum_s": 0.0, "late_max_s": 0.0}
+        self.epoll.register(0, select.EPOLLIN)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while True:
+            timeout = max(0.0, self.timers[0][0] - time.monotonic()) if self.timers else -1
+            for fd, events in self.epoll.poll(timeout):
+                if fd == 0:
+                    if not self.read_commands():
+                        return
+                    continue
+                sim = self.by_fd.get(fd)
+                if sim is not None:
+                    self.on_event(sim, events)
+            self.fire_timers()
+
+    def read_commands(self) -> bool:
+        """Take the master's commands; False at the end of stdin (the master is gone)."""
+        data = os.read(0, 1 << 20)
+        if not data:
+            for sim in list(self.jobs.values()):
+                self.end(sim, 1, report=False)
+            return False
+        lines = (self.stdin_buf + data).split(b"\n")
+        self.stdin_buf = lines.pop()
+        for line in lines:
+            words = line.decode().split() or [""]
+            if words[0] == "job":
+                self.add_job(*words[1:])
+            elif words[0] == "kill":
+                killed = self.jobs.get(words[1])
+                if killed is not None:
+                    self.end(killed, -int(words[2]))
+            elif words[0] == "stats":
+                self.report_stats()
+        self.start_connections()
+        return True
+
+    def add_job(self, job_id: str, hub: str, token: str, secret: str) -> None:
+        auth.adopt_secret(bytes.fromhex(secret))  # the program's: the same for every job
+        sim = Sim(job_id, hub, bytes.fromhex(token))
+        self.jobs[job_id] = sim
+        self.waiting.append(sim)
+
+    def report_stats(self) -> None:
+        """Say what this process did since it was last asked, and its CPU time."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        stats = dict(self.stats, cpu_s=usage.ru_utime + usage.ru_stime,
+                     workers=sum(1 for s in self.jobs.values() if s.state == RUNNING))
+        self.stats.update(tasks=0, late_sum_s=0.0, late_max_s=0.0)
+        _say(f"stats {json.dumps(stats)}")
+
+    def start_connections(self) -> None:
+        while self.waiting and self.starting < self.connecting:
+            sim = self.waiting.popleft()
+            self.starting += 1
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_IP, _BIND_NO_PORT, 1)
+            sock.bind((self.source, 0))
+            sock.setblocking(False)
+            sim.sock = sock
+            self.by_fd[sock.fileno()] = sim
+            error = sock.connect_ex(split_address(sim.hub))
+            if error not in (0, errno.EINPROGRESS):
+                self.end(sim, 1)
+                continue
+            self.epoll.register(sock.fileno(), select.EPOLLOUT)
+
+    # -- a simulated worker's connection ---------------------------------------------------
+
+    def on_event(self, sim: Sim, events: int) -> None:
+        assert sim.sock is not None
+        if sim.state == CONNECTING:
+            self.connected(sim)
+            return
+        if events & select.EPOLLOUT:
+            try:
+                done = sim.outbox.flush(sim.sock)
+            except OSError:
+                self.end(sim, 1)
+                return
+            self.want_write(sim, not done)
+        if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+            self.read(sim)
+
+    def connected(self, sim: Sim) -> None:
+        """The connection is made (or failed): the handshake's first message, as a job's
+        anchor says it (`fiber.transport.client.Client._handshake`)."""
+        assert sim.sock is not None
+        if sim.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            self.end(sim, 1)
+            return
+        tune(sim.sock, 1.0, 30.0)  # a job's defaults, until its config arrives
+        sim.reader = FrameReader(max_message=None, scratch=self.scratch)
+        sim.cnonce, sim.process_id = auth.new_nonce(), os.urandom(16)
+        self.epoll.modify(sim.sock.fileno(), select.EPOLLIN)
+        sim.state = HELLO_SENT
+        self.send(sim, [auth.HELLO, auth.VERSION, sim.cnonce, sim.process_id, b"A"])
+
+    def read(self, sim: Sim) -> None:
+        assert sim.sock is not None and sim.reader is not None
+        try:
+            alive = sim.reader.feed_from(sim.sock)
+        except BlockingIOError:
+            return
+        except (OSError, ProtocolError):
+            alive = False
+        messages = sim.reader.messages
+        while messages and sim.sock is not None:
+            self.on_message(sim, messages.popleft())
+        if not alive and sim.sock is not None:
+            self.end(sim, 1)  # the master closed it: a job's lifeline ends it so
+
+    def on_message(self, sim: Sim, msg: List[Any]) -> None:
+        if sim.state == RUNNING:
+            if not msg[0]:  # a push (a reply is for a call no stand-in makes)
+                if msg[1] == PoolOps.TASKS:
+                    self.take_tasks(sim, msg[2:])
+                elif msg[1] == PoolOps.STOP:
+                    sim.stopping = True
+                    self.next_task(sim)
+        elif sim.state == HELLO_SENT:
+            self.challenged(sim, msg)
+        elif sim.state == AUTH_SENT:
+            if msg[0] != auth.OK:
+                self.end(sim, 1)
+                return
+            sim.state = FETCHING
+            self.send(sim, [SERVICE, LaunchOps.FETCH, _FETCH_REQUEST, sim.token,
+                            *dumps((os.getpid(), self.host))])
+        elif sim.state == FETCHING:
+            self.fetched(sim, msg)
+        elif sim.state == EXITING:
+            self.end(sim, 0)  # its exit report was heard: it ends, as a job does
+
+    def challenged(self, sim: Sim, msg: List[Any]) -> None:
+        """The server's challenge: check its proof and its id, prove ours."""
+        snonce = bytes(msg[1]) if len(msg) == 4 else b""
+        if (msg[0] != auth.CHAL or len(snonce) != auth.NONCE_BYTES
+                or not auth.verify(auth.server_proof(sim.cnonce, snonce), bytes(msg[2]))
+                or bytes(msg[3]) != server_id(sim.hub).encode()):
+            self.end(sim, 1)
+            return
+        sim.state = AUTH_SENT
+        self.send(sim, [auth.AUTH, auth.client_proof(sim.cnonce, snonce)])
+
+    def fetched(self, sim: Sim, msg: List[Any]) -> None:
+        """Its launch payload: which pool, which worker, the program's heartbeat; then
+        hello, as `fiber.pool._worker.worker_main` says it."""
+        assert sim.sock is not None
+        if msg[1] != b"ok":
+            self.end(sim, 1)  # the job cannot start (unknown or finished)
+            return
+        payload = loads(msg[2:])
+        proc = pickle.loads(payload["process"])  # fiber's own Process of worker_main
+        target, args = proc._target, proc._args  # noqa: SLF001 - what its job would run
+        if target is not worker_main or args[3] is not None or args[5] is not None:
+            _say_error(f"job {sim.job_id} is not a pool worker without initializer nor "
+                       "maxtasksperchild: a stand-in runs only those")
+            self.end(sim, 1)
+            return
+        cfg = payload["config"]
+        tune(sim.sock, cfg.heartbeat_interval, cfg.heartbeat_timeout)
+        sim.pool, sim.wid = args[1], args[2]
+        sim.state = RUNNING
+        self.starting -= 1
+        self.stats["hellos"] += 1
+        self.send(sim, [sim.pool, PoolOps.HELLO, b"", sim.wid.to_bytes(8, "little")])
+        self.start_connections()
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def take_tasks(self, sim: Sim, frames: List[Any]) -> None:
+        for task_id, fid, fn_frames, arg_frames in unpack_tasks(frames):
+            if fn_frames is not None:
+                sim.refused[fid] = self.verdict(fn_frames)
+            error = sim.refused[fid]
+            seconds, value = (0.0, None) if error is not None else _length(*loads(arg_frames))
+            sim.held.append((task_id, seconds, value, error))
+        if sim.running is None:
+            self.next_task(sim)
+
+    def verdict(self, fn_frames: List[Any]) -> Optional[List[Any]]:
+        """None for `standins.sleep_for`; else the error record its tasks return."""
+        key = bytes(fn_frames[0])
+        if key not in self.verdicts:
+            fn = loads(fn_frames)
+            error = None
+            if fn is not sleep_for:
+                error = dumps(pack_exception(TypeError(
+                    f"a stand-in worker (fiber.testing.standins) runs only "
+                    f"fiber.testing.standins.sleep_for, not {fn!r}")))
+            self.verdicts[key] = error
+        return self.verdicts[key]
+
+    def next_task(self, sim: Sim) -> None:
+        """Start the next task held (a timer), as a worker runs its tasks in order; or,
+        told to stop and holding none, send what is left and report the exit."""
+        while sim.held:
+            task_id, seconds, value, error = sim.held.popleft()
+            if error is not None:  # refused at once, as a task that raised
+                self.finished(sim, task_id, False, error, 0.0)
+                continue
+            now = time.monotonic()
+            sim.running = (task_id, seconds, value, now)
+            heapq.heappush(self.timers, (now + seconds, next(self.seq), sim))
+            return
+        self.flush(sim)
+        if sim.stopping and sim.state == RUNNING:
+            sim.state = EXITING  # as _bootstrap's report_exit: code 0, no relayed output
+            self.send(sim, [SERVICE, LaunchOps.EXIT, _EXIT_REQUEST, sim.token, b"0", b"0"])
+
+    def fire_timers(self) -> None:
+        timers = self.timers
+        now = time.monotonic()
+        while timers and timers[0][0] <= now:
+            due, _, sim = heapq.heappop(timers)
+            late = now - due
+            self.stats["late_sum_s"] += late
+            self.stats["late_max_s"] = max(self.stats["late_max_s"], late)
+            self.stats["tasks"] += 1
+            if sim.running is None or sim.sock is None:
+                continue  # ended meanwhile
+            task_id, _, value, started = sim.running
+            sim.running = None
+            self.finished(sim, task_id, True, dumps(value), now - started)
+            self.next_task(sim)
+            now = time.monotonic()
+
+    def finished(self, sim: Sim, task_id: int, ok: bool, frames: List[Any], ran: float) -> None:
+        """A task's result, sent as a worker sends it: at once after a task over 2 ms,
+        else in a batch of up to 64 or 2 ms (`fiber.pool._worker.worker_main`)."""
+        now = time.monotonic()
+        if not sim.out:
+            sim.first_out = now - ran
+        sim.out.append((task_id, ok, frames))
+        sim.busy += ran
+        if (not sim.held or ran > _BATCH_SECONDS or len(sim.out) >= _BATCH
+                or now - sim.first_out > _BATCH_SECONDS):
+            self.flush(sim)
+
+    def flush(self, sim: Sim) -> None:
+        if sim.out and sim.sock is not None:
+            frames = pack_results(sim.out, sim.busy)
+            sim.out, sim.busy = [], 0.0
+            self.send(sim, [sim.pool, PoolOps.RESULTS, b"", *frames])
+
+    # -- writing, ending ---------------------------------------------------------------------
+
+    def send(self, sim: Sim, frames: List[Any]) -> None:
+        assert sim.sock is not None
+        try:
+            done = sim.outbox.write(sim.sock, frames)
+        except OSError:
+            self.end(sim, 1)
+            return
+        self.want_write(sim, not done)
+
+    def want_write(self, sim: Sim, writing: bool) -> None:
+        if writing != sim.writing and sim.sock is not None:
+            sim.writing = writing
+            mask = select.EPOLLIN | (select.EPOLLOUT if writing else 0)
+            self.epoll.modify(sim.sock.fileno(), mask)
+
+    def end(self, sim: Sim, code: int, report: bool = True) -> None:
+        """The simulated job ends (``code``: its exit code, -signal if killed)."""
+        if self.jobs.pop(sim.job_id, None) is None:
+            return
+        if sim.state < RUNNING:
+            if sim.sock is not None:
+                self.starting -= 1
+            else:
+                self.waiting.remove(sim)
+        if sim.sock is not None:
+            self.by_fd.pop(sim.sock.fileno(), None)
+            sim.sock.close()  # (closing unregisters it from the epoll)
+            sim.sock = None
+        sim.held.clear()
+        sim.running = None
+        if report:
+            _say(f"end {sim.job_id} {code}")
+        self.start_connections()
+
+
+def _length(mode: int, data: Any) -> Tuple[float, Any]:
+    """How long a task of `standins.sleep_for` lasts, and what it returns: its
+    argument (a call), or its items' (a map's chunk: run one after another)."""
+    if mode == CALL:
+        seconds = float(data[0][0])
+        return seconds, seconds
+    items = [float(x) for x in data] if mode == MAP else [float(x[0]) for x in data]
+    return sum(items), items
+
+
+def _say(line: str) -> None:
+    data = (line + "\n").encode()
+    while data:
+        data = data[os.write(1, data):]
+
+
+def _say_error(text: str) -> None:
+    sys.stderr.write(f"fiber stand-in: {text}\n")
+    sys.stderr.flush()
+
+
+def main() -> None:
+    source, connecting, host = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    StandIn(source, connecting, host).run()
+
+
+if __name__ == "__main__":
+    main()
