@@ -18,7 +18,8 @@ PUBLIC_MODULES = [
     "fiber", "fiber.backends", "fiber.config", "fiber.connection", "fiber.context",
     "fiber.errors", "fiber.experimental", "fiber.futures", "fiber.managers", "fiber.meta",
     "fiber.pool", "fiber.process", "fiber.queues", "fiber.ring", "fiber.sharedctypes",
-    "fiber.synchronize", "fiber.testing.netns", "fiber.dashboard",
+    "fiber.synchronize", "fiber.testing.netns", "fiber.testing.standins",
+    "fiber.dashboard",
 ]
 
 

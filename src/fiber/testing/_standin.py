@@ -56,6 +56,11 @@ _BATCH = 64
 _EXIT_REQUEST = struct.pack("<Q", 2)
 _FETCH_REQUEST = struct.pack("<Q", 1)
 
+#: What `StandIn.report_stats` counts since it last reported: timers fired, their delays
+#: (seconds), when the first and last task started and the last ended (time.monotonic).
+_ROUND = {"tasks": 0, "late_sum_s": 0.0, "late_max_s": 0.0, "first_start": 0.0,
+          "last_start": 0.0, "last_end": 0.0}
+
 # a simulated worker's states
 CONNECTING, HELLO_SENT, AUTH_SENT, FETCHING, RUNNING, EXITING = range(6)
 
@@ -102,7 +107,7 @@ class StandIn:
         self.scratch = new_scratch()  # every reader's: one thread reads them in turn
         self.verdicts: Dict[bytes, Optional[List[Any]]] = {}  # function pickle -> error
         self.stdin_buf = b""
-        self.stats = {"hellos": 0, "tasks": 0, "late_sum_s": 0.0, "late_max_s": 0.0}
+        self.stats = {"hellos": 0, **_ROUND}
         self.epoll.register(0, select.EPOLLIN)
 
     # -- the loop --------------------------------------------------------------------------
@@ -153,7 +158,7 @@ class StandIn:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         stats = dict(self.stats, cpu_s=usage.ru_utime + usage.ru_stime,
                      workers=sum(1 for s in self.jobs.values() if s.state == RUNNING))
-        self.stats.update(tasks=0, late_sum_s=0.0, late_max_s=0.0)
+        self.stats.update(_ROUND)
         _say(f"stats {json.dumps(stats)}")
 
     def start_connections(self) -> None:
@@ -309,6 +314,9 @@ class StandIn:
                 continue
             now = time.monotonic()
             sim.running = (task_id, seconds, value, now)
+            stats = self.stats
+            stats["first_start"] = stats["first_start"] or now
+            stats["last_start"] = now
             heapq.heappush(self.timers, (now + seconds, next(self.seq), sim))
             return
         self.flush(sim)
@@ -325,6 +333,7 @@ class StandIn:
             self.stats["late_sum_s"] += late
             self.stats["late_max_s"] = max(self.stats["late_max_s"], late)
             self.stats["tasks"] += 1
+            self.stats["last_end"] = now
             if sim.running is None or sim.sock is None:
                 continue  # ended meanwhile
             task_id, _, value, started = sim.running

@@ -170,10 +170,12 @@ class StandInBackend(Backend):
         return [proc.pid for proc in self._started()]
 
     def stats(self) -> List[Dict[str, Any]]:
-        """Each stand-in process's counts since it was last asked: simulated workers that
-        said hello (``hellos``, in all) and run now (``workers``), tasks ended
-        (``tasks``), how late their timers fired (``late_sum_s``, ``late_max_s``: the
-        stand-in's own delay) and its CPU time (``cpu_s``, in all)."""
+        """Each stand-in process's counts: simulated workers that said hello
+        (``hellos``) and run now (``workers``), and its CPU time (``cpu_s``), in all;
+        since it was last asked, tasks ended (``tasks``), how late their timers fired
+        (``late_sum_s``, ``late_max_s``: the stand-in's own delay), and when
+        (``time.monotonic``) the first and the last task started (``first_start``,
+        ``last_start``) and the last one ended (``last_end``); 0 if none did."""
         procs = self._started()
         for k in range(len(procs)):
             self._tell(k, "stats\n")
@@ -231,6 +233,7 @@ class StandInBackend(Backend):
         return "127.0.0.1"
 
     def release(self, handle: JobHandle) -> None:
+        """Forget an ended job's state."""
         with self._state_lock:
             self._states.pop(handle.job_id, None)
 
