@@ -43,7 +43,7 @@ def pool_of(n: int, tcp: bool = True) -> Tuple[PoolService, RecordingServer, Lis
     service.cached_functions.add(FID)
     peers = []
     for worker_id in range(1, n + 1):
-        named = types.SimpleNamespace(name=f"PoolWorker-{worker_id}", cancelled=False,
+        named = types.SimpleNamespace(name=f"PoolWorker-{worker_id}", cancelled=False, host="",
                                       exitcode=None)
         service.add_worker(WorkerState(worker_id, process=named))  # type: ignore[arg-type]
         conn = None

@@ -143,3 +143,39 @@ def test_no_copies_with_pool_late_factor_0():
     assert not server.timers
     server.fire()
     assert service.copies == 0
+
+
+def test_a_silent_workers_host_is_suspected_until_a_worker_there_is_heard():
+    """A worker holding a task not heard for longer than the task's lateness: its host
+    is suspected (no new worker goes there: `JobSpec.avoid_hosts`), also once it is lost
+    (for `_late.SUSPECT_S`), until a worker on that host is heard again."""
+    service, server, (a, b) = pool_of(["node1", "node2"])
+    service.task_seconds[FID] = 0.01
+    service.submit([Task(i, CountingSink(), i, FID, [b"arg"], "map(f)") for i in (1, 2)])
+    assert service.suspected_hosts() == frozenset()
+    cut = service.by_peer[a.peer_id]
+    cut.heard -= _late.LATE_MIN_S + 1  # node1 silent past the task's lateness
+    cut.since -= _late.LATE_MIN_S + 1
+    assert service.suspected_hosts() == {"node1"}
+    service.worker_lost(cut)
+    assert service.suspected_hosts() == {"node1"}  # lost: still suspected
+    service.suspects["node1"] -= _late.SUSPECT_S + 1
+    assert service.suspected_hosts() == frozenset()  # for SUSPECT_S only
+    service.suspects["node1"] = 1e18
+    late = WorkerState(9, types.SimpleNamespace(  # type: ignore[arg-type]
+        name="PoolWorker-9", host="node1", cancelled=False, exitcode=None, job_id=""))
+    service.add_worker(late)
+    service.hello(server, Peer(200, b"job", True, None), b"",  # type: ignore[arg-type]
+                  [(9).to_bytes(8, "little")])
+    assert service.suspected_hosts() == frozenset()  # a worker there is heard
+
+
+def test_an_idle_or_unmeasured_worker_is_never_silent():
+    service, server, (a, b) = pool_of(["node1", "node2"])
+    for ws in service.workers.values():
+        ws.heard -= 1000  # idle for long: nothing is late
+    assert service.suspected_hosts() == frozenset()
+    service.submit([Task(1, CountingSink(), 0, FID, [b"arg"], "apply(f)")])  # unmeasured
+    assert service.suspected_hosts() == frozenset()
+    service.task_seconds[FID] = 0.01  # measured: handed its task just now, not silent
+    assert service.suspected_hosts() == frozenset()

@@ -26,7 +26,17 @@ import dataclasses
 import enum
 import threading
 import time
-from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Callable,
+    ClassVar,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 __all__ = [
     "Resources",
@@ -89,6 +99,11 @@ class JobSpec:
     #: the job wrote outlives it, however it ended. Only for a backend whose
     #: ``passes_fds`` is True.
     capture_output: bool = False
+    #: Hosts not to place the job on, where the backend places jobs itself or can ask its
+    #: scheduler to (a pool's suspected hosts: cut off or silent, see the pool page's
+    #: late tasks). Best effort: with no other host to take it, the job may still go to
+    #: one of them.
+    avoid_hosts: FrozenSet[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,12 @@ one copy at most (``Task.held_by``), a task that may have killed its worker
 (``suspect``) none, and a function not measured yet is never late. A worker holding a
 task whose copy runs elsewhere may die: the task is not queued again while the copy
 lives (see ``PoolService.worker_lost``).
+
+A worker that holds a task and has not been heard (hello, results) for longer than that
+task's lateness is *silent*; its host is **suspected** while it is, and for
+``SUSPECT_S`` after such a worker was lost, unless a worker there is heard meanwhile: the
+pool places no replacement there (``JobSpec.avoid_hosts``, where the backend places
+jobs), not to start one on a host that is cut off.
 """
 
 from __future__ import annotations
@@ -23,13 +29,17 @@ from typing import Dict, List, Optional, Tuple
 from .._log import info
 from ._state import Task, WorkerState
 
-__all__ = ["CHECK_S", "LATE_MIN_S", "late_tasks", "pick_idle", "said"]
+__all__ = ["CHECK_S", "LATE_MIN_S", "SUSPECT_S", "late_after", "late_tasks", "pick_idle",
+           "said", "silent"]
 
 #: Seconds between two checks for late tasks (while any could be copied).
 CHECK_S = 0.25
 #: A task is never late before it has run this long: below it, a pause of the master or
 #: a worker (a collection, a busy CPU) is not a slow host.
 LATE_MIN_S = 1.0
+#: Seconds a host stays suspected after a silent worker there was lost (the default
+#: ``heartbeat_timeout``: a cut that long may heal), unless a worker there is heard.
+SUSPECT_S = 30.0
 
 
 def late_after(seconds: Optional[float], factor: float, rtt: float) -> Optional[float]:
@@ -38,6 +48,20 @@ def late_after(seconds: Optional[float], factor: float, rtt: float) -> Optional[
     if seconds is None or factor <= 0:
         return None
     return max(LATE_MIN_S, factor * seconds) + rtt
+
+
+def silent(ws: WorkerState, task_seconds: Dict[int, float], factor: float,
+           now: float) -> bool:
+    """Whether ``ws`` holds a task and has not been heard since it was handed its
+    running task (or since its last results) for longer than that task's lateness (see
+    `late_after`). (No message of a pool's tells a silent host from one running a long
+    task: the lateness is measured against its function's time.)"""
+    if not ws.pending:
+        return False
+    running = next(iter(ws.pending.values()))
+    limit = late_after(task_seconds.get(running.fid), factor,
+                       ws.link.rtt if ws.link is not None else 0.0)
+    return limit is not None and now - max(ws.heard, ws.since) > limit
 
 
 def late_tasks(workers: List[WorkerState], task_seconds: Dict[int, float], factor: float,

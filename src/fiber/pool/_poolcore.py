@@ -37,6 +37,7 @@ from typing import (
 from .._core import _runtime
 from .._core._served import probing
 from .._core._shared import Shared, share_if_large
+from .._log import log
 from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
@@ -44,7 +45,13 @@ from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._job import end_said_elsewhere
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import backend_of, program_exiting, release_ended, set_resources
+from ..process._process import (
+    backend_of,
+    program_exiting,
+    release_ended,
+    set_placement,
+    set_resources,
+)
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
@@ -303,6 +310,11 @@ class PoolCore:
 
     def _start_workers(self, count: int, replaces: Optional[WorkerState] = None) -> None:
         states = []
+        with self.hub.lock:
+            avoid = self.service.suspected_hosts()  # not on a host cut off (see _late)
+        if avoid:
+            log("no new worker on %s: %s silent", ", ".join(sorted(avoid)),
+                "it is" if len(avoid) == 1 else "they are")
         for _ in range(count):
             wid = next(self._worker_ids)
             proc = self.process_class(
@@ -310,6 +322,7 @@ class PoolCore:
                 args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
                       self.maxtasks))
             set_resources(proc, self.resources)
+            set_placement(proc, avoid)
             end_with_parent(proc)  # a worker serves this pool only
             end_said_elsewhere(proc)  # its loss or retirement: the pool's words
             states.append(WorkerState(wid, proc))

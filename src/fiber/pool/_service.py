@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import functools
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from .._log import info, log
 from ..errors import WorkerLostError
@@ -82,6 +82,8 @@ class PoolService(Service):
         self.late_factor = 0.0
         self.late_timer: Optional[Any] = None
         self.copies = 0  # tasks (items) copied because they were late
+        #: Hosts suspected since a silent worker there was lost: until when (see `_late`).
+        self.suspects: Dict[str, float] = {}
         self.retiring = 0  # workers of self.workers told to finish and exit (retire)
         #: Seconds after it connects that a worker is renewed (see _renew); None: never.
         self.lifetime: Optional[float] = None
@@ -318,6 +320,16 @@ class PoolService(Service):
         if self.server is not None:
             self.late_timer = self.server.call_later(_late.CHECK_S, self._check_late)
 
+    def suspected_hosts(self) -> FrozenSet[str]:
+        """Hosts to place no new worker on (see `_late`): those of silent workers, and
+        those where a silent worker was lost lately and none has been heard since."""
+        now = time.monotonic()
+        for host in [h for h, until in self.suspects.items() if until <= now]:
+            del self.suspects[host]
+        silent = {ws.process.host for ws in self.workers.values()
+                  if _late.silent(ws, self.task_seconds, self.late_factor, now)}
+        return frozenset(h for h in silent | set(self.suspects) if h)
+
     def _check_late(self) -> None:
         """(A hub timer, every ``_late.CHECK_S`` while tasks are outstanding.) While
         workers idle with nothing queued, copy the late tasks to them (see `_late`)."""
@@ -376,7 +388,9 @@ class PoolService(Service):
             self._finish(task, ok, frames)
         ws.done += items
         self.stream.add(ws.process.name, ws.since, now, outcome, items)
-        ws.since = now
+        ws.since = ws.heard = now
+        if self.suspects:
+            self.suspects.pop(ws.process.host, None)  # its host answers
         self.rate.add(items, now)
         self._refresh(ws)
         busy = results_busy(payload)
@@ -409,7 +423,10 @@ class PoolService(Service):
             return
         ws.peer = peer
         ws.connected = True
-        ws.renew_at = _renew.renew_at(time.monotonic(), self.lifetime, ws.slot)
+        ws.heard = time.monotonic()
+        if self.suspects:
+            self.suspects.pop(ws.process.host, None)
+        ws.renew_at = _renew.renew_at(ws.heard, self.lifetime, ws.slot)
         if ws.renew_at:
             self.wake()  # the maintainer sleeps until the next renewal
         self._refresh(ws)
@@ -614,6 +631,9 @@ class PoolService(Service):
         if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
             self.retiring -= 1
         self.far.forget(ws)
+        now = time.monotonic()
+        if ws.process.host and _late.silent(ws, self.task_seconds, self.late_factor, now):
+            self.suspects[ws.process.host] = now + _late.SUSPECT_S
         tasks = list(ws.pending.values())
         ws.pending.clear()
         expected = bool(ws.retired_why) or (not tasks and (ws.retiring or self.closing or (

@@ -40,7 +40,7 @@ import secrets
 import socket
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence
 
 from .._core import _inspect, _runtime
 from ..backends import Backend, JobOutput, JobSpec, Resources
@@ -252,10 +252,11 @@ def launcher() -> LaunchService:
 
 
 def job_spec(cfg: Config, token: bytes, asked: Resources, name: str,
-             backend: Backend) -> JobSpec:
+             backend: Backend, avoid_hosts: FrozenSet[str] = frozenset()) -> JobSpec:
     """The job of a process named ``name``: the bootstrap, which finds this process's hub
     and its launch ``token`` in its environment, with the resources ``asked`` (the
-    config's per-job ones for what they leave as None)."""
+    config's per-job ones for what they leave as None), placed on none of
+    ``avoid_hosts`` where the backend can choose."""
     default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
                         gpu=cfg.gpu_per_job or None)
     env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
@@ -268,7 +269,7 @@ def job_spec(cfg: Config, token: bytes, asked: Resources, name: str,
                                     else _runtime.OUTPUT_RELAYED)
     return JobSpec(command=bootstrap_command(cfg.python or sys.executable), env=env,
                    resources=asked.merged_over(default), image=cfg.image, name=name,
-                   capture_output=capture)
+                   capture_output=capture, avoid_hosts=avoid_hosts)
 
 
 @contextlib.contextmanager

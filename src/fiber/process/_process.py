@@ -26,6 +26,7 @@ from typing import (
     Callable,
     ClassVar,
     Dict,
+    FrozenSet,
     Iterable,
     List,
     Mapping,
@@ -55,8 +56,8 @@ from ._lineage import lifeline_address, master_address
 from ._method import default_method
 
 __all__ = ["Process", "current_process", "active_children", "start_all", "terminate_all",
-           "kill_children", "set_resources", "mark_daemonic", "run_in_job", "program_exiting",
-           "backend_of", "live_jobs"]
+           "kill_children", "set_resources", "set_placement", "mark_daemonic", "run_in_job",
+           "program_exiting", "backend_of", "live_jobs"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 #: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
@@ -94,6 +95,7 @@ class Process(ProcessAttributes):
         self._closed = False
         self._counter = itertools.count(1)
         self._resources: Optional[Resources] = None
+        self._avoid_hosts: FrozenSet[str] = frozenset()  # see set_placement
         if daemon is not None:
             self.daemon = daemon
             """Whether the process is daemonic: terminated when its parent exits, and unable
@@ -174,7 +176,8 @@ class Process(ProcessAttributes):
             on_exit_report=lambda code: self._on_exit_report(job, code),
             on_gone=lambda silent: self._on_gone(job, silent), name=self._name))
         asked = self._resources or resources_of(self._target) or Resources()
-        return job, _launcher.job_spec(cfg, token, asked, self._name, backend)
+        return job, _launcher.job_spec(cfg, token, asked, self._name, backend,
+                                       self._avoid_hosts)
 
     def _launched(self, job: Job, handle: JobHandle) -> None:
         """Make the submitted job this process's. It counts as started (a child that
@@ -530,6 +533,12 @@ def set_resources(proc: Process, resources: Optional[Resources]) -> None:
     """What ``proc``'s job asks the cluster for, instead of its target's ``@fiber.meta``
     (a pool's workers, a manager's object jobs). Before ``start``."""
     proc._resources = resources  # noqa: SLF001
+
+
+def set_placement(proc: Process, avoid_hosts: FrozenSet[str]) -> None:
+    """Hosts ``proc``'s job is not to be placed on, where its backend can choose (a
+    pool's replacement workers: not on a host that is cut off). Before ``start``."""
+    proc._avoid_hosts = avoid_hosts  # noqa: SLF001
 
 
 def release_ended(proc: Process) -> bool:

@@ -49,7 +49,7 @@ import dataclasses
 import itertools
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from ..backends import JobHandle, JobSpec, register_backend
 from ..backends._command import JOB_HOST_ENV, bootstrap_parts
@@ -170,18 +170,16 @@ class NetnsBackend(LocalBackend):
         return hosts
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
-        """``ip netns exec <host> env FIBER_JOB_HOST=<host>``: the next host round robin,
-        or the one `on_host` chose.
+        """``ip netns exec <host> env FIBER_JOB_HOST=<host>``: the next host round robin
+        but those of ``spec.avoid_hosts`` (while another is left), or the one `on_host`
+        chose.
 
         Raises:
             SubmitError: no hosts are installed, or the chosen host does not exist.
         """
         hosts = self._hosts()
-        n = len(hosts.hosts)
-        i = getattr(_pin, "host", None)
-        if i is None:
-            with self._rr_lock:
-                i = next(self._rr) % n + 1
+        pinned: Optional[int] = getattr(_pin, "host", None)
+        i = pinned if pinned is not None else self._next_host(hosts, spec.avoid_hosts)
         try:
             prefix = hosts.exec_prefix(i)
         except IndexError as e:
@@ -190,6 +188,17 @@ class NetnsBackend(LocalBackend):
         # the host the job reports (Process.host, its output's prefix, a lost worker's
         # warning): its namespace, not the machine's name, which every host shares
         return [*prefix, "env", f"{JOB_HOST_ENV}={name}"]
+
+    def _next_host(self, hosts: HostList, avoid: FrozenSet[str]) -> int:
+        """The next host round robin (1-based), but those in ``avoid`` while another is
+        left."""
+        n = len(hosts.hosts)
+        with self._rr_lock:
+            for _ in range(n):
+                i: int = next(self._rr) % n + 1
+                if hosts.hosts[i - 1][0] not in avoid:
+                    return i
+        return i
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         """Start each job in a host, with the host list in its environment (its own

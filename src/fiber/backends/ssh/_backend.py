@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
@@ -102,6 +102,7 @@ class _Job:
         self.attempts = 0
         self.pidfd = -1
         self.log: Optional[str] = None  # its log and record (fiber logs, ps, stop)
+        self.avoid: FrozenSet[str] = frozenset()  # hosts not to start it on (JobSpec)
 
     def drop_output(self) -> None:
         """Close this process's copies of the output's write ends (the ssh client has its
@@ -214,6 +215,7 @@ class SshBackend(CommandLineBackend):
         job = _Job(handle, argv, env, parts is not None, python,
                    max(1, math.ceil(res.cpu or 1)), own, out_w, err_w)
         job.log = log
+        job.avoid = spec.avoid_hosts
         return job
 
     def _new_log(self, job_id: str, spec: JobSpec) -> Optional[str]:
@@ -396,7 +398,7 @@ class SshBackend(CommandLineBackend):
         could not start (it is over)."""
         failed = False
         for job in list(self._pending):
-            host = self._hosts.pick(job.slots, job.settings.max_startups)
+            host = self._hosts.pick(job.slots, job.settings.max_startups, job.avoid)
             if host is None:
                 continue
             self._pending.remove(job)

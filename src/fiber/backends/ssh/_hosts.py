@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..._log import warn
 from ._session import Probe, ssh_base
@@ -92,12 +92,18 @@ class HostTable:
         """The slots of the largest listed host (0 when none is listed)."""
         return max((h.slots for h in self.listed()), default=0)
 
-    def pick(self, slots: int, max_startups: int) -> Optional[Host]:
+    def pick(self, slots: int, max_startups: int,
+             avoid: FrozenSet[str] = frozenset()) -> Optional[Host]:
         """The up host with the most free slots (the first listed among equals) that has
-        ``slots`` free and can set up one more connection; None if none can."""
+        ``slots`` free and can set up one more connection; None if none can. Hosts of
+        ``avoid`` (a pool's suspected ones) only when every up host is one of them: a
+        job then waits for a slot elsewhere rather than start where it is cut off."""
+        up = [host for host in self.listed() if host.state == UP]
+        if any(host.name not in avoid for host in up):
+            up = [host for host in up if host.name not in avoid]
         best: Optional[Host] = None
-        for host in self.listed():
-            if (host.state == UP and host.free >= slots and host.opening < max_startups
+        for host in up:
+            if (host.free >= slots and host.opening < max_startups
                     and (best is None or host.free > best.free)):
                 best = host
         return best

@@ -42,7 +42,7 @@ def link(veth, up):
     subprocess.run(["ip", "link", "set", veth, "up" if up else "down"], check=True)
 
 
-def one_cut(pool, veth, seconds, q_in, q_out, child):
+def one_cut(pool, veth, seconds, q_in, q_out, child, before):
     n = int(RATE * (seconds + 6))  # still running when the link comes back
     got = []
     done = threading.Event()
@@ -60,10 +60,14 @@ def one_cut(pool, veth, seconds, q_in, q_out, child):
     link(veth, False)
     t0 = time.monotonic()
     time.sleep(seconds)
+    # the hosts of the workers started during the cut (replacements): none on the cut host
+    started = sorted(ws.process._job.handle.host for ws in pool._core.live_workers()
+                     if ws.process.pid not in before and ws.process._job is not None
+                     and ws.process._job.handle is not None)
     link(veth, True)
     healed = done.wait(seconds + 120)
     out = {"seconds": seconds, "n": n, "finished": healed,
-           "map_seconds": round(time.monotonic() - t0, 1)}
+           "map_seconds": round(time.monotonic() - t0, 1), "started_during_cut": started}
     values = sorted(x for x, _ in got if x != "error")
     out["exactly_once"] = values == list(range(n))
     out["deliveries"] = len(got)
@@ -97,7 +101,8 @@ def main():
         q_in.put("warm")
         results["warm_echo"] = q_out.get(timeout=_common.TIMEOUT)
         for seconds in cuts:
-            results["cuts"].append(one_cut(pool, veth, seconds, q_in, q_out, child))
+            results["cuts"].append(one_cut(pool, veth, seconds, q_in, q_out, child,
+                                           set(results["pids_before"])))
     if child.is_alive():
         q_in.put(None)
     child.join(_common.TIMEOUT)
