@@ -24,13 +24,13 @@ jobs), not to start one on a host that is cut off.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from .._log import info
 from ._state import Task, WorkerState
 
 __all__ = ["CHECK_S", "LATE_MIN_S", "SUSPECT_S", "late_after", "late_tasks", "pick_idle",
-           "said", "silent"]
+           "said", "silent", "suspected"]
 
 #: Seconds between two checks for late tasks (while any could be copied).
 CHECK_S = 0.25
@@ -103,3 +103,14 @@ def said(task: Task, holder: WorkerState, ran: float, seconds: Optional[float],
          "run again on %s; the first result is kept", task.label, holder.process.name,
          holder.process.host or "its host", ran,
          "?" if seconds is None else f"{seconds * 1000:.0f} ms", copy.process.name)
+
+
+def suspected(workers: List[WorkerState], suspects: Dict[str, float],
+              task_seconds: Dict[int, float], factor: float, now: float) -> FrozenSet[str]:
+    """Hosts to place no new worker on: those of silent workers, and those of
+    ``suspects`` (host: until when, a silent worker there lost) not expired (dropped)."""
+    for host in [h for h, until in suspects.items() if until <= now]:
+        del suspects[host]
+    silent_hosts = {ws.process.host for ws in workers
+                    if silent(ws, task_seconds, factor, now)}
+    return frozenset(h for h in silent_hosts | set(suspects) if h)

@@ -29,9 +29,10 @@ the row ends (a worker starts, the pool breaks or ends); their ends say nothing 
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .._log import warn
+from ..errors import WorkerLostError
 from ..process._job import describe_end
 
 __all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exit", "tasks_text",
@@ -216,3 +217,38 @@ def report(ws: Any) -> None:
     for note in loss.notes:
         text += f"; {note}"
     warn("%s", text)
+
+
+def charge(ws: Any, tasks: List[Any], max_retries: int) -> Tuple[List[str], Optional[Any]]:
+    """Count worker ``ws``'s death against the ``tasks`` it held: the notes its warning
+    carries, and the task that has now killed its worker too often, if one has (taken
+    out of ``tasks``, not resubmitted: it fails with WorkerLostError)."""
+    for task in tasks:  # every death that held a task counts, once it is charged
+        task.attempts += (ws,)
+    if len(tasks) != 1:
+        # Any of them may have been running (results of quick tasks are sent in
+        # batches): none is charged now; each runs alone until it completes.
+        for task in tasks:
+            task.suspect = True
+        return [], None
+    # It held one task: that task was running when the worker died. It is charged with
+    # every death that held it (one among prefetched tasks, before it ran alone).
+    culprit = tasks[0]
+    n = len(culprit.attempts)
+    if n > max_retries:
+        tasks.clear()
+        return [f"{culprit.label} killed its worker {n} times: it fails with "
+                f"WorkerLostError (pool_max_task_retries={max_retries})"], culprit
+    if n > 1:
+        return [f"{culprit.label} has killed its worker {n} times (tried again up to "
+                f"pool_max_task_retries={max_retries})"], None
+    return [], None
+
+
+def lost_error(task: Any, max_retries: int) -> WorkerLostError:
+    """The error of a task that killed its worker too often, naming each attempt's end."""
+    lines = [f"  attempt {i}: worker {ws.worker_id} ({ws.process.name}) {describe_exit(ws)}"
+             for i, ws in enumerate(task.attempts, 1)]
+    return WorkerLostError(
+        f"{task.label} killed its worker {len(task.attempts)} times; giving up "
+        f"(pool_max_task_retries={max_retries}):\n" + "\n".join(lines))

@@ -27,7 +27,6 @@ import time
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from .._log import info, log
-from ..errors import WorkerLostError
 from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
@@ -321,14 +320,9 @@ class PoolService(Service):
             self.late_timer = self.server.call_later(_late.CHECK_S, self._check_late)
 
     def suspected_hosts(self) -> FrozenSet[str]:
-        """Hosts to place no new worker on (see `_late`): those of silent workers, and
-        those where a silent worker was lost lately and none has been heard since."""
-        now = time.monotonic()
-        for host in [h for h, until in self.suspects.items() if until <= now]:
-            del self.suspects[host]
-        silent = {ws.process.host for ws in self.workers.values()
-                  if _late.silent(ws, self.task_seconds, self.late_factor, now)}
-        return frozenset(h for h in silent | set(self.suspects) if h)
+        """Hosts to place no new worker on (see `_late.suspected`)."""
+        return _late.suspected(list(self.workers.values()), self.suspects, self.task_seconds,
+                               self.late_factor, time.monotonic())
 
     def _check_late(self) -> None:
         """(A hub timer, every ``_late.CHECK_S`` while tasks are outstanding.) While
@@ -669,30 +663,12 @@ class PoolService(Service):
         self.dispatch()
 
     def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
-        """Count worker ``ws``'s death against the ``tasks`` it held; the notes its
-        warning carries. A task that has now killed its worker too often is taken out
-        of ``tasks`` (not resubmitted): it fails with WorkerLostError."""
-        for task in tasks:  # every death that held a task counts, once it is charged
-            task.attempts += (ws,)
-        if len(tasks) != 1:
-            # Any of them may have been running (results of quick tasks are sent in
-            # batches): none is charged now; each runs alone until it completes.
-            for task in tasks:
-                task.suspect = True
-            return []
-        # It held one task: that task was running when the worker died. It is charged
-        # with every death that held it (one among prefetched tasks, before it ran alone).
-        culprit = tasks[0]
-        n = len(culprit.attempts)
-        if n > self.max_retries:
-            tasks.clear()
+        """Count worker ``ws``'s death against the ``tasks`` it held (see
+        `_losses.charge`); a task that has now killed its worker too often fails."""
+        notes, culprit = _losses.charge(ws, tasks, self.max_retries)
+        if culprit is not None:
             self._give_up(culprit, time.monotonic() + _losses.REPORT_WAIT_S)
-            return [f"{culprit.label} killed its worker {n} times: it fails with "
-                    f"WorkerLostError (pool_max_task_retries={self.max_retries})"]
-        if n > 1:
-            return [f"{culprit.label} has killed its worker {n} times (tried again up to "
-                    f"pool_max_task_retries={self.max_retries})"]
-        return []
+        return notes
 
     def report_lost(self, ws: WorkerState) -> None:
         """The worker's job has ended: say it was lost, if it was (and not said yet)."""
@@ -709,12 +685,5 @@ class PoolService(Service):
                 and any(exit_code(ws) is None for ws in task.attempts)):
             self.server.call_later(_EXIT_POLL, lambda: self._give_up(task, deadline))
             return
-        self._finish(task, False, dumps(pack_local_exception(self._lost_error(task))))
-
-    def _lost_error(self, task: Task) -> WorkerLostError:
-        lines = [f"  attempt {i}: worker {ws.worker_id} "
-                 f"({ws.process.name}) {describe_exit(ws)}"
-                 for i, ws in enumerate(task.attempts, 1)]
-        return WorkerLostError(
-            f"{task.label} killed its worker {len(task.attempts)} times; giving up "
-            f"(pool_max_task_retries={self.max_retries}):\n" + "\n".join(lines))
+        self._finish(task, False, dumps(pack_local_exception(
+            _losses.lost_error(task, self.max_retries))))
