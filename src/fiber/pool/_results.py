@@ -76,6 +76,9 @@ class CallbackThread:
             if fn is None:
                 return
             self._call(fn)
+            # not kept while the next one is awaited: a callback's closure (joblib's
+            # Parallel, the pool's owner) must be freed once it ran, as multiprocessing does
+            fn = None
 
     @staticmethod
     def _call(fn: Callable[[], None]) -> None:

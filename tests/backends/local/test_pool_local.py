@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -249,3 +250,19 @@ def test_a_pool_collected_while_the_runtime_starts_its_hub_is_terminated_not_hun
     assert returned.wait(15), "the finalizer waited for the lock it was called under"
     wait_until(lambda: core.state == TERMINATE and not core.maintainer.is_alive(), 60,
                message="the collected pool terminated")
+
+
+def test_a_callback_that_ran_is_not_kept_by_the_pool():
+    """What a callback holds is freed once it ran, while the pool lives on (joblib's
+    Parallel, which owns the pool of fiber's joblib backend, is held by its callbacks)."""
+    class Owner:
+        def took(self, value):
+            self.value = value
+
+    with fiber.Pool(1) as pool:
+        owner = Owner()
+        held = weakref.ref(owner)
+        pool.apply_async(ph.square, (3,), callback=owner.took).get(timeout=60)
+        assert owner.value == 9
+        del owner  # the callback thread lets go of it just after get() returned
+        wait_until(lambda: held() is None, timeout=10, message="the callback's owner freed")
