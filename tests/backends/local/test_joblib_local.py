@@ -58,6 +58,12 @@ def fails_or_sleeps(x: int) -> int:
     return x
 
 
+def nested(x: int) -> Tuple[str, int, List[Tuple[int, int]]]:
+    """A task that runs a Parallel of its own: in which processes its tasks ran."""
+    inner = Parallel(n_jobs=2)(delayed(lambda y: (os.getpid(), y * y))(y) for y in range(4))
+    return fiber.current_process().name, os.getpid(), inner
+
+
 def refuse_while(marker: str) -> None:
     """A pool initializer that fails while ``marker`` exists: the pool breaks."""
     if os.path.exists(marker):
@@ -91,6 +97,16 @@ def test_a_call_with_another_n_jobs_resizes_the_pool():
                                                 or os.cpu_count())
     finally:
         backend.abort_everything(ensure_ready=False)
+
+
+def test_a_nested_parallel_runs_in_its_fiber_worker():
+    """joblib's nested backend (threads) in the worker: no process started from it."""
+    with parallel_config(backend="fiber", n_jobs=2):
+        out = Parallel()(delayed(nested)(x) for x in range(3))
+    for name, worker, inner in out:
+        assert name.startswith("PoolWorker-")
+        assert [value for _, value in inner] == [0, 1, 4, 9]
+        assert {pid for pid, _ in inner} == {worker}
 
 
 def test_a_task_error_surfaces_with_its_remote_traceback():
