@@ -25,7 +25,7 @@ from .context import FiberContext, get_context
 from .errors import BrokenPoolError
 from .pool import Pool
 
-__all__ = ["NAME", "FiberBackend", "register"]
+__all__ = ["NAME", "POOL_ARGUMENTS", "FiberBackend", "register"]
 
 #: The name under which the backend is registered: ``parallel_config(backend="fiber")``.
 NAME = "fiber"
