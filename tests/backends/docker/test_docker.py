@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 import fiber
+from fiber._version import install_hint
 from fiber.backends import JobSpec, get_backend
 from fiber.backends.docker import DockerBackend, exit_status, parse_mounts
 from fiber.errors import ConfigError, ProcessError, SubmitError
@@ -643,5 +644,5 @@ def test_parse_mounts():
 def test_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "docker", None)
     with fiber.config.override(backend="docker"):
-        with pytest.raises(SubmitError, match=r"fiber-cluster\[docker\]"):
+        with pytest.raises(SubmitError, match=re.escape(install_hint("docker"))):
             DockerBackend().submit([JobSpec(command=("true",))])

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 import fiber
+from fiber._version import install_hint
 from fiber.backends import JobSpec, Resources, get_backend
 from fiber.backends.kubernetes import (
     LABEL_JOB,
@@ -242,7 +243,7 @@ def test_pod_status_names_what_blocks_a_pending_pod():
 def test_missing_client_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "kubernetes", None)
     with fiber.config.override(backend="kubernetes"):
-        with pytest.raises(SubmitError, match=r"fiber-cluster\[kubernetes\]"):
+        with pytest.raises(SubmitError, match=re.escape(install_hint("kubernetes"))):
             KubernetesBackend().submit([JobSpec(command=("true",))])
 
 
