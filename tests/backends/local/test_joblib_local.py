@@ -88,11 +88,22 @@ def test_the_pool_is_kept_across_calls_and_ends_with_its_block():
                message="the workers of the block's pool to end")
 
 
+def test_a_parallel_of_backend_fiber_has_its_own_pool_which_ends_with_it():
+    parallel = Parallel(backend="fiber", n_jobs=2)
+    pids = {pid for _, pid, _ in parallel(delayed(where)(i) for i in range(10))}
+    assert os.getpid() not in pids
+    del parallel
+    wait_until(lambda: not any(psutil.pid_exists(pid) for pid in pids), timeout=30,
+               message="the workers of the Parallel's pool to end")
+
+
 def test_a_call_with_another_n_jobs_resizes_the_pool():
     backend = FiberBackend()
     try:
         assert backend.configure(n_jobs=2) == 2
+        pool = backend._pool
         assert backend.configure(n_jobs=3) == 3
+        assert backend._pool is pool and pool.status().size == 3
         assert backend.effective_n_jobs(-1) == (fiber.get_config().pool_processes
                                                 or os.cpu_count())
     finally:
