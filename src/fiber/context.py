@@ -26,14 +26,20 @@ the context that ``get_context()`` returns (``"spawn"``: the default backend und
 name; a backend's name: that backend, made the default).
 """
 
+# FiberContext is a BaseContext whose methods return fiber's objects (a fiber Queue, not a
+# multiprocessing.queues.Queue), as its start methods and backends are fiber's: the
+# standard library's stubs type them as its own, so mypy's override check is off here.
+# mypy: disable-error-code="override"
+
 from __future__ import annotations
 
+import multiprocessing.context
 import os
 import threading
 import warnings
 from typing import Any, Dict, List, Optional, Type
 
-from . import connection, process, queues, sharedctypes, synchronize
+from . import connection, errors, process, queues, sharedctypes, synchronize
 from .backends import known_backends, registered_name
 from .config import get_config, init
 from .errors import UnknownBackendError
@@ -55,9 +61,19 @@ _FORK_WARNING = (
     "this process's memory; pass what a child needs in its arguments")
 
 
-class FiberContext:
+class FiberContext(multiprocessing.context.BaseContext):
     """The multiprocessing API bound to one backend (None: the configured default);
-    ``method`` is the start method it was asked for by (``"spawn"``...), if any."""
+    ``method`` is the start method it was asked for by (``"spawn"``...), if any.
+
+    A subclass of the standard library's ``BaseContext``, so that a library that checks
+    for a context object (PyTorch's ``DataLoader(multiprocessing_context=...)``) takes
+    it; each public method and attribute of ``BaseContext`` is overridden by fiber's.
+    """
+
+    ProcessError = errors.ProcessError
+    BufferTooShort = connection.BufferTooShort
+    TimeoutError = errors.TimeoutError
+    AuthenticationError = errors.AuthenticationError
 
     def __init__(self, backend: Optional[str] = None, method: Optional[str] = None) -> None:
         self._backend = backend
@@ -324,6 +340,11 @@ class FiberContext:
         import multiprocessing.reduction
 
         return multiprocessing.reduction
+
+    @reducer.setter
+    def reducer(self, reduction: Any) -> None:
+        raise AttributeError("fiber pickles with its own serializer: a context's reducer "
+                             "cannot be replaced")
 
     def __repr__(self) -> str:
         method = f" method={self._method}" if self._method else ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import multiprocessing
 import pickle
 import secrets
 import threading
@@ -38,8 +39,9 @@ from ._fileno import FilenoWatch
 __all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "wait_frames"]
 
 
-class BufferTooShort(Exception):
-    """``recv_bytes_into`` got a message longer than the buffer (as multiprocessing)."""
+class BufferTooShort(multiprocessing.BufferTooShort):
+    """``recv_bytes_into`` got a message longer than the buffer (as multiprocessing, whose
+    ``BufferTooShort`` it is, so that ``except multiprocessing.BufferTooShort`` catches it)."""
 
 
 _PICKLED = b"p"

@@ -140,6 +140,29 @@ def test_contexts_and_start_methods():
     # "fork": the default backend too, with a warning (backends/local/test_dropin_process.py)
 
 
+def test_contexts_are_the_standard_librarys_kind():
+    """A library that takes a context object checks for multiprocessing's ``BaseContext``
+    (PyTorch's DataLoader: backends/local/test_torch_dataloader.py); its error classes are
+    fiber's, which subclass multiprocessing's."""
+    import multiprocessing.context
+
+    from fiber.context import DefaultContext
+
+    for ctx in (fiber.get_context(), fiber.get_context("local"), fiber.get_context("spawn"),
+                fiber.get_context("forkserver"), DefaultContext()):
+        assert isinstance(ctx, multiprocessing.context.BaseContext), ctx
+        assert ctx.ProcessError is fiber.ProcessError
+        assert ctx.TimeoutError is fiber.TimeoutError
+        assert ctx.AuthenticationError is fiber.AuthenticationError
+        assert ctx.BufferTooShort is fiber.BufferTooShort
+        assert issubclass(ctx.TimeoutError, multiprocessing.TimeoutError)
+        assert issubclass(ctx.BufferTooShort, multiprocessing.BufferTooShort)
+        with pytest.raises(AttributeError, match="own serializer"):
+            ctx.reducer = ctx.reducer
+        assert isinstance(ctx.Queue(), fiber.queues.Queue)
+        assert issubclass(ctx.Process, fiber.Process)
+
+
 def test_unknown_backend_from_config_is_clear():
     """Refused where it is set, not at the first ``start()`` (the config's tests check
     the environment's and ``.fiberconfig``'s)."""
