@@ -84,12 +84,14 @@ class FiberBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc
         self._context = context
         self._pool_arguments: Dict[str, Any] = pool_arguments
         self._pool: Optional[Pool] = None
+        self._size = 0  # the pool's number of workers
         self._broken = False
 
     def effective_n_jobs(self, n_jobs: Optional[int]) -> int:
         """The number of workers for ``n_jobs``: a negative one counts back from fiber's
         default pool size (``pool_processes`` of the config, else this host's CPUs), as
-        joblib counts back from the CPUs: -1 is that size, -2 one less.
+        joblib counts back from the CPUs: -1 is that size, -2 one less; None is -1, this
+        backend's default.
 
         Raises:
             ValueError: ``n_jobs`` is 0.
@@ -98,7 +100,7 @@ class FiberBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc
             raise ValueError("n_jobs == 0 in Parallel has no meaning: give a number of "
                              "workers, or -1 for fiber's default pool size")
         if n_jobs is None:
-            return 1
+            n_jobs = self.default_n_jobs
         if n_jobs < 0:
             default = get_config().pool_processes or os.cpu_count() or 1
             return max(default + 1 + n_jobs, 1)
@@ -116,12 +118,13 @@ class FiberBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc
             self._discard_pool()
         if self._pool is None:
             self._pool = self._new_pool(size)
-        elif self._pool.status().size != size:
+        elif self._size != size:
             self._pool.resize(size)
+            self._size = size
         return size
 
     def _new_pool(self, size: int) -> Pool:
-        self._broken = False
+        self._broken, self._size = False, size
         context = self._context
         if isinstance(context, str):
             context = get_context(context)
@@ -136,7 +139,7 @@ class FiberBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc
 
     def submit(self, func: Callable[[], Any],
                callback: Optional[Callable[[Any], None]] = None) -> Any:
-        """Run joblib's batch ``func`` on a pool worker; ``callback`` gets an `_Outcome`."""
+        """Run joblib's batch ``func`` on a pool worker; ``callback`` gets its value or error."""
         if self._pool is None:
             raise RuntimeError(f"the joblib backend {NAME!r} was not configured: "
                                "use it through joblib.Parallel or parallel_config")
@@ -178,10 +181,9 @@ class FiberBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc
         """A task failed: terminate the pool, which cancels the tasks it holds, and start a
         new one if joblib goes on with this backend (``ensure_ready``), else at the next
         call."""
-        size = self._pool.status().size if self._pool is not None else 1
         self._discard_pool()
-        if ensure_ready:
-            self._pool = self._new_pool(size)
+        if ensure_ready and self._size > 0:
+            self._pool = self._new_pool(self._size)
 
 
 def register() -> None:
