@@ -209,6 +209,31 @@ def _random_forest() -> List[float]:
     return list(forest.predict_proba(X)[:, 1])
 
 
+class KillsItsWorkerOnce(LogisticRegression):
+    """A model whose first fit anywhere SIGKILLs the worker it runs on (``marker``)."""
+
+    def __init__(self, C: float = 1.0, marker: str = "") -> None:
+        super().__init__(C=C, max_iter=200)
+        self.marker = marker
+
+    def fit(self, X: Any, y: Any) -> Any:
+        if self.marker and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().fit(X, y)
+
+
+def test_a_worker_killed_mid_grid_search_changes_nothing(tmp_path):
+    X, y = _data()
+    grid = {"C": [0.1, 1.0, 10.0]}
+    expected = GridSearchCV(KillsItsWorkerOnce(), grid, cv=3).fit(X, y).cv_results_
+    marker = str(tmp_path / "killed-once")
+    with parallel_config(backend="fiber", n_jobs=3):
+        got = GridSearchCV(KillsItsWorkerOnce(marker=marker), grid, cv=3).fit(X, y).cv_results_
+    assert os.path.exists(marker)  # a worker was killed
+    assert list(got["mean_test_score"]) == list(expected["mean_test_score"])
+
+
 @pytest.mark.parametrize("run", [_grid_search, _cross_val_score, _random_forest],
                          ids=["GridSearchCV", "cross_val_score", "RandomForestClassifier"])
 def test_scikit_learn_gives_loky_s_results(run):
