@@ -17,8 +17,14 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, NamedTuple, Optional, Union
 
-import joblib
-from joblib.parallel import AutoBatchingMixin, ParallelBackendBase
+from ._version import install_hint
+
+try:
+    import joblib
+    from joblib.parallel import AutoBatchingMixin, ParallelBackendBase
+except ImportError as e:  # an extra: say how to install it
+    raise ImportError(f"fiber.joblib needs joblib, which is not installed: "
+                      f"{install_hint('joblib')}", name=e.name) from e
 
 from .config import get_config
 from .context import FiberContext, get_context
