@@ -89,17 +89,34 @@ def test_a_late_workers_tasks_run_again_on_another_host_and_are_delivered_once()
     ws.since -= _late.LATE_MIN_S + 0.5  # node1's worker has not answered for 1.5 s
     server.fire()
     copied = held(server, fast)[len(theirs):]
-    assert copied == [mine[0]]  # the one it runs first: one task a check to an idle worker
+    # one task a check to an idle worker: first those held behind the one it runs (late
+    # for certain: the one running may just be long, and may wait for them)
+    assert copied == [mine[1]]
     assert service.copies == 1
     answer(service, server, fast, copied)
     assert sorted(sink.delivered) == sorted((i, True) for i in theirs + copied)
-    server.fire()  # the next: it idles again, and node1's next task is late too
-    assert held(server, fast)[len(theirs) + 1:] == [mine[1]]
+    server.fire()  # the next: it idles again, and node1's third task is late too
+    assert held(server, fast)[len(theirs) + 1:] == [mine[2]]
     answer(service, server, slow, mine)  # node1 answers at last: all three
     delivered = [index for index, _ in sink.delivered]
     assert sorted(delivered) == list(range(1, 7)), sink.delivered  # each once
-    answer(service, server, fast, [mine[1]])  # the copy's late result: dropped
+    answer(service, server, fast, [mine[2]])  # the copy's late result: dropped
     assert len(sink.delivered) == 6
+
+
+def test_a_task_held_behind_a_long_one_is_copied_before_the_long_one():
+    """The long task may wait for those held behind it (a gate set once they are done):
+    its copy would wait too, so the idle worker gets the one behind it first."""
+    service, server, (a, b) = pool_of(["node1", "node2"])
+    service.task_seconds[FID] = 0.01
+    service.submit([Task(i, CountingSink(), i, FID, [b"arg"], "map(f)") for i in (1, 2, 3, 4)])
+    holder = service.by_peer[a.peer_id]
+    other = service.by_peer[b.peer_id]
+    answer(service, server, b, list(other.pending))  # node2 done: it idles
+    running, behind = list(holder.pending)[:2]
+    holder.since -= _late.LATE_MIN_S + 0.5
+    server.fire()
+    assert list(other.pending) == [behind], (running, behind, other.pending)
 
 
 def test_nothing_is_copied_while_tasks_are_queued_or_the_function_is_not_measured():

@@ -14,11 +14,14 @@ the next ones too: the master hands a task out only to a worker with credit left
   one task at a time it would wait a round trip for each (a 100 ms round trip and
   20 ms tasks: a sixth of its time working).
 
-The round trip is measured as TCP measures its own, from the traffic itself, with no
-probe: a worker that was handed tasks while it held none answers with its first results
-after ``round trip + the time its tasks ran`` (which it reports), so each such batch is
-one sample (`Link.observed`). A worker reached through a Unix socket (this host) is never
-measured: its link has no round trip worth covering.
+The round trip is measured from the traffic itself, with no probe: a worker that was
+handed tasks while it held none answers with its first results after ``round trip + the
+time its tasks ran`` (which it reports), so each such batch is one sample
+(`Link.observed`); and TCP's own smoothed round trip of the connection, which the kernel
+measures from its acknowledgements, bounds it (`round_trip`): a master or a worker slow
+to read (a loaded host) is not a slow link, and covering it with tasks held ahead would
+only hold tasks behind long ones. A worker reached through a Unix socket (this host) is
+never measured: its link has no round trip worth covering.
 """
 
 from __future__ import annotations
@@ -27,18 +30,28 @@ import math
 from typing import Any, Dict, List, Optional
 
 __all__ = ["HOLD_S", "MAX_CREDIT", "SLOW_S", "FAR_S", "SHARE", "MAX_FAR_CREDIT",
-           "credit", "link_credit", "Link", "FarWorkers"]
+           "round_trip", "credit", "link_credit", "Link", "FarWorkers"]
 
 HOLD_S = 0.002  # seconds of quick tasks a worker holds
 MAX_CREDIT = 64
 SLOW_S = 0.02  # tasks at least this long are not prefetched on a fast link
-#: A link whose round trip is this or more is covered by credit of its own (below it,
-#: `HOLD_S` of quick tasks covers it, and a slow task loses at most a few percent).
-FAR_S = 0.001
+#: A link whose round trip is this or more is covered by credit of its own: another
+#: site, a congested or shaped network (below it, `HOLD_S` of quick tasks covers it, and
+#: a task of 100 ms or more loses at most a few percent). A cluster's links are well
+#: below it.
+FAR_S = 0.005
 #: The share of a task's time that a round trip must reach to be covered.
 SHARE = 0.05
 MAX_FAR_CREDIT = 256
 _SAMPLES = 5  # a link's round trip: the median of its last samples
+
+
+def round_trip(sample: float, kernel: Optional[float]) -> float:
+    """A round trip measured by the traffic (``sample``: results' arrival less the send
+    and the tasks' time), bounded by TCP's own measure of the link (``kernel``, None
+    where there is none): the smaller, since what the kernel did not see is time spent
+    reading and writing in the processes, not on the link."""
+    return sample if kernel is None else min(sample, kernel)
 
 
 def credit(seconds: Optional[float], prefetch: int) -> int:

@@ -6,8 +6,9 @@ workers idle (an ordered ``imap`` stalls on them). So the master checks, every
 ``CHECK_S`` while tasks are outstanding and a worker idles with nothing queued, which
 held tasks are **late**: the task a worker runs has run ``pool_late_factor`` times its
 function's measured task time, at least ``LATE_MIN_S`` (plus its link's round trip), and
-every task that worker holds behind it is late with it. Each late task, the one held
-longest first, is copied to an idle worker, on another host where one idles: both run it,
+every task that worker holds behind it is late with it. Each late task (those held
+behind the running one first, then the one held longest) is copied to an idle worker, on
+another host where one idles: both run it,
 whichever result comes first is delivered and the other dropped (``Task.done``), so
 results stay exactly once while the task runs twice (the pool page says so). A task has
 one copy at most (``Task.held_by``), a task that may have killed its worker
@@ -80,7 +81,11 @@ def late_tasks(workers: List[WorkerState], task_seconds: Dict[int, float], facto
             continue
         late.extend((task, ws, ran) for task in ws.pending.values()
                     if task.held_by == 1 and not task.done and not task.suspect)
-    late.sort(key=lambda entry: -entry[2])  # stable: a worker's tasks stay in order
+    # The tasks held behind a late one first: they are late for certain, while the one
+    # running may just be long (and may wait for them: its copy would wait too); then
+    # the longest late first, a worker's tasks in their order (a stable sort).
+    late.sort(key=lambda entry: (entry[0] is next(iter(entry[1].pending.values())),
+                                 -entry[2]))
     return late
 
 

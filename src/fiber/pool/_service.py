@@ -31,6 +31,7 @@ from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Peer, Server, Service
+from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
 from ._protocol import (
     FUNCTION_SLOTS,
@@ -389,8 +390,9 @@ class PoolService(Service):
         self._refresh(ws)
         busy = results_busy(payload)
         if ws.probe:  # its first results since it was handed tasks idle: a round trip
-            if peer.may_reset:  # (TCP: a Unix socket's link has no round trip to cover)
-                self.far.observed(ws, now - ws.probe - busy)
+            if peer.may_reset and peer.conn is not None:  # (TCP: a Unix socket has none)
+                self.far.observed(ws, _credit.round_trip(now - ws.probe - busy,
+                                                         tcp_rtt(peer.conn.sock)))
             ws.probe = 0.0
         if measuring and items:
             if items == 1:
