@@ -87,9 +87,11 @@ def _pip(*args: str, cwd) -> subprocess.CompletedProcess:
 
 
 def _dry_run(spec: str, cwd, *options: str) -> Dict[str, Any]:
-    """What ``pip install spec`` in ``cwd`` would install (no dependency, nothing installed)."""
-    out = _pip("install", "--dry-run", "--no-deps", "-q", "--report", "-", *options, spec,
-               cwd=cwd)
+    """What ``pip install spec`` in ``cwd`` would install (no dependency, nothing installed;
+    ``--ignore-installed``: where this very fiber is installed from its wheel, as in CI's
+    newest stages, pip would otherwise find it installed and list nothing)."""
+    out = _pip("install", "--dry-run", "--no-deps", "--ignore-installed", "-q", "--report",
+               "-", *options, spec, cwd=cwd)
     install: List[Dict[str, Any]] = json.loads(out.stdout)["install"]
     assert len(install) == 1, install
     return install[0]
