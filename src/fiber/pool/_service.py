@@ -258,7 +258,9 @@ class PoolService(Service):
                 credit = credits[task.fid] = self.credit(task.fid)
             if len(ws.pending) >= credit:
                 break  # the least-loaded worker is full: so is every other on a fast link
-            self._hand(ws, self._unqueue(), batches)
+            queue.popleft()
+            self.queued_items -= task.items
+            self._hand(ws, task, batches)
         if queue and self.far:
             self._dispatch_far(batches)
         for ws, tasks in batches.items():
@@ -276,12 +278,9 @@ class PoolService(Service):
                 if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
                                                           self.prefetch, rtt):
                     break
-                self._hand(ws, self._unqueue(), batches)
-
-    def _unqueue(self) -> Task:
-        task = self.queue.popleft()
-        self.queued_items -= task.items
-        return task
+                queue.popleft()
+                self.queued_items -= task.items
+                self._hand(ws, task, batches)
 
     def _hand(self, ws: WorkerState, task: Task, batches: Dict[WorkerState, List[Task]]) -> None:
         """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
