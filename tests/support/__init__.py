@@ -12,6 +12,8 @@ package's, importable wherever fiber is installed: ``fiber.testing.conformance.s
   (``python tests/support/futures_helpers.py``).
 - :mod:`.hosts`: network-namespace hosts for a test.
 - :mod:`.relayed_backend`: the local backend with its jobs' output relayed.
+- :mod:`.tcp_proxy`: a TCP relay that counts bytes and cuts connections (the Kubernetes
+  API server's, in tests/backends/kubernetes and benchmarks/k8s_status_bytes.py).
 """
 
 import os

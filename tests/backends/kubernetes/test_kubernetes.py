@@ -16,19 +16,21 @@ fail. The offline tests (manifests, status mapping) always run.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import sys
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 import fiber
 from fiber._version import install_hint
-from fiber.backends import JobSpec, Resources, get_backend
+from fiber.backends import JobHandle, JobSpec, JobState, JobStatus, Resources, get_backend
 from fiber.backends.kubernetes import (
     LABEL_JOB,
     LABEL_PROGRAM,
@@ -57,6 +59,7 @@ from support.cli_helpers import (
     tagged,
 )
 from support.retire_helpers import check_a_stopped_worker_retires, mark_then_sleep, starts
+from support.tcp_proxy import TcpProxy
 
 IMAGE = os.environ.get("FIBER_IMAGE") or "fiber-test:latest"
 NODE = "the Kubernetes test node"  # what tests/conftest.unusable names
@@ -524,6 +527,131 @@ def test_oom_killed_job(api, capfd):
     # its line before the end, relayed by its first process (the OOM killer took the job)
     out = capfd.readouterr().out
     assert re.search(rf"^\({re.escape(p.name)}@\S+\) hogging memory now$", out, re.M), out
+
+
+# -- status: one list, then a watch ----------------------------------------------------------
+
+
+@pytest.fixture
+def proxied(api: Any, tmp_path: Any) -> Iterator[Tuple[TcpProxy, str]]:
+    """A relay to the API server that counts the bytes it passes and can cut them off
+    (its certificate names 127.0.0.1), and a kubeconfig that goes through it."""
+    with open(os.environ["KUBECONFIG"], encoding="utf-8") as f:
+        conf = yaml.safe_load(f)
+    server = urlsplit(conf["clusters"][0]["cluster"]["server"])
+    proxy = TcpProxy(server.hostname or "", server.port or 443)
+    conf["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(conf))
+    try:
+        yield proxy, str(path)
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def own_backend(api: Any) -> Iterator[List[KubernetesBackend]]:
+    """Backends of the test's own (its own program ids, its own watch), whose pods are
+    deleted and which are closed afterwards."""
+    made: List[KubernetesBackend] = []
+    yield made
+    for b in made:
+        b.close()
+        b.detach()  # nothing left to remove at exit
+        for p in pods_of(api, b.program):
+            api.delete_namespaced_pod(p.metadata.name, NAMESPACE, grace_period_seconds=0)
+
+
+def _state(b: KubernetesBackend, handle: JobHandle) -> JobState:
+    return b.status([handle])[handle.job_id].state
+
+
+def test_polls_read_the_watch_and_it_sees_a_pod_killed_or_deleted(api, proxied, own_backend,
+                                                                  tmp_path):
+    """Status polls cost the API server nothing once the watch runs (fewer bytes for 50
+    polls than for one list of the pods); a pod whose process was killed and a pod
+    deleted by someone else end their jobs as they ended, seen through the watch."""
+    proxy, kubeconfig = proxied
+    go = tmp_path / "go"  # tmp_path is mounted into the pods
+    os.chmod(tmp_path, 0o777)
+    with fiber.config.override(kubernetes_kubeconfig=kubeconfig):
+        b = KubernetesBackend()
+        own_backend.append(b)
+        sleeper, killed = b.submit([
+            JobSpec(command=("sleep", "300"), image=IMAGE, name="sleeper"),
+            JobSpec(command=("python3", "-c", "import os, pathlib, signal, time\n"
+                             f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.1)\n"
+                             "os.kill(os.getpid(), signal.SIGKILL)"), image=IMAGE,
+                    name="killed")])
+        wait_until(lambda: {_state(b, sleeper), _state(b, killed)} == {JobState.RUNNING},
+                   120, interval=0.2, message="both pods running")
+        received = proxy.counts()[0]
+        assert len(b.find_jobs(b.program)) == 2  # one list of the two pods, for scale
+        one_list = proxy.counts()[0] - received
+        received = proxy.counts()[0]
+        for _ in range(50):
+            assert set(b.status([sleeper, killed]).values()) == {JobStatus(JobState.RUNNING)}
+        polls = proxy.counts()[0] - received
+        assert polls < one_list, (polls, one_list)
+        print(f"one list of 2 pods: {one_list} B; 50 polls: {polls} B")
+
+        go.write_text("")
+        st = b.wait(killed, 120)
+        assert st is not None and (st.state, st.exitcode) == (JobState.FAILED, -9), st
+        assert st.reason == "killed by SIGKILL", st
+        api.delete_namespaced_pod(sleeper.job_id, NAMESPACE, grace_period_seconds=0)
+        st = b.wait(sleeper, 120)
+        assert st is not None and st.state is JobState.LOST, st
+        assert st.reason == "its pod was deleted outside fiber", st
+
+
+def test_the_watch_resumes_when_its_connection_is_cut(api, proxied, own_backend, caplog):
+    """Every connection to the API server cut, new ones refused: the states known stand
+    (a running pod is not called lost), and past kubernetes_timeout a poll says the
+    watch is down; once the API server can be reached again, the watch resumes and a pod
+    deleted while it was cut off ends its job."""
+    proxy, kubeconfig = proxied
+    # the client's "Retrying" warnings carry their errors, whose tracebacks hold the cut
+    # connections: captured, they would outlive the test
+    caplog.set_level(logging.ERROR, logger="urllib3")
+    with fiber.config.override(kubernetes_kubeconfig=kubeconfig, kubernetes_timeout=5):
+        b = KubernetesBackend()
+        own_backend.append(b)
+        gone, stays = b.submit([JobSpec(command=("sleep", "300"), image=IMAGE,
+                                        name=f"sleeper-{i}") for i in range(2)])
+        wait_until(lambda: {_state(b, gone), _state(b, stays)} == {JobState.RUNNING},
+                   120, interval=0.2, message="both pods running")
+        connections = proxy.counts()[2]
+        proxy.cut()
+        api.delete_namespaced_pod(gone.job_id, NAMESPACE, grace_period_seconds=0)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:
+            assert {_state(b, gone), _state(b, stays)} == {JobState.RUNNING}
+            time.sleep(0.1)
+
+        def down() -> bool:
+            try:
+                b.status([stays])
+            except BackendError as e:
+                assert f"cannot watch pods in '{NAMESPACE}': " in str(e), e
+                return True
+            return False
+
+        wait_until(down, 30, interval=0.2, message="polls say the watch is down")
+        proxy.allow()
+        got: List[Any] = []
+
+        def ended() -> bool:
+            try:
+                got[:] = [b.status([gone])[gone.job_id]]
+            except BackendError:  # until the watch is back
+                return False
+            return got[0].state.finished
+
+        wait_until(ended, 60, interval=0.2, message="the deletion seen")
+        assert got[0].state is JobState.LOST, got
+        assert _state(b, stays) is JobState.RUNNING
+        assert proxy.counts()[2] > connections  # through a connection of its own again
 
 
 def _master_pod(name: str, workers: int) -> Dict[str, Any]:

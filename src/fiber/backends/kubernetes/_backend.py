@@ -30,7 +30,12 @@ Many jobs at once
     server's message.
 
 Status
-    One ``list`` of the program's pods (label selector) per poll, for all jobs. A pod that
+    One ``list`` of the program's pods (label selector), then a watch of them
+    (`_watch.PodWatch`, one thread per cluster): a poll reads the pods' last states from
+    memory, and traffic follows changes, not pods. A pod not seen yet is pending (its
+    creation's event may be on its way) until it has gone unseen for a minute while the
+    watch runs. While the API server cannot be reached the states known stay; past
+    ``kubernetes_timeout`` a poll raises `BackendError`. A pod that
     cannot start for a reason that needs a person - an image that cannot be pulled, a request
     no node can satisfy - fails its job with the cluster's reason: at once when waiting cannot
     help (``ErrImageNeverPull``, ``InvalidImageName``, a bad container config), after
@@ -92,6 +97,7 @@ from ._pods import (
     pod_status,
 )
 from ._settings import KubernetesSettings
+from ._watch import PodWatch, last_status
 
 __all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
 
@@ -105,6 +111,9 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 _LOG_TAIL = 1000  # lines of each ended pod's output kept for logs()
 _EXIT_TIMEOUT = 10.0  # seconds per API call while the master exits
+#: Seconds a pod may go unseen by a running watch after its creation before its job is
+#: lost (its events come within milliseconds; one missed is a pod deleted at once).
+_UNSEEN_GRACE = 60.0
 
 
 def _own(cfg: Optional[Config] = None) -> KubernetesSettings:
@@ -124,6 +133,7 @@ class _Job(TrackedJob):
     namespace: str = ""
     blocked_since: Optional[float] = None  # since when a pending pod waits on a person
     started: bool = False  # seen running
+    submitted: float = dataclasses.field(default_factory=time.monotonic)
 
 
 @dataclasses.dataclass
@@ -134,6 +144,7 @@ class _Cluster:
     host: str  # the API server's host name or address
     namespace: str
     own: Optional[Dict[str, Any]]  # this process's own pod (JSON), if it runs in one
+    watch: Optional[PodWatch] = None  # of this program's pods (started on first use)
 
 
 def _in_pod() -> bool:
@@ -248,6 +259,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             return []
         cfg = get_config()
         cluster = self._cluster(cfg)
+        self._watch(cluster, cfg)  # its list runs while the pods are created
         mounts = parse_mounts("kubernetes_mounts", _own(cfg).mounts)
         claims = parse_claims("kubernetes_volume_claims", _own(cfg).volume_claims)
         own = cluster.own
@@ -316,29 +328,43 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
 
     # -- status ---------------------------------------------------------------------------
 
+    def _watch(self, cluster: _Cluster, cfg: Config) -> PodWatch:
+        """The watch of this program's pods on ``cluster`` (started on first use, and
+        again in a forked child, which has no thread of its parent's)."""
+        wake = self.watcher().wake  # an end seen: the watcher asks for statuses at once
+        with self._lock:
+            watch = cluster.watch
+            if watch is None or watch.pid != os.getpid():
+                watch = cluster.watch = PodWatch(
+                    cluster.api, cluster.namespace, f"{LABEL_PROGRAM}={self.program}",
+                    LABEL_JOB, _own(cfg).timeout, wake)
+                watch.start()
+        return watch
+
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
         out, live = self._split(handles)
         if not live:
             return out
         cfg = get_config()
         cluster = self._cluster(cfg)
-        try:  # the one query for all of this program's pods
-            resp = cluster.api.list_namespaced_pod(
-                cluster.namespace, label_selector=f"{LABEL_PROGRAM}={self.program}",
-                _preload_content=False, _request_timeout=_own(cfg).timeout)
-            listed = json.loads(resp.data).get("items") or []
-        except Exception as e:
-            raise BackendError(f"cannot list pods in {cluster.namespace!r}: "
-                               f"{api_reason(e)}") from e
-        by_job = {str((p["metadata"].get("labels") or {}).get(LABEL_JOB)): p for p in listed}
+        watch = self._watch(cluster, cfg)
+        synced = watch.wait_synced(_own(cfg).timeout)
+        down_for, error = watch.down()
+        if not synced or down_for > _own(cfg).timeout:
+            raise BackendError(f"cannot watch pods in {cluster.namespace!r}: " + (
+                error or f"no answer in {_own(cfg).timeout:g} s (kubernetes_timeout)"))
         now = time.monotonic()
         ended: List[Tuple[_Job, JobStatus]] = []
         for job in live:
-            pod = by_job.get(job.job_id)
+            pod, deleted = watch.cache.lookup(job.job_id)
+            if pod is None and not deleted and (down_for or now - job.submitted
+                                                < _UNSEEN_GRACE):
+                out[job.job_id] = JobStatus(JobState.PENDING)  # its events may be on the way
+                continue
             blocked_for = now - job.blocked_since if job.blocked_since is not None else 0.0
-            st, blocked = pod_status(pod, signalled=job.signalled, memory_mb=job.memory_mb,
-                                     blocked_for=blocked_for,
-                                     pending_timeout=_own(cfg).pending_timeout)
+            st, blocked = last_status(pod, deleted, signalled=job.signalled,
+                                      memory_mb=job.memory_mb, blocked_for=blocked_for,
+                                      pending_timeout=_own(cfg).pending_timeout)
             if blocked and job.blocked_since is None:
                 job.blocked_since = now
                 log("kubernetes: pod %s is blocked: %s", job.job_id, blocked)
@@ -353,6 +379,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             parallel(lambda item: self._finish(cluster, cfg, *item), ended)
             for job, st in ended:
                 out[job.job_id] = job.final or st
+                watch.cache.forget(job.job_id)
         return out
 
     def _finish(self, cluster: _Cluster, cfg: Config, job: _Job, st: JobStatus) -> None:
@@ -419,6 +446,25 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         errors = [err for _, err in parallel(delete, targets) if err is not None]
         if errors:
             raise errors[0]
+
+    def close(self) -> None:
+        """Stop the job watcher and the watches of pods, and close the API clients (a
+        later call starts them again); the pods are not touched."""
+        super().close()
+        with self._lock:
+            clusters = list(self._clusters.values())
+            self._clusters.clear()
+        for cluster in clusters:
+            if cluster.watch is not None:
+                cluster.watch.stop()
+            cluster.api.api_client.close()
+
+    def remove_all(self) -> None:
+        with self._lock:  # at the master's exit: its watches end first (no new one starts)
+            watches = [c.watch for c in self._clusters.values() if c.watch is not None]
+        for watch in watches:
+            watch.stop()
+        super().remove_all()
 
     def _remove_listed(self, program: str, wanted: Set[str],
                        at_exit: bool = False) -> List[str]:

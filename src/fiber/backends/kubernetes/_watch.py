@@ -173,6 +173,7 @@ class PodWatch:
         self._api, self._namespace, self._selector = api, namespace, selector
         self._timeout, self._on_end = timeout, on_end
         self._synced = threading.Event()
+        self._tried = threading.Event()  # the first list was answered, or failed
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._watch: Any = None  # the running kubernetes.watch.Watch
@@ -196,8 +197,10 @@ class PodWatch:
             self._thread.join(timeout=2)
 
     def wait_synced(self, timeout: float) -> bool:
-        """Whether the first list has been read (waiting up to ``timeout`` s for it)."""
-        return self._synced.wait(timeout)
+        """Whether the first list has been read (waiting up to ``timeout`` s for its
+        answer or its failure)."""
+        self._tried.wait(timeout)
+        return self._synced.is_set()
 
     def down(self) -> Tuple[float, str]:
         """For how long the API server has not answered (0: it answers), and its error."""
@@ -220,6 +223,7 @@ class PodWatch:
                 self._down_since = time.monotonic()
                 log("kubernetes: cannot watch pods in %s: %s", self._namespace, api_reason(e))
             self._error = api_reason(e)
+        self._tried.set()
 
     def _run(self) -> None:
         delay = _BACKOFF[0]
@@ -250,13 +254,13 @@ class PodWatch:
                            str((body.get("metadata") or {}).get("resourceVersion") or ""))
         self._up()
         self._synced.set()
+        self._tried.set()
         self._on_end()  # a pod may have ended while nobody watched
 
     def _connect(self, *args: Any, **kwargs: Any) -> Any:
-        """``list_namespaced_pod`` for the watch: the answer's headers say it is up."""
+        """``list_namespaced_pod`` for the watch: an answer's headers (the client raises
+        an error status) say the API server can be reached again."""
         resp = self._api.list_namespaced_pod(*args, **kwargs)
-        if not 200 <= int(resp.status) < 300:
-            raise _k8s().client.ApiException(http_resp=resp)
         self._up()
         return resp
 
