@@ -51,7 +51,13 @@ from fiber.backends.slurm import (
     status_of,
 )
 from fiber.backends.slurm._jobs import last_lines
-from fiber.backends.slurm._status import job_comment, parse_listing, stdout_path, task_ranges
+from fiber.backends.slurm._status import (
+    ALONE,
+    job_comment,
+    parse_listing,
+    stdout_path,
+    task_ranges,
+)
 from fiber.errors import BackendError, ConfigError, SubmitError
 from fiber.testing.conformance.support.waiting import unusable, wait_until
 
@@ -364,7 +370,7 @@ def test_large_groups_are_split_at_max_array_size(fake_slurm):
     assert "--array=0-3" in _calls(fake_slurm, 1)[0]
 
 
-def test_status_is_one_squeue_call_and_cancel_is_scancel(fake_slurm):
+def test_status_is_one_squeue_call_a_job_and_cancel_is_scancel(fake_slurm):
     b = FakeSlurmBackend()
     handles = b.submit([_spec(i) for i in range(3)]
                        + [_spec(7, resources=Resources(cpu=2), name="solo")])
@@ -374,7 +380,10 @@ def test_status_is_one_squeue_call_and_cancel_is_scancel(fake_slurm):
     b.cancel([handles[1]], force=True)
     st = b.status(handles)
     calls = (fake_slurm / "squeue.log").read_text().splitlines()
-    assert len(calls) == 1 and "--jobs=101,102" in calls[0] and "--states=all" in calls[0]
+    # one id a call: each a single-job RPC to slurmctld, not a load of the whole queue
+    jobs = sorted(a for c in calls for a in c.split() if a.startswith("--jobs="))
+    assert jobs == ["--jobs=101", "--jobs=102"] and len(calls) == 2
+    assert all("--states=all" in c and "--user" not in c for c in calls)
     assert st["101_0"].state == JobState.RUNNING and handles[0].host == "node1"
     assert (st["101_1"].state, st["101_1"].exitcode) == (JobState.CANCELLED, -9)
     assert st["101_2"].state == JobState.LOST and "NodeDown" in st["101_2"].reason
@@ -388,6 +397,19 @@ def test_status_is_one_squeue_call_and_cancel_is_scancel(fake_slurm):
     assert "--jobs=101" in (fake_slurm / "squeue.log").read_text().splitlines()[-1]
     b.cancel_unfinished()  # at exit: nothing is left unfinished
     assert len((fake_slurm / "scancel.log").read_text().splitlines()) == 1
+
+
+def test_a_poll_of_many_jobs_is_one_squeue_call_for_the_users_jobs(fake_slurm):
+    b = FakeSlurmBackend()
+    handles = [h for i in range(ALONE + 1) for h in b.submit([_spec(i)])]  # 101..117
+    rows = [f"{101 + i}|RUNNING|node1|None|0|" for i in range(ALONE + 1)]
+    (fake_slurm / "squeue.out").write_text("\n".join(rows + ["99|RUNNING|node2|None|0|"]))
+    st = b.status(handles)
+    calls = (fake_slurm / "squeue.log").read_text().splitlines()
+    assert len(calls) == 1 and f"--user={os.getuid()}" in calls[0].split()
+    assert "--jobs" not in calls[0] and "--states=all" in calls[0]
+    assert sorted(st) == sorted(h.job_id for h in handles)  # not the other job, 99
+    assert all(s.state == JobState.RUNNING for s in st.values())
 
 
 def test_exit_hook_cancels_unfinished_jobs(fake_slurm):
@@ -616,6 +638,54 @@ def test_pool_is_one_job_array_spread_over_three_nodes(slurm, monkeypatch):
         assert all(st.state == JobState.RUNNING for st in statuses.values())
 
 
+def _rpc_counts() -> Dict[str, int]:
+    """slurmctld's count of each RPC type it has served (``sdiag``)."""
+    cp = _run(["sdiag"], timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^\s*(REQUEST_\w+)\s*\(\s*\d+\)\s*count:(\d+)", cp.stdout, re.MULTILINE)}
+
+
+def test_a_pool_of_an_array_and_a_replacement_polls_one_job_a_call(slurm, monkeypatch):
+    """A pool whose jobs are its array and a replacement's job of its own: each status
+    poll asks squeue for one job a call, which slurmctld serves as a single-job RPC
+    (REQUEST_JOB_INFO_SINGLE, the job or the array's tasks), never as a load of every
+    job in the cluster (REQUEST_JOB_INFO: what squeue asks given several ids)."""
+    backend = get_backend("slurm")
+    asked: List[List[str]] = []
+    run = backend.run_command
+
+    def recording(argv, **kw):  # type: ignore[no-untyped-def]
+        if argv[0] == "squeue":
+            asked.append(list(argv))
+        return run(argv, **kw)
+
+    monkeypatch.setattr(backend, "run_command", recording)
+    with slurm.Pool(3) as pool:
+        _wait_for(lambda: _connected(pool) == 3, 120, "the 3 workers connected")
+        _wait_for(lambda: all(h.host for h in _pool_handles(pool)), 30, "squeue %N")
+        victim = pool._core.live_workers()[0].process
+        job = victim._job
+        cp = _run(["ip", "netns", "exec", f"fbs-{job.handle.host}", "kill", "-9",
+                   str(job.remote_pid)])
+        assert cp.returncode == 0, cp.stderr
+        _wait_for(lambda: victim.exitcode is not None, 60, "the victim's exit code")
+        _wait_for(lambda: _connected(pool) == 3, 120, "the replacement connected")
+        ids = sorted({h.job_id.split("_")[0] for h in _pool_handles(pool)})
+        assert len(ids) == 2, ids  # the array, and the replacement's own job
+        before, n0 = _rpc_counts(), len(asked)
+        results = pool.map(slurm_targets.square_where, range(30), chunksize=1)
+        _wait_for(lambda: len(asked) - n0 >= 6, 30, "3 polls of the watcher")
+        after, window = _rpc_counts(), asked[n0:]
+    assert victim.exitcode == -9
+    assert [y for _, y, _, _ in results] == [x * x for x in range(30)]
+    grew = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    assert grew.get("REQUEST_JOB_INFO", 0) == 0, grew
+    assert grew.get("REQUEST_JOB_INFO_SINGLE", 0) >= len(window), (grew, len(window))
+    jobs = [[a.split("=", 1)[1] for a in argv if a.startswith("--jobs=")] for argv in window]
+    assert all(len(j) == 1 for j in jobs) and sorted({j[0] for j in jobs}) == ids, window
+
+
 def _netns_of(pid: int) -> str:
     return _run(["ip", "netns", "identify", str(pid)], timeout=15).stdout.strip()
 
@@ -715,10 +785,11 @@ def test_pool_of_128_is_one_job_array_and_every_result_comes_once_after_a_kill(
             assert [y for _, y, _, _ in again] == [x * x for x in range(n)]
             assert victim_pid not in {pid for _, _, _, pid in again}
             polls = [(argv, took) for argv, took in calls if argv[0] == "squeue"]
-            # every status poll is one squeue call for every job the pool has
-            for argv, _ in polls:
-                jobs = next(a for a in argv if a.startswith("--jobs="))
-                assert array_id in jobs.split("=", 1)[1].split(","), argv
+            # each squeue call asks for one job: the array, or the replacement
+            asked = [a.split("=", 1)[1] for argv, _ in polls for a in argv
+                     if a.startswith("--jobs=")]
+            assert len(asked) == len(polls) and array_id in asked, polls[-3:]
+            assert all(job_id.isdigit() for job_id in asked), sorted(set(asked))
     # terminate: one scancel, the array's tasks as one expression (one kill request)
     scancels = [argv for argv, _ in calls if argv[0] == "scancel"]
     assert len(scancels) == 1, scancels

@@ -31,8 +31,11 @@ Two modes (``slurm_mode``):
 process that is itself an ``sbatch`` job of fiber (its ``SLURM_JOB_ID`` is its own
 single-CPU job) submits its children as jobs.
 
-Status: one ``squeue`` call per poll for all jobs (``squeue -t all -r -j <ids>``; the
-watcher of `fiber.backends._base` polls with backoff). Slurm states map to
+Status: the watcher of `fiber.backends._base` polls all jobs at once, with backoff; a poll
+is one ``squeue -t all -r -j <id>`` per job or job array, so that each is one single-job
+RPC to slurmctld (squeue given several ids loads the whole cluster's queue), or past
+``ALONE`` ids (a pool whose workers were renewed one by one) one
+``squeue -t all -r -u <uid>`` for this user's jobs. Slurm states map to
 `JobState` as: PENDING/CONFIGURING/REQUEUED... → PENDING; RUNNING/COMPLETING/
 SUSPENDED → RUNNING; COMPLETED → SUCCEEDED; FAILED/TIMEOUT/OUT_OF_MEMORY/DEADLINE → FAILED;
 CANCELLED → CANCELLED; NODE_FAIL/BOOT_FAIL/PREEMPTED → LOST (with Slurm's reason). Exit
@@ -81,7 +84,6 @@ from ._jobs import output_dir
 from ._settings import SlurmSettings
 from ._status import (
     PENDING_STATES,
-    SQUEUE_FORMAT,
     array_name,
     controller_address,
     job_comment,
@@ -90,6 +92,7 @@ from ._status import (
     parse_sacct,
     parse_squeue,
     safe_name,
+    squeue_commands,
     status_of,
     task_ranges,
 )
@@ -408,11 +411,19 @@ class SlurmBackend(BatchBackend):
         return out
 
     def _squeue(self, ids: Sequence[str]) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
-        argv = ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(ids)}",
-                f"--Format={SQUEUE_FORMAT}"]
+        """squeue's rows for the jobs and arrays ``ids``: one call per id, one after the
+        other, or one for this user's jobs (`squeue_commands`), so that slurmctld's cost
+        is that of our jobs, not of the cluster's queue. Not in parallel: concurrent
+        calls cost slurmctld more time (``sdiag``), and the watcher is not in a hurry."""
+        rows: Dict[str, Tuple[str, str, str, Optional[int]]] = {}
+        for argv in squeue_commands(ids, os.getuid()):
+            rows.update(self._squeue_call(argv))
+        return rows
+
+    def _squeue_call(self, argv: List[str]) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
         cp = self.run_command(argv, timeout=self.query_timeout, what="squeue", check=False)
         if cp.returncode != 0:
-            if "Invalid job id" in cp.stderr:  # every one of them has been purged
+            if "Invalid job id" in cp.stderr:  # purged (MinJobAge passed)
                 return {}
             raise SubmitError("squeue failed", command=argv, returncode=cp.returncode,
                               stdout=cp.stdout, stderr=cp.stderr)
