@@ -229,7 +229,8 @@ class StandIn:
                     self.take_tasks(sim, msg[2:])
                 elif msg[1] == PoolOps.STOP:
                     sim.stopping = True
-                    self.next_task(sim)
+                    if sim.running is None:  # else once its task has ended
+                        self.next_task(sim)
         elif sim.state == HELLO_SENT:
             self.challenged(sim, msg)
         elif sim.state == AUTH_SENT:
