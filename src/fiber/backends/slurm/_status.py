@@ -24,10 +24,9 @@ LIST_FORMAT = "JobArrayID:|,State:|,SubmitTime:|,Comment:1000"
 _COMMENT_TAG = "fiber"
 #: Up to this many job ids, a poll asks ``squeue`` for each on its own (see
 #: `squeue_commands`); past it, for the user's jobs in one call. A single-job RPC costs
-#: slurmctld ~0.25 ms and a load of every job ~3 µs a job record (``sdiag``, 22.05): ten
-#: single-job RPCs (the 10 arrays of a 10,000-worker pool) cost less than one load of
-#: any queue over ~800 records, and the master 10 ``squeue`` processes (~3.5 ms of CPU
-#: each).
+#: slurmctld ~0.2-0.3 ms, a load of every job 1.5-3 µs a job record (``sdiag``, 22.05):
+#: ten single-job RPCs (the 10 arrays of a 10,000-worker pool) cost less than one load
+#: of any queue over ~1,000 records, and the master 10 ``squeue`` processes.
 ALONE = 10
 
 PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
