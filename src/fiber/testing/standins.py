@@ -1,8 +1,8 @@
 """Stand-in workers: a real master driven at sizes this machine cannot hold as processes.
 
 The ``standins`` backend (registered by importing this module) hands each job it is
-given to one of a few *stand-in processes* (`fiber.testing._standin`), each of which
-simulates thousands of pool workers. Per worker, a stand-in makes what a real job makes
+given to one of a few *stand-in processes*, each of which simulates thousands of pool
+workers. Per worker, a stand-in makes what a real job makes
 of the master's side of the wire: one TCP connection to the master's hub (from its own
 loopback address, as from its own host), the handshake that proves the program's secret,
 the fetch of the job's launch payload, the pool's hello, its tasks' results with the
