@@ -255,7 +255,8 @@ class PoolService(Service):
                 break  # only an idle worker takes a suspect, and none is idle
             credit = credits.get(task.fid)
             if credit is None:
-                credit = credits[task.fid] = self.credit(task.fid)
+                credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
+                                                            self.prefetch)
             if len(ws.pending) >= credit:
                 break  # the least-loaded worker is full: so is every other on a fast link
             queue.popleft()
@@ -286,7 +287,9 @@ class PoolService(Service):
         """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
         task.held_by += 1
         if not ws.pending:
-            ws.since = ws.probe = time.monotonic()
+            ws.since = time.monotonic()
+            if ws.tcp:  # its link's round trip is measured (see _credit)
+                ws.probe = ws.since
         ws.pending[task.task_id] = task
         ws.assigned += 1
         # `_refresh` inlined (the cost is per task): ``ws`` could take a task, so only
@@ -388,10 +391,10 @@ class PoolService(Service):
         self.rate.add(items, now)
         self._refresh(ws)
         busy = results_busy(payload)
-        if ws.probe:  # its first results since it was handed tasks idle: a round trip
-            if peer.may_reset and peer.conn is not None:  # (TCP: a Unix socket has none)
-                self.far.observed(ws, _credit.round_trip(now - ws.probe - busy,
-                                                         tcp_rtt(peer.conn.sock)))
+        if ws.probe and peer.conn is not None:  # its first results since it was handed
+            # tasks idle (over TCP: see hello): a round trip
+            self.far.observed(ws, _credit.round_trip(now - ws.probe - busy,
+                                                     tcp_rtt(peer.conn.sock)))
             ws.probe = 0.0
         if measuring and items:
             if items == 1:
@@ -418,6 +421,7 @@ class PoolService(Service):
             return
         ws.peer = peer
         ws.connected = True
+        ws.tcp = peer.may_reset  # a link with a round trip to cover (see _credit)
         ws.heard = time.monotonic()
         if self.suspects:
             self.suspects.pop(ws.process.host, None)
