@@ -171,8 +171,7 @@ def test_a_silent_workers_host_is_suspected_until_a_worker_there_is_heard():
     service.submit([Task(i, CountingSink(), i, FID, [b"arg"], "map(f)") for i in (1, 2)])
     assert service.suspected_hosts() == frozenset()
     cut = service.by_peer[a.peer_id]
-    cut.heard -= _late.LATE_MIN_S + 1  # node1 silent past the task's lateness
-    cut.since -= _late.LATE_MIN_S + 1
+    cut.since -= _late.LATE_MIN_S + 1  # node1 silent past the task's lateness
     assert service.suspected_hosts() == {"node1"}
     service.worker_lost(cut)
     assert service.suspected_hosts() == {"node1"}  # lost: still suspected
@@ -190,7 +189,7 @@ def test_a_silent_workers_host_is_suspected_until_a_worker_there_is_heard():
 def test_an_idle_or_unmeasured_worker_is_never_silent():
     service, server, (a, b) = pool_of(["node1", "node2"])
     for ws in service.workers.values():
-        ws.heard -= 1000  # idle for long: nothing is late
+        ws.since -= 1000  # idle for long: nothing is late
     assert service.suspected_hosts() == frozenset()
     service.submit([Task(1, CountingSink(), 0, FID, [b"arg"], "apply(f)")])  # unmeasured
     assert service.suspected_hosts() == frozenset()

@@ -16,7 +16,7 @@ one copy at most (``Task.held_by``), a task that may have killed its worker
 task whose copy runs elsewhere may die: the task is not queued again while the copy
 lives (see ``PoolService.worker_lost``).
 
-A worker that holds a task and has not been heard (hello, results) for longer than that
+A worker that holds a task and has not been heard (its results) for longer than that
 task's lateness is *silent*; its host is **suspected** while it is, and for
 ``SUSPECT_S`` after such a worker was lost, unless a worker there is heard meanwhile: the
 pool places no replacement there (``JobSpec.avoid_hosts``, where the backend places
@@ -30,8 +30,8 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 from .._log import info
 from ._state import Task, WorkerState
 
-__all__ = ["CHECK_S", "LATE_MIN_S", "SUSPECT_S", "late_after", "late_tasks", "pick_idle",
-           "said", "silent", "suspected"]
+__all__ = ["CHECK_S", "LATE_MIN_S", "SUSPECT_S", "late_after", "overdue", "late_tasks",
+           "pick_idle", "said", "silent", "suspected"]
 
 #: Seconds between two checks for late tasks (while any could be copied).
 CHECK_S = 0.25
@@ -51,42 +51,43 @@ def late_after(seconds: Optional[float], factor: float, rtt: float) -> Optional[
     return max(LATE_MIN_S, factor * seconds) + rtt
 
 
-def silent(ws: WorkerState, task_seconds: Dict[int, float], factor: float,
-           now: float) -> bool:
-    """Whether ``ws`` holds a task and has not been heard since it was handed its
-    running task (or since its last results) for longer than that task's lateness (see
-    `late_after`). (No message of a pool's tells a silent host from one running a long
-    task: the lateness is measured against its function's time.)"""
+def overdue(ws: WorkerState, task_seconds: Dict[int, float], factor: float,
+            now: float) -> Optional[float]:
+    """How long the task ``ws`` runs has run, as the master can tell (since it was handed
+    it idle, or heard its last results), if that is past the task's lateness (see
+    `late_after`); None if ``ws`` holds nothing or is not late."""
     if not ws.pending:
-        return False
+        return None
     running = next(iter(ws.pending.values()))
     limit = late_after(task_seconds.get(running.fid), factor,
                        ws.link.rtt if ws.link is not None else 0.0)
-    return limit is not None and now - max(ws.heard, ws.since) > limit
+    ran = now - ws.since
+    return ran if limit is not None and ran > limit else None
+
+
+def silent(ws: WorkerState, task_seconds: Dict[int, float], factor: float,
+           now: float) -> bool:
+    """Whether ``ws`` holds a task and has not been heard for longer than its running
+    task's lateness. (No message of a pool's tells a silent host from one running a long
+    task: the lateness is measured against its function's time.)"""
+    return overdue(ws, task_seconds, factor, now) is not None
 
 
 def late_tasks(workers: List[WorkerState], task_seconds: Dict[int, float], factor: float,
                now: float) -> List[Tuple[Task, WorkerState, float]]:
     """The late tasks that may be copied, each with its holder and how long the task
-    its holder runs has run, the longest first (a worker's tasks in their order)."""
-    late: List[Tuple[Task, WorkerState, float]] = []
+    its holder runs has run. The tasks held behind a late one come first: they are late
+    for certain, while the one running may just be long (and may wait for them: its copy
+    would wait too); then the longest late first, a worker's tasks in their order."""
+    late: List[Tuple[bool, float, Task, WorkerState]] = []
     for ws in workers:
-        if not ws.pending or ws.lost:
+        ran = None if ws.lost else overdue(ws, task_seconds, factor, now)
+        if ran is None:
             continue
-        running = next(iter(ws.pending.values()))
-        limit = late_after(task_seconds.get(running.fid), factor,
-                           ws.link.rtt if ws.link is not None else 0.0)
-        ran = now - ws.since
-        if limit is None or ran <= limit:
-            continue
-        late.extend((task, ws, ran) for task in ws.pending.values()
+        late.extend((i == 0, -ran, task, ws) for i, task in enumerate(ws.pending.values())
                     if task.held_by == 1 and not task.done and not task.suspect)
-    # The tasks held behind a late one first: they are late for certain, while the one
-    # running may just be long (and may wait for them: its copy would wait too); then
-    # the longest late first, a worker's tasks in their order (a stable sort).
-    late.sort(key=lambda entry: (entry[0] is next(iter(entry[1].pending.values())),
-                                 -entry[2]))
-    return late
+    late.sort(key=lambda entry: entry[:2])  # stable: a worker's tasks stay in order
+    return [(task, ws, -ran) for _, ran, task, ws in late]
 
 
 def pick_idle(idle: List[WorkerState], holder: WorkerState) -> Optional[WorkerState]:

@@ -233,11 +233,6 @@ class PoolService(Service):
         """Refile ``ws`` in `ready` after what it holds or its state changed."""
         self.ready.put(ws, self._can_take(ws))
 
-    def credit(self, fid: int) -> int:
-        """How many tasks of function ``fid`` a worker on a fast link may hold, the one
-        it runs included (see `_credit`)."""
-        return _credit.credit(self.task_seconds.get(fid), self.prefetch)
-
     def dispatch(self) -> None:
         """Hand queued tasks out, each to the least-loaded worker that has credit for it,
         so that a map's tasks spread over the workers (every idle worker gets one before
@@ -273,9 +268,9 @@ class PoolService(Service):
         an idle worker (`dispatch`)."""
         queue = self.queue
         for ws in self.far.by_load():
+            rtt = ws.link.rtt if ws.link is not None else 0.0
             while queue and ws.load >= 0 and not queue[0].suspect:
                 task = queue[0]
-                rtt = ws.link.rtt if ws.link is not None else 0.0
                 if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
                                                           self.prefetch, rtt):
                     break
@@ -385,7 +380,7 @@ class PoolService(Service):
             self._finish(task, ok, frames)
         ws.done += items
         self.stream.add(ws.process.name, ws.since, now, outcome, items)
-        ws.since = ws.heard = now
+        ws.since = now
         if self.suspects:
             self.suspects.pop(ws.process.host, None)  # its host answers
         self.rate.add(items, now)
@@ -422,10 +417,9 @@ class PoolService(Service):
         ws.peer = peer
         ws.connected = True
         ws.tcp = peer.may_reset  # a link with a round trip to cover (see _credit)
-        ws.heard = time.monotonic()
         if self.suspects:
-            self.suspects.pop(ws.process.host, None)
-        ws.renew_at = _renew.renew_at(ws.heard, self.lifetime, ws.slot)
+            self.suspects.pop(ws.process.host, None)  # its host answers
+        ws.renew_at = _renew.renew_at(time.monotonic(), self.lifetime, ws.slot)
         if ws.renew_at:
             self.wake()  # the maintainer sleeps until the next renewal
         self._refresh(ws)
@@ -642,7 +636,7 @@ class PoolService(Service):
         tasks = self._requeue(tasks)
         items = sum(task.items for task in tasks)
         if items:
-            self.stream.add(ws.process.name, ws.since, time.monotonic(), "lost", items)
+            self.stream.add(ws.process.name, ws.since, now, "lost", items)
         if not ws.retired_why:
             self.retried += items
         if not ws.retiring:

@@ -71,8 +71,7 @@ class WorkerState:
     __slots__ = ("worker_id", "process", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
-                 "renew_at", "replaces", "resume_by", "given", "probe", "link", "heard",
-                 "tcp")
+                 "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp")
 
     def __init__(self, worker_id: int, process: Process) -> None:
         self.worker_id = worker_id
@@ -116,8 +115,6 @@ class WorkerState:
         self.probe = 0.0
         #: Its link's measured round trip, once measured (over TCP only).
         self.link: Optional[_credit.Link] = None
-        #: When it was last heard (its hello, its last results; monotonic).
-        self.heard = 0.0
         #: Its connection is TCP: its link's round trip is measured (see `_credit`).
         self.tcp = False
 
