@@ -160,6 +160,19 @@ def mtime(path: str) -> float:
         return 0.0
 
 
+def created_at(log_path: str, start: Optional[int]) -> float:
+    """When a job was created, as ``fiber ps`` shows it: when its process started
+    (``start``, see `process_start`), where its record says; its log's last write
+    otherwise (a job never recorded as started ran briefly, if at all; for a killed
+    program's job the log's last write is its end)."""
+    return started_at(start) if start is not None else mtime(log_path)
+
+
+def iso(when: float) -> str:
+    """``when`` (seconds since the epoch) as ``fiber ps`` prints it: UTC, ISO 8601."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
 def _listdir(path: str) -> List[str]:
     try:
         return os.listdir(path)

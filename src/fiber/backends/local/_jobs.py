@@ -139,19 +139,6 @@ def _parts(log_path: str) -> Tuple[str, str, str]:
     return os.path.basename(directory), "-".join(words[:2]), "-".join(words[2:])
 
 
-def _created(log_path: str, record: Optional[_Record]) -> float:
-    """When a job was created: when its process started (its log's last write is its end,
-    for a job whose program was killed); for a job never recorded as started, its log's
-    last write (it ran briefly, if at all)."""
-    if record is not None and record.start is not None:
-        return _machine.started_at(record.start)
-    return _machine.mtime(log_path)
-
-
-def _iso(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
 def prune_due() -> bool:
     """Whether the records were last pruned by a process recording jobs `PRUNE_EVERY_S`
     ago or more (a marker file's age); if so, the marker says now, and the caller prunes
@@ -220,9 +207,10 @@ def find_jobs(program: str = "") -> List[JobInfo]:
     for path in _machine.find_job_logs(program=program):
         prog, job_id, name = _parts(path)
         running, state = _state(path)
-        when = _created(path, _read(path))
+        record = _read(path)
+        when = _machine.created_at(path, record.start if record is not None else None)
         found.append((when, JobInfo(job_id=job_id, program=prog, name=name, state=state,
-                                    created=_iso(when), ended=running is None)))
+                                    created=_machine.iso(when), ended=running is None)))
     return [job for _, job in sorted(found, key=lambda pair: pair[0])]
 
 
@@ -232,7 +220,7 @@ def _program(info: Dict[str, Any], state: str) -> Tuple[float, JobInfo]:
     command = " ".join(info.get("argv") or [])
     return when, JobInfo(job_id=info["program"], program=info["program"],
                          name=f"main: {command}"[:200], state=state,
-                         created=_iso(when) if when else "", image=info.get("backend", ""),
+                         created=_machine.iso(when) if when else "", image=info.get("backend", ""),
                          ended=not state.startswith("running"))
 
 

@@ -183,21 +183,13 @@ def find_jobs(program: str = "") -> List[JobInfo]:
         directory, filename = os.path.split(path)
         words = filename[:-len(".log")].split("-")
         state = _state(path)
-        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created(path)))
+        record = _read(path)
+        created = _machine.iso(_machine.created_at(
+            path, record.start if record is not None else None))
         out.append(JobInfo(job_id="-".join(words[:3]), program=os.path.basename(directory),
                            name="-".join(words[3:]), state=state, created=created,
                            ended=not state.startswith("running")))
     return out
-
-
-def _created(log_path: str) -> float:
-    """When a job was created: when its ssh client started (its log is written as its
-    output comes, to its end); its log's last write if it never started (it waited for
-    a slot)."""
-    record = _read(log_path)
-    if record is not None and record.start is not None:
-        return _machine.started_at(record.start)
-    return _machine.mtime(log_path)
 
 
 def remove_jobs(program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
