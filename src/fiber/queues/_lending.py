@@ -11,6 +11,7 @@ distance is not paced by one round trip per ``get`` (issue 30: 9.9 items/s at 10
     get() takes the buffer's next item ── [ack, key, seq] ▶ taken: forgotten, a put admitted
           ◀── [recall] (pushed) ─────────────────────────  a get waits and the queue is empty
     Lease's thread ── [return, key, seqs] ───────────────▶ back to the front of the queue
+          ◀── ok (a get waits for it) ───────────────────  and then answered
 
 Each lent item ends in exactly one of three ways: the consumer takes it (``ack``, sent
 under the lease's lock before ``get`` returns), gives it back (``return``, under the same
@@ -49,6 +50,10 @@ seen while the child lives.
 Order: a consumer takes its items in queue order. An item recalled from one consumer
 goes back to the front and may reach another consumer after newer items it already took
 (``queue_prefetch = 0`` keeps every consumer's items in queue order: docs/networks.md).
+Its own next ``get`` waits until what it gave back is at the front again (`Lease.take`):
+what was put before a sentinel is still got before it. A consumer whose connection
+breaks has its items put back when the hub sees the end, which its next ``get`` may
+precede: a fault's window, as the one above.
 """
 
 from __future__ import annotations
@@ -116,7 +121,8 @@ class _Account:
     __slots__ = ("items", "next_seq", "recalling", "peer", "process_id", "reset_at")
 
     def __init__(self, peer: Optional[Peer]) -> None:
-        self.items: Dict[int, List[Any]] = {}  # seq -> frames, in seq (queue) order
+        #: seq -> (its position in the queue, frames), in seq order (see fiber.queues._items)
+        self.items: Dict[int, Tuple[int, List[Any]]] = {}
         self.next_seq = 1
         self.recalling = False
         self.peer = peer  # the lease's connection; None once it was reset
@@ -143,8 +149,9 @@ class Loans:
         #: Items lent and neither taken nor given back: they are still in the queue.
         self.count = 0
 
-    def lend(self, peer: Peer, key: bytes, items: List[List[Any]]) -> int:
-        """Record ``items`` as lent to the lease ``key`` on ``peer``; their first seq."""
+    def lend(self, peer: Peer, key: bytes, items: List[Tuple[int, List[Any]]]) -> int:
+        """Record ``items`` (``(position, frames)``) as lent to the lease ``key`` on
+        ``peer``; their first seq."""
         acct = self._accounts.get(key)
         if acct is None:
             acct = self._accounts[key] = _Account(peer)
@@ -166,9 +173,10 @@ class Loans:
             if acct.items.pop(seq, None) is not None:
                 self.count -= 1
 
-    def give_back(self, key: bytes, seqs: Optional[List[int]] = None) -> List[List[Any]]:
+    def give_back(self, key: bytes, seqs: Optional[List[int]] = None
+                  ) -> List[Tuple[int, List[Any]]]:
         """Items the lease ``key`` gives back (``seqs``; None: all it holds, as when its
-        connection ended), in queue order, for the front of the queue."""
+        connection ended), ``(position, frames)``, to go back to their places."""
         acct = self._accounts.get(key)
         if acct is None:
             return []
@@ -237,6 +245,9 @@ class Lease:
         #: A pull asked for and not answered yet (the first one: sent once connected).
         self._pulling = True
         self._more = False
+        #: Items given back at a recall whose return the hub has not answered yet: a
+        #: ``get`` waits for it (see `take`).
+        self._returning = False
         #: Names this lease's account at the hub, whatever connection a message takes.
         self.key = os.urandom(8)
         self.pid = os.getpid()
@@ -252,6 +263,14 @@ class Lease:
         While a pull is under way its items may all be on their way here, so it is
         waited for, also by a ``get`` that does not block (a round trip), and up to
         ``timeout`` by one that does.
+
+        So is the answer to items given back at a recall: they go back to the front of
+        the queue, and a ``get`` sent to the hub before they are there (on this thread's
+        connection, not the lease's) would be answered with an item behind them. Three
+        consumers that each stop at a sentinel put after the items did so: the one
+        recalled took a sentinel, and the items it gave back stayed in the queue, read
+        by nobody (a CI run; 14 rounds in 500 of tests/backends/local/test_queue_lending_local.py
+        on a loaded machine, before).
 
         Returns None when nothing is lent here or coming: ask the hub directly. So does
         a lease whose connection is not made yet: nothing can be on its way, and its
@@ -269,7 +288,8 @@ class Lease:
             if self._client is None:  # (items come only on its connection)
                 self._pulling = False
                 return None
-            while not self._buffer and self._pulling and not self.broken:
+            while (not self._buffer and (self._pulling or self._returning)
+                   and not self.broken):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise _queue.Empty
@@ -369,21 +389,29 @@ class Lease:
         self._pulling = True
 
     def _give_back(self, client: Client) -> None:
-        """Give back every item held here and not taken (a recall, ``close()``)."""
+        """Give back every item held here and not taken (a recall): a request, whose
+        answer says they are at the front of the queue again (see `take`)."""
         if self._buffer:
-            client.send(self._name, LendOps.RETURN,
-                        [self.key, *(_Q.pack(s) for s, _ in self._buffer)])
+            client.start(self._name, LendOps.RETURN,
+                         [self.key, *(_Q.pack(s) for s, _ in self._buffer)],
+                         on_reply=self._returned)
+            self._returning = True
             self._buffer.clear()
 
     def _broke(self) -> None:
         """The connection is gone (or closed): the hub puts back what it lent, and
         nothing held here may be taken now."""
         self.broken = True
-        self._pulling = False
+        self._pulling = self._returning = False
         self._buffer.clear()
         self._cond.notify_all()
 
     # -- the lease's thread ---------------------------------------------------------------
+
+    def _returned(self, status: bytes, frames: List[Any]) -> None:
+        with self._cond:
+            self._returning = False
+            self._cond.notify_all()
 
     def _pulled(self, status: bytes, frames: List[Any]) -> None:
         with self._cond:
@@ -462,7 +490,7 @@ class Lease:
         when the parent ends, and take nothing through it."""
         self._cond = threading.Condition()  # the parent's may have been held at the fork
         self.broken = True
-        self._pulling = False
+        self._pulling = self._returning = False
         self._buffer.clear()
         if self._client is not None:
             try:

@@ -14,6 +14,7 @@ from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
 from ..transport.receipts import REANCHOR_WAIT_S, SKIP, Receipts
 from ..transport.server import Peer, Server, Service, Timer
+from ._items import Item, QueueItems
 from ._lending import LEND_BYTES, RECALL, LendOps, Loans, pack_loan
 from ._reader import ReadySignal
 
@@ -52,7 +53,8 @@ class QueueService(Service):
     def __init__(self, maxsize: int, joinable: bool) -> None:
         self.maxsize = maxsize
         self.joinable = joinable
-        self.items: Deque[List[Any]] = collections.deque()
+        #: In put order, also those a consumer gave back (see fiber.queues._items).
+        self.items = QueueItems()
         self.getters: Deque[_Waiter] = collections.deque()
         self.putters: Deque[_Putter] = collections.deque()
         self.joiners: List[Tuple[Peer, bytes]] = []
@@ -127,7 +129,7 @@ class QueueService(Service):
     @handles(QueueOps.UNGET)
     def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """A late reply to an abandoned get: the item goes back to the front."""
-        self.items.appendleft(payload)
+        self.items.push_first(payload)
         self._serve(server)
 
     @handles(QueueOps.SIZE)
@@ -138,18 +140,20 @@ class QueueService(Service):
     @handles(QueueOps.PULL)
     def pull(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """Lend up to ``n`` items (and `LEND_BYTES`, at least one) to a consumer's lease;
-        none while a ``get`` waits (it goes first). Answered ``more`` if items remain."""
+        none while a ``get`` waits (it goes first), nor while items given back wait
+        (`QueueItems.lendable`). Answered ``more`` if items remain to lend."""
         (n,) = struct.unpack("<Q", payload[0])
         key = bytes(payload[1])
-        lent: List[List[Any]] = []
+        lent: List[Item] = []
         size = 0
-        while self.items and len(lent) < n and size < LEND_BYTES and not self.getters:
+        while (self.items.lendable() and len(lent) < n and size < LEND_BYTES
+               and not self.getters):
             item = self.items.popleft()
             lent.append(item)
-            size += frames_nbytes(item)
+            size += frames_nbytes(item[1])
         first = self.loans.lend(peer, key, lent)
-        if not server.reply(peer, req_id, b"more" if self.items else b"ok",
-                            pack_loan(first, lent)):
+        if not server.reply(peer, req_id, b"more" if self.items.lendable() else b"ok",
+                            pack_loan(first, [frames for _, frames in lent])):
             self._put_back(server, self.loans.give_back(key))  # the consumer vanished
 
     @handles(QueueOps.ACK)
@@ -182,13 +186,17 @@ class QueueService(Service):
     @handles(QueueOps.RETURN)
     def give_back(self, server: Server, peer: Peer, req_id: bytes,
                   payload: List[Any]) -> None:
-        """A consumer gives back lent items it did not take (recalled, or closing)."""
+        """A consumer gives back lent items it did not take (recalled), answered once
+        they are at the front of the queue again, before its next ``get`` is sent."""
         self._put_back(server, self.loans.give_back(
             bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]]))
+        if req_id:
+            server.reply(peer, req_id, b"ok")
 
-    def _put_back(self, server: Server, items: List[List[Any]]) -> None:
-        """Lent items come back, in queue order, to the front of the queue."""
-        self.items.extendleft(reversed(items))
+    def _put_back(self, server: Server, items: List[Item]) -> None:
+        """Lent items come back, each to its place in the queue (ahead of every item put
+        after it: see fiber.queues._items)."""
+        self.items.give_back(items)
         self._serve(server)
 
     @handles(QueueOps.TASK_DONE)
@@ -252,11 +260,12 @@ class QueueService(Service):
         self._serve(server)
 
     def _hand_out(self, server: Server, pid: Peer, req_id: bytes, asked: bytes) -> bool:
-        frames = self.items.popleft()
+        item = self.items.popleft()
+        frames = item[1]
         # "more": items wait behind this one, so a consumer elsewhere may pull some ahead
-        status = b"more" if self.items else b"ok"
+        status = b"more" if self.items.lendable() else b"ok"
         if not server.reply(pid, req_id, status, frames):
-            self.items.appendleft(frames)  # the reader vanished: keep the item
+            self.items.give_back([item])  # the reader vanished: keep the item
             return False
         if asked:
             self.receipts.handed(asked, status, frames, pid)

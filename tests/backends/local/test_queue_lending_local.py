@@ -317,3 +317,40 @@ def test_a_put_nowait_after_a_get_finds_the_room_it_made():
     assert out.get(timeout=60) == 0
     p.join(30)
     assert q.qsize() == 20
+
+
+def test_readers_that_stop_at_a_sentinel_leave_nothing_behind_on_a_loaded_machine():
+    """Three writers, joined; then a ``None`` for each of three readers, which stop at
+    it: every item is got (as with multiprocessing: what was put before the sentinels is
+    got before them). A CI run left seven items in the queue, read by nobody: a reader's
+    lent items went back to the front of the queue after another's, or after that
+    reader's next ``get`` was answered. The race wants a busy machine: three spinning
+    processes make one (before: 14 rounds in 500 lost items; this runs 100).
+    tests/unit/test_queue_give_back.py replays the CI run's order of events."""
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        for round_ in range(100):
+            q, out = fiber.Queue(), fiber.Queue()
+            writers = [fiber.Process(target=produce, args=(q, i * 300, 300)) for i in range(3)]
+            readers = [fiber.Process(target=consume_until_none, args=(q, out, i))
+                       for i in range(3)]
+            for p in writers + readers:
+                p.start()
+            for p in writers:
+                p.join(60)
+            for _ in readers:
+                q.put(None)
+            got = sorted(x for _ in readers for x in out.get(timeout=60)[1])
+            for p in readers:
+                p.join(60)
+            assert got == list(range(900)), (
+                f"round {round_}: {900 - len(got)} items not got, "
+                f"{q.qsize()} left in the queue")
+            assert [p.exitcode for p in writers + readers] == [0] * 6
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
