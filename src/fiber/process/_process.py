@@ -456,18 +456,49 @@ def start_all(processes: Sequence[Process]) -> None:
         by_backend.setdefault(id(item[1].backend), []).append(item)
     groups = list(by_backend.values())
     for i, group in enumerate(groups):
-        backend, submitted = group[0][1].backend, False
+        backend, ended_here = group[0][1].backend, False
         try:
             backend.watcher().start()  # now: a thread may not start once the job runs
-            with _launcher.handing_anchors(backend, [spec for _, _, spec in group]) as specs:
-                handles = backend.submit(specs)
-            submitted = True
-            _launch(group, handles)
+            ended_here = True  # from here on, a failure ends the group's jobs itself
+            _launch(group, _submit(backend, group))
         except BaseException:
-            for later in groups[i + 1 if submitted else i:]:
+            for later in groups[i + 1 if ended_here else i:]:
                 for _, job, _ in later:
                     job.abandon()
             raise
+
+
+#: Jobs a backend that hands its jobs their anchors (`Backend.passes_fds`) is given at a
+#: time: this process's copies of their ends close after each such submit.
+_HANDED_AT_ONCE = 64
+
+
+def _submit(backend: Backend, group: List[Tuple[Process, Job, JobSpec]]) -> List[JobHandle]:
+    """Submit ``group``'s jobs to ``backend``: with one ``submit`` (one job array on
+    Slurm), or, where jobs are handed their anchors, `_HANDED_AT_ONCE` at a time. A
+    job's anchor ends at the hub only once this process has closed its copy of the
+    job's end: a worker of Pool(1024) killed while the pool still started the others
+    was not seen lost until all 1,024 had been forked (4 s here), and a map that late
+    copies finished first ended with its loss unsaid.
+
+    Raises:
+        what ``submit`` raises, once the jobs submitted before are withdrawn (none of
+        the group's jobs runs then).
+    """
+    at_once = _HANDED_AT_ONCE if backend.passes_fds else len(group)
+    handles: List[JobHandle] = []
+    try:
+        for at in range(0, len(group), at_once):
+            part = [spec for _, _, spec in group[at:at + at_once]]
+            with _launcher.handing_anchors(backend, part) as specs:
+                handles.extend(backend.submit(specs))
+    except BaseException as e:
+        for (_, job, _), handle in zip(group, handles):
+            job.withdraw(handle, e)
+        for _, job, _ in group[len(handles):]:
+            job.abandon()
+        raise
+    return handles
 
 
 def _launch(group: List[Tuple[Process, Job, JobSpec]], handles: List[JobHandle]) -> None:
