@@ -432,7 +432,11 @@ def test_pool_over_pods_survives_a_force_deleted_worker_pod(api, caplog):
         assert result.get(300) == [x * x for x in range(200)]
         retried = pool.status().retried
     said = [r for r in caplog.records if r.name == "fiber" and r.levelname != "DEBUG"]
-    assert len(said) == 1, [r.getMessage() for r in said]
+    # a task slowed by the loaded node, or held by the worker whose pod goes, is copied
+    # to another worker once late (pool/_late.py): an INFO line each, not about the pod
+    late = [r for r in said if r.levelname == "INFO" and " is late on " in r.getMessage()]
+    said = [r for r in said if r not in late]
+    assert len(said) == 1, [r.getMessage() for r in said + late]
     line = said[0].getMessage()
     assert f"(job {victim.metadata.name} on " in line, line
     if said[0].levelname == "INFO":
