@@ -116,10 +116,10 @@ def test_queue_items_keep_put_order_across_give_backs():
     items = QueueItems()
     for i in range(8):
         items.append([i])
-    taken = [items.popleft() for _ in range(6)]  # 0..5 out
+    taken = [items.take() for _ in range(6)]  # 0..5 out
     items.give_back([taken[4], taken[1]])  # two consumers, out of order
     items.give_back([taken[3]])
     items.push_first(["unget"])
     assert len(items) == 6 and not items.lendable()
-    assert [items.popleft()[1][0] for _ in range(6)] == ["unget", 1, 3, 4, 6, 7]
+    assert [items.take()[1][0] for _ in range(6)] == ["unget", 1, 3, 4, 6, 7]
     assert not items

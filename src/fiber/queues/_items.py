@@ -9,21 +9,21 @@ were put after them. A CI run lost items so: three readers that stop at a sentin
 (``None``, put once the writers had ended), the sentinels lent to one reader that had
 just taken its own and given back at its exit, ahead of seven items another reader had
 given back a moment before; the last reader took a sentinel, and the seven items stayed
-in the queue (tests/backends/local/test_queue_lending_local.py: 14 rounds in 500 on a loaded
-machine).
+in the queue (tests/backends/local/test_queue_lending_local.py: 14 rounds in 500 on a
+loaded machine).
 
-So every item has a position, its rank in put order: the items never taken out are a
-deque whose first has position ``head`` (the next ``+1``, and so on, never stored), and
-those that came back are kept apart, ``(position, frames)`` in order, all before
-``head``. A put and a get on a queue nothing came back to cost what a deque's do, and a
-counter.
+So every item has a position, its rank in put order. `QueueItems` is a deque of the
+items' frames (its length, truth, ``append`` and ``popleft`` are the deque's own, as
+fast: the hub's hot path); the first ``len(back)`` of them came back, and ``back`` holds
+their positions, in order; the others' positions are not stored: the first of them has
+position ``head``, the next ``head + 1``, and so on.
 """
 
 from __future__ import annotations
 
 import collections
 import heapq
-from typing import Any, Deque, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Iterable, List, Tuple
 
 __all__ = ["Item", "QueueItems"]
 
@@ -31,21 +31,32 @@ __all__ = ["Item", "QueueItems"]
 Item = Tuple[int, List[Any]]
 
 
-class QueueItems:
-    """A queue's items, in put order (see the module's docstring); under the hub's lock."""
+if TYPE_CHECKING:
+    _Frames = Deque[List[Any]]
+else:
+    _Frames = collections.deque
 
-    __slots__ = ("_tail", "_head", "_back")
+
+class QueueItems(_Frames):
+    """A queue's items' frames, in put order (see the module's docstring), with their
+    positions; under the hub's lock. ``append`` puts an item at the end."""
+
+    __slots__ = ("head", "back")
 
     def __init__(self) -> None:
-        self._tail: Deque[List[Any]] = collections.deque()  # positions head, head + 1...
-        self._head = 0
-        self._back: Deque[Item] = collections.deque()  # came back, in order, before head
+        super().__init__()
+        #: The position of the first item that never came back.
+        self.head = 0
+        #: The positions of the first items, those that came back (all before ``head``).
+        self.back: Deque[int] = collections.deque()
 
-    def __len__(self) -> int:
-        return len(self._tail) + len(self._back)
-
-    def __bool__(self) -> bool:
-        return bool(self._tail) or bool(self._back)
+    def take(self) -> Item:
+        """Take the first item out, with its position (to give it back to, if need be)."""
+        frames = self.popleft()
+        if self.back:
+            return self.back.popleft(), frames
+        self.head += 1
+        return self.head - 1, frames
 
     def lendable(self) -> bool:
         """Whether items may be lent now: some were never taken out, and none came back.
@@ -53,30 +64,23 @@ class QueueItems:
         an item put after it already, its last (a sentinel), and that gives it back again
         at its end, when the others have taken theirs (the CI run above, once the items
         kept their places)."""
-        return not self._back and bool(self._tail)
-
-    def append(self, frames: List[Any]) -> None:
-        """Put an item at the end."""
-        self._tail.append(frames)
-
-    def popleft(self) -> Item:
-        """Take the first item out, with its position (to give it back to, if need be)."""
-        if self._back:
-            return self._back.popleft()
-        self._head += 1
-        return self._head - 1, self._tail.popleft()
+        return not self.back and bool(self)
 
     def give_back(self, items: Iterable[Item]) -> None:
         """Items taken out come back, each to its place."""
-        back = sorted(items, key=_position)
-        if back:
-            self._back = collections.deque(heapq.merge(self._back, back, key=_position))
+        returning = sorted(items, key=_position)
+        if not returning:
+            return
+        came_back = [(self.back.popleft(), self.popleft()) for _ in range(len(self.back))]
+        for pos, frames in reversed(list(heapq.merge(came_back, returning, key=_position))):
+            self.appendleft(frames)
+            self.back.appendleft(pos)
 
     def push_first(self, frames: List[Any]) -> None:
         """An item whose position is not known comes back ahead of all (a ``get``'s item
         that the reader gave back: it was the first when it was got)."""
-        first = self._back[0][0] if self._back else self._head
-        self._back.appendleft((first - 1, frames))
+        self.back.appendleft((self.back[0] if self.back else self.head) - 1)
+        self.appendleft(frames)
 
 
 def _position(item: Item) -> int:

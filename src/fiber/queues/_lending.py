@@ -149,16 +149,16 @@ class Loans:
         #: Items lent and neither taken nor given back: they are still in the queue.
         self.count = 0
 
-    def lend(self, peer: Peer, key: bytes, items: List[Tuple[int, List[Any]]]) -> int:
-        """Record ``items`` (``(position, frames)``) as lent to the lease ``key`` on
-        ``peer``; their first seq."""
+    def lend(self, peer: Peer, key: bytes, pos: int, items: List[List[Any]]) -> int:
+        """Record ``items`` (their frames, from position ``pos`` on: see
+        fiber.queues._items) as lent to the lease ``key`` on ``peer``; their first seq."""
         acct = self._accounts.get(key)
         if acct is None:
             acct = self._accounts[key] = _Account(peer)
             self._keys[peer] = key
         first = acct.next_seq
         for i, item in enumerate(items):
-            acct.items[first + i] = item
+            acct.items[first + i] = (pos + i, item)
         acct.next_seq += len(items)
         acct.recalling = False
         self.count += len(items)

@@ -144,16 +144,17 @@ class QueueService(Service):
         (`QueueItems.lendable`). Answered ``more`` if items remain to lend."""
         (n,) = struct.unpack("<Q", payload[0])
         key = bytes(payload[1])
-        lent: List[Item] = []
-        size = 0
-        while (self.items.lendable() and len(lent) < n and size < LEND_BYTES
-               and not self.getters):
-            item = self.items.popleft()
-            lent.append(item)
-            size += frames_nbytes(item[1])
-        first = self.loans.lend(peer, key, lent)
-        if not server.reply(peer, req_id, b"more" if self.items.lendable() else b"ok",
-                            pack_loan(first, [frames for _, frames in lent])):
+        items, pos, size = self.items, self.items.head, 0
+        lent: List[List[Any]] = []
+        if not items.back and not self.getters:  # (QueueItems.take, inline: the hot path)
+            while items and len(lent) < n and size < LEND_BYTES:
+                frames = items.popleft()
+                lent.append(frames)
+                size += frames_nbytes(frames)
+            items.head = pos + len(lent)
+        first = self.loans.lend(peer, key, pos, lent)
+        if not server.reply(peer, req_id, b"more" if items.lendable() else b"ok",
+                            pack_loan(first, lent)):
             self._put_back(server, self.loans.give_back(key))  # the consumer vanished
 
     @handles(QueueOps.ACK)
@@ -260,12 +261,17 @@ class QueueService(Service):
         self._serve(server)
 
     def _hand_out(self, server: Server, pid: Peer, req_id: bytes, asked: bytes) -> bool:
-        item = self.items.popleft()
-        frames = item[1]
+        items = self.items  # (QueueItems.take and .lendable, inline: the hot path)
+        frames = items.popleft()
+        if items.back:
+            pos = items.back.popleft()
+        else:
+            pos = items.head
+            items.head = pos + 1
         # "more": items wait behind this one, so a consumer elsewhere may pull some ahead
-        status = b"more" if self.items.lendable() else b"ok"
+        status = b"more" if items and not items.back else b"ok"
         if not server.reply(pid, req_id, status, frames):
-            self.items.give_back([item])  # the reader vanished: keep the item
+            items.give_back([(pos, frames)])  # the reader vanished: keep the item
             return False
         if asked:
             self.receipts.handed(asked, status, frames, pid)
