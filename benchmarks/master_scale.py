@@ -42,15 +42,15 @@ compared with real workers'.
 Descriptors: the master holds 3 a stand-in worker (its connection, its sentinel pipe's two
 ends). The benchmark raises the open-file limit to ``fs.nr_open`` where it may (root with
 ``CAP_SYS_RESOURCE``), else to the hard limit. fiber's own check before a pool starts
-counts 9 a job (a local job's: a pidfd and output pipes too); ``--files-per-job 3`` makes
-it count what a stand-in job costs, so that a pool runs up to what the limit holds. On
+counts what its backend's job costs (``Backend.files_per_job``: 3 for the stand-ins and
+the cluster backends, 9 for a local job, with its pidfd and output pipes). On
 this project's VM the hard limit is 20,000 and cannot be raised (no ``CAP_SYS_RESOURCE``):
 a master of about 6,600 workers at most, whatever simulates them.
 
 Usage::
 
     python benchmarks/master_scale.py [--sizes 1000,10000,20000,50000] [--rounds 3]
-                                      [--processes 4] [--calibrate 256] [--files-per-job 3]
+                                      [--processes 4] [--calibrate 256]
                                       [--json out.json]
 """
 
@@ -226,17 +226,12 @@ def rounds(pool: Any, fn: Any, n: int, seconds: float, count: int,
     return out
 
 
-def child(kind: str, n: int, count: int, processes: int, connecting: int,
-          files_per_job: int) -> Dict[str, Any]:
+def child(kind: str, n: int, count: int, processes: int, connecting: int) -> Dict[str, Any]:
     """One master: ``n`` workers of ``kind`` (``standins`` or ``local``), measured."""
     limit = raise_files()
     import fiber
     from fiber.backends import get_backend
-    from fiber.process import _limits
     from fiber.testing import standins
-
-    if files_per_job:  # what fiber's open-file check counts a job (see --files-per-job)
-        _limits.FILES_PER_JOB = files_per_job
 
     standins.configure(processes=processes, connecting=connecting)
     ctx = fiber.get_context(kind)
@@ -246,7 +241,7 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int,
     time.sleep(1)
     gc.collect()
     out: Dict[str, Any] = {"kind": kind, "workers": n, "open_file_limit": limit,
-                           "files_per_job_checked": _limits.FILES_PER_JOB}
+                           "files_per_job_checked": get_backend(kind).files_per_job}
     rss0, fds0, cpu0, th0 = rss_kb(), open_fds(), cpu_s(), threads_cpu_s()
     s0 = standin_totals(backend)["cpu_s"] if backend is not None else 0.0
     net0 = tcp_ext("ListenOverflows", "ListenDrops", "TCPSynRetrans")
@@ -289,8 +284,7 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int,
 
 def run_child(kind: str, n: int, args: argparse.Namespace) -> Dict[str, Any]:
     argv = [sys.executable, HERE, "--child", kind, str(n), "--rounds", str(args.rounds),
-            "--processes", str(args.processes), "--connecting", str(args.connecting),
-            "--files-per-job", str(args.files_per_job if kind == "standins" else 0)]
+            "--processes", str(args.processes), "--connecting", str(args.connecting)]
     print(f"... {kind} master with {n} workers", file=sys.stderr, flush=True)
     try:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
@@ -405,24 +399,20 @@ def main() -> None:
                         help="simulated workers a stand-in process connects at a time")
     parser.add_argument("--calibrate", type=int, default=0,
                         help="first compare N real local workers with N stand-ins")
-    parser.add_argument("--files-per-job", type=int, default=0,
-                        help="descriptors fiber's open-file check counts a stand-in job "
-                        "(0: fiber's own figure, a local job's; stand-ins measure 3)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--json", default="")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "N"))
     args = parser.parse_args()
     if args.child:
         kind, n = args.child[0], int(args.child[1])
-        print(json.dumps(child(kind, n, args.rounds, args.processes, args.connecting,
-                               args.files_per_job)))
+        print(json.dumps(child(kind, n, args.rounds, args.processes, args.connecting)))
         return
     print("SIMULATION: a real fiber master (Pool, hub, TCP sockets) driven by stand-in "
           "workers that speak its protocol and run each task as a timer "
           "(fiber.testing.standins); not real worker processes.")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open-file limit here: {soft} (hard {hard}); fiber's open-file check counts "
-          f"{args.files_per_job or 'its own figure of'} descriptors a stand-in job")
+          "3 descriptors a stand-in job (Backend.files_per_job)")
     results = []
     if args.calibrate:
         for kind in ("local", "standins"):

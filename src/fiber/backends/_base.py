@@ -193,6 +193,11 @@ class Backend(abc.ABC):
     #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
     passes_fds: ClassVar[bool] = False
 
+    #: Descriptors a started job costs this process (see fiber.process._limits): its
+    #: anchor connection and the two ends of its sentinel pipe; more for a backend whose
+    #: jobs are this process's children (pidfds, output pipes, anchors handed over).
+    files_per_job: ClassVar[int] = 3
+
     #: True when the backend learns of a job's end the moment it happens (``local``: a
     #: pidfd or the fork server's report per job): a job's state is asked of it at once,
     #: and the job's own exit report is not taken in its place. False where status comes

@@ -41,6 +41,7 @@ from ..config import get_config
 from ..process import Process
 from ..process._bound import ProcessContext
 from ..process._limits import ensure_open_files
+from ..process._process import files_per_job
 from ..transport.server import Serving
 from ._api_extras import PoolExtras, check_error_handling
 from ._poolcore import RUN, PoolCore, check_size, label, terminate_collected
@@ -97,8 +98,9 @@ class Pool(PoolExtras):
         if maxtasksperchild is not None and (
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
-        ensure_open_files(processes, f"a pool of {processes} workers")
         process_class = Process if context is None else context.Process
+        ensure_open_files(processes, f"a pool of {processes} workers",
+                          files_per_job(process_class))
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
         self._core.service.retry_raised = bool(error_handling)

@@ -47,6 +47,7 @@ from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..process._process import (
     backend_of,
+    files_per_job,
     program_exiting,
     release_ended,
     set_placement,
@@ -434,7 +435,8 @@ class PoolCore:
         with self.hub.lock:
             grow = size - self.service.active()
         if grow > 0:
-            ensure_open_files(grow, f"growing the pool to {size} workers")
+            ensure_open_files(grow, f"growing the pool to {size} workers",
+                              files_per_job(self.process_class))
         with self.hub.lock:
             self.check_running()
             self.size = size

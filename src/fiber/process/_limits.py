@@ -1,8 +1,9 @@
 """The open-file limit of a master of many jobs.
 
-A master holds about `FILES_PER_JOB` descriptors for every job it started (its
-connections, its sentinel pipe, a pidfd, a local job's output pipes): a pool of 1,024
-workers needs some 9,000 while it starts, where many
+A master holds a few descriptors for every job it started: its connection and its
+sentinel pipe (3, ``Backend.files_per_job``), and for a job that is its own child a
+pidfd and output pipes too (`FILES_PER_JOB`, the ``local`` backend's 9): a local pool of
+1,024 workers needs some 9,000 while it starts, a Slurm pool of 5,000 some 15,000, where many
 systems give a process 1,024 (the soft limit) and allow more (the hard limit). Before it
 starts jobs, a process raises its soft limit to the hard one, once, and checks that the
 jobs fit: a pool that cannot be served fails at once with the limit named, instead of
@@ -68,9 +69,10 @@ def _open_now() -> int:
         return 0
 
 
-def ensure_open_files(jobs: int, what: str = "") -> None:
-    """Check that ``jobs`` more jobs fit under the open-file limit (raised first);
-    ``what`` names them in the error (default: "starting N more jobs").
+def ensure_open_files(jobs: int, what: str = "", per_job: int = FILES_PER_JOB) -> None:
+    """Check that ``jobs`` more jobs, of ``per_job`` descriptors each (their backend's
+    ``files_per_job``), fit under the open-file limit (raised first); ``what`` names
+    them in the error (default: "starting N more jobs").
 
     Raises:
         ResourceLimitError: they do not; the message names the limit and how to raise it.
@@ -78,13 +80,13 @@ def ensure_open_files(jobs: int, what: str = "") -> None:
     soft = raise_open_files()
     if soft == resource.RLIM_INFINITY:
         return
-    needed = _open_now() + jobs * FILES_PER_JOB + SPARE_FILES
+    needed = _open_now() + jobs * per_job + SPARE_FILES
     if needed > soft:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
         raise ResourceLimitError(
             f"{what or f'starting {jobs} more jobs'} needs about {needed} open files (about "
-            f"{FILES_PER_JOB} a job), above this process's limit of {soft} (RLIMIT_NOFILE; "
+            f"{per_job} a job), above this process's limit of {soft} (RLIMIT_NOFILE; "
             f"hard limit {hard_text}, already raised to it): raise the hard limit "
             "(ulimit -Hn, or LimitNOFILE in a systemd unit, nofile in "
             "/etc/security/limits.conf) or start fewer jobs")

@@ -51,7 +51,7 @@ from . import _describe, _fd_handoff, _launcher
 from ._attributes import ProcessAttributes
 from ._describe import exit_code_of
 from ._job import Job, collect, release_collected, say_end, say_lost_contact
-from ._limits import ensure_open_files
+from ._limits import FILES_PER_JOB, ensure_open_files
 from ._lineage import lifeline_address, master_address
 from ._method import default_method
 
@@ -424,6 +424,16 @@ def backend_of(cls: Type[Process]) -> Backend:
     return get_backend(cls._backend_name or get_config().backend)  # noqa: SLF001
 
 
+def files_per_job(cls: Type[Process]) -> int:
+    """The descriptors a job of ``cls`` costs this process (``Backend.files_per_job``);
+    the most any backend's costs if its backend cannot be had now (its error is raised
+    when the job starts, where it says more)."""
+    try:
+        return backend_of(cls).files_per_job
+    except Exception:
+        return FILES_PER_JOB
+
+
 def start_all(processes: Sequence[Process]) -> None:
     """Start many processes with one ``submit`` per backend (a job array on Slurm).
 
@@ -440,7 +450,8 @@ def start_all(processes: Sequence[Process]) -> None:
         ConfigError: ``log_file`` cannot be written (its directory cannot be made);
             none started.
     """
-    ensure_open_files(len(processes))
+    ensure_open_files(len(processes),
+                      per_job=max(files_per_job(type(p)) for p in processes) if processes else 0)
     open_log()  # a log file that cannot be written fails here, before any submit
     prepared: List[Tuple[Process, Job, JobSpec]] = []
     try:

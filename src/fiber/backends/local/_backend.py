@@ -115,6 +115,7 @@ class LocalBackend(CommandLineBackend):
     settings = LocalSettings
     jobs_share_host = True
     passes_fds = True
+    files_per_job = 9  # + a pidfd, its stdout and stderr pipes, its end while handed over
     jobs_are_children = True
     sees_exits_at_once = True
 
