@@ -118,6 +118,8 @@ class SshBackend(CommandLineBackend):
     name = "ssh"
     settings = SshSettings
     jobs_are_children = True
+    # + its ssh client's stdin, stdout and stderr pipes (see _session), as a local job's
+    files_per_job = 9
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
