@@ -19,7 +19,7 @@ PUBLIC_MODULES = [
     "fiber.errors", "fiber.experimental", "fiber.futures", "fiber.managers", "fiber.meta",
     "fiber.pool", "fiber.process", "fiber.queues", "fiber.ring", "fiber.sharedctypes",
     "fiber.synchronize", "fiber.testing.netns", "fiber.testing.standins",
-    "fiber.dashboard", "fiber.joblib",
+    "fiber.dashboard", "fiber.joblib", "fiber.optuna",
 ]
 
 

@@ -29,8 +29,8 @@ def _pins() -> Dict[str, List[str]]:
 def test_runtime_dependencies_and_integrations_are_at_their_floor():
     with open(os.path.join(support.REPO, "pyproject.toml"), encoding="utf-8") as f:
         pyproject = f.read()
-    floors = dict(re.findall(r'"(cloudpickle|joblib)>=([0-9.]+)"', pyproject))
-    assert set(floors) == {"cloudpickle", "joblib"}, floors
+    floors = dict(re.findall(r'"(cloudpickle|joblib|optuna)>=([0-9.]+)"', pyproject))
+    assert set(floors) == {"cloudpickle", "joblib", "optuna"}, floors
     pins = _pins()
     for name, floor in floors.items():
         assert pins[name] == [floor], (name, pins[name])  # the floor alone, no other pin

@@ -112,7 +112,7 @@ def checkout_and_wheel(tmp_path_factory):
     return checkout, wheels
 
 
-@pytest.mark.parametrize("extra", ["", "docker", "kubernetes", "joblib", "test"])
+@pytest.mark.parametrize("extra", ["", "docker", "kubernetes", "joblib", "optuna", "test"])
 def test_the_install_hint_is_what_pip_installs_from_the_wheel(checkout_and_wheel, extra):
     """fiber-cluster is not on PyPI: a hint's second command installs the wheel built from
     the checkout, by its name (`WHEEL`), with the extra the error is about, one fiber has."""
@@ -165,6 +165,18 @@ def test_fiber_joblib_without_joblib_says_how_to_install_it():
     assert out.stderr.rstrip().endswith(
         f"ImportError: fiber.joblib needs joblib, which is not installed: "
         f"{install_hint('joblib')}"), out.stderr
+
+
+def test_fiber_optuna_without_optuna_says_how_to_install_it():
+    code = ("import sys\n"
+            "sys.modules['optuna'] = None  # not installed\n"
+            "import fiber.optuna\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.rstrip().endswith(
+        f"ImportError: fiber.optuna needs optuna 4.0 or later, which is not installed: "
+        f"{install_hint('optuna')}"), out.stderr
 
 
 def test_the_conformance_suite_without_pytest_timeout_says_how_to_install_it():

@@ -29,7 +29,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("pool",),
     ("managers",),
     ("context",),                                     # binds the API to one backend
-    ("futures", "ring", "joblib"),                    # on a context's processes
+    ("futures", "ring", "joblib", "optuna"),          # on a context's processes
     ("experimental", "backend"),                      # the original fiber's interfaces
     ("fiber", "cli", "_top", "__main__", "testing", "dashboard"),  # the namespace, tools
 ]

@@ -193,7 +193,7 @@ class Backend(abc.ABC):
     #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
     passes_fds: ClassVar[bool] = False
 
-    #: Descriptors a started job costs this process (see fiber.process._limits): its
+    #: Descriptors a started job costs this process (counted before jobs start): its
     #: anchor connection and the two ends of its sentinel pipe; more for a backend whose
     #: jobs are this process's children (pidfds, output pipes, anchors handed over).
     files_per_job: ClassVar[int] = 3
