@@ -488,9 +488,8 @@ def _submit(backend: Backend, group: List[Tuple[Process, Job, JobSpec]]) -> List
     """Submit ``group``'s jobs to ``backend``: with one ``submit`` (one job array on
     Slurm), or, where jobs are handed their anchors, `_HANDED_AT_ONCE` at a time. A
     job's anchor ends at the hub only once this process has closed its copy of the
-    job's end: a worker of Pool(1024) killed while the pool still started the others
-    was not seen lost until all 1,024 had been forked (4 s here), and a map that late
-    copies finished first ended with its loss unsaid.
+    job's end: submitted all at once, a worker of a big pool that dies while the pool
+    still starts the others is not seen lost until they have all started.
 
     Raises:
         what ``submit`` raises, once the jobs submitted before are withdrawn (none of

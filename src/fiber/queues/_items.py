@@ -1,22 +1,12 @@
-"""The items of one queue on its hub, in queue order, also for those that come back.
+"""The items of one queue on its hub, in put order, also those that come back.
 
-Items leave the queue's front when they are got or lent to a consumer elsewhere
-(`fiber.queues._lending`); lent items that a consumer gives back (recalled, or its lease
-ended) return to the queue. They must return to *their place*, not to the very front:
-two consumers each give back what they held, at different times, and the items of the
-one that gives back second would otherwise go ahead of the first one's, although they
-were put after them. A CI run lost items so: three readers that stop at a sentinel
-(``None``, put once the writers had ended), the sentinels lent to one reader that had
-just taken its own and given back at its exit, ahead of seven items another reader had
-given back a moment before; the last reader took a sentinel, and the seven items stayed
-in the queue (tests/backends/local/test_queue_lending_local.py: 14 rounds in 500 on a
-loaded machine).
-
-So every item has a position, its rank in put order. `QueueItems` is a deque of the
-items' frames (its length, truth, ``append`` and ``popleft`` are the deque's own, as
-fast: the hub's hot path); the first ``len(back)`` of them came back, and ``back`` holds
-their positions, in order; the others' positions are not stored: the first of them has
-position ``head``, the next ``head + 1``, and so on.
+Items leave the front when they are got or lent (`fiber.queues._lending`); lent items that
+a consumer gives back return to *their place*, ahead of every item put after them, not to
+the very front (docs/contributing/queues.md says why). `QueueItems` is a deque of the
+items' frames (its length, truth, ``append`` and ``popleft`` are the deque's own, as fast:
+the hub's hot path); the first ``len(back)`` of them came back, and ``back`` holds their
+positions, in order; the others' positions are not stored: the first of them has position
+``head``, the next ``head + 1``, and so on.
 """
 
 from __future__ import annotations
@@ -62,8 +52,7 @@ class QueueItems(_Frames):
         """Whether items may be lent now: some were never taken out, and none came back.
         What came back goes to ``get``s alone: lent, it could go to a consumer that took
         an item put after it already, its last (a sentinel), and that gives it back again
-        at its end, when the others have taken theirs (the CI run above, once the items
-        kept their places)."""
+        at its end, when the others have taken theirs."""
         return not self.back and bool(self)
 
     def give_back(self, items: Iterable[Item]) -> None:

@@ -1,59 +1,8 @@
-"""Queue items lent ahead to a consumer on another process, so that a consumer at a
-distance is not paced by one round trip per ``get`` (issue 30: 9.9 items/s at 100 ms).
-
-    consumer process                                       the queue's hub
-    ────────────────                                       ───────────────
-    get() ── [get] (its thread's connection) ────────────▶ one item, taken; status
-          ◀── item, "more" when items are still queued ──  "more" if others wait behind
-    Lease (own connection, own thread)
-          ── [pull, n, key] ─────────────────────────────▶ up to n items (and 1 MiB), lent:
-          ◀── [first seq, counts, frames...] ────────────  Loans holds them, qsize counts them
-    get() takes the buffer's next item ── [ack, key, seq] ▶ taken: forgotten, a put admitted
-          ◀── [recall] (pushed) ─────────────────────────  a get waits and the queue is empty
-    Lease's thread ── [return, key, seqs] ───────────────▶ back to the front of the queue
-          ◀── ok (a get waits for it) ───────────────────  and then answered
-
-Each lent item ends in exactly one of three ways: the consumer takes it (``ack``, sent
-under the lease's lock before ``get`` returns), gives it back (``return``, under the same
-lock, at a recall; ``settle``, a request, when the lease closes: at the handle's end and
-at its process's clean end, before the connection closes, so that its ``ack``s are
-counted first), or its connection ends (the consumer's process is gone or unreachable)
-and the hub puts it back at the front. So an item a consumer never took is
-never lost, and none is taken twice. A connection that a link resets while both ends
-live may lose ``ack``s on their way: they are sent again on a new connection
-(fiber.transport._resend; the lease's thread makes one at once), and name the lease by
-its key, not its connection. Behind them on that connection goes ``[settle, key]``:
-what the lease holds and did not take goes back to the queue then, once its ``ack``s
-are counted. Until it comes the hub holds a reset lease's items (`Loans`), as long as
-the consumer's process lives (it anchored again within ``REANCHOR_WAIT_S``), and puts
-them back when it is gone. Measured at 100 ms with two resets: 8 items of 6,000 taken
-twice before (tests/backends/netns/test_lossy.py), none since; and once (ci23, a loaded
-machine) 8 acks came after the hub, holding the items a fixed 5 s then, had put them
-back: 8 extra copies in the queue, which the settle order and the hold rule remove.
-A consumer that *ended* with a pull's answer unread had its kernel reset the
-connection, which drops what it had not transmitted yet, its last ``ack``s among them
-(the hub then put back 10 items it had taken: 1 run in ~10 of that test); the settle at
-its end closes that. The one window left: a consumer that dies (SIGKILL, ``os._exit``)
-in the instant between sending an ``ack`` and that ``ack`` reaching the hub, on a
-connection reset that drops it, has its item put back although it took it.
-
-A handle borrows from the second backlog its ``get``s meet (one unpickled for a single
-task does not), and pulls ahead again when half its buffer is used while the hub said
-more items were queued, so a consumer with a backlog holds a round trip's worth of
-items. Items come back when another ``get`` finds the queue empty (waiting or not), so
-an idle consumer never starves the others (what a credit that is never recalled would
-do). While a pull is under way a ``get`` waits for its answer, even one that does not
-block: its items may all be on their way here. A child forked from a consumer closes
-its copy of the lease's connection (``os.register_at_fork``), so the consumer's end is
-seen while the child lives.
-
-Order: a consumer takes its items in queue order. An item recalled from one consumer
-goes back to the front and may reach another consumer after newer items it already took
-(``queue_prefetch = 0`` keeps every consumer's items in queue order: docs/networks.md).
-Its own next ``get`` waits until what it gave back is at the front again (`Lease.take`):
-what was put before a sentinel is still got before it. A consumer whose connection
-breaks has its items put back when the hub sees the end, which its next ``get`` may
-precede: a fault's window, as the one above.
+"""Queue items lent ahead to a consumer in another process, so that a consumer at a
+distance is not paced by one round trip per ``get``: the consumer's `Lease` (its own
+connection and thread) and the hub's `Loans`. Each item is still got exactly once, in put
+order, also across resets and recalls: the protocol, its rules and what they keep true are
+in docs/contributing/queues.md.
 """
 
 from __future__ import annotations
@@ -264,13 +213,10 @@ class Lease:
         waited for, also by a ``get`` that does not block (a round trip), and up to
         ``timeout`` by one that does.
 
-        So is the answer to items given back at a recall: they go back to the front of
-        the queue, and a ``get`` sent to the hub before they are there (on this thread's
-        connection, not the lease's) would be answered with an item behind them. Three
-        consumers that each stop at a sentinel put after the items did so: the one
-        recalled took a sentinel, and the items it gave back stayed in the queue, read
-        by nobody (a CI run; 14 rounds in 500 of tests/backends/local/test_queue_lending_local.py
-        on a loaded machine, before).
+        So is the answer to items given back at a recall: a ``get`` sent to the hub
+        before they are in the queue again (on this thread's connection, not the
+        lease's) could be answered with an item put after them, a reader's sentinel
+        (docs/contributing/queues.md).
 
         Returns None when nothing is lent here or coming: ask the hub directly. So does
         a lease whose connection is not made yet: nothing can be on its way, and its
@@ -355,8 +301,8 @@ class Lease:
         its answer is waited for (up to `CLOSE_WAIT_S`): the ``ack``s sent before it
         are then counted. Closing the connection while data for it is unread (a pull's
         answer on its way, a recall) makes the kernel reset it, which drops what it had
-        not transmitted yet: a consumer that ended so, on a link that lost packets,
-        had the hub put back items it took (a CI run: 10 extra copies in the queue)."""
+        not transmitted yet, its last ``ack``s among them: the hub would put back items
+        it took."""
         if self.pid != os.getpid():
             return  # a forked child's copy (see _forget_in_child)
         with self._cond:
