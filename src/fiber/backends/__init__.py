@@ -28,7 +28,7 @@ from ._base import (
     JobWatcher,
     Resources,
 )
-from ._commands import CommandLineBackend
+from ._cli_backend import CommandLineBackend
 
 __all__ = [
     "Backend",

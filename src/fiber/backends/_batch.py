@@ -40,7 +40,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Protocol, 
 
 from ..errors import BackendError, SubmitError
 from ._base import JobHandle, JobInfo, JobSpec, JobStatus
-from ._commands import CommandLineBackend
+from ._cli_backend import CommandLineBackend
 
 __all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
            "format_command", "follow_job", "follow_file", "last_lines", "log_dir"]

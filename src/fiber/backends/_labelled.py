@@ -22,7 +22,7 @@ import time
 from typing import Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from ._base import JobHandle, JobState, JobStatus
-from ._commands import CommandLineBackend
+from ._cli_backend import CommandLineBackend
 
 __all__ = ["TrackedJob", "LabelledBackend"]
 

@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Seq
 
 from .._core import _inspect, _runtime
 from ..backends import Backend, JobOutput, JobSpec, Resources
-from ..backends._command import JOB_HOST_ENV, bootstrap_command
+from ..backends._job_command import JOB_HOST_ENV, bootstrap_command
 from ..config import Config, get_config
 from ..errors import ProcessError
 from ..transport import auth

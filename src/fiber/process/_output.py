@@ -30,7 +30,7 @@ import time
 from typing import Any, Optional
 
 from .._core import _runtime
-from ..backends._command import JOB_LOG_ENV
+from ..backends._job_command import JOB_LOG_ENV
 from . import _relay
 
 __all__ = ["CAPTURED", "RELAY", "split_for_relay", "start", "sync", "stop", "relayed",

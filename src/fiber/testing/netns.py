@@ -52,7 +52,7 @@ import threading
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from ..backends import JobHandle, JobSpec, register_backend
-from ..backends._command import JOB_HOST_ENV, bootstrap_parts
+from ..backends._job_command import JOB_HOST_ENV, bootstrap_parts
 from ..backends.local import LocalBackend
 from ..errors import SubmitError
 from ._hosts import HOSTS_ENV, NETWORK, HostList, Hosts, cleanup_stale

@@ -50,7 +50,7 @@ from ..backends import (
     JobStatus,
     register_backend,
 )
-from ..backends._command import bootstrap_parts
+from ..backends._job_command import bootstrap_parts
 from ..errors import SubmitError
 from ..transport.auth import SECRET_ENV
 

@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import ConfigError
 from .._base import JobSpec, JobState, JobStatus, Resources
-from .._command import JOB_HOST_ENV
 from .._common import mount_items, signal_name
+from .._job_command import JOB_HOST_ENV
 
 __all__ = ["pod_manifest", "pod_status", "parse_claims", "CLAIM_PATH", "api_reason",
            "is_not_found", "CONTAINER", "POD_NAME_ENV", "POD_NAMESPACE_ENV", "POD_IP_ENV"]

@@ -34,8 +34,8 @@ from ... import _machine
 from ...config import Config, get_config, settings
 from ...errors import SubmitError
 from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus, JobWatcher
-from .._command import JOB_LOG_ENV, bootstrap_parts, interpreter_flags
-from .._commands import CommandLineBackend
+from .._cli_backend import CommandLineBackend
+from .._job_command import JOB_LOG_ENV, bootstrap_parts, interpreter_flags
 from . import _forkserver, _jobs
 from ._forkserver import ForkedJob, ForkServerError
 from ._gpus import GPU_ENV, GpuPool, host_gpus

@@ -46,7 +46,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ...transport.sockets import readable
-from .._command import interpreter_flags
+from .._job_command import interpreter_flags
 from ._forkserver_protocol import (
     MAX_MESSAGE,
     MODULE,

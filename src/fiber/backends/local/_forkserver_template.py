@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Tuple
 
-from fiber.backends._command import BOOTSTRAP_MODULE
+from fiber.backends._job_command import BOOTSTRAP_MODULE
 from fiber.backends.local._forkserver_protocol import (
     MAX_MESSAGE,
     MODULE,

@@ -45,9 +45,9 @@ from typing import Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus
-from .._command import bootstrap_parts
-from .._commands import CommandLineBackend
+from .._cli_backend import CommandLineBackend
 from .._common import route_to, route_toward
+from .._job_command import bootstrap_parts
 from . import _jobs
 from ._hosts import DOWN, Host, HostTable
 from ._session import (
