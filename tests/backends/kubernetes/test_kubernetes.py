@@ -438,7 +438,8 @@ def test_pool_over_pods_survives_a_force_deleted_worker_pod(api, caplog):
     said = [r for r in said if r not in late]
     assert len(said) == 1, [r.getMessage() for r in said + late]
     line = said[0].getMessage()
-    assert f"(job {victim.metadata.name} on " in line, line
+    # its node, not its pod's name (the job id)
+    assert f"(job {victim.metadata.name} on {victim.spec.node_name})" in line, line
     if said[0].levelname == "INFO":
         assert " retires: " in line and retried == 0, line
     else:

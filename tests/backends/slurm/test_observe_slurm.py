@@ -1,10 +1,12 @@
 """Observing a program on Slurm. Lost workers (issue 19): a node that crashes mid-map is
-one warning per worker it held, naming the worker, its job and the node. The dashboard
+one warning per worker it held, naming the worker, its job and the node; a worker killed
+is said in Slurm's words (the job's state, FAILED). The dashboard
 (issue 31): its jobs as Slurm sees them, one queued and one running. Needs the Slurm test
 cluster (run in the Slurm stage of scripts/test, as test_slurm.py)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import logging
 import re
@@ -27,6 +29,7 @@ from test_slurm import (  # noqa: F401
 )
 
 import fiber.dashboard
+from fiber.testing.conformance.support import observe_helpers as oh
 from fiber.testing.conformance.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -82,6 +85,23 @@ def test_a_node_crash_mid_map_is_one_warning_per_worker_lost(slurm, caplog, capf
         assert len(mine) == 1, (name, job_id, lines)
         assert "resubmitted map(where) task" in mine[0], mine[0]
     print("\n".join(lines))
+    _wait_nodes_idle()
+
+
+def test_a_worker_killed_mid_map_is_said_in_slurms_words(slurm, caplog, capfd):  # noqa: F811
+    """The conformance suite's killed worker, on Slurm: its warning names the job's state
+    as Slurm reports it (FAILED) before the signal, and the node it ran on."""
+    flag = slurm.Event()
+    seen: List[str] = []
+    with slurm.Pool(2) as pool:
+        assert pool.map(functools.partial(oh.kill_own_worker_once, flag), range(8),
+                        chunksize=1) == list(range(8))
+        wait_until(lambda: _lost(caplog, capfd, seen), 60, 0.2, "the lost worker's warning")
+    lines = _lost(caplog, capfd, seen)
+    assert len(lines) == 1, lines
+    assert re.search(r"PoolWorker-\d+ \(job \d+_\d+ on node[123]\) was lost: "
+                     r"Slurm FAILED: killed by SIGKILL; resubmitted map\(kill_own_worker_once\) "
+                     r"task 2$", lines[0]), lines[0]
     _wait_nodes_idle()
 
 

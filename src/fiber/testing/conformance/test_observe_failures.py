@@ -26,7 +26,7 @@ def warnings(capfd: Any, caplog: Any) -> LostWarnings:
     return LostWarnings(capfd, caplog)
 
 
-def test_a_worker_killed_mid_map_is_one_warning_naming_it(ctx, backend_name, warnings):
+def test_a_worker_killed_mid_map_is_one_warning_naming_it(ctx, warnings):
     flag = ctx.Event()
     with ctx.Pool(2) as pool:
         result = pool.map_async(functools.partial(oh.kill_own_worker_once, flag), range(8),
@@ -37,21 +37,18 @@ def test_a_worker_killed_mid_map_is_one_warning_naming_it(ctx, backend_name, war
     lines = warnings.lost()  # the pool's shutdown adds nothing
     assert len(lines) == 1, lines
     line = lines[0]
-    # the worker, its job and host, its end as the backend tells it (Slurm: the job's
-    # state too), the task given to another worker
+    # the worker, its job and host, its end as the backend tells it (a cluster manager
+    # may name the job's state first, as "<manager> <STATE>: "; the backends' own tests
+    # check their words), the task given to another worker
     found = re.search(r"(PoolWorker-\d+) \(job (\S+) on (\S+)\) was lost: "
-                      r"(Slurm FAILED: )?killed by SIGKILL; "
+                      r"(?:\w+ [A-Z_]+: )?killed by SIGKILL; "
                       r"resubmitted map\(kill_own_worker_once\) task 2$", line)
     assert found, line
     name, job_id, host = found.group(1, 2, 3)
     assert name not in [w.name for w in status.workers]  # the lost one...
     assert job_id not in [w.job_id for w in status.workers]
     assert [w.restarts for w in status.workers if w.restarts] == [1]  # ...was replaced
-    assert bool(found.group(4)) == (backend_name == "slurm"), line
-    if backend_name == "slurm":
-        assert host in ("node1", "node2", "node3"), line
-    if backend_name == "kubernetes":  # its node, not its pod's name (the job id)
-        assert host != job_id, line
+    assert host != job_id, line  # its host, not its job's name (a pod's, a container's)
     assert status.retried == 1 and status.done == 8
 
 
