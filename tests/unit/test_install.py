@@ -155,28 +155,18 @@ def test_a_missing_cluster_client_is_told_how_to_install_it():
         assert line.endswith(f"which is not installed: {install_hint(name)}"), line
 
 
-def test_fiber_joblib_without_joblib_says_how_to_install_it():
+@pytest.mark.parametrize("library,needs", [("joblib", "joblib"),
+                                           ("optuna", "optuna 4.0 or later")])
+def test_an_integration_without_its_library_says_how_to_install_it(library, needs):
     code = ("import sys\n"
-            "sys.modules['joblib'] = None  # not installed\n"
-            "import fiber.joblib\n")
+            f"sys.modules['{library}'] = None  # not installed\n"
+            f"import fiber.{library}\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 1
     assert out.stderr.rstrip().endswith(
-        f"ImportError: fiber.joblib needs joblib, which is not installed: "
-        f"{install_hint('joblib')}"), out.stderr
-
-
-def test_fiber_optuna_without_optuna_says_how_to_install_it():
-    code = ("import sys\n"
-            "sys.modules['optuna'] = None  # not installed\n"
-            "import fiber.optuna\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 1
-    assert out.stderr.rstrip().endswith(
-        f"ImportError: fiber.optuna needs optuna 4.0 or later, which is not installed: "
-        f"{install_hint('optuna')}"), out.stderr
+        f"ImportError: fiber.{library} needs {needs}, which is not installed: "
+        f"{install_hint(library)}"), out.stderr
 
 
 def test_the_conformance_suite_without_pytest_timeout_says_how_to_install_it():
