@@ -230,6 +230,9 @@ def _run(backend: CommandLineBackend, args: argparse.Namespace) -> int:
         backend.detach()  # before submit: this process's jobs now outlive it
         [handle] = backend.submit([spec])
         print(handle.job_id)
+        # its threads (a Kubernetes watch, mid-read) end before the interpreter does: one
+        # still reading while it finalized made `fiber run --detach` abort (SIGABRT)
+        backend.close()
         return 0
     with _Stopper(backend) as stopper:  # before submit: Ctrl-C then stops what it started
         [handle] = backend.submit([spec])
