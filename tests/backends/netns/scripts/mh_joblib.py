@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 
 import _common
 from joblib import Parallel, delayed, parallel_config
@@ -19,6 +20,9 @@ WORKERS = 6
 
 
 def where(x):
+    # long enough that the pool's workers, still starting on the hosts, each take some
+    # (instant tasks all went to the first worker up, once: one host)
+    time.sleep(0.05)
     return _common.my_ip(), fiber.current_process().name, x * x
 
 
