@@ -450,8 +450,9 @@ def start_all(processes: Sequence[Process]) -> None:
         ConfigError: ``log_file`` cannot be written (its directory cannot be made);
             none started.
     """
-    ensure_open_files(len(processes),
-                      per_job=max(files_per_job(type(p)) for p in processes) if processes else 0)
+    ensure_open_files(len(processes),  # (a pool's workers are of one class: asked once)
+                      per_job=max((files_per_job(cls) for cls in {type(p) for p in processes}),
+                                  default=0))
     open_log()  # a log file that cannot be written fails here, before any submit
     prepared: List[Tuple[Process, Job, JobSpec]] = []
     try:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import subprocess
+import sys
 import time
 from typing import Any, List
 
@@ -55,6 +57,23 @@ def consume_until_none(q: Any, out: Any, tag: int) -> None:
 def produce(q: Any, start: int, n: int) -> None:
     for i in range(start, start + n):
         q.put(i)
+
+
+def _produce_then_stop(q: Any, out: Any, producers: List[Any], consumers: List[Any],
+                       timeout: float, join: float) -> List[Any]:
+    """Start them all, join the producers, put a ``None`` for each consumer (each stops
+    at one: see `consume_until_none`), and return what the consumers sent back, once
+    joined (``timeout``: each producer's join and each answer; ``join``: a consumer's)."""
+    for p in consumers + producers:
+        p.start()
+    for p in producers:
+        p.join(timeout)
+    for _ in consumers:
+        q.put(None)
+    results = [out.get(timeout=timeout) for _ in consumers]
+    for p in consumers:
+        p.join(join)
+    return results
 
 
 def _fill(q: Any, n: int = N) -> None:
@@ -119,15 +138,7 @@ def test_four_consumers_two_producers_every_item_once():
     n = 10_000
     consumers = [fiber.Process(target=consume_until_none, args=(q, out, c)) for c in range(4)]
     producers = [fiber.Process(target=produce, args=(q, k * n, n)) for k in range(2)]
-    for p in consumers + producers:
-        p.start()
-    for p in producers:
-        p.join(120)
-    for _ in consumers:
-        q.put(None)
-    results = [out.get(timeout=120) for _ in consumers]
-    for p in consumers:
-        p.join(30)
+    results = _produce_then_stop(q, out, producers, consumers, 120, join=30)
     got: List[int] = [x for _, xs, _ in results for x in xs]
     assert len(got) == 2 * n and sorted(got) == list(range(2 * n))
     assert any(leased for _, _, leased in results)  # lending did happen
@@ -327,9 +338,6 @@ def test_readers_that_stop_at_a_sentinel_leave_nothing_behind_on_a_loaded_machin
     reader's next ``get`` was answered. The race wants a busy machine: three spinning
     processes make one (before: 14 rounds in 500 lost items; this runs 100).
     tests/unit/test_queue_give_back.py replays the CI run's order of events."""
-    import subprocess
-    import sys
-
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
     try:
         for round_ in range(100):
@@ -337,15 +345,8 @@ def test_readers_that_stop_at_a_sentinel_leave_nothing_behind_on_a_loaded_machin
             writers = [fiber.Process(target=produce, args=(q, i * 300, 300)) for i in range(3)]
             readers = [fiber.Process(target=consume_until_none, args=(q, out, i))
                        for i in range(3)]
-            for p in writers + readers:
-                p.start()
-            for p in writers:
-                p.join(60)
-            for _ in readers:
-                q.put(None)
-            got = sorted(x for _ in readers for x in out.get(timeout=60)[1])
-            for p in readers:
-                p.join(60)
+            results = _produce_then_stop(q, out, writers, readers, 60, join=60)
+            got = sorted(x for _, xs, _ in results for x in xs)
             assert got == list(range(900)), (
                 f"round {round_}: {900 - len(got)} items not got, "
                 f"{q.qsize()} left in the queue")
