@@ -16,6 +16,7 @@ from fiber.errors import WorkerLostError
 from fiber.pool import _losses
 from fiber.pool._resume import RESUME_WAIT_S
 from fiber.pool._service import PoolService, Task, WorkerState
+from fiber.pool._state import PoolJob
 from fiber.transport.peers import Peer
 from fiber.transport.remote import unpack_exception
 from fiber.transport.serialization import loads
@@ -51,7 +52,9 @@ class _Pool:
 
     def worker(self) -> WorkerState:
         self.count += 1
-        ws = WorkerState(self.count, _Process(self.count))  # type: ignore[arg-type]
+        process = _Process(self.count)
+        ws = WorkerState(self.count, process,  # type: ignore[arg-type]
+                         job=PoolJob(process, forks=False))  # type: ignore[arg-type]
         self.service.add_worker(ws)
         return ws
 
@@ -122,7 +125,7 @@ def test_the_warnings_come_in_the_order_the_workers_were_lost(said):
         deaths.append(ws)
     assert len(said()) == 1  # the third waits for the second
     deaths[1].process.exitcode = -9
-    pool.service.report_lost(deaths[1])
+    pool.service.job_ended(deaths[1].job, deaths[1].process.exitcode)
     lines = said()
     assert [line.split(" ")[0] for line in lines] == [
         "PoolWorker-1", "PoolWorker-2", "PoolWorker-3"], lines
@@ -216,10 +219,10 @@ def test_a_reset_worker_holds_its_tasks_until_lost_and_names_them(said):
             ((delay, not_resumed),) = hub.timers
             assert delay == RESUME_WAIT_S
             not_resumed()
-            pool.service.report_lost(ws)
+            pool.service.job_ended(ws.job, ws.process.exitcode)
         else:
             pool.service.worker_lost(ws)
-            pool.service.report_lost(ws)
+            pool.service.job_ended(ws.job, ws.process.exitcode)
         assert [t.index for t in pool.service.queue] == [0, 1], how
     lines = said()
     assert len(lines) == 2, lines

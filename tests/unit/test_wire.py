@@ -207,9 +207,9 @@ def test_each_operation_a_protocol_names_has_one_handler(service, ops):
         assert len(params) == 5, (op, params)  # self, server, peer, req_id, payload
 
 
-def test_the_pool_service_handles_what_workers_send():
+def test_the_pool_service_handles_what_workers_and_their_jobs_send():
     worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING,
-                    PoolOps.RESUME}
+                    PoolOps.RESUME, PoolOps.WORKER_ENDED}
     assert set(PoolService.operations) == worker_sends
     assert {PoolOps.TASKS, PoolOps.STOP}.isdisjoint(PoolService.operations)
 

@@ -71,6 +71,16 @@ class Resources:
             if name != "cpu" and not float(value).is_integer():
                 raise ValueError(f"{name} must be a whole number, got {value!r}")
 
+    def times(self, count: int) -> Resources:
+        """What a job of ``count`` such workers asks for (a pool's job of several,
+        ``Pool(workers_per_job=count)``): ``count`` times the CPUs (one a worker unless
+        set), the memory and the GPUs set (left to the backend if not)."""
+        return Resources(
+            cpu=(self.cpu if self.cpu is not None else 1) * count,
+            memory_mb=self.memory_mb * count if self.memory_mb is not None else None,
+            gpu=self.gpu * count if self.gpu is not None else None,
+        )
+
     def merged_over(self, default: Resources) -> Resources:
         """These resources, with ``default`` filling every field left as None."""
         return Resources(

@@ -114,6 +114,11 @@ class Config:
     startup_timeout: float = 600.0
     #: Processes in a Pool created with ``processes=None``; 0 means ``cpu_count()``.
     pool_processes: int = 0
+    #: Workers a pool puts in one cluster job (``Pool(workers_per_job=...)``): the job
+    #: asks for their CPUs, memory and GPUs together and forks them, so that a pool of
+    #: thousands of workers is hundreds of cluster jobs; a worker that dies in it is
+    #: replaced in it, in milliseconds. 1: a job a worker.
+    pool_workers_per_job: int = 1
     #: Times a pool task that killed its worker is tried again before it fails (and, in a
     #: ``Pool(error_handling=True)``, a task that raised).
     pool_max_task_retries: int = 3

@@ -61,8 +61,8 @@ class PoolExtras:
         core = self._core
         core.workers_known.wait()
         with core.hub.lock:
-            started = {id(ws) for ws in core.procs.values()}
-            return [ws.process for ws in core.live_workers() if id(ws) in started]
+            started = {id(job) for job in core.procs.values()}
+            return [ws.process for ws in core.live_workers() if id(ws.job) in started]
 
     @property
     def _state(self) -> str:
@@ -104,9 +104,9 @@ class PoolExtras:
                 core.check_running()
                 # started: its start returned (a local job can connect before that, while
                 # its Process still says "initial" and is_alive() is False)
-                started = {id(ws) for ws in core.procs.values()}
+                started = {id(job) for job in core.procs.values()}
                 up = sum(1 for ws in core.live_workers()
-                         if ws.connected and not ws.retiring and id(ws) in started)
+                         if ws.connected and not ws.retiring and id(ws.job) in started)
                 if up >= core.size:
                     return
             if deadline is not None and time.monotonic() >= deadline:

@@ -106,9 +106,9 @@ def said(task: Task, holder: WorkerState, ran: float, seconds: Optional[float],
          copy: WorkerState) -> None:
     """One INFO line a copy: which task, where it was late, where it runs again."""
     info("%s is late on %s (%s: its worker's task has run %.1f s, its tasks take %s): "
-         "run again on %s; the first result is kept", task.label, holder.process.name,
+         "run again on %s; the first result is kept", task.label, holder.name,
          holder.process.host or "its host", ran,
-         "?" if seconds is None else f"{seconds * 1000:.0f} ms", copy.process.name)
+         "?" if seconds is None else f"{seconds * 1000:.0f} ms", copy.name)
 
 
 def suspected(workers: List[WorkerState], suspects: Dict[str, float],

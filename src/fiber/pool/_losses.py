@@ -36,7 +36,7 @@ from ..errors import WorkerLostError
 from ..process._job import describe_end
 
 __all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exit", "tasks_text",
-           "given_text", "where", "report"]
+           "given_text", "where", "report", "report_job"]
 
 #: Seconds a lost worker's warning (and the WorkerLostError of a task that killed its
 #: workers) waits for its job's exit code. A normal end is reported in milliseconds
@@ -110,7 +110,7 @@ class InitFailures:
     def failed(self, ws: Any, tb: str) -> None:
         """Worker ``ws`` (None: one the pool no longer knows) says its initializer
         raised: a new traceback is said at once, a repeat is counted."""
-        name = ws.process.name if ws is not None else "a worker"
+        name = ws.name if ws is not None else "a worker"
         if tb == self.last:
             self._repeats.append(name)
             return
@@ -205,7 +205,7 @@ def report(ws: Any) -> None:
     what = "was lost" if loss.connected else "ended before it connected"
     code = exit_code(ws)
     how = describe_exit(ws) if code is not None else "contact lost (its end not reported yet)"
-    text = f"{ws.process.name} ({where(ws)}) {what}: {how}"
+    text = f"{ws.name} ({where(ws)}) {what}: {how}"
     if loss.tasks:
         text += f"; resubmitted {loss.tasks}"
     elif loss.connected:
@@ -216,6 +216,30 @@ def report(ws: Any) -> None:
         text += f"; its own log may say more (fiber logs {ws.process.job_id})"
     for note in loss.notes:
         text += f"; {note}"
+    warn("%s", text)
+
+
+def report_job(name: str, workers: Sequence[Any]) -> None:
+    """Say, once, that the job ``name`` (of several workers) ended and lost ``workers``
+    (those of its workers whose loss was not said yet): one warning for the job, naming
+    its host, how it ended, each worker and the tasks each held; not one a worker."""
+    losses = [(ws, ws.loss) for ws in workers if ws.loss is not None]
+    if not losses:
+        return
+    for ws, _ in losses:
+        ws.loss = None
+    first = losses[0][0]
+    code = exit_code(first)
+    how = describe_exit(first) if code is not None else "contact lost (its end not reported yet)"
+    names = ", ".join(ws.name for ws, _ in losses)
+    text = f"{name} ({where(first)}) was lost with {len(losses)} workers ({names}): {how}"
+    held = [f"{ws.name}'s {loss.tasks}" for ws, loss in losses if loss.tasks]
+    text += f"; resubmitted {'; '.join(held)}" if held else "; they held no task"
+    if code is None and first.process.job_id:
+        text += f"; its own log may say more (fiber logs {first.process.job_id})"
+    for _, loss in losses:
+        for note in loss.notes:
+            text += f"; {note}"
     warn("%s", text)
 
 
@@ -247,7 +271,7 @@ def charge(ws: Any, tasks: List[Any], max_retries: int) -> Tuple[List[str], Opti
 
 def lost_error(task: Any, max_retries: int) -> WorkerLostError:
     """The error of a task that killed its worker too often, naming each attempt's end."""
-    lines = [f"  attempt {i}: worker {ws.worker_id} ({ws.process.name}) {describe_exit(ws)}"
+    lines = [f"  attempt {i}: worker {ws.worker_id} ({ws.name}) {describe_exit(ws)}"
              for i, ws in enumerate(task.attempts, 1)]
     return WorkerLostError(
         f"{task.label} killed its worker {len(task.attempts)} times; giving up "

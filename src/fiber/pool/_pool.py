@@ -66,7 +66,10 @@ class Pool(PoolExtras):
     """A pool of job-backed worker processes with the API of ``multiprocessing.Pool``.
 
     ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
-    ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker's job asks the cluster for.
+    ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker asks the cluster for.
+    ``workers_per_job`` (``pool_workers_per_job`` from the config, 1 by default): the
+    workers a cluster job holds, forked by it, asking for their resources together (a
+    pool of N workers is ``ceil(N / workers_per_job)`` jobs); see the pool page.
     A dead worker's tasks always go to the others. ``error_handling=True`` (the original
     fiber's) also runs again a task that raised, up to ``pool_max_task_retries`` times,
     before its exception is its result (for idempotent tasks: the original ran such a
@@ -74,7 +77,8 @@ class Pool(PoolExtras):
     its result at once, as with ``multiprocessing``.
 
     Raises:
-        ValueError: ``processes`` < 1 or a bad ``maxtasksperchild``.
+        ValueError: ``processes`` < 1, a bad ``maxtasksperchild`` or
+            ``workers_per_job``.
         TypeError: ``processes`` is not an int, ``initializer`` is not callable, or
             ``error_handling`` is not a bool.
         ResourceLimitError: the workers would need more open files than this process
@@ -88,8 +92,15 @@ class Pool(PoolExtras):
                  initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Optional[ProcessContext] = None, *, cpu: Optional[float] = None,
                  memory: Optional[int] = None, gpu: Optional[int] = None,
-                 error_handling: Optional[bool] = None) -> None:
+                 error_handling: Optional[bool] = None,
+                 workers_per_job: Optional[int] = None) -> None:
         check_error_handling(error_handling)
+        if workers_per_job is None:
+            workers_per_job = get_config().pool_workers_per_job
+        if (not isinstance(workers_per_job, int) or isinstance(workers_per_job, bool)
+                or workers_per_job < 1):
+            raise ValueError(f"workers_per_job must be an int of at least 1, "
+                             f"got {workers_per_job!r}")
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
         check_size(processes)
@@ -102,7 +113,8 @@ class Pool(PoolExtras):
         ensure_open_files(processes, f"a pool of {processes} workers",
                           files_per_job(process_class))
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
-                               maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu))
+                               maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu),
+                               workers_per_job)
         self._core.service.retry_raised = bool(error_handling)
         self._finalizer = weakref.finalize(self, terminate_collected, self._core)
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process
@@ -134,7 +146,7 @@ class Pool(PoolExtras):
             if shown is not None:
                 first = min(max(0, shown[0]), len(states))
                 states = states[first:first + max(0, shown[1])]
-                names = {ws.process.name for ws in states}
+                names = {ws.name for ws in states}
             workers: List[Dict[str, Any]] = []
             for start in range(0, len(states), _inspect.SLICE):
                 _inspect.pause()

@@ -26,6 +26,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    FrozenSet,
     Iterable,
     Iterator,
     List,
@@ -58,11 +59,12 @@ from ..transport.serialization import dumps
 from ..transport.server import Serving
 from ..transport.unpicklable import explain, explained
 from . import _renew
+from ._group import group_main
 from ._results import (
     CallbackThread,
 )
 from ._service import PoolService, describe_exit
-from ._state import ResultSink, Task, WorkerState
+from ._state import PoolJob, ResultSink, Task, WorkerState
 from ._worker import CALL, worker_main
 
 __all__ = ["PoolCore", "terminate_collected", "label", "check_size", "RUN", "CLOSE",
@@ -118,8 +120,10 @@ class PoolCore:
     def __init__(self, size: int, process_class: Type[Process],
                  initializer: Optional[Callable[..., Any]],
                  initargs: Tuple[Any, ...], maxtasks: Optional[int],
-                 resources: Resources) -> None:
+                 resources: Resources, workers_per_job: int = 1) -> None:
         cfg = get_config()
+        #: Workers a job holds (see `_group`): 1, a job a worker.
+        self.workers_per_job = workers_per_job
         self.process_class = process_class
         self.size = size
         # Large initargs (an ES noise table) are pickled once, and sent once per host
@@ -138,12 +142,14 @@ class PoolCore:
             cfg.pool_worker_lifetime, backend_of(process_class).job_time_limit(),
             cfg.pool_renew_margin)
         self.service.wake = self.wake
+        self.service.replace_in = self._replace_in
         self.hub.register(self.name, self.service)
         self.state = RUN
         self.broken: Optional[BaseException] = None
         self.startup_failures = 0
         self.window = max(16, 2 * size * (cfg.pool_prefetch + 1))
         self._worker_ids = itertools.count(1)
+        self._job_numbers = itertools.count(1)
         self._task_ids = itertools.count(1)
         #: The pool's single calls (apply, an executor's submit), numbered as they come:
         #: what names each one's task, as a map's tasks are named by their items' places.
@@ -155,8 +161,8 @@ class PoolCore:
         #: ``pool._pool`` lists them, with their pids, from then on, as
         #: multiprocessing's right after Pool().
         self.workers_known = threading.Event()
-        #: Started workers whose process has not been closed yet, by sentinel.
-        self.procs: Dict[int, WorkerState] = {}
+        #: Started jobs whose process has not been closed yet, by sentinel.
+        self.procs: Dict[int, PoolJob] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         #: Held to write to the wake pipe or close it: once the maintainer has ended, a
@@ -309,45 +315,79 @@ class PoolCore:
     def live_workers(self) -> List[WorkerState]:
         return [ws for ws in self.service.workers.values() if not ws.lost]
 
+    def _new_job(self, count: int, avoid: FrozenSet[str]) -> PoolJob:
+        """A job of ``count`` new workers (not started): the worker's own job, or, in a
+        pool of jobs of several, a job that forks them (`_group`), asking for the
+        resources of ``count`` workers."""
+        wids = [next(self._worker_ids) for _ in range(count)]
+        if self.workers_per_job == 1:
+            proc = self.process_class(
+                target=worker_main, name=f"PoolWorker-{wids[0]}", daemon=True,
+                args=(self.hub.address, self.name, wids[0], self.initializer, self.initargs,
+                      self.maxtasks))
+            set_resources(proc, self.resources)
+        else:
+            proc = self.process_class(
+                target=group_main, name=f"PoolJob-{next(self._job_numbers)}", daemon=True,
+                args=(self.hub.address, self.name, wids, self.initializer, self.initargs,
+                      self.maxtasks))
+            set_resources(proc, self.resources.times(count))
+        set_placement(proc, avoid)
+        end_with_parent(proc)  # a worker serves this pool only
+        end_said_elsewhere(proc)  # its loss or retirement: the pool's words
+        job = PoolJob(proc, forks=self.workers_per_job > 1)
+        for wid in wids:
+            WorkerState(wid, proc, f"PoolWorker-{wid}", job)
+        return job
+
+    def _replace_in(self, job: PoolJob) -> Optional[WorkerState]:
+        """Under the hub lock: a worker for ``job`` (of several) to fork in place of one
+        that ended in it, if the pool needs one now; else None."""
+        working = (self.state == RUN or (
+            self.state == CLOSE and self.service.outstanding > 0)) and not program_exiting()
+        if (not working or self.broken is not None or not job.alive
+                or job.process.cancelled or self.service.active() >= self.size):
+            return None
+        wid = next(self._worker_ids)
+        ws = WorkerState(wid, job.process, f"PoolWorker-{wid}", job)
+        self.service.add_worker(ws)
+        return ws
+
     def _start_workers(self, count: int, replaces: Optional[WorkerState] = None) -> None:
-        states = []
         with self.hub.lock:
             avoid = self.service.suspected_hosts()  # not on a host cut off (see _late)
         if avoid:
             log("no new worker on %s: %s silent", ", ".join(sorted(avoid)),
                 "it is" if len(avoid) == 1 else "they are")
-        for _ in range(count):
-            wid = next(self._worker_ids)
-            proc = self.process_class(
-                target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
-                args=(self.hub.address, self.name, wid, self.initializer, self.initargs,
-                      self.maxtasks))
-            set_resources(proc, self.resources)
-            set_placement(proc, avoid)
-            end_with_parent(proc)  # a worker serves this pool only
-            end_said_elsewhere(proc)  # its loss or retirement: the pool's words
-            states.append(WorkerState(wid, proc))
-            states[-1].replaces = replaces
+        per_job = self.workers_per_job
+        jobs = [self._new_job(min(per_job, count - first), avoid)
+                for first in range(0, count, per_job)]
+        states = [ws for job in jobs for ws in job.workers]
+        if replaces is not None:
+            for ws in states:
+                ws.replaces = replaces
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
                 self.service.add_worker(ws)
         try:
-            start_all([ws.process for ws in states])
+            start_all([job.process for job in jobs])
         except Exception as e:
             with self.hub.lock:
-                for ws in states:  # one that connected meanwhile gives its tasks back
+                for job in jobs:  # one that connected meanwhile gives its tasks back
+                    job.alive = False
+                for ws in states:
                     self.service.worker_lost(ws)
                 if not self.live_workers():
                     self._break(e)
             return
         with self.hub.lock:
-            for ws in states:
-                self.procs[ws.process.sentinel] = ws
-                self._exits.register(ws.process.sentinel, selectors.EVENT_READ, ws)
+            for job in jobs:
+                self.procs[job.process.sentinel] = job
+                self._exits.register(job.process.sentinel, selectors.EVENT_READ, job)
             terminated = self.state == TERMINATE
         self.workers_known.set()  # started: pool._pool's pids are set, as multiprocessing's
         if terminated:  # terminate() ran while these were being submitted
-            terminate_all([ws.process for ws in states])
+            terminate_all([job.process for job in jobs])
 
     def _on_worker_gone(self, ws: WorkerState, expected: bool) -> None:
         """Called under the hub lock when a worker is lost or has exited."""
@@ -409,17 +449,15 @@ class PoolCore:
                 if renew:
                     continue
                 for key, _ in self._exits.select(None if at is None else max(0.0, at - now)):
-                    ws = key.data
-                    if ws is None:
+                    job = key.data
+                    if job is None:
                         os.read(self._wake_r, 4096)
                         continue
                     self._exits.unregister(key.fd)
                     with self.hub.lock:
-                        ws.exitcode = ws.process.exitcode
-                        self.service.worker_lost(ws)
-                        self.service.report_lost(ws)
+                        self.service.job_ended(job, job.process.exitcode)
                         del self.procs[key.fd]
-                    release_ended(ws.process)  # joinable still, as a user may
+                    release_ended(job.process)  # joinable still, as a user may
         finally:
             self.workers_known.set()
             self._exits.close()
@@ -460,8 +498,8 @@ class PoolCore:
             self.state = TERMINATE
             self.service.closing = True
             self.service.fail_all(PoolTerminatedError("the pool was terminated"))
-            workers = list(self.procs.values())
-        terminate_all([ws.process for ws in workers])
+            jobs = list(self.procs.values())
+        terminate_all([job.process for job in jobs])
         self.wake()
         self.join()
 

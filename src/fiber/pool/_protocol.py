@@ -7,6 +7,12 @@
                         [pool, b"retiring", req, worker_id, signal,   the cluster told it to
                          ids of the tasks it took, u64 each]          go (replied: b"retire"
                                                                       or b"die", see _retire)
+    job ─────▶ master   [pool, b"worker_ended", req, worker_id,       a worker of a job of
+                         exit code (ASCII)]                           several ended (see
+                                                                      _group; replied: the
+                                                                      id of the worker it
+                                                                      forks in its place,
+                                                                      or b"": none)
     master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
                         [b"", b"stop"]                                finish what you hold, exit
 
@@ -45,6 +51,7 @@ class PoolOps:
     STOP = b"stop"  # master -> worker: finish what you hold, then exit
     RETIRING = b"retiring"  # worker -> master: the cluster told it to go (see _retire)
     RESUME = b"resume"  # worker -> master: its connection was reset; it is back (_resume)
+    WORKER_ENDED = b"worker_ended"  # job -> master: one of its workers ended (_group)
 
 _TASK = struct.Struct("<QIBH")
 

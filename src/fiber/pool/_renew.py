@@ -49,8 +49,8 @@ def renew_at(connected: float, life: Optional[float], slot: int) -> float:
 
 def said(old: Any, new: Any) -> str:
     """The INFO line of a renewal."""
-    return (f"{old.process.name} is renewed ahead of its job's known end: "
-            f"{new.process.name} took its place; it finishes what it holds")
+    return (f"{old.name} is renewed ahead of its job's known end: "
+            f"{new.name} took its place; it finishes what it holds")
 
 
 def due(workers: List[Any], now: float, free_slots: Deque[Tuple[int, int]]) -> List[Any]:

@@ -41,7 +41,7 @@ from ._protocol import (
     results_busy,
     unpack_results,
 )
-from ._state import ReadyWorkers, Task, WorkerState
+from ._state import PoolJob, ReadyWorkers, Task, WorkerState
 
 __all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
 
@@ -90,6 +90,13 @@ class PoolService(Service):
         #: Wakes the pool's maintainer (set by the pool): a renewal time is set.
         self.wake: Callable[[], None] = lambda: None
         self.by_peer: Dict[int, WorkerState] = {}
+        #: Workers of jobs of several (see `_group`) whose connection ended while their
+        #: job lives, until the job reports their end: worker id -> (state, whether the
+        #: end was expected). They count towards the pool's size: their job replaces them.
+        self.awaiting: Dict[int, Tuple[WorkerState, bool]] = {}
+        #: Makes the worker a job of several forks in place of one that ended, if the pool
+        #: needs one (set by the pool; None: it does not).
+        self.replace_in: Callable[[PoolJob], Optional[WorkerState]] = lambda job: None
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
@@ -145,7 +152,7 @@ class PoolService(Service):
 
     def active(self) -> int:
         """Workers neither lost nor retiring: what counts towards the pool's size."""
-        return len(self.workers) - self.retiring
+        return len(self.workers) - self.retiring + len(self.awaiting)
 
     def submit(self, tasks: List[Task]) -> None:
         """Queue ``tasks`` (of one call: one function) and hand out what workers can take."""
@@ -379,7 +386,7 @@ class PoolService(Service):
                     self.latency.observe(now - task.queued, task.items)
             self._finish(task, ok, frames)
         ws.done += items
-        self.stream.add(ws.process.name, ws.since, now, outcome, items)
+        self.stream.add(ws.name, ws.since, now, outcome, items)
         ws.since = now
         if self.suspects:
             self.suspects.pop(ws.process.host, None)  # its host answers
@@ -464,7 +471,7 @@ class PoolService(Service):
             ws.retiring = True
             self.retiring += 1
             self.free_slots.append((ws.slot, ws.restarts + 1))  # its replacement's place
-        info("%s (%s) retires: %s; %s", ws.process.name, _losses.where(ws), ws.retired_why,
+        info("%s (%s) retires: %s; %s", ws.name, _losses.where(ws), ws.retired_why,
              _retire.plan(ws, given))
         server.reply(peer, req_id, b"retire")
         self._refresh(ws)
@@ -508,7 +515,7 @@ class PoolService(Service):
         ws.resume_by = time.monotonic() + _resume.RESUME_WAIT_S
         self._refresh(ws)
         log("%s's connection was reset: waiting %.0f s for it to connect again",
-            ws.process.name, _resume.RESUME_WAIT_S)
+            ws.name, _resume.RESUME_WAIT_S)
         server.call_later(_resume.RESUME_WAIT_S,
                           functools.partial(self._not_resumed, ws, ws.resume_by))
 
@@ -536,7 +543,7 @@ class PoolService(Service):
         ws.functions.clear()  # a function's frames may have been lost with the tasks
         self.by_peer[peer.peer_id] = ws
         info("%s (%s) connected again after its connection was reset; %s",
-             ws.process.name, _losses.where(ws),
+             ws.name, _losses.where(ws),
              f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
              else "nothing was lost")
         server.reply(peer, req_id, b"ok")
@@ -636,30 +643,82 @@ class PoolService(Service):
         tasks = self._requeue(tasks)
         items = sum(task.items for task in tasks)
         if items:
-            self.stream.add(ws.process.name, ws.since, now, "lost", items)
+            self.stream.add(ws.name, ws.since, now, "lost", items)
         if not ws.retired_why:
             self.retried += items
         if not ws.retiring:
             self.free_slots.append((ws.slot, ws.restarts + 1))
+        # Its job (of several) says how it ended, and replaces it: until then it counts.
+        awaited = (ws.job is not None and ws.job.forks and ws.job.alive
+                   and ws.exitcode is None)
+        if awaited:
+            self.awaiting[ws.worker_id] = (ws, expected)
         if ws.retired_why:
-            log("%s left the pool (retired: %s)%s", ws.process.name, ws.retired_why,
+            log("%s left the pool (retired: %s)%s", ws.name, ws.retired_why,
                 f"; {_losses.tasks_text(tasks)} run again" if tasks else "")
         elif expected or ws.process.cancelled:
-            log("%s left the pool (%s)", ws.process.name,
+            log("%s left the pool (%s)", ws.name,
                 "retired" if ws.retiring else "terminated" if ws.process.cancelled
                 else "pool closing" if self.closing else "maxtasksperchild reached")
         elif ws.init_failed:  # said when it told (init_failed)
-            log("%s ended: its initializer raised", ws.process.name)
+            log("%s ended: its initializer raised", ws.name)
         else:
-            log("%s lost, holding %d tasks", ws.process.name, len(tasks))
+            log("%s lost, holding %d tasks", ws.name, len(tasks))
             self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.started,
                                              _losses.given_text(ws.given, tasks)))
-            if exit_code(ws) is not None:
+            if exit_code(ws) is not None and not (ws.job is not None and ws.job.forks):
+                # (a job of several says how its worker ended, or the job did: _settle)
                 self.losses.ready(ws)
             elif self.server is not None:
                 self.server.call_later(_losses.REPORT_WAIT_S, lambda: self.losses.ready(ws))
-        self.on_worker_gone(ws, expected)
+        if not awaited:
+            self.on_worker_gone(ws, expected)
         self.dispatch()
+
+    @handles(PoolOps.WORKER_ENDED)
+    def worker_ended(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """``[worker id, exit code]``: a worker of a job of several ended (see `_group`).
+        Lost, if it was not yet (with its exit code: its warning is said now); answered
+        with the id of the worker the job forks in its place, or b"" (none needed)."""
+        worker_id = int.from_bytes(bytes(payload[0]), "little")
+        ws = self._settle(worker_id, int(bytes(payload[1])))
+        new = self.replace_in(ws.job) if ws is not None and ws.job is not None else None
+        server.reply(peer, req_id, b"ok", [new.worker_id.to_bytes(8, "little")
+                                           if new is not None else b""])
+
+    def job_ended(self, job: PoolJob, code: Optional[int]) -> None:
+        """``job``'s process ended with ``code``: every worker it held is lost now, each
+        with the job's code unless its own end was known. Not one is replaced in it."""
+        job.alive = False
+        for ws in job.workers:
+            if ws.exitcode is None:
+                ws.exitcode = code
+            self._settle(ws.worker_id, ws.exitcode, say=False)
+        if job.forks:  # one warning for the job and the workers it took with it
+            _losses.report_job(job.process.name, [ws for ws in job.workers if ws.loss])
+        for ws in job.workers:
+            self.losses.ready(ws)
+
+    def _settle(self, worker_id: int, code: Optional[int],
+                say: bool = True) -> Optional[WorkerState]:
+        """Worker ``worker_id`` ended with ``code``: lost if it was not yet, its warning
+        said (``say``; else its job's says it). Returns its state (None: no worker of this
+        pool now)."""
+        waited = self.awaiting.pop(worker_id, None)
+        ws = waited[0] if waited is not None else self.workers.get(worker_id)
+        if ws is None:
+            return None
+        ws.exitcode = code
+        if waited is not None:
+            if say:
+                self.losses.ready(ws)
+            self.on_worker_gone(ws, waited[1])
+        else:
+            self.worker_lost(ws)
+            if say:
+                self.losses.ready(ws)
+        return ws
 
     def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
         """Count worker ``ws``'s death against the ``tasks`` it held (see
@@ -668,10 +727,6 @@ class PoolService(Service):
         if culprit is not None:
             self._give_up(culprit, time.monotonic() + _losses.REPORT_WAIT_S)
         return notes
-
-    def report_lost(self, ws: WorkerState) -> None:
-        """The worker's job has ended: say it was lost, if it was (and not said yet)."""
-        self.losses.ready(ws)
 
     def _give_up(self, task: Task, deadline: float) -> None:
         """Fail a task that killed its worker too often, naming each attempt's exit code

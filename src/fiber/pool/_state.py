@@ -15,7 +15,7 @@ from ..process import Process
 from ..transport.server import Peer
 from . import _credit, _losses
 
-__all__ = ["ResultSink", "Task", "WorkerState", "ReadyWorkers"]
+__all__ = ["ResultSink", "Task", "WorkerState", "PoolJob", "ReadyWorkers"]
 
 
 class ResultSink(Protocol):
@@ -67,15 +67,36 @@ class Task:
         return f"{self.call} (tasks {self.first}-{self.first + self.items - 1})"
 
 
+class PoolJob:
+    """A job of the pool's: one worker, or several (``forks``: ``workers_per_job`` > 1,
+    see `_group`), which its process forks, and replaces when the pool asks it to."""
+
+    __slots__ = ("process", "forks", "workers", "alive")
+
+    def __init__(self, process: Process, forks: bool) -> None:
+        self.process = process
+        self.forks = forks
+        #: Its workers, in the order they joined it (those lost included).
+        self.workers: List[WorkerState] = []
+        #: False once its process has ended: no worker is replaced in it any more.
+        self.alive = True
+
+
 class WorkerState:
-    __slots__ = ("worker_id", "process", "peer", "pending", "functions",
+    __slots__ = ("worker_id", "process", "name", "job", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
                  "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp")
 
-    def __init__(self, worker_id: int, process: Process) -> None:
+    def __init__(self, worker_id: int, process: Process, name: Optional[str] = None,
+                 job: Optional[PoolJob] = None) -> None:
         self.worker_id = worker_id
+        #: Its job: its own, or the job of several workers it is one of (``job``).
         self.process = process
+        self.name = name if name is not None else process.name  # "PoolWorker-7"
+        self.job = job
+        if job is not None:
+            job.workers.append(self)
         self.peer: Optional[Peer] = None
         self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
         #: This worker's function LRU, as the worker keeps it (see _pool_protocol).

@@ -239,7 +239,7 @@ def _row(ws: Any, now: float) -> Dict[str, Any]:
     else:
         label = running = None
         held = 0
-    return {"name": proc.name, "job_id": proc.job_id, "host": proc.host, "state": _state(ws),
+    return {"name": ws.name, "job_id": proc.job_id, "host": proc.host, "state": _state(ws),
             "task": label, "running_s": running, "held": held, "done": ws.done,
             "restarts": ws.restarts}
 

@@ -42,7 +42,7 @@ from typing import Any, Dict, NoReturn, Optional
 from .._core._clients import plain_client
 from ._launcher import SERVICE, LaunchOps
 
-__all__ = ["split", "RelayLink", "FORWARDED_SIGNALS"]
+__all__ = ["split", "RelayLink", "FORWARDED_SIGNALS", "die_with"]
 
 _READ = 65536
 #: Seconds the relay lets output gather before it reads, unless the job asks it to
@@ -92,7 +92,7 @@ def split(parent: str, token: bytes) -> RelayLink:
     relay_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _die_with(relay_pid)
+        die_with(relay_pid)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         for fd in (out_r, out_w, err_r, err_w, hurry_r):
@@ -105,14 +105,16 @@ def split(parent: str, token: bytes) -> RelayLink:
     _Relay(pid, {out_r: 1, err_r: 2}, hurry_r, shared, parent, token).run()
 
 
-def _die_with(relay_pid: int) -> None:
-    """The job ends if its relay does (a cluster that kills the first process only)."""
+def die_with(parent_pid: int) -> None:
+    """The calling process, forked from ``parent_pid``, ends (SIGKILL) if that process
+    does: a job forked from its relay, a pool worker from its job (a cluster that kills
+    the first process only). Call in the child, at once."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    if os.getppid() != relay_pid:  # it died before prctl took effect
+    if os.getppid() != parent_pid:  # it died before prctl took effect
         os._exit(1)
 
 

@@ -46,7 +46,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 from .operations import Service, handles
 from .peers import Peer
 
-__all__ = ["SentLog", "Orphans", "orphan", "ALWAYS", "has_orphans", "take_orphans", "send_orphans",
+__all__ = ["SentLog", "Orphans", "orphan", "forget_in_child", "ALWAYS", "has_orphans",
+           "take_orphans", "send_orphans",
            "deliver_orphans",
            "say_undelivered", "bytes_acked", "RESEND_SERVICE", "EndedPeers", "ResendOps"]
 
@@ -165,6 +166,14 @@ _orphans: Dict[str, List[Orphans]] = {}
 #: Held while a new connection to an address sends its orphans: another new connection
 #: to it waits, so that its messages do not overtake them.
 _sending: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+
+
+def forget_in_child() -> None:
+    """In a forked child: the parent's orphans are the parent's to deliver."""
+    global _lock, _sending
+    _lock = threading.Lock()
+    _orphans.clear()
+    _sending = collections.defaultdict(threading.Lock)
 
 
 def orphan(address: str, orphans: Orphans) -> None:

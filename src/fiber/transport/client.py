@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import errno
 import itertools
+import os
 import secrets
 import socket
 import struct
@@ -580,3 +581,30 @@ def close_all() -> None:
                 pass
             anchor.close()
         _anchors.clear()
+
+
+def _forget_in_child() -> None:
+    """In a child forked from a process that had connections (a pool's job forking its
+    workers, a user's ``os.fork`` or ``fork`` start method): none of them is the
+    child's. Reading or writing one would mix its messages with the parent's, and its
+    anchor would tell the server the parent's id. The child closes its copies of their
+    descriptors (only those: the parent's connections live on, no shutdown), forgets
+    them, and takes an id of its own: it connects anew, as a process of its own."""
+    global _local, _anchor_lock, _all_clients
+    for client in list(_all_clients) + list(getattr(_local, "clients", {}).values()):
+        sock = getattr(client, "sock", None)
+        if sock is not None:
+            try:
+                os.close(sock.detach())
+            except OSError:
+                pass
+            client.lost = True
+    _local = threading.local()
+    _anchors.clear()
+    _anchor_lock = threading.Lock()
+    _all_clients = weakref.WeakSet()
+    _resend.forget_in_child()
+    renew_process_id()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,193 @@
+"""fiber.Pool with jobs of several workers (``workers_per_job``), on the backend under
+test: each job forks its workers and replaces one that dies in it, without asking the
+cluster; a job that dies loses its workers at once, their tasks run elsewhere, once.
+
+The jobs of two workers here ask for ``cpu=0.5`` a worker (one CPU a job), so that they
+fit the test engines' nodes (two CPUs; a Kubernetes node keeps some for itself)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+from typing import List
+
+import pytest
+
+import fiber
+from fiber.errors import BrokenPoolError, ConfigError, WorkerLostError
+
+from .support import pool_helpers as ph
+from .support.waiting import wait_until
+from .test_pool_chaos import INTERVAL, Chaos
+
+pytestmark = pytest.mark.timeout(300)
+
+PER_JOB = 2
+CPU = 0.5  # a worker's: a job of two asks for one CPU
+
+
+def jobs_of(pool) -> List[fiber.Process]:
+    """The pool's job processes, each once (its workers share it)."""
+    return [job.process for job in list(pool._core.procs.values())]
+
+
+def job_ids(pool) -> collections.Counter:
+    """How many live workers each job holds, as ``pool.status()`` shows them."""
+    return collections.Counter(w.job_id for w in pool.status().workers)
+
+
+def test_a_pool_of_jobs_of_two_workers_runs_each_task_once(ctx):
+    with ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=240)
+        assert len(jobs_of(pool)) == 2  # four workers, two cluster jobs
+        status = pool.status()
+        assert sorted(w.name for w in status.workers) == [f"PoolWorker-{i}" for i in range(1, 5)]
+        assert sorted(job_ids(pool).values()) == [2, 2]
+        out = pool.map(ph.sleep_then_key, range(400), 1)
+        assert [x for x, _ in out] == list(range(400))
+        assert len({key for _, key in out}) == 4  # four processes, each its own worker
+        assert pool.apply(ph.in_worker) is True
+
+
+def test_a_worker_that_dies_in_its_job_is_replaced_in_it(ctx):
+    with fiber.config.override(pool_max_task_retries=1), \
+            ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=240)
+        jobs = jobs_of(pool)
+        before = job_ids(pool)
+        # the task ends its worker's process each time: tried twice, then it fails
+        with pytest.raises(WorkerLostError):
+            pool.apply(ph.do_fault, ("exit", "running the task"))
+        pool.wait_until_workers_up(timeout=60)
+        assert jobs_of(pool) == jobs and all(job.is_alive() for job in jobs)
+        assert job_ids(pool) == before  # replaced in the same jobs, no new job
+        assert sum(w.restarts for w in pool.status().workers) == 2
+        assert pool.map(ph.square, range(50)) == [x * x for x in range(50)]
+
+
+def test_workers_past_maxtasksperchild_are_replaced_in_their_job(ctx):
+    with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU, maxtasksperchild=3) as pool:
+        out = pool.map(ph.with_process_key, range(30), 1)
+        assert [x for x, _ in out] == list(range(30))
+        assert len({key for _, key in out}) >= 10  # a new worker every 3 tasks
+        (job,) = jobs_of(pool)  # all forked by the one job
+        assert job.is_alive()
+
+
+def test_a_pool_of_jobs_grows_and_shrinks(ctx):
+    with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=240)
+        pool.resize(5)  # three more workers: two more jobs (of 2 and of 1)
+        pool.wait_until_workers_up(timeout=240)
+        assert len(pool.status().workers) == 5 and len(jobs_of(pool)) == 3
+        assert pool.map(ph.square, range(100)) == [x * x for x in range(100)]
+        pool.resize(1)
+        wait_until(lambda: len(pool.status().workers) == 1, 60, message="shrunk to 1")
+        assert pool.map(ph.square, range(20)) == [x * x for x in range(20)]
+        time.sleep(1.0)  # a job whose workers all retired has ended, none replaced
+        assert len(pool.status().workers) == 1
+
+
+def test_an_initializer_that_raises_breaks_a_pool_of_jobs(ctx):
+    with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU, initializer=ph.init_raises,
+                  initargs=("no way",)) as pool:
+        with pytest.raises(BrokenPoolError, match="no way"):
+            pool.map(ph.square, range(4))
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2"])
+def test_a_bad_workers_per_job_is_refused(ctx, bad):
+    with pytest.raises(ValueError, match="workers_per_job"):
+        ctx.Pool(2, workers_per_job=bad)
+
+
+def test_a_bad_pool_workers_per_job_in_the_config_is_refused(ctx):
+    with pytest.raises(ConfigError, match="pool_workers_per_job"):
+        with fiber.config.override(pool_workers_per_job=0):
+            pass
+
+
+# -- faults, by pid: the local backends ------------------------------------------------
+
+
+def _workers_of(job_pid: int) -> List[int]:
+    try:
+        with open(f"/proc/{job_pid}/task/{job_pid}/children") as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
+
+
+class JobChaos(Chaos):
+    """Every ``INTERVAL`` s, SIGKILL a random worker inside a job, or (one time in three)
+    a whole job with its workers."""
+
+    def __init__(self, pool) -> None:
+        super().__init__(pool)
+        self.workers_killed = 0
+        self.jobs_killed = 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(INTERVAL):
+            jobs = [p.pid for p in jobs_of(self.pool) if p.pid]
+            if not jobs:
+                continue
+            job = self._rng.choice(jobs)
+            workers = _workers_of(job)
+            kill_job = self._rng.random() < 1 / 3 or not workers
+            try:
+                os.kill(job if kill_job else self._rng.choice(workers), signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            if kill_job:
+                self.jobs_killed += 1
+            else:
+                self.workers_killed += 1
+
+
+@pytest.mark.local_pids
+def test_a_map_while_workers_and_whole_jobs_are_killed(ctx):
+    n = 10_000
+    with fiber.config.override(pool_max_task_retries=50), \
+            ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=120)
+        with JobChaos(pool) as chaos:
+            out = pool.map_async(ph.tiny, range(n), 1).get(timeout=240)
+        assert out == [x * 3 + 1 for x in range(n)]  # every result, once, in its place
+        assert chaos.workers_killed >= 3 and chaos.jobs_killed >= 2, (
+            chaos.workers_killed, chaos.jobs_killed)
+        assert pool.map(ph.square, range(20)) == [x * x for x in range(20)]
+        pool.wait_until_workers_up(timeout=60)
+        assert len(pool.status().workers) == 4
+
+
+@pytest.mark.local_pids
+def test_terminate_ends_every_worker_of_every_job(ctx):
+    pool = ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU)
+    pool.wait_until_workers_up(timeout=120)
+    pids = {pid for _, pid in pool.map(ph.sleep_then_pid, range(40), 1)}
+    jobs = [p.pid for p in jobs_of(pool)]
+    assert len(pids) == 4 and not pids & set(jobs)
+    pool.terminate()
+    for pid in pids | set(jobs):
+        wait_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}")
+                   or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+                   30, message=f"process {pid} ended")
+
+
+@pytest.mark.local_pids
+def test_a_job_told_to_go_retires_its_workers_and_loses_no_task(ctx, caplog):
+    caplog.set_level("INFO", logger="fiber")
+    with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=120)
+        (job,) = jobs_of(pool)
+        r = pool.starmap_async(ph.sleep_return, [(x, 0.05) for x in range(60)], 1)
+        time.sleep(0.5)
+        os.kill(job.pid, signal.SIGTERM)  # a walltime's notice: to the job's process
+        assert r.get(timeout=120) == list(range(60))
+        wait_until(lambda: not job.is_alive(), 30, message="the job ended")
+        said = [rec.getMessage() for rec in caplog.records if rec.name == "fiber"]
+        assert sum("retires" in m for m in said) == 2, said
+        assert not any("was lost" in m for m in said), said
