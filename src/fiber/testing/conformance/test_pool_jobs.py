@@ -2,7 +2,7 @@
 test: each job forks its workers and replaces one that dies in it, without asking the
 cluster; a job that dies loses its workers at once, their tasks run elsewhere, once.
 
-The jobs of two workers here ask for ``cpu=0.5`` a worker (one CPU a job), so that they
+The jobs of two workers here ask for ``cpu=0.25`` a worker (half a CPU a job), so that they
 fit the test engines' nodes (two CPUs; a Kubernetes node keeps some for itself)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .test_pool_chaos import INTERVAL, Chaos
 pytestmark = pytest.mark.timeout(300)
 
 PER_JOB = 2
-CPU = 0.5  # a worker's: a job of two asks for one CPU
+CPU = 0.25  # a worker's: a job of two asks for half a CPU
 
 
 def jobs_of(pool) -> List[fiber.Process]:

@@ -1,0 +1,133 @@
+"""A pool as one job a worker against jobs of several workers (``workers_per_job``), in
+one run, on the backend the config names (``--backend``): real workers, real jobs.
+
+For each layout, in a fresh pool:
+
+- **start**: from ``Pool()`` until every worker has connected (``wait_until_workers_up``),
+  and the cluster jobs it took;
+- **rounds** of one task per worker (``map(sleep, [T] * n, chunksize=1)``): efficiency =
+  T / the round's wall time;
+- **replacement**: a worker SIGKILLed (by the pid its task reported: the backends whose
+  hosts share this machine's pid namespace, local, netns, Slurm and Grid Engine here)
+  until the pool has all its workers connected again: a new cluster job for a job of
+  one, a fork in its job for a job of several;
+- **memory**: the proportional set size of the workers (``/proc/PID/smaps_rollup``; its
+  job's first process, where it is not a worker, not counted), a worker's mean.
+
+Ratios are layout K against layout 1. Example::
+
+    python benchmarks/pool_jobs.py --workers 64 --per-job 32 --backend local
+    python benchmarks/pool_jobs.py --workers 1024 --per-job 64 --backend netns --hosts 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import time
+from typing import Dict, List, Optional
+
+from _common import table  # type: ignore[import-not-found]
+
+import fiber
+
+
+def sleep_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def pss_kb(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def measure(n: int, per_job: int, rounds: int, task_s: float,
+            cpu: Optional[float]) -> Dict[str, float]:
+    out: Dict[str, float] = {}
+    started = time.monotonic()
+    pool = fiber.Pool(n, workers_per_job=per_job, cpu=cpu)
+    try:
+        pool.wait_until_workers_up(timeout=900)
+        out["start_s"] = time.monotonic() - started
+        out["jobs"] = len({w.job_id for w in pool.status().workers})
+        pool.map(sleep_pid, [0.0] * n, 1)  # every worker has its function
+        efficiency: List[float] = []
+        pids: List[int] = []
+        for _ in range(rounds):
+            t = time.monotonic()
+            pids = pool.map(sleep_pid, [task_s] * n, 1)
+            efficiency.append(task_s / (time.monotonic() - t))
+        out["efficiency"] = statistics.mean(efficiency)
+        sizes = [pss_kb(pid) for pid in set(pids)]
+        known = [s for s in sizes if s is not None]
+        out["pss_mb"] = statistics.mean(known) / 1024 if known else float("nan")
+        restarts = sum(w.restarts for w in pool.status().workers)
+        t = time.monotonic()
+        os.kill(pids[0], signal.SIGKILL)
+        while sum(w.restarts for w in pool.status().workers) == restarts:
+            time.sleep(0.001)  # until its replacement is on its way
+        pool.wait_until_workers_up(timeout=900)
+        out["replace_s"] = time.monotonic() - t
+    finally:
+        pool.terminate()
+    return out
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--per-job", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--task-ms", type=float, default=200.0)
+    ap.add_argument("--cpu", type=float, default=None,
+                    help="CPUs a worker asks for (a job of K asks K times it)")
+    ap.add_argument("--backend", default="local",
+                    help="local, slurm, ... or netns (with --hosts network-namespace hosts)")
+    ap.add_argument("--hosts", type=int, default=4, help="netns hosts (root)")
+    args = ap.parse_args()
+    hosts = None
+    if args.backend == "netns":
+        from fiber.testing import netns
+        hosts = netns.Hosts(args.hosts).start()
+        os.environ[netns.HOSTS_ENV] = hosts.to_env()
+    try:
+        fiber.init(backend=args.backend)
+        run(args)
+    finally:
+        if hosts is not None:
+            hosts.stop()
+
+
+def run(args: argparse.Namespace) -> None:
+    layouts = [1, args.per_job]
+    results = {k: measure(args.workers, k, args.rounds, args.task_ms / 1000, args.cpu)
+               for k in layouts}
+    one, many = results[1], results[args.per_job]
+    rows = []
+    for key, label in (("start_s", "start, every worker connected (s)"),
+                       ("jobs", "cluster jobs"),
+                       ("efficiency", f"rounds of {args.task_ms:g} ms tasks: efficiency"),
+                       ("replace_s", "a worker killed: back to full (s)"),
+                       ("pss_mb", "a worker's proportional set size (MB)")):
+        ratio = many[key] / one[key] if one[key] else float("nan")
+        rows.append([label, _fmt(one[key]), _fmt(many[key]), f"{ratio:.3g}x"])
+    where = f"{args.hosts} netns hosts" if args.backend == "netns" else args.backend
+    table(f"Pool({args.workers}) on {where}: a job a worker vs jobs of "
+          f"{args.per_job}", ["", "jobs of 1", f"jobs of {args.per_job}", "ratio"], rows)
+
+
+if __name__ == "__main__":
+    main()
