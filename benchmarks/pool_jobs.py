@@ -4,7 +4,10 @@ one run, on the backend the config names (``--backend``): real workers, real job
 For each layout, in a fresh pool:
 
 - **start**: from ``Pool()`` until every worker has connected (``wait_until_workers_up``),
-  and the cluster jobs it took;
+  the cluster jobs it took, and the connections the master holds for its workers (one a
+  job, relayed, for jobs of several);
+- **apply** in a loop: one task's round trip (through the job's relay, for jobs of
+  several: a hop more);
 - **rounds** of one task per worker (``map(sleep, [T] * n, chunksize=1)``): efficiency =
   T / the round's wall time;
 - **replacement**: a worker SIGKILLed (by the pid its task reported: the backends whose
@@ -59,6 +62,12 @@ def measure(n: int, per_job: int, rounds: int, task_s: float,
         pool.wait_until_workers_up(timeout=900)
         out["start_s"] = time.monotonic() - started
         out["jobs"] = len({w.job_id for w in pool.status().workers})
+        service = pool._core.service  # what the master holds (not public: a benchmark)
+        out["links"] = len(service.by_peer) + len(service.relays)
+        t = time.monotonic()
+        for _ in range(200):
+            pool.apply(sleep_pid, (0.0,))
+        out["apply_us"] = (time.monotonic() - t) / 200 * 1e6
         pool.map(sleep_pid, [0.0] * n, 1)  # every worker has its function
         efficiency: List[float] = []
         pids: List[int] = []
@@ -119,6 +128,8 @@ def run(args: argparse.Namespace) -> None:
     rows = []
     for key, label in (("start_s", "start, every worker connected (s)"),
                        ("jobs", "cluster jobs"),
+                       ("links", "the master's connections to workers"),
+                       ("apply_us", "apply() in a loop: a round trip (us)"),
                        ("efficiency", f"rounds of {args.task_ms:g} ms tasks: efficiency"),
                        ("replace_s", "a worker killed: back to full (s)"),
                        ("pss_mb", "a worker's proportional set size (MB)")):

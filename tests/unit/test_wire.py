@@ -209,9 +209,9 @@ def test_each_operation_a_protocol_names_has_one_handler(service, ops):
 
 def test_the_pool_service_handles_what_workers_and_their_jobs_send():
     worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING,
-                    PoolOps.RESUME, PoolOps.WORKER_ENDED}
+                    PoolOps.RESUME, PoolOps.WORKER_ENDED, PoolOps.FROM}
     assert set(PoolService.operations) == worker_sends
-    assert {PoolOps.TASKS, PoolOps.STOP}.isdisjoint(PoolService.operations)
+    assert {PoolOps.TASKS, PoolOps.STOP, PoolOps.TO}.isdisjoint(PoolService.operations)
 
 
 def test_every_service_class_is_checked():

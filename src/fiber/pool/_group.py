@@ -1,35 +1,41 @@
-"""A job of several pool workers (``workers_per_job`` > 1): its process forks them.
+"""A job of several pool workers (``workers_per_job`` > 1): it forks them and relays them.
 
 One cluster job holds K workers (one Slurm array task, one pod, one ssh process), so
-that a pool of thousands of workers is hundreds of cluster jobs, not thousands. The job's
-process is the *group*: it forks its K workers from itself, each running the worker's
-loop (`_worker.worker_main`) with a connection of its own to the master::
+that a pool of thousands of workers is hundreds of cluster jobs, not thousands, and the
+master holds one connection a job, not one a worker. The job's process is the *group*:
+it forks its K workers from itself (warm: its interpreter and imports are theirs), each
+running the worker's loop (`_worker.worker_main`) over a socket pair with the group,
+and relays their pool messages on its own connection to the master::
 
-    master ──▶ job: its worker ids [3, 4, 5, 6]
-    group:  a worker forked per id (warm: the job's interpreter and imports are theirs)
-    a worker ends (the group's waitpid, at once):
+    master ──▶ group   [b"", to, worker id, tasks | stop, ...]  ──▶ that worker's pair
+    worker ──▶ group   [hello | results, ...]  ──▶ master [pool, from, worker id, ...]
+    a worker ends (SIGCHLD, waitpid): what it sent first, then
         [pool, worker_ended, req, worker id, exit code] ──▶ master
         ◀── the id of the worker to fork in its place (forked at once: milliseconds,
             no cluster round trip), or b"" (the pool has enough, or is ending)
     the group ends once its last worker has ended and none replaces it.
 
+What else a worker asks of the master (its initializer's failure, a retirement, its
+tasks' calls to queues, locks and managers) goes on connections of its own, made when
+first needed: they are rare in pool tasks, and their objects may live on any hub.
+
 The master keeps one record a worker (`WorkerState`) and one a job (`PoolJob`): a worker
 that dies in its job is lost as any worker is (its tasks go to others, one warning), and
-replaced in the job; a job that dies loses its workers at once. Signals for the job (the
-cluster's walltime notice, ``terminate``) go to every worker, which retires as one of its
-own (see `_retire`). A worker ends with its group (``PR_SET_PDEATHSIG``): a job the
-cluster kills leaves nothing behind.
-
-Each worker still has its own link to the master: the relay (one link a host) is the next
-step, see docs/contributing/workers-per-job.md. What the workers print goes out through
-the job's output, prefixed with the job's name.
+replaced in the job; a job that dies, or whose connection ends, loses its workers at
+once. Signals for the job (the cluster's walltime notice, ``terminate``) go to every
+worker, which retires as one of its own (see `_retire`). A worker ends with its group
+(``PR_SET_PDEATHSIG``): a job the cluster kills leaves nothing behind. What the workers
+print goes out through the job's output, prefixed with the job's name.
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
+import socket
 import sys
+import time
 import traceback
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -37,23 +43,94 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core._clients import get_client
 from ..process import _output, current_process
 from ..process._relay import FORWARDED_SIGNALS, die_with
+from ..transport import cpus
+from ..transport.client import Client, ConnectionLost
+from ..transport.framing import FrameReader, ProtocolError, send_frames
+from ..transport.sockets import readable
 from ._protocol import PoolOps
-from ._worker import worker_main
+from ._worker import PoolLink, worker_main
 
-__all__ = ["group_main"]
+__all__ = ["group_main", "RelayedLink"]
 
 #: Seconds the group waits for the master to answer a worker's end (then: no replacement).
 _ASK_S = 30.0
+#: Seconds the group reads what an ended worker sent last (a process it forked may
+#: hold the worker's end of the pair open: then what came by then).
+_LAST_WORDS_S = 1.0
+
+
+class RelayedLink:
+    """A worker's end of its socket pair with its group: the worker's `PoolLink`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._reader = FrameReader()
+
+    def send(self, service: bytes, op: bytes, frames: Any = ()) -> None:
+        try:
+            send_frames(self.sock, [op, *frames], unix=False)
+        except OSError as e:
+            raise ConnectionLost(f"its job is gone: {e}") from None
+
+    def next_push(self, timeout: Optional[float], spin: float = 0.0
+                  ) -> Optional[List[Any]]:
+        messages = self._reader.messages
+        if spin and not messages:
+            cpus.poll(lambda: messages or (self._feed(socket.MSG_DONTWAIT) and messages), spin)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not messages:
+            flags = 0
+            if deadline is not None:
+                left = max(0.0, deadline - time.monotonic())
+                if left == 0:
+                    flags = socket.MSG_DONTWAIT
+                elif not readable([self.sock], left):
+                    return None
+            if not self._feed(flags):
+                return None
+        return messages.popleft()
+
+    def _feed(self, flags: int) -> bool:
+        try:
+            alive = self._reader.feed_from(self.sock, flags)
+        except BlockingIOError:
+            return False
+        except (OSError, ProtocolError) as e:
+            raise ConnectionLost(f"its job is gone: {e}") from None
+        if not alive:
+            raise ConnectionLost("its job is gone")
+        return True
+
+
+class _Link:
+    """The group's end of one worker's pair."""
+
+    __slots__ = ("worker_id", "wire_id", "sock", "reader", "open")
+
+    def __init__(self, worker_id: int, sock: socket.socket) -> None:
+        self.worker_id = worker_id
+        self.wire_id = worker_id.to_bytes(8, "little")
+        self.sock = sock
+        self.reader = FrameReader()
+        self.open = True
 
 
 class _Group:
     def __init__(self, address: str, pool_name: bytes,
-                 run: Callable[[int], None]) -> None:
+                 run: Callable[[int, PoolLink], None]) -> None:
         self.address = address
         self.pool_name = pool_name
         self.run = run
-        self.children: Dict[int, int] = {}  # pid -> worker id
+        client = get_client(address)
+        assert isinstance(client, Client)  # a job: the master's hub is elsewhere
+        self.client = client
+        self.children: Dict[int, _Link] = {}  # pid -> its link
         self.pid = os.getpid()
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        self.wake_w = wake_w
 
     def forward(self, signum: int, frame: Any) -> None:
         for pid in list(self.children):
@@ -69,41 +146,58 @@ class _Group:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        ours, theirs = socket.socketpair()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS + (signal.SIGCHLD,))
         try:
             with warnings.catch_warnings():  # the job's threads are not the child's
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
         except OSError as e:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            ours.close()
+            theirs.close()
             sys.stderr.write(f"fiber: cannot fork worker {worker_id}: {e}\n")
             self.ended(worker_id, 1)
             return
         if pid == 0:
-            code = 1
-            try:
-                for sig in FORWARDED_SIGNALS:
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                die_with(self.pid)
-                current_process().name = f"PoolWorker-{worker_id}"
-                self.run(worker_id)
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                _output.stop()
-                os._exit(code)
+            self._become_worker(worker_id, theirs, ours, mask)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        self.children[pid] = worker_id
+        theirs.close()
+        link = _Link(worker_id, ours)
+        self.children[pid] = link
+        self.selector.register(ours, selectors.EVENT_READ, link)
+
+    def _become_worker(self, worker_id: int, sock: socket.socket, other: socket.socket,
+                       mask: Any) -> None:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in FORWARDED_SIGNALS + (signal.SIGCHLD,):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            die_with(self.pid)
+            other.close()
+            for link in self.children.values():  # its siblings' pairs are not its own
+                link.sock.close()
+            self.selector.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            current_process().name = f"PoolWorker-{worker_id}"
+            self.run(worker_id, RelayedLink(sock))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            _output.stop()
+            os._exit(code)
 
     def ended(self, worker_id: int, code: int) -> None:
         """Tell the master that ``worker_id`` ended with ``code``; fork the worker it
         names in its place, if any. A master that cannot be told is ending: none."""
         try:
-            status, payload = get_client(self.address).request(
+            status, payload = self.client.request(
                 self.pool_name, PoolOps.WORKER_ENDED,
                 [worker_id.to_bytes(8, "little"), str(code).encode()], timeout=_ASK_S)
         except Exception:
@@ -112,27 +206,92 @@ class _Group:
         if new:
             self.fork(int.from_bytes(new, "little"))
 
-    def serve(self, worker_ids: List[int]) -> None:
-        for sig in FORWARDED_SIGNALS:
-            signal.signal(sig, self.forward)
-        for worker_id in worker_ids:
-            self.fork(worker_id)
-        while self.children:
+    def _from_master(self) -> None:
+        """Hand every message the master sent to the worker it names."""
+        while True:
+            msg = self.client.next_push(0.0)
+            if msg is None:
+                return
+            if bytes(msg[1]) != PoolOps.TO:
+                continue
+            worker_id = int.from_bytes(bytes(msg[2]), "little")
+            for link in self.children.values():
+                if link.worker_id == worker_id and link.open:
+                    try:
+                        send_frames(link.sock, [b"", *msg[3:]], unix=False)
+                    except OSError:
+                        pass  # it has ended: its end is reaped
+                    break
+
+    def _from_worker(self, link: _Link, flags: int = socket.MSG_DONTWAIT) -> bool:
+        """Relay what worker ``link`` sent; False once its end of the pair is closed."""
+        try:
+            alive = link.reader.feed_from(link.sock, flags)
+        except BlockingIOError:
+            return True
+        except (OSError, ProtocolError):
+            alive = False
+        messages = link.reader.messages
+        while messages:
+            self.client.send(self.pool_name, PoolOps.FROM, [link.wire_id, *messages.popleft()])
+        if not alive and link.open:
+            link.open = False
+            self.selector.unregister(link.sock)
+        return alive
+
+    def _reap(self) -> None:
+        while True:
             try:
-                pid, status = os.wait()
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
-            if pid in self.children:
-                self.ended(self.children.pop(pid), os.waitstatus_to_exitcode(status))
+            if pid == 0:
+                return
+            link = self.children.pop(pid, None)
+            if link is None:
+                continue
+            deadline = time.monotonic() + _LAST_WORDS_S  # what it sent goes first
+            while link.open and readable([link.sock], deadline - time.monotonic()):
+                if not self._from_worker(link, 0):
+                    break
+            if link.open:
+                self.selector.unregister(link.sock)
+            link.sock.close()
+            self.ended(link.worker_id, os.waitstatus_to_exitcode(status))
+
+    def serve(self, worker_ids: List[int]) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select (the wakeup fd)
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, self.forward)
+        self.selector.register(self.client.sock, selectors.EVENT_READ, None)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self.wake_r)
+        for worker_id in worker_ids:
+            self.fork(worker_id)
+        try:
+            while self.children:
+                self._from_master()
+                for key, _ in self.selector.select():
+                    if isinstance(key.data, _Link):
+                        self._from_worker(key.data)
+                    elif key.data == self.wake_r:
+                        try:
+                            os.read(self.wake_r, 4096)
+                        except BlockingIOError:
+                            pass
+                        self._reap()
+        except ConnectionLost:  # the master is gone: so is the pool, and its workers
+            for pid in self.children:
+                os.kill(pid, signal.SIGKILL)
 
 
 def group_main(address: str, pool_name: bytes, worker_ids: List[int],
                initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
                maxtasks: Optional[int]) -> None:
-    """The target of a job of several workers: fork ``worker_ids``, replace those that
-    end as the master says, return once none is left."""
+    """The target of a job of several workers: fork ``worker_ids``, relay them, replace
+    those that end as the master says, return once none is left."""
 
-    def run(worker_id: int) -> None:
-        worker_main(address, pool_name, worker_id, initializer, initargs, maxtasks)
+    def run(worker_id: int, link: PoolLink) -> None:
+        worker_main(address, pool_name, worker_id, initializer, initargs, maxtasks, link)
 
     _Group(address, pool_name, run).serve(worker_ids)

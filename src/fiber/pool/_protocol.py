@@ -13,6 +13,10 @@
                                                                       id of the worker it
                                                                       forks in its place,
                                                                       or b"": none)
+    job ─────▶ master   [pool, b"from", b"", worker_id, op, *payload] a worker's hello or
+                                                                      results, relayed
+    master ──▶ job      [b"", b"to", worker_id, op, *payload]         a worker's tasks or
+                                                                      stop, to relay
     master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
                         [b"", b"stop"]                                finish what you hold, exit
 
@@ -52,6 +56,8 @@ class PoolOps:
     RETIRING = b"retiring"  # worker -> master: the cluster told it to go (see _retire)
     RESUME = b"resume"  # worker -> master: its connection was reset; it is back (_resume)
     WORKER_ENDED = b"worker_ended"  # job -> master: one of its workers ended (_group)
+    FROM = b"from"  # job -> master: a worker's hello or results, relayed (_group)
+    TO = b"to"  # master -> job: a worker's tasks or stop, to relay (_group)
 
 _TASK = struct.Struct("<QIBH")
 

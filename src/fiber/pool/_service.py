@@ -90,6 +90,9 @@ class PoolService(Service):
         #: Wakes the pool's maintainer (set by the pool): a renewal time is set.
         self.wake: Callable[[], None] = lambda: None
         self.by_peer: Dict[int, WorkerState] = {}
+        #: The connections of jobs that relay their workers' messages (see `_group`):
+        #: peer id -> the workers relayed, by id.
+        self.relays: Dict[int, Dict[int, WorkerState]] = {}
         #: Workers of jobs of several (see `_group`) whose connection ended while their
         #: job lives, until the job reports their end: worker id -> (state, whether the
         #: end was expected). They count towards the pool's size: their job replaces them.
@@ -317,7 +320,7 @@ class PoolService(Service):
                     ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
         assert self.server is not None and ws.peer is not None
-        if not self.server.send(ws.peer, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
+        if not self._push(ws, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
             self.worker_lost(ws)
 
     def _schedule_late(self) -> None:
@@ -354,12 +357,40 @@ class PoolService(Service):
 
     # -- from workers ----------------------------------------------------------------------
 
+    def _push(self, ws: WorkerState, frames: List[Any]) -> bool:
+        """Send ``[b"", op, *payload]`` to worker ``ws``: on its connection, or through
+        its job's (``[b"", to, worker id, op, *payload]``: see `_group`)."""
+        assert self.server is not None and ws.peer is not None
+        if ws.relayed:
+            frames = [b"", PoolOps.TO, ws.worker_id.to_bytes(8, "little"), *frames[1:]]
+        return self.server.send(ws.peer, frames)
+
+    @handles(PoolOps.FROM)
+    def from_worker(self, server: Server, peer: Peer, req_id: bytes,
+                    payload: List[Any]) -> None:
+        """``[worker id, op, *payload]``: a worker's ``hello`` or ``results``, relayed by
+        its job (a job of several, see `_group`) on the job's connection."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+        if ws is None or ws.lost:
+            if bytes(payload[1]) == PoolOps.HELLO:
+                server.send(peer, [b"", PoolOps.TO, bytes(payload[0]), PoolOps.STOP])
+            return  # a worker presumed dead: its tasks were reassigned
+        if bytes(payload[1]) == PoolOps.HELLO:
+            ws.relayed = True
+            self.relays.setdefault(peer.peer_id, {})[ws.worker_id] = ws
+            self._hello(peer, ws)
+        elif ws.connected and ws.peer is peer:
+            self._results(peer, ws, payload[2:])
+
     @handles(PoolOps.RESULTS)
     def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """A batch of results (see _protocol): each task is finished once."""
         ws = self.by_peer.get(peer.peer_id)
         if ws is None:
             return  # a worker already presumed dead: its results were reassigned
+        self._results(peer, ws, payload)
+
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any]) -> None:
         fids = []
         items = 0
         outcome = "done"
@@ -421,6 +452,10 @@ class PoolService(Service):
         if ws is None or ws.lost:
             server.send(peer, [b"", PoolOps.STOP])
             return
+        self.by_peer[peer.peer_id] = ws
+        self._hello(peer, ws)
+
+    def _hello(self, peer: Peer, ws: WorkerState) -> None:
         ws.peer = peer
         ws.connected = True
         ws.tcp = peer.may_reset  # a link with a round trip to cover (see _credit)
@@ -430,7 +465,6 @@ class PoolService(Service):
         if ws.renew_at:
             self.wake()  # the maintainer sleeps until the next renewal
         self._refresh(ws)
-        self.by_peer[peer.peer_id] = ws
         self.init_failures.started()
         old, ws.replaces = ws.replaces, None
         if old is not None and not (old.lost or old.retiring):  # renewed: it retires
@@ -501,7 +535,17 @@ class PoolService(Service):
     def peer_gone(self, server: Server, peer: Peer) -> None:
         """A worker's connection ended: it is lost, unless the connection was reset while
         the worker may still live (see `_resume`): then it is waited for, holding its
-        tasks, until it connects again, its job ends, or the wait is over."""
+        tasks, until it connects again, its job ends, or the wait is over.
+
+        A job's connection that relayed its workers (see `_group`): they are lost, all,
+        and not replaced in it (it cannot be asked any more)."""
+        relayed = self.relays.pop(peer.peer_id, None)
+        if relayed:
+            self._count_traffic(peer)
+            for gone in list(relayed.values()):
+                if gone.job is not None:
+                    gone.job.alive = False
+                self.worker_lost(gone)
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is None:
             return
@@ -602,14 +646,15 @@ class PoolService(Service):
             return
         if ws.retiring or (self.closing and not self.queue):
             if self.server is not None and ws.peer is not None:
-                self.server.send(ws.peer, [b"", PoolOps.STOP])
+                self._push(ws, [b"", PoolOps.STOP])
 
     def traffic(self) -> Tuple[int, int]:
         """Bytes sent to the pool's workers and received from them, on their connections
         (tasks, functions and arguments; results; the workers' calls and their answers),
         counted by the transport as it writes and reads: nothing on the pool's path."""
-        sent, received = Server.traffic([ws.peer for ws in self.by_peer.values()
-                                         if ws.peer is not None])
+        holders = list(self.by_peer.values()) + [
+            next(iter(relayed.values())) for relayed in self.relays.values() if relayed]
+        sent, received = Server.traffic([ws.peer for ws in holders if ws.peer is not None])
         return sent + self.traffic_gone[0], received + self.traffic_gone[1]
 
     def _count_traffic(self, peer: Peer) -> None:
@@ -628,6 +673,8 @@ class PoolService(Service):
         self._refresh(ws)
         if ws.peer is not None and self.by_peer.pop(ws.peer.peer_id, None) is not None:
             self._count_traffic(ws.peer)
+        if ws.relayed and ws.peer is not None:
+            self.relays.get(ws.peer.peer_id, {}).pop(ws.worker_id, None)
         if self.workers.pop(ws.worker_id, None) is not None and ws.retiring:
             self.retiring -= 1
         self.far.forget(ws)

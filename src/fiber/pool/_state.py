@@ -86,7 +86,8 @@ class WorkerState:
     __slots__ = ("worker_id", "process", "name", "job", "peer", "pending", "functions",
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
-                 "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp")
+                 "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp",
+                 "relayed")
 
     def __init__(self, worker_id: int, process: Process, name: Optional[str] = None,
                  job: Optional[PoolJob] = None) -> None:
@@ -138,6 +139,9 @@ class WorkerState:
         self.link: Optional[_credit.Link] = None
         #: Its connection is TCP: its link's round trip is measured (see `_credit`).
         self.tcp = False
+        #: Its messages come and go through its job's connection (``peer``), each with
+        #: its id (a job of several: see `_group`).
+        self.relayed = False
 
     @property
     def started(self) -> bool:

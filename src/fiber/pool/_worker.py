@@ -23,9 +23,9 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Protocol, Sequence, Tuple
 
-from .._core._clients import get_client
+from .._core._clients import get_client, own_client
 from ..config import get_config
 from ..errors import MaybeEncodingError
 from ..process import _output
@@ -37,7 +37,7 @@ from . import _resume
 from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
 from ._retire import Retirement
 
-__all__ = ["worker_main", "CALL", "MAP", "STARMAP"]
+__all__ = ["worker_main", "PoolLink", "CALL", "MAP", "STARMAP"]
 
 CALL, MAP, STARMAP = 0, 1, 2
 _BATCH = 64
@@ -189,7 +189,20 @@ class SpinPays:
         self.pays = waited <= (self.spin if self.polled else 2 * self.spin)
 
 
-def _report_init_failure(client: Client, pool_name: bytes, worker_id: int) -> None:
+class PoolLink(Protocol):
+    """What the worker's loop needs of its way to the master: its connection (a
+    `Client`), or its job's relay (`_group.RelayedLink`)."""
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+        """Send a message that gets no reply."""
+
+    def next_push(self, timeout: Optional[float], spin: float = 0.0
+                  ) -> Optional[List[Any]]:
+        """The next message from the master, ``[b"", op, *payload]``, or None."""
+
+
+def _report_init_failure(client: Optional[Client], address: str, pool_name: bytes,
+                         worker_id: int) -> None:
     """Tell the master that the initializer raised, with its traceback, and wait until it
     has heard: the master says the first failure's traceback once and counts the
     repeats (see ``PoolService.init_failed``), rather than every worker printing its
@@ -198,6 +211,8 @@ def _report_init_failure(client: Client, pool_name: bytes, worker_id: int) -> No
     # from the initializer's frame: the worker's loop that called it tells nothing
     tb = format_user_exception(error) if error is not None else traceback.format_exc()
     try:
+        if client is None:  # a relayed worker: a connection for this alone
+            client = own_client(address)
         status, _ = client.request(pool_name, PoolOps.INIT_FAILED,
                                    [tb.encode(), worker_id.to_bytes(8, "little")],
                                    timeout=_INIT_REPORT_S)
@@ -209,19 +224,29 @@ def _report_init_failure(client: Client, pool_name: bytes, worker_id: int) -> No
 
 def worker_main(address: str, pool_name: bytes, worker_id: int,
                 initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
-                maxtasks: Optional[int]) -> None:
+                maxtasks: Optional[int], relay: Optional[PoolLink] = None) -> None:
+    """The worker's loop (see the module). ``relay``: its job's relay, for a worker of a
+    job of several (see `_group`): its tasks and results go through it, and it connects
+    to the master only for what else it asks (its initializer's failure, a retirement,
+    its tasks' calls to the master's objects)."""
     # This thread's client: in a job, the anchor that fetched the job's payload (one
     # connection a worker). A task that calls an object of the master's hub (a queue, a
     # lock) waits for its reply on it too; tasks pushed meanwhile are kept for next_push.
-    client = get_client(address)
-    assert isinstance(client, Client)  # a worker is a job: the master's hub is elsewhere
+    client: PoolLink
+    if relay is None:
+        own = get_client(address)
+        assert isinstance(own, Client)  # a worker is a job: the master's hub is elsewhere
+        client = own
+    else:
+        client = relay
     out: List[Tuple[int, bool, List[Any]]] = []  # results not sent yet
     retire = Retirement(address, pool_name, worker_id, out)  # the cluster's signals
     if initializer is not None:
         try:
             initializer(*initargs)
         except BaseException:
-            _report_init_failure(client, pool_name, worker_id)
+            _report_init_failure(client if isinstance(client, Client) else None, address,
+                                 pool_name, worker_id)
             _output.stop()
             os._exit(1)
     if retire.requested:
@@ -301,8 +326,8 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
             # is then done while the master reads the result, not before the next task.
             del arg_frames, frames
         except ConnectionLost:
-            if stopping:
-                return  # the master is ending the pool: nothing waits for this worker
+            if stopping or relay is not None:
+                return  # the master is ending the pool, or the job: nothing waits for it
             again = _resume.reconnect(address, pool_name, worker_id,
                                       list(_resume.held_ids(held, out)))
             if again is None:

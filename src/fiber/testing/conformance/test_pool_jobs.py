@@ -8,6 +8,7 @@ fit the test engines' nodes (two CPUs; a Kubernetes node keeps some for itself).
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import signal
 import time
@@ -49,6 +50,21 @@ def test_a_pool_of_jobs_of_two_workers_runs_each_task_once(ctx):
         assert [x for x, _ in out] == list(range(400))
         assert len({key for _, key in out}) == 4  # four processes, each its own worker
         assert pool.apply(ph.in_worker) is True
+        # the master holds one connection a job: the workers' messages come through it
+        service = pool._core.service
+        assert len(service.relays) == 2 and not service.by_peer
+
+
+def test_tasks_of_relayed_workers_use_the_masters_queues_and_locks(ctx):
+    queue, lock, event = ctx.Queue(), ctx.Lock(), ctx.Event()
+    event.set()
+    for i in range(40):
+        queue.put(1000 * i)
+    with ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        task = functools.partial(ph.use_master_objects, queue=queue, lock=lock, event=event)
+        out = pool.map_async(task, range(40), 1).get(timeout=120)
+    assert sorted(v - v % 1000 for v in out) == [1000 * i for i in range(40)]
+    assert sorted(v % 1000 for v in out) == list(range(40))
 
 
 def test_a_worker_that_dies_in_its_job_is_replaced_in_it(ctx):
