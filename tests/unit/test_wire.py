@@ -289,3 +289,13 @@ def test_the_fork_server_master_handles_what_the_template_sends():
     # READY and ERROR are read while it starts; the reader thread takes the rest
     assert set(ForkServer._HANDLERS) == {ForkOps.FORKED, ForkOps.FORK_FAILED, ForkOps.EXIT}
     assert all(callable(getattr(ForkServer, h)) for h in ForkServer._HANDLERS.values())
+
+
+def test_a_to_message_carries_each_workers_message_whole():
+    from fiber.pool._protocol import pack_to, unpack_to
+
+    messages = [(3, [PoolOps.TASKS, b"a", memoryview(b"bc")]), (2**40, [PoolOps.STOP]),
+                (7, [PoolOps.TASKS, b"", b"d", b"e"])]
+    got = unpack_to(pack_to(messages))
+    assert [(wid, [bytes(f) for f in frames]) for wid, frames in got] == [
+        (wid, [bytes(f) for f in frames]) for wid, frames in messages]

@@ -7,8 +7,10 @@ it forks its K workers from itself (warm: its interpreter and imports are theirs
 running the worker's loop (`_worker.worker_main`) over a socket pair with the group,
 and relays their pool messages on its own connection to the master::
 
-    master ──▶ group   [b"", to, worker id, tasks | stop, ...]  ──▶ that worker's pair
-    worker ──▶ group   [hello | results, ...]  ──▶ master [pool, from, worker id, ...]
+    master ──▶ group   [b"", to, a dispatch's tasks | stop, each with its worker's id]
+                       ──▶ each worker's pair
+    workers ─▶ group   [hello | results, ...] each ──▶ master [pool, from, those read
+                       at one wake-up, each with its worker's id]
     a worker ends (SIGCHLD, waitpid): what it sent first, then
         [pool, worker_ended, req, worker id, exit code] ──▶ master
         ◀── the id of the worker to fork in its place (forked at once: milliseconds,
@@ -47,7 +49,7 @@ from ..transport import cpus
 from ..transport.client import Client, ConnectionLost
 from ..transport.framing import FrameReader, ProtocolError, send_frames
 from ..transport.sockets import readable
-from ._protocol import PoolOps
+from ._protocol import PoolOps, pack_to, unpack_to
 from ._worker import PoolLink, worker_main
 
 __all__ = ["group_main", "RelayedLink"]
@@ -125,6 +127,9 @@ class _Group:
         assert isinstance(client, Client)  # a job: the master's hub is elsewhere
         self.client = client
         self.children: Dict[int, _Link] = {}  # pid -> its link
+        self.links: Dict[int, _Link] = {}  # worker id -> its link
+        #: What the workers sent, not relayed yet: (worker id, [op, *payload]) each.
+        self.up: List[Tuple[int, List[Any]]] = []
         self.pid = os.getpid()
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
@@ -165,6 +170,7 @@ class _Group:
         theirs.close()
         link = _Link(worker_id, ours)
         self.children[pid] = link
+        self.links[worker_id] = link
         self.selector.register(ours, selectors.EVENT_READ, link)
 
     def _become_worker(self, worker_id: int, sock: socket.socket, other: socket.socket,
@@ -207,24 +213,24 @@ class _Group:
             self.fork(int.from_bytes(new, "little"))
 
     def _from_master(self) -> None:
-        """Hand every message the master sent to the worker it names."""
+        """Hand every message the master sent to the workers it names."""
         while True:
             msg = self.client.next_push(0.0)
             if msg is None:
                 return
             if bytes(msg[1]) != PoolOps.TO:
                 continue
-            worker_id = int.from_bytes(bytes(msg[2]), "little")
-            for link in self.children.values():
-                if link.worker_id == worker_id and link.open:
+            for worker_id, frames in unpack_to(msg[2:]):
+                link = self.links.get(worker_id)
+                if link is not None and link.open:
                     try:
-                        send_frames(link.sock, [b"", *msg[3:]], unix=False)
+                        send_frames(link.sock, [b"", *frames], unix=False)
                     except OSError:
                         pass  # it has ended: its end is reaped
-                    break
 
     def _from_worker(self, link: _Link, flags: int = socket.MSG_DONTWAIT) -> bool:
-        """Relay what worker ``link`` sent; False once its end of the pair is closed."""
+        """Read what worker ``link`` sent, to `_relay`; False once its end of the pair
+        is closed."""
         try:
             alive = link.reader.feed_from(link.sock, flags)
         except BlockingIOError:
@@ -233,11 +239,18 @@ class _Group:
             alive = False
         messages = link.reader.messages
         while messages:
-            self.client.send(self.pool_name, PoolOps.FROM, [link.wire_id, *messages.popleft()])
+            self.up.append((link.worker_id, messages.popleft()))
         if not alive and link.open:
             link.open = False
             self.selector.unregister(link.sock)
         return alive
+
+    def _relay(self) -> None:
+        """Send the master what the workers sent, in one message: the results of a
+        round's tasks that ended together are one message a job, not one a worker."""
+        if self.up:
+            up, self.up = self.up, []
+            self.client.send(self.pool_name, PoolOps.FROM, pack_to(up))
 
     def _reap(self) -> None:
         while True:
@@ -250,10 +263,12 @@ class _Group:
             link = self.children.pop(pid, None)
             if link is None:
                 continue
+            del self.links[link.worker_id]
             deadline = time.monotonic() + _LAST_WORDS_S  # what it sent goes first
             while link.open and readable([link.sock], deadline - time.monotonic()):
                 if not self._from_worker(link, 0):
                     break
+            self._relay()
             if link.open:
                 self.selector.unregister(link.sock)
             link.sock.close()
@@ -274,12 +289,14 @@ class _Group:
                 for key, _ in self.selector.select():
                     if isinstance(key.data, _Link):
                         self._from_worker(key.data)
+                        continue
                     elif key.data == self.wake_r:
                         try:
                             os.read(self.wake_r, 4096)
                         except BlockingIOError:
                             pass
                         self._reap()
+                self._relay()
         except ConnectionLost:  # the master is gone: so is the pool, and its workers
             for pid in self.children:
                 os.kill(pid, signal.SIGKILL)

@@ -13,16 +13,20 @@
                                                                       id of the worker it
                                                                       forks in its place,
                                                                       or b"": none)
-    job ─────▶ master   [pool, b"from", b"", worker_id, op, *payload] a worker's hello or
+    job ─────▶ master   [pool, b"from", b"", TO, *frames]             workers' hellos and
                                                                       results, relayed
-    master ──▶ job      [b"", b"to", worker_id, op, *payload]         a worker's tasks or
-                                                                      stop, to relay
+    master ──▶ job      [b"", b"to", TO, *frames]                     tasks or stop for
+                                                                      some of its workers,
+                                                                      to relay
     master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
                         [b"", b"stop"]                                finish what you hold, exit
 
     TASKS   = n × (task_id u64, function_id u32, has_function u8, n_frames u16)
               followed, per task, by the function's frames (when has_function) and
               the frames of (args-list) — one pickle per task, buffers out of band
+    TO      = n × (worker_id u64, n_frames u16): each worker's message, ``[op,
+              *payload]``, is the next n_frames frames (a dispatch sends a job one;
+              ``from`` carries its workers' messages so, those read at one wake-up)
     RESULTS = busy f64 (seconds spent running these tasks), then
               n × (task_id u64, ok u8, n_frames u16), followed by each result's frames
 
@@ -40,7 +44,7 @@ import struct
 from typing import Any, List, Sequence, Tuple
 
 __all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "pack_results", "unpack_results",
-           "results_busy"]
+           "results_busy", "pack_to", "unpack_to"]
 
 
 class PoolOps:
@@ -123,4 +127,24 @@ def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
         # a result is usually one frame: a list of it costs a third of a slice's
         out.append((task_id, ok == 1, [frames[pos]] if n == 1 else list(frames[pos:pos + n])))
         pos += n
+    return out
+
+
+_TO = struct.Struct("<QH")
+
+
+def pack_to(messages: Sequence[Tuple[int, Sequence[Any]]]) -> List[Any]:
+    """The frames of a ``to`` message after its op: ``messages`` are (worker id,
+    ``[op, *payload]``) for workers of one job."""
+    header = b"".join(_TO.pack(worker_id, len(frames)) for worker_id, frames in messages)
+    return [header, *(frame for _, frames in messages for frame in frames)]
+
+
+def unpack_to(frames: Sequence[Any]) -> List[Tuple[int, Sequence[Any]]]:
+    """What `pack_to` packed: (worker id, ``[op, *payload]``) each."""
+    out = []
+    at = 1
+    for worker_id, n in _TO.iter_unpack(bytes(frames[0])):
+        out.append((worker_id, frames[at:at + n]))
+        at += n
     return out

@@ -38,8 +38,10 @@ from ._protocol import (
     PoolOps,
     WireTask,
     pack_tasks,
+    pack_to,
     results_busy,
     unpack_results,
+    unpack_to,
 )
 from ._state import PoolJob, ReadyWorkers, Task, WorkerState
 
@@ -269,8 +271,15 @@ class PoolService(Service):
             self._hand(ws, task, batches)
         if queue and self.far:
             self._dispatch_far(batches)
+        relayed: Dict[Peer, List[Tuple[WorkerState, List[Any]]]] = {}
         for ws, tasks in batches.items():
-            self._send_tasks(ws, tasks)
+            self._send_tasks(ws, tasks, relayed)
+        for peer, messages in relayed.items():  # one message a job (see _group)
+            assert self.server is not None
+            if not self.server.send(peer, [b"", PoolOps.TO, *pack_to(
+                    [(ws.worker_id, frames[1:]) for ws, frames in messages])]):
+                for ws, _ in messages:
+                    self.worker_lost(ws)
 
     def _dispatch_far(self, batches: Dict[WorkerState, List[Task]]) -> None:
         """Top up the workers on slow links, the least loaded first, to the credit that
@@ -307,7 +316,11 @@ class PoolService(Service):
         else:
             batch.append(task)
 
-    def _send_tasks(self, ws: WorkerState, tasks: List[Task]) -> None:
+    def _send_tasks(self, ws: WorkerState, tasks: List[Task],
+                    relayed: Optional[Dict[Peer, List[Tuple[WorkerState, List[Any]]]]] = None
+                    ) -> None:
+        """Send ``tasks`` to ``ws``; a relayed worker's are added to ``relayed`` (its
+        job's message), if given, for the caller to send."""
         wire: List[WireTask] = []
         for task in tasks:
             fn_frames = None
@@ -320,7 +333,10 @@ class PoolService(Service):
                     ws.functions.popitem(last=False)
             wire.append((task.task_id, task.fid, fn_frames, task.frames))
         assert self.server is not None and ws.peer is not None
-        if not self._push(ws, [b"", PoolOps.TASKS, *pack_tasks(wire)]):
+        frames = [b"", PoolOps.TASKS, *pack_tasks(wire)]
+        if ws.relayed and relayed is not None:
+            relayed.setdefault(ws.peer, []).append((ws, frames))
+        elif not self._push(ws, frames):
             self.worker_lost(ws)
 
     def _schedule_late(self) -> None:
@@ -362,25 +378,27 @@ class PoolService(Service):
         its job's (``[b"", to, worker id, op, *payload]``: see `_group`)."""
         assert self.server is not None and ws.peer is not None
         if ws.relayed:
-            frames = [b"", PoolOps.TO, ws.worker_id.to_bytes(8, "little"), *frames[1:]]
+            frames = [b"", PoolOps.TO, *pack_to([(ws.worker_id, frames[1:])])]
         return self.server.send(ws.peer, frames)
 
     @handles(PoolOps.FROM)
-    def from_worker(self, server: Server, peer: Peer, req_id: bytes,
-                    payload: List[Any]) -> None:
-        """``[worker id, op, *payload]``: a worker's ``hello`` or ``results``, relayed by
-        its job (a job of several, see `_group`) on the job's connection."""
-        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
-        if ws is None or ws.lost:
-            if bytes(payload[1]) == PoolOps.HELLO:
-                server.send(peer, [b"", PoolOps.TO, bytes(payload[0]), PoolOps.STOP])
-            return  # a worker presumed dead: its tasks were reassigned
-        if bytes(payload[1]) == PoolOps.HELLO:
-            ws.relayed = True
-            self.relays.setdefault(peer.peer_id, {})[ws.worker_id] = ws
-            self._hello(peer, ws)
-        elif ws.connected and ws.peer is peer:
-            self._results(peer, ws, payload[2:])
+    def from_workers(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """Workers' ``hello`` and ``results``, relayed by their job (a job of several, see
+        `_group`) on the job's connection, each with its worker's id (see `pack_to`)."""
+        for worker_id, frames in unpack_to(payload):
+            ws = self.workers.get(worker_id)
+            op = bytes(frames[0])
+            if ws is None or ws.lost:
+                if op == PoolOps.HELLO:
+                    server.send(peer, [b"", PoolOps.TO, *pack_to([(worker_id, [PoolOps.STOP])])])
+                continue  # a worker presumed dead: its tasks were reassigned
+            if op == PoolOps.HELLO:
+                ws.relayed = True
+                self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+                self._hello(peer, ws)
+            elif ws.connected and ws.peer is peer:
+                self._results(peer, ws, list(frames[1:]))
 
     @handles(PoolOps.RESULTS)
     def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
