@@ -47,7 +47,7 @@ from ..process import _output, current_process
 from ..process._relay import FORWARDED_SIGNALS, die_with
 from ..transport import cpus
 from ..transport.client import Client, ConnectionLost
-from ..transport.framing import FrameReader, ProtocolError, send_frames
+from ..transport.framing import FrameReader, Outbox, ProtocolError, send_frames
 from ..transport.sockets import readable
 from ._protocol import PoolOps, pack_to, unpack_to
 from ._worker import PoolLink, worker_main
@@ -107,13 +107,16 @@ class RelayedLink:
 class _Link:
     """The group's end of one worker's pair."""
 
-    __slots__ = ("worker_id", "wire_id", "sock", "reader", "open")
+    __slots__ = ("worker_id", "sock", "reader", "outbox", "open")
 
     def __init__(self, worker_id: int, sock: socket.socket) -> None:
         self.worker_id = worker_id
-        self.wire_id = worker_id.to_bytes(8, "little")
         self.sock = sock
+        sock.setblocking(False)
         self.reader = FrameReader()
+        #: What is on its way to the worker: the group never blocks on a worker, which
+        #: may itself be sending the group a large result (both would wait for ever).
+        self.outbox = Outbox()
         self.open = True
 
 
@@ -222,11 +225,25 @@ class _Group:
                 continue
             for worker_id, frames in unpack_to(msg[2:]):
                 link = self.links.get(worker_id)
-                if link is not None and link.open:
-                    try:
-                        send_frames(link.sock, [b"", *frames], unix=False)
-                    except OSError:
-                        pass  # it has ended: its end is reaped
+                if link is None or not link.open:
+                    continue  # it has ended: its end is reaped
+                waiting = bool(link.outbox.items)
+                try:
+                    done = link.outbox.write(link.sock, [b"", *frames])
+                except OSError:
+                    continue  # it has ended: its end is reaped
+                if not done and not waiting:  # the rest when the worker reads
+                    self.selector.modify(link.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
+                                         link)
+
+    def _to_worker(self, link: _Link) -> None:
+        """Write on what waits for worker ``link``, now that it reads."""
+        try:
+            done = link.outbox.flush(link.sock)
+        except OSError:
+            done = True  # it has ended: its end is reaped
+        if done and link.open:
+            self.selector.modify(link.sock, selectors.EVENT_READ, link)
 
     def _from_worker(self, link: _Link, flags: int = socket.MSG_DONTWAIT) -> bool:
         """Read what worker ``link`` sent, to `_relay`; False once its end of the pair
@@ -271,6 +288,7 @@ class _Group:
             self._relay()
             if link.open:
                 self.selector.unregister(link.sock)
+            link.outbox.close()
             link.sock.close()
             self.ended(link.worker_id, os.waitstatus_to_exitcode(status))
 
@@ -286,9 +304,12 @@ class _Group:
         try:
             while self.children:
                 self._from_master()
-                for key, _ in self.selector.select():
+                for key, events in self.selector.select():
                     if isinstance(key.data, _Link):
-                        self._from_worker(key.data)
+                        if events & selectors.EVENT_WRITE:
+                            self._to_worker(key.data)
+                        if events & selectors.EVENT_READ:
+                            self._from_worker(key.data)
                         continue
                     elif key.data == self.wake_r:
                         try:

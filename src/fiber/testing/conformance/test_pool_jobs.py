@@ -14,6 +14,7 @@ import signal
 import time
 from typing import List
 
+import numpy as np
 import pytest
 
 import fiber
@@ -81,6 +82,17 @@ def test_a_worker_that_dies_in_its_job_is_replaced_in_it(ctx):
         assert job_ids(pool) == before  # replaced in the same jobs, no new job
         assert sum(w.restarts for w in pool.status().workers) == 2
         assert pool.map(ph.square, range(50)) == [x * x for x in range(50)]
+
+
+def test_large_tasks_and_results_pass_the_relay_both_ways_at_once(ctx):
+    """Quick tasks are handed ahead (prefetch): the job writes a worker its next 4 MB
+    task while the worker writes it its last 4 MB result. The job's writes to a worker
+    never block (they hung both, for ever)."""
+    arrays = [np.full(2**19, float(i)) for i in range(24)]
+    with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        out = pool.map_async(ph.negate, arrays, 1).get(timeout=120)
+    assert [float(a[0]) for a in out] == [-float(i) for i in range(24)]
+    assert all(a.shape == (2**19,) for a in out)
 
 
 def test_workers_past_maxtasksperchild_are_replaced_in_their_job(ctx):
