@@ -51,7 +51,12 @@ Usage::
 
     python benchmarks/master_scale.py [--sizes 1000,10000,20000,50000] [--rounds 3]
                                       [--processes 4] [--calibrate 256]
-                                      [--json out.json]
+                                      [--per-job 1,64] [--json out.json]
+
+``--per-job 1,64`` measures each size as a job a worker and as jobs of 64 workers relayed
+on a connection a job (``Pool(workers_per_job=64)``; the stand-ins relay them as
+``fiber.pool._group`` does): the master then holds 3 descriptors a job, not a worker,
+so that 50,000 workers fit the open-file limit.
 """
 
 from __future__ import annotations
@@ -226,8 +231,10 @@ def rounds(pool: Any, fn: Any, n: int, seconds: float, count: int,
     return out
 
 
-def child(kind: str, n: int, count: int, processes: int, connecting: int) -> Dict[str, Any]:
-    """One master: ``n`` workers of ``kind`` (``standins`` or ``local``), measured."""
+def child(kind: str, n: int, count: int, processes: int, connecting: int,
+          per_job: int = 1) -> Dict[str, Any]:
+    """One master: ``n`` workers of ``kind`` (``standins`` or ``local``), in jobs of
+    ``per_job`` (relayed on a connection a job), measured."""
     limit = raise_files()
     import fiber
     from fiber.backends import get_backend
@@ -240,7 +247,8 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int) -> Dic
         warm.map(standins.sleep_for, [0.0] * 16)
     time.sleep(1)
     gc.collect()
-    out: Dict[str, Any] = {"kind": kind, "workers": n, "open_file_limit": limit,
+    out: Dict[str, Any] = {"kind": kind, "workers": n, "per_job": per_job,
+                           "open_file_limit": limit,
                            "files_per_job_checked": get_backend(kind).files_per_job}
     rss0, fds0, cpu0, th0 = rss_kb(), open_fds(), cpu_s(), threads_cpu_s()
     s0 = standin_totals(backend)["cpu_s"] if backend is not None else 0.0
@@ -248,7 +256,7 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int) -> Dic
     t0 = time.monotonic()
     pool = None
     try:
-        pool = ctx.Pool(n)
+        pool = ctx.Pool(n, workers_per_job=per_job)
         wait_registered(pool, n, backend, timeout=max(300.0, n / 20))
         out["registration_s"] = time.monotonic() - t0
         out["registration_cpu_s"] = cpu_s() - cpu0
@@ -282,17 +290,21 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int) -> Dic
 
 # -- the parent: a master per size, the table -----------------------------------------------
 
-def run_child(kind: str, n: int, args: argparse.Namespace) -> Dict[str, Any]:
+def run_child(kind: str, n: int, args: argparse.Namespace,
+              per_job: int = 1) -> Dict[str, Any]:
     argv = [sys.executable, HERE, "--child", kind, str(n), "--rounds", str(args.rounds),
-            "--processes", str(args.processes), "--connecting", str(args.connecting)]
-    print(f"... {kind} master with {n} workers", file=sys.stderr, flush=True)
+            "--processes", str(args.processes), "--connecting", str(args.connecting),
+            "--per-job", str(per_job)]
+    print(f"... {kind} master with {n} workers in jobs of {per_job}", file=sys.stderr,
+          flush=True)
     try:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"kind": kind, "workers": n, "failed": f"no result within {args.timeout} s"}
+        return {"kind": kind, "workers": n, "per_job": per_job,
+                "failed": f"no result within {args.timeout} s"}
     lines = [line for line in cp.stdout.splitlines() if line.startswith("{")]
     if cp.returncode != 0 or not lines:
-        return {"kind": kind, "workers": n,
+        return {"kind": kind, "workers": n, "per_job": per_job,
                 "failed": f"exit {cp.returncode}: {cp.stderr.strip()[-2000:]}"}
     if cp.stderr.strip():
         print(cp.stderr.strip()[-2000:], file=sys.stderr)
@@ -300,7 +312,8 @@ def run_child(kind: str, n: int, args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def _label(r: Dict[str, Any]) -> str:
-    return f"{'real local' if r['kind'] == 'local' else 'stand-ins'} {r['workers']}"
+    jobs = f" /{r['per_job']}" if r.get("per_job", 1) > 1 else ""
+    return f"{'real local' if r['kind'] == 'local' else 'stand-ins'} {r['workers']}{jobs}"
 
 
 def _start_row(r: Dict[str, Any], base: Optional[Dict[str, Any]]) -> List[Any]:
@@ -353,8 +366,10 @@ def report(results: List[Dict[str, Any]]) -> None:
     for r in results:
         if "failed" in r:
             print(f"\n{_label(r)}: FAILED: {r['failed']}")
-    if len(sized) >= 2:
-        extrapolate(sized, [10000, 20000, 50000])
+    for per_job in sorted({r.get("per_job", 1) for r in sized}):
+        layout = [r for r in sized if r.get("per_job", 1) == per_job]
+        if len(layout) >= 2:
+            extrapolate(layout, [10000, 20000, 50000])
 
 
 def _fit(xs: List[float], ys: List[float]) -> Tuple[float, float]:
@@ -386,7 +401,7 @@ def extrapolate(sized: List[Dict[str, Any]], sizes: List[int]) -> None:
         rows.append([f"{seconds} s round: efficiency", "-",
                      *(f"{float(seconds) / (float(seconds) + a + b * n):.2f}" for n in sizes)])
     table(f"EXTRAPOLATED, not measured: straight lines through {len(ns)} simulated sizes "
-          f"({', '.join(str(int(n)) for n in ns)})",
+          f"({', '.join(str(int(n)) for n in ns)}), jobs of {sized[0].get('per_job', 1)}",
           ["quantity", "a worker more", *(f"at {n}" for n in sizes)], rows)
 
 
@@ -401,11 +416,15 @@ def main() -> None:
                         help="first compare N real local workers with N stand-ins")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--json", default="")
+    parser.add_argument("--per-job", default="1",
+                        help="workers a job, relayed on its connection (fiber.pool._group); "
+                             "a list (1,64) measures each layout at each size")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "N"))
     args = parser.parse_args()
     if args.child:
         kind, n = args.child[0], int(args.child[1])
-        print(json.dumps(child(kind, n, args.rounds, args.processes, args.connecting)))
+        print(json.dumps(child(kind, n, args.rounds, args.processes, args.connecting,
+                               int(args.per_job))))
         return
     print("SIMULATION: a real fiber master (Pool, hub, TCP sockets) driven by stand-in "
           "workers that speak its protocol and run each task as a timer "
@@ -418,7 +437,8 @@ def main() -> None:
         for kind in ("local", "standins"):
             results.append(dict(run_child(kind, args.calibrate, args), calibration=True))
     for n in (int(s) for s in args.sizes.split(",")):
-        results.append(run_child("standins", n, args))
+        for per_job in (int(k) for k in args.per_job.split(",")):
+            results.append(run_child("standins", n, args, per_job))
     report(results)
     if args.json:
         with open(args.json, "w") as f:

@@ -294,8 +294,9 @@ def test_the_fork_server_master_handles_what_the_template_sends():
 def test_a_to_message_carries_each_workers_message_whole():
     from fiber.pool._protocol import pack_to, unpack_to
 
+    many = [PoolOps.TASKS] + [b"x"] * 70_000  # a batch of tasks with many buffers
     messages = [(3, [PoolOps.TASKS, b"a", memoryview(b"bc")]), (2**40, [PoolOps.STOP]),
-                (7, [PoolOps.TASKS, b"", b"d", b"e"])]
+                (7, [PoolOps.TASKS, b"", b"d", b"e"]), (8, many)]
     got = unpack_to(pack_to(messages))
     assert [(wid, [bytes(f) for f in frames]) for wid, frames in got] == [
         (wid, [bytes(f) for f in frames]) for wid, frames in messages]

@@ -54,8 +54,6 @@ from ._worker import PoolLink, worker_main
 
 __all__ = ["group_main", "RelayedLink"]
 
-#: Seconds the group waits for the master to answer a worker's end (then: no replacement).
-_ASK_S = 30.0
 #: Seconds the group reads what an ended worker sent last (a process it forked may
 #: hold the worker's end of the pair open: then what came by then).
 _LAST_WORDS_S = 1.0
@@ -165,16 +163,16 @@ class _Group:
             ours.close()
             theirs.close()
             sys.stderr.write(f"fiber: cannot fork worker {worker_id}: {e}\n")
-            self.ended(worker_id, 1)
+            self.ended(worker_id, 1)  # it never started: the master replaces it elsewhere
             return
         if pid == 0:
             self._become_worker(worker_id, theirs, ours, mask)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         theirs.close()
         link = _Link(worker_id, ours)
-        self.children[pid] = link
+        self.children[pid] = link  # before a signal held meanwhile is forwarded
         self.links[worker_id] = link
         self.selector.register(ours, selectors.EVENT_READ, link)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _become_worker(self, worker_id: int, sock: socket.socket, other: socket.socket,
                        mask: Any) -> None:
@@ -204,11 +202,13 @@ class _Group:
 
     def ended(self, worker_id: int, code: int) -> None:
         """Tell the master that ``worker_id`` ended with ``code``; fork the worker it
-        names in its place, if any. A master that cannot be told is ending: none."""
+        names in its place, if any (never for one that did not start). A master that
+        cannot be told is ending: none. No time limit: a slow link's answer still names
+        a worker the master counts on; the connection's end is the failure."""
         try:
             status, payload = self.client.request(
                 self.pool_name, PoolOps.WORKER_ENDED,
-                [worker_id.to_bytes(8, "little"), str(code).encode()], timeout=_ASK_S)
+                [worker_id.to_bytes(8, "little"), str(code).encode()])
         except Exception:
             return
         new = bytes(payload[0]) if status == b"ok" and payload else b""
@@ -287,6 +287,7 @@ class _Group:
                     break
             self._relay()
             if link.open:
+                link.open = False
                 self.selector.unregister(link.sock)
             link.outbox.close()
             link.sock.close()

@@ -110,7 +110,8 @@ class Pool(PoolExtras):
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
         process_class = Process if context is None else context.Process
-        ensure_open_files(processes, f"a pool of {processes} workers",
+        # a job of several relays its workers: the master holds a job's descriptors
+        ensure_open_files(-(-processes // workers_per_job), f"a pool of {processes} workers",
                           files_per_job(process_class))
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
                                maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu),

@@ -340,14 +340,23 @@ class PoolCore:
             WorkerState(wid, proc, f"PoolWorker-{wid}", job)
         return job
 
-    def _replace_in(self, job: PoolJob) -> Optional[WorkerState]:
-        """Under the hub lock: a worker for ``job`` (of several) to fork in place of one
-        that ended in it, if the pool needs one now; else None."""
+    def _replace_in(self, ended: WorkerState) -> Optional[WorkerState]:
+        """Under the hub lock: a worker to fork in the job of ``ended`` (a job of
+        several), which has ended there, if the pool needs one now; else None. Not in
+        place of a worker that retired (its job is ending, and the maintainer has
+        replaced it) nor of one that never started (its host may be what fails it: the
+        maintainer places the next elsewhere, and counts the failures); after
+        ``close()``, only while tasks wait in the queue (else each would be stopped at
+        once)."""
+        job = ended.job
         working = (self.state == RUN or (
-            self.state == CLOSE and self.service.outstanding > 0)) and not program_exiting()
-        if (not working or self.broken is not None or not job.alive
-                or job.process.cancelled or self.service.active() >= self.size):
+            self.state == CLOSE and bool(self.service.queue))) and not program_exiting()
+        if (job is None or not working or self.broken is not None or not job.alive
+                or job.process.cancelled or ended.retiring or ended.retired_why
+                or not ended.started or self.service.active() >= self.size):
             return None
+        # the workers it lost and said: forgotten (a job replacing its workers for days)
+        job.workers = [ws for ws in job.workers if not ws.lost or ws.loss is not None]
         wid = next(self._worker_ids)
         ws = WorkerState(wid, job.process, f"PoolWorker-{wid}", job)
         self.service.add_worker(ws)
@@ -426,11 +435,15 @@ class PoolCore:
             while True:
                 with self.hub.lock:
                     active = self.service.active()
-                    # After close(), lost workers are still replaced while work remains;
-                    # never once the program ends its children at exit (they are ended,
-                    # not lost: a replacement would be waited for, for ever).
+                    # After close(), lost workers are still replaced while tasks wait in
+                    # the queue (a lost worker's go back there); not while the last tasks
+                    # run and the idle workers stop: each replacement would be stopped at
+                    # once, and replaced again (a job submitted every few ms, for as
+                    # long as the last task ran). Never once the program ends its
+                    # children at exit (they are ended, not lost: a replacement would be
+                    # waited for, for ever).
                     working = (self.state == RUN or (
-                        self.state == CLOSE and self.service.outstanding > 0)
+                        self.state == CLOSE and bool(self.service.queue))
                     ) and not program_exiting()
                     need = self.size - active if (
                         working and self.broken is None) else 0
@@ -473,7 +486,8 @@ class PoolCore:
         with self.hub.lock:
             grow = size - self.service.active()
         if grow > 0:
-            ensure_open_files(grow, f"growing the pool to {size} workers",
+            ensure_open_files(-(-grow // self.workers_per_job),
+                              f"growing the pool to {size} workers",
                               files_per_job(self.process_class))
         with self.hub.lock:
             self.check_running()

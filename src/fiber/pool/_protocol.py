@@ -24,7 +24,7 @@
     TASKS   = n × (task_id u64, function_id u32, has_function u8, n_frames u16)
               followed, per task, by the function's frames (when has_function) and
               the frames of (args-list) — one pickle per task, buffers out of band
-    TO      = n × (worker_id u64, n_frames u16): each worker's message, ``[op,
+    TO      = n × (worker_id u64, n_frames u32): each worker's message, ``[op,
               *payload]``, is the next n_frames frames (a dispatch sends a job one;
               ``from`` carries its workers' messages so, those read at one wake-up)
     RESULTS = busy f64 (seconds spent running these tasks), then
@@ -130,7 +130,7 @@ def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
     return out
 
 
-_TO = struct.Struct("<QH")
+_TO = struct.Struct("<QI")
 
 
 def pack_to(messages: Sequence[Tuple[int, Sequence[Any]]]) -> List[Any]:

@@ -99,9 +99,9 @@ class PoolService(Service):
         #: job lives, until the job reports their end: worker id -> (state, whether the
         #: end was expected). They count towards the pool's size: their job replaces them.
         self.awaiting: Dict[int, Tuple[WorkerState, bool]] = {}
-        #: Makes the worker a job of several forks in place of one that ended, if the pool
-        #: needs one (set by the pool; None: it does not).
-        self.replace_in: Callable[[PoolJob], Optional[WorkerState]] = lambda job: None
+        #: Makes the worker a job of several forks in place of one that ended in it, if
+        #: the pool needs one (set by the pool; None: it does not).
+        self.replace_in: Callable[[WorkerState], Optional[WorkerState]] = lambda ws: None
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
@@ -519,6 +519,8 @@ class PoolService(Service):
             return
         given = self._take_back(ws, bytes(payload[2]))
         ws.retired_why = _retire.why(int(bytes(payload[1])))
+        if ws.job is not None:
+            ws.job.alive = False  # its cluster is ending the job: nothing is forked in it
         if not ws.retiring:
             ws.retiring = True
             self.retiring += 1
@@ -558,12 +560,15 @@ class PoolService(Service):
         A job's connection that relayed its workers (see `_group`): they are lost, all,
         and not replaced in it (it cannot be asked any more)."""
         relayed = self.relays.pop(peer.peer_id, None)
-        if relayed:
+        if relayed is not None:
             self._count_traffic(peer)
             for gone in list(relayed.values()):
                 if gone.job is not None:
                     gone.job.alive = False
                 self.worker_lost(gone)
+            for worker_id, (gone, _) in list(self.awaiting.items()):
+                if gone.peer is peer:  # its job cannot say how it ended any more
+                    self._settle(worker_id, gone.exitcode)
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is None:
             return
@@ -748,7 +753,7 @@ class PoolService(Service):
         with the id of the worker the job forks in its place, or b"" (none needed)."""
         worker_id = int.from_bytes(bytes(payload[0]), "little")
         ws = self._settle(worker_id, int(bytes(payload[1])))
-        new = self.replace_in(ws.job) if ws is not None and ws.job is not None else None
+        new = self.replace_in(ws) if ws is not None else None
         server.reply(peer, req_id, b"ok", [new.worker_id.to_bytes(8, "little")
                                            if new is not None else b""])
 

@@ -78,7 +78,8 @@ class PoolJob:
         self.forks = forks
         #: Its workers, in the order they joined it (those lost included).
         self.workers: List[WorkerState] = []
-        #: False once its process has ended: no worker is replaced in it any more.
+        #: False once its process has ended, its connection has, or its cluster told it
+        #: to go: no worker is replaced in it any more.
         self.alive = True
 
 

@@ -2,7 +2,10 @@
 
     master (fiber.testing.standins)                    this process (one of a few)
     ───────────────────────────────                    ───────────────────────────
-    submit ── job <id> <hub> <token> <secret> ───────▶ stdin: one simulated worker a job
+    submit ── job <id> <hub> <token> <secret> ───────▶ stdin: a simulated job: one worker,
+                                                       or several relayed on its connection
+                                                       (``workers_per_job``, as
+                                                       fiber.pool._group relays them)
                                                        TCP connect (from its own 127.x
                                                        address), the handshake (auth),
                                                        fetch its payload, hello (as a
@@ -37,7 +40,8 @@ import sys
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from ..pool._protocol import PoolOps, pack_results, unpack_tasks
+from ..pool._group import group_main
+from ..pool._protocol import PoolOps, pack_results, pack_to, unpack_tasks, unpack_to
 from ..pool._worker import CALL, MAP, worker_main
 from ..process._launcher import SERVICE, LaunchOps
 from ..transport import auth
@@ -61,16 +65,32 @@ _FETCH_REQUEST = struct.pack("<Q", 1)
 _ROUND = {"tasks": 0, "late_sum_s": 0.0, "late_max_s": 0.0, "first_start": 0.0,
           "last_start": 0.0, "last_end": 0.0}
 
-# a simulated worker's states
+# a simulated job's states
 CONNECTING, HELLO_SENT, AUTH_SENT, FETCHING, RUNNING, EXITING = range(6)
 
 
+class Worker:
+    """One simulated worker: what it holds, runs and has not sent yet."""
+
+    __slots__ = ("wid", "held", "running", "out", "busy", "first_out", "stopping")
+
+    def __init__(self, wid: int) -> None:
+        self.wid = wid
+        #: Tasks received and not started: (task id, seconds, value, error frames).
+        self.held: Deque[Tuple[int, float, Any, Optional[List[Any]]]] = collections.deque()
+        self.running: Optional[Tuple[int, float, Any, float]] = None  # + when it started
+        self.out: List[Tuple[int, bool, List[Any]]] = []
+        self.busy = self.first_out = 0.0
+        self.stopping = False
+
+
 class Sim:
-    """One simulated worker: its connection, where it is in its life, what it holds."""
+    """One simulated job: its connection, where it is in its life, its workers (one; or,
+    a job of several, those it relays as `fiber.pool._group` does)."""
 
     __slots__ = ("job_id", "hub", "token", "sock", "reader", "outbox", "state", "cnonce",
-                 "process_id", "pool", "wid", "held", "running", "out", "busy", "first_out",
-                 "stopping", "refused", "writing")
+                 "process_id", "pool", "workers", "group", "up", "asked", "refused",
+                 "writing")
 
     def __init__(self, job_id: str, hub: str, token: bytes) -> None:
         self.job_id, self.hub, self.token = job_id, hub, token
@@ -79,13 +99,11 @@ class Sim:
         self.outbox = Outbox()
         self.state = CONNECTING
         self.cnonce = self.process_id = self.pool = b""
-        self.wid = 0
-        #: Tasks received and not started: (task id, seconds, value, error frames).
-        self.held: Deque[Tuple[int, float, Any, Optional[List[Any]]]] = collections.deque()
-        self.running: Optional[Tuple[int, float, Any, float]] = None  # + when it started
-        self.out: List[Tuple[int, bool, List[Any]]] = []
-        self.busy = self.first_out = 0.0
-        self.stopping = False
+        self.workers: Dict[int, Worker] = {}
+        self.group = False
+        #: A group's messages from its workers, relayed at the end of the event.
+        self.up: List[Tuple[int, List[Any]]] = []
+        self.asked = 0  # a group's worker_ended requests not answered yet
         self.refused: Dict[int, Optional[List[Any]]] = {}  # function id -> error frames
         self.writing = False
 
@@ -96,14 +114,15 @@ class StandIn:
     def __init__(self, source: str, connecting: int, host: str) -> None:
         self.source = source
         self.host = host  # the host its jobs say they run on
-        self.connecting = connecting  # simulated workers between connect and hello, at most
+        self.connecting = connecting  # simulated jobs between connect and hello, at most
         self.starting = 0
         self.epoll = select.epoll()
         self.by_fd: Dict[int, Sim] = {}
         self.jobs: Dict[str, Sim] = {}
         self.waiting: Deque[Sim] = collections.deque()
-        self.timers: List[Tuple[float, int, Sim]] = []
+        self.timers: List[Tuple[float, int, Sim, Worker]] = []
         self.seq = itertools.count()
+        self.requests = itertools.count(3)  # ids 1 and 2: the fetch and the exit report
         self.scratch = new_scratch()  # every reader's: one thread reads them in turn
         self.verdicts: Dict[bytes, Optional[List[Any]]] = {}  # function pickle -> error
         self.stdin_buf = b""
@@ -123,6 +142,7 @@ class StandIn:
                 sim = self.by_fd.get(fd)
                 if sim is not None:
                     self.on_event(sim, events)
+                    self.relay(sim)
             self.fire_timers()
 
     def read_commands(self) -> bool:
@@ -157,7 +177,8 @@ class StandIn:
         """Say what this process did since it was last asked, and its CPU time."""
         usage = resource.getrusage(resource.RUSAGE_SELF)
         stats = dict(self.stats, cpu_s=usage.ru_utime + usage.ru_stime,
-                     workers=sum(1 for s in self.jobs.values() if s.state == RUNNING))
+                     workers=sum(len(s.workers) for s in self.jobs.values()
+                                 if s.state == RUNNING))
         self.stats.update(_ROUND)
         _say(f"stats {json.dumps(stats)}")
 
@@ -177,7 +198,7 @@ class StandIn:
                 continue
             self.epoll.register(sock.fileno(), select.EPOLLOUT)
 
-    # -- a simulated worker's connection ---------------------------------------------------
+    # -- a simulated job's connection ------------------------------------------------------
 
     def on_event(self, sim: Sim, events: int) -> None:
         assert sim.sock is not None
@@ -224,13 +245,16 @@ class StandIn:
 
     def on_message(self, sim: Sim, msg: List[Any]) -> None:
         if sim.state == RUNNING:
-            if not msg[0]:  # a push (a reply is for a call no stand-in makes)
-                if msg[1] == PoolOps.TASKS:
-                    self.take_tasks(sim, msg[2:])
-                elif msg[1] == PoolOps.STOP:
-                    sim.stopping = True
-                    if sim.running is None:  # else once its task has ended
-                        self.next_task(sim)
+            if msg[0]:  # a reply: to a group's worker_ended
+                if sim.group:
+                    self.answered(sim, msg)
+            elif sim.group and msg[1] == PoolOps.TO:
+                for wid, frames in unpack_to(msg[2:]):
+                    worker = sim.workers.get(wid)
+                    if worker is not None:
+                        self.pushed(sim, worker, bytes(frames[0]), list(frames[1:]))
+            elif sim.workers:  # a job of one
+                self.pushed(sim, next(iter(sim.workers.values())), bytes(msg[1]), msg[2:])
         elif sim.state == HELLO_SENT:
             self.challenged(sim, msg)
         elif sim.state == AUTH_SENT:
@@ -245,6 +269,14 @@ class StandIn:
         elif sim.state == EXITING:
             self.end(sim, 0)  # its exit report was heard: it ends, as a job does
 
+    def pushed(self, sim: Sim, worker: Worker, op: bytes, frames: List[Any]) -> None:
+        if op == PoolOps.TASKS:
+            self.take_tasks(sim, worker, frames)
+        elif op == PoolOps.STOP:
+            worker.stopping = True
+            if worker.running is None:  # else once its task has ended
+                self.next_task(sim, worker)
+
     def challenged(self, sim: Sim, msg: List[Any]) -> None:
         """The server's challenge: check its proof and its id, prove ours."""
         snonce = bytes(msg[1]) if len(msg) == 4 else b""
@@ -257,8 +289,9 @@ class StandIn:
         self.send(sim, [auth.AUTH, auth.client_proof(sim.cnonce, snonce)])
 
     def fetched(self, sim: Sim, msg: List[Any]) -> None:
-        """Its launch payload: which pool, which worker, the program's heartbeat; then
-        hello, as `fiber.pool._worker.worker_main` says it."""
+        """Its launch payload: which pool, which workers, the program's heartbeat; then
+        their hellos, as `fiber.pool._worker.worker_main` says them (relayed, for a job of
+        several, as `fiber.pool._group` relays them)."""
         assert sim.sock is not None
         if msg[1] != b"ok":
             self.end(sim, 1)  # the job cannot start (unknown or finished)
@@ -266,31 +299,60 @@ class StandIn:
         payload = loads(msg[2:])
         proc = pickle.loads(payload["process"])  # fiber's own Process of worker_main
         target, args = proc._target, proc._args  # noqa: SLF001 - what its job would run
-        if target is not worker_main or args[3] is not None or args[5] is not None:
+        if target not in (worker_main, group_main) or args[3] is not None \
+                or args[5] is not None:
             _say_error(f"job {sim.job_id} is not a pool worker without initializer nor "
                        "maxtasksperchild: a stand-in runs only those")
             self.end(sim, 1)
             return
         cfg = payload["config"]
         tune(sim.sock, cfg.heartbeat_interval, cfg.heartbeat_timeout)
-        sim.pool, sim.wid = args[1], args[2]
+        sim.pool = args[1]
+        sim.group = target is group_main
         sim.state = RUNNING
         self.starting -= 1
-        self.stats["hellos"] += 1
-        self.send(sim, [sim.pool, PoolOps.HELLO, b"", sim.wid.to_bytes(8, "little")])
+        for wid in (args[2] if sim.group else [args[2]]):
+            self.hello(sim, Worker(wid))
         self.start_connections()
+
+    def hello(self, sim: Sim, worker: Worker) -> None:
+        sim.workers[worker.wid] = worker
+        self.stats["hellos"] += 1
+        self.to_master(sim, worker, [PoolOps.HELLO, worker.wid.to_bytes(8, "little")])
+
+    def to_master(self, sim: Sim, worker: Worker, message: List[Any]) -> None:
+        """A worker's ``[op, *payload]`` to the master: its own (a job of one), or in its
+        job's next relayed message."""
+        if sim.group:
+            sim.up.append((worker.wid, message))
+        else:
+            self.send(sim, [sim.pool, message[0], b"", *message[1:]])
+
+    def relay(self, sim: Sim) -> None:
+        """A group's messages from its workers since the last: one message."""
+        if sim.up and sim.sock is not None:
+            up, sim.up = sim.up, []
+            self.send(sim, [sim.pool, PoolOps.FROM, b"", *pack_to(up)])
+
+    def answered(self, sim: Sim, msg: List[Any]) -> None:
+        """The master's answer to a worker's end: the worker it names starts, or none."""
+        sim.asked -= 1
+        new = bytes(msg[2]) if msg[1] == b"ok" and len(msg) > 2 else b""
+        if new:
+            self.hello(sim, Worker(int.from_bytes(new, "little")))
+        self.maybe_exit(sim)
 
     # -- tasks -----------------------------------------------------------------------------
 
-    def take_tasks(self, sim: Sim, frames: List[Any]) -> None:
+    def take_tasks(self, sim: Sim, worker: Worker, frames: List[Any]) -> None:
         for task_id, fid, fn_frames, arg_frames in unpack_tasks(frames):
             if fn_frames is not None:
                 sim.refused[fid] = self.verdict(fn_frames)
             error = sim.refused[fid]
             seconds, value = (0.0, None) if error is not None else _length(*loads(arg_frames))
-            sim.held.append((task_id, seconds, value, error))
-        if sim.running is None:
-            self.next_task(sim)
+            worker.held.append((task_id, seconds, value, error))
+        if worker.running is None:
+            self.next_task(sim, worker)
 
     def verdict(self, fn_frames: List[Any]) -> Optional[List[Any]]:
         """None for `standins.sleep_for`; else the error record its tasks return."""
@@ -305,61 +367,79 @@ class StandIn:
             self.verdicts[key] = error
         return self.verdicts[key]
 
-    def next_task(self, sim: Sim) -> None:
-        """Start the next task held (a timer), as a worker runs its tasks in order; or,
-        told to stop and holding none, send what is left and report the exit."""
-        while sim.held:
-            task_id, seconds, value, error = sim.held.popleft()
+    def next_task(self, sim: Sim, worker: Worker) -> None:
+        """Start the worker's next task held (a timer), as a worker runs its tasks in
+        order; or, told to stop and holding none, send what is left and end it."""
+        while worker.held:
+            task_id, seconds, value, error = worker.held.popleft()
             if error is not None:  # refused at once, as a task that raised
-                self.finished(sim, task_id, False, error, 0.0)
+                self.finished(sim, worker, task_id, False, error, 0.0)
                 continue
             now = time.monotonic()
-            sim.running = (task_id, seconds, value, now)
+            worker.running = (task_id, seconds, value, now)
             stats = self.stats
             stats["first_start"] = stats["first_start"] or now
             stats["last_start"] = now
-            heapq.heappush(self.timers, (now + seconds, next(self.seq), sim))
+            heapq.heappush(self.timers, (now + seconds, next(self.seq), sim, worker))
             return
-        self.flush(sim)
-        if sim.stopping and sim.state == RUNNING:
-            sim.state = EXITING  # as _bootstrap's report_exit: code 0, no relayed output
+        self.flush(sim, worker)
+        if worker.stopping and sim.state == RUNNING and worker.wid in sim.workers:
+            del sim.workers[worker.wid]
+            if sim.group:  # its end, after what it sent (see fiber.pool._group)
+                self.relay(sim)
+                sim.asked += 1
+                self.send(sim, [sim.pool, PoolOps.WORKER_ENDED,
+                                struct.pack("<Q", next(self.requests)),
+                                worker.wid.to_bytes(8, "little"), b"0"])
+            self.maybe_exit(sim)
+
+    def maybe_exit(self, sim: Sim) -> None:
+        """A job whose workers have all ended reports its exit, as _bootstrap does (code
+        0, no relayed output)."""
+        if not sim.workers and not sim.asked and sim.state == RUNNING:
+            sim.state = EXITING
             self.send(sim, [SERVICE, LaunchOps.EXIT, _EXIT_REQUEST, sim.token, b"0", b"0"])
 
     def fire_timers(self) -> None:
         timers = self.timers
         now = time.monotonic()
+        touched = set()
         while timers and timers[0][0] <= now:
-            due, _, sim = heapq.heappop(timers)
+            due, _, sim, worker = heapq.heappop(timers)
             late = now - due
             self.stats["late_sum_s"] += late
             self.stats["late_max_s"] = max(self.stats["late_max_s"], late)
             self.stats["tasks"] += 1
             self.stats["last_end"] = now
-            if sim.running is None or sim.sock is None:
+            if worker.running is None or sim.sock is None:
                 continue  # ended meanwhile
-            task_id, _, value, started = sim.running
-            sim.running = None
-            self.finished(sim, task_id, True, dumps(value), now - started)
-            self.next_task(sim)
+            task_id, _, value, started = worker.running
+            worker.running = None
+            self.finished(sim, worker, task_id, True, dumps(value), now - started)
+            self.next_task(sim, worker)
+            touched.add(sim)
             now = time.monotonic()
+        for sim in touched:
+            self.relay(sim)
 
-    def finished(self, sim: Sim, task_id: int, ok: bool, frames: List[Any], ran: float) -> None:
+    def finished(self, sim: Sim, worker: Worker, task_id: int, ok: bool, frames: List[Any],
+                 ran: float) -> None:
         """A task's result, sent as a worker sends it: at once after a task over 2 ms,
         else in a batch of up to 64 or 2 ms (`fiber.pool._worker.worker_main`)."""
         now = time.monotonic()
-        if not sim.out:
-            sim.first_out = now - ran
-        sim.out.append((task_id, ok, frames))
-        sim.busy += ran
-        if (not sim.held or ran > _BATCH_SECONDS or len(sim.out) >= _BATCH
-                or now - sim.first_out > _BATCH_SECONDS):
-            self.flush(sim)
+        if not worker.out:
+            worker.first_out = now - ran
+        worker.out.append((task_id, ok, frames))
+        worker.busy += ran
+        if (not worker.held or ran > _BATCH_SECONDS or len(worker.out) >= _BATCH
+                or now - worker.first_out > _BATCH_SECONDS):
+            self.flush(sim, worker)
 
-    def flush(self, sim: Sim) -> None:
-        if sim.out and sim.sock is not None:
-            frames = pack_results(sim.out, sim.busy)
-            sim.out, sim.busy = [], 0.0
-            self.send(sim, [sim.pool, PoolOps.RESULTS, b"", *frames])
+    def flush(self, sim: Sim, worker: Worker) -> None:
+        if worker.out and sim.sock is not None:
+            frames = pack_results(worker.out, worker.busy)
+            worker.out, worker.busy = [], 0.0
+            self.to_master(sim, worker, [PoolOps.RESULTS, *frames])
 
     # -- writing, ending ---------------------------------------------------------------------
 
@@ -391,8 +471,9 @@ class StandIn:
             self.by_fd.pop(sim.sock.fileno(), None)
             sim.sock.close()  # (closing unregisters it from the epoll)
             sim.sock = None
-        sim.held.clear()
-        sim.running = None
+        for worker in sim.workers.values():
+            worker.held.clear()
+            worker.running = None
         if report:
             _say(f"end {sim.job_id} {code}")
         self.start_connections()

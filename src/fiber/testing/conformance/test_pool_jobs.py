@@ -104,6 +104,21 @@ def test_workers_past_maxtasksperchild_are_replaced_in_their_job(ctx):
         assert job.is_alive()
 
 
+def test_after_close_a_job_forks_no_worker_that_would_be_stopped_at_once(ctx):
+    """Closed, with one long task left and nothing queued, the idle workers stop: none
+    is forked in their place (it would be stopped at once, and again, while the task
+    runs)."""
+    with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=240)
+        long = pool.apply_async(ph.sleep_return, ("done", 2.0))
+        wait_until(lambda: any(ws.pending for ws in pool._core.live_workers()), 60,
+                   message="a worker runs the long task")
+        pool.close()  # the other, idle, stops
+        assert long.get(timeout=60) == "done"
+        pool.join()
+        assert next(pool._core._worker_ids) == 3  # workers 1 and 2, and no other
+
+
 def test_a_pool_of_jobs_grows_and_shrinks(ctx):
     with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
         pool.wait_until_workers_up(timeout=240)

@@ -406,3 +406,18 @@ def test_a_map_of_short_tasks_is_spread_over_the_workers(ctx):
                              1).get(timeout=120)
     assert [x for x, _ in out] == list(range(200))
     assert len({key for _, key in out}) >= 2  # hostname:pid, as every pod has the same pids
+
+
+def test_after_close_no_worker_starts_only_to_be_stopped(ctx):
+    """Closed, with one long task running and nothing queued, the idle worker stops and
+    none is started in its place (each would be stopped at once, and replaced again:
+    a job submitted every few ms while the task ran)."""
+    with ctx.Pool(2) as pool:
+        pool.wait_until_workers_up(timeout=240)
+        long = pool.apply_async(ph.sleep_return, ("done", 2.0))
+        wait_until(lambda: any(ws.pending for ws in pool._core.live_workers()), 60,
+                   message="a worker runs the long task")
+        pool.close()
+        assert long.get(timeout=60) == "done"
+        pool.join()
+        assert next(pool._core._worker_ids) == 3  # workers 1 and 2, and no other

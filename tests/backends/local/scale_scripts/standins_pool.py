@@ -1,9 +1,10 @@
-"""A real master and N stand-in workers: python standins_pool.py N.
+"""A real master and N stand-in workers: python standins_pool.py N [K] (K: workers a
+job, relayed on its connection; 1 by default).
 
 Prints one line per check, the stand-in processes' ids, and 'ok' when the pool's
 results are exact, the master counted N workers connected, each over its own TCP
 connection from a stand-in's address, a function other than sleep_for is refused, and
-every job reported its exit.
+every job reported its exit. With K > 1, the connections are one a job.
 """
 
 import sys
@@ -28,8 +29,9 @@ def stand_in_connections(port: int) -> int:
 
 if __name__ == "__main__":
     n = int(sys.argv[1])
+    per_job = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     standins.configure(processes=2, connecting=32)
-    pool = fiber.get_context("standins").Pool(n)
+    pool = fiber.get_context("standins").Pool(n, workers_per_job=per_job)
     seconds = [0.001 * (i % 7) for i in range(3 * n)]
     assert pool.map(standins.sleep_for, seconds, chunksize=1) == seconds  # a task each
     assert pool.map(standins.sleep_for, seconds, chunksize=5) == seconds  # chunks of 5
@@ -39,8 +41,9 @@ if __name__ == "__main__":
     assert len(workers) == n and all(w.state == "idle" for w in workers), workers
     assert {w.host for w in workers} == {"standin-0", "standin-1"}, workers
     print(f"connected {len(workers)}")
-    assert stand_in_connections(port_of(pool._core.hub.address)) == n
-    print(f"tcp {n}")
+    links = -(-n // per_job)
+    assert stand_in_connections(port_of(pool._core.hub.address)) == links
+    print(f"tcp {links}")
     try:
         pool.apply(abs, (-1,))
     except TypeError as e:
