@@ -21,6 +21,7 @@ from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import PipeOps, PipeService
 from fiber.connection._watch import WaitOps, WaitService
 from fiber.managers._server import ManagerOps, ManagerService, ObjectOps, ObjectService
+from fiber.pool._jobs import JobsOfSeveral
 from fiber.pool._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -214,6 +215,11 @@ def test_the_pool_service_handles_what_workers_and_their_jobs_send():
     assert {PoolOps.TASKS, PoolOps.STOP, PoolOps.TO}.isdisjoint(PoolService.operations)
 
 
+def test_jobs_of_several_are_served_by_the_pool_service():
+    assert issubclass(PoolService, JobsOfSeveral)
+    assert set(JobsOfSeveral.operations) == {PoolOps.FROM, PoolOps.WORKER_ENDED}
+
+
 def test_every_service_class_is_checked():
     """A new service must join PROTOCOLS (or the pool's test)."""
     def subclasses(cls: type) -> Iterator[type]:
@@ -223,7 +229,8 @@ def test_every_service_class_is_checked():
 
     with_ops = {cls for cls in subclasses(Service) if cls.operations
                 and cls.__module__.startswith("fiber.")}
-    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService}
+    # the pool's: its service, and the part of it that serves jobs of several workers
+    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService, JobsOfSeveral}
 
 
 class _Recorder(Dispatcher):

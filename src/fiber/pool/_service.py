@@ -30,9 +30,10 @@ from .._log import info, log
 from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
-from ..transport.server import Peer, Server, Service
+from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
+from ._jobs import JobsOfSeveral
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -41,9 +42,8 @@ from ._protocol import (
     pack_to,
     results_busy,
     unpack_results,
-    unpack_to,
 )
-from ._state import PoolJob, ReadyWorkers, Task, WorkerState
+from ._state import ReadyWorkers, Task, WorkerState
 
 __all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
 
@@ -55,8 +55,9 @@ _EXIT_POLL = 0.05
 
 
 
-class PoolService(Service):
-    """One pool's scheduler on the master's hub."""
+class PoolService(JobsOfSeveral):
+    """One pool's scheduler on the master's hub (its side of jobs of several workers:
+    `JobsOfSeveral`)."""
 
     protocol = "pool"
 
@@ -92,16 +93,7 @@ class PoolService(Service):
         #: Wakes the pool's maintainer (set by the pool): a renewal time is set.
         self.wake: Callable[[], None] = lambda: None
         self.by_peer: Dict[int, WorkerState] = {}
-        #: The connections of jobs that relay their workers' messages (see `_group`):
-        #: peer id -> the workers relayed, by id.
-        self.relays: Dict[int, Dict[int, WorkerState]] = {}
-        #: Workers of jobs of several (see `_group`) whose connection ended while their
-        #: job lives, until the job reports their end: worker id -> (state, whether the
-        #: end was expected). They count towards the pool's size: their job replaces them.
-        self.awaiting: Dict[int, Tuple[WorkerState, bool]] = {}
-        #: Makes the worker a job of several forks in place of one that ended in it, if
-        #: the pool needs one (set by the pool; None: it does not).
-        self.replace_in: Callable[[WorkerState], Optional[WorkerState]] = lambda ws: None
+        JobsOfSeveral.__init__(self)
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
@@ -381,25 +373,6 @@ class PoolService(Service):
             frames = [b"", PoolOps.TO, *pack_to([(ws.worker_id, frames[1:])])]
         return self.server.send(ws.peer, frames)
 
-    @handles(PoolOps.FROM)
-    def from_workers(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
-        """Workers' ``hello`` and ``results``, relayed by their job (a job of several, see
-        `_group`) on the job's connection, each with its worker's id (see `pack_to`)."""
-        for worker_id, frames in unpack_to(payload):
-            ws = self.workers.get(worker_id)
-            op = bytes(frames[0])
-            if ws is None or ws.lost:
-                if op == PoolOps.HELLO:
-                    server.send(peer, [b"", PoolOps.TO, *pack_to([(worker_id, [PoolOps.STOP])])])
-                continue  # a worker presumed dead: its tasks were reassigned
-            if op == PoolOps.HELLO:
-                ws.relayed = True
-                self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
-                self._hello(peer, ws)
-            elif ws.connected and ws.peer is peer:
-                self._results(peer, ws, list(frames[1:]))
-
     @handles(PoolOps.RESULTS)
     def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
         """A batch of results (see _protocol): each task is finished once."""
@@ -559,16 +532,7 @@ class PoolService(Service):
 
         A job's connection that relayed its workers (see `_group`): they are lost, all,
         and not replaced in it (it cannot be asked any more)."""
-        relayed = self.relays.pop(peer.peer_id, None)
-        if relayed is not None:
-            self._count_traffic(peer)
-            for gone in list(relayed.values()):
-                if gone.job is not None:
-                    gone.job.alive = False
-                self.worker_lost(gone)
-            for worker_id, (gone, _) in list(self.awaiting.items()):
-                if gone.peer is peer:  # its job cannot say how it ended any more
-                    self._settle(worker_id, gone.exitcode)
+        self.relay_gone(peer)
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is None:
             return
@@ -744,51 +708,6 @@ class PoolService(Service):
         if not awaited:
             self.on_worker_gone(ws, expected)
         self.dispatch()
-
-    @handles(PoolOps.WORKER_ENDED)
-    def worker_ended(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
-        """``[worker id, exit code]``: a worker of a job of several ended (see `_group`).
-        Lost, if it was not yet (with its exit code: its warning is said now); answered
-        with the id of the worker the job forks in its place, or b"" (none needed)."""
-        worker_id = int.from_bytes(bytes(payload[0]), "little")
-        ws = self._settle(worker_id, int(bytes(payload[1])))
-        new = self.replace_in(ws) if ws is not None else None
-        server.reply(peer, req_id, b"ok", [new.worker_id.to_bytes(8, "little")
-                                           if new is not None else b""])
-
-    def job_ended(self, job: PoolJob, code: Optional[int]) -> None:
-        """``job``'s process ended with ``code``: every worker it held is lost now, each
-        with the job's code unless its own end was known. Not one is replaced in it."""
-        job.alive = False
-        for ws in job.workers:
-            if ws.exitcode is None:
-                ws.exitcode = code
-            self._settle(ws.worker_id, ws.exitcode, say=False)
-        if job.forks:  # one warning for the job and the workers it took with it
-            _losses.report_job(job.process.name, [ws for ws in job.workers if ws.loss])
-        for ws in job.workers:
-            self.losses.ready(ws)
-
-    def _settle(self, worker_id: int, code: Optional[int],
-                say: bool = True) -> Optional[WorkerState]:
-        """Worker ``worker_id`` ended with ``code``: lost if it was not yet, its warning
-        said (``say``; else its job's says it). Returns its state (None: no worker of this
-        pool now)."""
-        waited = self.awaiting.pop(worker_id, None)
-        ws = waited[0] if waited is not None else self.workers.get(worker_id)
-        if ws is None:
-            return None
-        ws.exitcode = code
-        if waited is not None:
-            if say:
-                self.losses.ready(ws)
-            self.on_worker_gone(ws, waited[1])
-        else:
-            self.worker_lost(ws)
-            if say:
-                self.losses.ready(ws)
-        return ws
 
     def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
         """Count worker ``ws``'s death against the ``tasks`` it held (see

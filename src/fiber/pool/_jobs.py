@@ -1,0 +1,143 @@
+"""The pool service's side of jobs of several workers (``workers_per_job``, see `_group`).
+
+A job of several forks its workers and relays their pool messages on its one connection;
+the master keeps its record of each worker (`WorkerState`) as for a worker of its own
+job, and this finds them by id in what the job relays (``from``), hears from the job how
+each ended (``worker_ended``) and names the one it forks in its place, and loses them
+all at once when the job's process or connection ends, with one warning for the job.
+
+A worker whose relay ended (its job saw it end and is about to say so) is *awaited*: it
+counts towards the pool's size until its job reports it, since the job replaces it in
+place; so the pool's maintainer starts no job of its own for it meanwhile.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..transport.operations import Service, handles
+from ..transport.server import Peer, Server
+from . import _losses
+from ._protocol import PoolOps, pack_to, unpack_to
+from ._state import PoolJob, WorkerState
+
+__all__ = ["JobsOfSeveral"]
+
+
+class JobsOfSeveral(Service):
+    """A pool's service, as far as jobs of several workers go: its subclass,
+    `PoolService`, keeps the workers and loses them (the methods below that raise
+    ``NotImplementedError`` are its)."""
+
+    workers: Dict[int, WorkerState]
+    losses: _losses.Losses
+    on_worker_gone: Callable[[WorkerState, bool], None]
+
+    def __init__(self) -> None:
+        #: Workers of jobs of several whose relay ended while their job lives, until the
+        #: job reports their end: worker id -> (state, whether the end was expected).
+        self.awaiting: Dict[int, Tuple[WorkerState, bool]] = {}
+        #: The connections of jobs that relay their workers: peer id -> those workers.
+        self.relays: Dict[int, Dict[int, WorkerState]] = {}
+        #: Makes the worker a job of several forks in place of one that ended in it, if
+        #: the pool needs one (set by the pool; None: it does not).
+        self.replace_in: Callable[[WorkerState], Optional[WorkerState]] = lambda ws: None
+
+    # -- what the pool's service does (PoolService) ------------------------------------------
+
+    def worker_lost(self, ws: WorkerState) -> None:
+        """Lose ``ws``: its tasks back to the queue, its warning."""
+        raise NotImplementedError
+
+    def _hello(self, peer: Peer, ws: WorkerState) -> None:
+        """``ws`` said hello on (or through) ``peer``: it takes tasks."""
+        raise NotImplementedError
+
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any]) -> None:
+        """A batch of ``ws``'s results."""
+        raise NotImplementedError
+
+    def _count_traffic(self, peer: Peer) -> None:
+        """``peer`` carries no worker any more: its bytes are counted as gone."""
+        raise NotImplementedError
+
+    # -- jobs of several ---------------------------------------------------------------------
+
+    @handles(PoolOps.FROM)
+    def from_workers(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """Workers' ``hello`` and ``results``, relayed by their job (a job of several, see
+        `_group`) on the job's connection, each with its worker's id (see `pack_to`)."""
+        for worker_id, frames in unpack_to(payload):
+            ws = self.workers.get(worker_id)
+            op = bytes(frames[0])
+            if ws is None or ws.lost:
+                if op == PoolOps.HELLO:
+                    server.send(peer, [b"", PoolOps.TO, *pack_to([(worker_id, [PoolOps.STOP])])])
+                continue  # a worker presumed dead: its tasks were reassigned
+            if op == PoolOps.HELLO:
+                ws.relayed = True
+                self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+                self._hello(peer, ws)
+            elif ws.connected and ws.peer is peer:
+                self._results(peer, ws, list(frames[1:]))
+
+    def relay_gone(self, peer: Peer) -> None:
+        """``peer``, if it was a job's relay, ended: the workers it relayed are lost, all,
+        and not replaced in the job (it cannot be asked any more)."""
+        relayed = self.relays.pop(peer.peer_id, None)
+        if relayed is None:
+            return
+        self._count_traffic(peer)
+        for gone in list(relayed.values()):
+            if gone.job is not None:
+                gone.job.alive = False
+            self.worker_lost(gone)
+        for worker_id, (gone, _) in list(self.awaiting.items()):
+            if gone.peer is peer:  # its job cannot say how it ended any more
+                self._settle(worker_id, gone.exitcode)
+
+    @handles(PoolOps.WORKER_ENDED)
+    def worker_ended(self, server: Server, peer: Peer, req_id: bytes,
+                     payload: List[Any]) -> None:
+        """``[worker id, exit code]``: a worker of a job of several ended (see `_group`).
+        Lost, if it was not yet (with its exit code: its warning is said now); answered
+        with the id of the worker the job forks in its place, or b"" (none needed)."""
+        worker_id = int.from_bytes(bytes(payload[0]), "little")
+        ws = self._settle(worker_id, int(bytes(payload[1])))
+        new = self.replace_in(ws) if ws is not None else None
+        server.reply(peer, req_id, b"ok", [new.worker_id.to_bytes(8, "little")
+                                           if new is not None else b""])
+
+    def job_ended(self, job: PoolJob, code: Optional[int]) -> None:
+        """``job``'s process ended with ``code``: every worker it held is lost now, each
+        with the job's code unless its own end was known. Not one is replaced in it."""
+        job.alive = False
+        for ws in job.workers:
+            if ws.exitcode is None:
+                ws.exitcode = code
+            self._settle(ws.worker_id, ws.exitcode, say=False)
+        if job.forks:  # one warning for the job and the workers it took with it
+            _losses.report_job(job.process.name, [ws for ws in job.workers if ws.loss])
+        for ws in job.workers:
+            self.losses.ready(ws)
+
+    def _settle(self, worker_id: int, code: Optional[int],
+                say: bool = True) -> Optional[WorkerState]:
+        """Worker ``worker_id`` ended with ``code``: lost if it was not yet, its warning
+        said (``say``; else its job's says it). Returns its state (None: no worker of this
+        pool now)."""
+        waited = self.awaiting.pop(worker_id, None)
+        ws = waited[0] if waited is not None else self.workers.get(worker_id)
+        if ws is None:
+            return None
+        ws.exitcode = code
+        if waited is not None:
+            if say:
+                self.losses.ready(ws)
+            self.on_worker_gone(ws, waited[1])
+        else:
+            self.worker_lost(ws)
+            if say:
+                self.losses.ready(ws)
+        return ws
