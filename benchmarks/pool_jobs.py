@@ -14,6 +14,9 @@ For each layout, in a fresh pool:
   hosts share this machine's pid namespace, local, netns, Slurm and Grid Engine here)
   until the pool has all its workers connected again: a new cluster job for a job of
   one, a fork in its job for a job of several;
+- **a job killed**: a round's wall time when one job is SIGKILLed half-way through it
+  (its workers' tasks run again elsewhere; every result arrives), and until the pool has
+  all its workers again;
 - **memory**: the proportional set size of the workers (``/proc/PID/smaps_rollup``; its
   job's first process, where it is not a worker, not counted), a worker's mean.
 
@@ -30,7 +33,7 @@ import os
 import signal
 import statistics
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from _common import table  # type: ignore[import-not-found]
 
@@ -40,6 +43,11 @@ import fiber
 def sleep_pid(seconds: float) -> int:
     time.sleep(seconds)
     return os.getpid()
+
+
+def sleep_ids(seconds: float) -> Tuple[int, int]:
+    time.sleep(seconds)
+    return os.getpid(), os.getppid()
 
 
 def pss_kb(pid: int) -> Optional[int]:
@@ -86,6 +94,22 @@ def measure(n: int, per_job: int, rounds: int, task_s: float,
             time.sleep(0.001)  # until its replacement is on its way
         pool.wait_until_workers_up(timeout=900)
         out["replace_s"] = time.monotonic() - t
+        # a whole job SIGKILLed mid-round: its worker, or its group and so its workers
+        ids = pool.map(sleep_ids, [0.0] * n, 1)
+        victim = ids[0][1] if per_job > 1 else ids[0][0]
+        restarts = sum(w.restarts for w in pool.status().workers)
+        t = time.monotonic()
+        result = pool.map_async(sleep_ids, [task_s] * n, 1)
+        time.sleep(task_s / 2)
+        os.kill(victim, signal.SIGKILL)
+        done = result.get(timeout=900)
+        out["job_kill_round_s"] = time.monotonic() - t
+        if len(done) != n:
+            raise AssertionError("a round with a job killed lost results")
+        while sum(w.restarts for w in pool.status().workers) == restarts:
+            time.sleep(0.001)
+        pool.wait_until_workers_up(timeout=900)
+        out["job_back_s"] = time.monotonic() - t
     finally:
         pool.terminate()
     return out
@@ -106,6 +130,8 @@ def main() -> None:
     ap.add_argument("--backend", default="local",
                     help="local, slurm, ... or netns (with --hosts network-namespace hosts)")
     ap.add_argument("--hosts", type=int, default=4, help="netns hosts (root)")
+    ap.add_argument("--only-jobs", action="store_true",
+                    help="measure jobs of --per-job alone (a job a worker does not fit)")
     args = ap.parse_args()
     hosts = None
     if args.backend == "netns":
@@ -121,10 +147,11 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    layouts = [1, args.per_job]
+    layouts = [args.per_job] if args.only_jobs else [1, args.per_job]
     results = {k: measure(args.workers, k, args.rounds, args.task_ms / 1000, args.cpu)
                for k in layouts}
-    one, many = results[1], results[args.per_job]
+    many = results[args.per_job]
+    one = results.get(1, {key: float("nan") for key in many})
     rows = []
     for key, label in (("start_s", "start, every worker connected (s)"),
                        ("jobs", "cluster jobs"),
@@ -132,8 +159,10 @@ def run(args: argparse.Namespace) -> None:
                        ("apply_us", "apply() in a loop: a round trip (us)"),
                        ("efficiency", f"rounds of {args.task_ms:g} ms tasks: efficiency"),
                        ("replace_s", "a worker killed: back to full (s)"),
+                       ("job_kill_round_s", "a round with a job killed mid-way (s)"),
+                       ("job_back_s", "... from its start until back to full (s)"),
                        ("pss_mb", "a worker's proportional set size (MB)")):
-        ratio = many[key] / one[key] if one[key] else float("nan")
+        ratio = many[key] / one[key] if one[key] == one[key] and one[key] else float("nan")
         rows.append([label, _fmt(one[key]), _fmt(many[key]), f"{ratio:.3g}x"])
     where = f"{args.hosts} netns hosts" if args.backend == "netns" else args.backend
     table(f"Pool({args.workers}) on {where}: a job a worker vs jobs of "

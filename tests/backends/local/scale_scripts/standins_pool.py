@@ -37,6 +37,7 @@ if __name__ == "__main__":
     assert pool.map(standins.sleep_for, seconds, chunksize=5) == seconds  # chunks of 5
     assert pool.apply(standins.sleep_for, (0.002,)) == 0.002  # a call
     print("results exact")
+    pool.wait_until_workers_up(timeout=120)  # the map may end before the last connects
     workers = pool.status().workers
     assert len(workers) == n and all(w.state == "idle" for w in workers), workers
     assert {w.host for w in workers} == {"standin-0", "standin-1"}, workers
