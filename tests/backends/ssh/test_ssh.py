@@ -423,7 +423,7 @@ def test_pool_of_128_over_120_slots_queues_the_rest_and_runs_every_task_once(hos
                     assert y == x * x
                     delivered[x] = delivered.get(x, 0) + 1
                     if not victims and len(delivered) >= total // 4:
-                        workers = [ws.process for ws in list(pool._core.procs.values())
+                        workers = [ws.process for ws in pool._core.live_workers()
                                    if ws.connected][:8]
                         victims = [p._job.handle for p in workers]
                         for p in workers:
