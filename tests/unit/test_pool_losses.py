@@ -269,3 +269,30 @@ def test_lost_tasks_are_named_by_their_items_places_as_their_labels_are():
     assert _losses.tasks_text([fifth_apply]) == "apply(g) task 5"
     assert _losses.tasks_text([chunk, single]) == "map(f) tasks 8-11, 12"
     assert _losses.tasks_text([chunk]) == "map(f) tasks 8-11"
+
+
+def test_a_job_of_several_that_dies_is_one_warning_naming_its_workers_and_tasks(said):
+    """Twelve workers of one job lose their relay, then the job's end is known: one
+    warning, the first seven workers named and the rest counted, every task held in it;
+    none is replaced in the job (it has ended)."""
+    pool, result = _Pool(max_retries=5), _Result()
+    tasks = _tasks(pool, result, 12)
+    process = _Process(100)
+    job = PoolJob(process, forks=True)  # type: ignore[arg-type]
+    workers = []
+    for i, task in enumerate(tasks):
+        ws = WorkerState(200 + i, process, f"PoolWorker-{200 + i}", job)  # type: ignore[arg-type]
+        pool.service.add_worker(ws)
+        pool.take(ws, [task])
+        workers.append(ws)
+    for ws in workers:  # their relay ended first: their job is to say how
+        pool.service.worker_lost(ws)
+    assert said() == [] and len(pool.service.awaiting) == 12
+    process.exitcode = -9
+    pool.service.job_ended(job, -9)
+    (line,) = said()
+    assert line.startswith("PoolWorker-100 (job 1-100 on here) was lost with 12 workers "
+                           "(PoolWorker-200, PoolWorker-201, "), line
+    assert ", PoolWorker-206, 5 more): killed by SIGKILL; " in line, line
+    assert line.endswith("resubmitted map(f) tasks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 2 more")
+    assert pool.service.awaiting == {} and not job.alive

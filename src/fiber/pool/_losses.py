@@ -45,16 +45,20 @@ __all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exi
 #: (``heartbeat_timeout``'s default): only a job whose end is never reported waits it out.
 REPORT_WAIT_S = 30.0
 _MAX_LISTED = 10  # task indexes named per call in a warning
+_MAX_NAMED = 8  # workers named in a job's warning
 
 
 class Loss:
     """A lost worker's warning, waiting for its exit code."""
 
-    __slots__ = ("tasks", "notes", "connected", "ready", "given")
+    __slots__ = ("tasks", "notes", "connected", "ready", "given", "held")
 
     def __init__(self, tasks: str, notes: List[str], connected: bool,
-                 given: str = "") -> None:
+                 given: str = "", held: Sequence[Any] = ()) -> None:
         self.tasks = tasks
+        #: The tasks it held, as `Given` records (a worker of a job of several: its job's
+        #: warning names all its workers' tasks together).
+        self.held = held
         self.notes = notes
         self.connected = connected
         self.ready = False  # to be said: its exit code is known, or waited for long enough
@@ -231,10 +235,14 @@ def report_job(name: str, workers: Sequence[Any]) -> None:
     first = losses[0][0]
     code = exit_code(first)
     how = describe_exit(first) if code is not None else "contact lost (its end not reported yet)"
-    names = ", ".join(ws.name for ws, _ in losses)
-    text = f"{name} ({where(first)}) was lost with {len(losses)} workers ({names}): {how}"
-    held = [f"{ws.name}'s {loss.tasks}" for ws, loss in losses if loss.tasks]
-    text += f"; resubmitted {'; '.join(held)}" if held else "; they held no task"
+    names = [ws.name for ws, _ in losses]
+    if len(names) > _MAX_NAMED:
+        names = names[:_MAX_NAMED - 1] + [f"{len(names) - _MAX_NAMED + 1} more"]
+    text = (f"{name} ({where(first)}) was lost with {len(losses)} workers "
+            f"({', '.join(names)}): {how}")
+    held = sorted((task for _, loss in losses for task in loss.held),
+                  key=lambda task: task.task_id)
+    text += f"; resubmitted {tasks_text(held)}" if held else "; they held no task"
     if code is None and first.process.job_id:
         text += f"; its own log may say more (fiber logs {first.process.job_id})"
     for _, loss in losses:

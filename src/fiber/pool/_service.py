@@ -698,8 +698,10 @@ class PoolService(JobsOfSeveral):
             log("%s ended: its initializer raised", ws.name)
         else:
             log("%s lost, holding %d tasks", ws.name, len(tasks))
+            held = [_losses.Given(task.task_id, task.call, task.first, task.items)
+                    for task in tasks] if ws.job is not None and ws.job.forks else []
             self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.started,
-                                             _losses.given_text(ws.given, tasks)))
+                                             _losses.given_text(ws.given, tasks), held))
             if exit_code(ws) is not None and not (ws.job is not None and ws.job.forks):
                 # (a job of several says how its worker ended, or the job did: _settle)
                 self.losses.ready(ws)
