@@ -406,7 +406,8 @@ def test_a_task_that_sigkills_its_worker_under_tini_is_one_warning(engine, warni
         lines = warnings.wait(1)
     assert len(lines) == 1, lines
     assert re.search(r"PoolWorker-1 \(job \S+ on \S+\) was lost: killed by SIGKILL; "
-                     r"resubmitted map\(kill_own_worker_once\) task 2$", lines[0]), lines
+                     r"resubmitted map\(kill_own_worker_once\) (task 2|tasks 2, 3)$",
+                     lines[0]), lines  # task 3 too where its link was measured slow
 
 
 def test_a_worker_the_oom_killer_ended_is_one_warning_saying_so(engine, warnings):

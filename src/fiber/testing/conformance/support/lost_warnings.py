@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 from typing import Any, List
 
@@ -46,5 +47,8 @@ def check_an_oom_killed_worker_is_one_warning(ctx: Any, warnings: LostWarnings) 
                         chunksize=1) == list(range(3))
         lines = warnings.wait(1)
     assert len(lines) == 1, lines
-    assert ("was lost: killed by SIGKILL: killed by the kernel's OOM killer: out of memory "
-            "(memory limit 96 MB); resubmitted map(hog_once) task 1") in lines[0], lines
+    # task 1, and task 2 too if its link was measured slow (a busy node: it is handed a
+    # task ahead then, see fiber.pool._credit)
+    assert re.search(r"was lost: killed by SIGKILL: killed by the kernel's OOM killer: out "
+                     r"of memory \(memory limit 96 MB\); resubmitted map\(hog_once\) "
+                     r"(task 1|tasks 1, 2)$", lines[0]), lines
