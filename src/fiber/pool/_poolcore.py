@@ -320,22 +320,18 @@ class PoolCore:
         pool of jobs of several, a job that forks them (`_group`), asking for the
         resources of ``count`` workers."""
         wids = [next(self._worker_ids) for _ in range(count)]
-        if self.workers_per_job == 1:
-            proc = self.process_class(
-                target=worker_main, name=f"PoolWorker-{wids[0]}", daemon=True,
-                args=(self.hub.address, self.name, wids[0], self.initializer, self.initargs,
-                      self.maxtasks))
-            set_resources(proc, self.resources)
-        else:
-            proc = self.process_class(
-                target=group_main, name=f"PoolJob-{next(self._job_numbers)}", daemon=True,
-                args=(self.hub.address, self.name, wids, self.initializer, self.initargs,
-                      self.maxtasks))
-            set_resources(proc, self.resources.times(count))
+        forks = self.workers_per_job > 1
+        target, name, ids = ((group_main, f"PoolJob-{next(self._job_numbers)}", wids) if forks
+                             else (worker_main, f"PoolWorker-{wids[0]}", wids[0]))
+        proc = self.process_class(
+            target=target, name=name, daemon=True,
+            args=(self.hub.address, self.name, ids, self.initializer, self.initargs,
+                  self.maxtasks))
+        set_resources(proc, self.resources.times(count) if forks else self.resources)
         set_placement(proc, avoid)
         end_with_parent(proc)  # a worker serves this pool only
         end_said_elsewhere(proc)  # its loss or retirement: the pool's words
-        job = PoolJob(proc, forks=self.workers_per_job > 1)
+        job = PoolJob(proc, forks)
         for wid in wids:
             WorkerState(wid, proc, f"PoolWorker-{wid}", job)
         return job
