@@ -43,3 +43,19 @@ def _fmt(c: object) -> str:
     if isinstance(c, float):
         return f"{c:.3f}" if c < 100 else f"{c:.0f}"
     return str(c)
+
+
+def rollup_mb(pid: int) -> Dict[str, float]:
+    """The fields of ``/proc/PID/smaps_rollup`` in MB (``Pss``: the pages shared by k
+    processes count 1/k in each).
+
+    Raises:
+        OSError: no such process (any more).
+    """
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            field = line.split()
+            if len(field) >= 2 and field[0].endswith(":") and field[1].isdigit():
+                out[field[0][:-1]] = int(field[1]) / 1024
+    return out

@@ -35,7 +35,7 @@ import statistics
 import time
 from typing import Dict, List, Optional, Tuple
 
-from _common import table  # type: ignore[import-not-found]
+from _common import rollup_mb, table  # type: ignore[import-not-found]
 
 import fiber
 
@@ -48,17 +48,6 @@ def sleep_pid(seconds: float) -> int:
 def sleep_ids(seconds: float) -> Tuple[int, int]:
     time.sleep(seconds)
     return os.getpid(), os.getppid()
-
-
-def pss_kb(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def measure(n: int, per_job: int, rounds: int, task_s: float,
@@ -84,9 +73,13 @@ def measure(n: int, per_job: int, rounds: int, task_s: float,
             pids = pool.map(sleep_pid, [task_s] * n, 1)
             efficiency.append(task_s / (time.monotonic() - t))
         out["efficiency"] = statistics.mean(efficiency)
-        sizes = [pss_kb(pid) for pid in set(pids)]
-        known = [s for s in sizes if s is not None]
-        out["pss_mb"] = statistics.mean(known) / 1024 if known else float("nan")
+        known = []
+        for pid in set(pids):
+            try:
+                known.append(rollup_mb(pid)["Pss"])
+            except OSError:
+                pass  # ended meanwhile
+        out["pss_mb"] = statistics.mean(known) if known else float("nan")
         restarts = sum(w.restarts for w in pool.status().workers)
         t = time.monotonic()
         os.kill(pids[0], signal.SIGKILL)

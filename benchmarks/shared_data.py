@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any, Dict, Tuple
+from typing import Any, Tuple
 
 import numpy as np
+from _common import rollup_mb  # type: ignore[import-not-found]
 
 import fiber
 
@@ -32,16 +33,6 @@ def keep(table: np.ndarray, q: Any) -> None:
     global _table
     _table = table
     q.put((os.getpid(), float(table.sum())))
-
-
-def rollup_mb(pid: int) -> Dict[str, float]:
-    out = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            field = line.split()
-            if len(field) >= 2 and field[0].endswith(":") and field[1].isdigit():
-                out[field[0][:-1]] = int(field[1]) / 1024
-    return out
 
 
 def peak_rss_mb() -> float:
