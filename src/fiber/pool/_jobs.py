@@ -13,10 +13,12 @@ place; so the pool's maintainer starts no job of its own for it meanwhile.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..transport.operations import Service, handles
 from ..transport.server import Peer, Server
+from ..transport.sockets import tcp_rtt
 from . import _losses
 from ._protocol import PoolOps, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
@@ -53,9 +55,16 @@ class JobsOfSeveral(Service):
         """``ws`` said hello on (or through) ``peer``: it takes tasks."""
         raise NotImplementedError
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any]) -> None:
-        """A batch of ``ws``'s results."""
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
+                 rtt: Optional[float] = -1.0) -> None:
+        """A batch of ``ws``'s results, heard at ``now``; ``rtt``: ``peer``'s round trip."""
         raise NotImplementedError
+
+    def dispatch(self) -> None:
+        """Hand out what is queued."""
+        raise NotImplementedError
+
+    queue: Any
 
     def _count_traffic(self, peer: Peer) -> None:
         """``peer`` carries no worker any more: its bytes are counted as gone."""
@@ -67,7 +76,11 @@ class JobsOfSeveral(Service):
     def from_workers(self, server: Server, peer: Peer, req_id: bytes,
                      payload: List[Any]) -> None:
         """Workers' ``hello`` and ``results``, relayed by their job (a job of several, see
-        `_group`) on the job's connection, each with its worker's id (see `pack_to`)."""
+        `_group`) on the job's connection, each with its worker's id (see `pack_to`).
+        What is queued is handed out once for the message, after all its results: one
+        ``to`` message for the job, not one a worker."""
+        now = time.monotonic()
+        rtt = tcp_rtt(peer.conn.sock) if peer.conn is not None else None
         for worker_id, frames in unpack_to(payload):
             ws = self.workers.get(worker_id)
             op = bytes(frames[0])
@@ -80,7 +93,9 @@ class JobsOfSeveral(Service):
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
-                self._results(peer, ws, list(frames[1:]))
+                self._results(peer, ws, list(frames[1:]), now, rtt)
+        if self.queue:
+            self.dispatch()
 
     def relay_gone(self, peer: Peer) -> None:
         """``peer``, if it was a job's relay, ended: the workers it relayed are lost, all,

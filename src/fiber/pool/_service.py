@@ -379,13 +379,18 @@ class PoolService(JobsOfSeveral):
         ws = self.by_peer.get(peer.peer_id)
         if ws is None:
             return  # a worker already presumed dead: its results were reassigned
-        self._results(peer, ws, payload)
+        self._results(peer, ws, payload, time.monotonic())
+        if self.queue:  # the end of a round has none: a call a result saved
+            self.dispatch()
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any]) -> None:
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
+                 rtt: Optional[float] = -1.0) -> None:
+        """``ws``'s batch of results, heard at ``now`` on ``peer``, whose TCP round trip
+        is ``rtt`` (seconds, as `tcp_rtt`; negative: measured here if needed). The caller hands out
+        what is queued next (`dispatch`): once for all the workers a job relays."""
         fids = []
         items = 0
         outcome = "done"
-        now = time.monotonic()
         measuring = self.measuring
         waited = self.latency.add
         for task_id, ok, frames in unpack_results(payload):
@@ -417,8 +422,9 @@ class PoolService(JobsOfSeveral):
         busy = results_busy(payload)
         if ws.probe and peer.conn is not None:  # its first results since it was handed
             # tasks idle (over TCP: see hello): a round trip
-            self.far.observed(ws, _credit.round_trip(now - ws.probe - busy,
-                                                     tcp_rtt(peer.conn.sock)))
+            if rtt is not None and rtt < 0:
+                rtt = tcp_rtt(peer.conn.sock)
+            self.far.observed(ws, _credit.round_trip(now - ws.probe - busy, rtt))
             ws.probe = 0.0
         if measuring and items:
             if items == 1:
@@ -433,8 +439,6 @@ class PoolService(JobsOfSeveral):
                 self.durations.fold()
         self._measure(fids, busy)
         self._maybe_stop(ws)
-        if self.queue:  # the end of a round has none: a call a result saved
-            self.dispatch()
 
     @handles(PoolOps.HELLO)
     def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
