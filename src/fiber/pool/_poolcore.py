@@ -358,7 +358,10 @@ class PoolCore:
         self.service.add_worker(ws)
         return ws
 
-    def _start_workers(self, count: int, replaces: Optional[WorkerState] = None) -> None:
+    def _start_workers(self, count: int,
+                       replaces: Optional[List[WorkerState]] = None) -> None:
+        """Start ``count`` workers, in jobs of ``workers_per_job``; each of ``replaces``
+        (renewed: see `_renew`), if given, is replaced by one of them."""
         with self.hub.lock:
             avoid = self.service.suspected_hosts()  # not on a host cut off (see _late)
         if avoid:
@@ -368,9 +371,8 @@ class PoolCore:
         jobs = [self._new_job(min(per_job, count - first), avoid)
                 for first in range(0, count, per_job)]
         states = [ws for job in jobs for ws in job.workers]
-        if replaces is not None:
-            for ws in states:
-                ws.replaces = replaces
+        for ws, old in zip(states, replaces or []):
+            ws.replaces = old
         with self.hub.lock:  # known before they start: a quick one says hello at once
             for ws in states:
                 self.service.add_worker(ws)
@@ -453,8 +455,8 @@ class PoolCore:
                     self._start_workers(need)
                     continue
                 self.workers_known.set()
-                for old in renew:  # ahead of its job's known end (see _renew)
-                    self._start_workers(1, replaces=old)
+                for olds in _renew.by_job(renew):  # ahead of their job's known end
+                    self._start_workers(len(olds), replaces=olds)  # (see _renew)
                 if renew:
                     continue
                 for key, _ in self._exits.select(None if at is None else max(0.0, at - now)):

@@ -15,13 +15,20 @@ than the walltime runs at its full width::
 
 A worker the cluster ends anyway (the replacement could not start in time) retires on
 the cluster's notice or SIGTERM instead (see `_retire`).
+
+A job of several workers (``workers_per_job``) is renewed as a whole: its clock, hence
+its workers' renewal, starts with its first worker's hello (a worker forked in it later,
+in place of one that ended, is renewed with the job, not a lifetime after its own
+start, which would be past the job's end); the maintainer starts one job of as many
+workers in its place, each new worker renewing one old one, and one INFO line says so
+for the job.
 """
 
 from __future__ import annotations
 
-from typing import Any, Deque, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 
-__all__ = ["lifetime", "renew_at", "due", "next_at", "said"]
+__all__ = ["lifetime", "renew_at", "job_renew_at", "due", "by_job", "next_at", "said"]
 
 #: The share of the lifetime over which renewals are spread.
 _SPREAD = 0.15
@@ -47,10 +54,39 @@ def renew_at(connected: float, life: Optional[float], slot: int) -> float:
     return connected + life * (1 - _SPREAD * ((slot * _GOLDEN) % 1))
 
 
-def said(old: Any, new: Any) -> str:
-    """The INFO line of a renewal."""
+def job_renew_at(ws: Any, now: float, life: Optional[float]) -> float:
+    """When worker ``ws``, which said hello at ``now``, is renewed (0: never): its own
+    lifetime from now, or, in a job of several, its job's (from the job's first hello,
+    spread by the job's first slot)."""
+    job = ws.job
+    if job is None or not job.forks:
+        return renew_at(now, life, ws.slot)
+    if not job.renew_at:
+        job.renew_at = renew_at(now, life, min(w.slot for w in job.workers))
+    return float(job.renew_at)
+
+
+def said(old: Any, new: Any) -> Optional[str]:
+    """The INFO line of a renewal: one a worker, or one for a job of several (None for
+    its other workers)."""
+    if old.job is not None and old.job.forks:
+        if old.job.renewed:
+            return None
+        old.job.renewed = True
+        return (f"{old.job.process.name} ({len(old.job.workers)} workers) is renewed "
+                f"ahead of its known end: {new.job.process.name} takes its place; its "
+                "workers finish what they hold")
     return (f"{old.name} is renewed ahead of its job's known end: "
             f"{new.name} took its place; it finishes what it holds")
+
+
+def by_job(workers: List[Any]) -> List[List[Any]]:
+    """``workers`` (due for renewal) grouped by their job, in order: a job of several
+    is renewed by one job."""
+    groups: Dict[int, List[Any]] = {}
+    for ws in workers:
+        groups.setdefault(id(ws.job) if ws.job is not None else id(ws), []).append(ws)
+    return list(groups.values())
 
 
 def due(workers: List[Any], now: float, free_slots: Deque[Tuple[int, int]]) -> List[Any]:

@@ -456,7 +456,7 @@ class PoolService(JobsOfSeveral):
         ws.tcp = peer.may_reset  # a link with a round trip to cover (see _credit)
         if self.suspects:
             self.suspects.pop(ws.process.host, None)  # its host answers
-        ws.renew_at = _renew.renew_at(time.monotonic(), self.lifetime, ws.slot)
+        ws.renew_at = _renew.job_renew_at(ws, time.monotonic(), self.lifetime)
         if ws.renew_at:
             self.wake()  # the maintainer sleeps until the next renewal
         self._refresh(ws)
@@ -465,7 +465,9 @@ class PoolService(JobsOfSeveral):
         if old is not None and not (old.lost or old.retiring):  # renewed: it retires
             old.retiring = True
             self.retiring += 1
-            info("%s", _renew.said(old, ws))
+            said = _renew.said(old, ws)
+            if said is not None:
+                info("%s", said)
             self._refresh(old)
             self._maybe_stop(old)
         self.dispatch()

@@ -71,7 +71,7 @@ class PoolJob:
     """A job of the pool's: one worker, or several (``forks``: ``workers_per_job`` > 1,
     see `_group`), which its process forks, and replaces when the pool asks it to."""
 
-    __slots__ = ("process", "forks", "workers", "alive")
+    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed")
 
     def __init__(self, process: Process, forks: bool) -> None:
         self.process = process
@@ -81,6 +81,10 @@ class PoolJob:
         #: False once its process has ended, its connection has, or its cluster told it
         #: to go: no worker is replaced in it any more.
         self.alive = True
+        #: A job of several: when its workers are renewed, together (monotonic; 0: not
+        #: known yet, or never; see `_renew`), and whether a job took its place.
+        self.renew_at = 0.0
+        self.renewed = False
 
 
 class WorkerState:

@@ -100,3 +100,39 @@ def test_workers_are_renewed_at_their_lifetime_and_nothing_is_lost(tmp_path, cap
     renewals = [r for r in fiber_records if " is renewed " in r.getMessage()]
     assert len(renewals) >= 2 and all(r.levelname == "INFO" for r in renewals)
     assert not [r for r in fiber_records if r.levelname == "WARNING"], fiber_records
+
+
+def _task_in_job(x: int, marks: str) -> int:
+    """As `_task`, the mark naming its job's process (the worker's parent) too."""
+    name = f"{x}-{os.getpid()}-{os.getppid()}-{time.monotonic_ns()}"
+    with open(os.path.join(marks, name), "w"):
+        pass
+    time.sleep(0.3)
+    return x * x
+
+
+def test_a_job_of_several_is_renewed_as_a_whole(tmp_path, caplog):
+    """Jobs of several workers (issue 45) are renewed a job at a time: one new job of as
+    many workers takes each old job's place (not a job a worker), one INFO line a job;
+    the map is exact and nothing runs twice."""
+    marks = str(tmp_path)
+    with fiber.config.override(log_level="info", pool_worker_lifetime=1.5):
+        with fiber.Pool(4, workers_per_job=2) as pool:
+            got = pool.starmap(_task_in_job, [(x, marks) for x in range(60)], chunksize=1)
+            status = pool.status()
+    assert got == [x * x for x in range(60)]
+    runs = [name.split("-") for name in os.listdir(marks)]
+    assert sorted(int(x) for x, *_ in runs) == list(range(60)), "a task ran twice or never"
+    jobs = {ppid for _, _, ppid, _ in runs}
+    workers = {pid for _, pid, _, _ in runs}
+    renewals = [r.getMessage() for r in caplog.records
+                if r.name == "fiber" and " is renewed " in r.getMessage()]
+    assert renewals, "no job was renewed in 4.5 s of lifetimes of 1.5 s"
+    assert all(m.startswith("PoolJob-") and "(2 workers)" in m and "takes its place" in m
+               for m in renewals), renewals
+    assert len(jobs) >= 3  # renewed jobs ran tasks
+    # a job a renewal (each of 2 workers), not a job a renewed worker
+    assert len(jobs) <= 2 + len(renewals), (jobs, renewals)
+    assert len(workers) >= 2 * len(jobs) - 2, (workers, jobs)
+    assert status.retried == 0
+    assert not [r for r in caplog.records if r.name == "fiber" and r.levelname == "WARNING"]

@@ -858,16 +858,18 @@ def test_node_failure_mid_map_every_result_once(slurm, how):
     _wait_nodes_idle()
 
 
+@pytest.mark.parametrize("per_job", [1, 2])
 def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(slurm, tmp_path,
-                                                                         caplog):
+                                                                         caplog, per_job):
     """Issue 29: jobs of a 1-minute limit, a map of 80 tasks of 7 s on Pool(4) (over twice
     the limit): workers are renewed before their limit (or retire on Slurm's notice or
-    SIGTERM); every result once, no task started twice, no retry counted, no WARNING."""
+    SIGTERM); every result once, no task started twice, no retry counted, no WARNING.
+    Issue 45: in jobs of 2 workers, a job is renewed by a job of 2 (one line a job)."""
     marks = str(tmp_path)
     os.chmod(marks, 0o777)
     with fiber.config.override(slurm_time_limit="1", log_level="info"):
         started = time.monotonic()
-        with slurm.Pool(4) as pool:
+        with slurm.Pool(4, workers_per_job=per_job) as pool:
             got = pool.starmap(mark_then_sleep,
                                [(x, marks, 7) for x in range(80)], chunksize=1)
             status = pool.status()
@@ -881,9 +883,12 @@ def test_a_map_longer_than_the_time_limit_runs_at_full_width_and_exact(slurm, tm
     assert not [r for r in records if r.levelname == "WARNING"], [r.getMessage() for r in records]
     renewed = [r for r in records if " is renewed " in r.getMessage()
                or " retires: " in r.getMessage()]
-    assert len(renewed) >= 4, [r.getMessage() for r in records]
-    print(f"80 tasks of 7 s on Pool(4), 1-minute limit: {took:.0f} s (140 s of work a "
-          f"worker); {len(renewed)} renewals or retirements")
+    assert len(renewed) >= 4 // per_job, [r.getMessage() for r in records]
+    if per_job > 1:
+        jobs = [r.getMessage() for r in renewed if " is renewed " in r.getMessage()]
+        assert all(m.startswith("PoolJob-") and "(2 workers)" in m for m in jobs), jobs
+    print(f"80 tasks of 7 s on Pool(4) in jobs of {per_job}, 1-minute limit: {took:.0f} s "
+          f"(140 s of work a worker); {len(renewed)} renewals or retirements")
     _wait_nodes_idle()
 
 
