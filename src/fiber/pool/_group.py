@@ -16,6 +16,10 @@ and relays their pool messages on its own connection to the master::
         ◀── the id of the worker to fork in its place (forked at once: milliseconds,
             no cluster round trip), or b"" (the pool has enough, or is ending)
     the group ends once its last worker has ended and none replaces it.
+    its connection is reset (a lossy link, a middlebox): it connects again and says
+        [pool, resume_job, req, each live worker's id and the ids of the tasks handed
+         to it and not answered] ──▶ master
+        ◀── the workers taken back (see `_resume`); the others are stopped
 
 What else a worker asks of the master (its initializer's failure, a retirement, its
 tasks' calls to queues, locks and managers) goes on connections of its own, made when
@@ -49,7 +53,8 @@ from ..transport import cpus
 from ..transport.client import Client, ConnectionLost
 from ..transport.framing import FrameReader, Outbox, ProtocolError, send_frames
 from ..transport.sockets import readable
-from ._protocol import PoolOps, pack_to, unpack_to
+from . import _resume
+from ._protocol import PoolOps, pack_ids, pack_to, result_ids, task_ids, unpack_ids, unpack_to
 from ._worker import PoolLink, worker_main
 
 __all__ = ["group_main", "RelayedLink"]
@@ -131,6 +136,9 @@ class _Group:
         self.links: Dict[int, _Link] = {}  # worker id -> its link
         #: What the workers sent, not relayed yet: (worker id, [op, *payload]) each.
         self.up: List[Tuple[int, List[Any]]] = []
+        #: The tasks handed to each worker and not answered (relayed up) yet, by id: what
+        #: the master is asked to keep for it if the connection is reset (`resume`).
+        self.held: Dict[int, Dict[int, None]] = {}
         self.pid = os.getpid()
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
@@ -171,6 +179,7 @@ class _Group:
         link = _Link(worker_id, ours)
         self.children[pid] = link  # before a signal held meanwhile is forwarded
         self.links[worker_id] = link
+        self.held[worker_id] = {}
         self.selector.register(ours, selectors.EVENT_READ, link)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
@@ -224,17 +233,23 @@ class _Group:
             if bytes(msg[1]) != PoolOps.TO:
                 continue
             for worker_id, frames in unpack_to(msg[2:]):
-                link = self.links.get(worker_id)
-                if link is None or not link.open:
-                    continue  # it has ended: its end is reaped
-                waiting = bool(link.outbox.items)
-                try:
-                    done = link.outbox.write(link.sock, [b"", *frames])
-                except OSError:
-                    continue  # it has ended: its end is reaped
-                if not done and not waiting:  # the rest when the worker reads
-                    self.selector.modify(link.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
-                                         link)
+                held = self.held.get(worker_id)
+                if held is not None and bytes(frames[0]) == PoolOps.TASKS:
+                    held.update(dict.fromkeys(task_ids(frames[1:])))
+                self._send_to(worker_id, frames)
+
+    def _send_to(self, worker_id: int, frames: Any) -> None:
+        """Send worker ``worker_id`` ``[op, *payload]`` (the rest when it reads)."""
+        link = self.links.get(worker_id)
+        if link is None or not link.open:
+            return  # it has ended: its end is reaped
+        waiting = bool(link.outbox.items)
+        try:
+            done = link.outbox.write(link.sock, [b"", *frames])
+        except OSError:
+            return  # it has ended: its end is reaped
+        if not done and not waiting:  # the rest when the worker reads
+            self.selector.modify(link.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, link)
 
     def _to_worker(self, link: _Link) -> None:
         """Write on what waits for worker ``link``, now that it reads."""
@@ -266,8 +281,40 @@ class _Group:
         """Send the master what the workers sent, in one message: the results of a
         round's tasks that ended together are one message a job, not one a worker."""
         if self.up:
-            up, self.up = self.up, []
+            up = self.up
             self.client.send(self.pool_name, PoolOps.FROM, pack_to(up))
+            self.up = []  # (kept, to be sent again, if the connection failed)
+            for worker_id, msg in up:
+                held = self.held.get(worker_id)
+                if held is not None and bytes(msg[0]) == PoolOps.RESULTS:
+                    for task_id in result_ids(msg[1:]):
+                        held.pop(task_id, None)
+
+    def resume(self) -> bool:
+        """The connection to the master failed: connect again and ask the master to take
+        the live workers back, each with the tasks handed to it and not answered (see
+        `_resume`); the workers it does not take back are stopped. False: the master is
+        gone, or takes none back (the job ends)."""
+        try:
+            self.selector.unregister(self.client.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        live = [worker_id for worker_id, link in self.links.items() if link.open]
+        frames = pack_to([(worker_id, [pack_ids(list(self.held[worker_id]))])
+                          for worker_id in live])
+        try:
+            again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB, frames)
+        except ConnectionLost:
+            return False
+        taken = set(unpack_ids(again[1][0])) if again is not None else set()
+        if not taken:
+            return False
+        self.client = again[0] if again is not None else self.client
+        self.selector.register(self.client.sock, selectors.EVENT_READ, None)
+        for worker_id in live:
+            if worker_id not in taken:
+                self._send_to(worker_id, [PoolOps.STOP])
+        return True
 
     def _reap(self) -> None:
         while True:
@@ -281,6 +328,7 @@ class _Group:
             if link is None:
                 continue
             del self.links[link.worker_id]
+            self.held.pop(link.worker_id, None)
             deadline = time.monotonic() + _LAST_WORDS_S  # what it sent goes first
             while link.open and readable([link.sock], deadline - time.monotonic()):
                 if not self._from_worker(link, 0):
@@ -302,26 +350,31 @@ class _Group:
         self.selector.register(self.wake_r, selectors.EVENT_READ, self.wake_r)
         for worker_id in worker_ids:
             self.fork(worker_id)
-        try:
-            while self.children:
-                self._from_master()
-                for key, events in self.selector.select():
-                    if isinstance(key.data, _Link):
-                        if events & selectors.EVENT_WRITE:
-                            self._to_worker(key.data)
-                        if events & selectors.EVENT_READ:
-                            self._from_worker(key.data)
-                        continue
-                    elif key.data == self.wake_r:
-                        try:
-                            os.read(self.wake_r, 4096)
-                        except BlockingIOError:
-                            pass
-                        self._reap()
-                self._relay()
-        except ConnectionLost:  # the master is gone: so is the pool, and its workers
-            for pid in self.children:
-                os.kill(pid, signal.SIGKILL)
+        while self.children:
+            try:
+                self._serve_once()
+            except ConnectionLost:
+                if not self.resume():  # the master is gone: so is the pool, and its workers
+                    for pid in self.children:
+                        os.kill(pid, signal.SIGKILL)
+                    return
+
+    def _serve_once(self) -> None:
+        self._from_master()
+        for key, events in self.selector.select():
+            if isinstance(key.data, _Link):
+                if events & selectors.EVENT_WRITE:
+                    self._to_worker(key.data)
+                if events & selectors.EVENT_READ:
+                    self._from_worker(key.data)
+                continue
+            elif key.data == self.wake_r:
+                try:
+                    os.read(self.wake_r, 4096)
+                except BlockingIOError:
+                    pass
+                self._reap()
+        self._relay()
 
 
 def group_main(address: str, pool_name: bytes, worker_ids: List[int],

@@ -15,6 +15,12 @@
                                                                       or b"": none)
     job ─────▶ master   [pool, b"from", b"", TO, *frames]             workers' hellos and
                                                                       results, relayed
+                        [pool, b"resume_job", req, TO, *frames]       its connection was
+                                                                      reset: its workers,
+                                                                      each [ids of the
+                                                                      tasks it holds];
+                                                                      replied: the ids of
+                                                                      those taken back
     master ──▶ job      [b"", b"to", TO, *frames]                     tasks or stop for
                                                                       some of its workers,
                                                                       to relay
@@ -43,8 +49,9 @@ from __future__ import annotations
 import struct
 from typing import Any, List, Sequence, Tuple
 
-__all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "pack_results", "unpack_results",
-           "results_busy", "pack_to", "unpack_to"]
+__all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
+           "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
+           "unpack_ids"]
 
 
 class PoolOps:
@@ -62,6 +69,7 @@ class PoolOps:
     WORKER_ENDED = b"worker_ended"  # job -> master: one of its workers ended (_group)
     FROM = b"from"  # job -> master: a worker's hello or results, relayed (_group)
     TO = b"to"  # master -> job: a worker's tasks or stop, to relay (_group)
+    RESUME_JOB = b"resume_job"  # job -> master: its connection was reset; back (_group)
 
 _TASK = struct.Struct("<QIBH")
 
@@ -104,6 +112,11 @@ def unpack_tasks(frames: Sequence[Any]) -> List[WireTask]:
     return out
 
 
+def task_ids(frames: Sequence[Any]) -> List[int]:
+    """The ids of the tasks of a batch (``TASKS``), from its header alone."""
+    return [fields[0] for fields in _TASK.iter_unpack(frames[0])]
+
+
 def pack_results(results: Sequence[Tuple[int, bool, List[Any]]], busy: float) -> List[Any]:
     header = bytearray(_BUSY.pack(busy))
     frames: List[Any] = []
@@ -130,6 +143,22 @@ def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
     return out
 
 
+def result_ids(frames: Sequence[Any]) -> List[int]:
+    """The ids of the tasks of a batch of results (``RESULTS``), from its header."""
+    return [fields[0] for fields in _RESULT.iter_unpack(memoryview(frames[0])[_BUSY.size:])]
+
+
+def pack_ids(ids: Sequence[int]) -> bytes:
+    """Ids (of tasks, of workers), u64 each."""
+    return struct.pack(f"<{len(ids)}Q", *ids)
+
+
+def unpack_ids(data: Any) -> List[int]:
+    """What `pack_ids` packed."""
+    return [fields[0] for fields in _ID.iter_unpack(data)]
+
+
+_ID = struct.Struct("<Q")
 _TO = struct.Struct("<QI")
 
 

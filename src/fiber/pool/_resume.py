@@ -20,6 +20,11 @@ again and goes on: a lossy link or a middlebox must not cost a healthy worker.
     ◀── b"ok" ──  it sends its unsent results     ◀── b"stop": too late, its tasks went to
     and takes tasks again                             others: it ends
 
+A job of several workers (see `_group`) resumes for all of them at once, on its one
+connection (``resume_job``: each worker's id and the tasks it holds, as the job counts
+them: handed to it and not answered); the workers the master no longer waits for, the
+job stops.
+
 A result lost in flight is computed again: every result is still delivered once (the
 master's bookkeeping drops a second one), and a task may have started twice.
 """
@@ -27,11 +32,10 @@ master's bookkeeping drops a second one), and a task may have started twice.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 from .._core._clients import get_client
 from ..transport.client import CannotConnect, Client, ConnectionLost
-from ._protocol import PoolOps
 
 __all__ = ["RESUME_WAIT_S", "reconnect", "held_ids"]
 
@@ -41,29 +45,29 @@ RESUME_WAIT_S = 5.0
 _RETRY_S = 0.2
 
 
-def reconnect(address: str, pool_name: bytes, worker_id: int, held: Iterable[int]
-              ) -> Optional[Client]:
-    """The worker's new connection to its master, which has taken it back with the tasks
-    ``held`` (ids); None when the master no longer waits for it (it ends).
+def reconnect(address: str, pool_name: bytes, op: bytes, frames: List[Any]
+              ) -> Optional[Tuple[Client, List[Any]]]:
+    """A new connection to the master, on which it answered ``op`` (``resume``: a
+    worker and the ids of the tasks it holds; ``resume_job``: a job's workers, see
+    `_group`) with ``ok``: the connection and the answer's payload. None when the master
+    no longer waits for it (it ends). Tried for ``RESUME_WAIT_S``.
 
     Raises:
         ConnectionLost: the master is gone (refused), or could not be reached in time.
     """
-    ids = b"".join(task_id.to_bytes(8, "little") for task_id in held)
     deadline = time.monotonic() + RESUME_WAIT_S
     while True:
         try:
             client = get_client(address)
             assert isinstance(client, Client)  # a worker is a job: its master is elsewhere
-            status, _ = client.request(pool_name, PoolOps.RESUME,
-                                       [worker_id.to_bytes(8, "little"), ids],
-                                       timeout=max(1.0, deadline - time.monotonic()))
+            status, payload = client.request(pool_name, op, frames,
+                                             timeout=max(1.0, deadline - time.monotonic()))
         except ConnectionLost as e:
             if (isinstance(e, CannotConnect) and e.refused) or time.monotonic() >= deadline:
                 raise
             time.sleep(_RETRY_S)
             continue
-        return client if status == b"ok" else None
+        return (client, payload) if status == b"ok" else None
 
 
 def held_ids(held: Iterable[Any], out: Iterable[Any]) -> Iterable[int]:

@@ -543,18 +543,28 @@ class PoolService(JobsOfSeveral):
         if ws is None:
             return
         self._count_traffic(peer)
-        if (not peer.reset or self.closing or ws.retiring or ws.lost or ws.init_failed
-                or ws.process.cancelled):
+        if not self._may_resume(peer, ws):
             self.worker_lost(ws)
             return
+        self._await_resume(ws)
+        log("%s's connection was reset: waiting %.0f s for it to connect again",
+            ws.name, _resume.RESUME_WAIT_S)
+
+    def _may_resume(self, peer: Peer, ws: WorkerState) -> bool:
+        """Whether ``ws``, whose connection (or its job's) ``peer`` ended, is waited for
+        to connect again (see `_resume`), rather than lost now."""
+        return peer.reset and not (self.closing or ws.retiring or ws.lost
+                                   or ws.init_failed or ws.process.cancelled)
+
+    def _await_resume(self, ws: WorkerState) -> None:
+        """Hold ``ws``'s tasks for it until it connects again, up to ``RESUME_WAIT_S``."""
+        assert self.server is not None
         ws.peer = None
         ws.connected = False
         ws.resume_by = time.monotonic() + _resume.RESUME_WAIT_S
         self._refresh(ws)
-        log("%s's connection was reset: waiting %.0f s for it to connect again",
-            ws.name, _resume.RESUME_WAIT_S)
-        server.call_later(_resume.RESUME_WAIT_S,
-                          functools.partial(self._not_resumed, ws, ws.resume_by))
+        self.server.call_later(_resume.RESUME_WAIT_S,
+                               functools.partial(self._not_resumed, ws, ws.resume_by))
 
     def _not_resumed(self, ws: WorkerState, resume_by: float) -> None:
         """The wait that ended at ``resume_by`` is over: lost, unless it came back (or a
@@ -573,20 +583,26 @@ class PoolService(JobsOfSeveral):
         if ws is None or ws.lost or not ws.resume_by:
             server.reply(peer, req_id, b"stop")
             return
-        missing = self._take_back(ws, bytes(payload[1]))
-        ws.given.extend(_losses.Given(t.task_id, t.call, t.first, t.items) for t in missing)
-        ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
-        ws.probe = 0.0  # its next results say how long the reset took, not its link
-        ws.functions.clear()  # a function's frames may have been lost with the tasks
+        missing = self._resumed(peer, ws, bytes(payload[1]))
         self.by_peer[peer.peer_id] = ws
         info("%s (%s) connected again after its connection was reset; %s",
              ws.name, _losses.where(ws),
              f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
              else "nothing was lost")
         server.reply(peer, req_id, b"ok")
-        self._refresh(ws)
         self.dispatch()
         self._maybe_stop(ws)
+
+    def _resumed(self, peer: Peer, ws: WorkerState, kept: bytes) -> List[Task]:
+        """``ws``, waited for since a reset, is back on ``peer`` with the tasks ``kept``
+        (their ids): the others it held go back to the queue (returned)."""
+        missing = self._take_back(ws, kept)
+        ws.given.extend(_losses.Given(t.task_id, t.call, t.first, t.items) for t in missing)
+        ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
+        ws.probe = 0.0  # its next results say how long the reset took, not its link
+        ws.functions.clear()  # a function's frames may have been lost with the tasks
+        self._refresh(ws)
+        return missing
 
     def far_room(self) -> int:
         """The tasks the workers on slow links may hold of the function submitted last:

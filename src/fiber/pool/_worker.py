@@ -34,7 +34,7 @@ from ..transport.remote import format_user_exception, pack_exception
 from ..transport.serialization import dumps, loads
 from ..transport.unpicklable import explained
 from . import _resume
-from ._protocol import FUNCTION_SLOTS, PoolOps, pack_results, unpack_tasks
+from ._protocol import FUNCTION_SLOTS, PoolOps, pack_ids, pack_results, unpack_tasks
 from ._retire import Retirement
 
 __all__ = ["worker_main", "PoolLink", "CALL", "MAP", "STARMAP"]
@@ -328,8 +328,9 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         except ConnectionLost:
             if stopping or relay is not None:
                 return  # the master is ending the pool, or the job: nothing waits for it
-            again = _resume.reconnect(address, pool_name, worker_id,
-                                      list(_resume.held_ids(held, out)))
+            ids = pack_ids(list(_resume.held_ids(held, out)))
+            again = _resume.reconnect(address, pool_name, PoolOps.RESUME,
+                                      [worker_id.to_bytes(8, "little"), ids])
             if again is None:
                 return  # given up by the master meanwhile: its tasks run elsewhere
-            client = again  # its unsent results go out as usual, from the loop
+            client = again[0]  # its unsent results go out as usual, from the loop

@@ -271,6 +271,22 @@ def test_connections_reset_while_both_ends_live_lose_no_worker(hosts: netns.Host
     assert not said_lost(stderr), stderr
 
 
+def test_a_job_of_several_whose_connection_is_reset_keeps_its_workers(
+        hosts: netns.Hosts) -> None:
+    """Issue 45: as above with the pool's workers in jobs of 2, each job relaying its two
+    workers on its one connection (``fiber.pool._group``). Host 2's job connects again
+    after each reset and takes both back with the tasks they hold (``resume_job``):
+    no worker lost or replaced, every result once, one INFO line for the job a reset."""
+    r, stderr = _scenario(hosts, "mh_reset.py", "2", "2", timeout=SCRIPT_TIMEOUT + 120)
+    assert all(n >= 2 for n in r["killed"]), r  # host 2's job and the Process
+    assert r["finished"] and r["exactly_once"] and not r["errors"], r
+    assert set(r["pids"]) <= set(r["pids_before"]), (r, stderr[-4000:])  # nobody replaced
+    assert r["puts_exact"] and r["child_exitcode"] == 0, r
+    resumed = [ln for ln in stderr.splitlines() if RESUMED in ln and "PoolJob-" in ln]
+    assert len(resumed) >= 2 and all("with 2 workers" in ln for ln in resumed), stderr
+    assert not said_lost(stderr), stderr
+
+
 def test_a_consumer_whose_connections_are_reset_takes_each_item_once(
         hosts: netns.Hosts) -> None:
     """Issue 30: a Process on host 2 takes 6,000 items from a queue of the master's, most

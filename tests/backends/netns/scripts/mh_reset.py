@@ -8,7 +8,10 @@ gone), its puts arrive each once, in order (those the reset lost are sent again 
 next connection: fiber.transport._resend; a put under way goes on a new one), and the
 lock it holds across the resets stays its own (a reset process is not a dead holder).
 
-Usage: ``mh_reset.py RESETS`` (how many resets, 3 s apart). Prints RESULT.
+With PER_JOB > 1 the pool's workers come in jobs of that many (issue 45): host 2's job
+relays its workers on one connection, which connects again and takes them all back.
+
+Usage: ``mh_reset.py RESETS [PER_JOB]`` (how many resets, 3 s apart). Prints RESULT.
 """
 
 import logging
@@ -42,6 +45,7 @@ def producer(q, n, lock, hold):
 
 def main():
     resets = int(os.sys.argv[1])
+    per_job = int(os.sys.argv[2]) if len(os.sys.argv) > 2 else 1
     hosts = _common.setup()
     logging.getLogger("fiber").setLevel(logging.INFO)
     q = fiber.Queue()
@@ -50,7 +54,7 @@ def main():
         child = fiber.Process(target=producer, args=(q, PUTS, lock, 8.0), name="Producer")
         child.start()
     out = {"killed": []}
-    with fiber.Pool(6) as pool:
+    with fiber.Pool(6, workers_per_job=per_job) as pool:
         pids = set()
         for _ in range(20):  # until every worker ran a task (host 2's may be far)
             pids |= {pid for _, pid in pool.map(task, range(300), 1)}
