@@ -1192,3 +1192,18 @@ def test_steps_inside_an_allocation(cluster, tmp_path):
     assert text.count("a-step-says-hello") == 1, text
     assert re.search(r"^\(Process-\d+@node\d\) a-step-says-hello$", text, re.M), text
     _wait_nodes_idle()
+
+
+@pytest.mark.parametrize("per_job", [1, 2])
+def test_a_pool_terminated_as_it_starts_ends_at_once(slurm, per_job):
+    """A pool terminated right after it was made, while its jobs are pending: its jobs
+    are cancelled and counted as ended at once. Before, Slurm dropped a cancelled pending
+    job from squeue before it was ever listed, and fiber waited a minute for a job it
+    had not seen (as for a job it did not know) before terminate() returned."""
+    for _ in range(3):
+        started = time.monotonic()
+        pool = slurm.Pool(4, cpu=1 / 32, workers_per_job=per_job)
+        pool.terminate()
+        took = time.monotonic() - started
+        assert took < 20, f"terminate() took {took:.0f} s"
+    _wait_nodes_idle()

@@ -484,6 +484,9 @@ class SlurmBackend(BatchBackend):
                 if job_id in found:
                     state, code = found[job_id]
                     st = status_of(state, code, "", rec.handle.host, rec.cancelled)
+                elif rec.cancelled:  # ended as asked: a pending one at once (not a
+                    # minute later, as unknown: a pool terminated as it started waited)
+                    st = status_of("CANCELLED", None, "", rec.handle.host, rec.cancelled)
                 elif rec.seen:
                     st = JobStatus(JobState.LOST, None, "finished, and Slurm no longer lists "
                                    "it (MinJobAge passed; no accounting to ask)")
