@@ -282,6 +282,13 @@ class Backend(abc.ABC):
         limit known (the default)."""
         return None
 
+    def node_cpus(self) -> Optional[int]:
+        """The CPUs of the smallest node this backend's jobs may go to, if it can tell:
+        a pool that does not say how many workers a job holds puts as many in one as fit
+        it (see fiber.pool._sizing). None: unknown, or one machine (the default), or the
+        cluster cannot be asked now. Asked once a pool of 64 workers or more."""
+        return None
+
     def release(self, handle: JobHandle) -> None:
         """Drop what the backend keeps of a finished job whose process object is gone (a
         long-running program starts jobs without end: a pool with ``maxtasksperchild``)."""

@@ -38,7 +38,8 @@ import threading
 import time
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-from ..errors import BackendError, SubmitError
+from .._log import log
+from ..errors import BackendError, ConfigError, SubmitError
 from ._base import JobHandle, JobInfo, JobSpec, JobStatus
 from ._cli_backend import CommandLineBackend
 
@@ -161,6 +162,26 @@ class BatchBackend(CommandLineBackend):
         self._cleanup_registered = False
         #: Jobs outlive this process (``fiber run --detach``): nothing is cancelled at exit.
         self.detached = False
+
+    def node_cpus(self) -> Optional[int]:
+        """(See `Backend.node_cpus`.) Asked of the cluster (`query_node_cpus`) each time:
+        once a large pool, whose start takes longer, and the answer follows the config
+        (a partition, a parallel environment); None while the cluster cannot be asked."""
+        try:
+            return self.query_node_cpus() or None
+        except (SubmitError, ConfigError) as e:
+            log("%s: the size of its nodes (it chooses the workers a pool's job holds) is "
+                "unknown: %s", self.name, e)
+            return None
+
+    def query_node_cpus(self) -> Optional[int]:
+        """The CPUs of the smallest node this backend's jobs may go to, asked of the
+        cluster; None: it cannot tell (the default).
+
+        Raises:
+            SubmitError, ConfigError: the cluster cannot be asked, or its answer read.
+        """
+        return None
 
     # -- commands ----------------------------------------------------------------------
 

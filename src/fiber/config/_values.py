@@ -106,8 +106,8 @@ def _problem(key: str, value: Any) -> str:
                "spin_us", "pool_worker_lifetime", "pool_renew_margin",
                "pool_late_factor") and value < 0:
         return f"must not be negative, got {value!r}"
-    if key == "pool_workers_per_job" and value < 1:
-        return f"must be at least 1, got {value!r}"
+    if key == "pool_workers_per_job" and value < 0:
+        return f"must be at least 1, or 0 (the pool chooses), got {value!r}"
     if key == "log_level" and value not in LOG_LEVELS:
         return (f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
                 + suggestion(str(value).lower(), LOG_LEVELS))

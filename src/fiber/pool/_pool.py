@@ -41,8 +41,9 @@ from ..config import get_config
 from ..process import Process
 from ..process._bound import ProcessContext
 from ..process._limits import ensure_open_files
-from ..process._process import files_per_job
+from ..process._process import files_per_job, node_cpus
 from ..transport.server import Serving
+from . import _sizing
 from ._api_extras import PoolExtras, check_error_handling
 from ._poolcore import RUN, PoolCore, check_size, label, terminate_collected
 from ._results import (
@@ -67,9 +68,11 @@ class Pool(PoolExtras):
 
     ``processes=None`` means ``pool_processes`` from the config, or ``cpu_count()``.
     ``cpu``, ``memory`` (MB) and ``gpu`` are what each worker asks the cluster for.
-    ``workers_per_job`` (``pool_workers_per_job`` from the config, 1 by default): the
-    workers a cluster job holds, forked by it, asking for their resources together (a
-    pool of N workers is ``ceil(N / workers_per_job)`` jobs); see the pool page.
+    ``workers_per_job`` (``pool_workers_per_job`` from the config): the workers a
+    cluster job holds, forked by it, asking for their resources together (a pool of N
+    workers is ``ceil(N / workers_per_job)`` jobs); 0, the default, lets the pool choose
+    (a job a worker below 64 workers or where the node size is unknown, else as many as
+    fit a node: see `fiber.pool._sizing` and the pool page).
     A dead worker's tasks always go to the others. ``error_handling=True`` (the original
     fiber's) also runs again a task that raised, up to ``pool_max_task_retries`` times,
     before its exception is its result (for idempotent tasks: the original ran such a
@@ -98,9 +101,9 @@ class Pool(PoolExtras):
         if workers_per_job is None:
             workers_per_job = get_config().pool_workers_per_job
         if (not isinstance(workers_per_job, int) or isinstance(workers_per_job, bool)
-                or workers_per_job < 1):
-            raise ValueError(f"workers_per_job must be an int of at least 1, "
-                             f"got {workers_per_job!r}")
+                or workers_per_job < 0):
+            raise ValueError(f"workers_per_job must be an int of at least 1, or 0 (chosen "
+                             f"by the pool), got {workers_per_job!r}")
         if processes is None:
             processes = get_config().pool_processes or os.cpu_count() or 1
         check_size(processes)
@@ -110,6 +113,8 @@ class Pool(PoolExtras):
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
         process_class = Process if context is None else context.Process
+        workers_per_job = _sizing.workers_per_job(
+            workers_per_job, processes, cpu, lambda: node_cpus(process_class))
         # a job of several relays its workers: the master holds a job's descriptors
         ensure_open_files(-(-processes // workers_per_job), f"a pool of {processes} workers",
                           files_per_job(process_class))

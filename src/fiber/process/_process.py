@@ -424,6 +424,17 @@ def backend_of(cls: Type[Process]) -> Backend:
     return get_backend(cls._backend_name or get_config().backend)  # noqa: SLF001
 
 
+def node_cpus(cls: Type[Process]) -> Optional[int]:
+    """The CPUs of the smallest node of the backend of ``cls`` (``Backend.node_cpus``);
+    None if unknown, or if its backend cannot be had now (its error is raised when the
+    job starts, where it says more)."""
+    try:
+        backend = backend_of(cls)
+    except Exception:
+        return None
+    return backend.node_cpus()
+
+
 def files_per_job(cls: Type[Process]) -> int:
     """The descriptors a job of ``cls`` costs this process (``Backend.files_per_job``);
     the most any backend's costs if its backend cannot be had now (its error is raised

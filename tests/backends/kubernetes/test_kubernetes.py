@@ -340,6 +340,15 @@ def k8s_config(request: pytest.FixtureRequest) -> Iterator[None]:
     wait_until(none_running, 60, interval=0.5, message="pods of this program still running")
 
 
+def test_the_backend_knows_the_size_of_the_nodes(api):
+    """The CPUs a pool's pod fits workers to (issue 45, fiber.pool._sizing): the node's
+    allocatable CPUs, as the API tells them to anyone who may list nodes."""
+    allocatable = [node.status.allocatable["cpu"] for node in api.list_node().items]
+    whole = [int(float(c[:-1]) / 1000) if c.endswith("m") else int(float(c))
+             for c in allocatable]
+    assert backend().node_cpus() == min(whole) >= 1, allocatable
+
+
 @pytest.fixture
 def warnings(capfd: Any, caplog: Any) -> LostWarnings:
     """The lost-worker warnings of this test's pools."""

@@ -239,6 +239,17 @@ def test_process_exit_codes_kill_and_terminate(sge):
                "the deleted jobs gone from qstat")
 
 
+def test_the_backend_knows_the_size_of_the_nodes(sge):
+    """The CPUs a pool's job fits workers to (issue 45, fiber.pool._sizing): the smallest
+    execution host's, as ``qhost`` tells them; none without a parallel environment (a
+    job has one slot then)."""
+    backend = get_backend("sge")
+    with fiber.config.override(sge_pe="smp"):
+        assert backend.node_cpus() == 2  # the test cluster's nodes
+    with fiber.config.override(sge_pe=""):
+        assert backend.node_cpus() is None
+
+
 def test_resources_reach_the_qmaster(sge, commands):
     """``@fiber.meta(cpu=2, memory=2048)`` with sge_pe=smp: ``-pe smp 2 -l h_vmem=1024M``
     (memory is per slot), which the qmaster records and the job runs with."""

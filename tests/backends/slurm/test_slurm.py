@@ -716,7 +716,8 @@ def _busy_worker(pool: Any) -> Any:
 def test_pool_of_128_is_one_job_array_and_every_result_comes_once_after_a_kill(
         slurm, monkeypatch):
     """Pool(128) in partition "wide" (oversubscribed: 128 one-CPU jobs at once on 3 x 2
-    CPUs): one sbatch, one job array; a worker's Python SIGKILLed on its node a quarter
+    CPUs), a job a worker as asked (the pool would choose jobs of 2, the nodes' CPUs):
+    one sbatch, one job array; a worker's Python SIGKILLed on its node a quarter
     of the way through a map of 512 tasks, every result delivered exactly once.
 
     The kill is ``kill -9`` of the worker's own process inside its node's namespace (the
@@ -741,7 +742,7 @@ def test_pool_of_128_is_one_job_array_and_every_result_comes_once_after_a_kill(
     delivered: Dict[int, int] = {}
     with fiber.config.override(slurm_partition="wide"):
         t0 = time.monotonic()
-        with slurm.Pool(n) as pool:
+        with slurm.Pool(n, workers_per_job=1) as pool:
             _wait_for(lambda: _connected(pool) == n, 420, f"{n} workers connected")
             started = time.monotonic() - t0
             sbatch = [argv for argv, _ in calls if argv[0] == "sbatch"]

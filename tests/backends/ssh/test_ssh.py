@@ -389,7 +389,9 @@ def test_pool_of_128_over_120_slots_queues_the_rest_and_runs_every_task_once(hos
     """Pool(128) on three hosts of 40 slots: 120 workers start, 40 a host, 8 wait; 8
     workers killed mid-map free their slots, and the 8 that waited start then (the 8
     that replace the killed wait in their turn). Every result comes once; no host ever
-    holds more jobs than it has slots (sampled every 0.1 s from the backend's status)."""
+    holds more jobs than it has slots (sampled every 0.1 s from the backend's status).
+    A job a worker, as asked (the pool would choose jobs of 40 here: see
+    test_a_large_pool_chooses_jobs_of_a_host_s_slots)."""
     import threading
 
     n, total = 128, 512
@@ -400,7 +402,7 @@ def test_pool_of_128_over_120_slots_queues_the_rest_and_runs_every_task_once(hos
         _all_up()
         ctx = fiber.get_context("ssh")
         t0 = time.monotonic()
-        with ctx.Pool(n) as pool:
+        with ctx.Pool(n, workers_per_job=1) as pool:
             def sample() -> None:
                 while not stop.is_set():
                     for host, k in _usage(_handles(pool)).items():

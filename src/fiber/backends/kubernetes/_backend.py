@@ -95,6 +95,7 @@ from ._pods import (
     parse_claims,
     pod_manifest,
     pod_status,
+    smallest_node_cpus,
 )
 from ._settings import KubernetesSettings
 from ._watch import PodWatch, last_status
@@ -145,6 +146,7 @@ class _Cluster:
     namespace: str
     own: Optional[Dict[str, Any]]  # this process's own pod (JSON), if it runs in one
     watch: Optional[PodWatch] = None  # of this program's pods (started on first use)
+    node_cpus: Optional[int] = None  # of its smallest node, once asked (see node_cpus)
 
 
 def _in_pod() -> bool:
@@ -248,6 +250,22 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                             "KUBECONFIG)", "pods")
 
     # -- submit ---------------------------------------------------------------------------
+
+    def node_cpus(self) -> Optional[int]:
+        """The CPUs allocatable on the cluster's smallest schedulable node (see
+        `Backend.node_cpus`), if this process may list nodes: a service account often
+        may not (RBAC), and then the pools keep a pod a worker unless they say."""
+        try:
+            cluster = self._cluster()
+            if cluster.node_cpus is None:
+                resp = cluster.api.list_node(_preload_content=False,
+                                             _request_timeout=_own().timeout)
+                cluster.node_cpus = smallest_node_cpus(json.loads(resp.data).get("items", []))
+            return cluster.node_cpus
+        except Exception as e:
+            log("kubernetes: cannot list the nodes (their size chooses the workers a pool's "
+                "pod holds): %s", api_reason(e))
+            return None
 
     def job_time_limit(self) -> Optional[float]:
         """``kubernetes_active_deadline`` (None if 0): a pool renews its workers before

@@ -17,8 +17,9 @@ from .._base import JobSpec, JobState, JobStatus, Resources
 from .._common import mount_items, signal_name
 from .._job_command import JOB_HOST_ENV
 
-__all__ = ["pod_manifest", "pod_status", "parse_claims", "CLAIM_PATH", "api_reason",
-           "is_not_found", "CONTAINER", "POD_NAME_ENV", "POD_NAMESPACE_ENV", "POD_IP_ENV"]
+__all__ = ["pod_manifest", "pod_status", "smallest_node_cpus", "parse_claims", "CLAIM_PATH",
+           "api_reason", "is_not_found", "CONTAINER", "POD_NAME_ENV", "POD_NAMESPACE_ENV",
+           "POD_IP_ENV"]
 
 #: Environment through which a process in a pod knows its pod (the downward API).
 POD_NAME_ENV = "FIBER_K8S_POD_NAME"
@@ -71,6 +72,22 @@ def _volumes(mounts: Sequence[Tuple[str, str, bool]],
         volume_mounts.append({"name": f"fiber-claim-{i}", "mountPath": dst,
                               "readOnly": read_only})
     return volumes, volume_mounts
+
+
+def smallest_node_cpus(nodes: Sequence[Dict[str, Any]]) -> Optional[int]:
+    """The whole CPUs allocatable on the smallest schedulable node of ``nodes`` (a node
+    list's items, JSON: ``status.allocatable.cpu`` is ``"2"`` or ``"1930m"``); None if
+    none says."""
+    found = []
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        text = str(((node.get("status") or {}).get("allocatable") or {}).get("cpu", ""))
+        try:
+            found.append(float(text[:-1]) / 1000 if text.endswith("m") else float(text))
+        except ValueError:
+            continue
+    return int(min(found)) if found else None
 
 
 def _quantity_cpu(cpu: float) -> str:

@@ -83,6 +83,7 @@ from ._status import (
     parse_qacct,
     parse_qstat,
     safe_name,
+    smallest_host_cpus,
     split_id,
     task_expressions,
 )
@@ -231,6 +232,13 @@ class SgeBackend(BatchBackend):
                     pass
             raise
         return [h for h in handles if h is not None]
+
+    def query_node_cpus(self) -> Optional[int]:
+        """The CPUs of the smallest execution host (``qhost``); None without ``sge_pe``
+        (a job has one slot then)."""
+        if not _own().pe:
+            return None
+        return smallest_host_cpus(self.run_command(["qhost"], what="qhost").stdout)
 
     def job_time_limit(self) -> Optional[float]:
         """``sge_time_limit`` in seconds (None if unset): a pool renews its workers before

@@ -22,7 +22,7 @@ from .._common import signal_name
 __all__ = ["Row", "parse_qstat", "parse_tasks", "task_expressions", "split_id", "Acct",
            "parse_qacct", "acct_status", "live_status", "safe_name", "array_name",
            "context_arg", "Listed", "parse_contexts", "cancelled_status", "error_reason",
-           "PROGRAM_VAR", "NAME_VAR"]
+           "PROGRAM_VAR", "NAME_VAR", "smallest_host_cpus"]
 
 #: Job context variables (``qsub -ac``) that mark a fiber job: its program's id and its
 #: name for people (``fiber ps``); job names are too restricted to hold either.
@@ -304,3 +304,19 @@ def parse_contexts(xml: str) -> Dict[str, Listed]:
         out[number] = Listed(number, values[PROGRAM_VAR],
                              urllib.parse.unquote(values.get(NAME_VAR, "")), submitted)
     return out
+
+
+def smallest_host_cpus(qhost: str) -> Optional[int]:
+    """The CPUs (``NCPU``) of the smallest execution host in ``qhost``'s table (the
+    ``global`` line and hosts that report none are left out); None if none reports."""
+    lines = qhost.splitlines()
+    header = lines[0].split() if lines else []
+    if "NCPU" not in header:
+        return None
+    column = header.index("NCPU")
+    found = []
+    for line in lines[1:]:
+        fields = line.split()
+        if len(fields) > column and fields[0] != "global" and fields[column].isdigit():
+            found.append(int(fields[column]))
+    return min(found) if found else None

@@ -81,6 +81,7 @@ from .._batch import BatchBackend, parse_job_id, render_script, split_env
 from .._common import route_toward
 from . import _jobs as _slurm_jobs
 from ._jobs import output_dir
+from ._nodes import SINFO_FORMAT, smallest_node_cpus
 from ._settings import SlurmSettings
 from ._status import (
     PENDING_STATES,
@@ -290,6 +291,14 @@ class SlurmBackend(BatchBackend):
         if r.gpu:
             args.append(f"--gpus={int(r.gpu)}")
         return args
+
+    def query_node_cpus(self) -> Optional[int]:
+        """The CPUs of the smallest node of the partition jobs go to (``sinfo``); None
+        inside an allocation (``slurm_mode`` steps: a step a worker)."""
+        if self.mode() == "steps":
+            return None
+        cp = self.run_command(["sinfo", "-h", "-o", SINFO_FORMAT], what="sinfo")
+        return smallest_node_cpus(cp.stdout, _own().partition)
 
     def job_time_limit(self) -> Optional[float]:
         """``slurm_time_limit`` in seconds (None if unset): a pool renews its workers

@@ -137,6 +137,10 @@ class SshBackend(CommandLineBackend):
 
     # -- submit ---------------------------------------------------------------------------
 
+    def node_cpus(self) -> Optional[int]:
+        """The slots of the smallest host of ``ssh_hosts`` (see `Backend.node_cpus`)."""
+        return min((slots for _, slots in _own().host_list()), default=None)
+
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         """Queue one job per spec; each starts on the host with the most free slots, now
         or when slots free up. The first submit tries each host (ssh, and fiber in its

@@ -140,7 +140,7 @@ def test_an_initializer_that_raises_breaks_a_pool_of_jobs(ctx):
             pool.map(ph.square, range(4))
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2"])
+@pytest.mark.parametrize("bad", [-1, True, 2.0, "2"])
 def test_a_bad_workers_per_job_is_refused(ctx, bad):
     with pytest.raises(ValueError, match="workers_per_job"):
         ctx.Pool(2, workers_per_job=bad)
@@ -148,7 +148,7 @@ def test_a_bad_workers_per_job_is_refused(ctx, bad):
 
 def test_a_bad_pool_workers_per_job_in_the_config_is_refused(ctx):
     with pytest.raises(ConfigError, match="pool_workers_per_job"):
-        with fiber.config.override(pool_workers_per_job=0):
+        with fiber.config.override(pool_workers_per_job=-1):
             pass
 
 
