@@ -285,7 +285,7 @@ class Backend(abc.ABC):
     def node_cpus(self) -> Optional[int]:
         """The CPUs of the smallest node this backend's jobs may go to, if it can tell:
         a pool that does not say how many workers a job holds puts as many in one as fit
-        it (see fiber.pool._sizing). None: unknown, or one machine (the default), or the
+        it (see the pool page). None: unknown, or one machine (the default), or the
         cluster cannot be asked now. Asked once a pool of 64 workers or more."""
         return None
 

@@ -72,7 +72,7 @@ class Pool(PoolExtras):
     cluster job holds, forked by it, asking for their resources together (a pool of N
     workers is ``ceil(N / workers_per_job)`` jobs); 0, the default, lets the pool choose
     (a job a worker below 64 workers or where the node size is unknown, else as many as
-    fit a node: see `fiber.pool._sizing` and the pool page).
+    fit a node: see the pool page).
     A dead worker's tasks always go to the others. ``error_handling=True`` (the original
     fiber's) also runs again a task that raised, up to ``pool_max_task_retries`` times,
     before its exception is its result (for idempotent tasks: the original ran such a
