@@ -31,6 +31,7 @@ from fiber.pool._protocol import (
     unpack_results,
     unpack_tasks,
 )
+from fiber.pool._reconnect import Reconnections
 from fiber.pool._service import PoolService
 from fiber.process._inspected import InspectOps, InspectService
 from fiber.process._launcher import LaunchOps, LaunchService
@@ -210,14 +211,16 @@ def test_each_operation_a_protocol_names_has_one_handler(service, ops):
 
 def test_the_pool_service_handles_what_workers_and_their_jobs_send():
     worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING,
-                    PoolOps.RESUME, PoolOps.WORKER_ENDED, PoolOps.FROM}
+                    PoolOps.RESUME, PoolOps.WORKER_ENDED, PoolOps.FROM, PoolOps.RESUME_JOB}
     assert set(PoolService.operations) == worker_sends
     assert {PoolOps.TASKS, PoolOps.STOP, PoolOps.TO}.isdisjoint(PoolService.operations)
 
 
-def test_jobs_of_several_are_served_by_the_pool_service():
-    assert issubclass(PoolService, JobsOfSeveral)
+def test_jobs_of_several_and_resets_are_served_by_the_pool_service():
+    assert issubclass(PoolService, Reconnections) and issubclass(Reconnections, JobsOfSeveral)
     assert set(JobsOfSeveral.operations) == {PoolOps.FROM, PoolOps.WORKER_ENDED}
+    assert set(Reconnections.operations) - set(JobsOfSeveral.operations) == {
+        PoolOps.RESUME, PoolOps.RESUME_JOB}
 
 
 def test_every_service_class_is_checked():
@@ -229,8 +232,8 @@ def test_every_service_class_is_checked():
 
     with_ops = {cls for cls in subclasses(Service) if cls.operations
                 and cls.__module__.startswith("fiber.")}
-    # the pool's: its service, and the part of it that serves jobs of several workers
-    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService, JobsOfSeveral}
+    # the pool's: its service, and its parts that serve jobs of several workers and resets
+    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService, JobsOfSeveral, Reconnections}
 
 
 class _Recorder(Dispatcher):

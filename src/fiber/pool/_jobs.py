@@ -16,12 +16,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._log import info, log
 from ..transport.operations import Service, handles
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
-from . import _losses, _resume
-from ._protocol import PoolOps, pack_ids, pack_to, unpack_to
+from . import _losses
+from ._protocol import PoolOps, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
 
 __all__ = ["JobsOfSeveral"]
@@ -71,18 +70,6 @@ class JobsOfSeveral(Service):
         """``peer`` carries no worker any more: its bytes are counted as gone."""
         raise NotImplementedError
 
-    def _may_resume(self, peer: Peer, ws: WorkerState) -> bool:
-        """Whether ``ws`` is waited for after ``peer`` ended (see `_resume`)."""
-        raise NotImplementedError
-
-    def _await_resume(self, ws: WorkerState) -> None:
-        """Hold ``ws``'s tasks for it until it connects again."""
-        raise NotImplementedError
-
-    def _resumed(self, peer: Peer, ws: WorkerState, kept: bytes) -> List[Any]:
-        """``ws`` is back on ``peer`` holding ``kept``: what else it held is requeued."""
-        raise NotImplementedError
-
     def _maybe_stop(self, ws: WorkerState) -> None:
         """Stop ``ws`` if the pool is done with it."""
         raise NotImplementedError
@@ -113,68 +100,6 @@ class JobsOfSeveral(Service):
                 self._results(peer, ws, list(frames[1:]), now, rtt)
         if self.queue:
             self.dispatch()
-
-    def relay_gone(self, peer: Peer) -> None:
-        """``peer``, if it was a job's relay, ended. Reset while the job may live: its
-        workers are waited for, as a worker of its own job is (see `_resume`), for the job
-        to connect again and take them back (`resume_job`). Else they are lost, all, and
-        not replaced in the job (it cannot be asked any more). The workers it had seen
-        end and not said yet are lost either way (it cannot say so any more)."""
-        relayed = self.relays.pop(peer.peer_id, None)
-        if relayed is None:
-            return
-        self._count_traffic(peer)
-        for worker_id, (gone, _) in list(self.awaiting.items()):
-            if gone.peer is peer:
-                self._settle(worker_id, gone.exitcode)
-        waiting = [ws for ws in relayed.values() if self._may_resume(peer, ws)]
-        for gone in relayed.values():
-            if waiting:
-                if gone not in waiting:
-                    self.worker_lost(gone)
-                continue
-            if gone.job is not None:
-                gone.job.alive = False
-            self.worker_lost(gone)
-        for ws in waiting:
-            self._await_resume(ws)
-        if waiting:
-            log("%s's connection was reset: waiting %.0f s for it to connect again",
-                waiting[0].process.name, _resume.RESUME_WAIT_S)
-
-    @handles(PoolOps.RESUME_JOB)
-    def resume_job(self, server: Server, peer: Peer, req_id: bytes,
-                   payload: List[Any]) -> None:
-        """A job of several whose connection was reset is back on ``peer`` with its
-        workers, each with the ids of the tasks it holds (see `_group`). Those still
-        waited for are taken back, as `resume` takes a worker of its own job back (tasks
-        lost in flight run again; one INFO line for the job); the job stops the others.
-        Replied: the ids of the workers taken back."""
-        back: List[WorkerState] = []
-        missing: List[Any] = []
-        for worker_id, frames in unpack_to(payload):
-            ws = self.workers.get(worker_id)
-            if ws is not None and ws.peer is not None and ws.peer is not peer:
-                server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
-            if ws is None or ws.lost or not ws.resume_by:
-                continue
-            missing += self._resumed(peer, ws, bytes(frames[0]))
-            ws.relayed = True
-            self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
-            back.append(ws)
-        if back:
-            job = back[0].job
-            for ws in job.workers if job is not None else ():
-                if ws.resume_by and not ws.connected and not ws.lost and ws not in back:
-                    self._settle(ws.worker_id, None)  # it ended meanwhile: not named
-            info("%s (%s) connected again after its connection was reset, with %d "
-                 "workers; %s", back[0].process.name, _losses.where(back[0]), len(back),
-                 f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
-                 else "nothing was lost")
-        server.reply(peer, req_id, b"ok", [pack_ids([ws.worker_id for ws in back])])
-        self.dispatch()
-        for ws in back:
-            self._maybe_stop(ws)
 
     @handles(PoolOps.WORKER_ENDED)
     def worker_ended(self, server: Server, peer: Peer, req_id: bytes,

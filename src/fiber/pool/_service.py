@@ -22,7 +22,6 @@ duplicate (from a worker presumed dead) is ignored.
 from __future__ import annotations
 
 import collections
-import functools
 import time
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
@@ -33,7 +32,6 @@ from ..transport.serialization import dumps
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
-from ._jobs import JobsOfSeveral
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -43,6 +41,7 @@ from ._protocol import (
     results_busy,
     unpack_results,
 )
+from ._reconnect import Reconnections
 from ._state import ReadyWorkers, Task, WorkerState
 
 __all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
@@ -55,7 +54,7 @@ _EXIT_POLL = 0.05
 
 
 
-class PoolService(JobsOfSeveral):
+class PoolService(Reconnections):
     """One pool's scheduler on the master's hub (its side of jobs of several workers:
     `JobsOfSeveral`)."""
 
@@ -93,7 +92,7 @@ class PoolService(JobsOfSeveral):
         #: Wakes the pool's maintainer (set by the pool): a renewal time is set.
         self.wake: Callable[[], None] = lambda: None
         self.by_peer: Dict[int, WorkerState] = {}
-        JobsOfSeveral.__init__(self)
+        Reconnections.__init__(self)
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
@@ -538,7 +537,7 @@ class PoolService(JobsOfSeveral):
 
         A job's connection that relayed its workers (see `_group`): they are lost, all,
         and not replaced in it (it cannot be asked any more)."""
-        self.relay_gone(peer)
+        self.relay_gone(server, peer)
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is None:
             return
@@ -546,63 +545,9 @@ class PoolService(JobsOfSeveral):
         if not self._may_resume(peer, ws):
             self.worker_lost(ws)
             return
-        self._await_resume(ws)
+        self._await_resume(server, ws)
         log("%s's connection was reset: waiting %.0f s for it to connect again",
             ws.name, _resume.RESUME_WAIT_S)
-
-    def _may_resume(self, peer: Peer, ws: WorkerState) -> bool:
-        """Whether ``ws``, whose connection (or its job's) ``peer`` ended, is waited for
-        to connect again (see `_resume`), rather than lost now."""
-        return peer.reset and not (self.closing or ws.retiring or ws.lost
-                                   or ws.init_failed or ws.process.cancelled)
-
-    def _await_resume(self, ws: WorkerState) -> None:
-        """Hold ``ws``'s tasks for it until it connects again, up to ``RESUME_WAIT_S``."""
-        assert self.server is not None
-        ws.peer = None
-        ws.connected = False
-        ws.resume_by = time.monotonic() + _resume.RESUME_WAIT_S
-        self._refresh(ws)
-        self.server.call_later(_resume.RESUME_WAIT_S,
-                               functools.partial(self._not_resumed, ws, ws.resume_by))
-
-    def _not_resumed(self, ws: WorkerState, resume_by: float) -> None:
-        """The wait that ended at ``resume_by`` is over: lost, unless it came back (or a
-        later reset began a wait of its own)."""
-        if ws.resume_by == resume_by and not ws.lost and not ws.connected:
-            self.worker_lost(ws)
-
-    @handles(PoolOps.RESUME)
-    def resume(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
-        """``[worker id, ids of the tasks it holds or has unsent results of]``: a worker
-        whose connection was reset is back (see `_resume`). Answered ``stop`` when it
-        was given up meanwhile."""
-        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
-        if ws is not None and ws.peer is not None and ws.peer is not peer:
-            server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
-        if ws is None or ws.lost or not ws.resume_by:
-            server.reply(peer, req_id, b"stop")
-            return
-        missing = self._resumed(peer, ws, bytes(payload[1]))
-        self.by_peer[peer.peer_id] = ws
-        info("%s (%s) connected again after its connection was reset; %s",
-             ws.name, _losses.where(ws),
-             f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
-             else "nothing was lost")
-        server.reply(peer, req_id, b"ok")
-        self.dispatch()
-        self._maybe_stop(ws)
-
-    def _resumed(self, peer: Peer, ws: WorkerState, kept: bytes) -> List[Task]:
-        """``ws``, waited for since a reset, is back on ``peer`` with the tasks ``kept``
-        (their ids): the others it held go back to the queue (returned)."""
-        missing = self._take_back(ws, kept)
-        ws.given.extend(_losses.Given(t.task_id, t.call, t.first, t.items) for t in missing)
-        ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
-        ws.probe = 0.0  # its next results say how long the reset took, not its link
-        ws.functions.clear()  # a function's frames may have been lost with the tasks
-        self._refresh(ws)
-        return missing
 
     def far_room(self) -> int:
         """The tasks the workers on slow links may hold of the function submitted last:

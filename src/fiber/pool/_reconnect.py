@@ -1,0 +1,158 @@
+"""The pool service's side of connections reset while both ends live (see `_resume`).
+
+A worker whose connection was reset (a lossy link, a middlebox) is *waited for*, holding
+its tasks, for ``RESUME_WAIT_S``: it connects again and says which tasks it holds
+(``resume``), and those it does not name, lost in flight, run again. A job of several
+whose relay was reset is waited for the same way, all its workers at once, and comes back
+with all of them (``resume_job``). The wait's end, the job's end or a clean close of the
+connection loses them as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Dict, List, Optional
+
+from .._log import info, log
+from ..transport.operations import handles
+from ..transport.server import Peer, Server
+from . import _losses, _resume
+from ._jobs import JobsOfSeveral
+from ._protocol import PoolOps, pack_ids, unpack_to
+from ._state import Task, WorkerState
+
+__all__ = ["Reconnections"]
+
+
+class Reconnections(JobsOfSeveral):
+    """A pool's service, as far as reset connections go: its subclass, `PoolService`,
+    keeps the workers and their tasks (the methods below that raise
+    ``NotImplementedError`` are its)."""
+
+    closing: bool
+    by_peer: Dict[int, WorkerState]
+    server: Optional[Server]
+
+    def _refresh(self, ws: WorkerState) -> None:
+        """Refile ``ws`` among the workers that may take tasks."""
+        raise NotImplementedError
+
+    def _take_back(self, ws: WorkerState, kept: bytes) -> List[Task]:
+        """What ``ws`` holds but ``kept`` goes back to the queue (returned)."""
+        raise NotImplementedError
+
+    def _may_resume(self, peer: Peer, ws: WorkerState) -> bool:
+        """Whether ``ws``, whose connection (or its job's) ``peer`` ended, is waited for
+        to connect again (see `_resume`), rather than lost now."""
+        return peer.reset and not (self.closing or ws.retiring or ws.lost
+                                   or ws.init_failed or ws.process.cancelled)
+
+    def _await_resume(self, server: Server, ws: WorkerState) -> None:
+        """Hold ``ws``'s tasks for it until it connects again, up to ``RESUME_WAIT_S``."""
+        ws.peer = None
+        ws.connected = False
+        ws.resume_by = time.monotonic() + _resume.RESUME_WAIT_S
+        self._refresh(ws)
+        server.call_later(_resume.RESUME_WAIT_S,
+                          functools.partial(self._not_resumed, ws, ws.resume_by))
+
+    def _not_resumed(self, ws: WorkerState, resume_by: float) -> None:
+        """The wait that ended at ``resume_by`` is over: lost, unless it came back (or a
+        later reset began a wait of its own)."""
+        if ws.resume_by == resume_by and not ws.lost and not ws.connected:
+            self.worker_lost(ws)
+
+    @handles(PoolOps.RESUME)
+    def resume(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+        """``[worker id, ids of the tasks it holds or has unsent results of]``: a worker
+        whose connection was reset is back (see `_resume`). Answered ``stop`` when it
+        was given up meanwhile."""
+        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+        if ws is not None and ws.peer is not None and ws.peer is not peer:
+            server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
+        if ws is None or ws.lost or not ws.resume_by:
+            server.reply(peer, req_id, b"stop")
+            return
+        missing = self._resumed(peer, ws, bytes(payload[1]))
+        self.by_peer[peer.peer_id] = ws
+        info("%s (%s) connected again after its connection was reset; %s",
+             ws.name, _losses.where(ws),
+             f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
+             else "nothing was lost")
+        server.reply(peer, req_id, b"ok")
+        self.dispatch()
+        self._maybe_stop(ws)
+
+    def _resumed(self, peer: Peer, ws: WorkerState, kept: bytes) -> List[Task]:
+        """``ws``, waited for since a reset, is back on ``peer`` with the tasks ``kept``
+        (their ids): the others it held go back to the queue (returned)."""
+        missing = self._take_back(ws, kept)
+        ws.given.extend(_losses.Given(t.task_id, t.call, t.first, t.items) for t in missing)
+        ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
+        ws.probe = 0.0  # its next results say how long the reset took, not its link
+        ws.functions.clear()  # a function's frames may have been lost with the tasks
+        self._refresh(ws)
+        return missing
+
+    def relay_gone(self, server: Server, peer: Peer) -> None:
+        """``peer``, if it was a job's relay, ended. Reset while the job may live: its
+        workers are waited for, as a worker of its own job is (see `_resume`), for the job
+        to connect again and take them back (`resume_job`). Else they are lost, all, and
+        not replaced in the job (it cannot be asked any more). The workers it had seen
+        end and not said yet are lost either way (it cannot say so any more)."""
+        relayed = self.relays.pop(peer.peer_id, None)
+        if relayed is None:
+            return
+        self._count_traffic(peer)
+        for worker_id, (gone, _) in list(self.awaiting.items()):
+            if gone.peer is peer:
+                self._settle(worker_id, gone.exitcode)
+        waiting = [ws for ws in relayed.values() if self._may_resume(peer, ws)]
+        for gone in relayed.values():
+            if waiting:
+                if gone not in waiting:
+                    self.worker_lost(gone)
+                continue
+            if gone.job is not None:
+                gone.job.alive = False
+            self.worker_lost(gone)
+        for ws in waiting:
+            self._await_resume(server, ws)
+        if waiting:
+            log("%s's connection was reset: waiting %.0f s for it to connect again",
+                waiting[0].process.name, _resume.RESUME_WAIT_S)
+
+    @handles(PoolOps.RESUME_JOB)
+    def resume_job(self, server: Server, peer: Peer, req_id: bytes,
+                   payload: List[Any]) -> None:
+        """A job of several whose connection was reset is back on ``peer`` with its
+        workers, each with the ids of the tasks it holds (see `_group`). Those still
+        waited for are taken back, as `resume` takes a worker of its own job back (tasks
+        lost in flight run again; one INFO line for the job); the job stops the others.
+        Replied: the ids of the workers taken back."""
+        back: List[WorkerState] = []
+        missing: List[Any] = []
+        for worker_id, frames in unpack_to(payload):
+            ws = self.workers.get(worker_id)
+            if ws is not None and ws.peer is not None and ws.peer is not peer:
+                server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
+            if ws is None or ws.lost or not ws.resume_by:
+                continue
+            missing += self._resumed(peer, ws, bytes(frames[0]))
+            ws.relayed = True
+            self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+            back.append(ws)
+        if back:
+            job = back[0].job
+            for ws in job.workers if job is not None else ():
+                if ws.resume_by and not ws.connected and not ws.lost and ws not in back:
+                    self._settle(ws.worker_id, None)  # it ended meanwhile: not named
+            info("%s (%s) connected again after its connection was reset, with %d "
+                 "workers; %s", back[0].process.name, _losses.where(back[0]), len(back),
+                 f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
+                 else "nothing was lost")
+        server.reply(peer, req_id, b"ok", [pack_ids([ws.worker_id for ws in back])])
+        self.dispatch()
+        for ws in back:
+            self._maybe_stop(ws)
