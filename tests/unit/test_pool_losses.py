@@ -14,6 +14,7 @@ import pytest
 
 from fiber.errors import WorkerLostError
 from fiber.pool import _losses
+from fiber.pool._protocol import PoolOps, pack_ids, pack_to
 from fiber.pool._resume import RESUME_WAIT_S
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.pool._state import PoolJob
@@ -161,6 +162,7 @@ class _Hub:
 
     def __init__(self) -> None:
         self.timers: List[Any] = []
+        self.replies: List[Any] = []
 
     def call_later(self, delay: float, fn: Any) -> None:
         self.timers.append((delay, fn))
@@ -168,8 +170,12 @@ class _Hub:
     def send(self, peer: Any, frames: Any) -> bool:
         return True
 
-    def reply(self, peer: Any, req_id: bytes, status: bytes) -> bool:
+    def reply(self, peer: Any, req_id: bytes, status: bytes, payload: Any = ()) -> bool:
+        self.replies.append((status, list(payload)))
         return True
+
+    def end_peer(self, peer_id: int) -> None:
+        raise AssertionError("no peer is ended here")
 
 
 def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
@@ -296,3 +302,74 @@ def test_a_job_of_several_that_dies_is_one_warning_naming_its_workers_and_tasks(
     assert ", PoolWorker-206, 5 more): killed by SIGKILL; " in line, line
     assert line.endswith("resubmitted map(f) tasks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 2 more")
     assert pool.service.awaiting == {} and not job.alive
+
+
+def _relayed_job(pool: _Pool, hub: _Hub, count: int, peer_id: int) -> Any:
+    """A job of ``count`` workers that said hello through their job's connection (a new
+    peer, returned with the job and its workers)."""
+    process = _Process(100 + peer_id)
+    job = PoolJob(process, forks=True)  # type: ignore[arg-type]
+    workers = [WorkerState(300 + 10 * peer_id + i, process,  # type: ignore[arg-type]
+                           f"PoolWorker-{300 + 10 * peer_id + i}", job) for i in range(count)]
+    for ws in workers:
+        pool.service.add_worker(ws)
+    peer = Peer(peer_id, b"p" * 16, False, None)
+    pool.service.from_workers(hub, peer, b"", pack_to([(ws.worker_id, [PoolOps.HELLO])
+                                                      for ws in workers]))
+    assert all(ws.connected and ws.relayed for ws in workers)
+    return peer, job, workers
+
+
+def test_a_job_whose_connection_was_reset_comes_back_with_the_workers_it_names(said):
+    """Issue 45: a job of several whose relay is reset: its workers are waited for, not
+    lost. It comes back naming two of its three (the third ended meanwhile) and one it
+    had just forked: the two are taken back, the tasks it does not name run again, the
+    forked one is kept; the third is lost once the job, back, says how it ended (and is
+    counted until then); a worker the master named for it to fork, which it does not
+    name (its answer was lost in the reset), leaves quietly."""
+    pool, hub, result = _Pool(max_retries=3), _Hub(), _Result()
+    gone: List[Any] = []
+    pool.service.on_worker_gone = lambda ws, expected: gone.append((ws.name, expected))
+    pool.service.server = hub  # type: ignore[assignment]  # (what the job is sent)
+    pool.service.functions[1] = [b"f"]  # (the tasks' function, as the pool keeps it)
+    peer, job, (a, b, c) = _relayed_job(pool, hub, 3, 7)
+    held, lost = _tasks(pool, result, 2)
+    pool.take(a, [held, lost])
+    forked = WorkerState(400, job.process, "PoolWorker-400", job)  # type: ignore[arg-type]
+    never = WorkerState(401, job.process, "PoolWorker-401", job)  # type: ignore[arg-type]
+    pool.service.add_worker(forked)
+    pool.service.add_worker(never)
+    peer.reset = True
+    pool.service.peer_gone(hub, peer)
+    assert all(ws.resume_by and not ws.connected and not ws.lost for ws in (a, b, c))
+    assert job.alive and pool.service.active() == 5 and not gone
+    again = Peer(8, b"q" * 16, False, None)
+    pool.service.resume_job(hub, again, b"", pack_to([
+        (a.worker_id, [pack_ids([held.task_id])]), (b.worker_id, [pack_ids([])]),
+        (forked.worker_id, [pack_ids([])])]))
+    assert hub.replies[-1] == (b"ok", [pack_ids([a.worker_id, b.worker_id, 400])])
+    assert a.connected and b.connected and a.peer is again and not forked.lost
+    assert list(a.pending) == [held.task_id] and list(b.pending) == [lost.task_id]  # again
+    assert never.lost and gone == [("PoolWorker-401", True)]  # quietly: replaced
+    assert c.lost and c.worker_id in pool.service.awaiting  # its job says how, then
+    assert pool.service.active() == 4 and not said()
+    pool.service.worker_ended(hub, again, b"r", [c.worker_id.to_bytes(8, "little"), b"-9"])
+    assert pool.service.awaiting == {} and gone[-1] == (c.name, False)
+    (line,) = said()
+    assert line.startswith(f"{c.name} (job 1-107 on here) was lost: killed by SIGKILL"), line
+
+
+def test_a_job_that_does_not_come_back_in_time_loses_its_workers(said):
+    """The wait for a reset job's connection ends: its workers are lost, and not counted
+    as awaited (their job cannot say how they ended any more): they are replaced."""
+    pool, hub = _Pool(max_retries=3), _Hub()
+    gone: List[Any] = []
+    pool.service.on_worker_gone = lambda ws, expected: gone.append(ws.name)
+    peer, job, workers = _relayed_job(pool, hub, 2, 7)
+    peer.reset = True
+    pool.service.peer_gone(hub, peer)
+    for delay, not_resumed in hub.timers:
+        assert delay == RESUME_WAIT_S
+        not_resumed()
+    assert not job.alive and all(ws.lost for ws in workers)
+    assert pool.service.awaiting == {} and gone == [ws.name for ws in workers]

@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import pytest
 
+from fiber.backends import Resources
 from fiber.backends.kubernetes._pods import smallest_node_cpus as k8s_node_cpus
 from fiber.backends.sge._status import smallest_host_cpus
 from fiber.backends.slurm._nodes import smallest_node_cpus
@@ -36,8 +37,15 @@ def _asked(answer: Optional[int], calls: List[int]):
 ])
 def test_the_pool_chooses_from_its_size_and_the_nodes(asked, workers, cpu, node, expected):
     calls: List[int] = []
-    assert workers_per_job(asked, workers, cpu, _asked(node, calls)) == expected
+    assert workers_per_job(asked, workers, Resources(cpu=cpu), _asked(node, calls)) == expected
     assert len(calls) == (1 if asked == 0 and workers >= AUTO_FROM else 0)  # asked if needed
+
+
+@pytest.mark.parametrize("resources", [Resources(memory_mb=2048), Resources(gpu=1),
+                                       Resources(cpu=1, memory_mb=512)])
+def test_workers_that_ask_for_memory_or_gpus_keep_a_job_each(resources):
+    """A job of K workers asks K times their memory and GPUs: no node's are asked."""
+    assert workers_per_job(0, 10000, resources, lambda: 64) == 1
 
 
 def test_slurm_sinfo_lines():
@@ -66,7 +74,7 @@ def test_kubernetes_allocatable_cpus():
              {"status": {"allocatable": {"cpu": "16"}}},
              {"spec": {"unschedulable": True}, "status": {"allocatable": {"cpu": "1"}}},
              {"status": {}}]
-    assert k8s_node_cpus(nodes) == 7
+    assert k8s_node_cpus(nodes) == 6  # 7.9 allocatable: 7 whole, one left to the node
     assert k8s_node_cpus([]) is None
 
 

@@ -118,8 +118,9 @@ class Config:
     #: asks for their CPUs, memory and GPUs together and forks them, so that a pool of
     #: thousands of workers is hundreds of cluster jobs; a worker that dies in it is
     #: replaced in it, in milliseconds. 1: a job a worker. 0: the pool chooses: a job a
-    #: worker below 64 workers, on local, netns and docker, and where the node size is
-    #: unknown; else as many as fit the smallest node by CPUs (at most 64).
+    #: worker below 64 workers, on local, netns and docker, where the node size is
+    #: unknown, and for workers that ask for memory or GPUs; else as many as fit the
+    #: smallest node by CPUs (at most 64).
     pool_workers_per_job: int = 0
     #: Times a pool task that killed its worker is tried again before it fails (and, in a
     #: ``Pool(error_handling=True)``, a task that raised).

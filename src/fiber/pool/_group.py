@@ -139,6 +139,9 @@ class _Group:
         #: The tasks handed to each worker and not answered (relayed up) yet, by id: what
         #: the master is asked to keep for it if the connection is reset (`resume`).
         self.held: Dict[int, Dict[int, None]] = {}
+        #: Workers' ends the master could not be told (the connection failed): told
+        #: once it is back (`resume`), as (worker id, exit code).
+        self.untold: List[Tuple[int, int]] = []
         self.pid = os.getpid()
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
@@ -219,6 +222,7 @@ class _Group:
                 self.pool_name, PoolOps.WORKER_ENDED,
                 [worker_id.to_bytes(8, "little"), str(code).encode()])
         except Exception:
+            self.untold.append((worker_id, code))  # told if the connection comes back
             return
         new = bytes(payload[0]) if status == b"ok" and payload else b""
         if new:
@@ -304,7 +308,7 @@ class _Group:
                           for worker_id in live])
         try:
             again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB, frames)
-        except ConnectionLost:
+        except Exception:  # refused, or not in time: the master is gone for this job
             return False
         taken = set(unpack_ids(again[1][0])) if again is not None else set()
         if not taken:
@@ -314,16 +318,23 @@ class _Group:
         for worker_id in live:
             if worker_id not in taken:
                 self._send_to(worker_id, [PoolOps.STOP])
+        untold, self.untold = self.untold, []
+        for worker_id, code in untold:  # (each may name a worker to fork in its place)
+            self.ended(worker_id, code)
+        os.write(self.wake_w, b"x")  # a worker that ended meanwhile is reaped now
         return True
 
     def _reap(self) -> None:
+        """Each worker that ended: what it sent last is relayed, its end told (see
+        `ended`). A connection that fails meanwhile is raised once all are reaped."""
+        lost = False
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             if pid == 0:
-                return
+                break
             link = self.children.pop(pid, None)
             if link is None:
                 continue
@@ -333,13 +344,18 @@ class _Group:
             while link.open and readable([link.sock], deadline - time.monotonic()):
                 if not self._from_worker(link, 0):
                     break
-            self._relay()
+            try:
+                self._relay()
+            except ConnectionLost:  # (kept: sent once the connection is back)
+                lost = True
             if link.open:
                 link.open = False
                 self.selector.unregister(link.sock)
             link.outbox.close()
             link.sock.close()
             self.ended(link.worker_id, os.waitstatus_to_exitcode(status))
+        if lost:
+            raise ConnectionLost("the connection to the master failed")
 
     def serve(self, worker_ids: List[int]) -> None:
         signal.set_wakeup_fd(self.wake_w)

@@ -4,7 +4,8 @@ A job of several forks its workers and relays their pool messages on its one con
 the master keeps its record of each worker (`WorkerState`) as for a worker of its own
 job, and this finds them by id in what the job relays (``from``), hears from the job how
 each ended (``worker_ended``) and names the one it forks in its place, and loses them
-all at once when the job's process or connection ends, with one warning for the job.
+all at once when the job's process ends, with one warning for the job (a connection
+that ends: see `_reconnect`).
 
 A worker whose relay ended (its job saw it end and is about to say so) is *awaited*: it
 counts towards the pool's size until its job reports it, since the job replaces it in
@@ -23,7 +24,10 @@ from . import _losses
 from ._protocol import PoolOps, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
 
-__all__ = ["JobsOfSeveral"]
+__all__ = ["JobsOfSeveral", "MEASURE_RTT"]
+
+#: A link's round trip not measured yet: `_results` measures it if it needs it.
+MEASURE_RTT = -1.0
 
 
 class JobsOfSeveral(Service):
@@ -56,7 +60,7 @@ class JobsOfSeveral(Service):
         raise NotImplementedError
 
     def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
-                 rtt: Optional[float] = -1.0) -> None:
+                 rtt: Optional[float] = MEASURE_RTT) -> None:
         """A batch of ``ws``'s results, heard at ``now``; ``rtt``: ``peer``'s round trip."""
         raise NotImplementedError
 
@@ -85,6 +89,7 @@ class JobsOfSeveral(Service):
         ``to`` message for the job, not one a worker."""
         now = time.monotonic()
         rtt = tcp_rtt(peer.conn.sock) if peer.conn is not None else None
+        answered: List[WorkerState] = []
         for worker_id, frames in unpack_to(payload):
             ws = self.workers.get(worker_id)
             op = bytes(frames[0])
@@ -98,8 +103,11 @@ class JobsOfSeveral(Service):
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
                 self._results(peer, ws, list(frames[1:]), now, rtt)
+                answered.append(ws)
         if self.queue:
             self.dispatch()
+        for ws in answered:  # after the dispatch: those it gave nothing may be done
+            self._maybe_stop(ws)
 
     @handles(PoolOps.WORKER_ENDED)
     def worker_ended(self, server: Server, peer: Peer, req_id: bytes,

@@ -113,14 +113,14 @@ class Pool(PoolExtras):
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
         process_class = Process if context is None else context.Process
+        resources = Resources(cpu=cpu, memory_mb=memory, gpu=gpu)
         workers_per_job = _sizing.workers_per_job(
-            workers_per_job, processes, cpu, lambda: node_cpus(process_class))
+            workers_per_job, processes, resources, lambda: node_cpus(process_class))
         # a job of several relays its workers: the master holds a job's descriptors
         ensure_open_files(-(-processes // workers_per_job), f"a pool of {processes} workers",
                           files_per_job(process_class))
         self._core = PoolCore(processes, process_class, initializer, tuple(initargs),
-                               maxtasksperchild, Resources(cpu=cpu, memory_mb=memory, gpu=gpu),
-                               workers_per_job)
+                               maxtasksperchild, resources, workers_per_job)
         self._core.service.retry_raised = bool(error_handling)
         self._finalizer = weakref.finalize(self, terminate_collected, self._core)
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process

@@ -61,6 +61,8 @@ class Reconnections(JobsOfSeveral):
         """The wait that ended at ``resume_by`` is over: lost, unless it came back (or a
         later reset began a wait of its own)."""
         if ws.resume_by == resume_by and not ws.lost and not ws.connected:
+            if ws.relayed and ws.job is not None:
+                ws.job.alive = False  # its job did not come back: it cannot say any more
             self.worker_lost(ws)
 
     @handles(PoolOps.RESUME)
@@ -126,33 +128,45 @@ class Reconnections(JobsOfSeveral):
     @handles(PoolOps.RESUME_JOB)
     def resume_job(self, server: Server, peer: Peer, req_id: bytes,
                    payload: List[Any]) -> None:
-        """A job of several whose connection was reset is back on ``peer`` with its
-        workers, each with the ids of the tasks it holds (see `_group`). Those still
-        waited for are taken back, as `resume` takes a worker of its own job back (tasks
-        lost in flight run again; one INFO line for the job); the job stops the others.
-        Replied: the ids of the workers taken back."""
+        """A job of several whose connection was reset is back on ``peer``, naming its
+        live workers, each with the ids of the tasks it holds (see `_group`). Those waited
+        for are taken back, as `resume` takes a worker of its own job back (tasks lost in
+        flight run again; one INFO line for the job), and those not connected yet are
+        kept (their hello comes through the job); the job stops the others. Of the
+        job's workers it does not name: one waited for ended meanwhile (its job says how
+        once it is back: ``worker_ended``, sent again); one not started was never forked
+        (the job's answer naming it was lost): it leaves the pool quietly, replaced.
+        Replied: the ids of the workers kept."""
+        kept: List[WorkerState] = []
         back: List[WorkerState] = []
         missing: List[Any] = []
         for worker_id, frames in unpack_to(payload):
             ws = self.workers.get(worker_id)
             if ws is not None and ws.peer is not None and ws.peer is not peer:
                 server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
-            if ws is None or ws.lost or not ws.resume_by:
+            if ws is None or ws.lost or not (ws.resume_by or not ws.started):
                 continue
-            missing += self._resumed(peer, ws, bytes(frames[0]))
-            ws.relayed = True
-            self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
-            back.append(ws)
+            kept.append(ws)
+            if ws.resume_by:
+                missing += self._resumed(peer, ws, bytes(frames[0]))
+                ws.relayed = True
+                self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+                back.append(ws)
+        job = kept[0].job if kept else None
+        for ws in list(job.workers) if job is not None else ():
+            if ws.lost or ws in kept:
+                continue
+            if ws.resume_by and not ws.connected:
+                self.worker_lost(ws)  # awaited: said once its job says how it ended
+            elif not ws.started:
+                ws.retired_why = "its job never started it (its answer was lost in a reset)"
+                self._settle(ws.worker_id, 0)
         if back:
-            job = back[0].job
-            for ws in job.workers if job is not None else ():
-                if ws.resume_by and not ws.connected and not ws.lost and ws not in back:
-                    self._settle(ws.worker_id, None)  # it ended meanwhile: not named
             info("%s (%s) connected again after its connection was reset, with %d "
                  "workers; %s", back[0].process.name, _losses.where(back[0]), len(back),
                  f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
                  else "nothing was lost")
-        server.reply(peer, req_id, b"ok", [pack_ids([ws.worker_id for ws in back])])
+        server.reply(peer, req_id, b"ok", [pack_ids([ws.worker_id for ws in kept])])
         self.dispatch()
         for ws in back:
             self._maybe_stop(ws)

@@ -32,6 +32,7 @@ from ..transport.serialization import dumps
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
+from ._jobs import MEASURE_RTT
 from ._protocol import (
     FUNCTION_SLOTS,
     PoolOps,
@@ -381,12 +382,15 @@ class PoolService(Reconnections):
         self._results(peer, ws, payload, time.monotonic())
         if self.queue:  # the end of a round has none: a call a result saved
             self.dispatch()
+        self._maybe_stop(ws)
 
     def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
-                 rtt: Optional[float] = -1.0) -> None:
+                 rtt: Optional[float] = MEASURE_RTT) -> None:
         """``ws``'s batch of results, heard at ``now`` on ``peer``, whose TCP round trip
-        is ``rtt`` (seconds, as `tcp_rtt`; negative: measured here if needed). The caller hands out
-        what is queued next (`dispatch`): once for all the workers a job relays."""
+        is ``rtt`` (seconds, as `tcp_rtt`; `MEASURE_RTT`: measured here if needed). The
+        caller then hands out what is queued (`dispatch`: once for all the workers a job
+        relays) and only then stops ``ws`` if the pool is done with it (`_maybe_stop`):
+        of two workers idle after one message, only the one given nothing is done."""
         fids = []
         items = 0
         outcome = "done"
@@ -421,7 +425,7 @@ class PoolService(Reconnections):
         busy = results_busy(payload)
         if ws.probe and peer.conn is not None:  # its first results since it was handed
             # tasks idle (over TCP: see hello): a round trip
-            if rtt is not None and rtt < 0:
+            if rtt == MEASURE_RTT:
                 rtt = tcp_rtt(peer.conn.sock)
             self.far.observed(ws, _credit.round_trip(now - ws.probe - busy, rtt))
             ws.probe = 0.0
@@ -437,7 +441,6 @@ class PoolService(Reconnections):
                 self.latency.fold()
                 self.durations.fold()
         self._measure(fids, busy)
-        self._maybe_stop(ws)
 
     @handles(PoolOps.HELLO)
     def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -535,8 +538,9 @@ class PoolService(Reconnections):
         the worker may still live (see `_resume`): then it is waited for, holding its
         tasks, until it connects again, its job ends, or the wait is over.
 
-        A job's connection that relayed its workers (see `_group`): they are lost, all,
-        and not replaced in it (it cannot be asked any more)."""
+        A job's connection that relayed its workers (see `_group`): they are waited for
+        the same way if it was reset, else lost, all, and not replaced in it (see
+        `relay_gone`)."""
         self.relay_gone(server, peer)
         ws = self.by_peer.pop(peer.peer_id, None)
         if ws is None:

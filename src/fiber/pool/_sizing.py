@@ -14,12 +14,16 @@ nodes (`Backend.node_cpus`):
   ``AUTO_MAX`` (64), at least 1; so a pool of 10,000 one-CPU workers on nodes of 64 CPUs
   is 157 jobs, not 10,000;
 - where the node size is unknown (``local``, ``netns``, ``docker``: one machine; a
-  backend that cannot ask): a job a worker.
+  backend that cannot ask), or the workers ask for memory or GPUs (a node's are not
+  asked: a job of K workers asks K times theirs, which no node may have): a job a
+  worker.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
+
+from ..backends import Resources
 
 __all__ = ["AUTO_FROM", "AUTO_MAX", "workers_per_job"]
 
@@ -29,14 +33,16 @@ AUTO_FROM = 64
 AUTO_MAX = 64
 
 
-def workers_per_job(asked: int, workers: int, cpu: Optional[float],
+def workers_per_job(asked: int, workers: int, resources: Resources,
                     node_cpus: Callable[[], Optional[int]]) -> int:
-    """The workers a job of a pool of ``workers`` holds: ``asked`` if it is 1 or more,
-    else (0) as the module says; ``node_cpus`` is called only when it matters."""
+    """The workers a job of a pool of ``workers``, each asking for ``resources``, holds:
+    ``asked`` if it is 1 or more, else (0) as the module says; ``node_cpus`` is called
+    only when it matters."""
     if asked >= 1:
         return asked
-    if workers < AUTO_FROM:
+    if workers < AUTO_FROM or resources.memory_mb or resources.gpu:
         return 1
+    cpu = resources.cpu
     node = node_cpus()
     if not node or node <= 0:
         return 1

@@ -75,9 +75,10 @@ def _volumes(mounts: Sequence[Tuple[str, str, bool]],
 
 
 def smallest_node_cpus(nodes: Sequence[Dict[str, Any]]) -> Optional[int]:
-    """The whole CPUs allocatable on the smallest schedulable node of ``nodes`` (a node
-    list's items, JSON: ``status.allocatable.cpu`` is ``"2"`` or ``"1930m"``); None if
-    none says."""
+    """The whole CPUs a pod may ask for on the smallest schedulable node of ``nodes`` (a
+    node list's items, JSON: ``status.allocatable.cpu`` is ``"2"`` or ``"1930m"``): one
+    less than its allocatable, for the node's own pods (a DaemonSet's requests: a pod
+    that asks for all of it would never be placed); None if none says."""
     found = []
     for node in nodes:
         if (node.get("spec") or {}).get("unschedulable"):
@@ -87,7 +88,7 @@ def smallest_node_cpus(nodes: Sequence[Dict[str, Any]]) -> Optional[int]:
             found.append(float(text[:-1]) / 1000 if text.endswith("m") else float(text))
         except ValueError:
             continue
-    return int(min(found)) if found else None
+    return max(1, int(min(found)) - 1) if found else None
 
 
 def _quantity_cpu(cpu: float) -> str:

@@ -11,6 +11,7 @@ import collections
 import functools
 import os
 import signal
+import threading
 import time
 from typing import List
 
@@ -218,6 +219,32 @@ def test_terminate_ends_every_worker_of_every_job(ctx):
         wait_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}")
                    or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
                    30, message=f"process {pid} ended")
+
+
+@pytest.mark.local_pids
+def test_a_closed_pool_stops_the_workers_of_a_job_the_last_task_skips(ctx):
+    """After ``close()``, two workers of a job answer in one message while one task is
+    left: one is given it, and the other, left idle, is stopped, so that ``join()``
+    returns. (It was stopped only if it was done before the task was handed out: the
+    one left idle waited for ever.) The job is held (SIGSTOP) while its two workers'
+    tasks end, so that it relays their results in one message when it goes on."""
+    for _ in range(3):
+        with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+            pool.map(ph.square, range(4))  # both connected
+            (job,) = jobs_of(pool)
+            end = time.time() + 0.5
+            result = pool.starmap_async(ph.sleep_until, [(0, end), (1, end), (2, 0.0)],
+                                        chunksize=1)
+            pool.close()
+            time.sleep(0.3)  # the two tasks handed out, the third queued
+            os.kill(job.pid, signal.SIGSTOP)
+            time.sleep(max(0.0, end - time.time()) + 0.3)  # both results wait for it
+            os.kill(job.pid, signal.SIGCONT)
+            joined = threading.Thread(target=pool.join, daemon=True)
+            joined.start()
+            joined.join(60)
+            assert not joined.is_alive(), "join() waited for a worker nobody stopped"
+            assert result.get(5) == [0, 1, 2]
 
 
 @pytest.mark.local_pids

@@ -88,6 +88,12 @@ def sleep_return(x: Any, seconds: float) -> Any:
     return x
 
 
+def sleep_until(x: Any, deadline: float) -> Any:
+    """Return ``x`` at ``deadline`` (``time.time()``): tasks that end together."""
+    time.sleep(max(0.0, deadline - time.time()))
+    return x
+
+
 def burn(seconds: float) -> bool:
     """Keep a CPU busy for ``seconds``."""
     end = time.thread_time() + seconds
