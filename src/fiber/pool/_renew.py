@@ -19,7 +19,8 @@ the cluster's notice or SIGTERM instead (see `_retire`).
 A job of several workers (``workers_per_job``) is renewed as a whole: its clock, hence
 its workers' renewal, starts with its first worker's hello (a worker forked in it later,
 in place of one that ended, is renewed with the job, not a lifetime after its own
-start, which would be past the job's end); the maintainer starts one job of as many
+start, which would be past the job's end; one that says hello after the job's renewal
+time is renewed at once, by a job of its own); the maintainer starts one job of as many
 workers in its place, each new worker renewing one old one, and one INFO line says so
 for the job.
 """

@@ -531,7 +531,15 @@ class SlurmBackend(BatchBackend):
                         rec.cancelled = how
                 ids.append(h.job_id)
         if ids:
-            self._scancel(ids, force)
+            try:
+                self._scancel(ids, force)
+            except SubmitError:  # not cancelled: not to be taken for so (see _missing)
+                with self._lock:
+                    for job_id in ids:
+                        rec = self._jobs.get(job_id)
+                        if rec is not None and rec.cancelled == how:
+                            rec.cancelled = None
+                raise
         if steps:
             cancel_steps(self, steps, how)
 
