@@ -92,3 +92,15 @@ def test_local_and_a_large_pool_keep_a_job_a_worker():
     from fiber.backends import get_backend
 
     assert get_backend("local").node_cpus() is None
+
+
+def test_hosts_to_avoid_are_best_effort():
+    """A pool's suspected hosts are kept off as far as the scheduler has others: all of
+    them suspected, none is (the job would never start); unknown names are dropped."""
+    from fiber.backends._common import hosts_to_avoid
+    from fiber.backends.slurm._nodes import node_list_command
+
+    assert hosts_to_avoid({"node1", "elsewhere"}, ["node1", "node2"]) == ["node1"]
+    assert hosts_to_avoid({"node1", "node2"}, ["node1", "node2"]) == []
+    assert hosts_to_avoid(set(), ["node1"]) == []
+    assert node_list_command("wide")[-1] == "--partition=wide"

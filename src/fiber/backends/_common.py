@@ -7,13 +7,24 @@ import itertools
 import signal
 import socket
 import threading
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    AbstractSet,
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 from .._version import install_hint
 from ..errors import BackendError, ConfigError, SubmitError
 
 __all__ = ["import_extra", "mount_items", "parallel", "parse_mounts", "route_to", "route_toward",
-           "signal_name", "PARALLEL"]
+           "signal_name", "hosts_to_avoid", "PARALLEL"]
 
 #: Cluster calls in flight for one submit, cancel or cleanup.
 PARALLEL = 8
@@ -122,6 +133,14 @@ def route_toward(host: str, what: str, name_fix: str, reached_by: str) -> str:
         raise BackendError(f"no local address routes to {what} ({e.strerror or e}); set "
                            "listen_host (FIBER_LISTEN_HOST) to this machine's address that "
                            f"{reached_by} reach") from None
+
+
+def hosts_to_avoid(avoid: AbstractSet[str], listed: Iterable[str]) -> List[str]:
+    """The hosts of ``avoid`` (a pool's suspected ones, ``JobSpec.avoid_hosts``) that a
+    scheduler is told to keep a job off, of those it ``listed``: best effort, so none
+    when they are all of them (the job would never start)."""
+    hosts = set(listed)
+    return sorted(hosts & set(avoid)) if hosts - set(avoid) else []
 
 
 def signal_name(n: int) -> str:

@@ -100,7 +100,8 @@ def too_big() -> None:
 def _manifest(**kw: Any) -> Dict[str, Any]:
     spec = JobSpec(command=("python3", "-m", "fiber.process._bootstrap"), env={"A": "1"},
                    resources=kw.pop("resources", Resources(cpu=0.5, memory_mb=256, gpu=1)),
-                   image="img:1", name="PoolWorker-1")
+                   image="img:1", name="PoolWorker-1",
+                   avoid_hosts=kw.pop("avoid_hosts", frozenset()))
     args: Dict[str, Any] = dict(name="fiber-abc-1", namespace="ns", image="img:1",
                                 command=list(spec.command),
                                 labels={LABEL_PROGRAM: "abc", LABEL_JOB: "fiber-abc-1"},
@@ -182,7 +183,20 @@ def test_pod_manifests_valid_for_current_kubernetes_releases():
         _manifest(claims=[("data", "/persistent", False), ("logs", "/logs", True)]),
         _manifest(owner=None, service_account="", mounts=(), pull_policy="",
                   resources=Resources()),
+        _manifest(avoid_hosts=frozenset({"node-2", "node-1"})),
     ])
+
+
+def test_a_pod_prefers_nodes_other_than_a_pool_s_suspected_ones():
+    """``JobSpec.avoid_hosts`` (a pool's silent hosts, issue 45): a preferred node
+    anti-affinity, so that the pod still runs where it can if no other node may take it;
+    none when there is nothing to avoid."""
+    affinity = _manifest(avoid_hosts=frozenset({"node-2", "node-1"}))["spec"]["affinity"]
+    assert affinity == {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "NotIn",
+             "values": ["node-1", "node-2"]}]}}]}}
+    assert "affinity" not in _manifest()["spec"]
 
 
 def test_rbac_manifest_valid_and_least_privilege():

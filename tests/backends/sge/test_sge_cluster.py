@@ -250,6 +250,27 @@ def test_the_backend_knows_the_size_of_the_nodes(sge):
         assert backend.node_cpus() is None
 
 
+def test_a_job_is_kept_off_the_hosts_it_avoids_while_others_are_left(sge, commands):
+    """A pool's suspected hosts (``JobSpec.avoid_hosts``, issue 45): ``-l h=!(...)``
+    keeps the job off them while another host is left; every host avoided, it runs
+    anyway."""
+    from fiber.backends import JobSpec
+
+    backend = get_backend("sge")
+    for avoid, allowed in (({"node1", "node2"}, {"node3"}),
+                           ({"node1", "node2", "node3"}, set(NODES))):
+        (h,) = backend.submit([JobSpec(command=("sleep", "60"), name="avoider",
+                                       avoid_hosts=frozenset(avoid))])
+        try:
+            wait_until(lambda h=h: backend.status([h])[h.job_id].state == JobState.RUNNING
+                       and bool(h.host), 120, 0.3, "the job running")
+            assert h.host.split(".")[0] in allowed, h.host
+        finally:
+            backend.cancel([h], force=True)
+    qsubs = [c for c in commands if c[0] == "qsub"]
+    assert "h=!(node1|node2)" in qsubs[0] and "h=!" not in " ".join(qsubs[1]), qsubs
+
+
 def test_resources_reach_the_qmaster(sge, commands):
     """``@fiber.meta(cpu=2, memory=2048)`` with sge_pe=smp: ``-pe smp 2 -l h_vmem=1024M``
     (memory is per slot), which the qmaster records and the job runs with."""

@@ -143,6 +143,11 @@ def pod_manifest(spec: JobSpec, *, name: str, namespace: str, image: str,
         "terminationGracePeriodSeconds": _GRACE_SECONDS,
         "containers": [container],
     }
+    if spec.avoid_hosts:  # a pool's suspected nodes: preferred, so best effort
+        pod_spec["affinity"] = {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+                "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
+                                      "values": sorted(spec.avoid_hosts)}]}}]}}
     if active_deadline:
         pod_spec["activeDeadlineSeconds"] = int(active_deadline)
     if service_account:

@@ -1,12 +1,13 @@
-"""The size of a Slurm partition's nodes, from ``sinfo``: it chooses how many workers a
-pool's job holds when the pool does not say (see fiber.pool._sizing)."""
+"""A Slurm partition's nodes, from ``sinfo``: their size chooses how many workers a pool's
+job holds when the pool does not say (see fiber.pool._sizing); their names, which of a
+pool's suspected hosts a job can be kept off."""
 
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import List, Optional
 
-__all__ = ["SINFO_FORMAT", "smallest_node_cpus"]
+__all__ = ["SINFO_FORMAT", "smallest_node_cpus", "node_list_command"]
 
 #: ``sinfo -h -o`` of a line a partition and node size: ``debug*|2``.
 SINFO_FORMAT = "%P|%c"
@@ -25,3 +26,8 @@ def smallest_node_cpus(sinfo: str, partition: str) -> Optional[int]:
         if sep and digits and (name == partition if partition else default):
             found.append(int(digits.group()))
     return min(found) if found else None
+
+
+def node_list_command(partition: str) -> List[str]:
+    """``sinfo`` listing the nodes of ``partition`` (of all, if empty), a name a line."""
+    return ["sinfo", "-h", "-N", "-o", "%N", *([f"--partition={partition}"] if partition else [])]
