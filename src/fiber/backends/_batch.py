@@ -36,12 +36,24 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import (
+    AbstractSet,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+)
 
 from .._log import log
 from ..errors import BackendError, ConfigError, SubmitError
 from ._base import JobHandle, JobInfo, JobSpec, JobStatus
 from ._cli_backend import CommandLineBackend
+from ._common import hosts_to_avoid
 
 __all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
            "format_command", "follow_job", "follow_file", "last_lines", "log_dir"]
@@ -173,6 +185,18 @@ class BatchBackend(CommandLineBackend):
             log("%s: the size of its nodes (it chooses the workers a pool's job holds) is "
                 "unknown: %s", self.name, e)
             return None
+
+    def hosts_kept_off(self, avoid: AbstractSet[str], list_hosts: Sequence[str]) -> List[str]:
+        """The hosts of ``avoid`` (``JobSpec.avoid_hosts``) a job is kept off, of those
+        the command ``list_hosts`` lists, a name a word (see `hosts_to_avoid`): none if
+        it fails."""
+        if not avoid:
+            return []
+        try:
+            listed = self.run_command(list_hosts, what=" ".join(list_hosts[:2])).stdout
+        except SubmitError:
+            return []
+        return hosts_to_avoid(avoid, listed.split())
 
     def query_node_cpus(self) -> Optional[int]:
         """The CPUs of the smallest node this backend's jobs may go to, asked of the

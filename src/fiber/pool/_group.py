@@ -311,9 +311,9 @@ class _Group:
         except Exception:  # refused, or not in time: the master is gone for this job
             return False
         taken = set(unpack_ids(again[1][0])) if again is not None else set()
-        if not taken:
+        if again is None or not taken:
             return False
-        self.client = again[0] if again is not None else self.client
+        self.client = again[0]
         self.selector.register(self.client.sock, selectors.EVENT_READ, None)
         for worker_id in live:
             if worker_id not in taken:

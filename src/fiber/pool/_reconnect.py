@@ -111,14 +111,15 @@ class Reconnections(JobsOfSeveral):
             if gone.peer is peer:
                 self._settle(worker_id, gone.exitcode)
         waiting = [ws for ws in relayed.values() if self._may_resume(peer, ws)]
-        for gone in relayed.values():
-            if waiting:
+        if waiting:  # the job may come back: those it cannot bring back are lost
+            for gone in relayed.values():
                 if gone not in waiting:
                     self.worker_lost(gone)
-                continue
-            if gone.job is not None:
-                gone.job.alive = False
-            self.worker_lost(gone)
+        else:
+            for gone in relayed.values():
+                if gone.job is not None:
+                    gone.job.alive = False
+                self.worker_lost(gone)
         for ws in waiting:
             self._await_resume(server, ws)
         if waiting:

@@ -84,9 +84,9 @@ def said(old: Any, new: Any) -> Optional[str]:
 def by_job(workers: List[Any]) -> List[List[Any]]:
     """``workers`` (due for renewal) grouped by their job, in order: a job of several
     is renewed by one job."""
-    groups: Dict[int, List[Any]] = {}
+    groups: Dict[Any, List[Any]] = {}
     for ws in workers:
-        groups.setdefault(id(ws.job) if ws.job is not None else id(ws), []).append(ws)
+        groups.setdefault(ws.job if ws.job is not None else ws, []).append(ws)
     return list(groups.values())
 
 

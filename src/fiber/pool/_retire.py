@@ -40,7 +40,7 @@ from typing import Any, List, NoReturn, Optional, Tuple
 
 from .._core._clients import own_client
 from ._losses import tasks_text
-from ._protocol import PoolOps
+from ._protocol import PoolOps, pack_ids
 
 __all__ = ["NOTICE_SIGNALS", "Retirement", "why", "plan"]
 
@@ -125,7 +125,7 @@ class Retirement:
             held = {task_id for task_id, _, _ in list(self._unsent)}
             if self.running is not None:
                 held.add(self.running)
-            taken = b"".join(t.to_bytes(8, "little") for t in sorted(held))
+            taken = pack_ids(sorted(held))
         try:
             client = own_client(address)
             status, _ = client.request(pool_name, PoolOps.RETIRING, [

@@ -40,6 +40,7 @@ from ._protocol import (
     pack_tasks,
     pack_to,
     results_busy,
+    unpack_ids,
     unpack_results,
 )
 from ._reconnect import Reconnections
@@ -517,7 +518,7 @@ class PoolService(Reconnections):
     def _take_back(self, ws: WorkerState, kept: bytes) -> List[Task]:
         """The tasks ``ws`` holds but those of ``kept`` (their ids, 8 bytes each) go
         back to the front of the queue, in their order; returned."""
-        ids = {int.from_bytes(kept[i:i + 8], "little") for i in range(0, len(kept), 8)}
+        ids = set(unpack_ids(kept))
         back = [task for task_id, task in ws.pending.items() if task_id not in ids]
         for task in back:
             del ws.pending[task.task_id]

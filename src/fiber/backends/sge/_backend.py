@@ -61,13 +61,13 @@ import shlex
 import sys
 import threading
 import time
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, FiberError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._batch import BatchBackend, parse_job_id, render_script, split_env
-from .._common import hosts_to_avoid, route_toward
+from .._common import route_toward
 from . import _jobs as _sge_jobs
 from ._jobs import program_dir, user
 from ._settings import SgeSettings, time_limit_seconds
@@ -259,7 +259,7 @@ class SgeBackend(BatchBackend):
             if value:
                 argv += [flag, value]
         argv += resource_args(specs[0], own)
-        avoid = self._avoid(specs[0].avoid_hosts)
+        avoid = self.hosts_kept_off(specs[0].avoid_hosts, ["qconf", "-sel"])
         if avoid:  # a hostname expression: not any of them
             argv += ["-l", f"h=!{avoid[0]}" if len(avoid) == 1 else f"h=!({'|'.join(avoid)})"]
         if own.time_limit:  # -notify: SIGUSR2 first, which the job's relay passes on
@@ -271,17 +271,6 @@ class SgeBackend(BatchBackend):
         except ValueError as e:  # (refused when the config is resolved)
             raise ConfigError("sge_extra_args", str(e)) from None
         return argv
-
-    def _avoid(self, hosts: FrozenSet[str]) -> List[str]:
-        """The execution hosts of ``hosts`` a job is kept off (see `hosts_to_avoid`):
-        none if they cannot be listed (``qconf -sel``)."""
-        if not hosts:
-            return []
-        try:
-            listed = self.run_command(["qconf", "-sel"], what="qconf -sel").stdout.split()
-        except SubmitError:
-            return []
-        return hosts_to_avoid(hosts, listed)
 
     def _qsub(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         own = _own()

@@ -72,13 +72,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, FiberError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._batch import BatchBackend, parse_job_id, render_script, split_env
-from .._common import hosts_to_avoid, route_toward
+from .._common import route_toward
 from . import _jobs as _slurm_jobs
 from ._jobs import output_dir
 from ._nodes import SINFO_FORMAT, node_list_command, smallest_node_cpus
@@ -293,17 +293,6 @@ class SlurmBackend(BatchBackend):
             args.append(f"--gpus={int(r.gpu)}")
         return args
 
-    def _exclude(self, avoid: FrozenSet[str]) -> List[str]:
-        """The nodes of ``avoid`` a job is kept off (``--exclude``; see `hosts_to_avoid`):
-        none if the partition's nodes cannot be listed."""
-        if not avoid:
-            return []
-        try:
-            cp = self.run_command(node_list_command(_own().partition), what="sinfo")
-        except SubmitError:
-            return []
-        return hosts_to_avoid(avoid, cp.stdout.split())
-
     def query_node_cpus(self) -> Optional[int]:
         """The CPUs of the smallest node of the partition jobs go to (``sinfo``); None
         inside an allocation (``slurm_mode`` steps: a step a worker)."""
@@ -343,7 +332,8 @@ class SlurmBackend(BatchBackend):
                             ("--time", _own(cfg).time_limit)):
             if value:
                 argv.append(f"{flag}={value}")
-        exclude = self._exclude(specs[0].avoid_hosts)
+        exclude = self.hosts_kept_off(specs[0].avoid_hosts,
+                                      node_list_command(_own(cfg).partition))
         if exclude:
             argv.append(f"--exclude={','.join(exclude)}")
         limit = self.job_time_limit()
