@@ -27,7 +27,7 @@ never measured: its link has no round trip worth covering.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 __all__ = ["HOLD_S", "MAX_CREDIT", "SLOW_S", "FAR_S", "SHARE", "MAX_FAR_CREDIT",
            "round_trip", "credit", "link_credit", "Link", "FarWorkers"]
@@ -102,15 +102,17 @@ class FarWorkers:
     def __bool__(self) -> bool:
         return bool(self.workers)
 
-    def observed(self, ws: Any, sample: float) -> None:
-        """A round trip of ``ws``'s link (``ws.link``, made on its first): it joins, or
-        leaves once its link is fast again."""
-        if ws.link is None:
-            ws.link = Link()
-        if ws.link.observed(sample) >= FAR_S:
-            self.workers[ws] = None
-        else:
-            self.workers.pop(ws, None)
+    def observed(self, workers: Sequence[Any], link: Link, sample: float) -> None:
+        """A round trip ``sample`` of ``link``, the link of ``workers``: a worker's own, or
+        the connection of a job of several, which relays its workers and is measured
+        once a message. They join, or leave once it is fast again."""
+        far = link.observed(sample) >= FAR_S
+        for ws in workers:
+            ws.link = link
+            if far:
+                self.workers[ws] = None
+            else:
+                self.workers.pop(ws, None)
 
     def forget(self, ws: Any) -> None:
         """``ws`` is gone."""

@@ -14,6 +14,7 @@ place; so the pool's maintainer starts no job of its own for it meanwhile.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -21,6 +22,7 @@ from ..transport.operations import Service, handles
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _losses
+from ._credit import FarWorkers, Link, round_trip
 from ._protocol import PoolOps, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
 
@@ -37,6 +39,7 @@ class JobsOfSeveral(Service):
 
     workers: Dict[int, WorkerState]
     losses: _losses.Losses
+    far: FarWorkers
     on_worker_gone: Callable[[WorkerState, bool], None]
 
     def __init__(self) -> None:
@@ -60,8 +63,13 @@ class JobsOfSeveral(Service):
         raise NotImplementedError
 
     def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
-                 rtt: Optional[float] = MEASURE_RTT) -> None:
-        """A batch of ``ws``'s results, heard at ``now``; ``rtt``: ``peer``'s round trip."""
+                 rtt: Optional[float] = MEASURE_RTT) -> Tuple[List[int], int, float]:
+        """A batch of ``ws``'s results, heard at ``now``; ``rtt``: ``peer``'s round trip.
+        Returns what `_tally` counts."""
+        raise NotImplementedError
+
+    def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
+        """Count one message's results."""
         raise NotImplementedError
 
     def dispatch(self) -> None:
@@ -90,6 +98,8 @@ class JobsOfSeveral(Service):
         now = time.monotonic()
         rtt = tcp_rtt(peer.conn.sock) if peer.conn is not None else None
         answered: List[WorkerState] = []
+        fids: List[int] = []
+        items, busy = 0, 0.0
         for worker_id, frames in unpack_to(payload):
             ws = self.workers.get(worker_id)
             op = bytes(frames[0])
@@ -102,8 +112,18 @@ class JobsOfSeveral(Service):
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
-                self._results(peer, ws, list(frames[1:]), now, rtt)
+                done = self._results(peer, ws, list(frames[1:]), now, rtt)
+                fids += done[0]
+                items += done[1]
+                busy += done[2]
                 answered.append(ws)
+        if answered:
+            self._tally(fids, items, busy, now)
+            job = answered[0].job
+            if job is not None and job.sample < math.inf:  # the job's link, measured
+                link = job.link = job.link if job.link is not None else Link()
+                self.far.observed(answered, link, round_trip(job.sample, rtt))
+                job.sample = math.inf
         if self.queue:
             self.dispatch()
         for ws in answered:  # after the dispatch: those it gave nothing may be done

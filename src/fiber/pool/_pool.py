@@ -31,6 +31,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Set,
     Tuple,
 )
@@ -223,7 +224,7 @@ class Pool(PoolExtras):
     # -- map -----------------------------------------------------------------------------
 
     def _chunks(self, iterable: Iterable[Any], chunksize: Optional[int]
-                ) -> Tuple[List[List[Any]], int]:
+                ) -> Tuple[List[Sequence[Any]], int]:
         items = list(iterable)
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._core.size * 4)
@@ -231,8 +232,10 @@ class Pool(PoolExtras):
                 chunksize += 1
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
-        if chunksize == 1:  # the usual map of quick tasks: a list a task, no slicing
-            return [[item] for item in items], len(items)
+        if chunksize == 1:  # the usual map of quick tasks: a tuple a task, no slicing
+            # (a tuple of untracked items leaves the collector's lists; 10,000 lists of one
+            # item, alive while they are pickled, brought its full collection closer)
+            return [(item,) for item in items], len(items)
         return [items[i:i + chunksize] for i in range(0, len(items), chunksize)], len(items)
 
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],

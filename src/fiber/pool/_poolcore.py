@@ -74,7 +74,10 @@ __all__ = ["PoolCore", "terminate_collected", "label", "check_size", "RUN", "CLO
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 _MAX_STARTUP_FAILURES = 3
 _FUNCTION_CACHE = 256
-_SLICE = 256  # tasks queued at a time after the first slice (see PoolCore.submit)
+#: Tasks queued at a time (see PoolCore.submit); the first slice of a map is smaller if
+#: the pool's window is. It was the whole window: a pool of 10,000 workers started no
+#: task before it had pickled 10,000, and a round of 1 s tasks ended 40 ms later.
+_SLICE = 256
 _OUTPUT_WAIT_S = 2.0  # seconds join waits for the last output of workers that ended
 
 
@@ -266,7 +269,10 @@ class PoolCore:
                 # its number, and the numbers follow the program's calls
                 first = next(self._call_numbers) if mode == CALL else index * chunksize
                 try:
-                    frames = dumps((mode, data))
+                    # a tuple: the collector stops tracking it (a list stays tracked,
+                    # and a round of 10,000 tasks promoted 10,000 more to the oldest
+                    # generation, whose full collection then came more often)
+                    frames = tuple(dumps((mode, data)))
                 except Exception as e:
                     with probing():
                         error = _explain_task(e, mode, data, index, label)
@@ -274,7 +280,7 @@ class PoolCore:
                     continue
                 pending.append(Task(next(self._task_ids), job, index, fid, frames, label,
                                     first, 1 if mode == CALL else len(data)))
-                if len(pending) >= (_SLICE if tasks else self.window):
+                if len(pending) >= (_SLICE if tasks else min(self.window, _SLICE)):
                     # the hub thread serves while later slices are pickled (this thread
                     # would read nothing then: heartbeats must not go unread)
                     self._enqueue(pending, tasks, job, source, None)

@@ -77,12 +77,16 @@ _TASK = struct.Struct("<QIBH")
 FUNCTION_SLOTS = 32
 _RESULT = struct.Struct("<QBH")
 _BUSY = struct.Struct("<d")
+_ONE_RESULT = _BUSY.size + _RESULT.size
 
 #: One task on the wire: (task_id, function_id, function frames or None, argument frames).
-WireTask = Tuple[int, int, Any, List[Any]]
+WireTask = Tuple[int, int, Any, Sequence[Any]]
 
 
 def pack_tasks(tasks: Sequence[WireTask]) -> List[Any]:
+    if len(tasks) == 1 and tasks[0][2] is None:  # the usual batch: one task, no function
+        task_id, fid, _, arg_frames = tasks[0]
+        return [_TASK.pack(task_id, fid, False, len(arg_frames)), *arg_frames]
     header = bytearray()
     frames: List[Any] = []
     for task_id, fid, fn_frames, arg_frames in tasks:
@@ -134,6 +138,9 @@ def results_busy(frames: Sequence[Any]) -> float:
 def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
     """The results of a batch (a list: see `unpack_tasks`)."""
     header = frames[0]
+    if len(header) == _ONE_RESULT:  # the usual batch: no iterator, no view
+        task_id, ok, n = _RESULT.unpack_from(header, _BUSY.size)
+        return [(task_id, ok == 1, [frames[1]] if n == 1 else list(frames[1:1 + n]))]
     pos = 1
     out: List[Tuple[int, bool, List[Any]]] = []
     for task_id, ok, n in _RESULT.iter_unpack(memoryview(header)[_BUSY.size:]):
@@ -165,8 +172,10 @@ _TO = struct.Struct("<QI")
 def pack_to(messages: Sequence[Tuple[int, Sequence[Any]]]) -> List[Any]:
     """The frames of a ``to`` message after its op: ``messages`` are (worker id,
     ``[op, *payload]``) for workers of one job."""
-    header = b"".join(_TO.pack(worker_id, len(frames)) for worker_id, frames in messages)
-    return [header, *(frame for _, frames in messages for frame in frames)]
+    out = [b"".join([_TO.pack(worker_id, len(frames)) for worker_id, frames in messages])]
+    for _, frames in messages:
+        out.extend(frames)
+    return out
 
 
 def unpack_to(frames: Sequence[Any]) -> List[Tuple[int, Sequence[Any]]]:

@@ -278,12 +278,12 @@ class MapResult(ApplyResult):
                     self._result = _value(False, self._frames)
                 else:
                     values: List[Any] = []
-                    for frames in self._chunks:
-                        ok, chunk = _value(True, frames)
-                        if not ok:
-                            self._result = (False, chunk)
-                            break
-                        values.extend(chunk)
+                    extend = values.extend
+                    try:
+                        for frames in self._chunks:  # (as `_value`, a call less a chunk:
+                            extend(loads(frames))  # this runs once a map's result came)
+                    except BaseException as e:  # e.g. a class the master cannot import
+                        self._result = (False, e)
                     else:
                         self._result = (True, values)
                 self._chunks = []

@@ -270,7 +270,7 @@ class PoolService(Reconnections):
         for peer, messages in relayed.items():  # one message a job (see _group)
             assert self.server is not None
             if not self.server.send(peer, [b"", PoolOps.TO, *pack_to(
-                    [(ws.worker_id, frames[1:]) for ws, frames in messages])]):
+                    [(ws.worker_id, body) for ws, body in messages])]):
                 for ws, _ in messages:
                     self.worker_lost(ws)
 
@@ -313,23 +313,24 @@ class PoolService(Reconnections):
                     relayed: Optional[Dict[Peer, List[Tuple[WorkerState, List[Any]]]]] = None
                     ) -> None:
         """Send ``tasks`` to ``ws``; a relayed worker's are added to ``relayed`` (its
-        job's message), if given, for the caller to send."""
+        job's message: ``[op, *payload]`` a worker), if given, for the caller to send."""
+        functions = ws.functions
         wire: List[WireTask] = []
         for task in tasks:
-            fn_frames = None
-            if task.fid in ws.functions:
-                ws.functions.move_to_end(task.fid)
+            fid = task.fid
+            if fid in functions:
+                functions.move_to_end(fid)
+                wire.append((task.task_id, fid, None, task.frames))
             else:
-                fn_frames = self.functions[task.fid]
-                ws.functions[task.fid] = None
-                while len(ws.functions) > FUNCTION_SLOTS:
-                    ws.functions.popitem(last=False)
-            wire.append((task.task_id, task.fid, fn_frames, task.frames))
+                functions[fid] = None
+                while len(functions) > FUNCTION_SLOTS:
+                    functions.popitem(last=False)
+                wire.append((task.task_id, fid, self.functions[fid], task.frames))
         assert self.server is not None and ws.peer is not None
-        frames = [b"", PoolOps.TASKS, *pack_tasks(wire)]
+        body = [PoolOps.TASKS, *pack_tasks(wire)]
         if ws.relayed and relayed is not None:
-            relayed.setdefault(ws.peer, []).append((ws, frames))
-        elif not self._push(ws, frames):
+            relayed.setdefault(ws.peer, []).append((ws, body))
+        elif not self._push(ws, [b"", *body]):
             self.worker_lost(ws)
 
     def _schedule_late(self) -> None:
@@ -380,18 +381,22 @@ class PoolService(Reconnections):
         ws = self.by_peer.get(peer.peer_id)
         if ws is None:
             return  # a worker already presumed dead: its results were reassigned
-        self._results(peer, ws, payload, time.monotonic())
+        now = time.monotonic()
+        self._tally(*self._results(peer, ws, payload, now), now)
         if self.queue:  # the end of a round has none: a call a result saved
             self.dispatch()
         self._maybe_stop(ws)
 
     def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
-                 rtt: Optional[float] = MEASURE_RTT) -> None:
+                 rtt: Optional[float] = MEASURE_RTT) -> Tuple[List[int], int, float]:
         """``ws``'s batch of results, heard at ``now`` on ``peer``, whose TCP round trip
-        is ``rtt`` (seconds, as `tcp_rtt`; `MEASURE_RTT`: measured here if needed). The
-        caller then hands out what is queued (`dispatch`: once for all the workers a job
-        relays) and only then stops ``ws`` if the pool is done with it (`_maybe_stop`):
-        of two workers idle after one message, only the one given nothing is done."""
+        is ``rtt`` (seconds, as `tcp_rtt`; `MEASURE_RTT`: measured here if needed).
+        Returns the functions of its tasks (one a task), the items completed and the
+        seconds they ran, for the caller to count (`_tally`: once a message, for all the
+        workers a job relays). The caller then hands out what is queued (`dispatch`:
+        once a message too) and only then stops ``ws`` if the pool is done with it
+        (`_maybe_stop`): of two workers idle after one message, only the one given
+        nothing is done."""
         fids = []
         items = 0
         outcome = "done"
@@ -421,15 +426,21 @@ class PoolService(Reconnections):
         ws.since = now
         if self.suspects:
             self.suspects.pop(ws.process.host, None)  # its host answers
-        self.rate.add(items, now)
         self._refresh(ws)
         busy = results_busy(payload)
         if ws.probe and peer.conn is not None:  # its first results since it was handed
             # tasks idle (over TCP: see hello): a round trip
-            if rtt == MEASURE_RTT:
-                rtt = tcp_rtt(peer.conn.sock)
-            self.far.observed(ws, _credit.round_trip(now - ws.probe - busy, rtt))
+            sample = now - ws.probe - busy
             ws.probe = 0.0
+            job = ws.job
+            if ws.relayed and job is not None:  # its job's link's: the least sample of
+                if sample < job.sample:  # the message is taken (see from_workers)
+                    job.sample = sample
+            else:
+                if rtt == MEASURE_RTT:
+                    rtt = tcp_rtt(peer.conn.sock)
+                link = ws.link if ws.link is not None else _credit.Link()
+                self.far.observed((ws,), link, _credit.round_trip(sample, rtt))
         if measuring and items:
             if items == 1:
                 self.durations.add(busy)
@@ -441,7 +452,19 @@ class PoolService(Reconnections):
                     or len(self.latency.pending) > _status.Histogram.FOLD_AT:
                 self.latency.fold()
                 self.durations.fold()
-        self._measure(fids, busy)
+        return fids, items, busy
+
+    def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
+        """Count what one message's results completed (see `_results`): the pool's rate,
+        and the running average task length of their functions (the seconds ``busy``
+        that their tasks, one a function id in ``fids``, ran as the workers measured)."""
+        self.rate.add(items, now)
+        if not fids:
+            return
+        each = busy / len(fids)
+        for fid in set(fids):
+            old = self.task_seconds.get(fid)
+            self.task_seconds[fid] = each if old is None else 0.7 * old + 0.3 * each
 
     @handles(PoolOps.HELLO)
     def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
@@ -559,16 +582,6 @@ class PoolService(Reconnections):
         what an ``imap`` keeps submitted ahead to fill them (see `_credit`)."""
         return self.far.room(self.task_seconds.get(self.last_fid), self.prefetch)
 
-    def _measure(self, fids: List[int], busy: float) -> None:
-        """Update the running average task length of the functions of a results batch
-        (``busy``: the seconds its tasks ran, as the worker measured)."""
-        if not fids:
-            return
-        each = busy / len(fids)
-        for fid in set(fids):
-            old = self.task_seconds.get(fid)
-            self.task_seconds[fid] = each if old is None else 0.7 * old + 0.3 * each
-
     # -- bookkeeping -------------------------------------------------------------------
 
     def _finish(self, task: Task, ok: bool, frames: List[Any]) -> None:
@@ -580,7 +593,7 @@ class PoolService(Reconnections):
             self.done += task.items
         else:
             self.failed += task.items
-        task.frames = []
+        task.frames = ()
         self.function_refs[task.fid] -= 1
         if self.function_refs[task.fid] <= 0:
             self.release_function(task.fid)

@@ -9,7 +9,8 @@ take a task in O(1). `PoolService` (`_service`) keeps them, under the hub's lock
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+import math
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ..process import Process
 from ..transport.server import Peer
@@ -34,8 +35,9 @@ class Task:
     __slots__ = ("task_id", "job", "index", "fid", "frames", "attempts", "done", "call",
                  "suspect", "first", "items", "queued", "raised", "held_by")
 
-    def __init__(self, task_id: int, job: ResultSink, index: int, fid: int, frames: List[Any],
-                 call: str, first: Optional[int] = None, items: int = 1) -> None:
+    def __init__(self, task_id: int, job: ResultSink, index: int, fid: int,
+                 frames: Sequence[Any], call: str, first: Optional[int] = None,
+                 items: int = 1) -> None:
         self.task_id = task_id
         self.job = job
         self.index = index  # of the chunk, as the call's result sink counts them
@@ -71,7 +73,8 @@ class PoolJob:
     """A job of the pool's: one worker, or several (``forks``: ``workers_per_job`` > 1,
     see `_group`), which its process forks, and replaces when the pool asks it to."""
 
-    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed")
+    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed", "link",
+                 "sample")
 
     def __init__(self, process: Process, forks: bool) -> None:
         self.process = process
@@ -85,6 +88,11 @@ class PoolJob:
         #: known yet, or never; see `_renew`), and whether a job took its place.
         self.renew_at = 0.0
         self.renewed = False
+        #: A job of several: the round trip of its connection, which its workers share
+        #: (see `_credit.FarWorkers`), and the least sample of it in the message being
+        #: read (inf: none), taken once the message is (``JobsOfSeveral.from_workers``).
+        self.link: Optional[_credit.Link] = None
+        self.sample = math.inf
 
 
 class WorkerState:
@@ -104,7 +112,9 @@ class WorkerState:
         if job is not None:
             job.workers.append(self)
         self.peer: Optional[Peer] = None
-        self.pending: collections.OrderedDict[int, Task] = collections.OrderedDict()
+        #: The tasks it holds, oldest first (a dict: `collections.OrderedDict` costs
+        #: several times more to fill and empty, once a task on the hot path).
+        self.pending: Dict[int, Task] = {}
         #: This worker's function LRU, as the worker keeps it (see _pool_protocol).
         self.functions: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.assigned = 0
@@ -195,5 +205,12 @@ class ReadyWorkers:
         """A worker holding the fewest tasks: of those, the one that became so last."""
         for bucket in self._buckets:
             if bucket:
-                return next(reversed(bucket))
+                # popped and put back, not peeked with ``next(reversed(bucket))``: a dict
+                # keeps the holes its deletions leave at its end, which a reversed
+                # iterator skips one by one and `popitem` drops. Handing out a round of
+                # tasks deletes from the end of the idle bucket, one worker a task: the
+                # peek made that round quadratic (15 ms at 10,000 workers, 60 at 20,000)
+                ws = bucket.popitem()[0]
+                bucket[ws] = None
+                return ws
         return None

@@ -108,7 +108,7 @@ class FunctionCache:
         return entry
 
 
-def run_task(function: _Function, arg_frames: List[Any]) -> Tuple[bool, List[Any]]:
+def run_task(function: _Function, arg_frames: Sequence[Any]) -> Tuple[bool, List[Any]]:
     """Run one task; returns (ok, frames of the value or of the exception record)."""
     try:
         fn = function.get()
@@ -256,7 +256,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     spin_pays = SpinPays(get_config().spin_us * 1e-6)
     sync_output = _output.sync
     functions = FunctionCache()
-    held: Deque[Tuple[int, _Function, List[Any]]] = collections.deque()
+    held: Deque[Tuple[int, _Function, Sequence[Any]]] = collections.deque()
     first_out = 0.0
     busy = 0.0
     done = 0

@@ -86,23 +86,28 @@ def test_a_queue_consumer_at_a_distance_is_not_paced_by_the_round_trip() -> None
     assert lent["rate"] > 5 * plain["rate"], r
 
 
-def test_a_pool_at_a_distance_is_not_paced_by_the_round_trip() -> None:
+@pytest.mark.parametrize("per_job", [1, 2])
+def test_a_pool_at_a_distance_is_not_paced_by_the_round_trip(per_job: int) -> None:
     """Issue 44 (12): 4 workers 100 ms away (50 ms each way on their hosts' links), an
     ordered ``imap`` of 20 ms tasks. Held to one task at a time, each worker waited a
     round trip for every task: 25 tasks a second of the 200 that 4 workers can run.
     Each now holds enough tasks to cover its measured round trip (``fiber.pool._credit``:
     1 + 100/20), every result once and in order. (Its speed is measured by
     ``benchmarks/slow_link.py``; the bound here is a third of the ideal, far above the
-    one-task-a-round-trip pace, whatever the load of the machine.)"""
+    one-task-a-round-trip pace, whatever the load of the machine.)
+
+    Issue 45: the same with jobs of 2 workers, whose connection (one a job) is measured
+    once a message for the workers it relays: each of the 4 is seen 100 ms away."""
     hosts = start_hosts(2)
     try:
         for i in (1, 2):
             hosts.shape(i, delay_ms=50, towards="both")
-        r, _, _ = _scenario(hosts, "mh_pool_distance.py", "300", timeout=300)
+        r, _, _ = _scenario(hosts, "mh_pool_distance.py", "300", str(per_job), timeout=300)
     finally:
         stop_hosts(hosts)
     print(f"pool at a 100 ms round trip: {r}")
     assert r["exact"], r
+    assert r["relayed"] == (4 if per_job > 1 else 0), r
     assert all(90 <= rtt <= 300 for rtt in r["rtt_ms"]) and len(r["rtt_ms"]) == 4, r
     assert r["held_most"] >= 5, r  # 1 + 100/20 (and up to one more, as measured)
     assert r["rate"] > r["ideal"] / 3, r

@@ -3,7 +3,7 @@ each way: a 100 ms round trip): an ordered ``imap`` of 20 ms tasks, how many tas
 second it ran against the 200 that 4 workers can run, whether every result came once and
 in order, and how many tasks each worker held at most (sampled from the master's side).
 
-Usage: ``mh_pool_distance.py [TASKS]``. Prints RESULT.
+Usage: ``mh_pool_distance.py [TASKS [WORKERS_PER_JOB]]``. Prints RESULT.
 """
 
 import sys
@@ -26,7 +26,8 @@ def work(x):
 def main():
     _common.setup()
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-    with fiber.Pool(WORKERS) as pool:
+    per_job = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    with fiber.Pool(WORKERS, workers_per_job=per_job) as pool:
         pool.map(work, range(WORKERS), 1)  # every worker connected, the function measured
         core = pool._core
         most = [0]
@@ -47,8 +48,9 @@ def main():
         sampler.join()
         rtts = sorted(round(ws.link.rtt * 1000, 1) for ws in core.live_workers()
                       if ws.link is not None)
+        relayed = sum(ws.relayed for ws in core.live_workers())
     _common.result(exact=got == [x * x for x in range(n)], rate=round(n / seconds, 1),
-                   ideal=WORKERS / TASK_S, held_most=most[0], rtt_ms=rtts)
+                   ideal=WORKERS / TASK_S, held_most=most[0], rtt_ms=rtts, relayed=relayed)
 
 
 if __name__ == "__main__":
