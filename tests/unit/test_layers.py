@@ -21,7 +21,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "fiber"
 LAYERS: List[Tuple[str, ...]] = [
     ("errors", "_version", "_exports"),  # leaves: no fiber import
     ("config", "transport"),                          # transport takes its settings as args
-    ("_log", "_machine", "backends"),                 # the backend layer
+    ("_log", "_machine", "_preload", "backends"),     # the backend layer
     ("_core", "meta"),                                # the hub, served objects, parking
     ("process",),
     ("connection", "queues", "synchronize"),

@@ -122,6 +122,12 @@ class Config:
     #: unknown, and for workers that ask for memory or GPUs; else as many as fit the
     #: smallest node by CPUs (at most 64).
     pool_workers_per_job: int = 0
+    #: Modules a job of several pool workers imports before it forks them, so that they
+    #: share them (see ``pool_workers_per_job``): comma-separated names, ``auto`` (the
+    #: third-party packages the master has imported from site-packages when the pool
+    #: starts, e.g. numpy, torch, gymnasium) or empty (only what the pool's function
+    #: and initializer need). A module that cannot be imported in the job is skipped.
+    pool_preload: str = "auto"
     #: Times a pool task that killed its worker is tried again before it fails (and, in a
     #: ``Pool(error_handling=True)``, a task that raised).
     pool_max_task_retries: int = 3

@@ -36,6 +36,7 @@ print goes out through the job's output, prefixed with the job's name.
 
 from __future__ import annotations
 
+import gc
 import os
 import selectors
 import signal
@@ -44,9 +45,11 @@ import sys
 import time
 import traceback
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._core._clients import get_client
+from .._log import log
+from .._preload import import_modules
 from ..process import _output, current_process
 from ..process._relay import FORWARDED_SIGNALS, die_with
 from ..transport import cpus
@@ -164,6 +167,9 @@ class _Group:
             if stream is not None:
                 stream.flush()
         ours, theirs = socket.socketpair()
+        # The worker's collections must not walk (and so copy, page by page) what this
+        # group imported and made: it is never the worker's garbage.
+        gc.freeze()
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS + (signal.SIGCHLD,))
         try:
             with warnings.catch_warnings():  # the job's threads are not the child's
@@ -395,9 +401,19 @@ class _Group:
 
 def group_main(address: str, pool_name: bytes, worker_ids: List[int],
                initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
-               maxtasks: Optional[int]) -> None:
-    """The target of a job of several workers: fork ``worker_ids``, relay them, replace
-    those that end as the master says, return once none is left."""
+               maxtasks: Optional[int], preload: Sequence[str] = ()) -> None:
+    """The target of a job of several workers: import ``preload`` (config
+    ``pool_preload``: what the workers then share), fork ``worker_ids``, relay them,
+    replace those that end as the master says, return once none is left."""
+    _, failed, threaded = import_modules(preload)
+    if failed:
+        log("%s did not preload %s", current_process().name,
+            ", ".join(f"{name} ({error})" for name, error in failed.items()))
+    if threaded:  # its workers are forked without that thread: say so where it shows
+        sys.stderr.write(f"fiber: importing {threaded!r} in {current_process().name} "
+                         "started a thread, which its forked workers lack; the modules "
+                         "after it were not preloaded (set pool_preload to the modules to "
+                         "preload without it)\n")
 
     def run(worker_id: int, link: PoolLink) -> None:
         worker_main(address, pool_name, worker_id, initializer, initargs, maxtasks, link)

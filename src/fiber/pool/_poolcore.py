@@ -39,6 +39,7 @@ from .._core import _runtime
 from .._core._served import probing
 from .._core._shared import Shared, share_if_large
 from .._log import log
+from .._preload import preload_modules
 from ..backends import Resources
 from ..config import get_config
 from ..errors import BrokenPoolError, PoolTerminatedError
@@ -127,6 +128,9 @@ class PoolCore:
         cfg = get_config()
         #: Workers a job holds (see `_group`): 1, a job a worker.
         self.workers_per_job = workers_per_job
+        #: What a job of several imports before it forks its workers (config
+        #: ``pool_preload``, read now: ``auto`` names what this program has imported).
+        self.preload = preload_modules(cfg.pool_preload) if workers_per_job > 1 else []
         self.process_class = process_class
         self.size = size
         # Large initargs (an ES noise table) are pickled once, and sent once per host
@@ -327,12 +331,14 @@ class PoolCore:
         resources of ``count`` workers."""
         wids = [next(self._worker_ids) for _ in range(count)]
         forks = self.workers_per_job > 1
-        target, name, ids = ((group_main, f"PoolJob-{next(self._job_numbers)}", wids) if forks
-                             else (worker_main, f"PoolWorker-{wids[0]}", wids[0]))
-        proc = self.process_class(
-            target=target, name=name, daemon=True,
-            args=(self.hub.address, self.name, ids, self.initializer, self.initargs,
-                  self.maxtasks))
+        args: Tuple[Any, ...] = (self.hub.address, self.name, wids[0], self.initializer,
+                                 self.initargs, self.maxtasks)
+        target: Callable[..., None] = worker_main
+        name = f"PoolWorker-{wids[0]}"
+        if forks:
+            target, name = group_main, f"PoolJob-{next(self._job_numbers)}"
+            args = (*args[:2], wids, *args[3:], self.preload)
+        proc = self.process_class(target=target, name=name, daemon=True, args=args)
         set_resources(proc, self.resources.times(count) if forks else self.resources)
         set_placement(proc, avoid)
         end_with_parent(proc)  # a worker serves this pool only

@@ -266,16 +266,6 @@ def test_preloaded_numpy_is_reseeded_in_every_job(local):
         _stop_template()
 
 
-def test_auto_preload_names_site_packages_of_the_master():
-    import cloudpickle  # noqa: F401  (a dependency of fiber, from site-packages)
-
-    names = _forkserver.auto_preload()
-    assert "cloudpickle" in names
-    assert "fiber" not in names and "os" not in names and "pytest" not in names
-    assert _forkserver.preload_modules("") == []
-    assert _forkserver.preload_modules(" a, b.c ,") == ["a", "b.c"]
-
-
 # -- fallbacks ----------------------------------------------------------------------------
 
 

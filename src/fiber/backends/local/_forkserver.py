@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from ..._preload import preload_modules
 from ...transport.sockets import readable
 from .._job_command import interpreter_flags
 from ._forkserver_protocol import (
@@ -57,7 +58,7 @@ from ._forkserver_protocol import (
 )
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_pid",
-           "auto_preload", "supported", "MODULE"]
+           "supported", "MODULE"]
 
 #: Seconds the template may take to import fiber and the preload modules.
 START_TIMEOUT = 60.0
@@ -65,12 +66,6 @@ START_TIMEOUT = 60.0
 FORK_TIMEOUT = 20.0
 
 _PRIVATE_ENV = ("FIBER_SECRET", "FIBER_JOB", "FIBER_PARENT")
-#: Never preloaded by "auto": tools that import-time-hook the master, not the jobs' code.
-_NOT_PRELOADED = {"pip", "setuptools", "pkg_resources", "pluggy", "iniconfig", "py",
-                  "IPython", "ipykernel", "jupyter_client", "jupyter_core", "traitlets",
-                  "debugpy", "pydevd", "coverage", "mypy", "ruff", "fiber"}
-
-
 class ForkServerError(Exception):
     """The fork server cannot start this job: start it as a subprocess instead."""
 
@@ -512,38 +507,6 @@ def server_pid() -> Optional[int]:
     """The pid of this process's live template, if any (tests, diagnostics)."""
     server = _server
     return server.pid if server is not None and server.alive else None
-
-
-def preload_modules(setting: str) -> List[str]:
-    """The modules named by config ``local_preload``."""
-    if setting.strip().lower() == "auto":
-        return auto_preload()
-    return [name.strip() for name in setting.split(",") if name.strip()]
-
-
-def auto_preload() -> List[str]:
-    """Top-level third-party packages this process has imported from site-packages."""
-    import site
-
-    dirs = {os.path.realpath(p) for p in sys.path
-            if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
-    try:
-        dirs.update(os.path.realpath(p) for p in site.getsitepackages())
-    except AttributeError:  # pragma: no cover - virtualenv's old site.py
-        pass
-    roots = tuple(d + os.sep for d in dirs)
-    out = []
-    for name, module in list(sys.modules.items()):
-        if ("." in name or name.startswith("_") or name.startswith("pytest")
-                or name in _NOT_PRELOADED or module is None):
-            continue
-        where = getattr(module, "__file__", None)
-        if not where:
-            paths = list(getattr(module, "__path__", []) or [])
-            where = paths[0] if paths else None
-        if where and os.path.realpath(where).startswith(roots):
-            out.append(name)
-    return sorted(out)
 
 
 def _after_fork_in_child() -> None:

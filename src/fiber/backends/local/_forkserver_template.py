@@ -14,9 +14,9 @@ import os
 import signal
 import socket
 import sys
-import threading
 from typing import Any, Dict, List, Tuple
 
+from fiber._preload import import_modules
 from fiber.backends._job_command import BOOTSTRAP_MODULE
 from fiber.backends.local._forkserver_protocol import (
     MAX_MESSAGE,
@@ -54,18 +54,12 @@ def _template(fd: int) -> None:
     # preloaded modules see the master's path and argv, as its jobs will
     sys.path[:] = list(init.get("sys_path") or own_path)
     sys.argv[:] = list(init.get("argv") or own_argv)
-    preloaded, failed = [], {}
-    for name in init.get("preload", []):
-        try:
-            importlib.import_module(name)
-            preloaded.append(name)
-        except BaseException as e:  # noqa: B036 - a preload must never end the template
-            failed[name] = f"{type(e).__name__}: {e}"[:500]
-        if threading.active_count() > 1:
-            send_message(sock, {"op": ForkOps.ERROR,
-                                "error": f"importing {name!r} started a thread (set "
-                                "local_preload to the modules to preload without it)"})
-            return
+    preloaded, failed, threaded = import_modules(init.get("preload", []))
+    if threaded:
+        send_message(sock, {"op": ForkOps.ERROR,
+                            "error": f"importing {threaded!r} started a thread (set "
+                            "local_preload to the modules to preload without it)"})
+        return
     sys.path[:], sys.argv[:] = own_path, own_argv
     send_message(sock, {"op": ForkOps.READY, "pid": os.getpid(), "preloaded": preloaded,
                  "failed": failed})
