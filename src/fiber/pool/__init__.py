@@ -8,8 +8,10 @@ states ``INIT``, ``RUN``, ``CLOSE`` and ``TERMINATE``.
 """
 
 # Inside: _pool: Pool, the API; _poolcore: its core (workers' life cycle, submission).
-# _service: the scheduler on the master's hub (task queue, credit, pending tables, recovery
-# of a lost worker's tasks). _results: AsyncResult, MapResult and the imap iterators.
+# _service: the scheduler on the master's hub (task queue, pending tables, recovery of a
+# lost worker's tasks), with _dispatch (how it hands tasks out: least-loaded worker with
+# credit, far workers topped up, late tasks copied). _results: AsyncResult, MapResult and
+# the imap iterators.
 # _worker: the loop a worker runs; _protocol: what master and workers say to each other on
 # the wire. _status: Pool.status(); _losses: the lost-worker warnings. _api_extras:
 # Pool._pool, start_workers, wait_until_workers_up; _zpool: ZPool and ResilientZPool.

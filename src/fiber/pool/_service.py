@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from .._log import info, log
 from ..transport.operations import handles
@@ -32,18 +32,14 @@ from ..transport.serialization import dumps
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
+from ._dispatch import Dispatching
 from ._jobs import MEASURE_RTT
 from ._protocol import (
-    FUNCTION_SLOTS,
     PoolOps,
-    WireTask,
-    pack_tasks,
-    pack_to,
     results_busy,
     unpack_ids,
     unpack_results,
 )
-from ._reconnect import Reconnections
 from ._state import ReadyWorkers, Task, WorkerState
 
 __all__ = ["Task", "WorkerState", "PoolService", "describe_exit"]
@@ -56,8 +52,9 @@ _EXIT_POLL = 0.05
 
 
 
-class PoolService(Reconnections):
-    """One pool's scheduler on the master's hub (its side of jobs of several workers:
+class PoolService(Dispatching):
+    """One pool's scheduler on the master's hub (how it hands tasks out: `Dispatching`;
+    its side of reset connections: `Reconnections`; of jobs of several workers:
     `JobsOfSeveral`)."""
 
     protocol = "pool"
@@ -94,7 +91,7 @@ class PoolService(Reconnections):
         #: Wakes the pool's maintainer (set by the pool): a renewal time is set.
         self.wake: Callable[[], None] = lambda: None
         self.by_peer: Dict[int, WorkerState] = {}
-        Reconnections.__init__(self)
+        Dispatching.__init__(self)
         self.functions: Dict[int, List[Any]] = {}  # fid -> pickled function
         self.function_refs: Dict[int, int] = collections.Counter()  # fid -> live tasks
         self.cached_functions: Set[int] = set()  # fids the pool may reuse
@@ -226,154 +223,7 @@ class PoolService(Reconnections):
         for ws in list(self.workers.values()):
             self._maybe_stop(ws)
 
-    # -- dispatch ------------------------------------------------------------------------
-
-    def _can_take(self, ws: WorkerState) -> bool:
-        if ws.pending and next(iter(ws.pending.values())).suspect:
-            return False  # a suspect runs alone
-        return (ws.connected and not ws.lost and not ws.retiring
-                and (self.maxtasks is None or ws.assigned < self.maxtasks))
-
-    def _refresh(self, ws: WorkerState) -> None:
-        """Refile ``ws`` in `ready` after what it holds or its state changed."""
-        self.ready.put(ws, self._can_take(ws))
-
-    def dispatch(self) -> None:
-        """Hand queued tasks out, each to the least-loaded worker that has credit for it,
-        so that a map's tasks spread over the workers (every idle worker gets one before
-        any gets a second); then top up the workers on slow links (`_dispatch_far`). The
-        cost is per task handed out, not per worker."""
-        queue, ready = self.queue, self.ready
-        credits: Dict[int, int] = {}  # fid -> credit, for this call
-        batches: Dict[WorkerState, List[Task]] = {}
-        while queue:
-            ws = ready.least_loaded()
-            if ws is None:
-                break
-            task = queue[0]
-            if task.suspect and ws.pending:
-                break  # only an idle worker takes a suspect, and none is idle
-            credit = credits.get(task.fid)
-            if credit is None:
-                credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
-                                                            self.prefetch)
-            if len(ws.pending) >= credit:
-                break  # the least-loaded worker is full: so is every other on a fast link
-            queue.popleft()
-            self.queued_items -= task.items
-            self._hand(ws, task, batches)
-        if queue and self.far:
-            self._dispatch_far(batches)
-        relayed: Dict[Peer, List[Tuple[WorkerState, List[Any]]]] = {}
-        for ws, tasks in batches.items():
-            self._send_tasks(ws, tasks, relayed)
-        for peer, messages in relayed.items():  # one message a job (see _group)
-            assert self.server is not None
-            if not self.server.send(peer, [b"", PoolOps.TO, *pack_to(
-                    [(ws.worker_id, body) for ws, body in messages])]):
-                for ws, _ in messages:
-                    self.worker_lost(ws)
-
-    def _dispatch_far(self, batches: Dict[WorkerState, List[Task]]) -> None:
-        """Top up the workers on slow links, the least loaded first, to the credit that
-        covers their round trip (see `_credit.link_credit`); a suspect task waits for
-        an idle worker (`dispatch`)."""
-        queue = self.queue
-        for ws in self.far.by_load():
-            rtt = ws.link.rtt if ws.link is not None else 0.0
-            while queue and ws.load >= 0 and not queue[0].suspect:
-                task = queue[0]
-                if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
-                                                          self.prefetch, rtt):
-                    break
-                queue.popleft()
-                self.queued_items -= task.items
-                self._hand(ws, task, batches)
-
-    def _hand(self, ws: WorkerState, task: Task, batches: Dict[WorkerState, List[Task]]) -> None:
-        """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
-        task.held_by += 1
-        if not ws.pending:
-            ws.since = time.monotonic()
-            if ws.tcp:  # its link's round trip is measured (see _credit)
-                ws.probe = ws.since
-        ws.pending[task.task_id] = task
-        ws.assigned += 1
-        # `_refresh` inlined (the cost is per task): ``ws`` could take a task, so only
-        # this task (a suspect runs alone) or ``maxtasks`` can stop it now
-        maxtasks = self.maxtasks
-        self.ready.put(ws, not task.suspect and (maxtasks is None or ws.assigned < maxtasks))
-        batch = batches.get(ws)
-        if batch is None:
-            batches[ws] = [task]
-        else:
-            batch.append(task)
-
-    def _send_tasks(self, ws: WorkerState, tasks: List[Task],
-                    relayed: Optional[Dict[Peer, List[Tuple[WorkerState, List[Any]]]]] = None
-                    ) -> None:
-        """Send ``tasks`` to ``ws``; a relayed worker's are added to ``relayed`` (its
-        job's message: ``[op, *payload]`` a worker), if given, for the caller to send."""
-        functions = ws.functions
-        wire: List[WireTask] = []
-        for task in tasks:
-            fid = task.fid
-            if fid in functions:
-                functions.move_to_end(fid)
-                wire.append((task.task_id, fid, None, task.frames))
-            else:
-                functions[fid] = None
-                while len(functions) > FUNCTION_SLOTS:
-                    functions.popitem(last=False)
-                wire.append((task.task_id, fid, self.functions[fid], task.frames))
-        assert self.server is not None and ws.peer is not None
-        body = [PoolOps.TASKS, *pack_tasks(wire)]
-        if ws.relayed and relayed is not None:
-            relayed.setdefault(ws.peer, []).append((ws, body))
-        elif not self._push(ws, [b"", *body]):
-            self.worker_lost(ws)
-
-    def _schedule_late(self) -> None:
-        if self.server is not None:
-            self.late_timer = self.server.call_later(_late.CHECK_S, self._check_late)
-
-    def suspected_hosts(self) -> FrozenSet[str]:
-        """Hosts to place no new worker on (see `_late.suspected`)."""
-        return _late.suspected(list(self.workers.values()), self.suspects, self.task_seconds,
-                               self.late_factor, time.monotonic())
-
-    def _check_late(self) -> None:
-        """(A hub timer, every ``_late.CHECK_S`` while tasks are outstanding.) While
-        workers idle with nothing queued, copy the late tasks to them (see `_late`)."""
-        self.late_timer = None
-        if self.outstanding <= 0 or self.late_factor <= 0:
-            return  # (the next submit sets the timer again)
-        self._schedule_late()
-        idle = self.ready.idle() if not self.queue else []
-        if not idle:
-            return
-        late = _late.late_tasks(list(self.workers.values()), self.task_seconds,
-                                self.late_factor, time.monotonic())
-        batches: Dict[WorkerState, List[Task]] = {}
-        for task, holder, ran in late:
-            copy = _late.pick_idle(idle, holder)
-            if copy is None:
-                break
-            self._hand(copy, task, batches)
-            self.copies += task.items
-            _late.said(task, holder, ran, self.task_seconds.get(task.fid), copy)
-        for ws, tasks in batches.items():
-            self._send_tasks(ws, tasks)
-
     # -- from workers ----------------------------------------------------------------------
-
-    def _push(self, ws: WorkerState, frames: List[Any]) -> bool:
-        """Send ``[b"", op, *payload]`` to worker ``ws``: on its connection, or through
-        its job's (``[b"", to, worker id, op, *payload]``: see `_group`)."""
-        assert self.server is not None and ws.peer is not None
-        if ws.relayed:
-            frames = [b"", PoolOps.TO, *pack_to([(ws.worker_id, frames[1:])])]
-        return self.server.send(ws.peer, frames)
 
     @handles(PoolOps.RESULTS)
     def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:

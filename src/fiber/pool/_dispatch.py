@@ -1,0 +1,190 @@
+"""How a pool's master hands its tasks out (`Dispatching`, a part of `PoolService`).
+
+- Each queued task goes to the least-loaded worker that has credit for it
+  (`_credit.credit`: how many tasks of that function a worker may hold), so that a
+  map's tasks spread over the workers: every idle worker gets one before any gets a
+  second. The cost is per task handed out, not per worker (`ReadyWorkers`).
+- Workers on slow links are then topped up to the credit that covers their round trip
+  (`_dispatch_far`, see `_credit.link_credit`).
+- A task late on its worker (`_late`) is copied to an idle worker while nothing is
+  queued; the first result is kept.
+- What one dispatch gives the workers of a job of several goes in one message to the
+  job, which relays it (see `_group`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
+
+from ..transport.server import Peer
+from . import _credit, _late
+from ._protocol import FUNCTION_SLOTS, PoolOps, WireTask, pack_tasks, pack_to
+from ._reconnect import Reconnections
+from ._state import ReadyWorkers, Task, WorkerState
+
+__all__ = ["Dispatching"]
+
+
+class Dispatching(Reconnections):
+    """A pool's service, as far as handing tasks out goes: its subclass, `PoolService`,
+    keeps the queue, the workers and what they hold."""
+
+    queue: Deque[Task]
+    queued_items: int
+    ready: ReadyWorkers
+    far: _credit.FarWorkers
+    maxtasks: Optional[int]
+    prefetch: int
+    functions: Dict[int, List[Any]]
+    task_seconds: Dict[int, float]
+    late_factor: float
+    late_timer: Optional[Any]
+    outstanding: int
+    copies: int
+    suspects: Dict[str, float]
+
+    def _can_take(self, ws: WorkerState) -> bool:
+        if ws.pending and next(iter(ws.pending.values())).suspect:
+            return False  # a suspect runs alone
+        return (ws.connected and not ws.lost and not ws.retiring
+                and (self.maxtasks is None or ws.assigned < self.maxtasks))
+
+    def _refresh(self, ws: WorkerState) -> None:
+        """Refile ``ws`` in `ready` after what it holds or its state changed."""
+        self.ready.put(ws, self._can_take(ws))
+
+    def dispatch(self) -> None:
+        """Hand queued tasks out, each to the least-loaded worker that has credit for it,
+        so that a map's tasks spread over the workers (every idle worker gets one before
+        any gets a second); then top up the workers on slow links (`_dispatch_far`). The
+        cost is per task handed out, not per worker."""
+        queue, ready = self.queue, self.ready
+        credits: Dict[int, int] = {}  # fid -> credit, for this call
+        batches: Dict[WorkerState, List[Task]] = {}
+        while queue:
+            ws = ready.least_loaded()
+            if ws is None:
+                break
+            task = queue[0]
+            if task.suspect and ws.pending:
+                break  # only an idle worker takes a suspect, and none is idle
+            credit = credits.get(task.fid)
+            if credit is None:
+                credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
+                                                            self.prefetch)
+            if len(ws.pending) >= credit:
+                break  # the least-loaded worker is full: so is every other on a fast link
+            queue.popleft()
+            self.queued_items -= task.items
+            self._hand(ws, task, batches)
+        if queue and self.far:
+            self._dispatch_far(batches)
+        relayed: Dict[Peer, List[Tuple[WorkerState, List[Any]]]] = {}
+        for ws, tasks in batches.items():
+            self._send_tasks(ws, tasks, relayed)
+        for peer, messages in relayed.items():  # one message a job (see _group)
+            assert self.server is not None
+            if not self.server.send(peer, [b"", PoolOps.TO, *pack_to(
+                    [(ws.worker_id, body) for ws, body in messages])]):
+                for ws, _ in messages:
+                    self.worker_lost(ws)
+
+    def _dispatch_far(self, batches: Dict[WorkerState, List[Task]]) -> None:
+        """Top up the workers on slow links, the least loaded first, to the credit that
+        covers their round trip (see `_credit.link_credit`); a suspect task waits for
+        an idle worker (`dispatch`)."""
+        queue = self.queue
+        for ws in self.far.by_load():
+            rtt = ws.link.rtt if ws.link is not None else 0.0
+            while queue and ws.load >= 0 and not queue[0].suspect:
+                task = queue[0]
+                if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
+                                                          self.prefetch, rtt):
+                    break
+                queue.popleft()
+                self.queued_items -= task.items
+                self._hand(ws, task, batches)
+
+    def _hand(self, ws: WorkerState, task: Task, batches: Dict[WorkerState, List[Task]]) -> None:
+        """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
+        task.held_by += 1
+        if not ws.pending:
+            ws.since = time.monotonic()
+            if ws.tcp:  # its link's round trip is measured (see _credit)
+                ws.probe = ws.since
+        ws.pending[task.task_id] = task
+        ws.assigned += 1
+        # `_refresh` inlined (the cost is per task): ``ws`` could take a task, so only
+        # this task (a suspect runs alone) or ``maxtasks`` can stop it now
+        maxtasks = self.maxtasks
+        self.ready.put(ws, not task.suspect and (maxtasks is None or ws.assigned < maxtasks))
+        batch = batches.get(ws)
+        if batch is None:
+            batches[ws] = [task]
+        else:
+            batch.append(task)
+
+    def _send_tasks(self, ws: WorkerState, tasks: List[Task],
+                    relayed: Optional[Dict[Peer, List[Tuple[WorkerState, List[Any]]]]] = None
+                    ) -> None:
+        """Send ``tasks`` to ``ws``; a relayed worker's are added to ``relayed`` (its
+        job's message: ``[op, *payload]`` a worker), if given, for the caller to send."""
+        functions = ws.functions
+        wire: List[WireTask] = []
+        for task in tasks:
+            fid = task.fid
+            if fid in functions:
+                functions.move_to_end(fid)
+                wire.append((task.task_id, fid, None, task.frames))
+            else:
+                functions[fid] = None
+                while len(functions) > FUNCTION_SLOTS:
+                    functions.popitem(last=False)
+                wire.append((task.task_id, fid, self.functions[fid], task.frames))
+        assert self.server is not None and ws.peer is not None
+        body = [PoolOps.TASKS, *pack_tasks(wire)]
+        if ws.relayed and relayed is not None:
+            relayed.setdefault(ws.peer, []).append((ws, body))
+        elif not self._push(ws, [b"", *body]):
+            self.worker_lost(ws)
+
+    def _schedule_late(self) -> None:
+        if self.server is not None:
+            self.late_timer = self.server.call_later(_late.CHECK_S, self._check_late)
+
+    def suspected_hosts(self) -> FrozenSet[str]:
+        """Hosts to place no new worker on (see `_late.suspected`)."""
+        return _late.suspected(list(self.workers.values()), self.suspects, self.task_seconds,
+                               self.late_factor, time.monotonic())
+
+    def _check_late(self) -> None:
+        """(A hub timer, every ``_late.CHECK_S`` while tasks are outstanding.) While
+        workers idle with nothing queued, copy the late tasks to them (see `_late`)."""
+        self.late_timer = None
+        if self.outstanding <= 0 or self.late_factor <= 0:
+            return  # (the next submit sets the timer again)
+        self._schedule_late()
+        idle = self.ready.idle() if not self.queue else []
+        if not idle:
+            return
+        late = _late.late_tasks(list(self.workers.values()), self.task_seconds,
+                                self.late_factor, time.monotonic())
+        batches: Dict[WorkerState, List[Task]] = {}
+        for task, holder, ran in late:
+            copy = _late.pick_idle(idle, holder)
+            if copy is None:
+                break
+            self._hand(copy, task, batches)
+            self.copies += task.items
+            _late.said(task, holder, ran, self.task_seconds.get(task.fid), copy)
+        for ws, tasks in batches.items():
+            self._send_tasks(ws, tasks)
+
+    def _push(self, ws: WorkerState, frames: List[Any]) -> bool:
+        """Send ``[b"", op, *payload]`` to worker ``ws``: on its connection, or through
+        its job's (``[b"", to, worker id, op, *payload]``: see `_group`)."""
+        assert self.server is not None and ws.peer is not None
+        if ws.relayed:
+            frames = [b"", PoolOps.TO, *pack_to([(ws.worker_id, frames[1:])])]
+        return self.server.send(ws.peer, frames)
