@@ -2,6 +2,8 @@
 
 - `_backend`: `KubernetesBackend` (create, watch, delete pods).
 - `_pods`: a job's pod manifest, and a pod's status as a job's.
+- `_cluster`: the credentials, the API client, and this process's own pod if it runs in one.
+- `_watch`: the watch of the program's pods.
 """
 
 from ..._exports import publish

@@ -77,19 +77,17 @@ import socket
 import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
-from urllib.parse import urlsplit
 
 from ..._log import log
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
-from .._common import PARALLEL, import_extra, parallel, parse_mounts, route_toward
+from .._common import import_extra, parallel, parse_mounts, route_toward
 from .._labelled import LabelledBackend, TrackedJob
+from ._cluster import Cluster, connect
 from ._pods import (
     CONTAINER,
     POD_IP_ENV,
-    POD_NAME_ENV,
-    POD_NAMESPACE_ENV,
     api_reason,
     is_not_found,
     parse_claims,
@@ -108,7 +106,6 @@ ANNOTATION_NAME = "fiber.name"
 ANNOTATION_MASTER = "fiber.master"
 #: Environment through which processes in pods inherit the program id and know their pod.
 PROGRAM_ENV = "FIBER_K8S_PROGRAM"
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 _LOG_TAIL = 1000  # lines of each ended pod's output kept for logs()
 _EXIT_TIMEOUT = 10.0  # seconds per API call while the master exits
@@ -137,34 +134,6 @@ class _Job(TrackedJob):
     submitted: float = dataclasses.field(default_factory=time.monotonic)
 
 
-@dataclasses.dataclass
-class _Cluster:
-    """An API client and what it tells about where this process runs."""
-
-    api: Any  # kubernetes.client.CoreV1Api
-    host: str  # the API server's host name or address
-    namespace: str
-    own: Optional[Dict[str, Any]]  # this process's own pod (JSON), if it runs in one
-    watch: Optional[PodWatch] = None  # of this program's pods (started on first use)
-    node_cpus: Optional[int] = None  # of its smallest node, once asked (see node_cpus)
-
-
-def _in_pod() -> bool:
-    return os.path.exists(os.path.join(SERVICE_ACCOUNT_DIR, "token"))
-
-
-def _own_namespace() -> str:
-    """The namespace of the pod this process runs in ('' outside a pod)."""
-    namespace = os.environ.get(POD_NAMESPACE_ENV, "")
-    if not namespace:
-        try:
-            with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as f:
-                namespace = f.read().strip()
-        except OSError:
-            pass
-    return namespace
-
-
 class KubernetesBackend(LabelledBackend[_Job, str]):
     """Run every job as a pod on a Kubernetes cluster."""
 
@@ -173,11 +142,11 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
 
     def __init__(self) -> None:
         super().__init__(PROGRAM_ENV)
-        self._clusters: Dict[Tuple[str, str, str], _Cluster] = {}
+        self._clusters: Dict[Tuple[str, str, str], Cluster] = {}
 
     # -- the cluster ----------------------------------------------------------------------
 
-    def _cluster(self, cfg: Optional[Config] = None) -> _Cluster:
+    def _cluster(self, cfg: Optional[Config] = None) -> Cluster:
         """The API client of the configured cluster; SubmitError when it cannot be used."""
         cfg = cfg or get_config()
         key = (_own(cfg).kubeconfig, _own(cfg).pod_api_server,
@@ -186,55 +155,10 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
             cluster = self._clusters.get(key)
         if cluster is not None:
             return cluster
-        k8s = _client()
-        conf = k8s.client.Configuration()
-        namespace = ""
-        try:
-            if _own(cfg).kubeconfig or not _in_pod():
-                # KUBECONFIG read now: the client reads it once, when first imported
-                path = (_own(cfg).kubeconfig or os.environ.get("KUBECONFIG")
-                        or os.path.expanduser("~/.kube/config"))
-                k8s.config.load_kube_config(config_file=path, client_configuration=conf)
-                _, active = k8s.config.list_kube_config_contexts(config_file=path)
-                namespace = str((active or {}).get("context", {}).get("namespace") or "")
-            else:
-                environ = dict(os.environ)
-                if _own(cfg).pod_api_server:
-                    host, _, port = _own(cfg).pod_api_server.rpartition(":")
-                    environ.update(KUBERNETES_SERVICE_HOST=host.strip("[]"),
-                                   KUBERNETES_SERVICE_PORT=port)
-                k8s.config.incluster_config.InClusterConfigLoader(
-                    token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
-                    cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt"),
-                    environ=environ).load_and_set(conf)
-        except Exception as e:
-            raise SubmitError(f"cannot find credentials for the Kubernetes API: {e} (set "
-                              "kubernetes_kubeconfig, KUBECONFIG, or run in a pod)") from e
-        conf.retries = 1
-        conf.connection_pool_maxsize = PARALLEL + 2  # parallel creation reuses connections
-        api = k8s.client.CoreV1Api(k8s.client.ApiClient(conf))
-        own = self._own_pod(api, cfg) if _in_pod() else None
-        if _in_pod() and not namespace:
-            namespace = _own_namespace()
-        cluster = _Cluster(api, urlsplit(conf.host).hostname or "",
-                           _own(cfg).namespace or namespace or "default", own)
+        cluster = connect(_own(cfg), _client())
         with self._lock:
             cluster = self._clusters.setdefault(key, cluster)
         return cluster
-
-    def _own_pod(self, api: Any, cfg: Config) -> Optional[Dict[str, Any]]:
-        """This process's own pod (JSON), found by its name, or None."""
-        name = os.environ.get(POD_NAME_ENV) or socket.gethostname()
-        namespace = _own_namespace()
-        if not namespace:
-            return None
-        try:
-            resp = api.read_namespaced_pod(name, namespace, _preload_content=False,
-                                           _request_timeout=_own(cfg).timeout)
-            return dict(json.loads(resp.data))
-        except Exception as e:
-            log("kubernetes: cannot read own pod %s/%s: %s", namespace, name, api_reason(e))
-            return None
 
     def listen_host(self) -> str:
         pod_ip = os.environ.get(POD_IP_ENV, "")
@@ -333,7 +257,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         log("kubernetes: created %d pod(s) in %s", len(jobs), cluster.namespace)
         return [JobHandle(job.job_id, self.name, host=job.job_id) for job in jobs]
 
-    def _delete(self, cluster: _Cluster, name: str, grace: Optional[int],
+    def _delete(self, cluster: Cluster, name: str, grace: Optional[int],
                 timeout: float) -> None:
         try:
             cluster.api.delete_namespaced_pod(name, cluster.namespace,
@@ -346,7 +270,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
 
     # -- status ---------------------------------------------------------------------------
 
-    def _watch(self, cluster: _Cluster, cfg: Config) -> PodWatch:
+    def _watch(self, cluster: Cluster, cfg: Config) -> PodWatch:
         """The watch of this program's pods on ``cluster`` (started on first use, and
         again in a forked child, which has no thread of its parent's)."""
         wake = self.watcher().wake  # an end seen: the watcher asks for statuses at once
@@ -400,7 +324,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                 watch.cache.forget(job.job_id)
         return out
 
-    def _finish(self, cluster: _Cluster, cfg: Config, job: _Job, st: JobStatus) -> None:
+    def _finish(self, cluster: Cluster, cfg: Config, job: _Job, st: JobStatus) -> None:
         """A pod that ended (or can never start): keep its output, record, delete it."""
         with job.finishing:
             if job.final is not None:
@@ -509,7 +433,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                     log("kubernetes: %s", err)
         return removed
 
-    def _list(self, cluster: _Cluster, program: str, timeout: float) -> List[Dict[str, Any]]:
+    def _list(self, cluster: Cluster, program: str, timeout: float) -> List[Dict[str, Any]]:
         """The pods (JSON) of one program, or every fiber pod, in the cluster's namespace."""
         resp = cluster.api.list_namespaced_pod(
             cluster.namespace, _preload_content=False, _request_timeout=timeout,
@@ -601,7 +525,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
 
         return lines()
 
-    def _container_began(self, cluster: _Cluster, job: _Job) -> bool:
+    def _container_began(self, cluster: Cluster, job: _Job) -> bool:
         """Whether the job's container runs or has ended (False when that is unknown)."""
         try:
             resp = cluster.api.read_namespaced_pod(

@@ -75,7 +75,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
-from ...errors import BackendError, ConfigError, FiberError, SubmitError
+from ...errors import ConfigError, FiberError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from .._batch import BatchBackend, parse_job_id, render_script, split_env
 from .._common import route_toward
@@ -87,6 +87,7 @@ from ._status import (
     PENDING_STATES,
     array_name,
     controller_address,
+    controller_host,
     job_comment,
     parse_exit_pair,
     parse_raw_exit,
@@ -195,49 +196,16 @@ class SlurmBackend(BatchBackend):
             self._ctl_text, self._ctl_config = cp.stdout, cfg
         return self._ctl_config
 
-    def _controller_host(self) -> Tuple[str, str]:
-        """The controller's host and where it was found: `scontrol show config`, else
-        slurm.conf (read here, when scontrol cannot reach the controller).
-
-        Raises:
-            BackendError: neither names it. Slurm is then not set up or not reachable from
-                here (scontrol's own words say which): no ``listen_host`` would mend that.
-        """
-        failed = ""
-        try:
-            self.controller_config()
-            host = controller_address(self._ctl_text)
-            if host:
-                return host, "`scontrol show config`"
-        except SubmitError as e:
-            lines = [ln.strip() for ln in e.stderr.splitlines() if ln.strip()]
-            failed = str(e).splitlines()[0] + (": " + "; ".join(lines[-4:]) if lines else "")
-        paths = [os.environ.get("SLURM_CONF", ""), "/etc/slurm/slurm.conf",
-                 "/etc/slurm-llnl/slurm.conf"]
-        for path in filter(None, paths):
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    host = controller_address(f.read())
-            except OSError:
-                continue
-            if host:
-                return host, f"SlurmctldHost in {path}"
-        if failed:
-            raise BackendError(f"Slurm is not reachable from here ({failed}), and no "
-                               "slurm.conf names its controller (looked at "
-                               f"{', '.join(filter(None, paths))}): run this where Slurm's "
-                               "commands work (a login node), or point SLURM_CONF at the "
-                               "cluster's slurm.conf")
-        raise BackendError("the slurm backend cannot tell which network the nodes share "
-                           "with this process: `scontrol show config` names no "
-                           "SlurmctldHost; set listen_host (FIBER_LISTEN_HOST) to this "
-                           "host's cluster address")
+    def _scontrol_text(self) -> str:
+        """``scontrol show config`` (see `controller_config`): raises `SubmitError`."""
+        self.controller_config()
+        return self._ctl_text
 
     def listen_host(self) -> str:
         cfg = get_config()
         if cfg.listen_host:
             return cfg.listen_host
-        host, source = self._controller_host()
+        host, source = controller_host(self._scontrol_text)
         return route_toward(host, f"the Slurm controller {host!r}", f"check {source}",
                             "the nodes")
 

@@ -8,13 +8,15 @@ import datetime
 import os
 import re
 import signal
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from ...errors import BackendError, SubmitError
 from .._base import JobState, JobStatus
 from .._common import signal_name
 
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
-           "controller_address", "step_status", "safe_name", "array_name", "SQUEUE_FORMAT",
+           "controller_address", "controller_host", "step_status", "safe_name", "array_name",
+           "SQUEUE_FORMAT",
            "PENDING_STATES", "LIST_FORMAT", "Listed", "job_comment", "parse_listing",
            "stdout_path", "task_ranges", "squeue_commands", "ALONE"]
 
@@ -155,6 +157,45 @@ def controller_address(config_text: str) -> str:
                 return inner.group(1)
             return value.split(",")[0]
     return ""
+
+
+def controller_host(scontrol_text: Callable[[], str]) -> Tuple[str, str]:
+    """The controller's host and where it was found: ``scontrol show config`` (its text,
+    from ``scontrol_text``, which raises `SubmitError` if scontrol fails), else slurm.conf
+    (read here, when scontrol cannot reach the controller).
+
+    Raises:
+        BackendError: neither names it. Slurm is then not set up or not reachable from
+            here (scontrol's own words say which): no ``listen_host`` would mend that.
+    """
+    failed = ""
+    try:
+        host = controller_address(scontrol_text())
+        if host:
+            return host, "`scontrol show config`"
+    except SubmitError as e:
+        lines = [ln.strip() for ln in e.stderr.splitlines() if ln.strip()]
+        failed = str(e).splitlines()[0] + (": " + "; ".join(lines[-4:]) if lines else "")
+    paths = [os.environ.get("SLURM_CONF", ""), "/etc/slurm/slurm.conf",
+             "/etc/slurm-llnl/slurm.conf"]
+    for path in filter(None, paths):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                host = controller_address(f.read())
+        except OSError:
+            continue
+        if host:
+            return host, f"SlurmctldHost in {path}"
+    if failed:
+        raise BackendError(f"Slurm is not reachable from here ({failed}), and no "
+                           "slurm.conf names its controller (looked at "
+                           f"{', '.join(filter(None, paths))}): run this where Slurm's "
+                           "commands work (a login node), or point SLURM_CONF at the "
+                           "cluster's slurm.conf")
+    raise BackendError("the slurm backend cannot tell which network the nodes share "
+                       "with this process: `scontrol show config` names no "
+                       "SlurmctldHost; set listen_host (FIBER_LISTEN_HOST) to this "
+                       "host's cluster address")
 
 
 def safe_name(text: str) -> str:
