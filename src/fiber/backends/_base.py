@@ -58,6 +58,10 @@ class Resources:
     cpu: Optional[float] = None
     memory_mb: Optional[int] = None
     gpu: Optional[int] = None
+    #: Whether fiber chose ``cpu``, not the program: one a worker of a pool's job of
+    #: several whose workers set none (`times`). A backend that cannot enforce CPUs has
+    #: nothing to warn the program about then. Not compared.
+    cpu_implied: bool = dataclasses.field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("cpu", "memory_mb", "gpu"):
@@ -79,11 +83,13 @@ class Resources:
             cpu=(self.cpu if self.cpu is not None else 1) * count,
             memory_mb=self.memory_mb * count if self.memory_mb is not None else None,
             gpu=self.gpu * count if self.gpu is not None else None,
+            cpu_implied=self.cpu is None or self.cpu_implied,
         )
 
     def merged_over(self, default: Resources) -> Resources:
         """These resources, with ``default`` filling every field left as None."""
         return Resources(
+            cpu_implied=self.cpu_implied if self.cpu is not None else default.cpu_implied,
             cpu=self.cpu if self.cpu is not None else default.cpu,
             memory_mb=self.memory_mb if self.memory_mb is not None else default.memory_mb,
             gpu=self.gpu if self.gpu is not None else default.gpu,

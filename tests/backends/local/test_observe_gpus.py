@@ -127,3 +127,16 @@ def test_cpu_and_memory_are_not_enforced_and_say_so(local, capfd):
         assert pool.apply(oh.sleep, (0,)) == 0
     err = capfd.readouterr().err
     assert err.count("does not enforce cpu= and memory=") == 1, err
+    assert "the local backend does not enforce" in err, err
+
+
+def test_a_job_of_several_workers_that_set_no_cpu_says_nothing_of_cpus(local, capfd):
+    """Its job asks for a CPU a worker (fiber's choice, not the program's): no note that
+    cpu= is not enforced, which the program never set."""
+    from fiber.backends.local import _backend
+
+    _backend._noted.clear()
+    with local.Pool(4, workers_per_job=2) as pool:
+        assert pool.map(oh.sleep, [0] * 4) == [0] * 4
+    err = capfd.readouterr().err
+    assert "does not enforce cpu=" not in err, err

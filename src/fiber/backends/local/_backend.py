@@ -241,10 +241,10 @@ class LocalBackend(CommandLineBackend):
         """The environment that gives the job its resources: its own GPUs (see ._gpus).
         CPUs and memory are not enforced here (warned once)."""
         res = spec.resources
-        if res.memory_mb or (res.cpu is not None and res.cpu != 1):
-            _note_once("the local backend does not enforce cpu= and memory= (jobs share "
-                       "this machine's CPUs and memory); it does enforce gpu= (each job "
-                       "gets GPUs of its own)")
+        if res.memory_mb or (res.cpu is not None and res.cpu != 1 and not res.cpu_implied):
+            _note_once(f"the {self.name} backend does not enforce cpu= and memory= (jobs "
+                       "share this machine's CPUs and memory); it does enforce gpu= (each "
+                       "job gets GPUs of its own)")
         if not res.gpu:
             return {}
         return {GPU_ENV: ",".join(self._gpu_pool().take(int(res.gpu), job_id=job_id,
