@@ -191,10 +191,12 @@ def test_partitioned_host_child_exits_by_itself(hosts: netns.Hosts) -> None:
     hosts.check()  # reconnected: the other tests can use host 2 again
 
 
-def _cut_scenario(hosts: netns.Hosts, seconds: str) -> Tuple[Dict[str, Any], str]:
+def _cut_scenario(hosts: netns.Hosts, seconds: str,
+                  per_job: int = 1) -> Tuple[Dict[str, Any], str]:
     try:
         return _scenario(hosts, "mh_cut.py", hosts.veth(2), seconds,
-                         timeout=SCRIPT_TIMEOUT + 200)
+                         timeout=SCRIPT_TIMEOUT + 200,
+                         env={"FIBER_POOL_WORKERS_PER_JOB": str(per_job)})
     finally:
         hosts.partition(2, False)
 
@@ -213,17 +215,20 @@ def test_a_cut_shorter_than_the_grace_heals_and_loses_nothing(hosts: netns.Hosts
     assert "lost" not in stderr, stderr
 
 
-def test_an_ordered_imap_goes_on_while_a_host_is_cut(hosts: netns.Hosts) -> None:
+@pytest.mark.parametrize("per_job", [1, 2])
+def test_an_ordered_imap_goes_on_while_a_host_is_cut(hosts: netns.Hosts, per_job: int) -> None:
     """Issue 45: host 2 cut off for 10 s during an ordered ``imap`` of 25 ms tasks. Its
     tasks are late after 1 s (``pool_late_factor``: 4 times 25 ms, at least 1 s) and run
     again on the other hosts' idle workers: the stream stops for about that, not for the
     whole cut (it did: 10 s), every result once and in order, no worker replaced (the
-    cut heals within the grace). With ``pool_late_factor=0`` it waits for the host."""
+    cut heals within the grace). With ``pool_late_factor=0`` it waits for the host. The
+    same with jobs of 2 workers (host 2's two on one connection)."""
+    env = {"FIBER_POOL_WORKERS_PER_JOB": str(per_job)}
     try:
         r, _ = _scenario(hosts, "mh_cut_imap.py", hosts.veth(2), "10",
-                         timeout=SCRIPT_TIMEOUT + 200)
+                         timeout=SCRIPT_TIMEOUT + 200, env=env)
         off, _ = _scenario(hosts, "mh_cut_imap.py", hosts.veth(2), "10", "0",
-                           timeout=SCRIPT_TIMEOUT + 200)
+                           timeout=SCRIPT_TIMEOUT + 200, env=env)
     finally:
         hosts.partition(2, False)
     print(f"imap over a 10 s cut: {r}; without copies: {off}")
@@ -234,12 +239,18 @@ def test_an_ordered_imap_goes_on_while_a_host_is_cut(hosts: netns.Hosts) -> None
     assert not r["replaced"] and not off["replaced"], (r, off)
 
 
-def test_a_cut_past_the_grace_loses_the_host_once_and_says_so(hosts: netns.Hosts) -> None:
+@pytest.mark.parametrize("per_job", [1, 2])
+def test_a_cut_past_the_grace_loses_the_host_once_and_says_so(hosts: netns.Hosts,
+                                                               per_job: int) -> None:
     """Host 2 cut off for 60 s: its workers are lost after the grace, their tasks run
     elsewhere (every result once), and the master says its Process is lost, and why.
     Their replacements are not placed on host 2 while it is cut off (issue 45: one was,
-    round robin): its workers were silent when lost (``fiber.pool._late``)."""
-    r, stderr = _cut_scenario(hosts, "60")
+    round robin): its workers were silent when lost (``fiber.pool._late``).
+
+    Issue 45, with jobs of 2 (host 2 holds one job of both its workers, on one
+    connection): the job is lost once, with one warning for its two workers, and a job
+    of two takes their place elsewhere."""
+    r, stderr = _cut_scenario(hosts, "60", per_job)
     (cut,) = r["cuts"]
     assert cut["finished"] and cut["exactly_once"] and not cut["errors"], cut
     assert len(cut["started_during_cut"]) == 2, cut  # host 2's two workers, replaced
@@ -249,6 +260,9 @@ def test_a_cut_past_the_grace_loses_the_host_once_and_says_so(hosts: netns.Hosts
     assert re.search(r"Echo \(job \S+ on \S+-h2\) is lost: its host has not answered for "
                      r"30 s", stderr), stderr
     assert "was lost" in stderr, stderr  # host 2's workers, in the pool's words
+    if per_job > 1:
+        lost = [ln for ln in stderr.splitlines() if " was lost" in ln]
+        assert len(lost) == 1 and "-h2) was lost with 2 workers" in lost[0], lost
     hosts.check()
 
 

@@ -42,7 +42,7 @@ def link(veth, up):
     subprocess.run(["ip", "link", "set", veth, "up" if up else "down"], check=True)
 
 
-def one_cut(pool, veth, seconds, q_in, q_out, child, before):
+def one_cut(pool, veth, seconds, q_in, q_out, child):
     n = int(RATE * (seconds + 6))  # still running when the link comes back
     got = []
     done = threading.Event()
@@ -57,12 +57,13 @@ def one_cut(pool, veth, seconds, q_in, q_out, child, before):
 
     threading.Thread(target=consume, daemon=True).start()
     time.sleep(2)
+    ids_before = {ws.worker_id for ws in pool._core.live_workers()}
     link(veth, False)
     t0 = time.monotonic()
     time.sleep(seconds)
     # the hosts of the workers started during the cut (replacements): none on the cut host
     started = sorted(ws.process._job.handle.host for ws in pool._core.live_workers()
-                     if ws.process.pid not in before and ws.process._job is not None
+                     if ws.worker_id not in ids_before and ws.process._job is not None
                      and ws.process._job.handle is not None)
     link(veth, True)
     healed = done.wait(seconds + 120)
@@ -101,8 +102,7 @@ def main():
         q_in.put("warm")
         results["warm_echo"] = q_out.get(timeout=_common.TIMEOUT)
         for seconds in cuts:
-            results["cuts"].append(one_cut(pool, veth, seconds, q_in, q_out, child,
-                                           set(results["pids_before"])))
+            results["cuts"].append(one_cut(pool, veth, seconds, q_in, q_out, child))
     if child.is_alive():
         q_in.put(None)
     child.join(_common.TIMEOUT)
