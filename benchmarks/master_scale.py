@@ -51,7 +51,7 @@ Usage::
 
     python benchmarks/master_scale.py [--sizes 1000,10000,20000,50000] [--rounds 3]
                                       [--processes 4] [--calibrate 256]
-                                      [--per-job 1,64] [--json out.json]
+                                      [--per-job 1,64] [--gc-freeze] [--json out.json]
 
 ``--per-job 1,64`` measures each size as a job a worker and as jobs of 64 workers relayed
 on a connection a job (``Pool(workers_per_job=64)``; the stand-ins relay them as
@@ -232,7 +232,7 @@ def rounds(pool: Any, fn: Any, n: int, seconds: float, count: int,
 
 
 def child(kind: str, n: int, count: int, processes: int, connecting: int,
-          per_job: int = 1) -> Dict[str, Any]:
+          per_job: int = 1, freeze: bool = False) -> Dict[str, Any]:
     """One master: ``n`` workers of ``kind`` (``standins`` or ``local``), in jobs of
     ``per_job`` (relayed on a connection a job), measured."""
     limit = raise_files()
@@ -268,6 +268,8 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int,
             b - a for a, b in zip(net0, net1))
         time.sleep(3)  # the handshakes' timers, the watcher's polls settle
         gc.collect()
+        if freeze:  # the program's choice (--gc-freeze): its heap so far out of collections
+            gc.freeze()
         out["rss_kb_per_worker"] = (rss_kb() - rss0) / n
         out["fds_per_worker"] = (open_fds() - fds0) / n
         out["tcp_connections"] = established(int(pool._core.hub.address.split(
@@ -294,7 +296,7 @@ def run_child(kind: str, n: int, args: argparse.Namespace,
               per_job: int = 1) -> Dict[str, Any]:
     argv = [sys.executable, HERE, "--child", kind, str(n), "--rounds", str(args.rounds),
             "--processes", str(args.processes), "--connecting", str(args.connecting),
-            "--per-job", str(per_job)]
+            "--per-job", str(per_job)] + (["--gc-freeze"] if args.gc_freeze else [])
     print(f"... {kind} master with {n} workers in jobs of {per_job}", file=sys.stderr,
           flush=True)
     try:
@@ -419,16 +421,22 @@ def main() -> None:
     parser.add_argument("--per-job", default="1",
                         help="workers a job, relayed on its connection (fiber.pool._group); "
                              "a list (1,64) measures each layout at each size")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() in the master once its pool is up, as a program "
+                             "may: the garbage collector's full passes then skip the "
+                             "master's heap so far (the pool's workers' records)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "N"))
     args = parser.parse_args()
     if args.child:
         kind, n = args.child[0], int(args.child[1])
         print(json.dumps(child(kind, n, args.rounds, args.processes, args.connecting,
-                               int(args.per_job))))
+                               int(args.per_job), args.gc_freeze)))
         return
     print("SIMULATION: a real fiber master (Pool, hub, TCP sockets) driven by stand-in "
           "workers that speak its protocol and run each task as a timer "
-          "(fiber.testing.standins); not real worker processes.")
+          "(fiber.testing.standins); not real worker processes."
+          + (" The master calls gc.freeze() once its pool is up (--gc-freeze)."
+             if args.gc_freeze else ""))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open-file limit here: {soft} (hard {hard}); fiber's open-file check counts "
           "3 descriptors a stand-in job (Backend.files_per_job)")
