@@ -21,6 +21,7 @@ from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import PipeOps, PipeService
 from fiber.connection._watch import WaitOps, WaitService
 from fiber.managers._server import ManagerOps, ManagerService, ObjectOps, ObjectService
+from fiber.pool._dispatch import Dispatching
 from fiber.pool._jobs import JobsOfSeveral
 from fiber.pool._protocol import (
     FUNCTION_SLOTS,
@@ -217,10 +218,12 @@ def test_the_pool_service_handles_what_workers_and_their_jobs_send():
 
 
 def test_jobs_of_several_and_resets_are_served_by_the_pool_service():
-    assert issubclass(PoolService, Reconnections) and issubclass(Reconnections, JobsOfSeveral)
+    assert issubclass(PoolService, Dispatching) and issubclass(Dispatching, Reconnections)
+    assert issubclass(Reconnections, JobsOfSeveral)
     assert set(JobsOfSeveral.operations) == {PoolOps.FROM, PoolOps.WORKER_ENDED}
     assert set(Reconnections.operations) - set(JobsOfSeveral.operations) == {
         PoolOps.RESUME, PoolOps.RESUME_JOB}
+    assert Dispatching.operations == Reconnections.operations  # it sends, handles nothing
 
 
 def test_every_service_class_is_checked():
@@ -233,7 +236,9 @@ def test_every_service_class_is_checked():
     with_ops = {cls for cls in subclasses(Service) if cls.operations
                 and cls.__module__.startswith("fiber.")}
     # the pool's: its service, and its parts that serve jobs of several workers and resets
-    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService, JobsOfSeveral, Reconnections}
+    # and that hand tasks out
+    assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService, JobsOfSeveral, Reconnections,
+                                                   Dispatching}
 
 
 class _Recorder(Dispatcher):
