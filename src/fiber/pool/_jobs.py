@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..transport.operations import Service, handles
 from ..transport.server import Peer, Server
@@ -26,10 +26,16 @@ from ._credit import FarWorkers, Link, round_trip
 from ._protocol import PoolOps, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
 
-__all__ = ["JobsOfSeveral", "MEASURE_RTT"]
+__all__ = ["JobsOfSeveral", "Heard"]
 
-#: A link's round trip not measured yet: `_results` measures it if it needs it.
-MEASURE_RTT = -1.0
+class Heard(NamedTuple):
+    """What a worker's batch of results completed (``PoolService._results``)."""
+
+    fids: List[int]  # the function of each of its tasks
+    items: int  # items completed
+    busy: float  # seconds its tasks ran, as the worker measured
+    #: A sample of its link's round trip (seconds, see `_credit`), if one was taken.
+    sample: Optional[float]
 
 
 class JobsOfSeveral(Service):
@@ -62,10 +68,8 @@ class JobsOfSeveral(Service):
         """``ws`` said hello on (or through) ``peer``: it takes tasks."""
         raise NotImplementedError
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
-                 rtt: Optional[float] = MEASURE_RTT) -> Tuple[List[int], int, float]:
-        """A batch of ``ws``'s results, heard at ``now``; ``rtt``: ``peer``'s round trip.
-        Returns what `_tally` counts."""
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float) -> Heard:
+        """A batch of ``ws``'s results, heard at ``now``."""
         raise NotImplementedError
 
     def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
@@ -96,10 +100,9 @@ class JobsOfSeveral(Service):
         What is queued is handed out once for the message, after all its results: one
         ``to`` message for the job, not one a worker."""
         now = time.monotonic()
-        rtt = tcp_rtt(peer.conn.sock) if peer.conn is not None else None
         answered: List[WorkerState] = []
         fids: List[int] = []
-        items, busy = 0, 0.0
+        items, busy, sample = 0, 0.0, math.inf
         for worker_id, frames in unpack_to(payload):
             ws = self.workers.get(worker_id)
             op = bytes(frames[0])
@@ -112,18 +115,21 @@ class JobsOfSeveral(Service):
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
-                done = self._results(peer, ws, list(frames[1:]), now, rtt)
-                fids += done[0]
-                items += done[1]
-                busy += done[2]
+                heard = self._results(peer, ws, list(frames[1:]), now)
+                fids += heard.fids
+                items += heard.items
+                busy += heard.busy
+                if heard.sample is not None:
+                    sample = min(sample, heard.sample)
                 answered.append(ws)
         if answered:
             self._tally(fids, items, busy, now)
             job = answered[0].job
-            if job is not None and job.sample < math.inf:  # the job's link, measured
+            if job is not None and sample < math.inf:  # the job's link: the least sample
+                assert peer.conn is not None  # (a sample is taken over TCP only)
                 link = job.link = job.link if job.link is not None else Link()
-                self.far.observed(answered, link, round_trip(job.sample, rtt))
-                job.sample = math.inf
+                self.far.observed(answered, link,
+                                  round_trip(sample, tcp_rtt(peer.conn.sock)))
         if self.queue:
             self.dispatch()
         for ws in answered:  # after the dispatch: those it gave nothing may be done

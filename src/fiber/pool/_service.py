@@ -33,7 +33,7 @@ from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
 from ._dispatch import Dispatching
-from ._jobs import MEASURE_RTT
+from ._jobs import Heard
 from ._protocol import (
     PoolOps,
     results_busy,
@@ -232,21 +232,24 @@ class PoolService(Dispatching):
         if ws is None:
             return  # a worker already presumed dead: its results were reassigned
         now = time.monotonic()
-        self._tally(*self._results(peer, ws, payload, now), now)
+        heard = self._results(peer, ws, payload, now)
+        self._tally(heard.fids, heard.items, heard.busy, now)
+        if heard.sample is not None:  # its own link's round trip (see _credit)
+            assert peer.conn is not None
+            link = ws.link if ws.link is not None else _credit.Link()
+            self.far.observed((ws,), link,
+                              _credit.round_trip(heard.sample, tcp_rtt(peer.conn.sock)))
         if self.queue:  # the end of a round has none: a call a result saved
             self.dispatch()
         self._maybe_stop(ws)
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float,
-                 rtt: Optional[float] = MEASURE_RTT) -> Tuple[List[int], int, float]:
-        """``ws``'s batch of results, heard at ``now`` on ``peer``, whose TCP round trip
-        is ``rtt`` (seconds, as `tcp_rtt`; `MEASURE_RTT`: measured here if needed).
-        Returns the functions of its tasks (one a task), the items completed and the
-        seconds they ran, for the caller to count (`_tally`: once a message, for all the
-        workers a job relays). The caller then hands out what is queued (`dispatch`:
-        once a message too) and only then stops ``ws`` if the pool is done with it
-        (`_maybe_stop`): of two workers idle after one message, only the one given
-        nothing is done."""
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float) -> Heard:
+        """``ws``'s batch of results, heard at ``now`` on ``peer``. Returns what the
+        caller counts (`_tally`) and measures (its link's round trip, see `_credit`):
+        once a message, for all the workers a job relays. The caller then hands out what
+        is queued (`dispatch`: once a message too) and only then stops ``ws`` if the
+        pool is done with it (`_maybe_stop`): of two workers idle after one message,
+        only the one given nothing is done."""
         fids = []
         items = 0
         outcome = "done"
@@ -278,19 +281,11 @@ class PoolService(Dispatching):
             self.suspects.pop(ws.process.host, None)  # its host answers
         self._refresh(ws)
         busy = results_busy(payload)
+        sample = None
         if ws.probe and peer.conn is not None:  # its first results since it was handed
             # tasks idle (over TCP: see hello): a round trip
             sample = now - ws.probe - busy
             ws.probe = 0.0
-            job = ws.job
-            if ws.relayed and job is not None:  # its job's link's: the least sample of
-                if sample < job.sample:  # the message is taken (see from_workers)
-                    job.sample = sample
-            else:
-                if rtt == MEASURE_RTT:
-                    rtt = tcp_rtt(peer.conn.sock)
-                link = ws.link if ws.link is not None else _credit.Link()
-                self.far.observed((ws,), link, _credit.round_trip(sample, rtt))
         if measuring and items:
             if items == 1:
                 self.durations.add(busy)
@@ -302,7 +297,7 @@ class PoolService(Dispatching):
                     or len(self.latency.pending) > _status.Histogram.FOLD_AT:
                 self.latency.fold()
                 self.durations.fold()
-        return fids, items, busy
+        return Heard(fids, items, busy, sample)
 
     def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
         """Count what one message's results completed (see `_results`): the pool's rate,

@@ -9,7 +9,6 @@ take a task in O(1). `PoolService` (`_service`) keeps them, under the hub's lock
 from __future__ import annotations
 
 import collections
-import math
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ..process import Process
@@ -73,8 +72,7 @@ class PoolJob:
     """A job of the pool's: one worker, or several (``forks``: ``workers_per_job`` > 1,
     see `_group`), which its process forks, and replaces when the pool asks it to."""
 
-    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed", "link",
-                 "sample")
+    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed", "link")
 
     def __init__(self, process: Process, forks: bool) -> None:
         self.process = process
@@ -89,10 +87,8 @@ class PoolJob:
         self.renew_at = 0.0
         self.renewed = False
         #: A job of several: the round trip of its connection, which its workers share
-        #: (see `_credit.FarWorkers`), and the least sample of it in the message being
-        #: read (inf: none), taken once the message is (``JobsOfSeveral.from_workers``).
+        #: (see `_credit.FarWorkers`), measured once a message (``from_workers``).
         self.link: Optional[_credit.Link] = None
-        self.sample = math.inf
 
 
 class WorkerState:
