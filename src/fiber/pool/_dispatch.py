@@ -80,10 +80,15 @@ class Dispatching(Reconnections):
             self._hand(ws, task, batches)
         if queue and self.far:
             self._dispatch_far(batches)
+        self._send(batches)
+
+    def _send(self, batches: Dict[WorkerState, List[Task]]) -> None:
+        """Send each worker its tasks: what the workers of one job get goes in one
+        message to the job (see `_group`)."""
         relayed: Dict[Peer, List[Tuple[WorkerState, List[Any]]]] = {}
         for ws, tasks in batches.items():
             self._send_tasks(ws, tasks, relayed)
-        for peer, messages in relayed.items():  # one message a job (see _group)
+        for peer, messages in relayed.items():
             assert self.server is not None
             if not self.server.send(peer, [b"", PoolOps.TO, *pack_to(
                     [(ws.worker_id, body) for ws, body in messages])]):
@@ -126,10 +131,9 @@ class Dispatching(Reconnections):
             batch.append(task)
 
     def _send_tasks(self, ws: WorkerState, tasks: List[Task],
-                    relayed: Optional[Dict[Peer, List[Tuple[WorkerState, List[Any]]]]] = None
-                    ) -> None:
+                    relayed: Dict[Peer, List[Tuple[WorkerState, List[Any]]]]) -> None:
         """Send ``tasks`` to ``ws``; a relayed worker's are added to ``relayed`` (its
-        job's message: ``[op, *payload]`` a worker), if given, for the caller to send."""
+        job's message: ``[op, *payload]`` a worker), for the caller to send."""
         functions = ws.functions
         wire: List[WireTask] = []
         for task in tasks:
@@ -144,7 +148,7 @@ class Dispatching(Reconnections):
                 wire.append((task.task_id, fid, self.functions[fid], task.frames))
         assert self.server is not None and ws.peer is not None
         body = [PoolOps.TASKS, *pack_tasks(wire)]
-        if ws.relayed and relayed is not None:
+        if ws.relayed:
             relayed.setdefault(ws.peer, []).append((ws, body))
         elif not self._push(ws, [b"", *body]):
             self.worker_lost(ws)
@@ -178,8 +182,7 @@ class Dispatching(Reconnections):
             self._hand(copy, task, batches)
             self.copies += task.items
             _late.said(task, holder, ran, self.task_seconds.get(task.fid), copy)
-        for ws, tasks in batches.items():
-            self._send_tasks(ws, tasks)
+        self._send(batches)
 
     def _push(self, ws: WorkerState, frames: List[Any]) -> bool:
         """Send ``[b"", op, *payload]`` to worker ``ws``: on its connection, or through
