@@ -33,6 +33,7 @@ import pytest
 import fiber
 from fiber._core import _runtime
 from fiber.backends import JobHandle, JobState, get_backend
+from fiber.backends.sge import _jobs
 from fiber.backends.sge._status import parse_qstat
 from fiber.errors import SubmitError
 from fiber.testing.conformance.support.waiting import unusable, wait_until
@@ -558,6 +559,7 @@ def test_fiber_run_detached_then_ps_logs_and_stop(cluster):
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     assert job.isdigit(), r.stdout
+    stale = os.path.join(_jobs.output_dir(), "earlier-program", f"x.o{job}")
     try:
         got = ready_and_listed("sge", job, 3, python=sys.executable)
         assert len(got["workers"]) == 2
@@ -566,12 +568,19 @@ def test_fiber_run_detached_then_ps_logs_and_stop(cluster):
         ids = [ln.split()[0] for ln in ps]
         assert ids[0] == job and ids[1:] == [f"{ids[1].split('.')[0]}.{i}" for i in (1, 2)]
         assert [ln.split()[2] for ln in ps] == ["running"] * 3, ps
+        # an earlier cluster's job of the same id, whose file is newer: not this job's
+        os.makedirs(os.path.dirname(stale), exist_ok=True)
+        with open(stale, "w") as f:
+            f.write("READY {\"stale\": true}\n")
         tail = fiber_cli("logs", "-b", "sge", "--tail", "1", job)
         assert tail.returncode == 0 and tail.stdout.startswith("READY "), tail
+        assert "stale" not in tail.stdout, tail
         stop_program("sge", job, lambda: not _live(ids))
         assert fiber_cli("ps", "-b", "sge", program).stdout.splitlines()[1:] == []
     finally:
         _run(["qdel", job])
+        if os.path.exists(stale):
+            os.unlink(stale)
     unknown = fiber_cli("logs", "-b", "sge", "999999")
     assert unknown.returncode == 1 and "999999" in unknown.stderr
     _wait_idle()

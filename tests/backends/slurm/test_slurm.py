@@ -1069,8 +1069,10 @@ def test_fiber_run_detached_then_ps_logs_and_stop(cluster):
         assert tail.stdout.count("\n") == 2 and f"JOB {job} ON" in tail.stdout, tail
     finally:
         _run(["scancel", job])
-    unknown = fiber_cli("logs", "-b", "slurm", "999999")
-    assert unknown.returncode == 1 and "999999" in unknown.stderr
+    # above Slurm's MaxJobId (67043328): no job of this cluster (whose FirstJobId follows
+    # the clock, scripts/slurm-cluster.sh) can have it, as a CI run's job 999999 once did
+    unknown = fiber_cli("logs", "-b", "slurm", "99999999")
+    assert unknown.returncode == 1 and "99999999" in unknown.stderr
     _wait_nodes_idle()
 
 

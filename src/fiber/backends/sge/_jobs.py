@@ -22,7 +22,7 @@ from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo
 from .._batch import BatchCommands, cancel_listed, follow_job, last_lines, log_dir
 from ._settings import SgeSettings
-from ._status import Row, parse_contexts, parse_qstat, split_id
+from ._status import Listed, Row, parse_contexts, parse_qstat, split_id
 
 __all__ = ["output_dir", "program_dir", "follow", "find_jobs", "read_logs", "remove_jobs",
            "last_lines", "user", "state_word"]
@@ -124,14 +124,21 @@ def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
 
 def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -> str:
     """The output file of a job (its last ``tail`` lines):
-    ``<sge_output_dir>/<program>/<name>.o<job>[.<task>]``; of several (job ids start again
-    when a cluster's state is reset), the one written last."""
+    ``<sge_output_dir>/<program>/<name>.o<job>[.<task>]``. A job Grid Engine still lists
+    is looked up in its own program's directory (empty until the job has written): job ids
+    start again when a cluster's state is reset, and an earlier job's file of the same id
+    is no answer (a CI run read one's READY line before the live job had made its file).
+    Of a job Grid Engine has forgotten, the file of that id written last."""
     try:
         job, task = split_id(job_id)
     except ValueError as e:
         raise BackendError(str(e)) from None
     suffix = f".o{job}" + (f".{task}" if task is not None else "")
-    found = glob.glob(os.path.join(glob.escape(output_dir()), "*", f"*{suffix}"))
+    listed = _context(backend, job)
+    folder = glob.escape(listed.program) if listed else "*"
+    found = glob.glob(os.path.join(glob.escape(output_dir()), folder, f"*{suffix}"))
+    if listed and not found:
+        return ""
     if not found:
         raise BackendError(f"no output of Grid Engine job {job_id}: sge_output_dir "
                            f"({output_dir()}) has no */*{suffix}")
@@ -143,6 +150,16 @@ def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -
         raise BackendError(f"cannot read the output of Grid Engine job {job_id} "
                            f"({path}): {e.strerror}") from None
     return text if tail is None else last_lines(text, tail)
+
+
+def _context(backend: BatchCommands, job: str) -> Optional[Listed]:
+    """The fiber context of job number ``job`` if Grid Engine lists it, else None."""
+    cp = backend.run_command(["qstat", "-j", job, "-xml"], timeout=backend.query_timeout,
+                             what="qstat -j", check=False)
+    try:
+        return parse_contexts(cp.stdout).get(job) if cp.returncode == 0 else None
+    except ValueError:
+        return None
 
 
 def _mtime(path: str) -> float:
