@@ -411,8 +411,8 @@ def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[Job
     long at most): a program's pool replaces a worker the cluster ends, until the program's
     own job has ended. With ``until_ended`` (``fiber stop``), also until every job cancelled
     has ended: a replacement submitted at the master's last moment would otherwise escape
-    the stop, wait in the queue, and fail when it starts without its master (a CI run saw
-    one). Without a timeout, one listing (``until_ended`` then changes nothing).
+    the stop, wait in the queue, and fail when it starts without its master. Without a
+    timeout, one listing (``until_ended`` then changes nothing).
     """
     cancelled: List[str] = []
     deadline = time.monotonic() + timeout

@@ -11,7 +11,7 @@ No helper thread: the first thread that needs a reply reads the socket for every
 *leader*); other threads wait on a condition until the leader stored their reply or
 stepped down. A call costs one write; a reply read by its own caller costs no thread hop.
 
-A connection reset while both ends live (issue 30) does not fail the calls in flight: a
+A connection reset while both ends live does not fail the calls in flight: a
 method call (``again``: its service ``answers_again``) carries a ticket
 (`fiber.transport.receipts`), and the channel asks every such call still unanswered
 again on a new connection, where it is answered once: run once, its answer sent again

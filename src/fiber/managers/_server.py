@@ -240,7 +240,7 @@ class ObjectService(Service):
 
     protocol = "managed-object"
     #: A call runs to its end and is answered even if its connection ended meanwhile:
-    #: asked again after a reset, it is answered, not run twice (issue 30).
+    #: asked again after a reset, it is answered, not run twice.
     answers_again = True
 
     def __init__(self, owner: ObjectServer, name: bytes, obj: Any, typeid: str,

@@ -545,8 +545,8 @@ def terminate_collected(core: PoolCore) -> None:
     """A pool dropped by its user (or left at exit): terminate it. Garbage collection may
     run this in any thread at any moment, also inside a lock that terminating needs: the
     hub's, held by a thread that the hub's thread waits to see started (a pool's callback
-    thread), or the runtime's, held while it starts the hub (ci22: a pool collected there
-    waited for that lock for ever). Then it is done on a thread of its own; otherwise
+    thread), or the runtime's, held while it starts the hub (a pool collected there would
+    wait for that lock for ever). Then it is done on a thread of its own; otherwise
     here, so that a collected pool has ended when the collection returns.
 
     A pool still running then is said in a ``ResourceWarning`` (shown with ``-W default``

@@ -144,8 +144,8 @@ FIRST_CONNECT_S = 60.0
 
 def _fetch_payload(parent: str, token: bytes) -> Any:
     """The launch payload, its first connection tried again (nothing was sent) for up to
-    `FIRST_CONNECT_S` while the parent's host does not answer: a CI run saw a pod's first
-    connect time out at 10 s. A refusal is final: the parent is gone (killed while the
+    `FIRST_CONNECT_S` while the parent's host does not answer: a pod's first connect can
+    time out at 10 s. A refusal is final: the parent is gone (killed while the
     job was starting), and the job must end at once, not outlive it."""
     deadline = time.monotonic() + FIRST_CONNECT_S
     while True:

@@ -68,8 +68,8 @@ _PROCESS_ID = secrets.token_bytes(16)
 CONNECT_TIMEOUT = 10.0
 #: Times a call safe to repeat is made again on a new connection, each time its
 #: connection fails under it (a reset): a link that resets connections may reset the
-#: new ones too (a CI run saw a get's second connection reset 1.5 s after the first,
-#: and its item lost, when a get was asked again once only).
+#: new ones too (a get's second connection can reset 1.5 s after the first: asked
+#: again once only, its item would be lost).
 RESET_RETRIES = 10
 #: Seconds a new connection may take to a server whose last connection timed out: that
 #: server was silent for the whole grace (``heartbeat_timeout``), so it gets one short
@@ -107,8 +107,8 @@ def connect_timeout(settings: SettingsSource = _defaults, address: str = "") -> 
     """Seconds a connection (to ``address``) and its handshake may take when the call has
     no deadline: `CONNECT_TIMEOUT`, or the settings' ``heartbeat_timeout`` if longer. A
     link that drops packets for less than that grace loses no peer, and must not fail a
-    new connection either (a CI run saw a handshake over 5% loss and a 400 ms round trip
-    go past 10 s, and the job that made it end).
+    new connection either (a handshake over 5% loss and a 400 ms round trip can take
+    over 10 s, and the job that made it would end).
 
     But a server whose connection timed out less than a grace ago has had its grace:
     `SPENT_GRACE_CONNECT_S`, until a connection to it is made again."""

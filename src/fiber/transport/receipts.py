@@ -1,5 +1,5 @@
 """A request whose reply a connection's reset lost is asked again, and answered as it was
-the first time: not served twice (issue 30).
+the first time: not served twice.
 
     caller (a thread)                                   the server
     call ── [op, ticket, ...] ────────────────────────▶ serves it; keeps its answer as the

@@ -529,7 +529,7 @@ class SgeBackend(BatchBackend):
         process's program id): they would otherwise start once a slot is free, only to
         find their master gone. Running ones are left to the program's own cleanup. The
         queued ones first: the program's end frees its CPUs, and a queued job could start
-        on them between the two (a CI run saw it)."""
+        on them between the two."""
         _sge_jobs.remove_jobs(self, self.program, queued_only=True)
         self.cancel([handle], force=force)
 

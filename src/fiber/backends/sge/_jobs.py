@@ -127,7 +127,7 @@ def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -
     ``<sge_output_dir>/<program>/<name>.o<job>[.<task>]``. A job Grid Engine still lists
     is looked up in its own program's directory (empty until the job has written): job ids
     start again when a cluster's state is reset, and an earlier job's file of the same id
-    is no answer (a CI run read one's READY line before the live job had made its file).
+    is no answer (it would be read before the live job has made its own).
     Of a job Grid Engine has forgotten, the file of that id written last."""
     try:
         job, task = split_id(job_id)

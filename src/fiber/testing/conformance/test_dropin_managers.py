@@ -1,4 +1,4 @@
-"""Managers as multiprocessing programs use them (issue 16): a manager's ``Pool`` as a
+"""Managers as multiprocessing programs use them: a manager's ``Pool`` as a
 context manager, registered types exposing their public methods only, a manager ``Lock``
 acquired in one process and released in another (also after that one has ended)."""
 
@@ -55,7 +55,7 @@ def test_a_registered_type_exposes_its_public_methods_only(ctx):
 
 
 def test_a_private_method_named_in_exposed_is_reachable(ctx):
-    # as multiprocessing's (CPython's suite registers exposed=('f', '_h'): issue 32)
+    # as multiprocessing's (CPython's suite registers exposed=('f', '_h'))
     with CounterManager(ctx=ctx) as manager:
         counter = manager.ResettableCounter()
         assert counter.add(2) == 2
@@ -91,7 +91,7 @@ def test_a_manager_lock_is_released_by_another_process(ctx):
 def test_a_manager_lock_stays_held_when_its_holder_ends(ctx):
     # a manager's Lock is a threading.Lock (CPython's TestSyncManagerTypes.test_lock):
     # a child takes it and exits, the parent releases it; fiber's own Lock would have
-    # been released with its holder, making this release fail (issue 32)
+    # been released with its holder, making this release fail
     with ctx.Manager() as manager:
         lock = manager.Lock()
         p = ctx.Process(target=dh.acquire_then_exit, args=(lock,))
@@ -109,7 +109,7 @@ def test_a_manager_lock_stays_held_when_its_holder_ends(ctx):
 def test_errors_multiprocessing_reports_as_remote_error_are_both(ctx):
     # multiprocessing raises RemoteError for a method that is not exposed and for an
     # object whose creation fails; fiber raises an error that is a RemoteError and of
-    # the error's own type (issue 32), so both kinds of except clause work
+    # the error's own type, so both kinds of except clause work
     with CounterManager(ctx=ctx) as manager:
         counter = manager.Counter()
         with pytest.raises(RemoteError) as info:

@@ -1,4 +1,4 @@
-"""fiber's objects print as multiprocessing's do (issue 16): the same shape, with fiber's
+"""fiber's objects print as multiprocessing's do: the same shape, with fiber's
 module names, checked against the standard library's own reprs, made here. ``Event`` and
 ``Barrier`` print as Python 3.11's do on every version (3.9 and 3.10 print them as plain
 objects)."""

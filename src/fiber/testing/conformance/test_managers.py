@@ -208,7 +208,7 @@ def test_manager_killed_mid_call_raises(ctx):
     # a cluster ends a killed job when it gets to it (a Kubernetes node under load: tens
     # of seconds); a job whose network goes before its process sends no FIN, and only the
     # heartbeat (heartbeat_timeout, 30 s) then says it is gone, plus one short try to
-    # connect again (SPENT_GRACE_CONNECT_S, 3 s): not a second grace (a CI run: > 60 s)
+    # connect again (SPENT_GRACE_CONNECT_S, 3 s): not a second grace (that took over 60 s)
     th.join(60)
     assert not th.is_alive() and time.monotonic() - t < 45
     assert isinstance(errors[0], ConnectionLost) and "manager" in str(errors[0])
@@ -357,7 +357,7 @@ def test_shutdown_and_collection_wait_for_the_server(ctx):
     """As multiprocessing's: ``shutdown()``, and the finalizer of a manager left to the
     garbage collector, wait for the server's job, so that the next ``active_children()``
     does not list it (the original fiber's tests assert ``active_children() == []``
-    right after a test that left its manager to the collector: issue 32)."""
+    right after a test that left its manager to the collector)."""
     m = ctx.Manager()
     server = m._process
     m.shutdown()

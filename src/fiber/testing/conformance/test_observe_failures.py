@@ -1,4 +1,4 @@
-"""Failures are never silent (issue 19): a pool worker lost is one warning, with its exit
+"""Failures are never silent: a pool worker lost is one warning, with its exit
 and the tasks resubmitted; a task that keeps killing its worker is named; ``sys.exit`` in
 a task is reported as what it is. Run on every backend (``ctx``); what is seen of a whole
 program (its stderr, a normal shutdown with FIBER_DEBUG=1) is in

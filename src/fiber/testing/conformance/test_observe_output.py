@@ -1,4 +1,4 @@
-"""What a job writes reaches the master, on every backend (issue 19): each line on the
+"""What a job writes reaches the master, on every backend: each line on the
 master's stdout or stderr, prefixed ``(name@host) ``, as it is written; nothing lost when
 the job ends right after; the job's own log keeps everything; config keys turn the prefix
 and the forwarding off. API tests (``ctx``): they run on local and netns here, and on

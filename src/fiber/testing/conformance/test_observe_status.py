@@ -1,4 +1,4 @@
-"""A live view of a running program (issue 19): ``Pool.status()``, the progress of a
+"""A live view of a running program: ``Pool.status()``, the progress of a
 ``map_async`` result, a progress bar over ``imap``, and ``fiber top`` (through the
 program's hub, with its secret). Run on every backend (``ctx``): the master (this test
 process) runs here, where ``fiber top`` finds it, whichever backend runs its workers. The

@@ -1,4 +1,4 @@
-"""Remote tracebacks point at the user's code (issue 19): the file, line and source line of
+"""Remote tracebacks point at the user's code: the file, line and source line of
 the function that raised, with fiber's own frames left out, also for functions of the
 main script sent by value to a host that lacks the file (the master, which has the
 source, fills the lines in). API tests (``ctx``): local and netns here; slurm, docker

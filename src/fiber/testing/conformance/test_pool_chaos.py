@@ -20,7 +20,7 @@ N = 10_000
 #: A task given up after this many of its workers were killed would fail the test by
 #: the chaos's luck, not the pool's: on a loaded machine a replacement worker holds the
 #: task it was handed for long enough that the same task was on 4 killed workers in a
-#: row (a CI run, with the default of 3 retries). The limit itself has its own tests.
+#: row (with the default of 3 retries). The limit itself has its own tests.
 RETRIES = 50
 EXPECTED = [x * 3 + 1 for x in range(N)]  # pool_helpers.tiny
 INTERVAL = 0.2

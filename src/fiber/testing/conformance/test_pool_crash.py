@@ -219,8 +219,8 @@ def kill_at(deaths: str, index: int, x):
 def test_a_task_that_kills_every_worker_is_charged_with_each_death(ctx, tmp_path):
     """Its first victim held it among prefetched quick tasks (so that death was not
     charged to it then); every later one ran it alone. Each death counts: the error
-    names as many attempts as there were deaths, and says that many (issue 26: it said
-    "4 times" while 5 workers had died)."""
+    names as many attempts as there were deaths, and says that many (not "4 times"
+    when 5 workers died)."""
     deaths = tmp_path / "deaths"
     f = functools.partial(kill_at, str(deaths), 150)
     with fiber.config.override(pool_max_task_retries=2), ctx.Pool(1) as pool:

@@ -131,7 +131,7 @@ def test_child_sees_current_and_parent_process(ctx):
 
 
 def test_the_standard_librarys_parent_process_answers_in_a_job(ctx):
-    """Issue 32: code in a job that asks the standard library (``multiprocessing.
+    """Code in a job that asks the standard library (``multiprocessing.
     parent_process()``, a context's, ``multiprocessing.process``'s: a library, a test)
     gets the job's parent, as a spawned child does, not None; in a child the job forks
     with the standard library, the standard library's own answer (the job) stands."""

@@ -146,7 +146,7 @@ class Elsewhere(LocalBackend):
 def test_multiprocessing_shared_memory_reaches_a_fiber_process(host_ctx):
     # multiprocessing's shared ctypes live in an Arena (an mmap of a descriptor); without a
     # lock (whose semaphore asks for spawning itself) nothing else said so (CPython's own
-    # Barrier tests hand such memory to their processes: issue 32)
+    # Barrier tests hand such memory to their processes)
     mp = multiprocessing.get_context("spawn")
     value, array = mp.RawValue("i", 1), mp.RawArray("d", [0.5, 1.5])
     p = host_ctx.Process(target=h.double_shared, args=(value, array))

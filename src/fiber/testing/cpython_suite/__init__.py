@@ -1,4 +1,4 @@
-"""CPython's own ``multiprocessing`` test suite, run against fiber (issue 32).
+"""CPython's own ``multiprocessing`` test suite, run against fiber.
 
 Every interpreter ships its ``multiprocessing`` tests as ``test._test_multiprocessing``.
 This runner runs the public-behaviour part of its ``spawn`` variant with ``fiber`` in place

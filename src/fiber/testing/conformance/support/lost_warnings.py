@@ -1,4 +1,4 @@
-"""The warnings of lost pool workers that a test's own pool gave (issue 19), read from
+"""The warnings of lost pool workers that a test's own pool gave, read from
 pytest's captures: test_observe_failures.py and the backends' kill tests."""
 
 from __future__ import annotations
