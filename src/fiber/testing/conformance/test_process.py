@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 import fiber
+from fiber.backends import get_backend
 from fiber.errors import ProcessError
 
 from .support import helpers
@@ -126,7 +127,7 @@ def test_child_sees_current_and_parent_process(ctx):
     name, pid, parent_name, _ = q.get(timeout=60)
     p.join(60)
     assert name == "kid" and parent_name == "MainProcess"
-    if ctx.get_start_method() == "local":
+    if get_backend(ctx.get_start_method()).jobs_share_host:  # a pid of this machine
         assert pid == p.pid
 
 
@@ -255,5 +256,5 @@ def test_parent_sentinel_is_ready_once_the_parent_is_killed(ctx):
     child.join(30)
     assert child.exitcode == -signal.SIGKILL
     assert q.get(timeout=30) == ("gone", True, False)
-    if ctx.get_start_method() in ("local", "netns"):
+    if get_backend(ctx.get_start_method()).jobs_share_host:  # its pid is of this machine
         wait_until(lambda: _gone(pid), 30, message="the grandchild to end")

@@ -234,19 +234,21 @@ def identity(*args, **kwargs):
 
 
 def put_anchor_keepalive(q) -> None:  # type: ignore[no-untyped-def]
-    """This job's connection to its parent: its family, and for TCP its keepalive idle
-    time (s) and user timeout (ms), as the kernel holds them."""
+    """This job's connection to its parent: its family, for TCP its keepalive idle time
+    (s) and user timeout (ms), as the kernel holds them, and this job's network namespace
+    (``/proc/self/ns/net``'s target)."""
     import socket
 
     from fiber._core._clients import ensure_anchor
     from fiber._core._runtime import PARENT_ENV
 
     sock = ensure_anchor(os.environ[PARENT_ENV]).sock
+    net = os.readlink("/proc/self/ns/net")
     if sock.family == socket.AF_UNIX:
-        q.put(("unix", None, None))
+        q.put(("unix", None, None, net))
         return
     q.put(("tcp", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
-           sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)))
+           sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT), net))
 
 
 def report_stdlib_parent(q) -> None:  # type: ignore[no-untyped-def]
