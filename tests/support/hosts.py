@@ -23,11 +23,11 @@ def start_hosts(n: int) -> Any:
 
 def stop_hosts(hosts: Any) -> None:
     """Stop ``hosts`` and check that nothing of theirs is left (namespaces, links)."""
-    from fiber.testing import _hosts
+    from fiber.testing import _namespaces
 
     index = hosts.index
     hosts.stop()
-    namespaces, links = _hosts._ours(index)
+    namespaces, links = _namespaces.ours(index)
     assert not namespaces and not links, f"left behind: {namespaces} {links}"
 
 

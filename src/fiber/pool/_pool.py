@@ -42,7 +42,7 @@ from ..config import get_config
 from ..process import Process
 from ..process._bound import ProcessContext
 from ..process._limits import ensure_open_files
-from ..process._process import files_per_job, node_cpus
+from ..process._starting import files_per_job, node_cpus
 from ..transport.server import Serving
 from . import _sizing
 from ._api_extras import PoolExtras, check_error_handling

@@ -47,14 +47,8 @@ from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._job import end_said_elsewhere
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import (
-    backend_of,
-    files_per_job,
-    program_exiting,
-    release_ended,
-    set_placement,
-    set_resources,
-)
+from ..process._process import program_exiting, release_ended, set_placement, set_resources
+from ..process._starting import backend_of, files_per_job
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving

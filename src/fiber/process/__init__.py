@@ -19,7 +19,8 @@ from .._exports import publish
 from . import _cluster_view  # noqa: F401 - fiber top and fiber dashboard PID get it
 from ._lineage import end_with_parent
 from ._parent import parent_process
-from ._process import Process, active_children, current_process, start_all, terminate_all
+from ._process import Process, active_children, current_process, terminate_all
+from ._starting import start_all
 
 __all__ = ["Process", "current_process", "parent_process", "active_children", "start_all",
            "terminate_all", "end_with_parent"]

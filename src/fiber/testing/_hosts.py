@@ -9,215 +9,37 @@ The backend that runs jobs on them is `fiber.testing.netns`, which documents bot
 from __future__ import annotations
 
 import atexit
-import errno
-import fcntl
 import ipaddress
 import json
 import os
-import re
-import shlex
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ._namespaces import (
+    PREFIX,
+    cleanup_stale,
+    fmt,
+    netns_pids,
+    ours,
+    release,
+    remove,
+    run,
+    subnet_in_use,
+    try_claim,
+)
 from ._shaper import Shaper, relay, settings
 
-__all__ = ["Hosts", "HostList", "cleanup_stale", "HOSTS_ENV", "NETWORK"]
+__all__ = ["Hosts", "HostList", "HOSTS_ENV", "NETWORK"]
 
 #: Every address this module assigns lies in this network.
 NETWORK = ipaddress.ip_network("10.202.0.0/16")
 #: Environment variable through which jobs inherit the host list (JSON).
 HOSTS_ENV = "FIBER_NETNS_HOSTS"
 
-_PREFIX = "fbt"
 _MAX_HOSTS = 200  # host i gets .(10 + i)
-_ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable",
-                "prohibit", "blackhole", "nat", "anycast"}
-
-
-# -- running commands ---------------------------------------------------------------------
-
-
-def _fmt(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def _run(argv: Sequence[str], *, check: bool = True,
-         timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run a command; with ``check``, a failure raises RuntimeError saying what and why."""
-    try:
-        cp = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
-                            text=True, timeout=timeout)
-    except FileNotFoundError as e:
-        raise RuntimeError(f"command `{_fmt(argv)}` cannot run: {e} "
-                           "(netns hosts need `ip` from iproute2)") from None
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"command `{_fmt(argv)}` did not finish within {timeout} s") from None
-    if check and cp.returncode != 0:
-        out = cp.stderr.strip() or cp.stdout.strip() or "(no output)"
-        hint = ""
-        if "Operation not permitted" in out or os.geteuid() != 0:
-            hint = " (netns hosts need root, or CAP_SYS_ADMIN and CAP_NET_ADMIN)"
-        raise RuntimeError(
-            f"command `{_fmt(argv)}` failed with exit code {cp.returncode}: {out}{hint}")
-    return cp
-
-
-def _names_of_namespaces() -> List[str]:
-    out = _run(["ip", "netns", "list"]).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _names_of_links() -> List[str]:
-    out = _run(["ip", "-o", "link", "show"]).stdout
-    names = []
-    for line in out.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2:
-            names.append(parts[1].strip().split("@")[0])
-    return names
-
-
-def _ours(index: Optional[int] = None) -> Tuple[Dict[int, List[str]], Dict[int, List[str]]]:
-    """Namespaces and links named like ours, by index: ({k: [ns]}, {k: [link]})."""
-    k_pat = r"\d{1,3}" if index is None else str(index)
-    ns_re = re.compile(rf"^{_PREFIX}({k_pat})-h\d+$")
-    link_re = re.compile(rf"^{_PREFIX}({k_pat})(br|[hsr]\d+)$")  # [sr]: `Hosts.shape`
-    namespaces: Dict[int, List[str]] = {}
-    links: Dict[int, List[str]] = {}
-    for name in _names_of_namespaces():
-        m = ns_re.match(name)
-        if m:
-            namespaces.setdefault(int(m.group(1)), []).append(name)
-    for name in _names_of_links():
-        m = link_re.match(name)
-        if m:
-            links.setdefault(int(m.group(1)), []).append(name)
-    return namespaces, links
-
-
-def _netns_pids(ns: str) -> List[int]:
-    cp = _run(["ip", "netns", "pids", ns], check=False)
-    return [int(tok) for tok in cp.stdout.split() if tok.isdigit()]
-
-
-def _kill_all_in(ns: str, timeout: float = 5.0) -> List[int]:
-    """SIGKILL every process in namespace ``ns``; the pids still there after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = [p for p in _netns_pids(ns) if p != os.getpid()]
-        if not pids or time.monotonic() >= deadline:
-            return pids
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-
-
-def _remove(namespaces: Sequence[str], links: Sequence[str]) -> List[str]:
-    """Delete namespaces (killing their processes first) and links; the problems met."""
-    problems = []
-    for ns in namespaces:
-        left = _kill_all_in(ns)
-        if left:
-            problems.append(f"processes {left} in {ns} survived SIGKILL")
-    for ns in namespaces:
-        cp = _run(["ip", "netns", "delete", ns], check=False)
-        if cp.returncode != 0 and os.path.exists(f"/run/netns/{ns}"):
-            problems.append(f"`ip netns delete {ns}` failed: {cp.stderr.strip()}")
-    # veths first (a veth whose namespace is held by a stray process outlives `netns
-    # delete`; deleting our end deletes the pair), the bridge last.
-    existing = set(_names_of_links())
-    for link in sorted(links, key=lambda name: name.endswith("br")):
-        if link not in existing:
-            continue
-        cp = _run(["ip", "link", "delete", link], check=False)
-        if cp.returncode != 0 and link in _names_of_links():
-            problems.append(f"`ip link delete {link}` failed: {cp.stderr.strip()}")
-    return problems
-
-
-# -- index claims -------------------------------------------------------------------------
-
-
-def _lock_dir() -> str:
-    for base in ("/run", tempfile.gettempdir()):
-        path = os.path.join(base, "fiber-testing-netns")
-        try:
-            os.makedirs(path, exist_ok=True)
-            if os.access(path, os.W_OK):
-                return path
-        except OSError:
-            continue
-    raise RuntimeError("no writable directory for netns lock files (/run or the temp dir)")
-
-
-def _try_claim(index: int) -> Optional[int]:
-    """A file descriptor holding the lock of ``index``, or None when another run has it."""
-    fd = os.open(os.path.join(_lock_dir(), f"{index}.lock"),
-                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
-
-
-def _release(fd: Optional[int]) -> None:
-    if fd is not None:
-        try:
-            os.close(fd)  # drops the flock
-        except OSError:
-            pass
-
-
-def cleanup_stale() -> List[str]:
-    """Remove hosts left behind by runs that died (their lock is free); what was removed."""
-    namespaces, links = _ours()
-    removed = []
-    for k in sorted(set(namespaces) | set(links)):
-        fd = _try_claim(k)
-        if fd is None:
-            continue  # a live run owns it
-        try:
-            _remove(namespaces.get(k, []), links.get(k, []))
-            removed += namespaces.get(k, []) + links.get(k, [])
-        finally:
-            _release(fd)
-    return removed
-
-
-def _subnet_in_use(subnet: ipaddress.IPv4Network) -> Optional[str]:
-    """The route or address of this (root) namespace that overlaps ``subnet``, if any."""
-    for line in _run(["ip", "-4", "-o", "addr", "show"]).stdout.splitlines():
-        toks = line.split()
-        if "inet" in toks:
-            iface = ipaddress.ip_interface(toks[toks.index("inet") + 1])
-            if iface.network.overlaps(subnet):
-                return f"address {iface} on {toks[1]}"
-    for line in _run(["ip", "-4", "route", "show", "table", "all"]).stdout.splitlines():
-        toks = line.split()
-        if not toks:
-            continue
-        dest = toks[1] if toks[0] in _ROUTE_TYPES and len(toks) > 1 else toks[0]
-        if dest == "default":
-            continue
-        try:
-            net = ipaddress.ip_network(dest, strict=False)
-        except ValueError:
-            continue
-        if net.overlaps(subnet):
-            return f"route {line.strip()}"
-    return None
 
 
 # -- hosts --------------------------------------------------------------------------------
@@ -290,7 +112,7 @@ class Hosts:
     @property
     def tag(self) -> str:
         """The prefix of every name these hosts use (``fbt<k>``: ``<k>`` their index)."""
-        return f"{_PREFIX}{self.index}"
+        return f"{PREFIX}{self.index}"
 
     @property
     def subnet(self) -> ipaddress.IPv4Network:
@@ -336,7 +158,7 @@ class Hosts:
     def pids(self, i: int) -> List[int]:
         """Pids of the processes running in host ``i``."""
         self._require_started()
-        return _netns_pids(self.name(i))
+        return netns_pids(self.name(i))
 
     def host_list(self) -> HostList:
         """The hosts and the master's address, as jobs are placed on them.
@@ -400,37 +222,37 @@ class Hosts:
                  else [(os.getpid() + j) % 256 for j in range(256)])
         busy = []
         for k in order:
-            fd = _try_claim(k)
+            fd = try_claim(k)
             if fd is None:
                 busy.append(f"{k}: claimed by another run")
                 continue
             self._k, self._lock_fd = k, fd  # from here on, stop() cleans up index k
-            namespaces, links = _ours(k)
+            namespaces, links = ours(k)
             if namespaces.get(k) or links.get(k):  # left by a run that died
-                _remove(namespaces.get(k, []), links.get(k, []))
-            used = _subnet_in_use(self.subnet)
+                remove(namespaces.get(k, []), links.get(k, []))
+            used = subnet_in_use(self.subnet)
             if used is None:
                 return
             busy.append(f"{k}: {self.subnet} in use ({used})")
             self._k, self._lock_fd = None, None
-            _release(fd)
+            release(fd)
         raise RuntimeError("no free 10.202.<k>.0/24 network for netns hosts: "
                            + "; ".join(busy[:5]) + (" ..." if len(busy) > 5 else ""))
 
     def _create(self) -> None:
         br = self.bridge
-        _run(["ip", "link", "add", br, "type", "bridge"])
-        _run(["ip", "addr", "add", f"{self.root_ip}/24", "dev", br])
-        _run(["ip", "link", "set", br, "up"])
+        run(["ip", "link", "add", br, "type", "bridge"])
+        run(["ip", "addr", "add", f"{self.root_ip}/24", "dev", br])
+        run(["ip", "link", "set", br, "up"])
         for i in range(1, self.n + 1):
             ns, veth = self.name(i), self.veth(i)
-            _run(["ip", "netns", "add", ns])
-            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
+            run(["ip", "netns", "add", ns])
+            run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
                   "netns", ns])
-            _run(["ip", "link", "set", veth, "master", br, "up"])
-            _run(["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"])
-            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            run(["ip", "link", "set", veth, "master", br, "up"])
+            run(["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"])
+            run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
         for i in range(1, self.n + 1):
             self._wait_link_up(i)
 
@@ -456,7 +278,7 @@ class Hosts:
             except OSError:
                 root_up = forwarding = True  # no sysfs here: nothing to wait for
             if root_up and forwarding:
-                out = _run(["ip", "-n", self.name(i), "-o", "link", "show", "dev", "eth0"]).stdout
+                out = run(["ip", "-n", self.name(i), "-o", "link", "show", "dev", "eth0"]).stdout
                 if " state UP " in out:
                     return
             if time.monotonic() >= deadline:
@@ -504,7 +326,7 @@ class Hosts:
                     raise RuntimeError(
                         f"connectivity check failed: host {self.name(i)} ({self.ip(i)}) "
                         f"cannot connect to {' and '.join(targets)}: "
-                        f"`{_fmt(argv)}` exited with {cp.returncode}: "
+                        f"`{fmt(argv)}` exited with {cp.returncode}: "
                         f"{(cp.stderr.strip().splitlines() or ['(no output)'])[-1]}. A firewall "
                         "on bridged traffic (net.bridge.bridge-nf-call-iptables=1 with an "
                         "iptables FORWARD policy of DROP, as container engines set) would do this.")
@@ -522,12 +344,12 @@ class Hosts:
         A shaped host is cut the same way: its veth is the relay's end, which then drops
         what it would send to the host (counted as ``failed``)."""
         self._require_started()
-        _run(["ip", "link", "set", self.veth(i), "down" if on else "up"])
+        run(["ip", "link", "set", self.veth(i), "down" if on else "up"])
         if not on:
             self._wait_link_up(i)
             # Forget addresses that failed to resolve while cut off, on both sides.
-            _run(["ip", "-n", self.name(i), "neigh", "flush", "dev", "eth0"], check=False)
-            _run(["ip", "neigh", "flush", "dev", self.bridge, "to", self.ip(i)], check=False)
+            run(["ip", "-n", self.name(i), "neigh", "flush", "dev", "eth0"], check=False)
+            run(["ip", "neigh", "flush", "dev", self.bridge, "to", self.ip(i)], check=False)
 
     def shape(self, i: int, *, loss: float = 0.0, delay_ms: float = 0.0,
               towards: str = "both") -> None:
@@ -544,7 +366,7 @@ class Hosts:
         line = settings(towards, loss, delay_ms)
         with self._mutex:
             if _check_host(i, self.n) not in self._shapers:
-                self._shapers[i] = relay(_run, self.bridge, self.veth(i), f"{self.tag}s{i}",
+                self._shapers[i] = relay(run, self.bridge, self.veth(i), f"{self.tag}s{i}",
                                          f"{self.tag}r{i}")
                 self._wait_link_up(i)
             self._shapers[i].ask(line)
@@ -577,15 +399,15 @@ class Hosts:
                 for shaper in self._shapers.values():
                     shaper.close()
                 self._shapers.clear()
-                namespaces, links = _ours(k)
+                namespaces, links = ours(k)
                 names = sorted(set(namespaces.get(k, [])))
-                problems = _remove(names, links.get(k, []))
-                namespaces, links = _ours(k)
+                problems = remove(names, links.get(k, []))
+                namespaces, links = ours(k)
                 left = namespaces.get(k, []) + links.get(k, [])
                 if left:
                     problems.append(f"still present: {left}")
             finally:
-                _release(self._lock_fd)
+                release(self._lock_fd)
                 self._k, self._lock_fd = None, None
                 atexit.unregister(self._stop_at_exit)
             if problems:

@@ -55,7 +55,8 @@ from ..backends import JobHandle, JobSpec, register_backend
 from ..backends._job_command import JOB_HOST_ENV, bootstrap_parts
 from ..backends.local import LocalBackend
 from ..errors import SubmitError
-from ._hosts import HOSTS_ENV, NETWORK, HostList, Hosts, cleanup_stale
+from ._hosts import HOSTS_ENV, NETWORK, HostList, Hosts
+from ._namespaces import cleanup_stale
 
 __all__ = [
     "Hosts",

@@ -1,19 +1,7 @@
-"""The client side of a `Server`.
-
-A `Client` is one authenticated TCP connection used by one thread: it sends
-``[service, op, req_id, *payload]`` and reads ``[req_id, status, *payload]`` itself, with
-no helper thread in between. It reads nothing until the server proved it holds the secret.
-A closed or broken connection raises `ConnectionLost`; a client never reconnects on
-its own.
-
-In the process that runs the server, ``fiber.transport.local.LocalClient`` calls the
-services directly, and waits for a reply by serving the server's connections itself.
-
-`get_client` caches one client per thread and address. The first connection a
-process makes to a server is its *anchor*, kept open until the process ends, so that the
-server can tell when the process is gone (and a child, when its parent is gone); it also
-carries the calls of the first thread that asks for a client of that server.
-"""
+"""The client side of a `Server`: one authenticated connection used by one thread, with
+no helper thread; `get_client` keeps one a thread and address, and a process's first
+connection to a server is its *anchor*, open for its life (see docs/contributing/
+architecture.md, "The transport")."""
 
 from __future__ import annotations
 

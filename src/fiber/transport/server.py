@@ -1,34 +1,6 @@
-"""An authenticated message server: one listening TCP socket and one thread.
-
-    remote clients (one connection per thread)            Server thread (selector loop)
-    ──────────────────────────────────────────            ─────────────────────────────
-    HELLO/CHAL/AUTH/OK handshake ───────────────▶ per-connection state (nothing unpickled,
-                                                  at most 512 bytes per message until OK)
-    [service, op, req_id, *payload] ────────────▶ services[service].handle(peer, ...)
-                           ◀──────────────────── [req_id, status, *payload]  Server.reply()
-    EOF / reset / keepalive timeout ────────────▶ services.peer_gone / process_gone
-
-    threads of this process ── LocalClient ──▶ services[...].handle(...) called directly,
-                                                under Server.lock, no socket, no thread hop
-
-Services (queues, pipes, process control, pools) run under ``Server.lock``, taken by the
-server thread for each batch of events and by local callers for each call, so they need no
-locks of their own. A *peer* is one connection (or one local thread); a *process* is gone
-when its anchor connection, kept open for the life of the process, is gone.
-
-A thread of this process that waits for something the connections will bring (a pool
-result, a reply to a local call) serves them itself (`Server.wait_serving`), so
-that the message wakes the thread that wants it, not the server thread that would then
-wake it: one thread wake-up and GIL hand-off less per round trip. For that the server
-thread sleeps on an outer epoll that holds the connections' selector (and its own
-wake-up pipe); a waiting thread takes the connections' selector out of it, so the server
-thread sleeps on without being woken, and puts it back when done:
-
-    outer epoll (server thread) ── wake pipe (call_soon, timers, close)
-                                └─ connections' selector ── listeners, connections,
-                                                            nudge pipe (wakes a serving
-                                                            thread whose wait ended elsewhere)
-"""
+"""An authenticated message server: one listening TCP socket (and an abstract Unix one)
+and one thread; services run under ``Server.lock``. The design, with its diagrams:
+docs/contributing/architecture.md, "The transport"."""
 
 from __future__ import annotations
 

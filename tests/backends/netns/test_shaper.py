@@ -19,7 +19,7 @@ from typing import Dict, Iterator, Tuple
 
 import pytest
 
-from fiber.testing import _hosts, netns
+from fiber.testing import _namespaces, netns
 
 from support.hosts import start_hosts, stop_hosts
 
@@ -185,11 +185,11 @@ def test_stop_removes_the_relay() -> None:
         k = hosts.index
         hosts.shape(1, delay_ms=1)
         pid = hosts._shapers[1].pid
-        assert {f"fbt{k}s1", f"fbt{k}r1"} <= set(_hosts._ours(k)[1][k])  # cleanup finds them
+        assert {f"fbt{k}s1", f"fbt{k}r1"} <= set(_namespaces.ours(k)[1][k])  # cleanup finds them
         assert round_trip_to_root(hosts) < 1
     finally:
         hosts.stop()
-    links = [name for name in _hosts._names_of_links() if re.match(rf"fbt{k}[sr]\d+$", name)]
+    links = [name for name in _namespaces.names_of_links() if re.match(rf"fbt{k}[sr]\d+$", name)]
     assert not links
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

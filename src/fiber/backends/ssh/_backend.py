@@ -1,30 +1,6 @@
-"""The ``ssh`` backend: every job a process started over ssh on a list of hosts.
-
-    submit ──▶ pending ──(a host with free slots)──▶ ssh HOST (a child of this process)
-                  ▲                                     │ stdin: the keeper, the launch line
-                  │                                     │ stdout, stderr: the job's
-                  │        the connection failed before the session opened: the host is
-                  └──────  down (probed again later); the job goes back to pending
-    the thread "fiber-ssh": starts pending jobs, sees sessions open and ssh clients exit
-    (a pidfd each), probes hosts that are down, then wakes the job watcher
-
-The ssh client is the job, as far as this process can tell: its exit is the job's (the
-keeper on the host ends as the job did: see `_keeper`), ssh's own code 255 a lost
-connection or host (``LOST``, with ssh's message). ``cancel`` is a line on the client's
-stdin that the keeper turns into SIGTERM or SIGKILL; a client that does not end within
-``_KILL_GRACE_S`` of a KILL (its host stopped answering) is killed, and the keeper ends the
-job when it finds nobody reads the session's output any more. The secret, and every other
-``FIBER_*`` value a job needs, travels on the session's stdin (see `_session`).
-
-Output: the backend declares ``jobs_are_children``. A job's stdout and stderr are its
-session's, which sshd reads on the host and the ssh client writes here, to pipes that
-this process's hub drains (as for a local job, see `fiber.process._captured`): whatever
-ends the job, sshd reads its pipes to their end and the client passes it all on before it
-exits, and the read ends are this process's, so every byte the job wrote before it died
-arrives. The alternative, a relay process on the host (``jobs_are_children`` False, see
-`fiber.process._relay`), would add a process and a connection per job, and would still
-need something here to drain the ssh client's own output.
-"""
+"""The ``ssh`` backend: every job a process started over ssh on a list of hosts; the ssh
+client is the job, its output this process's pipes. The design, with its diagram:
+docs/contributing/backends.md, "The ssh backend"."""
 
 from __future__ import annotations
 
