@@ -1,56 +1,9 @@
-"""The ``sge`` backend: every fiber process is a Grid Engine job (Son of Grid Engine, Open
-Grid Scheduler, Univa/Altair Grid Engine: the ``qsub`` family).
-
-Grid Engine is driven through its own commands (``qsub``, ``qstat``, ``qacct``, ``qdel``),
-each with a timeout: a command that fails or hangs raises `SubmitError` with the command,
-its exit code, stdout and stderr. Nothing is installed on the cluster; the nodes need the
-same Python environment as the master (a shared filesystem).
-
-Submit: one ``qsub`` per group of identical jobs. Many identical jobs submitted together
-(a pool's workers) go out as **one array job** (``qsub -t 1-N``). The job script is handed
-to ``qsub`` on stdin: it exports the environment the jobs share once and each task's own
-job token in a ``case`` over ``$SGE_TASK_ID``, then ``exec``-s ``python -m
-fiber.process._bootstrap`` (``-S /bin/sh``; ``-C ''``: no line of it is read as a qsub
-directive). The program's secret is therefore never on a command line, nor in a file
-fiber writes, nor in the job's environment list that ``qstat -j`` shows. Jobs are not
-rerunnable (``-r n``): a job whose node fails is never started twice. Resources:
-``-pe <sge_pe> N`` for N > 1 CPUs, ``-l <sge_memory_resource>=<MB per slot>M``, ``-l
-<sge_gpu_resource>=N``; ``sge_queue`` (``-q``), ``sge_project`` (``-P``), ``sge_time_limit``
-(``-l h_rt=``, with ``-notify``: SIGUSR2 at the limit, SIGKILL the queue's ``notify`` time
-later; a pool renews its workers before the limit), ``sge_extra_args``.
-
-Status: one ``qstat -f -ne -u <user> -xml`` per poll for all jobs: the running ones inside
-their queue instance, with its state, and the pending ones. Grid Engine states map to
-`JobState` as: ``qw``/``hqw`` → PENDING; ``r``/``t``/``s``/``dr`` → RUNNING; ``Eqw``
-(the job could not start: a missing output directory...) → FAILED, and the job is
-deleted. A crashed node's jobs stay ``r``; its queue instance turns ``u`` (unknown) once
-the qmaster has not heard of its host for ``max_unheard``: such a job is LOST, and
-deleted (``qdel -f`` where the user may, else ``qdel``). A job gone from qstat has ended:
-its exit code comes from ``qacct -j`` (one call per job or array job; ``exit_status`` 128
-+ n is signal n, as the script ``exec``-s Python), which lags the end by up to the
-accounting flush time: until then (``_ACCT_GRACE`` at most) the job is still RUNNING,
-then LOST. Normally the child's own exit report arrives first and settles it.
-
-Cancel: ``qdel`` (one call for all, an array's tasks as ranges, ``12.1-128``); Grid Engine
-kills the job's process group, so a cancelled job is -15 (``terminate``) or -9 (``kill``).
-(A job with a time limit was submitted with ``-notify``: ``qdel`` sends it SIGUSR2 first; a
-pool worker asks its master, which tells it to end at once.) Every job submitted and not
-seen finished is deleted when the master exits normally or by an exception, and, for the
-program's root process, every job of the program still listed (its processes' children); a
-SIGKILLed master runs no hook, but its children's lifeline makes every started job exit (and
-a job that starts later cannot fetch its payload and exits at once).
-
-Where the master listens: ``listen_host`` if set, else the local address of the interface
-that routes to the qmaster's host (``$SGE_ROOT/$SGE_CELL/common/act_qmaster``).
-``JobHandle.pid`` is None (fiber uses synthetic pids); ``JobHandle.host`` is the job's node
-once qstat shows it.
-
-Output: Grid Engine jobs are not the master's children; each job's first process is its
-output relay (``fiber.process._relay``), which writes to the job's log, ``qsub -o
-<sge_output_dir>/<program> -j y``: ``<job name>.o<job id>[.<task id>]`` in a directory of
-the program's own (job ids start again when a cluster's state is reset, and Grid Engine
-appends to an output file that exists).
-"""
+"""The ``sge`` backend: every fiber process is a Grid Engine job (``qsub``; an array job for
+many identical ones) of the ``qsub`` family (Son of Grid Engine, Open Grid Scheduler,
+Univa/Altair). Grid Engine is driven through its own commands, each with a timeout
+(`SubmitError` says what failed); status is one ``qstat -xml`` a poll (``qacct`` for a job
+gone from it). How jobs run, the states and exit codes, lost nodes, cleanup and logs:
+docs/backends/sge.md."""
 
 from __future__ import annotations
 
@@ -59,14 +12,14 @@ import math
 import os
 import shlex
 import sys
-import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
-from ...errors import BackendError, ConfigError, FiberError, SubmitError
-from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
-from .._batch import BatchBackend, parse_job_id, render_script, split_env
+from ...errors import BackendError, ConfigError, SubmitError
+from .._arrays import ArrayBackend, ArrayJob
+from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from .._batch import parse_job_id, render_script, split_env
 from .._common import route_toward
 from . import _jobs as _sge_jobs
 from ._jobs import program_dir, user
@@ -158,45 +111,22 @@ def _act_qmaster() -> Tuple[str, str]:
 
 
 @dataclasses.dataclass
-class _Job:
-    handle: JobHandle
-    submitted: float
-    seen: bool = False
+class _Job(ArrayJob):
     last_seen: float = 0.0
-    cancelled: Optional[str] = None  # "term" | "kill" once fiber deleted it
     deleted: bool = False  # qstat showed it being deleted, not by fiber
-    final: Optional[JobStatus] = None
-    output: str = ""  # its output file (a job alone in its qsub)
     acct_asked: float = 0.0  # when qacct was last asked of it (monotonic)
     acct_wait: float = 0.0  # seconds until it may be asked again (doubling: 1, 2, 4...)
 
 
-class SgeBackend(BatchBackend):
+class SgeBackend(ArrayBackend[_Job]):
     """Run fiber processes as Grid Engine jobs (``qsub``; array jobs for a batch)."""
 
     program_env = PROGRAM_ENV
 
     name = "sge"
     settings = SgeSettings
-
-    #: Shortest interval between two status polls (each is a ``qstat`` RPC to the
-    #: qmaster); normal exits do not wait for a poll (the child reports its exit itself).
-    poll_min_interval = 0.25
-    poll_max_interval = 2.0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._jobs: Dict[str, _Job] = {}
-        self._submitted = False
-
-    def watcher(self) -> JobWatcher:
-        with self._lock:
-            w = self.__dict__.get("_watcher")
-            if w is None:
-                w = self.__dict__["_watcher"] = JobWatcher(
-                    self, self.poll_min_interval, self.poll_max_interval)
-            return w
+    cluster = "Grid Engine"
+    unshared_output = "sge_output_dir is not shared with the node"
 
     def listen_host(self) -> str:
         cfg = get_config()
@@ -210,29 +140,12 @@ class SgeBackend(BatchBackend):
 
     # -- submit --------------------------------------------------------------------------
 
-    def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        if not specs:
-            return []
-        groups: Dict[Tuple[Any, ...], List[int]] = {}
-        for i, spec in enumerate(specs):
-            groups.setdefault((tuple(spec.command), spec.resources, spec.avoid_hosts),
-                              []).append(i)
-        handles: List[Optional[JobHandle]] = [None] * len(specs)
-        try:
-            for indexes in groups.values():
-                for k in range(0, len(indexes), _MAX_ARRAY):
-                    chunk = indexes[k:k + _MAX_ARRAY]
-                    for i, h in zip(chunk, self._qsub([specs[i] for i in chunk])):
-                        handles[i] = h
-        except BaseException:
-            done = [h for h in handles if h is not None]
-            if done:  # the caller abandons all of them: none may run
-                try:
-                    self.cancel(done, force=True)
-                except Exception:
-                    pass
-            raise
-        return [h for h in handles if h is not None]
+    def array_size(self, n: int) -> int:
+        return min(n, _MAX_ARRAY)
+
+    def new_record(self, handle: JobHandle, submitted: float, output: str,
+                   **fields: Any) -> _Job:
+        return _Job(handle, submitted, output=output, **fields)
 
     def query_node_cpus(self) -> Optional[int]:
         """The CPUs of the smallest execution host (``qhost``); None without ``sge_pe``
@@ -272,7 +185,7 @@ class SgeBackend(BatchBackend):
             raise ConfigError("sge_extra_args", str(e)) from None
         return argv
 
-    def _qsub(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+    def submit_array(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         own = _own()
         n = len(specs)
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
@@ -289,7 +202,6 @@ class SgeBackend(BatchBackend):
                                                      ("project", own.project)) if v)
         what = (f"qsub (submitting {n} fiber job{'s as an array job' if n > 1 else ''}"
                 + (f"; {where}" if where else "") + ")")
-        self._submitted = True
         cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)
         try:
             job = parse_job_id(cp.stdout, r"^\s*(\d+)")
@@ -299,12 +211,7 @@ class SgeBackend(BatchBackend):
                               stderr=cp.stderr) from None
         ids = [f"{job}.{i}" for i in range(1, n + 1)] if n > 1 else [job]
         handles = [JobHandle(i, self.name) for i in ids]
-        now = time.monotonic()
-        log = os.path.join(out_dir, f"{name}.o{job}") if n == 1 else ""
-        with self._lock:
-            for h in handles:
-                self._jobs[h.job_id] = _Job(h, now, output=log)
-        self.remember(handles)
+        self.record(handles, output=os.path.join(out_dir, f"{name}.o{job}") if n == 1 else "")
         return handles
 
     # -- status --------------------------------------------------------------------------
@@ -460,21 +367,6 @@ class SgeBackend(BatchBackend):
 
     # -- cancel --------------------------------------------------------------------------
 
-    def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
-        how = "kill" if force else "term"
-        ids = []
-        with self._lock:
-            for h in handles:
-                rec = self._jobs.get(h.job_id)
-                if rec is not None:
-                    if rec.final is not None:
-                        continue
-                    if rec.cancelled != "kill":
-                        rec.cancelled = how
-                ids.append(h.job_id)
-        if ids:
-            self._qdel(ids)
-
     def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
         """``qdel`` jobs by id, whoever submitted them (``fiber stop``); Grid Engine kills
         a job's processes either way (``force`` changes nothing)."""
@@ -499,21 +391,7 @@ class SgeBackend(BatchBackend):
                 raise SubmitError("qdel failed", command=argv, returncode=cp.returncode,
                                   stdout=cp.stdout, stderr=cp.stderr)
 
-    def release(self, handle: JobHandle) -> None:
-        with self._lock:
-            rec = self._jobs.get(handle.job_id)
-            if rec is not None and rec.final is not None:
-                del self._jobs[handle.job_id]
-
     # -- fiber run, ps, logs, stop -------------------------------------------------------
-
-    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
-        with self._lock:
-            rec = self._jobs.get(handle.job_id)
-        if rec is None:
-            return None
-        since = time.time() - (time.monotonic() - rec.submitted)  # submitted, wall clock
-        return _sge_jobs.follow(self, handle, rec.output, since)
 
     def find_jobs(self, program: str = "") -> List[JobInfo]:
         return _sge_jobs.find_jobs(self, program)
@@ -521,24 +399,9 @@ class SgeBackend(BatchBackend):
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
         return _sge_jobs.read_logs(self, job_id, tail)
 
-    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
-        return _sge_jobs.remove_jobs(self, program, job_ids, until_ended=True)
-
-    def stop_main(self, handle: JobHandle, force: bool = False) -> None:
-        """The program's job, and its processes' jobs still queued (they have this
-        process's program id): they would otherwise start once a slot is free, only to
-        find their master gone. Running ones are left to the program's own cleanup. The
-        queued ones first: the program's end frees its CPUs, and a queued job could start
-        on them between the two."""
-        _sge_jobs.remove_jobs(self, self.program, queued_only=True)
-        self.cancel([handle], force=force)
-
-    def cancel_unfinished(self) -> None:
-        super().cancel_unfinished()
-        if self.detached or self.inherited or not self._submitted:
-            return
-        try:
-            _sge_jobs.remove_jobs(self, self.program)
-        except FiberError as e:  # at exit: say so, never raise
-            sys.stderr.write(f"fiber: could not delete the Grid Engine jobs of program "
-                             f"{self.program} at exit ({str(e).splitlines()[0]})\n")
+    def remove_program_jobs(self, program: str, job_ids: Sequence[str] = (), *,
+                            force: bool = False, queued_only: bool = False,
+                            until_ended: bool = False) -> List[str]:
+        """(Grid Engine kills a job's processes either way: ``force`` changes nothing.)"""
+        return _sge_jobs.remove_jobs(self, program, job_ids, queued_only=queued_only,
+                                     until_ended=until_ended)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import getpass
 import glob
 import os
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError, SubmitError
-from .._base import JobHandle, JobInfo
-from .._batch import BatchCommands, cancel_listed, follow_job, last_lines, log_dir
+from .._base import JobInfo
+from .._batch import BatchCommands, cancel_listed, last_lines, log_dir
 from ._settings import SgeSettings
 from ._status import Listed, Row, parse_contexts, parse_qstat, split_id
 
-__all__ = ["output_dir", "program_dir", "follow", "find_jobs", "read_logs", "remove_jobs",
+__all__ = ["output_dir", "program_dir", "find_jobs", "read_logs", "remove_jobs",
            "last_lines", "user", "state_word"]
 
 
@@ -60,14 +60,6 @@ def program_dir(program: str) -> str:
         raise SubmitError(f"cannot create the Grid Engine log directory {path!r}: {e}"
                           ) from None
     return path
-
-
-def follow(backend: BatchCommands, handle: JobHandle, path: str,
-           since: float) -> Optional[Iterator[str]]:
-    """A job's output file ``path`` (in ``sge_output_dir``, shared with the nodes), written
-    since ``since`` (its submission), read as it grows, until the job has ended; None
-    without one (a task of an array job)."""
-    return follow_job(backend, handle, path, since, "sge_output_dir is not shared with the node")
 
 
 _WORDS = (("E", "error"), ("d", "deleting"), ("h", "held"), ("s", "suspended"),

@@ -1,83 +1,24 @@
-"""The ``slurm`` backend: every fiber process is a Slurm job, or a job step.
-
-Slurm is driven through its own commands (``sbatch``, ``squeue``, ``scancel``,
-``scontrol``, ``srun``; ``sacct`` where the cluster keeps accounting), each with a timeout:
-a command that fails or hangs raises `SubmitError` with the command,
-its exit code, stdout and stderr. Nothing is installed on the cluster; the nodes need the
-same Python environment as the master (a shared filesystem), as with ``srun``.
-
-Two modes (``slurm_mode``):
-
-``jobs``
-    Every process is an ``sbatch`` job; the master can run anywhere that can submit (a
-    login node, or a job). Many identical jobs submitted together (a pool's workers) go
-    out as **one job array** (``--array=0-N``, one ``sbatch`` call). The job script is
-    handed to ``sbatch`` on stdin: it exports the environment the jobs share once and each
-    array task's own job token in a ``case`` over ``$SLURM_ARRAY_TASK_ID``, then ``exec``-s
-    ``python -m fiber.process._bootstrap``, so Slurm sees Python's own exit status and signals. The
-    program's secret is therefore never on a command line nor in a file fiber writes; Slurm
-    keeps the script, like the environment it forwards, readable by the job's owner only.
-    Jobs are submitted with ``--no-requeue``: a job whose node fails ends ``NODE_FAIL`` and
-    is never started twice.
-
-``steps``
-    Inside an existing allocation (``SLURM_JOB_ID`` set: a batch script or ``salloc``),
-    every process is a job step, ``srun --exact -n1 ...``, started at once on the
-    allocation's free CPUs (a step waits while none is free). Steps write to the master's
-    stdout/stderr, like ``multiprocessing`` children; partition, account, QOS and the
-    extra ``sbatch`` arguments do not apply.
-
-``auto`` (the default) picks ``steps`` in an allocation and ``jobs`` otherwise. A fiber
-process that is itself an ``sbatch`` job of fiber (its ``SLURM_JOB_ID`` is its own
-single-CPU job) submits its children as jobs.
-
-Status: the watcher of `fiber.backends._base` polls all jobs at once, with backoff; a poll
-is one ``squeue -t all -r -j <id>`` per job or job array, so that each is one single-job
-RPC to slurmctld (squeue given several ids loads the whole cluster's queue), or past
-``ALONE`` ids (a pool whose workers were renewed one by one) one
-``squeue -t all -r -u <uid>`` for this user's jobs. Slurm states map to
-`JobState` as: PENDING/CONFIGURING/REQUEUED... → PENDING; RUNNING/COMPLETING/
-SUSPENDED → RUNNING; COMPLETED → SUCCEEDED; FAILED/TIMEOUT/OUT_OF_MEMORY/DEADLINE → FAILED;
-CANCELLED → CANCELLED; NODE_FAIL/BOOT_FAIL/PREEMPTED → LOST (with Slurm's reason). Exit
-codes follow ``multiprocessing``: Slurm's ``ExitCode`` ``137:0`` is 137 and ``0:9`` is -9
-(signal 9); a cancelled job is -15, or -9 after ``kill()``. A job that has vanished from
-``squeue`` (finished more than ``MinJobAge`` seconds ago) is asked of ``sacct`` when the
-cluster keeps accounting, else it is LOST: fiber's own exit report from the child, which
-normally arrives first, then gives its exit code.
-
-Cancel: ``scancel`` (SIGTERM, then SIGKILL after Slurm's ``KillWait``); ``force`` is
-``scancel --signal=KILL``. Every job the backend submitted and has not seen finished is
-cancelled when the master exits normally or by an exception; a SIGKILLed master runs no
-hook, but its children's lifeline makes every started job exit (and a job that starts
-later cannot fetch its payload and exits at once).
-
-Where the master listens: ``listen_host`` if set, else the local address of the interface
-that routes to the slurmctld host (``scontrol show config``: ``SlurmctldHost``), the
-network the nodes share with the controller. ``JobHandle.pid`` is None (fiber uses
-synthetic pids); ``JobHandle.host`` is the job's node once ``squeue`` shows it.
-
-Job logs (stdout and stderr of each job) go to ``slurm_output_dir``, by default
-``~/.fiber/slurm-logs``, created with mode 0700: the home directory, which a cluster's
-nodes usually share; where it is not shared, point it at a filesystem the nodes can write.
-"""
+"""The ``slurm`` backend: every fiber process is a Slurm job (``sbatch``; a job array for
+many identical ones) or, inside an allocation, a job step (``srun``). Slurm is driven
+through its own commands, each with a timeout (`SubmitError` says what failed); status is
+one single-job ``squeue`` per array (``sacct`` for a job gone from it). How jobs run, the
+states and exit codes, cleanup and logs: docs/backends/slurm.md."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import os
 import shlex
 import subprocess
-import sys
-import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
-from ...errors import ConfigError, FiberError, SubmitError
-from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
-from .._batch import BatchBackend, parse_job_id, render_script, split_env
+from ...errors import ConfigError, SubmitError
+from .._arrays import ArrayBackend, ArrayJob
+from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from .._batch import parse_job_id, render_script, split_env
 from .._common import route_toward
 from . import _jobs as _slurm_jobs
 from ._jobs import output_dir
@@ -125,47 +66,22 @@ _BENIGN_SCANCEL = ("Invalid job id", "already completing or completed", "Job has
 # -- the backend -------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Job:
-    handle: JobHandle
-    submitted: float
-    seen: bool = False
-    cancelled: Optional[str] = None  # "term" | "kill" once fiber cancelled it
-    final: Optional[JobStatus] = None
-    output: str = ""  # its output file (a job alone in its sbatch)
-
-
-class SlurmBackend(BatchBackend):
+class SlurmBackend(ArrayBackend[ArrayJob]):
     """Run fiber processes as Slurm jobs (``sbatch``) or job steps (``srun``)."""
 
     program_env = PROGRAM_ENV
 
     name = "slurm"
     settings = SlurmSettings
+    cluster = "Slurm"
+    unshared_output = "slurm_output_dir is not shared with the node"
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.Lock()
-        self._jobs: Dict[str, _Job] = {}
         self._steps: Dict[str, Step] = {}
         self._step_ids = itertools.count(1)
         self._ctl_config: Optional[Dict[str, str]] = None
         self._ctl_text = ""
-        self._sbatched = False  # whether this process submitted batch jobs
-
-    #: Shortest interval between two status polls: each is a ``squeue`` RPC to slurmctld,
-    #: which a shared controller should not get 20 times a second. Normal exits do not
-    #: wait for a poll (the child reports its exit code itself).
-    poll_min_interval = 0.25
-    poll_max_interval = 2.0
-
-    def watcher(self) -> JobWatcher:
-        with self._lock:
-            w = self.__dict__.get("_watcher")
-            if w is None:
-                w = self.__dict__["_watcher"] = JobWatcher(
-                    self, self.poll_min_interval, self.poll_max_interval)
-            return w
 
     # -- mode and configuration ----------------------------------------------------------
 
@@ -219,31 +135,16 @@ class SlurmBackend(BatchBackend):
     # -- submit --------------------------------------------------------------------------
 
     def submit(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        if not specs:
-            return []
-        if self.mode() == "steps":
+        if specs and self.mode() == "steps":
             return self._submit_steps(specs)
-        groups: Dict[Tuple[Any, ...], List[int]] = {}
-        for i, spec in enumerate(specs):
-            groups.setdefault((tuple(spec.command), spec.resources, spec.avoid_hosts),
-                              []).append(i)
-        handles: List[Optional[JobHandle]] = [None] * len(specs)
-        try:
-            for indexes in groups.values():
-                size = self._max_array() if len(indexes) > _DEFAULT_MAX_ARRAY else len(indexes)
-                for k in range(0, len(indexes), size):
-                    chunk = indexes[k:k + size]
-                    for i, h in zip(chunk, self._sbatch([specs[i] for i in chunk])):
-                        handles[i] = h
-        except BaseException:
-            done = [h for h in handles if h is not None]
-            if done:  # the caller abandons all of them: none may run
-                try:
-                    self.cancel(done, force=True)
-                except Exception:
-                    pass
-            raise
-        return [h for h in handles if h is not None]
+        return super().submit(specs)
+
+    def array_size(self, n: int) -> int:
+        return self._max_array() if n > _DEFAULT_MAX_ARRAY else n
+
+    def new_record(self, handle: JobHandle, submitted: float, output: str,
+                   **fields: Any) -> ArrayJob:
+        return ArrayJob(handle, submitted, output=output, **fields)
 
     def _max_array(self) -> int:
         try:
@@ -285,7 +186,7 @@ class SlurmBackend(BatchBackend):
                               "minutes:seconds, hours:minutes:seconds, days-hours, ...)")
         return seconds
 
-    def _sbatch(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
+    def submit_array(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         n = len(specs)
         prefix = safe_name(_own(cfg).job_name_prefix or "fiber")
@@ -326,7 +227,6 @@ class SlurmBackend(BatchBackend):
             ("qos", _own(cfg).qos)) if v)
         what = (f"sbatch (submitting {n} fiber job{'s as a job array' if n > 1 else ''}"
                 + (f"; {where}" if where else "") + ")")
-        self._sbatched = True
         cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)
         try:
             job_id = parse_job_id(cp.stdout, r"^\s*(\d+)")
@@ -336,12 +236,8 @@ class SlurmBackend(BatchBackend):
                               stderr=cp.stderr) from None
         ids = [f"{job_id}_{i}" for i in range(n)] if n > 1 else [job_id]
         handles = [JobHandle(i, self.name) for i in ids]
-        now = time.monotonic()
-        with self._lock:
-            for h in handles:
-                self._jobs[h.job_id] = _Job(h, now, output=out.replace("%x", name).replace(
-                    "%j", job_id) if n == 1 else "")
-        self.remember(handles)
+        self.record(handles, output=out.replace("%x", name).replace("%j", job_id)
+                    if n == 1 else "")
         return handles
 
     def _submit_steps(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
@@ -430,7 +326,7 @@ class SlurmBackend(BatchBackend):
             for h in ask:
                 rec = self._jobs.get(h.job_id)
                 if rec is None:  # a handle this process did not submit
-                    rec = self._jobs[h.job_id] = _Job(h, now)
+                    rec = self._jobs[h.job_id] = ArrayJob(h, now)
                 row = rows.get(h.job_id)
                 if row is None:
                     missing.append(rec)
@@ -447,7 +343,7 @@ class SlurmBackend(BatchBackend):
             out.update(self._missing(missing))
         return out
 
-    def _missing(self, recs: List[_Job]) -> Dict[str, JobStatus]:
+    def _missing(self, recs: List[ArrayJob]) -> Dict[str, JobStatus]:
         """Jobs squeue no longer (or not yet) lists."""
         out: Dict[str, JobStatus] = {}
         found: Dict[str, Tuple[str, Optional[int]]] = {}
@@ -489,32 +385,12 @@ class SlurmBackend(BatchBackend):
     # -- cancel --------------------------------------------------------------------------
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:
-        how = "kill" if force else "term"
         with self._lock:
             steps = [self._steps[h.job_id] for h in handles if h.job_id in self._steps]
-            ids = []
-            for h in handles:
-                if h.job_id in self._steps:
-                    continue
-                rec = self._jobs.get(h.job_id)
-                if rec is not None:
-                    if rec.final is not None:
-                        continue
-                    if rec.cancelled != "kill":
-                        rec.cancelled = how
-                ids.append(h.job_id)
-        if ids:
-            try:
-                self._scancel(ids, force)
-            except SubmitError:  # not cancelled: not to be taken for so (see _missing)
-                with self._lock:
-                    for job_id in ids:
-                        rec = self._jobs.get(job_id)
-                        if rec is not None and rec.cancelled == how:
-                            rec.cancelled = None
-                raise
+            jobs = [h for h in handles if h.job_id not in self._steps]
+        super().cancel(jobs, force)
         if steps:
-            cancel_steps(self, steps, how)
+            cancel_steps(self, steps, "kill" if force else "term")
 
     def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
         """``scancel`` jobs by id, whoever submitted them (``fiber stop``)."""
@@ -535,21 +411,11 @@ class SlurmBackend(BatchBackend):
                                       stderr=cp.stderr)
 
     def release(self, handle: JobHandle) -> None:
+        super().release(handle)
         with self._lock:
-            rec = self._jobs.get(handle.job_id)
-            if rec is not None and rec.final is not None:
-                del self._jobs[handle.job_id]
             step = self._steps.get(handle.job_id)
             if step is not None and step.popen.poll() is not None:
                 del self._steps[handle.job_id]
-
-    def follow(self, handle: JobHandle) -> Optional[Iterator[str]]:
-        with self._lock:
-            rec = self._jobs.get(handle.job_id)
-        if rec is None:
-            return None
-        since = time.time() - (time.monotonic() - rec.submitted)  # submitted, wall clock
-        return _slurm_jobs.follow(self, handle, rec.output, since)
 
     # -- fiber ps, logs, stop: the batch jobs of any fiber program of this user ------------
 
@@ -559,28 +425,16 @@ class SlurmBackend(BatchBackend):
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
         return _slurm_jobs.read_logs(self, job_id, tail)
 
-    def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
-        return _slurm_jobs.remove_jobs(self, program, job_ids, until_ended=True)
-
-    def stop_main(self, handle: JobHandle, force: bool = False) -> None:
-        """The program's job, and its processes' jobs still queued (they have this
-        process's program id): they would otherwise start once a CPU is freed, only to
-        find their master gone. Running ones are left to the program's own cleanup. The
-        queued ones first: the program's end frees its CPUs, and a queued job could start
-        on them between the two."""
-        _slurm_jobs.remove_jobs(self, self.program, force=force, queued_only=True)
-        self.cancel([handle], force=force)
+    def remove_program_jobs(self, program: str, job_ids: Sequence[str] = (), *,
+                            force: bool = False, queued_only: bool = False,
+                            until_ended: bool = False) -> List[str]:
+        return _slurm_jobs.remove_jobs(self, program, job_ids, force=force,
+                                       queued_only=queued_only, until_ended=until_ended)
 
     def cancel_unfinished(self) -> None:
         super().cancel_unfinished()
         if self.detached:
             return
-        if not self.inherited and self._sbatched:
-            try:
-                _slurm_jobs.remove_jobs(self, self.program)
-            except FiberError as e:  # at exit: say so, never raise
-                sys.stderr.write(f"fiber: could not cancel the Slurm jobs of program "
-                                 f"{self.program} at exit ({str(e).splitlines()[0]})\n")
         with self._lock:
             steps = list(self._steps.values())
         for s in steps:  # reap the sruns (they end with their steps)

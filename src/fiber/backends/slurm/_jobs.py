@@ -16,16 +16,16 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from ...config import Config, settings
 from ...errors import BackendError
-from .._base import JobHandle, JobInfo
-from .._batch import BatchCommands, cancel_listed, follow_job, last_lines, log_dir
+from .._base import JobInfo
+from .._batch import BatchCommands, cancel_listed, last_lines, log_dir
 from ._settings import SlurmSettings
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
-__all__ = ["output_dir", "follow", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
+__all__ = ["output_dir", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
 
 
 def _own(cfg: Optional[Config] = None) -> SlurmSettings:
@@ -42,14 +42,6 @@ def output_dir() -> str:
     """The directory of job logs, ``slurm_output_dir``; by default
     ``~/.fiber/slurm-logs`` (`log_dir`)."""
     return log_dir(_own().output_dir, "slurm-logs", "Slurm", "slurm_output_dir")
-
-
-def follow(backend: BatchCommands, handle: JobHandle, path: str,
-           since: float) -> Optional[Iterator[str]]:
-    """A batch job's output file ``path`` (in ``slurm_output_dir``, shared with the nodes),
-    written since ``since`` (its submission), read as it grows, until the job has ended;
-    None without one (an array task, a step)."""
-    return follow_job(backend, handle, path, since, "slurm_output_dir is not shared with the node")
 
 
 def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
