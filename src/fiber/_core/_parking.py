@@ -1,26 +1,7 @@
-"""Requests that wait on a server: FIFO waiters, each with its own timeout.
-
-    request ──▶ Service.handle ──▶ can answer now? ── yes ──▶ reply
-                                        │ no
-                                        ▼
-                               park(peer, req_id, wait) ── Timer(wait) ──▶ timed_out: reply
-                                        │
-                  later (a release, a set, a notify): take(waiter) ──▶ reply
-                  the waiter's connection closes: peer_gone ──▶ dropped
-                  ... is reset: kept; its caller asks again on a new connection
-                      (same ticket), and the reply goes there ──▶ once
-                  ... not asked again within REANCHOR_WAIT_S, or its process is gone
-                      (process_gone) ──▶ dropped
-
-A request that waits carries a ticket (`fiber.transport.receipts`): the services are
-``answers_again``, so a wait under way when its connection is reset (a link's reset,
-both processes live) is not lost with it. Its reply, if it comes before the caller
-asked again, waits for it: given, as far as the service is concerned (a lock granted,
-a message received), as it is once the caller asks again and gets it.
-
-The base of the services in `fiber.synchronize`; runs under ``Server.lock`` like
-every service, so it needs no lock of its own.
-"""
+"""Requests that wait on a server (FIFO waiters, each with its own timeout), kept across
+a reset of their connection for their caller to ask again; `Made` remembers the requests
+that must not be made twice. The base of the services in `fiber.synchronize`; it runs
+under ``Server.lock`` like every service. The design: docs/contributing/resets.md, "Parking"."""
 
 from __future__ import annotations
 

@@ -1,33 +1,6 @@
-"""A pool worker whose connection was reset, while it and its master both live, connects
-again and goes on: a lossy link or a middlebox must not cost a healthy worker.
-
-    worker                                        master (PoolService)
-    ──────                                        ────────────────────
-    its connection fails (reset, aborted)         the peer's connection ended in a reset
-                                                  (not a timeout, not a clean end): the
-                                                  worker is "reconnecting", its tasks held
-                                                  for it up to RESUME_WAIT_S (its job's
-                                                  end, if the backend sees it, still makes
-                                                  it lost at once)
-    a new connection (its anchor: the lifeline
-    makes or shares it, fiber.process._bootstrap)
-    ── [pool, resume, wid, ids of the tasks it holds or has results of, unsent] ──▶
-                                                  tasks it holds no more (lost in flight
-                                                  either way) go back to the queue, charged
-                                                  to no one; its function cache is
-                                                  forgotten (a function's frames may have
-                                                  been lost too)
-    ◀── b"ok" ──  it sends its unsent results     ◀── b"stop": too late, its tasks went to
-    and takes tasks again                             others: it ends
-
-A job of several workers (see `_group`) resumes for all of them at once, on its one
-connection (``resume_job``: each worker's id and the tasks it holds, as the job counts
-them: handed to it and not answered); the workers the master no longer waits for, the
-job stops.
-
-A result lost in flight is computed again: every result is still delivered once (the
-master's bookkeeping drops a second one), and a task may have started twice.
-"""
+"""A pool worker (or a job of several) whose connection was reset, while it and its
+master both live, connects again, names the tasks it holds and goes on: every result is
+delivered once, a task may run twice. The protocol: docs/contributing/resets.md, "Pools"."""
 
 from __future__ import annotations
 

@@ -1,39 +1,7 @@
-"""``Queue``, ``SimpleQueue`` and ``JoinableQueue`` shared by processes on any hosts.
-
-    writers (any process)                hub of the creating process           readers
-    ─────────────────────                ───────────────────────────           ───────
-    put(x) ── [put, frames] ───────────▶ QueueService        ◀── [get, wait, ticket] ── get()
-              (maxsize=0: no reply)         items: deque of frames    ──── frames ─────▶
-    put(x) ── [put_wait, wait, ticket,      getters / putters waiting
-               frames] ────────────────▶    (answered when possible
-           ◀── ok | full ───────────────     or when their timeout ends)
-    (gave up) [withdraw, ticket] ──────▶    a parked put is dropped
-
-The server stores items as the frames they arrived in and never unpickles them. An item
-is handed to exactly one waiting ``get``, the one that has waited longest (``getters`` is
-a FIFO, so readers that wait take turns; a ``get`` that finds items queued is answered at
-once, since holding it for another reader's turn would pace the queue to its slowest
-reader); a reader that gives up after the server sent it (KeyboardInterrupt) returns it
-to the front of the queue, so nothing is lost or delivered twice. With ``maxsize=0`` a
-``put`` is fire-and-forget, as with multiprocessing's feeder thread; with a bound, it
-waits for the server's acknowledgement.
-
-A bounded ``put`` carries a ticket. If its caller gives up while the put is parked
-(KeyboardInterrupt, a signal handler that raises), it sends ``[withdraw, ticket]`` on the
-same connection, so the server sees it after the put: a put still parked is dropped and
-its item never enters the queue, as with multiprocessing; a put the server admitted just
-before stays, counted once (for ``JoinableQueue`` too), as a put that completed.
-
-The hub's side is `fiber.queues._service`. A ``get`` whose reply a connection's reset
-lost is asked again with its ticket and gets the same item (`fiber.transport.receipts`).
-A consumer in another process that gets an item with others queued behind it has some
-lent ahead (``queue_prefetch``): see `fiber.queues._lending`. Lent items are still in the
-queue (``qsize``, a bound) until taken, and come back if not taken.
-
-In the creating process, ``_reader`` (made on first use) is the queue as a connection that
-``multiprocessing.connection.wait`` can wait on, as the standard library's queues have one
-(see `fiber.queues._reader`; ``concurrent.futures.ProcessPoolExecutor`` uses it).
-"""
+"""``Queue``, ``SimpleQueue`` and ``JoinableQueue`` shared by processes on any hosts: the
+items live on the creating process's hub, as the frames they arrived in. The design:
+docs/contributing/queues.md ("The queue itself"; items lent ahead), and what a reset
+does: docs/contributing/resets.md."""
 
 from __future__ import annotations
 

@@ -1,38 +1,7 @@
-"""Messages a client sent without a reply (a ``Queue.put``, a ``Pipe.send``: calls that
-return once written) that its TCP connection's reset lost, sent again on the next
-connection to the same server: each arrives once.
-
-A reset (a link's or a middlebox's, while both processes live) ends a connection with
-bytes on their way: those the server's kernel acknowledged are read by the server first,
-those it did not are gone, and some may still reach it. So the server says how many
-messages it took from the old connection, once it has ended it::
-
-    client (SentLog: what it wrote, the no-reply   server
-    messages kept until the kernel says the
-    server's kernel acknowledged them)
-    ── reset: the kept ones become orphans of the server's address, with the old
-       connection's peer id (the server tells it at the handshake) ──
-    new connection ── [RESEND_SERVICE, count, old peer id] ──▶  ends the old connection if
-                                                                it is still open, after
-                                                                reading what it holds
-                   ◀── ok, how many messages it read ──
-    sends the orphans past that count ──▶                      each once, in order
-                   ── [RESEND_SERVICE, sync] ──▶
-                   ◀── ok: all of them served ──
-    then its own; another new connection to the server sends nothing before that ``ok``
-    (two connections' messages reach the server in no set order: a queue's lease files
-    its ``settle`` to follow its ``ack``s, whichever connection takes those)
-
-Kept messages are dropped as the kernel acknowledges them (``TCP_INFO``'s
-``tcpi_bytes_acked``, checked every `_CHECK` messages or `_CHECK_BYTES` bytes: one
-``getsockopt``), so a client keeps about a round trip's worth. Where the kernel does not
-say (not Linux), nothing is kept. Unix sockets (one host) are never reset by a link.
-Replies are not kept here: a queue's ``get`` and a manager's calls are asked again and
-answered as they were (``fiber.transport.receipts``), a pool resumes its own
-(``fiber.pool._resume``), and other calls in flight across a reset fail with
-``ConnectionLost``. Orphans that no connection could take are said on stderr, at the
-latest at the process's exit.
-"""
+"""Messages a client sent without a reply (a ``Queue.put``, a ``Pipe.send``) that its TCP
+connection's reset lost, sent again on the next connection to the same server, past what
+the server says it read: each arrives once, in order. The protocol: docs/contributing/resets.md,
+"Resend"."""
 
 from __future__ import annotations
 

@@ -1,31 +1,6 @@
-"""A request whose reply a connection's reset lost is asked again, and answered as it was
-the first time: not served twice.
-
-    caller (a thread)                                   the server
-    call ── [op, ticket, ...] ────────────────────────▶ serves it; keeps its answer as the
-                                                        last of the ticket's caller
-          ✕ the reply lost in a reset (ConnectionLost)
-    call ── [op, the same ticket, ...] (new conn.) ───▶ the same answer again; or, if it
-                                                        is still being served, the answer
-                                                        goes to the new connection
-    next call ── [op, next ticket, ...] ──────────────▶ the last answer arrived: forgotten
-
-A ticket (`ticket`) is its caller's key (a thread of a process: 8 random bytes) and a
-count. A caller makes one call at a time, so a newer ticket says the last answer
-arrived. Answers are kept for callers on TCP connections only (a Unix socket is never
-reset), until the caller's next call or its connection's end: at once for a clean end
-(its process ended or closed it); after a reset, while its process lives (it anchored
-again within ``REANCHOR_WAIT_S``), up to `KEPT_ANSWER_S`, since connecting again may
-take longer than that.
-
-Two users: a queue's ``get`` (`fiber.queues._service`: the ticket is a frame of the
-request, and a ``get`` parked when its connection ends is dropped, never answered), and
-the services that answer every request they took (``Service.answers_again``: a
-manager's objects, locks and the other waits of `fiber._core._parking`, pipes), for
-which the ticket is the request's id and the server keeps the answers itself
-(`fiber.transport.server.Server.dispatch`). A wait whose connection was reset is kept
-for its caller to ask again (`Receipts.keeps_waiting`), for ``REANCHOR_WAIT_S``.
-"""
+"""A request whose reply a connection's reset lost is asked again with its ticket, and
+answered as it was the first time: not served twice. The protocol, its invariants and
+its tests: docs/contributing/resets.md, "Receipts"."""
 
 from __future__ import annotations
 
