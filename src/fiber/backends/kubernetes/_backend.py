@@ -1,70 +1,7 @@
-"""The ``kubernetes`` backend: every fiber process is a pod.
-
-Needs the official Kubernetes Python client, fiber's optional extra ``kubernetes``
-(``pip install '.[kubernetes]'`` in fiber's checkout; a clear `SubmitError` says so when
-it is missing). Credentials: ``kubernetes_kubeconfig`` if set; else, in a pod,
-its service account (the API server at ``kubernetes_pod_api_server`` when set, else the
-cluster's ``kubernetes`` service); else ``KUBECONFIG`` or ``~/.kube/config``. Every API call
-has a timeout (``kubernetes_timeout``): an unreachable API server is an error, not a hang.
-
-Pods
-    One pod per job, ``restartPolicy: Never``, in ``kubernetes_namespace`` (else the master
-    pod's namespace, else the kubeconfig context's, else ``default``), named after its job
-    id (``fiber-<program>-<n>``), labelled ``fiber.program`` (the master's id, inherited by
-    fiber processes in the pods) and ``fiber.job``, annotated with the process name and the
-    master. The image is the job's ``image`` (config ``image``), else the master pod's own
-    image, discovered through the API from the master's pod name. When the master runs in a
-    pod, each pod has an **owner reference** to it: deleting the master pod deletes its
-    workers (and theirs, in turn). The fiber configuration reaches the pod through its
-    environment; the pod learns its own name, namespace and IP through the downward API.
-    ``shareProcessNamespace`` keeps the job's Python from being PID 1 (which would ignore
-    SIGTERM): ``terminate()`` and ``kill()`` mean what they mean with ``multiprocessing``.
-
-Resources
-    ``cpu`` and ``memory`` are requests and limits (``kubernetes_cpu_limits=False``: CPU
-    requests only), ``gpu`` the ``nvidia.com/gpu`` limit.
-
-Many jobs at once
-    ``submit`` creates the pods from a few threads in parallel. Any refusal (forbidden,
-    invalid, quota) deletes the pods of that submit and raises SubmitError with the API
-    server's message.
-
-Status
-    One ``list`` of the program's pods (label selector), then a watch of them
-    (`_watch.PodWatch`, one thread per cluster): a poll reads the pods' last states from
-    memory, and traffic follows changes, not pods. A pod not seen yet is pending (its
-    creation's event may be on its way) until it has gone unseen for a minute while the
-    watch runs. While the API server cannot be reached the states known stay; past
-    ``kubernetes_timeout`` a poll raises `BackendError`. A pod that
-    cannot start for a reason that needs a person - an image that cannot be pulled, a request
-    no node can satisfy - fails its job with the cluster's reason: at once when waiting cannot
-    help (``ErrImageNeverPull``, ``InvalidImageName``, a bad container config), after
-    ``kubernetes_pending_timeout`` for what may resolve itself (image pull back-off, an
-    unschedulable pod on an autoscaling cluster). A pod that ended is read once (exit code,
-    ``OOMKilled``, signal), its output kept (`KubernetesBackend.logs`) and it is
-    deleted. Exit codes follow ``multiprocessing``: a container's ``128 + n`` is signal
-    ``n`` (as shells report it), an OOM kill is ``-9`` with that reason. A pod deleted by
-    someone else, or on a lost node, is ``LOST``: a pool gives its tasks to other workers.
-
-Cancel
-    Delete the pod: SIGTERM, then SIGKILL after its grace period; with ``force``, grace 0.
-    Every pod of the program is deleted when the master exits. A SIGKILLed master runs no
-    hook: its children's lifeline ends their processes within seconds, and when the master is
-    a pod, the owner references make the cluster delete the pods (otherwise the ended pods
-    stay until ``fiber stop PROGRAM``). A main program started by ``fiber run`` inherits its
-    id from the command and deletes only the pods it started; ``fiber run`` deletes the
-    rest when it ends (not with ``--detach``).
-
-Networking
-    Jobs reach each other at their pod IPs. A master outside the cluster listens on its
-    address on the route to the API server (``listen_host`` overrides): pods must be able to
-    reach it there.
-
-Files
-    Children find their code through the master's ``sys.path``: the image must hold the
-    program's modules at the same paths, or (one-node clusters) ``kubernetes_mounts`` mounts
-    node paths into every pod.
-"""
+"""The ``kubernetes`` backend: every fiber process is a pod (the official Kubernetes
+client, the extra ``kubernetes``), labelled with its program and owned by the master's
+pod; status is a watch of the program's pods. Pods, resources, status, cancel,
+networking and files: docs/backends/kubernetes.md, "Details"."""
 
 from __future__ import annotations
 
