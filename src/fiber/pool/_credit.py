@@ -1,28 +1,5 @@
-"""How many tasks a pool worker may hold (its credit), and the round trip of its link.
-
-A worker holds the task it runs and, where waiting for the next one would leave it idle,
-the next ones too: the master hands a task out only to a worker with credit left.
-
-- Tasks of unknown length (a function's first, before any result) or of ``SLOW_S`` and
-  more: one at a time. A task held behind a long one waits while other workers may idle,
-  and a pool's first worker to connect would take the work of those still starting.
-- Quick tasks: about ``HOLD_S`` seconds of them, at least ``prefetch + 1``, so that a
-  worker on a fast link never idles on a round trip.
-- A worker on a slow link (its round trip ``FAR_S`` or more: another site, a congested
-  or shaped network): one task plus enough to cover its round trip, ``1 + rtt / task``
-  (up to `MAX_FAR_CREDIT`), once that round trip is ``SHARE`` or more of a task. Held to
-  one task at a time it would wait a round trip for each (a 100 ms round trip and
-  20 ms tasks: a sixth of its time working).
-
-The round trip is measured from the traffic itself, with no probe: a worker that was
-handed tasks while it held none answers with its first results after ``round trip + the
-time its tasks ran`` (which it reports), so each such batch is one sample
-(`Link.observed`); and TCP's own smoothed round trip of the connection, which the kernel
-measures from its acknowledgements, bounds it (`round_trip`): a master or a worker slow
-to read (a loaded host) is not a slow link, and covering it with tasks held ahead would
-only hold tasks behind long ones. A worker reached through a Unix socket (this host) is
-never measured: its link has no round trip worth covering.
-"""
+"""How many tasks a pool worker may hold (its credit), and the round trip of its link,
+measured from the traffic itself. The rules: docs/contributing/pools.md, "Credit"."""
 
 from __future__ import annotations
 

@@ -1,38 +1,6 @@
-"""A job of several pool workers (``workers_per_job`` > 1): it forks them and relays them.
-
-One cluster job holds K workers (one Slurm array task, one pod, one ssh process), so
-that a pool of thousands of workers is hundreds of cluster jobs, not thousands, and the
-master holds one connection a job, not one a worker. The job's process is the *group*:
-it forks its K workers from itself (warm: its interpreter and imports are theirs), each
-running the worker's loop (`_worker.worker_main`) over a socket pair with the group,
-and relays their pool messages on its own connection to the master::
-
-    master ──▶ group   [b"", to, a dispatch's tasks | stop, each with its worker's id]
-                       ──▶ each worker's pair
-    workers ─▶ group   [hello | results, ...] each ──▶ master [pool, from, those read
-                       at one wake-up, each with its worker's id]
-    a worker ends (SIGCHLD, waitpid): what it sent first, then
-        [pool, worker_ended, req, worker id, exit code] ──▶ master
-        ◀── the id of the worker to fork in its place (forked at once: milliseconds,
-            no cluster round trip), or b"" (the pool has enough, or is ending)
-    the group ends once its last worker has ended and none replaces it.
-    its connection is reset (a lossy link, a middlebox): it connects again and says
-        [pool, resume_job, req, each live worker's id and the ids of the tasks handed
-         to it and not answered] ──▶ master
-        ◀── the workers taken back (see `_resume`); the others are stopped
-
-What else a worker asks of the master (its initializer's failure, a retirement, its
-tasks' calls to queues, locks and managers) goes on connections of its own, made when
-first needed: they are rare in pool tasks, and their objects may live on any hub.
-
-The master keeps one record a worker (`WorkerState`) and one a job (`PoolJob`): a worker
-that dies in its job is lost as any worker is (its tasks go to others, one warning), and
-replaced in the job; a job that dies, or whose connection ends, loses its workers at
-once. Signals for the job (the cluster's walltime notice, ``terminate``) go to every
-worker, which retires as one of its own (see `_retire`). A worker ends with its group
-(``PR_SET_PDEATHSIG``): a job the cluster kills leaves nothing behind. What the workers
-print goes out through the job's output, prefixed with the job's name.
-"""
+"""A job of several pool workers (``workers_per_job`` > 1): it forks them from itself and
+relays their messages on its one connection to the master; one that dies is replaced in
+it. The design: docs/contributing/pools.md, "A job of several workers"."""
 
 from __future__ import annotations
 

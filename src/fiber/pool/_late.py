@@ -1,27 +1,6 @@
-"""Tasks clearly late run again elsewhere (a backup copy); the first result is kept.
-
-At thousands of workers some host is always slow or cut off, and some task is always one
-of a heavy tail: the tasks held behind it, or on that host, would wait for it while other
-workers idle (an ordered ``imap`` stalls on them). So the master checks, every
-``CHECK_S`` while tasks are outstanding and a worker idles with nothing queued, which
-held tasks are **late**: the task a worker runs has run ``pool_late_factor`` times its
-function's measured task time, at least ``LATE_MIN_S`` (plus its link's round trip), and
-every task that worker holds behind it is late with it. Each late task (those held
-behind the running one first, then the one held longest) is copied to an idle worker, on
-another host where one idles: both run it,
-whichever result comes first is delivered and the other dropped (``Task.done``), so
-results stay exactly once while the task runs twice (the pool page says so). A task has
-one copy at most (``Task.held_by``), a task that may have killed its worker
-(``suspect``) none, and a function not measured yet is never late. A worker holding a
-task whose copy runs elsewhere may die: the task is not queued again while the copy
-lives (see ``PoolService.worker_lost``).
-
-A worker that holds a task and has not been heard (its results) for longer than that
-task's lateness is *silent*; its host is **suspected** while it is, and for
-``SUSPECT_S`` after such a worker was lost, unless a worker there is heard meanwhile: the
-pool places no replacement there (``JobSpec.avoid_hosts``, where the backend places
-jobs), not to start one on a host that is cut off.
-"""
+"""Tasks clearly late run again elsewhere (a backup copy), the first result kept; the
+host of a silent worker is suspected and gets no new job. The rules:
+docs/contributing/pools.md, "Late tasks and suspected hosts"."""
 
 from __future__ import annotations
 

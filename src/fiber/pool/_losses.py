@@ -1,30 +1,6 @@
-"""What a pool says when it loses a worker: one warning per worker lost, never silence.
-
-A worker's connection usually closes before its backend reports the job's end (a pod's
-status comes seconds later), so the warning is made when the worker is lost and said
-once its exit code is known: when its job's end is seen, or after ``REPORT_WAIT_S``
-without it (a host that stopped answering). Warnings are said in the order the workers
-were lost, a later one waiting for those before it: a task that kills each worker it
-runs on has its "killed its worker 2 times" said before "3 times", whichever job's end
-the backend reported first:
-
-    worker lost (PoolService.worker_lost) ── Losses.add(ws, Loss(tasks resubmitted, notes))
-        ├─ its job ended (the pool's maintainer) ──────────────▶ Losses.ready(ws)
-        └─ REPORT_WAIT_S later (a hub timer), if still unsaid ─▶ Losses.ready(ws)
-    Losses.ready: report(ws) for each ready loss at the head of the queue: one WARNING each
-
-A worker that ends as asked (the pool closing or terminated, retired by ``resize``, after
-``maxtasksperchild``, or ended by ``terminate()``) is not lost and says nothing.
-
-A worker whose connection was reset holds its tasks until it comes back or is lost: its
-warning names them. One that came back gave back those lost in flight (`Given`, said at
-INFO then); if it is lost later, its warning names them too, but those it holds again.
-
-A worker whose initializer raised tells the master its traceback before it exits
-(`InitFailures`): the first failure of a row is one warning with the traceback;
-the workers that fail the same way after it are counted, and said in one warning when
-the row ends (a worker starts, the pool breaks or ends); their ends say nothing more.
-"""
+"""What a pool says when it loses a worker: one warning per worker lost, in the order
+they were lost, once its exit code is known; an initializer's failures in a row said
+once. The rules: docs/contributing/pools.md, "Losses"."""
 
 from __future__ import annotations
 

@@ -1,48 +1,6 @@
-"""What a pool's master and its workers say to each other.
-
-    worker ──▶ master   [pool, b"hello", b"", worker_id]              after start-up
-                        [pool, b"init_failed", req, traceback,        initializer raised
-                         worker_id]                                   (replied: heard)
-                        [pool, b"results", b"", RESULTS, *frames]     a batch of results
-                        [pool, b"retiring", req, worker_id, signal,   the cluster told it to
-                         ids of the tasks it took, u64 each]          go (replied: b"retire"
-                                                                      or b"die", see _retire)
-    job ─────▶ master   [pool, b"worker_ended", req, worker_id,       a worker of a job of
-                         exit code (ASCII)]                           several ended (see
-                                                                      _group; replied: the
-                                                                      id of the worker it
-                                                                      forks in its place,
-                                                                      or b"": none)
-    job ─────▶ master   [pool, b"from", b"", TO, *frames]             workers' hellos and
-                                                                      results, relayed
-                        [pool, b"resume_job", req, TO, *frames]       its connection was
-                                                                      reset: its workers,
-                                                                      each [ids of the
-                                                                      tasks it holds];
-                                                                      replied: the ids of
-                                                                      those taken back
-    master ──▶ job      [b"", b"to", TO, *frames]                     tasks or stop for
-                                                                      some of its workers,
-                                                                      to relay
-    master ──▶ worker   [b"", b"tasks", TASKS, *frames]               a batch of tasks
-                        [b"", b"stop"]                                finish what you hold, exit
-
-    TASKS   = n × (task_id u64, function_id u32, has_function u8, n_frames u16)
-              followed, per task, by the function's frames (when has_function) and
-              the frames of (args-list) — one pickle per task, buffers out of band
-    TO      = n × (worker_id u64, n_frames u32): each worker's message, ``[op,
-              *payload]``, is the next n_frames frames (a dispatch sends a job one;
-              ``from`` carries its workers' messages so, those read at one wake-up)
-    RESULTS = busy f64 (seconds spent running these tasks), then
-              n × (task_id u64, ok u8, n_frames u16), followed by each result's frames
-
-A function is pickled once per ``map``/``apply`` call (so a callable's state is taken
-when it is submitted, as with multiprocessing) and sent to a worker once; later tasks name
-it by its id. Master and worker keep the same LRU of the last ``FUNCTION_SLOTS`` ids
-per worker, updated in the same order (the order tasks are sent and received), so they
-always agree on what the worker holds. Frames are the serialization module's: one
-pickle, then its out-of-band buffers.
-"""
+"""What a pool's master and its workers (or their jobs) say to each other: the operations
+and the packed layouts of tasks, results and relayed messages. The wire, drawn:
+docs/contributing/pools.md, "The wire"."""
 
 from __future__ import annotations
 

@@ -1,29 +1,6 @@
-"""Workers renewed before a known end: a pool that outlives its jobs' time limits.
-
-A worker's job may have a known end: the time limit fiber asks its cluster for
-(``Backend.job_time_limit``: Slurm's ``--time``), or ``pool_worker_lifetime`` (any
-backend: workers renewed on purpose). Some time before it (``pool_renew_margin``, at most
-a third of the limit), the pool starts the worker's replacement; when the replacement
-says hello, the old worker retires (it finishes what it holds and exits), so a map longer
-than the walltime runs at its full width::
-
-    hello ──▶ renew_at = connected + lifetime × stagger(slot)   (the last 15% of it,
-                                                                 spread: not all at once)
-    the maintainer, at renew_at ──▶ a replacement starts (its `replaces`: the old worker)
-    the replacement's hello ──▶ the old worker retires (no new task; STOP once it holds
-                                none), one INFO line
-
-A worker the cluster ends anyway (the replacement could not start in time) retires on
-the cluster's notice or SIGTERM instead (see `_retire`).
-
-A job of several workers (``workers_per_job``) is renewed as a whole: its clock, hence
-its workers' renewal, starts with its first worker's hello (a worker forked in it later,
-in place of one that ended, is renewed with the job, not a lifetime after its own
-start, which would be past the job's end; one that says hello after the job's renewal
-time is renewed at once, by a job of its own); the maintainer starts one job of as many
-workers in its place, each new worker renewing one old one, and one INFO line says so
-for the job.
-"""
+"""Workers renewed before a known end (a walltime, ``pool_worker_lifetime``): the
+replacement starts first and the old worker retires at its hello. The rules:
+docs/contributing/pools.md, "Renewal"."""
 
 from __future__ import annotations
 

@@ -1,33 +1,6 @@
-"""A pool worker that its cluster tells to go retires: no task pays for it.
-
-On a cluster a worker's end is usually not a crash: its job reaches its time limit, a
-higher-priority job preempts it, its node is drained, a person stops it. The cluster
-says so with a signal first (SIGTERM, then SIGKILL after a grace period; Slurm's
-``--signal=B:USR1@N`` or Grid Engine's ``-notify`` earlier still), which reaches the
-worker itself or through its output relay (``fiber.process._relay``)::
-
-    worker: main thread (tasks)              worker: fiber-retire thread
-    ───────────────────────────              ───────────────────────────
-                                             SIGTERM / SIGUSR1 / SIGUSR2 (the signal's
-                                             wake-up fd: even inside a long native call)
-                                             under the lock: requested; the tasks it took
-                                             and has not reported yet (the one running,
-                                             results not sent yet)
-                                             ── [pool, retiring, wid, signal, ids] ──▶ master
-    takes no task any more (checked          ◀── b"retire" ── the master: the worker is
-    under the lock before each);                retiring: the tasks it holds but those it
-    finishes the one it runs, sends             took go back to the queue, charged to no
-    its results, exits 0 (the master's          one; a replacement starts at once; one
-    STOP wakes it when it is idle)              INFO line says who and why
-                                             ◀── b"die" ── fiber itself ended it
-                                                (terminate(), the program's exit): the
-                                                signal's default action, as before
-
-If the grace period ends before the task does, the cluster's SIGKILL ends the worker:
-its task goes back to the queue, still charged to no one (see ``PoolService.worker_lost``).
-A Process that is not a pool worker keeps the signals' default actions: it is the user's
-code.
-"""
+"""A pool worker that its cluster tells to go (SIGTERM, a walltime notice) retires: it
+reports the tasks it took, finishes the one it runs, and no task pays for it. The
+exchange: docs/contributing/pools.md, "Retirement"."""
 
 from __future__ import annotations
 
