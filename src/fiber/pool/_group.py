@@ -26,6 +26,7 @@ from ..transport.framing import FrameReader, Outbox, ProtocolError, send_frames
 from ..transport.sockets import readable
 from . import _resume
 from ._protocol import PoolOps, pack_ids, pack_to, result_ids, task_ids, unpack_ids, unpack_to
+from ._tagged import Stream, WorkerPipes
 from ._worker import PoolLink, worker_main
 
 __all__ = ["group_main", "RelayedLink"]
@@ -119,6 +120,10 @@ class _Group:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
         self.wake_w = wake_w
+        #: The workers' own stdout and stderr, where the job's output is forwarded: each
+        #: line tagged with its worker's name (see `_tagged`), by worker id.
+        self.pipes = WorkerPipes(self.selector) if _output.forwarded() else None
+        self.streams: Dict[int, List[Stream]] = {}
 
     def forward(self, signum: int, frame: Any) -> None:
         for pid in list(self.children):
@@ -135,6 +140,7 @@ class _Group:
             if stream is not None:
                 stream.flush()
         ours, theirs = socket.socketpair()
+        pipes = self.pipes.make() if self.pipes is not None else None
         # The worker's collections must not walk (and so copy, page by page) what this
         # group imported and made: it is never the worker's garbage.
         gc.freeze()
@@ -147,12 +153,16 @@ class _Group:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             ours.close()
             theirs.close()
+            if self.pipes is not None and pipes is not None:
+                self.pipes.drop(pipes)
             sys.stderr.write(f"fiber: cannot fork worker {worker_id}: {e}\n")
             self.ended(worker_id, 1)  # it never started: the master replaces it elsewhere
             return
         if pid == 0:
-            self._become_worker(worker_id, theirs, ours, mask)
+            self._become_worker(worker_id, theirs, ours, mask, pipes)
         theirs.close()
+        if self.pipes is not None and pipes is not None:
+            self.streams[worker_id] = self.pipes.watch(f"PoolWorker-{worker_id}", pipes)
         link = _Link(worker_id, ours)
         self.children[pid] = link  # before a signal held meanwhile is forwarded
         self.links[worker_id] = link
@@ -161,7 +171,7 @@ class _Group:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _become_worker(self, worker_id: int, sock: socket.socket, other: socket.socket,
-                       mask: Any) -> None:
+                       mask: Any, pipes: Optional[Tuple[int, int, int, int]]) -> None:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
@@ -172,6 +182,8 @@ class _Group:
             other.close()
             for link in self.children.values():  # its siblings' pairs are not its own
                 link.sock.close()
+            if self.pipes is not None and pipes is not None:
+                self.pipes.in_worker(pipes)
             self.selector.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
@@ -259,6 +271,9 @@ class _Group:
         """Send the master what the workers sent, in one message: the results of a
         round's tasks that ended together are one message a job, not one a worker."""
         if self.up:
+            if self.pipes is not None and self.pipes.wrote:  # its tasks' lines first
+                self.pipes.wrote = False
+                _output.sync()
             up = self.up
             self.client.send(self.pool_name, PoolOps.FROM, pack_to(up))
             self.up = []  # (kept, to be sent again, if the connection failed)
@@ -318,6 +333,8 @@ class _Group:
             while link.open and readable([link.sock], deadline - time.monotonic()):
                 if not self._from_worker(link, 0):
                     break
+            if self.pipes is not None:  # what it wrote, before its last results
+                self.pipes.drain(self.streams.pop(link.worker_id, []))
             try:
                 self._relay()
             except ConnectionLost:  # (kept: sent once the connection is back)
@@ -352,6 +369,10 @@ class _Group:
     def _serve_once(self) -> None:
         self._from_master()
         for key, events in self.selector.select():
+            if isinstance(key.data, Stream):
+                assert self.pipes is not None
+                self.pipes.read(key.data)
+                continue
             if isinstance(key.data, _Link):
                 if events & selectors.EVENT_WRITE:
                     self._to_worker(key.data)

@@ -47,7 +47,13 @@ from ..process import Process, end_with_parent, start_all, terminate_all
 from ..process._job import end_said_elsewhere
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
-from ..process._process import program_exiting, release_ended, set_placement, set_resources
+from ..process._process import (
+    mark_tagged_output,
+    program_exiting,
+    release_ended,
+    set_placement,
+    set_resources,
+)
 from ..process._starting import backend_of, files_per_job
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
@@ -335,6 +341,8 @@ class PoolCore:
         proc = self.process_class(target=target, name=name, daemon=True, args=args)
         set_resources(proc, self.resources.times(count) if forks else self.resources)
         set_placement(proc, avoid)
+        if forks:  # its workers' lines are tagged with their names (see _tagged)
+            mark_tagged_output(proc)
         end_with_parent(proc)  # a worker serves this pool only
         end_said_elsewhere(proc)  # its loss or retirement: the pool's words
         job = PoolJob(proc, forks)

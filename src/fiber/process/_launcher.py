@@ -78,9 +78,10 @@ class Launch:
 
     def __init__(self, payload: List[Any], on_started: Callable[[int, str], None],
                  on_exit_report: Callable[[int], None], on_gone: Callable[[bool], None],
-                 name: str = "") -> None:
+                 name: str = "", tagged: bool = False) -> None:
         self.payload = payload
         self.name = name
+        self.tagged = tagged  # its lines may name their writer (see _printer)
         self.host = ""
         self.on_started = on_started
         self.on_exit_report = on_exit_report
@@ -182,7 +183,8 @@ class LaunchService(Service):
         it runs on (`fetch`), else with ``guess``, which `fetch` corrects later. A job
         may say it before its output opens: a submit of many jobs returns after the
         first ones asked for their payloads."""
-        self.printer.open(token, launch.name, launch.host or guess, get_config().output_prefix)
+        self.printer.open(token, launch.name, launch.host or guess, get_config().output_prefix,
+                          launch.tagged)
 
     def capture(self, token: bytes, output: JobOutput) -> None:
         """Read the pipes of job ``token``'s stdout and stderr from now on (a local job,

@@ -33,8 +33,8 @@ from .._core import _runtime
 from ..backends._job_command import JOB_LOG_ENV
 from . import _relay
 
-__all__ = ["CAPTURED", "RELAY", "split_for_relay", "start", "sync", "stop", "relayed",
-           "parent_gone"]
+__all__ = ["CAPTURED", "RELAY", "split_for_relay", "start", "forwarded", "sync", "stop",
+           "relayed", "parent_gone"]
 
 CAPTURED = _runtime.OUTPUT_CAPTURED
 RELAY = _runtime.OUTPUT_RELAYED
@@ -70,6 +70,11 @@ def start() -> None:
             out.reconfigure(line_buffering=True)
         except (ValueError, OSError):
             pass
+
+
+def forwarded() -> bool:
+    """Whether this job's output goes to its parent (once `start` ran)."""
+    return bool(_mode)
 
 
 def _pending(ioctl: Any = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import threading
 import time
@@ -32,14 +33,23 @@ _RECENT = 200
 _RECENT_CHARS = 500
 
 
+#: The tag a job of several pool workers puts before each line of a worker's
+#: (``(PoolWorker-3) ``, see fiber.pool._tagged): the worker's name.
+_TAG = re.compile(r"\(([^()\s@]+)\) ")
+
+
 class _JobOutput:
-    """One job's output: its prefix and its unfinished lines."""
+    """One job's output: its prefix and its unfinished lines. A ``tagged`` job's lines
+    may each name the process that wrote them (`_TAG`): they are prefixed with that
+    name, at the job's host."""
 
-    __slots__ = ("name", "prefix", "partial", "closed", "ended")
+    __slots__ = ("name", "host", "prefix", "tagged", "partial", "closed", "ended")
 
-    def __init__(self, name: str, prefix: str) -> None:
+    def __init__(self, name: str, host: str, prefix: str, tagged: bool) -> None:
         self.name = name
+        self.host = host
         self.prefix = prefix
+        self.tagged = tagged
         self.partial: List[bytes] = [b"", b""]  # fd 1, fd 2
         self.closed = threading.Event()
         self.ended = False  # the job has ended (its backend said so)
@@ -60,13 +70,14 @@ class OutputPrinter:
         return [{"time": t, "name": name, "fd": fd, "text": text}
                 for t, name, fd, text in list(self._recent)]
 
-    def open(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
+    def open(self, token: bytes, name: str, host: str, prefixed: bool,
+             tagged: bool = False) -> None:
         """Job ``token`` forwards its output from now on; its lines will carry
-        ``(name@host) ``."""
+        ``(name@host) `` (a ``tagged`` line, its own name's: see `_JobOutput`)."""
         if token in self._jobs:  # opened already (see LaunchService.exit_report)
             return
         prefix = f"({name}@{host}) " if prefixed else ""
-        self._jobs[token] = _JobOutput(name, prefix)
+        self._jobs[token] = _JobOutput(name, host, prefix, tagged)
 
     def rename(self, token: bytes, name: str, host: str, prefixed: bool) -> None:
         """Job ``token`` said where it runs: its lines from now on carry ``(name@host) ``
@@ -74,7 +85,7 @@ class OutputPrinter:
         whose pipes this process reads may run on another host, reached by ssh)."""
         job = self._jobs.get(token)
         if job is not None:
-            job.name = name
+            job.name, job.host = name, host
             job.prefix = f"({name}@{host}) " if prefixed else ""
 
     def write(self, token: bytes, fd: int, data: bytes) -> None:
@@ -89,7 +100,7 @@ class OutputPrinter:
         if end == 0:
             end = len(buffered)
         job.partial[fd - 1] = buffered[end:]
-        _emit(fd, job.prefix, buffered[:end])
+        _emit(fd, job, buffered[:end])
         self._keep(job, fd, buffered[:end])
 
     def _keep(self, job: _JobOutput, fd: int, chunk: bytes) -> None:
@@ -104,7 +115,7 @@ class OutputPrinter:
         for fd in (1, 2):
             rest, job.partial[fd - 1] = job.partial[fd - 1], b""
             if rest:
-                _emit(fd, job.prefix, rest)
+                _emit(fd, job, rest)
                 self._keep(job, fd, rest)
         job.closed.set()
 
@@ -130,12 +141,29 @@ class OutputPrinter:
         return job is None or job.closed.wait(timeout)
 
 
-def _emit(fd: int, prefix: str, data: bytes) -> None:
-    """Write whole lines (``data`` ends a line, or is a job's last words) with ``prefix``."""
+def _tagged(job: _JobOutput, text: str) -> str:
+    """``text`` (whole lines) with each line's tag made its prefix (see `_JobOutput`)."""
+    lines = []
+    for line in text[:-1].split("\n"):
+        tag = _TAG.match(line)
+        if tag is None:
+            lines.append(job.prefix + line)
+        else:
+            prefix = f"({tag.group(1)}@{job.host}) " if job.prefix else ""
+            lines.append(prefix + line[tag.end():])
+    return "\n".join(lines) + "\n"
+
+
+def _emit(fd: int, job: _JobOutput, data: bytes) -> None:
+    """Write whole lines (``data`` ends a line, or is a job's last words) with the job's
+    prefix."""
     text = data.decode("utf-8", "replace")
     if not text.endswith("\n"):
         text += "\n"
-    if prefix:
+    prefix = job.prefix
+    if job.tagged:
+        text = _tagged(job, text)
+    elif prefix:
         text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
     stream: Optional[Any] = sys.stdout if fd == 1 else sys.stderr
     if stream is None:

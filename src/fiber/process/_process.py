@@ -55,8 +55,8 @@ from ._method import default_method
 from ._starting import backend_of, start_all
 
 __all__ = ["Process", "current_process", "active_children", "terminate_all",
-           "kill_children", "set_resources", "set_placement", "mark_daemonic", "run_in_job",
-           "program_exiting", "live_jobs"]
+           "kill_children", "set_resources", "set_placement", "mark_tagged_output",
+           "mark_daemonic", "run_in_job", "program_exiting", "live_jobs"]
 
 _SYNTHETIC_PID_BASE = 1 << 22  # Linux pids never exceed this
 #: Seconds ``join`` waits for the last output of a job that has ended (see _printer).
@@ -95,6 +95,7 @@ class Process(ProcessAttributes):
         self._counter = itertools.count(1)
         self._resources: Optional[Resources] = None
         self._avoid_hosts: FrozenSet[str] = frozenset()  # see set_placement
+        self._tagged_output = False  # see mark_tagged_output
         if daemon is not None:
             self.daemon = daemon
             """Whether the process is daemonic: terminated when its parent exits, and unable
@@ -173,7 +174,8 @@ class Process(ProcessAttributes):
         _launcher.launcher().add(token, _launcher.Launch(
             payload, on_started=lambda pid, host: self._on_started(job, pid, host),
             on_exit_report=lambda code: self._on_exit_report(job, code),
-            on_gone=lambda silent: self._on_gone(job, silent), name=self._name))
+            on_gone=lambda silent: self._on_gone(job, silent), name=self._name,
+            tagged=self._tagged_output))
         asked = self._resources or resources_of(self._target) or Resources()
         return job, _launcher.job_spec(cfg, token, asked, self._name, backend,
                                        self._avoid_hosts)
@@ -490,6 +492,12 @@ def release_ended(proc: Process) -> bool:
         job.close_sentinel()
     _children.discard(proc)
     return True
+
+
+def mark_tagged_output(proc: Process) -> None:
+    """``proc``'s output lines may each name the process that wrote them (a job of
+    several pool workers: see fiber.pool._tagged). Before ``start``."""
+    proc._tagged_output = True  # noqa: SLF001
 
 
 def mark_daemonic(proc: Process) -> None:

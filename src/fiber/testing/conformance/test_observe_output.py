@@ -65,6 +65,32 @@ def test_a_pools_output_is_at_the_master_each_line_prefixed(ctx, capfd):
                 assert m.group("host") == workers[m.group("name")]
 
 
+def test_a_job_of_several_workers_prefixes_each_line_with_its_worker(ctx, capfd):
+    """Workers that share a job (``workers_per_job``) keep their own names on their
+    lines, whichever way they write, and a task's lines are at the master before its
+    result is."""
+    with ctx.Pool(4, workers_per_job=2, cpu=0.25) as pool:
+        got = dict(pool.map(oh.chat_named, range(8), chunksize=1))
+        cap = _Captured(capfd).read()  # at once: no waiting for lines still on their way
+    assert set(got) == set(range(8))
+    for stream, word in ((cap.out, "named-out"), (cap.out, "named-fd"), (cap.err, "named-err")):
+        lines = _prefixed(stream, word)
+        assert sorted(m.group("text") for m in lines) == sorted(f"{word} {i}" for i in range(8))
+        for m in lines:
+            assert m.group("name") == got[int(m.group("text").split()[-1])], m.group(0)
+
+
+def test_a_worker_killed_in_its_job_leaves_its_unfinished_line(ctx, capfd):
+    died = ctx.Event()
+    with ctx.Pool(2, workers_per_job=2, cpu=0.25) as pool:
+        assert pool.apply(oh.last_words_then_die, (died,)) == "second try"
+        cap = _Captured(capfd)
+        cap.wait_for("last words of")
+    lines = _prefixed(cap.out, "last words of")
+    assert len(lines) == 1, cap.out
+    assert lines[0].group("text") == f"last words of {lines[0].group('name')}"
+
+
 def test_output_appears_as_it_is_written(ctx, capfd):
     """A line is at the master while the job still runs (line-buffered, not at its end)."""
     gate = ctx.Event()

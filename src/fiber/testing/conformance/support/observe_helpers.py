@@ -37,6 +37,26 @@ def chat(x: int) -> int:
     return x
 
 
+def chat_named(x: int) -> Any:
+    """Say ``x`` on stdout (print, and on fd 1 itself, as native code does) and on
+    stderr; return ``x`` and this worker's name."""
+    print(f"named-out {x}")
+    os.write(1, f"named-fd {x}\n".encode())
+    print(f"named-err {x}", file=sys.stderr)
+    return x, fiber.current_process().name
+
+
+def last_words_then_die(flag: Any) -> str:
+    """The first time (``flag``, an Event of the master, not set): write a line without
+    its end on fd 1 and SIGKILL this worker; then: return."""
+    if not flag.is_set():
+        flag.set()
+        os.write(1, b"last words of " + fiber.current_process().name.encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    return "second try"
+
+
 def say_then_exit(text: str, code: int) -> None:
     """Print ``text`` (no flush by hand) and end the process at once after it."""
     print(text)
