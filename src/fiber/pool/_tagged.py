@@ -80,10 +80,12 @@ class WorkerPipes:
         for fd in pipes:
             os.close(fd)
 
-    def read(self, stream: Stream) -> None:
-        """Read what ``stream`` holds now and write its whole lines, tagged; at its end
-        (every writer closed it), its unfinished line too, and forget it."""
-        while True:
+    def read(self, stream: Stream, chunks: int = 16) -> None:
+        """Read what ``stream`` holds now (at most ``chunks`` reads: a worker that writes
+        without pause must not keep the group from its other work) and write its whole
+        lines, tagged; at its end (every writer closed it), its unfinished line too, and
+        forget it."""
+        for _ in range(chunks):
             try:
                 data = os.read(stream.fd, 65536)
             except BlockingIOError:
@@ -131,4 +133,4 @@ class WorkerPipes:
         still hold them: what they hold now, the rest as it comes)."""
         for stream in streams:
             if stream.fd in self.streams:
-                self.read(stream)
+                self.read(stream, chunks=1024)
