@@ -45,7 +45,7 @@ from ._core._parking import tid as tid_of_thread
 from ._core._served import Handle
 from .synchronize import _primitives as synchronize
 from .transport.operations import Handler, handles
-from .transport.serialization import dumps, loads
+from .transport.serialization import Frame, dumps, loads
 from .transport.server import Peer, Server, Service
 
 __all__ = ["Value", "Array", "RawValue", "RawArray", "copy", "SharedValue", "SharedArray",
@@ -81,7 +81,7 @@ class ValueService(Service):
         self.memory = memory  # held while served: other processes of this host open it
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
+               payload: List[Frame]) -> None:
         """``[thread id, *args]``: with a thread id, run when the guard lock is free or
         held by that thread (its ``get_lock()`` block)."""
         handler = self.handler(op)

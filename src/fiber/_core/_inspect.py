@@ -24,6 +24,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .._log import recent_warnings
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["SERVICE", "StatusService", "add_source", "add_field", "snapshot", "pause",
@@ -192,7 +193,7 @@ class StatusService(Service):
     """Answers ``get`` with `snapshot` (on the hub's thread, under its lock)."""
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
+               payload: List[Frame]) -> None:
         if op != b"get":
             raise ValueError(f"unknown status operation {op!r}")
         out = snapshot()

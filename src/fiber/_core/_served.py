@@ -24,7 +24,7 @@ from ..transport import auth, receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
 from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
@@ -123,7 +123,7 @@ class Handle:
             raise self._lost(e) from e
         return self._checked(status, payload)
 
-    def _checked(self, status: bytes, payload: List[Any]) -> Tuple[bytes, List[Any]]:
+    def _checked(self, status: bytes, payload: List[Frame]) -> Tuple[bytes, List[Any]]:
         """A reply as it came, unless it is an error (``err``), which is raised here."""
         if status == b"err":  # raised by this process's own hub: not a remote error
             hub = _runtime.hub_if_started()

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .._core._served import decode_wait
 from ..transport.operations import handles
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Watched", "Watch", "WaitService", "WaitOps", "WAIT_SERVICE", "ensure_service",
@@ -91,14 +92,14 @@ class WaitService(Service):
         self.watches: List[Watch] = []
 
     @handles(WaitOps.CANCEL)
-    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         for watch in self.watches:
             if watch.peer is peer and watch.req_id == bytes(payload[0]):
                 self.finish(watch, [])
                 return
 
     @handles(WaitOps.ANY)
-    def wait_any(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def wait_any(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         wait = decode_wait(payload[0])
         pairs = payload[1:]
         ends: List[Tuple[Optional[Watched], int]] = []

@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..transport.operations import Service, handles
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _losses
@@ -68,7 +69,7 @@ class JobsOfSeveral(Service):
         """``ws`` said hello on (or through) ``peer``: it takes tasks."""
         raise NotImplementedError
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float) -> Heard:
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Frame], now: float) -> Heard:
         """A batch of ``ws``'s results, heard at ``now``."""
         raise NotImplementedError
 
@@ -94,7 +95,7 @@ class JobsOfSeveral(Service):
 
     @handles(PoolOps.FROM)
     def from_workers(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
+                     payload: List[Frame]) -> None:
         """Workers' ``hello`` and ``results``, relayed by their job (a job of several, see
         `_group`) on the job's connection, each with its worker's id (see `pack_to`).
         What is queued is handed out once for the message, after all its results: one
@@ -137,7 +138,7 @@ class JobsOfSeveral(Service):
 
     @handles(PoolOps.WORKER_ENDED)
     def worker_ended(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
+                     payload: List[Frame]) -> None:
         """``[worker id, exit code]``: a worker of a job of several ended (see `_group`).
         Lost, if it was not yet (with its exit code: its warning is said now); answered
         with the id of the worker the job forks in its place, or b"" (none needed)."""

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from .._log import info, log
 from ..transport.operations import handles
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from . import _losses, _resume
 from ._jobs import JobsOfSeveral
@@ -66,7 +67,7 @@ class Reconnections(JobsOfSeveral):
             self.worker_lost(ws)
 
     @handles(PoolOps.RESUME)
-    def resume(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def resume(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[worker id, ids of the tasks it holds or has unsent results of]``: a worker
         whose connection was reset is back (see `_resume`). Answered ``stop`` when it
         was given up meanwhile."""
@@ -128,7 +129,7 @@ class Reconnections(JobsOfSeveral):
 
     @handles(PoolOps.RESUME_JOB)
     def resume_job(self, server: Server, peer: Peer, req_id: bytes,
-                   payload: List[Any]) -> None:
+                   payload: List[Frame]) -> None:
         """A job of several whose connection was reset is back on ``peer``, naming its
         live workers, each with the ids of the tasks it holds (see `_group`). Those waited
         for are taken back, as `resume` takes a worker of its own job back (tasks lost in

@@ -28,7 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 from .._log import info, log
 from ..transport.operations import handles
 from ..transport.remote import pack_local_exception
-from ..transport.serialization import dumps
+from ..transport.serialization import Frame, dumps
 from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _credit, _late, _losses, _renew, _resume, _retire, _status
@@ -226,7 +226,7 @@ class PoolService(Dispatching):
     # -- from workers ----------------------------------------------------------------------
 
     @handles(PoolOps.RESULTS)
-    def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def results(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A batch of results (see _protocol): each task is finished once."""
         ws = self.by_peer.get(peer.peer_id)
         if ws is None:
@@ -243,7 +243,7 @@ class PoolService(Dispatching):
             self.dispatch()
         self._maybe_stop(ws)
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Any], now: float) -> Heard:
+    def _results(self, peer: Peer, ws: WorkerState, payload: List[Frame], now: float) -> Heard:
         """``ws``'s batch of results, heard at ``now`` on ``peer``. Returns what the
         caller counts (`_tally`) and measures (its link's round trip, see `_credit`):
         once a message, for all the workers a job relays. The caller then hands out what
@@ -312,7 +312,7 @@ class PoolService(Dispatching):
             self.task_seconds[fid] = each if old is None else 0.7 * old + 0.3 * each
 
     @handles(PoolOps.HELLO)
-    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[worker id]``: a worker connected and ran its initializer; it takes tasks."""
         ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
         if ws is None or ws.lost:
@@ -346,7 +346,7 @@ class PoolService(Dispatching):
 
     @handles(PoolOps.INIT_FAILED)
     def init_failed(self, server: Server, peer: Peer, req_id: bytes,
-                    payload: List[Any]) -> None:
+                    payload: List[Frame]) -> None:
         """``[traceback, worker id]``: the worker's initializer raised; it exits once
         answered. Said here (the first of a row with its traceback, the repeats
         counted: see ``_losses.InitFailures``), so its end says nothing more."""
@@ -358,7 +358,7 @@ class PoolService(Dispatching):
 
     @handles(PoolOps.RETIRING)
     def retiring_worker(self, server: Server, peer: Peer, req_id: bytes,
-                        payload: List[Any]) -> None:
+                        payload: List[Frame]) -> None:
         """``[worker id, signal, ids of the tasks it took]``: the worker's cluster told it
         to go (see `_retire`). Answered ``die`` when fiber itself is ending it
         (``terminate()``, the program's exit), else ``retire``: the tasks it holds but

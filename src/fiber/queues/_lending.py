@@ -22,6 +22,7 @@ from .._core._clients import own_client, plain_client
 from ..transport import _resend
 from ..transport.client import Client, ConnectionLost
 from ..transport.receipts import REANCHOR_WAIT_S
+from ..transport.serialization import Frame
 from ..transport.server import Peer
 
 __all__ = ["LendOps", "RECALL", "Loans", "Lease", "LEND_BYTES", "pack_loan", "unpack_loan"]
@@ -273,7 +274,7 @@ class Lease:
         before the reply, or it did not come in time."""
         box: List[Tuple[bytes, List[Any]]] = []
 
-        def on_reply(status: bytes, payload: List[Any]) -> None:
+        def on_reply(status: bytes, payload: List[Frame]) -> None:
             with self._cond:
                 box.append((status, payload))
                 self._cond.notify_all()

@@ -13,6 +13,7 @@ from .._log import info
 from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
 from ..transport.receipts import REANCHOR_WAIT_S, SKIP, Receipts
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 from ._items import Item, QueueItems
 from ._lending import LEND_BYTES, RECALL, LendOps, Loans, pack_loan
@@ -72,19 +73,19 @@ class QueueService(Service):
         return 0 < self.maxsize <= len(self.items) + self.loans.count
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
+               payload: List[Frame]) -> None:
         super().handle(server, peer, op, req_id, payload)
         if self.signal is not None:  # the creator may be waiting on its _reader
             self.signal.show(bool(self.items))
             self._recall(server)
 
     @handles(QueueOps.PUT)
-    def put(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def put(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Unbounded, fire-and-forget: the item's frames."""
         self._add(server, payload)
 
     @handles(QueueOps.PUT_WAIT)
-    def put_wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def put_wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Bounded: ``[wait, ticket, *frames]``, always answered; asked again after a reset
         (same ticket), answered as it was (an item admitted is not put twice)."""
         asked = bytes(payload[1])
@@ -103,12 +104,12 @@ class QueueService(Service):
         return again is not None
 
     @handles(QueueOps.WITHDRAW)
-    def withdraw(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def withdraw(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """The caller of a bounded put gave up."""
         self._withdraw(server, peer, bytes(payload[0]))
 
     @handles(QueueOps.GET)
-    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[wait, ticket]``: an item, now or once one comes (or ``empty``)."""
         wait = decode_wait(payload[0])
         asked = bytes(payload[1]) if len(payload) > 1 else b""
@@ -127,18 +128,18 @@ class QueueService(Service):
             self._serve(server)  # recalls what is lent, if anything is
 
     @handles(QueueOps.UNGET)
-    def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A late reply to an abandoned get: the item goes back to the front."""
         self.items.push_first(payload)
         self._serve(server)
 
     @handles(QueueOps.SIZE)
-    def size(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def size(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         server.reply(peer, req_id, b"ok",
                      [struct.pack("<q", len(self.items) + self.loans.count)])
 
     @handles(QueueOps.PULL)
-    def pull(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def pull(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Lend up to ``n`` items (and `LEND_BYTES`, at least one) to a consumer's lease;
         none while a ``get`` waits (it goes first), nor while items given back wait
         (`QueueItems.lendable`). Answered ``more`` if items remain to lend."""
@@ -158,13 +159,13 @@ class QueueService(Service):
             self._put_back(server, self.loans.give_back(key))  # the consumer vanished
 
     @handles(QueueOps.ACK)
-    def ack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def ack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A consumer took lent items: they left the queue (room for a bounded put)."""
         self.loans.take(bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]])
         self._admit_putters(server)
 
     @handles(QueueOps.SETTLE)
-    def settle(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def settle(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[key]``: a lease ends (closed, after its ``ack``s: answered ``ok`` when
         asked), or its connection was reset (sent on a new one, after the ``ack``s it
         sent again): what it holds and did not take goes back to the queue."""
@@ -186,7 +187,7 @@ class QueueService(Service):
 
     @handles(QueueOps.RETURN)
     def give_back(self, server: Server, peer: Peer, req_id: bytes,
-                  payload: List[Any]) -> None:
+                  payload: List[Frame]) -> None:
         """A consumer gives back lent items it did not take (recalled), answered once
         they are at the front of the queue again, before its next ``get`` is sent."""
         self._put_back(server, self.loans.give_back(
@@ -201,7 +202,7 @@ class QueueService(Service):
         self._serve(server)
 
     @handles(QueueOps.TASK_DONE)
-    def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[ticket]``: asked again after a reset, answered, not counted twice."""
         asked = bytes(payload[0]) if payload else b""
         if self._answered_again(server, peer, req_id, asked, "task_done"):
@@ -217,14 +218,14 @@ class QueueService(Service):
             self.joiners.clear()
 
     @handles(QueueOps.JOIN)
-    def join(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def join(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         if self.unfinished == 0:
             server.reply(peer, req_id, b"ok")
         else:
             self.joiners.append((peer, req_id))
 
     @handles(QueueOps.SYNC)
-    def sync(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def sync(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Answered once every request sent before it on the connection was handled."""
         server.reply(peer, req_id, b"ok")
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from .._core._parking import Parking, Q, Waiter
 from .._core._served import Handle, decode_wait, encode_wait
 from ..transport.operations import handles
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
 
 __all__ = ["Barrier", "BarrierService", "BarrierOps", "BrokenBarrierError"]
@@ -55,7 +55,7 @@ class BarrierService(Parking):
         self.later: List[Tuple[Peer, bytes, List[Any]]] = []  # arrivals during the action
 
     @handles(BarrierOps.WAIT)
-    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[wait]``: answered ``ok`` (or ``action``, to the party that runs the action)
         with the party's index once all have come, ``broken`` if the barrier breaks."""
         if self.runner is not None:
@@ -76,12 +76,12 @@ class BarrierService(Parking):
 
     @handles(BarrierOps.ACTION_DONE)
     def action_done(self, server: Server, peer: Peer, req_id: bytes,
-                    payload: List[Any]) -> None:
+                    payload: List[Frame]) -> None:
         self._action_ended(server, peer, req_id, ok=True)
 
     @handles(BarrierOps.ACTION_FAILED)
     def action_failed(self, server: Server, peer: Peer, req_id: bytes,
-                      payload: List[Any]) -> None:
+                      payload: List[Frame]) -> None:
         self._action_ended(server, peer, req_id, ok=False)
 
     def _action_ended(self, server: Server, peer: Peer, req_id: bytes, ok: bool) -> None:
@@ -97,19 +97,19 @@ class BarrierService(Parking):
             self.wait(server, args[0], args[1], args[2])
 
     @handles(BarrierOps.ABORT)
-    def abort(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def abort(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self._break(server)
         server.reply(peer, req_id, b"ok")
 
     @handles(BarrierOps.RESET)
-    def reset(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def reset(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         if self.waiters:
             self._break(server)
         self.broken, self.count = False, 0
         server.reply(peer, req_id, b"ok")
 
     @handles(BarrierOps.INFO)
-    def info(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def info(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Answered with ``(count, broken)``."""
         server.reply_value(peer, req_id, (self.count, self.broken))
 

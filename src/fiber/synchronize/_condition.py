@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 from .._core._parking import Parking, Q, Waiter
 from .._core._served import Handle, decode_wait, encode_wait
 from ..transport.operations import handles
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from ._primitives import Lock, RLock
 
@@ -55,7 +56,7 @@ class ConditionService(Parking):
         self.owners: Dict[bytes, bytes] = {}
 
     @handles(ConditionOps.NOTIFY)
-    def notify(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def notify(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[n]``: wake the first ``n`` waiters (-1: all)."""
         n = Q.unpack(payload[0])[0]
         woken = 0
@@ -66,7 +67,7 @@ class ConditionService(Parking):
         server.reply(peer, req_id, b"ok")
 
     @handles(ConditionOps.ENQUEUE)
-    def enqueue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def enqueue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[ticket]``: a waiter takes its place, before it lets go of the lock."""
         ticket = bytes(payload[0])
         self.tickets[ticket] = None
@@ -75,7 +76,7 @@ class ConditionService(Parking):
             server.reply(peer, req_id, b"ok")
 
     @handles(ConditionOps.SLEEP)
-    def sleep(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def sleep(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[ticket, wait]``: answered ``ok`` once notified, ``no`` at the timeout."""
         ticket = bytes(payload[0])
         wait = decode_wait(payload[1])
@@ -87,12 +88,12 @@ class ConditionService(Parking):
             self.tickets[ticket] = self.park(server, peer, req_id, wait, ticket)
 
     @handles(ConditionOps.COUNT)
-    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """For repr: answered with the number of waiters not woken yet."""
         server.reply(peer, req_id, b"ok", [Q.pack(len(self.tickets))])
 
     @handles(ConditionOps.CANCEL)
-    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[ticket]``: the waiter gave up."""
         ticket = bytes(payload[0])
         self._forget(ticket)

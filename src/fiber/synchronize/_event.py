@@ -14,6 +14,7 @@ from typing import Any, List, Optional
 from .._core._parking import Parking
 from .._core._served import Handle, decode_wait, encode_wait
 from ..transport.operations import handles
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 
 __all__ = ["Event", "EventService", "EventOps"]
@@ -34,26 +35,26 @@ class EventService(Parking):
         self.flag = False
 
     @handles(EventOps.WAIT)
-    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[wait]``: answered ``ok`` once the flag is set, ``no`` at the timeout."""
         self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.flag)
 
     protocol = "event"
 
     @handles(EventOps.SET)
-    def set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self.flag = True
         for w in list(self.waiters):
             server.reply(self.take(w).peer, w.req_id, b"ok")
         server.reply(peer, req_id, b"ok")
 
     @handles(EventOps.CLEAR)
-    def clear(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def clear(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self.flag = False
         server.reply(peer, req_id, b"ok")
 
     @handles(EventOps.IS_SET)
-    def is_set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def is_set(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         server.reply(peer, req_id, b"ok" if self.flag else b"no")
 
 

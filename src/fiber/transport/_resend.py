@@ -14,6 +14,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .operations import Service, handles
 from .peers import Peer
+from .serialization import Frame
 
 __all__ = ["SentLog", "Orphans", "orphan", "forget_in_child", "ALWAYS", "has_orphans",
            "take_orphans", "send_orphans",
@@ -259,7 +260,7 @@ class EndedPeers(Service):
             self._counts.popitem(last=False)
 
     @handles(ResendOps.COUNT)
-    def count(self, server: Any, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def count(self, server: Any, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[old peer id]``: answered ``ok`` and how many messages that connection
         brought, once it has ended; ``unknown`` if this server does not know (it
         forgot, or it never served that connection)."""
@@ -272,7 +273,7 @@ class EndedPeers(Service):
             server.reply(peer, req_id, b"ok", [count.to_bytes(8, "little")])
 
     @handles(ResendOps.SYNC)
-    def sync(self, server: Any, peer: Any, req_id: bytes, payload: List[Any]) -> None:
+    def sync(self, server: Any, peer: Any, req_id: bytes, payload: List[Frame]) -> None:
         """``[]``: answered once what came before it on this connection was served (a
         server serves a connection's messages in order)."""
         server.reply(peer, req_id, b"ok")

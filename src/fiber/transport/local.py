@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .peers import LocalPeer, Peer
+from .serialization import Frame
 from .settings import SettingsSource
 from .settings import defaults as _defaults
 
@@ -54,7 +55,7 @@ class OwnServer(Protocol):
     def local_peer(self) -> LocalPeer: ...
 
     def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
-                 payload: List[Any]) -> None: ...
+                 payload: List[Frame]) -> None: ...
 
     def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
                      wait: Callable[[Optional[float]], bool],

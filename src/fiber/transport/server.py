@@ -25,7 +25,7 @@ from .framing import ProtocolError, new_scratch
 from .operations import Service
 from .peers import Connection, LocalPeer, Peer
 from .receipts import REANCHOR_WAIT_S, SKIP, TICKET_BYTES, Receipts
-from .serialization import dumps
+from .serialization import Frame, dumps
 from .serving import Events, Serving, StandIn
 from .sockets import listen, open_file_limits, readable, server_id, tune
 from .strangers import HANDSHAKE_TTL, Door
@@ -303,7 +303,7 @@ class Server(StandIn):
         return self._anchors.get(process_id, 0) > 0
 
     def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
-                 payload: List[Any]) -> None:
+                 payload: List[Frame]) -> None:
         """Hand a request to its service (under the lock); errors become replies."""
         service = self._services.get(name)
         if service is None:
