@@ -249,6 +249,7 @@ echo "error: job id $last not found" >&2; exit 1
 printf '%s\\n' "$*" >> "$FAKE_DIR/qdel.log"
 if [ -n "$FAKE_QDEL_DENY_FORCE" ] && [ "$1" = -f ]; then
   echo "root - you do not have the necessary privileges to force delete jobs"; exit 1; fi
+if [ -n "$FAKE_QDEL_FAIL" ]; then echo "$FAKE_QDEL_FAIL" >&2; exit 1; fi
 """,
 }
 
@@ -380,6 +381,20 @@ def test_status_is_one_qstat_call_then_qacct_for_ended_jobs(fake_sge, monkeypatc
     assert len((fake_sge / "qstat.log").read_text().splitlines()) == 2
     b.cancel_unfinished()  # at exit: nothing is left unfinished, and nothing is listed
     assert len((fake_sge / "qdel.log").read_text().splitlines()) == 2
+
+
+def test_a_failed_qdel_leaves_the_job_uncancelled(fake_sge, monkeypatch):
+    """A qdel that fails raises, and its jobs are not taken for cancelled: the job's end,
+    when Grid Engine reports it, is its own (here its accounting record's exit code),
+    not a cancellation that never happened."""
+    b = FakeSgeBackend()
+    (h,) = b.submit([_spec(1, name="solo")])  # 101
+    monkeypatch.setenv("FAKE_QDEL_FAIL", "error: failed receiving gdi request")
+    with pytest.raises(SubmitError, match="qdel failed"):
+        b.cancel([h])
+    (fake_sge / "qacct.101").write_text(QACCT.replace("jobnumber    102", "jobnumber    101"))
+    st = b.status([h])[h.job_id]  # gone from qstat: ended, as its record says
+    assert (st.state, st.exitcode) == (JobState.FAILED, 3), st
 
 
 def test_a_job_gone_from_qstat_waits_for_its_accounting_record(fake_sge, monkeypatch):
