@@ -1,24 +1,6 @@
-"""Memory shared by the processes of one host: a memfd that each of them maps.
-
-    creator                                        another process of the same host
-    ───────                                        ────────────────────────────────
-    memfd_create ─▶ mmap (MAP_SHARED) ─▶ ctypes    Locator (in the pickle of the handle):
-    keeps the fd open while the data is served     boot id + PID namespace = "same host"?
-                                                   open /proc/<pid>/fd/<fd>, check inode
-                                                   mmap it, close the fd ─▶ same pages
-
-A ``fiber.Array`` keeps its data in such memory (see `fiber.sharedctypes`): its hub
-serves it to every process, on any host, and a process of the creator's host can map the
-very pages instead, so that ``get_obj()`` is a ctypes array that numpy reads as a buffer,
-as multiprocessing's is (gymnasium's ``AsyncVectorEnv(shared_memory=True)`` does so).
-
-"Same host" is the same kernel boot and the same PID namespace (the creator's pid names
-it there); the memfd is then opened through ``/proc/<pid>/fd/<fd>``, which the kernel
-allows to a process of the same user, and its inode is compared with the one recorded,
-so that a reused descriptor number can never map something else. Anything else (another
-host, a container with its own PID namespace, the creator gone) attaches nothing, and
-the caller falls back to the hub.
-"""
+"""Memory shared by the processes of one host: a memfd that each of them maps, so that a
+``fiber.Array``'s ``get_obj()`` is a ctypes array on the very pages, as multiprocessing's
+is. The design: docs/contributing/transport.md, "Memory shared on one host"."""
 
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
-"""Read-only data handed to many processes: sent once per host, mapped by every reader.
-
-Evolution strategies give every worker the same large noise table. A `Shared`
-handle, made by `share` (``fiber.shared``, and a Pool with large ``initargs``),
-pickles as a few bytes; unpickled in another process it *is* the object again, fetched
-from the publishing process once per host:
-
-    publisher: share(obj)                     pickled once; every buffer >= 1 MiB copied once
-      SharedStore on its hub                  into a sealed memfd (transport.memfd.sealed)
-
-    a process of the publisher's host         "get" ──▶ the pickle, and the memfds as
-      (same network namespace: Unix socket)            descriptors: no copy; each reader
-                                                       maps the same pages (copy on write)
-
-    the first process of another host         "get", offering to hold the data for its
-                                                       host ──▶ the data, once, over TCP;
-                                                       sealed into memfds of its own and
-                                                       served by its hub (a mirror)
-    the next ones of that host                "get" ──▶ "holder <address>" ──▶ "get" at
-                                                       the holder (Unix socket): memfds
-
-A *host* is what can pass memfds over Unix sockets: one network namespace of one booted
-kernel (``host_key``); containers with a network of their own are hosts of their own.
-What each reader gets maps pages it cannot change for the others: a write copies the page
-written (``MAP_PRIVATE``), as a forked child's write would. The data lives while the
-handle lives in the publisher (a pool keeps its own until ``join``); a holder keeps its
-mirror until it exits, and the publisher forgets a holder whose process is gone.
+"""Read-only data handed to many processes: sent once per host, mapped by every reader. A
+`Shared` handle pickles as a few bytes (evolution strategies give every worker the same
+large noise table). The design: docs/contributing/transport.md, "Shared read-only data".
 """
 
 from __future__ import annotations

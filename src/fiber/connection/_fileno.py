@@ -1,26 +1,6 @@
-"""``Connection.fileno()``: a descriptor readable while a ``recv`` would not block.
-
-A fiber pipe's messages wait on the hub of the pipe's creator, not in this process, so
-there is no descriptor of the kernel's to hand out. The first ``fileno()`` of an end
-makes one: the read end of an OS pipe, made readable by a watcher thread while the end
-has a message waiting (or its other end is closed everywhere: ``recv`` raises
-``EOFError`` at once), so that ``select``, ``selectors``, ``asyncio``'s ``add_reader`` and
-``multiprocessing.connection.wait`` work on it as on a ``multiprocessing`` connection:
-
-    watcher thread (fiber-fileno)                 this process's recv()
-    ─────────────────────────────                 ─────────────────────
-    conn.poll(1 s) on the hub ── ready ──▶ one byte in the pipe: readable
-    wait until a recv took a message          ──▶ consumed(): the byte read back at once,
-    (or, every second, poll(0) again: another     before recv returns: never readable
-    process may have taken it)                    while nothing waits
-    ── and poll again
-
-The byte is taken back by ``recv`` itself, before it returns, so the descriptor is never
-readable after the last message was taken here (a ``select`` loop cannot block in
-``recv``); after a ``recv`` it is readable again one round trip later if more is waiting.
-Each watched end costs a thread (and, outside the pipe's creator, a connection to its
-hub) until it is closed or collected.
-"""
+"""``Connection.fileno()``: a descriptor readable while a ``recv`` would not block, so that
+``select``, ``selectors`` and ``asyncio`` work on a fiber pipe end, whose messages wait on
+a hub. The design: docs/contributing/transport.md, "A pipe end's descriptor"."""
 
 from __future__ import annotations
 

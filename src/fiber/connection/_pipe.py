@@ -1,20 +1,6 @@
-"""``Pipe`` and ``Connection`` between fiber processes on any hosts, and ``wait``.
-
-A pipe lives on the hub of the process that created it, as two one-way channels:
-
-    end 0 ── send ──▶ [channel to end 1] ── recv ──▶ end 1
-    end 0 ◀── recv ── [channel to end 0] ◀── send ── end 1
-
-``send`` is fire-and-forget; ``recv`` and ``poll`` wait on the server. The server knows
-which processes hold each end (an end is held from its creation or unpickling until
-``close`` or the end of the holding process). When nobody holds the other end and the
-channel is empty, ``recv`` raises ``EOFError``, as with an OS pipe whose writers are all
-closed. What is sent to an end nobody holds any more is dropped, not kept for ever; in
-the pipe's creator ``send`` then raises ``BrokenPipeError``, as with an OS pipe whose
-reader is closed (elsewhere the sender is not told: that would cost a round trip). An
-end pickled into a job's launch payload counts as held until the job takes it
-or ends.
-"""
+"""``Pipe`` and ``Connection`` between fiber processes on any hosts, and ``wait``. A pipe
+lives on the hub of the process that created it, as two one-way channels. The design:
+docs/contributing/transport.md, "Pipes"."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """``connection.wait``: the first of several pipe ends (and descriptors) to become ready.
-
-A pipe end is ready when ``recv`` would not block: a message waits in its channel, or the
-other end is closed everywhere. Its channel lives on the hub of the pipe's creator, so
-readiness is known there, and only there; the hub's ``WaitService`` (`_watch`)
-holds one request per waiting thread and hub, naming every end of that hub that the
-thread waits for, and answers it when any of them becomes ready, or at the timeout:
-
-    waiting thread ── [WAIT, b"any", req_id, wait, name, end, name, end ...] ──▶ hub
-                   ◀─ [req_id, b"ok", indices of the ready ends] ───────────── (or b"empty")
-
-Ends of one hub and nothing else: one request, which the thread waits for as for any
-reply. Ends of several hubs, or with process sentinels and other descriptors: a request
-to each hub, and the thread sleeps on a selector holding the remote hubs' connections,
-a wake-up pipe for its own hub, and the descriptors. Requests still pending when it
-returns are cancelled (``b"cancel"``) and their late replies dropped.
-"""
+Readiness is known on the hub of each pipe's creator, which holds one request per waiting
+thread. The design: docs/contributing/transport.md, "Waiting on several ends"."""
 
 from __future__ import annotations
 

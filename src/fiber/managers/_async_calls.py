@@ -1,27 +1,6 @@
-"""Many requests in flight on one connection, each answered into its own handle.
-
-    caller threads                  AsyncChannel (one per server address and process)
-    ──────────────                  ──────────────────────────────────────────────────
-    h1 = call(...) ── [svc, op, id1, ...] ──▶ socket ──▶ server (answers in any order)
-    h2 = call(...) ── [svc, op, id2, ...] ──▶
-    h2.get() ── reads replies until id2's arrives; id1's is kept for h1 ◀── [id1|id2, ...]
-    h1.get() ── already there
-
-No helper thread: the first thread that needs a reply reads the socket for everyone (a
-*leader*); other threads wait on a condition until the leader stored their reply or
-stepped down. A call costs one write; a reply read by its own caller costs no thread hop.
-
-A connection reset while both ends live does not fail the calls in flight: a
-method call (``again``: its service ``answers_again``) carries a ticket
-(`fiber.transport.receipts`), and the channel asks every such call still unanswered
-again on a new connection, where it is answered once: run once, its answer sent again
-or, if it is still running, sent there. A ticket's key is one of the channel's *slots*
-(one per call in flight, reused), so the server keeps one answer per slot: a slot's next
-call says its last answer arrived (a channel that once had N calls in flight has the
-server keep up to N answers while its connection lasts). Other calls in flight (an
-object's creation, which is not asked again) raise `ConnectionLost`, as do all of them
-when no new connection can be made (the server is gone: it refuses).
-"""
+"""Many requests in flight on one connection, each answered into its own handle, with no
+helper thread; a call that can be asked again survives a connection's reset. The design:
+docs/contributing/transport.md, "Managers: calls in flight"."""
 
 from __future__ import annotations
 

@@ -1,27 +1,6 @@
 """The server side of managers: the manager process, and jobs that serve one object each.
-
-    client process                 manager process (a fiber job)        object job (AsyncManager)
-    ──────────────                 ─────────────────────────────        ─────────────────────────
-    manager.dict() ─ [mgr, create] ─▶ ManagerService ── worker thread:
-                  ◀── spec ───────── obj = dict(); ObjectService "o…" on the hub
-    proxy[k] ────── [o…, call] ────▶ ObjectService ── worker thread of that connection:
-                  ◀── result ──────── getattr(obj, "__getitem__")(k), pickled, replied
-    manager.Env() ─ [mgr, create] ─▶ start Process(serve_object) ─────▶ obj = make_env()
-                                     ◀────── [mgr, created, spec] ───── ObjectService "o…"
-                  ◀── spec (the job's hub address) ──
-    env.step(a) ──────────────────── [o…, call] ─────────────────────▶ (its own CPU)
-
-Calls run on worker threads, one per client connection (as multiprocessing runs one
-thread per connection), so calls from one client thread run in order, a blocking method
-blocks only its caller, and the hub thread never runs user code.
-
-**Lifetime.** An object counts its proxies per process: +1 when created for a process or
-when a process unpickles a proxy (``attach``), -1 when a proxy is garbage-collected
-(``detach``), and a process's count goes when the process does (``process_gone``). A
-pickled proxy in flight is a *handoff* that keeps the object alive until it is attached
-or released. An object with no count and no handoff is dropped; an object job whose last
-object is dropped exits.
-"""
+Calls run on worker threads, one per client connection, so that the hub thread never runs
+user code. The design: docs/contributing/transport.md, "Managers: the server"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
-"""The parent's side of a child job's output: the pipes of its stdout and stderr.
-
-A job of a backend whose jobs are this process's children (``Backend.jobs_are_children``:
-local, netns) gets from the backend a pipe for each of fds 1 and 2
-and hands their read ends here (``JobSpec.capture_output``). The hub reads them in its
-own loop (``Server.watch``), under its lock, as it reads messages, so that nothing runs in
-the job for its output and what the job wrote is here even if it was killed a moment
-later:
-
-    job fds 1, 2 ──▶ pipes ──▶ hub loop: CapturedOutput.read ─┬─ append ──▶ the job's log
-                                                              │            (fiber logs)
-                                                              └─ printer.write ──▶ this
-                                                                 process's stdout/stderr,
-                                                                 each line prefixed
-    the job and its subprocesses have all ended: both pipes at their end ─▶ printer.close
-
-A pool worker waits, before it sends results, until its pipes are empty (see
-`fiber.process._output.sync`): since the hub reads and prints under the lock that
-its results are then taken under, a task's lines are printed before its result is given.
-"""
+"""The parent's side of a child job's output: the pipes of its stdout and stderr, read by
+the hub in its own loop, so that nothing runs in the job for its output. The design:
+docs/contributing/processes.md, "Output: a child's pipes"."""
 
 from __future__ import annotations
 

@@ -1,43 +1,7 @@
-"""Objects of ``multiprocessing`` itself handed to a fiber job of this host.
-
-A fiber process's arguments may hold objects of the standard library's
-``multiprocessing``: an end of ``multiprocessing.Pipe()``, a ``multiprocessing`` queue (an
-OS pipe plus semaphores, which refuse to be pickled unless ``multiprocessing`` is spawning
-a child: ``assert_spawning``), or the call queue of
-``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())``, or a
-``multiprocessing.Value`` or ``Array`` (shared memory: an mmap of a descriptor). Fiber's
+"""Objects of ``multiprocessing`` itself handed to a fiber job of this host. Fiber's
 transport carries no file descriptors, so such a process is started as multiprocessing's
-``spawn`` start method starts one, when the backend's jobs share this host
-(``Backend.jobs_share_host``: ``local``, ``netns``); elsewhere ``start()`` refuses it:
-
-    parent, Process.start() ─ pickle_process          child, fiber.process._bootstrap
-    ───────────────────────────────────────           ───────────────────────
-    fiber's pickle (__main__'s functions by value)
-      meets a multiprocessing object: _NeedsSpawn
-    pickled again as spawn does (by reference),
-    with a spawning popen of ours set:
-      Connection/socket/Arena ─▶ reduction.DupFd(fd)
-        ─▶ _SpawningPopen.DupFd ─▶ _SharedFd:
-           fd registered with multiprocessing's    load_spawned: authkey := the parent's,
-           resource sharer (a thread serving a       main script imported as __mp_main__
-           Unix socket, authenticated with the       (as spawn), then unpickle:
-           program's multiprocessing authkey)          _SharedFd.detach() ◀── the fd, over
-      Queue/SemLock: assert_spawning passes            the parent's resource sharer
-    payload["spawn"] = authkey, main module
-
-A process without such objects costs nothing more (its first pickle is the one used).
-In one that has them, as with ``spawn``, functions and classes are pickled by reference
-(``__main__``'s too: the child imports the main script, so lambdas do not pickle), and
-multiprocessing's queues and locks must come from a ``spawn`` or ``forkserver`` context
-(a ``fork`` context unlinks its semaphores; ``multiprocessing.Pipe()`` works from any). As
-with ``spawn``, a process started while the job imports the main script (code outside
-``if __name__ == "__main__":``) raises RuntimeError instead of starting jobs without end.
-
-The resource sharer's thread is the standard library's (started on first use, a daemon
-kept for the life of the program; ``multiprocessing.resource_sharer.stop()`` ends it). A
-descriptor a job never fetched (it died first) is closed when the job ends, and what was
-handed over for a process whose pickling then failed is released at once.
-"""
+``spawn`` start method starts one, when the backend's jobs share this host. The design:
+docs/contributing/processes.md, "Objects of multiprocessing handed to a job"."""
 
 from __future__ import annotations
 

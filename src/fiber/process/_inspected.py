@@ -1,31 +1,7 @@
-"""A job seen from its parent's dashboard: its threads' Python stacks on request, and its
-CPU time and resident memory while the dashboard is watched.
-
-Only when the program's configuration has a ``dashboard``: then each job's bootstrap
-starts `serve_parent`, a thread of its own on a connection of its own to the parent's
-hub, so that a job whose main thread is busy in a task (or stuck in one) still answers.
-A program without a dashboard makes neither the thread nor the connection.
-
-    job (thread fiber-inspected)               parent's hub (InspectService)
-    [inspect, hello, token] ─────────────────▶ the job's name, from its launch
-                         ◀── [b"", watch, seconds, interval]     (`stats`, when asked)
-    [inspect, stats, token, cpu_s, rss] ─────▶ kept for the dashboard: every interval
-                                                seconds for the seconds the watch lasts
-                         ◀── [b"", stack, request id]            (`stack_of`)
-    [inspect, stack, token, request id, text] ▶ handed to the waiting caller
-
-A job reports nothing while nobody looks: its thread waits on its socket. The parent
-asks for reports (`WATCH_S` of them) when the dashboard reads them and the last ask is
-half that old, at an interval that keeps the reports of all its jobs near
-`REPORTS_PER_S` a second (2 s for up to 128 jobs, 16 s at 1,024): a Pool(1024) on two
-CPUs ran 1.5x slower with 1,024 jobs reporting every 2 s, watched or not. A watch is
-long (the renewal is a message to every job: 1,024 sends under the hub's lock).
-
-A job on the parent's own host (the same kernel, process and network namespaces: the
-local backend's) is not asked: the parent reads its CPU time and memory in ``/proc``,
-those of the workers a viewer shows, each every `STATS_S` at most, and the job is not
-woken at all (each report woke a process on the CPUs the program's rounds run on).
-"""
+"""A job seen from its parent's dashboard: its threads' Python stacks, its CPU time and memory.
+Only with a ``dashboard``: a thread of the job's own answers on a connection of its own,
+and a job reports nothing while nobody looks. The design: docs/contributing/processes.md,
+"Inspection from the dashboard"."""
 
 from __future__ import annotations
 

@@ -1,33 +1,6 @@
-"""Launching a job-backed process: the parent's side and the child's bootstrap.
-
-    parent                                         child job (python -m fiber.process._bootstrap)
-    ──────                                         ──────────────────────────────────────
-    Process.start()
-      payload = dumps(config, process, ...)
-      LaunchService.add(token, payload)
-      backend.submit(JobSpec(cmd, env={FIBER_PARENT=hub address,
-                                       FIBER_JOB=token, FIBER_SECRET}))
-                                                   connect to hub, authenticate (anchor;
-                                                   a local job is handed it instead)
-           hub "proc" ◀──── fetch(token, pid, host) ─┤
-           hub ─────────── payload ─────────────────▶ run process.run()
-           hub "proc" ◀── output_start, output(...) ─┤ its fds 1, 2 (see _output: printed
-                      ◀── source(filename) ──────────┤ here, prefixed, by _printer); the
-                                                     │ lines of a traceback's file it lacks
-           hub "proc" ◀──── output_end ──────────────┤ (replied: all its output is here)
-           hub "proc" ◀──── exit(token, exitcode) ───┤ exit
-      backend watcher ── job finished ──▶ Process._finish(status)
-
-A job of a backend that hands its jobs descriptors (``local``: they are this process's
-children) neither connects nor authenticates: it is handed its anchor, one end of a
-socket pair whose other end the hub serves from the start as that job's (see
-`handing_anchors`); nobody else can hold it.
-
-The anchor connection doubles as the child's lifeline to its parent: when it drops (the
-parent exited, was killed, or its host became unreachable for ``heartbeat_timeout``
-seconds) the child's ``parent_process()`` turns dead. A second lifeline, to the program's
-main process, ends the child when the program ends, so fiber never leaves orphan jobs on
-a cluster (see `fiber.process._lineage`).
+"""Launching a job-backed process: the parent's side and the child's bootstrap. The child
+fetches its pickled process from its parent's hub on its anchor connection, which is also
+its lifeline to the parent. The protocol, drawn: docs/contributing/processes.md, "Launch".
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""The program's main process, as each of its jobs knows it: the end of the lifelines.
-
-A fiber program is its main process (the *master*: the one the user started) and the
-jobs it starts, and theirs. Every job holds two lifelines (see
-`fiber.process._bootstrap`), its anchor connections to two hubs:
-
-- to its **parent**: when it drops, ``parent_process()`` turns dead (``is_alive()`` False,
-  ``sentinel`` readable, ``join()`` returns), and the job goes on, as a child of
-  ``multiprocessing`` goes on when its parent is terminated;
-- to the **master**: when it drops (the program ended, was killed, or its host became
-  unreachable), the job ends its own children and then itself. So a program's jobs all
-  end with the program, whatever happened to the processes between them: no job
-  outlives the program on a cluster.
-
-A child of the master has one lifeline, both at once. The master's hub address travels
-in each launch payload; in the master it is its own hub's.
-
-fiber's own helper jobs, which serve their parent and nobody else (a pool's workers, the
-object jobs of an ``AsyncManager``), end with their parent instead
-(`end_with_parent`), as the standard library's pool workers and managed objects do.
-"""
+"""The program's main process, as each of its jobs knows it: the end of the lifelines. A
+job whose lifeline to the master drops ends its own children and then itself, so that no
+job outlives the program on a cluster. The design: docs/contributing/processes.md,
+"Lineage"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,7 @@
-"""A job's stdout and stderr on their way to its parent: the job's side.
-
-A job's fds 1 and 2 are pipes, so that native code, ``os.write`` and subprocesses are
-forwarded as well as ``print``; their read ends belong to a process that outlives the
-job, so that nothing it wrote is lost however it ends (``os._exit``, SIGKILL, a segfault,
-the OOM killer). The parent picks the way, in the job's environment (``OUTPUT_ENV``):
-
-    "captured"  (local, netns: the job is the parent's  the parent's hub drains the pipes
-                child, Backend.jobs_are_children)       itself (see _captured)
-    "relay"     (Slurm, Docker, Kubernetes...)          the job's first process stays as
-                                                        its relay (see _relay)
-    unset       (forward_output off)                     fds 1, 2 as the backend gave them
-
-In the job nothing runs for it: ``sys.stdout`` is made line-buffered, so that a line
-leaves when it is written, and `sync` lets a pool worker wait, before it sends
-results, until what its tasks printed has left the pipes (``FIONREAD`` of both is 0) and,
-with a relay, until the relay has passed it on: a task's lines reach the parent before
-its result. A line the job wrote without its end of line is written by the parent when
-the job's output ends.
-"""
+"""A job's stdout and stderr on their way to its parent: the job's side. Its fds 1 and 2
+are pipes whose read ends belong to a process that outlives it, so that nothing it wrote
+is lost however it ends. The design: docs/contributing/processes.md,
+"Output: the job's side"."""
 
 from __future__ import annotations
 

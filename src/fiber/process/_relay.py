@@ -1,32 +1,7 @@
-"""A job's output relay: the process that outlives the job to pass on what it wrote.
-
-A job that is not its parent's child (Slurm, Docker, Kubernetes: a backend whose
-``jobs_are_children`` is False; a child's pipes its parent drains itself, see
-`_captured`) starts as one process that splits in two at once:
-
-    the job's first process (the backend's)         its child: the job proper
-    ───────────────────────────────────────          ─────────────────────────
-    split(): pipes for fds 1, 2; fork ─────────────▶ fds 1, 2 = the pipes' write ends;
-    the relay (run, never returns):                  dies with the relay (PDEATHSIG);
-      reads the pipes ─┬─ tee ──▶ its own fds 1, 2   connects, fetches its payload, runs
-                       │          (the job's log:    the process, reports its exit (see
-                       │          Slurm's file, a    _bootstrap)
-                       │          container's log)
-                       └─ [proc, output, token, fd, bytes] ──▶ the parent's hub (printed
-                          there, prefixed, by _printer), on a connection made at the
-                          first output
-      forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 to the job (a cluster signals
-      the job's first process: docker stop, a pod's deletion)
-      the job ends (SIGCHLD) ─▶ reads to the pipes' end ─▶ [proc, output_end] (replied)
-      ─▶ ends as the job ended: its exit code, or killed by the same signal
-
-So whatever ends the job (``os._exit``, SIGKILL, a segfault, the OOM killer), every byte
-it wrote reaches the job's log and its parent: the pipes' read ends are the relay's, not
-the dying process's. The backend sees the job's own exit status. A pool worker that is
-about to send results first waits until the relay has passed on what its tasks printed
-(`fiber.process._output.sync`: the pipes are empty and the relay is not busy, a
-flag in a page the two processes share), so a task's lines come before its result.
-"""
+"""A job's output relay: the process that outlives the job to pass on what it wrote, for a
+job that is not its parent's child (Slurm, Docker, Kubernetes), so that every byte reaches
+the job's log and its parent however the job ends. The design:
+docs/contributing/processes.md, "Output: the relay"."""
 
 from __future__ import annotations
 

@@ -1,45 +1,6 @@
-"""Locks and semaphores shared by processes on any hosts.
-
-    any fiber process, any thread                 hub of the creating process
-    ─────────────────────────────                 ───────────────────────────
-    lock.acquire(timeout=t) ── [acquire, tid, t] ─▶ LockService: owner (process id, thread),
-                            ◀── ok | no ─────────   count, FIFO waiters, a timer per wait
-    lock.release() ──────────── [release, tid] ───▶ next waiter gets ok
-    (holder process gone: its anchor connection closed) ─▶ process_gone: lock released
-
-``Condition`` (`fiber.synchronize._condition`) and ``Barrier``
-(`fiber.synchronize._barrier`) build on the same machinery. Every primitive is a
-`Handle` to a service on the hub of the process that created
-it, like a queue: it pickles to a few bytes and works from any fiber process on any host.
-Waits are decided by the server, which answers when the call can complete or its timeout
-passes; the caller only waits for that answer.
-
-**Owners.** A ``Lock`` or ``RLock`` is held by the *(process, thread)* that acquired it:
-the process is the id the hub learned in the connection's handshake
-(`fiber.transport.client.process_id`), the thread travels in each request. As with
-``multiprocessing``, any process may ``release`` a ``Lock``; only its owner an ``RLock``.
-
-**Lifetime.** As with queues, the object is served while the handle returned to its
-creator lives there; a process that hands a lock to others must keep its own reference.
-
-**A holder that dies.** When a process's anchor connection to the hub closes (it exited,
-was killed, or its host was unreachable for ``heartbeat_timeout`` seconds), every
-``Lock``/``RLock`` it held is released and its waits are dropped; the next waiter gets the
-lock. (``multiprocessing`` leaves such a lock held forever.) If that process lived
-after all (a reset it took more than 5 s to come back from), its next ``release`` of the
-lock raises ``LockLostError`` instead of freeing it for its new holder. A ``SyncManager``'s
-``Lock`` (`ManagedLock`) is the exception: it keeps ``threading.Lock``'s semantics, held
-until some process releases it. Semaphores are counters, not
-owned, and are not restored. A ``Barrier`` whose waiting process vanishes breaks.
-
-**Cost.** An uncontended ``acquire`` + ``release`` is two round trips to the hub.
-Measured on a busy 2-core machine (medians of 3,000; see ``benchmarks/managers.py``):
-0.18 ms from a process on another host (network-namespace
-hosts, TCP over a bridge), 0.16-0.28 ms from another process on the same host, 0.017 ms
-from a thread of the creating process (no socket, no thread hop). ``multiprocessing.Lock``
-(shared memory, one machine only) takes 0.5 us. ``Condition.wait`` costs three round
-trips plus the wait.
-"""
+"""Locks and semaphores shared by processes on any hosts, served by the hub of the process
+that created them; a ``Lock`` or ``RLock`` whose holder dies is released. The design:
+docs/contributing/transport.md, "Locks and semaphores"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""What fiber sends by value itself, not through cloudpickle's private reducers.
-
-Two things a job needs exactly as the parent had them, whatever cloudpickle version is
-installed (it is the one runtime dependency, and pip takes its newest):
-
-- **Code objects** keep their file name. cloudpickle 3.1.3 renames the file of every code
-  object it ships to ``<dynamic-code>``, so a remote traceback lost the file and line of
-  the user's function. Here a code object travels as `marshal.dumps` does it (the
-  format of ``.pyc`` files: every field kept, nested code objects included; jobs run the
-  parent's Python version, as bytecode requires anyway).
-- **Functions of ``__main__``** are rebuilt on the one namespace of
-  `_main_namespace`, by `reduce_main_function` here and the reconstructors
-  there, so that any unpickler (plain ``pickle.loads`` too) shares their globals.
-
-Everything else cloudpickle does (lambdas and closures of other modules, classes of
-``__main__``) goes through its public ``Pickler``; ``tests/unit/test_serialization.py``
-runs with the newest cloudpickle and with the floor ``pyproject.toml`` allows (CI).
-"""
+"""What fiber sends by value itself, not through cloudpickle's private reducers: code
+objects (their file names kept) and the functions of ``__main__``, exactly as the parent
+had them, whatever cloudpickle version is installed. The design:
+docs/contributing/transport.md, "What goes by value"."""
 
 from __future__ import annotations
 

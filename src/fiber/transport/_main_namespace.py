@@ -1,34 +1,7 @@
-"""One globals namespace for the functions of the program's ``__main__`` rebuilt here.
-
-A job never imports the user's main script: the functions defined there travel by value,
-and a by-value function would get a globals dict of its own per pickle. A Pool's
-initializer (pickled in the worker's launch payload) and its task function (pickled apart)
-would not see each other's globals, so ``global model; model = v`` in the initializer would
-be lost to the tasks. A ``multiprocessing`` worker imports the main script, and all its
-functions share that module's globals; here they share `namespace`:
-
-    the pickler, for a function whose globals are __main__'s (_by_value):
-        (make_function, (code, base_globals, name, number of closure cells),
-         state (its attributes, closure values and the globals it uses), set_function_state)
-    any unpickler in any process:
-        make_function       builds the function on `namespace`
-        set_function_state  merges the globals it brings into `namespace` (rule below)
-
-Merge rule: a pickled function brings the values its globals had when it was pickled. A
-name absent here is installed. A name present is replaced only if it still holds the value
-last installed from a pickle (``_installed``, so this process has not rebound it) and that
-value cannot have been changed in place: a function, a class, a module or an immutable
-scalar. So the initializer's ``model = "loaded"`` survives the tasks' ``model = None``, a
-dict or list that an initializer or a task fills (``CACHE[key] = ...``) is never reset to
-the parent's copy, as in a job that imported the main script once; a helper function
-redefined in a notebook replaces the older one, and so does a number or string the parent
-changed, unless this process rebound it.
-
-``namespace`` is not ``sys.modules["__main__"].__dict__``: in a fiber job that module is
-fiber's bootstrap, whose own globals the user's names must not overwrite. Classes of
-``__main__`` need nothing more: cloudpickle rebuilds one class per definition, and their
-methods are functions of ``__main__``, rebuilt here.
-"""
+"""One globals namespace for the functions of the program's ``__main__`` rebuilt here, so
+that a Pool's initializer and its tasks see each other's globals, as in a
+``multiprocessing`` worker that imported the main script. The merge rule:
+docs/contributing/transport.md, "The main script's namespace"."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""The program secret and the challenge-response that proves a peer holds it.
-
-Every fiber program has one random 32-byte secret, made by the main process and handed to
-each child through its job's environment (``FIBER_SECRET``), which the child removes from
-its own environment at once. It is never printed, logged, pickled or put in a command line.
-
-Handshake on every new connection, mutual, before anything is unpickled:
-
-    C ─▶ S   HELLO  version, client_nonce, process_id, flags
-    S ─▶ C   CHAL   server_nonce, HMAC(secret, "S" | client_nonce | server_nonce), server_id
-    C ─▶ S   AUTH   HMAC(secret, "C" | server_nonce | client_nonce)
-    S ─▶ C   OK
-
-Both nonces are fresh random values, so a recorded handshake replayed on a new connection
-fails, and each side proves the secret to the other: a client never unpickles what a
-stranger posing as a server sends. ``server_id`` is the server's own (the random name in
-its address): a client checks it, so that an address whose server has ended never reaches
-another server of the program that happens to listen on the same port now. Until OK the
-server reads at most 512 bytes per message, unpickles nothing, and closes the connection
-at the first wrong byte.
-"""
+"""The program secret and the challenge-response that proves a peer holds it: mutual, on
+every new connection, before anything is unpickled. The handshake:
+docs/contributing/transport.md, "Authentication"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""Messages on a byte stream: a message is a list of frames.
-
-Wire format of one message:
-
-    uint32 n | uint64 len_1 ... uint64 len_n | frame_1 ... frame_n      (little endian)
-
-Frames are written with ``sendmsg`` straight from the caller's buffers (no copy into a
-joined string) and large frames are read with ``recv_into`` straight into a ``bytearray``
-of their size: one copy from the kernel, and a writable buffer for numpy at the end.
-
-On a Unix socket (a peer on the same host) a frame of 1 MiB or more does not go through
-the socket at all: it travels as a sealed memfd (see `memfd`) whose descriptor goes
-with the message (``SCM_RIGHTS``), its length marked by the top bit; the receiver maps it
-without a copy. A 100 MB array then costs one ``memcpy`` each way instead of two copies
-through the kernel in small pieces, and none when a received array is sent on unchanged.
-"""
+"""Messages on a byte stream: a message is a list of frames, written from the caller's
+buffers and read into buffers of their own size, with no copy into a joined string. The
+wire format: docs/contributing/transport.md, "Framing"."""
 
 from __future__ import annotations
 

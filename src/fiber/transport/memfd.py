@@ -1,25 +1,6 @@
-"""Large frames between processes of one host as sealed memfds, passed on without a copy.
-
-    sender                                   receiver
-    ──────                                   ────────
-    copy the frame into a new memfd          map it private (no copy; a write copies
-    seal it: size and content fixed           only the page written), remember
-    send the descriptor (SCM_RIGHTS) ───────▶ address -> memfd
-                                             send that mapping on, unmodified
-                                   ◀──────── (a worker returning its argument, a hub
-                                              forwarding a queue item): the same memfd
-                                              again, no copy
-
-A sealed memfd never changes, so every process that maps it sees the same bytes, and a
-mapping none of whose pages was written (``/proc/self/pagemap``: no anonymous page) holds
-exactly the memfd's content. Sealing the size also means that a mapping can never lose
-its pages under its reader (a SIGBUS); a memfd that arrives without the seals is read
-into memory of the receiver's own instead of being mapped.
-
-Data sent to many processes of a host (a table every worker reads) is copied once into a
-memfd with `sealed`: its read-only mapping, sent any number of times, goes as that
-memfd each time, and every receiver maps the same pages.
-"""
+"""Large frames between processes of one host as sealed memfds, passed on without a copy:
+a sealed memfd never changes, so every process that maps it sees the same bytes. The
+design: docs/contributing/transport.md, "Large frames as memfds"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,5 @@
-"""Requests named once per protocol, and dispatched through a table.
-
-A protocol (a queue's, a pool's...) names each of its operations once, as a constant of a
-class of its own (``QueueOps.PUT = b"put"``): its client side sends that name, and its
-service marks the method that handles it:
-
-    class QueueService(Service):
-        protocol = "queue"
-
-        @handles(QueueOps.PUT)
-        def put(self, server, peer, req_id, payload): ...
-
-The table of a service class (its marked methods and those of its bases, the class's own
-taking precedence) is built once, when the class is made; a request names its operation,
-which `Dispatcher.handle` looks up there. An operation the table does not hold
-raises ValueError naming the protocol and the operation (the server replies it as the
-request's error).
-"""
+"""Requests named once per protocol, and dispatched through a table built once per
+service class. The design: docs/contributing/transport.md, "Operations"."""
 
 from __future__ import annotations
 

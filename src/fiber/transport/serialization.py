@@ -1,24 +1,6 @@
-"""Turning objects into message frames and back.
-
-Pickle protocol 5. Large buffers (numpy arrays, ``bytes``, ``bytearray``, anything that
-exposes ``PickleBuffer``) are never copied into the pickle string: they travel as frames
-of their own, written to the socket without a copy. Functions and classes defined in ``__main__``
-or interactively (lambdas, closures) go by value through cloudpickle; everything
-importable goes by reference, as with plain pickle. The functions of ``__main__`` are rebuilt
-on one globals namespace per process, as if it had imported the main script (see
-`_main_namespace`): a Pool initializer's globals are seen by the tasks.
-
-On receipt each out-of-band buffer is read straight into a writable ``bytearray``, so that
-an array received is writable, as with ``multiprocessing``, without a further copy.
-
-A ``multiprocessing.connection.Connection`` or a ``socket.socket`` goes as
-``multiprocessing`` sends one through a pipe (its ``ForkingPickler``): its descriptor is
-handed over by the sender's resource sharer (a Unix socket authenticated with the
-``multiprocessing`` authkey, which fiber's jobs share with their parent), so it reaches
-processes of the sender's host. Plain pickle would copy the descriptor's number.
-
-    dumps(obj) -> [pickle_bytes, buf_1, ..., buf_n]      loads(frames) -> obj
-"""
+"""Turning objects into message frames and back: pickle protocol 5 with large buffers out
+of band, and the functions and classes of ``__main__`` by value. The design:
+docs/contributing/transport.md, "Serialization"."""
 
 from __future__ import annotations
 

@@ -1,37 +1,6 @@
-"""The local backend's fork server: a pre-imported template process that forks jobs.
-
-A job started as ``python -m fiber.process._bootstrap`` pays for a new interpreter and for
-``import fiber`` (about 0.2 s of CPU), and more when its code imports numpy or torch. On
-its first such job the local backend starts instead one *template* process
-(`fiber.backends.local._forkserver_template`) that imports fiber, preloads the packages
-the master uses (config ``local_preload``) and then only forks: each child applies its job's
-environment and runs the bootstrap in-process, as ``python -m fiber.process._bootstrap`` would.
-
-    master (LocalBackend, any thread)            template (one thread; no hub, no socket
-    ─────────────────────────────────            but its end of the socketpair)
-    socketpair(AF_UNIX, SOCK_SEQPACKET) ───────▶ inherited fd (its number is argv[1])
-    init {preload, sys_path}             ──────▶ import fiber and the preload modules
-                                         ◀────── ready {pid, preloaded, failed}
-    fork {id, argv, env, cwd, signals,
-          inherit: names}
-      + the master's stdout/stderr fds,  ──────▶ fork(); the child: stdio, signals, env
-        then the fds handed to the job           (+ name=fd of each inherited one), cwd,
-                                                 then fiber.process._bootstrap; os._exit
-                                         ◀────── forked {id, pid} + a pidfd of the child
-                                         ◀────── exit {pid, code}  (SIGCHLD → waitpid)
-    EOF: the master ended                ──────▶ the template exits
-
-Messages are JSON, one per SEQPACKET datagram: nothing is unpickled on either side. A
-job's environment holds the program secret; it travels only over the private socketpair
-and never appears on a command line or in the template's own environment. Nothing
-listens on the network.
-
-Exit codes follow ``multiprocessing`` (a negative number is the killing signal); they come
-from the template, the children's parent. If the template dies, jobs it forked keep
-running (their lifeline is their connection to the master's hub); the master watches
-each through its pidfd and reports it LOST when it ends, with its exit code unknown to
-the backend. The next job starts a new template.
-"""
+"""The local backend's fork server: a pre-imported template process that forks jobs, so
+that a job does not pay for a new interpreter and for ``import fiber``. The protocol,
+drawn: docs/contributing/processes.md, "The local fork server"."""
 
 from __future__ import annotations
 

@@ -1,32 +1,7 @@
 """``fiber ps``, ``logs`` and ``stop`` on the ``local`` backend: this user's fiber programs on
-this machine and their jobs, whichever process started them.
-
-What is listed comes from the files of `fiber._machine`: a program is its main
-process's program file (written while it runs); a job is its log file, with its *record*
-beside it (``<job>.pid``), one line written by the process that started the job:
-
-    <pid> <start>             when it started (start: see _machine.process_start; "-"
-                              when the job had ended before it could be recorded)
-    <pid> <start> <exit>      once that process saw it end: its exit code, or minus the
-                              signal that killed it ("?": unknown)
-
-A program's row is its program file, or its ended file once it has ended (see
-`fiber._machine`). A job's ``CREATED`` is its process's start, from its record (its
-log's last write may be its end). A job runs while its ``(pid, start)`` process runs; a
-zombie (ended, not yet waited for by its parent) does not. A job ends ``ended
-(SIGKILL)``, ``ended (exit 1)``, or just ``ended`` when nobody could tell how (its
-program was killed too). A pid is trusted only with its start time, so a pid reused by
-another process is never signalled.
-
-Records of ended jobs (log and record) are pruned by `prune`, when ``fiber ps``
-runs and when a process records new jobs, if no process of this user has pruned them for
-``PRUNE_EVERY_S`` (`prune_due`: after a Pool(1024) program, the next program's prune
-unlinks 2,000 files, and a benchmark's runs, a program each, did it every time): those of
-programs that have ended are kept for ``KEEP_S`` (a day), ``KEEP_JOBS`` (200) at most,
-the newest first, as are the rows of ended programs. A job that runs, any job of a
-program that runs, and a record younger than ``_YOUNG_S`` (a job being started, its
-record not written yet) are never pruned.
-"""
+this machine and their jobs, whichever process started them, from the files of
+`fiber._machine`. The records and their pruning: docs/contributing/processes.md,
+"The local backend's ps, logs and stop"."""
 
 from __future__ import annotations
 

@@ -1,25 +1,7 @@
 """``fiber ps``, ``logs`` and ``stop`` on the ``ssh`` backend: the ssh jobs started from
 this machine, whichever process started them, as the files of the master's machine say.
-
-    <temp dir>/fiber-<uid>/ssh-logs/<program>/<job id>-<name>.log   0600, this user's
-    <temp dir>/fiber-<uid>/ssh-logs/<program>/<job id>.rec          its record
-    <temp dir>/fiber-<uid>/ssh-logs/<program>/<job id>.ssh          ssh's own messages
-                                                                    (ssh -E), while it runs
-
-A job's output comes to the master through its ssh session: the master's hub appends what
-it reads of the job's pipes to the log (``JobOutput.log_path``), or, with
-``forward_output`` off, the ssh client writes there itself. The record, one line written
-by the process that started the job, says where its ssh client runs, and how it ended:
-
-    <host> <pid> <start>            its ssh client (pid and start: see _machine)
-    <host> <pid> <start> <exit>     once it ended: its exit code, minus the signal that
-                                    killed the job, "lost" or "?"
-
-A job runs while its ssh client runs; ``fiber stop`` ends it by SIGTERM to the ssh client,
-which closes its session: the keeper on the host then kills the job (see `_keeper`). The
-logs and records of a program that has ended are removed a day after their last write, by
-the next program's first job.
-"""
+The files and their records: docs/contributing/processes.md,
+"The ssh backend's ps, logs and stop"."""
 
 from __future__ import annotations
 

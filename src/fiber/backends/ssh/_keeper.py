@@ -1,30 +1,7 @@
-"""The keeper: what the ssh backend runs on a host for each job, before fiber.
-
-The ssh command line holds no secret: it is a loader that reads this file's source from
-the session's stdin and runs it (see `_session`). The keeper then reads, still from
-stdin, one line of JSON (the job's command and its ``FIBER_*`` values, the program's
-secret among them) and starts the job as its child with those values in a pipe, not in
-its environment: the job's first lines put them in its ``os.environ``, where neither
-``ps e`` nor ``/proc/<pid>/environ`` shows them (those show the environment a process was
-started with):
-
-    sshd ── stdin ──▶ keeper (this program)                 the job (fork, exec)
-                        reads the launch line               python <flags> -c <stub> FD
-                        pipe FD ── {FIBER_SECRET, ...} ───▶ os.environ.update(...); the
-                                                            bootstrap runs the process
-                        stdin "TERM" / "KILL" ──▶ SIGTERM / SIGKILL to the job
-                        stdout's reader gone (the ssh session ended: its client was
-                        killed, the connection dropped) ──▶ SIGKILL to the job's group
-                        the job ended ──▶ SIGKILL to what is left of its group; exits
-                        with the job's code, or 128 + the signal that killed it
-
-End of stdin alone ends nothing: the process that started the job may have ended while
-its program goes on, and fiber's lifelines decide then. The job's fds 1 and 2 are the
-session's, so what it writes goes through sshd to the ssh client in the master, whose
-pipes the master drains: sshd reads on after the job died, and nothing it wrote is lost.
-
-Standard library only, and Python 3.9's: it runs before anything else on the host.
-"""
+"""The keeper: what the ssh backend runs on a host for each job, before fiber. It hands the
+job its ``FIBER_*`` values (the secret among them) in a pipe, not in its environment, and
+kills the job when its ssh session ends. Standard library only, and Python 3.9's. The
+design: docs/contributing/processes.md, "The ssh keeper"."""
 
 import json
 import os

@@ -1,20 +1,6 @@
-"""One ssh client in the master: a job's session, or a probe of a host.
-
-A job's session is ``ssh [options] -- HOST 'exec PYTHON -c LOADER N'``, a child of this
-process. Its stdin is a pipe this process writes to: the keeper's source (N bytes, which
-the loader runs), then one line of JSON with the job's command and its ``FIBER_*`` values
-(the secret among them), then, later, ``TERM`` or ``KILL`` (see `_keeper`). Nothing of
-the launch is on a command line or in the ssh client's environment. Its stdout and stderr
-are the job's (pipes the master's hub drains, or the master's own); ssh's own messages go
-to a log file of its own (``-E``), read for the reason when the connection fails.
-
-    submit ─▶ Session.start: Popen(ssh), stdin ◀─ keeper source, launch line
-    the client has read its stdin (FIONREAD of the pipe is 0): authenticated, the session
-      is open (sshd counts it no more against MaxStartups) ── Session.poll_open
-    the client exits: its code is the keeper's (the job's code, 128 + a signal), or 255:
-      ssh failed (before the session opened: the host cannot be reached; after: the
-      connection was lost) ── Session.status
-"""
+"""One ssh client in the master: a job's session, or a probe of a host. Nothing of the
+launch is on a command line or in the ssh client's environment: it goes on the session's
+stdin. The design: docs/contributing/processes.md, "The ssh session"."""
 
 from __future__ import annotations
 
