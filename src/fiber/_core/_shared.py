@@ -16,7 +16,7 @@ from ..errors import TransportError
 from ..transport import memfd
 from ..transport.operations import handles
 from ..transport.remote import unpack_exception
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from ..transport.server import Peer, Server, Service
 from . import _runtime
 from ._clients import get_client
@@ -94,7 +94,7 @@ class SharedStore(Service):
         self.entries: Dict[bytes, _Entry] = {}
 
     @handles(SharedOps.GET)
-    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         key, host, offer = bytes(payload[0]), bytes(payload[1]).decode(), bytes(payload[2])
         entry = self.entries.get(key)
         if entry is None:

@@ -16,7 +16,7 @@ from .._core import _runtime
 from .._core._served import Handle, add_handoff, decode_wait, encode_wait
 from ..transport.client import ConnectionLost, process_id
 from ..transport.operations import handles
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
 from . import _watch
@@ -47,7 +47,7 @@ class PipeOps:
     CLOSE = b"close"
 
 
-def _end(payload: List[Any]) -> int:
+def _end(payload: List[Frame]) -> int:
     """The end a request names (its first frame: b"0" or b"1")."""
     return int(payload[0][0] - 48)
 
@@ -75,7 +75,7 @@ class PipeService(_watch.Watched):
         return bool(self.channels[end]) or self.peer_closed(end)
 
     @handles(PipeOps.SEND)
-    def send(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def send(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         end = _end(payload)
         if self.peer_closed(end):
             return  # nobody can ever read it (see the module docstring)
@@ -83,15 +83,15 @@ class PipeService(_watch.Watched):
         self._serve(server, 1 - end)
 
     @handles(PipeOps.RECV)
-    def recv(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def recv(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self._recv_or_poll(server, peer, req_id, PipeOps.RECV, payload)
 
     @handles(PipeOps.POLL)
-    def poll(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def poll(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self._recv_or_poll(server, peer, req_id, PipeOps.POLL, payload)
 
     def _recv_or_poll(self, server: Server, peer: Peer, req_id: bytes, op: bytes,
-                      payload: List[Any]) -> None:
+                      payload: List[Frame]) -> None:
         end = _end(payload)
         wait = decode_wait(payload[1])
         if self.channels[end] or self.peer_closed(end) or wait == 0:
@@ -103,13 +103,13 @@ class PipeService(_watch.Watched):
             self.waiters[end].append((peer, req_id, op, timer))
 
     @handles(PipeOps.HANDOFF)
-    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """An end is pickled into a job's payload: held until the job takes it."""
         self.handoffs[_end(payload)].add(bytes(payload[1]))
         server.reply(peer, req_id, b"ok")
 
     @handles(PipeOps.ATTACH)
-    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A job took the end handed off to it: its process holds it now."""
         end = _end(payload)
         self.handoffs[end].discard(bytes(payload[1]))
@@ -117,14 +117,14 @@ class PipeService(_watch.Watched):
         server.reply(peer, req_id, b"ok")
 
     @handles(PipeOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A handoff that no job will take."""
         end = _end(payload)
         self.handoffs[end].discard(bytes(payload[1]))
         self._serve(server, 1 - end)
 
     @handles(PipeOps.CLOSE)
-    def close(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def close(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         end = _end(payload)
         self.holders[end].discard(peer.process_id)
         self._serve(server, 1 - end)

@@ -23,7 +23,7 @@ from ..process._bound import process_class
 from ..process._process import set_resources
 from ..transport.operations import handles
 from ..transport.remote import pack_exception
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from ..transport.server import Peer, Server, Service
 
 __all__ = ["Entry", "Spec", "ObjectServer", "ManagerService", "manager_main",
@@ -95,7 +95,7 @@ class WorkerThreads(Service):
                     del self.busy[key]
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
+               payload: List[Frame]) -> None:
         raise ValueError("not a service for requests")
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
@@ -237,7 +237,7 @@ class ObjectService(Service):
         self.dropped = False
 
     @handles(ObjectOps.CALL)
-    def call(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def call(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``dumps((method, args, kwds))``: on a worker thread (inline ones on the hub)."""
         if (self.inline and peer.peer_id not in self.owner.workers.busy
                 and b"_rebuild_proxy" not in bytes(payload[0])):
@@ -247,26 +247,26 @@ class ObjectService(Service):
             server, peer, req_id, lambda: self._call(peer, payload)))
 
     @handles(ObjectOps.ATTACH)
-    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[token]``: a process unpickled a proxy handed off to it; it holds one now."""
         self.handoffs.discard(bytes(payload[0]))
         self.holders[peer.process_id] += 1
         server.reply(peer, req_id, b"ok")
 
     @handles(ObjectOps.HANDOFF)
-    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[token]``: a proxy is being pickled; the object is kept until it is attached."""
         self.handoffs.add(bytes(payload[0]))
         server.reply(peer, req_id, b"ok")
 
     @handles(ObjectOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[token]``: a handoff that nobody will attach."""
         self.handoffs.discard(bytes(payload[0]))
         self._maybe_drop()
 
     @handles(ObjectOps.DETACH)
-    def detach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def detach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A proxy of the sender's process was dropped."""
         pid = peer.process_id
         self.holders[pid] -= 1
@@ -275,16 +275,16 @@ class ObjectService(Service):
         self._maybe_drop()
 
     @handles(ObjectOps.GETVALUE)
-    def getvalue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def getvalue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self.owner.workers.submit(peer, lambda: _reply(
             server, peer, req_id, lambda: (b"ok", dumps(self.obj))))
 
     @handles(ObjectOps.REPR)
-    def repr_of(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def repr_of(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         self.owner.workers.submit(peer, lambda: _reply(
             server, peer, req_id, lambda: (b"ok", dumps(repr(self.obj)))))
 
-    def _call(self, peer: Peer, payload: List[Any], pickle: bool = True) -> Tuple[bytes, Any]:
+    def _call(self, peer: Peer, payload: List[Frame], pickle: bool = True) -> Tuple[bytes, Any]:
         method, args, kwds = loads(payload)
         if method not in self.exposed:  # a RemoteError with multiprocessing's manager
             raise as_remote_error(AttributeError(
@@ -297,7 +297,7 @@ class ObjectService(Service):
         return b"ok", dumps(result) if pickle else result
 
     def _call_on_hub(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
+                     payload: List[Frame]) -> None:
         """A call of a container that cannot block, without a thread hop. Arguments that
         hold proxies went to a worker thread; a result that holds one goes there to be
         pickled (pickling a proxy is a call, which the hub thread must not wait for)."""
@@ -386,7 +386,7 @@ class ManagerService(Service):
         self._lock = threading.Lock()
 
     @handles(ManagerOps.CREATE)
-    def create(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def create(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``dumps((typeid, args, kwds))``: answered with the new object's Spec."""
         typeid, args, kwds = loads(payload)
         if typeid not in self.objects.registry:  # a RemoteError with multiprocessing's
@@ -400,7 +400,7 @@ class ManagerService(Service):
                 b"ok", dumps(self.objects.create(typeid, args, kwds, holder)))))
 
     @handles(ManagerOps.CREATED)
-    def created(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def created(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[creation id, status, *frames]``: an object job reports its object (or its
         error), the answer to the creation waiting for it."""
         entry = self.pending.pop(bytes(payload[0]), None)
@@ -409,12 +409,12 @@ class ManagerService(Service):
         server.reply(peer, req_id, b"ok")
 
     @handles(ManagerOps.PING)
-    def ping(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def ping(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Answered with the registered type ids."""
         server.reply_value(peer, req_id, sorted(self.objects.registry))
 
     @handles(ManagerOps.COUNT)
-    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Answered with the number of live objects (object jobs included)."""
         with self._lock:
             jobs = sum(1 for cid, p in self.jobs.items()
@@ -422,7 +422,7 @@ class ManagerService(Service):
         server.reply_value(peer, req_id, len(self.objects.objects) + jobs)
 
     @handles(ManagerOps.SHUTDOWN)
-    def shutdown(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def shutdown(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         server.reply(peer, req_id, b"ok")
         self.stopped.set()
 

@@ -16,6 +16,7 @@ from typing import Any, Collection, Dict, List, Optional, Tuple
 from .._core import _runtime
 from ..transport.client import Client, ConnectionLost
 from ..transport.operations import handles
+from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service
 from . import _launcher
 
@@ -193,7 +194,7 @@ class InspectService(Service):
         self.watch_sent = -WATCH_S  # when the jobs were last asked for reports
 
     @handles(InspectOps.HELLO)
-    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[token, here, pid]``: a job with this process's `here` is read in /proc."""
         name = self.launches.name_of(bytes(payload[0]))
         if name:
@@ -221,14 +222,14 @@ class InspectService(Service):
         return [b"", WATCH, f"{WATCH_S:g}".encode(), f"{interval:g}".encode()]
 
     @handles(InspectOps.STATS)
-    def report(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def report(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         job = self.jobs.get(self.by_peer.get(peer.peer_id, ""))
         if job is None:
             return
         job.record(float(bytes(payload[1])), int(bytes(payload[2])), time.monotonic())
 
     @handles(InspectOps.STACK)
-    def stack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def stack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         waiter = self.waiting.pop(bytes(payload[1]), None)
         if waiter is not None:
             waiter[1].append(bytes(payload[2]).decode(errors="replace"))

@@ -22,7 +22,7 @@ from ..config import Config, get_config
 from ..errors import ProcessError
 from ..transport import auth
 from ..transport.operations import handles
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from ..transport.server import Peer, Server, Service
 from ..transport.sockets import split_address
 from ._captured import CapturedOutput
@@ -49,7 +49,7 @@ class LaunchOps:
 class Launch:
     """The parent's record of one child; callbacks run on the hub thread."""
 
-    def __init__(self, payload: List[Any], on_started: Callable[[int, str], None],
+    def __init__(self, payload: List[Frame], on_started: Callable[[int, str], None],
                  on_exit_report: Callable[[int], None], on_gone: Callable[[bool], None],
                  name: str = "", tagged: bool = False) -> None:
         self.payload = payload
@@ -100,7 +100,7 @@ class LaunchService(Service):
         self.printer.job_ended(token)
 
     def _launch(self, server: Server, peer: Peer, req_id: bytes,
-                payload: List[Any]) -> Optional[Launch]:
+                payload: List[Frame]) -> Optional[Launch]:
         """The launch a request's token names; None (and the error replied, for a
         request) if none: a one-way message of a job that has ended is dropped."""
         with self._lock:
@@ -110,7 +110,7 @@ class LaunchService(Service):
         return launch
 
     @handles(LaunchOps.FETCH)
-    def fetch(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def fetch(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """A child started: ``[token, *dumps((pid, host))]``; answered with its payload."""
         launch = self._launch(server, peer, req_id, payload)
         if launch is None:
@@ -130,7 +130,7 @@ class LaunchService(Service):
 
     @handles(LaunchOps.EXIT)
     def exit_report(self, server: Server, peer: Peer, req_id: bytes,
-                    payload: List[Any]) -> None:
+                    payload: List[Frame]) -> None:
         """A child reports its exit code: ``[token, code, relayed]``; ``relayed`` b"1":
         its relay has output on its way here (see _relay), which ``join`` waits for, even
         if this report overtook the relay's first message."""
@@ -143,7 +143,7 @@ class LaunchService(Service):
 
     @handles(LaunchOps.OUTPUT_START)
     def output_start(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
+                     payload: List[Frame]) -> None:
         """``[token]``: this connection carries the job's output from now on."""
         launch = self._launch(server, peer, req_id, payload)
         if launch is not None:
@@ -170,13 +170,13 @@ class LaunchService(Service):
             CapturedOutput(hub, self.printer, token, output)
 
     @handles(LaunchOps.OUTPUT)
-    def output(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def output(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[token, fd, data]``: what the job wrote, as it read it."""
         self.printer.write(bytes(payload[0]), int(bytes(payload[1])), bytes(payload[2]))
 
     @handles(LaunchOps.OUTPUT_END)
     def output_end(self, server: Server, peer: Peer, req_id: bytes,
-                   payload: List[Any]) -> None:
+                   payload: List[Frame]) -> None:
         """``[token]``: answered once all of it is written here (the job may have ended
         for its backend already)."""
         self._outputs.pop(peer.peer_id, None)
@@ -184,7 +184,7 @@ class LaunchService(Service):
         server.reply(peer, req_id, b"ok")
 
     @handles(LaunchOps.SOURCE)
-    def source(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def source(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[filename]``: answered with its lines as this process has them."""
         _serve_source(server, peer, req_id, bytes(payload[0]).decode(errors="replace"))
 

@@ -17,7 +17,7 @@ from ..errors import LockLostError
 from ..process import current_process
 from ..transport.operations import handles
 from ..transport.receipts import TICKET_BYTES
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
 
 __all__ = ["Lock", "ManagedLock", "RLock", "Semaphore", "BoundedSemaphore",
@@ -45,7 +45,7 @@ class SemaphoreOps:
     VALUE = b"value"
 
 
-def _who(peer: Peer, payload: List[Any]) -> Owner:
+def _who(peer: Peer, payload: List[Frame]) -> Owner:
     """The (process, thread) a lock request comes from."""
     return (peer.process_id, bytes(payload[0]))
 
@@ -82,14 +82,14 @@ class LockService(Parking):
         self.guarded: List[Tuple[Owner, Callable[[], None]]] = []
 
     @handles(LockOps.ACQUIRE)
-    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[thread id, wait]``."""
         self._acquire(server, peer, req_id, _who(peer, payload), decode_wait(payload[1]), 1,
                       recursion=True)
 
     @handles(LockOps.ACQUIRE_RESTORE)
     def acquire_restore(self, server: Server, peer: Peer, req_id: bytes,
-                        payload: List[Any]) -> None:
+                        payload: List[Frame]) -> None:
         """``[thread id, count]``: ``Condition.wait`` takes the lock back with its count."""
         self._acquire(server, peer, req_id, _who(peer, payload), None,
                       Q.unpack(payload[1])[0], recursion=False)
@@ -111,7 +111,7 @@ class LockService(Parking):
             self.park(server, peer, req_id, wait, (who, count))
 
     @handles(LockOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[thread id]``; answered only when sent as a request."""
         who = _who(peer, payload)
         if self.released.again(req_id):
@@ -137,7 +137,7 @@ class LockService(Parking):
 
     @handles(LockOps.RELEASE_SAVE)
     def release_save(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Any]) -> None:
+                     payload: List[Frame]) -> None:
         """``Condition.wait``: let go entirely, answered with the count to restore."""
         self._check_not_taken(_who(peer, payload))
         if self.owner != _who(peer, payload):
@@ -147,11 +147,11 @@ class LockService(Parking):
         server.reply(peer, req_id, b"ok", [Q.pack(count)])
 
     @handles(LockOps.OWNED)
-    def owned(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def owned(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         server.reply(peer, req_id, b"ok" if self.owner == _who(peer, payload) else b"no")
 
     @handles(LockOps.STATE)
-    def state(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def state(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """For repr: free (0), held in the caller's process (1), or elsewhere (2)."""
         state = 0 if self.owner is None else 1 if self.owner[0] == peer.process_id else 2
         server.reply_value(peer, req_id, state)
@@ -387,7 +387,7 @@ class SemaphoreService(Parking):
         self.released = Made()  # each caller's last release
 
     @handles(SemaphoreOps.ACQUIRE)
-    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[wait]``."""
         if self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.value > 0):
             self.value -= 1
@@ -395,7 +395,7 @@ class SemaphoreService(Parking):
     protocol = "semaphore"
 
     @handles(SemaphoreOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """Answered only when sent as a request."""
         if self.released.again(req_id):
             server.reply(peer, req_id, b"ok")  # made already: its answer was lost
@@ -418,7 +418,7 @@ class SemaphoreService(Parking):
                 server.receipts.if_unclaimed(w.req_id, functools.partial(self._add, server))
 
     @handles(SemaphoreOps.VALUE)
-    def get_value(self, server: Server, peer: Peer, req_id: bytes, payload: List[Any]) -> None:
+    def get_value(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         server.reply(peer, req_id, b"ok", [Q.pack(self.value)])
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, TypeVar
 
+from .serialization import Frame
+
 if TYPE_CHECKING:
     from .peers import Peer
 
@@ -68,7 +70,7 @@ class Dispatcher:
         return handler
 
     def handle(self, server: Any, peer: Any, op: bytes, req_id: bytes,
-               payload: List[Any]) -> None:
+               payload: List[Frame]) -> None:
         """Hand the request to the handler of ``op``.
 
         Raises:
