@@ -1,21 +1,7 @@
 """fiber's logger. By default it shows warnings (a pool worker lost, a task that keeps
 killing its worker); ``debug=True`` or ``log_level=debug`` in the config adds its messages
-about the machinery, to stderr or ``log_file``.
-
-Nothing is configured at import: the handler is attached the first time fiber logs in a
-process, or starts a job. With ``log_file`` every process writes its own file,
-``<log_file>.<its name>``, opened (its directory made, as the original fiber did) when
-the main process starts its hub (its first ``Pool()``, ``Queue()`` or ``start()``, in
-the caller's thread, before any thread of fiber's logs) and when a job starts. A path
-whose folder cannot be written is refused when the program reads its config
-(``fiber.config``); a file that cannot be opened all the same raises `ConfigError` there,
-before any job is submitted (a job that cannot open its own, on a host of its own, says
-so on its stderr and logs there: its work goes on).
-Each line has a timestamp, the process's name and pid, and the thread. When the
-program has configured logging itself (the root logger has a handler) and ``log_file``
-is not set, fiber's records go to the program's handlers instead (the ``fiber`` logger
-propagates), not twice. Secrets are never passed to the logger.
-"""
+about the machinery, to stderr or ``log_file``. When and where it writes:
+docs/contributing/processes.md, "The logger"."""
 
 from __future__ import annotations
 

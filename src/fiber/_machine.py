@@ -1,25 +1,7 @@
 """This user's fiber programs on this machine, and what fiber keeps of them on disk: where
-``fiber top``, ``ps``, ``logs`` and ``stop`` find them.
-
-    <temp dir>/fiber-<uid>/             0700, this user's (checked: never another's)
-        programs/<program>.json         0600: a running program's main process: its pid
-                                        and start, command line, backend, and the address
-                                        and secret of its hub (what fiber top connects with)
-        programs/<program>.ended.json   the same once it has ended, without the address
-                                        and secret, and how it ended (fiber ps --all)
-        logs/<program>/<job>-<name>.log the output of the program's local jobs (local
-                                        and netns backends), with their records beside
-                                        (<job>.pid: see backends/local/_jobs.py, which
-                                        also prunes them)
-
-A program's id here is its main process's pid. The program file is written when the
-main process's hub starts and replaced by its ended file when it exits; one left by a
-process that was killed is recognised (its pid is gone, or is another process's now) and
-replaced by the next look, which says it was killed (its exit hooks did not run). The
-secret in it lets whoever reads the file act as the program (as the secret in the
-environment of its jobs does): the directory and the file are this user's alone, as
-ssh-agent's socket or a Jupyter kernel's connection file are.
-"""
+``fiber top``, ``ps``, ``logs`` and ``stop`` find them. The files hold the hub's secret and
+are this user's alone. The layout: docs/contributing/processes.md,
+"This user's programs on this machine"."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""``fiber top``: a running fiber program's pools and processes, refreshed in the terminal.
-
-    fiber top [PROGRAM] [--once] [--interval S]
-
-With its output not a terminal (``fiber top > file``, ``| grep``), one snapshot, as with
-``--once``: a refreshed screen's escape codes would only clutter a file.
-
-It runs on the machine of the program's main process (any backend: the jobs may be
-Slurm jobs, pods or containers; the main process is what it asks). It finds the program
-through the program file of `fiber._machine` (this user's, mode 0600: the hub's
-address and the program's secret), connects to the program's hub, proves the secret as
-any process of the program does, and asks its ``status`` service
-(`fiber._core._inspect`) once a second. Nothing else is opened: there is no port
-without authentication. Where the main process runs in a container or a pod (``fiber run
--b kubernetes``), run ``fiber top`` there too (``kubectl exec -it POD -- fiber top``).
-
-Workers are shown longest-running task first: a stuck task, and the worker holding it,
-are at the top.
-"""
+"""``fiber top``: a running fiber program's pools and processes, refreshed in the terminal. It
+finds the program by its file (`fiber._machine`) and asks its hub's ``status`` service,
+proving the program's secret. The design: docs/contributing/processes.md, "fiber top"."""
 
 from __future__ import annotations
 

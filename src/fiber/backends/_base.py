@@ -1,23 +1,6 @@
-"""The small interface every backend implements.
-
-A backend turns `JobSpec` objects into jobs on one cluster manager, tells their
-state, and ends them. It knows nothing of processes, queues or pools: the API layer above
-builds a command (the fiber bootstrap) and hands it down; data flows only downwards.
-
-    API layer ──JobSpec──▶ Backend.submit() ──▶ cluster manager (subprocess, sbatch, pod, ...)
-        ▲                      │
-        └── on_exit(status) ◀── JobWatcher: one thread polls status() for *all* jobs
-
-A backend that can create many jobs in one call (a Slurm job array, a batch of pods) does so
-in ``submit``: a 1,000-worker pool is not 1,000 round trips.
-
-The rest is optional: ``wait`` (a default polls ``status``), ``release`` (drop a finished
-job's record), and what a backend declares it can do (``jobs_share_host``, ``passes_fds``,
-``jobs_are_children``, ``sees_exits_at_once``: the core asks these, never a backend's
-name) and the configuration keys it reads (``settings``). What the ``fiber`` command
-needs (``fiber run``, ``ps``, ``logs``, ``stop``) is a separate interface,
-``fiber.backends.CommandLineBackend``.
-"""
+"""The small interface every backend implements: it turns `JobSpec` objects into jobs on one
+cluster manager, tells their state, and ends them, and knows nothing of processes, queues
+or pools. The design: docs/contributing/backend-design.md, "The interface"."""
 
 from __future__ import annotations
 

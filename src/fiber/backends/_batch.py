@@ -1,27 +1,7 @@
-"""A base for backends that drive a batch scheduler through its command-line tools.
-
-Slurm (``sbatch``/``squeue``/``scancel``), PBS (``qsub``/``qstat``/``qdel``) and LSF
-(``bsub``/``bjobs``/``bkill``) are all driven the same way: a job is a shell script handed
-to a submit command, its id is parsed from what that command prints, the state of *all*
-jobs comes from one query command per poll, and a cancel command ends them.
-`BatchBackend` holds what they share:
-
-- `BatchBackend.run_command`: run a command with a timeout; a command that cannot
-  run, fails or hangs raises `SubmitError` carrying the command, its
-  exit code, stdout and stderr. Nothing ever waits on a cluster command without a deadline.
-- `parse_job_id`: the job id in a submit command's output.
-- `render_script`: a job script that exports the environment common to a batch of
-  jobs once and each job's own variables (its token) in a ``case`` over an index variable
-  (``$SLURM_ARRAY_TASK_ID`` for a Slurm job array), then ``exec``-s the command, so that
-  the scheduler sees the command's own exit status and signals. The script is handed to
-  the submit command on stdin: the environment, which holds the program's secret, is
-  never on a command line nor in a file fiber writes.
-- `BatchBackend.status`: one `query` for all jobs, and the
-  bookkeeping of which submitted jobs are still unfinished.
-- cleanup: every job submitted and not seen finished is cancelled when the program exits
-  (an ``atexit`` hook registered on the first submit), normally or by an exception. A
-  master that is SIGKILLed runs no hook: the children's lifeline ends them instead.
-"""
+"""A base for backends that drive a batch scheduler through its command-line tools (Slurm,
+PBS, LSF): commands with a deadline, job scripts on stdin, one query a poll, and every
+unfinished job cancelled at exit. The design: docs/contributing/backend-design.md,
+"Batch schedulers"."""
 
 from __future__ import annotations
 

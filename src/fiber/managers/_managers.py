@@ -1,45 +1,6 @@
-"""Managers: objects that live in a server process and are used through proxies.
-
-    any fiber process, any host                manager process (a fiber.Process job)
-    ───────────────────────────                ─────────────────────────────────────
-    manager = SyncManager(); manager.start() ─▶ hub + "mgr" service (fiber.managers._server)
-    d = manager.dict() ─── [mgr, create] ─────▶ a dict, served as object "o…"
-    d["k"] = 1 ─────────── [o…, call] ────────▶ worker thread: d.__setitem__("k", 1)
-    q = manager.Queue() ── the proxy carries a fiber Queue served by the manager's hub:
-    q.get(timeout=1) ───── [q…, get] ─────────▶ QueueService (waits decided there)
-
-    AsyncManager: each object in its own job; calls return handles at once
-    env = manager.Env() ─── [mgr, create] ─▶ manager starts a job ─▶ job serves the env
-    h = env.step(a) ────── [o…, call] (one write, no wait) ─────────▶ steps on its own CPU
-    h.get() ◀─────────── reply with the request's id (any order) ──────
-
-The API is ``multiprocessing.managers``': ``BaseManager`` (``register``, ``start``,
-``connect``, ``shutdown``, context manager), ``SyncManager`` (``dict``, ``list``,
-``Namespace``, ``Value``, ``Array``, ``Queue``, ``JoinableQueue``, ``Lock``, ``RLock``,
-``Semaphore``, ``BoundedSemaphore``, ``Condition``, ``Event``, ``Barrier``, ``Pool``) and
-proxies with ``_callmethod``/``_getvalue``. The wire is fiber's: the manager is a job on
-the configured backend, connections authenticate with the program's secret, proxies are
-`Handle` objects that pickle to a few bytes and work from any fiber
-process on any host, and a remote exception is re-raised with its traceback.
-
-Queues, locks, conditions, events and barriers of a ``SyncManager`` are fiber's own
-served objects created in the manager: their proxies call them directly (one round trip,
-waits decided by the manager's hub, a lock released when its holder dies). A manager
-that dies makes every call on its proxies raise `ConnectionLost`, never hang.
-
-Lifetime, as multiprocessing's: a started manager's server is shut down by ``shutdown()``,
-when the manager is garbage-collected (the proxies it made in this process hold it), or
-at exit, before fiber's exit function ends the remaining daemonic children. A manager
-process that receives SIGTERM (``terminate()``) shuts down the same way, its object jobs
-first, then ends with exit code -15.
-
-`AsyncManager`: every object of a registered type lives in its own job by default
-(``register(..., separate_job=False)`` keeps it in the manager), so N environments step
-on N CPUs; ``manager.Env()`` returns at once while the job starts, and each method call
-returns a `CallHandle` whose ``get(timeout)`` returns the
-result or re-raises the remote exception. Calls on one object run in the order they were
-made; handles may be read in any order.
-"""
+"""Managers: objects that live in a server process and are used through proxies. The API is
+``multiprocessing.managers``', the wire fiber's; an ``AsyncManager`` serves each object from
+a job of its own. The design: docs/contributing/transport.md, "Managers"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,7 @@
-"""What programs use of a pool beyond ``multiprocessing.Pool``'s documented API.
-
-- ``pool._pool``: the list of worker process objects, a private attribute of
-  ``multiprocessing.Pool`` that real programs read (``len(pool._pool)``). Here a fresh list
-  of the workers started and not lost, at each read: assigning to it, or changing the list,
-  changes nothing of the pool (its size is ``resize``'s). ``pool._state`` is one of
-  ``RUN``, ``CLOSE`` and ``TERMINATE`` (the standard library's strings, also in
-  `fiber.pool`), read-only too.
-- ``pool._repopulate_pool()``: the standard library's private method that starts
-  workers until the pool has its size, which programs call after ``maxtasksperchild``
-  retired some. Here the pool's maintainer replaces each worker by itself, so it waits
-  until the pool has its size of workers up (as ``wait_until_workers_up``).
-- ``start_workers()`` and ``wait_until_workers_up()``: the original fiber's ``Pool``
-  started its workers on first use, and programs written for it call these two to start
-  them early and to wait until every worker has connected. This pool starts its workers
-  when it is made, so ``start_workers`` has nothing left to do.
-
-A mixin of `fiber.pool.Pool`, reading the pool's core (``self._core``) as the
-package's internal API.
-"""
+"""What programs use of a pool beyond ``multiprocessing.Pool``'s documented API
+(``pool._pool``, ``pool._state``, ``_repopulate_pool()``, the original fiber's
+``start_workers()``), as a mixin of `fiber.pool.Pool`. What each does here:
+docs/contributing/pools.md, "Beyond multiprocessing's API"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers.
-
-    caller thread ── apply_async/map/imap ──▶ pickle (function once, args per task)
-                                              └─▶ PoolService.submit (under the hub lock;
-                                                  written to idle workers right away)
-    results from workers ──▶ result objects (frames, unpickled on get), read by the
-        thread waiting in get()/next() (Server.wait_serving: no hand-off between threads;
-        apply and short maps are queued while it serves), else by the hub thread
-    maintainer thread (one per pool): starts workers (one backend submit for many),
-        watches their sentinels, replaces the lost, stops the pool when it is done
-    callback thread (started on first use): runs callback / error_callback in order
-
-Workers pull work: each holds at most ``pool_prefetch + 1`` tasks, so a map never runs
-serially on one worker while others idle, and a worker is used as soon as it connects,
-before the rest of the pool has started. A worker that dies gives its tasks back; see
-`fiber.pool._service` for the exactly-once rules.
+"""``fiber.Pool``: the API of ``multiprocessing.Pool`` over job-backed workers. Workers pull
+work (each holds at most ``pool_prefetch + 1`` tasks); a maintainer thread starts them and
+replaces the lost. The threads, drawn: docs/contributing/pools.md, "The Pool and its threads".
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
-"""The master side of a pool: task queue, workers' credit and pending tables, recovery.
-
-    Pool.apply_async/map ──submit(tasks)──▶ queue (deque of Task)
-                                              │ dispatch: a worker holds at most its
-                                              ▼ credit of tasks; least-loaded first
-    worker (hello) ◀──── [tasks batch] ──── PoolService ──── pending[worker] = {task_id: Task}
-    worker ──── [results batch] ──────────▶ Task.job.deliver(index, ok, frames), once
-    worker lost (connection closed, job ended) ──▶ its pending tasks back to the front
-                                              of the queue; the one it was running is
-                                              charged an attempt; after max retries it
-                                              fails with WorkerLostError
-    a task raised, error_handling=True ──▶ back to the end of the queue, up to max
-                                              retries; then its exception is the result
-
-Everything here runs under the hub's lock (for messages from workers, the hub thread or
-a thread waiting for a result, see ``Server.wait_serving``; for submissions, the caller's
-thread), so a submitted task is written to an idle worker's socket by the caller itself,
-with no thread hop. A task's result is accepted once: a
-duplicate (from a worker presumed dead) is ignored.
-"""
+"""The master side of a pool: task queue, workers' credit and pending tables, recovery. It
+runs under the hub's lock; a lost worker's tasks go back to the queue, and a task's result
+is accepted once. The design: docs/contributing/pools.md, "The master's side"."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""The loop a pool worker runs (the target of each worker's job).
-
-    connect to the master's hub ─▶ initializer(*initargs) ─▶ hello
-    loop:  read task batches (block only when nothing is held, after polling for
-           ``spin_us`` while a CPU is spare and polling pays; a task that ends the wait
-           runs at once, the next read is after it)
-           run the next task ─▶ result (value or exception record)
-           send results in batches: at once when nothing else is held or the task took
-           over 2 ms, else every 64 results or 2 ms, so that cheap tasks are not one
-           message each (the batch says how long its tasks ran: the master's credit);
-           and before a task whose function's tasks take over 2 ms here on average (or
-           that has not run here yet), so that no result waits behind a long task
-    stop:  when told to, or after ``maxtasks`` tasks, once everything held is done
-
-Tasks are executed in the order received; the master's pending table relies on it (the
-first task a dead worker held is the one that was running).
-"""
+"""The loop a pool worker runs (the target of each worker's job): tasks run in the order
+received, results sent in batches, but never held behind a long task. The loop, drawn:
+docs/contributing/pools.md, "The worker's loop"."""
 
 from __future__ import annotations
 

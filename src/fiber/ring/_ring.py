@@ -1,25 +1,6 @@
 """``fiber.Ring``: N equal members started as fiber jobs, with torch.distributed's rendezvous.
-
-    master: Ring.run()                                member r (a fiber job, anywhere)
-    ──────────────────                                ────────────────────────────────
-    a duplex Pipe per member; start_all(N jobs)  ──▶  address = its hub's (route to master)
-                                                      r == 0: bind (address, 0): the port;
-                                                              torch's TCPStore serves on it
-          ◀─────────── ("hello", Hello(address, port, store)) ──
-    every hello in: plan() → env of each rank
-          ──── ("go", env, addresses, restart) ──────────────────▶ os.environ.update(env)
-                                                      r == 0 without a store: free the port
-                                                      result = func(r, size, *args)
-          ◀──────────── ("done", result) | ("error", exception record) ──
-    results by rank, or on the first failure (an "error", a pipe at EOF or a job ended
-    before "done"): kill the others, then raise RingError, or re-form the whole ring
-    (new jobs, new rendezvous, same size) while restarts are left
-
-Every wait of the master is on the members' pipe ends and job sentinels at once
-(``fiber.connection.wait``): a member that dies ends its pipe end at once (its connection
-closes), so the ring ends the others within a second or so, even while they block in a
-collective that can never complete (benchmarks/ring_failure.py measures it).
-"""
+A member that dies ends the others within a second or so, and the ring re-forms while
+restarts are left. The rendezvous, drawn: docs/contributing/transport.md, "The Ring"."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""A userspace link shaper: loss and delay on one netns host's link (root only).
-
-The kernel may have no ``sch_netem`` (``tc qdisc ... netem`` fails) and no iptables, so
-this relay does it in userspace. `Hosts.shape` takes the host's root-side veth
-``fbt<k>h<i>`` off the bridge and puts this process between it (INNER) and a new veth
-pair whose other end is the bridge port:
-
-    eth0 (namespace fbt<k>-h<i>) ══ fbt<k>h<i> ⇄ relay ⇄ fbt<k>r<i> ══ fbt<k>s<i> ── bridge
-
-Run as ``python -m fiber.testing._shaper INNER OUTER``: it forwards every Ethernet frame
-both ways through ``AF_PACKET`` sockets, each direction losing frames with a probability
-and holding them for a constant delay. Direction ``host`` is the frames travelling
-towards the host's namespace (read on OUTER, sent on INNER), ``bridge`` the others.
-Prints ``READY`` once bound; reads one command a line on stdin and answers one line:
-
-    set host|bridge|both loss=<p> delay_ms=<d>   -> OK (or ERROR <why>)
-    stats    -> {"host": {"forwarded": n, "dropped": n, "failed": n, "queued": n}, "bridge": ...}
-
-``dropped``: lost on purpose; ``failed``: not sent (the kernel's queue full, the link
-down, the delay line full). EOF on stdin ends it, as does either interface's removal.
-"""
+"""A userspace link shaper: loss and delay on one netns host's link (root only), for a
+kernel without ``sch_netem``. Run as ``python -m fiber.testing._shaper INNER OUTER``. Its
+place and its commands: docs/contributing/testing.md, "The link shaper"."""
 
 from __future__ import annotations
 

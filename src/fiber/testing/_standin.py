@@ -1,27 +1,6 @@
 """A stand-in process: many simulated pool workers, each a real connection to the master.
-
-    master (fiber.testing.standins)                    this process (one of a few)
-    ───────────────────────────────                    ───────────────────────────
-    submit ── job <id> <hub> <token> <secret> ───────▶ stdin: a simulated job: one worker,
-                                                       or several relayed on its connection
-                                                       (``workers_per_job``, as
-                                                       fiber.pool._group relays them)
-                                                       TCP connect (from its own 127.x
-                                                       address), the handshake (auth),
-                                                       fetch its payload, hello (as a
-                                                       job's _bootstrap and _worker)
-           ◀──────────── tasks / results ────────────▶ each task a timer of its seconds,
-                                                       then its result (as _worker sends)
-           ◀──────────── stop / exit report ─────────▶ then its connection closed
-    cancel ── kill <id> <signal> ────────────────────▶ its connection closed at once
-    stats  ── stats ─────────────────────────────────▶
-           ◀── end <id> <exit code> | stats <json> ── stdout
-
-Everything a real worker says on the wire is said here, with fiber's own framing,
-handshake, pickles and pool protocol; what is not done is the work: a worker's process,
-its interpreter, and its task (``standins.sleep_for`` only, run as a timer). One thread
-and one epoll serve every simulated worker of this process.
-"""
+They say on the wire what a real worker says, but do no work (a task is a timer). The
+protocol, drawn: docs/contributing/testing.md, "Stand-in workers"."""
 
 from __future__ import annotations
 

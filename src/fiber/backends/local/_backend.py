@@ -1,20 +1,6 @@
-"""The ``local`` backend: every job is a process on this machine. The default.
-
-A job running fiber's bootstrap with this interpreter is forked by the *fork server* (see
-`fiber.backends.local._forkserver`), a template process started with the first such job
-that has fiber and the master's packages imported already; every other job, and every job
-when the fork server is disabled (config ``local_fork_server``) or cannot work, is a
-subprocess. Both kinds behave alike for ``status``, ``wait`` and ``cancel``.
-
-Job exits are seen at once: one watcher thread waits on a pidfd per subprocess (Linux) and
-is woken by the fork server's exit reports; it falls back to polling elsewhere.
-A job that asks for ``gpu=n`` gets ``n`` of this host's GPUs of its own
-(``CUDA_VISIBLE_DEVICES``, see `_gpus`); ``cpu=`` and ``memory=`` are not enforced
-(warned once): jobs share the machine's CPUs and memory, as subprocesses do. A fiber job's
-output goes to its own log file when it is forwarded to its parent (``forward_output``),
-which ``fiber logs`` reads, with a record beside it of its pid and, once this backend has
-seen it end, how (``fiber ps``: ``ended (SIGKILL)``; see `_jobs`).
-"""
+"""The ``local`` backend: every job is a process on this machine. The default. A job is forked
+by the fork server or is a subprocess, and its exit is seen at once. The design:
+docs/contributing/backend-design.md, "The local backend"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""CPython's ``test._test_multiprocessing`` with fiber in place of ``multiprocessing``.
-
-The interpreter's own file is compiled and run in a module of ours (`on_fiber`) whose
-``__import__`` answers every ``import multiprocessing...`` statement of that file, at
-module level and in test bodies alike, as ``import fiber as multiprocessing`` would:
-``multiprocessing.Process`` is ``fiber.Process``, ``from multiprocessing.managers import
-BaseManager`` is fiber's. A name fiber lacks raises ``AttributeError`` in the test that
-reads it, except for the standard library's private helpers listed in `_PRIVATE`, which
-the suite's fixtures read (``process._dangling``, ``util``) or which only the excluded
-classes use (``heap``, ``resource_tracker``...); those come from the standard library.
-
-The module is importable by name, so a job unpickles a test's target
-(``WithProcessesTestQueue._test_get``) by importing it, as ``spawn`` children do. One
-limit: cloudpickle sends a classmethod's function by value, with its globals but not this
-``__import__``, so an ``import multiprocessing...`` statement inside a target that runs
-in a job imports the standard library (two targets import ``parent_process`` so; fiber
-makes the standard library's answer as its own in a job).
-"""
+"""CPython's ``test._test_multiprocessing`` with fiber in place of ``multiprocessing``: the
+interpreter's own file, run in a module whose ``__import__`` answers its imports of
+``multiprocessing`` with fiber. How, and its one limit: docs/contributing/testing.md,
+"CPython's suite on fiber"."""
 
 from __future__ import annotations
 
