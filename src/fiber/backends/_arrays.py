@@ -144,6 +144,21 @@ class ArrayBackend(BatchBackend, Generic[R]):
                    **fields: Any) -> R:
         """A job's record: ``R(handle, submitted, output=output, **fields)``."""
 
+    def settled(self, handles: Sequence[JobHandle]
+                ) -> Tuple[Dict[str, JobStatus], List[JobHandle]]:
+        """For `query`: the status of the jobs whose end is known already, and the jobs
+        to ask the cluster about."""
+        out: Dict[str, JobStatus] = {}
+        ask = []
+        with self._lock:
+            for h in handles:
+                rec = self._jobs.get(h.job_id)
+                if rec is not None and rec.final is not None:
+                    out[h.job_id] = rec.final
+                else:
+                    ask.append(h)
+        return out, ask
+
     # -- cancel, release -------------------------------------------------------------------
 
     def cancel(self, handles: Sequence[JobHandle], force: bool = False) -> None:

@@ -235,15 +235,7 @@ class SgeBackend(ArrayBackend[_Job]):
         return out
 
     def query(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out: Dict[str, JobStatus] = {}
-        ask = []
-        with self._lock:
-            for h in handles:
-                rec = self._jobs.get(h.job_id)
-                if rec is not None and rec.final is not None:
-                    out[h.job_id] = rec.final
-                else:
-                    ask.append(h)
+        out, ask = self.settled(handles)
         if not ask:
             return out
         rows = self._qstat()

@@ -308,15 +308,7 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         return parse_squeue(cp.stdout)
 
     def _query_jobs(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out: Dict[str, JobStatus] = {}
-        ask = []
-        with self._lock:
-            for h in handles:
-                rec = self._jobs.get(h.job_id)
-                if rec is not None and rec.final is not None:
-                    out[h.job_id] = rec.final
-                else:
-                    ask.append(h)
+        out, ask = self.settled(handles)
         if not ask:
             return out
         rows = self._squeue(sorted({h.job_id.split("_")[0] for h in ask}))
