@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import sys
 from typing import Dict, Set
 
 import fiber.backends
@@ -28,7 +29,10 @@ TEST_ENGINE = "netns"
 
 
 def registered() -> Set[str]:
-    points = importlib.metadata.entry_points(group="fiber.backends")
+    if sys.version_info >= (3, 10):
+        points = importlib.metadata.entry_points(group="fiber.backends")
+    else:  # Python 3.9: a dict of groups
+        points = importlib.metadata.entry_points().get("fiber.backends", [])
     return {p.name for p in points if p.value.startswith("fiber.backends.")}
 
 
