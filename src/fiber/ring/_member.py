@@ -76,10 +76,11 @@ def _hello(rank: int, size: int, torch_store: Optional[bool]) -> Tuple[Hello, An
     address = member_address()
     if rank != 0:
         return Hello(address, None, False), None
-    sock = reserve_port(address)
+    store = _wants_store(torch_store)
+    sock = reserve_port(address, listen=store)
     port = sock.getsockname()[1]
     try:
-        if _wants_store(torch_store) and _start_store(sock, address, size, bool(torch_store)):
+        if store and _start_store(sock, address, size, bool(torch_store)):
             return Hello(address, port, True), None
     except BaseException:
         sock.close()

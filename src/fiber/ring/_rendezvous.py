@@ -35,14 +35,18 @@ def member_address() -> str:
     return _runtime.listen_host()
 
 
-def reserve_port(address: str) -> socket.socket:
-    """A listening TCP socket on ``address`` and a port the kernel picked: while it is
-    open, nothing else on this host can bind that port, nor use it as a source port."""
+def reserve_port(address: str, listen: bool = False) -> socket.socket:
+    """A TCP socket bound to ``address`` and a port the kernel picked: while it is open,
+    nothing else on this host can bind that port, nor use it as a source port. It listens
+    only if ``listen`` (a store is started on it): a listening reservation would queue
+    the other ranks' early connections and reset them when it closes, where a bound one
+    refuses them, which a store's clients try again."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.bind((address, 0))
-        sock.listen(128)
+        if listen:
+            sock.listen(128)
     except BaseException:
         sock.close()
         raise
