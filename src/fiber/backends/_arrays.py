@@ -130,19 +130,19 @@ class ArrayBackend(BatchBackend, Generic[R]):
             raise
         return [h for h in handles if h is not None]
 
-    def record(self, handles: Sequence[JobHandle], output: str = "", **fields: Any) -> None:
+    def record(self, handles: Sequence[JobHandle], output: str = "") -> None:
         """Keep a record of jobs just submitted (their output file for a single job) and
         have them cancelled at exit unless seen finished."""
         now = time.monotonic()
         with self._lock:
             for h in handles:
-                self._jobs[h.job_id] = self.new_record(h, now, output, **fields)
+                self._jobs[h.job_id] = self.new_record(h, now, output)
         self.remember(handles)
 
     @abc.abstractmethod
-    def new_record(self, handle: JobHandle, submitted: float, output: str,
-                   **fields: Any) -> R:
-        """A job's record: ``R(handle, submitted, output=output, **fields)``."""
+    def new_record(self, handle: JobHandle, submitted: float, output: str = "") -> R:
+        """A job's record: ``R(handle, submitted, output=output)`` (also of a job this
+        process did not submit, which a query is asked about)."""
 
     def settled(self, handles: Sequence[JobHandle]
                 ) -> Tuple[Dict[str, JobStatus], List[JobHandle]]:

@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, SubmitError
@@ -143,9 +143,8 @@ class SgeBackend(ArrayBackend[_Job]):
     def array_size(self, n: int) -> int:
         return min(n, _MAX_ARRAY)
 
-    def new_record(self, handle: JobHandle, submitted: float, output: str,
-                   **fields: Any) -> _Job:
-        return _Job(handle, submitted, output=output, **fields)
+    def new_record(self, handle: JobHandle, submitted: float, output: str = "") -> _Job:
+        return _Job(handle, submitted, output=output)
 
     def query_node_cpus(self) -> Optional[int]:
         """The CPUs of the smallest execution host (``qhost``); None without ``sge_pe``
@@ -246,7 +245,7 @@ class SgeBackend(ArrayBackend[_Job]):
             for h in ask:
                 rec = self._jobs.get(h.job_id)
                 if rec is None:  # a handle this process did not submit
-                    rec = self._jobs[h.job_id] = _Job(h, now)
+                    rec = self._jobs[h.job_id] = self.new_record(h, now)
                 row = rows.get(h.job_id)
                 if row is None:
                     missing.append(rec)

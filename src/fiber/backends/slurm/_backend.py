@@ -12,7 +12,7 @@ import os
 import shlex
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config, get_config, settings
 from ...errors import ConfigError, SubmitError
@@ -142,9 +142,8 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
     def array_size(self, n: int) -> int:
         return self._max_array() if n > _DEFAULT_MAX_ARRAY else n
 
-    def new_record(self, handle: JobHandle, submitted: float, output: str,
-                   **fields: Any) -> ArrayJob:
-        return ArrayJob(handle, submitted, output=output, **fields)
+    def new_record(self, handle: JobHandle, submitted: float, output: str = "") -> ArrayJob:
+        return ArrayJob(handle, submitted, output=output)
 
     def _max_array(self) -> int:
         try:
@@ -318,7 +317,7 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
             for h in ask:
                 rec = self._jobs.get(h.job_id)
                 if rec is None:  # a handle this process did not submit
-                    rec = self._jobs[h.job_id] = ArrayJob(h, now)
+                    rec = self._jobs[h.job_id] = self.new_record(h, now)
                 row = rows.get(h.job_id)
                 if row is None:
                     missing.append(rec)
