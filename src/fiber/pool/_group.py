@@ -123,7 +123,6 @@ class _Group:
         #: The workers' own stdout and stderr, where the job's output is forwarded: each
         #: line tagged with its worker's name (see `_tagged`), by worker id.
         self.pipes = WorkerPipes(self.selector) if _output.forwarded() else None
-        self.streams: Dict[int, List[Stream]] = {}
 
     def forward(self, signum: int, frame: Any) -> None:
         for pid in list(self.children):
@@ -162,7 +161,7 @@ class _Group:
             self._become_worker(worker_id, theirs, ours, mask, pipes)
         theirs.close()
         if self.pipes is not None and pipes is not None:
-            self.streams[worker_id] = self.pipes.watch(f"PoolWorker-{worker_id}", pipes)
+            self.pipes.watch(worker_id, f"PoolWorker-{worker_id}", pipes)
         link = _Link(worker_id, ours)
         self.children[pid] = link  # before a signal held meanwhile is forwarded
         self.links[worker_id] = link
@@ -334,7 +333,7 @@ class _Group:
                 if not self._from_worker(link, 0):
                     break
             if self.pipes is not None:  # what it wrote, before its last results
-                self.pipes.drain(self.streams.pop(link.worker_id, []))
+                self.pipes.drain(link.worker_id)
             try:
                 self._relay()
             except ConnectionLost:  # (kept: sent once the connection is back)

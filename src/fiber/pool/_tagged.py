@@ -18,11 +18,9 @@ import os
 import selectors
 from typing import Dict, List, Tuple
 
+from ..process._printer import whole_lines
+
 __all__ = ["Stream", "WorkerPipes"]
-
-#: A line longer than this (no end of line yet) is written as it is.
-_MAX_PARTIAL = 65536
-
 
 class Stream:
     """One worker's stdout or stderr, as the group reads it."""
@@ -42,6 +40,7 @@ class WorkerPipes:
     def __init__(self, selector: selectors.BaseSelector) -> None:
         self.selector = selector
         self.streams: Dict[int, Stream] = {}  # read end -> its stream
+        self.by_worker: Dict[int, List[Stream]] = {}  # worker id -> its two streams
         #: Whether lines were written since the group last waited for them to leave.
         self.wrote = False
 
@@ -60,20 +59,21 @@ class WorkerPipes:
         for fd in (out_r, out_w, err_r, err_w, *self.streams):
             os.close(fd)
         self.streams.clear()
+        self.by_worker.clear()
 
-    def watch(self, name: str, pipes: Tuple[int, int, int, int]) -> List[Stream]:
-        """In the group, once worker ``name`` is forked: read its pipes from now on."""
+    def watch(self, worker_id: int, name: str, pipes: Tuple[int, int, int, int]) -> None:
+        """In the group, once worker ``worker_id`` (``name``) is forked: read its pipes
+        from now on."""
         out_r, out_w, err_r, err_w = pipes
         os.close(out_w)
         os.close(err_w)
         tag = f"({name}) ".encode()
-        made = []
+        made = self.by_worker[worker_id] = []
         for fd, target in ((out_r, 1), (err_r, 2)):
             os.set_blocking(fd, False)
             stream = self.streams[fd] = Stream(fd, target, tag)
             self.selector.register(fd, selectors.EVENT_READ, stream)
             made.append(stream)
-        return made
 
     def drop(self, pipes: Tuple[int, int, int, int]) -> None:
         """The fork failed: its pipes are not needed."""
@@ -95,17 +95,9 @@ class WorkerPipes:
             if not data:
                 self._end(stream)
                 return
-            self._lines(stream, stream.partial + data)
-
-    def _lines(self, stream: Stream, buffered: bytes) -> None:
-        end = buffered.rfind(b"\n") + 1
-        if end == 0 and len(buffered) < _MAX_PARTIAL:
-            stream.partial = buffered
-            return
-        if end == 0:
-            end = len(buffered)
-        stream.partial = buffered[end:]
-        self._write(stream, buffered[:end])
+            lines, stream.partial = whole_lines(stream.partial + data)
+            if lines:
+                self._write(stream, lines)
 
     def _write(self, stream: Stream, chunk: bytes) -> None:
         if not chunk.endswith(b"\n"):
@@ -128,9 +120,9 @@ class WorkerPipes:
         del self.streams[stream.fd]
         os.close(stream.fd)
 
-    def drain(self, streams: List[Stream]) -> None:
-        """Read what a worker that ended left in its pipes (a process it started may
-        still hold them: what they hold now, the rest as it comes)."""
-        for stream in streams:
+    def drain(self, worker_id: int) -> None:
+        """Read what worker ``worker_id``, which ended, left in its pipes (a process it
+        started may still hold them: what they hold now, the rest as it comes)."""
+        for stream in self.by_worker.pop(worker_id, []):
             if stream.fd in self.streams:
                 self.read(stream, chunks=1024)

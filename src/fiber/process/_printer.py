@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-__all__ = ["OutputPrinter"]
+__all__ = ["OutputPrinter", "whole_lines"]
 
 #: A line longer than this (no end of line yet) is written as it is.
 _MAX_PARTIAL = 65536
@@ -92,16 +92,10 @@ class OutputPrinter:
         job = self._jobs.get(token)
         if job is None or fd not in (1, 2):
             return
-        buffered = job.partial[fd - 1] + data
-        end = buffered.rfind(b"\n") + 1
-        if end == 0 and len(buffered) < _MAX_PARTIAL:
-            job.partial[fd - 1] = buffered
-            return
-        if end == 0:
-            end = len(buffered)
-        job.partial[fd - 1] = buffered[end:]
-        _emit(fd, job, buffered[:end])
-        self._keep(job, fd, buffered[:end])
+        lines, job.partial[fd - 1] = whole_lines(job.partial[fd - 1] + data)
+        if lines:
+            _emit(fd, job, lines)
+            self._keep(job, fd, lines)
 
     def _keep(self, job: _JobOutput, fd: int, chunk: bytes) -> None:
         text = chunk[-_RECENT_CHARS:].decode(errors="replace")
@@ -139,6 +133,15 @@ class OutputPrinter:
         Any thread; the hub's thread takes the job's messages in meanwhile."""
         job = self._jobs.get(token)
         return job is None or job.closed.wait(timeout)
+
+
+def whole_lines(buffered: bytes) -> Tuple[bytes, bytes]:
+    """``buffered`` output as its whole lines and what follows them (a line not ended
+    yet); a line longer than `_MAX_PARTIAL` counts as whole as it is."""
+    end = buffered.rfind(b"\n") + 1
+    if end == 0 and len(buffered) >= _MAX_PARTIAL:
+        end = len(buffered)
+    return buffered[:end], buffered[end:]
 
 
 def _tagged(job: _JobOutput, text: str) -> str:
