@@ -11,11 +11,12 @@ loaded), listed where the docs name the test hosts, never as an entry point.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import re
 import sys
-from typing import Dict, Set
+from typing import Dict, FrozenSet, Set
 
 import fiber.backends
 from fiber.testing.conformance.support import doc_programs
@@ -28,12 +29,14 @@ DISPLAY: Dict[str, str] = {"local": "local", "slurm": "Slurm", "sge": "Grid Engi
 TEST_ENGINE = "netns"
 
 
-def registered() -> Set[str]:
+@functools.cache
+def registered() -> FrozenSet[str]:
+    """The backends the ``fiber.backends`` entry points name (read once)."""
     if sys.version_info >= (3, 10):
         points = importlib.metadata.entry_points(group="fiber.backends")
     else:  # Python 3.9: a dict of groups
         points = importlib.metadata.entry_points().get("fiber.backends", [])
-    return {p.name for p in points if p.value.startswith("fiber.backends.")}
+    return frozenset(p.name for p in points if p.value.startswith("fiber.backends."))
 
 
 def _read(*parts: str) -> str:
