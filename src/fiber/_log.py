@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Deque, List, Optional, Tuple
 
+from ._process_state import here
 from .config import get_config
 from .errors import ConfigError
 
@@ -26,16 +27,15 @@ _configured: Tuple[int, str, str, bool] = (0, "", "", True)
 _process_name = "MainProcess"
 #: The level fiber last gave its logger from the config (None: not yet, in this process).
 _applied: Optional[int] = None
-#: Held to set the logger up, and the process it belongs to (a forked child, which may
-#: have copied it held, makes its own).
-_lock = (0, threading.Lock())
+#: Held to set the logger up.
+_lock = threading.Lock()
 
 
-def _setup_lock() -> threading.Lock:
+@here.after_fork_in_child
+def _new_lock() -> None:
+    """A forked child may have copied the lock held: it makes its own."""
     global _lock
-    if _lock[0] != os.getpid():
-        _lock = (os.getpid(), threading.Lock())
-    return _lock[1]
+    _lock = threading.Lock()
 #: The handler this module added, in this process or the one forked from.
 _ours: List[logging.Handler] = []
 _FORMAT = ("%(asctime)s.%(msecs)03d fiber %(fiber_process)s[%(process)d] %(threadName)s "
@@ -133,7 +133,7 @@ def _configure(strict: bool) -> None:
     if program_level() is None:  # else the level the program gave the logger stays
         _logger.setLevel(level)
     _applied = level
-    _configured = (os.getpid(), _process_name, cfg.log_file, written)
+    _configured = (here.pid, _process_name, cfg.log_file, written)
 
 
 def _config_level() -> int:
@@ -163,14 +163,14 @@ def inherit_level(level: int) -> None:
 
 def _stale(log_file: str, strict: bool) -> bool:
     """Whether fiber's logger must be set up (again) for this process and ``log_file``."""
-    return _configured[:3] != (os.getpid(), _process_name, log_file) or (
+    return _configured[:3] != (here.pid, _process_name, log_file) or (
         strict and not _configured[3])
 
 
 def _ready(strict: bool = False) -> None:
     cfg = get_config()
     if _stale(cfg.log_file, strict):
-        with _setup_lock():  # threads that log at once set it up once
+        with _lock:  # threads that log at once set it up once
             if _stale(get_config().log_file, strict):
                 _configure(strict)
     else:  # the config's level may have changed since (fiber.init, config.override);
@@ -224,6 +224,12 @@ def warn(message: str, *args: object) -> None:
 #: and how many there were in all.
 _recent: Deque[Tuple[float, str]] = collections.deque(maxlen=100)
 _warned = [0]
+
+
+@here.for_tests
+def _forget_warnings() -> None:
+    _recent.clear()
+    _warned[0] = 0
 
 
 def recent_warnings() -> Tuple[int, List[Tuple[float, str]]]:

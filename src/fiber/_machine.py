@@ -16,6 +16,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ._process_state import here
+
 __all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs", "mtime",
            "register_program", "programs", "ended_programs", "forget_program",
            "process_start", "started_at", "process_end", "running", "write_private",
@@ -54,7 +56,7 @@ def _sub(*parts: str) -> str:
 
 def program_id() -> str:
     """This program's id on this machine: its main process's pid."""
-    return os.environ.get(PROGRAM_ENV) or str(os.getpid())
+    return os.environ.get(PROGRAM_ENV) or str(here.pid)
 
 
 def _stat(pid: int) -> Optional[List[bytes]]:
@@ -126,7 +128,7 @@ def job_log(job_id: str, name: str) -> str:
     global _logs_checked
     program = program_id()
     directory = os.path.join(user_dir(), "logs", program)
-    if program == str(os.getpid()) and not _logs_checked:
+    if program == str(here.pid) and not _logs_checked:
         _logs_checked = True  # logs of an earlier process that had this pid are not ours
         shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory, 0o700, exist_ok=True)
@@ -180,7 +182,7 @@ def register_program(address: str, secret: bytes, backend: str) -> Optional[str]
     """Write this main process's program file (see the module's docstring); its path, or
     None when it cannot be written (fiber top then cannot find the program; it runs on)."""
     global _registered
-    info = {"program": program_id(), "pid": os.getpid(), "start": process_start(os.getpid()),
+    info = {"program": program_id(), "pid": here.pid, "start": process_start(here.pid),
             "argv": list(sys.argv), "cwd": os.getcwd(), "backend": backend,
             "address": address, "secret": secret.hex(), "python": sys.executable}
     try:
@@ -202,7 +204,7 @@ def write_private(path: str, text: str) -> None:
     Raises:
         OSError: it cannot be written.
     """
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{here.pid}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
@@ -219,7 +221,7 @@ def _unregister() -> None:
                 info = json.load(f)
         except (OSError, ValueError):
             return
-        if info.get("pid") == os.getpid():
+        if info.get("pid") == here.pid:
             _note_ended(path, info, killed=False, exitcode=None)
 
 

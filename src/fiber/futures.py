@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, cast
 
+from ._process_state import here
 from .pool import Pool
 from .pool._pool import core_of
 from .pool._poolcore import PoolCore
@@ -190,7 +190,7 @@ class _PendingWork:
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if not self._hooked:
                 threading._register_atexit(self._finish)  # type: ignore[attr-defined]  # noqa: SLF001 - as concurrent.futures
-                os.register_at_fork(after_in_child=self._after_fork_in_child)
+                here.after_fork_in_child(self._after_fork_in_child)
                 self._hooked = True
             self._executors.add(executor)
 

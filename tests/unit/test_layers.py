@@ -19,7 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "fiber"
 
 #: Layers, lowest first: a unit imports only from its own layer and those below.
 LAYERS: List[Tuple[str, ...]] = [
-    ("errors", "_version", "_exports"),  # leaves: no fiber import
+    ("errors", "_version", "_exports", "_process_state"),  # leaves: no fiber import
     ("config", "transport"),                          # transport takes its settings as args
     ("_log", "_machine", "_preload", "backends"),     # the backend layer
     ("_core", "meta"),                                # the hub, served objects, parking
@@ -90,9 +90,11 @@ def test_imports_go_down_the_layers():
     assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
 
 
-def test_transport_imports_nothing_of_fiber_but_errors():
+def test_transport_imports_nothing_of_fiber_but_leaves():
+    """The transport is usable alone: of fiber it imports its errors and this process's
+    state (`fiber._process_state`), both leaves."""
     outside = [f"{m} -> {d}" for m, deps in sorted(GRAPH.items()) if _unit(m) == "transport"
-               for d in sorted(deps) if _unit(d) not in ("transport", "errors")]
+               for d in sorted(deps) if _unit(d) not in ("transport", "errors", "_process_state")]
     assert not outside, "\n".join(outside)
 
 

@@ -9,6 +9,8 @@ import os
 import weakref
 from typing import NamedTuple, Optional, Tuple
 
+from .._process_state import here
+
 __all__ = ["HostMemory", "Locator", "attach", "AVAILABLE"]
 
 AVAILABLE = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
@@ -47,7 +49,7 @@ class HostMemory:
         try:
             os.ftruncate(fd, size)
             self.buffer = mmap.mmap(fd, size)
-            self.locator = Locator(_host_key(), os.getpid(), fd, os.fstat(fd).st_ino, size)
+            self.locator = Locator(_host_key(), here.pid, fd, os.fstat(fd).st_ino, size)
         except BaseException:
             os.close(fd)
             raise
@@ -59,7 +61,7 @@ def attach(locator: Optional[Locator]) -> Optional[mmap.mmap]:
     (another host or PID namespace, the creator or its memory gone, no permission)."""
     if locator is None or not AVAILABLE or locator.host != _host_key() or not locator.host[0]:
         return None
-    if locator.pid == os.getpid():
+    if locator.pid == here.pid:
         return None  # the creator has its own mapping
     try:
         fd = os.open(f"/proc/{locator.pid}/fd/{locator.fd}", os.O_RDWR | os.O_CLOEXEC)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .._log import recent_warnings
+from .._process_state import here
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service
 
@@ -155,7 +155,7 @@ def _snapshot() -> Dict[str, Any]:
         _prune()
         sources = list(_sources.values())
     warned, recent = recent_warnings()
-    out: Dict[str, Any] = {"pid": os.getpid(), "argv": list(sys.argv), "time": time.time(),
+    out: Dict[str, Any] = {"pid": here.pid, "argv": list(sys.argv), "time": time.time(),
                            "pools": [], "processes": [], "warnings_total": warned,
                            "warnings": [{"time": t, "text": text} for t, text in recent]}
     for kind, ref, describe in sources:

@@ -18,6 +18,7 @@ import threading
 from typing import Callable, List, Optional
 
 from .. import _log, _machine
+from .._process_state import here
 from ..backends import get_backend
 from ..config import get_config
 from ..transport import auth
@@ -44,7 +45,14 @@ OUTPUT_RELAYED = "relay"
 
 _lock = threading.Lock()
 _hub: Optional[Server] = None
-_hub_pid = 0
+
+
+@here.after_fork_in_child
+def _forget_hub() -> None:
+    """A forked child has no hub (the parent's thread did not follow it), and a lock
+    another thread held at the fork stays held: it starts its own on first use."""
+    global _hub, _lock
+    _hub, _lock = None, threading.Lock()
 
 
 def parent_address() -> str:
@@ -80,10 +88,10 @@ def listen_host() -> str:
 
 def hub() -> Server:
     """This process's server, started on first use."""
-    global _hub, _hub_pid
+    global _hub
     started_main = False
     with _lock:
-        if _hub is None or _hub_pid != os.getpid() or not _hub.alive:
+        if _hub is None or not _hub.alive:
             cfg = get_config()
             if cfg.log_file and not parent_address():
                 # The main process's log file opened here, in the caller's thread, before
@@ -97,7 +105,6 @@ def hub() -> Server:
             port = 0 if parent_address() else cfg.listen_port
             _hub = Server(listen_host(), cfg.heartbeat_interval, cfg.heartbeat_timeout,
                           name="fiber-hub", port=port)
-            _hub_pid = os.getpid()
             _hub.say = _log.info
             register_local_server(_hub)
             _hub.register(_inspect.SERVICE, _inspect.StatusService())
@@ -128,14 +135,14 @@ def starting_hub() -> bool:
 
 
 def hub_if_started() -> Optional[Server]:
-    return _hub if _hub is not None and _hub_pid == os.getpid() else None
+    return _hub
 
 
 def shutdown_hub() -> None:
     global _hub
     with _lock:
         h, _hub = _hub, None
-    if h is not None and _hub_pid == os.getpid():
+    if h is not None:
         unregister_local_server(h)
         h.close()
 

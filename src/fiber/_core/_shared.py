@@ -12,6 +12,7 @@ import threading
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
+from .._process_state import here
 from ..errors import TransportError
 from ..transport import memfd
 from ..transport.operations import handles
@@ -37,7 +38,7 @@ def host_key() -> str:
             boot = f.read().strip()
         return f"{boot}/{os.stat('/proc/self/ns/net').st_ino}"
     except OSError:  # no /proc: a key no other process has (no sharing, never wrong)
-        return f"unknown/{os.getpid()}/{_PROCESS_NONCE}"
+        return f"unknown/{here.pid}/{_PROCESS_NONCE}"
 
 
 _PROCESS_NONCE = secrets.token_hex(8)

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar
 
+from .._process_state import here
 from ._base import JobHandle, JobState, JobStatus
 from ._cli_backend import CommandLineBackend
 
@@ -60,7 +61,7 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
         self.program = inherited or secrets.token_hex(6)
         self._prefix = f"fiber-{self.program}-" + (f"{secrets.token_hex(3)}-" if inherited
                                                    else "")
-        self._pid = os.getpid()
+        self._pid = here.pid
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._jobs: Dict[str, J] = {}
@@ -133,7 +134,7 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
             self._detached = True
 
     def _exit_cleanup(self) -> None:
-        if os.getpid() != self._pid or self._detached:  # a fork of the master: not its jobs
+        if here.pid != self._pid or self._detached:  # a fork of the master: not its jobs
             return
         with self._lock:
             for job in self._jobs.values():

@@ -17,6 +17,8 @@ import types
 import warnings
 from typing import Any, Callable, Collection, Dict, Iterable, Mapping, Optional, Set, Tuple
 
+from .._process_state import here
+
 __all__ = ["RENAMED", "NO_EFFECT", "NO_EFFECT_DEFAULTS", "translate", "read_old",
            "unknown_variables", "suggestion", "warn_once"]
 
@@ -58,6 +60,7 @@ _LOG_LEVELS = {"10": "debug", "20": "info", "30": "warning", "40": "error", "50"
 _no_effect_set: Dict[str, Any] = {}
 
 _warned: Set[str] = set()
+here.for_tests(_warned.clear)  # a test sees the warning its own use of a key gives
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fiber/

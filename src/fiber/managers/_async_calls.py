@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .._core._clients import get_client, own_client
+from .._process_state import here
 from ..errors import TimeoutError
 from ..transport.client import Client, ConnectionLost, again_on_a_new_connection
 from ..transport.local import local_server
@@ -240,16 +241,19 @@ class AsyncChannel:
 
 _channels: Dict[str, AsyncChannel] = {}
 _channels_lock = threading.Lock()
-_channels_pid = os.getpid()
+
+
+@here.after_fork_in_child
+def _forget_channels() -> None:
+    """A forked child's channels are its own: its parent's connections are not."""
+    global _channels_lock
+    _channels.clear()
+    _channels_lock = threading.Lock()
 
 
 def channel(address: str, timeout: Optional[float] = None) -> AsyncChannel:
     """This process's channel to ``address`` (a new one if the last was lost)."""
-    global _channels_pid
     with _channels_lock:
-        if _channels_pid != os.getpid():
-            _channels.clear()
-            _channels_pid = os.getpid()
         ch = _channels.get(address)
         if ch is None or ch.lost:
             if ch is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing.managers as _mpm
-import os
 import queue as _queue
 import threading
 import time
@@ -16,6 +15,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set,
 from .. import queues, synchronize
 from .._core import _served
 from .._core._clients import get_client
+from .._process_state import here
 from ..config import get_config
 from ..errors import ProcessError
 from ..process._bound import BackendContext, process_class
@@ -112,7 +112,7 @@ class BaseManager:
         self._process: Any = None
         self._server: Optional[_Server] = None
         self._shutdown_timeout = shutdown_timeout
-        self._pid = os.getpid()
+        self._pid = here.pid
 
     @property
     def address(self) -> Optional[str]:
@@ -211,7 +211,7 @@ class BaseManager:
         if self._state != STARTED:
             return
         self._state = SHUTDOWN
-        if self._server is not None and self._pid == os.getpid():
+        if self._server is not None and self._pid == here.pid:
             self._server.stop()
 
     def __enter__(self) -> BaseManager:

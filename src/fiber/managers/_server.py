@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
 from .._core._clients import get_client
+from .._process_state import here
 from ..backends import get_backend
 from ..config import get_config
 from ..errors import as_remote_error
@@ -540,7 +541,7 @@ def manager_main(registry: Dict[str, Entry], backend: Optional[str], report: Any
         # terminated: end as SIGTERM would have (exit code -15), now that the object
         # jobs have ended
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(here.pid, signal.SIGTERM)
 
 
 def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[Any, ...],

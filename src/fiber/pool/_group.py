@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .._core._clients import get_client
 from .._log import log
 from .._preload import import_modules
+from .._process_state import here
 from ..process import _output, current_process
 from ..process._relay import FORWARDED_SIGNALS, die_with
 from ..transport import cpus
@@ -114,7 +115,7 @@ class _Group:
         #: Workers' ends the master could not be told (the connection failed): told
         #: once it is back (`resume`), as (worker id, exit code).
         self.untold: List[Tuple[int, int]] = []
-        self.pid = os.getpid()
+        self.pid = here.pid
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)

@@ -12,6 +12,7 @@ import time
 from typing import Any, List, NoReturn, Optional, Tuple
 
 from .._core._clients import own_client
+from .._process_state import here
 from ._losses import tasks_text
 from ._protocol import PoolOps, pack_ids
 
@@ -122,7 +123,7 @@ def _die_of(signum: int) -> NoReturn:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.signal(signum, ctypes.c_void_p(0))  # SIG_DFL
-        os.kill(os.getpid(), signum)
+        os.kill(here.pid, signum)
         time.sleep(5)
     except (OSError, AttributeError):
         pass

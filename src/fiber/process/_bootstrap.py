@@ -28,6 +28,7 @@ from typing import Any, Optional
 from .. import _log, config
 from .._core import _runtime
 from .._core._clients import adopt_anchor, ensure_anchor
+from .._process_state import here
 from ..transport import client, cpus
 from ..transport.serialization import fetch_sources_with
 from . import _inspected, _launcher, _lineage, _output, _parent, _title
@@ -93,7 +94,7 @@ def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> No
         try:
             lines[master] = _watched(master)
         except Exception as e:  # unreachable from here: the parent's lifeline is the one
-            sys.stderr.write(f"fiber: job {os.getpid()} cannot reach the program's main "
+            sys.stderr.write(f"fiber: job {here.pid} cannot reach the program's main "
                              f"process at {master} ({e}); it ends with its parent\n")
             master = parent
     poller = select.poll()
@@ -127,7 +128,7 @@ def _end_with_program(address: str, is_master: bool) -> None:
     _output.parent_gone()  # to the job's own log: nobody may read its pipes any more
     who = "the program's main process" if is_master else "parent"
     try:
-        sys.stderr.write(f"fiber: {who} at {address} is gone; job {os.getpid()} exits\n")
+        sys.stderr.write(f"fiber: {who} at {address} is gone; job {here.pid} exits\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass  # a stderr nobody reads must not keep the job from ending
@@ -154,7 +155,7 @@ def _fetch_payload(parent: str, token: bytes) -> Any:
         except client.CannotConnect as e:
             if e.refused or time.monotonic() >= deadline:
                 raise
-            sys.stderr.write(f"fiber: job {os.getpid()} {e}; trying again\n")
+            sys.stderr.write(f"fiber: job {here.pid} {e}; trying again\n")
             time.sleep(1.0)
 
 

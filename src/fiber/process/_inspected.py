@@ -14,6 +14,7 @@ import traceback
 from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from .._core import _runtime
+from .._process_state import here as this_process
 from ..transport.client import Client, ConnectionLost
 from ..transport.operations import handles
 from ..transport.serialization import Frame
@@ -112,7 +113,7 @@ def serve_parent(parent: str, token: bytes) -> None:
 def _serve(parent: str, token: bytes) -> None:
     try:
         client = Client(parent)
-        client.send(SERVICE, InspectOps.HELLO, [token, here(), str(os.getpid()).encode()])
+        client.send(SERVICE, InspectOps.HELLO, [token, here(), str(this_process.pid).encode()])
         watched_until = next_stats = interval = 0.0
         while True:
             now = time.monotonic()

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence
 
 from .._core import _inspect, _runtime
+from .._process_state import here
 from ..backends import Backend, JobOutput, JobSpec, Resources
 from ..backends._job_command import JOB_HOST_ENV, bootstrap_command
 from ..config import Config, get_config
@@ -337,7 +338,7 @@ def fetch_payload(parent: str, token: bytes) -> Any:
 
     client = get_client(parent)
     status, frames = client.request(SERVICE, LaunchOps.FETCH,
-                                    [token, *dumps((os.getpid(), job_host()))])
+                                    [token, *dumps((here.pid, job_host()))])
     if status != b"ok":
         raise unpack_exception(loads(frames))
     return loads(frames)

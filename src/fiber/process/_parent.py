@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any, Callable, Optional
 
+from .._process_state import here
 from ._process import Process
 
 __all__ = ["ParentProcess", "parent_process", "set_parent", "parent_gone",
@@ -133,11 +134,11 @@ def answer_for_the_stdlib() -> None:
     global _stdlib_answer
     if _stdlib_answer is None:
         _stdlib_answer = multiprocessing.process.parent_process
-    stdlib, job = _stdlib_answer, os.getpid()
+    stdlib, job = _stdlib_answer, here.pid
 
     def parent_process() -> Any:
         """The parent of this process (fiber's in the job, else the standard library's)."""
-        return _parent_process if os.getpid() == job else stdlib()
+        return _parent_process if here.pid == job else stdlib()
 
     multiprocessing.process.parent_process = parent_process
     multiprocessing.parent_process = parent_process

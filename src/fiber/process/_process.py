@@ -39,6 +39,7 @@ from typing import (
 from .._core import _inspect, _runtime
 from .._core._served import collecting_handoffs, probing
 from .._log import log, name_process, program_level
+from .._process_state import here
 from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources
 from ..config import get_config
 from ..errors import ProcessError
@@ -83,7 +84,7 @@ class Process(ProcessAttributes):
         count = next(_current_process._counter)
         self._identity = _current_process._identity + (count,)
         self._config: Dict[str, Any] = dict(_current_process._config)
-        self._parent_pid = os.getpid()
+        self._parent_pid = here.pid
         self._parent_name = _current_process.name
         self._target = target
         self._args = tuple(args)
@@ -139,7 +140,7 @@ class Process(ProcessAttributes):
         self._check_closed()
         if self._job is not None:
             raise ProcessError("cannot start a process twice")
-        if self._parent_pid != os.getpid():
+        if self._parent_pid != here.pid:
             raise ProcessError("can only start a process object created by current process")
         if _current_process._config.get("daemon"):
             raise ProcessError("daemonic processes are not allowed to have children")
@@ -158,7 +159,7 @@ class Process(ProcessAttributes):
         # flags are on the job's command line)
         launch = {"config": cfg, "process": pickled, "sys_path": list(sys.path),
                   "argv": list(sys.argv), "cwd": os.getcwd(),
-                  "parent": (self._parent_name, os.getpid()),
+                  "parent": (self._parent_name, here.pid),
                   "mp_authkey": _fd_handoff.multiprocessing_authkey(),
                   "start_method": self._start_method or default_method(),
                   # the job's lifelines (see _lineage)
@@ -243,7 +244,7 @@ class Process(ProcessAttributes):
             ValueError: the process object was closed.
         """
         self._check_closed()
-        if self._parent_pid != os.getpid():
+        if self._parent_pid != here.pid:
             raise ProcessError("can only join a child process")
         if self._job is None:
             raise ProcessError("can only join a started process")
@@ -268,7 +269,7 @@ class Process(ProcessAttributes):
         self._check_closed()
         if self is _current_process:
             return True
-        if self._parent_pid != os.getpid():
+        if self._parent_pid != here.pid:
             raise ProcessError("can only test a child process")
         job = self._job
         if job is None:
@@ -345,7 +346,7 @@ class Process(ProcessAttributes):
         """
         self._check_closed()
         if self is _current_process:
-            return os.getpid()
+            return here.pid
         job = self._job
         if job is None or job.handle is None:
             return None
@@ -373,7 +374,7 @@ class Process(ProcessAttributes):
         ``<Process name='PoolWorker-3' pid=4242 parent=4200 job=4200-3 host=node2
         started daemon>``; ``pid`` is the job's pid on its host once it has said it."""
         if self is _current_process:
-            return f"<{type(self).__name__} name={self._name!r} pid={os.getpid()} started>"
+            return f"<{type(self).__name__} name={self._name!r} pid={here.pid} started>"
         code = None if self._closed or self._job is None else self.exitcode
         return _describe.process_repr(type(self).__name__, self._name, self._job, code,
                                       self._parent_pid, self.ident, self._closed, self.daemon)

@@ -15,6 +15,7 @@ import sys
 from typing import Any, Dict, NoReturn, Optional
 
 from .._core._clients import plain_client
+from .._process_state import here
 from ._launcher import SERVICE, LaunchOps
 
 __all__ = ["split", "RelayLink", "FORWARDED_SIGNALS", "die_with"]
@@ -64,7 +65,7 @@ def split(parent: str, token: bytes) -> RelayLink:
     hurry_r, hurry_w = os.pipe()
     os.set_blocking(hurry_w, False)
     shared = mmap.mmap(-1, mmap.PAGESIZE)  # MAP_SHARED: both processes see it
-    relay_pid = os.getpid()
+    relay_pid = here.pid
     pid = os.fork()
     if pid == 0:
         die_with(relay_pid)
@@ -232,7 +233,7 @@ class _Relay:
             for step in (lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
                          lambda: signal.signal(sig, signal.SIG_DFL),
                          lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig]),
-                         lambda: os.kill(os.getpid(), sig)):
+                         lambda: os.kill(here.pid, sig)):
                 try:  # each on its own: SIGKILL has no handler nor mask to reset
                     step()
                 except (OSError, ValueError):

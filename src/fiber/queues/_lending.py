@@ -19,6 +19,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from .._core import _runtime
 from .._core._clients import own_client, plain_client
+from .._process_state import here
 from ..transport import _resend
 from ..transport.client import Client, ConnectionLost
 from ..transport.receipts import REANCHOR_WAIT_S
@@ -200,7 +201,7 @@ class Lease:
         self._returning = False
         #: Names this lease's account at the hub, whatever connection a message takes.
         self.key = os.urandom(8)
-        self.pid = os.getpid()
+        self.pid = here.pid
         self.broken = False
         self._closing = False  # close() gave back what it held: nothing to settle
         _live.add(self)
@@ -304,7 +305,7 @@ class Lease:
         answer on its way, a recall) makes the kernel reset it, which drops what it had
         not transmitted yet, its last ``ack``s among them: the hub would put back items
         it took."""
-        if self.pid != os.getpid():
+        if self.pid != here.pid:
             return  # a forked child's copy (see _forget_in_child)
         with self._cond:
             self._closing = True  # no take from now on: settle gives back all it holds
@@ -415,7 +416,7 @@ class Lease:
         then held the items up to `Loans.SETTLE_WAIT_S`. Where the hub did close the
         connection (its process ended, or it put back what was lent), a settle finds
         nothing: the hub's end refuses the connection, or the account is gone."""
-        if self.pid != os.getpid() or not client.lost:
+        if self.pid != here.pid or not client.lost:
             return False
         _resend.orphan(self._address, (client.peer_id, [
             (_resend.ALWAYS, self._name, LendOps.SETTLE, [self.key])]))
@@ -423,7 +424,7 @@ class Lease:
 
     def _shut(self) -> None:
         client = self._client
-        if client is None or self.pid != os.getpid():
+        if client is None or self.pid != here.pid:
             return
         try:
             client.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's read
@@ -463,5 +464,5 @@ def _close_all() -> None:
         lease.close()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+here.after_fork_in_child(_after_fork_in_child)
 _runtime.on_process_end(_close_all)

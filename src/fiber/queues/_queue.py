@@ -5,7 +5,6 @@ does: docs/contributing/resets.md."""
 
 from __future__ import annotations
 
-import os
 import queue as _queue
 import struct
 import threading
@@ -16,6 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .._core._clients import get_client
 from .._core._served import Handle, decode_wait, encode_wait
+from .._process_state import here
 from ..config import get_config
 from ..transport import receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
@@ -42,7 +42,7 @@ def _new_lease_lock() -> None:
     _lease_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_new_lease_lock)
+here.after_fork_in_child(_new_lease_lock)
 
 
 def _ignore(status: bytes, frames: List[Any]) -> None:
@@ -213,7 +213,7 @@ class Queue(Handle):
         single task, does not borrow), in a process other than the queue's creator, when
         ``queue_prefetch`` > 0."""
         lease: Optional[Lease] = self.__dict__.get("_lease_")
-        if lease is not None and not lease.broken and lease.pid == os.getpid():
+        if lease is not None and not lease.broken and lease.pid == here.pid:
             return lease
         if not make or local_server(self.hub_address) is not None:
             return None  # the creator reaches its hub with no round trip
@@ -223,7 +223,7 @@ class Queue(Handle):
             return None
         with _lease_lock:
             lease = self.__dict__.get("_lease_")
-            if lease is None or lease.broken or lease.pid != os.getpid():
+            if lease is None or lease.broken or lease.pid != here.pid:
                 ended = self.__dict__.pop("_lease_end", None)
                 if ended is not None:
                     ended.detach()  # the old lease ended by itself
@@ -289,7 +289,7 @@ class Queue(Handle):
         """No more items will be put or got by this process."""
         self._closed = True
         lease = self.__dict__.pop("_lease_", None)
-        if lease is not None and lease.pid == os.getpid():
+        if lease is not None and lease.pid == here.pid:
             lease.close()  # what it held goes back to the queue
         reader = self.__dict__.get("_reader_end")
         if reader is not None:

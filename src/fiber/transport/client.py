@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, TypeVar
 
+from .._process_state import here
 from ..errors import AuthenticationError, TransportError
 from . import _resend, auth
 from . import cpus as _cpus
@@ -595,4 +596,4 @@ def _forget_in_child() -> None:
     renew_process_id()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+here.after_fork_in_child(_forget_in_child)

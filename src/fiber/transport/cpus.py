@@ -18,6 +18,8 @@ import os
 import time
 from typing import Callable, TypeVar
 
+from .._process_state import here
+
 __all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "polled_seconds",
            "open_load", "CONTENDED_S"]
 
@@ -73,19 +75,19 @@ def open_load() -> int:
     child's do not."""
     global _loadavg
     pid, fd = _loadavg
-    if pid != os.getpid():  # first use, or a forked child (whose fds may have been closed)
+    if pid != here.pid:  # first use, or a forked child (whose fds may have been closed)
         try:
             fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             fd = -1
-        _loadavg = (os.getpid(), fd)
+        _loadavg = (here.pid, fd)
     return fd
 
 
 def _runnable_now() -> int:
     """The tasks runnable on this host now; a huge number where the kernel does not say."""
     pid, fd = _loadavg
-    if pid != os.getpid():
+    if pid != here.pid:
         fd = open_load()
     if fd < 0:
         return 1 << 30

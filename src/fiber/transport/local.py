@@ -11,6 +11,7 @@ import struct
 import threading
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from .._process_state import here
 from .peers import LocalPeer, Peer
 from .serialization import Frame
 from .settings import SettingsSource
@@ -136,6 +137,9 @@ def _own(frames: Sequence[Any]) -> List[Any]:
 
 
 _local_servers: Dict[str, OwnServer] = {}
+# a forked child's calls go to its parent's servers through connections: its own are
+# not started yet
+here.after_fork_in_child(_local_servers.clear)
 
 
 def register_local_server(server: OwnServer) -> None:

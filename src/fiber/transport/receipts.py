@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .._process_state import here
 from .peers import Peer
 
 __all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
@@ -36,7 +37,7 @@ def _new_keys_in_child() -> None:
     _local.__dict__.clear()
 
 
-os.register_at_fork(after_in_child=_new_keys_in_child)
+here.after_fork_in_child(_new_keys_in_child)
 
 
 def make_ticket(key: bytes, count: int) -> bytes:

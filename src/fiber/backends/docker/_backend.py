@@ -9,12 +9,12 @@ import codecs
 import dataclasses
 import datetime
 import functools
-import os
 import socket
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..._log import log
+from ..._process_state import here
 from ...config import Config, get_config, settings
 from ...errors import BackendError, ConfigError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
@@ -180,7 +180,7 @@ class DockerBackend(LabelledBackend[_Job, bytes]):
         self._register_atexit()
         jobs: List[_Job] = []
         creates: List[Dict[str, Any]] = []
-        master = f"{socket.gethostname()}:{os.getpid()}"
+        master = f"{socket.gethostname()}:{here.pid}"
         for spec in specs:
             job_id = self._new_job_id()
             image = spec.image or (str(own.get("Image") or "") if own is not None else "")

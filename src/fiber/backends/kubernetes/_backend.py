@@ -16,6 +16,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..._log import log
+from ..._process_state import here
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
@@ -147,7 +148,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
                  if own is not None else None)
         service_account = _own(cfg).service_account or str(
             (own or {}).get("spec", {}).get("serviceAccountName") or "")
-        master = f"{socket.gethostname()}:{os.getpid()}"
+        master = f"{socket.gethostname()}:{here.pid}"
         self._register_atexit()
         jobs: List[_Job] = []
         pods: List[Dict[str, Any]] = []
@@ -213,7 +214,7 @@ class KubernetesBackend(LabelledBackend[_Job, str]):
         wake = self.watcher().wake  # an end seen: the watcher asks for statuses at once
         with self._lock:
             watch = cluster.watch
-            if watch is None or watch.pid != os.getpid():
+            if watch is None or watch.pid != here.pid:
                 watch = cluster.watch = PodWatch(
                     cluster.api, cluster.namespace, f"{LABEL_PROGRAM}={self.program}",
                     LABEL_JOB, _own(cfg).timeout, wake)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
 
 from ..._log import log
+from ..._process_state import here
 from .._base import JobStatus
 from .._common import import_extra
 from ._pods import api_reason, pod_status
@@ -169,7 +169,7 @@ class PodWatch:
     def __init__(self, api: Any, namespace: str, selector: str, job_label: str,
                  timeout: float, on_end: Callable[[], None]) -> None:
         self.cache = PodCache(job_label)
-        self.pid = os.getpid()  # a forked child has no thread: it starts its own
+        self.pid = here.pid  # a forked child has no thread: it starts its own
         self._api, self._namespace, self._selector = api, namespace, selector
         self._timeout, self._on_end = timeout, on_end
         self._synced = threading.Event()

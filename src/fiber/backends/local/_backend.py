@@ -17,6 +17,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ... import _machine
+from ..._process_state import here
 from ...config import Config, get_config, settings
 from ...errors import SubmitError
 from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus, JobWatcher
@@ -135,7 +136,7 @@ class LocalBackend(CommandLineBackend):
         try:
             for spec in specs:
                 index = next(self._ids)
-                job_id = f"{os.getpid()}-{index}"
+                job_id = f"{here.pid}-{index}"
                 prefix = self.command_prefix(spec, index)
                 if spec.inherit and not self.passes_fds:
                     raise SubmitError(f"the {self.name} backend hands its jobs no descriptors")

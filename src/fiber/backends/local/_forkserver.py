@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ..._preload import preload_modules
+from ..._process_state import here
 from ...transport.sockets import readable
 from .._job_command import interpreter_flags
 from ._forkserver_protocol import (
@@ -488,5 +489,4 @@ def _after_fork_in_child() -> None:
     _server = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+here.after_fork_in_child(_after_fork_in_child)

@@ -17,6 +17,7 @@ import sys
 from typing import Any, Dict, List, Tuple
 
 from fiber._preload import import_modules
+from fiber._process_state import here
 from fiber.backends._job_command import BOOTSTRAP_MODULE
 from fiber.backends.local._forkserver_protocol import (
     MAX_MESSAGE,
@@ -61,7 +62,7 @@ def _template(fd: int) -> None:
                             "local_preload to the modules to preload without it)"})
         return
     sys.path[:], sys.argv[:] = own_path, own_argv
-    send_message(sock, {"op": ForkOps.READY, "pid": os.getpid(), "preloaded": preloaded,
+    send_message(sock, {"op": ForkOps.READY, "pid": here.pid, "preloaded": preloaded,
                  "failed": failed})
 
     wake_r, wake_w = os.pipe()

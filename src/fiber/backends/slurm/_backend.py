@@ -14,6 +14,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..._process_state import here
 from ...config import Config, get_config, settings
 from ...errors import ConfigError, SubmitError
 from .._arrays import ArrayBackend, ArrayJob
@@ -246,7 +247,7 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         handles: List[JobHandle] = []
         for spec in specs:
             n = next(self._step_ids)
-            name = f"{prefix}-{safe_name(spec.name)}-{os.getpid()}.{n}"
+            name = f"{prefix}-{safe_name(spec.name)}-{here.pid}.{n}"
             argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", *self._resource_args(spec),
                     f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
             if _own(cfg).time_limit:

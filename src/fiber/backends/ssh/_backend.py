@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
+from ..._process_state import here
 from ...config import Config, get_config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobHandle, JobInfo, JobOutput, JobSpec, JobState, JobStatus
@@ -183,7 +184,7 @@ class SshBackend(CommandLineBackend):
             argv = list(spec.command)
         env = {name: os.environ[name] for name in own.env_names() if name in os.environ}
         env.update(spec.env)
-        job_id = f"ssh-{os.getpid()}-{next(_IDS)}"
+        job_id = f"ssh-{here.pid}-{next(_IDS)}"
         log = self._new_log(job_id, spec)
         out_w = err_w = None
         output = None

@@ -11,6 +11,7 @@ import time
 from typing import List, NamedTuple, Optional, Sequence
 
 from ... import _machine
+from ..._process_state import here
 from ...errors import BackendError
 from .._base import JobInfo
 from .._common import signal_name
@@ -48,7 +49,7 @@ def program_dir() -> str:
     if not _checked:
         _checked = True
         prune()
-        if program == str(os.getpid()):  # an earlier process with this pid is not us
+        if program == str(here.pid):  # an earlier process with this pid is not us
             shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory, 0o700, exist_ok=True)
     return directory
