@@ -4,17 +4,18 @@ not export, with why (`UNSUPPORTED`). The design: docs/contributing/processes.md
 
 from __future__ import annotations
 
-from typing import Dict
+from types import MappingProxyType
+from typing import Mapping
 
 __all__ = ["publish", "UNSUPPORTED"]
 
-UNSUPPORTED: Dict[str, str] = {
+UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     "managers.SharedMemoryManager": (
         "its blocks are POSIX shared memory of one host, which jobs on other hosts cannot "
         "map: fiber.Array shares its memory with the processes of its creator's host "
         "(get_obj()) and is served to the others; multiprocessing.managers."
         "SharedMemoryManager itself still works for processes of one host"),
-}
+})
 
 
 def publish(module: str, *classes: type) -> None:

@@ -19,9 +19,9 @@ from typing import Dict, List, Sequence, Tuple
 __all__ = ["NOT_PRELOADED", "auto_preload", "preload_modules", "import_modules"]
 
 #: Never preloaded by "auto": tools that import-time-hook the master, not the jobs' code.
-NOT_PRELOADED = {"pip", "setuptools", "pkg_resources", "pluggy", "iniconfig", "py",
-                 "IPython", "ipykernel", "jupyter_client", "jupyter_core", "traitlets",
-                 "debugpy", "pydevd", "coverage", "mypy", "ruff", "fiber"}
+NOT_PRELOADED = frozenset({"pip", "setuptools", "pkg_resources", "pluggy", "iniconfig", "py",
+                           "IPython", "ipykernel", "jupyter_client", "jupyter_core", "traitlets",
+                           "debugpy", "pydevd", "coverage", "mypy", "ruff", "fiber"})
 
 
 def auto_preload() -> List[str]:

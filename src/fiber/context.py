@@ -37,6 +37,7 @@ import multiprocessing.context
 import os
 import threading
 import warnings
+from types import MappingProxyType
 from typing import Any, Dict, List, Optional, Type
 
 from . import connection, errors, process, queues, sharedctypes, synchronize
@@ -363,8 +364,8 @@ class ForkServerContext(FiberContext):
     """The context of start method ``"forkserver"``: the default backend."""
 
 
-_METHOD_CONTEXTS = {"fork": ForkContext, "spawn": SpawnContext,
-                    "forkserver": ForkServerContext}
+_METHOD_CONTEXTS = MappingProxyType({"fork": ForkContext, "spawn": SpawnContext,
+                                     "forkserver": ForkServerContext})
 
 
 class DefaultContext(FiberContext):
@@ -447,8 +448,9 @@ def _context_of(method: Optional[str]) -> FiberContext:
     with _contexts_lock:
         ctx = _contexts.get(method)
         if ctx is None:
-            if method in _METHOD_CONTEXTS and method not in known_backends():
-                ctx = _METHOD_CONTEXTS[method](None, method)
+            made = _METHOD_CONTEXTS.get(method) if method is not None else None
+            if made is not None and method not in known_backends():
+                ctx = made(None, method)
             else:
                 ctx = FiberContext(method)
             _contexts[method] = ctx

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing.sharedctypes as _mpsc
+from types import MappingProxyType
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._core._host_memory import AVAILABLE as _HOST_MEMORY
@@ -412,8 +413,9 @@ class SynchronizedString(_Synchronized, SharedString):
     """An ``Array('c', ...)`` with its lock."""
 
 
-_RAW_OF = {Synchronized: SharedValue, SynchronizedArray: SharedArray,
-           SynchronizedString: SharedString, SynchronizedStructure: SharedStructure}
+_RAW_OF = MappingProxyType({Synchronized: SharedValue, SynchronizedArray: SharedArray,
+                            SynchronizedString: SharedString,
+                            SynchronizedStructure: SharedStructure})
 
 
 def _served_value(obj: Any, lock: Any = None) -> SharedValue:

@@ -15,6 +15,7 @@ import os
 import sys
 import types
 import warnings
+from types import MappingProxyType
 from typing import Any, Callable, Collection, Dict, Iterable, Mapping, Optional, Set, Tuple
 
 from .._process_state import here
@@ -23,21 +24,21 @@ __all__ = ["RENAMED", "NO_EFFECT", "NO_EFFECT_DEFAULTS", "translate", "read_old"
            "unknown_variables", "suggestion", "warn_once"]
 
 #: Keys of the original fiber read as a key of this one.
-RENAMED: Dict[str, str] = {
+RENAMED: Mapping[str, str] = MappingProxyType({
     "default_backend": "backend",
     "default_image": "image",
     "mem_per_job": "memory_per_job_mb",
     "ipc_admin_master_port": "listen_port",
-}
+})
 
 #: Keys of the original fiber that have no effect here, and why.
-NO_EFFECT: Dict[str, str] = {
+NO_EFFECT: Mapping[str, str] = MappingProxyType({
     "merge_output": "every job's output goes to the program's own stdout/stderr",
     "use_bash": "jobs start the interpreter directly",
     "ipc_active": "jobs always connect to their parent",
     "ipc_admin_worker_port": "jobs always connect to their parent",
     "use_push_queue": "pools always push tasks to their workers",
-}
+})
 
 #: ``FIBER_*`` variables that are not settings: set by fiber for its jobs, or read by
 #: fiber's own scripts (scripts/: the test clusters). Names ending in ``_`` are prefixes.
@@ -50,12 +51,13 @@ NOT_SETTINGS = frozenset({
 
 #: What reading a no-effect key gives when the program has not set it: the original's
 #: default (the original documented reading ``fiber.config.<key>``).
-NO_EFFECT_DEFAULTS: Dict[str, Any] = {
+NO_EFFECT_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "merge_output": False, "use_bash": False, "ipc_active": True,
     "ipc_admin_worker_port": 8000, "use_push_queue": True,
-}
+})
 
-_LOG_LEVELS = {"10": "debug", "20": "info", "30": "warning", "40": "error", "50": "critical"}
+_LOG_LEVELS = MappingProxyType({"10": "debug", "20": "info", "30": "warning", "40": "error",
+                                "50": "critical"})
 #: The no-effect keys a program set, and to what (read back as set).
 _no_effect_set: Dict[str, Any] = {}
 

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import tempfile
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
@@ -19,18 +20,18 @@ __all__ = ["LOG_LEVELS", "converted", "checked", "check_log_file"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
 #: A label of a host name: letters, digits, '-' (not first or last) and '_' (which DNS
 #: names hold, and /etc/hosts and container networks use: ``my_service``).
 _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 #: What a value of each type is, as an error says it expected one.
-_EXPECTED = {
+_EXPECTED = MappingProxyType({
     bool: "a boolean (true or false, 1 or 0, yes or no, on or off)",
     int: "a whole number (int)",
     float: "a number (float)",
     str: "a string (str)",
-}
+})
 
 
 def converted(key: str, typ: Any, value: Any, where: str) -> Any:

@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core import _inspect
@@ -57,9 +58,9 @@ CACHE_S = 0.5
 #: The rows /metrics asks for: none, only the counts every snapshot has.
 COUNTS_ONLY: _inspect.Rows = (0, 0)
 
-_ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
-           "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
-           "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8")}
+_ASSETS = MappingProxyType({"/": ("index.html", "text/html; charset=utf-8"),
+                            "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
+                            "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8")})
 
 
 def parse_address(address: str) -> Tuple[str, int]:

@@ -9,7 +9,7 @@ Every pool's series carry the label ``pool`` (its name, ``Pool-1``...). The coun
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 __all__ = ["render", "CONTENT_TYPE"]
 
@@ -18,7 +18,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 WORKER_STATES = ("starting", "idle", "running", "retiring")
 
 #: (name, type, help, the pool's value)
-_POOL_SERIES: List[Tuple[str, str, str, str]] = [
+_POOL_SERIES: Tuple[Tuple[str, str, str, str], ...] = (
     ("fiber_pool_size", "gauge", "Workers the pool keeps.", "size"),
     ("fiber_pool_tasks_pending", "gauge", "Tasks queued, held by no worker.", "pending"),
     ("fiber_pool_tasks_running", "gauge",
@@ -36,16 +36,16 @@ _POOL_SERIES: List[Tuple[str, str, str, str]] = [
     ("fiber_pool_received_bytes_total", "counter",
      "Bytes received from the pool's workers on their connections (results, the "
      "workers' calls).", "bytes_received"),
-]
+)
 
 #: (name, help, the pool's histogram)
-_POOL_HISTOGRAMS: List[Tuple[str, str, str]] = [
+_POOL_HISTOGRAMS: Tuple[Tuple[str, str, str], ...] = (
     ("fiber_pool_task_duration_seconds",
      "How long tasks ran, as their workers measured (a batch of quick tasks: each at the "
      "batch's mean).", "durations"),
     ("fiber_pool_result_latency_seconds",
      "From a task's submission to its result's arrival at the master.", "latency"),
-]
+)
 
 
 def _label(value: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copyreg
 import threading
+from types import MappingProxyType
 from typing import Any, Dict, Optional, Protocol, Type
 
 from ._process import Process
@@ -38,8 +39,8 @@ _lock = threading.Lock()
 
 
 #: The class of a context asked for by a start method of multiprocessing: its name there.
-_METHOD_CLASSES = {"fork": "ForkProcess", "spawn": "SpawnProcess",
-                   "forkserver": "ForkServerProcess"}
+_METHOD_CLASSES = MappingProxyType({"fork": "ForkProcess", "spawn": "SpawnProcess",
+                                    "forkserver": "ForkServerProcess"})
 
 
 def process_class(backend: Optional[str], method: Optional[str] = None) -> Type[Process]:

@@ -21,8 +21,8 @@ __all__ = ["PREFIX", "run", "fmt", "ours", "netns_pids", "kill_all_in", "remove"
 
 #: The first letters of every namespace and link name of a test run.
 PREFIX = "fbt"
-_ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable",
-                "prohibit", "blackhole", "nat", "anycast"}
+_ROUTE_TYPES = frozenset({"unicast", "local", "broadcast", "multicast", "throw", "unreachable",
+                          "prohibit", "blackhole", "nat", "anycast"})
 
 
 # -- running commands ---------------------------------------------------------------------

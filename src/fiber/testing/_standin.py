@@ -17,6 +17,7 @@ import socket
 import struct
 import sys
 import time
+from types import MappingProxyType
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..pool._group import group_main
@@ -41,8 +42,8 @@ _FETCH_REQUEST = struct.pack("<Q", 1)
 
 #: What `StandIn.report_stats` counts since it last reported: timers fired, their delays
 #: (seconds), when the first and last task started and the last ended (time.monotonic).
-_ROUND = {"tasks": 0, "late_sum_s": 0.0, "late_max_s": 0.0, "first_start": 0.0,
-          "last_start": 0.0, "last_end": 0.0}
+_ROUND = MappingProxyType({"tasks": 0, "late_sum_s": 0.0, "late_max_s": 0.0, "first_start": 0.0,
+                           "last_start": 0.0, "last_end": 0.0})
 
 # a simulated job's states
 CONNECTING, HELLO_SENT, AUTH_SENT, FETCHING, RUNNING, EXITING = range(6)

@@ -31,10 +31,11 @@ CLAIM_PATH = "/persistent"
 CONTAINER = "fiber"
 _GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a pod is deleted
 #: Waiting reasons that no amount of waiting fixes: the job fails at once.
-_FATAL_WAITING = {"ErrImageNeverPull", "InvalidImageName", "ErrInvalidImageName",
-                  "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+_FATAL_WAITING = frozenset({"ErrImageNeverPull", "InvalidImageName", "ErrInvalidImageName",
+                            "CreateContainerConfigError", "CreateContainerError",
+                            "RunContainerError"})
 #: Waiting reasons that may resolve themselves: the job fails after the pending timeout.
-_STUCK_WAITING = {"ErrImagePull", "ImagePullBackOff"}
+_STUCK_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff"})
 
 
 def parse_claims(key: str, text: str) -> List[Tuple[str, str, bool]]:

@@ -34,7 +34,7 @@ MODULE = "fiber.backends.local._forkserver_template"
 #: Largest message either side sends (a fork request with its environment).
 MAX_MESSAGE = 1 << 20
 #: Signals a forked child leaves as they are (cannot be caught, or Python's own setup).
-UNTOUCHED_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGXFZ"}
+UNTOUCHED_SIGNALS = frozenset({"SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGXFZ"})
 
 _FD_SPACE = socket.CMSG_SPACE(8 * array.array("i").itemsize)
 

@@ -34,8 +34,9 @@ def _own(cfg: Optional[Config] = None) -> SlurmSettings:
 
 
 #: Slurm job states (lower case, as listed) in which there is nothing left to stop.
-ENDING = {"completing", "completed", "cancelled", "failed", "timeout", "node_fail",
-          "boot_fail", "preempted", "out_of_memory", "deadline", "revoked", "special_exit"}
+ENDING = frozenset({"completing", "completed", "cancelled", "failed", "timeout", "node_fail",
+                    "boot_fail", "preempted", "out_of_memory", "deadline", "revoked",
+                    "special_exit"})
 
 
 def output_dir() -> str:

@@ -8,6 +8,7 @@ import datetime
 import os
 import re
 import signal
+from types import MappingProxyType
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...errors import BackendError, SubmitError
@@ -31,14 +32,15 @@ _COMMENT_TAG = "fiber"
 #: of any queue over ~1,000 records, and the master 10 ``squeue`` processes.
 ALONE = 10
 
-PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                  "RESV_DEL_HOLD", "POWER_UP_NODE"}
-_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING",
-            "STAGE_OUT", "UPDATE_DB"}
-_LOST = {"NODE_FAIL": "its node failed", "BOOT_FAIL": "its node failed to boot",
-         "PREEMPTED": "preempted", "REVOKED": "revoked (federation)"}
-_FAILED = {"FAILED": "", "TIMEOUT": "time limit reached", "OUT_OF_MEMORY": "out of memory",
-           "DEADLINE": "deadline reached", "SPECIAL_EXIT": "special exit"}
+PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                            "RESV_DEL_HOLD", "POWER_UP_NODE"})
+_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING",
+                      "STAGE_OUT", "UPDATE_DB"})
+_LOST = MappingProxyType({"NODE_FAIL": "its node failed", "BOOT_FAIL": "its node failed to boot",
+                          "PREEMPTED": "preempted", "REVOKED": "revoked (federation)"})
+_FAILED = MappingProxyType({"FAILED": "", "TIMEOUT": "time limit reached",
+                            "OUT_OF_MEMORY": "out of memory",
+                            "DEADLINE": "deadline reached", "SPECIAL_EXIT": "special exit"})
 
 
 def parse_raw_exit(raw: str) -> Optional[int]:

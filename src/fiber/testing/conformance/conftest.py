@@ -36,11 +36,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: interpreter's version: fiber's suites on its other supported Pythons deselect them
 #: (marker one_python). Everything that touches pickling, exits, threads, signals, warnings
 #: or the standard library's multiprocessing runs everywhere.
-ONE_PYTHON = {"test_pool_chaos"}
+ONE_PYTHON = frozenset({"test_pool_chaos"})
 #: Modules all of whose tests are of fiber's machinery only (fiber top, the lost-worker
 #: warnings) or are whole programs whose parts the suite tests on every Python already (the
 #: documentation's programs): one_python as well.
-ONE_PYTHON_WHOLE = {"test_observe_status", "test_observe_failures", "test_doc_programs"}
+ONE_PYTHON_WHOLE = frozenset({"test_observe_status", "test_observe_failures", "test_doc_programs"})
 
 
 @pytest.fixture(scope="module")

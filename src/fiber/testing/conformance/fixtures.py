@@ -27,6 +27,7 @@ import contextlib
 import os
 import threading
 import time
+from types import MappingProxyType
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Set
 
 import psutil
@@ -42,7 +43,7 @@ __all__ = ["MARKERS", "register_markers", "mark_items", "check_backend", "backen
            "backend_name", "ctx", "no_leaks"]
 
 #: The suite's markers, and why a run may deselect them (``-m "not local_pids"``).
-MARKERS: Dict[str, str] = {
+MARKERS: Mapping[str, str] = MappingProxyType({
     "api": "a multiprocessing-API test run on every backend (set on every test that takes "
            "the ctx fixture)",
     "torch": "needs torch (the examples extra) in the master and in the jobs: fiber's CI "
@@ -57,7 +58,7 @@ MARKERS: Dict[str, str] = {
     "one_python": "fiber's own machinery, not the interpreter's (network partitions, the "
                   "hub's security, the command line, polling, chaos): run with Python 3.11 "
                   "only, to keep the other Pythons' suites within the CI budget",
-}
+})
 
 #: The seconds a test may take when the session sets no timeout of its own (pytest-timeout:
 #: ``--timeout``, ``PYTEST_TIMEOUT``, ``timeout`` in an ini file; fiber's ``pyproject.toml``

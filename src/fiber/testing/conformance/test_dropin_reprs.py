@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import sys
+from types import MappingProxyType
 
 import pytest
 
@@ -30,10 +31,11 @@ def stdlib():
     return multiprocessing.get_context("spawn")
 
 
-PRIMITIVES = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
-              "Queue", "SimpleQueue", "JoinableQueue"]
+PRIMITIVES = ("Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
+              "Queue", "SimpleQueue", "JoinableQueue")
 #: What Python 3.11 and later print, where 3.9 and 3.10 print a plain object.
-SINCE_311 = {"Event": "<Event at 0x? unset>", "Barrier": "<MOD.Barrier at 0x?: waiters=0/2>"}
+SINCE_311 = MappingProxyType({"Event": "<Event at 0x? unset>",
+                              "Barrier": "<MOD.Barrier at 0x?: waiters=0/2>"})
 OLD = sys.version_info < (3, 11)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from types import MappingProxyType
 from typing import Any, List
 
 import pytest
@@ -184,8 +185,8 @@ def test_a_child_traceback_reaches_the_master_with_its_prefix(ctx, capfd):
     assert "_process.py" not in text and "_bootstrap.py" not in text  # no fiber frames
 
 
-ABRUPT_ENDS = ["os._exit", "SIGKILL", "segfault"]
-_SIGNALLED = {"os._exit": 3, "SIGKILL": -9, "segfault": -11}
+ABRUPT_ENDS = ("os._exit", "SIGKILL", "segfault")
+_SIGNALLED = MappingProxyType({"os._exit": 3, "SIGKILL": -9, "segfault": -11})
 
 
 @pytest.mark.parametrize("how", ABRUPT_ENDS)

@@ -24,11 +24,11 @@ from .support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-FAULTS = ["exception", "exit", "sigkill", "unpicklable"]
+FAULTS = ("exception", "exit", "sigkill", "unpicklable")
 KILLS = ("exit", "sigkill")
-STAGES = ["pickling the task", "unpickling the task", "running the task",
-          "pickling the result"]
-APIS = ["map", "imap", "apply_async"]
+STAGES = ("pickling the task", "unpickling the task", "running the task",
+          "pickling the result")
+APIS = ("map", "imap", "apply_async")
 
 # Pickling the task happens in the test process itself: an exit or a SIGKILL there would
 # end the test run, not a worker, so that stage has only the exception and unpicklable

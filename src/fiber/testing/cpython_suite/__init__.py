@@ -39,7 +39,8 @@ import time
 import traceback
 import unittest
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 # standalone classes (not run in variants) that test public behaviour through
 # ``multiprocessing.X``
@@ -49,7 +50,7 @@ _STANDALONE = (
     "TestInvalidFamily",
 )
 # excluded classes, each with its reason
-_EXCLUDED: Dict[str, str] = {
+_EXCLUDED: Mapping[str, str] = MappingProxyType({
     "WithProcessesTestHeap": "multiprocessing.heap's private arena allocator",
     "WithProcessesTestFinalize": "multiprocessing.util.Finalize, a private helper",
     "WithProcessesTestSharedMemory":
@@ -68,7 +69,7 @@ _EXCLUDED: Dict[str, str] = {
     "TestFlags": "a fresh interpreter importing the standard library's test module",
     "TestNoForkBomb": "a script importing the standard library's multiprocessing",
     "TestNamedResource": "a script importing the standard library's multiprocessing",
-}
+})
 _PASSING = ("pass", "xfail")
 
 

@@ -7,7 +7,7 @@ import sys
 from typing import Dict, Optional
 
 #: ``fiber`` as this interpreter runs it.
-FIBER = [sys.executable, "-m", "fiber"]
+FIBER = (sys.executable, "-m", "fiber")
 
 
 def fiber_cli(*args: str, timeout: float = 300,

@@ -13,8 +13,8 @@ from .waiting import require
 EXAMPLES = os.path.join(REPO, "examples") if REPO else None
 # Seed 2's initial policy falls within a few steps (reward about -120): ES must teach it
 # to stay up in these 6 small iterations.
-TINY = ["--iterations", "6", "--pairs", "12", "--max-steps", "60", "--noise-mb", "4",
-        "--hidden", "8", "--processes", "3", "--init-scale", "1.0", "--seed", "2"]
+TINY = ("--iterations", "6", "--pairs", "12", "--max-steps", "60", "--noise-mb", "4",
+        "--hidden", "8", "--processes", "3", "--init-scale", "1.0", "--seed", "2")
 
 
 def load() -> Any:
