@@ -31,7 +31,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("context",),                                     # binds the API to one backend
     ("futures", "ring", "joblib", "optuna"),          # on a context's processes
     ("experimental", "backend"),                      # the original fiber's interfaces
-    ("fiber", "cli", "_top", "__main__", "testing", "dashboard"),  # the namespace, tools
+    ("fiber", "cli", "_top", "__main__", "testing", "dashboard", "_abc"),  # the namespace, tools
 ]
 RANK: Dict[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 

@@ -55,6 +55,7 @@ class ArrayBackend(BatchBackend, Generic[R]):
     poll_max_interval = 2.0
 
     def __init__(self) -> None:
+        """No job yet: records come with `submit`, the watcher with the first wait."""
         super().__init__()
         self._lock = threading.Lock()
         self._jobs: Dict[str, R] = {}
@@ -188,6 +189,7 @@ class ArrayBackend(BatchBackend, Generic[R]):
             raise
 
     def release(self, handle: JobHandle) -> None:
+        """(See `Backend.release`.) Forget an ended job's record."""
         with self._lock:
             rec = self._jobs.get(handle.job_id)
             if rec is not None and rec.final is not None:
@@ -206,6 +208,8 @@ class ArrayBackend(BatchBackend, Generic[R]):
         return follow_job(self, handle, rec.output, since, self.unshared_output)
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        """(See `CommandLineBackend.remove_jobs`.) A program's jobs are removed once
+        they have ended."""
         return self.remove_program_jobs(program, job_ids, until_ended=True)
 
     def stop_main(self, handle: JobHandle, force: bool = False) -> None:

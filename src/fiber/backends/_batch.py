@@ -119,11 +119,21 @@ class BatchCommands(Protocol):
 
     def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
                     timeout: Optional[float] = None, what: str = "",
-                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
+                    check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` (a scheduler command) with ``input`` on its stdin, for at most
+        ``timeout`` seconds; its output as text. ``what`` names it in errors.
 
-    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]: ...
+        Raises:
+            BackendError: with ``check``, it failed, timed out or could not be run.
+        """
 
-    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
+    def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        """The status of each of ``handles`` that the scheduler still knows, by job id
+        (one query for all of them)."""
+
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
+        """Cancel the scheduler's jobs ``ids`` (``force``: at once, with SIGKILL, rather
+        than the scheduler's notice first); ids already ended are no error."""
 
 
 class BatchBackend(CommandLineBackend):
@@ -144,6 +154,7 @@ class BatchBackend(CommandLineBackend):
     program_env: str = ""
 
     def __init__(self) -> None:
+        """The program's id (its parent's, in a child), no job yet."""
         #: The program's id, in every job's listing (``fiber ps``); a child inherits it.
         self.program = os.environ.get(self.program_env) or secrets.token_hex(6)
         #: Whether the id came from a parent (else, at exit, the jobs of this process's
@@ -250,6 +261,8 @@ class BatchBackend(CommandLineBackend):
         return spec
 
     def detach(self) -> None:
+        """(See `Backend.detach`.) The program's exit leaves its jobs queued and
+        running."""
         with self._batch_lock:
             self.detached = True
 
@@ -283,6 +296,7 @@ class BatchBackend(CommandLineBackend):
         """The state of every given job, from one cluster query (a status per job)."""
 
     def status(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
+        """Each job's status (`query`); the finished ones are forgotten."""
         out = self.query(handles)
         self.forget([job_id for job_id, st in out.items() if st.state.finished])
         return out

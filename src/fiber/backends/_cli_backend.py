@@ -86,4 +86,5 @@ class CommandLineBackend(Backend):
         raise BackendError(self._no_record("stop a job it did not start"))
 
     def _no_record(self, what: str) -> str:
+        """Why this backend cannot do ``what``: it keeps no record of its jobs."""
         return (f"the {self.name} backend cannot {what} (use the cluster's own tools)")

@@ -54,6 +54,8 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
     the type of a job's kept output."""
 
     def __init__(self, program_env: str) -> None:
+        """``program_env``: the environment variable that hands the program's id to its
+        jobs (a child's jobs carry its parent's label)."""
         inherited = os.environ.get(program_env, "")
         #: Whether the id came from the parent: a child or a ``fiber run`` main program.
         self.inherited = bool(inherited)
@@ -74,6 +76,7 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
         return f"{self._prefix}{next(self._ids)}"
 
     def _add(self, jobs: Sequence[J]) -> None:
+        """Called by `submit` with the jobs it created: they are this process's."""
         with self._lock:
             for job in jobs:
                 self._jobs[job.job_id] = job
@@ -108,6 +111,8 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
         return sig, targets
 
     def _keep_log(self, job_id: str, output: L) -> None:
+        """Keep an ended job's output (the last few hundred jobs': `read_logs` finds it
+        once the cluster removed the job)."""
         with self._lock:
             self._logs[job_id] = output
             while len(self._logs) > _KEEP_LOGS:
@@ -119,10 +124,13 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
             return self._jobs.get(job_id), self._logs.get(job_id)
 
     def _kept_log(self, job_id: str, default: Optional[L]) -> Optional[L]:
+        """The output kept of ``job_id`` (`_keep_log`), else ``default``."""
         with self._lock:
             return self._logs.get(job_id, default)
 
     def _register_atexit(self) -> None:
+        """Called at the first submit: at the program's exit its jobs still running are
+        removed (`_exit_cleanup`), once."""
         with self._lock:
             if self._atexit:
                 return
@@ -130,10 +138,13 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
         atexit.register(self._exit_cleanup)
 
     def detach(self) -> None:
+        """(See `Backend.detach`.) The program's exit leaves its jobs running."""
         with self._lock:
             self._detached = True
 
     def _exit_cleanup(self) -> None:
+        """At the program's exit (not a fork's, nor a detached program's): its jobs
+        still running are removed, and counted as cancelled."""
         if here.pid != self._pid or self._detached:  # a fork of the master: not its jobs
             return
         with self._lock:
@@ -155,6 +166,7 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
             self._remove_listed(self.program, set(), at_exit=True)
 
     def remove_jobs(self, program: str = "", job_ids: Sequence[str] = ()) -> List[str]:
+        """(See `CommandLineBackend.remove_jobs`.)"""
         # A program being removed may still start a job (a pool replacing a worker that
         # was just removed): list again until nothing new is left.
         removed: List[str] = []
@@ -173,6 +185,7 @@ class LabelledBackend(CommandLineBackend, Generic[J, L]):
         raise NotImplementedError
 
     def release(self, handle: JobHandle) -> None:
+        """(See `Backend.release`.) Forget an ended job and its kept output."""
         with self._lock:
             job = self._jobs.get(handle.job_id)
             if job is not None and job.final is not None:

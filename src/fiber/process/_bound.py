@@ -25,7 +25,8 @@ class ProcessContext(Protocol):
     ``Process`` class its workers are."""
 
     @property
-    def Process(self) -> Type[Process]: ...  # noqa: N802 - the multiprocessing name
+    def Process(self) -> Type[Process]:  # noqa: N802 - the multiprocessing name
+        """The class of the context's processes (bound to its backend)."""
 
 
 class BackendContext(Protocol):
@@ -33,7 +34,8 @@ class BackendContext(Protocol):
     its processes run on (None: the configured default)."""
 
     @property
-    def backend(self) -> Optional[str]: ...
+    def backend(self) -> Optional[str]:
+        """The backend's name, or None for the configured default."""
 
 _lock = threading.Lock()
 

@@ -14,25 +14,30 @@ from ._job import Job
 from ._limits import FILES_PER_JOB, ensure_open_files
 
 
-class Process(Protocol):
+class Startable(Protocol):
     """What starting needs of a `fiber.process._process.Process` (named here, not
     imported: that module starts its processes with this one)."""
 
+    #: The backend of its class's context (None: the configured one).
     _backend_name: ClassVar[Optional[str]]
 
-    def _prepare(self) -> Tuple[Job, JobSpec]: ...
+    def _prepare(self) -> Tuple[Job, JobSpec]:
+        """Called by `start_all` before its job is submitted: its launch record (served
+        to the job by its parent's hub) and the job's spec."""
 
-    def _launched(self, job: Job, handle: JobHandle) -> None: ...
+    def _launched(self, job: Job, handle: JobHandle) -> None:
+        """Called once its job was submitted: the process is started, its job is
+        ``handle``."""
 
 __all__ = ["backend_of", "node_cpus", "files_per_job", "start_all"]
 
 
-def backend_of(cls: Type[Process]) -> Backend:
+def backend_of(cls: Type[Startable]) -> Backend:
     """The backend whose jobs run processes of ``cls`` (a context's, else the config's)."""
     return get_backend(cls._backend_name or get_config().backend)  # noqa: SLF001
 
 
-def node_cpus(cls: Type[Process]) -> Optional[int]:
+def node_cpus(cls: Type[Startable]) -> Optional[int]:
     """The CPUs of the smallest node of the backend of ``cls`` (``Backend.node_cpus``);
     None if unknown, or if its backend cannot be had now (its error is raised when the
     job starts, where it says more)."""
@@ -43,7 +48,7 @@ def node_cpus(cls: Type[Process]) -> Optional[int]:
     return backend.node_cpus()
 
 
-def files_per_job(cls: Type[Process]) -> int:
+def files_per_job(cls: Type[Startable]) -> int:
     """The descriptors a job of ``cls`` costs this process (``Backend.files_per_job``);
     the most any backend's costs if its backend cannot be had now (its error is raised
     when the job starts, where it says more)."""
@@ -53,7 +58,7 @@ def files_per_job(cls: Type[Process]) -> int:
         return FILES_PER_JOB
 
 
-def start_all(processes: Sequence[Process]) -> None:
+def start_all(processes: Sequence[Startable]) -> None:
     """Start many processes with one ``submit`` per backend (a job array on Slurm).
 
     Whatever fails after a submit ends that submit's jobs not made their processes' yet
@@ -73,7 +78,7 @@ def start_all(processes: Sequence[Process]) -> None:
                       per_job=max((files_per_job(cls) for cls in {type(p) for p in processes}),
                                   default=0))
     open_log()  # a log file that cannot be written fails here, before any submit
-    prepared: List[Tuple[Process, Job, JobSpec]] = []
+    prepared: List[Tuple[Startable, Job, JobSpec]] = []
     try:
         for proc in processes:
             job, spec = proc._prepare()  # noqa: SLF001 - this module's class
@@ -82,7 +87,7 @@ def start_all(processes: Sequence[Process]) -> None:
         for _, job, _ in prepared:
             job.abandon()
         raise
-    by_backend: Dict[int, List[Tuple[Process, Job, JobSpec]]] = {}
+    by_backend: Dict[int, List[Tuple[Startable, Job, JobSpec]]] = {}
     for item in prepared:
         by_backend.setdefault(id(item[1].backend), []).append(item)
     groups = list(by_backend.values())
@@ -104,7 +109,7 @@ def start_all(processes: Sequence[Process]) -> None:
 _HANDED_AT_ONCE = 64
 
 
-def _submit(backend: Backend, group: List[Tuple[Process, Job, JobSpec]]) -> List[JobHandle]:
+def _submit(backend: Backend, group: List[Tuple[Startable, Job, JobSpec]]) -> List[JobHandle]:
     """Submit ``group``'s jobs to ``backend``: with one ``submit`` (one job array on
     Slurm), or, where jobs are handed their anchors, `_HANDED_AT_ONCE` at a time. A
     job's anchor ends at the hub only once this process has closed its copy of the
@@ -131,7 +136,7 @@ def _submit(backend: Backend, group: List[Tuple[Process, Job, JobSpec]]) -> List
     return handles
 
 
-def _launch(group: List[Tuple[Process, Job, JobSpec]], handles: List[JobHandle]) -> None:
+def _launch(group: List[Tuple[Startable, Job, JobSpec]], handles: List[JobHandle]) -> None:
     """Make each submitted job its process's. If that fails for one, it and those after
     it are withdrawn (ended at once: nothing waits for a job whose start raised) and the
     error is raised."""

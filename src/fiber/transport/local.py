@@ -35,12 +35,24 @@ class Channel(Protocol):
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
                 timeout: Optional[float] = None,
-                on_late: Optional[LateReply] = None, ticket: bytes = b"") -> Reply: ...
+                on_late: Optional[LateReply] = None, ticket: bytes = b"") -> Reply:
+        """Ask ``op`` of ``service`` and wait for its reply, ``(status, frames)``, at most
+        ``timeout`` seconds. ``on_late`` gets a reply that comes after the wait gave up;
+        ``ticket`` (see `fiber.transport.receipts`) makes a request asked again after a
+        reset be answered as it was, not served twice.
 
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None: ...
+        Raises:
+            TimeoutError: no reply within ``timeout``.
+            ConnectionLost: the connection ended before the reply.
+        """
+
+    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+        """Send ``op`` to ``service`` without waiting (no reply is sent back)."""
 
     def start(self, service: bytes, op: bytes, frames: Sequence[Any],
-              on_reply: LateReply) -> bytes: ...
+              on_reply: LateReply) -> bytes:
+        """Ask ``op`` of ``service`` without waiting: ``on_reply(status, frames)`` is
+        called with its reply, in the thread that reads it. Returns the request's id."""
 
 
 class OwnServer(Protocol):
@@ -51,16 +63,23 @@ class OwnServer(Protocol):
     lock: threading.RLock
 
     @property
-    def alive(self) -> bool: ...
+    def alive(self) -> bool:
+        """Whether the server still serves (its thread runs and it is not closing)."""
 
-    def local_peer(self) -> LocalPeer: ...
+    def local_peer(self) -> LocalPeer:
+        """The calling thread's peer: how the services see this process's own calls."""
 
     def dispatch(self, peer: Peer, name: bytes, op: bytes, req_id: bytes,
-                 payload: List[Frame]) -> None: ...
+                 payload: List[Frame]) -> None:
+        """Hand ``op`` of service ``name`` to its handler, as if ``peer`` had sent it
+        (under the server's ``lock``)."""
 
     def wait_serving(self, done: Callable[[], bool], timeout: Optional[float],
                      wait: Callable[[Optional[float]], bool],
-                     spin: Optional[Callable[[], float]] = None) -> bool: ...
+                     spin: Optional[Callable[[], float]] = None) -> bool:
+        """Until ``done()`` or ``timeout``: serve the server's connections from this
+        thread where it may (see `fiber.transport.serving`), else ``wait``; ``spin``
+        says for how long to poll before sleeping. Returns ``done()``."""
 
 
 class LocalClient:

@@ -132,13 +132,21 @@ class StandIn:
         self._serving.release()
 
 
-class _Servable(Protocol):
+class Servable(Protocol):
+    """What `Serving` needs of a server (a `fiber.transport.server.Server`, which
+    imports this module): a caller about to wait takes its connections over."""
+
     @property
-    def stand_in(self) -> Any: ...
+    def stand_in(self) -> Any:
+        """The server's `StandIn`, through which a waiting caller serves."""
 
-    def take_over(self) -> bool: ...
+    def take_over(self) -> bool:
+        """Called by a caller about to wait for a reply: whether it now serves the
+        server's connections in place of the server's thread (False: another caller
+        already does, or the server is closing)."""
 
-    def hand_back(self) -> None: ...
+    def hand_back(self) -> None:
+        """Called once that caller's wait is over: the server's thread serves again."""
 
 
 class Serving:
@@ -147,7 +155,7 @@ class Serving:
 
     __slots__ = ("server", "took")
 
-    def __init__(self, server: _Servable) -> None:
+    def __init__(self, server: Servable) -> None:
         self.server = server
         self.took = False
 

@@ -29,9 +29,16 @@ class StepCommands(Protocol):
 
     def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
                     timeout: Optional[float] = None, what: str = "",
-                    check: bool = True) -> subprocess.CompletedProcess[str]: ...
+                    check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` (a scheduler command) with ``input`` on its stdin, for at most
+        ``timeout`` seconds; its output as text. ``what`` names it in errors.
 
-    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None: ...
+        Raises:
+            BackendError: with ``check``, it failed, timed out or could not be run.
+        """
+
+    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
+        """Cancel Slurm's jobs or steps ``ids`` (``force``: SIGKILL at once)."""
 
 
 @dataclasses.dataclass
