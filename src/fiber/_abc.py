@@ -6,18 +6,8 @@ maintainer finds them all on one page: ``docs/contributing/interfaces.md``, whic
 for each method when it is called and what it returns. `tests/unit/test_interfaces.py`
 fails when an interface is defined elsewhere and not listed here.
 
-Backends (what a backend author implements, from the most general to the most
-specific): `Backend`, `CommandLineBackend`, `LabelledBackend`, `BatchBackend`,
-`ArrayBackend`; and what a batch backend's job listing (`BatchCommands`) and Slurm's job
-steps (`StepCommands`) need of it.
-
-The transport: `Service` and `Dispatcher` (what a server serves), `Channel` (a
-connection, or a call to this process's own server), `OwnServer` and `Servable` (what a
-caller uses of its own server), `Settings` (timeouts and keepalives, read at each use).
-
-Processes and pools: `Startable` (what starting a job needs of a process),
-`ProcessContext` and `BackendContext` (what a pool and a manager need of their context),
-`ResultSink` (where a task's result goes), `PoolLink` (a worker's link to its master).
+They come in three groups: the backend layer's, the transport's, and the seams between
+processes, pools and contexts.
 """
 
 from __future__ import annotations

@@ -7,24 +7,7 @@
     fiber stop [-b BACKEND] PROGRAM|JOB...
     fiber top [PROGRAM] [--once]
 
-``fiber run`` starts ``COMMAND`` (``python main.py``, say) as one job of the configured
-backend: on Docker a container of the configured image, on Kubernetes a pod, on Slurm a
-batch job, locally a subprocess. The program gets this machine's fiber config through
-``FIBER_*`` variables, so the processes and pools it starts are jobs of the same cluster;
-their containers or pods carry the program's id. The command then prints the program's
-output as it is written, and ends with its exit code. Ctrl-C (or SIGTERM, SIGHUP) stops
-the program and every job it started; a second one kills them, a third stops waiting.
-With ``--detach`` it prints the job's id and leaves the program running; ``fiber logs``
-and ``fiber stop`` take it from there. ``--attach``, the original fiber's flag to follow
-the output, is the default. ``--volume`` mounts a persistent volume in the program's job
-and every job it starts, where the backend has them (a Kubernetes volume claim, at
-``/persistent`` as in the original fiber); elsewhere it is refused with the reason.
-
-``ps``, ``logs`` and ``stop`` work on the backends whose cluster keeps jobs by label
-(``docker``, ``kubernetes``) or comment (``slurm``: this user's batch jobs) and see the
-jobs of every fiber program there; on ``local``, this user's programs on this machine
-and their jobs' logs. ``fiber top`` shows a running program's pools and processes (see
-`fiber._top`).
+What each does, its options and its limits: docs/cli.md.
 """
 
 from __future__ import annotations

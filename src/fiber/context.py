@@ -7,24 +7,7 @@ are backend names; ``"spawn"`` (what libraries such as stable-baselines3 ask for
 fiber's do) and ``None`` mean the configured default backend, and such a context's
 ``get_start_method()`` is the name asked for, as multiprocessing's is.
 
-``"fork"`` (``get_context("fork")``, ``set_start_method("fork")``, which programs written
-for macOS or for Python 3.14's default call) also means the default backend, with a
-``RuntimeWarning`` saying what differs: a job, maybe on another host, starts clean and
-does not inherit this process's memory, so what a child needs must reach it in its
-arguments (functions and classes of ``__main__`` travel by value). Refusing it would make
-such a program unusable for a difference most of them never meet.
-
-As in ``multiprocessing``, a context asked for by a start method is of the class named
-after it (``SpawnContext``, whose ``Process`` is ``SpawnProcess``), a context is
-concrete (its ``get_context()`` is itself; ``set_start_method`` raises ``ValueError``),
-and a process knows the start method it was started with: a job's
-``get_start_method()`` is its process class's (``SpawnProcess``) or its parent's default
-one.
-
-The module-level API of ``fiber`` is the `DefaultContext`'s: ``set_start_method`` picks
-the context that ``get_context()`` returns (``"spawn"``: the default backend under that
-name; a backend's name: that backend, made the default).
-"""
+More: the API reference's page of this module."""
 
 # FiberContext is a BaseContext whose methods return fiber's objects (a fiber Queue, not a
 # multiprocessing.queues.Queue), as its start methods and backends are fiber's: the

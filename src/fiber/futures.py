@@ -1,29 +1,7 @@
 """``fiber.futures.Executor``: the ``concurrent.futures`` API on a fiber pool.
 
-    Executor.submit(fn, *args) ──▶ Pool task (see fiber.pool) ──▶ Future
-    result from a worker ──▶ the thread in future.result()/exception(), which serves the
-        hub meanwhile (as a pool's get() does) ──▶ future.set_result / set_exception
-      or, with nobody waiting so (done callbacks, wait(), as_completed()), the pool's
-        callback thread ──▶ future.set_result / set_exception
-    future.cancel() ──▶ task withdrawn from the pool's queue ──▶ wait()/as_completed()
-        told (CANCELLED_AND_NOTIFIED), done callbacks, a thread in result() woken
-
-Futures fail with the worker's exception, its remote traceback as ``__cause__``. A future
-can be cancelled until a worker has been handed its task (``cancel()`` withdraws it from
-the pool's queue); the pool does not say when a worker takes a task, so ``running()``
-turns True only when a ``cancel()`` finds it handed out. As with the stdlib, the
-interpreter does not exit before the pending futures are done, even after
-``shutdown(wait=False)``.
-
-``concurrent.futures.ProcessPoolExecutor(mp_context=fiber.get_context())`` works too, when
-the backend's jobs share this host (``local``, ``netns``; ``Backend.jobs_share_host``): its
-call queue is a ``multiprocessing`` queue, an OS pipe whose descriptors reach each worker as
-multiprocessing's spawn hands them over (the worker imports the main script, and calls go
-by reference), and it waits on fiber's result queue through the queue's ``_reader``. A job
-on another host or in a container cannot get a descriptor of this host, so there its
-``submit`` raises ``ProcessError``; this executor keeps the API everywhere, with functions
-of ``__main__`` and lambdas by value, and the pool's recovery of lost workers.
-"""
+How results reach futures, cancellation, and ``concurrent.futures.ProcessPoolExecutor``
+on fiber: the API reference's page of this module."""
 
 # The handing over of multiprocessing's descriptors: fiber.process._fd_handoff; a queue's
 # _reader: fiber.queues._reader; the futures the interpreter waits for at exit: _PendingWork.

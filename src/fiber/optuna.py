@@ -4,18 +4,9 @@ by a fiber manager, with no shared file system and no database server.
 Optuna runs one study on many machines as many processes that share its storage; its
 journal storage (``optuna.storages.JournalStorage``) keeps every change to the study as a
 log entry, in order, in a journal backend: a file, Redis, or this, a list in a
-`fiber.Manager`:
+`fiber.Manager`.
 
-    master: manager = fiber.Manager(); journal = ManagerJournal(manager.list())
-            optuna.create_study(storage=JournalStorage(journal), study_name=...)
-    each pool worker: optuna.load_study(storage=JournalStorage(journal), ...).optimize(...)
-        read_logs(n)  ── the manager's list[n:] ──▶  the entries since those it replayed
-        append_logs   ── list.extend(entries) ──▶   one call: appended together, in order
-
-The manager's server serves one call at a time, so entries are appended whole and every
-reader sees them in the same order, as the file backend's lock makes them on a shared
-file system. The journal lives as long as its manager (``docs/libraries.md``).
-"""
+How reads and appends go: the API reference's page of this module."""
 
 from __future__ import annotations
 

@@ -1,37 +1,7 @@
 """``Value``, ``Array``, ``RawValue`` and ``RawArray``: ctypes data shared across hosts.
 
-    any fiber process                          hub of the creating process
-    ─────────────────                          ───────────────────────────
-    v.value ───── [get, tid, "value"] ───────▶ ValueService: the ctypes object itself
-    v.value = 3 ─ [set, tid, "value", 3] ────▶   (c_int, c_double, c_char * 10, ...)
-    a[2:5] ────── [getitem, tid, slice] ─────▶   guarded by the Value's lock: an access
-    a[0] = 1 ──── [setitem, tid, (0, 1)] ────▶   waits while another thread holds it
-    with v.get_lock(): ...  ─────────────────▶ LockService of an RLock (fiber.synchronize)
-
-There is no memory shared between hosts, so the data lives in the creating process, as a
-real ctypes object (values convert, truncate and wrap exactly as in ``multiprocessing``),
-and every access is one round trip to its hub. An array's data is in memory that the
-processes of its creator's host can map (a memfd): there, and in
-the creator, ``get_obj()`` is a real ctypes array over the same pages, a buffer that numpy
-reads and writes (``np.frombuffer(a.get_obj(), dtype)``) as with ``multiprocessing``;
-elsewhere it is the array's handle without the lock (indexing works, buffers do not).
-
-As with ``multiprocessing``, each access of a synchronized ``Value`` or ``Array`` takes
-its lock: the server runs it when the lock is free or held by the caller's thread, so
-``with v.get_lock(): v.value += 1`` is atomic across processes and hosts (four round
-trips). ``RawValue``/``RawArray`` (``lock=False``) are the same objects without a lock;
-each single access is still atomic.
-
-What differs from ``multiprocessing``: the objects are handles, not ctypes instances (no
-``memoryview`` of a ``RawArray`` itself, no passing to C: use an ``Array``'s
-``get_obj()``), and they pickle freely (to a queue, a pipe, a child). As in
-``multiprocessing``, only the synchronized objects (``Value``, ``Array``) have
-``get_obj()`` and ``get_lock()``; a ``RawValue`` or ``RawArray`` has neither.
-Supported types: the typecodes of `array` and simple ctypes types; a ``Value`` or
-``RawValue`` may also be a ``ctypes.Structure`` (or ``Union``), whose fields are its
-attributes (``v.x``, one round trip each). An array of structures is not supported:
-``a[0].x = 1`` would write to a copy.
-"""
+Each access is a round trip to the creator's hub; what works as in ``multiprocessing``
+and what differs: the API reference's page of this module."""
 
 from __future__ import annotations
 

@@ -4,24 +4,7 @@ Precedence, highest first:
 
     fiber.init(key=value)  >  FIBER_KEY environment variables  >  .fiberconfig  >  defaults
 
-``.fiberconfig`` (in the working directory) is an INI file whose ``[fiber]`` section holds
-the same keys as ``fiber.init``; a file without a section header is read as ``[fiber]``,
-and the original fiber's ``[default]`` section is read too. Values from text sources are
-converted to the field's type (``FIBER_DEBUG=false`` is ``False``); an unknown key raises
-`ConfigError` naming the key, the closest valid one and the valid ones, a wrong value one
-saying what its key expects and where it was set (see `_values`); a ``FIBER_*`` variable
-that is not a setting is warned about once.
-Keys of the original fiber are read as their new names, with a one-time ``FutureWarning``.
-A backend's own keys (``slurm_partition``) are declared by the backend (``Backend.settings``):
-``[fiber.<backend>]`` sections of ``.fiberconfig`` hold them too.
-
-``fiber.config.backend`` reads the value in force, and ``fiber.config.backend = "docker"``
-sets it, as ``fiber.init(backend="docker")`` does.
-
-Nothing is read at import time. The first call to `get_config` resolves the config;
-`init` and `override` replace it. Children receive the parent's resolved config
-in their launch payload, so a whole program runs with one configuration.
-"""
+How each source is read and checked: the API reference's page of this module."""
 
 from __future__ import annotations
 

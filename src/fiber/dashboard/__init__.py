@@ -4,28 +4,9 @@ Off by default. On with ``fiber.init(dashboard="127.0.0.1:0")`` (or ``FIBER_DASH
 or the ``.fiberconfig`` key ``dashboard``; port 0: a free one), in the program's main
 process, or from outside with ``fiber dashboard [PROGRAM]`` on the machine of a running
 program's main process (it attaches as ``fiber top`` does, so the program pays nothing
-until then). Either way one line on stderr gives the address and its token:
+until then). Either way one line on stderr gives the address and its token.
 
-    fiber: dashboard at http://127.0.0.1:8787/?token=3q2-...
-
-Routes, each behind the token (``?token=``, the cookie the first visit sets, or
-``Authorization: Bearer``):
-
-- ``/``: the page (plain JavaScript shipped in the wheel: no CDN), refreshed every second;
-- ``/api/snapshot``: what the page shows, as JSON (what ``fiber top`` shows);
-  ``?workers=FIRST:COUNT`` gives only those rows of each pool's worker table (the page
-  asks for one page of 100), every worker still counted by state;
-- ``/metrics``: Prometheus text format (see [Dashboard and metrics](../dashboard.md));
-  with the program's live jobs as their clusters see them (queued or running, asked of
-  each backend at most every 5 s);
-- ``/api/stack?worker=NAME``: the Python stacks of a job's threads, asked of it now (a
-  program's own dashboard: its jobs answer it).
-
-The server is the standard library's ``http.server`` on a thread of its own: no
-dependency, and nothing it receives is unpickled (it reads only a path and headers).
-It binds to 127.0.0.1 unless told another host; from a laptop, reach a cluster's login
-node through an ssh tunnel (``ssh -L 8787:127.0.0.1:8787 login-node``).
-"""
+Its routes and server: the API reference's page of this module."""
 
 from __future__ import annotations
 

@@ -1,46 +1,9 @@
 """Several "hosts" on one Linux machine, and the ``netns`` backend that runs jobs on them.
 
-`Hosts` creates N network namespaces joined by a Linux bridge (root only):
+`Hosts` creates N network namespaces joined by a Linux bridge (root only).
 
-    root namespace (the test process, the fiber master)
-      bridge fbt<k>br  10.202.<k>.1/24
-        ├── veth fbt<k>h1 ══ eth0 in namespace fbt<k>-h1   10.202.<k>.11/24
-        ├── veth fbt<k>h2 ══ eth0 in namespace fbt<k>-h2   10.202.<k>.12/24
-        └── ...
-
-Every namespace has its own ``lo`` and no default route: nothing can leave the machine.
-``<k>`` is an index in 0..255 claimed with a lock file (``/run/fiber-testing-netns``), so
-concurrent test runs on one machine never share names or addresses; an index whose
-10.202.<k>.0/24 is already routed here is skipped. Resources left behind by a run that
-died (its lock is free) are removed by the next `Hosts.start`.
-
-`Hosts.partition` sets a host's bridge-side veth down: the host keeps its address
-and its processes keep running, but no packet reaches or leaves it (a cut cable).
-
-`Hosts.shape` makes a host's link lossy or slow (loss probability, constant delay, per
-direction). The kernels this runs on may lack ``sch_netem`` and iptables, so a userspace
-relay process (AF_PACKET sockets) does it; the host's veth leaves the
-bridge, and a second veth pair takes its place as the bridge port:
-
-        bridge fbt<k>br
-        └── veth fbt<k>s1 ══ fbt<k>r1 ⇄ relay process ⇄ fbt<k>h1 ══ eth0 in fbt<k>-h1
-
-`Hosts.partition` still cuts a shaped host (its ``fbt<k>h<i>`` goes down); ``loss=1.0``
-cuts it with its link up.
-
-`NetnsBackend` (``backend="netns"``) is the ``local`` backend with every job started
-through ``ip netns exec <host>`` on the hosts installed with `use_hosts`, round
-robin (or on the host chosen with `on_host`). Jobs are still subprocesses of the
-submitting process, so their exit codes are exact; ``JobHandle.host`` is the namespace.
-The master stays in the root namespace and must listen on the bridge:
-
-    hosts = Hosts(3).start()
-    use_hosts(hosts)
-    fiber.init(backend="netns", listen_host=hosts.root_ip)   # before any fiber object
-
-Jobs inherit the host list (environment variable ``FIBER_NETNS_HOSTS``) and import this
-module before they run, so a job can start processes on the hosts too.
-"""
+Partitions, lossy links and the ``netns`` backend: the API reference's page of
+``fiber.testing``."""
 
 from __future__ import annotations
 

@@ -11,21 +11,7 @@ and pool protocol. What it does not do is the work: no worker process, no interp
 and a task is a timer of its length. Its tasks must be `sleep_for`'s; another function's
 fail with a ``TypeError`` that says so.
 
-So the master (``fiber.Pool``, its hub, its scheduler, its job records and watcher) is
-the real one, and what it costs at 10,000 or 50,000 workers can be measured here:
-
-    import fiber
-    from fiber.testing import standins
-
-    standins.configure(processes=4)
-    with fiber.get_context("standins").Pool(10000) as pool:
-        pool.map(standins.sleep_for, [1.0] * 10000, chunksize=1)
-
-The results are a simulation's: a stand-in's own CPU shares the machine with the master
-(`StandInBackend.stats` says how much it took, and how late its timers fired), and
-both ends of every connection are this machine's. Pools with an initializer or
-``maxtasksperchild``, and plain ``Process`` jobs, are refused (the job fails at once).
-"""
+An example and what the figures mean: the API reference's page of ``fiber.testing``."""
 
 from __future__ import annotations
 

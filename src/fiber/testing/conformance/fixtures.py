@@ -6,20 +6,7 @@ for its other tests (``tests/conftest.py``); nothing here is registered for any 
 session (fiber's ``pytest11`` plugin, `fiber.testing.conformance.plugin`, adds the option
 ``--fiber-backend`` and nothing else).
 
-The backend under test is ``--fiber-backend NAME`` (default: ``FIBER_TEST_BACKEND``, else
-``local``), a name fiber finds in its registry (an entry point of the ``fiber.backends``
-group, or a class registered by a module that ``-p MODULE`` loads). Its engine:
-
-- a backend class with a classmethod ``test_engine()`` starts its engine in this process:
-  it returns a context manager that starts it on entry, yields the settings with which
-  fiber reaches it (keywords of ``fiber.init``: ``{"listen_host": ...}``, or ``{}``) and
-  stops it on exit; the session enters it once, before its first test that takes ``ctx``.
-  An engine that cannot start (no root, a missing tool) skips those tests, and fails them
-  under ``CI=true``.
-- a backend without one runs on an engine its author started, which fiber finds through
-  the environment (``FIBER_*`` settings, ``SLURM_CONF``, ``DOCKER_HOST``...): fiber's own
-  CI starts Slurm, Docker and Kubernetes so (``scripts/test``).
-"""
+How the backend under test and its engine are found: docs/contributing/testing.md."""
 
 from __future__ import annotations
 

@@ -3,26 +3,9 @@
 Every interpreter ships its ``multiprocessing`` tests as ``test._test_multiprocessing``.
 This runner runs the public-behaviour part of its ``spawn`` variant with ``fiber`` in place
 of ``multiprocessing`` (as ``import fiber as multiprocessing`` does: `_mapped`), and the
-same selection on the standard library for the reference count::
+same selection on the standard library for the reference count.
 
-    python -m fiber.testing.cpython_suite [--stdlib] [--jobs 2] [--json out.json]
-
-Nothing of CPython's code is copied: the interpreter's file is run as it is, so each
-Python version runs its own tests.
-
-Selection: the ``processes`` and ``manager`` variants (``WithProcesses*``,
-``WithManager*``: the API a program reaches through ``multiprocessing.X`` and
-``Manager()``) and the standalone classes in `_STANDALONE`, minus `_EXCLUDED` (tests of
-the standard library's private internals, of objects fiber does not provide, or that run
-a fresh interpreter importing the standard library itself). The ``threads`` variant runs
-``multiprocessing.dummy``, which is the standard library's, not fiber's.
-
-Counting: only a passing test (or an expected failure) passes. A failure, an error, a
-skip (a skip that hides a gap must not count as a pass) and a test still running after
-``--timeout`` seconds of silence do not. Each class runs in its own interpreter (a hung
-test is killed with its process group and the class resumes after it), so a run is
-bounded: at most the timeout per test.
-"""
+What it selects and how it counts: docs/contributing/testing.md."""
 
 from __future__ import annotations
 
