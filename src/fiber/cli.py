@@ -24,6 +24,7 @@ import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from . import _top, config
+from ._backoff import retrying
 from ._version import DISTRIBUTION
 from .backends import CommandLineBackend, JobHandle, JobSpec, JobStatus, Resources, get_backend
 from .errors import BackendError, FiberError
@@ -249,7 +250,7 @@ def _print_output(backend: CommandLineBackend, handle: JobHandle) -> None:
 def _wait(backend: CommandLineBackend, handle: JobHandle) -> JobStatus:
     """The job's final status. A cluster that does not answer for a while is asked again:
     a failed query must not end ``fiber run``, whose exit would remove the job."""
-    delay, failures = 1.0, 0
+    backoff, failures = retrying(), 0
     while True:
         try:
             status = backend.wait(handle, timeout=60)
@@ -257,12 +258,12 @@ def _wait(backend: CommandLineBackend, handle: JobHandle) -> JobStatus:
             failures += 1
             if failures == 1 or failures % 10 == 0:
                 _say(f"cannot read the state of {handle.job_id} ({e}); trying again")
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
+            time.sleep(backoff.next())
             continue
         if status is not None:
             return status
-        delay, failures = 1.0, 0
+        backoff.reset()
+        failures = 0
 
 
 def _say(text: str) -> None:

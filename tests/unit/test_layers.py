@@ -19,7 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "fiber"
 
 #: Layers, lowest first: a unit imports only from its own layer and those below.
 LAYERS: List[Tuple[str, ...]] = [
-    ("errors", "_version", "_exports", "_process_state"),  # leaves: no fiber import
+    ("errors", "_version", "_exports", "_process_state", "_backoff"),  # leaves
     ("config", "transport"),                          # transport takes its settings as args
     ("_log", "_machine", "_preload", "backends"),     # the backend layer
     ("_core", "meta"),                                # the hub, served objects, parking

@@ -21,6 +21,8 @@ from typing import (
     Tuple,
 )
 
+from .._backoff import polling
+
 __all__ = [
     "Resources",
     "JobSpec",
@@ -240,15 +242,15 @@ class Backend(abc.ABC):
     def wait(self, handle: JobHandle, timeout: Optional[float] = None) -> Optional[JobStatus]:
         """Block until the job finished (its status) or ``timeout`` passed (``None``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.05
+        backoff = polling()
         while True:
             st = self.status([handle])[handle.job_id]
             if st.state.finished:
                 return st
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+            delay = backoff.next()
             time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
-            delay = min(delay * 1.5, 2.0)
 
     def watcher(self) -> JobWatcher:
         """The one watcher of this backend's jobs (created on first use)."""
@@ -382,7 +384,7 @@ class JobWatcher:
         return done
 
     def _run(self) -> None:
-        interval = self._min
+        backoff = polling(self._min, self._max)
         while True:
             with self._cond:
                 while not self._jobs and not self._stopped:
@@ -392,9 +394,12 @@ class JobWatcher:
                 jobs = list(self._jobs.values())
             done = self._deliver(jobs)
             del jobs  # a delivered job's callback holds its process: not while we wait
-            interval = self._min if done else min(interval * 1.5, self._max)
+            if done:
+                backoff.reset()
+            interval = backoff.next()
             with self._cond:
                 if not self._stopped and not self._reset:
                     self._cond.wait(interval)
                 if self._reset:
-                    self._reset, interval = False, self._min
+                    self._reset = False
+                    backoff.reset()

@@ -29,6 +29,7 @@ from typing import (
     Tuple,
 )
 
+from .._backoff import polling
 from .._log import log
 from ..errors import BackendError, ConfigError, SubmitError
 from ._base import JobHandle, JobInfo, JobSpec, JobStatus
@@ -321,7 +322,7 @@ def follow_file(path: str, ended: Callable[[], bool], missing: str,
     slack for the nodes' clocks) is an earlier job's of the same name and id (ids start
     again when a cluster's state is reset): it is not read until the job truncates it."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    offset, delay = 0, 0.2
+    offset, backoff = 0, polling(0.2)
     while True:
         done = ended()
         try:
@@ -337,13 +338,12 @@ def follow_file(path: str, ended: Callable[[], bool], missing: str,
         if chunk:
             offset += len(chunk)
             yield decoder.decode(chunk)
-            delay = 0.2
+            backoff.reset()
         if done:
             if not offset and not os.path.exists(path):
                 yield f"[fiber: no output file {path} on this machine: {missing}]\n"
             return
-        time.sleep(delay)
-        delay = min(delay * 1.5, 2.0)
+        time.sleep(backoff.next())
 
 
 def log_dir(configured: str, default_name: str, cluster: str, key: str) -> str:

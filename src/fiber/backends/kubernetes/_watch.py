@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
 
+from ..._backoff import retrying
 from ..._log import log
 from ..._process_state import here
 from .._base import JobStatus
@@ -33,7 +34,6 @@ Pod = Dict[str, Any]
 #: Seconds after which the API server ends each watch (it is resumed at once): also the
 #: longest a connection that died without a word can go unnoticed, plus the read timeout.
 WATCH_SECONDS = 60
-_BACKOFF = (0.5, 30.0)  # seconds between attempts while the API server cannot be reached
 _GONE_KEPT = 4096  # deleted pods remembered that no job of this process asked about
 HTTP_GONE = 410
 
@@ -226,13 +226,13 @@ class PodWatch:
         self._tried.set()
 
     def _run(self) -> None:
-        delay = _BACKOFF[0]
+        backoff = retrying()  # while the API server cannot be reached
         while not self._stopped.is_set():
             try:
                 if not self.cache.resource_version:
                     self._list()
                 self._watch_once()
-                delay = _BACKOFF[0]
+                backoff.reset()
             except Exception as e:
                 if self._stopped.is_set():
                     return
@@ -242,8 +242,7 @@ class PodWatch:
                     self.cache.expire()
                     continue
                 self._failed(e)
-                self._stopped.wait(delay)
-                delay = min(delay * 2, _BACKOFF[1])
+                self._stopped.wait(backoff.next())
 
     def _list(self) -> None:
         resp = self._api.list_namespaced_pod(self._namespace, label_selector=self._selector,
