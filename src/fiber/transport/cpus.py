@@ -18,8 +18,6 @@ import os
 import time
 from typing import Callable, TypeVar
 
-from .._process_state import here
-
 __all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "polled_seconds",
            "open_load", "CONTENDED_S"]
 
@@ -75,19 +73,23 @@ def open_load() -> int:
     child's do not."""
     global _loadavg
     pid, fd = _loadavg
-    if pid != here.pid:  # first use, or a forked child (whose fds may have been closed)
+    if pid != os.getpid():  # first use, or a forked child (whose fds may have been closed)
         try:
             fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             fd = -1
-        _loadavg = (here.pid, fd)
+        _loadavg = (os.getpid(), fd)
     return fd
 
 
 def _runnable_now() -> int:
     """The tasks runnable on this host now; a huge number where the kernel does not say."""
     pid, fd = _loadavg
-    if pid != here.pid:
+    # os.getpid(), not fiber._process_state's here.pid: its system call paces a polling
+    # loop's attempts (see `poll`), whose reads otherwise contend with the peer's writes on
+    # the socket: with here.pid a queue's round trip measured ~3 us slower (30 -> 33 us,
+    # benchmarks/compare.py --bench queue, 11 runs a version alternating)
+    if pid != os.getpid():
         fd = open_load()
     if fd < 0:
         return 1 << 30
