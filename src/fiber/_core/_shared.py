@@ -139,17 +139,9 @@ class SharedStore(Service):
             server.reply_error(peer, req_id, exc)
 
 
-_store_lock = threading.Lock()
-_stores: weakref.WeakKeyDictionary[Server, SharedStore] = weakref.WeakKeyDictionary()
-
-
 def _store(hub: Server) -> SharedStore:
-    with _store_lock:
-        store = _stores.get(hub)
-        if store is None:
-            store = _stores[hub] = SharedStore(host_key())
-            hub.register(SERVICE, store)
-        return store
+    """The hub's store of shared objects (made on first use)."""
+    return hub.ensure(SERVICE, SharedStore, lambda: SharedStore(host_key()))
 
 
 class Shared:

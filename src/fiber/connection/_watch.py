@@ -11,7 +11,6 @@ a pipe's, tells it), or at the timeout. The caller's side is `_wait`.
 from __future__ import annotations
 
 import struct
-import threading
 from typing import List, Optional, Sequence, Tuple
 
 from .._core._served import decode_wait
@@ -149,11 +148,6 @@ def _watched(server: Server, name: bytes) -> Optional[Watched]:
     return service if isinstance(service, Watched) else None
 
 
-_service_lock = threading.Lock()
-
-
 def ensure_service(hub: Server) -> None:
     """Register the hub's wait service (with its first pipe)."""
-    with _service_lock:
-        if hub.service(WAIT_SERVICE) is None:
-            hub.register(WAIT_SERVICE, WaitService())
+    hub.ensure(WAIT_SERVICE, WaitService)

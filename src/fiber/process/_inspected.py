@@ -243,19 +243,10 @@ class InspectService(Service):
             del self.jobs[name]
 
 
-_service: Optional[InspectService] = None
-_service_lock = threading.Lock()
-
-
 def register() -> InspectService:
     """This process's inspect service, on its hub (made once)."""
-    global _service
-    hub = _runtime.hub()
-    with _service_lock:
-        if _service is None:
-            _service = InspectService(_launcher.launcher())
-            hub.register(SERVICE, _service)
-        return _service
+    launches = _launcher.launcher()  # (first: a service is made under the hub's lock)
+    return _runtime.hub().ensure(SERVICE, InspectService, lambda: InspectService(launches))
 
 
 def stats(names: Optional[Collection[Any]] = None) -> Dict[str, Dict[str, float]]:

@@ -210,21 +210,9 @@ class LaunchService(Service):
             launch.on_gone(server.went_silent(process_id))
 
 
-_service_lock = threading.Lock()
-_service: Optional[LaunchService] = None
-_service_hub: Optional[Server] = None
-
-
 def launcher() -> LaunchService:
     """The launch service on this process's hub."""
-    global _service, _service_hub
-    hub = _runtime.hub()
-    with _service_lock:
-        if _service is None or _service_hub is not hub:
-            _service = LaunchService()
-            _service_hub = hub
-            hub.register(SERVICE, _service)
-        return _service
+    return _runtime.hub().ensure(SERVICE, LaunchService)
 
 
 def job_spec(cfg: Config, token: bytes, asked: Resources, name: str,

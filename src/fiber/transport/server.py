@@ -17,7 +17,19 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 from ..errors import TransportError
 from ._resend import RESEND_SERVICE, EndedPeers
@@ -34,6 +46,8 @@ from .timers import Timer, Timers
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 
 _log = logging.getLogger("fiber.transport")
+
+S = TypeVar("S", bound=Service)
 
 #: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
 _ACCEPT_PAUSE_S = 0.5
@@ -145,6 +159,25 @@ class Server(StandIn):
             raise ValueError(f"bad service name {name!r}")
         with self.lock:
             self._services[name] = service
+
+    def ensure(self, name: bytes, kind: Type[S], make: Optional[Callable[[], S]] = None) -> S:
+        """The service registered as ``name``, made (``make()``, else ``kind()``) and
+        registered by the first caller: the hub keeps its process's services, one each,
+        so a new hub (a forked child's) makes its own.
+
+        Raises:
+            TypeError: the service registered as ``name`` is not a ``kind``.
+        """
+        with self.lock:
+            service = self._services.get(name)
+            if service is None:
+                made = make() if make is not None else kind()
+                self.register(name, made)
+                return made
+        if not isinstance(service, kind):
+            raise TypeError(f"service {name!r} is {type(service).__name__}, not "
+                            f"{kind.__name__}")
+        return service
 
     def unregister(self, name: bytes) -> None:
         with self.lock:
