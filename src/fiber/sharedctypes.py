@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing.sharedctypes as _mpsc
 from types import MappingProxyType
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._core._host_memory import AVAILABLE as _HOST_MEMORY
 from ._core._host_memory import HostMemory, attach
@@ -164,7 +164,7 @@ class SharedValue(Handle):
     def _set_extra_state(self, extra: Any) -> None:
         pass
 
-    def _call(self, op: bytes, frames: List[Any]) -> Any:
+    def _call(self, op: bytes, frames: Sequence[Frame]) -> Any:
         tid = tid_of_thread() if self._lock is not None and self._client_lock is None \
             else b""
         if self._client_lock is not None:

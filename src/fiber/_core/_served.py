@@ -98,7 +98,7 @@ class Handle:
             auth.adopt_secret(state[2])
         self._finalizer = None
 
-    def _request(self, op: bytes, frames: Sequence[Any] = (),
+    def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None,
                  again: Optional[bool] = None) -> Tuple[bytes, List[Any]]:
@@ -131,7 +131,7 @@ class Handle:
                                    local=hub is not None and hub.address == self._address)
         return status, payload
 
-    def _send(self, op: bytes, frames: Sequence[Any] = ()) -> None:
+    def _send(self, op: bytes, frames: Sequence[Frame] = ()) -> None:
         """Send ``op``, which gets no reply (a put, a pipe's send). A connection that
         fails under it did not deliver it whole: it goes on a new connection, after what
         the failed one lost (see `fiber.transport._resend`)."""

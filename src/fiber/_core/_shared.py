@@ -10,7 +10,7 @@ import os
 import secrets
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._process_state import here
 from ..errors import TransportError
@@ -47,7 +47,7 @@ _PROCESS_NONCE = secrets.token_hex(8)
 class _Entry:
     """The frames of one shared object in a store: ready, or awaited (a mirror)."""
 
-    def __init__(self, frames: Optional[List[Any]], original: Any = None) -> None:
+    def __init__(self, frames: Optional[Sequence[Frame]], original: Any = None) -> None:
         self.frames = frames
         self.original = original  # the publisher's object itself
         self.waiters: List[Tuple[Peer, bytes]] = []
@@ -56,7 +56,7 @@ class _Entry:
         self.transfers = {"same_host": 0, "other_host": 0}
 
 
-def _seal(frames: List[Any]) -> List[Any]:
+def _seal(frames: Sequence[Frame]) -> List[Any]:
     """The frames as a store keeps them: a copy, large buffers in sealed memfds."""
     kept: List[Any] = [bytes(frames[0])]
     for frame in frames[1:]:
@@ -66,7 +66,7 @@ def _seal(frames: List[Any]) -> List[Any]:
     return kept
 
 
-def _private(frames: List[Any]) -> List[Any]:
+def _private(frames: Sequence[Frame]) -> List[Any]:
     """Frames for this process's own object: sealed mappings mapped again, copy on write
     (what a reader on the publisher's host gets), so that a write never reaches them."""
     out: List[Any] = [frames[0]]
@@ -121,7 +121,7 @@ class SharedStore(Service):
                 if pid == process_id:
                     del entry.holders[host]
 
-    def fill(self, server: Server, key: bytes, frames: List[Any]) -> None:
+    def fill(self, server: Server, key: bytes, frames: Sequence[Frame]) -> None:
         """A mirror's data arrived: keep it, and answer those who waited for it."""
         entry = self.entries.get(key)
         if entry is None:
@@ -218,7 +218,7 @@ def _dumps_once(obj: Any) -> Optional[List[Any]]:
     return None if handoffs else frames
 
 
-def _publish(frames: List[Any], obj: Any) -> Shared:
+def _publish(frames: Sequence[Frame], obj: Any) -> Shared:
     hub = _runtime.hub()
     store = _store(hub)
     key = secrets.token_bytes(16)

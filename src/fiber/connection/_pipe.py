@@ -10,7 +10,7 @@ import multiprocessing
 import pickle
 import secrets
 import threading
-from typing import Any, Deque, List, Optional, Set, Tuple
+from typing import Any, Deque, List, Optional, Sequence, Set, Tuple
 
 from .._core import _runtime
 from .._core._served import Handle, add_handoff, decode_wait, encode_wait
@@ -318,7 +318,7 @@ class Connection(Handle):
             raise EOFError
         return frames
 
-    def _give_back(self, status: bytes, frames: List[Any]) -> None:
+    def _give_back(self, status: bytes, frames: Sequence[Frame]) -> None:
         if status == b"ok":  # abandoned recv: deliver the message to this end again
             self._send(PipeOps.SEND, [b"01"[1 - self._end:2 - self._end], *frames])
 
@@ -364,7 +364,7 @@ class Connection(Handle):
         return len(data)
 
     @staticmethod
-    def _as_bytes(frames: List[Any]) -> bytes:
+    def _as_bytes(frames: Sequence[Frame]) -> bytes:
         if frames[0] == _RAW:
             return bytes(frames[1])
         return pickle.dumps(loads(frames[1:]), protocol=5)

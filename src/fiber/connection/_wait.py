@@ -15,20 +15,20 @@ from .._core._served import encode_wait
 from ..transport.client import Client, ConnectionLost
 from ..transport.local import LateReply
 from ..transport.remote import unpack_exception
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ._pipe import Connection, wait_frames
 from ._watch import WAIT_SERVICE, WaitOps, unpack_indices
 
 __all__ = ["wait"]
 
 def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Any]:
-    frames: List[Any] = [encode_wait(True, timeout)]
+    frames: List[Frame] = [encode_wait(True, timeout)]
     for c in conns:
         frames += wait_frames(c)
     return frames
 
 
-def _indices(status: bytes, frames: List[Any]) -> List[int]:
+def _indices(status: bytes, frames: Sequence[Frame]) -> List[int]:
     if status != b"ok":
         return []
     return unpack_indices(bytes(frames[0]))
@@ -141,7 +141,7 @@ class _Multiplexed:
                     self.pending[address] = (client, req_id)
 
     def _on_reply(self, address: str) -> LateReply:
-        def on_reply(status: bytes, frames: List[Any]) -> None:
+        def on_reply(status: bytes, frames: Sequence[Frame]) -> None:
             conns = self.by_hub[address]
             with self.lock:
                 self.answered.add(address)

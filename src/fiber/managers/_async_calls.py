@@ -18,7 +18,7 @@ from ..transport.client import Client, ConnectionLost, again_on_a_new_connection
 from ..transport.local import local_server
 from ..transport.receipts import make_ticket
 from ..transport.remote import unpack_exception
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 
 __all__ = ["AsyncChannel", "CallHandle", "channel"]
 
@@ -66,7 +66,7 @@ class AsyncChannel:
     def lost(self) -> bool:
         return self.error is not None
 
-    def call(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+    def call(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
              decode: Optional[Decode] = None, owner: Any = None,
              again: bool = False) -> CallHandle:
         """Send a request now; its reply is read by the handle's ``get``, which returns

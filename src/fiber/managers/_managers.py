@@ -23,7 +23,7 @@ from ..process._process import mark_daemonic
 from ..synchronize._primitives import ManagedLock
 from ..transport import auth
 from ..transport.client import ConnectionLost
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from ._async_calls import channel
 from ._proxies import (
     AcquirerProxy,
@@ -80,7 +80,7 @@ class _Root(_served.Handle):
     def _lost(self, e: ConnectionLost) -> BaseException:
         return lost_error("the manager process is gone", e)
 
-    def call(self, op: bytes, frames: Sequence[Any] = ()) -> Tuple[bytes, List[Any]]:
+    def call(self, op: bytes, frames: Sequence[Frame] = ()) -> Tuple[bytes, List[Any]]:
         """A request to the manager's service (see ManagerOps): ``(status, frames)``."""
         return self._request(op, frames)
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 from .._core import _served
 from .._core._clients import get_client
 from ..transport.client import ConnectionLost
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
 from ._server import ObjectOps, Spec
@@ -130,7 +130,7 @@ def lost_error(what: str, e: ConnectionLost) -> ConnectionLost:
     return err
 
 
-def _decode(status: bytes, frames: List[Any], manager: Any = None) -> Any:
+def _decode(status: bytes, frames: Sequence[Frame], manager: Any = None) -> Any:
     """A call's result; a new proxy (``method_to_typeid``) keeps ``manager`` alive."""
     if status == b"proxy":
         return new_proxy(loads(frames), manager)

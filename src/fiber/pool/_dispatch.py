@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+from ..transport.serialization import Frame
 from ..transport.server import Peer
 from . import _credit, _late
 from ._protocol import FUNCTION_SLOTS, PoolOps, WireTask, pack_tasks, pack_to
@@ -184,7 +185,7 @@ class Dispatching(Reconnections):
             _late.said(task, holder, ran, self.task_seconds.get(task.fid), copy)
         self._send(batches)
 
-    def _push(self, ws: WorkerState, frames: List[Any]) -> bool:
+    def _push(self, ws: WorkerState, frames: Sequence[Frame]) -> bool:
         """Send ``[b"", op, *payload]`` to worker ``ws``: on its connection, or through
         its job's (``[b"", to, worker id, op, *payload]``: see `_group`)."""
         assert self.server is not None and ws.peer is not None

@@ -7,6 +7,8 @@ from __future__ import annotations
 import struct
 from typing import Any, List, Sequence, Tuple
 
+from ..transport.serialization import Frame
+
 __all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
            "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
            "unpack_ids"]
@@ -46,7 +48,7 @@ def pack_tasks(tasks: Sequence[WireTask]) -> List[Any]:
         task_id, fid, _, arg_frames = tasks[0]
         return [_TASK.pack(task_id, fid, False, len(arg_frames)), *arg_frames]
     header = bytearray()
-    frames: List[Any] = []
+    frames: List[Frame] = []
     for task_id, fid, fn_frames, arg_frames in tasks:
         if fn_frames is not None:
             frames.append(struct.pack("<H", len(fn_frames)))
@@ -56,7 +58,7 @@ def pack_tasks(tasks: Sequence[WireTask]) -> List[Any]:
     return [bytes(header), *frames]
 
 
-def unpack_tasks(frames: Sequence[Any]) -> List[WireTask]:
+def unpack_tasks(frames: Sequence[Frame]) -> List[WireTask]:
     """The tasks of a batch (a list, not a generator: the usual batch is one task, which
     a generator costs two resumptions more)."""
     header = frames[0]
@@ -74,26 +76,27 @@ def unpack_tasks(frames: Sequence[Any]) -> List[WireTask]:
     return out
 
 
-def task_ids(frames: Sequence[Any]) -> List[int]:
+def task_ids(frames: Sequence[Frame]) -> List[int]:
     """The ids of the tasks of a batch (``TASKS``), from its header alone."""
     return [fields[0] for fields in _TASK.iter_unpack(frames[0])]
 
 
-def pack_results(results: Sequence[Tuple[int, bool, List[Any]]], busy: float) -> List[Any]:
+def pack_results(results: Sequence[Tuple[int, bool, Sequence[Frame]]],
+                 busy: float) -> List[Frame]:
     header = bytearray(_BUSY.pack(busy))
-    frames: List[Any] = []
+    frames: List[Frame] = []
     for task_id, ok, result_frames in results:
         header += _RESULT.pack(task_id, ok, len(result_frames))
         frames.extend(result_frames)
     return [bytes(header), *frames]
 
 
-def results_busy(frames: Sequence[Any]) -> float:
+def results_busy(frames: Sequence[Frame]) -> float:
     """Seconds the worker spent running the tasks of a results batch."""
     return float(_BUSY.unpack_from(frames[0])[0])
 
 
-def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
+def unpack_results(frames: Sequence[Frame]) -> List[Tuple[int, bool, List[Any]]]:
     """The results of a batch (a list: see `unpack_tasks`)."""
     header = frames[0]
     if len(header) == _ONE_RESULT:  # the usual batch: no iterator, no view
@@ -108,7 +111,7 @@ def unpack_results(frames: Sequence[Any]) -> List[Tuple[int, bool, List[Any]]]:
     return out
 
 
-def result_ids(frames: Sequence[Any]) -> List[int]:
+def result_ids(frames: Sequence[Frame]) -> List[int]:
     """The ids of the tasks of a batch of results (``RESULTS``), from its header."""
     return [fields[0] for fields in _RESULT.iter_unpack(memoryview(frames[0])[_BUSY.size:])]
 
@@ -136,7 +139,7 @@ def pack_to(messages: Sequence[Tuple[int, Sequence[Any]]]) -> List[Any]:
     return out
 
 
-def unpack_to(frames: Sequence[Any]) -> List[Tuple[int, Sequence[Any]]]:
+def unpack_to(frames: Sequence[Frame]) -> List[Tuple[int, Sequence[Any]]]:
     """What `pack_to` packed: (worker id, ``[op, *payload]``) each."""
     out = []
     at = 1

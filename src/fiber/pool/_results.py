@@ -15,11 +15,11 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import TimeoutError
 from ..transport.remote import unpack_exception
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ..transport.server import Server
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
@@ -30,7 +30,7 @@ Callback = Optional[Callable[[Any], Any]]
 Spin = Optional[Callable[[], float]]
 
 
-def _value(ok: bool, frames: List[Any]) -> Tuple[bool, Any]:
+def _value(ok: bool, frames: Sequence[Frame]) -> Tuple[bool, Any]:
     """Unpickle a delivered result: (True, value) or (False, exception to raise)."""
     try:
         obj = loads(frames)
@@ -144,12 +144,12 @@ class ApplyResult:
         self._callback = callback
         self._error_callback = error_callback
         self._ok = False
-        self._frames: List[Any] = []
+        self._frames: Sequence[Frame] = []
         self._result: Optional[Tuple[bool, Any]] = None
         self._lock = threading.Lock()
         self._completed = False
 
-    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+    def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """Take in a task's outcome (``ok`` and its pickled ``frames``), from the pool's hub.
 
         The pool's internal API, not for users: the value is unpickled in the thread that
@@ -254,7 +254,7 @@ class MapResult(ApplyResult):
         """Items of the map."""
         return self._length
 
-    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+    def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """Take in chunk ``index``'s outcome, from the pool's hub (the pool's internal API).
 
         The map is ready once every chunk has come, or at the first failed one.
@@ -320,7 +320,7 @@ class IMapIterator:
         self._input_error: Optional[Exception] = None
         self._turn = threading.Lock()  # the thread taking the next result
         self._cond = threading.Condition()
-        self._arrived: Dict[int, Tuple[bool, List[Any]]] = {}
+        self._arrived: Dict[int, Tuple[bool, Sequence[Frame]]] = {}
         self._order: Deque[int] = collections.deque()
         self._buffer: Deque[Any] = collections.deque()
         self._top_up()
@@ -341,7 +341,7 @@ class IMapIterator:
             self._submitted += 1
             self._submit(index, chunk)
 
-    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+    def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """Take in chunk ``index``'s outcome, from the pool's hub (the pool's internal API);
         a thread waiting in ``next`` takes it.
         """
@@ -357,7 +357,7 @@ class IMapIterator:
         with self._cond:
             return self._cond.wait_for(self._available, timeout)
 
-    def _take(self, timeout: Optional[float]) -> Tuple[bool, List[Any]]:
+    def _take(self, timeout: Optional[float]) -> Tuple[bool, Sequence[Frame]]:
         ready = (self._wait(timeout) if self._server is None
                  else self._server.wait_serving(self._available, timeout, self._wait,
                                                 self._spin))

@@ -5,10 +5,11 @@ delivered once, a task may run twice. The protocol: docs/contributing/resets.md,
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from .._core._clients import get_client
 from ..transport.client import CannotConnect, Client, ConnectionLost
+from ..transport.serialization import Frame
 
 __all__ = ["RESUME_WAIT_S", "reconnect", "held_ids"]
 
@@ -18,7 +19,7 @@ RESUME_WAIT_S = 5.0
 _RETRY_S = 0.2
 
 
-def reconnect(address: str, pool_name: bytes, op: bytes, frames: List[Any]
+def reconnect(address: str, pool_name: bytes, op: bytes, frames: Sequence[Frame]
               ) -> Optional[Tuple[Client, List[Any]]]:
     """A new connection to the master, on which it answered ``op`` (``resume``: a
     worker and the ids of the tasks it holds; ``resume_job``: a job's workers, see

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from .._log import info, log
 from ..transport.operations import handles
@@ -412,7 +412,7 @@ class PoolService(Dispatching):
 
     # -- bookkeeping -------------------------------------------------------------------
 
-    def _finish(self, task: Task, ok: bool, frames: List[Any]) -> None:
+    def _finish(self, task: Task, ok: bool, frames: Sequence[Frame]) -> None:
         if task.done:
             return
         task.done = True

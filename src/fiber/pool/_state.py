@@ -12,6 +12,7 @@ import collections
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ..process import Process
+from ..transport.serialization import Frame
 from ..transport.server import Peer
 from . import _credit, _losses
 
@@ -22,7 +23,7 @@ class ResultSink(Protocol):
     """Where a task's result goes: the result object of its call (an ``ApplyResult``,
     a ``MapResult``, an ``imap`` iterator, an executor's future)."""
 
-    def deliver(self, index: int, ok: bool, frames: List[Any]) -> None:
+    def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """The outcome of item ``index``: a value's frames, or an exception record's."""
 
 
@@ -35,7 +36,7 @@ class Task:
                  "suspect", "first", "items", "queued", "raised", "held_by")
 
     def __init__(self, task_id: int, job: ResultSink, index: int, fid: int,
-                 frames: Sequence[Any], call: str, first: Optional[int] = None,
+                 frames: Sequence[Frame], call: str, first: Optional[int] = None,
                  items: int = 1) -> None:
         self.task_id = task_id
         self.job = job

@@ -17,7 +17,7 @@ from ..errors import MaybeEncodingError
 from ..process import _output
 from ..transport.client import Client, ConnectionLost
 from ..transport.remote import format_user_exception, pack_exception
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from ..transport.unpicklable import explained
 from . import _resume
 from ._protocol import FUNCTION_SLOTS, PoolOps, pack_ids, pack_results, unpack_tasks
@@ -58,8 +58,8 @@ class _Function:
 
     __slots__ = ("frames", "fn", "error", "seconds")
 
-    def __init__(self, frames: List[Any]) -> None:
-        self.frames: Optional[List[Any]] = frames
+    def __init__(self, frames: Sequence[Frame]) -> None:
+        self.frames: Optional[Sequence[Frame]] = frames
         self.fn: Optional[Callable[..., Any]] = None
         self.error: Optional[BaseException] = None
         #: How long its tasks run here, a running average (None: none has run yet).
@@ -94,7 +94,7 @@ class FunctionCache:
         return entry
 
 
-def run_task(function: _Function, arg_frames: Sequence[Any]) -> Tuple[bool, List[Any]]:
+def run_task(function: _Function, arg_frames: Sequence[Frame]) -> Tuple[bool, List[Any]]:
     """Run one task; returns (ok, frames of the value or of the exception record)."""
     try:
         fn = function.get()
@@ -179,7 +179,7 @@ class PoolLink(Protocol):
     """What the worker's loop needs of its way to the master: its connection (a
     `Client`), or its job's relay (`_group.RelayedLink`)."""
 
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+    def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         """Send a message that gets no reply."""
 
     def next_push(self, timeout: Optional[float], spin: float = 0.0

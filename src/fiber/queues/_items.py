@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import collections
 import heapq
-from typing import TYPE_CHECKING, Any, Deque, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Deque, Iterable, Sequence, Tuple
+
+from ..transport.serialization import Frame
 
 __all__ = ["Item", "QueueItems"]
 
 #: An item with its position: ``(position, frames)``.
-Item = Tuple[int, List[Any]]
+Item = Tuple[int, Sequence[Frame]]
 
 
 if TYPE_CHECKING:
-    _Frames = Deque[List[Any]]
+    _Frames = Deque[Sequence[Frame]]
 else:
     _Frames = collections.deque
 
@@ -65,7 +67,7 @@ class QueueItems(_Frames):
             self.appendleft(frames)
             self.back.appendleft(pos)
 
-    def push_first(self, frames: List[Any]) -> None:
+    def push_first(self, frames: Sequence[Frame]) -> None:
         """An item whose position is not known comes back ahead of all (a ``get``'s item
         that the reader gave back: it was the first when it was got)."""
         self.back.appendleft((self.back[0] if self.back else self.head) - 1)

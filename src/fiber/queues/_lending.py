@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .._core import _runtime
 from .._core._clients import own_client, plain_client
@@ -50,18 +50,19 @@ RECALL = b"recall"
 CLOSE_WAIT_S = 10.0
 
 
-def pack_loan(first: int, items: List[List[Any]]) -> List[Any]:
+def pack_loan(first: int, items: List[Sequence[Frame]]) -> List[Any]:
     """The frames of a pull's answer: ``[first seq, n, frame counts]`` then the items'
     frames."""
     head = struct.pack(f"<QI{len(items)}I", first, len(items), *(len(i) for i in items))
     return [head, *(f for item in items for f in item)]
 
 
-def unpack_loan(frames: List[Any]) -> List[Tuple[int, List[Any]]]:
+def unpack_loan(frames: Sequence[Frame]) -> List[Tuple[int, Sequence[Frame]]]:
     """``[(seq, item frames)]`` of a pull's answer."""
     first, n = struct.unpack_from("<QI", frames[0])
     counts = struct.unpack_from(f"<{n}I", frames[0], 12)
-    out, at = [], 1
+    out: List[Tuple[int, Sequence[Frame]]] = []
+    at = 1
     for i, k in enumerate(counts):
         out.append((first + i, list(frames[at:at + k])))
         at += k
@@ -73,7 +74,7 @@ class _Account:
 
     def __init__(self, peer: Optional[Peer]) -> None:
         #: seq -> (its position in the queue, frames), in seq order (see fiber.queues._items)
-        self.items: Dict[int, Tuple[int, List[Any]]] = {}
+        self.items: Dict[int, Tuple[int, Sequence[Frame]]] = {}
         self.next_seq = 1
         self.recalling = False
         self.peer = peer  # the lease's connection; None once it was reset
@@ -100,7 +101,7 @@ class Loans:
         #: Items lent and neither taken nor given back: they are still in the queue.
         self.count = 0
 
-    def lend(self, peer: Peer, key: bytes, pos: int, items: List[List[Any]]) -> int:
+    def lend(self, peer: Peer, key: bytes, pos: int, items: List[Sequence[Frame]]) -> int:
         """Record ``items`` (their frames, from position ``pos`` on: see
         fiber.queues._items) as lent to the lease ``key`` on ``peer``; their first seq."""
         acct = self._accounts.get(key)
@@ -125,7 +126,7 @@ class Loans:
                 self.count -= 1
 
     def give_back(self, key: bytes, seqs: Optional[List[int]] = None
-                  ) -> List[Tuple[int, List[Any]]]:
+                  ) -> List[Tuple[int, Sequence[Frame]]]:
         """Items the lease ``key`` gives back (``seqs``; None: all it holds, as when its
         connection ended), ``(position, frames)``, to go back to their places."""
         acct = self._accounts.get(key)
@@ -192,7 +193,7 @@ class Lease:
         self._batch = batch
         self._client: Optional[Client] = None
         self._cond = threading.Condition()
-        self._buffer: Deque[Tuple[int, List[Any]]] = collections.deque()
+        self._buffer: Deque[Tuple[int, Sequence[Frame]]] = collections.deque()
         #: A pull asked for and not answered yet (the first one: sent once connected).
         self._pulling = True
         self._more = False
@@ -209,7 +210,7 @@ class Lease:
                                         daemon=True)
         self._thread.start()
 
-    def take(self, block: bool, timeout: Optional[float]) -> Optional[List[Any]]:
+    def take(self, block: bool, timeout: Optional[float]) -> Optional[Sequence[Frame]]:
         """The next lent item's frames, taken (the hub is told before it is returned).
         While a pull is under way its items may all be on their way here, so it is
         waited for, also by a ``get`` that does not block (a round trip), and up to
@@ -266,7 +267,7 @@ class Lease:
             if not self._pulling and not self.broken:
                 self._pull()
 
-    def request(self, op: bytes, frames: List[Any], timeout: Optional[float] = None
+    def request(self, op: bytes, frames: Sequence[Frame], timeout: Optional[float] = None
                 ) -> Optional[Tuple[bytes, List[Any]]]:
         """Send a request of the queue's protocol on the lease's connection, after the
         ``ack``s of this process's takes (so that a ``qsize`` after a ``get`` counts
@@ -356,12 +357,12 @@ class Lease:
 
     # -- the lease's thread ---------------------------------------------------------------
 
-    def _returned(self, status: bytes, frames: List[Any]) -> None:
+    def _returned(self, status: bytes, frames: Sequence[Frame]) -> None:
         with self._cond:
             self._returning = False
             self._cond.notify_all()
 
-    def _pulled(self, status: bytes, frames: List[Any]) -> None:
+    def _pulled(self, status: bytes, frames: Sequence[Frame]) -> None:
         with self._cond:
             self._pulling = False
             if status in (b"ok", b"more") and not self.broken:

@@ -20,7 +20,7 @@ from ..config import get_config
 from ..transport import receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
 from ..transport.local import LateReply, local_server
-from ..transport.serialization import loads
+from ..transport.serialization import Frame, loads
 from ..transport.unpicklable import dumps_explained
 from ._ends import QueueEnd
 from ._lending import Lease
@@ -45,7 +45,7 @@ def _new_lease_lock() -> None:
 here.after_fork_in_child(_new_lease_lock)
 
 
-def _ignore(status: bytes, frames: List[Any]) -> None:
+def _ignore(status: bytes, frames: Sequence[Frame]) -> None:
     """The late answer to a put its caller gave up on: admitted (then it stays, as a put
     that completed), withdrawn or timed out; nothing is left to do."""
 
@@ -105,7 +105,7 @@ class Queue(Handle):
         (``concurrent.futures`` does, to fail the task's future)."""
         traceback.print_exception(type(e), e, e.__traceback__)
 
-    def _put_frames(self, frames: List[Any], block: bool, timeout: Optional[float]) -> None:
+    def _put_frames(self, frames: Sequence[Frame], block: bool, timeout: Optional[float]) -> None:
         """Put the pickled item ``frames`` (see `put`)."""
         if self._maxsize <= 0:
             self._send(QueueOps.PUT, frames)
@@ -190,7 +190,7 @@ class Queue(Handle):
 
         return again_on_a_new_connection(ask)
 
-    def _request(self, op: bytes, frames: Sequence[Any] = (),
+    def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None,
                  again: Optional[bool] = None) -> Tuple[bytes, List[Any]]:
@@ -232,7 +232,7 @@ class Queue(Handle):
                 self.__dict__["_lease_end"] = weakref.finalize(self, lease.close)
         return lease
 
-    def _give_back(self, status: bytes, frames: List[Any]) -> None:
+    def _give_back(self, status: bytes, frames: Sequence[Frame]) -> None:
         if status in (b"ok", b"more"):
             self._send(QueueOps.UNGET, frames)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import struct
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 from .._core._served import decode_wait
 from .._log import info
@@ -24,7 +24,7 @@ __all__ = ["QueueOps", "QueueService"]
 #: a waiting get: its connection, request id, timer and ticket (see fiber.transport.receipts)
 _Waiter = Tuple[Peer, bytes, Optional[Timer], bytes]
 #: A parked bounded put: (peer, req_id, timer, frames, ticket).
-_Putter = Tuple[Peer, bytes, Optional[Timer], List[Any], bytes]
+_Putter = Tuple[Peer, bytes, Optional[Timer], Sequence[Frame], bytes]
 
 
 class QueueOps:
@@ -146,7 +146,7 @@ class QueueService(Service):
         (n,) = struct.unpack("<Q", payload[0])
         key = bytes(payload[1])
         items, pos, size = self.items, self.items.head, 0
-        lent: List[List[Any]] = []
+        lent: List[Sequence[Frame]] = []
         if not items.back and not self.getters:  # (QueueItems.take, inline: the hot path)
             while items and len(lent) < n and size < LEND_BYTES:
                 frames = items.popleft()
@@ -230,7 +230,7 @@ class QueueService(Service):
         server.reply(peer, req_id, b"ok")
 
     def _put_wait(self, server: Server, pid: Peer, req_id: bytes, wait: Optional[float],
-                  ticket: bytes, frames: List[Any]) -> None:
+                  ticket: bytes, frames: Sequence[Frame]) -> None:
         if not self._full():
             self._add(server, frames)
             server.reply(pid, req_id, b"ok")
@@ -255,7 +255,7 @@ class QueueService(Service):
                 server.reply(ppid, preq, b"withdrawn")  # consumes the put's late handler
                 return
 
-    def _add(self, server: Server, frames: List[Any]) -> None:
+    def _add(self, server: Server, frames: Sequence[Frame]) -> None:
         self.items.append(frames)
         if self.joinable:
             self.unfinished += 1

@@ -8,7 +8,7 @@ import collections
 import contextlib
 import functools
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._core._parking import Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
@@ -460,7 +460,7 @@ class Semaphore(Handle):
                                   on_late=self._abandoned, timeout=timeout)
         return status == b"ok"
 
-    def _abandoned(self, status: bytes, frames: List[Any]) -> None:
+    def _abandoned(self, status: bytes, frames: Sequence[Frame]) -> None:
         if status == b"ok":
             self._send(SemaphoreOps.RELEASE)
 

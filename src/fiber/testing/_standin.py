@@ -18,7 +18,7 @@ import struct
 import sys
 import time
 from types import MappingProxyType
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..pool._group import group_main
 from ..pool._protocol import PoolOps, pack_results, pack_to, unpack_tasks, unpack_to
@@ -27,7 +27,7 @@ from ..process._launcher import SERVICE, LaunchOps
 from ..transport import auth
 from ..transport.framing import FrameReader, Outbox, ProtocolError, new_scratch
 from ..transport.remote import pack_exception
-from ..transport.serialization import dumps, loads
+from ..transport.serialization import Frame, dumps, loads
 from ..transport.sockets import server_id, split_address, tune
 from .standins import sleep_for
 
@@ -59,7 +59,7 @@ class Worker:
         #: Tasks received and not started: (task id, seconds, value, error frames).
         self.held: Deque[Tuple[int, float, Any, Optional[List[Any]]]] = collections.deque()
         self.running: Optional[Tuple[int, float, Any, float]] = None  # + when it started
-        self.out: List[Tuple[int, bool, List[Any]]] = []
+        self.out: List[Tuple[int, bool, Sequence[Frame]]] = []
         self.busy = self.first_out = 0.0
         self.stopping = False
 
@@ -249,7 +249,7 @@ class StandIn:
         elif sim.state == EXITING:
             self.end(sim, 0)  # its exit report was heard: it ends, as a job does
 
-    def pushed(self, sim: Sim, worker: Worker, op: bytes, frames: List[Any]) -> None:
+    def pushed(self, sim: Sim, worker: Worker, op: bytes, frames: Sequence[Frame]) -> None:
         if op == PoolOps.TASKS:
             self.take_tasks(sim, worker, frames)
         elif op == PoolOps.STOP:
@@ -324,7 +324,7 @@ class StandIn:
 
     # -- tasks -----------------------------------------------------------------------------
 
-    def take_tasks(self, sim: Sim, worker: Worker, frames: List[Any]) -> None:
+    def take_tasks(self, sim: Sim, worker: Worker, frames: Sequence[Frame]) -> None:
         for task_id, fid, fn_frames, arg_frames in unpack_tasks(frames):
             if fn_frames is not None:
                 sim.refused[fid] = self.verdict(fn_frames)
@@ -334,7 +334,7 @@ class StandIn:
         if worker.running is None:
             self.next_task(sim, worker)
 
-    def verdict(self, fn_frames: List[Any]) -> Optional[List[Any]]:
+    def verdict(self, fn_frames: Sequence[Frame]) -> Optional[List[Any]]:
         """None for `standins.sleep_for`; else the error record its tasks return."""
         key = bytes(fn_frames[0])
         if key not in self.verdicts:
@@ -402,7 +402,7 @@ class StandIn:
         for sim in touched:
             self.relay(sim)
 
-    def finished(self, sim: Sim, worker: Worker, task_id: int, ok: bool, frames: List[Any],
+    def finished(self, sim: Sim, worker: Worker, task_id: int, ok: bool, frames: Sequence[Frame],
                  ran: float) -> None:
         """A task's result, sent as a worker sends it: at once after a task over 2 ms,
         else in a batch of up to 64 or 2 ms (`fiber.pool._worker.worker_main`)."""
@@ -423,7 +423,7 @@ class StandIn:
 
     # -- writing, ending ---------------------------------------------------------------------
 
-    def send(self, sim: Sim, frames: List[Any]) -> None:
+    def send(self, sim: Sim, frames: Sequence[Frame]) -> None:
         assert sim.sock is not None
         try:
             done = sim.outbox.write(sim.sock, frames)

@@ -95,7 +95,7 @@ class SentLog:
             self.messages += 1
 
     def keep(self, nbytes: int, sock: socket.socket, service: bytes, op: bytes,
-             frames: Sequence[Any]) -> None:
+             frames: Sequence[Frame]) -> None:
         """The no-reply message just written (`wrote` counted it) is kept; if its
         connection was found lost meanwhile, it is an orphan at once."""
         entry = (self.nbytes, nbytes, self.messages - 1, service, op, frames)

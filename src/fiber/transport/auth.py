@@ -9,9 +9,10 @@ import hmac
 import os
 import secrets
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AuthenticationError
+from .serialization import Frame
 
 __all__ = [
     "program_secret",
@@ -113,7 +114,7 @@ class ServerHandshake:
         """Whether the client proved the secret (the connection is a peer now)."""
         return self.state == "ready"
 
-    def step(self, frames: Sequence[Any], server_id: bytes) -> Tuple[List[bytes], bool]:
+    def step(self, frames: Sequence[Frame], server_id: bytes) -> Tuple[List[bytes], bool]:
         """The reply to the client's message ``frames`` (none: send nothing), and whether
         to keep the connection (False: close it, after the reply)."""
         if self.state == "hello":

@@ -23,6 +23,7 @@ from . import _resend, auth
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
 from .local import Channel, LateReply, LocalClient, Reply, local_server, spin_of
+from .serialization import Frame
 from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, readable, server_id, tune
@@ -177,7 +178,7 @@ class Client:
         given = self._settings()
         tune(self.sock, given.heartbeat_interval, given.heartbeat_timeout)
 
-    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+    def request(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
                 ticket: bytes = b"") -> Reply:
         """Send a request and wait for its reply: ``(status, payload_frames)``.
@@ -200,13 +201,13 @@ class Client:
                 self._late[req_id] = on_late
             raise
 
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+    def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         """Send a message that gets no reply (kept until acknowledged: see `_resend`)."""
         nbytes = self.send_message([service, op, b"", *frames])
         if self._log is not None:
             self._log.keep(nbytes, self.sock, service, op, frames)
 
-    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+    def start(self, service: bytes, op: bytes, frames: Sequence[Frame],
               on_reply: LateReply) -> bytes:
         """Send a request without waiting; its reply goes to ``on_reply`` when a later
         read of this client meets it (`serve_late`, or another request's wait).
@@ -280,7 +281,7 @@ class Client:
             pass
         self._reader.close()
 
-    def send_message(self, frames: List[Any]) -> int:
+    def send_message(self, frames: Sequence[Frame]) -> int:
         """Send one message as it is (its request id included: see `receive`); returns
         the bytes written.
 

@@ -14,6 +14,7 @@ import struct
 from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 from . import memfd
+from .serialization import Frame
 
 __all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES", "new_scratch",
            "Scratch", "frames_nbytes"]
@@ -21,7 +22,7 @@ __all__ = ["send_frames", "FrameReader", "Outbox", "ProtocolError", "MAX_FRAMES"
 MAX_FRAMES = 65536
 
 
-def frames_nbytes(frames: Sequence[Any]) -> int:
+def frames_nbytes(frames: Sequence[Frame]) -> int:
     """The bytes of a message's frames: bytes, or one-dimensional buffers of bytes (what
     ``dumps`` makes and the wire gives), whose ``len`` is their size."""
     return sum(map(len, frames))
@@ -58,7 +59,7 @@ def _lengths_struct(n: int) -> struct.Struct:
 Encoded = Tuple[List[Any], List[int]]
 
 
-def encode(frames: Sequence[Any], unix: bool = False) -> Encoded:
+def encode(frames: Sequence[Frame], unix: bool = False) -> Encoded:
     """The buffers of one message (small ones joined) and the memfds of its big frames."""
     # one comprehension, not a call per frame: most frames are bytes (the hot path)
     lengths = [len(f) if type(f) is bytes else memoryview(f).nbytes for f in frames]
@@ -106,7 +107,7 @@ def _advance(bufs: Deque[Any], sent: int) -> None:
         bufs.popleft()
 
 
-def send_frames(sock: socket.socket, frames: Sequence[Any], unix: Optional[bool] = None) -> int:
+def send_frames(sock: socket.socket, frames: Sequence[Frame], unix: Optional[bool] = None) -> int:
     """Write one message on a blocking socket (``unix``: whether it is an AF_UNIX one,
     which callers that send often pass: ``sock.family`` builds an enum at every call);
     returns the bytes written."""
@@ -142,7 +143,7 @@ class Outbox:
         self.items: Deque[_Item] = collections.deque()  # buffers, and fd lists before them
         self.nbytes = 0  # written so far (what the socket took)
 
-    def add(self, frames: Sequence[Any]) -> None:
+    def add(self, frames: Sequence[Frame]) -> None:
         self._queue(*encode(frames, self.unix))
 
     def _queue(self, buffers: List[Any], fds: List[int]) -> None:
@@ -150,7 +151,7 @@ class Outbox:
             self.items.append(fds)
         self.items.extend(memoryview(b).cast("B") for b in buffers)
 
-    def write(self, sock: socket.socket, frames: Sequence[Any]) -> bool:
+    def write(self, sock: socket.socket, frames: Sequence[Frame]) -> bool:
         """Add a message and write what the socket takes now; True when everything is
         written. A small message on a socket with nothing waiting (the usual case) goes
         out in one ``send`` without being queued."""
@@ -228,7 +229,7 @@ class FrameReader:
         self._buf = bytearray()
         self._scratch = new_scratch() if scratch is None else scratch
         self._lengths: Optional[Sequence[int]] = None
-        self._frames: List[Any] = []
+        self._frames: List[Any] = []  # (frames, and mmaps of memfds)
         self._big: Optional[bytearray] = None
         self._big_filled = 0
         self._fds: Deque[int] = collections.deque()

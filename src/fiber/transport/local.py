@@ -33,7 +33,7 @@ class Channel(Protocol):
     #: Whether a link may reset it (TCP): then a request asked again carries a ticket.
     may_reset: bool
 
-    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+    def request(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
                 timeout: Optional[float] = None,
                 on_late: Optional[LateReply] = None, ticket: bytes = b"") -> Reply:
         """Ask ``op`` of ``service`` and wait for its reply, ``(status, frames)``, at most
@@ -46,10 +46,10 @@ class Channel(Protocol):
             ConnectionLost: the connection ended before the reply.
         """
 
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+    def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         """Send ``op`` to ``service`` without waiting (no reply is sent back)."""
 
-    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+    def start(self, service: bytes, op: bytes, frames: Sequence[Frame],
               on_reply: LateReply) -> bytes:
         """Ask ``op`` of ``service`` without waiting: ``on_reply(status, frames)`` is
         called with its reply, in the thread that reads it. Returns the request's id."""
@@ -94,7 +94,7 @@ class LocalClient:
         self._ids = itertools.count(1)
         self._spin = lambda: spin_of(settings)
 
-    def request(self, service: bytes, op: bytes, frames: Sequence[Any] = (),
+    def request(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
                 ticket: bytes = b"") -> Reply:
         """As `fiber.transport.client.Client.request` (``ticket`` unused: a call in
@@ -124,13 +124,13 @@ class LocalClient:
             raise
         return replies.pop(req_id)
 
-    def send(self, service: bytes, op: bytes, frames: Sequence[Any] = ()) -> None:
+    def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         server = self._server
         payload = _own(frames)
         with server.lock:
             server.dispatch(server.local_peer(), service, op, b"", payload)
 
-    def start(self, service: bytes, op: bytes, frames: Sequence[Any],
+    def start(self, service: bytes, op: bytes, frames: Sequence[Frame],
               on_reply: LateReply) -> bytes:
         """As `Client.start`; ``on_reply`` is called under the server's lock, on
         whichever thread answers (this one, when the answer is immediate)."""
@@ -149,7 +149,7 @@ def spin_of(settings: SettingsSource) -> float:
     return float(settings().spin_us) * 1e-6
 
 
-def _own(frames: Sequence[Any]) -> List[Any]:
+def _own(frames: Sequence[Frame]) -> List[Any]:
     """Copies of the caller's buffers: it may change them once we return, and a queue
     keeps them. Large ones become writable bytearrays, handed on without another copy."""
     return [bytes(f) if memoryview(f).nbytes < 65536 else bytearray(f) for f in frames]

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import auth
 from .framing import FrameReader, Outbox, Scratch
+from .serialization import Frame
 
 __all__ = ["Peer", "LocalPeer", "Connection"]
 
@@ -56,7 +57,7 @@ class LocalPeer(Peer):
         self.late: Dict[bytes, Callable[[bytes, List[Any]], None]] = {}
         self.cond = threading.Condition(lock)
 
-    def deliver(self, req_id: bytes, status: bytes, frames: Sequence[Any]) -> None:
+    def deliver(self, req_id: bytes, status: bytes, frames: Sequence[Frame]) -> None:
         late = self.late.pop(req_id, None)
         if late is not None:
             late(status, list(frames))

@@ -8,10 +8,11 @@ import os
 import struct
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._process_state import here
 from .peers import Peer
+from .serialization import Frame
 
 __all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
 
@@ -46,7 +47,7 @@ def make_ticket(key: bytes, count: int) -> bytes:
     return _TICKET.pack(key, count)
 
 
-Answer = Tuple[bytes, List[Any]]
+Answer = Tuple[bytes, Sequence[Frame]]
 #: `Receipts.again`'s "nothing to send": the request is being served and its answer
 #: will go to the asking connection, or it is an older connection's copy of a request
 #: asked again already. Compared by identity.
@@ -104,7 +105,7 @@ class Receipts:
         last.peer, last.undo = peer, None
         return SKIP if last.answer is None else last.answer
 
-    def handed(self, asked: bytes, status: bytes, frames: List[Any], peer: Peer) -> None:
+    def handed(self, asked: bytes, status: bytes, frames: Sequence[Frame], peer: Peer) -> None:
         """``frames`` were sent to ``peer`` as the answer to ``asked``: kept (a queue's
         ``get``, whose request is not recorded while it waits: its wait is dropped
         with its connection)."""
@@ -117,7 +118,7 @@ class Receipts:
         if peer.may_reset:
             self._last[asked[:8]] = _Entry(asked, None, peer)
 
-    def answered(self, asked: bytes, status: bytes, frames: List[Any],
+    def answered(self, asked: bytes, status: bytes, frames: Sequence[Frame],
                  peer: Peer) -> Tuple[Peer, bool]:
         """``asked``, being served for ``peer``, is answered (``status``, ``frames``):
         the answer is kept. Returns the connection to send it to (``peer``, or the one

@@ -153,7 +153,7 @@ def dumps_bytes(obj: Any) -> bytes:
     return out.getvalue()
 
 
-def loads(frames: Sequence[Any]) -> Any:
+def loads(frames: Sequence[Frame]) -> Any:
     """Rebuild the object from ``dumps`` frames (bytes, bytearrays or memoryviews)."""
     head = frames[0]
     if len(frames) == 1:  # the common small message: a third of the cost of the general path

@@ -279,7 +279,7 @@ class Server(StandIn):
     # -- for services (under the lock) ---------------------------------------------------
 
     def reply(self, peer: Peer, req_id: bytes, status: bytes,
-              frames: Sequence[Any] = ()) -> bool:
+              frames: Sequence[Frame] = ()) -> bool:
         """Send a reply; False when the peer is gone (and will not ask for it again:
         see `fiber.transport.receipts`)."""
         kept = False
@@ -291,7 +291,7 @@ class Server(StandIn):
             return True
         return self.send(peer, [req_id, status, *frames]) or kept
 
-    def send(self, peer: Peer, frames: Sequence[Any]) -> bool:
+    def send(self, peer: Peer, frames: Sequence[Frame]) -> bool:
         """Send a message to a remote peer; False when it is gone."""
         conn = peer.conn
         if conn is None or conn.peer is not peer:
@@ -551,7 +551,7 @@ class Server(StandIn):
         if not alive:
             self._close_conn(conn)
 
-    def _handshake(self, conn: Connection, frames: List[Any]) -> bool:
+    def _handshake(self, conn: Connection, frames: Sequence[Frame]) -> bool:
         """Take the client's next handshake message; False: close the connection."""
         handshake = conn.handshake
         reply, keep = handshake.step(frames, self._id)
