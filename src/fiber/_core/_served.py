@@ -123,7 +123,7 @@ class Handle:
             raise self._lost(e) from e
         return self._checked(status, payload)
 
-    def _checked(self, status: bytes, payload: List[Frame]) -> Tuple[bytes, List[Any]]:
+    def _checked(self, status: bytes, payload: List[Frame]) -> Tuple[bytes, List[Frame]]:
         """A reply as it came, unless it is an error (``err``), which is raised here."""
         if status == b"err":  # raised by this process's own hub: not a remote error
             hub = _runtime.hub_if_started()

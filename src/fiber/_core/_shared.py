@@ -56,7 +56,7 @@ class _Entry:
         self.transfers = {"same_host": 0, "other_host": 0}
 
 
-def _seal(frames: Sequence[Frame]) -> List[Any]:
+def _seal(frames: Sequence[Frame]) -> List[Frame]:
     """The frames as a store keeps them: a copy, large buffers in sealed memfds."""
     kept: List[Any] = [bytes(frames[0])]
     for frame in frames[1:]:
@@ -66,7 +66,7 @@ def _seal(frames: Sequence[Frame]) -> List[Any]:
     return kept
 
 
-def _private(frames: Sequence[Frame]) -> List[Any]:
+def _private(frames: Sequence[Frame]) -> List[Frame]:
     """Frames for this process's own object: sealed mappings mapped again, copy on write
     (what a reader on the publisher's host gets), so that a write never reaches them."""
     out: List[Any] = [frames[0]]
@@ -208,7 +208,7 @@ def share_if_large(obj: Any) -> Any:
     return _publish(frames, obj)
 
 
-def _dumps_once(obj: Any) -> Optional[List[Any]]:
+def _dumps_once(obj: Any) -> Optional[List[Frame]]:
     """``obj``'s frames, or None when it holds objects handed to one receiver per pickle
     (their hand-offs are withdrawn at once: no process will take them)."""
     with collecting_handoffs() as handoffs:
@@ -261,19 +261,22 @@ def _resolve(address: str, key: bytes, host: str) -> Any:
     return loads(frames)
 
 
-def _cached(key: bytes) -> Optional[List[Any]]:
+def _cached(key: bytes) -> Optional[List[Frame]]:
     with _cache_lock:
         kept = _cache.get(key)
         if kept is None:
             return None
-        frames = [f() if isinstance(f, weakref.ref) else f for f in kept]
-        if any(f is None for f in frames):
-            del _cache[key]
-            return None
+        frames: List[Frame] = []
+        for f in kept:
+            got = f() if isinstance(f, weakref.ref) else f
+            if got is None:  # its buffer was released
+                del _cache[key]
+                return None
+            frames.append(got)
         return frames
 
 
-def _request(address: str, key: bytes, offer: str = "") -> Tuple[bytes, List[Any]]:
+def _request(address: str, key: bytes, offer: str = "") -> Tuple[bytes, List[Frame]]:
     status, frames = get_client(address).request(
         SERVICE, SharedOps.GET, [key, host_key().encode(), offer.encode()])
     if status == b"err":
@@ -281,7 +284,7 @@ def _request(address: str, key: bytes, offer: str = "") -> Tuple[bytes, List[Any
     return status, frames
 
 
-def _fetch(address: str, key: bytes, host: str) -> List[Any]:
+def _fetch(address: str, key: bytes, host: str) -> List[Frame]:
     """The frames of ``key``: from the publisher on its host, else through this host's
     holder, else from the publisher as this host's holder."""
     if host == host_key():

@@ -307,7 +307,7 @@ class Connection(Handle):
 
     # -- receiving ----------------------------------------------------------------------
 
-    def _receive(self) -> List[Any]:
+    def _receive(self) -> List[Frame]:
         self._check_readable()
         status, frames = self._request(PipeOps.RECV, [self._tag(), encode_wait(True, None)],
                                        on_late=self._give_back)
@@ -431,7 +431,7 @@ def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
     return Connection._pair(duplex)  # noqa: SLF001 - this module's class
 
 
-def wait_frames(conn: Connection) -> List[Any]:
+def wait_frames(conn: Connection) -> List[Frame]:
     """The frames that name ``conn``'s end in a ``wait()`` request: its service, its end.
 
     Raises:

@@ -21,7 +21,7 @@ from ._watch import WAIT_SERVICE, WaitOps, unpack_indices
 
 __all__ = ["wait"]
 
-def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Any]:
+def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Frame]:
     frames: List[Frame] = [encode_wait(True, timeout)]
     for c in conns:
         frames += wait_frames(c)

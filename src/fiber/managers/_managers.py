@@ -80,7 +80,7 @@ class _Root(_served.Handle):
     def _lost(self, e: ConnectionLost) -> BaseException:
         return lost_error("the manager process is gone", e)
 
-    def call(self, op: bytes, frames: Sequence[Frame] = ()) -> Tuple[bytes, List[Any]]:
+    def call(self, op: bytes, frames: Sequence[Frame] = ()) -> Tuple[bytes, List[Frame]]:
         """A request to the manager's service (see ManagerOps): ``(status, frames)``."""
         return self._request(op, frames)
 

@@ -43,7 +43,7 @@ _ONE_RESULT = _BUSY.size + _RESULT.size
 WireTask = Tuple[int, int, Any, Sequence[Any]]
 
 
-def pack_tasks(tasks: Sequence[WireTask]) -> List[Any]:
+def pack_tasks(tasks: Sequence[WireTask]) -> List[Frame]:
     if len(tasks) == 1 and tasks[0][2] is None:  # the usual batch: one task, no function
         task_id, fid, _, arg_frames = tasks[0]
         return [_TASK.pack(task_id, fid, False, len(arg_frames)), *arg_frames]
@@ -130,10 +130,11 @@ _ID = struct.Struct("<Q")
 _TO = struct.Struct("<QI")
 
 
-def pack_to(messages: Sequence[Tuple[int, Sequence[Any]]]) -> List[Any]:
+def pack_to(messages: Sequence[Tuple[int, Sequence[Frame]]]) -> List[Frame]:
     """The frames of a ``to`` message after its op: ``messages`` are (worker id,
     ``[op, *payload]``) for workers of one job."""
-    out = [b"".join([_TO.pack(worker_id, len(frames)) for worker_id, frames in messages])]
+    out: List[Frame] = [b"".join([_TO.pack(worker_id, len(frames))
+                                   for worker_id, frames in messages])]
     for _, frames in messages:
         out.extend(frames)
     return out

@@ -31,7 +31,7 @@ _BATCH_SECONDS = 0.002
 _INIT_REPORT_S = 10.0  # seconds a worker whose initializer raised waits to be heard
 
 
-def _error(exc: BaseException, stage: str) -> List[Any]:
+def _error(exc: BaseException, stage: str) -> List[Frame]:
     if stage != "running the task":
         note = f"fiber: error while {stage}"
         try:
@@ -44,7 +44,7 @@ def _error(exc: BaseException, stage: str) -> List[Any]:
     return dumps(pack_exception(exc))
 
 
-def _exit_error(exc: SystemExit) -> List[Any]:
+def _exit_error(exc: SystemExit) -> List[Frame]:
     """A task that raised ``SystemExit`` (``sys.exit()``): its caller gets a
     `RemoteError` saying so, with the traceback, instead of the
     ``SystemExit`` itself, which would end the caller without a word. The worker goes on."""

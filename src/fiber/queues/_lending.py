@@ -50,7 +50,7 @@ RECALL = b"recall"
 CLOSE_WAIT_S = 10.0
 
 
-def pack_loan(first: int, items: List[Sequence[Frame]]) -> List[Any]:
+def pack_loan(first: int, items: List[Sequence[Frame]]) -> List[Frame]:
     """The frames of a pull's answer: ``[first seq, n, frame counts]`` then the items'
     frames."""
     head = struct.pack(f"<QI{len(items)}I", first, len(items), *(len(i) for i in items))

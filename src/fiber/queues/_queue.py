@@ -157,7 +157,7 @@ class Queue(Handle):
                 pass  # lending is an optimisation: the item got is returned in any case
         return loads(frames)
 
-    def _get(self, block: bool, timeout: Optional[float]) -> Tuple[bytes, List[Any]]:
+    def _get(self, block: bool, timeout: Optional[float]) -> Tuple[bytes, List[Frame]]:
         """Ask the hub for an item. A ``get`` whose connection fails under it is asked
         again, with the same ticket, on a new connection: if the hub had handed it an
         item, that reply was lost (a reset), and the hub sends the same item again (see
@@ -184,7 +184,7 @@ class Queue(Handle):
         carry its ticket, so the hub answers it once."""
         start = time.monotonic()
 
-        def ask() -> Tuple[bytes, List[Any]]:
+        def ask() -> Tuple[bytes, List[Frame]]:
             left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
             return self._request(op, frames(left), on_late=on_late, timeout=left)
 

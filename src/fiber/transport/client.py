@@ -331,7 +331,7 @@ class Client:
         messages = self._reader.messages
         _cpus.poll(lambda: messages or (self._feed(socket.MSG_DONTWAIT) and messages), seconds)
 
-    def receive(self, timeout: Optional[float]) -> Optional[List[Any]]:
+    def receive(self, timeout: Optional[float]) -> Optional[List[Frame]]:
         """The next message (``[req_id, status, *payload]``, or what the server pushed),
         or None at the timeout; for a thread that reads this client's messages itself.
 
@@ -404,7 +404,7 @@ class Client:
         if len(msg) > 1:
             self.peer_id = int.from_bytes(bytes(msg[1]), "little")
 
-    def _handshake_reply(self, timeout: float) -> List[Any]:
+    def _handshake_reply(self, timeout: float) -> List[Frame]:
         try:
             msg = self.receive(timeout)
         except ConnectionLost:

@@ -229,7 +229,7 @@ class FrameReader:
         self._buf = bytearray()
         self._scratch = new_scratch() if scratch is None else scratch
         self._lengths: Optional[Sequence[int]] = None
-        self._frames: List[Any] = []  # (frames, and mmaps of memfds)
+        self._frames: List[Frame] = []
         self._big: Optional[bytearray] = None
         self._big_filled = 0
         self._fds: Deque[int] = collections.deque()

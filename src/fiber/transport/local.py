@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .._process_state import here
 from .peers import LocalPeer, Peer
@@ -20,8 +20,8 @@ from .settings import defaults as _defaults
 __all__ = ["Channel", "OwnServer", "LocalClient", "Reply", "LateReply", "spin_of",
            "register_local_server", "unregister_local_server", "local_server"]
 
-Reply = Tuple[bytes, List[Any]]
-LateReply = Callable[[bytes, List[Any]], None]
+Reply = Tuple[bytes, List[Frame]]
+LateReply = Callable[[bytes, List[Frame]], None]
 
 
 class Channel(Protocol):
@@ -149,7 +149,7 @@ def spin_of(settings: SettingsSource) -> float:
     return float(settings().spin_us) * 1e-6
 
 
-def _own(frames: Sequence[Frame]) -> List[Any]:
+def _own(frames: Sequence[Frame]) -> List[Frame]:
     """Copies of the caller's buffers: it may change them once we return, and a queue
     keeps them. Large ones become writable bytearrays, handed on without another copy."""
     return [bytes(f) if memoryview(f).nbytes < 65536 else bytearray(f) for f in frames]

@@ -25,7 +25,9 @@ __all__ = ["dumps", "dumps_bytes", "loads", "pickles", "OOB_THRESHOLD", "Frame",
 #: Buffers at least this large go out of band; smaller ones are cheaper in the pickle.
 OOB_THRESHOLD = 64 * 1024
 
-Frame = Union[bytes, bytearray, memoryview]
+#: A frame of a message: bytes-like; a large one read from another process of this host is
+#: a mapping of its memfd (see `fiber.transport.memfd`).
+Frame = Union[bytes, bytearray, memoryview, mmap.mmap]
 
 
 class _LargeBuffer(Exception):
