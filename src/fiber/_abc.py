@@ -18,6 +18,8 @@ from .backends._batch import BatchBackend, BatchCommands
 from .backends._cli_backend import CommandLineBackend
 from .backends._labelled import LabelledBackend
 from .backends.slurm._steps import StepCommands
+from .pool._credit import Linked
+from .pool._losses import Placed
 from .pool._state import ResultSink
 from .pool._worker import PoolLink
 from .process._bound import BackendContext, ProcessContext
@@ -31,5 +33,6 @@ __all__ = [
     "Backend", "CommandLineBackend", "LabelledBackend", "BatchBackend", "ArrayBackend",
     "BatchCommands", "StepCommands",
     "Service", "Dispatcher", "Channel", "OwnServer", "Servable", "Settings",
-    "Startable", "ProcessContext", "BackendContext", "ResultSink", "PoolLink",
+    "Startable", "ProcessContext", "BackendContext", "ResultSink", "PoolLink", "Linked",
+    "Placed",
 ]

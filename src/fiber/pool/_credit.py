@@ -4,7 +4,7 @@ measured from the traffic itself. The rules: docs/contributing/pools.md, "Credit
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, Generic, List, Optional, Protocol, Sequence, Sized, TypeVar
 
 __all__ = ["HOLD_S", "MAX_CREDIT", "SLOW_S", "FAR_S", "SHARE", "MAX_FAR_CREDIT",
            "round_trip", "credit", "link_credit", "Link", "FarWorkers"]
@@ -69,17 +69,31 @@ class Link:
         return self.rtt
 
 
-class FarWorkers:
+class Linked(Protocol):
+    """What `FarWorkers` reads and sets of a worker (a pool's `WorkerState`)."""
+
+    #: Its link's measured round trip (that of its job's connection, for a relayed one).
+    link: Optional[Link]
+
+    @property
+    def pending(self) -> Sized:
+        """The tasks it holds."""
+
+
+W = TypeVar("W", bound=Linked)
+
+
+class FarWorkers(Generic[W]):
     """The workers of a pool whose links are slow (``FAR_S`` or more), which the master
     tops up beyond the others' credit (``PoolService._dispatch_far``): usually none."""
 
     def __init__(self) -> None:
-        self.workers: Dict[Any, None] = {}  # WorkerState -> None, in the order they came
+        self.workers: Dict[W, None] = {}  # in the order they came
 
     def __bool__(self) -> bool:
         return bool(self.workers)
 
-    def observed(self, workers: Sequence[Any], link: Link, sample: float) -> None:
+    def observed(self, workers: Sequence[W], link: Link, sample: float) -> None:
         """A round trip ``sample`` of ``link``, the link of ``workers``: a worker's own, or
         the connection of a job of several, which relays its workers and is measured
         once a message. They join, or leave once it is fast again."""
@@ -91,11 +105,11 @@ class FarWorkers:
             else:
                 self.workers.pop(ws, None)
 
-    def forget(self, ws: Any) -> None:
+    def forget(self, ws: W) -> None:
         """``ws`` is gone."""
         self.workers.pop(ws, None)
 
-    def by_load(self) -> List[Any]:
+    def by_load(self) -> List[W]:
         """The far workers, the least loaded first."""
         return sorted(self.workers, key=lambda ws: len(ws.pending))
 

@@ -34,7 +34,7 @@ class Dispatching(Reconnections):
     queue: Deque[Task]
     queued_items: int
     ready: ReadyWorkers
-    far: _credit.FarWorkers
+    far: _credit.FarWorkers[WorkerState]
     maxtasks: Optional[int]
     prefetch: int
     functions: Dict[int, List[Any]]

@@ -46,7 +46,7 @@ class JobsOfSeveral(Service):
 
     workers: Dict[int, WorkerState]
     losses: _losses.Losses
-    far: FarWorkers
+    far: FarWorkers[WorkerState]
     on_worker_gone: Callable[[WorkerState, bool], None]
 
     def __init__(self) -> None:

@@ -5,11 +5,12 @@ once. The rules: docs/contributing/pools.md, "Losses"."""
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .._log import warn
 from ..errors import WorkerLostError
 from ..process._job import describe_end
+from ._state import Given, Loss, Task, WorkerState
 
 __all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exit", "tasks_text",
            "given_text", "where", "report", "report_job"]
@@ -24,35 +25,14 @@ _MAX_LISTED = 10  # task indexes named per call in a warning
 _MAX_NAMED = 8  # workers named in a job's warning
 
 
-class Loss:
-    """A lost worker's warning, waiting for its exit code."""
+class Placed(Protocol):
+    """A task as a warning names it (a `Task`, or the `Given` record of one): its id,
+    its call, and the places of its items in the call."""
 
-    __slots__ = ("tasks", "notes", "connected", "ready", "given", "held")
-
-    def __init__(self, tasks: str, notes: List[str], connected: bool,
-                 given: str = "", held: Sequence[Any] = ()) -> None:
-        self.tasks = tasks
-        #: The tasks it held, as `Given` records (a worker of a job of several: its job's
-        #: warning names all its workers' tasks together).
-        self.held = held
-        self.notes = notes
-        self.connected = connected
-        self.ready = False  # to be said: its exit code is known, or waited for long enough
-        self.given = given  # `given_text`: tasks lost in flight at an earlier reset
-
-
-class Given:
-    """A task a worker gave back when it came back after a reset (lost in flight, run
-    again): its id, call and items' places, not the task (which holds its call's
-    results)."""
-
-    __slots__ = ("task_id", "call", "first", "items")
-
-    def __init__(self, task_id: int, call: str, first: int, items: int) -> None:
-        self.task_id = task_id
-        self.call = call
-        self.first = first
-        self.items = items
+    task_id: int
+    call: str
+    first: int
+    items: int
 
 
 class Losses:
@@ -60,15 +40,15 @@ class Losses:
     (all under the hub's lock)."""
 
     def __init__(self) -> None:
-        self._unsaid: Deque[Any] = collections.deque()
+        self._unsaid: Deque[WorkerState] = collections.deque()
 
-    def add(self, ws: Any, loss: Loss) -> None:
+    def add(self, ws: WorkerState, loss: Loss) -> None:
         """Worker ``ws`` was lost: its warning is said once `ready`, after those of
         the workers lost before it."""
         ws.loss = loss
         self._unsaid.append(ws)
 
-    def ready(self, ws: Any) -> None:
+    def ready(self, ws: WorkerState) -> None:
         """Worker ``ws``'s exit code is known (or will not be): say its warning, and the
         later ones that were waiting for it, unless an earlier one is still waiting."""
         if ws.loss is not None:
@@ -87,7 +67,7 @@ class InitFailures:
         self.last = ""
         self._repeats: List[str] = []  # workers that failed as ``last`` since it was said
 
-    def failed(self, ws: Any, tb: str) -> None:
+    def failed(self, ws: Optional[WorkerState], tb: str) -> None:
         """Worker ``ws`` (None: one the pool no longer knows) says its initializer
         raised: a new traceback is said at once, a repeat is counted."""
         name = ws.name if ws is not None else "a worker"
@@ -119,7 +99,7 @@ class InitFailures:
         self.last = ""
 
 
-def exit_code(ws: Any) -> Optional[int]:
+def exit_code(ws: WorkerState) -> Optional[int]:
     """The worker's exit code as far as its backend has told (None: not yet)."""
     code: Optional[int] = ws.exitcode
     if code is None:
@@ -130,7 +110,7 @@ def exit_code(ws: Any) -> Optional[int]:
     return code
 
 
-def describe_exit(ws: Any) -> str:
+def describe_exit(ws: WorkerState) -> str:
     """"killed by SIGKILL: OOMKilled", "exit code 1", ...: the worker's end as known."""
     code = exit_code(ws)
     try:
@@ -140,7 +120,7 @@ def describe_exit(ws: Any) -> str:
     return describe_end(code, reason)
 
 
-def tasks_text(tasks: Sequence[Any]) -> str:
+def tasks_text(tasks: Sequence[Placed]) -> str:
     """The tasks named by call and their items' places in it, as the task's label and
     the dashboard name them: ``map(f) tasks 3, 4, 8-11; apply(g) task 5`` (a chunk of
     a map is the range of its items; an ``apply`` is numbered among the pool's)."""
@@ -159,14 +139,14 @@ def tasks_text(tasks: Sequence[Any]) -> str:
     return "; ".join(parts)
 
 
-def given_text(given: Sequence[Given], held: Sequence[Any]) -> str:
+def given_text(given: Sequence[Given], held: Sequence[Placed]) -> str:
     """The tasks ``given`` back at a worker's resumes, but those it holds (``held``,
     named as resubmitted), as `tasks_text` names them."""
     ids = {task.task_id for task in held}
     return tasks_text([g for g in given if g.task_id not in ids])
 
 
-def where(ws: Any) -> str:
+def where(ws: WorkerState) -> str:
     proc = ws.process
     job = proc.job_id
     host = proc.host
@@ -176,7 +156,7 @@ def where(ws: Any) -> str:
     return f"job {job}" if job else (f"on {host}" if host else "starting")
 
 
-def report(ws: Any) -> None:
+def report(ws: WorkerState) -> None:
     """Say, once, that worker ``ws`` was lost (if it was: see `Loss`)."""
     loss: Optional[Loss] = ws.loss
     if loss is None:
@@ -199,7 +179,7 @@ def report(ws: Any) -> None:
     warn("%s", text)
 
 
-def report_job(name: str, workers: Sequence[Any]) -> None:
+def report_job(name: str, workers: Sequence[WorkerState]) -> None:
     """Say, once, that the job ``name`` (of several workers) ended and lost ``workers``
     (those of its workers whose loss was not said yet): one warning for the job, naming
     its host, how it ended, each worker and the tasks each held; not one a worker."""
@@ -227,7 +207,8 @@ def report_job(name: str, workers: Sequence[Any]) -> None:
     warn("%s", text)
 
 
-def charge(ws: Any, tasks: List[Any], max_retries: int) -> Tuple[List[str], Optional[Any]]:
+def charge(ws: WorkerState, tasks: List[Task],
+           max_retries: int) -> Tuple[List[str], Optional[Task]]:
     """Count worker ``ws``'s death against the ``tasks`` it held: the notes its warning
     carries, and the task that has now killed its worker too often, if one has (taken
     out of ``tasks``, not resubmitted: it fails with WorkerLostError)."""
@@ -253,7 +234,7 @@ def charge(ws: Any, tasks: List[Any], max_retries: int) -> Tuple[List[str], Opti
     return [], None
 
 
-def lost_error(task: Any, max_retries: int) -> WorkerLostError:
+def lost_error(task: Task, max_retries: int) -> WorkerLostError:
     """The error of a task that killed its worker too often, naming each attempt's end."""
     lines = [f"  attempt {i}: worker {ws.worker_id} ({ws.name}) {describe_exit(ws)}"
              for i, ws in enumerate(task.attempts, 1)]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 
+from ._state import WorkerState
+
 __all__ = ["lifetime", "renew_at", "job_renew_at", "due", "by_job", "next_at", "said"]
 
 #: The share of the lifetime over which renewals are spread.
@@ -32,7 +34,7 @@ def renew_at(connected: float, life: Optional[float], slot: int) -> float:
     return connected + life * (1 - _SPREAD * ((slot * _GOLDEN) % 1))
 
 
-def job_renew_at(ws: Any, now: float, life: Optional[float]) -> float:
+def job_renew_at(ws: WorkerState, now: float, life: Optional[float]) -> float:
     """When worker ``ws``, which said hello at ``now``, is renewed (0: never): its own
     lifetime from now, or, in a job of several, its job's (from the job's first hello,
     spread by the job's first slot)."""
@@ -44,21 +46,22 @@ def job_renew_at(ws: Any, now: float, life: Optional[float]) -> float:
     return float(job.renew_at)
 
 
-def said(old: Any, new: Any) -> Optional[str]:
+def said(old: WorkerState, new: WorkerState) -> Optional[str]:
     """The INFO line of a renewal: one a worker, or one for a job of several (None for
     its other workers)."""
     if old.job is not None and old.job.forks:
         if old.job.renewed:
             return None
         old.job.renewed = True
+        successor = new.job.process.name if new.job is not None else new.name
         return (f"{old.job.process.name} ({len(old.job.workers)} workers) is renewed "
-                f"ahead of its known end: {new.job.process.name} takes its place; its "
+                f"ahead of its known end: {successor} takes its place; its "
                 "workers finish what they hold")
     return (f"{old.name} is renewed ahead of its job's known end: "
             f"{new.name} took its place; it finishes what it holds")
 
 
-def by_job(workers: List[Any]) -> List[List[Any]]:
+def by_job(workers: List[WorkerState]) -> List[List[WorkerState]]:
     """``workers`` (due for renewal) grouped by their job, in order: a job of several
     is renewed by one job."""
     groups: Dict[Any, List[Any]] = {}
@@ -67,7 +70,8 @@ def by_job(workers: List[Any]) -> List[List[Any]]:
     return list(groups.values())
 
 
-def due(workers: List[Any], now: float, free_slots: Deque[Tuple[int, int]]) -> List[Any]:
+def due(workers: List[WorkerState], now: float,
+        free_slots: Deque[Tuple[int, int]]) -> List[WorkerState]:
     """The workers whose renewal is due at ``now``, each returned once; their places
     go first in ``free_slots`` (their replacements take them)."""
     found = [ws for ws in workers if 0 < ws.renew_at <= now
@@ -78,7 +82,7 @@ def due(workers: List[Any], now: float, free_slots: Deque[Tuple[int, int]]) -> L
     return found
 
 
-def next_at(workers: Iterable[Any]) -> Optional[float]:
+def next_at(workers: Iterable[WorkerState]) -> Optional[float]:
     """When the next renewal of ``workers`` is due (monotonic), if any."""
     times = [ws.renew_at for ws in workers if ws.renew_at > 0]
     return min(times) if times else None

@@ -15,6 +15,7 @@ from .._core._clients import own_client
 from .._process_state import here
 from ._losses import tasks_text
 from ._protocol import PoolOps, pack_ids
+from ._state import Task, WorkerState
 
 __all__ = ["NOTICE_SIGNALS", "Retirement", "why", "plan"]
 
@@ -34,7 +35,7 @@ def why(signum: int) -> str:
            "preemption ahead)"
 
 
-def plan(ws: Any, given: List[Any]) -> str:
+def plan(ws: WorkerState, given: List[Task]) -> str:
     """What a retiring worker ``ws`` does with its tasks (``given``: those it gave
     back), for its INFO line."""
     back = f"gives back {tasks_text(given)}" if given else "holds no other task"

@@ -60,7 +60,7 @@ class PoolService(Dispatching):
         self.workers: Dict[int, WorkerState] = {}
         self.ready = ReadyWorkers()
         #: Workers on slow links, which hold more tasks (see `_credit`, `_dispatch_far`).
-        self.far = _credit.FarWorkers()
+        self.far: _credit.FarWorkers[WorkerState] = _credit.FarWorkers()
         #: ``pool_late_factor`` (0: late tasks are not copied; see `_late`), and the hub
         #: timer of the next check for them, while one is set.
         self.late_factor = 0.0

@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 from ..process import Process
 from ..transport.serialization import Frame
 from ..transport.server import Peer
-from . import _credit, _losses
+from . import _credit
 
-__all__ = ["ResultSink", "Task", "WorkerState", "PoolJob", "ReadyWorkers"]
+__all__ = ["ResultSink", "Task", "WorkerState", "PoolJob", "ReadyWorkers", "Loss", "Given"]
 
 
 class ResultSink(Protocol):
@@ -25,6 +25,37 @@ class ResultSink(Protocol):
 
     def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """The outcome of item ``index``: a value's frames, or an exception record's."""
+
+
+class Loss:
+    """A lost worker's warning, waiting for its exit code."""
+
+    __slots__ = ("tasks", "notes", "connected", "ready", "given", "held")
+
+    def __init__(self, tasks: str, notes: List[str], connected: bool,
+                 given: str = "", held: Sequence[Given] = ()) -> None:
+        self.tasks = tasks
+        #: The tasks it held, as `Given` records (a worker of a job of several: its job's
+        #: warning names all its workers' tasks together).
+        self.held = held
+        self.notes = notes
+        self.connected = connected
+        self.ready = False  # to be said: its exit code is known, or waited for long enough
+        self.given = given  # `given_text`: tasks lost in flight at an earlier reset
+
+
+class Given:
+    """A task a worker gave back when it came back after a reset (lost in flight, run
+    again): its id, call and items' places, not the task (which holds its call's
+    results)."""
+
+    __slots__ = ("task_id", "call", "first", "items")
+
+    def __init__(self, task_id: int, call: str, first: int, items: int) -> None:
+        self.task_id = task_id
+        self.call = call
+        self.first = first
+        self.items = items
 
 
 class Task:
@@ -123,7 +154,7 @@ class WorkerState:
         #: it cannot take a task now.
         self.load = -1
         #: Its warning once lost, until said (see `_losses`).
-        self.loss: Optional[_losses.Loss] = None
+        self.loss: Optional[Loss] = None
         #: When the task it runs started, as far as the master can tell (monotonic): when
         #: it was handed to the idle worker, or the worker's last results came.
         self.since = 0.0
@@ -143,7 +174,7 @@ class WorkerState:
         self.resume_by = 0.0
         #: The tasks it gave back when it came back after a reset: its warning, if it is
         #: lost later, names them (see `_losses`).
-        self.given: List[_losses.Given] = []
+        self.given: List[Given] = []
         #: When it was handed tasks while it held none, until its next results (its link's
         #: round trip is measured so: see `_credit`); 0: not since its last results.
         self.probe = 0.0

@@ -15,6 +15,8 @@ import functools
 import time
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
+from ._state import WorkerState
+
 __all__ = ["Rate", "Stream", "Histogram", "WorkerStatus", "PoolStatus",
            "rows", "status_dict", "snapshot", "new_tally", "tally"]
 
@@ -218,7 +220,7 @@ class PoolStatus:
         return out
 
 
-def _state(ws: Any) -> str:
+def _state(ws: WorkerState) -> str:
     """A worker's `WorkerStatus.state` (under the hub's lock)."""
     if ws.retiring:
         return "retiring"
@@ -227,7 +229,7 @@ def _state(ws: Any) -> str:
     return "idle" if ws.connected else "reconnecting" if ws.resume_by else "starting"
 
 
-def _row(ws: Any, now: float) -> Dict[str, Any]:
+def _row(ws: WorkerState, now: float) -> Dict[str, Any]:
     """One worker as `WorkerStatus`'s fields, a plain dict (what the dashboard and ``fiber
     top`` receive: a frozen dataclass and its copy cost 10 ms a poll at 1,024 workers)."""
     proc = ws.process
@@ -244,7 +246,7 @@ def _row(ws: Any, now: float) -> Dict[str, Any]:
             "restarts": ws.restarts}
 
 
-def rows(states: Iterable[Any], now: float) -> List[Dict[str, Any]]:
+def rows(states: Iterable[WorkerState], now: float) -> List[Dict[str, Any]]:
     """The rows of the workers ``states`` (the scheduler's) that are not lost (under the
     hub's lock)."""
     return [_row(ws, now) for ws in states if not ws.lost]
@@ -255,7 +257,7 @@ def new_tally() -> Dict[str, Any]:
     return {"workers_total": 0, "worker_states": {}, "restarts": 0, "running": 0}
 
 
-def tally(states: Iterable[Any], into: Dict[str, Any]) -> None:
+def tally(states: Iterable[WorkerState], into: Dict[str, Any]) -> None:
     """Add the workers ``states`` that are not lost to ``into`` (a `new_tally`, under the
     hub's lock): their count, their counts by state, their restarts and the tasks they
     hold. What /metrics and a page of the worker table need of every worker: a row each
