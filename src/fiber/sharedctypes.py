@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing.sharedctypes as _mpsc
+from multiprocessing.context import BaseContext
 from types import MappingProxyType
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -453,7 +454,7 @@ def RawArray(typecode_or_type: _TYPE,  # noqa: N802
 
 
 def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
-          ctx: Any = None) -> SharedValue:
+          ctx: Optional[BaseContext] = None) -> SharedValue:
     """A shared ctypes value; with ``lock`` (default: a new fiber RLock) a Synchronized.
 
     ``lock``: True or None (a new RLock), False (a plain ``RawValue``), or a fiber lock
@@ -472,7 +473,7 @@ def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
 
 
 def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # noqa: N802
-          lock: Any = True, ctx: Any = None) -> SharedArray:
+          lock: Any = True, ctx: Optional[BaseContext] = None) -> SharedArray:
     """A shared ctypes array; with ``lock`` (default: a new fiber RLock) synchronized.
 
     ``size_or_initializer`` and ``lock`` are as for ``RawArray`` and ``Value``.

@@ -11,6 +11,7 @@ import threading
 import time
 import traceback
 import weakref
+from multiprocessing.context import BaseContext
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .._core._clients import get_client
@@ -55,7 +56,7 @@ class Queue(Handle):
 
     _joinable = False
 
-    def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
+    def __init__(self, maxsize: int = 0, *, ctx: Optional[BaseContext] = None) -> None:
         if not isinstance(maxsize, int) or isinstance(maxsize, bool):
             raise TypeError(f"maxsize must be an int, got {maxsize!r}")
         self._maxsize = maxsize
@@ -347,7 +348,7 @@ class JoinableQueue(Queue):
 class SimpleQueue(Queue):
     """An unbounded queue with ``put``, ``get``, ``empty`` and ``close``."""
 
-    def __init__(self, *, ctx: Any = None) -> None:
+    def __init__(self, *, ctx: Optional[BaseContext] = None) -> None:
         super().__init__(0, ctx=ctx)
 
     def get(self) -> Any:  # type: ignore[override]

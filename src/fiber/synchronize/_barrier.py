@@ -17,6 +17,7 @@ breaks it too, rather than leaving the others waiting forever.
 from __future__ import annotations
 
 import functools
+from multiprocessing.context import BaseContext
 from threading import BrokenBarrierError
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -165,7 +166,7 @@ class Barrier(Handle):
     _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
     def __init__(self, parties: int, action: Optional[Callable[[], Any]] = None,
-                 timeout: Optional[float] = None, *, ctx: Any = None) -> None:
+                 timeout: Optional[float] = None, *, ctx: Optional[BaseContext] = None) -> None:
         if parties < 1:
             raise ValueError("parties must be > 0")
         self._parties, self._action, self._timeout = parties, action, timeout

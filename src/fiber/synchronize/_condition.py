@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from multiprocessing.context import BaseContext
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from .._core._parking import Parking, Q, Waiter
@@ -135,7 +136,7 @@ class Condition(Handle):
 
     _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
-    def __init__(self, lock: Optional[Lock] = None, *, ctx: Any = None) -> None:
+    def __init__(self, lock: Optional[Lock] = None, *, ctx: Optional[BaseContext] = None) -> None:
         if lock is None:
             lock = RLock()
         if not isinstance(lock, Lock):

@@ -9,7 +9,8 @@ outlive a connection's reset (`fiber._core._parking`).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from multiprocessing.context import BaseContext
+from typing import List, Optional
 
 from .._core._parking import Parking
 from .._core._served import Handle, decode_wait, encode_wait
@@ -63,7 +64,7 @@ class Event(Handle):
 
     _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
-    def __init__(self, *, ctx: Any = None) -> None:
+    def __init__(self, *, ctx: Optional[BaseContext] = None) -> None:
         super().__init__(EventService(), b"E")
 
     def is_set(self) -> bool:

@@ -8,6 +8,7 @@ import collections
 import contextlib
 import functools
 import threading
+from multiprocessing.context import BaseContext
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._core._parking import Made, Owner, Parking, Q
@@ -262,7 +263,7 @@ class Lock(Handle):
 
     _recursive = False
 
-    def __init__(self, *, ctx: Any = None) -> None:
+    def __init__(self, *, ctx: Optional[BaseContext] = None) -> None:
         #: Only in the creating process (not pickled): lets a Value guard on the server.
         self._service = self._new_service()
         super().__init__(self._service, b"L")
@@ -429,7 +430,7 @@ class Semaphore(Handle):
 
     _bounded = False
 
-    def __init__(self, value: int = 1, *, ctx: Any = None) -> None:
+    def __init__(self, value: int = 1, *, ctx: Optional[BaseContext] = None) -> None:
         if value < 0:
             raise ValueError("semaphore initial value must be >= 0")
         self._initial = value
