@@ -10,6 +10,8 @@ import threading
 import warnings
 from typing import Callable, List
 
+import pytest
+
 import fiber
 from fiber import _log
 from fiber._core import _runtime
@@ -17,6 +19,10 @@ from fiber._process_state import ProcessState, here
 from fiber.config import _compat
 from fiber.managers import _async_calls
 from fiber.queues import _queue
+
+# forking a process that has threads is what these tests do on purpose (Python 3.12 and
+# later warn that it may deadlock the child: the hooks under test are what prevents it)
+pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 
 
 def in_child(check: Callable[[], bool]) -> bool:
