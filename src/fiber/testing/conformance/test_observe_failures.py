@@ -40,18 +40,20 @@ def test_a_worker_killed_mid_map_is_one_warning_naming_it(ctx, warnings):
     # the worker, its job and host, its end as the backend tells it (a cluster manager
     # may name the job's state first, as "<manager> <STATE>: "; the backends' own tests
     # check their words), the task given to another worker
-    # task 2, and task 3 too if its link was measured slow (a busy node: it is handed a
-    # task ahead then, see fiber.pool._credit): every task it held is named
+    # task 2, and the next one it was given too if its link was measured slow (a busy
+    # node: it is handed a task ahead then, see fiber.pool._credit): task 3, or a later
+    # one if the other worker took 3 first. Every task it held is named
     found = re.search(r"(PoolWorker-\d+) \(job (\S+) on (\S+)\) was lost: "
                       r"(?:\w+ [A-Z_]+: )?killed by SIGKILL; "
-                      r"resubmitted map\(kill_own_worker_once\) (task 2|tasks 2, 3)$", line)
+                      r"resubmitted map\(kill_own_worker_once\) (task 2|tasks 2(?:, [3-7])+)$",
+                      line)
     assert found, line
     name, job_id, host = found.group(1, 2, 3)
     assert name not in [w.name for w in status.workers]  # the lost one...
     assert job_id not in [w.job_id for w in status.workers]
     assert [w.restarts for w in status.workers if w.restarts] == [1]  # ...was replaced
     assert host != job_id, line  # its host, not its job's name (a pod's, a container's)
-    assert status.retried == (1 if found.group(4) == "task 2" else 2)
+    assert status.retried == len(found.group(4).split(", "))  # each task it held, once
     assert status.done == 8
 
 
