@@ -22,6 +22,7 @@ import fiber
 from fiber.backends import JobState, register_backend
 from fiber.backends.local import LocalBackend, _forkserver
 from fiber.backends.local._forkserver import ForkedJob
+from fiber.testing.conformance.support.programs import run_program
 from fiber.testing.conformance.support.waiting import require, unusable
 
 import support
@@ -241,6 +242,35 @@ def test_forked_job_writes_to_the_masters_current_stdout(local, capfd):
     p.join(60)
     assert p.exitcode == 0
     assert "hello from a forked job" in capfd.readouterr().out
+
+
+CRASHING = textwrap.dedent("""
+    import os, signal
+    import fiber
+
+    def crash_in_the_job():
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    if __name__ == "__main__":
+        p = fiber.Process(target=crash_in_the_job)
+        p.start()
+        p.join(60)
+        print("exitcode", p.exitcode)
+""")
+
+
+def test_a_forked_jobs_crash_dump_reaches_the_master_under_faulthandler(tmp_path):
+    """A program run with faulthandler on (PYTHONFAULTHANDLER, as `run_program` sets it,
+    or ``-X faulthandler``): a job that crashes dumps its threads, as a subprocess job
+    does. (The template's children reset the handlers Python had not installed to the
+    default, faulthandler's among them: the dump was lost.)"""
+    program = tmp_path / "crashing.py"
+    program.write_text(CRASHING, encoding="utf-8")
+    done = run_program([sys.executable, str(program)], 120,
+                       env={**os.environ, "FIBER_BACKEND": "local"})
+    assert f"exitcode {-signal.SIGSEGV}" in done.stdout, done.stdout + done.stderr
+    assert "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
+    assert "in crash_in_the_job" in done.stderr, done.stderr
 
 
 def test_preloaded_numpy_is_reseeded_in_every_job(local):

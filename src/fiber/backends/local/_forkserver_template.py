@@ -146,13 +146,18 @@ class _ChildContext:
         self.path0 = cwd if sys.path and sys.path[0] == cwd else None
         #: The template's signal handlers and environment, which every child inherits:
         #: a child changes only what differs (reading them anew costs ~1 ms a child).
+        #: A handler installed outside Python (None) is left as it is: faulthandler's,
+        #: under ``-X faulthandler`` or PYTHONFAULTHANDLER, is what a new interpreter
+        #: would install too, and a job's crash dump (SIGSEGV, SIGABRT...) needs it.
         self.handlers = {}
         for sig in signal.valid_signals():
             if isinstance(sig, signal.Signals) and sig.name not in UNTOUCHED_SIGNALS:
                 try:
-                    self.handlers[int(sig)] = signal.getsignal(sig)
+                    handler = signal.getsignal(sig)
                 except (OSError, ValueError):
-                    pass
+                    continue
+                if handler is not None:
+                    self.handlers[int(sig)] = handler
         self.environ = dict(os.environ)
 
     def run(self, request: Dict[str, Any], fds: List[int]) -> None:

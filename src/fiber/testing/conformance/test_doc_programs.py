@@ -6,15 +6,13 @@ backend it names, when that is the backend under test: the ``# run: local`` bloc
 local stage, ``# run: slurm`` in the Slurm stage, and so on (``FIBER_BACKEND`` is set; the
 stage's own settings, its image or its listen address, are in the environment already).
 A program must exit with code 0 within its deadline; on a timeout its Python dumps its
-threads (SIGABRT: faulthandler) and the whole process group is killed. The documentation
+threads (see `support.programs`) and the whole process group is killed. The documentation
 is in fiber's source checkout, not in the package: without a checkout, the test is skipped.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from typing import Any, List, Optional
 
@@ -24,6 +22,7 @@ import fiber
 
 from .support import REPO
 from .support.doc_programs import Block, programs_for
+from .support.programs import run_program
 from .support.waiting import unusable
 
 TIMEOUT = 240  # seconds a program may take here, on a loaded 2-core machine
@@ -51,30 +50,7 @@ def test_a_documented_program_runs(block: Optional[Block], ctx: fiber.FiberConte
     program = tmp_path / "program.py"
     program.write_text(block.code, encoding="utf-8")
     backend = ctx.backend or "local"
-    env = {**os.environ, "FIBER_BACKEND": backend, "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen([sys.executable, str(program)], cwd=str(tmp_path), env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)  # the program's threads, on its stderr
-        try:
-            out, err = proc.communicate(timeout=10)
-        finally:
-            _kill_group(proc)
-        pytest.fail(f"{block.name} did not end within {TIMEOUT} s\n--- stdout\n{out}\n"
-                    f"--- stderr\n{err}")
-    finally:
-        _kill_group(proc)
-    assert proc.returncode == 0, (f"{block.name} exited with {proc.returncode}\n"
-                                  f"--- stdout\n{out}\n--- stderr\n{err}")
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """End whatever the program left in its process group (its jobs, a fork server)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+    env = {**os.environ, "FIBER_BACKEND": backend}
+    done = run_program([sys.executable, str(program)], TIMEOUT, cwd=str(tmp_path), env=env)
+    assert done.returncode == 0, (f"{block.name} exited with {done.returncode}\n"
+                                  f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
