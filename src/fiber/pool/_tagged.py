@@ -84,7 +84,11 @@ class WorkerPipes:
         """Read what ``stream`` holds now (at most ``chunks`` reads: a worker that writes
         without pause must not keep the group from its other work) and write its whole
         lines, tagged; at its end (every writer closed it), its unfinished line too, and
-        forget it."""
+        forget it. Nothing if it was forgotten already: a select's events can name a
+        stream that the group drained to its end earlier in the same round (its worker
+        ended: `drain`), whose fd may even be a new worker's pipe by now."""
+        if self.streams.get(stream.fd) is not stream:
+            return
         for _ in range(chunks):
             try:
                 data = os.read(stream.fd, 65536)
@@ -124,5 +128,4 @@ class WorkerPipes:
         """Read what worker ``worker_id``, which ended, left in its pipes (a process it
         started may still hold them: what they hold now, the rest as it comes)."""
         for stream in self.by_worker.pop(worker_id, []):
-            if stream.fd in self.streams:
-                self.read(stream, chunks=1024)
+            self.read(stream, chunks=1024)

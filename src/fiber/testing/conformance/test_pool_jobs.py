@@ -79,7 +79,11 @@ def test_a_worker_that_dies_in_its_job_is_replaced_in_it(ctx):
         with pytest.raises(WorkerLostError):
             pool.apply(ph.do_fault, ("exit", "running the task"))
         pool.wait_until_workers_up(timeout=60)
-        assert jobs_of(pool) == jobs and all(job.is_alive() for job in jobs)
+        now = jobs_of(pool)
+        assert now == jobs and all(job.is_alive() for job in jobs), (
+            f"jobs before: {jobs}, now: {now}; workers: "
+            + "; ".join(f"{w.name} job {w.job_id} {w.state} restarts {w.restarts}"
+                        for w in pool.status().workers))
         assert job_ids(pool) == before  # replaced in the same jobs, no new job
         assert sum(w.restarts for w in pool.status().workers) == 2
         assert pool.map(ph.square, range(50)) == [x * x for x in range(50)]
