@@ -94,6 +94,24 @@ def test_a_request_asked_again_while_served_is_answered_once_on_the_new_connecti
     third.close()
 
 
+def test_a_request_asked_again_after_its_object_was_dropped_gets_its_kept_answer(server):
+    """The reset took long enough for the object's holder to be counted gone, and the
+    object was dropped (a manager's object, its pool terminated): the request asked again
+    still gets its kept answer, not a "no fiber object" error that went to the old
+    connection and left the caller waiting for ever."""
+    service = _Slow()
+    server.register(b"slow", service)
+    asked = receipts.ticket()
+    _ask_then_reset(server, b"slow", asked)  # served (its answer kept), connection reset
+    time.sleep(0.5)  # the answer was made
+    server.unregister(b"slow")  # dropped, as ObjectService.process_gone drops it
+    again = Client(server.address, timeout=10)
+    assert again.request(b"slow", b"op", ticket=asked, timeout=10) == (b"ok", [b"1"])
+    status, payload = again.request(b"slow", b"op", ticket=receipts.ticket(), timeout=10)
+    assert status == b"err"  # a new request: the object is gone
+    again.close()
+
+
 def test_answers_are_forgotten_when_their_connection_ends_cleanly(server):
     """A connection closed cleanly (its process closed it or ended) asks nothing again:
     its callers' answers are dropped at once, not kept."""

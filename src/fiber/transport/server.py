@@ -322,21 +322,25 @@ class Server(StandIn):
                  payload: List[Frame]) -> None:
         """Hand a request to its service (under the lock); errors become replies."""
         service = self._services.get(name)
-        if service is None:
-            if req_id:
-                self.reply_error(peer, req_id, LookupError(
-                    f"no fiber object {name.decode(errors='replace')!r} here (closed?)"))
-            return
-        if len(req_id) == TICKET_BYTES and service.answers_again and peer.may_reset:
+        # Asked again after a reset: the kept answer, even if the object was dropped since
+        # (its holder counted gone meanwhile): the caller waits for that answer, for ever.
+        if (len(req_id) == TICKET_BYTES and peer.may_reset
+                and (service is None or service.answers_again)):
             again = self.receipts.again(req_id, peer)
-            if again is not None:  # asked again on a new connection after a reset
+            if again is not None:
                 self.say("a request asked again after a connection's reset: %s",
                           "its answer will go to the new connection" if again is SKIP
                           else "answered again")
                 if again is not SKIP:
                     self.reply(peer, req_id, *again)
                 return
-            self.receipts.serving(req_id, peer)
+            if service is not None:
+                self.receipts.serving(req_id, peer)
+        if service is None:
+            if req_id:
+                self.reply_error(peer, req_id, LookupError(
+                    f"no fiber object {name.decode(errors='replace')!r} here (closed?)"))
+            return
         try:
             service.handle(self, peer, op, req_id, payload)
         except Exception as e:  # a bad request must not kill the server thread
