@@ -184,6 +184,7 @@ class _Group:
                 link.sock.close()
             if self.pipes is not None and pipes is not None:
                 self.pipes.in_worker(pipes)
+                _output.forked_worker()
             self.selector.close()
             os.close(self.wake_r)
             os.close(self.wake_w)

@@ -44,6 +44,7 @@ class LaunchOps:
     OUTPUT_START = b"output_start"  # one-way: this connection carries the job's output
     OUTPUT = b"output"  # one-way: [token, fd, bytes], the most frequent
     OUTPUT_END = b"output_end"  # all the job's output has been sent
+    OUTPUT_SYNC = b"output_sync"  # [token]: replied once what came before it is printed
     SOURCE = b"source"  # [filename]: the lines of a file the job lacks, for a traceback
 
 
@@ -174,6 +175,14 @@ class LaunchService(Service):
     def output(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[token, fd, data]``: what the job wrote, as it read it."""
         self.printer.write(bytes(payload[0]), int(bytes(payload[1])), bytes(payload[2]))
+
+    @handles(LaunchOps.OUTPUT_SYNC)
+    def output_sync(self, server: Server, peer: Peer, req_id: bytes,
+                    payload: List[Frame]) -> None:
+        """``[token]``: answered at once, as the output messages that came before it on
+        this connection were printed as they came (`output`): the job's relay asks
+        before the job sends results, so that its lines are printed before them."""
+        server.reply(peer, req_id, b"ok")
 
     @handles(LaunchOps.OUTPUT_END)
     def output_end(self, server: Server, peer: Peer, req_id: bytes,

@@ -18,7 +18,7 @@ from ..backends._job_command import JOB_LOG_ENV
 from . import _relay
 
 __all__ = ["CAPTURED", "RELAY", "split_for_relay", "start", "forwarded", "sync", "stop",
-           "relayed", "parent_gone"]
+           "relayed", "parent_gone", "forked_worker"]
 
 CAPTURED = _runtime.OUTPUT_CAPTURED
 RELAY = _runtime.OUTPUT_RELAYED
@@ -62,8 +62,9 @@ def forwarded() -> bool:
 
 
 def _pending(ioctl: Any = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool:
-    """Whether something this job wrote has not left it yet (a pool worker asks before
-    each batch of results: two ioctls, kept cheap)."""
+    """Whether something this job wrote has not left it yet, or, with a relay, is not
+    known to be printed by the parent (a pool worker asks before each batch of results:
+    two ioctls and a byte of the relay's page, kept cheap)."""
     try:
         ioctl(1, fionread, _out_count, True)
         ioctl(2, fionread, _err_count, True)
@@ -73,8 +74,10 @@ def _pending(ioctl: Any = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool
 
 
 def sync() -> None:
-    """Wait until what this job wrote so far has left it: before a pool worker sends
-    results, so that its tasks' lines come first (two ioctls when it wrote nothing)."""
+    """Wait until what this job wrote so far has left it, and with a relay until the
+    parent has printed it (a round trip of the relay's: see `_relay`): before a pool
+    worker sends results, so that its tasks' lines come first (two ioctls when it wrote
+    nothing)."""
     if not _mode or not _pending():
         return
     if _link is not None:
@@ -93,6 +96,15 @@ def stop() -> None:
         except Exception:
             pass
     sync()
+
+
+def forked_worker() -> None:
+    """In a pool worker that its job forked (fiber.pool._group), whose fds 1 and 2 are
+    now pipes that the job reads: `sync` waits for those pipes alone. The job waits for
+    its relay before it passes the worker's results on; the worker waiting for the relay
+    too would pay its round trip for its siblings' lines."""
+    global _link
+    _link = None
 
 
 def relayed() -> bool:

@@ -29,6 +29,9 @@ _COALESCE_S = 0.02
 #: still holds the pipes goes on writing; then it stops.
 _DRAIN_S = 0.5
 _END_TIMEOUT_S = 10.0
+#: Seconds the relay waits for the parent to confirm that it printed what came so far
+#: (`_Relay._confirm`): as long as the job waits for it at most (`_output.sync`).
+_SYNC_TIMEOUT_S = 2.0
 #: Signals a cluster sends the job's first process that are meant for the job.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                      signal.SIGUSR2)
@@ -36,8 +39,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 class RelayLink:
-    """The job's side of its relay: a page they share (byte 0: the relay is reading or
-    forwarding; byte 1: it has connected to the parent) and a pipe to hurry it."""
+    """The job's side of its relay: a page they share (byte 0: the relay holds output
+    that the parent has not confirmed it printed: it is reading it, forwarding it, or
+    sent it; byte 1: it has connected to the parent) and a pipe to hurry it (read, pass
+    on and have confirmed what the job wrote so far)."""
 
     def __init__(self, shared: mmap.mmap, hurry_fd: int) -> None:
         self.shared = shared
@@ -104,6 +109,8 @@ class _Relay:
         self._parent: Optional[str] = parent  # None once forwarding has ended
         self._token = token
         self._client: Any = None
+        #: Output was sent that the parent has not confirmed it printed (`_confirm`).
+        self._unconfirmed = False
         self._status: Optional[int] = None  # the job's wait status, once it ended
         self._sig_r, sig_w = os.pipe()
         os.set_blocking(self._sig_r, False)
@@ -142,18 +149,20 @@ class _Relay:
             if self._sig_r in events:
                 _drain(self._sig_r)
                 self._reap()
-            if self._hurry in events:
+            hurried = self._hurry in events
+            if hurried:
                 _drain(self._hurry)
             elif self._status is None and open_fds & events.keys():
                 hurry.poll(_COALESCE_S * 1000)  # more lines, in one read
-                _drain_if_ready(hurry, self._hurry)
+                hurried = _drain_if_ready(hurry, self._hurry)
             self._shared[0] = 1
-            try:
-                for fd in list(open_fds):
-                    if not self._read(fd):
-                        poller.unregister(fd)
-                        open_fds.discard(fd)
-            finally:
+            for fd in list(open_fds):
+                if not self._read(fd):
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+            if hurried:
+                self._confirm()
+            if not self._unconfirmed:
                 self._shared[0] = 0
         self._reap(block=True)
 
@@ -190,6 +199,28 @@ class _Relay:
             return
         try:
             client.send(SERVICE, LaunchOps.OUTPUT, [self._token, b"%d" % target, data])
+        except Exception:
+            self._client = None  # the parent is gone: the log has everything
+            client.close()
+            return
+        self._unconfirmed = True
+
+    def _confirm(self) -> None:
+        """Wait until the parent has printed what was sent (the job is about to send
+        results, on a connection of its own). Sent is not enough: the parent reads this
+        connection and the job's as they come, and could take the results first. The
+        parent handles this connection's messages in order and prints each output
+        message as it handles it, so its reply to ``output_sync`` comes after the lines.
+        """
+        unconfirmed, self._unconfirmed = self._unconfirmed, False
+        client = self._client
+        if client is None or not unconfirmed:
+            return  # nothing sent since the last reply: no round trip
+        try:
+            client.request(SERVICE, LaunchOps.OUTPUT_SYNC, [self._token],
+                           timeout=_SYNC_TIMEOUT_S)
+        except TimeoutError:
+            pass  # the parent is busy: the lines come late, not never
         except Exception:
             self._client = None  # the parent is gone: the log has everything
             client.close()
@@ -250,9 +281,12 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _drain_if_ready(poller: Any, fd: int) -> None:
+def _drain_if_ready(poller: Any, fd: int) -> bool:
+    """Drain ``fd`` if ``poller`` finds it readable; whether it did."""
     if poller.poll(0):
         _drain(fd)
+        return True
+    return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -99,6 +99,17 @@ def test_a_pool_task_s_lines_come_before_its_result(rctx, capfd):
         assert sorted(_texts(got.err, "chat-err")) == sorted(f"chat-err {i}" for i in range(8))
 
 
+def test_a_job_of_several_workers_lines_come_before_their_results(rctx, capfd):
+    """The job waits, before it passes its workers' results on, until the master has
+    printed what its relay sent (``output_sync``): the results go on another
+    connection, which the master may read first."""
+    with rctx.Pool(4, workers_per_job=2, cpu=0.25) as pool:
+        got = dict(pool.map(oh.chat_named, range(8), chunksize=1))
+        out = capfd.readouterr().out
+        assert set(got) == set(range(8))
+        assert sorted(_texts(out, "named-out")) == sorted(f"named-out {i}" for i in range(8))
+
+
 def test_a_pool_tasks_last_words_before_its_worker_dies(rctx, capfd):
     flag = rctx.Event()
     with rctx.Pool(1) as pool:

@@ -1,6 +1,6 @@
 """The ``ssh`` backend: every job a process started over ssh on a list of hosts; the ssh
-client is the job, its output this process's pipes. The design, with its diagram:
-docs/contributing/backends.md, "The ssh backend"."""
+client is the job, its output passed on by a relay on the host. The design, with its
+diagram: docs/contributing/backends.md, "The ssh backend"."""
 
 from __future__ import annotations
 
@@ -94,8 +94,12 @@ class SshBackend(CommandLineBackend):
 
     name = "ssh"
     settings = SshSettings
-    jobs_are_children = True
-    # + its ssh client's stdin, stdout and stderr pipes (see _session), as a local job's
+    # Its output goes through a relay on the host (fiber.process._relay), on a connection
+    # of its own: the ssh client's pipes would carry it by way of sshd and the client,
+    # where it can come after the results the job sent on its connection since; a
+    # relay's lines are known printed before (`_relay._Relay._confirm`).
+    jobs_are_children = False
+    # + its ssh client's stdin pipe and its output (see _session): a local job's at most
     files_per_job = 9
 
     def __init__(self) -> None:
