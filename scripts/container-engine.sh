@@ -135,6 +135,10 @@ make_bridge() {
       die "$NET.0/24 is already routed here (set FIBER_DOCKER_NET to a free /24)"
     fi
     ip link add "$BRIDGE" type bridge
+    # a fixed MAC: a bridge without one takes its lowest port's, and changes it as ports
+    # come and go (pods, containers); its hosts' ARP entries then point at nothing for
+    # ~30 s, and every connection through it stalls (fiber counts their jobs lost)
+    ip link set "$BRIDGE" address "$(printf '02:fb:%02x:%02x:%02x:01' ${NET//./ })"
     ip addr add "$NET.1/24" dev "$BRIDGE"
   fi
   ip link set "$BRIDGE" up

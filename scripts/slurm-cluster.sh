@@ -237,6 +237,10 @@ setup_net() {
   else
     [[ $'\n'$(ip -4 route show) != *$'\n'"$NET.0/24 "* ]] || die "$NET.0/24 is in use: set FIBER_SLURM_NET"
     ip link add $BR type bridge
+    # a fixed MAC: a bridge without one takes its lowest port's, and changes it as ports
+    # come and go (pods, containers); its hosts' ARP entries then point at nothing for
+    # ~30 s, and every connection through it stalls (fiber counts their jobs lost)
+    ip link set $BR address "$(printf '02:fb:%02x:%02x:%02x:01' ${NET//./ })"
     ip addr add "$NET.1/24" dev $BR
     ip link set $BR up
   fi

@@ -103,6 +103,10 @@ setup_net() {  # bridge + one namespace per host + hosts/nsswitch files; idempot
   echo "# the ssh test hosts' own ~/.bashrc (scripts/ssh-nodes.sh): nothing to run" > "$DIR/bashrc"
   ip link show $BR >/dev/null 2>&1 || {
     ip link add $BR type bridge
+    # a fixed MAC: a bridge without one takes its lowest port's, and changes it as ports
+    # come and go (pods, containers); its hosts' ARP entries then point at nothing for
+    # ~30 s, and every connection through it stalls (fiber counts their jobs lost)
+    ip link set $BR address "$(printf '02:fb:%02x:%02x:%02x:01' ${NET//./ })"
     ip addr add "$NET.1/24" dev $BR
     ip link set $BR up
   }

@@ -241,7 +241,12 @@ class Hosts:
 
     def _create(self) -> None:
         br = self.bridge
-        run(["ip", "link", "add", br, "type", "bridge"])
+        # A fixed MAC: a bridge without one takes its lowest port's and changes it as
+        # ports come and go (the shaper takes a host's port off and back); the hosts'
+        # ARP entries then point at nothing for ~30 s, and their connections stall.
+        a, b, c, _ = self.root_ip.split(".")
+        mac = f"02:fb:{int(a):02x}:{int(b):02x}:{int(c):02x}:01"
+        run(["ip", "link", "add", br, "address", mac, "type", "bridge"])
         run(["ip", "addr", "add", f"{self.root_ip}/24", "dev", br])
         run(["ip", "link", "set", br, "up"])
         for i in range(1, self.n + 1):

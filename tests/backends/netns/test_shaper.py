@@ -195,13 +195,38 @@ def test_stop_removes_the_relay() -> None:
         os.kill(pid, 0)
 
 
-def round_trip_to_root(hosts: netns.Hosts) -> float:
-    """Seconds for host 1 to connect to a listener of the root namespace, through the relay."""
+def test_the_bridge_keeps_its_address_as_ports_leave_it() -> None:
+    """A port leaving the bridge (a pod's, a container's that ended; the relay's of a
+    shaped host) must not change the bridge's MAC: the other hosts' ARP entries for it would
+    point at nothing for ~30 s, and their connections through it stall (fiber counts
+    their jobs lost: the Kubernetes CI saw it)."""
+    hosts = start_hosts(2)
+    try:
+        # host 1's port the lowest MAC: a bridge that follows its ports takes it
+        subprocess.run(["ip", "link", "set", hosts.veth(1), "address", "02:00:00:00:00:01"],
+                       check=True)
+        before = _address(hosts.bridge)
+        assert round_trip_to_root(hosts, 2) < 1  # host 2 knows the bridge's MAC now
+        subprocess.run(["ip", "link", "set", hosts.veth(1), "nomaster"], check=True)
+        assert _address(hosts.bridge) == before  # host 1's port left the bridge
+        assert round_trip_to_root(hosts, 2) < 1
+    finally:
+        stop_hosts(hosts)
+
+
+def _address(link: str) -> str:
+    with open(f"/sys/class/net/{link}/address") as f:
+        return f.read().strip()
+
+
+def round_trip_to_root(hosts: netns.Hosts, i: int = 1) -> float:
+    """Seconds for host ``i`` to connect to a listener of the root namespace (through the
+    relay, if its link is shaped)."""
     with socket.socket() as listener:
         listener.bind((hosts.root_ip, 0))
         listener.listen(1)
         start = time.monotonic()
-        subprocess.run(hosts.exec_prefix(1) + [
+        subprocess.run(hosts.exec_prefix(i) + [
             sys.executable, "-c", "import socket, sys; socket.create_connection("
             "(sys.argv[1], int(sys.argv[2])), timeout=5).close()",
             hosts.root_ip, str(listener.getsockname()[1])], check=True, timeout=30)
