@@ -156,9 +156,8 @@ class Server(StandIn):
             self._services[name] = service
 
     def ensure(self, name: bytes, kind: Type[S], make: Optional[Callable[[], S]] = None) -> S:
-        """The service registered as ``name``, made (``make()``, else ``kind()``) and
-        registered by its first caller: a hub keeps one of each (a new hub makes its own).
-        Raises ``TypeError`` if the one registered is not a ``kind``."""
+        """The service ``name``, made (``make()``, else ``kind()``) and registered by its first
+        caller (a hub keeps one of each); ``TypeError`` if the one registered is no ``kind``."""
         with self.lock:
             service = self._services.get(name)
             if service is None:
@@ -322,15 +321,13 @@ class Server(StandIn):
                  payload: List[Frame]) -> None:
         """Hand a request to its service (under the lock); errors become replies."""
         service = self._services.get(name)
-        # Asked again after a reset: the kept answer, even if the object was dropped since
-        # (its holder counted gone meanwhile): the caller waits for that answer, for ever.
+        # asked again after a reset: the kept answer, even if its object was dropped since
         if (len(req_id) == TICKET_BYTES and peer.may_reset
                 and (service is None or service.answers_again)):
             again = self.receipts.again(req_id, peer)
             if again is not None:
-                self.say("a request asked again after a connection's reset: %s",
-                          "its answer will go to the new connection" if again is SKIP
-                          else "answered again")
+                self.say("a request asked again after a connection's reset: %s", "answered "
+                         "again" if again is not SKIP else "its answer goes to the new one")
                 if again is not SKIP:
                     self.reply(peer, req_id, *again)
                 return
