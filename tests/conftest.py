@@ -32,7 +32,7 @@ from fiber.testing.conformance.fixtures import (  # noqa: F401 - the fixtures of
 #: the interpreter's version: the suites on the other supported Pythons deselect them
 #: (marker one_python; the conformance suite's conftest lists its own).
 ONE_PYTHON = {"test_multihost", "test_multihost_sync", "test_transport", "test_cli",
-              "test_docs", "test_pool_local", "test_pipe_local"}
+              "test_docs", "test_pool_local", "test_pipe_local", "test_typed_api"}
 #: Modules all of whose tests, ``ctx`` ones too, are of fiber's machinery only (fiber top,
 #: ps/logs/stop, GPUs handed out on local, the lost-worker warnings): one_python as well.
 ONE_PYTHON_WHOLE = {"test_observe_status_local", "test_observe_local", "test_observe_gpus",

@@ -83,7 +83,7 @@ class _Future(cf.Future[Any]):
                 self._state = "RUNNING"
 
 
-class _FutureResult(ApplyResult):
+class _FutureResult(ApplyResult[Any]):
     """Delivers a pool result into a Future: in a thread waiting in ``result()`` (which
     serves the hub, so that the worker's reply wakes it alone), else on the pool's
     callback thread."""

@@ -21,6 +21,7 @@ from typing import (
     Sequence,
     Set,
     Tuple,
+    TypeVar,
 )
 
 from .._core import _inspect
@@ -49,6 +50,10 @@ __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
 
 #: Numbers the pools of this process (their names in fiber top and the dashboard).
 _numbers = itertools.count(1)
+#: An item of a map's input, and what its function returns (as typeshed types
+#: multiprocessing's Pool: the program's type checker sees ``map``'s list of results).
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 class Pool(PoolExtras):
@@ -173,8 +178,8 @@ class Pool(PoolExtras):
 
     # -- apply -------------------------------------------------------------------------
 
-    def apply(self, func: Callable[..., Any], args: Iterable[Any] = (),
-              kwds: Optional[Mapping[str, Any]] = None) -> Any:
+    def apply(self, func: Callable[..., T], args: Iterable[Any] = (),
+              kwds: Optional[Mapping[str, Any]] = None) -> T:
         """Call ``func(*args, **kwds)`` in a worker and return its result."""
         # Queued while this thread serves the hub: a result quicker than our way from the
         # submission to get() still wakes this thread, not the hub thread.
@@ -184,11 +189,11 @@ class Pool(PoolExtras):
         finally:
             serving.stop()
 
-    def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (),
+    def apply_async(self, func: Callable[..., T], args: Iterable[Any] = (),
                     kwds: Optional[Mapping[str, Any]] = None,
-                    callback: Optional[Callable[[Any], Any]] = None,
-                    error_callback: Optional[Callable[[BaseException], Any]] = None
-                    ) -> ApplyResult:
+                    callback: Optional[Callable[[T], object]] = None,
+                    error_callback: Optional[Callable[[BaseException], object]] = None
+                    ) -> ApplyResult[T]:
         """Submit one call; the result's ``get()`` returns its value or re-raises.
 
         Raises:
@@ -196,13 +201,13 @@ class Pool(PoolExtras):
         """
         return self._apply_async(func, args, kwds, callback, error_callback)
 
-    def _apply_async(self, func: Callable[..., Any], args: Iterable[Any],
+    def _apply_async(self, func: Callable[..., T], args: Iterable[Any],
                      kwds: Optional[Mapping[str, Any]], callback: Any, error_callback: Any,
-                     serving: Optional[Serving] = None) -> ApplyResult:
+                     serving: Optional[Serving] = None) -> ApplyResult[T]:
         core = self._core
         core.check_running()
         # as multiprocessing: a result keeps its pool from collection
-        result = ApplyResult(core.callbacks, callback, error_callback, core.hub,
+        result: ApplyResult[T] = ApplyResult(core.callbacks, callback, error_callback, core.hub,
                              core.service.spin_budget, owner=self)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
                     f"apply({label(func)})", serving)
@@ -227,12 +232,13 @@ class Pool(PoolExtras):
 
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],
                    chunksize: Optional[int], mode: int, callback: Any,
-                   error_callback: Any, wait: bool = False) -> MapResult:
+                   error_callback: Any, wait: bool = False) -> MapResult[Any]:
         """The MapResult; with ``wait``, once it is ready (waited for serving the hub)."""
         core = self._core
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
-        result = MapResult(core.callbacks, len(chunks), length, callback, error_callback,
+        result: MapResult[Any] = MapResult(core.callbacks, len(chunks), length, callback,
+                                           error_callback,
                            core.hub, core.service.spin_budget, owner=self,
                            chunksize=len(chunks[0]) if chunks else 0)
         # A short map waited for at once is queued while this thread serves the hub (see
@@ -248,8 +254,8 @@ class Pool(PoolExtras):
             if serving is not None:
                 serving.stop()
 
-    def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
-            chunksize: Optional[int] = None) -> List[Any]:
+    def map(self, func: Callable[[S], T], iterable: Iterable[S],
+            chunksize: Optional[int] = None) -> List[T]:
         """``[func(x) for x in iterable]`` computed by the workers, in order.
 
         Waits for every result (see `map_async` for ``chunksize``).
@@ -260,13 +266,15 @@ class Pool(PoolExtras):
             Exception: the first exception a call raised, re-raised with its remote
                 traceback as ``__cause__``.
         """
-        values: List[Any] = self._map_async(func, iterable, chunksize, MAP, None, None,
-                                            wait=True).get()
+        values: List[T] = self._map_async(func, iterable, chunksize, MAP, None, None,
+                                          wait=True).get()
         return values
 
-    def map_async(self, func: Callable[[Any], Any], iterable: Iterable[Any],
-                  chunksize: Optional[int] = None, callback: Any = None,
-                  error_callback: Any = None) -> MapResult:
+    def map_async(self, func: Callable[[S], T], iterable: Iterable[S],
+                  chunksize: Optional[int] = None,
+                  callback: Optional[Callable[[List[T]], object]] = None,
+                  error_callback: Optional[Callable[[BaseException], object]] = None
+                  ) -> MapResult[T]:
         """Submit ``func(x)`` for each item of ``iterable``; returns a `MapResult` at once.
 
         ``iterable`` is consumed now and cut into chunks of ``chunksize`` items (None: about
@@ -280,8 +288,8 @@ class Pool(PoolExtras):
         """
         return self._map_async(func, iterable, chunksize, MAP, callback, error_callback)
 
-    def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
-                chunksize: Optional[int] = None) -> List[Any]:
+    def starmap(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
+                chunksize: Optional[int] = None) -> List[T]:
         """``[func(*args) for args in iterable]`` computed by the workers, in order.
 
         Waits for every result (see `map_async` for ``chunksize``).
@@ -292,13 +300,15 @@ class Pool(PoolExtras):
             Exception: the first exception a call raised, re-raised with its remote
                 traceback as ``__cause__``.
         """
-        values: List[Any] = self._map_async(func, iterable, chunksize, STARMAP, None, None,
-                                            wait=True).get()
+        values: List[T] = self._map_async(func, iterable, chunksize, STARMAP, None, None,
+                                          wait=True).get()
         return values
 
-    def starmap_async(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
-                      chunksize: Optional[int] = None, callback: Any = None,
-                      error_callback: Any = None) -> MapResult:
+    def starmap_async(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
+                      chunksize: Optional[int] = None,
+                      callback: Optional[Callable[[List[T]], object]] = None,
+                      error_callback: Optional[Callable[[BaseException], object]] = None
+                      ) -> MapResult[T]:
         """As `map_async`, with ``func(*args)`` for each ``args`` of ``iterable``.
 
         Raises:
@@ -308,7 +318,7 @@ class Pool(PoolExtras):
         return self._map_async(func, iterable, chunksize, STARMAP, callback, error_callback)
 
     def _imap(self, cls: Any, func: Callable[[Any], Any], iterable: Iterable[Any],
-              chunksize: int) -> IMapIterator:
+              chunksize: int) -> IMapIterator[Any]:
         core = self._core
         core.check_running()
         if chunksize < 1:
@@ -316,7 +326,7 @@ class Pool(PoolExtras):
         source = iter(iterable)
         chunks: Iterator[List[Any]] = iter(
             lambda: list(itertools.islice(source, chunksize)), [])
-        holder: List[IMapIterator] = []
+        holder: List[IMapIterator[Any]] = []
 
         def submit(index: int, chunk: List[Any]) -> None:
             core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({label(func)})",
@@ -327,13 +337,13 @@ class Pool(PoolExtras):
                      core.service.spin_budget, owner=self)
         return holder[0]
 
-    def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any],
-             chunksize: int = 1) -> IMapIterator:
+    def imap(self, func: Callable[[S], T], iterable: Iterable[S],
+             chunksize: int = 1) -> IMapIterator[T]:
         """Like ``map`` but lazy: consumes ``iterable`` as results are taken, in order."""
         return self._imap(IMapIterator, func, iterable, chunksize)
 
-    def imap_unordered(self, func: Callable[[Any], Any], iterable: Iterable[Any],
-                       chunksize: int = 1) -> IMapIterator:
+    def imap_unordered(self, func: Callable[[S], T], iterable: Iterable[S],
+                       chunksize: int = 1) -> IMapIterator[T]:
         """Like ``imap`` but yields results as they complete."""
         return self._imap(IMapUnorderedIterator, func, iterable, chunksize)
 

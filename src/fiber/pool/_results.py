@@ -15,7 +15,19 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 from ..errors import TimeoutError
 from ..transport.remote import unpack_exception
@@ -26,6 +38,9 @@ __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnord
            "CallbackThread"]
 
 Callback = Optional[Callable[[Any], Any]]
+#: What a result holds: typed for the program's type checker, as typeshed types
+#: multiprocessing's (``pool.map(f, xs)`` is a ``List`` of what ``f`` returns).
+T = TypeVar("T")
 #: Seconds a waiting thread may poll before it sleeps (``Server.wait_serving``).
 Spin = Optional[Callable[[], float]]
 
@@ -127,7 +142,7 @@ class _Flag:
         return self._set
 
 
-class ApplyResult:
+class ApplyResult(Generic[T]):
     """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
 
     #: The pool, kept from collection (which terminates it) while the result is held.
@@ -206,7 +221,7 @@ class ApplyResult:
             raise ValueError(f"{self!r} not ready")
         return self._outcome()[0]
 
-    def get(self, timeout: Optional[float] = None) -> Any:
+    def get(self, timeout: Optional[float] = None) -> T:
         """The return value, or the remote exception re-raised with its traceback.
 
         Raises:
@@ -216,14 +231,15 @@ class ApplyResult:
             raise TimeoutError(f"result not ready within {timeout} s")
         ok, value = self._outcome()
         if ok:
-            return value
+            result: T = value
+            return result
         raise value
 
 
 AsyncResult = ApplyResult
 
 
-class MapResult(ApplyResult):
+class MapResult(ApplyResult[List[T]]):
     """The result of ``map_async``: chunks are put together in order.
 
     ``completed`` and ``total`` tell the progress (fiber extension): how many of the
@@ -290,7 +306,7 @@ class MapResult(ApplyResult):
             return self._result
 
 
-class IMapIterator:
+class IMapIterator(Generic[T]):
     """The iterator of ``imap``: results in order, the input consumed lazily.
 
     At most ``window()`` chunks are submitted and not yet consumed, so an endless input
@@ -322,7 +338,7 @@ class IMapIterator:
         self._cond = threading.Condition()
         self._arrived: Dict[int, Tuple[bool, Sequence[Frame]]] = {}
         self._order: Deque[int] = collections.deque()
-        self._buffer: Deque[Any] = collections.deque()
+        self._buffer: Deque[T] = collections.deque()
         self._top_up()
 
     def _top_up(self) -> None:
@@ -375,7 +391,7 @@ class IMapIterator:
             return self._consumed in self._arrived
         return bool(self._order)
 
-    def next(self, timeout: Optional[float] = None) -> Any:
+    def next(self, timeout: Optional[float] = None) -> T:
         """The next result; one thread at a time (others wait their turn, within their
         ``timeout``), as two threads sharing an iterator would otherwise both wait for
         the last result and one of them for ever.
@@ -394,7 +410,7 @@ class IMapIterator:
         finally:
             self._turn.release()
 
-    def _next(self, deadline: Optional[float]) -> Any:
+    def _next(self, deadline: Optional[float]) -> T:
         while not self._buffer:
             self._top_up()
             if self._exhausted and self._consumed == self._submitted:
@@ -413,11 +429,11 @@ class IMapIterator:
 
     __next__ = next
 
-    def __iter__(self) -> IMapIterator:
+    def __iter__(self) -> IMapIterator[T]:
         return self
 
 
-class IMapUnorderedIterator(IMapIterator):
+class IMapUnorderedIterator(IMapIterator[T]):
     """The iterator of ``imap_unordered``: results as they complete."""
 
     _ordered = False
