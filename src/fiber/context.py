@@ -113,7 +113,7 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return connection.Pipe(duplex)
 
-    def Queue(self, maxsize: int = 0) -> queues.Queue:  # noqa: N802
+    def Queue(self, maxsize: int = 0) -> queues.Queue[Any]:  # noqa: N802
         """A `fiber.queues.Queue` (``maxsize`` <= 0: unbounded), served by this process.
 
         Raises:
@@ -121,7 +121,7 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return queues.Queue(maxsize, ctx=self)
 
-    def JoinableQueue(self, maxsize: int = 0) -> queues.JoinableQueue:  # noqa: N802
+    def JoinableQueue(self, maxsize: int = 0) -> queues.JoinableQueue[Any]:  # noqa: N802
         """A `fiber.queues.JoinableQueue`, with ``task_done`` and ``join``.
 
         Raises:
@@ -129,7 +129,7 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return queues.JoinableQueue(maxsize, ctx=self)
 
-    def SimpleQueue(self) -> queues.SimpleQueue:  # noqa: N802
+    def SimpleQueue(self) -> queues.SimpleQueue[Any]:  # noqa: N802
         """A `fiber.queues.SimpleQueue`: unbounded, with ``put``, ``get``, ``empty``."""
         return queues.SimpleQueue(ctx=self)
 

@@ -1,7 +1,7 @@
-"""A program's type checker sees fiber's Pool as it sees multiprocessing's (typeshed's
-annotations): ``pool.map(f, xs)`` is a list of what ``f`` returns, not ``Any``, and a
-function that does not take the items is an error. mypy (the dev extra) checks a real
-program in which each call is made on both pools."""
+"""A program's type checker sees fiber's Pool and queues as it sees multiprocessing's
+(typeshed's annotations): ``pool.map(f, xs)`` is a list of what ``f`` returns, not ``Any``,
+and a function that does not take the items is an error; a ``Queue[int]``'s ``get`` is an
+int. mypy (the dev extra) checks a real program in which each call is made on both."""
 
 from __future__ import annotations
 
@@ -25,8 +25,12 @@ CALLS = [
 ]
 
 
+QUEUE_CALLS = ["queue.get()", "queue.get_nowait()", "simple.get()", "joinable.get(timeout=1)"]
+
+
 def _program() -> str:
-    lines = ["import multiprocessing", "import fiber", "", "",
+    lines = ["import multiprocessing", "import multiprocessing.queues", "import fiber",
+             "import fiber.queues", "", "",
              "def square(x: int) -> int:", "    return x * x", "", "",
              "def main() -> None:",
              "    with fiber.Pool(2) as pool, multiprocessing.Pool(2) as mp_pool:"]
@@ -34,10 +38,21 @@ def _program() -> str:
         lines.append(f"        reveal_type({call})")
         lines.append(f"        reveal_type({call.replace('pool.', 'mp_pool.')})")
     lines.append('        pool.map(square, ["a"])  # the items are not what square takes')
+    lines += ["", "",
+              "def queues(queue: fiber.queues.Queue[int],",
+              "           mp_queue: multiprocessing.queues.Queue[int],",
+              "           simple: fiber.queues.SimpleQueue[int],",
+              "           mp_simple: multiprocessing.queues.SimpleQueue[int],",
+              "           joinable: fiber.queues.JoinableQueue[int],",
+              "           mp_joinable: multiprocessing.queues.JoinableQueue[int]) -> None:"]
+    for call in QUEUE_CALLS:
+        lines.append(f"    reveal_type({call})")
+        lines.append(f"    reveal_type(mp_{call})")
+    lines.append('    queue.put("a")  # not an int')
     return "\n".join(lines) + "\n"
 
 
-def test_pool_results_are_typed_as_multiprocessings(tmp_path):
+def test_pools_and_queues_are_typed_as_multiprocessings(tmp_path):
     require("mypy", "dev")
     program = tmp_path / "program.py"
     program.write_text(_program(), encoding="utf-8")
@@ -48,10 +63,12 @@ def test_pool_results_are_typed_as_multiprocessings(tmp_path):
                           timeout=240)
     out = done.stdout + done.stderr
     revealed = re.findall(r'Revealed type is "([^"]+)"', out)
-    assert len(revealed) == 2 * len(CALLS), out
-    for call, fiber_type, mp_type in zip(CALLS, revealed[0::2], revealed[1::2]):
+    calls = CALLS + QUEUE_CALLS
+    assert len(revealed) == 2 * len(calls), out
+    for call, fiber_type, mp_type in zip(calls, revealed[0::2], revealed[1::2]):
         assert fiber_type == mp_type, f"{call}: fiber {fiber_type}, multiprocessing {mp_type}"
         assert "Any" not in fiber_type, call
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and 'Argument 1 to "map" of "Pool"' in errors[0], textwrap.indent(
-        out, "  ")
+    assert len(errors) == 2, textwrap.indent(out, "  ")
+    assert 'Argument 1 to "map" of "Pool"' in errors[0], errors
+    assert 'Argument 1 to "put" of "Queue"' in errors[1], errors

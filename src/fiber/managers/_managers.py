@@ -138,7 +138,7 @@ class BaseManager:
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         backend = None if self._ctx is None else self._ctx.backend
-        report = queues.Queue()
+        report: queues.Queue[Any] = queues.Queue()
         proc = process_class(backend)(
             target=manager_main, name=f"{type(self).__name__}-server",
             args=(dict(self._registry), backend, report, initializer, tuple(initargs)))
@@ -363,7 +363,7 @@ def _shutdown_at_exit() -> None:
             pass
 
 
-def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue:
+def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue[Any]:
     return queues.JoinableQueue(maxsize)
 
 

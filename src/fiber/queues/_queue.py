@@ -12,7 +12,7 @@ import time
 import traceback
 import weakref
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from .._core._clients import get_client
 from .._core._served import Handle, decode_wait, encode_wait
@@ -29,6 +29,9 @@ from ._reader import QueueReader, reader_of
 from ._service import QueueOps, QueueService
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
+
+#: An item (typed as typeshed types multiprocessing's queues: ``Queue[int]``).
+T = TypeVar("T")
 
 #: Makes each queue's ``_reader`` once.
 _reader_lock = threading.Lock()
@@ -51,7 +54,7 @@ def _ignore(status: bytes, frames: Sequence[Frame]) -> None:
     that completed), withdrawn or timed out; nothing is left to do."""
 
 
-class Queue(Handle):
+class Queue(Handle, Generic[T]):
     """A process- and host-shared FIFO queue with the API of ``multiprocessing.Queue``."""
 
     _joinable = False
@@ -71,7 +74,7 @@ class Queue(Handle):
         super().__setstate__(base)
         self._closed = False
 
-    def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+    def put(self, obj: T, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` in the queue.
 
         A blocking put on a bounded queue that its caller abandons (KeyboardInterrupt, an
@@ -129,7 +132,7 @@ class Queue(Handle):
         except Exception:
             pass  # the server is gone, and the parked put with it
 
-    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> T:
         """Remove and return an item.
 
         Raises:
@@ -143,7 +146,8 @@ class Queue(Handle):
             t0 = time.monotonic()
             lent = lease.take(block, timeout)
             if lent is not None:
-                return loads(lent)
+                item: T = loads(lent)
+                return item
             if timeout is not None:
                 timeout = max(0.0, timeout - (time.monotonic() - t0))
         status, frames = self._get(block, timeout)
@@ -156,7 +160,8 @@ class Queue(Handle):
                     lease.pull()
             except Exception:
                 pass  # lending is an optimisation: the item got is returned in any case
-        return loads(frames)
+        got: T = loads(frames)
+        return got
 
     def _get(self, block: bool, timeout: Optional[float]) -> Tuple[bytes, List[Frame]]:
         """Ask the hub for an item. A ``get`` whose connection fails under it is asked
@@ -237,7 +242,7 @@ class Queue(Handle):
         if status in (b"ok", b"more"):
             self._send(QueueOps.UNGET, frames)
 
-    def put_nowait(self, obj: Any) -> None:
+    def put_nowait(self, obj: T) -> None:
         """Put ``obj`` without waiting: ``put(obj, False)``.
 
         Raises:
@@ -246,7 +251,7 @@ class Queue(Handle):
         """
         self.put(obj, False)
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         """Remove and return an item if one is there now: ``get(False)``.
 
         Raises:
@@ -324,7 +329,7 @@ class Queue(Handle):
         return f"<{cls.__module__}.{cls.__qualname__} object at {id(self):#x}>"
 
 
-class JoinableQueue(Queue):
+class JoinableQueue(Queue[T]):
     """A Queue whose items are counted until ``task_done``; ``join`` waits for zero."""
 
     _joinable = True
@@ -345,13 +350,13 @@ class JoinableQueue(Queue):
         self._request(QueueOps.JOIN, again=True)
 
 
-class SimpleQueue(Queue):
+class SimpleQueue(Queue[T]):
     """An unbounded queue with ``put``, ``get``, ``empty`` and ``close``."""
 
     def __init__(self, *, ctx: Optional[BaseContext] = None) -> None:
         super().__init__(0, ctx=ctx)
 
-    def get(self) -> Any:  # type: ignore[override]
+    def get(self) -> T:  # type: ignore[override]
         """Remove and return an item, waiting as long as it takes.
 
         Raises:
@@ -371,7 +376,7 @@ class SimpleQueue(Queue):
         ``put(x)``."""
         return QueueEnd(self, writable=True)
 
-    def put(self, obj: Any) -> None:  # type: ignore[override]
+    def put(self, obj: T) -> None:  # type: ignore[override]
         """Put ``obj`` in the queue (unbounded: it does not wait for the queue's server).
 
         As ``multiprocessing.SimpleQueue.put``, which pickles in the caller, an ``obj``
