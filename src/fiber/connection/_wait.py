@@ -91,6 +91,11 @@ class _Multiplexed:
         self.pending: Dict[str, Tuple[Any, bytes]] = {}  # address -> (client, req_id)
         self.lock = threading.Lock()  # replies from the own hub come on any thread
         self.wake_r = self.wake_w = -1
+        #: The wait's own copies of the hubs' sockets, watched in their place: a client
+        #: can be closed under the wait (`prune_closed`, by the next hub's `get_client`
+        #: or another thread's), and its number then taken by a new socket: the selector
+        #: would lose the hub's end (the wait hung) or refuse the new one (KeyError).
+        self.watched: List[int] = []
 
     def wait(self, timeout: Optional[float]) -> Set[int]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -116,6 +121,9 @@ class _Multiplexed:
                 if self.wake_r >= 0:
                     os.close(self.wake_r)
                     os.close(self.wake_w)
+                for fd in self.watched:
+                    sel.unregister(fd)
+                    os.close(fd)
         if self.ready:
             for address in unanswered:  # its connections ready now count too
                 self.ready.update(id(c) for c in self.by_hub[address] if _ready_now(c))
@@ -126,14 +134,16 @@ class _Multiplexed:
             try:
                 client = get_client(address)
                 if isinstance(client, Client):
-                    sel.register(client.sock, selectors.EVENT_READ, client)
+                    fd = os.dup(client.sock.fileno())
+                    self.watched.append(fd)
+                    sel.register(fd, selectors.EVENT_READ, client)
                 elif self.wake_r < 0:  # the own hub: its reply may come on another thread
                     self.wake_r, self.wake_w = os.pipe()
                     os.set_blocking(self.wake_w, False)
                     sel.register(self.wake_r, selectors.EVENT_READ, None)
                 req_id = client.start(WAIT_SERVICE, WaitOps.ANY, _frames(conns, timeout),
                                       self._on_reply(address))
-            except ConnectionLost:  # the hub is gone: recv raises EOFError at once
+            except (ConnectionLost, OSError):  # the hub is gone: recv raises EOFError now
                 self.ready.update(id(c) for c in conns)
                 continue
             with self.lock:
