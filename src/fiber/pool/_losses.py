@@ -10,6 +10,7 @@ from typing import Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 from .._log import warn
 from ..errors import WorkerLostError
 from ..process._job import describe_end
+from ..process._process import exitcode_of
 from ._state import Given, Loss, Task, WorkerState
 
 __all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exit", "tasks_text",
@@ -102,12 +103,7 @@ class InitFailures:
 def exit_code(ws: WorkerState) -> Optional[int]:
     """The worker's exit code as far as its backend has told (None: not yet)."""
     code: Optional[int] = ws.exitcode
-    if code is None:
-        try:
-            code = ws.process.exitcode
-        except ValueError:  # closed: its exit code was taken before (ws.exitcode)
-            return None
-    return code
+    return exitcode_of(ws.process) if code is None else code
 
 
 def describe_exit(ws: WorkerState) -> str:

@@ -48,6 +48,8 @@ from ..process._job import end_said_elsewhere
 from ..process._launcher import launcher
 from ..process._limits import ensure_open_files
 from ..process._process import (
+    exitcode_of,
+    keep_sentinel,
     mark_tagged_output,
     program_exiting,
     release_ended,
@@ -168,7 +170,8 @@ class PoolCore:
         #: ``pool._pool`` lists them, with their pids, from then on, as
         #: multiprocessing's right after Pool().
         self.workers_known = threading.Event()
-        #: Started jobs whose process has not been closed yet, by sentinel.
+        #: Started jobs that have not ended yet, by sentinel (kept open for the pool, see
+        #: `keep_sentinel`: the program may close a job's process it found first).
         self.procs: Dict[int, PoolJob] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -403,6 +406,7 @@ class PoolCore:
             return
         with self.hub.lock:
             for job in jobs:
+                keep_sentinel(job.process)
                 self.procs[job.process.sentinel] = job
                 self._exits.register(job.process.sentinel, selectors.EVENT_READ, job)
             terminated = self.state == TERMINATE
@@ -480,9 +484,9 @@ class PoolCore:
                         continue
                     self._exits.unregister(key.fd)
                     with self.hub.lock:
-                        self.service.job_ended(job, job.process.exitcode)
+                        self.service.job_ended(job, exitcode_of(job.process))
                         del self.procs[key.fd]
-                    release_ended(job.process)  # joinable still, as a user may
+                    release_ended(job.process, owner=True)  # joinable still, as a user may
         finally:
             self.workers_known.set()
             self._exits.close()

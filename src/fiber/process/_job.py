@@ -149,6 +149,9 @@ class Job:
         self.started_at = time.monotonic()  # when it was prepared (fiber top: its age)
         self.cond = threading.Condition()
         self.sentinel_r, self._sentinel_w = os.pipe()
+        #: Its owner (a pool) watches the sentinel and closes it: the program's
+        #: ``close()`` leaves it open (see `fiber.process._process.keep_sentinel`).
+        self.sentinel_kept = False
 
     @property
     def finished(self) -> bool:

@@ -479,20 +479,43 @@ def set_placement(proc: Process, avoid_hosts: FrozenSet[str]) -> None:
     proc._avoid_hosts = avoid_hosts  # noqa: SLF001
 
 
-def release_ended(proc: Process) -> bool:
+def exitcode_of(proc: Process) -> Optional[int]:
+    """``proc.exitcode``, also once the program closed ``proc``: its owner (a pool) still
+    learns how the job it started ended, when the program joined and closed it first."""
+    try:
+        return proc.exitcode
+    except ValueError:  # closed: it had ended, and its job said how
+        job = proc._job  # noqa: SLF001
+        return None if job is None else job.exitcode()
+
+
+def release_ended(proc: Process, owner: bool = False) -> bool:
     """Free what the ended ``proc`` holds (its sentinel's descriptor) and forget it as a
     child, as ``close()`` does, but leave the object usable: its owner (a pool, a ring)
     ended it, not the program, which may still ``join`` it or read its ``exitcode`` (a
     worker it found in `active_children` a moment before, say: ``multiprocessing.Pool``
-    never closes its workers either). Its ``sentinel`` is -1 from then on. False (and
+    never closes its workers either). Its ``sentinel`` is -1 from then on. A sentinel
+    its owner keeps (`keep_sentinel`) is closed by the ``owner`` alone. False (and
     nothing done) if it has not ended."""
     job = proc._job  # noqa: SLF001
     if job is not None:
         if not job.finished:
             return False
-        job.close_sentinel()
+        if owner or not job.sentinel_kept:
+            job.close_sentinel()
     _children.discard(proc)
     return True
+
+
+def keep_sentinel(proc: Process) -> None:
+    """The started ``proc``'s owner (a pool's maintainer) watches its sentinel in a
+    selector until it has seen the end, and then closes it (``release_ended(proc,
+    owner=True)``): the program that joins and closes ``proc`` first must not close the
+    descriptor under the selector (which would forget it without a word, and refuse the
+    next one given its number)."""
+    job = proc._job  # noqa: SLF001
+    if job is not None:
+        job.sentinel_kept = True
 
 
 def mark_tagged_output(proc: Process) -> None:

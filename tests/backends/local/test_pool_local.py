@@ -266,3 +266,34 @@ def test_a_callback_that_ran_is_not_kept_by_the_pool():
         assert owner.value == 9
         del owner  # the callback thread lets go of it just after get() returned
         wait_until(lambda: held() is None, timeout=10, message="the callback's owner freed")
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_worker_closed_by_the_program_after_its_end_is_still_replaced():
+    """The program joins and closes a worker's process that ended (one it found in
+    ``active_children``, say) before the pool's maintainer saw the end: the maintainer
+    watches its own copy of the sentinel, so the end is still seen, the worker replaced,
+    and ``join`` returns. (It watched the process's own: the closed descriptor left its
+    selector without a word, and either ``join`` waited for that job for ever or the
+    maintainer died registering the next job's sentinel, which took the same number;
+    reading the closed process's exit code killed it too.)"""
+    with fiber.Pool(2) as pool:
+        assert pool.map(ph.square, range(4)) == [0, 1, 4, 9]
+        core = core_of(pool)
+        victim = next(iter(core.procs.values())).process
+        with core.hub.lock:  # the maintainer, once woken, waits for the lock
+            core.wake()
+            time.sleep(0.2)
+            os.kill(victim.pid, 9)
+            victim.join(30)
+            assert victim.exitcode == -9
+            victim.close()
+        wait_until(lambda: len(core.procs) == 2 and victim not in
+                   [job.process for job in core.procs.values()], 30, message="a replacement")
+        assert pool.map(ph.square, range(4)) == [0, 1, 4, 9]
+        assert core.maintainer.is_alive()  # (it died of a KeyError: a new sentinel took
+        pool.close()                       # the closed one's number, still registered)
+        done = threading.Thread(target=pool.join, daemon=True)
+        done.start()
+        done.join(60)
+        assert not done.is_alive(), "join() waited for a job that had ended"
