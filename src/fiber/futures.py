@@ -12,7 +12,7 @@ import concurrent.futures as cf
 import itertools
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, cast
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, TypeVar, cast
 
 from ._process_state import here
 from .pool import Pool
@@ -23,6 +23,9 @@ from .pool._state import Task
 from .pool._worker import CALL
 
 __all__ = ["Executor", "ProcessPoolExecutor"]
+
+#: What a call returns: its Future's result (as typeshed types concurrent.futures').
+T = TypeVar("T")
 
 
 class _Future(cf.Future[Any]):
@@ -216,7 +219,7 @@ class Executor(cf.Executor):
         self._lock = threading.Lock()
         self._futures: Set[_Future] = set()  # not done yet
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> cf.Future[T]:
         """Schedule ``fn(*args, **kwargs)``; returns its Future.
 
         Raises:
@@ -244,8 +247,8 @@ class Executor(cf.Executor):
             if not self._futures:
                 _PENDING.discard(self)
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-            timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[Any]:
+    def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
+            timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[T]:
         """Like ``concurrent.futures``: results in order, lazily; chunks of ``chunksize``.
 
         Raises:

@@ -1,7 +1,8 @@
-"""A program's type checker sees fiber's Pool and queues as it sees multiprocessing's
-(typeshed's annotations): ``pool.map(f, xs)`` is a list of what ``f`` returns, not ``Any``,
-and a function that does not take the items is an error; a ``Queue[int]``'s ``get`` is an
-int. mypy (the dev extra) checks a real program in which each call is made on both."""
+"""A program's type checker sees fiber's Pool, queues and executor as it sees the standard
+library's (typeshed's annotations): ``pool.map(f, xs)`` is a list of what ``f`` returns,
+not ``Any``, and a function that does not take the items is an error; a ``Queue[int]``'s
+``get`` is an int; ``submit(f)`` a Future of what ``f`` returns. mypy (the dev extra)
+checks a real program in which each call is made on both."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ CALLS = [
 
 
 QUEUE_CALLS = ["queue.get()", "queue.get_nowait()", "simple.get()", "joinable.get(timeout=1)"]
+EXECUTOR_CALLS = ["executor.submit(square, 2).result()", "executor.submit(square, 2)",
+                  "next(executor.map(square, [1], chunksize=2))"]
 
 
 def _program() -> str:
-    lines = ["import multiprocessing", "import multiprocessing.queues", "import fiber",
-             "import fiber.queues", "", "",
+    lines = ["import concurrent.futures", "import multiprocessing", "import multiprocessing.queues",
+             "import fiber", "import fiber.futures", "import fiber.queues", "", "",
              "def square(x: int) -> int:", "    return x * x", "", "",
              "def main() -> None:",
              "    with fiber.Pool(2) as pool, multiprocessing.Pool(2) as mp_pool:"]
@@ -49,6 +52,12 @@ def _program() -> str:
         lines.append(f"    reveal_type({call})")
         lines.append(f"    reveal_type(mp_{call})")
     lines.append('    queue.put("a")  # not an int')
+    lines += ["", "",
+              "def executors(executor: fiber.futures.ProcessPoolExecutor,",
+              "              mp_executor: concurrent.futures.ProcessPoolExecutor) -> None:"]
+    for call in EXECUTOR_CALLS:
+        lines.append(f"    reveal_type({call})")
+        lines.append(f"    reveal_type({call.replace('executor.', 'mp_executor.')})")
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +72,7 @@ def test_pools_and_queues_are_typed_as_multiprocessings(tmp_path):
                           timeout=240)
     out = done.stdout + done.stderr
     revealed = re.findall(r'Revealed type is "([^"]+)"', out)
-    calls = CALLS + QUEUE_CALLS
+    calls = CALLS + QUEUE_CALLS + EXECUTOR_CALLS
     assert len(revealed) == 2 * len(calls), out
     for call, fiber_type, mp_type in zip(calls, revealed[0::2], revealed[1::2]):
         assert fiber_type == mp_type, f"{call}: fiber {fiber_type}, multiprocessing {mp_type}"
