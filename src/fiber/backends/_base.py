@@ -9,6 +9,7 @@ import dataclasses
 import enum
 import threading
 import time
+import traceback
 from typing import (
     Callable,
     ClassVar,
@@ -379,9 +380,18 @@ class JobWatcher:
             if st is not None and st.state.finished:
                 with self._cond:
                     self._jobs.pop(handle.job_id, None)
-                on_exit(handle, st)
+                self._call_back(on_exit, handle, st)
                 done += 1
         return done
+
+    @staticmethod
+    def _call_back(on_exit: ExitCallback, handle: JobHandle, status: JobStatus) -> None:
+        """Tell ``on_exit`` that ``handle`` ended: an error of one job's callback is
+        printed, and the watch of every other job goes on."""
+        try:
+            on_exit(handle, status)
+        except Exception:
+            traceback.print_exc()
 
     def _run(self) -> None:
         backoff = polling(self._min, self._max)

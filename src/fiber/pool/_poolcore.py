@@ -18,8 +18,10 @@ import os
 import secrets
 import selectors
 import signal
+import sys
 import threading
 import time
+import traceback
 import types
 import warnings
 from typing import (
@@ -487,6 +489,16 @@ class PoolCore:
                         self.service.job_ended(job, exitcode_of(job.process))
                         del self.procs[key.fd]
                     release_ended(job.process, owner=True)  # joinable still, as a user may
+        except Exception as e:  # a bug or an unforeseen error: the pool fails, loudly
+            sys.stderr.write(f"fiber: the maintainer of {self.name.decode()} failed; the pool is "
+                             "broken (BrokenPoolError):\n")
+            traceback.print_exc()
+            error = BrokenPoolError(f"the pool's maintainer thread failed: {e!r}")
+            error.__cause__ = e
+            with self.hub.lock:  # what waits fails now; a live job has no reaper left
+                self._break(error)
+                jobs = list(self.procs.values())
+            terminate_all([job.process for job in jobs])
         finally:
             self.workers_known.set()
             self._exits.close()

@@ -99,7 +99,7 @@ class CallbackThread:
     def _call(fn: Callable[[], None]) -> None:
         try:
             fn()
-        except Exception:
+        except BaseException:  # SystemExit too: the thread must outlive any callback
             import traceback
 
             traceback.print_exc()

@@ -172,8 +172,10 @@ class Job:
             if self.status is not None:
                 return
             self.status = status
-            os.close(self._sentinel_w)
-            self.cond.notify_all()
+            try:
+                os.close(self._sentinel_w)
+            finally:  # (whatever happens, a join waiting for it is woken)
+                self.cond.notify_all()
         _launcher.launcher().remove(self.token)
         for release in self.handoffs:  # objects the job was handed but may never have taken
             try:

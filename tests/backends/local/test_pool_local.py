@@ -297,3 +297,54 @@ def test_a_worker_closed_by_the_program_after_its_end_is_still_replaced():
         done.start()
         done.join(60)
         assert not done.is_alive(), "join() waited for a job that had ended"
+
+
+def test_a_maintainer_that_fails_breaks_the_pool_loudly(monkeypatch, capfd):
+    """An error the pool's maintainer did not foresee (here: closing an ended job's
+    sentinel fails) breaks the pool: what waits raises BrokenPoolError, and close() and
+    join() return. (It killed the maintainer thread: no worker was replaced again, and a
+    map that needed one waited for ever.)"""
+    import errno
+
+    from fiber.errors import BrokenPoolError
+    from fiber.pool import _poolcore
+
+    real, calls = _poolcore.release_ended, []
+
+    def failing(proc, owner=False):
+        calls.append(proc)
+        if len(calls) == 1:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return real(proc, owner=owner)
+
+    monkeypatch.setattr(_poolcore, "release_ended", failing)
+    pool = fiber.Pool(2, maxtasksperchild=1)  # each worker ends after its task
+    try:
+        with pytest.raises(BrokenPoolError, match="maintainer"):
+            pool.map_async(ph.square, range(8), 1).get(60)
+        with pytest.raises(BrokenPoolError):
+            pool.apply(ph.square, (3,))
+        pool.close()
+        done = threading.Thread(target=pool.join, daemon=True)
+        done.start()
+        done.join(60)
+        assert not done.is_alive()
+    finally:
+        pool.terminate()
+    assert "the pool is broken" in capfd.readouterr().err
+
+
+def test_a_callback_that_exits_leaves_the_callback_thread_running():
+    """``sys.exit()`` in a callback (a SystemExit, not an Exception) is printed, and the
+    pool's later callbacks still run. (It ended the callback thread without a word, and
+    every later result with a callback, or a future, never became ready.)"""
+    def exit_on_big(value: int) -> None:
+        if value > 10:
+            sys.exit("enough")
+
+    with fiber.Pool(2) as pool:
+        pool.apply_async(ph.square, (5,), callback=exit_on_big).wait(30)
+        seen: list = []
+        later = pool.apply_async(ph.square, (2,), callback=seen.append)
+        assert later.get(30) == 4
+        assert seen == [4]

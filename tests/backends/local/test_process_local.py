@@ -287,3 +287,29 @@ def test_a_collected_process_releases_its_jobs_record_in_the_backend():
         return not seen & set(backend._procs)
 
     wait_until(released, 30, message="the backend still keeps finished, collected jobs")
+
+
+def test_a_failed_status_query_does_not_end_the_watch_of_local_jobs(monkeypatch):
+    """The local backend's watcher asks the backend how each ended job ended; one query
+    that fails (any error) is asked again, as a cluster watcher asks again after a flaky
+    command. (It killed the watcher: no local job's end was seen any more, and every
+    join, the pool's and the exit handler's too, waited for ever.)"""
+    import threading
+
+    real, failed = LocalBackend.status, []
+
+    def flaky(self, handles):
+        if threading.current_thread().name.startswith("fiber-watch") and not failed:
+            failed.append(True)
+            raise OSError("a failure of the status query")
+        return real(self, handles)
+
+    monkeypatch.setattr(LocalBackend, "status", flaky)
+    for seconds in (0.2, 0.1):  # the job whose query failed, then the next: each seen
+        p = fiber.Process(target=time.sleep, args=(seconds,))
+        p.start()
+        t0 = time.monotonic()
+        p.join(60)
+        waited = time.monotonic() - t0
+        assert failed and p.exitcode == 0
+        assert waited < 30, f"join waited {waited:.0f} s: nothing saw the job end"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ... import _machine
@@ -499,11 +500,15 @@ class _PidfdWatcher(JobWatcher):
             if entry is None:
                 continue
             handle, on_exit = entry
-            status = self._local.status([handle])[job_id]
+            try:
+                status = self._local.status([handle])[job_id]
+            except Exception:  # as the base watcher: asked again (the sweep at the latest)
+                traceback.print_exc()
+                continue
             if status.state.finished:
                 with self._cond:
                     self._jobs.pop(job_id, None)
-                on_exit(handle, status)
+                self._call_back(on_exit, handle, status)
             else:
                 running.append(job_id)
         return running
@@ -565,5 +570,7 @@ class _PidfdWatcher(JobWatcher):
             fd = os.pidfd_open(entry[0].pid)
         except ProcessLookupError:
             fd = os.open(os.devnull, os.O_RDONLY)  # already reaped: readable at once
+        except OSError:  # out of descriptors: the sweep sees its end (SWEEP_S late)
+            return
         fds[job_id] = fd
         sel.register(fd, selectors.EVENT_READ, job_id)
