@@ -332,7 +332,7 @@ class ForkServer:
                 if msg is None:
                     break
                 self._dispatch(*msg)
-        except (OSError, ValueError) as e:
+        except Exception as e:  # the link broke, or a message made no sense: as its death
             error = f"{type(e).__name__}: {e}"
         self._died(error)
 
