@@ -114,15 +114,15 @@ class StandIn:
     def run(self) -> None:
         while True:
             timeout = max(0.0, self.timers[0][0] - time.monotonic()) if self.timers else -1
-            for fd, events in self.epoll.poll(timeout):
-                if fd == 0:
-                    if not self.read_commands():
-                        return
-                    continue
-                sim = self.by_fd.get(fd)
-                if sim is not None:
+            ready = self.epoll.poll(timeout)
+            # (looked up before any is handled: a command may end a job, whose number a
+            # new job's socket then takes; its stale event must not reach the new job)
+            for sim, events in [(self.by_fd.get(fd), events) for fd, events in ready]:
+                if sim is not None and sim.sock is not None:
                     self.on_event(sim, events)
                     self.relay(sim)
+            if any(fd == 0 for fd, _ in ready) and not self.read_commands():
+                return
             self.fire_timers()
 
     def read_commands(self) -> bool:
