@@ -130,7 +130,7 @@ def _reply(server: Server, peer: Peer, req_id: bytes, fn: Callable[[], Tuple[byt
     """Run ``fn`` (in a worker thread) and send what it returns, or its exception."""
     try:
         status, frames = fn()
-    except Exception as e:
+    except BaseException as e:  # (asyncio.CancelledError, SystemExit too: the caller waits)
         status, frames = b"err", dumps(pack_exception(e))
     with server.lock:
         server.reply(peer, req_id, status, frames)
@@ -434,12 +434,17 @@ class ManagerService(Service):
 
         entry = self.objects.registry[typeid]
         cid = secrets.token_bytes(8)
-        proc = process_class(self.backend)(
-            target=object_job_main, name=f"{typeid}-object",
-            args=(self.objects.registry, typeid, args, kwds, holder,
-                  self.objects.hub.address, cid))
-        set_resources(proc, resources_of(entry.callable))  # @fiber.meta of the type's callable
-        end_with_parent(proc)  # it serves this manager's object only
+        try:
+            proc = process_class(self.backend)(
+                target=object_job_main, name=f"{typeid}-object",
+                args=(self.objects.registry, typeid, args, kwds, holder,
+                      self.objects.hub.address, cid))
+            set_resources(proc, resources_of(entry.callable))  # the callable's @fiber.meta
+            end_with_parent(proc)  # it serves this manager's object only
+        except Exception as e:  # (its caller waits for an answer)
+            with server.lock:
+                server.reply_error(peer, req_id, e)
+            return
         with server.lock:
             self.pending[cid] = (peer, req_id, typeid)
         # Known before it starts, and counted live until start() has returned: the job

@@ -3,6 +3,7 @@ under test."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import multiprocessing.managers
 import pickle
@@ -135,6 +136,8 @@ def test_registered_type_exposed_and_method_to_typeid(ctx):
             shelf.fail("nope")
         assert isinstance(info.value.__cause__, RemoteTraceback)
         assert "in fail" in info.value.__cause__.tb  # the remote traceback
+        with pytest.raises(asyncio.CancelledError, match="in the manager"):
+            shelf.cancel()  # no Exception: answered all the same (it waited for ever)
         clone = pickle.loads(pickle.dumps(shelf))
         assert clone.items() == ["a", "b"]
 

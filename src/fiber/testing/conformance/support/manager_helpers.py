@@ -3,6 +3,7 @@ fiber is installed where they run)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -115,6 +116,10 @@ class Shelf:
 
     def fail(self, message: str) -> None:
         raise KeyError(message)
+
+    def cancel(self) -> None:
+        """Raises what is no ``Exception`` (a ``BaseException``, as ``SystemExit``)."""
+        raise asyncio.CancelledError("cancelled in the manager")
 
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)
