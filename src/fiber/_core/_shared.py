@@ -133,7 +133,8 @@ class SharedStore(Service):
             server.reply(peer, req_id, b"ok", frames)
 
     def fail(self, server: Server, key: bytes, exc: BaseException) -> None:
-        """A mirror's data cannot come: its waiters fetch it themselves."""
+        """A mirror's data cannot come: its waiters are told (``exc``), and fetch it
+        themselves (`_fetch`)."""
         entry = self.entries.pop(key, None)
         for peer, req_id in entry.waiters if entry is not None else ():
             server.reply_error(peer, req_id, exc)
@@ -296,21 +297,24 @@ def _fetch(address: str, key: bytes, host: str) -> List[Frame]:
         if mine:  # a mirror awaited: others of this host asking meanwhile wait for it
             store.entries[key] = _Entry(None)
     if not mine:  # another thread of this process holds it, or fetches it now
-        return _private(_request(hub.address, key)[1])
+        try:
+            return _private(_request(hub.address, key)[1])
+        except Exception:  # that thread's fetch failed (`SharedStore.fail`): ask ourselves
+            return _request(address, key)[1]
     try:
         status, frames = _request(address, key, hub.address)
+        if status == b"holder":  # another process of this host holds it: no mirror here
+            with hub.lock:
+                store.fail(hub, key, LookupError("held by another process of this host"))
+            try:
+                return _request(bytes(frames[0]).decode(), key)[1]
+            except (TransportError, LookupError):  # the holder failed: ask the publisher
+                return _request(address, key)[1]
+        sealed = _seal(frames)
     except BaseException as e:
-        with hub.lock:
+        with hub.lock:  # (a no-op if the entry was failed already)
             store.fail(hub, key, e)
         raise
-    if status == b"holder":
-        with hub.lock:
-            store.entries.pop(key, None)
-        try:
-            return _request(bytes(frames[0]).decode(), key)[1]
-        except (TransportError, LookupError):  # the holder failed: ask the publisher
-            return _request(address, key)[1]
-    sealed = _seal(frames)
     with hub.lock:
         store.fill(hub, key, sealed)
     return _private(sealed)
