@@ -304,6 +304,29 @@ def test_a_holder_counted_gone_that_lives_is_told_so_and_frees_no_other_holder(
     anchor.close()
 
 
+def test_a_process_counted_gone_while_it_lives_loses_its_open_connections_too(
+        server, monkeypatch):
+    """A process counted gone (its anchor reset, not made again in time) whose thread
+    waits for the lock on another connection, still open: that connection is closed
+    with it, so the thread's call fails (ConnectionLost: it asks again on a new one).
+    Its wait was dropped with the process, and the open connection left the thread
+    waiting for an answer that could not come."""
+    anchor = _lock_on(server, monkeypatch)
+    gone = _of_process(server, b"P" * 16, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(client_module, "_PROCESS_ID", b"P" * 16)
+        waiter = Client(server.address, timeout=10)
+    waiter.send_message([b"lock", LockOps.ACQUIRE, receipts.ticket(), b"W",
+                         encode_wait(True, None)])
+    time.sleep(0.1)  # parked at the server
+    _counted_gone(server, gone, monkeypatch)
+    assert _release(anchor, b"A", receipts.ticket()) == (b"ok", [])
+    with pytest.raises(client_module.ConnectionLost):
+        waiter.receive(5)
+    assert not _holds(anchor, b"W")  # and the lock was not given to the gone waiter
+    anchor.close()
+
+
 def test_a_release_asked_again_after_its_process_was_counted_gone_is_made_once(
         server, monkeypatch):
     """A release made, its answer cut off by a reset, and its process counted gone

@@ -16,18 +16,7 @@ import socket
 import sys
 import threading
 import traceback
-from typing import (
-    Any,
-    Callable,
-    Deque,
-    Dict,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-)
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 from ..errors import TransportError
 from ._resend import RESEND_SERVICE, EndedPeers
@@ -207,13 +196,16 @@ class Server(StandIn):
         self.call_later(JOB_END_SETTLE_S, functools.partial(self._job_ended, process_id))
 
     def _job_ended(self, process_id: bytes) -> None:
-        for conn in list(self._conns.values()):
-            peer = conn.peer
-            if peer is not None and peer.process_id == process_id:
-                peer.reset = False  # its process is gone: nothing to wait for
-                _log.debug("closing a connection of an ended job (its end was not seen)")
-                self._drain_close(conn)
+        self._close_all_of(process_id)
         self._process_gone(process_id)  # (a reset's wait ends too; at most once)
+
+    def _close_all_of(self, process_id: bytes) -> None:
+        """Read and close what is open of ``process_id`` (gone: nothing to wait for); its
+        callers, if it lives, ask again on new connections and are served anew."""
+        for conn in list(self._conns.values()):
+            if conn.peer is not None and conn.peer.process_id == process_id:
+                conn.peer.reset = False
+                self._drain_close(conn)
 
     def watch(self, fd: int, on_readable: Callable[[], None]) -> None:
         """Call ``on_readable()`` whenever ``fd`` is readable, under the lock, on the
@@ -596,5 +588,6 @@ class Server(StandIn):
             self._gone[process_id] = None
             if len(self._gone) > 4096:
                 self._gone.popitem(last=False)
+            self._close_all_of(process_id)  # its waits on other connections end with them
             for service in list(self._services.values()):
                 self._guarded(service.process_gone, self, process_id)
