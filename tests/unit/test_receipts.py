@@ -327,6 +327,30 @@ def test_a_process_counted_gone_while_it_lives_loses_its_open_connections_too(
     anchor.close()
 
 
+def test_a_grant_asked_again_after_its_connection_timed_out_is_the_lock(server,
+                                                                         monkeypatch):
+    """A lock granted to a parked acquire whose connection then ends by a timeout
+    (ETIMEDOUT: a clean end to the server, which keeps no answers for it), while the
+    caller's process lives and asks again with the same ticket: it is answered that it
+    holds the lock. Served anew, the request waited behind its own thread, for ever."""
+    anchor = _lock_on(server, monkeypatch)
+    asked = receipts.ticket()
+    waiter = _park(server, b"B", asked)
+    assert _release(anchor, b"A", receipts.ticket()) == (b"ok", [])  # granted to B
+    time.sleep(0.1)
+    with server.lock:  # its connection timed out: what the server's read does then
+        conn = next(c for c in server._conns.values()
+                    if c.peer is not None and c.peer.peer_id == waiter.peer_id)
+        assert not conn.peer.reset
+        server._close_conn(conn)
+    assert _acquire(anchor, b"B", asked, timeout=5) == (b"ok", [])  # asked again
+    assert _holds(anchor, b"B")
+    assert _release(anchor, b"B", receipts.ticket()) == (b"ok", [])  # held once
+    assert _acquire(anchor, b"C", receipts.ticket(), timeout=5) == (b"ok", [])
+    waiter.close()
+    anchor.close()
+
+
 def test_a_release_asked_again_after_its_process_was_counted_gone_is_made_once(
         server, monkeypatch):
     """A release made, its answer cut off by a reset, and its process counted gone

@@ -100,7 +100,11 @@ class LockService(Parking):
         taken = self.taken.pop(who, None)
         if taken is not None and taken != req_id:  # (its grant asked again: served anew)
             raise LockLostError(_TAKEN)
-        if self.owner is None:
+        if len(req_id) == TICKET_BYTES and self.owner == who and req_id == self.granted:
+            # its grant asked again, whose answer its connection's end lost (one that
+            # timed out, whose answers are not kept): it has the lock, not a wait behind it
+            server.reply(peer, req_id, b"ok")
+        elif self.owner is None:
             self.owner, self.count, self.granted = who, count, req_id
             server.reply(peer, req_id, b"ok")
         elif self.recursive and self.owner == who and recursion:
