@@ -25,7 +25,7 @@ from .pool._worker import CALL
 __all__ = ["Executor", "ProcessPoolExecutor"]
 
 #: What a call returns: its Future's result (as typeshed types concurrent.futures').
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class _Future(cf.Future[Any]):
@@ -219,7 +219,7 @@ class Executor(cf.Executor):
         self._lock = threading.Lock()
         self._futures: Set[_Future] = set()  # not done yet
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> cf.Future[T]:
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> cf.Future[_T]:
         """Schedule ``fn(*args, **kwargs)``; returns its Future.
 
         Raises:
@@ -247,8 +247,8 @@ class Executor(cf.Executor):
             if not self._futures:
                 _PENDING.discard(self)
 
-    def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
-            timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[T]:
+    def map(self, fn: Callable[..., _T], *iterables: Iterable[Any],
+            timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[_T]:
         """Like ``concurrent.futures``: results in order, lazily; chunks of ``chunksize``.
 
         Raises:

@@ -52,8 +52,8 @@ __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
 _numbers = itertools.count(1)
 #: An item of a map's input, and what its function returns (as typeshed types
 #: multiprocessing's Pool: the program's type checker sees ``map``'s list of results).
-S = TypeVar("S")
-T = TypeVar("T")
+_S = TypeVar("_S")
+_T = TypeVar("_T")
 
 
 class Pool(PoolExtras):
@@ -178,8 +178,8 @@ class Pool(PoolExtras):
 
     # -- apply -------------------------------------------------------------------------
 
-    def apply(self, func: Callable[..., T], args: Iterable[Any] = (),
-              kwds: Optional[Mapping[str, Any]] = None) -> T:
+    def apply(self, func: Callable[..., _T], args: Iterable[Any] = (),
+              kwds: Optional[Mapping[str, Any]] = None) -> _T:
         """Call ``func(*args, **kwds)`` in a worker and return its result."""
         # Queued while this thread serves the hub: a result quicker than our way from the
         # submission to get() still wakes this thread, not the hub thread.
@@ -189,11 +189,11 @@ class Pool(PoolExtras):
         finally:
             serving.stop()
 
-    def apply_async(self, func: Callable[..., T], args: Iterable[Any] = (),
+    def apply_async(self, func: Callable[..., _T], args: Iterable[Any] = (),
                     kwds: Optional[Mapping[str, Any]] = None,
-                    callback: Optional[Callable[[T], object]] = None,
+                    callback: Optional[Callable[[_T], object]] = None,
                     error_callback: Optional[Callable[[BaseException], object]] = None
-                    ) -> ApplyResult[T]:
+                    ) -> ApplyResult[_T]:
         """Submit one call; the result's ``get()`` returns its value or re-raises.
 
         Raises:
@@ -201,13 +201,13 @@ class Pool(PoolExtras):
         """
         return self._apply_async(func, args, kwds, callback, error_callback)
 
-    def _apply_async(self, func: Callable[..., T], args: Iterable[Any],
+    def _apply_async(self, func: Callable[..., _T], args: Iterable[Any],
                      kwds: Optional[Mapping[str, Any]], callback: Any, error_callback: Any,
-                     serving: Optional[Serving] = None) -> ApplyResult[T]:
+                     serving: Optional[Serving] = None) -> ApplyResult[_T]:
         core = self._core
         core.check_running()
         # as multiprocessing: a result keeps its pool from collection
-        result: ApplyResult[T] = ApplyResult(core.callbacks, callback, error_callback, core.hub,
+        result: ApplyResult[_T] = ApplyResult(core.callbacks, callback, error_callback, core.hub,
                              core.service.spin_budget, owner=self)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
                     f"apply({label(func)})", serving)
@@ -254,8 +254,8 @@ class Pool(PoolExtras):
             if serving is not None:
                 serving.stop()
 
-    def map(self, func: Callable[[S], T], iterable: Iterable[S],
-            chunksize: Optional[int] = None) -> List[T]:
+    def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+            chunksize: Optional[int] = None) -> List[_T]:
         """``[func(x) for x in iterable]`` computed by the workers, in order.
 
         Waits for every result (see `map_async` for ``chunksize``).
@@ -266,15 +266,15 @@ class Pool(PoolExtras):
             Exception: the first exception a call raised, re-raised with its remote
                 traceback as ``__cause__``.
         """
-        values: List[T] = self._map_async(func, iterable, chunksize, MAP, None, None,
+        values: List[_T] = self._map_async(func, iterable, chunksize, MAP, None, None,
                                           wait=True).get()
         return values
 
-    def map_async(self, func: Callable[[S], T], iterable: Iterable[S],
+    def map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                   chunksize: Optional[int] = None,
-                  callback: Optional[Callable[[List[T]], object]] = None,
+                  callback: Optional[Callable[[List[_T]], object]] = None,
                   error_callback: Optional[Callable[[BaseException], object]] = None
-                  ) -> MapResult[T]:
+                  ) -> MapResult[_T]:
         """Submit ``func(x)`` for each item of ``iterable``; returns a `MapResult` at once.
 
         ``iterable`` is consumed now and cut into chunks of ``chunksize`` items (None: about
@@ -288,8 +288,8 @@ class Pool(PoolExtras):
         """
         return self._map_async(func, iterable, chunksize, MAP, callback, error_callback)
 
-    def starmap(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
-                chunksize: Optional[int] = None) -> List[T]:
+    def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
+                chunksize: Optional[int] = None) -> List[_T]:
         """``[func(*args) for args in iterable]`` computed by the workers, in order.
 
         Waits for every result (see `map_async` for ``chunksize``).
@@ -300,15 +300,15 @@ class Pool(PoolExtras):
             Exception: the first exception a call raised, re-raised with its remote
                 traceback as ``__cause__``.
         """
-        values: List[T] = self._map_async(func, iterable, chunksize, STARMAP, None, None,
+        values: List[_T] = self._map_async(func, iterable, chunksize, STARMAP, None, None,
                                           wait=True).get()
         return values
 
-    def starmap_async(self, func: Callable[..., T], iterable: Iterable[Iterable[Any]],
+    def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                       chunksize: Optional[int] = None,
-                      callback: Optional[Callable[[List[T]], object]] = None,
+                      callback: Optional[Callable[[List[_T]], object]] = None,
                       error_callback: Optional[Callable[[BaseException], object]] = None
-                      ) -> MapResult[T]:
+                      ) -> MapResult[_T]:
         """As `map_async`, with ``func(*args)`` for each ``args`` of ``iterable``.
 
         Raises:
@@ -337,13 +337,13 @@ class Pool(PoolExtras):
                      core.service.spin_budget, owner=self)
         return holder[0]
 
-    def imap(self, func: Callable[[S], T], iterable: Iterable[S],
-             chunksize: int = 1) -> IMapIterator[T]:
+    def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+             chunksize: int = 1) -> IMapIterator[_T]:
         """Like ``map`` but lazy: consumes ``iterable`` as results are taken, in order."""
         return self._imap(IMapIterator, func, iterable, chunksize)
 
-    def imap_unordered(self, func: Callable[[S], T], iterable: Iterable[S],
-                       chunksize: int = 1) -> IMapIterator[T]:
+    def imap_unordered(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+                       chunksize: int = 1) -> IMapIterator[_T]:
         """Like ``imap`` but yields results as they complete."""
         return self._imap(IMapUnorderedIterator, func, iterable, chunksize)
 

@@ -40,7 +40,7 @@ __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnord
 Callback = Optional[Callable[[Any], Any]]
 #: What a result holds: typed for the program's type checker, as typeshed types
 #: multiprocessing's (``pool.map(f, xs)`` is a ``List`` of what ``f`` returns).
-T = TypeVar("T")
+_T = TypeVar("_T")
 #: Seconds a waiting thread may poll before it sleeps (``Server.wait_serving``).
 Spin = Optional[Callable[[], float]]
 
@@ -142,7 +142,7 @@ class _Flag:
         return self._set
 
 
-class ApplyResult(Generic[T]):
+class ApplyResult(Generic[_T]):
     """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
 
     #: The pool, kept from collection (which terminates it) while the result is held.
@@ -221,7 +221,7 @@ class ApplyResult(Generic[T]):
             raise ValueError(f"{self!r} not ready")
         return self._outcome()[0]
 
-    def get(self, timeout: Optional[float] = None) -> T:
+    def get(self, timeout: Optional[float] = None) -> _T:
         """The return value, or the remote exception re-raised with its traceback.
 
         Raises:
@@ -231,7 +231,7 @@ class ApplyResult(Generic[T]):
             raise TimeoutError(f"result not ready within {timeout} s")
         ok, value = self._outcome()
         if ok:
-            result: T = value
+            result: _T = value
             return result
         raise value
 
@@ -239,7 +239,7 @@ class ApplyResult(Generic[T]):
 AsyncResult = ApplyResult
 
 
-class MapResult(ApplyResult[List[T]]):
+class MapResult(ApplyResult[List[_T]]):
     """The result of ``map_async``: chunks are put together in order.
 
     ``completed`` and ``total`` tell the progress (fiber extension): how many of the
@@ -306,7 +306,7 @@ class MapResult(ApplyResult[List[T]]):
             return self._result
 
 
-class IMapIterator(Generic[T]):
+class IMapIterator(Generic[_T]):
     """The iterator of ``imap``: results in order, the input consumed lazily.
 
     At most ``window()`` chunks are submitted and not yet consumed, so an endless input
@@ -338,7 +338,7 @@ class IMapIterator(Generic[T]):
         self._cond = threading.Condition()
         self._arrived: Dict[int, Tuple[bool, Sequence[Frame]]] = {}
         self._order: Deque[int] = collections.deque()
-        self._buffer: Deque[T] = collections.deque()
+        self._buffer: Deque[_T] = collections.deque()
         self._top_up()
 
     def _top_up(self) -> None:
@@ -391,7 +391,7 @@ class IMapIterator(Generic[T]):
             return self._consumed in self._arrived
         return bool(self._order)
 
-    def next(self, timeout: Optional[float] = None) -> T:
+    def next(self, timeout: Optional[float] = None) -> _T:
         """The next result; one thread at a time (others wait their turn, within their
         ``timeout``), as two threads sharing an iterator would otherwise both wait for
         the last result and one of them for ever.
@@ -410,7 +410,7 @@ class IMapIterator(Generic[T]):
         finally:
             self._turn.release()
 
-    def _next(self, deadline: Optional[float]) -> T:
+    def _next(self, deadline: Optional[float]) -> _T:
         while not self._buffer:
             self._top_up()
             if self._exhausted and self._consumed == self._submitted:
@@ -429,11 +429,11 @@ class IMapIterator(Generic[T]):
 
     __next__ = next
 
-    def __iter__(self) -> IMapIterator[T]:
+    def __iter__(self) -> IMapIterator[_T]:
         return self
 
 
-class IMapUnorderedIterator(IMapIterator[T]):
+class IMapUnorderedIterator(IMapIterator[_T]):
     """The iterator of ``imap_unordered``: results as they complete."""
 
     _ordered = False

@@ -31,7 +31,7 @@ from ._service import QueueOps, QueueService
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 
 #: An item (typed as typeshed types multiprocessing's queues: ``Queue[int]``).
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 #: Makes each queue's ``_reader`` once.
 _reader_lock = threading.Lock()
@@ -54,7 +54,7 @@ def _ignore(status: bytes, frames: Sequence[Frame]) -> None:
     that completed), withdrawn or timed out; nothing is left to do."""
 
 
-class Queue(Handle, Generic[T]):
+class Queue(Handle, Generic[_T]):
     """A process- and host-shared FIFO queue with the API of ``multiprocessing.Queue``."""
 
     _joinable = False
@@ -74,7 +74,7 @@ class Queue(Handle, Generic[T]):
         super().__setstate__(base)
         self._closed = False
 
-    def put(self, obj: T, block: bool = True, timeout: Optional[float] = None) -> None:
+    def put(self, obj: _T, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` in the queue.
 
         A blocking put on a bounded queue that its caller abandons (KeyboardInterrupt, an
@@ -132,7 +132,7 @@ class Queue(Handle, Generic[T]):
         except Exception:
             pass  # the server is gone, and the parked put with it
 
-    def get(self, block: bool = True, timeout: Optional[float] = None) -> T:
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> _T:
         """Remove and return an item.
 
         Raises:
@@ -146,7 +146,7 @@ class Queue(Handle, Generic[T]):
             t0 = time.monotonic()
             lent = lease.take(block, timeout)
             if lent is not None:
-                item: T = loads(lent)
+                item: _T = loads(lent)
                 return item
             if timeout is not None:
                 timeout = max(0.0, timeout - (time.monotonic() - t0))
@@ -160,7 +160,7 @@ class Queue(Handle, Generic[T]):
                     lease.pull()
             except Exception:
                 pass  # lending is an optimisation: the item got is returned in any case
-        got: T = loads(frames)
+        got: _T = loads(frames)
         return got
 
     def _get(self, block: bool, timeout: Optional[float]) -> Tuple[bytes, List[Frame]]:
@@ -242,7 +242,7 @@ class Queue(Handle, Generic[T]):
         if status in (b"ok", b"more"):
             self._send(QueueOps.UNGET, frames)
 
-    def put_nowait(self, obj: T) -> None:
+    def put_nowait(self, obj: _T) -> None:
         """Put ``obj`` without waiting: ``put(obj, False)``.
 
         Raises:
@@ -251,7 +251,7 @@ class Queue(Handle, Generic[T]):
         """
         self.put(obj, False)
 
-    def get_nowait(self) -> T:
+    def get_nowait(self) -> _T:
         """Remove and return an item if one is there now: ``get(False)``.
 
         Raises:
@@ -329,7 +329,7 @@ class Queue(Handle, Generic[T]):
         return f"<{cls.__module__}.{cls.__qualname__} object at {id(self):#x}>"
 
 
-class JoinableQueue(Queue[T]):
+class JoinableQueue(Queue[_T]):
     """A Queue whose items are counted until ``task_done``; ``join`` waits for zero."""
 
     _joinable = True
@@ -350,13 +350,13 @@ class JoinableQueue(Queue[T]):
         self._request(QueueOps.JOIN, again=True)
 
 
-class SimpleQueue(Queue[T]):
+class SimpleQueue(Queue[_T]):
     """An unbounded queue with ``put``, ``get``, ``empty`` and ``close``."""
 
     def __init__(self, *, ctx: Optional[BaseContext] = None) -> None:
         super().__init__(0, ctx=ctx)
 
-    def get(self) -> T:  # type: ignore[override]
+    def get(self) -> _T:  # type: ignore[override]
         """Remove and return an item, waiting as long as it takes.
 
         Raises:
@@ -376,7 +376,7 @@ class SimpleQueue(Queue[T]):
         ``put(x)``."""
         return QueueEnd(self, writable=True)
 
-    def put(self, obj: T) -> None:  # type: ignore[override]
+    def put(self, obj: _T) -> None:  # type: ignore[override]
         """Put ``obj`` in the queue (unbounded: it does not wait for the queue's server).
 
         As ``multiprocessing.SimpleQueue.put``, which pickles in the caller, an ``obj``
