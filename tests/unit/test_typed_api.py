@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from typing import List
 
 from fiber.testing.conformance.support.waiting import require
 
@@ -31,15 +32,26 @@ EXECUTOR_CALLS = ["executor.submit(square, 2).result()", "executor.submit(square
                   "next(executor.map(square, [1], chunksize=2))"]
 
 
+def _reveals(calls: List[str], indent: str, names: List[str]) -> List[str]:
+    """Each call revealed as it is, then on the standard library's object: each of
+    ``names`` (``pool``) in it becomes ``mp_`` + that name."""
+    lines = []
+    for call in calls:
+        lines.append(f"{indent}reveal_type({call})")
+        theirs = call
+        for name in names:
+            theirs = re.sub(rf"\b{name}\.", f"mp_{name}.", theirs)
+        lines.append(f"{indent}reveal_type({theirs})")
+    return lines
+
+
 def _program() -> str:
     lines = ["import concurrent.futures", "import multiprocessing", "import multiprocessing.queues",
              "import fiber", "import fiber.futures", "import fiber.queues", "", "",
              "def square(x: int) -> int:", "    return x * x", "", "",
              "def main() -> None:",
              "    with fiber.Pool(2) as pool, multiprocessing.Pool(2) as mp_pool:"]
-    for call in CALLS:
-        lines.append(f"        reveal_type({call})")
-        lines.append(f"        reveal_type({call.replace('pool.', 'mp_pool.')})")
+    lines += _reveals(CALLS, "        ", ["pool"])
     lines.append('        pool.map(square, ["a"])  # the items are not what square takes')
     lines += ["", "",
               "def queues(queue: fiber.queues.Queue[int],",
@@ -48,16 +60,12 @@ def _program() -> str:
               "           mp_simple: multiprocessing.queues.SimpleQueue[int],",
               "           joinable: fiber.queues.JoinableQueue[int],",
               "           mp_joinable: multiprocessing.queues.JoinableQueue[int]) -> None:"]
-    for call in QUEUE_CALLS:
-        lines.append(f"    reveal_type({call})")
-        lines.append(f"    reveal_type(mp_{call})")
+    lines += _reveals(QUEUE_CALLS, "    ", ["queue", "simple", "joinable"])
     lines.append('    queue.put("a")  # not an int')
     lines += ["", "",
               "def executors(executor: fiber.futures.ProcessPoolExecutor,",
               "              mp_executor: concurrent.futures.ProcessPoolExecutor) -> None:"]
-    for call in EXECUTOR_CALLS:
-        lines.append(f"    reveal_type({call})")
-        lines.append(f"    reveal_type({call.replace('executor.', 'mp_executor.')})")
+    lines += _reveals(EXECUTOR_CALLS, "    ", ["executor"])
     return "\n".join(lines) + "\n"
 
 
