@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from fiber.testing.conformance.support.programs import run_program
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inherit_scripts")
 
@@ -26,9 +27,8 @@ def test_workers_see_the_argv_a_settings_module_parses_and_the_flags(fork_server
     backend, forked by the fork server or started as subprocesses)."""
     backend_name = "local"
     env = {**os.environ, "FIBER_LOCAL_FORK_SERVER": fork_server}
-    out = subprocess.run([sys.executable, *INTERPRETER, "train.py", "--lr", "0.1",
-                          "--backend", backend_name],
-                         cwd=SCRIPTS, env=env, capture_output=True, text=True, timeout=180)
+    out = run_program([sys.executable, *INTERPRETER, "train.py", "--lr", "0.1",
+                       "--backend", backend_name], 180, cwd=SCRIPTS, env=env)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.splitlines()[-1])
     master = seen["master"]
