@@ -313,3 +313,31 @@ def test_a_failed_status_query_does_not_end_the_watch_of_local_jobs(monkeypatch)
         waited = time.monotonic() - t0
         assert failed and p.exitcode == 0
         assert waited < 30, f"join waited {waited:.0f} s: nothing saw the job end"
+
+
+def test_a_subprocess_reaped_before_its_pidfd_is_opened_is_still_seen_ending(monkeypatch):
+    """A subprocess job that ended and was reaped (another thread's ``is_alive`` polls
+    it) before the watcher opened its pidfd: its end is read in the next round. (The
+    watcher stood /dev/null in for the pidfd, which epoll refuses with EPERM: it died,
+    and every join waited for ever; CI saw it once in 30 minutes of tests.)"""
+    import threading
+
+    real, refused = os.pidfd_open, []
+
+    def reaped(pid, *args):
+        if not refused:
+            refused.append(pid)
+            raise ProcessLookupError(pid)
+        return real(pid, *args)
+
+    monkeypatch.setattr(os, "pidfd_open", reaped)
+    with fiber.config.override(local_fork_server=False):
+        for _ in range(2):  # the job whose pidfd was refused, then the next: each seen
+            p = fiber.Process(target=time.sleep, args=(0.2,))
+            p.start()
+            t0 = time.monotonic()
+            p.join(60)
+            waited = time.monotonic() - t0
+            assert refused and p.exitcode == 0
+            assert waited < 30, f"join waited {waited:.0f} s: nothing saw the job end"
+    assert any(t.name == "fiber-watch-local" for t in threading.enumerate())

@@ -469,7 +469,8 @@ class _PidfdWatcher(JobWatcher):
         self._wake()
 
     def ended(self, job_id: str) -> None:
-        """A forked job's exit was reported."""
+        """A forked job's exit was reported, or a subprocess was found reaped already:
+        its end is read in the next round."""
         with self._cond:
             self._touched.add(job_id)
         self._wake()
@@ -568,8 +569,9 @@ class _PidfdWatcher(JobWatcher):
             return
         try:
             fd = os.pidfd_open(entry[0].pid)
-        except ProcessLookupError:
-            fd = os.open(os.devnull, os.O_RDONLY)  # already reaped: readable at once
+        except ProcessLookupError:  # already reaped: its end is read in the next round
+            self.ended(job_id)  # (epoll refuses a stand-in such as /dev/null: EPERM)
+            return
         except OSError:  # out of descriptors: the sweep sees its end (SWEEP_S late)
             return
         fds[job_id] = fd
