@@ -207,8 +207,8 @@ class Pool(PoolExtras):
         core = self._core
         core.check_running()
         # as multiprocessing: a result keeps its pool from collection
-        result: ApplyResult[_T] = ApplyResult(core.callbacks, callback, error_callback, core.hub,
-                             core.service.spin_budget, owner=self)
+        result: ApplyResult[_T] = ApplyResult(core.callbacks, callback, error_callback,
+                                              core.hub, core.service.spin_budget, owner=self)
         core.submit(func, CALL, [(0, (tuple(args), dict(kwds or {})))], result,
                     f"apply({label(func)})", serving)
         return result
@@ -237,10 +237,9 @@ class Pool(PoolExtras):
         core = self._core
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
-        result: MapResult[Any] = MapResult(core.callbacks, len(chunks), length, callback,
-                                           error_callback,
-                           core.hub, core.service.spin_budget, owner=self,
-                           chunksize=len(chunks[0]) if chunks else 0)
+        result: MapResult[Any] = MapResult(
+            core.callbacks, len(chunks), length, callback, error_callback, core.hub,
+            core.service.spin_budget, owner=self, chunksize=len(chunks[0]) if chunks else 0)
         # A short map waited for at once is queued while this thread serves the hub (see
         # apply); a long one is not: results must be taken in while the rest is pickled.
         serving = core.hub.serving() if wait and len(chunks) <= core.window else None

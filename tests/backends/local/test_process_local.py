@@ -289,6 +289,18 @@ def test_a_collected_process_releases_its_jobs_record_in_the_backend():
     wait_until(released, 30, message="the backend still keeps finished, collected jobs")
 
 
+def _a_short_job_is_seen_ending() -> None:
+    """A job that sleeps 0.2 s: its join returns well before its 60 s, with exit code 0
+    (a watcher that no longer sees ends leaves join waiting its whole time)."""
+    p = fiber.Process(target=time.sleep, args=(0.2,))
+    p.start()
+    t0 = time.monotonic()
+    p.join(60)
+    waited = time.monotonic() - t0
+    assert p.exitcode == 0
+    assert waited < 30, f"join waited {waited:.0f} s: nothing saw the job end"
+
+
 def test_a_failed_status_query_does_not_end_the_watch_of_local_jobs(monkeypatch):
     """The local backend's watcher asks the backend how each ended job ended; one query
     that fails (any error) is asked again, as a cluster watcher asks again after a flaky
@@ -305,14 +317,9 @@ def test_a_failed_status_query_does_not_end_the_watch_of_local_jobs(monkeypatch)
         return real(self, handles)
 
     monkeypatch.setattr(LocalBackend, "status", flaky)
-    for seconds in (0.2, 0.1):  # the job whose query failed, then the next: each seen
-        p = fiber.Process(target=time.sleep, args=(seconds,))
-        p.start()
-        t0 = time.monotonic()
-        p.join(60)
-        waited = time.monotonic() - t0
-        assert failed and p.exitcode == 0
-        assert waited < 30, f"join waited {waited:.0f} s: nothing saw the job end"
+    for _ in range(2):  # the job whose query failed, then the next: each seen
+        _a_short_job_is_seen_ending()
+    assert failed
 
 
 def test_a_subprocess_reaped_before_its_pidfd_is_opened_is_still_seen_ending(monkeypatch):
@@ -333,11 +340,6 @@ def test_a_subprocess_reaped_before_its_pidfd_is_opened_is_still_seen_ending(mon
     monkeypatch.setattr(os, "pidfd_open", reaped)
     with fiber.config.override(local_fork_server=False):
         for _ in range(2):  # the job whose pidfd was refused, then the next: each seen
-            p = fiber.Process(target=time.sleep, args=(0.2,))
-            p.start()
-            t0 = time.monotonic()
-            p.join(60)
-            waited = time.monotonic() - t0
-            assert refused and p.exitcode == 0
-            assert waited < 30, f"join waited {waited:.0f} s: nothing saw the job end"
+            _a_short_job_is_seen_ending()
+    assert refused
     assert any(t.name == "fiber-watch-local" for t in threading.enumerate())
