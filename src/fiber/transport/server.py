@@ -101,6 +101,7 @@ class Server(StandIn):
         self._scratch = new_scratch()  # the connections' read buffer: read under the lock
         self._id = server_id(self.address).encode()  # told to clients (see auth)
         self._anchors: Dict[bytes, int] = collections.Counter()
+        self._open_of: Dict[bytes, int] = collections.Counter()  # each process's peers
         #: Processes whose anchor timed out (``heartbeat_timeout`` with no answer from
         #: their host), until a service asks (`went_silent`); bounded.
         self._silent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
@@ -200,8 +201,9 @@ class Server(StandIn):
         self._process_gone(process_id)  # (a reset's wait ends too; at most once)
 
     def _close_all_of(self, process_id: bytes) -> None:
-        """Read and close what is open of ``process_id`` (gone: nothing to wait for); its
-        callers, if it lives, ask again on new connections and are served anew."""
+        """Read and close ``process_id``'s connections (its callers, if it lives, ask again)."""
+        if process_id not in self._open_of:
+            return  # (none: the usual end, without a walk through every connection)
         for conn in list(self._conns.values()):
             if conn.peer is not None and conn.peer.process_id == process_id:
                 conn.peer.reset = False
@@ -544,6 +546,7 @@ class Server(StandIn):
         """``conn`` is a peer from now on (authenticated, or a socket pair's end)."""
         conn.reader.max_message = None
         conn.peer = Peer(next(self._peer_ids), process_id, anchor, conn)
+        self._open_of[process_id] += 1
         self.door.left(conn)
         if anchor:
             self._anchors[process_id] += 1
@@ -563,6 +566,10 @@ class Server(StandIn):
         conn.reader.close()
         conn.outbox.close()
         peer, conn.peer = conn.peer, None
+        if peer is not None:
+            left = self._open_of.pop(peer.process_id, 1) - 1
+            if left:
+                self._open_of[peer.process_id] = left
         if peer is None or not notify:
             return
         self.ended_peers.ended(peer)
