@@ -8,8 +8,9 @@ no socket: all of that happens on first use.
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from . import _exports, _version, errors, futures, managers
 from ._core import _runtime
@@ -69,7 +70,7 @@ def cpu_count() -> int:
 
 def Manager() -> managers.SyncManager:  # noqa: N802 - the multiprocessing name
     """A started `fiber.managers.SyncManager` (its server is a job)."""
-    return _default.Manager()  # type: ignore[no-any-return]
+    return _default.Manager()
 
 
 def get_start_method(allow_none: bool = False) -> Optional[str]:
@@ -127,12 +128,12 @@ def allow_connection_pickling() -> None:
     _default.allow_connection_pickling()
 
 
-def get_logger() -> Any:
+def get_logger() -> logging.Logger:
     """The ``"fiber"`` logger, where fiber logs (multiprocessing's is ``"multiprocessing"``)."""
     return _default.get_logger()
 
 
-def log_to_stderr(level: Optional[int] = None) -> Any:
+def log_to_stderr(level: Optional[int] = None) -> logging.Logger:
     """Add a stderr handler to the ``"fiber"`` logger, set its ``level`` if given, return it.
 
     Each call adds another handler (multiprocessing's adds one once): call it once.

@@ -16,12 +16,13 @@ More: the API reference's page of this module."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing.context
 import os
 import threading
 import warnings
-from types import MappingProxyType
-from typing import Any, Dict, List, Optional, Type
+from types import MappingProxyType, ModuleType
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
 
 from . import connection, errors, process, queues, sharedctypes, synchronize
 from .backends import known_backends, registered_name
@@ -105,7 +106,8 @@ class FiberContext(multiprocessing.context.BaseContext):
 
     # -- communication ------------------------------------------------------------------
 
-    def Pipe(self, duplex: bool = True) -> Any:  # noqa: N802
+    def Pipe(self, duplex: bool = True  # noqa: N802
+             ) -> Tuple[connection.Connection, connection.Connection]:
         """Two connected ends (see `fiber.Pipe`); with ``duplex=False``, the first end only
         receives and the second only sends.
 
@@ -133,8 +135,10 @@ class FiberContext(multiprocessing.context.BaseContext):
         """A `fiber.queues.SimpleQueue`: unbounded, with ``put``, ``get``, ``empty``."""
         return queues.SimpleQueue(ctx=self)
 
-    def Pool(self, processes: Optional[int] = None, initializer: Any = None,  # noqa: N802
-             initargs: Any = (), maxtasksperchild: Optional[int] = None, **kwargs: Any) -> Any:
+    def Pool(self, processes: Optional[int] = None,  # noqa: N802
+             initializer: Optional[Callable[..., object]] = None,
+             initargs: Iterable[object] = (), maxtasksperchild: Optional[int] = None,
+             **kwargs: Any) -> Pool:
         """A `fiber.Pool` whose workers are jobs on this context's backend.
 
         Arguments are those of `fiber.Pool` (``kwargs``: ``cpu``, ``memory``, ``gpu``,
@@ -171,7 +175,8 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return synchronize.BoundedSemaphore(value, ctx=self)
 
-    def Condition(self, lock: Any = None) -> synchronize.Condition:  # noqa: N802
+    def Condition(self, lock: Optional[synchronize.Lock] = None  # noqa: N802
+                  ) -> synchronize.Condition:
         """A `fiber.synchronize.Condition` over ``lock`` (None: a new fiber RLock).
 
         Raises:
@@ -183,7 +188,8 @@ class FiberContext(multiprocessing.context.BaseContext):
         """A `fiber.synchronize.Event`, served by this process."""
         return synchronize.Event(ctx=self)
 
-    def Barrier(self, parties: int, action: Any = None,  # noqa: N802
+    def Barrier(self, parties: int,  # noqa: N802
+                action: Optional[Callable[[], object]] = None,
                 timeout: Optional[float] = None) -> synchronize.Barrier:
         """A `fiber.synchronize.Barrier` for ``parties`` processes, served by this one.
 
@@ -192,7 +198,8 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return synchronize.Barrier(parties, action, timeout, ctx=self)
 
-    def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True) -> Any:  # noqa: N802
+    def Value(self, typecode_or_type: Union[str, type], *args: object,  # noqa: N802
+              lock: object = True) -> sharedctypes.SharedValue:
         """A shared ctypes value (see `fiber.sharedctypes.Value`), served by this process.
 
         Raises:
@@ -201,8 +208,9 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return sharedctypes.Value(typecode_or_type, *args, lock=lock, ctx=self)
 
-    def Array(self, typecode_or_type: Any, size_or_initializer: Any, *,  # noqa: N802
-              lock: Any = True) -> Any:
+    def Array(self, typecode_or_type: Union[str, type],  # noqa: N802
+              size_or_initializer: Union[int, Iterable[object]], *,
+              lock: object = True) -> sharedctypes.SharedArray:
         """A shared ctypes array (see `fiber.sharedctypes.Array`), served by this process.
 
         Raises:
@@ -211,7 +219,8 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return sharedctypes.Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
 
-    def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:  # noqa: N802
+    def RawValue(self, typecode_or_type: Union[str, type],  # noqa: N802
+                 *args: object) -> sharedctypes.SharedValue:
         """A shared ctypes value without a lock (see `fiber.sharedctypes.RawValue`).
 
         Raises:
@@ -219,7 +228,9 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return sharedctypes.RawValue(typecode_or_type, *args)
 
-    def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:  # noqa: N802
+    def RawArray(self, typecode_or_type: Union[str, type],  # noqa: N802
+                 size_or_initializer: Union[int, Iterable[object]]
+                 ) -> sharedctypes.SharedArray:
         """A shared ctypes array without a lock (see `fiber.sharedctypes.RawArray`).
 
         Raises:
@@ -227,7 +238,7 @@ class FiberContext(multiprocessing.context.BaseContext):
         """
         return sharedctypes.RawArray(typecode_or_type, size_or_initializer)
 
-    def Manager(self) -> Any:  # noqa: N802
+    def Manager(self) -> SyncManager:  # noqa: N802
         """A started `fiber.managers.SyncManager` whose server runs on this backend."""
         manager = SyncManager(ctx=self)
         manager.start()
@@ -291,13 +302,13 @@ class FiberContext(multiprocessing.context.BaseContext):
     def allow_connection_pickling(self) -> None:
         """Fiber connections always pickle."""
 
-    def get_logger(self) -> Any:
+    def get_logger(self) -> logging.Logger:
         """The ``"fiber"`` logger (multiprocessing's is named ``"multiprocessing"``)."""
         import logging
 
         return logging.getLogger("fiber")
 
-    def log_to_stderr(self, level: Optional[int] = None) -> Any:
+    def log_to_stderr(self, level: Optional[int] = None) -> logging.Logger:
         """Add a stderr handler to the ``"fiber"`` logger, set its ``level`` if given, return it.
 
         As multiprocessing's ``log_to_stderr``, with its format ``[LEVEL/process] message``;
@@ -314,7 +325,7 @@ class FiberContext(multiprocessing.context.BaseContext):
         return logger
 
     @property
-    def reducer(self) -> Any:
+    def reducer(self) -> ModuleType:
         """The standard library's ``multiprocessing.reduction`` module (read-only here).
 
         Fiber pickles with its own serializer (functions and classes of ``__main__`` by
@@ -326,7 +337,7 @@ class FiberContext(multiprocessing.context.BaseContext):
         return multiprocessing.reduction
 
     @reducer.setter
-    def reducer(self, reduction: Any) -> None:
+    def reducer(self, reduction: object) -> None:
         raise AttributeError("fiber pickles with its own serializer: a context's reducer "
                              "cannot be replaced")
 

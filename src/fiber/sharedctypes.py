@@ -9,10 +9,10 @@ import ctypes
 import multiprocessing.sharedctypes as _mpsc
 from multiprocessing.context import BaseContext
 from types import MappingProxyType
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 from ._core._host_memory import AVAILABLE as _HOST_MEMORY
-from ._core._host_memory import HostMemory, attach
+from ._core._host_memory import HostMemory, Locator, attach
 from ._core._parking import tid as tid_of_thread
 from ._core._served import Handle
 from .synchronize import _primitives as synchronize
@@ -66,30 +66,30 @@ class ValueService(Service):
             self._run(handler, server, peer, req_id, args)
 
     def _run(self, handler: Handler, server: Server, peer: Peer, req_id: bytes,
-             args: List[Any]) -> None:
+             args: List[Frame]) -> None:
         try:
             handler(self, server, peer, req_id, args)
         except Exception as e:
             server.reply_error(peer, req_id, e)
 
     @handles(ValueOps.GET)
-    def get(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+    def get(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
         """``[attribute]``."""
         server.reply_value(peer, req_id, getattr(self.obj, bytes(args[0]).decode()))
 
     @handles(ValueOps.SET)
-    def set(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+    def set(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
         """``[attribute, *value]``."""
         setattr(self.obj, bytes(args[0]).decode(), loads(args[1:]))
         server.reply(peer, req_id, b"ok")
 
     @handles(ValueOps.GETITEM)
-    def getitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+    def getitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
         """``[*key]``."""
         server.reply_value(peer, req_id, self.obj[loads(args)])
 
     @handles(ValueOps.SETITEM)
-    def setitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Any]) -> None:
+    def setitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
         """``[*(key, value)]``."""
         key, value = loads(args)
         self.obj[key] = value
@@ -115,7 +115,7 @@ def _ctype(typecode_or_type: _TYPE, structures: bool = False) -> Any:
     raise TypeError(f"fiber shares typecodes and {kinds}, not {typecode_or_type!r}")
 
 
-def _field_names(t: Any) -> frozenset[str]:
+def _field_names(t: type) -> frozenset[str]:
     """The fields of structure type ``t``: its own, its bases', and those of its
     anonymous members (which ctypes makes attributes of ``t`` too)."""
     names = set()
@@ -138,8 +138,8 @@ class SharedValue(Handle):
     _client_lock: Any = None  # a lock taken by this side (a lock served elsewhere)
     _owner: Any = None  # what a get_obj() view keeps alive
 
-    def __init__(self, obj: Any, lock: Any = None, memory: Optional[HostMemory] = None
-                 ) -> None:
+    def __init__(self, obj: object, lock: object = None,
+                 memory: Optional[HostMemory] = None) -> None:
         self._type_name = type(obj).__name__
         self._obj = obj  # only in the creator (not pickled): the ctypes object itself
         guard = None
@@ -150,22 +150,23 @@ class SharedValue(Handle):
                 self._client_lock = lock
         super().__init__(ValueService(obj, guard, memory), b"V")
 
-    def __getstate__(self) -> Any:
+    def __getstate__(self) -> Tuple[Tuple[Any, ...], str, object, object, object]:
         return (super().__getstate__(), self._type_name, self._lock, self._client_lock,
                 self._extra_state())
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Tuple[Tuple[Any, ...], str, object, object, object]
+                     ) -> None:
         base, self._type_name, self._lock, self._client_lock, extra = state
         super().__setstate__(base)
         self._set_extra_state(extra)
 
-    def _extra_state(self) -> Any:
+    def _extra_state(self) -> object:
         return None
 
-    def _set_extra_state(self, extra: Any) -> None:
+    def _set_extra_state(self, extra: object) -> None:
         pass
 
-    def _call(self, op: bytes, frames: Sequence[Frame]) -> Any:
+    def _call(self, op: bytes, frames: Sequence[Frame]) -> Tuple[bytes, List[Frame]]:
         tid = tid_of_thread() if self._lock is not None and self._client_lock is None \
             else b""
         if self._client_lock is not None:
@@ -176,7 +177,7 @@ class SharedValue(Handle):
     def _get(self, attr: bytes) -> Any:
         return loads(self._call(ValueOps.GET, [attr])[1])
 
-    def _set(self, attr: bytes, value: Any) -> None:
+    def _set(self, attr: bytes, value: object) -> None:
         self._call(ValueOps.SET, [attr, *dumps(value)])
 
     @property
@@ -194,10 +195,10 @@ class SharedValue(Handle):
         return self._get(b"value")
 
     @value.setter
-    def value(self, value: Any) -> None:
+    def value(self, value: object) -> None:
         self._set(b"value", value)
 
-    def _raw_view(self) -> Any:
+    def _raw_view(self) -> object:
         """The same data without the lock (what ``get_obj()`` of a synchronized object
         gives): a handle to it."""
         raw = type(self).__new__(_RAW_OF.get(type(self), type(self)))
@@ -233,7 +234,7 @@ class _Synchronized:
         otherwise a handle to it (see the module)."""
         return self._raw_view()  # type: ignore[attr-defined]
 
-    def acquire(self, *args: Any) -> bool:
+    def acquire(self, *args: object) -> bool:
         """Acquire the lock (``acquire(block, timeout)`` of `fiber.synchronize.Lock`).
 
         Returns:
@@ -256,7 +257,7 @@ class _Synchronized:
     def __enter__(self) -> bool:
         return bool(self._lock.__enter__())  # type: ignore[attr-defined]
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._lock.__exit__(*exc)  # type: ignore[attr-defined]
 
 
@@ -271,16 +272,16 @@ class SharedStructure(SharedValue):
 
     _fields: frozenset[str] = frozenset()
 
-    def __init__(self, obj: Any, lock: Any = None, memory: Optional[HostMemory] = None
-                 ) -> None:
+    def __init__(self, obj: object, lock: object = None,
+                 memory: Optional[HostMemory] = None) -> None:
         self._fields = _field_names(type(obj))
         super().__init__(obj, lock, memory)
 
-    def _extra_state(self) -> Any:
+    def _extra_state(self) -> frozenset[str]:
         return self._fields
 
-    def _set_extra_state(self, extra: Any) -> None:
-        self._fields = extra
+    def _set_extra_state(self, extra: object) -> None:
+        self._fields = cast("frozenset[str]", extra)  # as pickled by _extra_state
 
     def __getattr__(self, name: str) -> Any:
         # only for what normal lookup misses: the fields (the handle's own attributes
@@ -290,7 +291,7 @@ class SharedStructure(SharedValue):
         raise AttributeError(f"{self.__dict__.get('_type_name', 'structure')!r} object "
                              f"has no attribute {name!r}")
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in self.__dict__.get("_fields", ()):
             self._set(name.encode(), value)
         else:
@@ -316,20 +317,22 @@ class SharedArray(SharedValue):
 
     _view: Any = None  # the ctypes array over this host's mapping, once made
 
-    def __init__(self, obj: Any, lock: Any = None, memory: Optional[HostMemory] = None
-                 ) -> None:
+    def __init__(self, obj: Any, lock: object = None,
+                 memory: Optional[HostMemory] = None) -> None:
         self._length = len(obj)
         self._item_type = obj._type_
         self._locator = memory.locator if memory is not None else None
         super().__init__(obj, lock, memory)
 
-    def _extra_state(self) -> Any:
+    def _extra_state(self) -> Tuple[int, type, Optional[Locator]]:
         return self._length, self._item_type, self._locator
 
-    def _set_extra_state(self, extra: Any) -> None:
-        self._length, self._item_type, self._locator = extra
+    def _set_extra_state(self, extra: object) -> None:
+        # as pickled by _extra_state
+        self._length, self._item_type, self._locator = cast(
+            Tuple[int, type, Optional[Locator]], extra)
 
-    def _raw_view(self) -> Any:
+    def _raw_view(self) -> object:
         """The array without the lock: a ctypes array over its memory (a buffer, as
         multiprocessing's) in the creator and on its host; elsewhere a handle."""
         local = self.__dict__.get("_obj")
@@ -351,7 +354,7 @@ class SharedArray(SharedValue):
     def __getitem__(self, key: Union[int, slice]) -> Any:
         return loads(self._call(ValueOps.GETITEM, dumps(key))[1])
 
-    def __setitem__(self, key: Union[int, slice], value: Any) -> None:
+    def __setitem__(self, key: Union[int, slice], value: object) -> None:
         self._call(ValueOps.SETITEM, dumps((key, value)))
 
     def __iter__(self) -> Iterator[Any]:
@@ -389,7 +392,7 @@ _RAW_OF = MappingProxyType({Synchronized: SharedValue, SynchronizedArray: Shared
                             SynchronizedStructure: SharedStructure})
 
 
-def _served_value(obj: Any, lock: Any = None) -> SharedValue:
+def _served_value(obj: object, lock: object = None) -> SharedValue:
     """The handle serving ctypes value ``obj``: raw without ``lock``, else synchronized."""
     structure = isinstance(obj, _STRUCTURES)
     if lock is None:
@@ -397,7 +400,7 @@ def _served_value(obj: Any, lock: Any = None) -> SharedValue:
     return (SynchronizedStructure if structure else Synchronized)(obj, lock)
 
 
-def _lock_for(lock: Any) -> Any:
+def _lock_for(lock: object) -> object:
     if lock is True or lock is None:  # None: a new lock too, as multiprocessing
         return synchronize.RLock()
     if not hasattr(lock, "acquire"):
@@ -405,7 +408,7 @@ def _lock_for(lock: Any) -> Any:
     return lock
 
 
-def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
+def RawValue(typecode_or_type: _TYPE, *args: object) -> SharedValue:  # noqa: N802
     """A shared ctypes value without a lock (each single access is still atomic).
 
     ``typecode_or_type`` is a typecode of `array` (``"i"``, ``"d"``...), a simple
@@ -420,7 +423,7 @@ def RawValue(typecode_or_type: _TYPE, *args: Any) -> SharedValue:  # noqa: N802
     return _served_value(_ctype(typecode_or_type, structures=True)(*args))
 
 
-def _array(t: Any, size_or_initializer: Union[int, Any]
+def _array(t: Any, size_or_initializer: Union[int, Iterable[object]]
            ) -> Tuple[Any, Optional[HostMemory]]:
     """A ctypes array of ``t`` in memory that this host's processes can map (where there
     is such memory), and that memory."""
@@ -438,7 +441,7 @@ def _array(t: Any, size_or_initializer: Union[int, Any]
 
 
 def RawArray(typecode_or_type: _TYPE,  # noqa: N802
-             size_or_initializer: Union[int, Any]) -> SharedArray:
+             size_or_initializer: Union[int, Iterable[object]]) -> SharedArray:
     """A shared ctypes array without a lock, of a size or from a sequence.
 
     ``size_or_initializer``: an int (that many zeroed items) or a sequence of the items.
@@ -453,7 +456,7 @@ def RawArray(typecode_or_type: _TYPE,  # noqa: N802
     return (SharedString if t is ctypes.c_char else SharedArray)(obj, memory=memory)
 
 
-def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
+def Value(typecode_or_type: _TYPE, *args: object, lock: object = True,  # noqa: N802
           ctx: Optional[BaseContext] = None) -> SharedValue:
     """A shared ctypes value; with ``lock`` (default: a new fiber RLock) a Synchronized.
 
@@ -472,8 +475,9 @@ def Value(typecode_or_type: _TYPE, *args: Any, lock: Any = True,  # noqa: N802
     return _served_value(obj, None if lock is False else _lock_for(lock))
 
 
-def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # noqa: N802
-          lock: Any = True, ctx: Optional[BaseContext] = None) -> SharedArray:
+def Array(typecode_or_type: _TYPE,  # noqa: N802
+          size_or_initializer: Union[int, Iterable[object]], *,
+          lock: object = True, ctx: Optional[BaseContext] = None) -> SharedArray:
     """A shared ctypes array; with ``lock`` (default: a new fiber RLock) synchronized.
 
     ``size_or_initializer`` and ``lock`` are as for ``RawArray`` and ``Value``.
@@ -490,7 +494,8 @@ def Array(typecode_or_type: _TYPE, size_or_initializer: Union[int, Any], *,  # n
     return cls(obj, _lock_for(lock), memory)
 
 
-def copy(obj: Any) -> SharedValue:
+def copy(obj: object) -> SharedValue:
+
     """A new shared object (a ``RawValue`` or ``RawArray``) holding a copy of ``obj``, a
     ctypes value, structure or array, as ``multiprocessing.sharedctypes.copy``.
 

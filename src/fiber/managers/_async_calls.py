@@ -67,7 +67,7 @@ class AsyncChannel:
         return self.error is not None
 
     def call(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
-             decode: Optional[Decode] = None, owner: Any = None,
+             decode: Optional[Decode] = None, owner: object = None,
              again: bool = False) -> CallHandle:
         """Send a request now; its reply is read by the handle's ``get``, which returns
         ``decode(status, frames)`` (default: the unpickled value). ``owner`` is kept
@@ -273,7 +273,7 @@ class CallHandle:
 
     def __init__(self, ch: AsyncChannel, req_id: bytes, reply: Optional[Reply] = None,
                  error: Optional[BaseException] = None, decode: Optional[Decode] = None,
-                 owner: Any = None) -> None:
+                 owner: object = None) -> None:
         self._channel = ch
         self._req_id = req_id
         self._reply = reply

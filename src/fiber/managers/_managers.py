@@ -19,7 +19,7 @@ from .._process_state import here
 from ..config import get_config
 from ..errors import ProcessError
 from ..process._bound import BackendContext, process_class
-from ..process._process import mark_daemonic
+from ..process._process import Process, mark_daemonic
 from ..synchronize._primitives import ManagedLock
 from ..transport import auth
 from ..transport.client import ConnectionLost
@@ -120,8 +120,8 @@ class BaseManager:
         unless given; another ``BaseManager(address).connect()`` of this program uses it."""
         return self._address
 
-    def start(self, initializer: Optional[Callable[..., Any]] = None,
-              initargs: Sequence[Any] = ()) -> None:
+    def start(self, initializer: Optional[Callable[..., object]] = None,
+              initargs: Sequence[object] = ()) -> None:
         """Start the manager's server as a job on the context's backend.
 
         ``initializer(*initargs)`` runs in the server process first. Returns once the
@@ -189,7 +189,7 @@ class BaseManager:
                                else "Manager has shut down")
         return _Root(self._address)
 
-    def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
+    def _create(self, typeid: str, *args: object, **kwds: object) -> BaseProxy:
         _, frames = self._root().call(ManagerOps.CREATE, dumps((typeid, args, kwds)))
         return new_proxy(loads(frames), manager=self)
 
@@ -221,12 +221,12 @@ class BaseManager:
             raise ProcessError("Unable to start server")
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     @classmethod
-    def register(cls, typeid: str, callable: Optional[Callable[..., Any]] = None,
-                 proxytype: Any = None, exposed: Optional[Sequence[str]] = None,
+    def register(cls, typeid: str, callable: Optional[Callable[..., object]] = None,
+                 proxytype: Optional[type] = None, exposed: Optional[Sequence[str]] = None,
                  method_to_typeid: Optional[Dict[str, str]] = None,
                  create_method: bool = True, *, separate_job: Optional[bool] = None
                  ) -> None:
@@ -249,7 +249,7 @@ class BaseManager:
             callable, tuple(exposed) if exposed is not None else None, method_to_typeid,
             proxytype, cls._separate_jobs if separate_job is None else separate_job)
         if create_method:
-            def temp(self: BaseManager, /, *args: Any, **kwds: Any) -> Any:
+            def temp(self: BaseManager, /, *args: object, **kwds: object) -> BaseProxy:
                 return self._create(typeid, *args, **kwds)
             temp.__name__ = typeid
             setattr(cls, typeid, temp)
@@ -275,7 +275,7 @@ class _Server:
     is collected, or when the program exits (before fiber's own exit function would end
     it as a daemonic child: asked to shut down, it ends its object jobs first)."""
 
-    def __init__(self, process: Any, address: Optional[str], timeout: float) -> None:
+    def __init__(self, process: Process, address: Optional[str], timeout: float) -> None:
         self.process = process
         self.address = address
         self.timeout = timeout
@@ -363,7 +363,7 @@ def _shutdown_at_exit() -> None:
             pass
 
 
-def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue[Any]:
+def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue[object]:
     return queues.JoinableQueue(maxsize)
 
 
@@ -467,7 +467,7 @@ class AsyncManager(BaseManager):
     _separate_jobs = True
     _auto_proxy = AsyncAutoProxy
 
-    def _create(self, typeid: str, *args: Any, **kwds: Any) -> Any:
+    def _create(self, typeid: str, *args: object, **kwds: object) -> BaseProxy:
         h = channel(self._root().hub_address).call(MANAGER_SERVICE, ManagerOps.CREATE,
                                                    dumps((typeid, args, kwds)))
         return pending_proxy(self._registry[typeid].proxytype, typeid, h, manager=self)

@@ -22,7 +22,7 @@ import queue as _queue
 import secrets
 import threading
 import weakref
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from .._core import _served
 from .._core._clients import get_client
@@ -79,8 +79,8 @@ class BaseProxy(_served.Handle):
             self._init(spec)
 
 
-    def _callmethod(self, methodname: str, args: Sequence[Any] = (),
-                    kwds: Optional[Dict[str, Any]] = None) -> Any:
+    def _callmethod(self, methodname: str, args: Sequence[object] = (),
+                    kwds: Optional[Dict[str, object]] = None) -> Any:
         """Call ``methodname`` on the referent and return its result (or a proxy)."""
         self._resolve()
         if self._direct is not None:
@@ -94,7 +94,7 @@ class BaseProxy(_served.Handle):
         self._resolve()
         return loads(self._request(ObjectOps.GETVALUE)[1])
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[..., BaseProxy], Tuple[type, Spec, bytes]]:
         if _manager_server.pickling_on_hub():
             raise _manager_server.NeedsThread
         self._resolve()
@@ -130,7 +130,7 @@ def lost_error(what: str, e: ConnectionLost) -> ConnectionLost:
     return err
 
 
-def _decode(status: bytes, frames: Sequence[Frame], manager: Any = None) -> Any:
+def _decode(status: bytes, frames: Sequence[Frame], manager: object = None) -> object:
     """A call's result; a new proxy (``method_to_typeid``) keeps ``manager`` alive."""
     if status == b"proxy":
         return new_proxy(loads(frames), manager)
@@ -140,7 +140,7 @@ def _decode(status: bytes, frames: Sequence[Frame], manager: Any = None) -> Any:
 # -- what the managers need of their proxies (this module's class: noqa SLF001 below) ---
 
 
-def new_proxy(spec: Spec, manager: Any = None) -> BaseProxy:
+def new_proxy(spec: Spec, manager: object = None) -> BaseProxy:
     """The proxy of the object ``spec`` describes (what a manager's creation returns);
     it keeps ``manager`` (the creating one) alive."""
     proxy: BaseProxy = spec.proxytype.__new__(spec.proxytype)
@@ -149,8 +149,8 @@ def new_proxy(spec: Spec, manager: Any = None) -> BaseProxy:
     return proxy
 
 
-def pending_proxy(proxytype: Any, typeid: str, creation: CallHandle,
-                  manager: Any = None) -> BaseProxy:
+def pending_proxy(proxytype: Type[BaseProxy], typeid: str, creation: CallHandle,
+                  manager: object = None) -> BaseProxy:
     """A proxy of an object still being created (``creation`` gives its spec): an
     AsyncManager's, returned at once while the object's job starts; it keeps ``manager``
     alive."""
@@ -165,13 +165,13 @@ def pending_proxy(proxytype: Any, typeid: str, creation: CallHandle,
     return proxy
 
 
-def direct_object(proxy: BaseProxy) -> Any:
+def direct_object(proxy: BaseProxy) -> object:
     """The fiber object a proxy of a direct type calls itself (a managed Lock's Lock)."""
     proxy._resolve()  # noqa: SLF001
     return proxy._direct  # noqa: SLF001
 
 
-def _rebuild_proxy(cls: Any, spec: Spec, token: bytes) -> BaseProxy:
+def _rebuild_proxy(cls: Type[BaseProxy], spec: Spec, token: bytes) -> BaseProxy:
     # a proxy of this module's class, unpickled: its private state is set here
     proxy: BaseProxy = cls.__new__(cls)
     object.__setattr__(proxy, "_name", spec.name)
@@ -195,7 +195,7 @@ _detach_thread: Optional[threading.Thread] = None
 _detach_lock = threading.Lock()
 
 
-def _watch(proxy: BaseProxy, cell: List[Any]) -> None:
+def _watch(proxy: BaseProxy, cell: List[object]) -> None:
     """Send ``detach`` for ``proxy``'s object once ``proxy`` is garbage-collected."""
     global _detach_thread
     fin = weakref.finalize(proxy, _detach_queue.put, cell)
@@ -222,8 +222,8 @@ def _detach_loop() -> None:
 class AsyncProxy(BaseProxy):
     """A proxy whose method calls return a `CallHandle` at once."""
 
-    def _callmethod(self, methodname: str, args: Sequence[Any] = (),
-                    kwds: Optional[Dict[str, Any]] = None) -> Any:
+    def _callmethod(self, methodname: str, args: Sequence[object] = (),
+                    kwds: Optional[Dict[str, object]] = None) -> CallHandle:
         self._resolve()
         # m.Env().step(a).get(): the proxy lives until the reply is read
         return channel(self._address).call(self._name, ObjectOps.CALL,
@@ -348,7 +348,7 @@ class NamespaceProxy(BaseProxy):
             raise AttributeError(key)
         return self._callmethod("__getattribute__", (key,))
 
-    def __setattr__(self, key: str, value: Any) -> None:
+    def __setattr__(self, key: str, value: object) -> None:
         if key[0] == "_":
             object.__setattr__(self, key, value)
         else:
@@ -373,7 +373,7 @@ class ValueProxy(BaseProxy):
         """
         return self._callmethod("get")
 
-    def set(self, value: Any) -> None:
+    def set(self, value: object) -> None:
         """Replace the managed value (assigning ``value`` does it too).
 
         Raises:
@@ -395,11 +395,11 @@ class ListProxy(BaseListProxy):  # type: ignore[misc,valid-type]
     ``+=`` and ``*=`` change the managed list in place. As with multiprocessing, an item
     read out is a copy: changing it does not change the list (assign it back).
     """
-    def __iadd__(self, value: Any) -> ListProxy:
+    def __iadd__(self, value: Iterable[object]) -> ListProxy:
         self._callmethod("extend", (value,))
         return self
 
-    def __imul__(self, value: Any) -> ListProxy:
+    def __imul__(self, value: int) -> ListProxy:
         self._callmethod("__imul__", (value,))
         return self
 
@@ -425,7 +425,7 @@ class PoolProxy(BasePoolProxy):  # type: ignore[misc,valid-type]
     def __enter__(self) -> PoolProxy:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._callmethod("terminate")
 
 
@@ -460,7 +460,7 @@ class AcquirerProxy(DirectProxy):
     def __enter__(self) -> Any:
         return self._callmethod("acquire")
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._callmethod("release")
 
 

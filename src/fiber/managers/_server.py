@@ -10,7 +10,8 @@ import queue
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .._core import _runtime
 from .._core._clients import get_client
@@ -26,6 +27,9 @@ from ..transport.operations import handles
 from ..transport.remote import pack_exception
 from ..transport.serialization import Frame, dumps, loads
 from ..transport.server import Peer, Server, Service
+
+if TYPE_CHECKING:
+    from .. import queues
 
 __all__ = ["Entry", "Spec", "ObjectServer", "ManagerService", "manager_main",
            "object_job_main", "MANAGER_SERVICE", "NeedsThread", "pickling_on_hub"]
@@ -56,7 +60,7 @@ class Spec(NamedTuple):
     proxytype: Any
 
 
-def public_methods(obj: Any) -> Tuple[str, ...]:
+def public_methods(obj: object) -> Tuple[str, ...]:
     """Names of the callable attributes of ``obj`` that do not start with '_'."""
     return tuple(name for name in dir(obj)
                  if name[0] != "_" and callable(getattr(obj, name, None)))
@@ -117,7 +121,7 @@ def pickling_on_hub() -> bool:
     return getattr(_inline, "on", False)
 
 
-def _dumps_on_hub(obj: Any) -> Any:
+def _dumps_on_hub(obj: object) -> List[Frame]:
     _inline.on = True
     try:
         return dumps(obj)
@@ -147,7 +151,7 @@ class ObjectServer:
         self.objects: Dict[bytes, ObjectService] = {}
         self.changed = threading.Condition(self.hub.lock)
 
-    def create(self, typeid: str, args: Tuple[Any, ...], kwds: Dict[str, Any],
+    def create(self, typeid: str, args: Tuple[object, ...], kwds: Dict[str, object],
                holder: bytes) -> Spec:
         entry = self.registry[typeid]
         if entry.callable is None:
@@ -161,7 +165,7 @@ class ObjectServer:
                 raise as_remote_error(e) from None
         return self.serve(obj, typeid, holder)
 
-    def serve(self, obj: Any, typeid: str, holder: bytes) -> Spec:
+    def serve(self, obj: object, typeid: str, holder: bytes) -> Spec:
         """Serve ``obj`` as a new managed object, counted once for process ``holder``."""
         from .._core._served import Handle
 
@@ -223,7 +227,7 @@ class ObjectService(Service):
     #: asked again after a reset, it is answered, not run twice.
     answers_again = True
 
-    def __init__(self, owner: ObjectServer, name: bytes, obj: Any, typeid: str,
+    def __init__(self, owner: ObjectServer, name: bytes, obj: object, typeid: str,
                  exposed: Tuple[str, ...], method_to_typeid: Dict[str, str],
                  inline: bool = False) -> None:
         self.owner = owner
@@ -338,7 +342,7 @@ _releaser: List[threading.Thread] = []
 _releaser_lock = threading.Lock()
 
 
-def release_off_hub(obj: Any) -> None:
+def release_off_hub(obj: object) -> None:
     """Let go of a managed object on the releaser thread, not on the hub thread (which
     is where an object is dropped): what its last reference runs may block, and the hub
     must keep serving meanwhile (a dropped ``Pool`` terminates and waits for its workers,
@@ -428,7 +432,7 @@ class ManagerService(Service):
         self.stopped.set()
 
     def _start_job(self, server: Server, peer: Peer, req_id: bytes, typeid: str,
-                   args: Tuple[Any, ...], kwds: Dict[str, Any], holder: bytes) -> None:
+                   args: Tuple[object, ...], kwds: Dict[str, object], holder: bytes) -> None:
         """In a worker thread: start the job that will serve one object; it answers."""
         import secrets
 
@@ -517,7 +521,7 @@ def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
     hub.register(MANAGER_SERVICE, service)
     terminated = threading.Event()
     if stop_on_sigterm and threading.current_thread() is threading.main_thread():
-        def on_sigterm(signum: int, frame: Any) -> None:
+        def on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
             terminated.set()
             service.stopped.set()
         signal.signal(signal.SIGTERM, on_sigterm)
@@ -537,8 +541,9 @@ def serve_manager(registry: Dict[str, Entry], backend: Optional[str],
     return terminated.is_set()
 
 
-def manager_main(registry: Dict[str, Entry], backend: Optional[str], report: Any,
-                 initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...]) -> None:
+def manager_main(registry: Dict[str, Entry], backend: Optional[str],
+                 report: queues.Queue[str], initializer: Optional[Callable[..., object]],
+                 initargs: Tuple[object, ...]) -> None:
     """The target of the manager's process."""
     if initializer is not None:
         initializer(*initargs)
@@ -549,8 +554,9 @@ def manager_main(registry: Dict[str, Entry], backend: Optional[str], report: Any
         os.kill(here.pid, signal.SIGTERM)
 
 
-def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[Any, ...],
-                    kwds: Dict[str, Any], holder: bytes, manager: str, cid: bytes) -> None:
+def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[object, ...],
+                    kwds: Dict[str, object], holder: bytes, manager: str,
+                    cid: bytes) -> None:
     """The target of a job that serves one object; it ends when the object is dropped."""
     objects = ObjectServer(registry)
     try:

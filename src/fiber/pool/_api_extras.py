@@ -9,6 +9,7 @@ import time
 from typing import Any, List, Optional
 
 from ..errors import TimeoutError as FiberTimeoutError
+from ..process import Process
 from ._poolcore import CLOSE, RUN, TERMINATE
 
 __all__ = ["PoolExtras", "check_error_handling", "INIT", "RUN", "CLOSE", "TERMINATE"]
@@ -38,7 +39,7 @@ class PoolExtras:
     _core: Any
 
     @property
-    def _pool(self) -> List[Any]:
+    def _pool(self) -> List[Process]:
         """The worker processes started and not lost (a new list at each read), each with
         its pid: right after ``Pool()``, once its maintainer has started its first
         workers; a replacement is listed once its start returned."""

@@ -13,7 +13,8 @@ import sys
 import time
 import traceback
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from types import FrameType
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .._core._clients import get_client
 from .._log import log
@@ -24,6 +25,7 @@ from ..process._relay import FORWARDED_SIGNALS, die_with
 from ..transport import cpus
 from ..transport.client import Client, ConnectionLost
 from ..transport.framing import FrameReader, Outbox, ProtocolError, send_frames
+from ..transport.serialization import Frame
 from ..transport.sockets import readable
 from . import _resume
 from ._protocol import PoolOps, pack_ids, pack_to, result_ids, task_ids, unpack_ids, unpack_to
@@ -44,14 +46,14 @@ class RelayedLink:
         self.sock = sock
         self._reader = FrameReader()
 
-    def send(self, service: bytes, op: bytes, frames: Any = ()) -> None:
+    def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         try:
             send_frames(self.sock, [op, *frames], unix=False)
         except OSError as e:
             raise ConnectionLost(f"its job is gone: {e}") from None
 
     def next_push(self, timeout: Optional[float], spin: float = 0.0
-                  ) -> Optional[List[Any]]:
+                  ) -> Optional[List[Frame]]:
         messages = self._reader.messages
         if spin and not messages:
             cpus.poll(lambda: messages or (self._feed(socket.MSG_DONTWAIT) and messages), spin)
@@ -125,7 +127,7 @@ class _Group:
         #: line tagged with its worker's name (see `_tagged`), by worker id.
         self.pipes = WorkerPipes(self.selector) if _output.forwarded() else None
 
-    def forward(self, signum: int, frame: Any) -> None:
+    def forward(self, signum: int, frame: Optional[FrameType]) -> None:
         for pid in list(self.children):
             try:
                 os.kill(pid, signum)
@@ -171,7 +173,7 @@ class _Group:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _become_worker(self, worker_id: int, sock: socket.socket, other: socket.socket,
-                       mask: Any, pipes: Optional[Tuple[int, int, int, int]]) -> None:
+                       mask: Iterable[int], pipes: Optional[Tuple[int, int, int, int]]) -> None:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
@@ -229,7 +231,7 @@ class _Group:
                     held.update(dict.fromkeys(task_ids(frames[1:])))
                 self._send_to(worker_id, frames)
 
-    def _send_to(self, worker_id: int, frames: Any) -> None:
+    def _send_to(self, worker_id: int, frames: Sequence[Frame]) -> None:
         """Send worker ``worker_id`` ``[op, *payload]`` (the rest when it reads)."""
         link = self.links.get(worker_id)
         if link is None or not link.open:
@@ -390,7 +392,7 @@ class _Group:
 
 
 def group_main(address: str, pool_name: bytes, worker_ids: List[int],
-               initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
+               initializer: Optional[Callable[..., object]], initargs: Tuple[object, ...],
                maxtasks: Optional[int], preload: Sequence[str] = ()) -> None:
     """The target of a job of several workers: import ``preload`` (config
     ``pool_preload``: what the workers then share), fork ``worker_ids``, relay them,

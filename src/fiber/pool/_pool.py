@@ -17,10 +17,12 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NoReturn,
     Optional,
     Sequence,
     Set,
     Tuple,
+    Type,
     TypeVar,
 )
 
@@ -84,8 +86,8 @@ class Pool(PoolExtras):
     _core: PoolCore
 
     def __init__(self, processes: Optional[int] = None,
-                 initializer: Optional[Callable[..., Any]] = None,
-                 initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
+                 initializer: Optional[Callable[..., object]] = None,
+                 initargs: Iterable[object] = (), maxtasksperchild: Optional[int] = None,
                  context: Optional[ProcessContext] = None, *, cpu: Optional[float] = None,
                  memory: Optional[int] = None, gpu: Optional[int] = None,
                  error_handling: Optional[bool] = None,
@@ -178,8 +180,8 @@ class Pool(PoolExtras):
 
     # -- apply -------------------------------------------------------------------------
 
-    def apply(self, func: Callable[..., _T], args: Iterable[Any] = (),
-              kwds: Optional[Mapping[str, Any]] = None) -> _T:
+    def apply(self, func: Callable[..., _T], args: Iterable[object] = (),
+              kwds: Optional[Mapping[str, object]] = None) -> _T:
         """Call ``func(*args, **kwds)`` in a worker and return its result."""
         # Queued while this thread serves the hub: a result quicker than our way from the
         # submission to get() still wakes this thread, not the hub thread.
@@ -189,8 +191,8 @@ class Pool(PoolExtras):
         finally:
             serving.stop()
 
-    def apply_async(self, func: Callable[..., _T], args: Iterable[Any] = (),
-                    kwds: Optional[Mapping[str, Any]] = None,
+    def apply_async(self, func: Callable[..., _T], args: Iterable[object] = (),
+                    kwds: Optional[Mapping[str, object]] = None,
                     callback: Optional[Callable[[_T], object]] = None,
                     error_callback: Optional[Callable[[BaseException], object]] = None
                     ) -> ApplyResult[_T]:
@@ -201,8 +203,10 @@ class Pool(PoolExtras):
         """
         return self._apply_async(func, args, kwds, callback, error_callback)
 
-    def _apply_async(self, func: Callable[..., _T], args: Iterable[Any],
-                     kwds: Optional[Mapping[str, Any]], callback: Any, error_callback: Any,
+    def _apply_async(self, func: Callable[..., _T], args: Iterable[object],
+                     kwds: Optional[Mapping[str, object]],
+                     callback: Optional[Callable[[_T], object]],
+                     error_callback: Optional[Callable[[BaseException], object]],
                      serving: Optional[Serving] = None) -> ApplyResult[_T]:
         core = self._core
         core.check_running()
@@ -215,8 +219,8 @@ class Pool(PoolExtras):
 
     # -- map -----------------------------------------------------------------------------
 
-    def _chunks(self, iterable: Iterable[Any], chunksize: Optional[int]
-                ) -> Tuple[List[Sequence[Any]], int]:
+    def _chunks(self, iterable: Iterable[object], chunksize: Optional[int]
+                ) -> Tuple[List[Sequence[object]], int]:
         items = list(iterable)
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._core.size * 4)
@@ -230,14 +234,16 @@ class Pool(PoolExtras):
             return [(item,) for item in items], len(items)
         return [items[i:i + chunksize] for i in range(0, len(items), chunksize)], len(items)
 
-    def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any],
-                   chunksize: Optional[int], mode: int, callback: Any,
-                   error_callback: Any, wait: bool = False) -> MapResult[Any]:
+    def _map_async(self, func: Callable[..., _T], iterable: Iterable[object],
+                   chunksize: Optional[int], mode: int,
+                   callback: Optional[Callable[[List[_T]], object]],
+                   error_callback: Optional[Callable[[BaseException], object]],
+                   wait: bool = False) -> MapResult[_T]:
         """The MapResult; with ``wait``, once it is ready (waited for serving the hub)."""
         core = self._core
         core.check_running()
         chunks, length = self._chunks(iterable, chunksize)
-        result: MapResult[Any] = MapResult(
+        result: MapResult[_T] = MapResult(
             core.callbacks, len(chunks), length, callback, error_callback, core.hub,
             core.service.spin_budget, owner=self, chunksize=len(chunks[0]) if chunks else 0)
         # A short map waited for at once is queued while this thread serves the hub (see
@@ -287,7 +293,7 @@ class Pool(PoolExtras):
         """
         return self._map_async(func, iterable, chunksize, MAP, callback, error_callback)
 
-    def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
+    def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[object]],
                 chunksize: Optional[int] = None) -> List[_T]:
         """``[func(*args) for args in iterable]`` computed by the workers, in order.
 
@@ -303,7 +309,7 @@ class Pool(PoolExtras):
                                           wait=True).get()
         return values
 
-    def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
+    def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[object]],
                       chunksize: Optional[int] = None,
                       callback: Optional[Callable[[List[_T]], object]] = None,
                       error_callback: Optional[Callable[[BaseException], object]] = None
@@ -316,18 +322,18 @@ class Pool(PoolExtras):
         """
         return self._map_async(func, iterable, chunksize, STARMAP, callback, error_callback)
 
-    def _imap(self, cls: Any, func: Callable[[Any], Any], iterable: Iterable[Any],
-              chunksize: int) -> IMapIterator[Any]:
+    def _imap(self, cls: Type[IMapIterator[_T]], func: Callable[[_S], _T],
+              iterable: Iterable[_S], chunksize: int) -> IMapIterator[_T]:
         core = self._core
         core.check_running()
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
         source = iter(iterable)
-        chunks: Iterator[List[Any]] = iter(
+        chunks: Iterator[List[_S]] = iter(
             lambda: list(itertools.islice(source, chunksize)), [])
-        holder: List[IMapIterator[Any]] = []
+        holder: List[IMapIterator[_T]] = []
 
-        def submit(index: int, chunk: List[Any]) -> None:
+        def submit(index: int, chunk: Sequence[object]) -> None:
             core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({label(func)})",
                         chunksize=chunksize)
 
@@ -390,10 +396,10 @@ class Pool(PoolExtras):
         self._core.check_running()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.terminate()
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise NotImplementedError(
             "pool objects cannot be passed between processes or pickled")
 

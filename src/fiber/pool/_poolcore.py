@@ -33,6 +33,7 @@ from typing import (
     Iterator,
     List,
     Optional,
+    Sequence,
     Tuple,
     Type,
 )
@@ -86,13 +87,13 @@ _SLICE = 256
 _OUTPUT_WAIT_S = 2.0  # seconds join waits for the last output of workers that ended
 
 
-def label(fn: Any) -> str:
+def label(fn: object) -> str:
     if isinstance(fn, functools.partial):
         return label(fn.func)
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
-def _explain_task(error: BaseException, mode: int, data: Any, index: int,
+def _explain_task(error: BaseException, mode: int, data: Sequence[object], index: int,
                   label: str) -> BaseException:
     """A task's pickling error, saying which argument or item and which object failed."""
     if mode == CALL:
@@ -103,7 +104,7 @@ def _explain_task(error: BaseException, mode: int, data: Any, index: int,
     return explained(error, f"chunk {index} of {label}", data, "items")
 
 
-def check_size(processes: Any) -> None:
+def check_size(processes: object) -> None:
     """Raise as multiprocessing does for a pool size that is not a positive int."""
     if not isinstance(processes, int) or isinstance(processes, bool):
         raise TypeError(f"the number of processes must be an int, not "
@@ -126,8 +127,8 @@ class PoolCore:
     that a pool dropped by its user is garbage-collected and its workers ended."""
 
     def __init__(self, size: int, process_class: Type[Process],
-                 initializer: Optional[Callable[..., Any]],
-                 initargs: Tuple[Any, ...], maxtasks: Optional[int],
+                 initializer: Optional[Callable[..., object]],
+                 initargs: Tuple[object, ...], maxtasks: Optional[int],
                  resources: Resources, workers_per_job: int = 1) -> None:
         cfg = get_config()
         #: Workers a job holds (see `_group`): 1, a job a worker.
@@ -196,7 +197,7 @@ class PoolCore:
             self._callbacks = CallbackThread(f"fiber-pool-callbacks-{self.name.decode()[4:]}")
         return self._callbacks
 
-    def _fid(self, fn: Callable[..., Any]) -> int:
+    def _fid(self, fn: Callable[..., object]) -> int:
         """The id of ``fn`` as pickled now (called under the hub lock).
 
         The function is pickled at every submission, so a callable's state is the one it
@@ -242,7 +243,8 @@ class PoolCore:
         if self.broken is not None:
             raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
 
-    def submit(self, fn: Callable[..., Any], mode: int, items: Iterable[Tuple[int, Any]],
+    def submit(self, fn: Callable[..., object], mode: int,
+               items: Iterable[Tuple[int, Sequence[object]]],
                job: ResultSink, label: str, serving: Optional[Serving] = None,
                chunksize: int = 1) -> List[Task]:
         """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
@@ -302,7 +304,7 @@ class PoolCore:
         return tasks
 
     def _enqueue(self, pending: List[Task], tasks: List[Task], job: ResultSink,
-                 rest: Iterator[Tuple[int, Any]], serving: Optional[Serving]) -> None:
+                 rest: Iterator[Tuple[int, Sequence[object]]], serving: Optional[Serving]) -> None:
         """Queue a slice of tasks; if the pool stopped after an earlier slice, the slice
         and the items not pickled yet fail with the reason (their result must come)."""
         if serving is not None:

@@ -96,14 +96,14 @@ def results_busy(frames: Sequence[Frame]) -> float:
     return float(_BUSY.unpack_from(frames[0])[0])
 
 
-def unpack_results(frames: Sequence[Frame]) -> List[Tuple[int, bool, List[Any]]]:
+def unpack_results(frames: Sequence[Frame]) -> List[Tuple[int, bool, List[Frame]]]:
     """The results of a batch (a list: see `unpack_tasks`)."""
     header = frames[0]
     if len(header) == _ONE_RESULT:  # the usual batch: no iterator, no view
         task_id, ok, n = _RESULT.unpack_from(header, _BUSY.size)
         return [(task_id, ok == 1, [frames[1]] if n == 1 else list(frames[1:1 + n]))]
     pos = 1
-    out: List[Tuple[int, bool, List[Any]]] = []
+    out: List[Tuple[int, bool, List[Frame]]] = []
     for task_id, ok, n in _RESULT.iter_unpack(memoryview(header)[_BUSY.size:]):
         # a result is usually one frame: a list of it costs a third of a slice's
         out.append((task_id, ok == 1, [frames[pos]] if n == 1 else list(frames[pos:pos + n])))
@@ -121,7 +121,7 @@ def pack_ids(ids: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(ids)}Q", *ids)
 
 
-def unpack_ids(data: Any) -> List[int]:
+def unpack_ids(data: Frame) -> List[int]:
     """What `pack_ids` packed."""
     return [fields[0] for fields in _ID.iter_unpack(data)]
 
@@ -140,7 +140,7 @@ def pack_to(messages: Sequence[Tuple[int, Sequence[Frame]]]) -> List[Frame]:
     return out
 
 
-def unpack_to(frames: Sequence[Frame]) -> List[Tuple[int, Sequence[Any]]]:
+def unpack_to(frames: Sequence[Frame]) -> List[Tuple[int, Sequence[Frame]]]:
     """What `pack_to` packed: (worker id, ``[op, *payload]``) each."""
     out = []
     at = 1

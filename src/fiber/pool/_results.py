@@ -150,7 +150,7 @@ class ApplyResult(Generic[_T]):
 
     def __init__(self, callbacks: Callable[[], CallbackThread], callback: Callback = None,
                  error_callback: Callback = None, server: Optional[Server] = None,
-                 spin: Spin = None, owner: Any = None) -> None:
+                 spin: Spin = None, owner: object = None) -> None:
         """``owner``: the pool, kept from collection while the result lives (as
         multiprocessing's results keep theirs)."""
         self._pool = owner
@@ -249,7 +249,7 @@ class MapResult(ApplyResult[List[_T]]):
     def __init__(self, callbacks: Callable[[], CallbackThread], chunks: int, length: int,
                  callback: Callback = None, error_callback: Callback = None,
                  server: Optional[Server] = None, spin: Spin = None,
-                 owner: Any = None, chunksize: int = 0) -> None:
+                 owner: object = None, chunksize: int = 0) -> None:
         super().__init__(callbacks, callback, error_callback, server, spin, owner)
         self._chunks: List[Any] = [None] * chunks
         self._missing = chunks
@@ -320,10 +320,11 @@ class IMapIterator(Generic[_T]):
     _ordered = True
     _pool: Any = None  # as ApplyResult._pool
 
-    def __init__(self, submit: Callable[[int, Any], None], chunks: Iterator[Any],
+    def __init__(self, submit: Callable[[int, Sequence[object]], None],
+                 chunks: Iterator[Sequence[object]],
                  window: Callable[[], int], server: Optional[Server] = None,
                  spin: Spin = None,
-                 owner: Any = None) -> None:
+                 owner: object = None) -> None:
         self._pool = owner  # as ApplyResult's
         self._submit = submit
         self._server = server

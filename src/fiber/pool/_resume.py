@@ -5,7 +5,7 @@ delivered once, a task may run twice. The protocol: docs/contributing/resets.md,
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from .._core._clients import get_client
 from ..transport.client import CannotConnect, Client, ConnectionLost
@@ -20,7 +20,7 @@ _RETRY_S = 0.2
 
 
 def reconnect(address: str, pool_name: bytes, op: bytes, frames: Sequence[Frame]
-              ) -> Optional[Tuple[Client, List[Any]]]:
+              ) -> Optional[Tuple[Client, List[Frame]]]:
     """A new connection to the master, on which it answered ``op`` (``resume``: a
     worker and the ids of the tasks it holds; ``resume_job``: a job's workers, see
     `_group`) with ``ok``: the connection and the answer's payload. None when the master
@@ -44,7 +44,8 @@ def reconnect(address: str, pool_name: bytes, op: bytes, frames: Sequence[Frame]
         return (client, payload) if status == b"ok" else None
 
 
-def held_ids(held: Iterable[Any], out: Iterable[Any]) -> Iterable[int]:
+def held_ids(held: Iterable[Tuple[int, object, object]],
+             out: Iterable[Tuple[int, object, object]]) -> Iterable[int]:
     """The ids of the tasks a worker holds (``held``) and of its unsent results (``out``)."""
     yield from (task[0] for task in held)
     yield from (result[0] for result in out)

@@ -9,10 +9,12 @@ import os
 import signal
 import threading
 import time
-from typing import Any, List, NoReturn, Optional, Tuple
+from types import FrameType
+from typing import List, NoReturn, Optional, Tuple
 
 from .._core._clients import own_client
 from .._process_state import here
+from ..transport.serialization import Frame
 from ._losses import tasks_text
 from ._protocol import PoolOps, pack_ids
 from ._state import Task, WorkerState
@@ -44,7 +46,7 @@ def plan(ws: WorkerState, given: List[Task]) -> str:
     return back
 
 
-def _noop(signum: int, frame: Any) -> None:
+def _noop(signum: int, frame: Optional[FrameType]) -> None:
     """The Python-level handler: the work is the wake-up fd's (see `Retirement`)."""
 
 
@@ -53,7 +55,7 @@ class Retirement:
     and the thread that tells the master."""
 
     def __init__(self, address: str, pool_name: bytes, worker_id: int,
-                 unsent: List[Tuple[int, bool, List[Any]]]) -> None:
+                 unsent: List[Tuple[int, bool, List[Frame]]]) -> None:
         self.lock = threading.Lock()
         #: The cluster told this worker to go (set under `lock`).
         self.requested = False

@@ -65,7 +65,7 @@ class _Function:
         #: How long its tasks run here, a running average (None: none has run yet).
         self.seconds: Optional[float] = None
 
-    def get(self) -> Callable[..., Any]:
+    def get(self) -> Callable[..., object]:
         if self.frames is not None:
             frames, self.frames = self.frames, None
             try:
@@ -84,7 +84,7 @@ class FunctionCache:
     def __init__(self) -> None:
         self._entries: collections.OrderedDict[int, _Function] = collections.OrderedDict()
 
-    def receive(self, fid: int, fn_frames: Optional[List[Any]]) -> _Function:
+    def receive(self, fid: int, fn_frames: Optional[List[Frame]]) -> _Function:
         if fn_frames is not None:
             self._entries[fid] = _Function(fn_frames)
         entry = self._entries[fid]
@@ -94,7 +94,7 @@ class FunctionCache:
         return entry
 
 
-def run_task(function: _Function, arg_frames: Sequence[Frame]) -> Tuple[bool, List[Any]]:
+def run_task(function: _Function, arg_frames: Sequence[Frame]) -> Tuple[bool, List[Frame]]:
     """Run one task; returns (ok, frames of the value or of the exception record)."""
     try:
         fn = function.get()
@@ -121,7 +121,7 @@ def run_task(function: _Function, arg_frames: Sequence[Frame]) -> Tuple[bool, Li
         return False, _error(e, "pickling the result")
 
 
-def _encoding_error(error: Exception, value: Any) -> BaseException:
+def _encoding_error(error: Exception, value: object) -> BaseException:
     """What ``multiprocessing.pool`` raises for a result it cannot send back:
     ``MaybeEncodingError`` (its ``exc`` says which part of the result failed), caused by
     the pickling error (whose traceback the caller sees)."""
@@ -183,7 +183,7 @@ class PoolLink(Protocol):
         """Send a message that gets no reply."""
 
     def next_push(self, timeout: Optional[float], spin: float = 0.0
-                  ) -> Optional[List[Any]]:
+                  ) -> Optional[List[Frame]]:
         """The next message from the master, ``[b"", op, *payload]``, or None."""
 
 
@@ -209,7 +209,7 @@ def _report_init_failure(client: Optional[Client], address: str, pool_name: byte
 
 
 def worker_main(address: str, pool_name: bytes, worker_id: int,
-                initializer: Optional[Callable[..., Any]], initargs: Tuple[Any, ...],
+                initializer: Optional[Callable[..., object]], initargs: Tuple[object, ...],
                 maxtasks: Optional[int], relay: Optional[PoolLink] = None) -> None:
     """The worker's loop (see the module). ``relay``: its job's relay, for a worker of a
     job of several (see `_group`): its tasks and results go through it, and it connects
@@ -225,7 +225,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         client = own
     else:
         client = relay
-    out: List[Tuple[int, bool, List[Any]]] = []  # results not sent yet
+    out: List[Tuple[int, bool, List[Frame]]] = []  # results not sent yet
     retire = Retirement(address, pool_name, worker_id, out)  # the cluster's signals
     if initializer is not None:
         try:
