@@ -13,7 +13,7 @@ import multiprocessing
 import multiprocessing.managers as _mp_managers
 import multiprocessing.pool as _mp_pool
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Type
 
 __all__ = [
     "FiberError",
@@ -56,7 +56,8 @@ class ConfigError(FiberError, ValueError):
             msg += "; valid keys are: " + ", ".join(sorted(valid))
         super().__init__(msg)
 
-    def __reduce__(self) -> Any:  # its arguments are not its message: pickle them
+    def __reduce__(self) -> Tuple[type, Tuple[object, ...]]:
+        # its arguments are not its message: pickle them
         return (type(self), (self.key, *self._given, self.where))
 
 
@@ -179,7 +180,8 @@ class RemoteError(FiberError, _mp_managers.RemoteError):
     def __str__(self) -> str:  # the message, not the standard library's framed traceback
         return Exception.__str__(self)
 
-    def __reduce__(self) -> Any:  # its arguments are not its message: pickle them
+    def __reduce__(self) -> Tuple[type, Tuple[str, str, str]]:
+        # its arguments are not its message: pickle them
         return (RemoteError, (self.type_name, self._message, self.remote_traceback))
 
 
@@ -219,7 +221,9 @@ def as_remote_error(exc: BaseException) -> BaseException:
 
 
 def _remote_class(cls: type) -> type:
-    def __reduce__(self: Any) -> Any:  # noqa: N807 - a method, defined for the class
+    def __reduce__(self: RemoteError  # noqa: N807 - a method, defined for the class
+                   ) -> Tuple[Callable[..., BaseException],
+                              Tuple[type, Tuple[object, ...], Dict[str, object], str]]:
         state = {k: v for k, v in vars(self).items() if k not in _OWN}
         return (_rebuild_remote_error, (_remote_bases[type(self)], self.args, state,
                                         self.remote_traceback))
@@ -231,8 +235,8 @@ def _remote_class(cls: type) -> type:
     return remote
 
 
-def _rebuild_remote_error(cls: type, args: Tuple[Any, ...], state: Dict[str, Any],
-                          tb: str) -> BaseException:
+def _rebuild_remote_error(cls: Type[BaseException], args: Tuple[object, ...],
+                          state: Dict[str, object], tb: str) -> BaseException:
     original = cls.__new__(cls, *args)
     original.args = args
     original.__dict__.update(state)
@@ -287,7 +291,8 @@ class RingError(ProcessError):
         super().__init__(f"ring member rank {rank} of {size}{where} {what}{after}{also}; "
                          f"the ring ended its other members")
 
-    def __reduce__(self) -> Any:  # its arguments are not its message: pickle them
+    def __reduce__(self) -> Tuple[Callable[..., RingError], Tuple[object, ...]]:
+        # its arguments are not its message: pickle them
         return (_ring_error, (self.rank, self.size, self._what, self.exitcode, self.traceback,
                               self.host, self.restarts, self.others))
 

@@ -13,7 +13,7 @@ function object is not modified. ``Process.start`` reads them into the job's ``J
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from .backends import Resources
 
@@ -25,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class MetaFunction:
     """A callable with job resources attached; behaves like the function it wraps."""
 
-    def __init__(self, func: Callable[..., Any], resources: Resources) -> None:
+    def __init__(self, func: Callable[..., object], resources: Resources) -> None:
         functools.update_wrapper(self, func)
         self.__wrapped__ = func
         self.resources = resources
@@ -36,7 +36,7 @@ class MetaFunction:
     def __repr__(self) -> str:
         return f"<fiber.meta {self.resources} of {self.__wrapped__!r}>"
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[..., object], Tuple[object, ...]]:
         # Importable functions pickle by reference, as the name now holds this wrapper.
         import sys
 
@@ -50,7 +50,7 @@ class MetaFunction:
         return (MetaFunction, (self.__wrapped__, self.resources))
 
 
-def _lookup(module: str, qualname: str) -> Any:
+def _lookup(module: str, qualname: str) -> object:
     import importlib
 
     obj: Any = importlib.import_module(module)
@@ -77,6 +77,6 @@ def meta(cpu: Optional[float] = None, memory: Optional[int] = None,
     return decorate
 
 
-def resources_of(target: Any) -> Optional[Resources]:
+def resources_of(target: object) -> Optional[Resources]:
     """The resources ``@meta`` attached to ``target``, or None."""
     return target.resources if isinstance(target, MetaFunction) else None

@@ -150,11 +150,11 @@ class SharedValue(Handle):
                 self._client_lock = lock
         super().__init__(ValueService(obj, guard, memory), b"V")
 
-    def __getstate__(self) -> Tuple[Tuple[Any, ...], str, object, object, object]:
+    def __getstate__(self) -> Tuple[Tuple[object, ...], str, object, object, object]:
         return (super().__getstate__(), self._type_name, self._lock, self._client_lock,
                 self._extra_state())
 
-    def __setstate__(self, state: Tuple[Tuple[Any, ...], str, object, object, object]
+    def __setstate__(self, state: Tuple[Tuple[object, ...], str, object, object, object]
                      ) -> None:
         base, self._type_name, self._lock, self._client_lock, extra = state
         super().__setstate__(base)

@@ -39,7 +39,7 @@ class QueueEnd:
             raise OSError("this is the queue's writer: recv() is the reader's")
         return self._queue.get()
 
-    def send(self, obj: Any) -> None:
+    def send(self, obj: object) -> None:
         """Put ``obj`` on the queue (``put(obj)``).
 
         Raises:

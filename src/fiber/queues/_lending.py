@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .._core import _runtime
 from .._core._clients import own_client, plain_client
@@ -268,13 +268,13 @@ class Lease:
                 self._pull()
 
     def request(self, op: bytes, frames: Sequence[Frame], timeout: Optional[float] = None
-                ) -> Optional[Tuple[bytes, List[Any]]]:
+                ) -> Optional[Tuple[bytes, List[Frame]]]:
         """Send a request of the queue's protocol on the lease's connection, after the
         ``ack``s of this process's takes (so that a ``qsize`` after a ``get`` counts
         it), and wait for its reply (up to ``timeout`` s); None if the connection is
         not there (not made yet: nothing was taken through it; or gone), or was lost
         before the reply, or it did not come in time."""
-        box: List[Tuple[bytes, List[Any]]] = []
+        box: List[Tuple[bytes, List[Frame]]] = []
 
         def on_reply(status: bytes, payload: List[Frame]) -> None:
             with self._cond:

@@ -12,7 +12,7 @@ import time
 import traceback
 import weakref
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from .._core._clients import get_client
 from .._core._served import Handle, decode_wait, encode_wait
@@ -66,10 +66,10 @@ class Queue(Handle, Generic[_T]):
         self._closed = False
         super().__init__(QueueService(maxsize, self._joinable), b"q")
 
-    def __getstate__(self) -> Any:
+    def __getstate__(self) -> Tuple[Tuple[object, ...], int]:
         return (super().__getstate__(), self._maxsize)
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Tuple[Tuple[object, ...], int]) -> None:
         base, self._maxsize = state
         super().__setstate__(base)
         self._closed = False
@@ -103,7 +103,7 @@ class Queue(Handle, Generic[_T]):
             self._put_frames(frames, block, timeout)
 
     @staticmethod
-    def _on_queue_feeder_error(e: Exception, obj: Any) -> None:
+    def _on_queue_feeder_error(e: Exception, obj: object) -> None:
         """Report that ``obj`` could not be pickled (``e``) and was dropped: printed to
         stderr. The standard library's hook of the same name, which a subclass overrides
         (``concurrent.futures`` does, to fail the task's future)."""
@@ -183,8 +183,9 @@ class Queue(Handle, Generic[_T]):
         return self._ask_again(QueueOps.GET, lambda left: [encode_wait(block, left), asked],
                                self._give_back, timeout)
 
-    def _ask_again(self, op: bytes, frames: Callable[[Optional[float]], List[Any]],
-                   on_late: LateReply, timeout: Optional[float]) -> Tuple[bytes, List[Any]]:
+    def _ask_again(self, op: bytes, frames: Callable[[Optional[float]], List[Frame]],
+                   on_late: LateReply, timeout: Optional[float]
+                   ) -> Tuple[bytes, List[Frame]]:
         """``op`` with ``frames(left)`` (``left``: what remains of ``timeout``), asked
         again on a new connection while its connection fails under it: its frames
         carry its ticket, so the hub answers it once."""
@@ -199,7 +200,7 @@ class Queue(Handle, Generic[_T]):
     def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None,
-                 again: Optional[bool] = None) -> Tuple[bytes, List[Any]]:
+                 again: Optional[bool] = None) -> Tuple[bytes, List[Frame]]:
         """As `Handle._request`; in a process that holds items lent ahead, a count and a
         put that may not wait go on the lease's connection, after the acknowledgements
         of what this process took: a ``get`` then ``empty()`` says True, and a

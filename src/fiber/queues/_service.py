@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import struct
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from typing import Deque, List, Optional, Sequence, Tuple, Union
 
 from .._core._served import decode_wait
 from .._log import info
@@ -307,7 +307,8 @@ class QueueService(Service):
             for peer in self.loans.to_recall():
                 server.send(peer, [b"", RECALL])
 
-    def _expire(self, server: Server, waiters: Deque[Any], entry: Any, status: bytes) -> None:
+    def _expire(self, server: Server, waiters: Union[Deque[_Waiter], Deque[_Putter]],
+                entry: Union[_Waiter, Tuple[Peer, bytes]], status: bytes) -> None:
         for i, w in enumerate(waiters):
             if w[0] is entry[0] and w[1] == entry[1]:
                 del waiters[i]

@@ -141,7 +141,7 @@ class BarrierService(Parking):
             self.runner = None
             self._break(server)
 
-    def _drop_later(self, entry: Tuple[Peer, bytes, List[Any]]) -> None:
+    def _drop_later(self, entry: Tuple[Peer, bytes, List[Frame]]) -> None:
         self.later = [x for x in self.later if x is not entry]
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
@@ -165,17 +165,20 @@ class Barrier(Handle):
 
     _asks_again = True  # its waits outlive a reset (see Handle, fiber._core._parking)
 
-    def __init__(self, parties: int, action: Optional[Callable[[], Any]] = None,
+    def __init__(self, parties: int, action: Optional[Callable[[], object]] = None,
                  timeout: Optional[float] = None, *, ctx: Optional[BaseContext] = None) -> None:
         if parties < 1:
             raise ValueError("parties must be > 0")
         self._parties, self._action, self._timeout = parties, action, timeout
         super().__init__(BarrierService(parties, action is not None), b"B")
 
-    def __getstate__(self) -> Any:
+    def __getstate__(self) -> Tuple[Tuple[object, ...], int, Optional[Callable[[], object]],
+                                    Optional[float]]:
         return (super().__getstate__(), self._parties, self._action, self._timeout)
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Tuple[Tuple[object, ...], int,
+                                        Optional[Callable[[], object]], Optional[float]]
+                     ) -> None:
         base, self._parties, self._action, self._timeout = state
         super().__setstate__(base)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 import time
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from .._core._parking import Parking, Q, Waiter
 from .._core._served import Handle, decode_wait, encode_wait
@@ -29,6 +29,9 @@ from ..transport.server import Peer, Server
 from ._primitives import Lock, RLock
 
 __all__ = ["Condition", "ConditionService", "ConditionOps"]
+
+#: What a ``wait_for`` predicate returns (``wait_for`` returns its last value).
+_T = TypeVar("_T")
 
 
 class ConditionOps:
@@ -144,10 +147,10 @@ class Condition(Handle):
         self._lock = lock
         super().__init__(ConditionService(), b"C")
 
-    def __getstate__(self) -> Any:
+    def __getstate__(self) -> Tuple[Tuple[object, ...], Lock]:
         return (super().__getstate__(), self._lock)
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Tuple[Tuple[object, ...], Lock]) -> None:
         base, self._lock = state
         super().__setstate__(base)
 
@@ -174,7 +177,7 @@ class Condition(Handle):
     def __enter__(self) -> bool:
         return self._lock.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
@@ -214,7 +217,7 @@ class Condition(Handle):
             self._lock._acquire_restore(count)  # noqa: SLF001
         return status == b"ok"
 
-    def wait_for(self, predicate: Callable[[], Any], timeout: Optional[float] = None) -> Any:
+    def wait_for(self, predicate: Callable[[], _T], timeout: Optional[float] = None) -> _T:
         """Wait until ``predicate()`` is true or ``timeout`` s pass; returns its last value."""
         result = predicate()
         endtime = None

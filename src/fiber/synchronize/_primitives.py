@@ -322,10 +322,10 @@ class Lock(Handle):
     def __enter__(self) -> bool:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _owner_repr(self) -> Tuple[str, Any]:
+    def _owner_repr(self) -> Tuple[str, object]:
         """multiprocessing's words for the owner, and the recursion count as its RLock
         shows it (``"nonzero"`` when held elsewhere)."""
         try:
@@ -440,10 +440,10 @@ class Semaphore(Handle):
         self._initial = value
         super().__init__(SemaphoreService(value, value if self._bounded else None), b"S")
 
-    def __getstate__(self) -> Any:
+    def __getstate__(self) -> Tuple[Tuple[object, ...], int]:
         return (super().__getstate__(), self._initial)
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Tuple[Tuple[object, ...], int]) -> None:
         base, self._initial = state
         super().__setstate__(base)
 
@@ -494,7 +494,7 @@ class Semaphore(Handle):
     def __enter__(self) -> bool:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __repr__(self) -> str:
