@@ -8,7 +8,7 @@ import argparse
 import shutil
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, TypeVar
 
 from . import _machine
 from .errors import FiberError, TransportError
@@ -19,9 +19,12 @@ from .transport.serialization import loads
 __all__ = ["add_parser", "add_dashboard_parser", "run", "run_dashboard", "fetch", "render"]
 
 SERVICE = b"status"
+#: The command line's parser class (its subcommands' parsers are of that class).
+_P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 
-def add_parser(commands: Any) -> argparse.ArgumentParser:
+def add_parser(commands: argparse._SubParsersAction[_P]
+               ) -> argparse.ArgumentParser:
     top: argparse.ArgumentParser = commands.add_parser(
         "top", help="show a running program's pools and processes, refreshed",
         description="Show a running fiber program's pools (workers, the task each runs "
@@ -163,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
-def add_dashboard_parser(commands: Any) -> argparse.ArgumentParser:
+def add_dashboard_parser(commands: argparse._SubParsersAction[_P]
+                         ) -> argparse.ArgumentParser:
     board: argparse.ArgumentParser = commands.add_parser(
         "dashboard", help="serve a running program's web dashboard and /metrics",
         description="Serve the web dashboard and Prometheus /metrics of a running fiber "

@@ -21,7 +21,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from types import FrameType
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from . import _top, config
 from ._backoff import retrying
@@ -99,7 +100,7 @@ class _Version(argparse.Action):
     action wraps it to the terminal's width, and the path in it is often wider)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: Optional[str] = None) -> NoReturn:
+                 values: object, option_string: Optional[str] = None) -> NoReturn:
         print(version_line())
         parser.exit()
 
@@ -114,7 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                   help="what to do (fiber COMMAND --help tells more)")
 
-    def command(name: str, handler: Any, help: str) -> argparse.ArgumentParser:
+    def command(name: str,
+                handler: Callable[[CommandLineBackend, argparse.Namespace], int],
+                help: str) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help, description=help)
         _Parser.known.append(name)
         p.add_argument("-b", "--backend", help="the backend (config key backend)")
@@ -313,7 +316,7 @@ class _Stopper:
         """Cancel the job from a thread of its own (a cluster call may take a while)."""
         threading.Thread(target=self._cancel, args=(force,), daemon=True).start()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         self._count += 1
         if self._count > 2:
             raise KeyboardInterrupt

@@ -12,7 +12,19 @@ import concurrent.futures as cf
 import itertools
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, TypeVar, cast
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Set,
+    Tuple,
+    TypeVar,
+    cast,
+)
 
 from ._process_state import here
 from .pool import Pool
@@ -44,7 +56,8 @@ class _Future(cf.Future[Any]):
         self._tasks: List[Task] = []  # set by submit(), under the executor's lock
         self._source = _FutureResult(core, self)
 
-    def submit(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
+    def submit(self, fn: Callable[..., object], args: Tuple[object, ...],
+               kwargs: Dict[str, object]) -> None:
         """Queue the call on the pool (called once, under the executor's lock)."""
         self._tasks = self._core.submit(fn, CALL, [(0, (args, kwargs))], self._source,
                                         f"submit({getattr(fn, '__qualname__', fn)})")
@@ -138,7 +151,7 @@ class _FutureResult(ApplyResult[Any]):
             self._future.set_exception(value)
 
 
-def _run_chunk(fn: Callable[..., Any], chunk: List[Any]) -> List[Any]:
+def _run_chunk(fn: Callable[..., _T], chunk: List[Tuple[object, ...]]) -> List[_T]:
     return [fn(*args) for args in chunk]
 
 
@@ -219,7 +232,8 @@ class Executor(cf.Executor):
         self._lock = threading.Lock()
         self._futures: Set[_Future] = set()  # not done yet
 
-    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> cf.Future[_T]:
+    def submit(self, fn: Callable[..., _T], /, *args: object, **kwargs: object
+               ) -> cf.Future[_T]:
         """Schedule ``fn(*args, **kwargs)``; returns its Future.
 
         Raises:
@@ -247,7 +261,7 @@ class Executor(cf.Executor):
             if not self._futures:
                 _PENDING.discard(self)
 
-    def map(self, fn: Callable[..., _T], *iterables: Iterable[Any],
+    def map(self, fn: Callable[..., _T], *iterables: Iterable[object],
             timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[_T]:
         """Like ``concurrent.futures``: results in order, lazily; chunks of ``chunksize``.
 

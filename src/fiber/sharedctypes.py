@@ -330,7 +330,7 @@ class SharedArray(SharedValue):
     def _set_extra_state(self, extra: object) -> None:
         # as pickled by _extra_state
         self._length, self._item_type, self._locator = cast(
-            Tuple[int, type, Optional[Locator]], extra)
+            "Tuple[int, type, Optional[Locator]]", extra)
 
     def _raw_view(self) -> object:
         """The array without the lock: a ctypes array over its memory (a buffer, as

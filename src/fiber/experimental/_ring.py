@@ -49,9 +49,9 @@ class Ring:
             callable.
     """
 
-    def __init__(self, processes: int, func: Callable[[int, int], Any],
-                 initializer: Callable[..., Any], initargs: Optional[Sequence[Any]] = None
-                 ) -> None:
+    def __init__(self, processes: int, func: Callable[[int, int], object],
+                 initializer: Callable[..., object],
+                 initargs: Optional[Sequence[object]] = None) -> None:
         if isinstance(processes, bool) or not isinstance(processes, int):
             raise TypeError(f"Ring processes must be an int, got {processes!r}")
         if processes < 0:
@@ -83,7 +83,7 @@ class Ring:
             if ring.hosts:
                 self.members = _nodes(ring.hosts, ring.master_port)
 
-    def _in_member(self, rank: int, size: int) -> Any:
+    def _in_member(self, rank: int, size: int) -> object:
         me = current_member()
         if me is None:
             raise RuntimeError("fiber.experimental.Ring's member ran outside a ring")
@@ -99,7 +99,7 @@ class _Member:
     def __init__(self, ring: Ring) -> None:
         self.ring = ring
 
-    def __call__(self, rank: int, size: int) -> Any:
+    def __call__(self, rank: int, size: int) -> object:
         return self.ring._in_member(rank, size)  # noqa: SLF001 - this module's class
 
 

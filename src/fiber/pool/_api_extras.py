@@ -6,11 +6,13 @@ docs/contributing/pools.md, "Beyond multiprocessing's API"."""
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from ..errors import TimeoutError as FiberTimeoutError
-from ..process import Process
 from ._poolcore import CLOSE, RUN, TERMINATE
+
+if TYPE_CHECKING:
+    from ..process import Process
 
 __all__ = ["PoolExtras", "check_error_handling", "INIT", "RUN", "CLOSE", "TERMINATE"]
 

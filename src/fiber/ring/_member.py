@@ -21,6 +21,7 @@ import socket
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..connection import Connection
 from ..transport.remote import pack_exception
 from ._rendezvous import Hello, member_address, reserve_port, socket_ifname
 
@@ -71,7 +72,8 @@ def _start_store(sock: socket.socket, address: str, size: int, required: bool) -
     return True
 
 
-def _hello(rank: int, size: int, torch_store: Optional[bool]) -> Tuple[Hello, Any]:
+def _hello(rank: int, size: int, torch_store: Optional[bool]
+           ) -> Tuple[Hello, Optional[socket.socket]]:
     """This member's hello, and on rank 0 the reserved socket if it still holds it."""
     address = member_address()
     if rank != 0:
@@ -99,8 +101,8 @@ def _install(env: Dict[str, str], address: str) -> None:
     os.environ.update(env)
 
 
-def member_main(rank: int, size: int, conn: Any, func: Callable[..., Any],
-                args: Tuple[Any, ...], kwargs: Dict[str, Any],
+def member_main(rank: int, size: int, conn: Connection, func: Callable[..., object],
+                args: Tuple[object, ...], kwargs: Dict[str, object],
                 torch_store: Optional[bool]) -> None:
     """The target of a member's process: rendezvous, then ``func(rank, size, *args,
     **kwargs)``, whose return value (or exception) goes back to the ring."""

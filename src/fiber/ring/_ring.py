@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..backends import Resources
 from ..connection import Pipe, wait
@@ -35,7 +35,8 @@ _END_WAIT_S = 30.0
 class _Failure(Exception):
     """Member ``rank`` failed: it raised (``record``) or ended before its answer."""
 
-    def __init__(self, rank: int, record: Any = None) -> None:
+    def __init__(self, rank: int,
+                 record: Optional[Tuple[object, str, str, str]] = None) -> None:
         self.rank = rank
         self.record = record
         self.others: List[int] = []  # ranks that failed within _SETTLE_S after it
@@ -55,8 +56,8 @@ class Ring:
         TypeError, ValueError: a bad ``size``, ``func`` or ``max_restarts``.
     """
 
-    def __init__(self, size: int, func: Callable[..., Any], args: Iterable[Any] = (),
-                 kwargs: Optional[Mapping[str, Any]] = None, *, max_restarts: int = 0,
+    def __init__(self, size: int, func: Callable[..., object], args: Iterable[object] = (),
+                 kwargs: Optional[Mapping[str, object]] = None, *, max_restarts: int = 0,
                  cpu: Optional[float] = None, memory: Optional[int] = None,
                  gpu: Optional[int] = None, context: Optional[FiberContext] = None,
                  torch_store: Optional[bool] = None, name: str = "Ring") -> None:
@@ -104,7 +105,7 @@ class Ring:
                                  f"(restart {restart + 1} of {self.max_restarts})\n")
         raise AssertionError("unreachable")
 
-    def _target(self) -> Callable[..., Any]:
+    def _target(self) -> Callable[..., None]:
         empty = self.resources == Resources()
         return member_main if empty else meta(
             self.resources.cpu, self.resources.memory_mb, self.resources.gpu)(member_main)
