@@ -13,7 +13,7 @@ from __future__ import annotations
 import copyreg
 import threading
 from types import MappingProxyType
-from typing import Any, Dict, Optional, Protocol, Type
+from typing import Dict, Optional, Protocol, Tuple, Type
 
 from ._process import Process
 
@@ -69,14 +69,14 @@ def process_class(backend: Optional[str], method: Optional[str] = None) -> Type[
     return cls
 
 
-def _reduce_as_plain_process(self: Process) -> Any:
+def _reduce_as_plain_process(self: Process) -> Tuple[object, ...]:
     cls = type(self)
     if cls.__module__ != __name__:  # a user's subclass of a bound class: keep its class
         return (copyreg.__newobj__, (cls,), self.__getstate__())  # type: ignore[attr-defined]
     return (_plain_process, (self.__getstate__(),))
 
 
-def _plain_process(state: Dict[str, Any]) -> Process:
+def _plain_process(state: Dict[str, object]) -> Process:
     proc = Process.__new__(Process)
     proc.__setstate__(state)
     return proc

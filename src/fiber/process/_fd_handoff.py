@@ -16,12 +16,15 @@ from multiprocessing import AuthenticationError, heap, reduction, resource_share
 from multiprocessing import connection as mp_connection
 from multiprocessing import context as mp_context
 from multiprocessing import process as mp_process
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Tuple, Type, cast
 
 from .._core._served import add_handoff, collecting_handoffs
 from ..backends import Backend
 from ..errors import ProcessError
 from ..transport.serialization import _Pickler
+
+if TYPE_CHECKING:
+    from ._process import Process
 
 __all__ = ["pickle_process", "load_spawned", "multiprocessing_authkey", "adopt_authkey"]
 
@@ -45,7 +48,7 @@ class _NeedsSpawn(Exception):
     """The process holds an object that only multiprocessing's spawning can pickle."""
 
 
-def _needs_spawn(obj: Any) -> Any:
+def _needs_spawn(obj: object) -> NoReturn:
     raise _NeedsSpawn(type(obj).__name__)
 
 
@@ -64,7 +67,7 @@ class _ProbingPickler(_Pickler):
 _ASSERT_SPAWNING = "through inheritance"
 
 
-def pickle_process(proc: Any, backend: Backend) -> Tuple[bytes, Optional[Dict[str, Any]]]:
+def pickle_process(proc: Process, backend: Backend) -> Tuple[bytes, Optional[Dict[str, object]]]:
     """The pickled process object, and what the child needs before it unpickles it (None
     unless the process holds objects of multiprocessing itself).
 
@@ -101,7 +104,8 @@ def _release(handoffs: List[Callable[[], None]]) -> None:
             pass
 
 
-def _pickle_process(proc: Any, backend: Backend) -> Tuple[bytes, Optional[Dict[str, Any]]]:
+def _pickle_process(proc: Process, backend: Backend
+                    ) -> Tuple[bytes, Optional[Dict[str, object]]]:
     if getattr(mp_process.current_process(), "_inheriting", False):
         raise RuntimeError(
             "a process was started while this job imports its parent's main script (as "
@@ -126,13 +130,13 @@ def _pickle_process(proc: Any, backend: Backend) -> Tuple[bytes, Optional[Dict[s
     return _dumps_as_spawn(proc), _spawn_data()
 
 
-def _dumps(pickler: Any, obj: Any) -> bytes:
+def _dumps(pickler: Type[pickle.Pickler], obj: object) -> bytes:
     out = io.BytesIO()
     pickler(out, 5).dump(obj)
     return out.getvalue()
 
 
-def _dumps_as_spawn(proc: Any) -> bytes:
+def _dumps_as_spawn(proc: Process) -> bytes:
     previous = mp_context.get_spawning_popen()
     mp_context.set_spawning_popen(_SpawningPopen())  # type: ignore[arg-type, unused-ignore]
     try:
@@ -148,10 +152,10 @@ def _dumps_as_spawn(proc: Any) -> bytes:
         mp_context.set_spawning_popen(previous)
 
 
-def _spawn_data() -> Dict[str, Any]:
+def _spawn_data() -> Dict[str, object]:
     """What multiprocessing's spawn tells a child before it unpickles its process object:
     the authkey (the resource sharer's password) and how to import the main module."""
-    data: Dict[str, Any] = {"authkey": bytes(mp_process.current_process().authkey),
+    data: Dict[str, object] = {"authkey": bytes(mp_process.current_process().authkey),
                             "sys_argv": list(sys.argv)}
     main = sys.modules.get("__main__")
     name = getattr(getattr(main, "__spec__", None), "name", None)
@@ -164,7 +168,7 @@ def _spawn_data() -> Dict[str, Any]:
     return data
 
 
-def load_spawned(pickled: bytes, data: Dict[str, Any]) -> Any:
+def load_spawned(pickled: bytes, data: Dict[str, object]) -> Process:
     """In the child: take the parent's authkey, import the main module as spawn does,
     then unpickle the process object (which fetches its descriptors)."""
     from multiprocessing import spawn
@@ -174,7 +178,7 @@ def load_spawned(pickled: bytes, data: Dict[str, Any]) -> Any:
     me._inheriting = True  # type: ignore[attr-defined]  # noqa: SLF001
     try:
         spawn.prepare(data)
-        return pickle.loads(pickled)
+        return cast("Process", pickle.loads(pickled))  # the process object it was sent
     finally:
         del me._inheriting  # type: ignore[attr-defined]  # noqa: SLF001
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Collection, Dict, List, Optional, Tuple
+from typing import Collection, Dict, List, Optional, Tuple
 
 from .._core import _runtime
 from .._process_state import here as this_process
@@ -249,7 +249,7 @@ def register() -> InspectService:
     return _runtime.hub().ensure(SERVICE, InspectService, lambda: InspectService(launches))
 
 
-def stats(names: Optional[Collection[Any]] = None) -> Dict[str, Dict[str, float]]:
+def stats(names: Optional[Collection[str]] = None) -> Dict[str, Dict[str, float]]:
     """The last reports of the jobs ``names`` (None: all): name -> {cpu_percent, rss_mb};
     the jobs report while this is asked (see the module)."""
     service = register()

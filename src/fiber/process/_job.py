@@ -56,12 +56,12 @@ def describe_end(code: Optional[int], reason: str) -> str:
 _said_elsewhere: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def end_said_elsewhere(process: Any) -> None:
+def end_said_elsewhere(process: object) -> None:
     """``process``'s end is its owner's to tell (not started yet)."""
     _said_elsewhere.add(process)
 
 
-def say_end(process: Any, name: str, job: Job, status: JobStatus) -> None:
+def say_end(process: object, name: str, job: Job, status: JobStatus) -> None:
     """Log a process's end; on stderr, what its own traceback could not say: that the
     cluster never ran its job, or ended it (a time limit, preemption, eviction...), and
     why. An end that the process's code made, or that fiber asked for, is only logged,
@@ -88,7 +88,7 @@ def _where(job: Job) -> str:
     return f"{where} on {job.remote_host}" if job.remote_host else where
 
 
-def say_lost_contact(process: Any, name: str, job: Job) -> None:
+def say_lost_contact(process: object, name: str, job: Job) -> None:
     """Warn that a running process was lost: its host did not answer for
     ``heartbeat_timeout`` seconds. A job cut off from the program's main process ends
     itself (see `fiber.process._bootstrap`), so its end will read "exit code 1": this

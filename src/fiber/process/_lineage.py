@@ -27,12 +27,12 @@ def set_master_address(address: str) -> None:
     _master = address
 
 
-def end_with_parent(process: Any) -> None:
+def end_with_parent(process: object) -> None:
     """Make ``process`` (not started yet) end when this process ends: a helper job."""
     _helpers.add(process)
 
 
-def lifeline_address(process: Any) -> str:
+def lifeline_address(process: object) -> str:
     """The hub whose end ends the job of ``process``: this process's for a helper job,
     else the master's."""
     if process in _helpers:

@@ -11,7 +11,7 @@ import os
 import sys
 import termios
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .._core import _runtime
 from ..backends._job_command import JOB_LOG_ENV
@@ -61,7 +61,7 @@ def forwarded() -> bool:
     return bool(_mode)
 
 
-def _pending(ioctl: Any = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool:
+def _pending(ioctl: Callable[..., object] = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool:
     """Whether something this job wrote has not left it yet, or, with a relay, is not
     known to be printed by the parent (a pool worker asks before each batch of results:
     two ioctls and a byte of the relay's page, kept cheap)."""

@@ -64,7 +64,7 @@ class OutputPrinter:
         #: The last chunks written, each (when, job name, fd, text), for the dashboard.
         self._recent: Deque[Tuple[float, str, int, str]] = collections.deque(maxlen=_RECENT)
 
-    def recent(self) -> List[Dict[str, Any]]:
+    def recent(self) -> List[Dict[str, object]]:
         """The jobs' last output, oldest first, as plain values (a chunk of whole lines
         each, cut to its last `_RECENT_CHARS` characters)."""
         return [{"time": t, "name": name, "fd": fd, "text": text}

@@ -75,9 +75,9 @@ class Process(ProcessAttributes):
     _identity: Tuple[int, ...]
     _counter: itertools.count[int]
 
-    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None,
-                 name: Optional[str] = None, args: Iterable[Any] = (),
-                 kwargs: Optional[Mapping[str, Any]] = None, *,
+    def __init__(self, group: None = None, target: Optional[Callable[..., object]] = None,
+                 name: Optional[str] = None, args: Iterable[object] = (),
+                 kwargs: Optional[Mapping[str, object]] = None, *,
                  daemon: Optional[bool] = None) -> None:
         if group is not None:
             raise ValueError("group argument must be None for now")
@@ -379,13 +379,13 @@ class Process(ProcessAttributes):
         return _describe.process_repr(type(self).__name__, self._name, self._job, code,
                                       self._parent_pid, self.ident, self._closed, self.daemon)
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> Dict[str, object]:
         state = self.__dict__.copy()
         state["_job"] = None
         state["_counter"] = None
         return state
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
+    def __setstate__(self, state: Dict[str, object]) -> None:
         self.__dict__.update(state)
         self._counter = itertools.count(1)
 

@@ -12,11 +12,16 @@ import resource
 import select
 import signal
 import sys
-from typing import Any, Dict, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Dict, NoReturn, Optional
 
 from .._core._clients import plain_client
 from .._process_state import here
 from ._launcher import SERVICE, LaunchOps
+
+if TYPE_CHECKING:
+    import types
+
+    from ..transport.client import Client
 
 __all__ = ["split", "RelayLink", "FORWARDED_SIGNALS", "die_with"]
 
@@ -120,7 +125,7 @@ class _Relay:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self._forward_signal)
 
-    def _forward_signal(self, signum: int, frame: Any) -> None:
+    def _forward_signal(self, signum: int, frame: Optional[types.FrameType]) -> None:
         try:
             os.kill(self._child, signum)
         except ProcessLookupError:
@@ -225,7 +230,7 @@ class _Relay:
             self._client = None  # the parent is gone: the log has everything
             client.close()
 
-    def _connect(self) -> Any:
+    def _connect(self) -> Optional[Client]:
         """The connection to the parent, made at the job's first output (most pool
         workers never print: a connection each is start-up time for a thousand)."""
         parent, self._parent = self._parent, None
@@ -281,7 +286,7 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _drain_if_ready(poller: Any, fd: int) -> bool:
+def _drain_if_ready(poller: select.poll, fd: int) -> bool:
     """Drain ``fd`` if ``poller`` finds it readable; whether it did."""
     if poller.poll(0):
         _drain(fd)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 __all__ = ["set_title", "title_of"]
 
@@ -50,7 +50,7 @@ def set_title(title: str, comm: str) -> None:
         _SETPROCTITLE.setproctitle(title)
 
 
-def _prctl() -> Any:
+def _prctl() -> Optional[Callable[..., int]]:
     """libc's ``prctl``, from the symbols this process has already loaded (``dlopen(NULL)``:
     no search for the library, which ``ctypes.util.find_library`` does by running
     ``ldconfig``, milliseconds that every one of a thousand workers would pay)."""

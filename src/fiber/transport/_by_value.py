@@ -10,7 +10,7 @@ import marshal
 import sys
 import types
 import weakref
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 from ._main_namespace import make_function, set_function_state
 
@@ -25,7 +25,7 @@ _names_cache: weakref.WeakKeyDictionary[types.CodeType, Tuple[str, ...]] = \
     weakref.WeakKeyDictionary()
 
 
-def reduce_code(code: types.CodeType) -> Any:
+def reduce_code(code: types.CodeType) -> object:
     """A code object as ``marshal.loads(bytes)``, its ``co_filename`` kept; NotImplemented
     (the pickler's own way) for one marshal refuses (a constant put in by hand)."""
     try:
@@ -34,12 +34,14 @@ def reduce_code(code: types.CodeType) -> Any:
         return NotImplemented
 
 
-def is_main_function(obj: Any) -> bool:
+def is_main_function(obj: object) -> bool:
     """A plain function whose globals are the main script's (or a notebook's)."""
     return type(obj) is types.FunctionType and obj.__globals__.get("__name__") == "__main__"
 
 
-def reduce_main_function(func: types.FunctionType) -> Tuple[Any, ...]:
+def reduce_main_function(func: types.FunctionType) -> Tuple[
+        Callable[..., types.FunctionType], Tuple[types.CodeType, Dict[str, object], str, int],
+        Dict[str, object], None, None, Callable[..., None]]:
     """The reduction of a function of ``__main__``: built empty by ``make_function``, then
     given its state by ``set_function_state`` (so a function that refers to itself, in
     its globals or its closure, pickles: the memo holds it before its state is saved)."""
@@ -53,7 +55,7 @@ def reduce_main_function(func: types.FunctionType) -> Tuple[Any, ...]:
             cells.append((True, cell.cell_contents))
         except ValueError:  # an empty cell (a variable not assigned yet)
             cells.append((False, None))
-    state: Dict[str, Any] = {
+    state: Dict[str, object] = {
         "__name__": func.__name__, "__qualname__": func.__qualname__,
         "__module__": func.__module__, "__doc__": func.__doc__,
         "__defaults__": func.__defaults__, "__kwdefaults__": func.__kwdefaults__,
@@ -90,7 +92,7 @@ def _code_tree(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _code_tree(const)
 
 
-def _submodules(code: types.CodeType, values: List[Any]) -> List[types.ModuleType]:
+def _submodules(code: types.CodeType, values: List[object]) -> List[types.ModuleType]:
     """The imported submodules of the modules among ``values`` whose dotted path the code
     spells out (``xml.etree`` for ``xml.etree.ElementTree.parse``)."""
     words = {name for inner in _code_tree(code) for name in inner.co_names}

@@ -29,7 +29,7 @@ _installed: Dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def make_function(code: types.CodeType, base_globals: Dict[str, Any], name: str,
+def make_function(code: types.CodeType, base_globals: Dict[str, object], name: str,
                   cells: int) -> types.FunctionType:
     """A function of ``__main__`` with `namespace` for its globals, and ``cells``
     empty closure cells (`set_function_state` fills them, and the rest).
@@ -87,7 +87,7 @@ _REPLACEABLE = (types.FunctionType, types.BuiltinFunctionType, type, types.Modul
                 float, complex, str, bytes, bool, type(None))
 
 
-def _merge(name: str, value: Any) -> None:
+def _merge(name: str, value: object) -> None:
     """Install a pickled global by the rule of this module's docstring."""
     if name not in namespace or (name in _installed and namespace[name] is _installed[name]
                                  and isinstance(namespace[name], _REPLACEABLE)):

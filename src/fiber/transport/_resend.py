@@ -10,11 +10,15 @@ import socket
 import struct
 import sys
 import threading
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .operations import Service, handles
 from .peers import Peer
 from .serialization import Frame
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .server import Server
 
 __all__ = ["SentLog", "Orphans", "orphan", "forget_in_child", "ALWAYS", "has_orphans",
            "take_orphans", "send_orphans",
@@ -33,7 +37,7 @@ class ResendOps:
 
 #: Orphans of one ended connection: its peer id at the server, and its messages as
 #: (index among the messages written on it after the handshake, service, op, frames).
-Orphans = Tuple[int, List[Tuple[int, bytes, bytes, Sequence[Any]]]]
+Orphans = Tuple[int, List[Tuple[int, bytes, bytes, Sequence[Frame]]]]
 _CHECK = 64
 _CHECK_BYTES = 4 << 20
 #: Where ``tcpi_bytes_acked`` (a u64) sits in Linux's ``struct tcp_info`` (since 4.1).
@@ -73,7 +77,7 @@ class SentLog:
         self.nbytes = 0  # every byte written, the handshake's too (what the kernel counts)
         self.counting = False  # set once the handshake is done
         #: (end offset, size, index, service, op, frames) of each no-reply message kept
-        self.kept: Deque[Tuple[int, int, int, bytes, bytes, Sequence[Any]]] = \
+        self.kept: Deque[Tuple[int, int, int, bytes, bytes, Sequence[Frame]]] = \
             collections.deque()
         self._kept_bytes = 0
         self._lock = threading.Lock()
@@ -151,7 +155,7 @@ def orphan(address: str, orphans: Orphans) -> None:
         _orphans.setdefault(address, []).append(orphans)
 
 
-def send_orphans(client: Any, address: str) -> None:
+def send_orphans(client: Client, address: str) -> None:
     """First on a new connection (``client``) to ``address``: of each ended connection's
     orphans, those its server did not get, in their order.
 
@@ -214,7 +218,7 @@ def take_orphans(address: str) -> List[Orphans]:
         return _orphans.pop(address, [])
 
 
-def deliver_orphans(connect: Callable[[str], Any]) -> None:
+def deliver_orphans(connect: Callable[[str], Client]) -> None:
     """At the process's exit: a last connection to each server that has orphans
     (``connect(address)`` sends them first), or their loss said."""
     with _lock:
@@ -228,7 +232,7 @@ def deliver_orphans(connect: Callable[[str], Any]) -> None:
                 say_undelivered(address, lost, str(e))
 
 
-def _counted(messages: Sequence[Tuple[int, bytes, bytes, Sequence[Any]]]) -> int:
+def _counted(messages: Sequence[Tuple[int, bytes, bytes, Sequence[Frame]]]) -> int:
     """How many of an ended connection's orphans are the program's messages (not
     `ALWAYS` ones)."""
     return sum(1 for m in messages if m[0] != ALWAYS)
@@ -260,7 +264,7 @@ class EndedPeers(Service):
             self._counts.popitem(last=False)
 
     @handles(ResendOps.COUNT)
-    def count(self, server: Any, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[old peer id]``: answered ``ok`` and how many messages that connection
         brought, once it has ended; ``unknown`` if this server does not know (it
         forgot, or it never served that connection)."""
@@ -273,7 +277,7 @@ class EndedPeers(Service):
             server.reply(peer, req_id, b"ok", [count.to_bytes(8, "little")])
 
     @handles(ResendOps.SYNC)
-    def sync(self, server: Any, peer: Any, req_id: bytes, payload: List[Frame]) -> None:
+    def sync(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[]``: answered once what came before it on this connection was served (a
         server serves a connection's messages in order)."""
         server.reply(peer, req_id, b"ok")

@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, TypeVar
+from typing import Callable, Deque, Dict, List, Optional, Sequence, TypeVar
 
 from .._process_state import here
 from ..errors import AuthenticationError, TransportError
@@ -142,7 +142,7 @@ class Client:
         self._late: Dict[bytes, LateReply] = {}
         #: Messages the server sent unasked (request id empty: a pool's tasks) that came
         #: while this client waited for a reply; `next_push` gives them first.
-        self._pushes: Deque[List[Any]] = collections.deque()
+        self._pushes: Deque[List[Frame]] = collections.deque()
         if adopted is not None:
             self.sock = adopted
         else:
@@ -236,7 +236,7 @@ class Client:
             self._route(messages.popleft())
 
     def next_push(self, timeout: Optional[float], spin: float = 0.0
-                  ) -> Optional[List[Any]]:
+                  ) -> Optional[List[Frame]]:
         """The next message the server sent unasked, ``[b"", op, *payload]``, waiting up
         to ``timeout`` s (None: for ever; 0: only what has come), after polling for it for
         ``spin`` s while a CPU is spare; None at the timeout. Replies to requests started
@@ -263,7 +263,7 @@ class Client:
                 return msg
             self._route(msg)
 
-    def _route(self, msg: List[Any]) -> None:
+    def _route(self, msg: List[Frame]) -> None:
         """A message that is not the reply being waited for: a push (kept), the reply
         of a started request (handed over), or a stale reply (dropped)."""
         rid = bytes(msg[0])

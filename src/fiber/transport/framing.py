@@ -56,7 +56,7 @@ def _lengths_struct(n: int) -> struct.Struct:
 
 
 #: What a message becomes on the way out: buffers, and descriptors to send with them.
-Encoded = Tuple[List[Any], List[int]]
+Encoded = Tuple[List[Frame], List[int]]
 
 
 def encode(frames: Sequence[Frame], unix: bool = False) -> Encoded:
@@ -65,7 +65,7 @@ def encode(frames: Sequence[Frame], unix: bool = False) -> Encoded:
     lengths = [len(f) if type(f) is bytes else memoryview(f).nbytes for f in frames]
     total = sum(lengths)
     fds: List[int] = []
-    body: Sequence[Any] = frames
+    body: Sequence[Frame] = frames
     if unix and total >= _SHM_MIN and memfd.AVAILABLE and max(lengths) >= _SHM_MIN:
         body = []
         total = 0
@@ -118,7 +118,7 @@ def send_frames(sock: socket.socket, frames: Sequence[Frame], unix: Optional[boo
         if len(buffers) == 1 and not fds:
             sock.sendall(buffers[0])
             return len(buffers[0])
-        bufs: Deque[Any] = collections.deque(memoryview(b).cast("B") for b in buffers)
+        bufs: Deque[memoryview] = collections.deque(memoryview(b).cast("B") for b in buffers)
         ancillary = _rights(fds) if fds else []
         total = 0
         while bufs:
@@ -146,7 +146,7 @@ class Outbox:
     def add(self, frames: Sequence[Frame]) -> None:
         self._queue(*encode(frames, self.unix))
 
-    def _queue(self, buffers: List[Any], fds: List[int]) -> None:
+    def _queue(self, buffers: List[Frame], fds: List[int]) -> None:
         if fds:
             self.items.append(fds)
         self.items.extend(memoryview(b).cast("B") for b in buffers)
@@ -233,7 +233,7 @@ class FrameReader:
         self._big: Optional[bytearray] = None
         self._big_filled = 0
         self._fds: Deque[int] = collections.deque()
-        self.messages: Deque[List[Any]] = collections.deque()
+        self.messages: Deque[List[Frame]] = collections.deque()
         self.nbytes = 0  # read so far
 
     def _recv_into(self, sock: socket.socket, view: memoryview, flags: int) -> int:

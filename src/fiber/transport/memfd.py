@@ -11,7 +11,10 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from .serialization import Frame
 
 __all__ = ["AVAILABLE", "to_memfd", "receive", "sealed"]
 
@@ -27,7 +30,7 @@ _kept: Dict[int, Tuple[int, int, weakref.ref[mmap.mmap]]] = {}  # address: (size
 _sealed: Dict[int, Tuple[int, weakref.ref[mmap.mmap]]] = {}  # id(mapping): (fd, mapping)
 
 
-def to_memfd(frame: Any, size: int) -> int:
+def to_memfd(frame: Frame, size: int) -> int:
     """A sealed memfd holding ``frame``: the one it came in, when it is an unmodified
     received mapping or a `sealed` one, else a new copy. The caller closes the
     descriptor."""
@@ -39,7 +42,7 @@ def to_memfd(frame: Any, size: int) -> int:
     return _new_memfd(frame, size)
 
 
-def _new_memfd(frame: Any, size: int) -> int:
+def _new_memfd(frame: Frame, size: int) -> int:
     fd = os.memfd_create(
         "fiber-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
@@ -54,7 +57,7 @@ def _new_memfd(frame: Any, size: int) -> int:
     return fd
 
 
-def sealed(frame: Any) -> mmap.mmap:
+def sealed(frame: Frame) -> mmap.mmap:
     """A read-only mapping of a new sealed memfd holding a copy of ``frame`` (not empty).
 
     Sent to a process of this host, the mapping goes as that memfd (a descriptor, no
@@ -87,7 +90,7 @@ def _unseal(key: int, fd: int) -> None:
     os.close(fd)
 
 
-def _sealed_memfd(frame: Any) -> Optional[int]:
+def _sealed_memfd(frame: Frame) -> Optional[int]:
     """A new descriptor of the memfd of a `sealed` mapping (None for others)."""
     if type(frame) is not mmap.mmap:
         return None
@@ -135,7 +138,7 @@ def _read_all(fd: int, size: int) -> bytearray:
     return buf
 
 
-def _address(buf: Any) -> Optional[int]:
+def _address(buf: Frame) -> Optional[int]:
     """Where a writable buffer starts in memory (None for a read-only one)."""
     try:
         probe = ctypes.c_char.from_buffer(buf)
@@ -164,7 +167,7 @@ def _forget(address: int, fd: int) -> None:
     os.close(fd)
 
 
-def _kept_memfd(frame: Any, size: int) -> Optional[int]:
+def _kept_memfd(frame: Frame, size: int) -> Optional[int]:
     """A new descriptor of the memfd ``frame`` was received in, if ``frame`` is the
     whole of that mapping and none of its pages was written since."""
     address = _address(frame)

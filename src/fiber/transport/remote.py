@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from types import TracebackType
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 from ..errors import RemoteError, RemoteTraceback
 from .serialization import dumps, loads
@@ -53,7 +53,7 @@ def format_user_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, user_traceback(exc)))
 
 
-def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
+def pack_exception(exc: BaseException) -> Tuple[Optional[BaseException], str, str, str]:
     """A picklable record of ``exc``: (exception or None, type name, message, traceback)."""
     tb = format_user_exception(exc)
     if sys.version_info < (3, 11):  # the notes, which 3.11's traceback prints last
@@ -61,7 +61,7 @@ def pack_exception(exc: BaseException) -> Tuple[Any, str, str, str]:
     return _carried(exc), type(exc).__qualname__, str(exc), tb
 
 
-def _carried(exc: BaseException) -> Any:
+def _carried(exc: BaseException) -> Optional[BaseException]:
     """``exc`` if it survives pickling, else None (a `RemoteError` stands in)."""
     try:
         loads(dumps(exc))
@@ -70,7 +70,8 @@ def _carried(exc: BaseException) -> Any:
     return exc
 
 
-def pack_local_exception(exc: BaseException) -> Tuple[Any, str, str, Optional[str]]:
+def pack_local_exception(exc: BaseException
+                         ) -> Tuple[Optional[BaseException], str, str, Optional[str]]:
     """A record of ``exc``, raised in this process, for a result that travels through
     the same channel as a remote one (a pool task that could not be pickled, a pool
     broken or terminated, a task that killed its workers): unpacked, it is raised as
@@ -79,7 +80,7 @@ def pack_local_exception(exc: BaseException) -> Tuple[Any, str, str, Optional[st
     return _carried(exc), type(exc).__qualname__, str(exc), None
 
 
-def unpack_exception(record: Tuple[Any, str, str, Optional[str]],
+def unpack_exception(record: Tuple[object, str, str, Optional[str]],
                      local: bool = False) -> BaseException:
     """The exception to raise in the caller, with the remote traceback as ``__cause__``;
     none for a record of `pack_local_exception`, nor if ``local`` (it was raised

@@ -12,7 +12,7 @@ import types
 from collections import ChainMap
 from multiprocessing import connection as mp_connection
 from multiprocessing import reduction
-from typing import Any, List, Sequence, Union
+from typing import Any, Callable, List, Sequence, Tuple, Type, Union
 
 import cloudpickle
 
@@ -46,7 +46,7 @@ def _small_buffer(buf: pickle.PickleBuffer) -> bool:
 _CONNECTION_MARK = b"multiprocessing.connection"
 
 
-def _as_multiprocessing_does(obj: Any) -> Any:
+def _as_multiprocessing_does(obj: object) -> Tuple[Callable[[bytes], object], Tuple[bytes]]:
     """``obj`` (a descriptor's holder) pickled by ``multiprocessing``'s own pickler, which
     hands the descriptor to its resource sharer; unpickled by plain pickle."""
     return pickle.loads, (bytes(reduction.ForkingPickler.dumps(obj)),)
@@ -74,7 +74,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no
         return super().reducer_override(obj)
 
 
-def _stand_in(obj: Any) -> Any:
+def _stand_in(obj: object) -> Tuple[Type[int], Tuple[()]]:
     return int, ()
 
 
@@ -85,7 +85,7 @@ class _DryPickler(_Pickler):
                               cloudpickle.Pickler.dispatch_table)
 
 
-def pickles(obj: Any) -> bool:
+def pickles(obj: object) -> bool:
     """Whether ``dumps(obj)`` would succeed, without handing any descriptor over to the
     resource sharer (for finding what in a value cannot be pickled)."""
     try:
@@ -95,7 +95,7 @@ def pickles(obj: Any) -> bool:
     return True
 
 
-def dumps(obj: Any) -> List[Frame]:
+def dumps(obj: object) -> List[Frame]:
     """Serialize ``obj`` into frames: the pickle first, then one frame per large buffer.
 
     Raises:
@@ -143,7 +143,7 @@ def dumps(obj: Any) -> List[Frame]:
     return [out.getvalue(), *buffers]
 
 
-def dumps_bytes(obj: Any) -> bytes:
+def dumps_bytes(obj: object) -> bytes:
     """Serialize ``obj`` into one pickle, buffers in band, functions of ``__main__`` as with
     ``dumps``: for a pickle that travels inside another message (a job's launch payload).
 

@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 from ..errors import TransportError
 from ._resend import RESEND_SERVICE, EndedPeers
@@ -283,7 +283,7 @@ class Server(StandIn):
         self._flush(conn, frames)
         return True
 
-    def reply_value(self, peer: Peer, req_id: bytes, value: Any) -> bool:
+    def reply_value(self, peer: Peer, req_id: bytes, value: object) -> bool:
         return self.reply(peer, req_id, b"ok", dumps(value))
 
     def reply_error(self, peer: Peer, req_id: bytes, exc: BaseException) -> bool:
@@ -427,7 +427,7 @@ class Server(StandIn):
         except BlockingIOError:
             pass
 
-    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, fn: Callable[..., None], *args: object) -> None:
         """Run loop work; a bug in one service must not stop the server for all others."""
         try:
             fn(*args)
@@ -473,7 +473,7 @@ class Server(StandIn):
         if not self._stopping and listener.fileno() >= 0:
             self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
 
-    def _flush(self, conn: Connection, frames: Optional[Sequence[Any]] = None) -> None:
+    def _flush(self, conn: Connection, frames: Optional[Sequence[Frame]] = None) -> None:
         """Write what ``conn`` has waiting, after adding the message ``frames``; what the
         socket does not take now waits for it to become writable. A write that fails
         ends the connection once what it brought is read (not in the middle of serving

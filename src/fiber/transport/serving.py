@@ -8,7 +8,7 @@ import select
 import selectors
 import threading
 import time
-from typing import Any, Callable, List, Optional, Protocol, Tuple
+from typing import Callable, List, Optional, Protocol, Tuple
 
 from . import cpus as _cpus
 
@@ -137,7 +137,7 @@ class Servable(Protocol):
     imports this module): a caller about to wait takes its connections over."""
 
     @property
-    def stand_in(self) -> Any:
+    def stand_in(self) -> Optional[int]:
         """The server's `StandIn`, through which a waiting caller serves."""
 
     def take_over(self) -> bool:
@@ -176,5 +176,5 @@ class Serving:
     def __enter__(self) -> bool:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

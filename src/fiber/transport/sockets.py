@@ -21,7 +21,10 @@ import socket
 import struct
 import sys
 import time
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 __all__ = ["tune", "listen", "connect", "split_address", "readable", "open_file_limits",
            "tcp_rtt"]
@@ -151,7 +154,11 @@ def connect(address: str, timeout: float) -> socket.socket:
         time.sleep(_RETRY_PAUSE_S)
 
 
-def readable(fds: Sequence[Any], timeout: Optional[float]) -> List[Any]:
+#: A descriptor, or an object with ``fileno()``.
+_Fd = TypeVar("_Fd", bound="FileDescriptorLike")
+
+
+def readable(fds: Sequence[_Fd], timeout: Optional[float]) -> List[_Fd]:
     """Those of ``fds`` (descriptors, or objects with ``fileno()``) readable within
     ``timeout`` seconds (None: no limit), in their order.
 

@@ -10,7 +10,7 @@ works), naming the argument and the path to the object inside it.
 from __future__ import annotations
 
 import pickle
-from typing import Any, List, NoReturn, Optional, Tuple
+from typing import List, NoReturn, Optional, Tuple
 
 from .serialization import Frame, dumps, pickles
 
@@ -23,21 +23,21 @@ _MAX_DEPTH = 6
 _MAX_ITEMS = 1000
 
 
-def _fails(obj: Any) -> bool:
+def _fails(obj: object) -> bool:
     return not pickles(obj)
 
 
-def _describe(obj: Any) -> str:
+def _describe(obj: object) -> str:
     return f"a {type(obj).__module__}.{type(obj).__qualname__}".replace(" builtins.", " ")
 
 
-def explain(obj: Any, path: str = "", depth: int = 0) -> Optional[str]:
+def explain(obj: object, path: str = "", depth: int = 0) -> Optional[str]:
     """``path`` extended to the innermost part of ``obj`` that cannot be pickled, with
     what it is (``args[1]['env'].lock: a _thread.lock``); None if ``obj`` pickles."""
     if not _fails(obj):
         return None
     if depth < _MAX_DEPTH:
-        parts: List[Tuple[str, Any]] = []
+        parts: List[Tuple[str, object]] = []
         if isinstance(obj, (list, tuple)):
             parts = [(f"{path}[{i}]", v) for i, v in enumerate(obj[:_MAX_ITEMS])]
         elif isinstance(obj, dict):
@@ -51,7 +51,7 @@ def explain(obj: Any, path: str = "", depth: int = 0) -> Optional[str]:
     return f"{path or 'the object'}: {_describe(obj)}"
 
 
-def explained(error: BaseException, what: str, obj: Any, path: str = "") -> BaseException:
+def explained(error: BaseException, what: str, obj: object, path: str = "") -> BaseException:
     """``error`` (a failure to pickle ``obj``) saying that ``what`` failed and where in
     ``obj`` the culprit is: pickle's own errors (PicklingError, TypeError,
     AttributeError) as a new exception of their type with that message; any other
@@ -69,12 +69,12 @@ def explained(error: BaseException, what: str, obj: Any, path: str = "") -> Base
     return error
 
 
-def reraise(error: BaseException, what: str, obj: Any, path: str = "") -> NoReturn:
+def reraise(error: BaseException, what: str, obj: object, path: str = "") -> NoReturn:
     """Raise `explained` ``error``."""
     raise explained(error, what, obj, path) from None
 
 
-def dumps_explained(obj: Any, what: str, path: str = "") -> List[Frame]:
+def dumps_explained(obj: object, what: str, path: str = "") -> List[Frame]:
     """``dumps(obj)``, whose failure says that ``what`` failed, and where in ``obj``.
 
     Raises:

@@ -10,9 +10,28 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Optional, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    Iterator,
+    NoReturn,
+    Optional,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 import fiber
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    import fiber.queues
+    import fiber.synchronize
+
+T = TypeVar("T")
 
 # -- plain tasks -----------------------------------------------------------------------
 
@@ -25,7 +44,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def with_pid(x: Any) -> Tuple[Any, int]:
+def with_pid(x: T) -> Tuple[T, int]:
     return x, os.getpid()
 
 
@@ -39,21 +58,22 @@ def process_key() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_IMPORTED}"
 
 
-def with_process_key(x: Any) -> Tuple[Any, str]:
+def with_process_key(x: T) -> Tuple[T, str]:
     return x, process_key()
 
 
-def sleep_then_pid(x: Any, seconds: float = 0.01) -> Tuple[Any, int]:
+def sleep_then_pid(x: T, seconds: float = 0.01) -> Tuple[T, int]:
     time.sleep(seconds)
     return x, os.getpid()
 
 
-def sleep_then_key(x: Any, seconds: float = 0.01) -> Tuple[Any, str]:
+def sleep_then_key(x: T, seconds: float = 0.01) -> Tuple[T, str]:
     time.sleep(seconds)
     return x, process_key()
 
 
-def use_master_objects(x: int, queue: Any, lock: Any, event: Any) -> int:
+def use_master_objects(x: int, queue: fiber.queues.Queue[int], lock: fiber.synchronize.Lock,
+                       event: fiber.synchronize.Event) -> int:
     """Calls to objects served by the pool master's hub, the hub the worker takes its
     tasks from, while more tasks may be pushed to it."""
     with lock:
@@ -64,7 +84,8 @@ def use_master_objects(x: int, queue: Any, lock: Any, event: Any) -> int:
     return value + x
 
 
-def gated(x: Any, gate: Any, started: Any = None) -> Any:
+def gated(x: T, gate: fiber.synchronize.Event,
+          started: Optional[fiber.queues.Queue[T]] = None) -> T:
     """Say it started (on ``started``, a queue), then: ``"long"`` waits for ``gate``
     (an event), anything else sleeps 30 ms. Returns ``x``."""
     if started is not None:
@@ -77,18 +98,18 @@ def gated(x: Any, gate: Any, started: Any = None) -> Any:
     return x
 
 
-def count_then_fail(n: int) -> Any:
+def count_then_fail(n: int) -> Iterator[int]:
     """An input that gives ``0..n-1``, then raises."""
     yield from range(n)
     raise KeyError("the input failed")
 
 
-def sleep_return(x: Any, seconds: float) -> Any:
+def sleep_return(x: T, seconds: float) -> T:
     time.sleep(seconds)
     return x
 
 
-def sleep_until(x: Any, deadline: float) -> Any:
+def sleep_until(x: T, deadline: float) -> T:
     """Return ``x`` at ``deadline`` (``time.time()``): tasks that end together."""
     time.sleep(max(0.0, deadline - time.time()))
     return x
@@ -138,11 +159,11 @@ def fail_on_5(x: int) -> int:
     return fail_on(x, 5)
 
 
-def negate(a: Any) -> Any:
+def negate(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return -a
 
 
-def kwargs_echo(*args: Any, **kwargs: Any) -> Tuple[Any, Any]:
+def kwargs_echo(*args: object, **kwargs: object) -> Tuple[Tuple[object, ...], Dict[str, object]]:
     return args, kwargs
 
 
@@ -154,15 +175,15 @@ def tiny(x: int) -> int:
 
 # -- initializers ------------------------------------------------------------------------
 
-STATE: Optional[Tuple[Any, ...]] = None
+STATE: Optional[Tuple[object, ...]] = None
 
 
-def set_state(*values: Any) -> None:
+def set_state(*values: object) -> None:
     global STATE
     STATE = values
 
 
-def get_state(_: Any = None) -> Tuple[Optional[Tuple[Any, ...]], str]:
+def get_state(_: object = None) -> Tuple[Optional[Tuple[object, ...]], str]:
     return STATE, process_key()
 
 
@@ -219,7 +240,7 @@ def in_worker() -> bool:
     return fiber.current_process().name != "MainProcess"
 
 
-def do_fault(kind: str, where: str) -> Any:
+def do_fault(kind: str, where: str) -> None:
     """Commit fault ``kind`` at stage ``where`` (when in a worker)."""
     if not in_worker():
         return None
@@ -238,11 +259,11 @@ def do_fault(kind: str, where: str) -> Any:
 class RefusesPickling:
     """Master side: cannot be pickled (its ``__reduce__`` raises)."""
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise ValueError("fault:pickling the task")
 
 
-def _rebuild_fault(kind: str) -> Any:
+def _rebuild_fault(kind: str) -> str:
     do_fault(kind, "unpickling the task")
     return kind
 
@@ -253,7 +274,7 @@ class UnpickleFault:
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[[str], str], Tuple[str]]:
         return _rebuild_fault, (self.kind,)
 
 
@@ -271,7 +292,7 @@ class ResultFault:
     kind: str
 
 
-def _never_rebuilt(kind: str) -> Any:
+def _never_rebuilt(kind: str) -> str:
     return kind
 
 
@@ -279,12 +300,12 @@ class ResultBomb:
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[[str], str], Tuple[str]]:
         do_fault(self.kind, "pickling the result")
         return _never_rebuilt, (self.kind,)
 
 
-def crash_target(x: Any) -> Any:
+def crash_target(x: Union[int, RunFault, ResultFault]) -> object:
     if isinstance(x, RunFault):
         return do_fault(x.kind, "running the task")
     if isinstance(x, ResultFault):
