@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, TypeVar
 
 from .._log import recent_warnings
 from .._process_state import here
@@ -48,9 +48,11 @@ _lock = threading.Lock()
 _ids = itertools.count(1)
 #: id -> (kind, weak reference to the owner, its snapshot function of the owner)
 _sources: Dict[int, Tuple[str, weakref.ref[Any], Callable[[Any], Any]]] = {}
+#: What a source describes (a pool, a process...).
+_Owner = TypeVar("_Owner")
 
 
-def add_source(kind: str, owner: Any, describe: Callable[[Any], Any]) -> None:
+def add_source(kind: str, owner: _Owner, describe: Callable[[_Owner], object]) -> None:
     """Show ``describe(owner)`` under ``kind`` ("pools", "processes") while ``owner``
     lives (and ``describe`` does not return None).
 
@@ -77,7 +79,7 @@ class Counted(NamedTuple):
 _fields: Dict[str, Callable[[], Any]] = {}
 
 
-def add_field(name: str, value: Callable[[], Any]) -> None:
+def add_field(name: str, value: Callable[[], object]) -> None:
     """Give viewers outside the program (``fiber top``, ``fiber dashboard PID``) ``value()``
     under ``name`` with each snapshot. It is called on the hub's thread, under its lock:
     it must not wait (a backend's answer, say, is fetched on a thread of its own)."""

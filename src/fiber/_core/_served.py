@@ -18,7 +18,7 @@ import struct
 import threading
 import weakref
 from multiprocessing import context as mp_context
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..transport import auth, receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
@@ -43,10 +43,15 @@ def encode_wait(block: bool, timeout: Optional[float]) -> bytes:
     return struct.pack("<d", max(0.0, float(timeout)))
 
 
-def decode_wait(frame: Any) -> Optional[float]:
+def decode_wait(frame: Frame) -> Optional[float]:
     """Seconds the server may hold the request (0: answer now; None: forever)."""
     (t,) = struct.unpack("<d", frame)
     return None if t < 0 else t
+
+
+#: A `Handle` pickled: its service's name and hub's address (and, for a child of
+#: multiprocessing, the program's secret).
+HandleState = Union[Tuple[bytes, str], Tuple[bytes, str, bytes]]
 
 
 class Handle:
@@ -81,7 +86,7 @@ class Handle:
         """The name of the object's service on that hub."""
         return self._name
 
-    def __getstate__(self) -> Tuple[Any, ...]:
+    def __getstate__(self) -> HandleState:
         shared = self.__dict__.get("_shared")
         if shared is not None:
             shared[0] = True
@@ -92,7 +97,7 @@ class Handle:
             return (self._name, self._address, auth.program_secret())
         return (self._name, self._address)
 
-    def __setstate__(self, state: Tuple[Any, ...]) -> None:
+    def __setstate__(self, state: HandleState) -> None:
         self._name, self._address = state[0], state[1]
         if len(state) > 2:
             auth.adopt_secret(state[2])
@@ -101,7 +106,7 @@ class Handle:
     def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
                  timeout: Optional[float] = None,
-                 again: Optional[bool] = None) -> Tuple[bytes, List[Any]]:
+                 again: Optional[bool] = None) -> Tuple[bytes, List[Frame]]:
         """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
 
         ``timeout`` bounds the time to connect, when this is the first call to the server.

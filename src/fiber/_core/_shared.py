@@ -10,7 +10,7 @@ import os
 import secrets
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .._process_state import here
 from ..errors import TransportError
@@ -24,6 +24,8 @@ from ._clients import get_client
 from ._served import collecting_handoffs
 
 __all__ = ["Shared", "share", "share_if_large", "host_key", "SHARE_MIN_BYTES"]
+
+T = TypeVar("T")
 
 SERVICE = b"fiber-shared"
 #: Buffers this large are sealed into a memfd of their own (as transport frames are).
@@ -47,7 +49,7 @@ _PROCESS_NONCE = secrets.token_hex(8)
 class _Entry:
     """The frames of one shared object in a store: ready, or awaited (a mirror)."""
 
-    def __init__(self, frames: Optional[Sequence[Frame]], original: Any = None) -> None:
+    def __init__(self, frames: Optional[Sequence[Frame]], original: object = None) -> None:
         self.frames = frames
         self.original = original  # the publisher's object itself
         self.waiters: List[Tuple[Peer, bytes]] = []
@@ -158,7 +160,7 @@ class Shared:
         self.address, self.key, self.host = address, key, host
         self._release: Optional[weakref.finalize[..., Shared]] = None
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[[str, bytes, str], object], Tuple[str, bytes, str]]:
         return _resolve, (self.address, self.key, self.host)
 
     def release(self) -> None:
@@ -178,7 +180,7 @@ class Shared:
         return f"<fiber.Shared {self.key.hex()[:12]} of {self.address}>"
 
 
-def share(obj: Any) -> Shared:
+def share(obj: object) -> Shared:
     """Publish ``obj`` from this process: pickled once, large buffers copied once into
     sealed shared memory (see `Shared`).
 
@@ -194,7 +196,7 @@ def share(obj: Any) -> Shared:
     return _publish(frames, obj)
 
 
-def share_if_large(obj: Any) -> Any:
+def share_if_large(obj: T) -> Union[T, Shared]:
     """A `Shared` handle for ``obj`` when its pickle carries a buffer of at least
     ``SHARE_MIN_BYTES``; else ``obj`` itself (also when it cannot be pickled here, or holds
     what must be pickled once per receiver: pipe ends, manager proxies, objects of
@@ -209,7 +211,7 @@ def share_if_large(obj: Any) -> Any:
     return _publish(frames, obj)
 
 
-def _dumps_once(obj: Any) -> Optional[List[Frame]]:
+def _dumps_once(obj: object) -> Optional[List[Frame]]:
     """``obj``'s frames, or None when it holds objects handed to one receiver per pickle
     (their hand-offs are withdrawn at once: no process will take them)."""
     with collecting_handoffs() as handoffs:
@@ -219,7 +221,7 @@ def _dumps_once(obj: Any) -> Optional[List[Frame]]:
     return None if handoffs else frames
 
 
-def _publish(frames: Sequence[Frame], obj: Any) -> Shared:
+def _publish(frames: Sequence[Frame], obj: object) -> Shared:
     hub = _runtime.hub()
     store = _store(hub)
     key = secrets.token_bytes(16)
@@ -245,7 +247,7 @@ _cache_lock = threading.Lock()
 _cache: Dict[bytes, List[Any]] = {}
 
 
-def _resolve(address: str, key: bytes, host: str) -> Any:
+def _resolve(address: str, key: bytes, host: str) -> object:
     """The object of a `Shared` handle, in the process that unpickles it."""
     hub = _runtime.hub_if_started()
     if hub is not None and hub.address == address:

@@ -8,8 +8,8 @@ import signal
 import socket
 import threading
 from typing import (
+    TYPE_CHECKING,
     AbstractSet,
-    Any,
     Callable,
     Iterable,
     Iterator,
@@ -22,6 +22,9 @@ from typing import (
 
 from .._version import install_hint
 from ..errors import BackendError, ConfigError, SubmitError
+
+if TYPE_CHECKING:
+    import types
 
 __all__ = ["import_extra", "mount_items", "parallel", "parse_mounts", "route_to", "route_toward",
            "signal_name", "hosts_to_avoid", "PARALLEL"]
@@ -151,7 +154,7 @@ def signal_name(n: int) -> str:
         return f"signal {n}"
 
 
-def import_extra(module: str, backend: str, what: str) -> Any:
+def import_extra(module: str, backend: str, what: str) -> types.ModuleType:
     """``module``, the client library a backend needs, or a SubmitError naming the extra
     of fiber that installs it (the extra named as the backend) and how."""
     try:

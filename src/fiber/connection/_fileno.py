@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from ._pipe import Connection
 
 __all__ = ["FilenoWatch"]
 
@@ -17,7 +20,7 @@ _POLL_S = 1.0
 class FilenoWatch:
     """The descriptor of one connection end, and the thread that keeps it truthful."""
 
-    def __init__(self, conn: Any, readable: bool = True) -> None:
+    def __init__(self, conn: Connection, readable: bool = True) -> None:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         self._cond = threading.Condition()
@@ -57,7 +60,7 @@ class FilenoWatch:
             os.read(self._r, 1)
         self._raised = ready
 
-    def _run(self, ref: Any) -> None:
+    def _run(self, ref: weakref.ref[Connection]) -> None:
         while True:
             with self._cond:
                 if self._closed:
@@ -82,6 +85,6 @@ class FilenoWatch:
                 if self._raised and not self._closed:
                     self._cond.wait_for(self._changed(taken), _POLL_S)
 
-    def _changed(self, taken: int) -> Any:
+    def _changed(self, taken: int) -> Callable[[], bool]:
         """A predicate: a recv took a message since ``taken``, or the watch is closed."""
         return lambda: self._taken != taken or self._closed

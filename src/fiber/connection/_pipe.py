@@ -10,10 +10,10 @@ import multiprocessing
 import pickle
 import secrets
 import threading
-from typing import Any, Deque, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Sequence, Set, Tuple
 
 from .._core import _runtime
-from .._core._served import Handle, add_handoff, decode_wait, encode_wait
+from .._core._served import Handle, HandleState, add_handoff, decode_wait, encode_wait
 from ..transport.client import ConnectionLost, process_id
 from ..transport.operations import handles
 from ..transport.serialization import Frame, loads
@@ -21,6 +21,12 @@ from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
 from . import _watch
 from ._fileno import FilenoWatch
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
+#: A recv waiting for a message: (peer, request id, op, its timeout's timer).
+_Waiter = Tuple[Peer, bytes, bytes, Optional[Timer]]
 
 __all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "wait_frames"]
 
@@ -60,7 +66,7 @@ class PipeService(_watch.Watched):
     def __init__(self, creator: bytes) -> None:
         self.channels: Tuple[Deque[List[Any]], Deque[List[Any]]] = (
             collections.deque(), collections.deque())
-        self.waiters: Tuple[List[Tuple[Peer, bytes, bytes, Optional[Timer]]], ...] = ([], [])
+        self.waiters: Tuple[List[_Waiter], ...] = ([], [])
         self.holders: Tuple[Set[bytes], Set[bytes]] = ({creator}, {creator})
         self.handoffs: Tuple[Set[bytes], Set[bytes]] = (set(), set())
         #: Per end, the ``wait()`` calls waiting for it (see _watch), told when it is ready.
@@ -153,7 +159,7 @@ class PipeService(_watch.Watched):
         # Blocked recvs took what came first; wait() calls are told if anything is left.
         self.notify_watchers(end)
 
-    def _timeout(self, server: Server, end: int, entry: Tuple[Any, ...]) -> None:
+    def _timeout(self, server: Server, end: int, entry: _Waiter) -> None:
         for i, w in enumerate(self.waiters[end]):
             if w[0] is entry[0] and w[1] == entry[1]:
                 del self.waiters[end][i]
@@ -169,7 +175,7 @@ class PipeService(_watch.Watched):
                                         server, w[1], peer,
                                         functools.partial(self._drop_waiter, end, w))]
 
-    def _drop_waiter(self, end: int, waiter: Tuple[Any, ...]) -> None:
+    def _drop_waiter(self, end: int, waiter: _Waiter) -> None:
         """A recv dropped: kept after a reset, its caller did not ask for it again, or its
         process is gone."""
         if waiter[3] is not None:
@@ -217,7 +223,8 @@ class Connection(Handle):
         b._closed = False  # noqa: SLF001
         return a, b
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[..., Connection],
+                                  Tuple[HandleState, int, bool, bool, bytes]]:
         self._check_closed()
         token = secrets.token_bytes(8)
         self._request(PipeOps.HANDOFF, [self._tag(), token])
@@ -264,7 +271,7 @@ class Connection(Handle):
 
     # -- sending ------------------------------------------------------------------------
 
-    def send(self, obj: Any) -> None:
+    def send(self, obj: object) -> None:
         """Send a picklable object to the other end.
 
         Raises:
@@ -284,7 +291,7 @@ class Connection(Handle):
         if isinstance(service, PipeService) and service.peer_closed(self._end):
             raise BrokenPipeError(32, "the other end of the pipe is closed")
 
-    def send_bytes(self, buf: Any, offset: int = 0, size: Optional[int] = None) -> None:
+    def send_bytes(self, buf: ReadableBuffer, offset: int = 0, size: Optional[int] = None) -> None:
         """Send bytes from a bytes-like object, as one message.
 
         ``offset`` and ``size`` select a part of ``buf`` (in bytes), as multiprocessing's.
@@ -348,7 +355,7 @@ class Connection(Handle):
             raise OSError("bad message length")
         return data
 
-    def recv_bytes_into(self, buf: Any, offset: int = 0) -> int:
+    def recv_bytes_into(self, buf: WriteableBuffer, offset: int = 0) -> int:
         """Receive one message into ``buf`` at ``offset``; returns its length.
 
         Raises:
@@ -406,7 +413,7 @@ class Connection(Handle):
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -415,7 +422,7 @@ class Connection(Handle):
         return f"<{cls.__module__}.{cls.__qualname__} object at {id(self):#x}>"
 
 
-def _rebuild(state: Any, end: int, readable: bool, writable: bool,
+def _rebuild(state: HandleState, end: int, readable: bool, writable: bool,
              token: bytes) -> Connection:
     # An end of this module's class unpickled: its private state is set here.
     conn = Connection.__new__(Connection)

@@ -8,16 +8,22 @@ import os
 import selectors
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from .._core._clients import get_client
 from .._core._served import encode_wait
 from ..transport.client import Client, ConnectionLost
-from ..transport.local import LateReply
+from ..transport.local import Channel, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import Frame, loads
 from ._pipe import Connection, wait_frames
 from ._watch import WAIT_SERVICE, WaitOps, unpack_indices
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
+
+#: What `wait` takes: a fiber Connection, a descriptor, or an object with ``fileno()``.
+_Waitable = TypeVar("_Waitable", bound="FileDescriptorLike")
 
 __all__ = ["wait"]
 
@@ -34,7 +40,8 @@ def _indices(status: bytes, frames: Sequence[Frame]) -> List[int]:
     return unpack_indices(bytes(frames[0]))
 
 
-def wait(object_list: Iterable[Any], timeout: Optional[float] = None) -> List[Any]:
+def wait(object_list: Iterable[_Waitable], timeout: Optional[float] = None
+         ) -> List[_Waitable]:
     """The objects of ``object_list`` that are ready, waiting up to ``timeout`` s (None:
     until one is). Accepts fiber Connections (ready when ``recv`` would not block),
     process sentinels, and other file descriptors or objects with ``fileno()``.
@@ -83,12 +90,13 @@ def _ready_now(conn: Connection) -> bool:
 class _Multiplexed:
     """A wait over several hubs and descriptors (see the module docstring)."""
 
-    def __init__(self, by_hub: Dict[str, List[Connection]], others: List[Any]) -> None:
+    def __init__(self, by_hub: Dict[str, List[Connection]],
+                 others: Sequence[FileDescriptorLike]) -> None:
         self.by_hub = by_hub
         self.others = others
         self.ready: Set[int] = set()
         self.answered: Set[str] = set()
-        self.pending: Dict[str, Tuple[Any, bytes]] = {}  # address -> (client, req_id)
+        self.pending: Dict[str, Tuple[Channel, bytes]] = {}  # address -> (client, req_id)
         self.lock = threading.Lock()  # replies from the own hub come on any thread
         self.wake_r = self.wake_w = -1
         #: The wait's own copies of the hubs' sockets, watched in their place: a client
@@ -167,7 +175,7 @@ class _Multiplexed:
                     pass  # already awake
         return on_reply
 
-    def _on_event(self, data: Any) -> None:
+    def _on_event(self, data: object) -> None:
         if isinstance(data, Client):
             try:
                 data.serve_late()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .._core import _inspect
 from ..backends import Backend, JobHandle
@@ -30,11 +30,11 @@ __all__ = ["jobs", "latest", "MIN_INTERVAL_S"]
 MIN_INTERVAL_S = 5.0
 
 _lock = threading.Lock()
-_last: Tuple[float, Dict[str, Any]] = (-MIN_INTERVAL_S, {})
+_last: Tuple[float, Dict[str, object]] = (-MIN_INTERVAL_S, {})
 _refreshing = threading.Lock()  # held while a thread of `latest` asks the backends
 
 
-def jobs() -> Dict[str, Any]:
+def jobs() -> Dict[str, object]:
     """``{"jobs": {backend: {state: count}}, "errors": {backend: text}, "age_s": s}``:
     the live jobs this process started, by the state their backend gives (``pending``,
     ``running``; ``submitting`` for jobs not yet handed to the backend), as of ``age_s``
@@ -50,7 +50,7 @@ def jobs() -> Dict[str, Any]:
         return {**view, "age_s": round(now - when, 1)}
 
 
-def latest() -> Optional[Dict[str, Any]]:
+def latest() -> Optional[Dict[str, object]]:
     """`jobs` as last asked, without waiting (for the hub's thread); asked anew on a
     thread of its own when older than `MIN_INTERVAL_S` and this process has live jobs.
     None before a first answer."""
@@ -76,7 +76,7 @@ def _refresh() -> None:
 _inspect.add_field("cluster", latest)
 
 
-def _ask() -> Dict[str, Any]:
+def _ask() -> Dict[str, object]:
     groups: Dict[int, Tuple[Backend, List[JobHandle]]] = {}
     counts: Dict[str, Dict[str, int]] = {}
     errors: Dict[str, str] = {}

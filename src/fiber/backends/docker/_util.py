@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config, settings
 from .. import _common
@@ -14,13 +14,16 @@ from .._base import JobState, JobStatus
 from .._common import import_extra, signal_name
 from ._settings import DockerSettings
 
+if TYPE_CHECKING:
+    import types
+
 
 def _own(cfg: Optional[Config] = None) -> DockerSettings:
     """The docker backend's settings in ``cfg`` (or the config in force)."""
     return settings(DockerSettings, "docker", cfg)
 
 
-def docker_sdk() -> Any:
+def docker_sdk() -> types.ModuleType:
     """The ``docker`` package; a clear error naming the extra when it is missing."""
     return import_extra("docker", "docker", "the Docker SDK for Python")
 
@@ -100,7 +103,7 @@ def own_container_id() -> Optional[str]:
     return None
 
 
-def client_kwargs(cfg: Config) -> Tuple[str, Dict[str, Any]]:
+def client_kwargs(cfg: Config) -> Tuple[str, Dict[str, object]]:
     """The engine's URL and the Docker SDK client's arguments for it (DOCKER_* variables,
     then ``docker_host``)."""
     kwargs = docker_sdk().utils.kwargs_from_env()

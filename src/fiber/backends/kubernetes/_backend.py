@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..._log import log
 from ..._process_state import here
@@ -36,6 +36,9 @@ from ._pods import (
 from ._settings import KubernetesSettings
 from ._watch import PodWatch, last_status
 
+if TYPE_CHECKING:
+    import types
+
 __all__ = ["KubernetesBackend", "pod_manifest", "pod_status", "LABEL_PROGRAM", "LABEL_JOB"]
 
 LABEL_PROGRAM = "fiber.program"
@@ -57,7 +60,7 @@ def _own(cfg: Optional[Config] = None) -> KubernetesSettings:
     return settings(KubernetesSettings, "kubernetes", cfg)
 
 
-def _client() -> Any:
+def _client() -> types.ModuleType:
     return import_extra("kubernetes", "kubernetes", "the Kubernetes Python client")
 
 

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 import socket
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 from urllib.parse import urlsplit
 
 from ..._log import log
@@ -18,6 +18,9 @@ from .._common import PARALLEL
 from ._pods import POD_NAME_ENV, POD_NAMESPACE_ENV, api_reason
 from ._settings import KubernetesSettings
 from ._watch import PodWatch
+
+if TYPE_CHECKING:
+    import types
 
 __all__ = ["Cluster", "connect", "in_pod", "SERVICE_ACCOUNT_DIR"]
 
@@ -52,7 +55,7 @@ def own_namespace() -> str:
     return namespace
 
 
-def connect(own: KubernetesSettings, k8s: Any) -> Cluster:
+def connect(own: KubernetesSettings, k8s: types.ModuleType) -> Cluster:
     """The API client of the cluster ``own`` (the backend's settings) names, made with
     the Kubernetes client module ``k8s``.
 

@@ -18,7 +18,7 @@ import collections
 import json
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Set, Tuple
 
 from ..._backoff import retrying
 from ..._log import log
@@ -26,6 +26,9 @@ from ..._process_state import here
 from .._base import JobStatus
 from .._common import import_extra
 from ._pods import api_reason, pod_status
+
+if TYPE_CHECKING:
+    import types
 
 __all__ = ["PodCache", "PodWatch", "trim", "last_status"]
 
@@ -38,7 +41,7 @@ _GONE_KEPT = 4096  # deleted pods remembered that no job of this process asked a
 HTTP_GONE = 410
 
 
-def _k8s() -> Any:
+def _k8s() -> types.ModuleType:
     return import_extra("kubernetes", "kubernetes", "the Kubernetes Python client")
 
 
@@ -256,7 +259,7 @@ class PodWatch:
         self._tried.set()
         self._on_end()  # a pod may have ended while nobody watched
 
-    def _connect(self, *args: Any, **kwargs: Any) -> Any:
+    def _connect(self, *args: object, **kwargs: object) -> object:
         """``list_namespaced_pod`` for the watch: an answer's headers (the client raises
         an error status) say the API server can be reached again."""
         resp = self._api.list_namespaced_pod(*args, **kwargs)

@@ -12,7 +12,7 @@ import array
 import json
 import os
 import socket
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["MODULE", "MAX_MESSAGE", "UNTOUCHED_SIGNALS", "ForkOps", "send_message",
            "recv_message"]
@@ -39,7 +39,7 @@ UNTOUCHED_SIGNALS = frozenset({"SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGX
 _FD_SPACE = socket.CMSG_SPACE(8 * array.array("i").itemsize)
 
 
-def send_message(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) -> None:
+def send_message(sock: socket.socket, obj: Mapping[str, object], fds: Sequence[int] = ()) -> None:
     """Send one message, with ``fds`` passed as SCM_RIGHTS."""
     data = json.dumps(obj, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:

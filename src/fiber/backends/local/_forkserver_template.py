@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from fiber._preload import import_modules
 from fiber._process_state import here
@@ -28,6 +28,9 @@ from fiber.backends.local._forkserver_protocol import (
     send_message,
 )
 from fiber.transport.sockets import readable
+
+if TYPE_CHECKING:
+    import types
 
 
 def _template(fd: int) -> None:
@@ -135,8 +138,8 @@ def _reap(sock: socket.socket) -> None:
 class _ChildContext:
     """What a forked child needs to become a fresh ``python -m`` of the bootstrap module."""
 
-    def __init__(self, sock: socket.socket, fds: Tuple[int, int], spec: Any,
-                 bootstrap: Any) -> None:
+    def __init__(self, sock: socket.socket, fds: Tuple[int, int],
+                 spec: Any, bootstrap: types.ModuleType) -> None:
         self.sock = sock
         self.fds = fds
         self.spec = spec
