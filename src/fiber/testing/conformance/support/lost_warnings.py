@@ -7,9 +7,14 @@ import functools
 import logging
 import re
 import time
-from typing import Any, List
+from typing import TYPE_CHECKING, List
 
 from . import observe_helpers
+
+if TYPE_CHECKING:
+    import pytest
+
+    import fiber
 
 
 class LostWarnings:
@@ -17,7 +22,8 @@ class LostWarnings:
     own handler), or in pytest's log capture (pytest gives the root logger a handler,
     and fiber's records then go to the program's handlers, not to stderr too)."""
 
-    def __init__(self, capfd: Any, caplog: Any) -> None:
+    def __init__(self, capfd: pytest.CaptureFixture[str],
+                 caplog: pytest.LogCaptureFixture) -> None:
         self._capfd, self._caplog = capfd, caplog
         self._err = ""
 
@@ -37,7 +43,8 @@ class LostWarnings:
         return self.lost()
 
 
-def check_an_oom_killed_worker_is_one_warning(ctx: Any, warnings: LostWarnings) -> None:
+def check_an_oom_killed_worker_is_one_warning(ctx: fiber.FiberContext,
+                                              warnings: LostWarnings) -> None:
     """A pool worker limited to 96 MB whose task takes far more: the map completes, and
     one warning says the kernel's OOM killer ended it (the backends that are told so:
     Docker, Kubernetes)."""

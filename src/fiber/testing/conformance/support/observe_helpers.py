@@ -7,12 +7,16 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import fiber
 
+if TYPE_CHECKING:
+    from fiber.queues import Queue, SimpleQueue
+    from fiber.synchronize import Event
 
-def kill_own_worker_once(flag: Any, x: int) -> int:
+
+def kill_own_worker_once(flag: Event, x: int) -> int:
     """The first task to run SIGKILLs its own worker (``flag``: an Event of the master);
     every task, that one again included, then returns ``x``."""
     if x == 2 and not flag.is_set():
@@ -37,7 +41,7 @@ def chat(x: int) -> int:
     return x
 
 
-def chat_named(x: int) -> Any:
+def chat_named(x: int) -> Tuple[int, str]:
     """Say ``x`` on stdout (print, and on fd 1 itself, as native code does) and on
     stderr; return ``x`` and this worker's name."""
     print(f"named-out {x}")
@@ -46,7 +50,7 @@ def chat_named(x: int) -> Any:
     return x, fiber.current_process().name
 
 
-def last_words_then_die(flag: Any) -> str:
+def last_words_then_die(flag: Event) -> str:
     """The first time (``flag``, an Event of the master, not set): write a line without
     its end on fd 1 and SIGKILL this worker; then: return."""
     if not flag.is_set():
@@ -78,11 +82,11 @@ def sleep(seconds: float) -> float:
     return seconds
 
 
-def exit_task(code: Any) -> None:
+def exit_task(code: Union[str, int, None]) -> None:
     sys.exit(code)
 
 
-def say_then_wait(text: str, gate: Any) -> None:
+def say_then_wait(text: str, gate: Event) -> None:
     """Print ``text`` (nothing if it is empty) and wait (up to 120 s) for ``gate`` (an
     Event) before ending."""
     if text:
@@ -108,7 +112,7 @@ def raise_in_helper(text: str) -> None:
     helper_that_raises(text)
 
 
-def report_then_wait(started: Any, gate: Any) -> str:
+def report_then_wait(started: Queue[str], gate: Event) -> str:
     """Put this worker's name on ``started`` (a queue), wait for ``gate``; the name."""
     import fiber
 
@@ -119,7 +123,7 @@ def report_then_wait(started: Any, gate: Any) -> str:
     return name
 
 
-def wait_at(item: Any) -> int:
+def wait_at(item: Tuple[int, Event, int]) -> int:
     """``item`` is ``(i, gate, n)``: item ``n`` waits for ``gate`` (an Event); returns ``i``."""
     i, gate, n = item
     if i == n and not gate.wait(120):
@@ -127,7 +131,7 @@ def wait_at(item: Any) -> int:
     return i
 
 
-def wait_if_last(item: Any) -> int:
+def wait_if_last(item: Tuple[int, Event]) -> int:
     """``item`` is ``(i, gate)``: item 9 waits for ``gate``, the others 10 ms (a chunk of
     them is slow enough that workers hold one at a time and send its result at once);
     returns ``i``."""
@@ -138,7 +142,7 @@ def wait_if_last(item: Any) -> int:
     return i
 
 
-def own_names(out: Any) -> None:
+def own_names(out: SimpleQueue[Tuple[str, str]]) -> None:
     """Put this process's comm and command line (as ps shows them) on ``out``."""
     with open("/proc/self/comm") as f:
         comm = f.read().strip()
@@ -147,7 +151,7 @@ def own_names(out: Any) -> None:
     out.put((comm, cmdline))
 
 
-def visible_gpus(out: Any) -> None:
+def visible_gpus(out: SimpleQueue[Optional[str]]) -> None:
     out.put(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
@@ -163,7 +167,7 @@ def hog() -> None:
         chunks.append(b)
 
 
-def hog_once(flag: Any, x: int) -> int:
+def hog_once(flag: Event, x: int) -> int:
     """Item 1, the first time (``flag``: an Event of the master), takes far more memory
     than its worker's limit; every item returns itself. Item 0 takes 50 ms: a task that
     long is not prefetched, so the worker holds item 1 alone when it is killed."""
@@ -203,7 +207,7 @@ def last_words(text: str, how: str) -> None:
     _end_abruptly(how)
 
 
-def last_words_task(text: str, how: str, flag: Any) -> str:
+def last_words_task(text: str, how: str, flag: Event) -> str:
     """A pool task: its first run prints ``text`` and ends its worker abruptly (``flag``:
     an Event of the master); its run on the worker that replaces it returns ``text``."""
     if not flag.is_set():

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Tuple
 
-MODEL = None
+if TYPE_CHECKING:
+    import ctypes
+    import multiprocessing.connection
+    import multiprocessing.queues
+
+    from fiber.connection import Connection
+    from fiber.synchronize import Event
+
+MODEL: object = None
 
 
 def square(x: int) -> int:
@@ -23,22 +31,23 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def load_model(value: Any) -> None:
+def load_model(value: object) -> None:
     global MODEL
     MODEL = value
 
 
-def model_and_pid(x: int) -> Any:
+def model_and_pid(x: int) -> Tuple[object, int, int]:
     return (MODEL, x, os.getpid())
 
 
-def wait_for(event: Any) -> str:
+def wait_for(event: Event) -> str:
     """Hold a worker until ``event`` (a fiber Event) is set."""
     event.wait(120)
     return "released"
 
 
-def echo_through(requests: Any, replies: Any) -> None:
+def echo_through(requests: multiprocessing.queues.Queue[object],
+                 replies: multiprocessing.connection.Connection) -> None:
     """Answer on ``replies`` (a multiprocessing Connection) what comes from ``requests``
     (a multiprocessing queue), until None."""
     while True:
@@ -49,7 +58,7 @@ def echo_through(requests: Any, replies: Any) -> None:
     replies.close()
 
 
-def double_shared(value: Any, array: Any) -> None:
+def double_shared(value: ctypes.c_int, array: ctypes.Array[ctypes.c_double]) -> None:
     """Double a multiprocessing ``RawValue`` and each item of a ``RawArray``."""
     value.value *= 2
     array[:] = [x * 2 for x in array[:]]
@@ -65,13 +74,13 @@ def main_init(value: str) -> None:
     counter = 100
 
 
-def main_task(x: int) -> Any:
+def main_task(x: int) -> Tuple[int, bool]:
     global counter
     counter += 1
     return (x * 2, counter > 100)
 
 
-def send_descriptors(conn: Any) -> None:
+def send_descriptors(conn: Connection) -> None:
     """Send the parent its ``multiprocessing`` authkey, then one end of a
     ``multiprocessing.Pipe`` and one of a socket pair (the other ends kept to answer)."""
     import multiprocessing

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from typing import Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 import pytest
+
+if TYPE_CHECKING:
+    import types
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -20,7 +23,7 @@ def unusable(component: str, why: str) -> NoReturn:
     raise pytest.skip.Exception(why)  # pytest.skip(why), in words mypy sees end the function
 
 
-def require(module: str, extra: str = "test") -> Any:
+def require(module: str, extra: str = "test") -> types.ModuleType:
     """``module`` imported; if it cannot be (it is in the ``extra`` of pyproject.toml), the
     test is :func:`unusable`: skipped by hand, a failure under CI=true."""
     try:
