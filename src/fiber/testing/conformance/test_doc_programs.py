@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import pytest
 
@@ -24,6 +24,9 @@ from .support import REPO
 from .support.doc_programs import Block, programs_for
 from .support.programs import run_program
 from .support.waiting import unusable
+
+if TYPE_CHECKING:
+    import pathlib
 
 TIMEOUT = 240  # seconds a program may take here, on a loaded 2-core machine
 
@@ -42,7 +45,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def test_a_documented_program_runs(block: Optional[Block], ctx: fiber.FiberContext,
-                                   tmp_path: Any) -> None:
+                                   tmp_path: pathlib.Path) -> None:
     if block is None:  # skipped by hand, a failure under CI=true (which runs a checkout)
         unusable("fiber's source checkout", "the documentation's programs are in fiber's "
                  "source checkout, not in the installed package: run the suite from a "

@@ -4,7 +4,7 @@ tiny settings."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -12,13 +12,18 @@ import pytest
 from .support import es_example
 from .support.es_example import TINY
 
+if TYPE_CHECKING:
+    import types
+
+    import fiber
+
 
 @pytest.fixture(scope="module")
 def es() -> Any:
     return es_example.load()
 
 
-def test_es_improves_the_policy(ctx: Any, es: Any) -> None:
+def test_es_improves_the_policy(ctx: fiber.FiberContext, es: types.ModuleType) -> None:
     result = es.main(TINY, context=ctx)
     history = result["history"]
     assert len(history) == 6

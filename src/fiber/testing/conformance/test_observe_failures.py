@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
 
 import pytest
 
@@ -22,7 +21,8 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture
-def warnings(capfd: Any, caplog: Any) -> LostWarnings:
+def warnings(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+             ) -> LostWarnings:
     return LostWarnings(capfd, caplog)
 
 

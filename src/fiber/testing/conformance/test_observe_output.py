@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from types import MappingProxyType
-from typing import Any, List
+from typing import List
 
 import pytest
 
@@ -28,7 +28,7 @@ PREFIX = re.compile(r"^\((?P<name>[\w:-]+)@(?P<host>[^)\s]+)\) (?P<text>.*)$")
 class _Captured:
     """The test process's captured stdout and stderr, accumulated across reads."""
 
-    def __init__(self, capfd: Any) -> None:
+    def __init__(self, capfd: pytest.CaptureFixture[str]) -> None:
         self._capfd = capfd
         self.out = self.err = ""
 

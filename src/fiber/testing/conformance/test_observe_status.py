@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, List
 
 import pytest
 
@@ -18,10 +18,14 @@ from .support import observe_helpers as oh
 from .support.cli import fiber_cli
 from .support.waiting import require, wait_until
 
+if TYPE_CHECKING:
+    import fiber
+    from fiber.pool._status import WorkerStatus
+
 pytestmark = pytest.mark.timeout(240)
 
 
-def _running(pool: Any) -> Any:
+def _running(pool: fiber.Pool) -> List[WorkerStatus]:
     return [w for w in pool.status().workers if w.state == "running"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from typing import Any, List
+from typing import List, TypeVar
 
 import numpy as np
 import pytest
@@ -17,6 +17,8 @@ import pytest
 import fiber
 
 from .support import shared_helpers as sh
+
+T = TypeVar("T")
 
 MB = 1 << 20
 SIZE = 64 * MB
@@ -27,7 +29,7 @@ def table() -> np.ndarray:
     return np.random.default_rng(7).standard_normal(SIZE // 8)
 
 
-def _get_all(q: Any, n: int) -> List[Any]:
+def _get_all(q: fiber.queues.Queue[T], n: int) -> List[T]:
     return [q.get(timeout=120) for _ in range(n)]
 
 
@@ -46,7 +48,8 @@ def _pss_kb(pid: int, address: int) -> int:
 
 
 @pytest.mark.local_pids
-def test_pool_initarg_reaches_every_worker_once_per_host(ctx: Any, table: np.ndarray) -> None:
+def test_pool_initarg_reaches_every_worker_once_per_host(
+        ctx: fiber.FiberContext, table: np.ndarray) -> None:
     """Every worker's initializer gets the table intact, writable (copy on write), and the
     workers of one host together use about one copy of it, not one each."""
     n = 6
@@ -62,7 +65,7 @@ def test_pool_initarg_reaches_every_worker_once_per_host(ctx: Any, table: np.nda
         assert pool.map(sh.crc, [b"x"]) == [sh.crc(b"x")]  # the pool still works
 
 
-def test_a_write_never_reaches_other_workers(ctx: Any, table: np.ndarray) -> None:
+def test_a_write_never_reaches_other_workers(ctx: fiber.FiberContext, table: np.ndarray) -> None:
     """Workers one after the other (one task each) overwrite the table: the next one
     finds it intact, and so does the master."""
     before = sh.crc(table)
@@ -76,7 +79,7 @@ def test_a_write_never_reaches_other_workers(ctx: Any, table: np.ndarray) -> Non
 
 
 def test_shared_handle_unpickles_to_the_data_once_per_host(
-        ctx: Any, table: np.ndarray, backend_name: str) -> None:
+        ctx: fiber.FiberContext, table: np.ndarray, backend_name: str) -> None:
     """``fiber.shared``: processes get the array itself; the publisher sends it to each
     process of its own host as a descriptor, and over the network once per other host.
     The processes stay until all have reported: a host's holder that exits is forgotten,
@@ -103,7 +106,7 @@ def test_shared_handle_unpickles_to_the_data_once_per_host(
 
 
 def test_a_write_never_reaches_the_host_copy(
-        ctx: Any, table: np.ndarray, backend_name: str) -> None:
+        ctx: fiber.FiberContext, table: np.ndarray, backend_name: str) -> None:
     """A process that overwrites its table while it keeps it mapped (and, on another
     host than the publisher's, holds the host's copy) changes nothing for the next one."""
     from fiber.testing.netns import on_host
@@ -128,7 +131,8 @@ def test_a_write_never_reaches_the_host_copy(
         assert handle.transfers()["other_host"] == 1
 
 
-def test_pool_initargs_with_a_pipe_end_and_a_large_array(ctx: Any, table: np.ndarray) -> None:
+def test_pool_initargs_with_a_pipe_end_and_a_large_array(
+        ctx: fiber.FiberContext, table: np.ndarray) -> None:
     """Initargs that cannot be shared (a pipe end) still reach every worker."""
     a, b = ctx.Pipe()
     with ctx.Pool(2, initializer=sh.send_crc, initargs=(table, b)) as pool:

@@ -8,7 +8,6 @@ import select
 import signal
 import threading
 import time
-from typing import Any
 
 import fiber
 
@@ -167,11 +166,11 @@ def triple(x: int) -> int:
 # -- pools ------------------------------------------------------------------------------
 
 
-def unpicklable_result(x: Any) -> Any:
+def unpicklable_result(x: object) -> object:
     return threading.Lock()
 
 
-def pid_of(_: Any) -> int:
+def pid_of(_: object) -> int:
     return os.getpid()
 
 

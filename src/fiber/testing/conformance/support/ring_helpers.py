@@ -7,9 +7,13 @@ import os
 import signal
 import socket
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import fiber
+
+if TYPE_CHECKING:
+    from fiber.queues import Queue
+    from fiber.synchronize import Barrier
 
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                    "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "GLOO_SOCKET_IFNAME",
@@ -41,7 +45,7 @@ def square_late(rank: int, size: int) -> int:
     return rank * rank
 
 
-def raise_on(rank: int, size: int, bad: int, barrier: Any) -> None:
+def raise_on(rank: int, size: int, bad: int, barrier: Barrier) -> None:
     """Rank ``bad`` raises; the others wait on a barrier it never reaches (a collective
     that cannot complete)."""
     if rank == bad:
@@ -50,7 +54,7 @@ def raise_on(rank: int, size: int, bad: int, barrier: Any) -> None:
     barrier.wait()
 
 
-def kill_on(rank: int, size: int, bad: int, barrier: Any, when: Any) -> None:
+def kill_on(rank: int, size: int, bad: int, barrier: Barrier, when: Queue[float]) -> None:
     """Rank ``bad`` SIGKILLs itself once the others wait on the barrier; it puts the time
     of its death on ``when`` first."""
     if rank == bad:
@@ -91,7 +95,7 @@ def exit_with(rank: int, size: int, code: int) -> None:
     time.sleep(600)
 
 
-def unpicklable_result(rank: int, size: int) -> Any:
+def unpicklable_result(rank: int, size: int) -> object:
     import threading
 
     return threading.Lock() if rank == 1 else rank
@@ -104,7 +108,7 @@ def with_meta(rank: int, size: int) -> int:
 
 # -- fiber.experimental.Ring --------------------------------------------------------------
 
-_seen: Dict[str, Any] = {}
+_seen: Dict[str, object] = {}
 
 
 def old_style_init(ring: Any, tag: str = "") -> None:
@@ -116,7 +120,7 @@ def old_style_init(ring: Any, tag: str = "") -> None:
     os.environ["MASTER_PORT"] = str(master.port)
 
 
-def old_style_func(rank: int, size: int) -> Dict[str, Any]:
+def old_style_func(rank: int, size: int) -> Dict[str, object]:
     return dict(_seen, func_rank=rank, func_size=size, env_rank=os.environ["RANK"])
 
 
@@ -142,7 +146,7 @@ def all_reduce_rank(rank: int, size: int) -> float:
         dist.destroy_process_group()
 
 
-def die_in_collective(rank: int, size: int, when: Any) -> float:
+def die_in_collective(rank: int, size: int, when: Queue[float]) -> float:
     """Rank 2 is SIGKILLed between two all_reduces; the others are in the second one."""
     import torch
     import torch.distributed as dist
