@@ -82,9 +82,9 @@ class Sim:
         self.workers: Dict[int, Worker] = {}
         self.group = False
         #: A group's messages from its workers, relayed at the end of the event.
-        self.up: List[Tuple[int, List[Any]]] = []
+        self.up: List[Tuple[int, List[Frame]]] = []
         self.asked = 0  # a group's worker_ended requests not answered yet
-        self.refused: Dict[int, Optional[List[Any]]] = {}  # function id -> error frames
+        self.refused: Dict[int, Optional[List[Frame]]] = {}  # function id -> error frames
         self.writing = False
 
 
@@ -104,7 +104,7 @@ class StandIn:
         self.seq = itertools.count()
         self.requests = itertools.count(3)  # ids 1 and 2: the fetch and the exit report
         self.scratch = new_scratch()  # every reader's: one thread reads them in turn
-        self.verdicts: Dict[bytes, Optional[List[Any]]] = {}  # function pickle -> error
+        self.verdicts: Dict[bytes, Optional[List[Frame]]] = {}  # function pickle -> error
         self.stdin_buf = b""
         self.stats = {"hellos": 0, **_ROUND}
         self.epoll.register(0, select.EPOLLIN)
@@ -223,7 +223,7 @@ class StandIn:
         if not alive and sim.sock is not None:
             self.end(sim, 1)  # the master closed it: a job's lifeline ends it so
 
-    def on_message(self, sim: Sim, msg: List[Any]) -> None:
+    def on_message(self, sim: Sim, msg: List[Frame]) -> None:
         if sim.state == RUNNING:
             if msg[0]:  # a reply: to a group's worker_ended
                 if sim.group:
@@ -257,7 +257,7 @@ class StandIn:
             if worker.running is None:  # else once its task has ended
                 self.next_task(sim, worker)
 
-    def challenged(self, sim: Sim, msg: List[Any]) -> None:
+    def challenged(self, sim: Sim, msg: List[Frame]) -> None:
         """The server's challenge: check its proof and its id, prove ours."""
         snonce = bytes(msg[1]) if len(msg) == 4 else b""
         if (msg[0] != auth.CHAL or len(snonce) != auth.NONCE_BYTES
@@ -268,7 +268,7 @@ class StandIn:
         sim.state = AUTH_SENT
         self.send(sim, [auth.AUTH, auth.client_proof(sim.cnonce, snonce)])
 
-    def fetched(self, sim: Sim, msg: List[Any]) -> None:
+    def fetched(self, sim: Sim, msg: List[Frame]) -> None:
         """Its launch payload: which pool, which workers, the program's heartbeat; then
         their hellos, as `fiber.pool._worker.worker_main` says them (relayed, for a job of
         several, as `fiber.pool._group` relays them)."""
@@ -300,7 +300,7 @@ class StandIn:
         self.stats["hellos"] += 1
         self.to_master(sim, worker, [PoolOps.HELLO, worker.wid.to_bytes(8, "little")])
 
-    def to_master(self, sim: Sim, worker: Worker, message: List[Any]) -> None:
+    def to_master(self, sim: Sim, worker: Worker, message: List[Frame]) -> None:
         """A worker's ``[op, *payload]`` to the master: its own (a job of one), or in its
         job's next relayed message."""
         if sim.group:
@@ -314,7 +314,7 @@ class StandIn:
             up, sim.up = sim.up, []
             self.send(sim, [sim.pool, PoolOps.FROM, b"", *pack_to(up)])
 
-    def answered(self, sim: Sim, msg: List[Any]) -> None:
+    def answered(self, sim: Sim, msg: List[Frame]) -> None:
         """The master's answer to a worker's end: the worker it names starts, or none."""
         sim.asked -= 1
         new = bytes(msg[2]) if msg[1] == b"ok" and len(msg) > 2 else b""
@@ -334,7 +334,7 @@ class StandIn:
         if worker.running is None:
             self.next_task(sim, worker)
 
-    def verdict(self, fn_frames: Sequence[Frame]) -> Optional[List[Any]]:
+    def verdict(self, fn_frames: Sequence[Frame]) -> Optional[List[Frame]]:
         """None for `standins.sleep_for`; else the error record its tasks return."""
         key = bytes(fn_frames[0])
         if key not in self.verdicts:

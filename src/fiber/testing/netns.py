@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 import os
 import threading
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..backends import JobHandle, JobSpec, register_backend
 from ..backends._job_command import JOB_HOST_ENV, bootstrap_parts
@@ -40,7 +40,7 @@ _current_lock = threading.Lock()
 _pin = threading.local()
 
 
-def use_hosts(hosts: Optional[Any]) -> None:
+def use_hosts(hosts: Union[Hosts, HostList, None]) -> None:
     """Make ``hosts`` (started `Hosts`) the ones netns jobs run on; None: forget.
 
     Also sets ``FIBER_NETNS_HOSTS`` in this process's environment, so that programs it

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Dict, List, Sequence
 
 from .._core._runtime import JOB_ENV, PARENT_ENV
 from ..backends import (
@@ -155,7 +155,7 @@ class StandInBackend(Backend):
         """The stand-in processes' ids (for their CPU time, say)."""
         return [proc.pid for proc in self._started()]
 
-    def stats(self) -> List[Dict[str, Any]]:
+    def stats(self) -> List[Dict[str, float]]:
         """Each stand-in process's counts: simulated workers that said hello
         (``hellos``) and run now (``workers``), and its CPU time (``cpu_s``), in all;
         since it was last asked, tasks ended (``tasks``), how late their timers fired

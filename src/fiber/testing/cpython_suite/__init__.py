@@ -23,7 +23,12 @@ import traceback
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import types
+
+    from _typeshed import OptExcInfo
 
 # standalone classes (not run in variants) that test public behaviour through
 # ``multiprocessing.X``
@@ -56,7 +61,7 @@ _EXCLUDED: Mapping[str, str] = MappingProxyType({
 _PASSING = ("pass", "xfail")
 
 
-def _module(target: str) -> Any:
+def _module(target: str) -> types.ModuleType:
     return importlib.import_module(f"{__name__}.on_{target}")
 
 
@@ -72,7 +77,7 @@ def selected_classes(target: str = "fiber") -> List[str]:
     return sorted(names)
 
 
-def _test_ids(module: Any, name: str) -> List[str]:
+def _test_ids(module: types.ModuleType, name: str) -> List[str]:
     tests = unittest.TestLoader().loadTestsFromTestCase(getattr(module, name))
     return [_short_id(test) for test in tests]
 
@@ -91,7 +96,7 @@ class _Events(unittest.TestResult):
     """Writes one JSON line per test event to ``out``: the runner's only channel (the
     tests' own output goes to the log)."""
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: IO[str]) -> None:
         super().__init__()
         self._out = out
 
@@ -107,10 +112,10 @@ class _Events(unittest.TestResult):
     def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
         self._emit(test, "pass")
 
-    def addFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addFailure(self, test: unittest.TestCase, err: OptExcInfo) -> None:  # noqa: N802
         self._emit(test, "fail", _one_line("".join(traceback.format_exception(*err))))
 
-    def addError(self, test: Any, err: Any) -> None:  # noqa: N802
+    def addError(self, test: object, err: OptExcInfo) -> None:  # noqa: N802
         reason = _one_line("".join(traceback.format_exception(*err)))
         if isinstance(test, unittest.TestCase):
             self._emit(test, "error", reason)
@@ -119,14 +124,15 @@ class _Events(unittest.TestResult):
                                         "reason": f"{test}: {reason}"}) + "\n")
             self._out.flush()
 
-    def addSubTest(self, test: Any, subtest: Any, err: Any) -> None:  # noqa: N802
+    def addSubTest(self, test: unittest.TestCase, subtest: unittest.TestCase,
+                   err: Optional[OptExcInfo]) -> None:  # noqa: N802
         if err is not None:
             self.addFailure(test, err)
 
     def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
         self._emit(test, "skip", f"skipped: {reason}"[:200])
 
-    def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addExpectedFailure(self, test: unittest.TestCase, err: OptExcInfo) -> None:  # noqa: N802
         self._emit(test, "xfail")
 
     def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
@@ -145,7 +151,7 @@ def _work(target: str, ids: Sequence[str], fd: int) -> int:
 Result = Tuple[str, str]  # (outcome, one-line reason)
 
 
-def _run_class(target: str, ids: List[str], timeout: float, log: Any) -> Dict[str, Result]:
+def _run_class(target: str, ids: List[str], timeout: float, log: IO[bytes]) -> Dict[str, Result]:
     """Run one class's ``ids`` in fresh interpreters, resuming after a test that hangs or
     kills its interpreter."""
     results: Dict[str, Result] = {}
@@ -172,7 +178,8 @@ def _run_class(target: str, ids: List[str], timeout: float, log: Any) -> Dict[st
     return results
 
 
-def _events(target: str, ids: List[str], timeout: float, log: Any) -> Iterator[Dict[str, str]]:
+def _events(target: str, ids: List[str], timeout: float, log: IO[bytes]
+            ) -> Iterator[Dict[str, str]]:
     """The events of one interpreter running ``ids``, then an "end" event: "timeout" after
     ``timeout`` s without one (the interpreter's process group is killed), or its exit."""
     read, write = os.pipe()

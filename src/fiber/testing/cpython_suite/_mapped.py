@@ -9,7 +9,7 @@ import builtins
 import importlib
 import multiprocessing
 import types
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # multiprocessing's submodules that fiber provides, and the private names of each that
 # the suite's fixtures read from the standard library
@@ -33,15 +33,16 @@ class _AsFiber(types.ModuleType):
     """A fiber module seen under a ``multiprocessing`` name: fiber's attributes, and the
     standard library's for the ``private`` names only."""
 
-    def __init__(self, name: str, fiber_module: Any, stdlib_module: Any,
-                 private: frozenset[str], submodules: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, fiber_module: types.ModuleType,
+                 stdlib_module: types.ModuleType, private: frozenset[str],
+                 submodules: Mapping[str, types.ModuleType]) -> None:
         super().__init__(name)
         self.__dict__.update(submodules)
         self._fiber_module = fiber_module
         self._stdlib_module = stdlib_module
         self._private = private
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Tuple[Callable[[str], object], Tuple[str]]:
         # a test's target that cloudpickle sends by value (a classmethod's function) names
         # ``multiprocessing`` in its globals: the job gets its own substitute
         return (_substitute, (self.__name__,))
@@ -84,12 +85,13 @@ def _build() -> _AsFiber:
     return _AsFiber("multiprocessing", fiber, multiprocessing, frozenset(), subs)
 
 
-def _importer(top: Optional[_AsFiber]) -> Any:
+def _importer(top: Optional[_AsFiber]) -> Callable[..., object]:
     """``__import__`` for the suite's module: ``multiprocessing`` means ``top`` (the
     standard library itself when ``top`` is None)."""
 
-    def _import(name: str, globals: Any = None, locals: Any = None,  # noqa: A002
-                fromlist: Sequence[str] = (), level: int = 0) -> Any:
+    def _import(name: str, globals: Optional[Mapping[str, object]] = None,  # noqa: A002
+                locals: Optional[Mapping[str, object]] = None,
+                fromlist: Sequence[str] = (), level: int = 0) -> object:
         if top is None or level or name.split(".")[0] != "multiprocessing":
             return builtins.__import__(name, globals, locals, fromlist, level)
         if not fromlist:
