@@ -18,7 +18,7 @@ import struct
 import threading
 import weakref
 from multiprocessing import context as mp_context
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..transport import auth, receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
@@ -86,7 +86,7 @@ class Handle:
         """The name of the object's service on that hub."""
         return self._name
 
-    def __getstate__(self) -> HandleState:
+    def __getstate__(self) -> Tuple[Any, ...]:  # subclasses add to it
         shared = self.__dict__.get("_shared")
         if shared is not None:
             shared[0] = True
@@ -97,7 +97,7 @@ class Handle:
             return (self._name, self._address, auth.program_secret())
         return (self._name, self._address)
 
-    def __setstate__(self, state: HandleState) -> None:
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
         self._name, self._address = state[0], state[1]
         if len(state) > 2:
             auth.adopt_secret(state[2])
