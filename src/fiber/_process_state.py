@@ -1,14 +1,16 @@
-"""This process's state: its id, and how fiber's per-process state is made anew.
+"""This process's state: its id, fiber's per-process state, and how it is made anew.
 
-A module that keeps something only this process may use (its hub, its connections, a
-lock its threads share) registers here how a forked child makes it anew
-(`ProcessState.after_fork_in_child`) and how a test puts it back
+``here.transport``, ``here.jobs`` and ``here.api`` hold what each layer keeps per process
+(declared in `fiber._state`). A module whose state needs renewing in a forked child (its
+hub, its connections, a lock its threads share) registers how
+(`ProcessState.after_fork_in_child`), and how a test puts it back
 (`ProcessState.for_tests`): one registry, as CPython's ``multiprocessing.util`` keeps
 one. ``here.pid`` is this process's id, kept current across forks: a record made by one
 process (a lease, a manager, a ``Process``) compares its owner's id with it, rather than
 asking the kernel at each use. Design: ``docs/contributing/processes.md``.
 
-Imports nothing of fiber's: every layer may use it.
+Imports nothing of fiber's but `fiber._state` (which imports nothing): every layer may
+use it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import sys
 import traceback
 from typing import Callable, List
 
+from ._state.api import ApiState
+from ._state.jobs import JobsState
+from ._state.transport import TransportState
+
 __all__ = ["ProcessState", "here"]
 
 Hook = Callable[[], None]
@@ -26,7 +32,7 @@ Hook = Callable[[], None]
 class ProcessState:
     """This process's id and the hooks that renew its state (one instance: `here`)."""
 
-    __slots__ = ("pid", "forks", "_after_fork", "_for_tests")
+    __slots__ = ("pid", "forks", "transport", "jobs", "api", "_after_fork", "_for_tests")
 
     def __init__(self) -> None:
         #: This process's id: set at import and in a forked child before its hooks run.
@@ -34,6 +40,10 @@ class ProcessState:
         #: How many forks this process's state has been renewed by, since its start
         #: (0 in a process that was not forked from a fiber process).
         self.forks = 0
+        #: Each layer's state (`fiber._state`).
+        self.transport = TransportState()
+        self.jobs = JobsState()
+        self.api = ApiState()
         self._after_fork: List[Hook] = []
         self._for_tests: List[Hook] = []
 
