@@ -7,10 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from ._pipe import Connection
+from typing import Any, Callable
 
 __all__ = ["FilenoWatch"]
 
@@ -20,7 +17,7 @@ _POLL_S = 1.0
 class FilenoWatch:
     """The descriptor of one connection end, and the thread that keeps it truthful."""
 
-    def __init__(self, conn: Connection, readable: bool = True) -> None:
+    def __init__(self, conn: Any, readable: bool = True) -> None:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         self._cond = threading.Condition()
@@ -60,7 +57,7 @@ class FilenoWatch:
             os.read(self._r, 1)
         self._raised = ready
 
-    def _run(self, ref: weakref.ref[Connection]) -> None:
+    def _run(self, ref: weakref.ref[Any]) -> None:
         while True:
             with self._cond:
                 if self._closed:

@@ -5,13 +5,9 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._core._inspect import Counted, Rows
-
-if TYPE_CHECKING:
-    from ._job import Job
-    from ._process import Process
 
 __all__ = ["process_repr", "children", "exit_code_of"]
 
@@ -28,7 +24,7 @@ def _state(code: Optional[int], connected: bool) -> str:
     return f"stopped exitcode={code}"
 
 
-def process_repr(kind: str, name: str, job: Optional[Job], code: Optional[int], parent_pid: int,
+def process_repr(kind: str, name: str, job: Any, code: Optional[int], parent_pid: int,
                  ident: Optional[int], closed: bool, daemon: bool) -> str:
     """``<Process name=... pid=... parent=... job=... host=... state [daemon]>`` of a
     process whose job record (`Job`) is ``job``."""
@@ -50,7 +46,7 @@ def process_repr(kind: str, name: str, job: Optional[Job], code: Optional[int], 
     return f"<{kind} {' '.join(parts)}>"
 
 
-def children(procs: List[Tuple[Process, Optional[Job]]], rows: Optional[Rows] = None) -> Counted:
+def children(procs: List[Tuple[Any, Any]], rows: Optional[Rows] = None) -> Counted:
     """A process's children that have a job, as fiber top shows them (plain values):
     with ``rows`` (a viewer's, see `fiber._core._inspect.rows_shown`) only the first
     ``rows[1]`` are built, and every one is counted by state (``processes_total``,
@@ -60,7 +56,6 @@ def children(procs: List[Tuple[Process, Optional[Job]]], rows: Optional[Rows] = 
     jobs = [job for _, job in procs if job is not None and job.handle is not None]
     ended = [job for job in jobs if job.finished]  # few: a pool's workers run
     states = {"running": len(jobs) - len(ended)} if len(jobs) > len(ended) else {}
-    job: Optional[Job]  # an ended one here; below, a child's (None: not started)
     for job in ended:
         state = _child_state(job)
         states[state] = states.get(state, 0) + 1
@@ -78,7 +73,7 @@ def children(procs: List[Tuple[Process, Optional[Job]]], rows: Optional[Rows] = 
     return Counted(out, {"processes_total": len(jobs), "process_states": states})
 
 
-def _child_state(job: Job) -> str:
+def _child_state(job: Any) -> str:
     """``running``, or ``exit code N`` (fiber top's words)."""
     code = job.exitcode() if job.finished else None
     return "running" if code is None else f"exit code {code}"

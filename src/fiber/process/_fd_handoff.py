@@ -16,15 +16,12 @@ from multiprocessing import AuthenticationError, heap, reduction, resource_share
 from multiprocessing import connection as mp_connection
 from multiprocessing import context as mp_context
 from multiprocessing import process as mp_process
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Tuple, Type, cast
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple, Type
 
 from .._core._served import add_handoff, collecting_handoffs
 from ..backends import Backend
 from ..errors import ProcessError
 from ..transport.serialization import _Pickler
-
-if TYPE_CHECKING:
-    from ._process import Process
 
 __all__ = ["pickle_process", "load_spawned", "multiprocessing_authkey", "adopt_authkey"]
 
@@ -67,7 +64,7 @@ class _ProbingPickler(_Pickler):
 _ASSERT_SPAWNING = "through inheritance"
 
 
-def pickle_process(proc: Process, backend: Backend) -> Tuple[bytes, Optional[Dict[str, object]]]:
+def pickle_process(proc: Any, backend: Backend) -> Tuple[bytes, Optional[Dict[str, object]]]:
     """The pickled process object, and what the child needs before it unpickles it (None
     unless the process holds objects of multiprocessing itself).
 
@@ -104,7 +101,7 @@ def _release(handoffs: List[Callable[[], None]]) -> None:
             pass
 
 
-def _pickle_process(proc: Process, backend: Backend
+def _pickle_process(proc: Any, backend: Backend
                     ) -> Tuple[bytes, Optional[Dict[str, object]]]:
     if getattr(mp_process.current_process(), "_inheriting", False):
         raise RuntimeError(
@@ -136,7 +133,7 @@ def _dumps(pickler: Type[pickle.Pickler], obj: object) -> bytes:
     return out.getvalue()
 
 
-def _dumps_as_spawn(proc: Process) -> bytes:
+def _dumps_as_spawn(proc: Any) -> bytes:
     previous = mp_context.get_spawning_popen()
     mp_context.set_spawning_popen(_SpawningPopen())  # type: ignore[arg-type, unused-ignore]
     try:
@@ -168,7 +165,7 @@ def _spawn_data() -> Dict[str, object]:
     return data
 
 
-def load_spawned(pickled: bytes, data: Dict[str, object]) -> Process:
+def load_spawned(pickled: bytes, data: Dict[str, object]) -> Any:
     """In the child: take the parent's authkey, import the main module as spawn does,
     then unpickle the process object (which fetches its descriptors)."""
     from multiprocessing import spawn
@@ -178,7 +175,7 @@ def load_spawned(pickled: bytes, data: Dict[str, object]) -> Process:
     me._inheriting = True  # type: ignore[attr-defined]  # noqa: SLF001
     try:
         spawn.prepare(data)
-        return cast("Process", pickle.loads(pickled))  # the process object it was sent
+        return pickle.loads(pickled)
     finally:
         del me._inheriting  # type: ignore[attr-defined]  # noqa: SLF001
 

@@ -10,15 +10,11 @@ import socket
 import struct
 import sys
 import threading
-from typing import TYPE_CHECKING, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .operations import Service, handles
 from .peers import Peer
 from .serialization import Frame
-
-if TYPE_CHECKING:
-    from .client import Client
-    from .server import Server
 
 __all__ = ["SentLog", "Orphans", "orphan", "forget_in_child", "ALWAYS", "has_orphans",
            "take_orphans", "send_orphans",
@@ -155,7 +151,7 @@ def orphan(address: str, orphans: Orphans) -> None:
         _orphans.setdefault(address, []).append(orphans)
 
 
-def send_orphans(client: Client, address: str) -> None:
+def send_orphans(client: Any, address: str) -> None:
     """First on a new connection (``client``) to ``address``: of each ended connection's
     orphans, those its server did not get, in their order.
 
@@ -218,7 +214,7 @@ def take_orphans(address: str) -> List[Orphans]:
         return _orphans.pop(address, [])
 
 
-def deliver_orphans(connect: Callable[[str], Client]) -> None:
+def deliver_orphans(connect: Callable[[str], Any]) -> None:
     """At the process's exit: a last connection to each server that has orphans
     (``connect(address)`` sends them first), or their loss said."""
     with _lock:
@@ -264,7 +260,7 @@ class EndedPeers(Service):
             self._counts.popitem(last=False)
 
     @handles(ResendOps.COUNT)
-    def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    def count(self, server: Any, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[old peer id]``: answered ``ok`` and how many messages that connection
         brought, once it has ended; ``unknown`` if this server does not know (it
         forgot, or it never served that connection)."""
@@ -277,7 +273,7 @@ class EndedPeers(Service):
             server.reply(peer, req_id, b"ok", [count.to_bytes(8, "little")])
 
     @handles(ResendOps.SYNC)
-    def sync(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    def sync(self, server: Any, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """``[]``: answered once what came before it on this connection was served (a
         server serves a connection's messages in order)."""
         server.reply(peer, req_id, b"ok")

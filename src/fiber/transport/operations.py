@@ -3,13 +3,12 @@ service class. The design: docs/contributing/transport.md, "Operations"."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, TypeVar
 
 from .serialization import Frame
 
 if TYPE_CHECKING:
     from .peers import Peer
-    from .server import Server
 
 __all__ = ["handles", "Dispatcher", "Service", "Handler", "names"]
 
@@ -70,7 +69,7 @@ class Dispatcher:
             raise ValueError(f"unknown {self.protocol} operation {op!r}")
         return handler
 
-    def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
+    def handle(self, server: Any, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Frame]) -> None:
         """Hand the request to the handler of ``op``.
 
@@ -91,8 +90,8 @@ class Service(Dispatcher):
     #: on a new connection after a reset, it is answered again, not served twice.
     answers_again = False
 
-    def peer_gone(self, server: Server, peer: Peer) -> None:
+    def peer_gone(self, server: Any, peer: Peer) -> None:
         """A connection closed; drop what it was waiting for."""
 
-    def process_gone(self, server: Server, process_id: bytes) -> None:
+    def process_gone(self, server: Any, process_id: bytes) -> None:
         """A process lost its anchor connection: it ended or is unreachable."""

@@ -8,14 +8,11 @@ import os
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._process_state import here
 from .peers import Peer
 from .serialization import Frame
-
-if TYPE_CHECKING:
-    from .server import Server
 
 __all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
 
@@ -146,7 +143,7 @@ class Receipts:
                 and last.peer.reset):
             last.undo = undo
 
-    def keeps_waiting(self, server: Server, asked: bytes, peer: Peer,
+    def keeps_waiting(self, server: Any, asked: bytes, peer: Peer,
                       drop: Callable[[], None]) -> bool:
         """Whether request ``asked``, which waits to be answered (a lock's ``acquire``)
         and whose connection (``peer``) ended, is still to be answered: its caller asked
@@ -186,7 +183,7 @@ class Receipts:
         if last is not None and last.ticket == asked:
             del self._last[asked[:8]]
 
-    def peer_gone(self, server: Server, peer: Peer) -> None:
+    def peer_gone(self, server: Any, peer: Peer) -> None:
         """``peer``'s connection ended: its callers' answers are forgotten, at once or,
         after a reset, once they had the time to ask again. A request still being served
         is kept until it is answered and that time has passed."""
@@ -200,10 +197,10 @@ class Receipts:
         if keys:
             self._later(server, keys, peer)
 
-    def _later(self, server: Server, keys: List[bytes], peer: Peer) -> None:
+    def _later(self, server: Any, keys: List[bytes], peer: Peer) -> None:
         server.call_later(REANCHOR_WAIT_S, lambda: self._forget(server, keys, peer))
 
-    def _forget(self, server: Server, keys: List[bytes], peer: Peer) -> None:
+    def _forget(self, server: Any, keys: List[bytes], peer: Peer) -> None:
         """After a reset: answers not asked for again are forgotten once their caller's
         process is gone (it did not anchor again), or after `KEPT_ANSWER_S`; until then
         it may still ask (connecting again can take longer than ``REANCHOR_WAIT_S``),
