@@ -71,7 +71,7 @@ def test_hooks_run_in_order_and_one_failing_does_not_stop_the_others(capfd):
 def test_locks_another_thread_held_at_the_fork_are_free_in_the_child():
     """Without the hooks the child would wait for ever on a lock copied held (the
     child's alarm then kills it, and the test fails)."""
-    held = [_runtime._lock, _log._lock, _async_calls._channels_lock, _queue._lease_lock]
+    held = [here.transport.hub_lock, _log._lock, _async_calls._channels_lock, _queue._lease_lock]
     taken, release = threading.Event(), threading.Event()
 
     def holder() -> None:
@@ -89,7 +89,7 @@ def test_locks_another_thread_held_at_the_fork_are_free_in_the_child():
 
         def all_free() -> bool:
             return all(getattr(module, name).acquire(timeout=5) for module, name in [
-                (_runtime, "_lock"), (_log, "_lock"), (_async_calls, "_channels_lock"),
+                (here.transport, "hub_lock"), (_log, "_lock"), (_async_calls, "_channels_lock"),
                 (_queue, "_lease_lock")])
 
         assert in_child(all_free)

@@ -13,6 +13,7 @@ from typing import Any, List
 import pytest
 
 from fiber._core._served import encode_wait
+from fiber._process_state import here
 from fiber.errors import LockLostError
 from fiber.queues._service import QueueOps, QueueService
 from fiber.synchronize._primitives import LockOps, LockService, SemaphoreOps, SemaphoreService
@@ -258,7 +259,7 @@ def _of_process(srv: Server, process: bytes, monkeypatch: pytest.MonkeyPatch) ->
     """An anchor that says it is process ``process`` (another process than this one, to
     the server: its end can make that process gone while this one's anchor lives)."""
     with monkeypatch.context() as m:
-        m.setattr(client_module, "_PROCESS_ID", process)
+        m.setattr(here.transport, "process_id", process)
         return Client(srv.address, timeout=10, anchor=True)
 
 
@@ -314,7 +315,7 @@ def test_a_process_counted_gone_while_it_lives_loses_its_open_connections_too(
     anchor = _lock_on(server, monkeypatch)
     gone = _of_process(server, b"P" * 16, monkeypatch)
     with monkeypatch.context() as m:
-        m.setattr(client_module, "_PROCESS_ID", b"P" * 16)
+        m.setattr(here.transport, "process_id", b"P" * 16)
         waiter = Client(server.address, timeout=10)
     waiter.send_message([b"lock", LockOps.ACQUIRE, receipts.ticket(), b"W",
                          encode_wait(True, None)])

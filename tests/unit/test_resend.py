@@ -21,6 +21,7 @@ import pytest
 
 import fiber
 from fiber._core import _runtime
+from fiber._process_state import here
 from fiber.queues._lending import Lease
 from fiber.testing.conformance.support.waiting import unusable, wait_until
 from fiber.transport import _resend, sockets
@@ -113,7 +114,7 @@ def test_a_reset_that_another_threads_check_finds_first_keeps_its_errno(monkeypa
     _tcp(monkeypatch)
     hub = _runtime.hub()
     client = Client(hub.address, timeout=10)
-    client_module._all_clients.add(client)
+    here.transport.all_clients.add(client)
     try:
         client.request(_resend.RESEND_SERVICE, _resend.ResendOps.SYNC, [], timeout=10)
         _reset(client.sock)

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from fiber.transport import _main_namespace
+from fiber._process_state import here
 from fiber.transport.framing import FrameReader, ProtocolError, send_frames
 from fiber.transport.serialization import dumps, dumps_bytes, loads
 
@@ -78,7 +78,7 @@ def test_main_functions_share_one_namespace_where_assignments_are_kept():
     init("loaded")
     use = loads(dumps(main["t1_use"]))  # brings t1_model = None: assigned here since, kept
     assert use() == "loaded"
-    assert use.__globals__ is init.__globals__ is _main_namespace.namespace
+    assert use.__globals__ is init.__globals__ is here.transport.main_namespace
     assert main["t1_model"] is None  # the sender's globals are not touched
 
 
@@ -115,10 +115,10 @@ def test_plain_unpickler_and_main_classes_use_the_namespace():
 def test_functions_not_of_main_keep_their_own_globals():
     assert loads(dumps(os.path.join)) is os.path.join  # importable: by reference
     k = 3
-    assert loads(dumps(lambda x: x * k)).__globals__ is not _main_namespace.namespace
+    assert loads(dumps(lambda x: x * k)).__globals__ is not here.transport.main_namespace
     other = {"__name__": "t4_dynamic_module"}
     exec("def t4_f():\n    return 1", other)
-    assert loads(dumps(other["t4_f"])).__globals__ is not _main_namespace.namespace
+    assert loads(dumps(other["t4_f"])).__globals__ is not here.transport.main_namespace
 
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "main_namespace.py")
@@ -216,7 +216,7 @@ def _one_message(sock, frames):
 def _memfd_inode(frame):
     from fiber.transport import memfd
 
-    return os.fstat(memfd._kept[memfd._address(frame)][1]).st_ino
+    return os.fstat(here.transport.memfd_kept[memfd._address(frame)][1]).st_ino
 
 
 def test_received_frame_sent_on_unchanged_is_not_copied():

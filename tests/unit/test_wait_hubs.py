@@ -14,6 +14,7 @@ from typing import Any, List
 
 import pytest
 
+from fiber._process_state import here
 from fiber.connection import _wait
 from fiber.transport import client as transport_client
 
@@ -29,7 +30,7 @@ class _Conn:
 def test_a_hub_whose_client_is_closed_under_the_wait_still_ends_it(monkeypatch, reused):
     mine, theirs = socket.socketpair()
     gone = transport_client.Client("hub-a", adopted=mine)
-    transport_client._all_clients.add(gone)
+    here.transport.all_clients.add(gone)
     monkeypatch.setattr(gone, "start", lambda *args, **kwargs: b"1")  # asked, not answered
     theirs.close()  # hub A has ended; its client does not know yet
     kept: List[Any] = []

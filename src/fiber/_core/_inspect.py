@@ -8,16 +8,15 @@ served on its hub (the ``status`` service), to a client holding the program's se
 
 The API packages register their *sources* here (a pool its ``status()``, the process
 package the children of this process); a source is held by a weak reference to its
-owner, so that a pool collected or terminated drops out by itself. Nothing listens
-anywhere but on the hub, which refuses whoever does not hold the secret.
+owner, so that a pool collected or terminated drops out by itself (the sources are kept
+in ``here.transport``). Nothing listens anywhere but on the hub, which refuses whoever
+does not hold the secret.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
-import threading
 import time
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, TypeVar
@@ -38,16 +37,13 @@ PAUSE_S = 0.0002
 #: CPU seconds a viewer's thread computes between two such sleeps, at least.
 BUSY_S = 0.0005
 
-#: .on: this thread takes a viewer's snapshot (see `viewing`), .since: its CPU time when
-#: it last paused (see `pause`); .rows: the rows of a long table it shows (`rows_shown`)
-_viewer = threading.local()
+# What this thread is (a viewer's, see `viewing`; its rows, `rows_shown`), the sources,
+# their ids and lock, and the fields: in ``here.transport`` (``status_viewer``,
+# ``status_sources``, ``status_source_ids``, ``status_lock``, ``status_fields``).
+
 #: ``(first, count)``: the rows of a long table (a pool's workers) a viewer shows
 Rows = Tuple[int, int]
 
-_lock = threading.Lock()
-_ids = itertools.count(1)
-#: id -> (kind, weak reference to the owner, its snapshot function of the owner)
-_sources: Dict[int, Tuple[str, weakref.ref[Any], Callable[[Any], Any]]] = {}
 #: What a source describes (a pool, a process...).
 _Owner = TypeVar("_Owner")
 
@@ -60,9 +56,10 @@ def add_source(kind: str, owner: _Owner, describe: Callable[[_Owner], object]) -
     does, also inside this module's lock (a deadlock). Sources whose owner is gone are
     dropped here and by `snapshot` instead."""
     ref = weakref.ref(owner)
-    with _lock:
+    state = here.transport
+    with state.status_lock:
         _prune()
-        _sources[next(_ids)] = (kind, ref, describe)
+        state.status_sources[next(state.status_source_ids)] = (kind, ref, describe)
 
 
 class Counted(NamedTuple):
@@ -75,21 +72,18 @@ class Counted(NamedTuple):
     counts: Dict[str, Any]
 
 
-#: name -> what viewers outside the program receive under it (see `add_field`)
-_fields: Dict[str, Callable[[], Any]] = {}
-
-
 def add_field(name: str, value: Callable[[], object]) -> None:
     """Give viewers outside the program (``fiber top``, ``fiber dashboard PID``) ``value()``
     under ``name`` with each snapshot. It is called on the hub's thread, under its lock:
     it must not wait (a backend's answer, say, is fetched on a thread of its own)."""
-    _fields[name] = value
+    here.transport.status_fields[name] = value
 
 
 def _prune() -> None:
-    """Drop the sources whose owner is gone (under ``_lock``)."""
-    for dead in [k for k, (_, r, _) in _sources.items() if r() is None]:
-        del _sources[dead]
+    """Drop the sources whose owner is gone (under ``here.transport.status_lock``)."""
+    sources = here.transport.status_sources
+    for dead in [k for k, (_, r, _) in sources.items() if r() is None]:
+        del sources[dead]
 
 
 def pause() -> None:
@@ -106,22 +100,24 @@ def pause() -> None:
     Not at every slice: a sleep costs the sleeper 20-130 µs of CPU (taking the GIL back
     from a busy thread), as much as a slice of a page's rows; a page's poll slept a dozen
     times, for 1 ms of its 6."""
-    if getattr(_viewer, "on", False):
-        if time.thread_time() - _viewer.since >= BUSY_S:
+    viewer = here.transport.status_viewer
+    if getattr(viewer, "on", False):
+        if time.thread_time() - viewer.since >= BUSY_S:
             time.sleep(PAUSE_S)
-            _viewer.since = time.thread_time()
+            viewer.since = time.thread_time()
 
 
 @contextlib.contextmanager
 def viewing(on: bool = True) -> Iterator[None]:
     """Within it, this thread is a viewer's (``on``: the dashboard's, which builds and
     encodes a snapshot in slices, see `pause`), or not (the hub's, which never sleeps)."""
-    before = getattr(_viewer, "on", False), getattr(_viewer, "since", 0.0)
-    _viewer.on, _viewer.since = on, time.thread_time()
+    viewer = here.transport.status_viewer
+    before = getattr(viewer, "on", False), getattr(viewer, "since", 0.0)
+    viewer.on, viewer.since = on, time.thread_time()
     try:
         yield
     finally:
-        _viewer.on, _viewer.since = before
+        viewer.on, viewer.since = before
 
 
 @contextlib.contextmanager
@@ -129,18 +125,19 @@ def rows_shown(rows: Optional[Rows]) -> Iterator[None]:
     """Within it, this thread's snapshots build only ``rows`` (``(first, count)``; None:
     all) of a long table, and count the rest (a pool's workers by state): a dashboard's
     page shows a page of a 1,024-worker table, and /metrics none of its rows."""
-    before = getattr(_viewer, "rows", None)
-    _viewer.rows = rows
+    viewer = here.transport.status_viewer
+    before = getattr(viewer, "rows", None)
+    viewer.rows = rows
     try:
         yield
     finally:
-        _viewer.rows = before
+        viewer.rows = before
 
 
 def rows_wanted() -> Optional[Rows]:
     """The rows of a long table this thread's snapshot builds (None: all; see
     `rows_shown`)."""
-    rows: Optional[Rows] = getattr(_viewer, "rows", None)
+    rows: Optional[Rows] = getattr(here.transport.status_viewer, "rows", None)
     return rows
 
 
@@ -153,9 +150,10 @@ def snapshot(viewer: bool = False) -> Dict[str, Any]:
 
 
 def _snapshot() -> Dict[str, Any]:
-    with _lock:
+    state = here.transport
+    with state.status_lock:
         _prune()
-        sources = list(_sources.values())
+        sources = list(state.status_sources.values())
     warned, recent = recent_warnings()
     out: Dict[str, Any] = {"pid": here.pid, "argv": list(sys.argv), "time": time.time(),
                            "pools": [], "processes": [], "warnings_total": warned,
@@ -199,7 +197,7 @@ class StatusService(Service):
         if op != b"get":
             raise ValueError(f"unknown status operation {op!r}")
         out = snapshot()
-        for name, value in list(_fields.items()):
+        for name, value in list(here.transport.status_fields.items()):
             try:
                 out[name] = value()
             except Exception as e:  # a broken field must not hide the snapshot

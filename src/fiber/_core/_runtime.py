@@ -1,4 +1,6 @@
-"""Per-process runtime state: this process's server (the *hub*) and where it listens.
+"""Per-process runtime state: this process's server (the *hub*) and where it listens. The
+hub, its lock and the hooks of this module are kept in ``here.transport``
+(`fiber._state.transport`).
 
 Every fiber process has at most one hub, started on first use: the authenticated server
 (`Server`) on which this process serves what it created —
@@ -15,7 +17,7 @@ import atexit
 import os
 import socket
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 from .. import _log, _machine
 from .._process_state import here
@@ -43,16 +45,13 @@ OUTPUT_ENV = "FIBER_OUTPUT"
 OUTPUT_CAPTURED = "captured"
 OUTPUT_RELAYED = "relay"
 
-_lock = threading.Lock()
-_hub: Optional[Server] = None
-
 
 @here.after_fork_in_child
 def _forget_hub() -> None:
     """A forked child has no hub (the parent's thread did not follow it), and a lock
     another thread held at the fork stays held: it starts its own on first use."""
-    global _hub, _lock
-    _hub, _lock = None, threading.Lock()
+    state = here.transport
+    state.hub, state.hub_lock = None, threading.Lock()
 
 
 def parent_address() -> str:
@@ -88,10 +87,11 @@ def listen_host() -> str:
 
 def hub() -> Server:
     """This process's server, started on first use."""
-    global _hub
+    state = here.transport
     started_main = False
-    with _lock:
-        if _hub is None or not _hub.alive:
+    with state.hub_lock:
+        server = state.hub
+        if server is None or not server.alive:
             cfg = get_config()
             if cfg.log_file and not parent_address():
                 # The main process's log file opened here, in the caller's thread, before
@@ -103,51 +103,44 @@ def hub() -> Server:
             auth.program_secret()
             # listen_port is the main process's: its jobs' hubs take free ports
             port = 0 if parent_address() else cfg.listen_port
-            _hub = Server(listen_host(), cfg.heartbeat_interval, cfg.heartbeat_timeout,
-                          name="fiber-hub", port=port)
-            _hub.say = _log.info
-            register_local_server(_hub)
-            _hub.register(_inspect.SERVICE, _inspect.StatusService())
+            server = state.hub = Server(listen_host(), cfg.heartbeat_interval,
+                                        cfg.heartbeat_timeout, name="fiber-hub", port=port)
+            server.say = _log.info
+            register_local_server(server)
+            server.register(_inspect.SERVICE, _inspect.StatusService())
             if not parent_address():  # the main process: fiber top finds it there
-                _machine.register_program(_hub.address, auth.program_secret(), cfg.backend)
+                _machine.register_program(server.address, auth.program_secret(), cfg.backend)
                 started_main = True
-        started = _hub
+        started = server
     if started_main:  # outside the lock: a hook may use the hub
-        for hook in _main_hub_hooks:
+        for hook in state.main_hub_hooks:
             hook()
     return started
-
-
-#: Called once the main process's hub has started (see `on_main_hub`).
-_main_hub_hooks: List[Callable[[], None]] = []
 
 
 def on_main_hub(hook: Callable[[], None]) -> None:
     """Call ``hook()`` when the program's main process starts its hub (the dashboard,
     from a layer above, starts with it); what it raises, the hub's first user gets."""
-    _main_hub_hooks.append(hook)
+    here.transport.main_hub_hooks.append(hook)
 
 
 def starting_hub() -> bool:
     """Whether a thread is in `hub` (holding its lock): code that garbage collection may
     run there (a finalizer) must not call `hub` itself, in this thread."""
-    return _lock.locked()
+    return here.transport.hub_lock.locked()
 
 
 def hub_if_started() -> Optional[Server]:
-    return _hub
+    return here.transport.hub
 
 
 def shutdown_hub() -> None:
-    global _hub
-    with _lock:
-        h, _hub = _hub, None
+    state = here.transport
+    with state.hub_lock:
+        h, state.hub = state.hub, None
     if h is not None:
         unregister_local_server(h)
         h.close()
-
-
-_end_hooks: List[Callable[[], None]] = []
 
 
 def on_process_end(hook: Callable[[], None]) -> None:
@@ -156,15 +149,16 @@ def on_process_end(hook: Callable[[], None]) -> None:
     `run_end_hooks`: a job ends with ``os._exit``, which runs no ``atexit``), the main
     program's at exit. For what must reach a hub before the connection closes (a
     queue's lease settles what it took)."""
-    if not _end_hooks:
+    end_hooks = here.transport.end_hooks
+    if not end_hooks:
         atexit.register(run_end_hooks)
-    _end_hooks.append(hook)
+    end_hooks.append(hook)
 
 
 def run_end_hooks() -> None:
     """Run the `on_process_end` hooks (each once: a hook may be called again, from the
     main program's ``atexit`` too, and must then do nothing)."""
-    for hook in list(_end_hooks):
+    for hook in list(here.transport.end_hooks):
         try:
             hook()
         except Exception:  # noqa: S110 - one failing must not keep the others from running

@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 import struct
-import threading
 import weakref
 from multiprocessing import context as mp_context
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from .._process_state import here
 from ..transport import auth, receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
 from ..transport.local import LateReply
@@ -172,19 +172,20 @@ def _unregister(hub: Server, name: bytes, shared: List[bool]) -> None:
 
 # -- handoffs: objects pickled into a job's payload, released if the job never takes them --
 
-_handoff = threading.local()
+# This thread's collected release callbacks: ``here.transport.handoffs`` (.sink).
 
 
 @contextlib.contextmanager
 def collecting_handoffs() -> Iterator[List[Callable[[], None]]]:
     """Collect the release callbacks of objects pickled inside this block."""
-    previous = getattr(_handoff, "sink", None)
+    handoffs = here.transport.handoffs
+    previous = getattr(handoffs, "sink", None)
     sink: List[Callable[[], None]] = []
-    _handoff.sink = sink
+    handoffs.sink = sink
     try:
         yield sink
     finally:
-        _handoff.sink = previous
+        handoffs.sink = previous
 
 
 @contextlib.contextmanager
@@ -202,7 +203,7 @@ def probing() -> Iterator[None]:
 
 def add_handoff(release: Callable[[], None]) -> bool:
     """Register ``release`` with the enclosing ``collecting_handoffs``; False if none."""
-    sink = getattr(_handoff, "sink", None)
+    sink = getattr(here.transport.handoffs, "sink", None)
     if sink is None:
         return False
     sink.append(release)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
-import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -241,10 +240,8 @@ def _forget(hub: Server, store: SharedStore, key: bytes) -> None:
 
 # -- the reader's side --------------------------------------------------------------------
 
-_cache_lock = threading.Lock()
-#: key: the frames this process built its object from; mappings held weakly (a mapping
-#: lives while an object built on it does)
-_cache: Dict[bytes, List[Any]] = {}
+# The frames this process built each object from, by key, and their lock: in
+# ``here.transport`` (``shared_cache``, ``shared_cache_lock``).
 
 
 def _resolve(address: str, key: bytes, host: str) -> object:
@@ -258,22 +255,24 @@ def _resolve(address: str, key: bytes, host: str) -> object:
     frames = _cached(key)
     if frames is None:
         frames = _fetch(address, key, host)
-        with _cache_lock:
-            _cache[key] = [f if not isinstance(f, mmap.mmap) else weakref.ref(f)
-                           for f in frames]
+        state = here.transport
+        with state.shared_cache_lock:
+            state.shared_cache[key] = [f if not isinstance(f, mmap.mmap) else weakref.ref(f)
+                                       for f in frames]
     return loads(frames)
 
 
 def _cached(key: bytes) -> Optional[List[Frame]]:
-    with _cache_lock:
-        kept = _cache.get(key)
+    state = here.transport
+    with state.shared_cache_lock:
+        kept = state.shared_cache.get(key)
         if kept is None:
             return None
         frames: List[Frame] = []
         for f in kept:
             got = f() if isinstance(f, weakref.ref) else f
             if got is None:  # its buffer was released
-                del _cache[key]
+                del state.shared_cache[key]
                 return None
             frames.append(got)
         return frames

@@ -9,11 +9,11 @@ import functools
 import multiprocessing
 import pickle
 import secrets
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Sequence, Set, Tuple
 
 from .._core import _runtime
 from .._core._served import Handle, HandleState, add_handoff, decode_wait, encode_wait
+from .._process_state import here
 from ..transport.client import ConnectionLost, process_id
 from ..transport.operations import handles
 from ..transport.serialization import Frame, loads
@@ -38,7 +38,6 @@ class BufferTooShort(multiprocessing.BufferTooShort):
 
 _PICKLED = b"p"
 _RAW = b"b"
-_fileno_lock = threading.Lock()
 
 
 class PipeOps:
@@ -405,7 +404,7 @@ class Connection(Handle):
             OSError: the connection is closed.
         """
         self._check_closed()
-        with _fileno_lock:  # two threads asking at once share one watch
+        with here.transport.pipe_fileno_lock:  # two threads asking at once share one watch
             if self._fileno_watch is None:  # a write-only end: never readable, no thread
                 self._fileno_watch = FilenoWatch(self, self.readable)
         return self._fileno_watch.fileno()

@@ -9,9 +9,9 @@ import dis
 import marshal
 import sys
 import types
-import weakref
 from typing import Callable, Dict, Iterator, List, Tuple
 
+from .._process_state import here
 from ._main_namespace import make_function, set_function_state
 
 __all__ = ["reduce_code", "reduce_main_function", "is_main_function"]
@@ -19,10 +19,6 @@ __all__ = ["reduce_code", "reduce_main_function", "is_main_function"]
 _GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"})
 #: The module attributes a rebuilt function's globals need (relative imports, __file__).
 _BASE_GLOBALS = ("__package__", "__name__", "__path__", "__file__")
-
-# code object -> the global names its instructions use (code objects are immutable)
-_names_cache: weakref.WeakKeyDictionary[types.CodeType, Tuple[str, ...]] = \
-    weakref.WeakKeyDictionary()
 
 
 def reduce_code(code: types.CodeType) -> object:
@@ -74,14 +70,15 @@ def _global_names(code: types.CodeType) -> Tuple[str, ...]:
     """The global names the code (and the code of the functions it defines) reads or
     writes: the instructions', not ``co_names`` (which holds attribute names too: a
     method's ``self.model`` must not ship a global ``model``)."""
-    names = _names_cache.get(code)
+    cache = here.transport.code_global_names
+    names = cache.get(code)
     if names is None:
         found: Dict[str, None] = {}  # ordered: the same pickle for the same function
         for inner in _code_tree(code):
             for ins in dis.get_instructions(inner):
                 if ins.opname in _GLOBAL_OPS:
                     found[ins.argval] = None
-        names = _names_cache[code] = tuple(found)
+        names = cache[code] = tuple(found)
     return names
 
 

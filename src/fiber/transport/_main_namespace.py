@@ -1,43 +1,32 @@
 """One globals namespace for the functions of the program's ``__main__`` rebuilt here, so
 that a Pool's initializer and its tasks see each other's globals, as in a
 ``multiprocessing`` worker that imported the main script. The merge rule:
-docs/contributing/transport.md, "The main script's namespace"."""
+docs/contributing/transport.md, "The main script's namespace". It and what this module
+keeps with it are in ``here.transport`` (``main_namespace``: `fiber._state.transport`)."""
 
 from __future__ import annotations
 
 import builtins
 import linecache
 import os
-import threading
 import types
 from typing import Any, Callable, Dict, Optional
 
-__all__ = ["namespace", "make_function", "set_function_state", "fetch_sources_with"]
+from .._process_state import here
 
-#: Where the source of a rebuilt function's file comes from when this host lacks the
-#: file: the process that sent it (see `fetch_sources_with`).
-_fetch_source: Optional[Callable[[str], Optional[str]]] = None
-
-#: The globals of every function of ``__main__`` rebuilt in this process.
-namespace: Dict[str, Any] = {}
-
-# name -> the value last installed from a pickle (a strong reference: an identity check on
-# an id could be fooled once the value is gone and its id reused)
-_installed: Dict[str, Any] = {}
-
-# several threads may unpickle at once (the hub's, a pool worker's, the user's)
-_lock = threading.Lock()
+__all__ = ["make_function", "set_function_state", "fetch_sources_with"]
 
 
 def make_function(code: types.CodeType, base_globals: Dict[str, object], name: str,
                   cells: int) -> types.FunctionType:
-    """A function of ``__main__`` with `namespace` for its globals, and ``cells``
-    empty closure cells (`set_function_state` fills them, and the rest).
+    """A function of ``__main__`` with ``here.transport.main_namespace`` for its globals,
+    and ``cells`` empty closure cells (`set_function_state` fills them, and the rest).
 
     ``base_globals`` holds the module attributes that relative imports need (``__name__``,
     ``__file__``, ...); they are set once, by the first function of ``__main__`` rebuilt.
     """
-    with _lock:
+    namespace = here.transport.main_namespace
+    with here.transport.main_namespace_lock:
         for key, value in base_globals.items():
             namespace.setdefault(key, value)
         namespace.setdefault("__builtins__", builtins)
@@ -51,14 +40,14 @@ def fetch_sources_with(fetch: Optional[Callable[[str], Optional[str]]]) -> None:
     when a traceback needs its lines, with ``fetch(filename)`` (the source, or None): a
     job asks its parent, which has the main script (or the notebook cell) the functions
     came from. Set by the job's bootstrap; None: tracebacks show no line for them."""
-    global _fetch_source
-    _fetch_source = fetch
+    here.transport.main_fetch_source = fetch
 
 
 def _lazy_source(filename: str) -> None:
-    """Register ``filename`` in `linecache` as a lazy entry read by ``_fetch_source``:
-    linecache calls it only when the file cannot be read here, once."""
-    fetch = _fetch_source
+    """Register ``filename`` in `linecache` as a lazy entry read by
+    ``here.transport.main_fetch_source``: linecache calls it only when the file cannot be
+    read here, once."""
+    fetch = here.transport.main_fetch_source
     if (fetch is None or not filename or filename in linecache.cache
             or (filename.startswith("<") and filename.endswith(">"))
             or os.path.exists(filename)):
@@ -69,8 +58,9 @@ def _lazy_source(filename: str) -> None:
 def set_function_state(func: types.FunctionType, state: Dict[str, Any]) -> None:
     """Give a function built by `make_function` what it had when it was pickled
     (see ``_by_value.reduce_main_function``): its attributes, its closure's values, and
-    its globals, merged into `namespace` by the rule of this module's docstring."""
-    with _lock:
+    its globals, merged into ``here.transport.main_namespace`` by the rule of this
+    module's docstring."""
+    with here.transport.main_namespace_lock:
         for name, value in state["__globals__"].items():
             _merge(name, value)
     for cell, (full, value) in zip(func.__closure__ or (), state["cells"]):
@@ -89,9 +79,10 @@ _REPLACEABLE = (types.FunctionType, types.BuiltinFunctionType, type, types.Modul
 
 def _merge(name: str, value: object) -> None:
     """Install a pickled global by the rule of this module's docstring."""
-    if name not in namespace or (name in _installed and namespace[name] is _installed[name]
+    namespace, installed = here.transport.main_namespace, here.transport.main_installed
+    if name not in namespace or (name in installed and namespace[name] is installed[name]
                                  and isinstance(namespace[name], _REPLACEABLE)):
         namespace[name] = value
-        _installed[name] = value
+        installed[name] = value
     else:  # the name is this process's own while it exists: the old value is not kept alive
-        _installed.pop(name, None)
+        installed.pop(name, None)

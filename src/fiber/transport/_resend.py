@@ -10,8 +10,9 @@ import socket
 import struct
 import sys
 import threading
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
+from .._process_state import here
 from .operations import Service, handles
 from .peers import Peer
 from .serialization import Frame
@@ -131,24 +132,23 @@ class SentLog:
                 orphan(address, (peer_id, kept))
 
 
-_lock = threading.Lock()
-_orphans: Dict[str, List[Orphans]] = {}
-#: Held while a new connection to an address sends its orphans: another new connection
-#: to it waits, so that its messages do not overtake them.
-_sending: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+# The orphans by address, their lock, and the lock a new connection to an address holds
+# while it sends them: in ``here.transport`` (``orphans``, ``resend_lock``,
+# ``orphans_sending``).
 
 
 def forget_in_child() -> None:
     """In a forked child: the parent's orphans are the parent's to deliver."""
-    global _lock, _sending
-    _lock = threading.Lock()
-    _orphans.clear()
-    _sending = collections.defaultdict(threading.Lock)
+    state = here.transport
+    state.resend_lock = threading.Lock()
+    state.orphans.clear()
+    state.orphans_sending = collections.defaultdict(threading.Lock)
 
 
 def orphan(address: str, orphans: Orphans) -> None:
-    with _lock:
-        _orphans.setdefault(address, []).append(orphans)
+    state = here.transport
+    with state.resend_lock:
+        state.orphans.setdefault(address, []).append(orphans)
 
 
 def send_orphans(client: Any, address: str) -> None:
@@ -159,8 +159,9 @@ def send_orphans(client: Any, address: str) -> None:
         ConnectionLost, TimeoutError: as the client's calls (what was not sent yet is
         kept for the next connection, ahead of the rest).
     """
-    with _lock:
-        sending = _sending[address]
+    state = here.transport
+    with state.resend_lock:
+        sending = state.orphans_sending[address]
     with sending:
         pending = take_orphans(address)
         if not pending:
@@ -193,8 +194,9 @@ def send_orphans(client: Any, address: str) -> None:
 def _put_back(address: str, failed: int, rest: List[Orphans]) -> None:
     """A resend failed on connection ``failed`` (its own orphans, what it resent, were
     filed last): the order is what it resent, then ``rest``, then anything newer."""
-    with _lock:
-        queue = _orphans.setdefault(address, [])
+    state = here.transport
+    with state.resend_lock:
+        queue = state.orphans.setdefault(address, [])
         mine = [batch for batch in queue if batch[0] == failed]
         others = [batch for batch in queue if batch[0] != failed]
         queue[:] = mine + rest + others
@@ -202,23 +204,26 @@ def _put_back(address: str, failed: int, rest: List[Orphans]) -> None:
 
 def has_orphans(address: str) -> bool:
     """Whether messages to ``address`` wait for a new connection to it."""
-    with _lock:
-        return bool(_orphans.get(address))
+    state = here.transport
+    with state.resend_lock:
+        return bool(state.orphans.get(address))
 
 
 def take_orphans(address: str) -> List[Orphans]:
     """The lost messages to send first on a new connection to ``address``."""
-    if not _orphans:
+    state = here.transport
+    if not state.orphans:
         return []
-    with _lock:
-        return _orphans.pop(address, [])
+    with state.resend_lock:
+        return state.orphans.pop(address, [])
 
 
 def deliver_orphans(connect: Callable[[str], Any]) -> None:
     """At the process's exit: a last connection to each server that has orphans
     (``connect(address)`` sends them first), or their loss said."""
-    with _lock:
-        addresses = list(_orphans)
+    state = here.transport
+    with state.resend_lock:
+        addresses = list(state.orphans)
     for address in addresses:
         try:
             connect(address).close()

@@ -8,9 +8,9 @@ import hashlib
 import hmac
 import os
 import secrets
-import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
+from .._process_state import here
 from ..errors import AuthenticationError
 from .serialization import Frame
 
@@ -40,18 +40,17 @@ AUTH = b"\x00AUTH"
 OK = b"\x00OK"
 DENY = b"\x00DENY"
 
-_lock = threading.Lock()
-_secret: Optional[bytes] = None
 
 
 def program_secret() -> bytes:
-    """This program's secret: inherited from the parent job, or made here on first use."""
-    global _secret
-    with _lock:
-        if _secret is None:
+    """This program's secret: inherited from the parent job, or made here on first use
+    (kept in ``here.transport.secret``)."""
+    state = here.transport
+    with state.secret_lock:
+        if state.secret is None:
             inherited = os.environ.pop(SECRET_ENV, None)
-            _secret = bytes.fromhex(inherited) if inherited else secrets.token_bytes(32)
-        return _secret
+            state.secret = bytes.fromhex(inherited) if inherited else secrets.token_bytes(32)
+        return state.secret
 
 
 def adopt_secret(secret: bytes) -> None:
@@ -62,12 +61,12 @@ def adopt_secret(secret: bytes) -> None:
     Raises:
         AuthenticationError: this process already holds another program's secret.
     """
-    global _secret
-    with _lock:
-        if _secret is None:
+    state = here.transport
+    with state.secret_lock:
+        if state.secret is None:
             os.environ.pop(SECRET_ENV, None)
-            _secret = secret
-        elif not hmac.compare_digest(_secret, secret):
+            state.secret = secret
+        elif not hmac.compare_digest(state.secret, secret):
             raise AuthenticationError(
                 "this process already belongs to another fiber program: a fiber object "
                 "can only be used by processes of the program that created it")

@@ -51,8 +51,6 @@ class CannotConnect(ConnectionLost):
         self.refused = refused
 
 
-_PROCESS_ID = secrets.token_bytes(16)
-
 #: Seconds to wait for a connection and its handshake when the call has no deadline, at
 #: least (see `connect_timeout`).
 CONNECT_TIMEOUT = 10.0
@@ -67,8 +65,8 @@ RESET_RETRIES = 10
 #: Kubernetes pod deleted with its network waited 30 s for the silence, then 30 s more
 #: to connect to an address nobody held).
 SPENT_GRACE_CONNECT_S = 3.0
-#: Addresses whose connection timed out, and when (`time.monotonic`): see `connect_timeout`.
-_timed_out: Dict[str, float] = {}
+# Addresses whose connection timed out, and when: ``here.transport.timed_out`` (see
+# `connect_timeout`).
 
 T = TypeVar("T")
 
@@ -103,7 +101,7 @@ def connect_timeout(settings: SettingsSource = _defaults, address: str = "") -> 
     But a server whose connection timed out less than a grace ago has had its grace:
     `SPENT_GRACE_CONNECT_S`, until a connection to it is made again."""
     grace = settings().heartbeat_timeout
-    since = _timed_out.get(address) if address else None
+    since = here.transport.timed_out.get(address) if address else None
     if since is not None and time.monotonic() - since < grace:
         return SPENT_GRACE_CONNECT_S
     return max(CONNECT_TIMEOUT, grace)
@@ -111,14 +109,13 @@ def connect_timeout(settings: SettingsSource = _defaults, address: str = "") -> 
 
 def process_id() -> bytes:
     """A random id of this process, unique across every host of the program."""
-    return _PROCESS_ID
+    return here.transport.process_id
 
 
 def renew_process_id() -> None:
     """Give this process a new id: a process forked from another that had one (the
     local backend's fork server forks its jobs from a template), before it connects."""
-    global _PROCESS_ID
-    _PROCESS_ID = secrets.token_bytes(16)
+    here.transport.process_id = secrets.token_bytes(16)
 
 
 class Client:
@@ -166,7 +163,7 @@ class Client:
             self.sock.settimeout(None)
             if self._log is not None:
                 self._log.counting = True
-            _timed_out.pop(address, None)  # (it answers again)
+            here.transport.timed_out.pop(address, None)  # (it answers again)
             _resend.send_orphans(self, address)  # what ended connections lost, first
         except BaseException:
             self.sock.close()
@@ -317,7 +314,7 @@ class Client:
         self.error = self.error or error
         self.lost = True
         if error == errno.ETIMEDOUT:  # silent for the grace (keepalive, user timeout)
-            _timed_out[self.address] = time.monotonic()
+            here.transport.timed_out[self.address] = time.monotonic()
         if self._log is not None:
             self._log.lost(self.sock, self.address, self.peer_id)
 
@@ -386,7 +383,8 @@ class Client:
 
     def _handshake(self, anchor: bool, timeout: float) -> None:
         cnonce = auth.new_nonce()
-        self.send_message([auth.HELLO, auth.VERSION, cnonce, _PROCESS_ID, b"A" if anchor else b"-"])
+        self.send_message([auth.HELLO, auth.VERSION, cnonce, here.transport.process_id,
+                           b"A" if anchor else b"-"])
         msg = self._handshake_reply(timeout)
         if len(msg) != 4 or msg[0] != auth.CHAL or len(msg[1]) != auth.NONCE_BYTES:
             raise AuthenticationError(f"unexpected handshake reply from {self.address}")
@@ -417,10 +415,8 @@ class Client:
         return msg
 
 
-_local = threading.local()
-_all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
-_anchors: Dict[str, Client] = {}
-_anchor_lock = threading.Lock()
+# This thread's channels, every connection, the anchors and their lock: in
+# ``here.transport`` (``thread_clients``, ``all_clients``, ``anchors``, ``anchor_lock``).
 
 
 def get_client(address: str, timeout: Optional[float] = None, *,
@@ -432,9 +428,10 @@ def get_client(address: str, timeout: Optional[float] = None, *,
         ConnectionLost, TransportError: the server cannot be reached.
         AuthenticationError: the server does not hold the program's secret.
     """
-    cache: Optional[Dict[str, Channel]] = getattr(_local, "clients", None)
+    state = here.transport
+    cache: Optional[Dict[str, Channel]] = getattr(state.thread_clients, "clients", None)
     if cache is None:
-        cache = _local.clients = {}
+        cache = state.thread_clients.clients = {}
     client = cache.get(address)
     if client is not None and not client.lost:
         return client
@@ -448,7 +445,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
     limit = connect_timeout(settings, address)
     timeout = limit if timeout is None else max(0.1, min(timeout, limit))
     anchor = ensure_anchor(address, timeout, settings=settings)
-    with _anchor_lock:
+    with state.anchor_lock:
         if not anchor.taken and not anchor.lost:
             # The anchor carries this thread's calls too: one connection, one handshake
             # fewer for every job (its lifeline watches the anchor without reading it).
@@ -456,7 +453,7 @@ def get_client(address: str, timeout: Optional[float] = None, *,
             cache[address] = anchor
             return anchor
     client = cache[address] = Client(address, timeout=timeout, settings=settings)
-    _all_clients.add(client)
+    state.all_clients.add(client)
     return client
 
 
@@ -475,7 +472,7 @@ def own_client(address: str, timeout: Optional[float] = None, *,
         timeout = connect_timeout(settings, address)
     ensure_anchor(address, timeout, settings=settings)
     client = Client(address, timeout=timeout, settings=settings)
-    _all_clients.add(client)
+    here.transport.all_clients.add(client)
     return client
 
 
@@ -487,20 +484,22 @@ def ensure_anchor(address: str, timeout: Optional[float] = None, *,
     the server learns that the process is gone. It may carry one thread's calls (see
     `get_client`); whoever watches it for its end must not read from it.
     """
-    with _anchor_lock:
-        anchor = _anchors.get(address)
+    state = here.transport
+    with state.anchor_lock:
+        anchor = state.anchors.get(address)
         if anchor is None or anchor.lost:
-            anchor = _anchors[address] = Client(
+            anchor = state.anchors[address] = Client(
                 address, anchor=True, settings=settings,
                 timeout=connect_timeout(settings, address) if timeout is None else timeout)
-            _all_clients.add(anchor)
+            state.all_clients.add(anchor)
         return anchor
 
 
 def current_anchor(address: str) -> Optional[Client]:
     """This process's anchor to ``address`` as it is (lost or not), without connecting."""
-    with _anchor_lock:
-        return _anchors.get(address)
+    state = here.transport
+    with state.anchor_lock:
+        return state.anchors.get(address)
 
 
 def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
@@ -509,13 +508,13 @@ def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
     ``process_id`` (this process's id from now on): its end of a socket pair whose other
     end that server serves (see `fiber.transport.server.Server.adopt`), handed to
     it at its start, before it made any connection."""
-    global _PROCESS_ID
-    _PROCESS_ID = process_id
+    state = here.transport
+    state.process_id = process_id
     sock.set_inheritable(False)
     anchor = Client(address, anchor=True, settings=settings, adopted=sock)
-    with _anchor_lock:
-        _anchors[address] = anchor
-        _all_clients.add(anchor)
+    with state.anchor_lock:
+        state.anchors[address] = anchor
+        state.all_clients.add(anchor)
     return anchor
 
 
@@ -546,7 +545,7 @@ def prune_closed() -> int:
     to many short-lived servers does not keep their dead sockets open.
     """
     closed = 0
-    for client in list(_all_clients):
+    for client in list(here.transport.all_clients):
         if client.found_ended():
             if client.sock.fileno() >= 0:
                 closed += 1
@@ -558,19 +557,20 @@ def close_all() -> None:
     """Close this thread's clients and every anchor (at process exit), after a last try
     to deliver what a reset connection lost (see `_resend`)."""
     _resend.deliver_orphans(lambda address: Client(address, timeout=5.0))
-    cache = getattr(_local, "clients", None) or {}
+    state = here.transport
+    cache = getattr(state.thread_clients, "clients", None) or {}
     for client in cache.values():
         if isinstance(client, Client) and not client.taken:
             client.close()
     cache.clear()
-    with _anchor_lock:
-        for anchor in _anchors.values():
+    with state.anchor_lock:
+        for anchor in state.anchors.values():
             try:
                 anchor.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             anchor.close()
-        _anchors.clear()
+        state.anchors.clear()
 
 
 def _forget_in_child() -> None:
@@ -580,8 +580,9 @@ def _forget_in_child() -> None:
     anchor would tell the server the parent's id. The child closes its copies of their
     descriptors (only those: the parent's connections live on, no shutdown), forgets
     them, and takes an id of its own: it connects anew, as a process of its own."""
-    global _local, _anchor_lock, _all_clients
-    for client in list(_all_clients) + list(getattr(_local, "clients", {}).values()):
+    state = here.transport
+    for client in (list(state.all_clients)
+                   + list(getattr(state.thread_clients, "clients", {}).values())):
         sock = getattr(client, "sock", None)
         if sock is not None:
             try:
@@ -589,10 +590,10 @@ def _forget_in_child() -> None:
             except OSError:
                 pass
             client.lost = True
-    _local = threading.local()
-    _anchors.clear()
-    _anchor_lock = threading.Lock()
-    _all_clients = weakref.WeakSet()
+    state.thread_clients = threading.local()
+    state.anchors.clear()
+    state.anchor_lock = threading.Lock()
+    state.all_clients = weakref.WeakSet()
     _resend.forget_in_child()
     renew_process_id()
 

@@ -18,6 +18,8 @@ import os
 import time
 from typing import Callable, TypeVar
 
+from .._process_state import here
+
 __all__ = ["usable_cpus", "CPUS", "spare_cpu", "runnable", "poll", "polled_seconds",
            "open_load", "CONTENDED_S"]
 
@@ -49,15 +51,15 @@ def usable_cpus() -> int:
 
 CPUS = usable_cpus()
 
-_loadavg = (-1, -1)  # (pid, fd) of an open /proc/loadavg; fd -1: there is none
-_polled = [0.0]  # wall seconds this process's threads spent in poll() after a miss
+# The (pid, fd) of an open /proc/loadavg and the seconds spent polling: in
+# ``here.transport`` (``loadavg``, ``cpus_polled``).
 
 
 def polled_seconds() -> float:
     """The wall time this process's threads have spent polling so far (from a first
     attempt that found nothing to the end of the poll): what polling costs it, at most
     that much CPU. Kept as a sum, since the process started."""
-    return _polled[0]
+    return here.transport.cpus_polled[0]
 
 
 def spare_cpu() -> bool:
@@ -71,20 +73,19 @@ def open_load() -> int:
     first use. A job opens it as it starts (see ``fiber.process._bootstrap``), so that its
     descriptors do not depend on whether it has polled yet, as a ``multiprocessing``
     child's do not."""
-    global _loadavg
-    pid, fd = _loadavg
+    pid, fd = here.transport.loadavg
     if pid != os.getpid():  # first use, or a forked child (whose fds may have been closed)
         try:
             fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             fd = -1
-        _loadavg = (os.getpid(), fd)
+        here.transport.loadavg = (os.getpid(), fd)
     return fd
 
 
 def _runnable_now() -> int:
     """The tasks runnable on this host now; a huge number where the kernel does not say."""
-    pid, fd = _loadavg
+    pid, fd = here.transport.loadavg
     # os.getpid(), not fiber._process_state's here.pid: its system call paces a polling
     # loop's attempts (see `poll`), whose reads otherwise contend with the peer's writes on
     # the socket: with here.pid a queue's round trip measured ~3 us slower (30 -> 33 us,
@@ -120,7 +121,7 @@ def poll(attempt: Callable[[], T], seconds: float) -> T:
     try:
         return _poll_on(attempt, start + seconds)
     finally:
-        _polled[0] += time.monotonic() - start
+        here.transport.cpus_polled[0] += time.monotonic() - start
 
 
 def _poll_on(attempt: Callable[[], T], end: float) -> T:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 from .._process_state import here
 from .peers import LocalPeer, Peer
@@ -155,21 +155,21 @@ def _own(frames: Sequence[Frame]) -> List[Frame]:
     return [bytes(f) if memoryview(f).nbytes < 65536 else bytearray(f) for f in frames]
 
 
-_local_servers: Dict[str, OwnServer] = {}
+# This process's own servers, by address: ``here.transport.local_servers``.
 # a forked child's calls go to its parent's servers through connections: its own are
 # not started yet
-here.after_fork_in_child(_local_servers.clear)
+here.after_fork_in_child(here.transport.local_servers.clear)
 
 
 def register_local_server(server: OwnServer) -> None:
     """Route this process's calls to ``server`` through `LocalClient`."""
-    _local_servers[server.address] = server
+    here.transport.local_servers[server.address] = server
 
 
 def unregister_local_server(server: OwnServer) -> None:
-    _local_servers.pop(server.address, None)
+    here.transport.local_servers.pop(server.address, None)
 
 
 def local_server(address: str) -> Optional[OwnServer]:
     """This process's own server at ``address`` (registered), or None."""
-    return _local_servers.get(address)
+    return here.transport.local_servers.get(address)

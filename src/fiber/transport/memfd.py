@@ -9,9 +9,10 @@ import ctypes
 import fcntl
 import mmap
 import os
-import threading
 import weakref
-from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Optional, Union
+
+from .._process_state import here
 
 if TYPE_CHECKING:
     from .serialization import Frame
@@ -25,9 +26,8 @@ AVAILABLE = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and _S
 #: Received memfds remembered for sending on (each keeps a descriptor open).
 _MAX_KEPT = 64
 _PAGE = mmap.PAGESIZE
-_lock = threading.RLock()  # reentrant: a mapping may be freed, and forgotten, while held
-_kept: Dict[int, Tuple[int, int, weakref.ref[mmap.mmap]]] = {}  # address: (size, fd, map)
-_sealed: Dict[int, Tuple[int, weakref.ref[mmap.mmap]]] = {}  # id(mapping): (fd, mapping)
+# The mappings kept and sealed, and their (reentrant) lock: in ``here.transport``
+# (``memfd_kept``, ``memfd_sealed``, ``memfd_lock``).
 
 
 def to_memfd(frame: Frame, size: int) -> int:
@@ -77,16 +77,18 @@ def sealed(frame: Frame) -> mmap.mmap:
         os.close(fd)
         raise
     key = id(mapping)
-    with _lock:
-        _sealed[key] = (fd, weakref.ref(mapping, lambda _: _unseal(key, fd)))
+    state = here.transport
+    with state.memfd_lock:
+        state.memfd_sealed[key] = (fd, weakref.ref(mapping, lambda _: _unseal(key, fd)))
     return mapping
 
 
 def _unseal(key: int, fd: int) -> None:
-    with _lock:
-        entry = _sealed.get(key)
+    state = here.transport
+    with state.memfd_lock:
+        entry = state.memfd_sealed.get(key)
         if entry is not None and entry[0] == fd:
-            del _sealed[key]
+            del state.memfd_sealed[key]
     os.close(fd)
 
 
@@ -94,8 +96,9 @@ def _sealed_memfd(frame: Frame) -> Optional[int]:
     """A new descriptor of the memfd of a `sealed` mapping (None for others)."""
     if type(frame) is not mmap.mmap:
         return None
-    with _lock:
-        entry = _sealed.get(id(frame))
+    state = here.transport
+    with state.memfd_lock:
+        entry = state.memfd_sealed.get(id(frame))
         if entry is None or entry[1]() is not frame:
             return None
         return os.dup(entry[0])
@@ -151,19 +154,22 @@ def _address(buf: Frame) -> Optional[int]:
 
 def _keep(mapping: mmap.mmap, fd: int, size: int) -> bool:
     address = _address(mapping)
-    with _lock:
-        if address is None or len(_kept) >= _MAX_KEPT:
+    state = here.transport
+    with state.memfd_lock:
+        if address is None or len(state.memfd_kept) >= _MAX_KEPT:
             return False
-        _kept[address] = (size, fd, weakref.ref(mapping, lambda _: _forget(address, fd)))
+        state.memfd_kept[address] = (size, fd,
+                                     weakref.ref(mapping, lambda _: _forget(address, fd)))
     return True
 
 
 def _forget(address: int, fd: int) -> None:
     """A kept mapping was freed: its descriptor goes too."""
-    with _lock:
-        entry = _kept.get(address)
+    state = here.transport
+    with state.memfd_lock:
+        entry = state.memfd_kept.get(address)
         if entry is not None and entry[1] == fd:
-            del _kept[address]
+            del state.memfd_kept[address]
     os.close(fd)
 
 
@@ -173,8 +179,9 @@ def _kept_memfd(frame: Frame, size: int) -> Optional[int]:
     address = _address(frame)
     if address is None:
         return None
-    with _lock:
-        entry = _kept.get(address)
+    state = here.transport
+    with state.memfd_lock:
+        entry = state.memfd_kept.get(address)
         if entry is None or entry[0] != size or entry[2]() is None:
             return None
         if not _unwritten(address, size):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -21,21 +20,22 @@ TICKET_BYTES = _TICKET.size
 #: Seconds a process whose connection was reset has to connect again before what it
 #: held is let go (its locks freed, its pipes' ends closed, its answers forgotten).
 REANCHOR_WAIT_S = 5.0
-_local = threading.local()
+# Each thread's tickets' key and count: ``here.transport.tickets`` (a thread-local).
 
 
 def ticket() -> bytes:
     """The next ticket of this thread (`TICKET_BYTES` long)."""
+    local = here.transport.tickets
     try:
-        _local.count += 1
+        local.count += 1
     except AttributeError:  # this thread's first (a forked child starts anew: below)
-        _local.key, _local.count = os.urandom(8), 1
-    return _TICKET.pack(_local.key, _local.count)
+        local.key, local.count = os.urandom(8), 1
+    return _TICKET.pack(local.key, local.count)
 
 
 def _new_keys_in_child() -> None:
     """A forked child is another caller: its forking thread's key is not its own."""
-    _local.__dict__.clear()
+    here.transport.tickets.__dict__.clear()
 
 
 here.after_fork_in_child(_new_keys_in_child)

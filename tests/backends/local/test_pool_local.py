@@ -233,7 +233,7 @@ def test_a_pool_collected_while_the_runtime_starts_its_hub_is_terminated_not_hun
     finalizer is called here as garbage collection called it there, under that lock:
     it must return at once and the pool still end (on a thread of its own; elsewhere it
     ends before the collection returns, see test_pool_lifecycle)."""
-    from fiber._core import _runtime
+    from fiber._process_state import here
     from fiber.pool._poolcore import TERMINATE, terminate_collected
 
     pool = fiber.Pool(1)
@@ -242,7 +242,7 @@ def test_a_pool_collected_while_the_runtime_starts_its_hub_is_terminated_not_hun
     returned = threading.Event()
 
     def collected_in_hub() -> None:
-        with _runtime._lock:  # noqa: SLF001 - where the collection struck
+        with here.transport.hub_lock:  # where the collection struck
             terminate_collected(core)
         returned.set()
 
