@@ -5,16 +5,17 @@ A backend is one folder and one entry point in the ``fiber.backends`` group (``n
 kubernetes) are registered so by its ``pyproject.toml``, a third-party one by its
 package's, and nothing else lists them (the configuration reads them too: a backend's own
 keys). One instance
-per backend name lives in a process, created on first use.
+per backend name lives in a process (``here.jobs.backend_instances``), created on first
+use.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from typing import Dict, List, Optional, Type
+from typing import List, Optional, Type
 
 from .._exports import publish
+from .._process_state import here
 from ..config import _registry
 from ..errors import UnknownBackendError
 from ._base import (
@@ -51,10 +52,6 @@ __all__ = [
 publish(__name__, Backend, CommandLineBackend, JobHandle, JobInfo, JobOutput, JobSpec,
         JobState, JobStatus, JobWatcher, Resources)
 
-_instances: Dict[str, Backend] = {}
-_lock = threading.Lock()
-
-
 def known_backends() -> List[str]:
     """Names of every backend this process can create: the ``fiber.backends`` entry
     points (fiber's own among them) and those registered here."""
@@ -79,9 +76,9 @@ def register_backend(name: str, cls: Type[Backend]) -> None:
     """
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"{cls!r} is not a fiber.backends.Backend subclass")
-    with _lock:
+    with here.jobs.backends_lock:
         _registry.register(name, cls)
-        _instances.pop(name, None)
+        here.jobs.backend_instances.pop(name, None)
 
 
 def environment_backend() -> Optional[str]:
@@ -108,8 +105,9 @@ def get_backend(name: str) -> Backend:
         UnknownBackendError: no backend of that name is registered.
     """
     name = registered_name(name) or name
-    with _lock:
-        inst = _instances.get(name)
+    instances = here.jobs.backend_instances
+    with here.jobs.backends_lock:
+        inst = instances.get(name)
         if inst is None:
-            inst = _instances[name] = _load(name)()
+            inst = instances[name] = _load(name)()
         return inst

@@ -23,6 +23,7 @@ from typing import (
 )
 
 from .._backoff import polling
+from .._process_state import here
 
 __all__ = [
     "Resources",
@@ -255,7 +256,7 @@ class Backend(abc.ABC):
 
     def watcher(self) -> JobWatcher:
         """The one watcher of this backend's jobs (created on first use)."""
-        with _WATCHER_LOCK:
+        with here.jobs.watcher_lock:
             w = self.__dict__.get("_watcher")
             if w is None:
                 w = self.__dict__["_watcher"] = JobWatcher(self)
@@ -292,8 +293,6 @@ class Backend(abc.ABC):
         if w is not None:
             w.stop()
 
-
-_WATCHER_LOCK = threading.Lock()
 
 ExitCallback = Callable[[JobHandle, JobStatus], None]
 

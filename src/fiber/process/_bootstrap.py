@@ -36,8 +36,6 @@ from ._fd_handoff import adopt_authkey, load_spawned
 from ._method import set_default_method
 from ._process import kill_children, run_in_job
 
-_exiting = threading.Event()
-
 #: How long a job whose program is gone lets its threads run before it ends, when one
 #: of them may be waiting for ``parent_process()`` (its sentinel, ``join``): it wakes and
 #: can react (the multiprocessing idiom), yet the job never outlives the program for long.
@@ -86,7 +84,8 @@ def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> No
     an error (keepalive probes found its host unreachable). A TCP connection reset while
     the hub lives is made again, here or by the thread that uses it (`_again`).
     """
-    if _exiting.is_set():  # the job ended before this thread ran: nothing to watch
+    exiting = here.jobs.bootstrap_exiting
+    if exiting.is_set():  # the job ended before this thread ran: nothing to watch
         parent_line.close()
         return
     lines = {parent: parent_line}
@@ -102,7 +101,7 @@ def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> No
         poller.register(sock, select.POLLRDHUP)
     while lines:
         ended = {fd: events for fd, events in poller.poll()}
-        if _exiting.is_set():
+        if exiting.is_set():
             return
         for address, sock in list(lines.items()):
             events = ended.get(sock.fileno())
@@ -244,7 +243,7 @@ def main() -> None:
         _launcher.report_exit(parent, token, exitcode, _output.relayed())
     except Exception:
         pass  # the parent is gone or busy; the backend still sees our exit code
-    _exiting.set()
+    here.jobs.bootstrap_exiting.set()
     _runtime.shutdown_hub()
     client.close_all()
     lifeline.join(timeout=5)

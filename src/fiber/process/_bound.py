@@ -11,10 +11,10 @@ parent). A user's subclass of a bound class keeps its own class.
 from __future__ import annotations
 
 import copyreg
-import threading
 from types import MappingProxyType
 from typing import Dict, Optional, Protocol, Tuple, Type
 
+from .._process_state import here
 from ._process import Process
 
 __all__ = ["process_class", "ProcessContext", "BackendContext"]
@@ -37,8 +37,6 @@ class BackendContext(Protocol):
     def backend(self) -> Optional[str]:
         """The backend's name, or None for the configured default."""
 
-_lock = threading.Lock()
-
 
 #: The class of a context asked for by a start method of multiprocessing: its name there.
 _METHOD_CLASSES = MappingProxyType({"fork": "ForkProcess", "spawn": "SpawnProcess",
@@ -59,7 +57,7 @@ def process_class(backend: Optional[str], method: Optional[str] = None) -> Type[
     else:
         name = "Process_" + "".join(c if c.isalnum() else "_" for c in backend)
         attrs = {"_backend_name": backend}
-    with _lock:
+    with here.jobs.bound_class_lock:
         cls = globals().get(name)
         if cls is None:
             cls = type(name, (Process,), {**attrs, "__module__": __name__,

@@ -21,6 +21,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from .._core import _inspect
+from .._process_state import here
 from ..backends import Backend, JobHandle
 from . import _process
 
@@ -29,23 +30,19 @@ __all__ = ["jobs", "latest", "MIN_INTERVAL_S"]
 #: Seconds a count is reused before the backends are asked again.
 MIN_INTERVAL_S = 5.0
 
-_lock = threading.Lock()
-_last: Tuple[float, Dict[str, object]] = (-MIN_INTERVAL_S, {})
-_refreshing = threading.Lock()  # held while a thread of `latest` asks the backends
-
 
 def jobs() -> Dict[str, object]:
     """``{"jobs": {backend: {state: count}}, "errors": {backend: text}, "age_s": s}``:
     the live jobs this process started, by the state their backend gives (``pending``,
     ``running``; ``submitting`` for jobs not yet handed to the backend), as of ``age_s``
     seconds ago."""
-    global _last
-    with _lock:
-        when, view = _last
+    state = here.jobs
+    with state.cluster_view_lock:
+        when, view = state.cluster_view_last
         now = time.monotonic()
         if now - when >= MIN_INTERVAL_S:
             view = _ask()
-            _last = (now, view)
+            state.cluster_view_last = (now, view)
             when = now
         return {**view, "age_s": round(now - when, 1)}
 
@@ -54,14 +51,14 @@ def latest() -> Optional[Dict[str, object]]:
     """`jobs` as last asked, without waiting (for the hub's thread); asked anew on a
     thread of its own when older than `MIN_INTERVAL_S` and this process has live jobs.
     None before a first answer."""
-    when, view = _last
+    when, view = here.jobs.cluster_view_last
     now = time.monotonic()
     if now - when >= MIN_INTERVAL_S and _process.live_jobs() \
-            and _refreshing.acquire(blocking=False):
+            and here.jobs.cluster_view_refreshing.acquire(blocking=False):
         try:
             threading.Thread(target=_refresh, name="fiber-cluster-view", daemon=True).start()
         except BaseException:
-            _refreshing.release()
+            here.jobs.cluster_view_refreshing.release()
             raise
     return {**view, "age_s": round(now - when, 1)} if view else None
 
@@ -70,7 +67,7 @@ def _refresh() -> None:
     try:
         jobs()
     finally:
-        _refreshing.release()
+        here.jobs.cluster_view_refreshing.release()
 
 
 _inspect.add_field("cluster", latest)

@@ -85,23 +85,20 @@ def _usage() -> Tuple[float, int]:
     return time.process_time(), rss
 
 
-_HERE: Optional[bytes] = None
-
-
 def here() -> bytes:
     """What tells this process's host apart, as its parent can see it: its kernel's boot
     id, and its process and network namespaces (b"" where /proc does not say). A job
     with its parent's can have its usage read by the parent in /proc (see the module)."""
-    global _HERE
-    if _HERE is None:
+    state = this_process.jobs
+    if state.host_identity is None:
         try:
             with open("/proc/sys/kernel/random/boot_id", "rb") as f:
                 boot = f.read().strip()
             spaces = [os.stat(f"/proc/self/ns/{ns}").st_ino for ns in ("pid", "net")]
-            _HERE = boot + b":" + b":".join(str(i).encode() for i in spaces)
+            state.host_identity = boot + b":" + b":".join(str(i).encode() for i in spaces)
         except OSError:
-            _HERE = b""
-    return _HERE
+            state.host_identity = b""
+    return state.host_identity
 
 
 def serve_parent(parent: str, token: bytes) -> None:

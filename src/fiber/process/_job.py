@@ -8,27 +8,21 @@ never have taken is released.
 
 from __future__ import annotations
 
-import collections
 import os
 import re
 import signal
 import sys
 import threading
 import time
-import weakref
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 from .._log import log, warn
+from .._process_state import here
 from ..backends import Backend, JobHandle, JobState, JobStatus
 from ..config import get_config
 from . import _launcher
 
 __all__ = ["Job", "collect", "release_collected", "describe_end", "say_end", "end_said_elsewhere"]
-
-#: Jobs whose Process objects were collected. A finalizer may run inside garbage
-#: collection while this thread holds a backend's lock: it only appends here (lock-free),
-#: and the next start releases them.
-_collected: Deque[Tuple[Backend, JobHandle]] = collections.deque()
 
 
 def describe_end(code: Optional[int], reason: str) -> str:
@@ -51,14 +45,9 @@ def describe_end(code: Optional[int], reason: str) -> str:
     return reason if re.search(rf"{re.escape(text)}\b", reason) else f"{text}: {reason}"
 
 
-#: Processes whose ends their owner tells in words of its own (a pool's workers: its
-#: lost-worker warnings, its retirements' INFO lines): `say_end` says nothing of them.
-_said_elsewhere: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
 def end_said_elsewhere(process: object) -> None:
     """``process``'s end is its owner's to tell (not started yet)."""
-    _said_elsewhere.add(process)
+    here.jobs.ends_said_elsewhere.add(process)
 
 
 def say_end(process: object, name: str, job: Job, status: JobStatus) -> None:
@@ -70,7 +59,7 @@ def say_end(process: object, name: str, job: Job, status: JobStatus) -> None:
         log("%s ended as asked (terminate/kill): %s", name, status.reason or status.state.value)
         return
     log("%s ended: %s%s", name, status.state.value, f" ({status.reason})" if status.reason else "")
-    if process in _said_elsewhere:
+    if process in here.jobs.ends_said_elsewhere:
         return
     if (status.state is JobState.FAILED and status.exitcode is None
             and job.remote_pid is None and status.reason):
@@ -94,7 +83,8 @@ def say_lost_contact(process: object, name: str, job: Job) -> None:
     itself (see `fiber.process._bootstrap`), so its end will read "exit code 1": this
     line says why, which nothing else here could (its own last words are in its job's
     log, not on this terminal)."""
-    if job.reported is not None or job.cancel_requested or process in _said_elsewhere:
+    if job.reported is not None or job.cancel_requested \
+            or process in here.jobs.ends_said_elsewhere:
         return
     warn("%s (job %s) is lost: its host has not answered for %g s (heartbeat_timeout), "
          "and a job cut off from the program's main process ends itself", name, _where(job),
@@ -119,13 +109,16 @@ def collect(job: Job) -> None:
     """A started Process object was collected (it may be inside garbage collection)."""
     job.close_sentinel()
     assert job.handle is not None
-    _collected.append((job.backend, job.handle))
+    # (inside garbage collection while this thread may hold a backend's lock: it only
+    # appends, lock-free, and the next start releases them)
+    here.jobs.collected_jobs.append((job.backend, job.handle))
 
 
 def release_collected() -> None:
-    while _collected:
+    collected = here.jobs.collected_jobs
+    while collected:
         try:
-            backend, handle = _collected.popleft()
+            backend, handle = collected.popleft()
         except IndexError:  # another thread took the last one
             return
         backend.release(handle)

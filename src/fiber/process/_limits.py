@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import resource
-import threading
 
+from .._process_state import here
 from ..errors import ResourceLimitError
 
 __all__ = ["FILES_PER_JOB", "raise_open_files", "ensure_open_files"]
@@ -28,9 +28,6 @@ __all__ = ["FILES_PER_JOB", "raise_open_files", "ensure_open_files"]
 FILES_PER_JOB = 9
 #: Kept free for everything else a program opens (files, libraries, its own sockets).
 SPARE_FILES = 64
-
-_raised = False
-_lock = threading.Lock()
 
 
 def _ceiling(hard: int) -> int:
@@ -47,11 +44,11 @@ def _ceiling(hard: int) -> int:
 def raise_open_files() -> int:
     """Raise this process's soft open-file limit to its hard limit (once); returns the
     soft limit now in force. Children inherit it."""
-    global _raised
-    with _lock:
+    state = here.jobs
+    with state.open_files_lock:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if not _raised:
-            _raised = True
+        if not state.open_files_raised:
+            state.open_files_raised = True
             target = _ceiling(hard)
             if soft != resource.RLIM_INFINITY and soft < target:
                 try:

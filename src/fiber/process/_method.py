@@ -7,41 +7,40 @@ backend (``"spawn"``, ``"forkserver"``, ``"fork"``, see `fiber.context`): a job'
 payload carries its process class's ``_start_method``, else its parent's
 `default_method`, which the job takes as its own (`fiber.process._bootstrap`).
 
-The state is one name per process: set by ``set_start_method`` in the program, taken
-from the payload in a job, inherited unchanged by a fork (a forked job gets it again
-from its payload).
+The state is one name per process (``here.jobs.default_method``): set by
+``set_start_method`` in the program, taken from the payload in a job, inherited
+unchanged by a fork (a forked job gets it again from its payload).
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
+
+from .._process_state import here
 
 __all__ = ["default_method", "set_default_method", "METHODS", "chosen", "choose"]
 
 #: multiprocessing's start methods, each meaning fiber's default backend.
 METHODS = ("fork", "spawn", "forkserver")
 
-_default: List[Optional[str]] = [None]
-#: Whether ``set_start_method`` picked a backend or method in this process (see `chosen`).
-_chosen = [False]
-
 
 def chosen() -> bool:
     """Whether this process's start method was set: by ``set_start_method`` (a backend's
     name or a method's), or by its job's payload; as ``multiprocessing``'s default
     context's, which then refuses to be set again without ``force``."""
-    return _chosen[0] or _default[0] is not None
+    state = here.jobs
+    return state.method_chosen[0] or state.default_method[0] is not None
 
 
 def choose(on: bool) -> None:
     """``set_start_method`` picked one (True), or was told to forget it (False)."""
-    _chosen[0] = on
+    here.jobs.method_chosen[0] = on
 
 
 def default_method() -> Optional[str]:
     """The start method this process's default context was set to (or that its job was
     started with); None: none, the backend's name stands for it."""
-    return _default[0]
+    return here.jobs.default_method[0]
 
 
 def set_default_method(method: Optional[str]) -> None:
@@ -52,4 +51,4 @@ def set_default_method(method: Optional[str]) -> None:
     """
     if method is not None and method not in METHODS:
         raise ValueError(f"not a start method of multiprocessing: {method!r}")
-    _default[0] = method
+    here.jobs.default_method[0] = method

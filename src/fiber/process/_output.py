@@ -5,15 +5,15 @@ is lost however it ends. The design: docs/contributing/processes.md,
 
 from __future__ import annotations
 
-import array
 import fcntl
 import os
 import sys
 import termios
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from .._core import _runtime
+from .._process_state import here
 from ..backends._job_command import JOB_LOG_ENV
 from . import _relay
 
@@ -27,29 +27,22 @@ RELAY = _runtime.OUTPUT_RELAYED
 _SYNC_S = 2.0
 _SYNC_STEP_S = 0.0002
 
-_mode = ""
-_link: Optional[_relay.RelayLink] = None
-# FIONREAD fills these (a C int each: array's "i"); read as [0], no conversion
-_out_count = array.array("i", [0])
-_err_count = array.array("i", [0])
-
 
 def split_for_relay(parent: str, token: bytes) -> None:
     """First thing in a job whose output goes through a relay: fork the job from its
     relay (in the relay, this never returns). Nothing if the job has another way."""
-    global _link, _mode
     if os.environ.get(_runtime.OUTPUT_ENV) == RELAY:
-        _link = _relay.split(parent, token)
-        _mode = RELAY
+        here.jobs.relay_link = _relay.split(parent, token)
+        here.jobs.output_mode = RELAY
 
 
 def start() -> None:
     """In the job, once it runs: line-buffered ``sys.stdout`` where the output goes to
     the parent (a pipe would make it block-buffered)."""
-    global _mode
-    _mode = _mode or os.environ.get(_runtime.OUTPUT_ENV, "")
+    state = here.jobs
+    state.output_mode = state.output_mode or os.environ.get(_runtime.OUTPUT_ENV, "")
     out: Any = sys.stdout
-    if _mode and out is not None and hasattr(out, "reconfigure"):
+    if state.output_mode and out is not None and hasattr(out, "reconfigure"):
         try:
             out.reconfigure(line_buffering=True)
         except (ValueError, OSError):
@@ -58,19 +51,22 @@ def start() -> None:
 
 def forwarded() -> bool:
     """Whether this job's output goes to its parent (once `start` ran)."""
-    return bool(_mode)
+    return bool(here.jobs.output_mode)
 
 
 def _pending(ioctl: Callable[..., object] = fcntl.ioctl, fionread: int = termios.FIONREAD) -> bool:
     """Whether something this job wrote has not left it yet, or, with a relay, is not
     known to be printed by the parent (a pool worker asks before each batch of results:
     two ioctls and a byte of the relay's page, kept cheap)."""
+    state = here.jobs
+    out_count, err_count = state.output_out_count, state.output_err_count
     try:
-        ioctl(1, fionread, _out_count, True)
-        ioctl(2, fionread, _err_count, True)
+        ioctl(1, fionread, out_count, True)
+        ioctl(2, fionread, err_count, True)
     except OSError:
         return False
-    return bool(_out_count[0] or _err_count[0] or (_link is not None and _link.busy()))
+    link = state.relay_link
+    return bool(out_count[0] or err_count[0] or (link is not None and link.busy()))
 
 
 def sync() -> None:
@@ -78,10 +74,12 @@ def sync() -> None:
     parent has printed it (a round trip of the relay's: see `_relay`): before a pool
     worker sends results, so that its tasks' lines come first (two ioctls when it wrote
     nothing)."""
-    if not _mode or not _pending():
+    state = here.jobs
+    if not state.output_mode or not _pending():
         return
-    if _link is not None:
-        _link.hurry()
+    link = state.relay_link
+    if link is not None:
+        link.hurry()
     deadline = time.monotonic() + _SYNC_S
     while _pending() and time.monotonic() < deadline:
         time.sleep(_SYNC_STEP_S)
@@ -103,21 +101,21 @@ def forked_worker() -> None:
     now pipes that the job reads: `sync` waits for those pipes alone. The job waits for
     its relay before it passes the worker's results on; the worker waiting for the relay
     too would pay its round trip for its siblings' lines."""
-    global _link
-    _link = None
+    here.jobs.relay_link = None
 
 
 def relayed() -> bool:
     """Whether this job's relay has sent output to the parent (told in the exit report,
     so that the parent waits for the rest)."""
-    return _link is not None and _link.connected()
+    link = here.jobs.relay_link
+    return link is not None and link.connected()
 
 
 def parent_gone() -> None:
     """The parent is gone (the program goes on): a captured job writes to its log file
     from now on, as nobody reads its pipes (a relay finds out by itself)."""
     path = os.environ.get(JOB_LOG_ENV)
-    if _mode != CAPTURED or not path:
+    if here.jobs.output_mode != CAPTURED or not path:
         return
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)

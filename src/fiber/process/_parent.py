@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from .._process_state import here
 from ._process import Process
@@ -99,25 +99,16 @@ class ParentProcess(Process):
             os.close(fd)
 
 
-_parent_process: Optional[Process] = None
-
-
 def parent_process() -> Optional[Process]:
     """The Process object of the parent, or None in the main process."""
-    return _parent_process
+    return here.jobs.parent_process
 
 
 def set_parent(name: str, pid: int) -> None:
     """In a job: its parent is process ``name`` (pid ``pid`` on its host); the standard
     library's ``parent_process()`` says so too (`answer_for_the_stdlib`)."""
-    global _parent_process
-    _parent_process = ParentProcess(name, pid)
+    here.jobs.parent_process = ParentProcess(name, pid)
     answer_for_the_stdlib()
-
-
-#: The standard library's own ``parent_process`` (kept when `answer_for_the_stdlib`
-#: first replaces it).
-_stdlib_answer: Optional[Callable[[], Any]] = None
 
 
 def answer_for_the_stdlib() -> None:
@@ -131,14 +122,14 @@ def answer_for_the_stdlib() -> None:
     import multiprocessing.context
     import multiprocessing.process
 
-    global _stdlib_answer
-    if _stdlib_answer is None:
-        _stdlib_answer = multiprocessing.process.parent_process
-    stdlib, job = _stdlib_answer, here.pid
+    state = here.jobs
+    if state.stdlib_parent_process is None:
+        state.stdlib_parent_process = multiprocessing.process.parent_process
+    stdlib, job = state.stdlib_parent_process, here.pid
 
     def parent_process() -> Any:
         """The parent of this process (fiber's in the job, else the standard library's)."""
-        return _parent_process if here.pid == job else stdlib()
+        return here.jobs.parent_process if here.pid == job else stdlib()
 
     multiprocessing.process.parent_process = parent_process
     multiprocessing.parent_process = parent_process
@@ -148,5 +139,5 @@ def answer_for_the_stdlib() -> None:
 def parent_gone() -> bool:
     """Called by a lifeline when the parent is gone: make ``parent_process().sentinel``
     readable and ``join()`` return. True if anyone may be waiting for it."""
-    parent = _parent_process
+    parent = here.jobs.parent_process
     return isinstance(parent, ParentProcess) and parent._set_gone()  # noqa: SLF001 - this module's class

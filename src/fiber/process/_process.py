@@ -32,7 +32,6 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
-    Set,
     Tuple,
 )
 
@@ -81,11 +80,12 @@ class Process(ProcessAttributes):
                  daemon: Optional[bool] = None) -> None:
         if group is not None:
             raise ValueError("group argument must be None for now")
-        count = next(_current_process._counter)
-        self._identity = _current_process._identity + (count,)
-        self._config: Dict[str, Any] = dict(_current_process._config)
+        current = here.jobs.current_process
+        count = next(current._counter)  # noqa: SLF001 - this module's class
+        self._identity = current._identity + (count,)  # noqa: SLF001
+        self._config: Dict[str, Any] = dict(current._config)  # noqa: SLF001
         self._parent_pid = here.pid
-        self._parent_name = _current_process.name
+        self._parent_name = current.name
         self._target = target
         self._args = tuple(args)
         self._kwargs = dict(kwargs or {})
@@ -142,7 +142,7 @@ class Process(ProcessAttributes):
             raise ProcessError("cannot start a process twice")
         if self._parent_pid != here.pid:
             raise ProcessError("can only start a process object created by current process")
-        if _current_process._config.get("daemon"):
+        if here.jobs.current_process._config.get("daemon"):  # noqa: SLF001
             raise ProcessError("daemonic processes are not allowed to have children")
         cfg = get_config()
         backend = backend_of(type(self))
@@ -212,7 +212,7 @@ class Process(ProcessAttributes):
         # manager's object, a big array) must not live on in this process because of us.
         self._target, self._args, self._kwargs = None, (), {}
         self._job = job
-        _children.add(self)
+        here.jobs.children.add(self)
 
     def _on_finished(self, job: Job, status: JobStatus) -> None:
         say_end(self, self._name, job, status)
@@ -249,7 +249,7 @@ class Process(ProcessAttributes):
         if self._job is None:
             raise ProcessError("can only join a started process")
         if self._job.wait(timeout):
-            _children.discard(self)
+            here.jobs.children.discard(self)
             # what it wrote is on this process's terminal when join returns (a killed
             # job's last output may still be on its way)
             _launcher.launcher().wait_output(self._job.token, _OUTPUT_WAIT_S)
@@ -267,7 +267,7 @@ class Process(ProcessAttributes):
             ValueError: the process object was closed.
         """
         self._check_closed()
-        if self is _current_process:
+        if self is here.jobs.current_process:
             return True
         if self._parent_pid != here.pid:
             raise ProcessError("can only test a child process")
@@ -279,7 +279,7 @@ class Process(ProcessAttributes):
             if st.state.finished:
                 job.finish(st)
         if job.finished:
-            _children.discard(self)
+            here.jobs.children.discard(self)
             return False
         return True
 
@@ -345,7 +345,7 @@ class Process(ProcessAttributes):
             ValueError: the process object was closed.
         """
         self._check_closed()
-        if self is _current_process:
+        if self is here.jobs.current_process:
             return here.pid
         job = self._job
         if job is None or job.handle is None:
@@ -373,7 +373,7 @@ class Process(ProcessAttributes):
         """As multiprocessing's (name, pid, parent, state), with the job and its host:
         ``<Process name='PoolWorker-3' pid=4242 parent=4200 job=4200-3 host=node2
         started daemon>``; ``pid`` is the job's pid on its host once it has said it."""
-        if self is _current_process:
+        if self is here.jobs.current_process:
             return f"<{type(self).__name__} name={self._name!r} pid={here.pid} started>"
         code = None if self._closed or self._job is None else self.exitcode
         return _describe.process_repr(type(self).__name__, self._name, self._job, code,
@@ -393,10 +393,9 @@ class Process(ProcessAttributes):
 
     def _bootstrap(self) -> int:
         """Run in the child: ``run()`` then the exit protocol; returns the exit code."""
-        global _current_process
-        _current_process = self
+        here.jobs.current_process = self
         name_process(self.name)
-        _children.clear()
+        here.jobs.children.clear()
         try:
             self.run()
             exitcode = 0
@@ -439,22 +438,18 @@ class _MainProcess(Process):
         pass
 
 
-_current_process: Process = _MainProcess()
-_children: Set[Process] = set()
-_exit_registered = False
-#: Set when `_exit_function` begins (see `program_exiting`).
-_exiting = threading.Event()
+here.jobs.current_process = _MainProcess()
 
 
 def current_process() -> Process:
     """The Process object of the calling process."""
-    return _current_process
+    return here.jobs.current_process
 
 
 def active_children() -> List[Process]:
     """Started children of this process that have not ended yet (reaps the others)."""
     out = []
-    for p in list(_children):
+    for p in list(here.jobs.children):
         try:
             if p.is_alive():
                 out.append(p)
@@ -503,7 +498,7 @@ def release_ended(proc: Process, owner: bool = False) -> bool:
             return False
         if owner or not job.sentinel_kept:
             job.close_sentinel()
-    _children.discard(proc)
+    here.jobs.children.discard(proc)
     return True
 
 
@@ -538,7 +533,7 @@ def run_in_job(proc: Process) -> int:
 def kill_children() -> None:
     """Kill every child started and not joined yet, at once (this job's parent is gone:
     its children must not outlive it)."""
-    for child in list(_children):
+    for child in list(here.jobs.children):
         try:
             child.kill()
         except Exception:
@@ -546,19 +541,18 @@ def kill_children() -> None:
 
 
 def _register_exit_function() -> None:
-    global _exit_registered
-    if not _exit_registered:
-        _exit_registered = True
+    if not here.jobs.exit_registered:
+        here.jobs.exit_registered = True
         atexit.register(_exit_function)
         # fiber top lists this process's children (see fiber._core._inspect)
-        _inspect.add_source("processes", _current_process,
+        _inspect.add_source("processes", here.jobs.current_process,
                             lambda _: _describe.children(live_jobs(),
                                                          _inspect.rows_wanted()))
 
 
 def live_jobs() -> List[Tuple[Process, Optional[Job]]]:
     """This process's children not joined yet, each with its job (None: not started)."""
-    return [(c, c._job) for c in list(_children)]  # noqa: SLF001 - this module's class
+    return [(c, c._job) for c in list(here.jobs.children)]  # noqa: SLF001 - this module's class
 
 
 def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
@@ -579,7 +573,7 @@ def terminate_all(processes: Sequence[Process], force: bool = False) -> None:
 def program_exiting() -> bool:
     """Whether this process has begun to end its children at exit (see
     `_exit_function`): a pool then replaces no worker it loses."""
-    return _exiting.is_set()
+    return here.jobs.process_exiting.is_set()
 
 
 def _exit_function() -> None:
@@ -588,7 +582,7 @@ def _exit_function() -> None:
     A pool's maintainer would replace the workers ended here (multiprocessing terminates
     its pools first): it starts none once `program_exiting`, and a daemonic child
     started meanwhile is ended before it is waited for, not waited for for ever."""
-    _exiting.set()
+    here.jobs.process_exiting.set()
     terminate_all([p for p in active_children() if p.daemon])
     for p in active_children():
         if p.daemon and not p.cancelled:

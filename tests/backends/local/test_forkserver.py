@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 import fiber
+from fiber._process_state import here
 from fiber.backends import JobState, register_backend
 from fiber.backends.local import LocalBackend, _forkserver
 from fiber.backends.local._forkserver import ForkedJob
@@ -106,7 +107,7 @@ def _template_pid() -> Optional[int]:
 
 
 def _stop_template() -> None:
-    server = _forkserver._server
+    server = here.jobs.fork_server
     if server is not None and server.alive:
         server.close()
 
@@ -287,8 +288,8 @@ def test_preloaded_numpy_is_reseeded_in_every_job(local):
                 draws.append(q.get())
                 p.join(60)
                 assert p.exitcode == 0
-            assert _forkserver._server is not None
-            assert "numpy" in _forkserver._server.preloaded
+            assert here.jobs.fork_server is not None
+            assert "numpy" in here.jobs.fork_server.preloaded
         # each job's own state: neither the integers nor the Gaussians (a cached one
         # would be the template's) repeat
         assert draws[0][0] != draws[1][0] and draws[0][1] != draws[1][1], draws
@@ -397,7 +398,7 @@ def test_a_template_that_cannot_start_falls_back_clearly(local, tmp_path, monkey
         err = capfd.readouterr().err
         assert "fork server" in err and why in err and "as subprocesses" in err
     finally:
-        _forkserver._failed = None  # let the next tests use a fork server again
+        here.jobs.fork_server_failed = None  # let the next tests use a fork server again
         for proc in psutil.Process().children():
             try:
                 cmdline = proc.cmdline()
@@ -535,8 +536,8 @@ def test_template_is_single_threaded_and_serves_nothing(local):
     assert template is not None
     t = psutil.Process(template)
     assert t.net_connections(kind="inet") == []
-    assert t.num_threads() == 1 or "numpy" in (_forkserver._server.preloaded
-                                                if _forkserver._server else [])
+    assert t.num_threads() == 1 or "numpy" in (here.jobs.fork_server.preloaded
+                                                if here.jobs.fork_server else [])
 
 
 def report_main(q: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import fiber
+from fiber._process_state import here
 from fiber.backends.local._gpus import host_gpus
 from fiber.errors import BrokenPoolError, SubmitError
 from fiber.testing.conformance.support import observe_helpers as oh
@@ -118,9 +119,7 @@ def test_nvidia_smi_list_is_read(monkeypatch, tmp_path):
 
 
 def test_cpu_and_memory_are_not_enforced_and_say_so(local, capfd):
-    from fiber.backends.local import _backend
-
-    _backend._noted.clear()
+    here.jobs.local_noted.clear()
     with local.Pool(1, memory=256) as pool:
         assert pool.apply(oh.sleep, (0,)) == 0
     with local.Pool(1, cpu=2) as pool:  # said once only
@@ -133,9 +132,7 @@ def test_cpu_and_memory_are_not_enforced_and_say_so(local, capfd):
 def test_a_job_of_several_workers_that_set_no_cpu_says_nothing_of_cpus(local, capfd):
     """Its job asks for a CPU a worker (fiber's choice, not the program's): no note that
     cpu= is not enforced, which the program never set."""
-    from fiber.backends.local import _backend
-
-    _backend._noted.clear()
+    here.jobs.local_noted.clear()
     with local.Pool(4, workers_per_job=2) as pool:
         assert pool.map(oh.sleep, [0] * 4) == [0] * 4
     err = capfd.readouterr().err

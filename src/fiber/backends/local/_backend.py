@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import os
 import selectors
 import signal
@@ -32,7 +31,6 @@ from ._settings import LocalSettings
 __all__ = ["LocalBackend"]
 
 _JOB_ENV = "FIBER_JOB"  # set in the environment of every fiber job (the bootstrap's)
-_JOB_NUMBERS = itertools.count(1)
 
 
 def _own(cfg: Optional[Config] = None) -> LocalSettings:
@@ -86,12 +84,10 @@ def _current_status(proc: _Proc) -> JobStatus:
     return _status_of(proc.poll())
 
 
-_noted: Set[str] = set()
-
-
 def _note_once(message: str) -> None:
-    if message not in _noted:
-        _noted.add(message)
+    noted = here.jobs.local_noted
+    if message not in noted:
+        noted.add(message)
         sys.stderr.write(f"fiber: {message}\n")
         sys.stderr.flush()
 
@@ -110,7 +106,7 @@ class LocalBackend(CommandLineBackend):
     def __init__(self) -> None:
         self._procs: Dict[str, _Proc] = {}
         self._lock = threading.Lock()
-        self._ids = _JOB_NUMBERS  # shared: a job id names one job of this process
+        self._ids = here.jobs.local_job_numbers  # shared: a job id names one job of this process
         self._gpus: Optional[GpuPool] = None  # made when a job first asks for a GPU
         #: The log of each job with one whose end has not been recorded yet (see _status).
         self._logged: Dict[str, str] = {}

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..._preload import preload_modules
 from ..._process_state import here
@@ -189,7 +189,7 @@ class ForkServer:
             self._abort()
             raise
         self.alive = True
-        _live.add(self)
+        here.jobs.fork_servers_live.add(self)
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"fiber-forkserver-{self.pid}")
         self._reader.start()
@@ -394,7 +394,7 @@ class ForkServer:
             reason, closing = self.reason, self._closing
             pending, self._pending = list(self._pending.values()), {}
             running, self._running = list(self._running.values()), {}
-        _live.discard(self)
+        here.jobs.fork_servers_live.discard(self)
         self._sock.close()
         for job in pending:
             job.failed(reason)
@@ -445,48 +445,42 @@ def _ignored_signals() -> List[int]:
     return out
 
 
-_live: Set[ForkServer] = set()
-_server: Optional[ForkServer] = None
-_server_lock = threading.Lock()
-_failed: Optional[str] = None
-
-
 def get_server(python: str, preload_setting: str) -> ForkServer:
     """This process's fork server, started on first use (again after it died).
 
     Raises:
         ForkServerError: it cannot start; this process then starts no other.
     """
-    global _server, _failed
-    server = _server
+    state = here.jobs
+    server = state.fork_server
     if server is not None and server.alive:
         return server
-    with _server_lock:
-        if _failed is not None:
-            raise ForkServerError(_failed)
-        if _server is None or not _server.alive:
+    with state.fork_server_lock:
+        if state.fork_server_failed is not None:
+            raise ForkServerError(state.fork_server_failed)
+        if state.fork_server is None or not state.fork_server.alive:
             try:
-                _server = ForkServer(python, preload_modules(preload_setting))
+                state.fork_server = ForkServer(python, preload_modules(preload_setting))
             except ForkServerError as e:
-                _failed = str(e)
+                state.fork_server_failed = str(e)
                 raise
-        return _server
+        return state.fork_server
 
 
 def server_pid() -> Optional[int]:
     """The pid of this process's live template, if any (tests, diagnostics)."""
-    server = _server
+    server = here.jobs.fork_server
     return server.pid if server is not None and server.alive else None
 
 
 def _after_fork_in_child() -> None:
     # A fork of the master (user code calling os.fork) must not hold the template's
     # socket: the template ends when the master's copy closes, and only then.
-    global _server
-    for server in list(_live):
+    state = here.jobs
+    for server in list(state.fork_servers_live):
         server.close_socket()
-    _live.clear()
-    _server = None
+    state.fork_servers_live.clear()
+    state.fork_server = None
 
 
 here.after_fork_in_child(_after_fork_in_child)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import itertools
 import math
 import os
 import selectors
@@ -41,7 +40,6 @@ from ._settings import SshSettings
 
 __all__ = ["SshBackend"]
 
-_IDS = itertools.count(1)
 _JOB_ENV = "FIBER_JOB"  # in the environment of every fiber job (its launch token)
 #: Seconds a job's ssh client has to end after a KILL before it is killed itself.
 _KILL_GRACE_S = 5.0
@@ -188,7 +186,7 @@ class SshBackend(CommandLineBackend):
             argv = list(spec.command)
         env = {name: os.environ[name] for name in own.env_names() if name in os.environ}
         env.update(spec.env)
-        job_id = f"ssh-{here.pid}-{next(_IDS)}"
+        job_id = f"ssh-{here.pid}-{next(here.jobs.ssh_job_numbers)}"
         log = self._new_log(job_id, spec)
         out_w = err_w = None
         output = None

@@ -11,7 +11,6 @@ authenticate).
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -19,13 +18,13 @@ import time
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..._log import warn
+from ..._process_state import here
 from ._session import Probe, ssh_base
 from ._settings import SshSettings
 
 __all__ = ["Host", "HostTable"]
 
 NEW, UP, DOWN = "new", "up", "down"
-_PROBES = itertools.count(1)
 #: Seconds a probe may take beyond ssh's ConnectTimeout (a Python starting on a busy host).
 _PROBE_SLACK_S = 20.0
 
@@ -171,7 +170,7 @@ class HostTable:
                     self.went_down(host, f"cannot start ssh: {e}", own)
 
     def _probe(self, host: str, own: SshSettings, python: str) -> Probe:
-        log = os.path.join(self.log_dir, f"probe-{host}-{next(_PROBES)}.ssh")
+        log = os.path.join(self.log_dir, f"probe-{host}-{next(here.jobs.ssh_probe_numbers)}.ssh")
         return Probe(host, ssh_base(own, log), python, log)
 
     def _probed(self, host: Host, probe: Probe, reason: str, own: SshSettings) -> None:

@@ -22,8 +22,6 @@ __all__ = ["program_dir", "new_log", "note_started", "note_ended", "read_log", "
 #: Seconds the logs of an ended program are kept after their last write.
 KEEP_S = 24 * 3600.0
 
-_checked = False
-
 
 class _Record(NamedTuple):
     host: str
@@ -43,11 +41,10 @@ def program_dir() -> str:
     Raises:
         OSError: it cannot be made.
     """
-    global _checked
     program = _machine.program_id()
     directory = os.path.join(_root(), program)
-    if not _checked:
-        _checked = True
+    if not here.jobs.ssh_logs_checked:
+        here.jobs.ssh_logs_checked = True
         prune()
         if program == str(here.pid):  # an earlier process with this pid is not us
             shutil.rmtree(directory, ignore_errors=True)

@@ -15,6 +15,7 @@ import termios
 import time
 from typing import Dict, List, Optional, Sequence
 
+from ..._process_state import here
 from .._base import JobState, JobStatus
 from .._common import signal_name
 from ._settings import SshSettings
@@ -40,19 +41,18 @@ _PROBE = ("import importlib.util,sys;"
           "sys.exit(0 if importlib.util.find_spec('fiber') else 3)")
 _PROBE_NO_FIBER = 3
 
-_keeper_source: Optional[bytes] = None
 _PIPE_SIZE = 65536  # a pipe's capacity unless raised (Linux)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 def keeper_source() -> bytes:
     """The keeper's source (`_keeper`), read once."""
-    global _keeper_source
-    if _keeper_source is None:
+    state = here.jobs
+    if state.ssh_keeper_source is None:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_keeper.py")
         with open(path, "rb") as f:
-            _keeper_source = f.read()
-    return _keeper_source
+            state.ssh_keeper_source = f.read()
+    return state.ssh_keeper_source
 
 
 def ssh_base(settings: SshSettings, log_path: str = "") -> List[str]:
