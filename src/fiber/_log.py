@@ -5,13 +5,12 @@ docs/contributing/processes.md, "The logger"."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import sys
 import threading
 import time
-from typing import Deque, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ._process_state import here
 from .config import get_config
@@ -21,23 +20,14 @@ __all__ = ["log", "info", "warn", "name_process", "open_log", "recent_warnings",
            "program_level", "inherit_level"]
 
 _logger = logging.getLogger("fiber")
-#: The pid, process name and ``log_file`` fiber's logger was set up for, and whether
-#: that file is written (False: it could not be opened, its lines go to stderr).
-_configured: Tuple[int, str, str, bool] = (0, "", "", True)
-_process_name = "MainProcess"
-#: The level fiber last gave its logger from the config (None: not yet, in this process).
-_applied: Optional[int] = None
-#: Held to set the logger up.
-_lock = threading.Lock()
 
 
 @here.after_fork_in_child
 def _new_lock() -> None:
     """A forked child may have copied the lock held: it makes its own."""
-    global _lock
-    _lock = threading.Lock()
-#: The handler this module added, in this process or the one forked from.
-_ours: List[logging.Handler] = []
+    here.api.log_lock = threading.Lock()
+
+
 _FORMAT = ("%(asctime)s.%(msecs)03d fiber %(fiber_process)s[%(process)d] %(threadName)s "
            "%(levelname)s: %(message)s")
 
@@ -46,15 +36,14 @@ def name_process(name: str) -> None:
     """The name this process's lines carry (a job's ``Process.name``), in a job at its
     start: with ``log_file``, its own file (``<log_file>.<name>``) is opened then, so
     that every process has one, as the original fiber's did."""
-    global _process_name
-    _process_name = name
+    here.api.log_process_name = name
     if get_config().log_file:
         _ready()
 
 
 class _Context(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        record.fiber_process = _process_name
+        record.fiber_process = here.api.log_process_name
         return True
 
 
@@ -89,11 +78,12 @@ def _handler(log_file: str) -> logging.Handler:
         return _StdStream("stderr")
     if log_file == "stdout":
         return _StdStream("stdout")
+    name = here.api.log_process_name
     try:
-        return _file_handler(f"{log_file}.{_process_name}")
+        return _file_handler(f"{log_file}.{name}")
     except OSError as e:
         raise ConfigError("log_file", f"cannot write fiber's log to "
-                          f"{log_file}.{_process_name}: {e}") from e
+                          f"{log_file}.{name}: {e}") from e
 
 
 def _configure(strict: bool) -> None:
@@ -101,10 +91,10 @@ def _configure(strict: bool) -> None:
     cannot be written raises `ConfigError` if ``strict``; else it is said on
     stderr, once, and the lines go there instead: a message must never fail the code
     that logs it (a job's start, the hub's thread)."""
-    global _configured, _applied
+    api = here.api
     cfg = get_config()
     program_has_handlers = bool(logging.getLogger().handlers) and not cfg.log_file
-    ours = [h for h in _logger.handlers if h in _ours]
+    ours = [h for h in _logger.handlers if h in api.log_handlers]
     handler: Optional[logging.Handler] = None
     written = True
     if len(ours) == len(_logger.handlers) and not program_has_handlers:
@@ -117,8 +107,8 @@ def _configure(strict: bool) -> None:
             handler, written = _StdStream("stderr"), False
     # a forked job's copy of its parent's handler (another process's file), or that of
     # a log_file changed since
-    while _ours:
-        old = _ours.pop()
+    while api.log_handlers:
+        old = api.log_handlers.pop()
         _logger.removeHandler(old)
         old.close()
     if handler is not None:
@@ -126,14 +116,14 @@ def _configure(strict: bool) -> None:
         handler.addFilter(_Context())
         _logger.addHandler(handler)
         _logger.propagate = False  # not twice (the last-resort handler, a root handler)
-        _ours.append(handler)
+        api.log_handlers.append(handler)
     elif program_has_handlers and not any(isinstance(f, _Context) for f in _logger.filters):
         _logger.addFilter(_Context())  # the program's format may use %(fiber_process)s
     level = _config_level()
     if program_level() is None:  # else the level the program gave the logger stays
         _logger.setLevel(level)
-    _applied = level
-    _configured = (here.pid, _process_name, cfg.log_file, written)
+    api.log_applied = level
+    api.log_configured = (here.pid, api.log_process_name, cfg.log_file, written)
 
 
 def _config_level() -> int:
@@ -142,9 +132,8 @@ def _config_level() -> int:
 
 
 def _apply_level(level: int) -> None:
-    global _applied
     _logger.setLevel(level)
-    _applied = level
+    here.api.log_applied = level
 
 
 def program_level() -> Optional[int]:
@@ -152,7 +141,8 @@ def program_level() -> Optional[int]:
     itself (``get_logger().setLevel``, even to ``NOTSET`` to follow the root's), else None
     (the config's ``log_level`` is in force). A job inherits it, as a spawn child of
     multiprocessing inherits its logger's level."""
-    set_here = _logger.level != (logging.NOTSET if _applied is None else _applied)
+    applied = here.api.log_applied
+    set_here = _logger.level != (logging.NOTSET if applied is None else applied)
     return _logger.getEffectiveLevel() if set_here else None
 
 
@@ -163,20 +153,22 @@ def inherit_level(level: int) -> None:
 
 def _stale(log_file: str, strict: bool) -> bool:
     """Whether fiber's logger must be set up (again) for this process and ``log_file``."""
-    return _configured[:3] != (here.pid, _process_name, log_file) or (
-        strict and not _configured[3])
+    api = here.api
+    configured = api.log_configured
+    return configured[:3] != (here.pid, api.log_process_name, log_file) or (
+        strict and not configured[3])
 
 
 def _ready(strict: bool = False) -> None:
     cfg = get_config()
     if _stale(cfg.log_file, strict):
-        with _lock:  # threads that log at once set it up once
+        with here.api.log_lock:  # threads that log at once set it up once
             if _stale(get_config().log_file, strict):
                 _configure(strict)
     else:  # the config's level may have changed since (fiber.init, config.override);
         # a level the program set on the logger stays until then
         level = _config_level()
-        if level != _applied:
+        if level != here.api.log_applied:
             _apply_level(level)
 
 
@@ -211,27 +203,22 @@ def warn(message: str, *args: object) -> None:
     """Log a warning: something went wrong that fiber recovered from (a worker lost and
     replaced), shown by default (``log_level=error`` hides it)."""
     _ready()
-    _warned[0] += 1
+    api = here.api
+    api.log_warning_count[0] += 1
     try:
-        _recent.append((time.time(), message % args if args else message))
+        api.log_recent_warnings.append((time.time(), message % args if args else message))
     except (TypeError, ValueError):
-        _recent.append((time.time(), message))
+        api.log_recent_warnings.append((time.time(), message))
     if _logger.isEnabledFor(logging.WARNING):
         _logger.warning(message, *args)
 
 
-#: The last warnings of this process (when, the text), for the dashboard and fiber top;
-#: and how many there were in all.
-_recent: Deque[Tuple[float, str]] = collections.deque(maxlen=100)
-_warned = [0]
-
-
 @here.for_tests
 def _forget_warnings() -> None:
-    _recent.clear()
-    _warned[0] = 0
+    here.api.log_recent_warnings.clear()
+    here.api.log_warning_count[0] = 0
 
 
 def recent_warnings() -> Tuple[int, List[Tuple[float, str]]]:
     """How many warnings this process logged, and the last ones (oldest first)."""
-    return _warned[0], list(_recent)
+    return here.api.log_warning_count[0], list(here.api.log_recent_warnings)

@@ -26,9 +26,6 @@ __all__ = ["user_dir", "program_id", "PROGRAM_ENV", "job_log", "find_job_logs", 
 #: The program id a local job inherits (its main process's pid).
 PROGRAM_ENV = "FIBER_LOCAL_PROGRAM"
 
-_registered: Optional[str] = None
-_logs_checked = False
-
 
 def user_dir() -> str:
     """``<temp dir>/fiber-<uid>``, made on first use (0700).
@@ -125,11 +122,11 @@ def terminate(pid: int, start: Optional[int]) -> bool:
 
 def job_log(job_id: str, name: str) -> str:
     """The path of a local job's log (the file is the caller's to open)."""
-    global _logs_checked
     program = program_id()
     directory = os.path.join(user_dir(), "logs", program)
-    if program == str(here.pid) and not _logs_checked:
-        _logs_checked = True  # logs of an earlier process that had this pid are not ours
+    if program == str(here.pid) and not here.api.machine_logs_checked:
+        # logs of an earlier process that had this pid are not ours
+        here.api.machine_logs_checked = True
         shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory, 0o700, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)[:100]
@@ -181,7 +178,6 @@ def find_job_logs(job_id: str = "", program: str = "") -> List[str]:
 def register_program(address: str, secret: bytes, backend: str) -> Optional[str]:
     """Write this main process's program file (see the module's docstring); its path, or
     None when it cannot be written (fiber top then cannot find the program; it runs on)."""
-    global _registered
     info = {"program": program_id(), "pid": here.pid, "start": process_start(here.pid),
             "argv": list(sys.argv), "cwd": os.getcwd(), "backend": backend,
             "address": address, "secret": secret.hex(), "python": sys.executable}
@@ -191,9 +187,9 @@ def register_program(address: str, secret: bytes, backend: str) -> Optional[str]
     except OSError:
         return None
     forget_program(program_id())  # an earlier process's, with this pid
-    if _registered is None:
+    if here.api.machine_program_file is None:
         atexit.register(_unregister)
-    _registered = path
+    here.api.machine_program_file = path
     return path
 
 
@@ -214,7 +210,7 @@ def write_private(path: str, text: str) -> None:
 def _unregister() -> None:
     """At exit: this program's file becomes its ended file (it exited; how, an exit
     hook cannot tell)."""
-    path = _registered
+    path = here.api.machine_program_file
     if path is not None:
         try:
             with open(path) as f:

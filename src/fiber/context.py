@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import multiprocessing.context
 import os
-import threading
 import warnings
 from types import MappingProxyType, ModuleType
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Type, Union
 
 from . import connection, errors, process, queues, sharedctypes, synchronize
+from ._process_state import here
 from .backends import known_backends, registered_name
 from .config import get_config, init
 from .errors import UnknownBackendError
@@ -412,10 +412,6 @@ class DefaultContext(FiberContext):
         choose(True)
 
 
-_contexts: Dict[Optional[str], FiberContext] = {}
-_contexts_lock = threading.Lock()
-
-
 def get_context(method: Optional[str] = None) -> FiberContext:
     """The context of backend ``method`` (its name in any case: ``"SLURM"`` is ``slurm``);
     ``"spawn"``, ``"forkserver"`` or ``"fork"`` (with a ``RuntimeWarning``) the default
@@ -439,14 +435,15 @@ def get_context(method: Optional[str] = None) -> FiberContext:
 
 def _context_of(method: Optional[str]) -> FiberContext:
     """The context of a checked ``method`` (None: the default backend's), made once."""
-    with _contexts_lock:
-        ctx = _contexts.get(method)
+    api = here.api
+    with api.contexts_lock:
+        ctx = api.contexts.get(method)
         if ctx is None:
             made = _METHOD_CONTEXTS.get(method) if method is not None else None
             if made is not None and method not in known_backends():
                 ctx = made(None, method)
             else:
                 ctx = FiberContext(method)
-            _contexts[method] = ctx
+            api.contexts[method] = ctx
         return ctx
 

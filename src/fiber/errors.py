@@ -15,6 +15,8 @@ import multiprocessing.pool as _mp_pool
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Dict, Optional, Sequence, Tuple, Type
 
+from ._process_state import here
+
 __all__ = [
     "FiberError",
     "ConfigError",
@@ -185,10 +187,6 @@ class RemoteError(FiberError, _mp_managers.RemoteError):
         return (RemoteError, (self.type_name, self._message, self.remote_traceback))
 
 
-#: The classes `as_remote_error` made, by the type they extend (one per type, so that a
-#: pickled error comes back as the same class), and the other way. Only grow.
-_remote_classes: Dict[type, type] = {}
-_remote_bases: Dict[type, type] = {}
 _OWN = ("type_name", "remote_traceback")
 
 
@@ -206,7 +204,7 @@ def as_remote_error(exc: BaseException) -> BaseException:
     if isinstance(exc, RemoteError) or not isinstance(exc, Exception):
         return exc
     try:
-        remote = _remote_classes.get(cls) or _remote_class(cls)
+        remote = here.api.remote_classes.get(cls) or _remote_class(cls)
         err: RemoteError = remote.__new__(remote, *exc.args)
     except Exception:
         return exc
@@ -225,13 +223,13 @@ def _remote_class(cls: type) -> type:
                    ) -> Tuple[Callable[..., BaseException],
                               Tuple[type, Tuple[object, ...], Dict[str, object], str]]:
         state = {k: v for k, v in vars(self).items() if k not in _OWN}
-        return (_rebuild_remote_error, (_remote_bases[type(self)], self.args, state,
+        return (_rebuild_remote_error, (here.api.remote_bases[type(self)], self.args, state,
                                         self.remote_traceback))
 
     remote = type(f"Remote{cls.__name__}", (RemoteError, cls), {
         "__module__": __name__, "__doc__": f"A `RemoteError` that is a {cls.__name__}.",
         "__str__": cls.__str__, "__reduce__": __reduce__})
-    _remote_classes[cls], _remote_bases[remote] = remote, cls
+    here.api.remote_classes[cls], here.api.remote_bases[remote] = remote, cls
     return remote
 
 

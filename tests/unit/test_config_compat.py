@@ -13,6 +13,7 @@ import pytest
 
 import fiber
 import fiber.config
+from fiber._process_state import here
 from fiber.config import Config, resolve
 from fiber.errors import ConfigError, UnknownBackendError
 
@@ -39,9 +40,7 @@ def test_the_original_fibers_keys_are_read_as_ours_with_a_warning(tmp_path, old,
     path.write_text(f"[default]\n{old} = {value}\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        from fiber.config import _compat as _config_compat
-
-        _config_compat._warned.clear()
+        here.api.compat_warned.clear()
         cfg = resolve({}, environ={}, config_file=str(path))
     assert getattr(cfg, new) == expected
     if old != new:
@@ -58,9 +57,7 @@ def test_the_new_key_wins_over_its_old_name_in_one_source(tmp_path):
 
 
 def test_keys_without_effect_are_accepted_with_a_warning(tmp_path):
-    from fiber.config import _compat as _config_compat
-
-    _config_compat._warned.clear()
+    here.api.compat_warned.clear()
     with pytest.warns(FutureWarning, match="'use_push_queue'.*has no effect"):
         cfg = resolve({"use_push_queue": True}, environ={}, config_file=str(tmp_path / "x"))
     assert cfg == Config()

@@ -17,8 +17,6 @@ from fiber import _log
 from fiber._core import _runtime
 from fiber._process_state import ProcessState, here
 from fiber.config import _compat
-from fiber.managers import _async_calls
-from fiber.queues import _queue
 
 # forking a process that has threads is what these tests do on purpose (Python 3.12 and
 # later warn that it may deadlock the child: the hooks under test are what prevents it)
@@ -71,7 +69,8 @@ def test_hooks_run_in_order_and_one_failing_does_not_stop_the_others(capfd):
 def test_locks_another_thread_held_at_the_fork_are_free_in_the_child():
     """Without the hooks the child would wait for ever on a lock copied held (the
     child's alarm then kills it, and the test fails)."""
-    held = [here.transport.hub_lock, _log._lock, _async_calls._channels_lock, _queue._lease_lock]
+    held = [here.transport.hub_lock, here.api.log_lock, here.api.manager_channels_lock,
+            here.api.queue_lease_lock]
     taken, release = threading.Event(), threading.Event()
 
     def holder() -> None:
@@ -88,9 +87,9 @@ def test_locks_another_thread_held_at_the_fork_are_free_in_the_child():
         assert taken.wait(10)
 
         def all_free() -> bool:
-            return all(getattr(module, name).acquire(timeout=5) for module, name in [
-                (here.transport, "hub_lock"), (_log, "_lock"), (_async_calls, "_channels_lock"),
-                (_queue, "_lease_lock")])
+            return all(lock.acquire(timeout=5) for lock in [
+                here.transport.hub_lock, here.api.log_lock, here.api.manager_channels_lock,
+                here.api.queue_lease_lock])
 
         assert in_child(all_free)
     finally:
@@ -118,7 +117,7 @@ def test_reset_for_tests_forgets_remembered_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _compat.warn_once("some-key", "once")
-    assert _log.recent_warnings()[0] > 0 and "some-key" in _compat._warned
+    assert _log.recent_warnings()[0] > 0 and "some-key" in here.api.compat_warned
     here.reset_for_tests()
     assert _log.recent_warnings() == (0, [])
-    assert "some-key" not in _compat._warned
+    assert "some-key" not in here.api.compat_warned

@@ -13,11 +13,11 @@ import contextlib
 import dataclasses
 import os
 import sys
-import threading
 import types
 import typing
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
+from .._process_state import here
 from ..errors import ConfigError
 from . import _backend_keys, _registry, _values
 from . import _compat as compat
@@ -209,10 +209,6 @@ def field_types(cls: type) -> Dict[str, Any]:
 
 _TYPES: Dict[str, Any] = field_types(Config)
 
-_lock = threading.Lock()
-_explicit: Dict[str, Any] = {}
-_resolved: Optional[Config] = None
-
 
 def _key_type(key: str, where: str = "") -> Any:
     """The type of key ``key``, the core's or a backend's (see ._backend_keys), set in
@@ -401,13 +397,13 @@ def to_env(cfg: Config, machine_keys: Sequence[str] = ("listen_host",)) -> Dict[
 
 def get_config() -> Config:
     """The config in force in this process, resolved on first use."""
-    global _resolved
-    cfg = _resolved
+    cfg = here.api.config_resolved
     if cfg is None:
-        with _lock:
-            if _resolved is None:
-                _resolved = resolve(_explicit)
-            cfg = _resolved
+        api = here.api
+        with api.config_lock:
+            if api.config_resolved is None:
+                api.config_resolved = resolve(api.config_explicit)
+            cfg = api.config_resolved
     return cfg
 
 
@@ -418,33 +414,34 @@ def init(**kwargs: Any) -> Config:
         ConfigError: a key is unknown or a value has the wrong type, or ``backend``
             names no backend.
     """
-    global _resolved
     kwargs = {key: value for key, (value, _) in _translated(kwargs, "fiber.init").items()}
     # None, as the original fiber's defaults were (init(backend=None)): the key's value
     # from the environment, .fiberconfig or the default again
     unset = [key for key, value in kwargs.items() if value is None]
     kwargs = {key: value for key, value in kwargs.items() if value is not None}
-    with _lock:
+    api = here.api
+    with api.config_lock:
         for key in unset:
             _key_type(key)  # an unknown key is an error, None or not
         for key, value in kwargs.items():
             _value(key, value, "fiber.init")
-        merged = {**{k: v for k, v in _explicit.items() if k not in unset}, **kwargs}
+        merged = {**{k: v for k, v in api.config_explicit.items() if k not in unset},
+                  **kwargs}
         cfg = resolve(merged)
-        _explicit.clear()
-        _explicit.update(merged)
-        _resolved = cfg
+        api.config_explicit.clear()
+        api.config_explicit.update(merged)
+        api.config_resolved = cfg
         return cfg
 
 
 def reset() -> Config:
     """Forget what `init` set and resolve the config again from the environment
     and ``.fiberconfig`` (the original fiber's ``fiber.reset()``)."""
-    global _resolved
-    with _lock:
-        _explicit.clear()
-        _resolved = resolve({})
-        return _resolved
+    api = here.api
+    with api.config_lock:
+        api.config_explicit.clear()
+        api.config_resolved = cfg = resolve({})
+        return cfg
 
 
 def load(conf_file: str) -> Config:
@@ -455,7 +452,7 @@ def load(conf_file: str) -> Config:
     Raises:
         ConfigError: the file or a setting is wrong.
     """
-    return resolve(_explicit, config_file=conf_file)
+    return resolve(here.api.config_explicit, config_file=conf_file)
 
 
 def get_object() -> Config:
@@ -492,7 +489,6 @@ def get_dict() -> Dict[str, Any]:
 @contextlib.contextmanager
 def override(**kwargs: Any) -> Iterator[Config]:
     """Temporarily replace config values (for tests); restores the previous config."""
-    global _resolved
     base = get_config()
     converted = {}
     for key, value in kwargs.items():
@@ -500,20 +496,20 @@ def override(**kwargs: Any) -> Iterator[Config]:
     if "log_file" in converted:
         _values.check_log_file(converted["log_file"], "config.override")
     new = _built(converted, {key: "config.override" for key in converted}, base)
-    with _lock:
-        _resolved = new
+    api = here.api
+    with api.config_lock:
+        api.config_resolved = new
     try:
         yield new
     finally:
-        with _lock:
-            _resolved = base
+        with api.config_lock:
+            api.config_resolved = base
 
 
 def install(cfg: Config) -> None:
     """Make ``cfg`` this process's config (a job receiving its parent's, at its start)."""
-    global _resolved
-    with _lock:
-        _resolved = cfg
+    with here.api.config_lock:
+        here.api.config_resolved = cfg
 
 
 class _ConfigModule(types.ModuleType):

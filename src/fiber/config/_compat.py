@@ -16,7 +16,7 @@ import sys
 import types
 import warnings
 from types import MappingProxyType
-from typing import Any, Callable, Collection, Dict, Iterable, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, Mapping, Optional, Tuple
 
 from .._process_state import here
 
@@ -58,11 +58,7 @@ NO_EFFECT_DEFAULTS: Mapping[str, Any] = MappingProxyType({
 
 _LOG_LEVELS = MappingProxyType({"10": "debug", "20": "info", "30": "warning", "40": "error",
                                 "50": "critical"})
-#: The no-effect keys a program set, and to what (read back as set).
-_no_effect_set: Dict[str, Any] = {}
-
-_warned: Set[str] = set()
-here.for_tests(_warned.clear)  # a test sees the warning its own use of a key gives
+here.for_tests(here.api.compat_warned.clear)  # a test sees the warning its own use of a key gives
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fiber/
@@ -80,8 +76,9 @@ def _outside_fiber() -> int:
 def warn_once(key: str, message: str, category: type = FutureWarning) -> None:
     """Warn with ``message`` the first time ``key`` comes up in this process, from the
     user's line that led to it."""
-    if key not in _warned:
-        _warned.add(key)
+    warned = here.api.compat_warned
+    if key not in warned:
+        warned.add(key)
         warnings.warn(message, category, stacklevel=_outside_fiber())
 
 
@@ -112,7 +109,7 @@ def translate(key: str, value: Any, where: str) -> Optional[Tuple[str, Any]]:
         return RENAMED[key], value
     if key in NO_EFFECT:
         _warn_old(key, where)
-        _no_effect_set[key] = _typed(key, value)
+        here.api.compat_no_effect_set[key] = _typed(key, value)
         return None
     if key == "log_level" and isinstance(value, int) and not isinstance(value, bool):
         # logging.DEBUG and so on; another number is named as a wrong level
@@ -151,7 +148,7 @@ def read_old(key: str, read: Callable[[str], Any]) -> Any:
         raise KeyError(key)
     _warn_old(key, "read")
     if key in NO_EFFECT:
-        return _no_effect_set.get(key, NO_EFFECT_DEFAULTS.get(key))
+        return here.api.compat_no_effect_set.get(key, NO_EFFECT_DEFAULTS.get(key))
     value = read(RENAMED[key])
     return None if key == "mem_per_job" and not value else value  # unset: None
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-import threading
 from typing import Any, Dict, List, Optional
+
+from .._process_state import here
 
 __all__ = ["GROUP", "known", "canonical", "load", "register", "settings_class", "key_prefix"]
 
 GROUP = "fiber.backends"
-
-_registered: Dict[str, Any] = {}
-_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,8 +42,8 @@ def _entry_points() -> Dict[str, str]:
 
 def known() -> List[str]:
     """The names of every backend this process can create, sorted."""
-    with _lock:
-        names = set(_registered)
+    with here.api.registry_lock:
+        names = set(here.api.registered_backends)
     return sorted(names | set(_entry_points()))
 
 
@@ -65,8 +63,8 @@ def canonical(name: str) -> Optional[str]:
 
 def register(name: str, cls: Any) -> None:
     """Make ``cls`` backend ``name`` in this process (replacing any of that name)."""
-    with _lock:
-        _registered[name] = cls
+    with here.api.registry_lock:
+        here.api.registered_backends[name] = cls
 
 
 def load(name: str) -> Optional[Any]:
@@ -76,8 +74,8 @@ def load(name: str) -> Optional[Any]:
         ImportError, AttributeError: its entry point names a module or class that is not
             there (a broken installation): the error says which.
     """
-    with _lock:
-        cls = _registered.get(name)
+    with here.api.registry_lock:
+        cls = here.api.registered_backends.get(name)
     if cls is not None:
         return cls
     target = _entry_points().get(name)

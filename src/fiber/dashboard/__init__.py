@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core import _inspect
+from .._process_state import here
 from ..errors import ConfigError
 from ..process import _cluster_view, _inspected
 from . import _metrics
@@ -309,9 +310,6 @@ def _encode(value: Any, parts: List[str]) -> None:
 _ENCODER = json.JSONEncoder(default=str, separators=(",", ":"))
 
 
-_served: Optional[Dashboard] = None
-
-
 def _program_snapshot() -> Dict[str, Any]:
     """This program's snapshot, each worker with its job's last CPU and memory report,
     and its live jobs as their clusters see them (pending in the queue, running)."""
@@ -332,11 +330,12 @@ def serve_program(address: str) -> Dashboard:
     Raises:
         ConfigError: ``address`` cannot be served (taken, not this host's).
     """
-    global _served
-    if _served is None:
+    api = here.api
+    if api.dashboard_served is None:
         _inspected.register()  # the jobs answer it (their stacks, CPU and memory)
         try:
-            _served = start(_program_snapshot, address, stacks=_inspected.stack_of)
+            api.dashboard_served = start(_program_snapshot, address,
+                                           stacks=_inspected.stack_of)
         except (OSError, ValueError) as e:
             raise ConfigError("dashboard", f"cannot serve at {address!r}: {e}") from e
-    return _served
+    return api.dashboard_served

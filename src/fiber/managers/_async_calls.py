@@ -239,26 +239,22 @@ class AsyncChannel:
             self._client.close()
 
 
-_channels: Dict[str, AsyncChannel] = {}
-_channels_lock = threading.Lock()
-
-
 @here.after_fork_in_child
 def _forget_channels() -> None:
     """A forked child's channels are its own: its parent's connections are not."""
-    global _channels_lock
-    _channels.clear()
-    _channels_lock = threading.Lock()
+    here.api.manager_channels.clear()
+    here.api.manager_channels_lock = threading.Lock()
 
 
 def channel(address: str, timeout: Optional[float] = None) -> AsyncChannel:
     """This process's channel to ``address`` (a new one if the last was lost)."""
-    with _channels_lock:
-        ch = _channels.get(address)
+    api = here.api
+    with api.manager_channels_lock:
+        ch = api.manager_channels.get(address)
         if ch is None or ch.lost:
             if ch is not None:
                 ch.close()
-            ch = _channels[address] = AsyncChannel(address, timeout)
+            ch = api.manager_channels[address] = AsyncChannel(address, timeout)
         return ch
 
 

@@ -10,7 +10,8 @@ import queue as _queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
+from types import MappingProxyType
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from .. import queues, synchronize
 from .._core import _served
@@ -283,14 +284,14 @@ class _Server:
         #: Set once stopped: what a collected manager's finalizer waits for.
         self.done = threading.Event()
         self._lock = threading.Lock()
-        with _servers_lock:
-            _servers.add(self)
+        with here.api.manager_servers_lock:
+            here.api.manager_servers.add(self)
 
     def stop(self) -> None:
         """Ask the server to shut down and wait for its job; end it if it does not.
 
-        Listed in ``_servers`` until stopped, so that the exit hook waits for a stop that
-        the stopper thread has begun."""
+        Listed in ``here.api.manager_servers`` until stopped, so that the exit hook waits
+        for a stop that the stopper thread has begun."""
         with self._lock:
             if self.stopped:
                 return
@@ -309,27 +310,21 @@ class _Server:
                     proc.join(10)
             self.stopped = True
             self.done.set()
-            with _servers_lock:
-                _servers.discard(self)
-
-
-_servers: Set[_Server] = set()
-_servers_lock = threading.Lock()
-_stop_queue: _queue.SimpleQueue[_Server] = _queue.SimpleQueue()
-_stopper: Optional[threading.Thread] = None
-_exit_hook = False
+            with here.api.manager_servers_lock:
+                here.api.manager_servers.discard(self)
 
 
 def _register_exit_hook() -> None:
     """Once a process: the exit hook, and the thread that stops collected managers'
     servers (garbage collection may run anywhere, even where a request cannot be made)."""
-    global _exit_hook, _stopper
-    if not _exit_hook:
-        _exit_hook = True
+    api = here.api
+    if not api.manager_exit_hook:
+        api.manager_exit_hook = True
         atexit.register(_shutdown_at_exit)
-    if _stopper is None or not _stopper.is_alive():
-        _stopper = threading.Thread(target=_stop_loop, name="fiber-manager-stop", daemon=True)
-        _stopper.start()
+    if api.manager_stopper is None or not api.manager_stopper.is_alive():
+        stopper = threading.Thread(target=_stop_loop, name="fiber-manager-stop", daemon=True)
+        api.manager_stopper = stopper
+        stopper.start()
 
 
 def _stop_later(server: _Server) -> None:
@@ -339,14 +334,14 @@ def _stop_later(server: _Server) -> None:
     that the next ``active_children()`` no longer lists the server. The stop itself runs
     on the stopper thread, since garbage collection may run anywhere; on one of fiber's
     own threads (the hub, whose work the stop may need) the finalizer does not wait."""
-    _stop_queue.put(server)  # SimpleQueue.put: safe in a finalizer
+    here.api.manager_stop_queue.put(server)  # SimpleQueue.put: safe in a finalizer
     if not threading.current_thread().name.startswith("fiber-"):
         server.done.wait(server.timeout + 1.0)
 
 
 def _stop_loop() -> None:
     while True:
-        server = _stop_queue.get()
+        server = here.api.manager_stop_queue.get()
         try:
             server.stop()
         except Exception:
@@ -354,8 +349,8 @@ def _stop_loop() -> None:
 
 
 def _shutdown_at_exit() -> None:
-    with _servers_lock:
-        servers = list(_servers)
+    with here.api.manager_servers_lock:
+        servers = list(here.api.manager_servers)
     for server in servers:
         try:
             server.stop()
@@ -417,7 +412,7 @@ Raises:
     Exception: what creating the object raised in the manager (bad arguments)."""
 
 #: The docstrings of SyncManager's creation methods (made by ``register``).
-_CREATED = {
+_CREATED = MappingProxyType({
     "Queue": "A queue served by the manager's hub (a fiber ``JoinableQueue``, ``maxsize`` "
              "<= 0:\nunbounded); its `QueueProxy` calls it directly, one round trip.",
     "JoinableQueue": "A fiber ``JoinableQueue`` served by the manager's hub "
@@ -448,7 +443,7 @@ _CREATED = {
              "(`ArrayProxy`).",
     "Namespace": "An object whose attributes are shared, kept by the manager\n"
                  "(`NamespaceProxy`); keyword arguments set its initial attributes.",
-}
+})
 for _typeid, _doc in _CREATED.items():
     getattr(SyncManager, _typeid).__doc__ = _doc + _CREATED_RAISES
 SyncManager.register("AsyncResult", proxytype=AsyncResultProxy, create_method=False)

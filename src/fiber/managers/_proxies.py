@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing.managers as _mpm
-import queue as _queue
 import secrets
 import threading
 import weakref
@@ -26,6 +25,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Sequ
 
 from .._core import _served
 from .._core._clients import get_client
+from .._process_state import here
 from ..transport.client import ConnectionLost
 from ..transport.serialization import Frame, dumps, loads
 from . import _server as _manager_server
@@ -190,26 +190,22 @@ def _release(address: str, name: bytes, token: bytes) -> None:
 
 # -- detaching garbage-collected proxies (from a thread: GC may run anywhere) -----------
 
-_detach_queue: _queue.SimpleQueue[List[Any]] = _queue.SimpleQueue()
-_detach_thread: Optional[threading.Thread] = None
-_detach_lock = threading.Lock()
-
-
 def _watch(proxy: BaseProxy, cell: List[object]) -> None:
     """Send ``detach`` for ``proxy``'s object once ``proxy`` is garbage-collected."""
-    global _detach_thread
-    fin = weakref.finalize(proxy, _detach_queue.put, cell)
+    api = here.api
+    fin = weakref.finalize(proxy, api.proxy_detach_queue.put, cell)
     fin.atexit = False  # type: ignore[misc, unused-ignore]
-    with _detach_lock:
-        if _detach_thread is None or not _detach_thread.is_alive():
-            _detach_thread = threading.Thread(target=_detach_loop, daemon=True,
-                                              name="fiber-manager-detach")
-            _detach_thread.start()
+    with api.proxy_detach_lock:
+        if api.proxy_detach_thread is None or not api.proxy_detach_thread.is_alive():
+            thread = threading.Thread(target=_detach_loop, daemon=True,
+                                      name="fiber-manager-detach")
+            api.proxy_detach_thread = thread
+            thread.start()
 
 
 def _detach_loop() -> None:
     while True:
-        address, name, pending = _detach_queue.get()
+        address, name, pending = here.api.proxy_detach_queue.get()
         try:
             if name is None and pending is not None:
                 spec = pending.get(timeout=600)
@@ -265,8 +261,6 @@ def _mp_exposed(name: str) -> Tuple[str, ...]:
     return tuple(getattr(_mpm, name)._exposed_)
 
 
-_proxy_types: Dict[Tuple[str, Tuple[str, ...], type], type] = {}
-
 #: The docstring of each method of a class made by `MakeProxyType`.
 _METHOD_DOC = """Call ``{meth}`` on the referent in the manager's process; return its result.
 
@@ -281,8 +275,9 @@ def MakeProxyType(name: str, exposed: Sequence[str],  # noqa: N802
     """A proxy class with one method per name of ``exposed`` (as multiprocessing's)."""
     exposed = tuple(exposed)
     key = (name, exposed, base)
-    if key in _proxy_types:
-        return _proxy_types[key]
+    made = here.api.proxy_types
+    if key in made:
+        return made[key]
     namespace: Dict[str, Any] = {}
     for meth in exposed:
         exec(f"def {meth}(self, /, *args, **kwds):\n"
@@ -291,7 +286,7 @@ def MakeProxyType(name: str, exposed: Sequence[str],  # noqa: N802
     cls = type(name, (base,), {k: v for k, v in namespace.items() if k in exposed})
     cls._exposed_ = exposed  # type: ignore[attr-defined]
     cls.__module__ = __name__
-    _proxy_types[key] = cls
+    made[key] = cls
     return cls
 
 

@@ -113,20 +113,18 @@ class NeedsThread(Exception):
     """Pickling a proxy on the hub thread (it would make a call): use a worker thread."""
 
 
-_inline = threading.local()
-
-
 def pickling_on_hub() -> bool:
     """Whether the hub thread is pickling a result (proxies raise NeedsThread then)."""
-    return getattr(_inline, "on", False)
+    return getattr(here.api.server_pickling, "on", False)
 
 
 def _dumps_on_hub(obj: object) -> List[Frame]:
-    _inline.on = True
+    pickling = here.api.server_pickling
+    pickling.on = True
     try:
         return dumps(obj)
     finally:
-        _inline.on = False
+        pickling.on = False
 
 
 def _reply(server: Server, peer: Peer, req_id: bytes, fn: Callable[[], Tuple[bytes, Any]]
@@ -337,28 +335,24 @@ class ObjectService(Service):
             self._maybe_drop()
 
 
-_released: queue.SimpleQueue[Any] = queue.SimpleQueue()
-_releaser: List[threading.Thread] = []
-_releaser_lock = threading.Lock()
-
-
 def release_off_hub(obj: object) -> None:
     """Let go of a managed object on the releaser thread, not on the hub thread (which
     is where an object is dropped): what its last reference runs may block, and the hub
     must keep serving meanwhile (a dropped ``Pool`` terminates and waits for its workers,
     which need the hub to say goodbye)."""
-    with _releaser_lock:
-        if not _releaser or not _releaser[0].is_alive():
+    api = here.api
+    with api.server_releaser_lock:
+        if not api.server_releaser or not api.server_releaser[0].is_alive():
             thread = threading.Thread(target=_release_loop, name="fiber-manager-release",
                                       daemon=True)
             thread.start()
-            _releaser[:] = [thread]
-    _released.put(obj)
+            api.server_releaser[:] = [thread]
+    api.server_released.put(obj)
 
 
 def _release_loop() -> None:
     while True:
-        obj = _released.get()
+        obj = here.api.server_released.get()
         try:
             del obj  # the object's finalizers run here
         except BaseException:  # noqa: S110 - a finalizer's error must not end the thread

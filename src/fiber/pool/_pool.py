@@ -27,6 +27,7 @@ from typing import (
 )
 
 from .._core import _inspect
+from .._process_state import here
 from ..backends import Resources
 from ..config import get_config
 from ..process import Process
@@ -50,8 +51,6 @@ from ._worker import CALL, MAP, STARMAP
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
 
-#: Numbers the pools of this process (their names in fiber top and the dashboard).
-_numbers = itertools.count(1)
 #: An item of a map's input, and what its function returns (as typeshed types
 #: multiprocessing's Pool: the program's type checker sees ``map``'s list of results).
 _S = TypeVar("_S")
@@ -119,7 +118,7 @@ class Pool(PoolExtras):
         self._core.service.retry_raised = bool(error_handling)
         self._finalizer = weakref.finalize(self, terminate_collected, self._core)
         # what fiber top and the dashboard call it: "Pool-1", numbered in this process
-        name = f"Pool-{next(_numbers)}"
+        name = f"Pool-{next(here.api.pool_numbers)}"
         core = self._core
         # /metrics' histograms: from the first look of a dashboard (its page, a scrape)
         # or of fiber top, dashboard in the config or not: a program nobody looks at

@@ -14,7 +14,6 @@ import socket
 import struct
 import threading
 import time
-import weakref
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .._core import _runtime
@@ -205,7 +204,7 @@ class Lease:
         self.pid = here.pid
         self.broken = False
         self._closing = False  # close() gave back what it held: nothing to settle
-        _live.add(self)
+        here.api.live_leases.add(self)
         self._thread = threading.Thread(target=self._run, name="fiber-queue-lease",
                                         daemon=True)
         self._thread.start()
@@ -448,12 +447,8 @@ class Lease:
                 pass
 
 
-#: The leases of this process, for a forked child to let go of its copies.
-_live: weakref.WeakSet[Lease] = weakref.WeakSet()
-
-
 def _after_fork_in_child() -> None:
-    for lease in list(_live):
+    for lease in list(here.api.live_leases):
         lease._forget_in_child()  # noqa: SLF001 - this module's class
 
 
@@ -461,7 +456,7 @@ def _close_all() -> None:
     """At this process's clean end: each lease settles (see `Lease.close`) before the
     process's connections close (a job's queue handles live until then: its Process
     object holds its arguments)."""
-    for lease in list(_live):
+    for lease in list(here.api.live_leases):
         lease.close()
 
 

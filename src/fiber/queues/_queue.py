@@ -33,17 +33,11 @@ __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 #: An item (typed as typeshed types multiprocessing's queues: ``Queue[int]``).
 _T = TypeVar("_T")
 
-#: Makes each queue's ``_reader`` once.
-_reader_lock = threading.Lock()
-#: Makes each handle's lease once.
-_lease_lock = threading.Lock()
-
 
 def _new_lease_lock() -> None:
     """In a forked child: a lock another thread of the parent held at the fork stays
     held in the child for ever."""
-    global _lease_lock
-    _lease_lock = threading.Lock()
+    here.api.queue_lease_lock = threading.Lock()
 
 
 here.after_fork_in_child(_new_lease_lock)
@@ -228,7 +222,7 @@ class Queue(Handle, Generic[_T]):
         batch = get_config().queue_prefetch
         if batch <= 0 or seen < 2:
             return None
-        with _lease_lock:
+        with here.api.queue_lease_lock:
             lease = self.__dict__.get("_lease_")
             if lease is None or lease.broken or lease.pid != here.pid:
                 ended = self.__dict__.pop("_lease_end", None)
@@ -311,7 +305,7 @@ class Queue(Handle, Generic[_T]):
         Raises:
             NotImplementedError: in a process that did not create the queue.
         """
-        with _reader_lock:
+        with here.api.queue_reader_lock:
             reader = self.__dict__.get("_reader_end")
             if reader is None:
                 reader = self.__dict__["_reader_end"] = reader_of(self)

@@ -19,8 +19,9 @@ import importlib.util
 import os
 import socket
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
+from .._process_state import here
 from ..connection import Connection
 from ..transport.remote import pack_exception
 from ._rendezvous import Hello, member_address, reserve_port, socket_ifname
@@ -39,13 +40,9 @@ class RingMember:
     master_port: int  # the rendezvous port, on addresses[0]
 
 
-_current: Optional[RingMember] = None
-_kept: List[Any] = []  # the torch store of rank 0: it serves until the member ends
-
-
 def current_member() -> Optional[RingMember]:
     """In a ring member, once the rendezvous is done: the ring as it sees it; else None."""
-    return _current
+    return here.api.ring_member
 
 
 def _wants_store(torch_store: Optional[bool]) -> bool:
@@ -68,7 +65,7 @@ def _start_store(sock: socket.socket, address: str, size: int, required: bool) -
             raise
         return False
     sock.detach()  # the store closes the descriptor
-    _kept.append(store)
+    here.api.ring_stores.append(store)
     return True
 
 
@@ -106,7 +103,6 @@ def member_main(rank: int, size: int, conn: Connection, func: Callable[..., obje
                 torch_store: Optional[bool]) -> None:
     """The target of a member's process: rendezvous, then ``func(rank, size, *args,
     **kwargs)``, whose return value (or exception) goes back to the ring."""
-    global _current
     try:
         hello, reserved = _hello(rank, size, torch_store)
     except Exception as e:
@@ -118,7 +114,8 @@ def member_main(rank: int, size: int, conn: Connection, func: Callable[..., obje
     except EOFError:  # the ring was ended before its rendezvous completed
         sys.exit(1)
     _install(env, hello.address)
-    _current = RingMember(rank, size, restart, tuple(addresses), int(env["MASTER_PORT"]))
+    here.api.ring_member = RingMember(rank, size, restart, tuple(addresses),
+                                      int(env["MASTER_PORT"]))
     if reserved is not None:
         reserved.close()  # just before the user's code binds it (see the module's doc)
     try:

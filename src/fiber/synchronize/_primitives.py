@@ -9,11 +9,12 @@ import contextlib
 import functools
 import threading
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from .._core._parking import Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Handle, decode_wait, encode_wait
+from .._process_state import here
 from ..errors import LockLostError
 from ..process import current_process
 from ..transport.operations import handles
@@ -221,35 +222,32 @@ class ThreadingLockService(LockService):
     freed_by_holders_end = False
 
 
-#: Which threads of this process hold which locks: {lock name: {thread ident: count}}.
-#: Kept by the acquiring process (as multiprocessing's SemLock does) for ``_is_mine``.
-_held: Dict[bytes, Dict[int, int]] = {}
-_held_lock = threading.Lock()
-
-
 def _note(name: bytes, delta: int) -> None:
     tid = threading.get_ident()
-    with _held_lock:
-        per = _held.setdefault(name, {})
+    api = here.api
+    with api.locks_held_lock:
+        per = api.locks_held.setdefault(name, {})
         n = per.get(tid, 0) + delta
         if n > 0:
             per[tid] = n
         else:
             per.pop(tid, None)
             if not per:
-                _held.pop(name, None)
+                api.locks_held.pop(name, None)
 
 
 def _forget(name: bytes) -> None:
     """This thread holds lock ``name`` no more, however often it took it."""
-    with _held_lock:
-        _held.get(name, {}).pop(threading.get_ident(), None)
+    api = here.api
+    with api.locks_held_lock:
+        api.locks_held.get(name, {}).pop(threading.get_ident(), None)
 
 
 @contextlib.contextmanager
 def _forgotten_if_lost(name: bytes) -> Iterator[None]:
     """A call on lock ``name`` that raises `LockLostError` (its hub gave this thread's
-    hold to another) leaves this thread holding it no more in `_held` either."""
+    hold to another) leaves this thread holding it no more in ``here.api.locks_held``
+    either."""
     try:
         yield
     except LockLostError:
@@ -304,8 +302,9 @@ class Lock(Handle):
         _note(self._name, -1)
 
     def _is_mine(self) -> bool:
-        with _held_lock:
-            return threading.get_ident() in _held.get(self._name, {})
+        api = here.api
+        with api.locks_held_lock:
+            return threading.get_ident() in api.locks_held.get(self._name, {})
 
     def _release_save(self) -> int:
         with _forgotten_if_lost(self._name):
@@ -333,8 +332,9 @@ class Lock(Handle):
                 name = current_process().name
                 if threading.current_thread().name != "MainThread":
                     name += "|" + threading.current_thread().name
-                with _held_lock:
-                    count = _held.get(self._name, {}).get(threading.get_ident(), 0)
+                api = here.api
+                with api.locks_held_lock:
+                    count = api.locks_held.get(self._name, {}).get(threading.get_ident(), 0)
                 return name, count
             state = loads(self._request(LockOps.STATE, [b""])[1])
         except Exception:
