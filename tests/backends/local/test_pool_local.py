@@ -280,6 +280,9 @@ def test_a_worker_closed_by_the_program_after_its_end_is_still_replaced():
     with fiber.Pool(2) as pool:
         assert pool.map(ph.square, range(4)) == [0, 1, 4, 9]
         core = core_of(pool)
+        # (the maintainer records its jobs once started: a loaded machine's map may end
+        # before it has)
+        wait_until(lambda: len(core.procs) == 2, 30, message="the jobs recorded")
         victim = next(iter(core.procs.values())).process
         with core.hub.lock:  # the maintainer, once woken, waits for the lock
             core.wake()

@@ -34,7 +34,14 @@ def connected(pool) -> int:
 
 
 def worker_pids(pool):
-    return [ws.process.pid for ws in list(pool._core.procs.values())]
+    """The pids of the pool's jobs, once every live worker's job is recorded (the pool
+    records a job once it has started: a quick worker may have connected before)."""
+    def recorded() -> bool:
+        jobs = {id(job.process) for job in list(pool._core.procs.values())}
+        return all(id(ws.process) in jobs for ws in live(pool))
+
+    wait_until(recorded, 30, message="the pool's jobs recorded")
+    return [job.process.pid for job in list(pool._core.procs.values())]
 
 
 def gone(pid: int) -> bool:

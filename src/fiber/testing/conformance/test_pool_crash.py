@@ -246,6 +246,8 @@ def test_work_held_by_a_worker_lost_after_close_is_still_done(ctx):
                            for ws in pool._core.live_workers()), 60,
                message="the worker holds tasks")
     pool.close()
+    # (its job is recorded once started: on a loaded machine, after it took tasks)
+    wait_until(lambda: len(pool._core.procs) == 1, 60, message="the job recorded")
     (victim,) = [ws.process.pid for ws in list(pool._core.procs.values())]
     os.kill(victim, signal.SIGKILL)
     try:
