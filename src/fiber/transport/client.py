@@ -65,8 +65,6 @@ RESET_RETRIES = 10
 #: Kubernetes pod deleted with its network waited 30 s for the silence, then 30 s more
 #: to connect to an address nobody held).
 SPENT_GRACE_CONNECT_S = 3.0
-# Addresses whose connection timed out, and when: ``here.transport.timed_out`` (see
-# `connect_timeout`).
 
 T = TypeVar("T")
 
@@ -415,8 +413,8 @@ class Client:
         return msg
 
 
-# This thread's channels, every connection, the anchors and their lock: in
-# ``here.transport`` (``thread_clients``, ``all_clients``, ``anchors``, ``anchor_lock``).
+# This thread's channels, every connection, the anchors and their lock, the addresses
+# that timed out: in ``here.transport`` (``fiber._state.transport``).
 
 
 def get_client(address: str, timeout: Optional[float] = None, *,
