@@ -33,15 +33,19 @@ def connected(pool) -> int:
     return sum(1 for ws in live(pool) if ws.connected)
 
 
-def worker_pids(pool):
-    """The pids of the pool's jobs, once every live worker's job is recorded (the pool
+def recorded_jobs(pool):
+    """The pool's job processes, once every live worker's job is recorded (the pool
     records a job once it has started: a quick worker may have connected before)."""
     def recorded() -> bool:
         jobs = {id(job.process) for job in list(pool._core.procs.values())}
         return all(id(ws.process) in jobs for ws in live(pool))
 
     wait_until(recorded, 30, message="the pool's jobs recorded")
-    return [job.process.pid for job in list(pool._core.procs.values())]
+    return [job.process for job in list(pool._core.procs.values())]
+
+
+def worker_pids(pool):
+    return [process.pid for process in recorded_jobs(pool)]
 
 
 def gone(pid: int) -> bool:

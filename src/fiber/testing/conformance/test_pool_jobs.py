@@ -23,6 +23,7 @@ from fiber.errors import BrokenPoolError, ConfigError, WorkerLostError
 
 from .support import pool_helpers as ph
 from .support.waiting import wait_until
+from .test_pool import recorded_jobs
 from .test_pool_chaos import INTERVAL, Chaos
 
 pytestmark = pytest.mark.timeout(300)
@@ -32,8 +33,8 @@ CPU = 0.25  # a worker's: a job of two asks for half a CPU
 
 
 def jobs_of(pool) -> List[fiber.Process]:
-    """The pool's job processes, each once (its workers share it)."""
-    return [job.process for job in list(pool._core.procs.values())]
+    """The pool's job processes, each once (its workers share it), once recorded."""
+    return recorded_jobs(pool)
 
 
 def job_ids(pool) -> collections.Counter:
@@ -179,7 +180,9 @@ class JobChaos(Chaos):
 
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):
-            jobs = [p.pid for p in jobs_of(self.pool) if p.pid]
+            # what the pool holds now (jobs_of would wait for the lost ones' workers)
+            jobs = [job.process.pid for job in list(self.pool._core.procs.values())
+                    if job.process.pid]
             if not jobs:
                 continue
             job = self._rng.choice(jobs)
