@@ -204,7 +204,7 @@ def warn(message: str, *args: object) -> None:
     replaced), shown by default (``log_level=error`` hides it)."""
     _ready()
     api = here.api
-    api.log_warning_count[0] += 1
+    api.log_warning_count += 1
     try:
         api.log_recent_warnings.append((time.time(), message % args if args else message))
     except (TypeError, ValueError):
@@ -216,9 +216,9 @@ def warn(message: str, *args: object) -> None:
 @here.for_tests
 def _forget_warnings() -> None:
     here.api.log_recent_warnings.clear()
-    here.api.log_warning_count[0] = 0
+    here.api.log_warning_count = 0
 
 
 def recent_warnings() -> Tuple[int, List[Tuple[float, str]]]:
     """How many warnings this process logged, and the last ones (oldest first)."""
-    return here.api.log_warning_count[0], list(here.api.log_recent_warnings)
+    return here.api.log_warning_count, list(here.api.log_recent_warnings)

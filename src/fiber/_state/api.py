@@ -43,8 +43,8 @@ class ApiState:
         #: (_log) The last warnings of this process (when, the text), for the dashboard
         #: and fiber top.
         self.log_recent_warnings: Deque[Tuple[float, str]] = collections.deque(maxlen=100)
-        #: (_log) How many warnings this process logged in all (its one item).
-        self.log_warning_count = [0]
+        #: (_log) How many warnings this process logged in all.
+        self.log_warning_count = 0
 
         # -- fiber._machine -----------------------------------------------------------
         #: (_machine) The path of this main process's program file, once written.
@@ -142,8 +142,8 @@ class ApiState:
         self.server_pickling = threading.local()
         #: (managers._server) The managed objects to let go of on the releaser thread.
         self.server_released: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        #: (managers._server) The releaser thread, once started (its one item).
-        self.server_releaser: List[threading.Thread] = []
+        #: (managers._server) The releaser thread, once started.
+        self.server_releaser: Optional[threading.Thread] = None
         #: (managers._server) Held to start the releaser thread once.
         self.server_releaser_lock = threading.Lock()
 

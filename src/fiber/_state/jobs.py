@@ -9,7 +9,7 @@ import collections
 import itertools
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Set, Tuple
 
 if TYPE_CHECKING:
     from ..backends._base import Backend, JobHandle
@@ -63,12 +63,12 @@ class JobsState:
         #: (process._lineage) Processes that end with their parent (helper jobs).
         self.helper_processes: weakref.WeakSet[Any] = weakref.WeakSet()
 
-        #: (process._method) This process's default start method, in a one-item list
-        #: (None: none set, the backend's name stands for it).
-        self.default_method: List[Optional[str]] = [None]
+        #: (process._method) This process's default start method (None: none set, the
+        #: backend's name stands for it).
+        self.default_method: Optional[str] = None
         #: (process._method) Whether ``set_start_method`` picked a backend or method in
-        #: this process, in a one-item list.
-        self.method_chosen: List[bool] = [False]
+        #: this process.
+        self.method_chosen = False
 
         #: (process._output) Where this job's output goes (``captured``, ``relay``; "":
         #: not to its parent).

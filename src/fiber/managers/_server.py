@@ -342,11 +342,11 @@ def release_off_hub(obj: object) -> None:
     which need the hub to say goodbye)."""
     api = here.api
     with api.server_releaser_lock:
-        if not api.server_releaser or not api.server_releaser[0].is_alive():
+        if api.server_releaser is None or not api.server_releaser.is_alive():
             thread = threading.Thread(target=_release_loop, name="fiber-manager-release",
                                       daemon=True)
             thread.start()
-            api.server_releaser[:] = [thread]
+            api.server_releaser = thread
     api.server_released.put(obj)
 
 

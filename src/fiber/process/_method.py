@@ -29,18 +29,18 @@ def chosen() -> bool:
     name or a method's), or by its job's payload; as ``multiprocessing``'s default
     context's, which then refuses to be set again without ``force``."""
     state = here.jobs
-    return state.method_chosen[0] or state.default_method[0] is not None
+    return state.method_chosen or state.default_method is not None
 
 
 def choose(on: bool) -> None:
     """``set_start_method`` picked one (True), or was told to forget it (False)."""
-    here.jobs.method_chosen[0] = on
+    here.jobs.method_chosen = on
 
 
 def default_method() -> Optional[str]:
     """The start method this process's default context was set to (or that its job was
     started with); None: none, the backend's name stands for it."""
-    return here.jobs.default_method[0]
+    return here.jobs.default_method
 
 
 def set_default_method(method: Optional[str]) -> None:
@@ -51,4 +51,4 @@ def set_default_method(method: Optional[str]) -> None:
     """
     if method is not None and method not in METHODS:
         raise ValueError(f"not a start method of multiprocessing: {method!r}")
-    here.jobs.default_method[0] = method
+    here.jobs.default_method = method
