@@ -22,7 +22,7 @@ from fiber.backends import register_backend
 from fiber.backends.local import LocalBackend
 from fiber.pool._pool import core_of
 from fiber.testing.conformance.support import pool_helpers as ph
-from fiber.testing.conformance.support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import recorded_jobs, wait_until
 from fiber.transport.server import Server
 
 
@@ -280,10 +280,7 @@ def test_a_worker_closed_by_the_program_after_its_end_is_still_replaced():
     with fiber.Pool(2) as pool:
         assert pool.map(ph.square, range(4)) == [0, 1, 4, 9]
         core = core_of(pool)
-        # (the maintainer records its jobs once started: a loaded machine's map may end
-        # before it has)
-        wait_until(lambda: len(core.procs) == 2, 30, message="the jobs recorded")
-        victim = next(iter(core.procs.values())).process
+        victim = recorded_jobs(pool)[0]
         with core.hub.lock:  # the maintainer, once woken, waits for the lock
             core.wake()
             time.sleep(0.2)

@@ -16,7 +16,7 @@ import fiber
 from fiber.errors import RemoteTraceback
 
 from .support import pool_helpers as ph
-from .support.waiting import wait_until
+from .support.waiting import recorded_jobs, wait_until
 
 # map(), apply(), starmap() and join() have no timeout of their own: bound every test
 pytestmark = pytest.mark.timeout(120)
@@ -31,17 +31,6 @@ def live(pool):
 
 def connected(pool) -> int:
     return sum(1 for ws in live(pool) if ws.connected)
-
-
-def recorded_jobs(pool):
-    """The pool's job processes, once every live worker's job is recorded (the pool
-    records a job once it has started: a quick worker may have connected before)."""
-    def recorded() -> bool:
-        jobs = {id(job.process) for job in list(pool._core.procs.values())}
-        return all(id(ws.process) in jobs for ws in live(pool))
-
-    wait_until(recorded, 30, message="the pool's jobs recorded")
-    return [job.process for job in list(pool._core.procs.values())]
 
 
 def worker_pids(pool):

@@ -20,7 +20,7 @@ from fiber.errors import (
 )
 
 from .support import pool_helpers as ph
-from .support.waiting import wait_until
+from .support.waiting import recorded_jobs, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -246,9 +246,7 @@ def test_work_held_by_a_worker_lost_after_close_is_still_done(ctx):
                            for ws in pool._core.live_workers()), 60,
                message="the worker holds tasks")
     pool.close()
-    # (its job is recorded once started: on a loaded machine, after it took tasks)
-    wait_until(lambda: len(pool._core.procs) == 1, 60, message="the job recorded")
-    (victim,) = [ws.process.pid for ws in list(pool._core.procs.values())]
+    (victim,) = [process.pid for process in recorded_jobs(pool)]
     os.kill(victim, signal.SIGKILL)
     try:
         assert r.get(timeout=15) == list(range(6))

@@ -22,19 +22,13 @@ import fiber
 from fiber.errors import BrokenPoolError, ConfigError, WorkerLostError
 
 from .support import pool_helpers as ph
-from .support.waiting import wait_until
-from .test_pool import recorded_jobs
+from .support.waiting import recorded_jobs, wait_until
 from .test_pool_chaos import INTERVAL, Chaos
 
 pytestmark = pytest.mark.timeout(300)
 
 PER_JOB = 2
 CPU = 0.25  # a worker's: a job of two asks for half a CPU
-
-
-def jobs_of(pool) -> List[fiber.Process]:
-    """The pool's job processes, each once (its workers share it), once recorded."""
-    return recorded_jobs(pool)
 
 
 def job_ids(pool) -> collections.Counter:
@@ -45,7 +39,7 @@ def job_ids(pool) -> collections.Counter:
 def test_a_pool_of_jobs_of_two_workers_runs_each_task_once(ctx):
     with ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
         pool.wait_until_workers_up(timeout=240)
-        assert len(jobs_of(pool)) == 2  # four workers, two cluster jobs
+        assert len(recorded_jobs(pool)) == 2  # four workers, two cluster jobs
         status = pool.status()
         assert sorted(w.name for w in status.workers) == [f"PoolWorker-{i}" for i in range(1, 5)]
         assert sorted(job_ids(pool).values()) == [2, 2]
@@ -74,13 +68,13 @@ def test_a_worker_that_dies_in_its_job_is_replaced_in_it(ctx):
     with fiber.config.override(pool_max_task_retries=1), \
             ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
         pool.wait_until_workers_up(timeout=240)
-        jobs = jobs_of(pool)
+        jobs = recorded_jobs(pool)
         before = job_ids(pool)
         # the task ends its worker's process each time: tried twice, then it fails
         with pytest.raises(WorkerLostError):
             pool.apply(ph.do_fault, ("exit", "running the task"))
         pool.wait_until_workers_up(timeout=60)
-        now = jobs_of(pool)
+        now = recorded_jobs(pool)
         assert now == jobs and all(job.is_alive() for job in jobs), (
             f"jobs before: {jobs}, now: {now}; workers: "
             + "; ".join(f"{w.name} job {w.job_id} {w.state} restarts {w.restarts}"
@@ -106,7 +100,7 @@ def test_workers_past_maxtasksperchild_are_replaced_in_their_job(ctx):
         out = pool.map(ph.with_process_key, range(30), 1)
         assert [x for x, _ in out] == list(range(30))
         assert len({key for _, key in out}) >= 10  # a new worker every 3 tasks
-        (job,) = jobs_of(pool)  # all forked by the one job
+        (job,) = recorded_jobs(pool)  # all forked by the one job
         assert job.is_alive()
 
 
@@ -130,7 +124,7 @@ def test_a_pool_of_jobs_grows_and_shrinks(ctx):
         pool.wait_until_workers_up(timeout=240)
         pool.resize(5)  # three more workers: two more jobs (of 2 and of 1)
         pool.wait_until_workers_up(timeout=240)
-        assert len(pool.status().workers) == 5 and len(jobs_of(pool)) == 3
+        assert len(pool.status().workers) == 5 and len(recorded_jobs(pool)) == 3
         assert pool.map(ph.square, range(100)) == [x * x for x in range(100)]
         pool.resize(1)
         wait_until(lambda: len(pool.status().workers) == 1, 60, message="shrunk to 1")
@@ -180,7 +174,7 @@ class JobChaos(Chaos):
 
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):
-            # what the pool holds now (jobs_of would wait for the lost ones' workers)
+            # what the pool holds now (recorded_jobs would wait for the lost ones' workers)
             jobs = [job.process.pid for job in list(self.pool._core.procs.values())
                     if job.process.pid]
             if not jobs:
@@ -219,7 +213,7 @@ def test_terminate_ends_every_worker_of_every_job(ctx):
     pool = ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU)
     pool.wait_until_workers_up(timeout=120)
     pids = {pid for _, pid in pool.map(ph.sleep_then_pid, range(40), 1)}
-    jobs = [p.pid for p in jobs_of(pool)]
+    jobs = [p.pid for p in recorded_jobs(pool)]
     assert len(pids) == 4 and not pids & set(jobs)
     pool.terminate()
     for pid in pids | set(jobs):
@@ -238,7 +232,7 @@ def test_a_closed_pool_stops_the_workers_of_a_job_the_last_task_skips(ctx):
     for _ in range(3):
         with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
             pool.map(ph.square, range(4))  # both connected
-            (job,) = jobs_of(pool)
+            (job,) = recorded_jobs(pool)
             end = time.time() + 0.5
             result = pool.starmap_async(ph.sleep_until, [(0, end), (1, end), (2, 0.0)],
                                         chunksize=1)
@@ -259,7 +253,7 @@ def test_a_job_told_to_go_retires_its_workers_and_loses_no_task(ctx, caplog):
     caplog.set_level("INFO", logger="fiber")
     with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
         pool.wait_until_workers_up(timeout=120)
-        (job,) = jobs_of(pool)
+        (job,) = recorded_jobs(pool)
         r = pool.starmap_async(ph.sleep_return, [(x, 0.05) for x in range(60)], 1)
         time.sleep(0.5)
         os.kill(job.pid, signal.SIGTERM)  # a walltime's notice: to the job's process

@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from typing import TYPE_CHECKING, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, List, NoReturn
 
 import pytest
 
 if TYPE_CHECKING:
     import types
+
+    import fiber
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -43,3 +45,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,
             faulthandler.dump_traceback(all_threads=True)
             pytest.fail(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+def recorded_jobs(pool: fiber.Pool[Any]) -> List[fiber.Process]:
+    """The pool's job processes, once every live worker's job is recorded (the pool
+    records a job once it has started: a quick worker may have connected, even ended a
+    map, before)."""
+    core = pool._core  # noqa: SLF001 - a test looks inside
+
+    def recorded() -> bool:
+        jobs = {id(job.process) for job in list(core.procs.values())}
+        return all(id(ws.process) in jobs for ws in core.live_workers())
+
+    wait_until(recorded, 30, message="the pool's jobs recorded")
+    return [job.process for job in list(core.procs.values())]
