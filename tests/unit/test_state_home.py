@@ -12,41 +12,30 @@ Read from the source: nothing of fiber is run.
 from __future__ import annotations
 
 import ast
-import importlib.machinery
-import importlib.util
 import pathlib
+import runpy
 from typing import List
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "fiber"
-
-
-def _house_counts():  # the script's own rule, not a copy of it
-    loader = importlib.machinery.SourceFileLoader("house_counts",
-                                                  str(ROOT / "scripts" / "house-counts"))
-    spec = importlib.util.spec_from_loader("house_counts", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+#: The script's own rule (``mutable_state``), not a copy of it.
+mutable_state = runpy.run_path(str(ROOT / "scripts" / "house-counts"))["mutable_state"]
 
 
 def test_no_module_but_the_test_programs_keeps_state_of_its_own():
-    counts = _house_counts()
     stateful = [str(path.relative_to(SRC)) for path in sorted(SRC.rglob("*.py"))
                 if path.relative_to(SRC).parts[0] != "testing"
-                and counts.mutable_state(ast.parse(path.read_text(encoding="utf-8")))]
+                and mutable_state(ast.parse(path.read_text(encoding="utf-8")))]
     assert not stateful, ("modules keeping per-process state at module level (move it to "
                           f"fiber._state, read it through here): {stateful}")
 
 
 def test_the_rule_sees_state_planted_in_a_module():
     """A rule that missed a lock, a container or a ``global`` would pass without looking."""
-    counts = _house_counts()
     for source in ("import threading\n_lock = threading.Lock()\n", "_seen: dict = {}\n",
                    "x = 0\ndef f():\n    global x\n    x = 1\n"):
-        assert counts.mutable_state(ast.parse(source)), source
-    assert not counts.mutable_state(ast.parse('__all__ = ["f"]\nLIMIT = 3\n'))
+        assert mutable_state(ast.parse(source)), source
+    assert not mutable_state(ast.parse('__all__ = ["f"]\nLIMIT = 3\n'))
 
 
 def _undocumented(path: pathlib.Path) -> List[str]:
