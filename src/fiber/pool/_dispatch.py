@@ -14,13 +14,14 @@
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ..transport.serialization import Frame
 from ..transport.server import Peer
 from . import _credit, _late
-from ._protocol import FUNCTION_SLOTS, PoolOps, WireTask, pack_tasks, pack_to
+from ._protocol import FUNCTION_SLOTS, PoolOps, WireTask, pack_task, pack_tasks, pack_to
 from ._reconnect import Reconnections
 from ._state import ReadyWorkers, Task, WorkerState
 
@@ -64,17 +65,19 @@ class Dispatching(Reconnections):
         credits: Dict[int, int] = {}  # fid -> credit, for this call
         batches: Dict[WorkerState, List[Task]] = {}
         while queue:
-            ws = ready.least_loaded()
+            ws = ready.take()  # filed again by `_hand`, or put back where it was
             if ws is None:
                 break
             task = queue[0]
             if task.suspect and ws.pending:
+                ready.put(ws, True)
                 break  # only an idle worker takes a suspect, and none is idle
             credit = credits.get(task.fid)
             if credit is None:
                 credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
                                                             self.prefetch)
             if len(ws.pending) >= credit:
+                ready.put(ws, True)
                 break  # the least-loaded worker is full: so is every other on a fast link
             queue.popleft()
             self.queued_items -= task.items
@@ -136,6 +139,23 @@ class Dispatching(Reconnections):
         """Send ``tasks`` to ``ws``; a relayed worker's are added to ``relayed`` (its
         job's message: ``[op, *payload]`` a worker), for the caller to send."""
         functions = ws.functions
+        body: List[Frame]
+        if len(tasks) == 1 and tasks[0].fid in functions:  # the usual: one task, its
+            task = tasks[0]  # function known (a round of one task a worker)
+            functions.move_to_end(task.fid)
+            body = pack_task(task.task_id, task.fid, task.frames)
+        else:
+            body = [PoolOps.TASKS, *pack_tasks(self._wire(functions, tasks))]
+        assert self.server is not None and ws.peer is not None
+        if ws.relayed:
+            relayed.setdefault(ws.peer, []).append((ws, body))
+        elif not self._push(ws, [b"", *body]):
+            self.worker_lost(ws)
+
+    def _wire(self, functions: collections.OrderedDict[int, None],
+              tasks: List[Task]) -> List[WireTask]:
+        """``tasks`` as the wire carries them, each with its function's frames if the
+        worker does not keep it (``functions``: its LRU of function ids, updated)."""
         wire: List[WireTask] = []
         for task in tasks:
             fid = task.fid
@@ -147,12 +167,7 @@ class Dispatching(Reconnections):
                 while len(functions) > FUNCTION_SLOTS:
                     functions.popitem(last=False)
                 wire.append((task.task_id, fid, self.functions[fid], task.frames))
-        assert self.server is not None and ws.peer is not None
-        body = [PoolOps.TASKS, *pack_tasks(wire)]
-        if ws.relayed:
-            relayed.setdefault(ws.peer, []).append((ws, body))
-        elif not self._push(ws, [b"", *body]):
-            self.worker_lost(ws)
+        return wire
 
     def _schedule_late(self) -> None:
         if self.server is not None:

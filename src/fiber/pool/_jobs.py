@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..transport.operations import Service, handles
 from ..transport.serialization import Frame
@@ -29,14 +29,20 @@ from ._state import PoolJob, WorkerState
 
 __all__ = ["JobsOfSeveral", "Heard"]
 
-class Heard(NamedTuple):
-    """What a worker's batch of results completed (``PoolService._results``)."""
+class Heard:
+    """What one message's results completed: ``PoolService._results`` adds each
+    worker's batch to it, and it is counted once a message (``_tally``, the link's round
+    trip), for all the workers a job relays."""
 
-    fids: List[int]  # the function of each of its tasks
-    items: int  # items completed
-    busy: float  # seconds its tasks ran, as the worker measured
-    #: A sample of its link's round trip (seconds, see `_credit`), if one was taken.
-    sample: Optional[float]
+    __slots__ = ("fids", "items", "busy", "sample")
+
+    def __init__(self) -> None:
+        self.fids: List[int] = []  # the function of each of their tasks
+        self.items = 0  # items completed
+        self.busy = 0.0  # seconds their tasks ran, as the workers measured
+        #: The least sample of the link's round trip (seconds, see `_credit`) taken, or
+        #: ``math.inf``: none was.
+        self.sample = math.inf
 
 
 class JobsOfSeveral(Service):
@@ -69,8 +75,9 @@ class JobsOfSeveral(Service):
         """``ws`` said hello on (or through) ``peer``: it takes tasks."""
         raise NotImplementedError
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Frame], now: float) -> Heard:
-        """A batch of ``ws``'s results, heard at ``now``."""
+    def _results(self, peer: Peer, ws: WorkerState, payload: Sequence[Frame], now: float,
+                 heard: Heard) -> None:
+        """A batch of ``ws``'s results, heard at ``now``, added to ``heard``."""
         raise NotImplementedError
 
     def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
@@ -102,11 +109,11 @@ class JobsOfSeveral(Service):
         ``to`` message for the job, not one a worker."""
         now = time.monotonic()
         answered: List[WorkerState] = []
-        fids: List[int] = []
-        items, busy, sample = 0, 0.0, math.inf
+        heard = Heard()
+        workers = self.workers
         for worker_id, frames in unpack_to(payload):
-            ws = self.workers.get(worker_id)
-            op = bytes(frames[0])
+            ws = workers.get(worker_id)
+            op = frames[0]
             if ws is None or ws.lost:
                 if op == PoolOps.HELLO:
                     server.send(peer, [b"", PoolOps.TO, *pack_to([(worker_id, [PoolOps.STOP])])])
@@ -116,21 +123,16 @@ class JobsOfSeveral(Service):
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
-                heard = self._results(peer, ws, list(frames[1:]), now)
-                fids += heard.fids
-                items += heard.items
-                busy += heard.busy
-                if heard.sample is not None:
-                    sample = min(sample, heard.sample)
+                self._results(peer, ws, frames[1:], now, heard)
                 answered.append(ws)
         if answered:
-            self._tally(fids, items, busy, now)
+            self._tally(heard.fids, heard.items, heard.busy, now)
             job = answered[0].job
-            if job is not None and sample < math.inf:  # the job's link: the least sample
-                assert peer.conn is not None  # (a sample is taken over TCP only)
+            if job is not None and heard.sample < math.inf:  # the job's link: the least
+                assert peer.conn is not None  # sample (taken over TCP only)
                 link = job.link = job.link if job.link is not None else Link()
                 self.far.observed(answered, link,
-                                  round_trip(sample, tcp_rtt(peer.conn.sock)))
+                                  round_trip(heard.sample, tcp_rtt(peer.conn.sock)))
         if self.queue:
             self.dispatch()
         for ws in answered:  # after the dispatch: those it gave nothing may be done

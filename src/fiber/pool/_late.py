@@ -60,7 +60,9 @@ def late_tasks(workers: List[WorkerState], task_seconds: Dict[int, float], facto
     would wait too); then the longest late first, a worker's tasks in their order."""
     late: List[Tuple[bool, float, Task, WorkerState]] = []
     for ws in workers:
-        ran = None if ws.lost else overdue(ws, task_seconds, factor, now)
+        if not ws.pending or ws.lost:
+            continue  # (most workers, at a round's end: no call for them)
+        ran = overdue(ws, task_seconds, factor, now)
         if ran is None:
             continue
         late.extend((i == 0, -ran, task, ws) for i, task in enumerate(ws.pending.values())

@@ -9,7 +9,7 @@ from typing import Any, List, Sequence, Tuple
 
 from ..transport.serialization import Frame
 
-__all__ = ["PoolOps", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
+__all__ = ["PoolOps", "pack_task", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
            "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
            "unpack_ids"]
 
@@ -43,10 +43,16 @@ _ONE_RESULT = _BUSY.size + _RESULT.size
 WireTask = Tuple[int, int, Any, Sequence[Any]]
 
 
+def pack_task(task_id: int, fid: int, arg_frames: Sequence[Frame]) -> List[Frame]:
+    """``[TASKS, *payload]`` of the usual batch: one task, whose function the worker
+    keeps (what `pack_tasks` packs for it, without the batch's tuples and loop)."""
+    return [PoolOps.TASKS, _TASK.pack(task_id, fid, False, len(arg_frames)), *arg_frames]
+
+
 def pack_tasks(tasks: Sequence[WireTask]) -> List[Frame]:
     if len(tasks) == 1 and tasks[0][2] is None:  # the usual batch: one task, no function
         task_id, fid, _, arg_frames = tasks[0]
-        return [_TASK.pack(task_id, fid, False, len(arg_frames)), *arg_frames]
+        return pack_task(task_id, fid, arg_frames)[1:]
     header = bytearray()
     frames: List[Frame] = []
     for task_id, fid, fn_frames, arg_frames in tasks:

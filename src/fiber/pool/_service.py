@@ -5,6 +5,7 @@ is accepted once. The design: docs/contributing/pools.md, "The master's side".""
 from __future__ import annotations
 
 import collections
+import math
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -215,9 +216,10 @@ class PoolService(Dispatching):
         if ws is None:
             return  # a worker already presumed dead: its results were reassigned
         now = time.monotonic()
-        heard = self._results(peer, ws, payload, now)
+        heard = Heard()
+        self._results(peer, ws, payload, now, heard)
         self._tally(heard.fids, heard.items, heard.busy, now)
-        if heard.sample is not None:  # its own link's round trip (see _credit)
+        if heard.sample < math.inf:  # its own link's round trip (see _credit)
             assert peer.conn is not None
             link = ws.link if ws.link is not None else _credit.Link()
             self.far.observed((ws,), link,
@@ -226,14 +228,15 @@ class PoolService(Dispatching):
             self.dispatch()
         self._maybe_stop(ws)
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: List[Frame], now: float) -> Heard:
-        """``ws``'s batch of results, heard at ``now`` on ``peer``. Returns what the
-        caller counts (`_tally`) and measures (its link's round trip, see `_credit`):
-        once a message, for all the workers a job relays. The caller then hands out what
-        is queued (`dispatch`: once a message too) and only then stops ``ws`` if the
-        pool is done with it (`_maybe_stop`): of two workers idle after one message,
-        only the one given nothing is done."""
-        fids = []
+    def _results(self, peer: Peer, ws: WorkerState, payload: Sequence[Frame], now: float,
+                 heard: Heard) -> None:
+        """``ws``'s batch of results, heard at ``now`` on ``peer``. Adds to ``heard``
+        what the caller counts (`_tally`) and measures (its link's round trip, see
+        `_credit`): once a message, for all the workers a job relays. The caller then
+        hands out what is queued (`dispatch`: once a message too) and only then stops
+        ``ws`` if the pool is done with it (`_maybe_stop`): of two workers idle after one
+        message, only the one given nothing is done."""
+        fids = heard.fids
         items = 0
         outcome = "done"
         measuring = self.measuring
@@ -264,10 +267,11 @@ class PoolService(Dispatching):
             self.suspects.pop(ws.process.host, None)  # its host answers
         self._refresh(ws)
         busy = results_busy(payload)
-        sample = None
+        heard.items += items
+        heard.busy += busy
         if ws.probe and peer.conn is not None:  # its first results since it was handed
             # tasks idle (over TCP: see hello): a round trip
-            sample = now - ws.probe - busy
+            heard.sample = min(heard.sample, now - ws.probe - busy)
             ws.probe = 0.0
         if measuring and items:
             if items == 1:
@@ -280,7 +284,6 @@ class PoolService(Dispatching):
                     or len(self.latency.pending) > _status.Histogram.FOLD_AT:
                 self.latency.fold()
                 self.durations.fold()
-        return Heard(fids, items, busy, sample)
 
     def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
         """Count what one message's results completed (see `_results`): the pool's rate,

@@ -229,16 +229,18 @@ class ReadyWorkers:
         """The workers that hold no task and can take one, the last become so first."""
         return list(reversed(self._buckets[0])) if self._buckets else []
 
-    def least_loaded(self) -> Optional[WorkerState]:
-        """A worker holding the fewest tasks: of those, the one that became so last."""
+    def take(self) -> Optional[WorkerState]:
+        """Take a worker holding the fewest tasks out (of those, the one that became so
+        last): the caller hands it a task and files it again (`put`), or puts it back
+        as it was (``put(ws, True)``: the end of its bucket, where it was)."""
         for bucket in self._buckets:
             if bucket:
-                # popped and put back, not peeked with ``next(reversed(bucket))``: a dict
-                # keeps the holes its deletions leave at its end, which a reversed
-                # iterator skips one by one and `popitem` drops. Handing out a round of
-                # tasks deletes from the end of the idle bucket, one worker a task: the
-                # peek made that round quadratic (15 ms at 10,000 workers, 60 at 20,000)
+                # `popitem`, not a peek with ``next(reversed(bucket))``: a dict keeps the
+                # holes its deletions leave at its end, which a reversed iterator skips
+                # one by one and `popitem` drops. Handing out a round of tasks takes
+                # from the end of the idle bucket, one worker a task: the peek made that
+                # round quadratic (15 ms at 10,000 workers, 60 at 20,000)
                 ws = bucket.popitem()[0]
-                bucket[ws] = None
+                ws.load = -1
                 return ws
         return None
