@@ -4,7 +4,8 @@ A pool's service (``fiber.pool._service.PoolService``) is driven through its han
 the hub drives it, with no process, socket or hub: ``N`` workers in jobs of ``K`` say
 hello through their jobs (``from``), a round of ``N`` tasks is submitted (handed out:
 one ``to`` message a job, recorded), and each job answers its workers' results in one
-``from`` message. Measured: the thread's CPU time (not wall time, so that a busy
+``from`` message (``--per-job 1``: each worker on its own connection, as a local pool's,
+answering its own ``results``). Measured: the thread's CPU time (not wall time, so that a busy
 machine changes the figure less) a task to hand out and to take a result in, the least
 of the rounds. What it leaves out (pickling, sockets, the hub, the collector's passes
 over a real master's heap) `master_scale.py` measures with stand-in workers.
@@ -67,7 +68,8 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
     service.functions[1] = [b"function"]
     service.cached_functions.add(1)
     worker_id = 0
-    for first in range(0, n, k):
+    peers = {}  # a job a worker (``k`` 1): each worker's own connection
+    for first in range(0, n, k) if k > 1 else ():
         process = types.SimpleNamespace(name=f"PoolJob-{first}", host="", cancelled=False)
         job = PoolJob(process, True)  # type: ignore[arg-type]
         hellos = []
@@ -78,6 +80,13 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
             hellos.append((worker_id, [PoolOps.HELLO]))
         service.from_workers(server, Peer(first + 1, b"job", False, None), b"",
                              pack_to(hellos))  # type: ignore[arg-type]
+    for worker_id in range(1, n + 1) if k == 1 else ():
+        process = types.SimpleNamespace(name=f"PoolWorker-{worker_id}", host="",
+                                        cancelled=False)
+        service.add_worker(WorkerState(worker_id, process))  # type: ignore[arg-type]
+        peers[worker_id] = Peer(worker_id, b"worker", False, None)
+        service.hello(server, peers[worker_id], b"",  # type: ignore[arg-type]
+                      [worker_id.to_bytes(8, "little")])
     result = dumps(1.0)
     hand, back = [], []
     task_id = 0
@@ -92,7 +101,10 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
         service.submit(tasks)
         t1 = time.thread_time()
         answers = []
-        for peer, frames in server.sent:
+        for peer, frames in server.sent if k == 1 else ():
+            ids = [t[0] for t in unpack_tasks(frames[2:])]
+            answers.append((peer, pack_results([(i, True, result) for i in ids], 1.0)))
+        for peer, frames in server.sent if k > 1 else ():
             messages = []
             for wid, body in unpack_to(frames[2:]):
                 ids = [t[0] for t in unpack_tasks(list(body[1:]))]
@@ -100,8 +112,9 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
                     [(i, True, result) for i in ids], 1.0)]))
             answers.append((peer, pack_to(messages)))
         t2 = time.thread_time()
+        handler = service.results if k == 1 else service.from_workers
         for peer, payload in answers:
-            service.from_workers(server, peer, b"", payload)  # type: ignore[arg-type]
+            handler(server, peer, b"", payload)  # type: ignore[arg-type]
         t3 = time.thread_time()
         if service.outstanding:
             raise AssertionError(f"{service.outstanding} tasks without their result")
