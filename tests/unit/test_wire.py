@@ -15,6 +15,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
+from fiber._core._served import Wait, encode_wait
 from fiber._core._shared import SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
@@ -39,9 +40,12 @@ from fiber.process._launcher import LaunchOps, LaunchService
 from fiber.queues._service import QueueOps, QueueService
 from fiber.sharedctypes import ValueOps, ValueService
 from fiber.synchronize._barrier import BarrierOps, BarrierService
-from fiber.synchronize._condition import ConditionOps, ConditionService
+from fiber.synchronize._condition import ConditionOps, ConditionService, Notify, Sleep, Ticket
 from fiber.synchronize._event import EventOps, EventService
 from fiber.synchronize._primitives import (
+    Acquire,
+    AcquireRestore,
+    Caller,
     LockOps,
     LockService,
     SemaphoreOps,
@@ -49,9 +53,12 @@ from fiber.synchronize._primitives import (
     ThreadingLockService,
 )
 from fiber.transport._resend import EndedPeers, ResendOps
+from fiber.transport.client import Client
 from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
 from fiber.transport.operations import Dispatcher, handles, names
-from fiber.transport.server import Service
+from fiber.transport.remote import unpack_exception
+from fiber.transport.serialization import loads
+from fiber.transport.server import Server, Service
 
 # -- framing -------------------------------------------------------------------------------
 
@@ -315,3 +322,61 @@ def test_a_to_message_carries_each_workers_message_whole():
     got = unpack_to(pack_to(messages))
     assert [(wid, [bytes(f) for f in frames]) for wid, frames in got] == [
         (wid, [bytes(f) for f in frames]) for wid, frames in messages]
+
+
+# -- typed requests (records) ------------------------------------------------------------
+
+class _Typed(Dispatcher):
+    protocol = "typed"
+
+    def __init__(self) -> None:
+        self.calls: List[Any] = []
+
+    @handles(b"acquire", Acquire)
+    def acquire(self, server: Any, peer: Any, req_id: bytes, msg: Acquire) -> None:
+        self.calls.append(msg)
+
+
+def test_a_handler_that_names_a_record_is_given_the_request_decoded():
+    typed = _Typed()
+    typed.handle(None, None, b"acquire", b"", Acquire(b"T1", 2.5).frames())
+    assert typed.calls == [Acquire(b"T1", 2.5)]
+    with pytest.raises((struct.error, IndexError)):  # a frame short: not that request
+        typed.handle(None, None, b"acquire", b"", [b"T1"])
+    assert len(typed.calls) == 1
+
+
+RECORDS = [Wait(None), Wait(0.0), Wait(1.5), Caller(b"thread"), Acquire(b"t", None),
+           Acquire(b"t", 0.0), AcquireRestore(b"t", 3), Notify(-1), Notify(2),
+           Ticket(b"12345678"), Sleep(b"12345678", 0.25)]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_a_records_frames_decode_to_the_record(record):
+    frames = record.frames()
+    assert all(isinstance(f, bytes) for f in frames)
+    assert type(record).decode([bytearray(f) for f in frames]) == record  # as received
+
+
+def test_wait_of_a_call_is_what_encode_wait_sends():
+    for block, timeout in [(False, None), (False, 3.0), (True, None), (True, 0.5),
+                           (True, -2.0)]:
+        assert Wait.of(block, timeout).frames() == [encode_wait(block, timeout)]
+
+
+def test_a_malformed_request_is_answered_as_an_error_and_the_hub_serves_on():
+    srv = Server("127.0.0.1", name="fiber-test-records")
+    try:
+        srv.register(b"lock", LockService(recursive=False))
+        c = Client(srv.address, timeout=10)
+        status, frames = c.request(b"lock", LockOps.ACQUIRE, [b"A"], timeout=10)  # no wait
+        assert status == b"err"
+        error = unpack_exception(loads(frames))
+        assert isinstance(error, IndexError) and "decode" in str(error.__cause__)
+        assert c.request(b"lock", LockOps.ACQUIRE, Acquire(b"A", None).frames(),
+                         timeout=10) == (b"ok", [])
+        assert c.request(b"lock", LockOps.OWNED, Caller(b"A").frames(),
+                         timeout=10) == (b"ok", [])
+        c.close()
+    finally:
+        srv.close()

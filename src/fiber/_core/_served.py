@@ -17,7 +17,7 @@ import secrets
 import struct
 import weakref
 from multiprocessing import context as mp_context
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .._process_state import here
 from ..transport import auth, receipts
@@ -29,7 +29,7 @@ from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
-__all__ = ["Handle", "encode_wait", "decode_wait",
+__all__ = ["Handle", "encode_wait", "decode_wait", "Wait",
            "collecting_handoffs", "add_handoff",
            "probing"]
 
@@ -47,6 +47,25 @@ def decode_wait(frame: Frame) -> Optional[float]:
     """Seconds the server may hold the request (0: answer now; None: forever)."""
     (t,) = struct.unpack("<d", frame)
     return None if t < 0 else t
+
+
+class Wait(NamedTuple):
+    """A request that may wait (an ``acquire``, an event's ``wait``): how long its
+    service may hold it before it answers (``encode_wait``)."""
+
+    seconds: Optional[float]  # 0: answer now; None: as long as it takes
+
+    @classmethod
+    def of(cls, block: bool, timeout: Optional[float]) -> Wait:
+        """The wait of a call made with ``block`` and ``timeout``."""
+        return cls(decode_wait(encode_wait(block, timeout)))
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Wait:
+        return cls(decode_wait(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [encode_wait(True, self.seconds)]
 
 
 #: A `Handle` pickled: its service's name and hub's address (and, for a child of

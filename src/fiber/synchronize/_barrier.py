@@ -19,10 +19,10 @@ from __future__ import annotations
 import functools
 from multiprocessing.context import BaseContext
 from threading import BrokenBarrierError
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .._core._parking import Parking, Q, Waiter
-from .._core._served import Handle, decode_wait, encode_wait
+from .._core._served import Handle, Wait
 from ..transport.operations import handles
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
@@ -53,21 +53,21 @@ class BarrierService(Parking):
         self.count = 0
         self.broken = False
         self.runner: Optional[Peer] = None  # the peer running the action
-        self.later: List[Tuple[Peer, bytes, List[Any]]] = []  # arrivals during the action
+        self.later: List[Tuple[Peer, bytes, Wait]] = []  # arrivals during the action
 
-    @handles(BarrierOps.WAIT)
-    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[wait]``: answered ``ok`` (or ``action``, to the party that runs the action)
-        with the party's index once all have come, ``broken`` if the barrier breaks."""
+    @handles(BarrierOps.WAIT, Wait)
+    def wait(self, server: Server, peer: Peer, req_id: bytes, msg: Wait) -> None:
+        """Answered ``ok`` (or ``action``, to the party that runs the action) with the
+        party's index once all have come, ``broken`` if the barrier breaks."""
         if self.runner is not None:
-            self.later.append((peer, req_id, payload))
+            self.later.append((peer, req_id, msg))
         elif self.broken:
             server.reply(peer, req_id, b"broken")
         else:
             index = self.count
             self.count += 1
             if self.count < self.parties:
-                self.park(server, peer, req_id, decode_wait(payload[0]), index)
+                self.park(server, peer, req_id, msg.seconds, index)
             elif self.has_action:
                 self.runner = peer
                 server.reply(peer, req_id, b"action", [Q.pack(index)])
@@ -141,7 +141,7 @@ class BarrierService(Parking):
             self.runner = None
             self._break(server)
 
-    def _drop_later(self, entry: Tuple[Peer, bytes, List[Frame]]) -> None:
+    def _drop_later(self, entry: Tuple[Peer, bytes, Wait]) -> None:
         self.later = [x for x in self.later if x is not entry]
 
     def process_gone(self, server: Server, process_id: bytes) -> None:
@@ -190,7 +190,7 @@ class Barrier(Handle):
         """
         if timeout is None:
             timeout = self._timeout
-        status, frames = self._request(BarrierOps.WAIT, [encode_wait(True, timeout)],
+        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames(),
                                        timeout=timeout)
         if status == b"broken":
             raise BrokenBarrierError

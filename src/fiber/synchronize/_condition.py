@@ -19,10 +19,10 @@ from __future__ import annotations
 import secrets
 import time
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar
 
 from .._core._parking import Parking, Q, Waiter
-from .._core._served import Handle, decode_wait, encode_wait
+from .._core._served import Handle, Wait, decode_wait, encode_wait
 from ..transport.operations import handles
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
@@ -44,6 +44,46 @@ class ConditionOps:
     COUNT = b"count"
 
 
+class Notify(NamedTuple):
+    """``notify``: how many waiters to wake (-1: all)."""
+
+    n: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Notify:
+        return cls(Q.unpack(payload[0])[0])
+
+    def frames(self) -> List[Frame]:
+        return [Q.pack(self.n)]
+
+
+class Ticket(NamedTuple):
+    """``enqueue``, ``cancel``: the waiter's ticket (its place among the waiters)."""
+
+    ticket: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Ticket:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.ticket]
+
+
+class Sleep(NamedTuple):
+    """``sleep``: the waiter's ticket, and how long it may wait to be notified."""
+
+    ticket: bytes
+    wait: Optional[float]  # as `Wait`'s seconds
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Sleep:
+        return cls(bytes(payload[0]), decode_wait(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [self.ticket, encode_wait(True, self.wait)]
+
+
 class ConditionService(Parking):
     """Wait tickets in arrival order; ``notify`` wakes the oldest ones.
 
@@ -59,10 +99,10 @@ class ConditionService(Parking):
         self.notified: Set[bytes] = set()
         self.owners: Dict[bytes, bytes] = {}
 
-    @handles(ConditionOps.NOTIFY)
-    def notify(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[n]``: wake the first ``n`` waiters (-1: all)."""
-        n = Q.unpack(payload[0])[0]
+    @handles(ConditionOps.NOTIFY, Notify)
+    def notify(self, server: Server, peer: Peer, req_id: bytes, msg: Notify) -> None:
+        """Wake the first ``msg.n`` waiters (-1: all)."""
+        n = msg.n
         woken = 0
         for ticket in list(self.tickets):
             if 0 <= n <= woken:
@@ -70,20 +110,19 @@ class ConditionService(Parking):
             woken += self._wake(server, ticket)
         server.reply(peer, req_id, b"ok")
 
-    @handles(ConditionOps.ENQUEUE)
-    def enqueue(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[ticket]``: a waiter takes its place, before it lets go of the lock."""
-        ticket = bytes(payload[0])
+    @handles(ConditionOps.ENQUEUE, Ticket)
+    def enqueue(self, server: Server, peer: Peer, req_id: bytes, msg: Ticket) -> None:
+        """A waiter takes its place, before it lets go of the lock."""
+        ticket = msg.ticket
         self.tickets[ticket] = None
         self.owners[ticket] = peer.process_id
         if req_id:
             server.reply(peer, req_id, b"ok")
 
-    @handles(ConditionOps.SLEEP)
-    def sleep(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[ticket, wait]``: answered ``ok`` once notified, ``no`` at the timeout."""
-        ticket = bytes(payload[0])
-        wait = decode_wait(payload[1])
+    @handles(ConditionOps.SLEEP, Sleep)
+    def sleep(self, server: Server, peer: Peer, req_id: bytes, msg: Sleep) -> None:
+        """Answered ``ok`` once notified, ``no`` at the timeout."""
+        ticket, wait = msg
         if ticket in self.notified or ticket not in self.tickets or wait == 0:
             self._forget(ticket, keep_waiter=True)
             server.reply(peer, req_id, b"ok" if ticket in self.notified else b"no")
@@ -96,10 +135,10 @@ class ConditionService(Parking):
         """For repr: answered with the number of waiters not woken yet."""
         server.reply(peer, req_id, b"ok", [Q.pack(len(self.tickets))])
 
-    @handles(ConditionOps.CANCEL)
-    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[ticket]``: the waiter gave up."""
-        ticket = bytes(payload[0])
+    @handles(ConditionOps.CANCEL, Ticket)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, msg: Ticket) -> None:
+        """The waiter gave up."""
+        ticket = msg.ticket
         self._forget(ticket)
         self.notified.discard(ticket)
 
@@ -196,20 +235,21 @@ class Condition(Handle):
             raise AssertionError("must acquire() condition before using wait()")
         ticket = secrets.token_bytes(8)
         if self._lock.hub_address == self._address:  # same connection: ordered, no reply needed
-            self._send(ConditionOps.ENQUEUE, [ticket])
+            self._send(ConditionOps.ENQUEUE, Ticket(ticket).frames())
         else:
-            self._request(ConditionOps.ENQUEUE, [ticket])
+            self._request(ConditionOps.ENQUEUE, Ticket(ticket).frames())
         try:
             count = self._lock._release_save()  # noqa: SLF001
         except BaseException:
-            self._send(ConditionOps.CANCEL, [ticket])
+            self._send(ConditionOps.CANCEL, Ticket(ticket).frames())
             raise
         try:
-            status, _ = self._request(ConditionOps.SLEEP, [ticket, encode_wait(True, timeout)],
+            status, _ = self._request(ConditionOps.SLEEP,
+                                      Sleep(ticket, Wait.of(True, timeout).seconds).frames(),
                                       timeout=timeout)
         except BaseException:
             try:
-                self._send(ConditionOps.CANCEL, [ticket])
+                self._send(ConditionOps.CANCEL, Ticket(ticket).frames())
             except Exception:
                 pass
             raise
@@ -243,7 +283,7 @@ class Condition(Handle):
         """
         if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
-        self._request(ConditionOps.NOTIFY, [Q.pack(max(0, n))])
+        self._request(ConditionOps.NOTIFY, Notify(max(0, n)).frames())
 
     def notify_all(self) -> None:
         """Wake every waiter (the calling thread must hold the lock), as ``notify`` of all.
@@ -254,7 +294,7 @@ class Condition(Handle):
         """
         if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
             raise AssertionError("lock is not owned")
-        self._request(ConditionOps.NOTIFY, [Q.pack(-1)])
+        self._request(ConditionOps.NOTIFY, Notify(-1).frames())
 
     def __repr__(self) -> str:
         # as multiprocessing's: <Condition(<RLock(None, 0)>, 0)>, with the waiters' count

@@ -13,7 +13,7 @@ from multiprocessing.context import BaseContext
 from typing import List, Optional
 
 from .._core._parking import Parking
-from .._core._served import Handle, decode_wait, encode_wait
+from .._core._served import Handle, Wait
 from ..transport.operations import handles
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
@@ -35,10 +35,10 @@ class EventService(Parking):
         super().__init__()
         self.flag = False
 
-    @handles(EventOps.WAIT)
-    def wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[wait]``: answered ``ok`` once the flag is set, ``no`` at the timeout."""
-        self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.flag)
+    @handles(EventOps.WAIT, Wait)
+    def wait(self, server: Server, peer: Peer, req_id: bytes, msg: Wait) -> None:
+        """Answered ``ok`` once the flag is set, ``no`` at the timeout."""
+        self.answer_or_park(server, peer, req_id, msg.seconds, self.flag)
 
     protocol = "event"
 
@@ -93,7 +93,8 @@ class Event(Handle):
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until the flag is set or ``timeout`` s pass; returns the flag."""
-        status, _ = self._request(EventOps.WAIT, [encode_wait(True, timeout)], timeout=timeout)
+        status, _ = self._request(EventOps.WAIT, Wait.of(True, timeout).frames(),
+                                  timeout=timeout)
         return status == b"ok"
 
     def __repr__(self) -> str:

@@ -9,11 +9,11 @@ import contextlib
 import functools
 import threading
 from multiprocessing.context import BaseContext
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .._core._parking import Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
-from .._core._served import Handle, decode_wait, encode_wait
+from .._core._served import Handle, Wait, decode_wait, encode_wait
 from .._process_state import here
 from ..errors import LockLostError
 from ..process import current_process
@@ -47,9 +47,52 @@ class SemaphoreOps:
     VALUE = b"value"
 
 
-def _who(peer: Peer, payload: List[Frame]) -> Owner:
+class Caller(NamedTuple):
+    """``release``, ``release_save``, ``owned``: the calling thread (of the process whose
+    connection it comes on)."""
+
+    tid: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Caller:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.tid]
+
+
+class Acquire(NamedTuple):
+    """``acquire``: the calling thread, and how long the lock may keep it waiting."""
+
+    tid: bytes
+    wait: Optional[float]  # as `Wait`'s seconds
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Acquire:
+        return cls(bytes(payload[0]), decode_wait(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [self.tid, encode_wait(True, self.wait)]
+
+
+class AcquireRestore(NamedTuple):
+    """``acquire_restore`` (``Condition.wait`` takes the lock back): the calling thread
+    and the recursion count it held the lock with."""
+
+    tid: bytes
+    recursion: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> AcquireRestore:
+        return cls(bytes(payload[0]), Q.unpack(payload[1])[0])
+
+    def frames(self) -> List[Frame]:
+        return [self.tid, Q.pack(self.recursion)]
+
+
+def _who(peer: Peer, tid: bytes) -> Owner:
     """The (process, thread) a lock request comes from."""
-    return (peer.process_id, bytes(payload[0]))
+    return (peer.process_id, tid)
 
 
 #: Holders freed as lost each lock remembers (the oldest forgotten).
@@ -83,18 +126,16 @@ class LockService(Parking):
         #: Calls that need the lock free or held by their caller (a Value's accesses).
         self.guarded: List[Tuple[Owner, Callable[[], None]]] = []
 
-    @handles(LockOps.ACQUIRE)
-    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[thread id, wait]``."""
-        self._acquire(server, peer, req_id, _who(peer, payload), decode_wait(payload[1]), 1,
-                      recursion=True)
+    @handles(LockOps.ACQUIRE, Acquire)
+    def acquire(self, server: Server, peer: Peer, req_id: bytes, msg: Acquire) -> None:
+        self._acquire(server, peer, req_id, _who(peer, msg.tid), msg.wait, 1, recursion=True)
 
-    @handles(LockOps.ACQUIRE_RESTORE)
+    @handles(LockOps.ACQUIRE_RESTORE, AcquireRestore)
     def acquire_restore(self, server: Server, peer: Peer, req_id: bytes,
-                        payload: List[Frame]) -> None:
-        """``[thread id, count]``: ``Condition.wait`` takes the lock back with its count."""
-        self._acquire(server, peer, req_id, _who(peer, payload), None,
-                      Q.unpack(payload[1])[0], recursion=False)
+                        msg: AcquireRestore) -> None:
+        """``Condition.wait`` takes the lock back with its count."""
+        self._acquire(server, peer, req_id, _who(peer, msg.tid), None, msg.recursion,
+                      recursion=False)
 
     def _acquire(self, server: Server, peer: Peer, req_id: bytes, who: Owner,
                  wait: Optional[float], count: int, recursion: bool) -> None:
@@ -116,10 +157,10 @@ class LockService(Parking):
         else:
             self.park(server, peer, req_id, wait, (who, count))
 
-    @handles(LockOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[thread id]``; answered only when sent as a request."""
-        who = _who(peer, payload)
+    @handles(LockOps.RELEASE, Caller)
+    def release(self, server: Server, peer: Peer, req_id: bytes, msg: Caller) -> None:
+        """Answered only when sent as a request."""
+        who = _who(peer, msg.tid)
         if self.released.again(req_id):
             server.reply(peer, req_id, b"ok")  # made already: its answer was lost
             return
@@ -141,20 +182,20 @@ class LockService(Parking):
         if self.owner != who and self.taken.pop(who, None) is not None:
             raise LockLostError(_TAKEN)
 
-    @handles(LockOps.RELEASE_SAVE)
-    def release_save(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Frame]) -> None:
+    @handles(LockOps.RELEASE_SAVE, Caller)
+    def release_save(self, server: Server, peer: Peer, req_id: bytes, msg: Caller) -> None:
         """``Condition.wait``: let go entirely, answered with the count to restore."""
-        self._check_not_taken(_who(peer, payload))
-        if self.owner != _who(peer, payload):
+        who = _who(peer, msg.tid)
+        self._check_not_taken(who)
+        if self.owner != who:
             raise AssertionError("must acquire() condition before using wait()")
         count = self.count
         self._free(server)
         server.reply(peer, req_id, b"ok", [Q.pack(count)])
 
-    @handles(LockOps.OWNED)
-    def owned(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        server.reply(peer, req_id, b"ok" if self.owner == _who(peer, payload) else b"no")
+    @handles(LockOps.OWNED, Caller)
+    def owned(self, server: Server, peer: Peer, req_id: bytes, msg: Caller) -> None:
+        server.reply(peer, req_id, b"ok" if self.owner == _who(peer, msg.tid) else b"no")
 
     @handles(LockOps.STATE)
     def state(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
@@ -277,7 +318,8 @@ class Lock(Handle):
         """Take the lock, waiting up to ``timeout`` s (forever if None); False if not got."""
         tid = _tid()
         with _forgotten_if_lost(self._name):
-            status, _ = self._request(LockOps.ACQUIRE, [tid, encode_wait(block, timeout)],
+            status, _ = self._request(LockOps.ACQUIRE,
+                                      Acquire(tid, Wait.of(block, timeout).seconds).frames(),
                                       on_late=lambda s, f: self._abandoned(s, tid),
                                       timeout=timeout)
         if status != b"ok":
@@ -287,7 +329,7 @@ class Lock(Handle):
 
     def _abandoned(self, status: bytes, tid: bytes) -> None:
         if status == b"ok":  # granted after the caller gave up (KeyboardInterrupt)
-            self._send(LockOps.RELEASE, [tid])
+            self._send(LockOps.RELEASE, Caller(tid).frames())
 
     def release(self) -> None:
         """Release the lock.
@@ -298,7 +340,7 @@ class Lock(Handle):
             LockLostError: it was taken from this thread, its process counted lost.
         """
         with _forgotten_if_lost(self._name):
-            self._request(LockOps.RELEASE, [_tid()])
+            self._request(LockOps.RELEASE, Caller(_tid()).frames())
         _note(self._name, -1)
 
     def _is_mine(self) -> bool:
@@ -308,13 +350,13 @@ class Lock(Handle):
 
     def _release_save(self) -> int:
         with _forgotten_if_lost(self._name):
-            _, frames = self._request(LockOps.RELEASE_SAVE, [_tid()])
+            _, frames = self._request(LockOps.RELEASE_SAVE, Caller(_tid()).frames())
         _forget(self._name)
         return int(Q.unpack(frames[0])[0])
 
     def _acquire_restore(self, count: int) -> None:
         tid = _tid()
-        self._request(LockOps.ACQUIRE_RESTORE, [tid, Q.pack(count)],
+        self._request(LockOps.ACQUIRE_RESTORE, AcquireRestore(tid, count).frames(),
                       on_late=lambda s, f: self._abandoned(s, tid))
         _note(self._name, count)
 
@@ -391,10 +433,9 @@ class SemaphoreService(Parking):
         self.maxvalue = maxvalue
         self.released = Made()  # each caller's last release
 
-    @handles(SemaphoreOps.ACQUIRE)
-    def acquire(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[wait]``."""
-        if self.answer_or_park(server, peer, req_id, decode_wait(payload[0]), self.value > 0):
+    @handles(SemaphoreOps.ACQUIRE, Wait)
+    def acquire(self, server: Server, peer: Peer, req_id: bytes, msg: Wait) -> None:
+        if self.answer_or_park(server, peer, req_id, msg.seconds, self.value > 0):
             self.value -= 1
 
     protocol = "semaphore"
@@ -461,7 +502,7 @@ class Semaphore(Handle):
         Raises:
             fiber.errors.TransportError: the semaphore's creator process is gone or unreachable.
         """
-        status, _ = self._request(SemaphoreOps.ACQUIRE, [encode_wait(block, timeout)],
+        status, _ = self._request(SemaphoreOps.ACQUIRE, Wait.of(block, timeout).frames(),
                                   on_late=self._abandoned, timeout=timeout)
         return status == b"ok"
 

@@ -3,32 +3,76 @@ service class. The design: docs/contributing/transport.md, "Operations"."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Type,
+    TypeVar,
+)
 
 from .serialization import Frame
 
 if TYPE_CHECKING:
     from .peers import Peer
 
-__all__ = ["handles", "Dispatcher", "Service", "Handler", "names"]
+__all__ = ["handles", "Dispatcher", "Service", "Handler", "names", "Record"]
 
-#: A handler: ``(service, server, peer, req_id, payload) -> None``.
+#: A handler: ``(service, server, peer, req_id, payload) -> None``, ``payload`` the
+#: request's frames, or its `Record` where the operation names one.
 Handler = Callable[..., None]
 F = TypeVar("F", bound=Handler)
+R = TypeVar("R", bound="Record")
 
 _MARK = "fiber_operation"
 
 
-def handles(op: bytes) -> Callable[[F], F]:
-    """Mark a method of a service as the handler of requests for operation ``op``."""
+class Record(Protocol):
+    """A request's typed form, defined once beside its service: what its frames hold,
+    read by the service (`decode`, before its handler runs) and written by the client
+    (`frames`). A ``NamedTuple`` with these two methods is one."""
+
+    @classmethod
+    def decode(cls: Type[R], payload: Sequence[Frame]) -> R:
+        """The record a request's frames carry.
+
+        Raises:
+            struct.error, IndexError, ValueError: the frames are not such a request
+                (the server replies it as the request's error).
+        """
+
+    def frames(self) -> List[Frame]:
+        """The request's frames, as `decode` reads them."""
+
+
+def handles(op: bytes, record: Optional[Type[Record]] = None) -> Callable[[F], F]:
+    """Mark a method of a service as the handler of requests for operation ``op``; with
+    a ``record``, the handler is given the request as that record, not its frames."""
     if not isinstance(op, bytes) or not op:
         raise TypeError(f"an operation is a non-empty bytes name, not {op!r}")
 
     def mark(fn: F) -> F:
-        setattr(fn, _MARK, op)
+        setattr(fn, _MARK, (op, record))
         return fn
 
     return mark
+
+
+def _decoding(fn: Handler, record: Type[Record]) -> Handler:
+    """``fn``, called with its request's frames decoded into ``record``."""
+    decode = record.decode
+
+    def decoded(service: Any, server: Any, peer: Any, req_id: bytes,
+                payload: Sequence[Frame]) -> None:
+        fn(service, server, peer, req_id, decode(payload))
+
+    return decoded
 
 
 def names(ops: type) -> Dict[str, bytes]:
@@ -49,13 +93,14 @@ class Dispatcher:
         table = dict(cls.operations)
         own: Dict[bytes, str] = {}
         for name, value in vars(cls).items():
-            op = getattr(value, _MARK, None)
-            if op is None:
+            mark = getattr(value, _MARK, None)
+            if mark is None:
                 continue
+            op, record = mark
             if op in own:
                 raise TypeError(f"{cls.__qualname__}: {own[op]} and {name} both handle {op!r}")
             own[op] = name
-            table[op] = value
+            table[op] = value if record is None else _decoding(value, record)
         cls.operations = table
 
     def handler(self, op: bytes) -> Handler:
