@@ -19,8 +19,8 @@ from fiber._core._served import Wait, encode_wait
 from fiber._core._shared import SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
-from fiber.connection._pipe import PipeOps, PipeService
-from fiber.connection._watch import WaitOps, WaitService
+from fiber.connection._pipe import End, Handoff, PipeOps, PipeService, Receive, Send
+from fiber.connection._watch import Cancel, WaitAny, WaitOps, WaitService
 from fiber.managers._server import ManagerOps, ManagerService, ObjectOps, ObjectService
 from fiber.pool._dispatch import Dispatching
 from fiber.pool._jobs import JobsOfSeveral
@@ -348,7 +348,10 @@ def test_a_handler_that_names_a_record_is_given_the_request_decoded():
 
 RECORDS = [Wait(None), Wait(0.0), Wait(1.5), Caller(b"thread"), Acquire(b"t", None),
            Acquire(b"t", 0.0), AcquireRestore(b"t", 3), Notify(-1), Notify(2),
-           Ticket(b"12345678"), Sleep(b"12345678", 0.25)]
+           Ticket(b"12345678"), Sleep(b"12345678", 0.25),
+           Send(0, [b"p", b"pickle", b"buffer"]), Send(1, [b"b", b""]), Receive(0, None),
+           Receive(1, 0.0), Receive(1, 2.5), Handoff(1, b"12345678"), End(0),
+           WaitAny(None, [(b"p1", 0), (b"p2", 1)]), WaitAny(0.5, []), Cancel(b"req-id")]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -356,6 +359,32 @@ def test_a_records_frames_decode_to_the_record(record):
     frames = record.frames()
     assert all(isinstance(f, bytes) for f in frames)
     assert type(record).decode([bytearray(f) for f in frames]) == record  # as received
+
+
+#: Records and the frames their protocols sent before them, byte for byte.
+LAYOUTS = [
+    (Send(1, [b"p", b"data"]), [b"1", b"p", b"data"]),
+    (Receive(0, None), [b"0", encode_wait(True, None)]),
+    (Receive(1, 0.0), [b"1", encode_wait(True, 0.0)]),
+    (Handoff(0, b"tok"), [b"0", b"tok"]),
+    (End(1), [b"1"]),
+    (WaitAny(1.5, [(b"p1", 1), (b"p2", 0)]),
+     [encode_wait(True, 1.5), b"p1", b"1", b"p2", b"0"]),
+    (Cancel(b"rid"), [b"rid"]),
+]
+
+
+@pytest.mark.parametrize("record, frames", LAYOUTS, ids=lambda r: type(r).__name__)
+def test_a_record_writes_the_frames_its_protocol_sent(record, frames):
+    assert record.frames() == frames
+
+
+def test_a_request_naming_no_pipe_end_is_not_decoded():
+    for tag in (b"2", b"/", b"01", b""):
+        with pytest.raises((ValueError, IndexError)):
+            End.decode([tag])
+    with pytest.raises(ValueError):  # a service named without its end
+        WaitAny.decode([encode_wait(True, None), b"p1"])
 
 
 def test_wait_of_a_call_is_what_encode_wait_sends():

@@ -9,10 +9,21 @@ import functools
 import multiprocessing
 import pickle
 import secrets
-from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Sequence, Set, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Deque,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from .._core import _runtime
-from .._core._served import Handle, HandleState, add_handoff, decode_wait, encode_wait
+from .._core._served import Handle, HandleState, Wait, add_handoff, decode_wait, encode_wait
 from .._process_state import here
 from ..transport.client import ConnectionLost, process_id
 from ..transport.operations import handles
@@ -21,6 +32,7 @@ from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
 from . import _watch
 from ._fileno import FilenoWatch
+from ._watch import end_of, end_tag
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
@@ -28,7 +40,8 @@ if TYPE_CHECKING:
 #: A recv waiting for a message: (peer, request id, op, its timeout's timer).
 _Waiter = Tuple[Peer, bytes, bytes, Optional[Timer]]
 
-__all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "wait_frames"]
+__all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "waited_end",
+           "Send", "Receive", "Handoff", "End"]
 
 
 class BufferTooShort(multiprocessing.BufferTooShort):
@@ -52,9 +65,64 @@ class PipeOps:
     CLOSE = b"close"
 
 
-def _end(payload: List[Frame]) -> int:
-    """The end a request names (its first frame: b"0" or b"1")."""
-    return int(payload[0][0] - 48)
+# The records of its requests: each names the end first (`_watch.end_tag`: b"0", b"1").
+
+class Send(NamedTuple):
+    """``send``: the end sending, and the message, the frames the other end's ``recv``
+    is answered with, as they came (its kind, ``_PICKLED`` or ``_RAW``, then its data)."""
+
+    end: int
+    message: Sequence[Frame]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Send:
+        return cls(end_of(payload[0]), payload[1:])
+
+    def frames(self) -> List[Frame]:
+        return [end_tag(self.end), *self.message]
+
+
+class Receive(NamedTuple):
+    """``recv``, ``poll``: the end, and how long the hub may hold the request (as
+    `Wait`'s seconds)."""
+
+    end: int
+    wait: Optional[float]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Receive:
+        return cls(end_of(payload[0]), decode_wait(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [end_tag(self.end), encode_wait(True, self.wait)]
+
+
+class Handoff(NamedTuple):
+    """``handoff``, ``attach``, ``release``: the end pickled, and the token of that
+    pickle (what the process that unpickles it attaches with)."""
+
+    end: int
+    token: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Handoff:
+        return cls(end_of(payload[0]), bytes(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [end_tag(self.end), self.token]
+
+
+class End(NamedTuple):
+    """``close``: the end the sender's process lets go of."""
+
+    end: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> End:
+        return cls(end_of(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [end_tag(self.end)]
 
 
 class PipeService(_watch.Watched):
@@ -63,7 +131,7 @@ class PipeService(_watch.Watched):
     protocol = "pipe"
 
     def __init__(self, creator: bytes) -> None:
-        self.channels: Tuple[Deque[List[Any]], Deque[List[Any]]] = (
+        self.channels: Tuple[Deque[Sequence[Frame]], Deque[Sequence[Frame]]] = (
             collections.deque(), collections.deque())
         self.waiters: Tuple[List[_Waiter], ...] = ([], [])
         self.holders: Tuple[Set[bytes], Set[bytes]] = ({creator}, {creator})
@@ -79,26 +147,25 @@ class PipeService(_watch.Watched):
         """Whether a ``recv`` on ``end`` would not block."""
         return bool(self.channels[end]) or self.peer_closed(end)
 
-    @handles(PipeOps.SEND)
-    def send(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        end = _end(payload)
+    @handles(PipeOps.SEND, Send)
+    def send(self, server: Server, peer: Peer, req_id: bytes, msg: Send) -> None:
+        end = msg.end
         if self.peer_closed(end):
             return  # nobody can ever read it (see the module docstring)
-        self.channels[1 - end].append(payload[1:])
+        self.channels[1 - end].append(msg.message)
         self._serve(server, 1 - end)
 
-    @handles(PipeOps.RECV)
-    def recv(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        self._recv_or_poll(server, peer, req_id, PipeOps.RECV, payload)
+    @handles(PipeOps.RECV, Receive)
+    def recv(self, server: Server, peer: Peer, req_id: bytes, msg: Receive) -> None:
+        self._recv_or_poll(server, peer, req_id, PipeOps.RECV, msg)
 
-    @handles(PipeOps.POLL)
-    def poll(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        self._recv_or_poll(server, peer, req_id, PipeOps.POLL, payload)
+    @handles(PipeOps.POLL, Receive)
+    def poll(self, server: Server, peer: Peer, req_id: bytes, msg: Receive) -> None:
+        self._recv_or_poll(server, peer, req_id, PipeOps.POLL, msg)
 
     def _recv_or_poll(self, server: Server, peer: Peer, req_id: bytes, op: bytes,
-                      payload: List[Frame]) -> None:
-        end = _end(payload)
-        wait = decode_wait(payload[1])
+                      msg: Receive) -> None:
+        end, wait = msg
         if self.channels[end] or self.peer_closed(end) or wait == 0:
             self._answer(server, end, peer, req_id, op)
         else:
@@ -107,32 +174,29 @@ class PipeService(_watch.Watched):
                 wait, lambda: self._timeout(server, end, entry))
             self.waiters[end].append((peer, req_id, op, timer))
 
-    @handles(PipeOps.HANDOFF)
-    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(PipeOps.HANDOFF, Handoff)
+    def handoff(self, server: Server, peer: Peer, req_id: bytes, msg: Handoff) -> None:
         """An end is pickled into a job's payload: held until the job takes it."""
-        self.handoffs[_end(payload)].add(bytes(payload[1]))
+        self.handoffs[msg.end].add(msg.token)
         server.reply(peer, req_id, b"ok")
 
-    @handles(PipeOps.ATTACH)
-    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(PipeOps.ATTACH, Handoff)
+    def attach(self, server: Server, peer: Peer, req_id: bytes, msg: Handoff) -> None:
         """A job took the end handed off to it: its process holds it now."""
-        end = _end(payload)
-        self.handoffs[end].discard(bytes(payload[1]))
-        self.holders[end].add(peer.process_id)
+        self.handoffs[msg.end].discard(msg.token)
+        self.holders[msg.end].add(peer.process_id)
         server.reply(peer, req_id, b"ok")
 
-    @handles(PipeOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(PipeOps.RELEASE, Handoff)
+    def release(self, server: Server, peer: Peer, req_id: bytes, msg: Handoff) -> None:
         """A handoff that no job will take."""
-        end = _end(payload)
-        self.handoffs[end].discard(bytes(payload[1]))
-        self._serve(server, 1 - end)
+        self.handoffs[msg.end].discard(msg.token)
+        self._serve(server, 1 - msg.end)
 
-    @handles(PipeOps.CLOSE)
-    def close(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        end = _end(payload)
-        self.holders[end].discard(peer.process_id)
-        self._serve(server, 1 - end)
+    @handles(PipeOps.CLOSE, End)
+    def close(self, server: Server, peer: Peer, req_id: bytes, msg: End) -> None:
+        self.holders[msg.end].discard(peer.process_id)
+        self._serve(server, 1 - msg.end)
 
     def _answer(self, server: Server, end: int, pid: Peer, req_id: bytes, op: bytes) -> None:
         channel = self.channels[end]
@@ -226,13 +290,10 @@ class Connection(Handle):
                                   Tuple[HandleState, int, bool, bool, bytes]]:
         self._check_closed()
         token = secrets.token_bytes(8)
-        self._request(PipeOps.HANDOFF, [self._tag(), token])
-        add_handoff(lambda: self._send(PipeOps.RELEASE, [self._tag(), token]))
+        self._request(PipeOps.HANDOFF, Handoff(self._end, token).frames())
+        add_handoff(lambda: self._send(PipeOps.RELEASE, Handoff(self._end, token).frames()))
         return (_rebuild, (Handle.__getstate__(self), self._end, self._readable,
                            self._writable, token))
-
-    def _tag(self) -> bytes:
-        return b"01"[self._end:self._end + 1]
 
     def _lost(self, e: ConnectionLost) -> BaseException:
         return EOFError(f"the process serving this pipe is gone ({e.address})")
@@ -280,7 +341,7 @@ class Connection(Handle):
         self._check_writable()
         self._check_not_broken()
         frames = dumps_explained(obj, "the object sent", "obj")
-        self._send(PipeOps.SEND, [self._tag(), _PICKLED, *frames])
+        self._send(PipeOps.SEND, Send(self._end, [_PICKLED, *frames]).frames())
 
     def _check_not_broken(self) -> None:
         hub = _runtime.hub_if_started()
@@ -309,13 +370,14 @@ class Connection(Handle):
         if size < 0 or offset + size > len(view):
             raise ValueError("buffer length < offset + size")
         self._check_not_broken()
-        self._send(PipeOps.SEND, [self._tag(), _RAW, bytes(view[offset:offset + size])])
+        self._send(PipeOps.SEND,
+                   Send(self._end, [_RAW, bytes(view[offset:offset + size])]).frames())
 
     # -- receiving ----------------------------------------------------------------------
 
     def _receive(self) -> List[Frame]:
         self._check_readable()
-        status, frames = self._request(PipeOps.RECV, [self._tag(), encode_wait(True, None)],
+        status, frames = self._request(PipeOps.RECV, Receive(self._end, None).frames(),
                                        on_late=self._give_back)
         watch = self._fileno_watch
         if watch is not None:
@@ -326,7 +388,7 @@ class Connection(Handle):
 
     def _give_back(self, status: bytes, frames: Sequence[Frame]) -> None:
         if status == b"ok":  # abandoned recv: deliver the message to this end again
-            self._send(PipeOps.SEND, [b"01"[1 - self._end:2 - self._end], *frames])
+            self._send(PipeOps.SEND, Send(1 - self._end, frames).frames())
 
     def recv(self) -> Any:
         """Receive an object sent with ``send`` (or bytes sent with ``send_bytes``).
@@ -378,7 +440,8 @@ class Connection(Handle):
     def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""
         self._check_readable()
-        status, _ = self._request(PipeOps.POLL, [self._tag(), encode_wait(True, timeout)],
+        status, _ = self._request(PipeOps.POLL,
+                                  Receive(self._end, Wait.of(True, timeout).seconds).frames(),
                                   timeout=timeout)
         return status == b"ok"
 
@@ -391,7 +454,7 @@ class Connection(Handle):
         if watch is not None:
             watch.close()
         try:
-            self._send(PipeOps.CLOSE, [self._tag()])
+            self._send(PipeOps.CLOSE, End(self._end).frames())
         except (EOFError, ConnectionLost):
             pass
 
@@ -428,7 +491,7 @@ def _rebuild(state: HandleState, end: int, readable: bool, writable: bool,
     Handle.__setstate__(conn, state)
     conn._end, conn._readable, conn._writable = end, readable, writable  # noqa: SLF001
     conn._closed = False  # noqa: SLF001
-    conn._request(PipeOps.ATTACH, [conn._tag(), token])  # noqa: SLF001
+    conn._request(PipeOps.ATTACH, Handoff(end, token).frames())  # noqa: SLF001
     return conn
 
 
@@ -437,11 +500,12 @@ def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
     return Connection._pair(duplex)  # noqa: SLF001 - this module's class
 
 
-def wait_frames(conn: Connection) -> List[Frame]:
-    """The frames that name ``conn``'s end in a ``wait()`` request: its service, its end.
+def waited_end(conn: Connection) -> Tuple[bytes, int]:
+    """What names ``conn``'s end in a ``wait()`` request (`_watch.WaitAny`): its
+    service, its end.
 
     Raises:
         OSError: the end is closed or write-only (as multiprocessing's ``wait``).
     """
     conn._check_readable()  # noqa: SLF001 - this module's class
-    return [conn.service_name, conn._tag()]  # noqa: SLF001
+    return (conn.service_name, conn._end)  # noqa: SLF001

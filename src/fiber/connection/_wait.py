@@ -11,13 +11,13 @@ import time
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from .._core._clients import get_client
-from .._core._served import encode_wait
+from .._core._served import Wait
 from ..transport.client import Client, ConnectionLost
 from ..transport.local import Channel, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import Frame, loads
-from ._pipe import Connection, wait_frames
-from ._watch import WAIT_SERVICE, WaitOps, unpack_indices
+from ._pipe import Connection, waited_end
+from ._watch import WAIT_SERVICE, Cancel, WaitAny, WaitOps, unpack_indices
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
@@ -28,10 +28,7 @@ _Waitable = TypeVar("_Waitable", bound="FileDescriptorLike")
 __all__ = ["wait"]
 
 def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Frame]:
-    frames: List[Frame] = [encode_wait(True, timeout)]
-    for c in conns:
-        frames += wait_frames(c)
-    return frames
+    return WaitAny(Wait.of(True, timeout).seconds, [waited_end(c) for c in conns]).frames()
 
 
 def _indices(status: bytes, frames: Sequence[Frame]) -> List[int]:
@@ -54,7 +51,7 @@ def wait(object_list: Iterable[_Waitable], timeout: Optional[float] = None
     others = []
     for o in objects:
         if isinstance(o, Connection):
-            wait_frames(o)  # raises OSError if it cannot be waited on
+            waited_end(o)  # raises OSError if it cannot be waited on
             by_hub.setdefault(o.hub_address, []).append(o)
         else:
             others.append(o)
@@ -194,7 +191,7 @@ class _Multiplexed:
             pending, self.pending = self.pending, {}
         for client, req_id in pending.values():
             try:
-                client.send(WAIT_SERVICE, WaitOps.CANCEL, [req_id])
+                client.send(WAIT_SERVICE, WaitOps.CANCEL, Cancel(req_id).frames())
             except ConnectionLost:
                 pass
         return list(pending)

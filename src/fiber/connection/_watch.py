@@ -11,15 +11,15 @@ a pipe's, tells it), or at the timeout. The caller's side is `_wait`.
 from __future__ import annotations
 
 import struct
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from .._core._served import decode_wait
+from .._core._served import decode_wait, encode_wait
 from ..transport.operations import handles
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Watched", "Watch", "WaitService", "WaitOps", "WAIT_SERVICE", "ensure_service",
-           "pack_indices", "unpack_indices"]
+           "pack_indices", "unpack_indices", "WaitAny", "Cancel", "end_tag", "end_of"]
 
 #: The hub-wide service name (one per hub, registered with the hub's first pipe).
 WAIT_SERVICE = b"~conn-wait"
@@ -33,6 +33,26 @@ def pack_indices(indices: Sequence[int]) -> bytes:
 
 def unpack_indices(data: bytes) -> List[int]:
     return [_INDEX.unpack_from(data, i)[0] for i in range(0, len(data), _INDEX.size)]
+
+
+_TAGS = (b"0", b"1")
+
+
+def end_tag(end: int) -> bytes:
+    """The frame that names a pipe's ``end`` (0 or 1) in a request: b"0" or b"1"."""
+    return _TAGS[end]
+
+
+def end_of(frame: Frame) -> int:
+    """The end a request's frame names (`end_tag`).
+
+    Raises:
+        ValueError: the frame names no end.
+    """
+    end = frame[0] - 48
+    if (end != 0 and end != 1) or len(frame) != 1:
+        raise ValueError(f"not a pipe's end: {bytes(frame)[:8]!r}")
+    return end
 
 
 class Watched(Service):
@@ -78,8 +98,45 @@ class Watch:
 class WaitOps:
     """The wait protocol's operations (requests to a hub's `WaitService`)."""
 
-    ANY = b"any"  # [wait, name, end, name, end...]: answered when one of them is ready
-    CANCEL = b"cancel"  # [req_id]: the ANY request the caller no longer waits for
+    ANY = b"any"  # `WaitAny`: answered when one of its ends is ready
+    CANCEL = b"cancel"  # `Cancel`: the ANY request the caller no longer waits for
+
+
+class WaitAny(NamedTuple):
+    """``any``: how long the hub may hold the request (as `fiber._core._served.Wait`'s
+    seconds), and the ends waited for, each its pipe's service name and end
+    (``[wait, name, end, name, end...]``)."""
+
+    wait: Optional[float]
+    ends: List[Tuple[bytes, int]]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> WaitAny:
+        if len(payload) % 2 != 1:
+            raise ValueError(f"a wait names (service, end) pairs, not {len(payload) - 1} "
+                             "frames")
+        return cls(decode_wait(payload[0]),
+                   [(bytes(payload[i]), end_of(payload[i + 1]))
+                    for i in range(1, len(payload), 2)])
+
+    def frames(self) -> List[Frame]:
+        frames: List[Frame] = [encode_wait(True, self.wait)]
+        for name, end in self.ends:
+            frames += (name, end_tag(end))
+        return frames
+
+
+class Cancel(NamedTuple):
+    """``cancel``: the request id of the ``any`` request given up."""
+
+    req_id: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Cancel:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.req_id]
 
 
 class WaitService(Service):
@@ -90,21 +147,18 @@ class WaitService(Service):
     def __init__(self) -> None:
         self.watches: List[Watch] = []
 
-    @handles(WaitOps.CANCEL)
-    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(WaitOps.CANCEL, Cancel)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, msg: Cancel) -> None:
         for watch in self.watches:
-            if watch.peer is peer and watch.req_id == bytes(payload[0]):
+            if watch.peer is peer and watch.req_id == msg.req_id:
                 self.finish(watch, [])
                 return
 
-    @handles(WaitOps.ANY)
-    def wait_any(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        wait = decode_wait(payload[0])
-        pairs = payload[1:]
-        ends: List[Tuple[Optional[Watched], int]] = []
-        for i in range(0, len(pairs) - 1, 2):
-            # Not a pipe here (unregistered, or never one): ready, so that recv tells why.
-            ends.append((_watched(server, bytes(pairs[i])), bytes(pairs[i + 1])[0] - 48))
+    @handles(WaitOps.ANY, WaitAny)
+    def wait_any(self, server: Server, peer: Peer, req_id: bytes, msg: WaitAny) -> None:
+        wait = msg.wait
+        # Not a pipe here (unregistered, or never one): ready, so that recv tells why.
+        ends = [(_watched(server, name), end) for name, end in msg.ends]
         watch = Watch(self, server, peer, req_id, ends)
         ready = watch.ready()
         if ready or wait == 0:
