@@ -16,7 +16,7 @@ from typing import Any, Iterator, List
 import pytest
 
 from fiber._core._served import Wait, encode_wait
-from fiber._core._shared import SharedOps, SharedStore
+from fiber._core._shared import Get, SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import End, Handoff, PipeOps, PipeService, Receive, Send
@@ -351,7 +351,8 @@ RECORDS = [Wait(None), Wait(0.0), Wait(1.5), Caller(b"thread"), Acquire(b"t", No
            Ticket(b"12345678"), Sleep(b"12345678", 0.25),
            Send(0, [b"p", b"pickle", b"buffer"]), Send(1, [b"b", b""]), Receive(0, None),
            Receive(1, 0.0), Receive(1, 2.5), Handoff(1, b"12345678"), End(0),
-           WaitAny(None, [(b"p1", 0), (b"p2", 1)]), WaitAny(0.5, []), Cancel(b"req-id")]
+           WaitAny(None, [(b"p1", 0), (b"p2", 1)]), WaitAny(0.5, []), Cancel(b"req-id"),
+           Get(b"k" * 16, "boot/4026531840", ""), Get(b"k" * 16, "host", "10.0.0.2:4000")]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -371,6 +372,8 @@ LAYOUTS = [
     (WaitAny(1.5, [(b"p1", 1), (b"p2", 0)]),
      [encode_wait(True, 1.5), b"p1", b"1", b"p2", b"0"]),
     (Cancel(b"rid"), [b"rid"]),
+    (Get(b"key", "host", ""), [b"key", b"host", b""]),
+    (Get(b"key", "host", "10.0.0.2:4000"), [b"key", b"host", b"10.0.0.2:4000"]),
 ]
 
 

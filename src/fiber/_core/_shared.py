@@ -9,7 +9,7 @@ import mmap
 import os
 import secrets
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 from .._process_state import here
 from ..errors import TransportError
@@ -82,7 +82,23 @@ def _private(frames: Sequence[Frame]) -> List[Frame]:
 class SharedOps:
     """The shared-data protocol's operation (a request to a `SharedStore`)."""
 
-    GET = b"get"  # [key, host, offer]: the data's frames (or the holder on this host)
+    GET = b"get"  # `Get`: the data's frames (or the holder on this host)
+
+
+class Get(NamedTuple):
+    """``get``: the data's key, the asking process's host (`host_key`), and the address
+    of its hub when it offers to hold the data for its host ("": it does not)."""
+
+    key: bytes
+    host: str
+    offer: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Get:
+        return cls(bytes(payload[0]), bytes(payload[1]).decode(), bytes(payload[2]).decode())
+
+    def frames(self) -> List[Frame]:
+        return [self.key, self.host.encode(), self.offer.encode()]
 
 
 class SharedStore(Service):
@@ -95,9 +111,9 @@ class SharedStore(Service):
         self.host = host
         self.entries: Dict[bytes, _Entry] = {}
 
-    @handles(SharedOps.GET)
-    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        key, host, offer = bytes(payload[0]), bytes(payload[1]).decode(), bytes(payload[2])
+    @handles(SharedOps.GET, Get)
+    def get(self, server: Server, peer: Peer, req_id: bytes, msg: Get) -> None:
+        key, host, offer = msg
         entry = self.entries.get(key)
         if entry is None:
             server.reply_error(peer, req_id, LookupError(
@@ -112,7 +128,7 @@ class SharedStore(Service):
             if holder is not None and holder[0] != peer.process_id:
                 server.reply(peer, req_id, b"holder", [holder[1].encode()])
                 return
-            entry.holders[host] = (peer.process_id, offer.decode())
+            entry.holders[host] = (peer.process_id, offer)
         entry.transfers["same_host" if host == self.host else "other_host"] += 1
         server.reply(peer, req_id, b"ok", entry.frames)
 
@@ -280,7 +296,7 @@ def _cached(key: bytes) -> Optional[List[Frame]]:
 
 def _request(address: str, key: bytes, offer: str = "") -> Tuple[bytes, List[Frame]]:
     status, frames = get_client(address).request(
-        SERVICE, SharedOps.GET, [key, host_key().encode(), offer.encode()])
+        SERVICE, SharedOps.GET, Get(key, host_key(), offer).frames())
     if status == b"err":
         raise unpack_exception(loads(frames))
     return status, frames
