@@ -9,7 +9,19 @@ import ctypes
 import multiprocessing.sharedctypes as _mpsc
 from multiprocessing.context import BaseContext
 from types import MappingProxyType
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, cast
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 from ._core._host_memory import AVAILABLE as _HOST_MEMORY
 from ._core._host_memory import HostMemory, Locator, attach
@@ -37,6 +49,77 @@ class ValueOps:
     SETITEM = b"setitem"
 
 
+class Access(NamedTuple):
+    """Every request: the calling thread (b"": none, the access waits for no guard
+    lock), then the frames of the access (its operation's record, decoded by its
+    handler)."""
+
+    tid: bytes
+    args: Sequence[Frame]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Access:
+        return cls(bytes(payload[0]), payload[1:])
+
+    def frames(self) -> List[Frame]:
+        return [self.tid, *self.args]
+
+
+class Attribute(NamedTuple):
+    """``get``: the attribute read (``value``, ``raw``, a structure's field)."""
+
+    name: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Attribute:
+        return cls(bytes(payload[0]).decode())
+
+    def frames(self) -> List[Frame]:
+        return [self.name.encode()]
+
+
+class Assign(NamedTuple):
+    """``set``: the attribute assigned, and its new value (pickled after the name)."""
+
+    name: str
+    value: Any
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Assign:
+        return cls(bytes(payload[0]).decode(), loads(payload[1:]))
+
+    def frames(self) -> List[Frame]:
+        return [self.name.encode(), *dumps(self.value)]
+
+
+class Item(NamedTuple):
+    """``getitem``: the index or slice read (pickled)."""
+
+    key: Union[int, slice]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Item:
+        return cls(loads(payload))
+
+    def frames(self) -> List[Frame]:
+        return dumps(self.key)
+
+
+class AssignItem(NamedTuple):
+    """``setitem``: the index or slice assigned and its new value(s) (pickled as a pair)."""
+
+    key: Union[int, slice]
+    value: Any
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> AssignItem:
+        key, value = loads(payload)
+        return cls(key, value)
+
+    def frames(self) -> List[Frame]:
+        return dumps((self.key, self.value))
+
+
 class ValueService(Service):
     """One ctypes object; accesses carrying a thread id wait for the guard lock."""
 
@@ -54,11 +137,10 @@ class ValueService(Service):
 
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Frame]) -> None:
-        """``[thread id, *args]``: with a thread id, run when the guard lock is free or
-        held by that thread (its ``get_lock()`` block)."""
+        """An `Access`: with a thread id, run when the guard lock is free or held by
+        that thread (its ``get_lock()`` block); the handler decodes its arguments."""
         handler = self.handler(op)
-        tid = bytes(payload[0])
-        args = payload[1:]
+        tid, args = Access.decode(payload)
         if self.guard is not None and tid:
             self.guard.run_guarded((peer.process_id, tid),
                                    lambda: self._run(handler, server, peer, req_id, args))
@@ -66,33 +148,28 @@ class ValueService(Service):
             self._run(handler, server, peer, req_id, args)
 
     def _run(self, handler: Handler, server: Server, peer: Peer, req_id: bytes,
-             args: List[Frame]) -> None:
+             args: Sequence[Frame]) -> None:
         try:
             handler(self, server, peer, req_id, args)
         except Exception as e:
             server.reply_error(peer, req_id, e)
 
-    @handles(ValueOps.GET)
-    def get(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
-        """``[attribute]``."""
-        server.reply_value(peer, req_id, getattr(self.obj, bytes(args[0]).decode()))
+    @handles(ValueOps.GET, Attribute)
+    def get(self, server: Server, peer: Peer, req_id: bytes, msg: Attribute) -> None:
+        server.reply_value(peer, req_id, getattr(self.obj, msg.name))
 
-    @handles(ValueOps.SET)
-    def set(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
-        """``[attribute, *value]``."""
-        setattr(self.obj, bytes(args[0]).decode(), loads(args[1:]))
+    @handles(ValueOps.SET, Assign)
+    def set(self, server: Server, peer: Peer, req_id: bytes, msg: Assign) -> None:
+        setattr(self.obj, msg.name, msg.value)
         server.reply(peer, req_id, b"ok")
 
-    @handles(ValueOps.GETITEM)
-    def getitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
-        """``[*key]``."""
-        server.reply_value(peer, req_id, self.obj[loads(args)])
+    @handles(ValueOps.GETITEM, Item)
+    def getitem(self, server: Server, peer: Peer, req_id: bytes, msg: Item) -> None:
+        server.reply_value(peer, req_id, self.obj[msg.key])
 
-    @handles(ValueOps.SETITEM)
-    def setitem(self, server: Server, peer: Peer, req_id: bytes, args: List[Frame]) -> None:
-        """``[*(key, value)]``."""
-        key, value = loads(args)
-        self.obj[key] = value
+    @handles(ValueOps.SETITEM, AssignItem)
+    def setitem(self, server: Server, peer: Peer, req_id: bytes, msg: AssignItem) -> None:
+        self.obj[msg.key] = msg.value
         server.reply(peer, req_id, b"ok")
 
 
@@ -171,14 +248,14 @@ class SharedValue(Handle):
             else b""
         if self._client_lock is not None:
             with self._client_lock:
-                return self._request(op, [tid, *frames])
-        return self._request(op, [tid, *frames])
+                return self._request(op, Access(tid, frames).frames())
+        return self._request(op, Access(tid, frames).frames())
 
-    def _get(self, attr: bytes) -> Any:
-        return loads(self._call(ValueOps.GET, [attr])[1])
+    def _get(self, attr: str) -> Any:
+        return loads(self._call(ValueOps.GET, Attribute(attr).frames())[1])
 
-    def _set(self, attr: bytes, value: object) -> None:
-        self._call(ValueOps.SET, [attr, *dumps(value)])
+    def _set(self, attr: str, value: object) -> None:
+        self._call(ValueOps.SET, Assign(attr, value).frames())
 
     @property
     def value(self) -> Any:
@@ -192,11 +269,11 @@ class SharedValue(Handle):
             TypeError: (assignment) the value does not fit the ctypes type.
             fiber.errors.TransportError: the creator process is gone or unreachable.
         """
-        return self._get(b"value")
+        return self._get("value")
 
     @value.setter
     def value(self, value: object) -> None:
-        self._set(b"value", value)
+        self._set("value", value)
 
     def _raw_view(self) -> object:
         """The same data without the lock (what ``get_obj()`` of a synchronized object
@@ -287,13 +364,13 @@ class SharedStructure(SharedValue):
         # only for what normal lookup misses: the fields (the handle's own attributes
         # are found first, also while it is being unpickled)
         if name in self.__dict__.get("_fields", ()):
-            return self._get(name.encode())
+            return self._get(name)
         raise AttributeError(f"{self.__dict__.get('_type_name', 'structure')!r} object "
                              f"has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in self.__dict__.get("_fields", ()):
-            self._set(name.encode(), value)
+            self._set(name, value)
         else:
             super().__setattr__(name, value)
 
@@ -352,10 +429,10 @@ class SharedArray(SharedValue):
         return self._length
 
     def __getitem__(self, key: Union[int, slice]) -> Any:
-        return loads(self._call(ValueOps.GETITEM, dumps(key))[1])
+        return loads(self._call(ValueOps.GETITEM, Item(key).frames())[1])
 
     def __setitem__(self, key: Union[int, slice], value: object) -> None:
-        self._call(ValueOps.SETITEM, dumps((key, value)))
+        self._call(ValueOps.SETITEM, AssignItem(key, value).frames())
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self[:])  # one round trip: a snapshot
@@ -372,11 +449,11 @@ class SharedString(SharedArray):
             ValueError: (assignment) more bytes than the array holds.
             fiber.errors.TransportError: the creator process is gone or unreachable.
         """
-        return bytes(self._get(b"raw"))
+        return bytes(self._get("raw"))
 
     @raw.setter
     def raw(self, value: bytes) -> None:
-        self._set(b"raw", value)
+        self._set("raw", value)
 
 
 class SynchronizedArray(_Synchronized, SharedArray):

@@ -38,7 +38,15 @@ from fiber.pool._service import PoolService
 from fiber.process._inspected import InspectOps, InspectService
 from fiber.process._launcher import LaunchOps, LaunchService
 from fiber.queues._service import QueueOps, QueueService
-from fiber.sharedctypes import ValueOps, ValueService
+from fiber.sharedctypes import (
+    Access,
+    Assign,
+    AssignItem,
+    Attribute,
+    Item,
+    ValueOps,
+    ValueService,
+)
 from fiber.synchronize._barrier import BarrierOps, BarrierService
 from fiber.synchronize._condition import ConditionOps, ConditionService, Notify, Sleep, Ticket
 from fiber.synchronize._event import EventOps, EventService
@@ -57,7 +65,7 @@ from fiber.transport.client import Client
 from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
 from fiber.transport.operations import Dispatcher, handles, names
 from fiber.transport.remote import unpack_exception
-from fiber.transport.serialization import loads
+from fiber.transport.serialization import dumps, loads
 from fiber.transport.server import Server, Service
 
 # -- framing -------------------------------------------------------------------------------
@@ -352,7 +360,10 @@ RECORDS = [Wait(None), Wait(0.0), Wait(1.5), Caller(b"thread"), Acquire(b"t", No
            Send(0, [b"p", b"pickle", b"buffer"]), Send(1, [b"b", b""]), Receive(0, None),
            Receive(1, 0.0), Receive(1, 2.5), Handoff(1, b"12345678"), End(0),
            WaitAny(None, [(b"p1", 0), (b"p2", 1)]), WaitAny(0.5, []), Cancel(b"req-id"),
-           Get(b"k" * 16, "boot/4026531840", ""), Get(b"k" * 16, "host", "10.0.0.2:4000")]
+           Get(b"k" * 16, "boot/4026531840", ""), Get(b"k" * 16, "host", "10.0.0.2:4000"),
+           Access(b"", [b"value"]), Access(b"thread", [b"raw", b"pickle"]), Access(b"t", []),
+           Attribute("value"), Assign("value", 3), Assign("x", b"bytes"), Item(2),
+           Item(slice(1, None, 2)), AssignItem(0, 1.5), AssignItem(slice(0, 2), [1, 2])]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -374,6 +385,11 @@ LAYOUTS = [
     (Cancel(b"rid"), [b"rid"]),
     (Get(b"key", "host", ""), [b"key", b"host", b""]),
     (Get(b"key", "host", "10.0.0.2:4000"), [b"key", b"host", b"10.0.0.2:4000"]),
+    (Access(b"tid", [b"value"]), [b"tid", b"value"]),
+    (Attribute("raw"), [b"raw"]),
+    (Assign("value", 2.5), [b"value", *dumps(2.5)]),
+    (Item(slice(1, 3)), dumps(slice(1, 3))),
+    (AssignItem(1, 7), dumps((1, 7))),
 ]
 
 
