@@ -21,7 +21,16 @@ from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import End, Handoff, PipeOps, PipeService, Receive, Send
 from fiber.connection._watch import Cancel, WaitAny, WaitOps, WaitService
-from fiber.managers._server import ManagerOps, ManagerService, ObjectOps, ObjectService
+from fiber.managers._server import (
+    Call,
+    Create,
+    Created,
+    ManagerOps,
+    ManagerService,
+    ObjectOps,
+    ObjectService,
+    ProxyHandoff,
+)
 from fiber.pool._dispatch import Dispatching
 from fiber.pool._jobs import JobsOfSeveral
 from fiber.pool._protocol import (
@@ -363,7 +372,10 @@ RECORDS = [Wait(None), Wait(0.0), Wait(1.5), Caller(b"thread"), Acquire(b"t", No
            Get(b"k" * 16, "boot/4026531840", ""), Get(b"k" * 16, "host", "10.0.0.2:4000"),
            Access(b"", [b"value"]), Access(b"thread", [b"raw", b"pickle"]), Access(b"t", []),
            Attribute("value"), Assign("value", 3), Assign("x", b"bytes"), Item(2),
-           Item(slice(1, None, 2)), AssignItem(0, 1.5), AssignItem(slice(0, 2), [1, 2])]
+           Item(slice(1, None, 2)), AssignItem(0, 1.5), AssignItem(slice(0, 2), [1, 2]),
+           Call.of("append", (1,), None), Call.of("update", (), {"k": [1, 2]}),
+           ProxyHandoff(b"12345678"), Create("dict", (), {"a": 1}), Create("Env", (3, "x"), {}),
+           Created(b"cid", b"ok", [b"spec"]), Created(b"cid", b"err", [])]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -390,6 +402,10 @@ LAYOUTS = [
     (Assign("value", 2.5), [b"value", *dumps(2.5)]),
     (Item(slice(1, 3)), dumps(slice(1, 3))),
     (AssignItem(1, 7), dumps((1, 7))),
+    (Call.of("get", [0], None), dumps(("get", (0,), {}))),
+    (ProxyHandoff(b"tok"), [b"tok"]),
+    (Create("list", (1,), {"k": 2}), dumps(("list", (1,), {"k": 2}))),
+    (Created(b"cid", b"ok", [b"spec", b"buf"]), [b"cid", b"ok", b"spec", b"buf"]),
 ]
 
 
@@ -404,6 +420,14 @@ def test_a_request_naming_no_pipe_end_is_not_decoded():
             End.decode([tag])
     with pytest.raises(ValueError):  # a service named without its end
         WaitAny.decode([encode_wait(True, None), b"p1"])
+
+
+def test_a_managed_call_stays_pickled_until_it_runs():
+    call = Call.decode([bytearray(f) for f in Call.of("put", (1, "a"), {"k": None}).frames()])
+    assert call.unpickled() == ("put", (1, "a"), {"k": None})
+    assert not call.holds_proxies()
+    with pytest.raises(ValueError):
+        Call.decode([])
 
 
 def test_wait_of_a_call_is_what_encode_wait_sends():

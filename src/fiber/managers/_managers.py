@@ -24,7 +24,7 @@ from ..process._process import Process, mark_daemonic
 from ..synchronize._primitives import ManagedLock
 from ..transport import auth
 from ..transport.client import ConnectionLost
-from ..transport.serialization import Frame, dumps, loads
+from ..transport.serialization import Frame, loads
 from ._async_calls import channel
 from ._proxies import (
     AcquirerProxy,
@@ -50,6 +50,7 @@ from ._proxies import (
 )
 from ._server import (
     MANAGER_SERVICE,
+    Create,
     Entry,
     ManagerOps,
     Spec,
@@ -191,7 +192,7 @@ class BaseManager:
         return _Root(self._address)
 
     def _create(self, typeid: str, *args: object, **kwds: object) -> BaseProxy:
-        _, frames = self._root().call(ManagerOps.CREATE, dumps((typeid, args, kwds)))
+        _, frames = self._root().call(ManagerOps.CREATE, Create(typeid, args, kwds).frames())
         return new_proxy(loads(frames), manager=self)
 
     def _number_of_objects(self) -> int:
@@ -464,5 +465,5 @@ class AsyncManager(BaseManager):
 
     def _create(self, typeid: str, *args: object, **kwds: object) -> BaseProxy:
         h = channel(self._root().hub_address).call(MANAGER_SERVICE, ManagerOps.CREATE,
-                                                   dumps((typeid, args, kwds)))
+                                                   Create(typeid, args, kwds).frames())
         return pending_proxy(self._registry[typeid].proxytype, typeid, h, manager=self)

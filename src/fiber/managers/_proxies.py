@@ -27,10 +27,10 @@ from .._core import _served
 from .._core._clients import get_client
 from .._process_state import here
 from ..transport.client import ConnectionLost
-from ..transport.serialization import Frame, dumps, loads
+from ..transport.serialization import Frame, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
-from ._server import ObjectOps, Spec
+from ._server import Call, ObjectOps, ProxyHandoff, Spec
 
 __all__ = ["BaseProxy", "AsyncProxy", "AutoProxy", "AsyncAutoProxy", "MakeProxyType",
            "DirectProxy", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
@@ -86,7 +86,7 @@ class BaseProxy(_served.Handle):
         if self._direct is not None:
             return getattr(self._direct, methodname)(*args, **(kwds or {}))
         status, frames = self._request(ObjectOps.CALL,
-                                       dumps((methodname, tuple(args), kwds or {})))
+                                       Call.of(methodname, args, kwds).frames())
         return _decode(status, frames, self._manager)
 
     def _getvalue(self) -> Any:
@@ -99,7 +99,7 @@ class BaseProxy(_served.Handle):
             raise _manager_server.NeedsThread
         self._resolve()
         token = secrets.token_bytes(8)
-        self._request(ObjectOps.HANDOFF, [token])
+        self._request(ObjectOps.HANDOFF, ProxyHandoff(token).frames())
         address, name = self._address, self._name
         _served.add_handoff(lambda: _release(address, name, token))
         spec = Spec(self._typeid, name, address, self._exposed, self._direct, None)
@@ -176,14 +176,14 @@ def _rebuild_proxy(cls: Type[BaseProxy], spec: Spec, token: bytes) -> BaseProxy:
     proxy: BaseProxy = cls.__new__(cls)
     object.__setattr__(proxy, "_name", spec.name)
     object.__setattr__(proxy, "_address", spec.address)
-    proxy._request(ObjectOps.ATTACH, [token])  # noqa: SLF001
+    proxy._request(ObjectOps.ATTACH, ProxyHandoff(token).frames())  # noqa: SLF001
     proxy._init(spec)  # noqa: SLF001
     return proxy
 
 
 def _release(address: str, name: bytes, token: bytes) -> None:
     try:
-        get_client(address, 5).send(name, ObjectOps.RELEASE, [token])
+        get_client(address, 5).send(name, ObjectOps.RELEASE, ProxyHandoff(token).frames())
     except Exception:
         pass
 
@@ -223,7 +223,7 @@ class AsyncProxy(BaseProxy):
         self._resolve()
         # m.Env().step(a).get(): the proxy lives until the reply is read
         return channel(self._address).call(self._name, ObjectOps.CALL,
-                                           dumps((methodname, tuple(args), kwds or {})),
+                                           Call.of(methodname, args, kwds).frames(),
                                            decode=functools.partial(_decode,
                                                                     manager=self._manager),
                                            owner=self, again=True)

@@ -11,7 +11,18 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from .._core import _runtime
 from .._core._clients import get_client
@@ -32,7 +43,8 @@ if TYPE_CHECKING:
     from .. import queues
 
 __all__ = ["Entry", "Spec", "ObjectServer", "ManagerService", "manager_main",
-           "object_job_main", "MANAGER_SERVICE", "NeedsThread", "pickling_on_hub"]
+           "object_job_main", "MANAGER_SERVICE", "NeedsThread", "pickling_on_hub",
+           "Call", "ProxyHandoff", "Create", "Created"]
 
 MANAGER_SERVICE = b"mgr"
 
@@ -217,6 +229,56 @@ class ObjectOps:
     REPR = b"repr"
 
 
+class Call(NamedTuple):
+    """``call``: the method's name, arguments and keywords, pickled by the caller, and
+    kept so until the call runs: unpickled (`unpickled`) on the worker thread that runs
+    it, as an argument that is a proxy makes a request of its own when unpickled."""
+
+    pickled: Sequence[Frame]  # dumps((method, args, kwds))
+
+    @classmethod
+    def of(cls, method: str, args: Sequence[object] = (),
+           kwds: Optional[Dict[str, object]] = None) -> Call:
+        """The call of ``method`` with ``args`` and ``kwds`` (a proxy's)."""
+        return cls(dumps((method, tuple(args), kwds or {})))
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Call:
+        if not payload:
+            raise ValueError("a call without its method")
+        return cls(payload)
+
+    def frames(self) -> List[Frame]:
+        return list(self.pickled)
+
+    def holds_proxies(self) -> bool:
+        """Whether its arguments hold proxies (to unpickle on a worker thread)."""
+        return b"_rebuild_proxy" in bytes(self.pickled[0])
+
+    def unpickled(self) -> Tuple[str, Tuple[object, ...], Dict[str, object]]:
+        """The method's name, arguments and keywords.
+
+        Raises:
+            ValueError: the pickle is not such a call.
+        """
+        method, args, kwds = loads(self.pickled)
+        return method, args, kwds
+
+
+class ProxyHandoff(NamedTuple):
+    """``handoff``, ``attach``, ``release``: the token of one pickle of a proxy (what
+    the process that unpickles it attaches with)."""
+
+    token: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> ProxyHandoff:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.token]
+
+
 class ObjectService(Service):
     """One managed object: calls (on worker threads), and its proxies' counts."""
 
@@ -239,33 +301,33 @@ class ObjectService(Service):
         self.handoffs: Set[bytes] = set()
         self.dropped = False
 
-    @handles(ObjectOps.CALL)
-    def call(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``dumps((method, args, kwds))``: on a worker thread (inline ones on the hub)."""
+    @handles(ObjectOps.CALL, Call)
+    def call(self, server: Server, peer: Peer, req_id: bytes, msg: Call) -> None:
+        """On a worker thread (inline ones on the hub)."""
         if (self.inline and peer.peer_id not in self.owner.workers.busy
-                and b"_rebuild_proxy" not in bytes(payload[0])):
-            self._call_on_hub(server, peer, req_id, payload)
+                and not msg.holds_proxies()):
+            self._call_on_hub(server, peer, req_id, msg)
             return
         self.owner.workers.submit(peer, lambda: _reply(
-            server, peer, req_id, lambda: self._call(peer, payload)))
+            server, peer, req_id, lambda: self._call(peer, msg)))
 
-    @handles(ObjectOps.ATTACH)
-    def attach(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[token]``: a process unpickled a proxy handed off to it; it holds one now."""
-        self.handoffs.discard(bytes(payload[0]))
+    @handles(ObjectOps.ATTACH, ProxyHandoff)
+    def attach(self, server: Server, peer: Peer, req_id: bytes, msg: ProxyHandoff) -> None:
+        """A process unpickled a proxy handed off to it; it holds one now."""
+        self.handoffs.discard(msg.token)
         self.holders[peer.process_id] += 1
         server.reply(peer, req_id, b"ok")
 
-    @handles(ObjectOps.HANDOFF)
-    def handoff(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[token]``: a proxy is being pickled; the object is kept until it is attached."""
-        self.handoffs.add(bytes(payload[0]))
+    @handles(ObjectOps.HANDOFF, ProxyHandoff)
+    def handoff(self, server: Server, peer: Peer, req_id: bytes, msg: ProxyHandoff) -> None:
+        """A proxy is being pickled; the object is kept until it is attached."""
+        self.handoffs.add(msg.token)
         server.reply(peer, req_id, b"ok")
 
-    @handles(ObjectOps.RELEASE)
-    def release(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[token]``: a handoff that nobody will attach."""
-        self.handoffs.discard(bytes(payload[0]))
+    @handles(ObjectOps.RELEASE, ProxyHandoff)
+    def release(self, server: Server, peer: Peer, req_id: bytes, msg: ProxyHandoff) -> None:
+        """A handoff that nobody will attach."""
+        self.handoffs.discard(msg.token)
         self._maybe_drop()
 
     @handles(ObjectOps.DETACH)
@@ -287,8 +349,8 @@ class ObjectService(Service):
         self.owner.workers.submit(peer, lambda: _reply(
             server, peer, req_id, lambda: (b"ok", dumps(repr(self.obj)))))
 
-    def _call(self, peer: Peer, payload: List[Frame], pickle: bool = True) -> Tuple[bytes, Any]:
-        method, args, kwds = loads(payload)
+    def _call(self, peer: Peer, msg: Call, pickle: bool = True) -> Tuple[bytes, Any]:
+        method, args, kwds = msg.unpickled()
         if method not in self.exposed:  # a RemoteError with multiprocessing's manager
             raise as_remote_error(AttributeError(
                 f"method {method!r} of {type(self.obj)!r} object is not in "
@@ -299,13 +361,12 @@ class ObjectService(Service):
             return b"proxy", dumps(self.owner.serve(result, typeid, peer.process_id))
         return b"ok", dumps(result) if pickle else result
 
-    def _call_on_hub(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Frame]) -> None:
+    def _call_on_hub(self, server: Server, peer: Peer, req_id: bytes, msg: Call) -> None:
         """A call of a container that cannot block, without a thread hop. Arguments that
         hold proxies went to a worker thread; a result that holds one goes there to be
         pickled (pickling a proxy is a call, which the hub thread must not wait for)."""
         try:
-            status, result = self._call(peer, payload, pickle=False)
+            status, result = self._call(peer, msg, pickle=False)
         except Exception as e:
             server.reply_error(peer, req_id, e)
             return
@@ -369,6 +430,40 @@ class ManagerOps:
     SHUTDOWN = b"shutdown"
 
 
+class Create(NamedTuple):
+    """``create``: the type id, and the arguments and keywords to make the object with
+    (pickled together, unpickled on the hub thread)."""
+
+    typeid: str
+    args: Tuple[object, ...]
+    kwds: Dict[str, object]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Create:
+        typeid, args, kwds = loads(payload)
+        return cls(typeid, args, kwds)
+
+    def frames(self) -> List[Frame]:
+        return dumps((self.typeid, self.args, self.kwds))
+
+
+class Created(NamedTuple):
+    """``created``: an object job's report, the answer to the creation waiting for it:
+    its creation id, and the answer's status and frames (the object's Spec, or the
+    error, pickled by the job and forwarded as they came)."""
+
+    cid: bytes
+    status: bytes
+    reply: Sequence[Frame]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Created:
+        return cls(bytes(payload[0]), bytes(payload[1]), payload[2:])
+
+    def frames(self) -> List[Frame]:
+        return [self.cid, self.status, *self.reply]
+
+
 class ManagerService(Service):
     """The manager's own service: create objects, count them, shut down."""
 
@@ -384,10 +479,10 @@ class ManagerService(Service):
         self.pending: Dict[bytes, Tuple[Peer, bytes, str]] = {}
         self._lock = threading.Lock()
 
-    @handles(ManagerOps.CREATE)
-    def create(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``dumps((typeid, args, kwds))``: answered with the new object's Spec."""
-        typeid, args, kwds = loads(payload)
+    @handles(ManagerOps.CREATE, Create)
+    def create(self, server: Server, peer: Peer, req_id: bytes, msg: Create) -> None:
+        """Answered with the new object's Spec."""
+        typeid, args, kwds = msg
         if typeid not in self.objects.registry:  # a RemoteError with multiprocessing's
             raise as_remote_error(KeyError(f"no type {typeid!r} registered with this manager"))
         holder = peer.process_id
@@ -398,13 +493,13 @@ class ManagerService(Service):
             self.objects.workers.submit(peer, lambda: _reply(server, peer, req_id, lambda: (
                 b"ok", dumps(self.objects.create(typeid, args, kwds, holder)))))
 
-    @handles(ManagerOps.CREATED)
-    def created(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[creation id, status, *frames]``: an object job reports its object (or its
-        error), the answer to the creation waiting for it."""
-        entry = self.pending.pop(bytes(payload[0]), None)
+    @handles(ManagerOps.CREATED, Created)
+    def created(self, server: Server, peer: Peer, req_id: bytes, msg: Created) -> None:
+        """An object job reports its object (or its error), the answer to the creation
+        waiting for it."""
+        entry = self.pending.pop(msg.cid, None)
         if entry is not None:
-            server.reply(entry[0], entry[1], bytes(payload[1]), payload[2:])
+            server.reply(entry[0], entry[1], msg.status, msg.reply)
         server.reply(peer, req_id, b"ok")
 
     @handles(ManagerOps.PING)
@@ -557,6 +652,7 @@ def object_job_main(registry: Dict[str, Entry], typeid: str, args: Tuple[object,
         status, frames = b"ok", dumps(objects.create(typeid, args, kwds, holder))
     except Exception as e:
         status, frames = b"err", dumps(pack_exception(e))
-    get_client(manager).request(MANAGER_SERVICE, ManagerOps.CREATED, [cid, status, *frames])
+    get_client(manager).request(MANAGER_SERVICE, ManagerOps.CREATED,
+                                Created(cid, status, frames).frames())
     if status == b"ok":
         objects.wait_until_empty()
