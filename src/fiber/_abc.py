@@ -25,14 +25,14 @@ from .pool._worker import PoolLink
 from .process._bound import BackendContext, ProcessContext
 from .process._starting import Startable
 from .transport.local import Channel, OwnServer
-from .transport.operations import Dispatcher, Service
+from .transport.operations import Dispatcher, Record, Service
 from .transport.serving import Servable
 from .transport.settings import Settings
 
 __all__ = [
     "Backend", "CommandLineBackend", "LabelledBackend", "BatchBackend", "ArrayBackend",
     "BatchCommands", "StepCommands",
-    "Service", "Dispatcher", "Channel", "OwnServer", "Servable", "Settings",
+    "Service", "Dispatcher", "Record", "Channel", "OwnServer", "Servable", "Settings",
     "Startable", "ProcessContext", "BackendContext", "ResultSink", "PoolLink", "Linked",
     "Placed",
 ]
