@@ -32,7 +32,7 @@ from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
 from . import _watch
 from ._fileno import FilenoWatch
-from ._watch import end_of, end_tag
+from ._watch import END_TAGS, end_of, end_tag
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
@@ -66,6 +66,11 @@ class PipeOps:
 
 
 # The records of its requests: each names the end first (`_watch.end_tag`: b"0", b"1").
+# Send's and Receive's, a message's way, are made as `namedtuple._make` makes a record
+# (tuple.__new__, no call of the class's __new__) and write their end's tag directly.
+
+_tuple_new = tuple.__new__
+_FOREVER = encode_wait(True, None)
 
 class Send(NamedTuple):
     """``send``: the end sending, and the message, the frames the other end's ``recv``
@@ -76,10 +81,10 @@ class Send(NamedTuple):
 
     @classmethod
     def decode(cls, payload: Sequence[Frame]) -> Send:
-        return cls(end_of(payload[0]), payload[1:])
+        return _tuple_new(cls, (end_of(payload[0]), payload[1:]))
 
     def frames(self) -> List[Frame]:
-        return [end_tag(self.end), *self.message]
+        return [END_TAGS[self.end], *self.message]
 
 
 class Receive(NamedTuple):
@@ -91,10 +96,11 @@ class Receive(NamedTuple):
 
     @classmethod
     def decode(cls, payload: Sequence[Frame]) -> Receive:
-        return cls(end_of(payload[0]), decode_wait(payload[1]))
+        return _tuple_new(cls, (end_of(payload[0]), decode_wait(payload[1])))
 
     def frames(self) -> List[Frame]:
-        return [end_tag(self.end), encode_wait(True, self.wait)]
+        wait = self.wait
+        return [END_TAGS[self.end], _FOREVER if wait is None else encode_wait(True, wait)]
 
 
 class Handoff(NamedTuple):

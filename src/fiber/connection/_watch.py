@@ -19,7 +19,8 @@ from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Watched", "Watch", "WaitService", "WaitOps", "WAIT_SERVICE", "ensure_service",
-           "pack_indices", "unpack_indices", "WaitAny", "Cancel", "end_tag", "end_of"]
+           "pack_indices", "unpack_indices", "WaitAny", "Cancel", "end_tag", "end_of",
+           "END_TAGS"]
 
 #: The hub-wide service name (one per hub, registered with the hub's first pipe).
 WAIT_SERVICE = b"~conn-wait"
@@ -35,12 +36,13 @@ def unpack_indices(data: bytes) -> List[int]:
     return [_INDEX.unpack_from(data, i)[0] for i in range(0, len(data), _INDEX.size)]
 
 
-_TAGS = (b"0", b"1")
+#: The frames that name a pipe's end 0 and end 1 in a request (`end_tag`).
+END_TAGS = (b"0", b"1")
 
 
 def end_tag(end: int) -> bytes:
     """The frame that names a pipe's ``end`` (0 or 1) in a request: b"0" or b"1"."""
-    return _TAGS[end]
+    return END_TAGS[end]
 
 
 def end_of(frame: Frame) -> int:
