@@ -17,7 +17,6 @@ from .backends._base import Backend
 from .backends._batch import BatchBackend, BatchCommands
 from .backends._cli_backend import CommandLineBackend
 from .backends._labelled import LabelledBackend
-from .backends.slurm._steps import StepCommands
 from .pool._credit import Linked
 from .pool._losses import Placed
 from .pool._state import ResultSink
@@ -31,7 +30,7 @@ from .transport.settings import Settings
 
 __all__ = [
     "Backend", "CommandLineBackend", "LabelledBackend", "BatchBackend", "ArrayBackend",
-    "BatchCommands", "StepCommands",
+    "BatchCommands",
     "Service", "Dispatcher", "Record", "Channel", "OwnServer", "Servable", "Settings",
     "Startable", "ProcessContext", "BackendContext", "ResultSink", "PoolLink", "Linked",
     "Placed",

@@ -112,8 +112,8 @@ def split_env(envs: Sequence[Mapping[str, str]]) -> Tuple[Dict[str, str], List[D
 
 class BatchCommands(Protocol):
     """What the job-listing functions of a batch backend (its ``_jobs`` module: ``fiber
-    ps``, ``logs``, ``stop``) need of the backend: its commands, their timeouts, the
-    status of a job, and its cancel command."""
+    ps``, ``logs``, ``stop``) and Slurm's job steps need of the backend: its commands,
+    their timeouts, the status of a job, and its cancel command."""
 
     query_timeout: float
     cancel_timeout: float

@@ -13,32 +13,14 @@ import dataclasses
 import os
 import signal
 import subprocess
-from typing import Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...errors import SubmitError
 from .._base import JobHandle, JobStatus
+from .._batch import BatchCommands
 from ._status import step_status
 
-__all__ = ["Step", "StepCommands", "step_rows", "query_steps", "cancel_steps"]
-
-
-class StepCommands(Protocol):
-    """What these functions need of the backend (a `SlurmBackend`)."""
-
-    query_timeout: float
-
-    def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
-                    timeout: Optional[float] = None, what: str = "",
-                    check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` (a scheduler command) with ``input`` on its stdin, for at most
-        ``timeout`` seconds; its output as text. ``what`` names it in errors.
-
-        Raises:
-            BackendError: with ``check``, it failed, timed out or could not be run.
-        """
-
-    def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
-        """Cancel Slurm's jobs or steps ``ids`` (``force``: SIGKILL at once)."""
+__all__ = ["Step", "step_rows", "query_steps", "cancel_steps"]
 
 
 @dataclasses.dataclass
@@ -52,7 +34,7 @@ class Step:
     cancelled: Optional[str] = None
 
 
-def step_rows(backend: StepCommands) -> Dict[str, Tuple[str, str]]:
+def step_rows(backend: BatchCommands) -> Dict[str, Tuple[str, str]]:
     """``{step name: (step id, nodes)}`` of this allocation's steps, one squeue call."""
     alloc = os.environ.get("SLURM_JOB_ID", "")
     argv = ["squeue", "--noheader", "--steps", f"--jobs={alloc}", "--format=%i|%j|%N"]
@@ -66,7 +48,7 @@ def step_rows(backend: StepCommands) -> Dict[str, Tuple[str, str]]:
     return rows
 
 
-def query_steps(backend: StepCommands, steps: List[Step],
+def query_steps(backend: BatchCommands, steps: List[Step],
                 handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
     """The status of ``steps`` (of ``handles``, in order); sets their hosts once known."""
     out: Dict[str, JobStatus] = {}
@@ -85,7 +67,7 @@ def query_steps(backend: StepCommands, steps: List[Step],
     return out
 
 
-def cancel_steps(backend: StepCommands, steps: List[Step], how: str) -> None:
+def cancel_steps(backend: BatchCommands, steps: List[Step], how: str) -> None:
     """Cancel ``steps`` (``how``: "term" or "kill")."""
     live = [s for s in steps if s.popen.poll() is None]
     for s in live:
