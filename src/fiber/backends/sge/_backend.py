@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...config import Config, get_config, settings
+from ...config import get_config
 from ...errors import BackendError, ConfigError, SubmitError
 from .._arrays import ArrayBackend, ArrayJob
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
@@ -23,7 +23,7 @@ from .._batch import parse_job_id, render_script, split_env
 from .._common import route_toward
 from . import _jobs as _sge_jobs
 from ._jobs import program_dir, user
-from ._settings import SgeSettings, time_limit_seconds
+from ._settings import SgeSettings, own, time_limit_seconds
 from ._status import (
     Acct,
     Row,
@@ -55,11 +55,6 @@ _ACCT_GRACE = 60.0
 _MAX_ARRAY = 75000
 _BENIGN_QDEL = ("does not exist", "already been deleted", "has already been deleted",
                 "is already in deletion", "registered", "has deleted", "forced the deletion")
-
-
-def _own(cfg: Optional[Config] = None) -> SgeSettings:
-    """The sge backend's settings in ``cfg`` (or the config in force)."""
-    return settings(SgeSettings, "sge", cfg)
 
 
 def resource_args(spec: JobSpec, own: SgeSettings) -> List[str]:
@@ -149,7 +144,7 @@ class SgeBackend(ArrayBackend[_Job]):
     def query_node_cpus(self) -> Optional[int]:
         """The CPUs of the smallest execution host (``qhost``); None without ``sge_pe``
         (a job has one slot then)."""
-        if not _own().pe:
+        if not own().pe:
             return None
         return smallest_host_cpus(self.run_command(["qhost"], what="qhost").stdout)
 
@@ -157,7 +152,7 @@ class SgeBackend(ArrayBackend[_Job]):
         """``sge_time_limit`` in seconds (None if unset): a pool renews its workers before
         it (see fiber.pool._renew); jobs get SIGUSR2 at it (``-notify``), and a worker
         that gets it retires (fiber.pool._retire) in the queue's ``notify`` time."""
-        text = _own().time_limit.strip()
+        text = own().time_limit.strip()
         return time_limit_seconds(text) if text else None
 
     def qsub_args(self, specs: Sequence[JobSpec], own: SgeSettings, name: str,
@@ -185,20 +180,20 @@ class SgeBackend(ArrayBackend[_Job]):
         return argv
 
     def submit_array(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        own = _own()
+        cfg = own()
         n = len(specs)
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
-        name = f"{own.job_name_prefix}-{safe_name(label)}"
+        name = f"{cfg.job_name_prefix}-{safe_name(label)}"
         out_dir = program_dir(self.program)
-        argv = self.qsub_args(specs, own, name, label, out_dir)
+        argv = self.qsub_args(specs, cfg, name, label, out_dir)
         common, task_env = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
         try:
             script = render_script(specs[0].command, common, task_env,
                                    index_var="SGE_TASK_ID", first_index=1)
         except ValueError as e:
             raise SubmitError(f"cannot write the job script: {e}") from None
-        where = ", ".join(f"{k} {v!r}" for k, v in (("queue", own.queue),
-                                                     ("project", own.project)) if v)
+        where = ", ".join(f"{k} {v!r}" for k, v in (("queue", cfg.queue),
+                                                     ("project", cfg.project)) if v)
         what = (f"qsub (submitting {n} fiber job{'s as an array job' if n > 1 else ''}"
                 + (f"; {where}" if where else "") + ")")
         cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)

@@ -17,21 +17,15 @@ import glob
 import os
 from typing import List, Optional, Sequence
 
-from ...config import Config, settings
 from ...errors import BackendError, SubmitError
 from .._base import JobInfo
 from .._batch import BatchCommands, cancel_listed, last_lines, log_dir
-from ._settings import SgeSettings
+from ._settings import own
 from ._status import Listed, Row, parse_contexts, parse_qstat, split_id
 
 __all__ = ["output_dir", "program_dir", "find_jobs", "read_logs", "remove_jobs",
            "last_lines", "user", "state_word"]
 
-
-
-def _own(cfg: Optional[Config] = None) -> SgeSettings:
-    """The sge backend's settings in ``cfg`` (or the config in force)."""
-    return settings(SgeSettings, "sge", cfg)
 
 
 def user() -> str:
@@ -45,7 +39,7 @@ def user() -> str:
 def output_dir() -> str:
     """The directory of job logs, ``sge_output_dir``; by default ``~/.fiber/sge-logs``
     (`log_dir`)."""
-    return log_dir(_own().output_dir, "sge-logs", "Grid Engine", "sge_output_dir")
+    return log_dir(own().output_dir, "sge-logs", "Grid Engine", "sge_output_dir")
 
 
 def program_dir(program: str) -> str:

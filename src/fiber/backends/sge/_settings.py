@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from typing import ClassVar, Tuple
+from typing import ClassVar, Optional, Tuple
 
-__all__ = ["SgeSettings", "time_limit_seconds"]
+from ...config import Config, settings
+
+__all__ = ["SgeSettings", "own", "time_limit_seconds"]
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,3 +104,8 @@ class SgeSettings:
         if self.output_dir and (":" in self.output_dir or "," in self.output_dir):
             raise ValueError("output_dir cannot hold ':' or ',' (qsub -o reads them as "
                              f"host and list separators), got {self.output_dir!r}")
+
+
+def own(cfg: Optional[Config] = None) -> SgeSettings:
+    """The sge backend's settings in ``cfg`` (or the config in force)."""
+    return settings(SgeSettings, "sge", cfg)

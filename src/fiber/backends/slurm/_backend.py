@@ -15,7 +15,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..._process_state import here
-from ...config import Config, get_config, settings
+from ...config import get_config
 from ...errors import ConfigError, SubmitError
 from .._arrays import ArrayBackend, ArrayJob
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
@@ -24,7 +24,7 @@ from .._common import route_toward
 from . import _jobs as _slurm_jobs
 from ._jobs import output_dir
 from ._nodes import SINFO_FORMAT, node_list_command, smallest_node_cpus
-from ._settings import SlurmSettings
+from ._settings import SlurmSettings, own
 from ._status import (
     PENDING_STATES,
     array_name,
@@ -45,11 +45,6 @@ from ._time import notice_seconds, time_limit_seconds
 
 __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
            "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
-
-
-def _own(cfg: Optional[Config] = None) -> SlurmSettings:
-    """The slurm backend's settings in ``cfg`` (or the config in force)."""
-    return settings(SlurmSettings, "slurm", cfg)
 
 #: Set by fiber's job script to the job's own id: a process whose ``SLURM_JOB_ID`` is its
 #: own fiber job (not an allocation it was given) submits its children as jobs.
@@ -88,7 +83,7 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
 
     def mode(self) -> str:
         """``jobs`` or ``steps``: what this process submits, from ``slurm_mode``."""
-        mode = _own().mode.strip().lower()
+        mode = own().mode.strip().lower()
         if mode not in ("auto", "jobs", "steps"):
             raise ConfigError("slurm_mode", f"must be auto, jobs or steps, got {mode!r}")
         alloc = os.environ.get("SLURM_JOB_ID", "")
@@ -168,7 +163,7 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         if self.mode() == "steps":
             return None
         cp = self.run_command(["sinfo", "-h", "-o", SINFO_FORMAT], what="sinfo")
-        return smallest_node_cpus(cp.stdout, _own().partition)
+        return smallest_node_cpus(cp.stdout, own().partition)
 
     def job_time_limit(self) -> Optional[float]:
         """``slurm_time_limit`` in seconds (None if unset): a pool renews its workers
@@ -177,7 +172,7 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         Raises:
             ConfigError: it is not in a format of Slurm's ``--time``.
         """
-        text = _own().time_limit.strip()
+        text = own().time_limit.strip()
         if not text:
             return None
         seconds = time_limit_seconds(text)
@@ -189,20 +184,20 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
     def submit_array(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         n = len(specs)
-        prefix = safe_name(_own(cfg).job_name_prefix or "fiber")
+        prefix = safe_name(own(cfg).job_name_prefix or "fiber")
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
         name = f"{prefix}-{safe_name(label)}"
         out = os.path.join(output_dir(), "%x-%A_%a.out" if n > 1 else "%x-%j.out")
         argv = ["sbatch", "--parsable", "--no-requeue", f"--job-name={name}",
                 f"--comment={job_comment(self.program, label)}",
                 f"--output={out}", "--nodes=1", "--ntasks=1", *self._resource_args(specs[0])]
-        for flag, value in (("--partition", _own(cfg).partition),
-                            ("--account", _own(cfg).account), ("--qos", _own(cfg).qos),
-                            ("--time", _own(cfg).time_limit)):
+        for flag, value in (("--partition", own(cfg).partition),
+                            ("--account", own(cfg).account), ("--qos", own(cfg).qos),
+                            ("--time", own(cfg).time_limit)):
             if value:
                 argv.append(f"{flag}={value}")
         exclude = self.hosts_kept_off(specs[0].avoid_hosts,
-                                      node_list_command(_own(cfg).partition))
+                                      node_list_command(own(cfg).partition))
         if exclude:
             argv.append(f"--exclude={','.join(exclude)}")
         limit = self.job_time_limit()
@@ -211,20 +206,20 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         if n > 1:
             argv.append(f"--array=0-{n - 1}")
         try:
-            argv += shlex.split(_own(cfg).extra_args)
+            argv += shlex.split(own(cfg).extra_args)
         except ValueError as e:
-            raise ConfigError("slurm_extra_args", f"cannot split {_own(cfg).extra_args!r}: {e}"
+            raise ConfigError("slurm_extra_args", f"cannot split {own(cfg).extra_args!r}: {e}"
                               ) from None
-        common, own = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
+        common, task_env = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
         try:
-            script = render_script(specs[0].command, common, own,
+            script = render_script(specs[0].command, common, task_env,
                                    index_var="SLURM_ARRAY_TASK_ID",
                                    setup=[f'export {OWN_JOB_ENV}="$SLURM_JOB_ID"'])
         except ValueError as e:
             raise SubmitError(f"cannot write the job script: {e}") from None
         where = ", ".join(f"{k} {v!r}" for k, v in (
-            ("partition", _own(cfg).partition), ("account", _own(cfg).account),
-            ("qos", _own(cfg).qos)) if v)
+            ("partition", own(cfg).partition), ("account", own(cfg).account),
+            ("qos", own(cfg).qos)) if v)
         what = (f"sbatch (submitting {n} fiber job{'s as a job array' if n > 1 else ''}"
                 + (f"; {where}" if where else "") + ")")
         cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)
@@ -243,15 +238,15 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
     def _submit_steps(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
         cfg = get_config()
         alloc = os.environ["SLURM_JOB_ID"]
-        prefix = safe_name(_own(cfg).job_name_prefix or "fiber")
+        prefix = safe_name(own(cfg).job_name_prefix or "fiber")
         handles: List[JobHandle] = []
         for spec in specs:
             n = next(self._step_ids)
             name = f"{prefix}-{safe_name(spec.name)}-{here.pid}.{n}"
             argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", *self._resource_args(spec),
                     f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
-            if _own(cfg).time_limit:
-                argv.append(f"--time={_own(cfg).time_limit}")
+            if own(cfg).time_limit:
+                argv.append(f"--time={own(cfg).time_limit}")
             argv += list(spec.command)
             env = self.command_env()
             env.pop(OWN_JOB_ENV, None)

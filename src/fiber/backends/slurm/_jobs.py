@@ -18,19 +18,13 @@ import os
 import re
 from typing import List, Optional, Sequence
 
-from ...config import Config, settings
 from ...errors import BackendError
 from .._base import JobInfo
 from .._batch import BatchCommands, cancel_listed, last_lines, log_dir
-from ._settings import SlurmSettings
+from ._settings import own
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
 __all__ = ["output_dir", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
-
-
-def _own(cfg: Optional[Config] = None) -> SlurmSettings:
-    """The slurm backend's settings in ``cfg`` (or the config in force)."""
-    return settings(SlurmSettings, "slurm", cfg)
 
 
 #: Slurm job states (lower case, as listed) in which there is nothing left to stop.
@@ -42,7 +36,7 @@ ENDING = frozenset({"completing", "completed", "cancelled", "failed", "timeout",
 def output_dir() -> str:
     """The directory of job logs, ``slurm_output_dir``; by default
     ``~/.fiber/slurm-logs`` (`log_dir`)."""
-    return log_dir(_own().output_dir, "slurm-logs", "Slurm", "slurm_output_dir")
+    return log_dir(own().output_dir, "slurm-logs", "Slurm", "slurm_output_dir")
 
 
 def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:

@@ -7,9 +7,11 @@ meaning is its ``#:`` comment, shown in the generated configuration reference.""
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Tuple
+from typing import ClassVar, Optional, Tuple
 
-__all__ = ["SlurmSettings"]
+from ...config import Config, settings
+
+__all__ = ["SlurmSettings", "own"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,3 +50,8 @@ class SlurmSettings:
     #: (``srun``) of the allocation the program runs in; ``auto``: steps inside an
     #: allocation (``SLURM_JOB_ID`` set), jobs otherwise.
     mode: str = "auto"
+
+
+def own(cfg: Optional[Config] = None) -> SlurmSettings:
+    """The slurm backend's settings in ``cfg`` (or the config in force)."""
+    return settings(SlurmSettings, "slurm", cfg)
