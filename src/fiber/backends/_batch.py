@@ -112,11 +112,10 @@ def split_env(envs: Sequence[Mapping[str, str]]) -> Tuple[Dict[str, str], List[D
 
 class BatchCommands(Protocol):
     """What the job-listing functions of a batch backend (its ``_jobs`` module: ``fiber
-    ps``, ``logs``, ``stop``) and Slurm's job steps need of the backend: its commands,
-    their timeouts, the status of a job, and its cancel command."""
+    ps``, ``logs``) and Slurm's job steps need of the backend: its commands, their
+    timeout, the status of a job, and its cancel command."""
 
     query_timeout: float
-    cancel_timeout: float
 
     def run_command(self, argv: Sequence[str], *, input: Optional[str] = None,
                     timeout: Optional[float] = None, what: str = "",

@@ -15,12 +15,9 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...config import get_config
 from ...errors import BackendError, ConfigError, SubmitError
-from .._arrays import ArrayBackend, ArrayJob
+from .._arrays import ArrayBackend, ArrayJob, Submission
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
-from .._batch import parse_job_id, render_script, split_env
-from .._common import route_toward
 from . import _jobs as _sge_jobs
 from ._jobs import program_dir, user
 from ._settings import SgeSettings, own, time_limit_seconds
@@ -28,14 +25,12 @@ from ._status import (
     Acct,
     Row,
     acct_status,
-    array_name,
     cancelled_status,
     context_arg,
     error_reason,
     live_status,
     parse_qacct,
     parse_qstat,
-    safe_name,
     smallest_host_cpus,
     split_id,
     task_expressions,
@@ -46,8 +41,6 @@ __all__ = ["SgeBackend", "PROGRAM_ENV", "resource_args", "qmaster_host"]
 #: The program's id, inherited by its processes: every job's context names it.
 PROGRAM_ENV = "FIBER_SGE_PROGRAM"
 
-#: A job that qstat has never shown is LOST after this many seconds.
-_UNSEEN_GRACE = 60.0
 #: Seconds a job gone from qstat may go without an accounting record (the qmaster writes
 #: them every ``accounting_flush_time``, 15 s by default) before it is LOST.
 _ACCT_GRACE = 60.0
@@ -113,7 +106,7 @@ class _Job(ArrayJob):
     acct_wait: float = 0.0  # seconds until it may be asked again (doubling: 1, 2, 4...)
 
 
-class SgeBackend(ArrayBackend[_Job]):
+class SgeBackend(ArrayBackend[_Job, Row, Acct]):
     """Run fiber processes as Grid Engine jobs (``qsub``; array jobs for a batch)."""
 
     program_env = PROGRAM_ENV
@@ -121,17 +114,21 @@ class SgeBackend(ArrayBackend[_Job]):
     name = "sge"
     settings = SgeSettings
     cluster = "Grid Engine"
+    controller = "qmaster"
+    array_word = "an array job"
+    index_var = "SGE_TASK_ID"
+    first_index = 1
+    task_separator = "."
+    lister = "qstat"
+    stopped_states = frozenset({"deleting"})
+    queued_states = frozenset({"pending", "held"})
     unshared_output = "sge_output_dir is not shared with the node"
 
-    def listen_host(self) -> str:
-        cfg = get_config()
-        if cfg.listen_host:
-            return cfg.listen_host
+    def locate_controller(self) -> Tuple[str, str]:
         host, source = _act_qmaster()
         if not host:
             raise BackendError(f"the sge backend cannot tell where the qmaster is: {source}")
-        return route_toward(host, f"the Grid Engine qmaster {host!r}", f"check {source}",
-                            "the nodes")
+        return host, source
 
     # -- submit --------------------------------------------------------------------------
 
@@ -155,58 +152,34 @@ class SgeBackend(ArrayBackend[_Job]):
         text = own().time_limit.strip()
         return time_limit_seconds(text) if text else None
 
-    def qsub_args(self, specs: Sequence[JobSpec], own: SgeSettings, name: str,
-                  label: str, out_dir: str) -> List[str]:
-        """The ``qsub`` command line of ``specs`` (alike but for their environment)."""
+    def job_name_prefix(self) -> str:
+        return own().job_name_prefix
+
+    def submission(self, specs: Sequence[JobSpec], name: str, label: str) -> Submission:
+        cfg = own()
+        out_dir = program_dir(self.program)
         argv = ["qsub", "-terse", "-C", "", "-S", "/bin/sh", "-r", "n", "-N", name,
                 "-o", out_dir, "-j", "y", "-ac", context_arg(self.program, label)]
-        if own.export_env:
+        if cfg.export_env:
             argv.append("-V")
-        for flag, value in (("-q", own.queue), ("-P", own.project)):
+        for flag, value in (("-q", cfg.queue), ("-P", cfg.project)):
             if value:
                 argv += [flag, value]
-        argv += resource_args(specs[0], own)
+        argv += resource_args(specs[0], cfg)
         avoid = self.hosts_kept_off(specs[0].avoid_hosts, ["qconf", "-sel"])
         if avoid:  # a hostname expression: not any of them
             argv += ["-l", f"h=!{avoid[0]}" if len(avoid) == 1 else f"h=!({'|'.join(avoid)})"]
-        if own.time_limit:  # -notify: SIGUSR2 first, which the job's relay passes on
-            argv += ["-notify", "-l", f"h_rt={own.time_limit.strip()}"]
+        if cfg.time_limit:  # -notify: SIGUSR2 first, which the job's relay passes on
+            argv += ["-notify", "-l", f"h_rt={cfg.time_limit.strip()}"]
         if len(specs) > 1:
             argv += ["-t", f"1-{len(specs)}"]
         try:
-            argv += shlex.split(own.extra_args)
+            argv += shlex.split(cfg.extra_args)
         except ValueError as e:  # (refused when the config is resolved)
             raise ConfigError("sge_extra_args", str(e)) from None
-        return argv
-
-    def submit_array(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        cfg = own()
-        n = len(specs)
-        label = specs[0].name if n == 1 else array_name([s.name for s in specs])
-        name = f"{cfg.job_name_prefix}-{safe_name(label)}"
-        out_dir = program_dir(self.program)
-        argv = self.qsub_args(specs, cfg, name, label, out_dir)
-        common, task_env = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
-        try:
-            script = render_script(specs[0].command, common, task_env,
-                                   index_var="SGE_TASK_ID", first_index=1)
-        except ValueError as e:
-            raise SubmitError(f"cannot write the job script: {e}") from None
         where = ", ".join(f"{k} {v!r}" for k, v in (("queue", cfg.queue),
                                                      ("project", cfg.project)) if v)
-        what = (f"qsub (submitting {n} fiber job{'s as an array job' if n > 1 else ''}"
-                + (f"; {where}" if where else "") + ")")
-        cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)
-        try:
-            job = parse_job_id(cp.stdout, r"^\s*(\d+)")
-        except ValueError:
-            raise SubmitError(f"{what}: no job id in its output", command=argv,
-                              returncode=cp.returncode, stdout=cp.stdout,
-                              stderr=cp.stderr) from None
-        ids = [f"{job}.{i}" for i in range(1, n + 1)] if n > 1 else [job]
-        handles = [JobHandle(i, self.name) for i in ids]
-        self.record(handles, output=os.path.join(out_dir, f"{name}.o{job}") if n == 1 else "")
-        return handles
+        return Submission(argv, where, lambda job: os.path.join(out_dir, f"{name}.o{job}"))
 
     # -- status --------------------------------------------------------------------------
 
@@ -228,41 +201,16 @@ class SgeBackend(ArrayBackend[_Job]):
                 out[row.job] = row
         return out
 
-    def query(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out, ask = self.settled(handles)
-        if not ask:
-            return out
-        rows = self._qstat()
-        missing: List[_Job] = []
-        stuck: List[_Job] = []
-        now = time.monotonic()
-        with self._lock:
-            for h in ask:
-                rec = self._jobs.get(h.job_id)
-                if rec is None:  # a handle this process did not submit
-                    rec = self._jobs[h.job_id] = self.new_record(h, now)
-                row = rows.get(h.job_id)
-                if row is None:
-                    missing.append(rec)
-                    continue
-                rec.seen, rec.last_seen = True, now
-                if "d" in row.state and not rec.cancelled:
-                    rec.deleted = True
-                host = row.queue.partition("@")[2]
-                if host:
-                    h.host = rec.handle.host = host
-                st = live_status(row, rec.cancelled)
-                if st.state.finished:
-                    rec.final = st
-                    stuck.append(rec)
-                out[h.job_id] = st
-        if stuck:
-            out.update(self._remove_stuck(stuck))
-        if missing:
-            out.update(self._missing(missing))
-        return out
+    def list_jobs(self, handles: Sequence[JobHandle]) -> Dict[str, Row]:
+        return self._qstat()
 
-    def _remove_stuck(self, recs: List[_Job]) -> Dict[str, JobStatus]:
+    def listed_status(self, rec: _Job, row: Row, now: float) -> Tuple[JobStatus, str]:
+        rec.last_seen = now
+        if "d" in row.state and not rec.cancelled:
+            rec.deleted = True
+        return live_status(row, rec.cancelled), row.queue.partition("@")[2]
+
+    def listed_ended(self, recs: List[_Job]) -> Dict[str, JobStatus]:
         """Delete jobs that qstat would go on listing: a lost node's (still ``r``), and
         those in an error state (``Eqw``), whose reason ``qstat -j`` gives."""
         out: Dict[str, JobStatus] = {}
@@ -296,7 +244,7 @@ class SgeBackend(ArrayBackend[_Job]):
             return ""
         return error_reason(cp.stdout)
 
-    def _accounting(self, recs: List[_Job]) -> Dict[Tuple[str, Optional[int]], Acct]:
+    def _qacct(self, recs: List[_Job]) -> Dict[Tuple[str, Optional[int]], Acct]:
         """The accounting records of ``recs``' jobs: one ``qacct -j`` per job number (an
         array job's tasks come together). qacct reads the whole accounting file, which
         the qmaster writes every ``accounting_flush_time``: a job is asked again 1, 2, 4,
@@ -319,37 +267,32 @@ class SgeBackend(ArrayBackend[_Job]):
                     found[(rec.job, rec.task)] = rec  # the last record of a task
         return found
 
-    def _missing(self, recs: List[_Job]) -> Dict[str, JobStatus]:
-        """Jobs qstat no longer (or not yet) lists."""
-        out: Dict[str, JobStatus] = {}
+    def accounting(self, recs: List[_Job]) -> Dict[str, Acct]:
+        """The `_qacct` records of the jobs neither fiber nor anyone deleted."""
         with self._lock:
             asking = [r for r in recs if not r.cancelled and not r.deleted]
-        found = self._accounting(asking) if asking else {}
-        now = time.monotonic()
-        with self._lock:
-            for rec in recs:
-                job_id = rec.handle.job_id
-                acct = found.get(split_id(job_id))
-                if rec.cancelled or rec.deleted:
-                    st = cancelled_status(rec.cancelled)
-                elif acct is not None:
-                    st = acct_status(acct)
-                    if acct.host and not rec.handle.host:
-                        rec.handle.host = acct.host
-                elif rec.seen and now - rec.last_seen < _ACCT_GRACE:
-                    st = JobStatus(JobState.RUNNING, None, "ended; its accounting record "
-                                   "is not written yet")
-                elif rec.seen:
-                    st = JobStatus(JobState.LOST, None, "ended, and Grid Engine has no "
-                                   f"accounting record of it after {_ACCT_GRACE:g} s (qacct)")
-                elif now - rec.submitted > _UNSEEN_GRACE:
-                    st = JobStatus(JobState.LOST, None, "Grid Engine does not know this job")
-                else:
-                    st = JobStatus(JobState.PENDING, None, "not listed by qstat yet")
-                if st.state.finished:
-                    rec.final = st
-                out[job_id] = st
+        found = self._qacct(asking) if asking else {}
+        out: Dict[str, Acct] = {}
+        for r in recs:
+            acct = found.get(split_id(r.handle.job_id))
+            if acct is not None:
+                out[r.handle.job_id] = acct
         return out
+
+    def gone_status(self, rec: _Job, acct: Optional[Acct], now: float) -> JobStatus:
+        if rec.cancelled or rec.deleted:
+            return cancelled_status(rec.cancelled)
+        if acct is not None:
+            if acct.host and not rec.handle.host:
+                rec.handle.host = acct.host
+            return acct_status(acct)
+        if rec.seen and now - rec.last_seen < _ACCT_GRACE:
+            return JobStatus(JobState.RUNNING, None, "ended; its accounting record is not "
+                             "written yet")
+        if rec.seen:
+            return JobStatus(JobState.LOST, None, "ended, and Grid Engine has no accounting "
+                             f"record of it after {_ACCT_GRACE:g} s (qacct)")
+        return self.unseen_status(rec, now)
 
     # -- cancel --------------------------------------------------------------------------
 
@@ -361,21 +304,12 @@ class SgeBackend(ArrayBackend[_Job]):
     def _qdel(self, ids: Sequence[str], forced: bool = False) -> None:
         """One ``qdel`` for ``ids`` (per 500 expressions); ``forced``: ``qdel -f``, which
         removes a lost node's job at once, where the user may (else plain ``qdel``)."""
-        targets = task_expressions(ids)
-        for k in range(0, len(targets), 500):
-            argv = ["qdel", *(["-f"] if forced else []), *targets[k:k + 500]]
-            cp = self.run_command(argv, timeout=self.cancel_timeout, what="qdel",
-                                  check=False)
-            if cp.returncode == 0:
-                continue
-            problems = [ln for ln in (cp.stdout + "\n" + cp.stderr).splitlines()
-                        if ln.strip() and not any(b in ln for b in _BENIGN_QDEL)]
-            if problems and forced:  # not a manager (nor ENABLE_FORCED_QDEL): plain qdel
-                self._qdel(ids)
-                return
-            if problems:
-                raise SubmitError("qdel failed", command=argv, returncode=cp.returncode,
-                                  stdout=cp.stdout, stderr=cp.stderr)
+        failed = self.run_cancel(["qdel", *(["-f"] if forced else [])],
+                                 task_expressions(ids), _BENIGN_QDEL, stdout_too=True)
+        if failed is not None and forced:  # not a manager (nor ENABLE_FORCED_QDEL)
+            self._qdel(ids)
+        elif failed is not None:
+            raise failed
 
     # -- fiber run, ps, logs, stop -------------------------------------------------------
 
@@ -384,10 +318,3 @@ class SgeBackend(ArrayBackend[_Job]):
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
         return _sge_jobs.read_logs(self, job_id, tail)
-
-    def remove_program_jobs(self, program: str, job_ids: Sequence[str] = (), *,
-                            force: bool = False, queued_only: bool = False,
-                            until_ended: bool = False) -> List[str]:
-        """(Grid Engine kills a job's processes either way: ``force`` changes nothing.)"""
-        return _sge_jobs.remove_jobs(self, program, job_ids, queued_only=queued_only,
-                                     until_ended=until_ended)

@@ -15,17 +15,16 @@ from __future__ import annotations
 import getpass
 import glob
 import os
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from ...errors import BackendError, SubmitError
 from .._base import JobInfo
-from .._batch import BatchCommands, cancel_listed, last_lines, log_dir
+from .._batch import BatchCommands, last_lines, log_dir
 from ._settings import own
 from ._status import Listed, Row, parse_contexts, parse_qstat, split_id
 
-__all__ = ["output_dir", "program_dir", "find_jobs", "read_logs", "remove_jobs",
-           "last_lines", "user", "state_word"]
-
+__all__ = ["output_dir", "program_dir", "find_jobs", "read_logs", "last_lines", "user",
+           "state_word"]
 
 
 def user() -> str:
@@ -154,18 +153,3 @@ def _mtime(path: str) -> float:
     except OSError:
         return 0.0
 
-
-def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str] = (),
-                queued_only: bool = False, until_ended: bool = False) -> List[str]:
-    """Delete the live jobs of ``program`` (listing again until none is left, for at most
-    the backend's ``cancel_timeout``; with ``until_ended``, until every one has left the
-    listing: see `cancel_listed`), or the live ones of ``job_ids``, or with
-    ``queued_only`` the program's jobs that have not started; the ids deleted."""
-    def stoppable(j: JobInfo) -> bool:
-        return (j.state != "deleting" and (program or j.job_id in job_ids)
-                and (not queued_only or j.state in ("pending", "held")))
-    again = bool(program) and not queued_only  # a program's pool may submit meanwhile
-    return cancel_listed(lambda: find_jobs(backend, program), stoppable,
-                         backend.cancel_ids,
-                         timeout=backend.cancel_timeout if again else 0.0,
-                         until_ended=until_ended)

@@ -9,20 +9,20 @@ Job ids: a job alone is ``<job number>`` (``123``); a task of an array job (``qs
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import signal
 import urllib.parse
 import xml.etree.ElementTree as ET
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from .._arrays import index_spans
 from .._base import JobState, JobStatus
 from .._common import signal_name
 
 __all__ = ["Row", "parse_qstat", "parse_tasks", "task_expressions", "split_id", "Acct",
-           "parse_qacct", "acct_status", "live_status", "safe_name", "array_name",
-           "context_arg", "Listed", "parse_contexts", "cancelled_status", "error_reason",
-           "PROGRAM_VAR", "NAME_VAR", "smallest_host_cpus"]
+           "parse_qacct", "acct_status", "live_status", "context_arg", "Listed",
+           "parse_contexts", "cancelled_status", "error_reason", "PROGRAM_VAR", "NAME_VAR",
+           "smallest_host_cpus"]
 
 #: Job context variables (``qsub -ac``) that mark a fiber job: its program's id and its
 #: name for people (``fiber ps``); job names are too restricted to hold either.
@@ -129,14 +129,7 @@ def task_expressions(ids: Iterable[str]) -> List[str]:
         indexes = sorted(set(tasks[job]))
         if not indexes:
             out.append(job)
-            continue
-        start = prev = indexes[0]
-        for i in indexes[1:] + [-1]:
-            if i == prev + 1:
-                prev = i
-                continue
-            out.append(f"{job}.{start}" if start == prev else f"{job}.{start}-{prev}")
-            start = prev = i
+        out += [f"{job}.{a}" if a == b else f"{job}.{a}-{b}" for a, b in index_spans(indexes)]
     return out
 
 
@@ -247,16 +240,6 @@ def cancelled_status(cancelled: Optional[str]) -> JobStatus:
 
 
 # -- names and context -------------------------------------------------------------------
-
-def safe_name(text: str) -> str:
-    """``text`` as a job name may hold it (letters, digits, ``._-``)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
-
-
-def array_name(names: Sequence[str]) -> str:
-    common = os.path.commonprefix(list(names)).rstrip("-_:.0123456789")
-    return common or "array"
-
 
 def context_arg(program: str, name: str) -> str:
     """The ``qsub -ac`` value of a fiber job: its program and its name, percent-encoded

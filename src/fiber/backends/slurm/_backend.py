@@ -11,23 +11,20 @@ import math
 import os
 import shlex
 import subprocess
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..._process_state import here
-from ...config import get_config
 from ...errors import ConfigError, SubmitError
-from .._arrays import ArrayBackend, ArrayJob
+from .._arrays import ArrayBackend, ArrayJob, Submission, safe_name
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
-from .._batch import parse_job_id, render_script, split_env
-from .._common import route_toward
 from . import _jobs as _slurm_jobs
-from ._jobs import output_dir
+from ._jobs import ENDING, output_dir
 from ._nodes import SINFO_FORMAT, node_list_command, smallest_node_cpus
 from ._settings import SlurmSettings, own
 from ._status import (
     PENDING_STATES,
-    array_name,
+    SacctRow,
+    SqueueRow,
     controller_address,
     controller_host,
     job_comment,
@@ -35,7 +32,6 @@ from ._status import (
     parse_raw_exit,
     parse_sacct,
     parse_squeue,
-    safe_name,
     squeue_commands,
     status_of,
     task_ranges,
@@ -51,9 +47,6 @@ __all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", 
 OWN_JOB_ENV = "FIBER_SLURM_OWN_JOB"
 #: The program's id, inherited by its processes: every job's comment names it.
 PROGRAM_ENV = "FIBER_SLURM_PROGRAM"
-
-#: A job that squeue has never shown is LOST after this many seconds.
-_UNSEEN_GRACE = 60.0
 _DEFAULT_MAX_ARRAY = 1001  # Slurm's MaxArraySize default: indices 0..1000
 _BENIGN_SCANCEL = ("Invalid job id", "already completing or completed", "Job has already finished",
                    "Job/step already completing")
@@ -62,7 +55,7 @@ _BENIGN_SCANCEL = ("Invalid job id", "already completing or completed", "Job has
 # -- the backend -------------------------------------------------------------------------
 
 
-class SlurmBackend(ArrayBackend[ArrayJob]):
+class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
     """Run fiber processes as Slurm jobs (``sbatch``) or job steps (``srun``)."""
 
     program_env = PROGRAM_ENV
@@ -70,6 +63,14 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
     name = "slurm"
     settings = SlurmSettings
     cluster = "Slurm"
+    controller = "controller"
+    array_word = "a job array"
+    index_var = "SLURM_ARRAY_TASK_ID"
+    first_index = 0
+    task_separator = "_"
+    script_setup = (f'export {OWN_JOB_ENV}="$SLURM_JOB_ID"',)
+    lister = "squeue"
+    stopped_states = ENDING
     unshared_output = "slurm_output_dir is not shared with the node"
 
     def __init__(self) -> None:
@@ -113,15 +114,10 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         self.controller_config()
         return self._ctl_text
 
-    def listen_host(self) -> str:
-        cfg = get_config()
-        if cfg.listen_host:
-            return cfg.listen_host
-        host, source = controller_host(self._scontrol_text)
-        return route_toward(host, f"the Slurm controller {host!r}", f"check {source}",
-                            "the nodes")
+    def locate_controller(self) -> Tuple[str, str]:
+        return controller_host(self._scontrol_text)
 
-    def _accounting(self) -> bool:
+    def _has_accounting(self) -> bool:
         try:
             storage = self.controller_config().get("AccountingStorageType", "")
         except SubmitError:
@@ -181,23 +177,20 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
                               "minutes:seconds, hours:minutes:seconds, days-hours, ...)")
         return seconds
 
-    def submit_array(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        cfg = get_config()
-        n = len(specs)
-        prefix = safe_name(own(cfg).job_name_prefix or "fiber")
-        label = specs[0].name if n == 1 else array_name([s.name for s in specs])
-        name = f"{prefix}-{safe_name(label)}"
+    def job_name_prefix(self) -> str:
+        return safe_name(own().job_name_prefix or "fiber")
+
+    def submission(self, specs: Sequence[JobSpec], name: str, label: str) -> Submission:
+        cfg, n = own(), len(specs)
         out = os.path.join(output_dir(), "%x-%A_%a.out" if n > 1 else "%x-%j.out")
         argv = ["sbatch", "--parsable", "--no-requeue", f"--job-name={name}",
                 f"--comment={job_comment(self.program, label)}",
                 f"--output={out}", "--nodes=1", "--ntasks=1", *self._resource_args(specs[0])]
-        for flag, value in (("--partition", own(cfg).partition),
-                            ("--account", own(cfg).account), ("--qos", own(cfg).qos),
-                            ("--time", own(cfg).time_limit)):
+        for flag, value in (("--partition", cfg.partition), ("--account", cfg.account),
+                            ("--qos", cfg.qos), ("--time", cfg.time_limit)):
             if value:
                 argv.append(f"{flag}={value}")
-        exclude = self.hosts_kept_off(specs[0].avoid_hosts,
-                                      node_list_command(own(cfg).partition))
+        exclude = self.hosts_kept_off(specs[0].avoid_hosts, node_list_command(cfg.partition))
         if exclude:
             argv.append(f"--exclude={','.join(exclude)}")
         limit = self.job_time_limit()
@@ -206,47 +199,27 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         if n > 1:
             argv.append(f"--array=0-{n - 1}")
         try:
-            argv += shlex.split(own(cfg).extra_args)
+            argv += shlex.split(cfg.extra_args)
         except ValueError as e:
-            raise ConfigError("slurm_extra_args", f"cannot split {own(cfg).extra_args!r}: {e}"
+            raise ConfigError("slurm_extra_args", f"cannot split {cfg.extra_args!r}: {e}"
                               ) from None
-        common, task_env = split_env([{**s.env, PROGRAM_ENV: self.program} for s in specs])
-        try:
-            script = render_script(specs[0].command, common, task_env,
-                                   index_var="SLURM_ARRAY_TASK_ID",
-                                   setup=[f'export {OWN_JOB_ENV}="$SLURM_JOB_ID"'])
-        except ValueError as e:
-            raise SubmitError(f"cannot write the job script: {e}") from None
         where = ", ".join(f"{k} {v!r}" for k, v in (
-            ("partition", own(cfg).partition), ("account", own(cfg).account),
-            ("qos", own(cfg).qos)) if v)
-        what = (f"sbatch (submitting {n} fiber job{'s as a job array' if n > 1 else ''}"
-                + (f"; {where}" if where else "") + ")")
-        cp = self.run_command(argv, input=script, timeout=self.submit_timeout, what=what)
-        try:
-            job_id = parse_job_id(cp.stdout, r"^\s*(\d+)")
-        except ValueError:
-            raise SubmitError(f"{what}: no job id in its output", command=argv,
-                              returncode=cp.returncode, stdout=cp.stdout,
-                              stderr=cp.stderr) from None
-        ids = [f"{job_id}_{i}" for i in range(n)] if n > 1 else [job_id]
-        handles = [JobHandle(i, self.name) for i in ids]
-        self.record(handles, output=out.replace("%x", name).replace("%j", job_id)
-                    if n == 1 else "")
-        return handles
+            ("partition", cfg.partition), ("account", cfg.account), ("qos", cfg.qos)) if v)
+        return Submission(argv, where,
+                          lambda job: out.replace("%x", name).replace("%j", job))
 
     def _submit_steps(self, specs: Sequence[JobSpec]) -> List[JobHandle]:
-        cfg = get_config()
+        cfg = own()
         alloc = os.environ["SLURM_JOB_ID"]
-        prefix = safe_name(own(cfg).job_name_prefix or "fiber")
+        prefix = self.job_name_prefix()
         handles: List[JobHandle] = []
         for spec in specs:
             n = next(self._step_ids)
             name = f"{prefix}-{safe_name(spec.name)}-{here.pid}.{n}"
             argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", *self._resource_args(spec),
                     f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
-            if own(cfg).time_limit:
-                argv.append(f"--time={own(cfg).time_limit}")
+            if cfg.time_limit:
+                argv.append(f"--time={cfg.time_limit}")
             argv += list(spec.command)
             env = self.command_env()
             env.pop(OWN_JOB_ENV, None)
@@ -278,22 +251,25 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
         jobs = [h for h in handles if h.job_id not in self._steps]
         out: Dict[str, JobStatus] = {}
         if jobs:
-            out.update(self._query_jobs(jobs))
+            out.update(super().query(jobs))
         if steps:
             out.update(self._query_steps(steps))
         return out
 
-    def _squeue(self, ids: Sequence[str]) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
+    def list_jobs(self, handles: Sequence[JobHandle]) -> Dict[str, SqueueRow]:
+        return self._squeue(sorted({h.job_id.split("_")[0] for h in handles}))
+
+    def _squeue(self, ids: Sequence[str]) -> Dict[str, SqueueRow]:
         """squeue's rows for the jobs and arrays ``ids``: one call per id, one after the
         other, or one for this user's jobs (`squeue_commands`), so that slurmctld's cost
         is that of our jobs, not of the cluster's queue. Not in parallel: concurrent
         calls cost slurmctld more time (``sdiag``), and the watcher is not in a hurry."""
-        rows: Dict[str, Tuple[str, str, str, Optional[int]]] = {}
+        rows: Dict[str, SqueueRow] = {}
         for argv in squeue_commands(ids, os.getuid()):
             rows.update(self._squeue_call(argv))
         return rows
 
-    def _squeue_call(self, argv: List[str]) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
+    def _squeue_call(self, argv: List[str]) -> Dict[str, SqueueRow]:
         cp = self.run_command(argv, timeout=self.query_timeout, what="squeue", check=False)
         if cp.returncode != 0:
             if "Invalid job id" in cp.stderr:  # purged (MinJobAge passed)
@@ -302,67 +278,36 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
                               stdout=cp.stdout, stderr=cp.stderr)
         return parse_squeue(cp.stdout)
 
-    def _query_jobs(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
-        out, ask = self.settled(handles)
-        if not ask:
-            return out
-        rows = self._squeue(sorted({h.job_id.split("_")[0] for h in ask}))
-        missing = []
-        now = time.monotonic()
-        with self._lock:
-            for h in ask:
-                rec = self._jobs.get(h.job_id)
-                if rec is None:  # a handle this process did not submit
-                    rec = self._jobs[h.job_id] = self.new_record(h, now)
-                row = rows.get(h.job_id)
-                if row is None:
-                    missing.append(rec)
-                    continue
-                rec.seen = True
-                state, nodes, reason, code = row
-                if nodes and state not in PENDING_STATES:
-                    h.host = rec.handle.host = nodes
-                st = status_of(state, code, reason, nodes, rec.cancelled)
-                if st.state.finished:
-                    rec.final = st
-                out[h.job_id] = st
-        if missing:
-            out.update(self._missing(missing))
-        return out
+    def listed_status(self, rec: ArrayJob, row: SqueueRow,
+                      now: float) -> Tuple[JobStatus, str]:
+        state, nodes, reason, code = row
+        host = nodes if state not in PENDING_STATES else ""
+        return status_of(state, code, reason, nodes, rec.cancelled), host
 
-    def _missing(self, recs: List[ArrayJob]) -> Dict[str, JobStatus]:
-        """Jobs squeue no longer (or not yet) lists."""
-        out: Dict[str, JobStatus] = {}
-        found: Dict[str, Tuple[str, Optional[int]]] = {}
-        if any(r.seen for r in recs) and self._accounting():
-            argv = ["sacct", "--noheader", "--parsable2", "--allocations",
-                    f"--jobs={','.join(r.handle.job_id for r in recs)}",
-                    "--format=JobID,State,ExitCode"]
-            try:
-                found = parse_sacct(self.run_command(argv, what="sacct").stdout)
-            except SubmitError:
-                found = {}
-        now = time.monotonic()
-        with self._lock:
-            for rec in recs:
-                job_id = rec.handle.job_id
-                if job_id in found:
-                    state, code = found[job_id]
-                    st = status_of(state, code, "", rec.handle.host, rec.cancelled)
-                elif rec.cancelled:  # ended as asked: a pending one at once (not a
-                    # minute later, as unknown: a pool terminated as it started waited)
-                    st = status_of("CANCELLED", None, "", rec.handle.host, rec.cancelled)
-                elif rec.seen:
-                    st = JobStatus(JobState.LOST, None, "finished, and Slurm no longer lists "
-                                   "it (MinJobAge passed; no accounting to ask)")
-                elif now - rec.submitted > _UNSEEN_GRACE:
-                    st = JobStatus(JobState.LOST, None, "Slurm does not know this job")
-                else:
-                    st = JobStatus(JobState.PENDING, None, "not listed by squeue yet")
-                if st.state.finished:
-                    rec.final = st
-                out[job_id] = st
-        return out
+    def accounting(self, recs: List[ArrayJob]) -> Dict[str, SacctRow]:
+        """What ``sacct`` says of jobs squeue no longer lists (MinJobAge passed), where
+        Slurm keeps accounting."""
+        if not (any(r.seen for r in recs) and self._has_accounting()):
+            return {}
+        argv = ["sacct", "--noheader", "--parsable2", "--allocations",
+                f"--jobs={','.join(r.handle.job_id for r in recs)}",
+                "--format=JobID,State,ExitCode"]
+        try:
+            return parse_sacct(self.run_command(argv, what="sacct").stdout)
+        except SubmitError:
+            return {}
+
+    def gone_status(self, rec: ArrayJob, acct: Optional[SacctRow], now: float) -> JobStatus:
+        if acct is not None:
+            state, code = acct
+            return status_of(state, code, "", rec.handle.host, rec.cancelled)
+        if rec.cancelled:  # ended as asked: a pending one at once (not a minute later, as
+            # unknown: a pool terminated as it started waited)
+            return status_of("CANCELLED", None, "", rec.handle.host, rec.cancelled)
+        if rec.seen:
+            return JobStatus(JobState.LOST, None, "finished, and Slurm no longer lists it "
+                             "(MinJobAge passed; no accounting to ask)")
+        return self.unseen_status(rec, now)
 
     def _query_steps(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
         with self._lock:
@@ -380,22 +325,12 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
             cancel_steps(self, steps, "kill" if force else "term")
 
     def cancel_ids(self, ids: Sequence[str], force: bool = False) -> None:
-        """``scancel`` jobs by id, whoever submitted them (``fiber stop``)."""
-        self._scancel(ids, force)
-
-    def _scancel(self, ids: Sequence[str], force: bool) -> None:
-        targets = task_ranges(ids)  # one kill request per array, not one per task
-        for k in range(0, len(targets), 500):
-            argv = ["scancel", *(["--signal=KILL"] if force else []), *targets[k:k + 500]]
-            cp = self.run_command(argv, timeout=self.cancel_timeout, what="scancel",
-                                  check=False)
-            if cp.returncode != 0:
-                problems = [ln for ln in cp.stderr.splitlines()
-                            if ln.strip() and not any(b in ln for b in _BENIGN_SCANCEL)]
-                if problems:
-                    raise SubmitError("scancel failed", command=argv,
-                                      returncode=cp.returncode, stdout=cp.stdout,
-                                      stderr=cp.stderr)
+        """``scancel`` jobs by id, whoever submitted them (``fiber stop``); one kill
+        request per array, not one per task (`task_ranges`)."""
+        failed = self.run_cancel(["scancel", *(["--signal=KILL"] if force else [])],
+                                 task_ranges(ids), _BENIGN_SCANCEL)
+        if failed is not None:
+            raise failed
 
     def release(self, handle: JobHandle) -> None:
         super().release(handle)
@@ -411,12 +346,6 @@ class SlurmBackend(ArrayBackend[ArrayJob]):
 
     def read_logs(self, job_id: str, tail: Optional[int] = None) -> str:
         return _slurm_jobs.read_logs(self, job_id, tail)
-
-    def remove_program_jobs(self, program: str, job_ids: Sequence[str] = (), *,
-                            force: bool = False, queued_only: bool = False,
-                            until_ended: bool = False) -> List[str]:
-        return _slurm_jobs.remove_jobs(self, program, job_ids, force=force,
-                                       queued_only=queued_only, until_ended=until_ended)
 
     def cancel_unfinished(self) -> None:
         super().cancel_unfinished()

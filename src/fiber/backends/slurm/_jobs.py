@@ -16,15 +16,15 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from ...errors import BackendError
 from .._base import JobInfo
-from .._batch import BatchCommands, cancel_listed, last_lines, log_dir
+from .._batch import BatchCommands, last_lines, log_dir
 from ._settings import own
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
-__all__ = ["output_dir", "find_jobs", "read_logs", "remove_jobs", "last_lines"]
+__all__ = ["output_dir", "find_jobs", "read_logs", "last_lines", "ENDING"]
 
 
 #: Slurm job states (lower case, as listed) in which there is nothing left to stop.
@@ -75,21 +75,3 @@ def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -
                            ) from None
     return text if tail is None else last_lines(text, tail)
 
-
-def remove_jobs(backend: BatchCommands, program: str = "", job_ids: Sequence[str] = (),
-                force: bool = False, queued_only: bool = False,
-                until_ended: bool = False) -> List[str]:
-    """Cancel the unfinished jobs of ``program`` (listing again until none is left, for
-    at most the backend's ``cancel_timeout``; with ``until_ended``, until every one has
-    ended: see `cancel_listed`), or the unfinished ones of ``job_ids``, or with
-    ``queued_only`` the program's jobs that have not started; the ids cancelled
-    (``force``: with SIGKILL). Slurm goes on listing them, as cancelled, until
-    ``MinJobAge`` has passed."""
-    def stoppable(j: JobInfo) -> bool:
-        return (j.state not in ENDING and (program or j.job_id in job_ids)
-                and (not queued_only or j.state == "pending"))
-    again = bool(program) and not queued_only  # a program's pool may submit meanwhile
-    return cancel_listed(lambda: find_jobs(backend, program), stoppable,
-                         lambda ids: backend.cancel_ids(ids, force),
-                         timeout=backend.cancel_timeout if again else 0.0,
-                         until_ended=until_ended)

@@ -12,14 +12,20 @@ from types import MappingProxyType
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...errors import BackendError, SubmitError
+from .._arrays import index_spans
 from .._base import JobState, JobStatus
 from .._common import signal_name
 
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
-           "controller_address", "controller_host", "step_status", "safe_name", "array_name",
-           "SQUEUE_FORMAT",
+           "controller_address", "controller_host", "step_status", "SQUEUE_FORMAT",
+           "SqueueRow", "SacctRow",
            "PENDING_STATES", "LIST_FORMAT", "Listed", "job_comment", "parse_listing",
            "stdout_path", "task_ranges", "squeue_commands", "ALONE"]
+
+#: A job as ``squeue`` lists it: state, nodes, reason, exit code (`parse_squeue`).
+SqueueRow = Tuple[str, str, str, Optional[int]]
+#: A job as ``sacct`` has it: state, exit code (`parse_sacct`).
+SacctRow = Tuple[str, Optional[int]]
 
 SQUEUE_FORMAT = "JobArrayID:|,State:|,NodeList:|,Reason:|,exit_code:|"
 #: ``squeue -O`` of ``fiber ps``: the comment last, unpadded by the split below.
@@ -65,10 +71,10 @@ def parse_exit_pair(pair: str) -> Optional[int]:
     return -sig if sig else code
 
 
-def parse_squeue(stdout: str) -> Dict[str, Tuple[str, str, str, Optional[int]]]:
+def parse_squeue(stdout: str) -> Dict[str, SqueueRow]:
     """``{job id: (state, nodes, reason, exit code)}`` from ``squeue -O`` with
     `SQUEUE_FORMAT` (array tasks as ``<array id>_<index>``)."""
-    rows: Dict[str, Tuple[str, str, str, Optional[int]]] = {}
+    rows: Dict[str, SqueueRow] = {}
     for line in stdout.splitlines():
         parts = line.split("|")
         if len(parts) < 5 or not parts[0].strip():
@@ -100,9 +106,9 @@ def squeue_commands(ids: Sequence[str], uid: int, alone: int = ALONE) -> List[Li
     return [[*head, f"--user={uid}", tail]]
 
 
-def parse_sacct(stdout: str) -> Dict[str, Tuple[str, Optional[int]]]:
+def parse_sacct(stdout: str) -> Dict[str, SacctRow]:
     """``{job id: (state, exit code)}`` from ``sacct -n -P -X -o JobID,State,ExitCode``."""
-    rows: Dict[str, Tuple[str, Optional[int]]] = {}
+    rows: Dict[str, SacctRow] = {}
     for line in stdout.splitlines():
         parts = line.split("|")
         if len(parts) < 3 or not parts[0].strip():
@@ -198,15 +204,6 @@ def controller_host(scontrol_text: Callable[[], str]) -> Tuple[str, str]:
                        "with this process: `scontrol show config` names no "
                        "SlurmctldHost; set listen_host (FIBER_LISTEN_HOST) to this "
                        "host's cluster address")
-
-
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
-
-
-def array_name(names: Sequence[str]) -> str:
-    common = os.path.commonprefix(list(names)).rstrip("-_:.0123456789")
-    return common or "array"
 
 
 def step_status(rc: Optional[int], cancelled: Optional[str]) -> JobStatus:
@@ -306,12 +303,5 @@ def _array_expression(base: str, indexes: List[int]) -> str:
     """``base_i`` for one index, else ``base_[a-b,c,...]`` (``indexes`` sorted)."""
     if len(indexes) == 1:
         return f"{base}_{indexes[0]}"
-    spans: List[str] = []
-    start = prev = indexes[0]
-    for i in indexes[1:] + [-1]:
-        if i == prev + 1:
-            prev = i
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = i
+    spans = (str(a) if a == b else f"{a}-{b}" for a, b in index_spans(indexes))
     return f"{base}_[{','.join(spans)}]"
