@@ -37,7 +37,8 @@ from ._cli_backend import CommandLineBackend
 from ._common import hosts_to_avoid
 
 __all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
-           "format_command", "follow_job", "follow_file", "last_lines", "log_dir"]
+           "format_command", "follow_job", "follow_file", "last_lines", "log_dir",
+           "read_output"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -420,6 +421,22 @@ def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[Job
         if time.monotonic() >= deadline:
             return cancelled
         time.sleep(0.5)
+
+
+def read_output(path: str, job: str, tail: Optional[int] = None, hint: str = "") -> str:
+    """The output file ``path`` of ``job`` ("Slurm job 12", for the error), or its last
+    ``tail`` lines (`last_lines`).
+
+    Raises:
+        BackendError: it cannot be read (``hint``: what may be wrong).
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise BackendError(f"cannot read the output of {job} ({path}): {e.strerror}"
+                           + (f" ({hint})" if hint else "")) from None
+    return text if tail is None else last_lines(text, tail)
 
 
 def last_lines(text: str, n: int) -> str:

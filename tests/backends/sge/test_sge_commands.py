@@ -18,7 +18,7 @@ from fiber.backends import JobSpec, JobState, Resources, get_backend
 from fiber.backends._batch import render_script, split_env
 from fiber.backends.sge import PROGRAM_ENV, SgeBackend
 from fiber.backends.sge import _backend as sge_backend
-from fiber.backends.sge._jobs import last_lines, state_word
+from fiber.backends.sge._jobs import last_lines, state_word, user
 from fiber.backends.sge._settings import time_limit_seconds
 from fiber.backends.sge._status import (
     Acct,
@@ -360,7 +360,7 @@ def test_status_is_one_qstat_call_then_qacct_for_ended_jobs(fake_sge, monkeypatc
     (fake_sge / "qacct.102").write_text(QACCT)
     st = b.status(handles[:7] + [single])
     calls = (fake_sge / "qstat.log").read_text().splitlines()
-    assert calls == [f"-f -ne -u {sge_backend.user()} -xml"]  # one qstat for all jobs
+    assert calls == [f"-f -ne -u {user()} -xml"]  # one qstat for all jobs
     assert st["101.1"].state == JobState.RUNNING and handles[0].host == "node1"
     assert st["101.2"].state == JobState.LOST and "node2" in st["101.2"].reason
     assert handles[1].host == "node2"

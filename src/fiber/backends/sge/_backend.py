@@ -19,7 +19,7 @@ from ...errors import BackendError, ConfigError, SubmitError
 from .._arrays import ArrayBackend, ArrayJob, Submission
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
 from . import _jobs as _sge_jobs
-from ._jobs import program_dir, user
+from ._jobs import program_dir, qstat_rows
 from ._settings import SgeSettings, own, time_limit_seconds
 from ._status import (
     Acct,
@@ -30,7 +30,6 @@ from ._status import (
     error_reason,
     live_status,
     parse_qacct,
-    parse_qstat,
     smallest_host_cpus,
     split_id,
     task_expressions,
@@ -185,15 +184,8 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
 
     def _qstat(self) -> Dict[str, Row]:
         """This user's jobs as qstat lists them now, by job id (one row per task)."""
-        argv = ["qstat", "-f", "-ne", "-u", user(), "-xml"]
-        cp = self.run_command(argv, timeout=self.query_timeout, what="qstat")
-        try:
-            rows = parse_qstat(cp.stdout)
-        except ValueError as e:
-            raise SubmitError(f"qstat: {e}", command=argv, returncode=cp.returncode,
-                              stdout=cp.stdout, stderr=cp.stderr) from None
         out: Dict[str, Row] = {}
-        for row in rows:
+        for row in qstat_rows(self, ["-f", "-ne"]):
             if row.tasks:
                 for t in row.tasks:
                     out[f"{row.job}.{t}"] = row

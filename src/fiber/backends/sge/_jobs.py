@@ -15,16 +15,16 @@ from __future__ import annotations
 import getpass
 import glob
 import os
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from ...errors import BackendError, SubmitError
 from .._base import JobInfo
-from .._batch import BatchCommands, last_lines, log_dir
+from .._batch import BatchCommands, last_lines, log_dir, read_output
 from ._settings import own
 from ._status import Listed, Row, parse_contexts, parse_qstat, split_id
 
 __all__ = ["output_dir", "program_dir", "find_jobs", "read_logs", "last_lines", "user",
-           "state_word"]
+           "state_word", "qstat_rows"]
 
 
 def user() -> str:
@@ -68,8 +68,13 @@ def state_word(letters: str) -> str:
     return letters or "unknown"
 
 
-def _listing(backend: BatchCommands) -> List[Row]:
-    argv = ["qstat", "-u", user(), "-xml"]
+def qstat_rows(backend: BatchCommands, flags: Sequence[str] = ()) -> List[Row]:
+    """This user's jobs as ``qstat [flags] -u <user> -xml`` lists them.
+
+    Raises:
+        SubmitError: qstat failed, or printed no XML.
+    """
+    argv = ["qstat", *flags, "-u", user(), "-xml"]
     cp = backend.run_command(argv, timeout=backend.query_timeout, what="qstat")
     try:
         return parse_qstat(cp.stdout)
@@ -81,7 +86,7 @@ def _listing(backend: BatchCommands) -> List[Row]:
 def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
     """This user's fiber jobs that Grid Engine lists (only ``program``'s if given), oldest
     first; a job's state is Grid Engine's, as a word (``pending``, ``running``...)."""
-    rows = _listing(backend)
+    rows = qstat_rows(backend)
     numbers = sorted({r.job for r in rows}, key=int)
     if not numbers:
         return []
@@ -127,14 +132,7 @@ def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -
     if not found:
         raise BackendError(f"no output of Grid Engine job {job_id}: sge_output_dir "
                            f"({output_dir()}) has no */*{suffix}")
-    path = max(found, key=_mtime)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        raise BackendError(f"cannot read the output of Grid Engine job {job_id} "
-                           f"({path}): {e.strerror}") from None
-    return text if tail is None else last_lines(text, tail)
+    return read_output(max(found, key=_mtime), f"Grid Engine job {job_id}", tail)
 
 
 def _context(backend: BatchCommands, job: str) -> Optional[Listed]:

@@ -20,7 +20,7 @@ from typing import List, Optional
 
 from ...errors import BackendError
 from .._base import JobInfo
-from .._batch import BatchCommands, last_lines, log_dir
+from .._batch import BatchCommands, last_lines, log_dir, read_output
 from ._settings import own
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
@@ -66,12 +66,6 @@ def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -
     if not path:
         raise BackendError(f"no output of Slurm job {job_id}: Slurm does not list it and "
                            f"slurm_output_dir has no *-{job_id}.out")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        raise BackendError(f"cannot read the output of Slurm job {job_id} ({path}): "
-                           f"{e.strerror} (is slurm_output_dir shared with its node?)"
-                           ) from None
-    return text if tail is None else last_lines(text, tail)
+    return read_output(path, f"Slurm job {job_id}", tail,
+                       "is slurm_output_dir shared with its node?")
 
