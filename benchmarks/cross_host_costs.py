@@ -43,6 +43,8 @@ import time
 from typing import Any, Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: The checkout's tests/: fiber_ci, the netns test hosts (not in the package)
+TESTS = os.path.join(os.path.dirname(HERE), "tests")
 
 
 def nap(x: int) -> int:
@@ -137,8 +139,8 @@ def measure_pool(pool: Any, n: int, idle: float, start_timeout: float,
 
 
 def run_netns(args: argparse.Namespace) -> Dict[str, Any]:
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
-    from fiber.testing import netns
+    sys.path[:0] = [os.path.join(os.path.dirname(HERE), "src"), TESTS]
+    from fiber_ci import netns
 
     hosts = netns.Hosts(args.hosts).start()
     try:
@@ -152,8 +154,10 @@ def run_netns(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def child_netns(args: argparse.Namespace) -> Dict[str, Any]:
+    sys.path.insert(0, TESTS)
     import fiber
-    from fiber.testing import netns
+
+    from fiber_ci import netns
 
     fiber.init(backend="netns")
     before = {"rss_kb": rss_kb(), "fds": fd_kinds(), "cpu_s": cpu_s()}

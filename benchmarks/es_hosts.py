@@ -27,6 +27,8 @@ from typing import List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "es_bipedal.py")
+#: The checkout's tests/: fiber_ci, the netns test hosts (not in the package)
+TESTS = os.path.join(os.path.dirname(HERE), "tests")
 
 
 def used_mb() -> float:
@@ -49,7 +51,8 @@ def main() -> None:
     args = ap.parse_args()
     example_args: List[str] = [a for a in args.example_args if a != "--"]
 
-    from fiber.testing import netns
+    sys.path.insert(0, TESTS)
+    from fiber_ci import netns
 
     base = used_mb()
     hosts = netns.Hosts(args.hosts).start()
@@ -69,9 +72,9 @@ def main() -> None:
     print(f"{args.hosts} netns hosts, jobs of {args.per_job}; memory in use before: "
           f"{base / 1024:.1f} GB", flush=True)
     try:
-        # the example as its own main program; the netns backend (fiber.testing's, not
+        # the example as its own main program; the netns backend (fiber_ci's, not
         # an installed one) is registered first, as the test suite's plugin does
-        boot = ("import runpy, sys; import fiber.testing.netns; "
+        boot = (f"import runpy, sys; sys.path.insert(0, {TESTS!r}); import fiber_ci.netns; "
                 f"sys.argv = [{EXAMPLE!r}, *sys.argv[1:]]; "
                 f"runpy.run_path({EXAMPLE!r}, run_name='__main__')")
         proc = subprocess.Popen([sys.executable, "-c", boot, *example_args], env=env,

@@ -9,7 +9,7 @@ and the master is real:
   worker, the job watcher's polls; and the wire: one TCP connection a worker over
   loopback (from 127.0.1.x, as from other hosts), TCP keepalive as configured, fiber's
   handshake (HMAC of the program's secret), framing, pickles and pool protocol.
-- **simulated**: the workers (`fiber.testing.standins`): a few stand-in processes, each
+- **simulated**: the workers (`fiber_ci.standins`): a few stand-in processes, each
   serving thousands of simulated workers from one epoll loop. Each connects, proves the
   secret, fetches its launch payload, says hello, and runs each task it is sent as a
   timer of the task's length (``sleep_for(seconds)``: the length is read from the task's
@@ -74,6 +74,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(__file__))
+# the checkout's tests/: fiber_ci, whose standins backend simulates the workers
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from _common import table  # noqa: E402
 
 HERE = os.path.abspath(__file__)
@@ -238,7 +240,8 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int,
     limit = raise_files()
     import fiber
     from fiber.backends import get_backend
-    from fiber.testing import standins
+
+    from fiber_ci import standins
 
     standins.configure(processes=processes, connecting=connecting)
     ctx = fiber.get_context(kind)
@@ -434,7 +437,7 @@ def main() -> None:
         return
     print("SIMULATION: a real fiber master (Pool, hub, TCP sockets) driven by stand-in "
           "workers that speak its protocol and run each task as a timer "
-          "(fiber.testing.standins); not real worker processes."
+          "(fiber_ci.standins); not real worker processes."
           + (" The master calls gc.freeze() once its pool is up (--gc-freeze)."
              if args.gc_freeze else ""))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

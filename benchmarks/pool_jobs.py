@@ -32,6 +32,7 @@ import argparse
 import os
 import signal
 import statistics
+import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -128,7 +129,10 @@ def main() -> None:
     args = ap.parse_args()
     hosts = None
     if args.backend == "netns":
-        from fiber.testing import netns
+        # the checkout's tests/: fiber_ci, the netns test hosts (not in the package)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "tests"))
+        from fiber_ci import netns
         hosts = netns.Hosts(args.hosts).start()
         os.environ[netns.HOSTS_ENV] = hosts.to_env()
     try:

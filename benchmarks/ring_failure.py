@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     hosts = None
     if args.backend == "netns":
-        from fiber.testing.netns import Hosts, use_hosts
+        from fiber_ci.netns import Hosts, use_hosts
 
         hosts = Hosts(3).start()
         use_hosts(hosts)

@@ -40,7 +40,8 @@ def work(x: int, seconds: float) -> int:
 
 def child(args: argparse.Namespace) -> None:
     import fiber
-    import fiber.testing.netns  # noqa: F401 - registers the netns backend
+
+    import fiber_ci.netns  # noqa: F401 - registers the netns backend
 
     fiber.init(backend="netns")
     seconds = args.task_ms / 1000
@@ -71,7 +72,7 @@ def run(version: Version, args: argparse.Namespace, hosts_env: str, cwd: str) ->
         env["PYTHONPATH"] = version.pythonpath + os.pathsep + HERE
     else:
         env["PYTHONPATH"] = HERE
-    from fiber.testing import netns
+    from fiber_ci import netns
 
     env[netns.HOSTS_ENV] = hosts_env
     cmd = [version.python, os.path.abspath(__file__), "--child", "--workers",
@@ -96,7 +97,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from fiber.testing import netns
+    from fiber_ci import netns
 
     ideal = args.workers / (args.task_ms / 1000)
     with tempfile.TemporaryDirectory(prefix="fiber-slow-link-") as scratch:

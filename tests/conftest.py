@@ -4,8 +4,8 @@ the package's: ``pytest --pyargs fiber.testing.conformance``, with its own conft
 - ``ctx``, ``backend_name``: the fiber context of the backend under test, as in the
   conformance suite (``fiber.testing.conformance.fixtures``): ``--fiber-backend local``
   (default) or another; a backend that a module registers, such as the netns test backend
-  (processes in network-namespace "hosts", fiber.testing.netns), is loaded with ``-p``:
-  ``pytest -p fiber.testing.netns --fiber-backend netns``, whose test engine starts the
+  (processes in network-namespace "hosts", fiber_ci.netns), is loaded with ``-p``:
+  ``pytest -p fiber_ci.netns --fiber-backend netns``, whose test engine starts the
   hosts. A backend that cannot be set up fails the run under ``CI=true``; it is never
   skipped there.
 - ``no_leaks`` (autouse): fails a test that leaves child processes or non-fiber threads

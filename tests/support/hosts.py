@@ -1,4 +1,4 @@
-"""Network-namespace "hosts" for the tests that need several (fiber.testing.netns)."""
+"""Network-namespace "hosts" for the tests that need several (fiber_ci.netns)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fiber.testing.conformance.support.waiting import unusable
 def start_hosts(n: int) -> Any:
     """``n`` hosts, started (the caller stops them); if they cannot be made here (no root,
     no iproute2), the test is unusable: skipped by hand, a failure under CI=true."""
-    from fiber.testing.netns import Hosts
+    from fiber_ci.netns import Hosts
 
     hosts = Hosts(n)
     try:
@@ -23,7 +23,7 @@ def start_hosts(n: int) -> Any:
 
 def stop_hosts(hosts: Any) -> None:
     """Stop ``hosts`` and check that nothing of theirs is left (namespaces, links)."""
-    from fiber.testing import _namespaces
+    from fiber_ci import _namespaces
 
     index = hosts.index
     hosts.stop()

@@ -5,7 +5,7 @@ README, the docs, the configuration's own text (and so its generated page) and t
 conformance suite's list of documentation runs each name the backends again, and had
 drifted (Grid Engine and ssh were missing from several). A backend registered without a
 line here fails `test_every_backend_has_a_display_name` first: add it, then to every list.
-``netns`` is fiber's own test engine (`fiber.testing.netns`, registered when that module is
+``netns`` is fiber's own test engine (`fiber_ci.netns`, registered when that module is
 loaded), listed where the docs name the test hosts, never as an entry point.
 """
 

@@ -242,7 +242,7 @@ def test_an_unknown_backend_suggests_the_closest():
 
 def test_the_test_only_netns_backend_is_not_offered_to_users(tmp_path):
     """A user's fresh process: the test suite registers netns in its own once a test
-    imports fiber.testing.netns."""
+    imports fiber_ci.netns."""
     out = _run("from fiber.backends import known_backends\nprint(known_backends())", tmp_path)
     assert out.returncode == 0, out.stderr
     assert "'local'" in out.stdout and "'netns'" not in out.stdout

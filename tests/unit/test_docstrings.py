@@ -18,8 +18,7 @@ PUBLIC_MODULES = [
     "fiber", "fiber.backends", "fiber.config", "fiber.connection", "fiber.context",
     "fiber.errors", "fiber.experimental", "fiber.futures", "fiber.managers", "fiber.meta",
     "fiber.pool", "fiber.process", "fiber.queues", "fiber.ring", "fiber.sharedctypes",
-    "fiber.synchronize", "fiber.testing.netns", "fiber.testing.standins",
-    "fiber.dashboard", "fiber.joblib", "fiber.optuna",
+    "fiber.synchronize", "fiber.dashboard", "fiber.joblib", "fiber.optuna",
 ]
 
 

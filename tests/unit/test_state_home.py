@@ -1,8 +1,8 @@
 """fiber's per-process state has one home: ``fiber._process_state.here``, declared in
 ``fiber._state``.
 
-No module of the package outside ``fiber.testing`` (whose modules are test programs and
-test engines, with the globals a program has) keeps mutable state at module level, as
+No module of the package outside ``fiber.testing`` (whose modules are the conformance
+suite's test programs, with the globals a program has) keeps mutable state at module level, as
 ``scripts/house-counts`` counts it: a container, a lock, an event, a thread-local or a
 counter bound at module level, or a ``global`` statement. And every attribute a state
 class declares says, in a ``#:`` comment above it, whose it is and what it holds.

@@ -1,5 +1,5 @@
 """CPython's own multiprocessing test suite, run against fiber on the local backend
-(`fiber.testing.cpython_suite`, issue 32): at least `FLOORS` of its tests pass.
+(`fiber_ci.cpython_suite`, issue 32): at least `FLOORS` of its tests pass.
 
 A floor is the count reached when it was set; raise it as fixes land. It holds for the
 Python it was measured on: the suite is the interpreter's own file, so another version
@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from fiber_ci import subprocess_env
+
 #: (major, minor) -> tests that must pass, of the selection's total on that Python: 215
 #: reached on 3.11, 2 of slack for _TestProcess.test_active_children, which fails on a
 #: loaded machine. Its child sleeps 0.1 s and the parent then looks for it: a job forked
@@ -30,9 +32,10 @@ pytestmark = pytest.mark.timeout(900)
 def test_cpython_multiprocessing_suite_passes_the_floor(tmp_path: Any) -> None:
     out = tmp_path / "results.json"
     run = subprocess.run(
-        [sys.executable, "-m", "fiber.testing.cpython_suite", "--jobs", "2",
+        [sys.executable, "-m", "fiber_ci.cpython_suite", "--jobs", "2",
          "--timeout", "90", "--logs", str(tmp_path / "logs"), "--json", str(out)],
-        capture_output=True, text=True, timeout=840, stdin=subprocess.DEVNULL)
+        capture_output=True, text=True, timeout=840, stdin=subprocess.DEVNULL,
+        env=subprocess_env())
     print(run.stdout)  # the counts and each failing test with its reason
     assert run.returncode == 0, f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
     results = json.loads(out.read_text())

@@ -19,9 +19,8 @@ from typing import Dict, Iterator, List, Optional
 
 import pytest
 
-from fiber.testing import netns
-
 import support
+from fiber_ci import netns, subprocess_env
 from support.hosts import start_hosts
 
 ROOT = support.REPO
@@ -29,8 +28,8 @@ EXAMPLES = os.path.join(ROOT, "examples")
 TIMEOUT = 600  # seconds a program may take here, on a loaded 2-core machine
 
 #: Runs an example with netns as the backend: ``FIBER_BACKEND=netns`` alone cannot, as the
-#: backend is registered by importing fiber.testing.netns (as the test-only backend it is).
-ON_NETNS = ("import runpy, sys, fiber, fiber.testing.netns\n"
+#: backend is registered by importing fiber_ci.netns (as the test-only backend it is).
+ON_NETNS = ("import runpy, sys, fiber, fiber_ci.netns\n"
             "fiber.init(backend='netns')\n"
             "sys.argv = sys.argv[1:]\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
@@ -43,8 +42,8 @@ PPO_TINY = ["--envs", "4", "--timesteps", "4096", "--epochs", "10", "--print-eve
 def run_example(name: str, *args: str, hosts: Optional[netns.Hosts] = None,
                 expect_rc: int = 0) -> subprocess.CompletedProcess:
     """Run ``examples/<name>`` with ``args`` (on ``hosts`` if given); check its exit code."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("FIBER_") and k != netns.HOSTS_ENV}
+    env = subprocess_env({k: v for k, v in os.environ.items()
+                          if not k.startswith("FIBER_") and k != netns.HOSTS_ENV})
     path = os.path.join(EXAMPLES, name)
     command: List[str] = [sys.executable, path, *args]
     if hosts is not None:

@@ -1,4 +1,4 @@
-"""The stand-in workers of benchmarks/master_scale.py (fiber.testing.standins): a real
+"""The stand-in workers of benchmarks/master_scale.py (fiber_ci.standins): a real
 master's pool is served by simulated workers that speak the real protocol, so that the
 benchmark's simulation measures the real thing and cannot rot unseen."""
 
@@ -12,6 +12,8 @@ import time
 import psutil
 import pytest
 
+from fiber_ci import subprocess_env
+
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scale_scripts")
 
 
@@ -23,7 +25,8 @@ def test_standins_serve_a_real_pool_over_tcp_with_exact_results(per_job, links):
     another function than sleep_for is refused with its reason; every job reports exit
     code 0 at the pool's end; the stand-in processes end with their master."""
     out = subprocess.run([sys.executable, os.path.join(SCRIPTS, "standins_pool.py"), "200",
-                          str(per_job)], capture_output=True, text=True, timeout=300)
+                          str(per_job)], capture_output=True, text=True, timeout=300,
+                         env=subprocess_env())
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[:5] == ["results exact", "connected 200", f"tcp {links}", "refused abs",

@@ -1,4 +1,4 @@
-"""fiber.joblib on several hosts (network namespaces, fiber.testing.netns): joblib's tasks
+"""fiber.joblib on several hosts (network namespaces, fiber_ci.netns): joblib's tasks
 and scikit-learn's n_jobs run on pool workers of the netns hosts, with the results of a
 sequential run, and a worker killed mid-Parallel costs nothing but its rerun. The scenario
 runs in a fresh interpreter (tests/backends/netns/scripts/mh_joblib.py), as those of
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
 
-from fiber.testing import netns
+from fiber_ci import netns
 
 
 def test_joblib_and_scikit_learn_run_on_the_hosts(hosts: netns.Hosts) -> None:  # noqa: F811

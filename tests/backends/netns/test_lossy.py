@@ -18,8 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
-from fiber.testing import netns
-
+from fiber_ci import netns, subprocess_env
 from support.hosts import said_lost, start_hosts, stop_hosts
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
@@ -31,8 +30,8 @@ def _scenario(hosts: Any, script: str, *args: str, timeout: float,
               ) -> Tuple[Dict[str, Any], subprocess.CompletedProcess[str], str]:
     """Run ``scripts/SCRIPT ARGS`` on ``hosts`` (in the root namespace, as a user's
     program): its RESULT, the run, and a report of its output for assertions."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("FIBER_LISTEN_HOST", "FIBER_BACKEND")}
+    env = subprocess_env({k: v for k, v in os.environ.items()
+                          if k not in ("FIBER_LISTEN_HOST", "FIBER_BACKEND")})
     env.update(env_extra or {})
     env[netns.HOSTS_ENV] = hosts.to_env()
     cp = subprocess.run([sys.executable, os.path.join(SCRIPTS, script), *args], env=env,

@@ -1,5 +1,5 @@
 """Real multi-host behaviour, on one machine: processes in network namespaces joined by a
-bridge (``fiber.testing.netns``), the master in the root namespace.
+bridge (``fiber_ci.netns``), the master in the root namespace.
 
 A process's hub binds once, so every scenario runs in a fresh interpreter: a script under
 ``tests/backends/netns/scripts/`` that gets the hosts through ``FIBER_NETNS_HOSTS`` and prints
@@ -22,9 +22,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from fiber.testing import netns
 from fiber.testing.conformance.support.waiting import unusable
 
+from fiber_ci import netns, subprocess_env
 from support.hosts import RESUMED, said_lost, start_hosts, stop_hosts
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
@@ -41,8 +41,8 @@ def hosts() -> Iterator[netns.Hosts]:
 
 
 def _env(hosts: netns.Hosts) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("FIBER_LISTEN_HOST", "FIBER_BACKEND", netns.HOSTS_ENV)}
+    env = subprocess_env({k: v for k, v in os.environ.items()
+                          if k not in ("FIBER_LISTEN_HOST", "FIBER_BACKEND", netns.HOSTS_ENV)})
     env[netns.HOSTS_ENV] = hosts.to_env()
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
 
-from fiber.testing import netns
 from fiber.transport.client import SPENT_GRACE_CONNECT_S
 from fiber.transport.server import JOB_END_SETTLE_S
+
+from fiber_ci import netns
 
 
 def test_counters_under_locks_are_exact_across_hosts(hosts: netns.Hosts) -> None:  # noqa: F811

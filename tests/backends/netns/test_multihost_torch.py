@@ -12,7 +12,7 @@ import re
 import pytest
 from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
 
-from fiber.testing import netns
+from fiber_ci import netns
 
 pytestmark = [pytest.mark.torch,
               pytest.mark.filterwarnings("ignore:This DataLoader will create")]

@@ -1,4 +1,4 @@
-"""fiber.optuna on several hosts (network namespaces, fiber.testing.netns): one Optuna
+"""fiber.optuna on several hosts (network namespaces, fiber_ci.netns): one Optuna
 study, its journal in a fiber manager, searched by pool workers of three hosts. The
 scenario runs in a fresh interpreter (tests/backends/netns/scripts/mh_optuna.py), as
 those of test_multihost.py do."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
 
-from fiber.testing import netns
+from fiber_ci import netns
 
 
 def test_one_study_searched_from_three_hosts(hosts: netns.Hosts) -> None:  # noqa: F811

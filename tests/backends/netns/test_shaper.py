@@ -1,5 +1,5 @@
 """Loss and delay on a host's link: `Hosts.shape`, whose userspace relay
-(``fiber.testing._shaper``) stands in for netem, which this kernel may lack.
+(``fiber_ci._shaper``) stands in for netem, which this kernel may lack.
 
 Real namespaces and TCP: an echo server runs in host 1, the test connects to it from the
 root namespace through the relay. Needs root (skipped without it, except under CI=true).
@@ -19,8 +19,7 @@ from typing import Dict, Iterator, Tuple
 
 import pytest
 
-from fiber.testing import _namespaces, netns
-
+from fiber_ci import _namespaces, netns
 from support.hosts import start_hosts, stop_hosts
 
 Addr = Tuple[str, int]

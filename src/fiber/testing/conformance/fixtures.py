@@ -106,8 +106,8 @@ def _backend_class(name: str) -> Any:
             f"--fiber-backend {name}: fiber knows no backend of that name (it knows "
             f"{', '.join(_registry.known())}). A backend is known by its entry point in the "
             "fiber.backends group (is its package installed here?), or, if a module of it "
-            "registers it (register_backend) as fiber.testing.netns does, once that module "
-            "is loaded: add -p MODULE")
+            "registers it (register_backend) as fiber's own netns test hosts do, once that "
+            "module is loaded: add -p MODULE")
     return cls
 
 

@@ -16,7 +16,8 @@ import time
 from typing import Any
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 #: Seconds any single blocking call of a scenario may wait.
 TIMEOUT = 30.0

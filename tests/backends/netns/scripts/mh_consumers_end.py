@@ -20,7 +20,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 def consumer(q, out, takes):

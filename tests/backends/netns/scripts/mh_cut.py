@@ -20,7 +20,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 RATE = 6 * 40  # tasks a second: six workers, 25 ms tasks
 

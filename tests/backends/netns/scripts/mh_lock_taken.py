@@ -23,7 +23,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 CUT_S = 8.0  # past the hub's wait for a reset process to connect again (5 s)
 HOLD_S = 25.0  # the holder's critical section: the cut, and its coming back, fall in it

@@ -15,7 +15,8 @@ import _common
 
 import fiber
 import fiber.managers
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 def square(x):

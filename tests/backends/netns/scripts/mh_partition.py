@@ -14,7 +14,8 @@ import _common
 
 import fiber
 from fiber.backends import get_backend
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 def child(up):

@@ -8,7 +8,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 BIG = bytes(range(256)) * 4096  # 1 MiB
 

@@ -11,7 +11,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 PER_WRITER = 300
 STOP = "stop"

@@ -11,7 +11,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 def consume(q, out, n):

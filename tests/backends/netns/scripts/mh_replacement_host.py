@@ -21,7 +21,8 @@ import _common
 
 import fiber
 from fiber.backends import register_backend
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 class LateNetnsBackend(netns.NetnsBackend):

@@ -22,8 +22,9 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
 from fiber.transport.server import REANCHOR_WAIT_S
+
+from fiber_ci import netns
 
 N = 3000  # tasks of 10 ms on six workers: ~5 s, resets included
 PUTS = 3000  # one every 4 ms (and the put's own time): longer than the resets

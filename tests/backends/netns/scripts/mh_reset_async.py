@@ -16,7 +16,8 @@ import _common
 
 import fiber
 import fiber.managers
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 N = 300
 WINDOW = 8

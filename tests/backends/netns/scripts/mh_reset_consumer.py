@@ -18,7 +18,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 N = 6000  # items by default; the consumer takes one every ~1 ms: the resets fall inside
 

@@ -17,7 +17,8 @@ import _common
 
 import fiber
 import fiber.managers
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 N = 100
 

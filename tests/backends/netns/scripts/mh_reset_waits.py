@@ -20,7 +20,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 WAIT = 60.0  # each wait's own timeout: far past the resets
 ACTION_S = 4.0  # the second barrier's action, run by the child: the resets fall in it

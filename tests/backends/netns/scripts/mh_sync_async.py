@@ -9,7 +9,8 @@ import _common
 
 import fiber
 import fiber.managers
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 class Worker:

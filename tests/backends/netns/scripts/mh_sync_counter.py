@@ -7,7 +7,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 WORKERS, N = 6, 30
 

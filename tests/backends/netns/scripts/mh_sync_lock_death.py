@@ -16,7 +16,8 @@ import time
 import _common
 
 import fiber
-from fiber.testing import netns
+
+from fiber_ci import netns
 
 
 def hold(lock, ready):

@@ -16,8 +16,9 @@ import _common
 
 import fiber
 import fiber.managers
-from fiber.testing import netns
 from fiber.transport.client import ConnectionLost
+
+from fiber_ci import netns
 
 
 class Slow:

@@ -1,5 +1,5 @@
 """A userspace link shaper: loss and delay on one netns host's link (root only), for a
-kernel without ``sch_netem``. Run as ``python -m fiber.testing._shaper INNER OUTER``. Its
+kernel without ``sch_netem``. Run as ``python -m fiber_ci._shaper INNER OUTER``. Its
 place and its commands: docs/contributing/testing.md, "The link shaper"."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 from typing import Callable, Deque, Dict, Sequence, Tuple
+
+from . import subprocess_env
 
 SOL_PACKET = 263
 #: Frames carry a virtio-net header, so GSO super-frames and partial checksums (veth
@@ -215,7 +217,7 @@ class Shaper:
     def __init__(self, inner: str, outer: str, timeout: float = 15.0) -> None:
         self._err = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "fiber.testing._shaper", inner, outer],
+            [sys.executable, "-m", "fiber_ci._shaper", inner, outer], env=subprocess_env(),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
         self.pid, self._buf = self._proc.pid, b""
         try:
@@ -263,5 +265,5 @@ class Shaper:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m fiber.testing._shaper INNER OUTER")
+        sys.exit("usage: python -m fiber_ci._shaper INNER OUTER")
     sys.exit(run(sys.argv[1], sys.argv[2]))

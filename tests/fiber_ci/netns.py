@@ -2,8 +2,7 @@
 
 `Hosts` creates N network namespaces joined by a Linux bridge (root only).
 
-Partitions, lossy links and the ``netns`` backend: the API reference's page of
-``fiber.testing``."""
+Partitions, lossy links and the ``netns`` backend: docs/contributing/ci-tools.md."""
 
 from __future__ import annotations
 
@@ -14,10 +13,12 @@ import os
 import threading
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
-from ..backends import JobHandle, JobSpec, register_backend
-from ..backends._job_command import JOB_HOST_ENV, bootstrap_parts
-from ..backends.local import LocalBackend
-from ..errors import SubmitError
+from fiber.backends import JobHandle, JobSpec, register_backend
+from fiber.backends._job_command import JOB_HOST_ENV, bootstrap_parts
+from fiber.backends.local import LocalBackend
+from fiber.errors import SubmitError
+
+from . import HOME
 from ._hosts import HOSTS_ENV, NETWORK, HostList, Hosts
 from ._namespaces import cleanup_stale
 
@@ -57,7 +58,7 @@ def use_hosts(hosts: Union[Hosts, HostList, None]) -> None:
         elif isinstance(hosts, HostList):
             _current = hosts
         else:
-            raise TypeError(f"expected fiber.testing.netns.Hosts, got {hosts!r}")
+            raise TypeError(f"expected fiber_ci.netns.Hosts, got {hosts!r}")
         os.environ[HOSTS_ENV] = _current.to_env()
 
 
@@ -82,8 +83,10 @@ def on_host(i: int) -> Iterator[None]:
 
 
 # A job imports this module first, so that it knows the netns backend too (it may start
-# processes of its own); the rest is what ``python -m fiber.process._bootstrap`` does.
-_BOOTSTRAP = "import fiber.testing.netns; from fiber.process._bootstrap import main; main()"
+# processes of its own), from the checkout's tests/ (not in the package: its sys.path is
+# not its master's yet); the rest is what ``python -m fiber.process._bootstrap`` does.
+_BOOTSTRAP = (f"import sys; sys.path.insert(0, {HOME!r}); import fiber_ci.netns; "
+              "from fiber.process._bootstrap import main; main()")
 
 
 def _with_import(command: Sequence[str]) -> Tuple[str, ...]:
@@ -130,7 +133,7 @@ class NetnsBackend(LocalBackend):
         hosts = current_hosts()
         if hosts is None:
             raise SubmitError("the netns backend has no hosts: start "
-                              "fiber.testing.netns.Hosts and call use_hosts(hosts) first")
+                              "fiber_ci.netns.Hosts and call use_hosts(hosts) first")
         return hosts
 
     def command_prefix(self, spec: JobSpec, index: int) -> List[str]:
@@ -190,7 +193,7 @@ class NetnsBackend(LocalBackend):
         """
         hosts = current_hosts()
         if hosts is None:
-            raise RuntimeError("the netns backend has no hosts: start fiber.testing.netns."
+            raise RuntimeError("the netns backend has no hosts: start fiber_ci.netns."
                                "Hosts and call use_hosts(hosts) before using fiber")
         return hosts.root_ip
 

@@ -1,8 +1,8 @@
 """Several "hosts" on one Linux machine: network namespaces joined by a bridge (root only).
-The backend that runs jobs on them is `fiber.testing.netns`, which documents both.
+The backend that runs jobs on them is `fiber_ci.netns`, which documents both.
 
 `Hosts.shape` adds loss and delay to one host's link with a userspace relay
-(`fiber.testing._shaper`, which shows the layout): the kernels this runs on may have no
+(`fiber_ci._shaper`, which shows the layout): the kernels this runs on may have no
 ``sch_netem`` and no iptables, so ``tc ... netem`` is not an option."""
 
 
@@ -422,7 +422,7 @@ class Hosts:
         try:
             self.stop()
         except Exception as e:
-            sys.stderr.write(f"fiber.testing.netns: {e}\n")
+            sys.stderr.write(f"fiber_ci.netns: {e}\n")
 
     def __enter__(self) -> Hosts:
         return self.start()

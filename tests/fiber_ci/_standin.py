@@ -20,15 +20,16 @@ import time
 from types import MappingProxyType
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from ..pool._group import group_main
-from ..pool._protocol import PoolOps, pack_results, pack_to, unpack_tasks, unpack_to
-from ..pool._worker import CALL, MAP, worker_main
-from ..process._launcher import SERVICE, LaunchOps
-from ..transport import auth
-from ..transport.framing import FrameReader, Outbox, ProtocolError, new_scratch
-from ..transport.remote import pack_exception
-from ..transport.serialization import Frame, dumps, loads
-from ..transport.sockets import server_id, split_address, tune
+from fiber.pool._group import group_main
+from fiber.pool._protocol import PoolOps, pack_results, pack_to, unpack_tasks, unpack_to
+from fiber.pool._worker import CALL, MAP, worker_main
+from fiber.process._launcher import SERVICE, LaunchOps
+from fiber.transport import auth
+from fiber.transport.framing import FrameReader, Outbox, ProtocolError, new_scratch
+from fiber.transport.remote import pack_exception
+from fiber.transport.serialization import Frame, dumps, loads
+from fiber.transport.sockets import server_id, split_address, tune
+
 from .standins import sleep_for
 
 #: Linux's ``IP_BIND_ADDRESS_NO_PORT``: the source port is chosen at connect, per
@@ -342,8 +343,8 @@ class StandIn:
             error = None
             if fn is not sleep_for:
                 error = dumps(pack_exception(TypeError(
-                    f"a stand-in worker (fiber.testing.standins) runs only "
-                    f"fiber.testing.standins.sleep_for, not {fn!r}")))
+                    f"a stand-in worker (fiber_ci.standins) runs only "
+                    f"fiber_ci.standins.sleep_for, not {fn!r}")))
             self.verdicts[key] = error
         return self.verdicts[key]
 

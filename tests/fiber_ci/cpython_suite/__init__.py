@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from .. import subprocess_env
+
 if TYPE_CHECKING:
     import types
 
@@ -184,8 +186,8 @@ def _events(target: str, ids: List[str], timeout: float, log: IO[bytes]
     ``timeout`` s without one (the interpreter's process group is killed), or its exit."""
     read, write = os.pipe()
     cmd = [sys.executable, "-m", __name__, "--worker", str(write), "--target", target, *ids]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            pass_fds=(write,), start_new_session=True)
+    proc = subprocess.Popen(cmd, env=subprocess_env(), stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=log, pass_fds=(write,), start_new_session=True)
     os.close(write)
     buffer, end = b"", "timeout"
     try:
@@ -258,7 +260,7 @@ def passed(results: Dict[str, Result]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fiber.testing.cpython_suite",
+    parser = argparse.ArgumentParser(prog="python -m fiber_ci.cpython_suite",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--stdlib", action="store_true",
                         help="run on the standard library (the reference count)")

@@ -11,7 +11,7 @@ and pool protocol. What it does not do is the work: no worker process, no interp
 and a task is a timer of its length. Its tasks must be `sleep_for`'s; another function's
 fail with a ``TypeError`` that says so.
 
-An example and what the figures mean: the API reference's page of ``fiber.testing``."""
+An example and what the figures mean: docs/contributing/ci-tools.md."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Dict, List, Sequence
 
-from .._core._runtime import JOB_ENV, PARENT_ENV
-from ..backends import (
+from fiber._core._runtime import JOB_ENV, PARENT_ENV
+from fiber.backends import (
     Backend,
     JobHandle,
     JobSpec,
@@ -36,9 +36,11 @@ from ..backends import (
     JobStatus,
     register_backend,
 )
-from ..backends._job_command import bootstrap_parts
-from ..errors import SubmitError
-from ..transport.auth import SECRET_ENV
+from fiber.backends._job_command import bootstrap_parts
+from fiber.errors import SubmitError
+from fiber.transport.auth import SECRET_ENV
+
+from . import subprocess_env
 
 __all__ = ["StandInBackend", "configure", "sleep_for"]
 
@@ -99,10 +101,11 @@ class StandInBackend(Backend):
             if not self._procs:
                 shape = _shape
                 for k in range(shape.processes):
-                    argv = [sys.executable, "-m", "fiber.testing._standin",
+                    argv = [sys.executable, "-m", "fiber_ci._standin",
                             f"127.0.1.{k + 1}", str(shape.connecting), f"standin-{k}"]
                     self._procs.append(subprocess.Popen(
-                        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0))
+                        argv, env=subprocess_env(), stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, bufsize=0))
                 threading.Thread(target=self._read, args=(list(self._procs),),
                                  name="fiber-standins", daemon=True).start()
             return self._procs
