@@ -18,7 +18,7 @@ Importable from the checkout's ``tests/`` (pytest's ``pythonpath``, and so a job
 from __future__ import annotations
 
 import os
-from typing import Dict, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional
 
 #: The directory that holds this package (the checkout's ``tests/``).
 HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,3 +32,15 @@ def subprocess_env(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([HOME, *path])
     return env
 
+
+def shipped(names: Iterable[str]) -> List[str]:
+    """The files of a wheel (``names``, as its zip lists them) that serve only fiber's CI:
+    a file outside the package ``fiber`` and its ``.dist-info`` (this package included),
+    or one of ``fiber/testing/`` but the conformance suite and ``__init__.py``, this
+    package's former home. ``scripts/package-check`` and ``tests/unit/test_install.py``
+    fail on any."""
+    return [n for n in names
+            if not n.split("/")[0].endswith(".dist-info")
+            and (not n.startswith("fiber/")
+                 or n.startswith("fiber/testing/") and n != "fiber/testing/__init__.py"
+                 and not n.startswith("fiber/testing/conformance/"))]

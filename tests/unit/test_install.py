@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from typing import Any, Dict, List
 
 import pytest
@@ -22,6 +23,7 @@ from fiber._version import DISTRIBUTION, WHEEL, install_hint
 from fiber.cli import version_line
 
 import support
+from fiber_ci import shipped
 
 PACKAGE = os.path.dirname(os.path.abspath(fiber.__file__))
 
@@ -124,6 +126,21 @@ def test_the_install_hint_is_what_pip_installs_from_the_wheel(checkout_and_wheel
     assert found["metadata"]["name"] == DISTRIBUTION
     assert found.get("requested_extras", []) == ([extra] if extra else [])
     assert not extra or extra in found["metadata"]["provides_extra"]
+
+
+def test_the_wheel_ships_the_conformance_suite_and_nothing_of_fibers_ci(checkout_and_wheel):
+    """Backend authors run the suite from the installed package; what serves only fiber's
+    own CI (tests/fiber_ci: the netns test hosts and their link shaper, the stand-in
+    workers, CPython's suite on fiber) stays out, also from ``fiber/testing``, its former
+    home (`fiber_ci.shipped`)."""
+    _, wheels = checkout_and_wheel
+    names = zipfile.ZipFile(os.path.join(wheels, WHEEL)).namelist()
+    assert "fiber/testing/conformance/conftest.py" in names
+    assert "fiber/testing/conformance/plugin.py" in names
+    assert shipped(names) == []
+    assert not [n for n in names if "fiber_ci" in n or "cpython_suite" in n]
+    assert shipped([*names, "fiber/testing/netns.py", "fiber_ci/standins.py"]) == [
+        "fiber/testing/netns.py", "fiber_ci/standins.py"]
 
 
 def test_the_install_hint_is_what_pip_installs_from_the_checkout(checkout_and_wheel):
