@@ -21,16 +21,8 @@ from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import End, Handoff, PipeOps, PipeService, Receive, Send
 from fiber.connection._watch import Cancel, WaitAny, WaitOps, WaitService
-from fiber.managers._server import (
-    Call,
-    Create,
-    Created,
-    ManagerOps,
-    ManagerService,
-    ObjectOps,
-    ObjectService,
-    ProxyHandoff,
-)
+from fiber.managers._protocol import Call, Create, Created, ManagerOps, ObjectOps, ProxyHandoff
+from fiber.managers._server import ManagerService, ObjectService
 from fiber.pool._dispatch import Dispatching
 from fiber.pool._jobs import JobsOfSeveral
 from fiber.pool._protocol import (

@@ -26,6 +26,7 @@ from ..transport import auth
 from ..transport.client import ConnectionLost
 from ..transport.serialization import Frame, loads
 from ._async_calls import channel
+from ._protocol import Create, ManagerOps
 from ._proxies import (
     AcquirerProxy,
     ArrayProxy,
@@ -48,15 +49,7 @@ from ._proxies import (
     new_proxy,
     pending_proxy,
 )
-from ._server import (
-    MANAGER_SERVICE,
-    Create,
-    Entry,
-    ManagerOps,
-    Spec,
-    manager_main,
-    serve_manager,
-)
+from ._server import MANAGER_SERVICE, Entry, Spec, manager_main, serve_manager
 
 __all__ = ["BaseManager", "SyncManager", "AsyncManager", "Namespace", "Token"]
 

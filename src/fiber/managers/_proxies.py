@@ -30,7 +30,8 @@ from ..transport.client import ConnectionLost
 from ..transport.serialization import Frame, loads
 from . import _server as _manager_server
 from ._async_calls import CallHandle, channel
-from ._server import Call, ObjectOps, ProxyHandoff, Spec
+from ._protocol import Call, ObjectOps, ProxyHandoff
+from ._server import Spec
 
 __all__ = ["BaseProxy", "AsyncProxy", "AutoProxy", "AsyncAutoProxy", "MakeProxyType",
            "DirectProxy", "DictProxy", "ListProxy", "ValueProxy", "ArrayProxy",
