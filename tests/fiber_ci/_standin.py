@@ -23,7 +23,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 from fiber.pool._group import group_main
 from fiber.pool._protocol import PoolOps, pack_results, pack_to, unpack_tasks, unpack_to
 from fiber.pool._worker import CALL, MAP, worker_main
-from fiber.process._launcher import SERVICE, LaunchOps
+from fiber.process._launcher import SERVICE, ExitReport, Fetch, LaunchOps
 from fiber.transport import auth
 from fiber.transport.framing import FrameReader, Outbox, ProtocolError, new_scratch
 from fiber.transport.remote import pack_exception
@@ -243,8 +243,8 @@ class StandIn:
                 self.end(sim, 1)
                 return
             sim.state = FETCHING
-            self.send(sim, [SERVICE, LaunchOps.FETCH, _FETCH_REQUEST, sim.token,
-                            *dumps((os.getpid(), self.host))])
+            self.send(sim, [SERVICE, LaunchOps.FETCH, _FETCH_REQUEST,
+                            *Fetch(sim.token, os.getpid(), self.host).frames()])
         elif sim.state == FETCHING:
             self.fetched(sim, msg)
         elif sim.state == EXITING:
@@ -379,7 +379,8 @@ class StandIn:
         0, no relayed output)."""
         if not sim.workers and not sim.asked and sim.state == RUNNING:
             sim.state = EXITING
-            self.send(sim, [SERVICE, LaunchOps.EXIT, _EXIT_REQUEST, sim.token, b"0", b"0"])
+            self.send(sim, [SERVICE, LaunchOps.EXIT, _EXIT_REQUEST,
+                            *ExitReport(sim.token, 0, False).frames()])
 
     def fire_timers(self) -> None:
         timers = self.timers

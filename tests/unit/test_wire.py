@@ -36,8 +36,16 @@ from fiber.pool._protocol import (
 )
 from fiber.pool._reconnect import Reconnections
 from fiber.pool._service import PoolService
-from fiber.process._inspected import InspectOps, InspectService
-from fiber.process._launcher import LaunchOps, LaunchService
+from fiber.process._inspected import Hello, InspectOps, InspectService, Stack, Stats
+from fiber.process._launcher import (
+    ExitReport,
+    Fetch,
+    JobToken,
+    LaunchOps,
+    LaunchService,
+    Output,
+    Source,
+)
 from fiber.queues._service import QueueOps, QueueService
 from fiber.sharedctypes import (
     Access,
@@ -368,6 +376,11 @@ RECORDS = [Wait(None), Wait(0.0), Wait(1.5), Caller(b"thread"), Acquire(b"t", No
            Call.of("append", (1,), None), Call.of("update", (), {"k": [1, 2]}),
            ProxyHandoff(b"12345678"), Create("dict", (), {"a": 1}), Create("Env", (3, "x"), {}),
            Created(b"cid", b"ok", [b"spec"]), Created(b"cid", b"err", [])]
+# the launch and inspect protocols (fiber.process)
+RECORDS += [Fetch(b"tok", 1234, "host-1"), ExitReport(b"tok", -9, True),
+            ExitReport(b"tok", 0, False), JobToken(b"tok"), Output(b"tok", 2, b"line\n"),
+            Source("<stdin>"), Hello(b"tok", b"boot:1:2", 77), Hello(b"tok", b"", 1),
+            Stats(b"tok", 1.5, 1 << 20), Stack(b"tok", b"12345678", "Thread main:\n")]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)

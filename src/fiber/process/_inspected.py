@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Collection, Dict, List, Optional, Tuple
+from typing import Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .._core import _runtime
 from .._process_state import here as this_process
@@ -21,7 +21,8 @@ from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service
 from . import _launcher
 
-__all__ = ["InspectService", "serve_parent", "register", "stack_of", "stats"]
+__all__ = ["InspectService", "serve_parent", "register", "stack_of", "stats", "Hello",
+           "Stats", "Stack"]
 
 SERVICE = b"inspect"
 #: Seconds between a job's reports of its CPU time and memory, at least.
@@ -43,6 +44,55 @@ class InspectOps:
 
 #: The parent's push that asks a job for its reports (see the module).
 WATCH = b"watch"
+
+
+class Hello(NamedTuple):
+    """``hello``: a job's launch token, its host's `here` and its pid (read in /proc
+    by a parent on its host)."""
+
+    token: bytes
+    here: bytes
+    pid: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Hello:
+        if len(payload) < 3:  # a job that says no more than its token
+            return cls(bytes(payload[0]), b"", 0)
+        return cls(bytes(payload[0]), bytes(payload[1]), int(bytes(payload[2])))
+
+    def frames(self) -> List[Frame]:
+        return [self.token, self.here, str(self.pid).encode()]
+
+
+class Stats(NamedTuple):
+    """``stats``: a job's CPU seconds (to the millisecond) and resident bytes."""
+
+    token: bytes
+    cpu: float
+    rss: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Stats:
+        return cls(bytes(payload[0]), float(bytes(payload[1])), int(bytes(payload[2])))
+
+    def frames(self) -> List[Frame]:
+        return [self.token, f"{self.cpu:.3f}".encode(), str(self.rss).encode()]
+
+
+class Stack(NamedTuple):
+    """``stack``: a job's answer to the parent's push ``request``, its threads' stacks."""
+
+    token: bytes
+    request: bytes
+    stacks: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Stack:
+        return cls(bytes(payload[0]), bytes(payload[1]),
+                   bytes(payload[2]).decode(errors="replace"))
+
+    def frames(self) -> List[Frame]:
+        return [self.token, self.request, self.stacks.encode(errors="replace")]
 
 
 # -- in the job ------------------------------------------------------------------------------
@@ -110,14 +160,13 @@ def serve_parent(parent: str, token: bytes) -> None:
 def _serve(parent: str, token: bytes) -> None:
     try:
         client = Client(parent)
-        client.send(SERVICE, InspectOps.HELLO, [token, here(), str(this_process.pid).encode()])
+        client.send(SERVICE, InspectOps.HELLO, Hello(token, here(), this_process.pid).frames())
         watched_until = next_stats = interval = 0.0
         while True:
             now = time.monotonic()
             if now < watched_until and now >= next_stats:
                 cpu, rss = _usage()
-                client.send(SERVICE, InspectOps.STATS, [token, f"{cpu:.3f}".encode(),
-                                                        str(rss).encode()])
+                client.send(SERVICE, InspectOps.STATS, Stats(token, cpu, rss).frames())
                 next_stats = now + interval
             wait = (max(0.0, min(next_stats, watched_until) - time.monotonic())
                     if now < watched_until else None)  # None: until the parent asks
@@ -127,7 +176,7 @@ def _serve(parent: str, token: bytes) -> None:
             op = bytes(msg[1])
             if op == InspectOps.STACK:
                 client.send(SERVICE, InspectOps.STACK,
-                            [token, bytes(msg[2]), _stacks().encode(errors="replace")])
+                            Stack(token, bytes(msg[2]), _stacks()).frames())
             elif op == WATCH and len(msg) > 3:
                 now = time.monotonic()
                 if now >= watched_until:
@@ -191,13 +240,13 @@ class InspectService(Service):
         self.waiting: Dict[bytes, Tuple[threading.Event, List[str]]] = {}
         self.watch_sent = -WATCH_S  # when the jobs were last asked for reports
 
-    @handles(InspectOps.HELLO)
-    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[token, here, pid]``: a job with this process's `here` is read in /proc."""
-        name = self.launches.name_of(bytes(payload[0]))
+    @handles(InspectOps.HELLO, Hello)
+    def hello(self, server: Server, peer: Peer, req_id: bytes, msg: Hello) -> None:
+        """A job with this process's `here` is read in /proc."""
+        name = self.launches.name_of(msg.token)
         if name:
-            local = len(payload) > 2 and here() and bytes(payload[1]) == here()
-            job = self.jobs[name] = _Job(peer, name, int(bytes(payload[2])) if local else 0)
+            local = msg.here and msg.here == here()
+            job = self.jobs[name] = _Job(peer, name, msg.pid if local else 0)
             self.by_peer[peer.peer_id] = name
             if not job.pid and time.monotonic() - self.watch_sent < WATCH_S:
                 server.send(peer, self._watch())  # watched: a newcomer too
@@ -219,18 +268,18 @@ class InspectService(Service):
         interval = max(STATS_S, reporting / REPORTS_PER_S)
         return [b"", WATCH, f"{WATCH_S:g}".encode(), f"{interval:g}".encode()]
 
-    @handles(InspectOps.STATS)
-    def report(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(InspectOps.STATS, Stats)
+    def report(self, server: Server, peer: Peer, req_id: bytes, msg: Stats) -> None:
         job = self.jobs.get(self.by_peer.get(peer.peer_id, ""))
         if job is None:
             return
-        job.record(float(bytes(payload[1])), int(bytes(payload[2])), time.monotonic())
+        job.record(msg.cpu, msg.rss, time.monotonic())
 
-    @handles(InspectOps.STACK)
-    def stack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        waiter = self.waiting.pop(bytes(payload[1]), None)
+    @handles(InspectOps.STACK, Stack)
+    def stack(self, server: Server, peer: Peer, req_id: bytes, msg: Stack) -> None:
+        waiter = self.waiting.pop(msg.request, None)
         if waiter is not None:
-            waiter[1].append(bytes(payload[2]).decode(errors="replace"))
+            waiter[1].append(msg.stacks)
             waiter[0].set()
 
     def peer_gone(self, server: Server, peer: Peer) -> None:

@@ -13,7 +13,7 @@ import secrets
 import socket
 import sys
 import threading
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence
 
 from .._core import _inspect, _runtime
 from .._process_state import here
@@ -30,7 +30,7 @@ from ._captured import CapturedOutput
 from ._printer import OutputPrinter
 
 __all__ = ["LaunchService", "launcher", "Launch", "handing_anchors", "check_reachable",
-           "job_spec"]
+           "job_spec", "Fetch", "ExitReport", "JobToken", "Output", "Source"]
 
 SERVICE = b"proc"
 _SOURCE_TIMEOUT_S = 5.0
@@ -46,6 +46,81 @@ class LaunchOps:
     OUTPUT_END = b"output_end"  # all the job's output has been sent
     OUTPUT_SYNC = b"output_sync"  # [token]: replied once what came before it is printed
     SOURCE = b"source"  # [filename]: the lines of a file the job lacks, for a traceback
+
+
+class Fetch(NamedTuple):
+    """``fetch``: a child started, with its launch token, its pid and the host it runs on
+    (the two pickled together)."""
+
+    token: bytes
+    pid: int
+    host: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Fetch:
+        pid, host = loads(payload[1:])
+        return cls(bytes(payload[0]), pid, host)
+
+    def frames(self) -> List[Frame]:
+        return [self.token, *dumps((self.pid, self.host))]
+
+
+class ExitReport(NamedTuple):
+    """``exit``: a child's exit code, and whether its relay has output on its way to the
+    parent (see _relay)."""
+
+    token: bytes
+    code: int
+    relayed: bool
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> ExitReport:
+        return cls(bytes(payload[0]), int(bytes(payload[1])),
+                   len(payload) > 2 and bytes(payload[2]) == b"1")
+
+    def frames(self) -> List[Frame]:
+        return [self.token, str(self.code).encode(), b"1" if self.relayed else b"0"]
+
+
+class JobToken(NamedTuple):
+    """``output_start``, ``output_sync``, ``output_end``: the job's launch token."""
+
+    token: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> JobToken:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.token]
+
+
+class Output(NamedTuple):
+    """``output``: what a job wrote to its descriptor ``fd`` (1, 2), as it read it."""
+
+    token: bytes
+    fd: int
+    data: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Output:
+        return cls(bytes(payload[0]), int(bytes(payload[1])), bytes(payload[2]))
+
+    def frames(self) -> List[Frame]:
+        return [self.token, b"%d" % self.fd, self.data]
+
+
+class Source(NamedTuple):
+    """``source``: the file whose lines a job lacks, for a traceback."""
+
+    filename: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Source:
+        return cls(bytes(payload[0]).decode(errors="replace"))
+
+    def frames(self) -> List[Frame]:
+        return [self.filename.encode()]
 
 
 class Launch:
@@ -102,56 +177,52 @@ class LaunchService(Service):
         self.printer.job_ended(token)
 
     def _launch(self, server: Server, peer: Peer, req_id: bytes,
-                payload: List[Frame]) -> Optional[Launch]:
-        """The launch a request's token names; None (and the error replied, for a
+                token: bytes) -> Optional[Launch]:
+        """The launch a request's ``token`` names; None (and the error replied, for a
         request) if none: a one-way message of a job that has ended is dropped."""
         with self._lock:
-            launch = self._launches.get(bytes(payload[0]))
+            launch = self._launches.get(token)
         if launch is None and req_id:
             server.reply_error(peer, req_id, LookupError("unknown or finished job"))
         return launch
 
-    @handles(LaunchOps.FETCH)
-    def fetch(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """A child started: ``[token, *dumps((pid, host))]``; answered with its payload."""
-        launch = self._launch(server, peer, req_id, payload)
+    @handles(LaunchOps.FETCH, Fetch)
+    def fetch(self, server: Server, peer: Peer, req_id: bytes, msg: Fetch) -> None:
+        """A child started; answered with its payload."""
+        launch = self._launch(server, peer, req_id, msg.token)
         if launch is None:
             return
         if launch.process_id is not None:  # a second copy of one job (a requeue)
             server.reply_error(peer, req_id, PermissionError("this job was already started"))
             return
-        pid, host = loads(payload[1:])
-        launch.host = host
-        self.printer.rename(bytes(payload[0]), launch.name, host, get_config().output_prefix)
+        launch.host = msg.host
+        self.printer.rename(msg.token, launch.name, msg.host, get_config().output_prefix)
         launch.process_id = peer.process_id
         with self._lock:
-            self._by_process[peer.process_id] = bytes(payload[0])
-        launch.on_started(pid, host)
+            self._by_process[peer.process_id] = msg.token
+        launch.on_started(msg.pid, msg.host)
         server.reply(peer, req_id, b"ok", launch.payload)
         launch.payload = []
 
-    @handles(LaunchOps.EXIT)
-    def exit_report(self, server: Server, peer: Peer, req_id: bytes,
-                    payload: List[Frame]) -> None:
-        """A child reports its exit code: ``[token, code, relayed]``; ``relayed`` b"1":
-        its relay has output on its way here (see _relay), which ``join`` waits for, even
-        if this report overtook the relay's first message."""
-        launch = self._launch(server, peer, req_id, payload)
+    @handles(LaunchOps.EXIT, ExitReport)
+    def exit_report(self, server: Server, peer: Peer, req_id: bytes, msg: ExitReport) -> None:
+        """A child reports its exit code; ``relayed``: its relay has output on its way
+        here (see _relay), which ``join`` waits for, even if this report overtook the
+        relay's first message."""
+        launch = self._launch(server, peer, req_id, msg.token)
         if launch is not None:
-            if len(payload) > 2 and bytes(payload[2]) == b"1":
-                self._open_output(bytes(payload[0]), launch)
-            launch.on_exit_report(int(bytes(payload[1])))
+            if msg.relayed:
+                self._open_output(msg.token, launch)
+            launch.on_exit_report(msg.code)
             server.reply(peer, req_id, b"ok")
 
-    @handles(LaunchOps.OUTPUT_START)
-    def output_start(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Frame]) -> None:
-        """``[token]``: this connection carries the job's output from now on."""
-        launch = self._launch(server, peer, req_id, payload)
+    @handles(LaunchOps.OUTPUT_START, JobToken)
+    def output_start(self, server: Server, peer: Peer, req_id: bytes, msg: JobToken) -> None:
+        """This connection carries the job's output from now on."""
+        launch = self._launch(server, peer, req_id, msg.token)
         if launch is not None:
-            token = bytes(payload[0])
-            self._outputs[peer.peer_id] = token
-            self._open_output(token, launch)
+            self._outputs[peer.peer_id] = msg.token
+            self._open_output(msg.token, launch)
 
     def _open_output(self, token: bytes, launch: Launch, guess: str = "") -> None:
         """Print job ``token``'s output from now on, prefixed with the host the job said
@@ -171,32 +242,31 @@ class LaunchService(Service):
                 self._open_output(token, launch, guess=job_host())
             CapturedOutput(hub, self.printer, token, output)
 
-    @handles(LaunchOps.OUTPUT)
-    def output(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[token, fd, data]``: what the job wrote, as it read it."""
-        self.printer.write(bytes(payload[0]), int(bytes(payload[1])), bytes(payload[2]))
+    @handles(LaunchOps.OUTPUT, Output)
+    def output(self, server: Server, peer: Peer, req_id: bytes, msg: Output) -> None:
+        """What the job wrote, as it read it."""
+        self.printer.write(msg.token, msg.fd, msg.data)
 
     @handles(LaunchOps.OUTPUT_SYNC)
     def output_sync(self, server: Server, peer: Peer, req_id: bytes,
                     payload: List[Frame]) -> None:
-        """``[token]``: answered at once, as the output messages that came before it on
+        """A `JobToken`, not read: answered at once, as the output messages that came before it on
         this connection were printed as they came (`output`): the job's relay asks
         before the job sends results, so that its lines are printed before them."""
         server.reply(peer, req_id, b"ok")
 
-    @handles(LaunchOps.OUTPUT_END)
-    def output_end(self, server: Server, peer: Peer, req_id: bytes,
-                   payload: List[Frame]) -> None:
-        """``[token]``: answered once all of it is written here (the job may have ended
-        for its backend already)."""
+    @handles(LaunchOps.OUTPUT_END, JobToken)
+    def output_end(self, server: Server, peer: Peer, req_id: bytes, msg: JobToken) -> None:
+        """Answered once all of it is written here (the job may have ended for its
+        backend already)."""
         self._outputs.pop(peer.peer_id, None)
-        self.printer.close(bytes(payload[0]))
+        self.printer.close(msg.token)
         server.reply(peer, req_id, b"ok")
 
-    @handles(LaunchOps.SOURCE)
-    def source(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[filename]``: answered with its lines as this process has them."""
-        _serve_source(server, peer, req_id, bytes(payload[0]).decode(errors="replace"))
+    @handles(LaunchOps.SOURCE, Source)
+    def source(self, server: Server, peer: Peer, req_id: bytes, msg: Source) -> None:
+        """Answered with the file's lines as this process has them."""
+        _serve_source(server, peer, req_id, msg.filename)
 
     def peer_gone(self, server: Server, peer: Peer) -> None:
         token = self._outputs.pop(peer.peer_id, None)
@@ -314,7 +384,8 @@ def fetch_source(parent: str, filename: str) -> Optional[str]:
     from .._core._clients import get_client
 
     try:
-        status, frames = get_client(parent).request(SERVICE, LaunchOps.SOURCE, [filename.encode()],
+        status, frames = get_client(parent).request(SERVICE, LaunchOps.SOURCE,
+                                                    Source(filename).frames(),
                                                     timeout=_SOURCE_TIMEOUT_S)
     except Exception:
         return None
@@ -335,7 +406,7 @@ def fetch_payload(parent: str, token: bytes) -> Any:
 
     client = get_client(parent)
     status, frames = client.request(SERVICE, LaunchOps.FETCH,
-                                    [token, *dumps((here.pid, job_host()))])
+                                    Fetch(token, here.pid, job_host()).frames())
     if status != b"ok":
         raise unpack_exception(loads(frames))
     return loads(frames)
@@ -346,5 +417,4 @@ def report_exit(parent: str, token: bytes, exitcode: int, relayed: bool) -> None
     from .._core._clients import get_client
 
     get_client(parent).request(SERVICE, LaunchOps.EXIT,
-                               [token, str(exitcode).encode(), b"1" if relayed else b"0"],
-                               timeout=10)
+                               ExitReport(token, exitcode, relayed).frames(), timeout=10)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, NoReturn, Optional
 
 from .._core._clients import plain_client
 from .._process_state import here
-from ._launcher import SERVICE, LaunchOps
+from ._launcher import SERVICE, JobToken, LaunchOps, Output
 
 if TYPE_CHECKING:
     import types
@@ -203,7 +203,7 @@ class _Relay:
         if client is None:
             return
         try:
-            client.send(SERVICE, LaunchOps.OUTPUT, [self._token, b"%d" % target, data])
+            client.send(SERVICE, LaunchOps.OUTPUT, Output(self._token, target, data).frames())
         except Exception:
             self._client = None  # the parent is gone: the log has everything
             client.close()
@@ -222,7 +222,7 @@ class _Relay:
         if client is None or not unconfirmed:
             return  # nothing sent since the last reply: no round trip
         try:
-            client.request(SERVICE, LaunchOps.OUTPUT_SYNC, [self._token],
+            client.request(SERVICE, LaunchOps.OUTPUT_SYNC, JobToken(self._token).frames(),
                            timeout=_SYNC_TIMEOUT_S)
         except TimeoutError:
             pass  # the parent is busy: the lines come late, not never
@@ -238,7 +238,7 @@ class _Relay:
             return None
         try:
             client = plain_client(parent)
-            client.send(SERVICE, LaunchOps.OUTPUT_START, [self._token])
+            client.send(SERVICE, LaunchOps.OUTPUT_START, JobToken(self._token).frames())
         except Exception as e:  # the job runs on; its output stays in its log
             _write_all(2, f"fiber: cannot forward this job's output to its parent: "
                           f"{e}\n".encode())
@@ -252,7 +252,7 @@ class _Relay:
         if client is None:
             return  # it wrote nothing: the parent has nothing open
         try:
-            client.request(SERVICE, LaunchOps.OUTPUT_END, [self._token],
+            client.request(SERVICE, LaunchOps.OUTPUT_END, JobToken(self._token).frames(),
                            timeout=_END_TIMEOUT_S)
         except Exception:
             pass  # the parent is gone or busy: what it missed is in the job's log
