@@ -10,13 +10,11 @@ the readers themselves.
 
 from __future__ import annotations
 
-import struct
 from typing import Any, List, Sequence, Tuple
 
-from fiber._core._served import encode_wait
 from fiber.queues._items import QueueItems
-from fiber.queues._lending import unpack_loan
-from fiber.queues._service import QueueService
+from fiber.queues._lending import LeaseItems, LeaseKey, Pull, unpack_loan
+from fiber.queues._service import Get, QueueService
 
 N = b"sentinel"
 
@@ -51,7 +49,7 @@ def _put(service: QueueService, server: _Server, item: bytes) -> None:
 
 def _get(service: QueueService, server: _Server, peer: _Peer) -> Tuple[bytes, List[Any]]:
     before = len(server.replies)
-    service.get(server, peer, b"g", [encode_wait(True, None)])  # type: ignore[arg-type]
+    service.get(server, peer, b"g", Get(None))  # type: ignore[arg-type]
     assert len(server.replies) == before + 1, "the get was not answered at once"
     _, status, frames = server.replies[-1]
     return status, frames
@@ -59,7 +57,7 @@ def _get(service: QueueService, server: _Server, peer: _Peer) -> Tuple[bytes, Li
 
 def _pull(service: QueueService, server: _Server, lease: _Peer, n: int = 16
           ) -> Tuple[bytes, List[Tuple[int, List[Any]]]]:
-    service.pull(server, lease, b"p", [struct.pack("<Q", n), lease.process_id])  # type: ignore[arg-type]
+    service.pull(server, lease, b"p", Pull(n, lease.process_id))  # type: ignore[arg-type]
     _, status, frames = server.replies[-1]
     return status, unpack_loan(frames)
 
@@ -81,13 +79,13 @@ def test_items_given_back_later_keep_their_place_ahead_of_later_ones():
     assert _get(service, server, reader_a)[1] == [N]
     _, lent_a = _pull(service, server, lease_a)
     assert [f for _, (f,) in lent_a] == [N, N]
-    service.get(server, reader_c, b"c", [encode_wait(True, None)])  # type: ignore[arg-type]
+    service.get(server, reader_c, b"c", Get(None))  # type: ignore[arg-type]
     assert {peer for peer, _ in server.pushed} == {lease_a, lease_b}  # both recalled
-    service.give_back(server, lease_b, b"r", [lease_b.process_id,  # type: ignore[arg-type]
-                                              *(struct.pack("<Q", s) for s, _ in lent_b)])
+    service.give_back(server, lease_b, b"r",  # type: ignore[arg-type]
+                      LeaseItems(lease_b.process_id, [s for s, _ in lent_b]))
     assert server.replies[-1] == (lease_b, b"ok", [])  # B's next get waits for this
     assert server.replies[-2][0] is reader_c and server.replies[-2][2] == [b"0"]
-    service.settle(server, lease_a, b"", [lease_a.process_id])  # type: ignore[arg-type]
+    service.settle(server, lease_a, b"", LeaseKey(lease_a.process_id))  # type: ignore[arg-type]
     got = [_get(service, server, (reader_b, reader_c)[i % 2])[1][0] for i in range(11)]
     assert got == [b"%d" % i for i in range(1, 10)] + [N, N]
     assert not service.items and not service.loans.count
@@ -102,8 +100,8 @@ def test_nothing_is_lent_while_items_given_back_wait():
     for i in range(6):
         _put(service, server, b"%d" % i)
     _, lent = _pull(service, server, lease, n=2)
-    service.give_back(server, lease, b"", [lease.process_id,  # type: ignore[arg-type]
-                                           *(struct.pack("<Q", s) for s, _ in lent)])
+    service.give_back(server, lease, b"",  # type: ignore[arg-type]
+                      LeaseItems(lease.process_id, [s for s, _ in lent]))
     status, loan = _pull(service, server, lease)
     assert (status, loan) == (b"ok", [])
     assert _get(service, server, reader) == (b"ok", [b"0"])

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, List, Sequence, Set, Tuple
 
-from fiber._core._served import encode_wait
-from fiber.queues._service import QueueService
+from fiber.queues._service import Get, QueueService
 
 
 class _Server:
@@ -31,7 +30,7 @@ class _Server:
 
 
 def _get(service: QueueService, server: _Server, peer: str) -> None:
-    service.get(server, peer, peer.encode(), [encode_wait(True, None)])  # type: ignore[arg-type]
+    service.get(server, peer, peer.encode(), Get(None))  # type: ignore[arg-type]
 
 
 def _put(service: QueueService, server: _Server, item: bytes) -> None:

@@ -46,7 +46,9 @@ from fiber.process._launcher import (
     Output,
     Source,
 )
-from fiber.queues._service import QueueOps, QueueService
+from fiber.queues._lending import LeaseItems, LeaseKey, Pull
+from fiber.queues._service import Get as QueueGet  # (the shared store has a Get too)
+from fiber.queues._service import PutWait, QueueOps, QueueService, TaskDone, Withdraw
 from fiber.sharedctypes import (
     Access,
     Assign,
@@ -381,6 +383,11 @@ RECORDS += [Fetch(b"tok", 1234, "host-1"), ExitReport(b"tok", -9, True),
             ExitReport(b"tok", 0, False), JobToken(b"tok"), Output(b"tok", 2, b"line\n"),
             Source("<stdin>"), Hello(b"tok", b"boot:1:2", 77), Hello(b"tok", b"", 1),
             Stats(b"tok", 1.5, 1 << 20), Stack(b"tok", b"12345678", "Thread main:\n")]
+# the queue protocol and its lending (fiber.queues)
+RECORDS += [PutWait(None, b"ticket", [b"pickle", b"buffer"]), PutWait(0.0, b"ticket", []),
+            QueueGet(None), QueueGet(2.5, b"ticket"), QueueGet(0.0), Withdraw(b"ticket"),
+            TaskDone(b"ticket"), Pull(64, b"leasekey"), LeaseItems(b"leasekey", [1, 2, 3]),
+            LeaseItems(b"k", []), LeaseKey(b"leasekey")]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)

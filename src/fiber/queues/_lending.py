@@ -14,7 +14,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .._core import _runtime
 from .._core._clients import own_client, plain_client
@@ -25,7 +25,8 @@ from ..transport.receipts import REANCHOR_WAIT_S
 from ..transport.serialization import Frame
 from ..transport.server import Peer
 
-__all__ = ["LendOps", "RECALL", "Loans", "Lease", "LEND_BYTES", "pack_loan", "unpack_loan"]
+__all__ = ["LendOps", "RECALL", "Loans", "Lease", "LEND_BYTES", "pack_loan", "unpack_loan",
+           "Pull", "LeaseItems", "LeaseKey"]
 
 #: A pull is answered with at most this many bytes of items (at least one item), so that
 #: large items (arrays) are not lent to one consumer by the dozen.
@@ -41,6 +42,49 @@ class LendOps:
     ACK = b"ack"
     RETURN = b"return"
     SETTLE = b"settle"  # [key]: the lease's connection was reset; what it did not take
+
+
+class Pull(NamedTuple):
+    """``pull``: lend up to ``batch`` items to the lease ``key``."""
+
+    batch: int
+    key: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Pull:
+        return cls(_Q.unpack(payload[0])[0], bytes(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [_Q.pack(self.batch), self.key]
+
+
+class LeaseItems(NamedTuple):
+    """``ack`` (the lease ``key`` took these items), ``return`` (it gives them back):
+    the items' seqs, as its pulls' answers numbered them."""
+
+    key: bytes
+    seqs: List[int]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> LeaseItems:
+        unpack = _Q.unpack
+        return cls(bytes(payload[0]), [unpack(f)[0] for f in payload[1:]])
+
+    def frames(self) -> List[Frame]:
+        return [self.key, *map(_Q.pack, self.seqs)]
+
+
+class LeaseKey(NamedTuple):
+    """``settle``: the lease whose items not taken go back to the queue."""
+
+    key: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> LeaseKey:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.key]
 
 
 #: Pushed by the hub to a lease: give back what you hold and have not taken.
@@ -246,7 +290,7 @@ class Lease:
                 return None
             seq, frames = self._buffer[0]
             try:
-                self._client.send(self._name, LendOps.ACK, [self.key, _Q.pack(seq)])
+                self._client.send(self._name, LendOps.ACK, LeaseItems(self.key, [seq]).frames())
             except ConnectionLost:  # not told: the hub puts it back, it is not ours
                 self._broke()
                 return None
@@ -313,11 +357,11 @@ class Lease:
             with self._cond:
                 if not self.broken and self._client is not None:
                     try:
-                        self._client.send(self._name, LendOps.SETTLE, [self.key])
+                        self._client.send(self._name, LendOps.SETTLE, LeaseKey(self.key).frames())
                     except ConnectionLost:
                         pass  # reset or gone: the hub holds or puts back what it lent
         else:
-            self.request(LendOps.SETTLE, [self.key], timeout=CLOSE_WAIT_S)
+            self.request(LendOps.SETTLE, LeaseKey(self.key).frames(), timeout=CLOSE_WAIT_S)
         with self._cond:
             self._broke()
         self._shut()
@@ -329,7 +373,7 @@ class Lease:
             self._pulling = True  # sent once the connection is made
             return
         try:
-            self._client.start(self._name, LendOps.PULL, [_Q.pack(self._batch), self.key],
+            self._client.start(self._name, LendOps.PULL, Pull(self._batch, self.key).frames(),
                                on_reply=self._pulled)
         except ConnectionLost:
             self._broke()
@@ -341,7 +385,7 @@ class Lease:
         answer says they are at the front of the queue again (see `take`)."""
         if self._buffer:
             client.start(self._name, LendOps.RETURN,
-                         [self.key, *(_Q.pack(s) for s, _ in self._buffer)],
+                         LeaseItems(self.key, [s for s, _ in self._buffer]).frames(),
                          on_reply=self._returned)
             self._returning = True
             self._buffer.clear()
@@ -419,7 +463,7 @@ class Lease:
         if self.pid != here.pid or not client.lost:
             return False
         _resend.orphan(self._address, (client.peer_id, [
-            (_resend.ALWAYS, self._name, LendOps.SETTLE, [self.key])]))
+            (_resend.ALWAYS, self._name, LendOps.SETTLE, LeaseKey(self.key).frames())]))
         return True
 
     def _shut(self) -> None:

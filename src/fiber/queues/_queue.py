@@ -15,7 +15,7 @@ from multiprocessing.context import BaseContext
 from typing import Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from .._core._clients import get_client
-from .._core._served import Handle, decode_wait, encode_wait
+from .._core._served import Handle, Wait, decode_wait
 from .._process_state import here
 from ..config import get_config
 from ..transport import receipts
@@ -26,7 +26,7 @@ from ..transport.unpicklable import dumps_explained
 from ._ends import QueueEnd
 from ._lending import Lease
 from ._reader import QueueReader, reader_of
-from ._service import QueueOps, QueueService
+from ._service import Get, PutWait, QueueOps, QueueService, TaskDone, Withdraw
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
 
@@ -111,7 +111,8 @@ class Queue(Handle, Generic[_T]):
         ticket = receipts.ticket()  # asked again with it after a reset: put once
         try:
             status, _ = self._ask_again(
-                QueueOps.PUT_WAIT, lambda left: [encode_wait(block, left), ticket, *frames],
+                QueueOps.PUT_WAIT,
+                lambda left: PutWait(Wait.of(block, left).seconds, ticket, frames).frames(),
                 _ignore, timeout)
         except BaseException:
             self._withdraw(ticket)
@@ -122,7 +123,7 @@ class Queue(Handle, Generic[_T]):
     def _withdraw(self, ticket: bytes) -> None:
         """Take back a put its caller gave up on, unless the server admitted it already."""
         try:
-            self._send(QueueOps.WITHDRAW, [ticket])
+            self._send(QueueOps.WITHDRAW, Withdraw(ticket).frames())
         except Exception:
             pass  # the server is gone, and the parked put with it
 
@@ -167,15 +168,16 @@ class Queue(Handle, Generic[_T]):
         try:
             client = get_client(self._address, timeout)
             if not client.may_reset:
-                status, frames = client.request(self._name, QueueOps.GET,
-                                                [encode_wait(block, timeout)],
+                wait = None if block and timeout is None else Wait.of(block, timeout).seconds
+                status, frames = client.request(self._name, QueueOps.GET, Get(wait).frames(),
                                                 on_late=self._give_back)
                 return (status, frames) if status != b"err" else self._checked(status, frames)
         except ConnectionLost as e:
             raise self._lost(e) from e
         asked = receipts.ticket()
-        return self._ask_again(QueueOps.GET, lambda left: [encode_wait(block, left), asked],
-                               self._give_back, timeout)
+        return self._ask_again(
+            QueueOps.GET, lambda left: Get(Wait.of(block, left).seconds, asked).frames(),
+            self._give_back, timeout)
 
     def _ask_again(self, op: bytes, frames: Callable[[Optional[float]], List[Frame]],
                    on_late: LateReply, timeout: Optional[float]
@@ -337,7 +339,8 @@ class JoinableQueue(Queue[_T]):
             ValueError: called more times than there were items.
         """
         asked = receipts.ticket()
-        again_on_a_new_connection(lambda: self._request(QueueOps.TASK_DONE, [asked]))
+        frames = TaskDone(asked).frames()
+        again_on_a_new_connection(lambda: self._request(QueueOps.TASK_DONE, frames))
 
     def join(self) -> None:
         """Block until every item put has been marked ``task_done``. A wait: asked again

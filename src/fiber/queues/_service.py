@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import collections
 import struct
-from typing import Deque, List, Optional, Sequence, Tuple, Union
+from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .._core._served import decode_wait
+from .._core._served import decode_wait, encode_wait
 from .._log import info
 from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
@@ -16,10 +16,10 @@ from ..transport.receipts import REANCHOR_WAIT_S, SKIP, Receipts
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 from ._items import Item, QueueItems
-from ._lending import LEND_BYTES, RECALL, LendOps, Loans, pack_loan
+from ._lending import LEND_BYTES, RECALL, LeaseItems, LeaseKey, LendOps, Loans, Pull, pack_loan
 from ._reader import ReadySignal
 
-__all__ = ["QueueOps", "QueueService"]
+__all__ = ["QueueOps", "QueueService", "PutWait", "Get", "Withdraw", "TaskDone"]
 
 #: a waiting get: its connection, request id, timer and ticket (see fiber.transport.receipts)
 _Waiter = Tuple[Peer, bytes, Optional[Timer], bytes]
@@ -44,6 +44,74 @@ class QueueOps:
     ACK = LendOps.ACK
     RETURN = LendOps.RETURN
     SETTLE = LendOps.SETTLE
+
+
+# A put's and a get's records are on every item's way: made as `namedtuple._make` makes a
+# record (tuple.__new__, no call of the class's __new__), the wait of one that waits for
+# ever written as a constant (encode_wait(True, None)).
+_tuple_new = tuple.__new__
+_FOREVER = encode_wait(True, None)
+
+
+class PutWait(NamedTuple):
+    """``put_wait``, a bounded put: how long it may wait for room, its ticket (asked
+    again with it after a reset: put once), and the item's frames as they came."""
+
+    wait: Optional[float]  # as `fiber._core._served.Wait`'s seconds
+    ticket: bytes
+    item: Sequence[Frame]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> PutWait:
+        return _tuple_new(cls, (decode_wait(payload[0]), bytes(payload[1]), payload[2:]))
+
+    def frames(self) -> List[Frame]:
+        wait = self.wait
+        return [_FOREVER if wait is None else encode_wait(True, wait), self.ticket, *self.item]
+
+
+class Get(NamedTuple):
+    """``get``: how long it may wait for an item, and its ticket (asked again with it
+    after a reset: the same item); none (b"") where no reset can cut it off."""
+
+    wait: Optional[float]  # as `fiber._core._served.Wait`'s seconds
+    ticket: bytes = b""
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Get:
+        return _tuple_new(cls, (decode_wait(payload[0]),
+                                bytes(payload[1]) if len(payload) > 1 else b""))
+
+    def frames(self) -> List[Frame]:
+        wait, ticket = self
+        frame = _FOREVER if wait is None else encode_wait(True, wait)
+        return [frame, ticket] if ticket else [frame]
+
+
+class Withdraw(NamedTuple):
+    """``withdraw``: the ticket of the bounded put its caller gave up on."""
+
+    ticket: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Withdraw:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.ticket]
+
+
+class TaskDone(NamedTuple):
+    """``task_done``: its ticket (asked again with it after a reset: counted once)."""
+
+    ticket: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> TaskDone:
+        return cls(bytes(payload[0]) if payload else b"")
+
+    def frames(self) -> List[Frame]:
+        return [self.ticket]
 
 
 class QueueService(Service):
@@ -84,13 +152,12 @@ class QueueService(Service):
         """Unbounded, fire-and-forget: the item's frames."""
         self._add(server, payload)
 
-    @handles(QueueOps.PUT_WAIT)
-    def put_wait(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """Bounded: ``[wait, ticket, *frames]``, always answered; asked again after a reset
-        (same ticket), answered as it was (an item admitted is not put twice)."""
-        asked = bytes(payload[1])
-        if not self._answered_again(server, peer, req_id, asked, "bounded put"):
-            self._put_wait(server, peer, req_id, decode_wait(payload[0]), asked, payload[2:])
+    @handles(QueueOps.PUT_WAIT, PutWait)
+    def put_wait(self, server: Server, peer: Peer, req_id: bytes, msg: PutWait) -> None:
+        """Bounded: always answered; asked again after a reset (same ticket), answered as
+        it was (an item admitted is not put twice)."""
+        if not self._answered_again(server, peer, req_id, msg.ticket, "bounded put"):
+            self._put_wait(server, peer, req_id, msg.wait, msg.ticket, msg.item)
 
     def _answered_again(self, server: Server, peer: Peer, req_id: bytes, asked: bytes,
                         what: str) -> bool:
@@ -103,16 +170,15 @@ class QueueService(Service):
             server.reply(peer, req_id, *again)
         return again is not None
 
-    @handles(QueueOps.WITHDRAW)
-    def withdraw(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(QueueOps.WITHDRAW, Withdraw)
+    def withdraw(self, server: Server, peer: Peer, req_id: bytes, msg: Withdraw) -> None:
         """The caller of a bounded put gave up."""
-        self._withdraw(server, peer, bytes(payload[0]))
+        self._withdraw(server, peer, msg.ticket)
 
-    @handles(QueueOps.GET)
-    def get(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[wait, ticket]``: an item, now or once one comes (or ``empty``)."""
-        wait = decode_wait(payload[0])
-        asked = bytes(payload[1]) if len(payload) > 1 else b""
+    @handles(QueueOps.GET, Get)
+    def get(self, server: Server, peer: Peer, req_id: bytes, msg: Get) -> None:
+        """An item, now or once one comes (or ``empty``)."""
+        wait, asked = msg
         if asked and self._answered_again(server, peer, req_id, asked, "get"):  # the same item
             return
         if self.items:
@@ -138,13 +204,12 @@ class QueueService(Service):
         server.reply(peer, req_id, b"ok",
                      [struct.pack("<q", len(self.items) + self.loans.count)])
 
-    @handles(QueueOps.PULL)
-    def pull(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """Lend up to ``n`` items (and `LEND_BYTES`, at least one) to a consumer's lease;
-        none while a ``get`` waits (it goes first), nor while items given back wait
-        (`QueueItems.lendable`). Answered ``more`` if items remain to lend."""
-        (n,) = struct.unpack("<Q", payload[0])
-        key = bytes(payload[1])
+    @handles(QueueOps.PULL, Pull)
+    def pull(self, server: Server, peer: Peer, req_id: bytes, msg: Pull) -> None:
+        """Lend up to ``batch`` items (and `LEND_BYTES`, at least one) to a consumer's
+        lease; none while a ``get`` waits (it goes first), nor while items given back
+        wait (`QueueItems.lendable`). Answered ``more`` if items remain to lend."""
+        n, key = msg
         items, pos, size = self.items, self.items.head, 0
         lent: List[Sequence[Frame]] = []
         if not items.back and not self.getters:  # (QueueItems.take, inline: the hot path)
@@ -158,18 +223,18 @@ class QueueService(Service):
                             pack_loan(first, lent)):
             self._put_back(server, self.loans.give_back(key))  # the consumer vanished
 
-    @handles(QueueOps.ACK)
-    def ack(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(QueueOps.ACK, LeaseItems)
+    def ack(self, server: Server, peer: Peer, req_id: bytes, msg: LeaseItems) -> None:
         """A consumer took lent items: they left the queue (room for a bounded put)."""
-        self.loans.take(bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]])
+        self.loans.take(msg.key, msg.seqs)
         self._admit_putters(server)
 
-    @handles(QueueOps.SETTLE)
-    def settle(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[key]``: a lease ends (closed, after its ``ack``s: answered ``ok`` when
-        asked), or its connection was reset (sent on a new one, after the ``ack``s it
-        sent again): what it holds and did not take goes back to the queue."""
-        self._put_back(server, self.loans.give_back(bytes(payload[0])))
+    @handles(QueueOps.SETTLE, LeaseKey)
+    def settle(self, server: Server, peer: Peer, req_id: bytes, msg: LeaseKey) -> None:
+        """A lease ends (closed, after its ``ack``s: answered ``ok`` when asked), or its
+        connection was reset (sent on a new one, after the ``ack``s it sent again):
+        what it holds and did not take goes back to the queue."""
+        self._put_back(server, self.loans.give_back(msg.key))
         if req_id:
             server.reply(peer, req_id, b"ok")
 
@@ -185,13 +250,11 @@ class QueueService(Service):
 
         server.call_later(delay, check)
 
-    @handles(QueueOps.RETURN)
-    def give_back(self, server: Server, peer: Peer, req_id: bytes,
-                  payload: List[Frame]) -> None:
+    @handles(QueueOps.RETURN, LeaseItems)
+    def give_back(self, server: Server, peer: Peer, req_id: bytes, msg: LeaseItems) -> None:
         """A consumer gives back lent items it did not take (recalled), answered once
         they are at the front of the queue again, before its next ``get`` is sent."""
-        self._put_back(server, self.loans.give_back(
-            bytes(payload[0]), [struct.unpack("<Q", f)[0] for f in payload[1:]]))
+        self._put_back(server, self.loans.give_back(msg.key, msg.seqs))
         if req_id:
             server.reply(peer, req_id, b"ok")
 
@@ -201,10 +264,10 @@ class QueueService(Service):
         self.items.give_back(items)
         self._serve(server)
 
-    @handles(QueueOps.TASK_DONE)
-    def task_done(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[ticket]``: asked again after a reset, answered, not counted twice."""
-        asked = bytes(payload[0]) if payload else b""
+    @handles(QueueOps.TASK_DONE, TaskDone)
+    def task_done(self, server: Server, peer: Peer, req_id: bytes, msg: TaskDone) -> None:
+        """Asked again after a reset, answered, not counted twice."""
+        asked = msg.ticket
         if self._answered_again(server, peer, req_id, asked, "task_done"):
             return
         if self.unfinished <= 0:
