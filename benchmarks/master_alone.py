@@ -85,8 +85,10 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
                                         cancelled=False)
         service.add_worker(WorkerState(worker_id, process))  # type: ignore[arg-type]
         peers[worker_id] = Peer(worker_id, b"worker", False, None)
-        service.hello(server, peers[worker_id], b"",  # type: ignore[arg-type]
-                      [worker_id.to_bytes(8, "little")])
+        # by operation, as the hub does: the same call for a version whose handler
+        # reads the frames and for one given them decoded (fiber.transport.operations)
+        service.handle(server, peers[worker_id], PoolOps.HELLO, b"",  # type: ignore[arg-type]
+                       [worker_id.to_bytes(8, "little")])
     result = dumps(1.0)
     hand, back = [], []
     task_id = 0

@@ -21,7 +21,15 @@ from types import MappingProxyType
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from fiber.pool._group import group_main
-from fiber.pool._protocol import PoolOps, pack_results, pack_to, unpack_tasks, unpack_to
+from fiber.pool._protocol import (
+    PoolOps,
+    WorkerEnded,
+    WorkerHello,
+    pack_results,
+    pack_to,
+    unpack_tasks,
+    unpack_to,
+)
 from fiber.pool._worker import CALL, MAP, worker_main
 from fiber.process._launcher import SERVICE, ExitReport, Fetch, LaunchOps
 from fiber.transport import auth
@@ -299,7 +307,7 @@ class StandIn:
     def hello(self, sim: Sim, worker: Worker) -> None:
         sim.workers[worker.wid] = worker
         self.stats["hellos"] += 1
-        self.to_master(sim, worker, [PoolOps.HELLO, worker.wid.to_bytes(8, "little")])
+        self.to_master(sim, worker, [PoolOps.HELLO, *WorkerHello(worker.wid).frames()])
 
     def to_master(self, sim: Sim, worker: Worker, message: List[Frame]) -> None:
         """A worker's ``[op, *payload]`` to the master: its own (a job of one), or in its
@@ -371,7 +379,7 @@ class StandIn:
                 sim.asked += 1
                 self.send(sim, [sim.pool, PoolOps.WORKER_ENDED,
                                 struct.pack("<Q", next(self.requests)),
-                                worker.wid.to_bytes(8, "little"), b"0"])
+                                *WorkerEnded(worker.wid, 0).frames()])
             self.maybe_exit(sim)
 
     def maybe_exit(self, sim: Sim) -> None:

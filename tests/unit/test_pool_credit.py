@@ -19,7 +19,7 @@ from typing import Any, List, Tuple
 from test_pool_dispatch import RecordingServer, Sink
 
 from fiber.pool import _credit
-from fiber.pool._protocol import pack_results
+from fiber.pool._protocol import WorkerHello, pack_results
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.transport.framing import new_scratch
 from fiber.transport.peers import Connection, Peer
@@ -52,7 +52,7 @@ def pool_of(n: int, tcp: bool = True) -> Tuple[PoolService, RecordingServer, Lis
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             conn = Connection(sock, new_scratch())
         peer = Peer(100 + worker_id, b"job", True, conn)
-        service.hello(server, peer, b"", [worker_id.to_bytes(8, "little")])  # type: ignore[arg-type]
+        service.hello(server, peer, b"", WorkerHello(worker_id))  # type: ignore[arg-type]
         peers.append(peer)
     return service, server, peers
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any, List, Tuple
 
-from fiber.pool._protocol import PoolOps, pack_results, unpack_tasks
+from fiber.pool._protocol import PoolOps, WorkerHello, pack_results, unpack_tasks
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.transport.peers import Peer
 
@@ -55,7 +55,7 @@ def pool_of(n: int) -> Tuple[PoolService, RecordingServer, List[Peer]]:
         named = types.SimpleNamespace(name=f"PoolWorker-{worker_id}")
         service.add_worker(WorkerState(worker_id, process=named))  # type: ignore[arg-type]
         peer = Peer(100 + worker_id, b"job", True, None)
-        service.hello(server, peer, b"", [worker_id.to_bytes(8, "little")])  # type: ignore[arg-type]
+        service.hello(server, peer, b"", WorkerHello(worker_id))  # type: ignore[arg-type]
         peers.append(peer)
     return service, server, peers
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Tuple
 from test_pool_dispatch import RecordingServer
 
 from fiber.pool import _late
-from fiber.pool._protocol import pack_results
+from fiber.pool._protocol import WorkerHello, pack_results
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.transport.peers import Peer
 
@@ -61,7 +61,7 @@ def pool_of(hosts: List[str]) -> Tuple[PoolService, TimedServer, List[Peer]]:
                                         cancelled=False, exitcode=None, job_id="")
         service.add_worker(WorkerState(worker_id, process=process))  # type: ignore[arg-type]
         peer = Peer(100 + worker_id, b"job", True, None)
-        service.hello(server, peer, b"", [worker_id.to_bytes(8, "little")])  # type: ignore[arg-type]
+        service.hello(server, peer, b"", WorkerHello(worker_id))  # type: ignore[arg-type]
         peers.append(peer)
     return service, server, peers
 
@@ -182,7 +182,7 @@ def test_a_silent_workers_host_is_suspected_until_a_worker_there_is_heard():
         name="PoolWorker-9", host="node1", cancelled=False, exitcode=None, job_id=""))
     service.add_worker(late)
     service.hello(server, Peer(200, b"job", True, None), b"",  # type: ignore[arg-type]
-                  [(9).to_bytes(8, "little")])
+                  WorkerHello(9))
     assert service.suspected_hosts() == frozenset()  # a worker there is heard
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from fiber.errors import WorkerLostError
 from fiber.pool import _losses
-from fiber.pool._protocol import PoolOps, pack_ids, pack_to
+from fiber.pool._protocol import PoolOps, Resume, WorkerEnded, WorkerHello, pack_ids, pack_to
 from fiber.pool._resume import RESUME_WAIT_S
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.pool._state import PoolJob
@@ -189,7 +189,7 @@ def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
     pool.service.on_worker_gone = lambda ws, expected: gone.append(ws.started)
     ws = pool.worker()
     peer = Peer(7, b"p" * 16, False, None)
-    pool.service.hello(hub, peer, b"", [ws.worker_id.to_bytes(8, "little")])
+    pool.service.hello(hub, peer, b"", WorkerHello(ws.worker_id))
     assert ws.connected
     peer.reset = True
     pool.service.peer_gone(hub, peer)
@@ -203,7 +203,7 @@ def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
 def _connect(pool: _Pool, hub: _Hub, ws: WorkerState, peer_id: int) -> Any:
     """``ws`` connects (hello) on a new peer, which is returned."""
     peer = Peer(peer_id, b"p" * 16, False, None)
-    pool.service.hello(hub, peer, b"", [ws.worker_id.to_bytes(8, "little")])
+    pool.service.hello(hub, peer, b"", WorkerHello(ws.worker_id))
     return peer
 
 
@@ -250,8 +250,7 @@ def test_a_worker_lost_after_it_came_back_names_the_tasks_lost_in_flight(said):
     peer.reset = True
     pool.service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
-    pool.service.resume(hub, again, b"", [ws.worker_id.to_bytes(8, "little"),
-                                          held.task_id.to_bytes(8, "little")])
+    pool.service.resume(hub, again, b"", Resume(ws.worker_id, [held.task_id]))
     assert ws.connected and not said()  # came back: no warning
     assert list(ws.pending) == [held.task_id], ws.pending
     assert list(pool.service.queue) == lost
@@ -353,7 +352,7 @@ def test_a_job_whose_connection_was_reset_comes_back_with_the_workers_it_names(s
     assert never.lost and gone == [("PoolWorker-401", True)]  # quietly: replaced
     assert c.lost and c.worker_id in pool.service.awaiting  # its job says how, then
     assert pool.service.active() == 4 and not said()
-    pool.service.worker_ended(hub, again, b"r", [c.worker_id.to_bytes(8, "little"), b"-9"])
+    pool.service.worker_ended(hub, again, b"r", WorkerEnded(c.worker_id, -9))
     assert pool.service.awaiting == {} and gone[-1] == (c.name, False)
     (line,) = said()
     assert line.startswith(f"{c.name} (job 1-107 on here) was lost: killed by SIGKILL"), line

@@ -27,7 +27,12 @@ from fiber.pool._dispatch import Dispatching
 from fiber.pool._jobs import JobsOfSeveral
 from fiber.pool._protocol import (
     FUNCTION_SLOTS,
+    InitFailed,
     PoolOps,
+    Resume,
+    Retiring,
+    WorkerEnded,
+    WorkerHello,
     pack_results,
     pack_tasks,
     results_busy,
@@ -388,6 +393,10 @@ RECORDS += [PutWait(None, b"ticket", [b"pickle", b"buffer"]), PutWait(0.0, b"tic
             QueueGet(None), QueueGet(2.5, b"ticket"), QueueGet(0.0), Withdraw(b"ticket"),
             TaskDone(b"ticket"), Pull(64, b"leasekey"), LeaseItems(b"leasekey", [1, 2, 3]),
             LeaseItems(b"k", []), LeaseKey(b"leasekey")]
+# the pool's small requests (fiber.pool._protocol; its batches are packed layouts)
+RECORDS += [WorkerHello(10_000), InitFailed("Traceback ...\nValueError: x\n", 7),
+            Retiring(3, 15, [1, 2, 99]), Retiring(3, 10, []), Resume(12, [5, 6]),
+            Resume(12, []), WorkerEnded(4, -9), WorkerEnded(4, 0)]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)

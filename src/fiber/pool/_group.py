@@ -28,7 +28,16 @@ from ..transport.framing import FrameReader, Outbox, ProtocolError, send_frames
 from ..transport.serialization import Frame
 from ..transport.sockets import readable
 from . import _resume
-from ._protocol import PoolOps, pack_ids, pack_to, result_ids, task_ids, unpack_ids, unpack_to
+from ._protocol import (
+    PoolOps,
+    WorkerEnded,
+    pack_ids,
+    pack_to,
+    result_ids,
+    task_ids,
+    unpack_ids,
+    unpack_to,
+)
 from ._tagged import Stream, WorkerPipes
 from ._worker import PoolLink, worker_main
 
@@ -208,8 +217,7 @@ class _Group:
         a worker the master counts on; the connection's end is the failure."""
         try:
             status, payload = self.client.request(
-                self.pool_name, PoolOps.WORKER_ENDED,
-                [worker_id.to_bytes(8, "little"), str(code).encode()])
+                self.pool_name, PoolOps.WORKER_ENDED, WorkerEnded(worker_id, code).frames())
         except Exception:
             self.untold.append((worker_id, code))  # told if the connection comes back
             return

@@ -24,7 +24,7 @@ from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _losses
 from ._credit import FarWorkers, Link, round_trip
-from ._protocol import PoolOps, pack_to, unpack_to
+from ._protocol import PoolOps, WorkerEnded, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
 
 __all__ = ["JobsOfSeveral", "Heard"]
@@ -138,14 +138,12 @@ class JobsOfSeveral(Service):
         for ws in answered:  # after the dispatch: those it gave nothing may be done
             self._maybe_stop(ws)
 
-    @handles(PoolOps.WORKER_ENDED)
-    def worker_ended(self, server: Server, peer: Peer, req_id: bytes,
-                     payload: List[Frame]) -> None:
-        """``[worker id, exit code]``: a worker of a job of several ended (see `_group`).
-        Lost, if it was not yet (with its exit code: its warning is said now); answered
-        with the id of the worker the job forks in its place, or b"" (none needed)."""
-        worker_id = int.from_bytes(bytes(payload[0]), "little")
-        ws = self._settle(worker_id, int(bytes(payload[1])))
+    @handles(PoolOps.WORKER_ENDED, WorkerEnded)
+    def worker_ended(self, server: Server, peer: Peer, req_id: bytes, msg: WorkerEnded) -> None:
+        """A worker of a job of several ended (see `_group`). Lost, if it was not yet
+        (with its exit code: its warning is said now); answered with the id of the
+        worker the job forks in its place, or b"" (none needed)."""
+        ws = self._settle(msg.worker_id, msg.code)
         new = self.replace_in(ws) if ws is not None else None
         server.reply(peer, req_id, b"ok", [new.worker_id.to_bytes(8, "little")
                                            if new is not None else b""])

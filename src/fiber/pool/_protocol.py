@@ -5,13 +5,13 @@ docs/contributing/pools.md, "The wire"."""
 from __future__ import annotations
 
 import struct
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, NamedTuple, Sequence, Tuple
 
 from ..transport.serialization import Frame
 
 __all__ = ["PoolOps", "pack_task", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
            "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
-           "unpack_ids"]
+           "unpack_ids", "WorkerHello", "InitFailed", "Retiring", "Resume", "WorkerEnded"]
 
 
 class PoolOps:
@@ -30,6 +30,88 @@ class PoolOps:
     FROM = b"from"  # job -> master: a worker's hello or results, relayed (_group)
     TO = b"to"  # master -> job: a worker's tasks or stop, to relay (_group)
     RESUME_JOB = b"resume_job"  # job -> master: its connection was reset; back (_group)
+
+
+# -- a worker's small requests, as records (see fiber.transport.operations) -------------------
+# (a worker id goes as u64 little-endian; the batches below are packed layouts of their own)
+
+def _worker_id(frame: Frame) -> int:
+    return int.from_bytes(frame, "little")
+
+
+class WorkerHello(NamedTuple):
+    """``hello``, sent by a worker of its own job (a relayed one's carries no payload:
+    its id is its ``from`` message's)."""
+
+    worker_id: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> WorkerHello:
+        return cls(_worker_id(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.worker_id.to_bytes(8, "little")]
+
+
+class InitFailed(NamedTuple):
+    """``init_failed``: the traceback of the worker's initializer."""
+
+    error: str
+    worker_id: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> InitFailed:
+        return cls(bytes(payload[0]).decode(errors="replace"), _worker_id(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [self.error.encode(), self.worker_id.to_bytes(8, "little")]
+
+
+class Retiring(NamedTuple):
+    """``retiring``: the signal by which the worker's cluster told it to go, and the
+    ids of the tasks it took (running, or results not sent yet)."""
+
+    worker_id: int
+    signum: int
+    taken: List[int]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Retiring:
+        return cls(_worker_id(payload[0]), int(bytes(payload[1])), unpack_ids(payload[2]))
+
+    def frames(self) -> List[Frame]:
+        return [self.worker_id.to_bytes(8, "little"), b"%d" % self.signum,
+                pack_ids(self.taken)]
+
+
+class Resume(NamedTuple):
+    """``resume``: a worker whose connection was reset, with the ids of the tasks it
+    holds or has unsent results of (see `_resume`)."""
+
+    worker_id: int
+    held: List[int]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Resume:
+        return cls(_worker_id(payload[0]), unpack_ids(payload[1]))
+
+    def frames(self) -> List[Frame]:
+        return [self.worker_id.to_bytes(8, "little"), pack_ids(self.held)]
+
+
+class WorkerEnded(NamedTuple):
+    """``worker_ended``: a worker of a job of several ended with ``code`` (see `_group`)."""
+
+    worker_id: int
+    code: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> WorkerEnded:
+        return cls(_worker_id(payload[0]), int(bytes(payload[1])))
+
+    def frames(self) -> List[Frame]:
+        return [self.worker_id.to_bytes(8, "little"), str(self.code).encode()]
+
 
 _TASK = struct.Struct("<QIBH")
 

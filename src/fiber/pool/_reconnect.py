@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from .._log import info, log
 from ..transport.operations import handles
@@ -20,7 +20,7 @@ from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from . import _losses, _resume
 from ._jobs import JobsOfSeveral
-from ._protocol import PoolOps, pack_ids, unpack_to
+from ._protocol import PoolOps, Resume, pack_ids, unpack_ids, unpack_to
 from ._state import Task, WorkerState
 
 __all__ = ["Reconnections"]
@@ -39,7 +39,7 @@ class Reconnections(JobsOfSeveral):
         """Refile ``ws`` among the workers that may take tasks."""
         raise NotImplementedError
 
-    def _take_back(self, ws: WorkerState, kept: bytes) -> List[Task]:
+    def _take_back(self, ws: WorkerState, kept: Iterable[int]) -> List[Task]:
         """What ``ws`` holds but ``kept`` goes back to the queue (returned)."""
         raise NotImplementedError
 
@@ -66,18 +66,17 @@ class Reconnections(JobsOfSeveral):
                 ws.job.alive = False  # its job did not come back: it cannot say any more
             self.worker_lost(ws)
 
-    @handles(PoolOps.RESUME)
-    def resume(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[worker id, ids of the tasks it holds or has unsent results of]``: a worker
-        whose connection was reset is back (see `_resume`). Answered ``stop`` when it
-        was given up meanwhile."""
-        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+    @handles(PoolOps.RESUME, Resume)
+    def resume(self, server: Server, peer: Peer, req_id: bytes, msg: Resume) -> None:
+        """A worker whose connection was reset is back (see `_resume`), with the tasks it
+        holds. Answered ``stop`` when it was given up meanwhile."""
+        ws = self.workers.get(msg.worker_id)
         if ws is not None and ws.peer is not None and ws.peer is not peer:
             server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
         if ws is None or ws.lost or not ws.resume_by:
             server.reply(peer, req_id, b"stop")
             return
-        missing = self._resumed(peer, ws, bytes(payload[1]))
+        missing = self._resumed(peer, ws, msg.held)
         self.by_peer[peer.peer_id] = ws
         info("%s (%s) connected again after its connection was reset; %s",
              ws.name, _losses.where(ws),
@@ -87,7 +86,7 @@ class Reconnections(JobsOfSeveral):
         self.dispatch()
         self._maybe_stop(ws)
 
-    def _resumed(self, peer: Peer, ws: WorkerState, kept: bytes) -> List[Task]:
+    def _resumed(self, peer: Peer, ws: WorkerState, kept: Iterable[int]) -> List[Task]:
         """``ws``, waited for since a reset, is back on ``peer`` with the tasks ``kept``
         (their ids): the others it held go back to the queue (returned)."""
         missing = self._take_back(ws, kept)
@@ -150,7 +149,7 @@ class Reconnections(JobsOfSeveral):
                 continue
             kept.append(ws)
             if ws.resume_by:
-                missing += self._resumed(peer, ws, bytes(frames[0]))
+                missing += self._resumed(peer, ws, unpack_ids(frames[0]))
                 ws.relayed = True
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 back.append(ws)

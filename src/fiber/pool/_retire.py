@@ -16,7 +16,7 @@ from .._core._clients import own_client
 from .._process_state import here
 from ..transport.serialization import Frame
 from ._losses import tasks_text
-from ._protocol import PoolOps, pack_ids
+from ._protocol import PoolOps, Retiring
 from ._state import Task, WorkerState
 
 __all__ = ["NOTICE_SIGNALS", "Retirement", "why", "plan"]
@@ -102,11 +102,11 @@ class Retirement:
             held = {task_id for task_id, _, _ in list(self._unsent)}
             if self.running is not None:
                 held.add(self.running)
-            taken = pack_ids(sorted(held))
+            request = Retiring(worker_id, signum, sorted(held))
         try:
             client = own_client(address)
-            status, _ = client.request(pool_name, PoolOps.RETIRING, [
-                worker_id.to_bytes(8, "little"), b"%d" % signum, taken], timeout=_ASK_S)
+            status, _ = client.request(pool_name, PoolOps.RETIRING, request.frames(),
+                                       timeout=_ASK_S)
             client.close()
         except Exception:
             status = b"die"  # no master to hand the tasks to: end as the signal says

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import math
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .._log import info, log
 from ..transport.operations import handles
@@ -19,9 +19,11 @@ from . import _credit, _late, _losses, _renew, _resume, _retire, _status
 from ._dispatch import Dispatching
 from ._jobs import Heard
 from ._protocol import (
+    InitFailed,
     PoolOps,
+    Retiring,
+    WorkerHello,
     results_busy,
-    unpack_ids,
     unpack_results,
 )
 from ._state import ReadyWorkers, Task, WorkerState
@@ -297,10 +299,10 @@ class PoolService(Dispatching):
             old = self.task_seconds.get(fid)
             self.task_seconds[fid] = each if old is None else 0.7 * old + 0.3 * each
 
-    @handles(PoolOps.HELLO)
-    def hello(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[worker id]``: a worker connected and ran its initializer; it takes tasks."""
-        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+    @handles(PoolOps.HELLO, WorkerHello)
+    def hello(self, server: Server, peer: Peer, req_id: bytes, msg: WorkerHello) -> None:
+        """A worker connected and ran its initializer; it takes tasks."""
+        ws = self.workers.get(msg.worker_id)
         if ws is None or ws.lost:
             server.send(peer, [b"", PoolOps.STOP])
             return
@@ -330,31 +332,30 @@ class PoolService(Dispatching):
         self.dispatch()
         self._maybe_stop(ws)
 
-    @handles(PoolOps.INIT_FAILED)
-    def init_failed(self, server: Server, peer: Peer, req_id: bytes,
-                    payload: List[Frame]) -> None:
-        """``[traceback, worker id]``: the worker's initializer raised; it exits once
-        answered. Said here (the first of a row with its traceback, the repeats
-        counted: see ``_losses.InitFailures``), so its end says nothing more."""
-        ws = self.workers.get(int.from_bytes(bytes(payload[1]), "little"))
+    @handles(PoolOps.INIT_FAILED, InitFailed)
+    def init_failed(self, server: Server, peer: Peer, req_id: bytes, msg: InitFailed) -> None:
+        """The worker's initializer raised; it exits once answered. Said here (the first
+        of a row with its traceback, the repeats counted: see ``_losses.InitFailures``),
+        so its end says nothing more."""
+        ws = self.workers.get(msg.worker_id)
         if ws is not None:
             ws.init_failed = True
-        self.init_failures.failed(ws, bytes(payload[0]).decode(errors="replace"))
+        self.init_failures.failed(ws, msg.error)
         server.reply(peer, req_id, b"ok")
 
-    @handles(PoolOps.RETIRING)
+    @handles(PoolOps.RETIRING, Retiring)
     def retiring_worker(self, server: Server, peer: Peer, req_id: bytes,
-                        payload: List[Frame]) -> None:
-        """``[worker id, signal, ids of the tasks it took]``: the worker's cluster told it
-        to go (see `_retire`). Answered ``die`` when fiber itself is ending it
-        (``terminate()``, the program's exit), else ``retire``: the tasks it holds but
-        those it took go back to the queue, charged to no one, and it is replaced now."""
-        ws = self.workers.get(int.from_bytes(bytes(payload[0]), "little"))
+                        msg: Retiring) -> None:
+        """The worker's cluster told it to go (see `_retire`). Answered ``die`` when fiber
+        itself is ending it (``terminate()``, the program's exit), else ``retire``: the
+        tasks it holds but those it took go back to the queue, charged to no one, and it
+        is replaced now."""
+        ws = self.workers.get(msg.worker_id)
         if ws is None or ws.lost or ws.process.cancelled:
             server.reply(peer, req_id, b"die")
             return
-        given = self._take_back(ws, bytes(payload[2]))
-        ws.retired_why = _retire.why(int(bytes(payload[1])))
+        given = self._take_back(ws, msg.taken)
+        ws.retired_why = _retire.why(msg.signum)
         if ws.job is not None:
             ws.job.alive = False  # its cluster is ending the job: nothing is forked in it
         if not ws.retiring:
@@ -369,10 +370,10 @@ class PoolService(Dispatching):
         self.on_worker_gone(ws, True)  # wakes the pool's maintainer: a replacement
         self.dispatch()
 
-    def _take_back(self, ws: WorkerState, kept: bytes) -> List[Task]:
-        """The tasks ``ws`` holds but those of ``kept`` (their ids, 8 bytes each) go
-        back to the front of the queue, in their order; returned."""
-        ids = set(unpack_ids(kept))
+    def _take_back(self, ws: WorkerState, kept: Iterable[int]) -> List[Task]:
+        """The tasks ``ws`` holds but those of ``kept`` (their ids) go back to the front
+        of the queue, in their order; returned."""
+        ids = set(kept)
         back = [task for task_id, task in ws.pending.items() if task_id not in ids]
         for task in back:
             del ws.pending[task.task_id]

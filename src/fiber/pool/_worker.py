@@ -20,7 +20,15 @@ from ..transport.remote import format_user_exception, pack_exception
 from ..transport.serialization import Frame, dumps, loads
 from ..transport.unpicklable import explained
 from . import _resume
-from ._protocol import FUNCTION_SLOTS, PoolOps, pack_ids, pack_results, unpack_tasks
+from ._protocol import (
+    FUNCTION_SLOTS,
+    InitFailed,
+    PoolOps,
+    Resume,
+    WorkerHello,
+    pack_results,
+    unpack_tasks,
+)
 from ._retire import Retirement
 
 __all__ = ["worker_main", "PoolLink", "CALL", "MAP", "STARMAP"]
@@ -200,8 +208,7 @@ def _report_init_failure(client: Optional[Client], address: str, pool_name: byte
         if client is None:  # a relayed worker: a connection for this alone
             client = own_client(address)
         status, _ = client.request(pool_name, PoolOps.INIT_FAILED,
-                                   [tb.encode(), worker_id.to_bytes(8, "little")],
-                                   timeout=_INIT_REPORT_S)
+                                   InitFailed(tb, worker_id).frames(), timeout=_INIT_REPORT_S)
     except Exception:
         status = b""
     if status != b"ok":
@@ -238,7 +245,7 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
     if retire.requested:
         retire.wait_heard()
         return  # told to go before it took any task: nothing to hand back
-    client.send(pool_name, PoolOps.HELLO, [worker_id.to_bytes(8, "little")])
+    client.send(pool_name, PoolOps.HELLO, WorkerHello(worker_id).frames())
     spin_pays = SpinPays(get_config().spin_us * 1e-6)
     sync_output = _output.sync
     functions = FunctionCache()
@@ -314,9 +321,8 @@ def worker_main(address: str, pool_name: bytes, worker_id: int,
         except ConnectionLost:
             if stopping or relay is not None:
                 return  # the master is ending the pool, or the job: nothing waits for it
-            ids = pack_ids(list(_resume.held_ids(held, out)))
-            again = _resume.reconnect(address, pool_name, PoolOps.RESUME,
-                                      [worker_id.to_bytes(8, "little"), ids])
+            resume = Resume(worker_id, list(_resume.held_ids(held, out)))
+            again = _resume.reconnect(address, pool_name, PoolOps.RESUME, resume.frames())
             if again is None:
                 return  # given up by the master meanwhile: its tasks run elsewhere
             client = again[0]  # its unsent results go out as usual, from the loop
