@@ -473,3 +473,12 @@ def test_a_malformed_request_is_answered_as_an_error_and_the_hub_serves_on():
         c.close()
     finally:
         srv.close()
+
+
+def test_a_locks_packed_requests_are_its_records_frames():
+    """A lock's client sends its acquires and releases through ``pack`` (no record made):
+    the same frames as the records'."""
+    for block, timeout in [(False, None), (True, None), (True, 0.25), (True, -1.0)]:
+        assert Acquire.pack(b"t", block, timeout) == Acquire(
+            b"t", Wait.of(block, timeout).seconds).frames()
+    assert Caller.pack(b"t") == Caller(b"t").frames()
