@@ -482,3 +482,11 @@ def test_a_locks_packed_requests_are_its_records_frames():
         assert Acquire.pack(b"t", block, timeout) == Acquire(
             b"t", Wait.of(block, timeout).seconds).frames()
     assert Caller.pack(b"t") == Caller(b"t").frames()
+
+
+def test_a_pipes_packed_requests_are_its_records_frames():
+    """A pipe's client sends its messages and receives through ``pack`` (no record made):
+    the same frames as the records'."""
+    assert Send.pack(1, [b"p", b"data"]) == Send(1, [b"p", b"data"]).frames()
+    for wait in (None, 0.0, 2.5):
+        assert Receive.pack(0, wait) == Receive(0, wait).frames()

@@ -84,7 +84,13 @@ class Send(NamedTuple):
         return _tuple_new(cls, (end_of(payload[0]), payload[1:]))
 
     def frames(self) -> List[Frame]:
-        return [END_TAGS[self.end], *self.message]
+        return Send.pack(self.end, self.message)
+
+    @staticmethod
+    def pack(end: int, message: Sequence[Frame]) -> List[Frame]:
+        """The frames of ``Send(end, message)``, without making the record: every message
+        sent (as `fiber.synchronize._primitives.Caller.pack`)."""
+        return [END_TAGS[end], *message]
 
 
 class Receive(NamedTuple):
@@ -99,8 +105,12 @@ class Receive(NamedTuple):
         return _tuple_new(cls, (end_of(payload[0]), decode_wait(payload[1])))
 
     def frames(self) -> List[Frame]:
-        wait = self.wait
-        return [END_TAGS[self.end], _FOREVER if wait is None else encode_wait(True, wait)]
+        return Receive.pack(self.end, self.wait)
+
+    @staticmethod
+    def pack(end: int, wait: Optional[float]) -> List[Frame]:
+        """The frames of ``Receive(end, wait)``, without making the record: every ``recv``."""
+        return [END_TAGS[end], _FOREVER if wait is None else encode_wait(True, wait)]
 
 
 class Handoff(NamedTuple):
@@ -347,7 +357,7 @@ class Connection(Handle):
         self._check_writable()
         self._check_not_broken()
         frames = dumps_explained(obj, "the object sent", "obj")
-        self._send(PipeOps.SEND, Send(self._end, [_PICKLED, *frames]).frames())
+        self._send(PipeOps.SEND, Send.pack(self._end, [_PICKLED, *frames]))
 
     def _check_not_broken(self) -> None:
         hub = _runtime.hub_if_started()
@@ -377,13 +387,13 @@ class Connection(Handle):
             raise ValueError("buffer length < offset + size")
         self._check_not_broken()
         self._send(PipeOps.SEND,
-                   Send(self._end, [_RAW, bytes(view[offset:offset + size])]).frames())
+                   Send.pack(self._end, [_RAW, bytes(view[offset:offset + size])]))
 
     # -- receiving ----------------------------------------------------------------------
 
     def _receive(self) -> List[Frame]:
         self._check_readable()
-        status, frames = self._request(PipeOps.RECV, Receive(self._end, None).frames(),
+        status, frames = self._request(PipeOps.RECV, Receive.pack(self._end, None),
                                        on_late=self._give_back)
         watch = self._fileno_watch
         if watch is not None:
@@ -394,7 +404,7 @@ class Connection(Handle):
 
     def _give_back(self, status: bytes, frames: Sequence[Frame]) -> None:
         if status == b"ok":  # abandoned recv: deliver the message to this end again
-            self._send(PipeOps.SEND, Send(1 - self._end, frames).frames())
+            self._send(PipeOps.SEND, Send.pack(1 - self._end, frames))
 
     def recv(self) -> Any:
         """Receive an object sent with ``send`` (or bytes sent with ``send_bytes``).
