@@ -455,6 +455,11 @@ def test_wait_of_a_call_is_what_encode_wait_sends():
     for block, timeout in [(False, None), (False, 3.0), (True, None), (True, 0.5),
                            (True, -2.0)]:
         assert Wait.of(block, timeout).frames() == [encode_wait(block, timeout)]
+    # the bytes every wait has been sent as (a double: 0 now, -1 for ever, else seconds)
+    assert [encode_wait(b, t) for b, t in [(False, 3.0), (True, None), (True, 0.5),
+                                            (True, -2.0)]] == [
+        struct.pack("<d", 0.0), struct.pack("<d", -1.0), struct.pack("<d", 0.5),
+        struct.pack("<d", 0.0)]
 
 
 def test_a_malformed_request_is_answered_as_an_error_and_the_hub_serves_on():

@@ -29,18 +29,31 @@ from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
-__all__ = ["Handle", "encode_wait", "decode_wait", "Wait",
+__all__ = ["Handle", "encode_wait", "decode_wait", "wait_seconds", "pack_wait", "Wait",
            "collecting_handoffs", "add_handoff",
            "probing"]
 
 
+_WAIT = struct.Struct("<d")
+_FOREVER = _WAIT.pack(-1.0)
+
+
+def wait_seconds(block: bool, timeout: Optional[float]) -> Optional[float]:
+    """How long the server may hold a request made with ``block`` and ``timeout``: 0
+    (answer now), ``timeout`` s, or None (forever)."""
+    if not block:
+        return 0.0
+    return None if timeout is None else max(0.0, float(timeout))
+
+
+def pack_wait(seconds: Optional[float]) -> bytes:
+    """A wait of `wait_seconds` on the wire (what `decode_wait` reads)."""
+    return _FOREVER if seconds is None else _WAIT.pack(seconds)
+
+
 def encode_wait(block: bool, timeout: Optional[float]) -> bytes:
     """How long the server may hold a request: not at all, ``timeout`` s, or forever."""
-    if not block:
-        return struct.pack("<d", 0.0)
-    if timeout is None:
-        return struct.pack("<d", -1.0)
-    return struct.pack("<d", max(0.0, float(timeout)))
+    return pack_wait(wait_seconds(block, timeout))
 
 
 def decode_wait(frame: Frame) -> Optional[float]:
@@ -58,14 +71,14 @@ class Wait(NamedTuple):
     @classmethod
     def of(cls, block: bool, timeout: Optional[float]) -> Wait:
         """The wait of a call made with ``block`` and ``timeout``."""
-        return cls(decode_wait(encode_wait(block, timeout)))
+        return cls(wait_seconds(block, timeout))
 
     @classmethod
     def decode(cls, payload: Sequence[Frame]) -> Wait:
         return cls(decode_wait(payload[0]))
 
     def frames(self) -> List[Frame]:
-        return [encode_wait(True, self.seconds)]
+        return [pack_wait(self.seconds)]
 
 
 #: A `Handle` pickled: its service's name and hub's address (and, for a child of

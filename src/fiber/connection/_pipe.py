@@ -23,7 +23,14 @@ from typing import (
 )
 
 from .._core import _runtime
-from .._core._served import Handle, HandleState, Wait, add_handoff, decode_wait, encode_wait
+from .._core._served import (
+    Handle,
+    HandleState,
+    add_handoff,
+    decode_wait,
+    pack_wait,
+    wait_seconds,
+)
 from .._process_state import here
 from ..transport.client import ConnectionLost, process_id
 from ..transport.operations import handles
@@ -70,7 +77,7 @@ class PipeOps:
 # (tuple.__new__, no call of the class's __new__) and write their end's tag directly.
 
 _tuple_new = tuple.__new__
-_FOREVER = encode_wait(True, None)
+
 
 class Send(NamedTuple):
     """``send``: the end sending, and the message, the frames the other end's ``recv``
@@ -110,7 +117,7 @@ class Receive(NamedTuple):
     @staticmethod
     def pack(end: int, wait: Optional[float]) -> List[Frame]:
         """The frames of ``Receive(end, wait)``, without making the record: every ``recv``."""
-        return [END_TAGS[end], _FOREVER if wait is None else encode_wait(True, wait)]
+        return [END_TAGS[end], pack_wait(wait)]
 
 
 class Handoff(NamedTuple):
@@ -457,7 +464,7 @@ class Connection(Handle):
         """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""
         self._check_readable()
         status, _ = self._request(PipeOps.POLL,
-                                  Receive(self._end, Wait.of(True, timeout).seconds).frames(),
+                                  Receive.pack(self._end, wait_seconds(True, timeout)),
                                   timeout=timeout)
         return status == b"ok"
 

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from .._core._clients import get_client
-from .._core._served import Wait
+from .._core._served import wait_seconds
 from ..transport.client import Client, ConnectionLost
 from ..transport.local import Channel, LateReply
 from ..transport.remote import unpack_exception
@@ -28,7 +28,7 @@ _Waitable = TypeVar("_Waitable", bound="FileDescriptorLike")
 __all__ = ["wait"]
 
 def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Frame]:
-    return WaitAny(Wait.of(True, timeout).seconds, [waited_end(c) for c in conns]).frames()
+    return WaitAny(wait_seconds(True, timeout), [waited_end(c) for c in conns]).frames()
 
 
 def _indices(status: bytes, frames: Sequence[Frame]) -> List[int]:

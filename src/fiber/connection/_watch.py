@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from .._core._served import decode_wait, encode_wait
+from .._core._served import decode_wait, pack_wait
 from ..transport.operations import handles
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
@@ -122,7 +122,7 @@ class WaitAny(NamedTuple):
                     for i in range(1, len(payload), 2)])
 
     def frames(self) -> List[Frame]:
-        frames: List[Frame] = [encode_wait(True, self.wait)]
+        frames: List[Frame] = [pack_wait(self.wait)]
         for name, end in self.ends:
             frames += (name, end_tag(end))
         return frames

@@ -15,7 +15,7 @@ from multiprocessing.context import BaseContext
 from typing import Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from .._core._clients import get_client
-from .._core._served import Handle, Wait, decode_wait
+from .._core._served import Handle, decode_wait, wait_seconds
 from .._process_state import here
 from ..config import get_config
 from ..transport import receipts
@@ -112,7 +112,7 @@ class Queue(Handle, Generic[_T]):
         try:
             status, _ = self._ask_again(
                 QueueOps.PUT_WAIT,
-                lambda left: PutWait(Wait.of(block, left).seconds, ticket, frames).frames(),
+                lambda left: PutWait(wait_seconds(block, left), ticket, frames).frames(),
                 _ignore, timeout)
         except BaseException:
             self._withdraw(ticket)
@@ -168,15 +168,15 @@ class Queue(Handle, Generic[_T]):
         try:
             client = get_client(self._address, timeout)
             if not client.may_reset:
-                wait = None if block and timeout is None else Wait.of(block, timeout).seconds
-                status, frames = client.request(self._name, QueueOps.GET, Get(wait).frames(),
+                status, frames = client.request(self._name, QueueOps.GET,
+                                                Get(wait_seconds(block, timeout)).frames(),
                                                 on_late=self._give_back)
                 return (status, frames) if status != b"err" else self._checked(status, frames)
         except ConnectionLost as e:
             raise self._lost(e) from e
         asked = receipts.ticket()
         return self._ask_again(
-            QueueOps.GET, lambda left: Get(Wait.of(block, left).seconds, asked).frames(),
+            QueueOps.GET, lambda left: Get(wait_seconds(block, left), asked).frames(),
             self._give_back, timeout)
 
     def _ask_again(self, op: bytes, frames: Callable[[Optional[float]], List[Frame]],

@@ -8,7 +8,7 @@ import collections
 import struct
 from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .._core._served import decode_wait, encode_wait
+from .._core._served import decode_wait, pack_wait
 from .._log import info
 from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
@@ -47,10 +47,8 @@ class QueueOps:
 
 
 # A put's and a get's records are on every item's way: made as `namedtuple._make` makes a
-# record (tuple.__new__, no call of the class's __new__), the wait of one that waits for
-# ever written as a constant (encode_wait(True, None)).
+# record (tuple.__new__, no call of the class's __new__).
 _tuple_new = tuple.__new__
-_FOREVER = encode_wait(True, None)
 
 
 class PutWait(NamedTuple):
@@ -66,8 +64,7 @@ class PutWait(NamedTuple):
         return _tuple_new(cls, (decode_wait(payload[0]), bytes(payload[1]), payload[2:]))
 
     def frames(self) -> List[Frame]:
-        wait = self.wait
-        return [_FOREVER if wait is None else encode_wait(True, wait), self.ticket, *self.item]
+        return [pack_wait(self.wait), self.ticket, *self.item]
 
 
 class Get(NamedTuple):
@@ -84,7 +81,7 @@ class Get(NamedTuple):
 
     def frames(self) -> List[Frame]:
         wait, ticket = self
-        frame = _FOREVER if wait is None else encode_wait(True, wait)
+        frame = pack_wait(wait)
         return [frame, ticket] if ticket else [frame]
 
 

@@ -22,7 +22,7 @@ from multiprocessing.context import BaseContext
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar
 
 from .._core._parking import Parking, Q, Waiter
-from .._core._served import Handle, Wait, decode_wait, encode_wait
+from .._core._served import Handle, decode_wait, pack_wait, wait_seconds
 from ..transport.operations import handles
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
@@ -81,7 +81,7 @@ class Sleep(NamedTuple):
         return cls(bytes(payload[0]), decode_wait(payload[1]))
 
     def frames(self) -> List[Frame]:
-        return [self.ticket, encode_wait(True, self.wait)]
+        return [self.ticket, pack_wait(self.wait)]
 
 
 class ConditionService(Parking):
@@ -245,7 +245,7 @@ class Condition(Handle):
             raise
         try:
             status, _ = self._request(ConditionOps.SLEEP,
-                                      Sleep(ticket, Wait.of(True, timeout).seconds).frames(),
+                                      Sleep(ticket, wait_seconds(True, timeout)).frames(),
                                       timeout=timeout)
         except BaseException:
             try:
