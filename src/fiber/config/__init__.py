@@ -95,6 +95,22 @@ class Config:
     heartbeat_timeout: float = 30.0
     #: Seconds a submitted job may take to connect back before it counts as failed.
     startup_timeout: float = 600.0
+    #: Whether connections between hosts are encrypted and authenticated with TLS 1.3
+    #: (each end proves, by a certificate, that it is a process of this program):
+    #: ``off``, ``auto`` or ``on``. Connections within one host stay plain. Being built:
+    #: no connection speaks TLS yet (see "Design: private links across hosts").
+    tls: str = "off"
+    #: A site's own certificate authority (a PEM file), with ``tls_cert_file`` and
+    #: ``tls_key_file``: all three or none. Every job reads the same paths (the
+    #: cluster's shared filesystem): no key travels in a job's environment. Unset: the
+    #: program makes a throwaway authority (valid 30 days) and hands it to its jobs in
+    #: their environment, as it hands them the program's secret.
+    tls_ca_file: str = ""
+    #: The PEM certificate (chain) every process of the program shows, signed by
+    #: ``tls_ca_file``'s authority.
+    tls_cert_file: str = ""
+    #: The PEM private key of ``tls_cert_file`` (unencrypted, readable by the user alone).
+    tls_key_file: str = ""
     #: Processes in a Pool created with ``processes=None``; 0 means ``cpu_count()``.
     pool_processes: int = 0
     #: Workers a pool puts in one cluster job (``Pool(workers_per_job=...)``): the job
@@ -362,7 +378,13 @@ def resolve(
             values[key] = _value(key, raw, origins[key])
     if "log_file" in values:
         _values.check_log_file(values["log_file"], origins["log_file"])
-    return _built(values, origins)
+    cfg = _built(values, origins)
+    _values.check_tls_files(_tls_files(cfg), origins)
+    return cfg
+
+
+def _tls_files(cfg: Config) -> Dict[str, str]:
+    return {key: getattr(cfg, key) for key in _values.TLS_FILES}
 
 
 def settings(cls: Type[_S], backend: str, cfg: Optional[Config] = None) -> _S:
@@ -496,6 +518,7 @@ def override(**kwargs: Any) -> Iterator[Config]:
     if "log_file" in converted:
         _values.check_log_file(converted["log_file"], "config.override")
     new = _built(converted, {key: "config.override" for key in converted}, base)
+    _values.check_tls_files(_tls_files(new), {key: "config.override" for key in converted})
     api = here.api
     with api.config_lock:
         api.config_resolved = new

@@ -10,15 +10,18 @@ import re
 import socket
 import tempfile
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import ConfigError
 from . import _registry
 from ._compat import suggestion
 
-__all__ = ["LOG_LEVELS", "converted", "checked", "check_log_file"]
+__all__ = ["LOG_LEVELS", "TLS_MODES", "TLS_FILES", "converted", "checked",
+           "check_log_file", "check_tls_files"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+TLS_MODES = ("off", "auto", "on")
+TLS_FILES = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -112,6 +115,9 @@ def _problem(key: str, value: Any) -> str:
     if key == "log_level" and value not in LOG_LEVELS:
         return (f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
                 + suggestion(str(value).lower(), LOG_LEVELS))
+    if key == "tls" and value not in TLS_MODES:
+        return (f"must be one of {', '.join(TLS_MODES)}, got {value!r}"
+                + suggestion(str(value).lower(), TLS_MODES))
     if key == "listen_host" and value:
         return _not_an_address(value)
     if key == "listen_port" and not 0 <= value <= 65535:
@@ -157,6 +163,21 @@ def _not_an_address(host: str) -> str:
         return (f"{host!r} is a network interface of this host, not an address: give the "
                 f"interface's address (ip -brief address show {host})")
     return ""
+
+
+def check_tls_files(files: Mapping[str, str], origins: Mapping[str, str]) -> None:
+    """That a config's TLS file keys (``files``: key -> path, '' unset) set a site's
+    files all three, or none; ``origins`` says where each key was set.
+
+    Raises:
+        ConfigError: some are set, not all: it names those missing.
+    """
+    given = [key for key in TLS_FILES if files[key]]
+    if given and len(given) < len(TLS_FILES):
+        missing = [key for key in TLS_FILES if key not in given]
+        raise ConfigError(given[0], f"a site's own TLS files are set with all three of "
+                          f"{', '.join(TLS_FILES)}; missing: {', '.join(missing)}",
+                          where=origins.get(given[0], ""))
 
 
 def check_log_file(path: str, where: str) -> None:
