@@ -23,7 +23,7 @@ from .. import _log, _machine
 from .._process_state import here
 from ..backends import get_backend
 from ..config import get_config
-from ..transport import auth
+from ..transport import auth, credentials
 from ..transport.local import register_local_server, unregister_local_server
 from ..transport.server import Server
 from ..transport.sockets import split_address
@@ -101,6 +101,7 @@ def hub() -> Server:
             # Made before any address is handed out: a child forked by multiprocessing
             # then inherits it, and can authenticate to this hub.
             auth.program_secret()
+            credentials.prepare(cfg)  # the same: made now when TLS is on, or taken
             # listen_port is the main process's: its jobs' hubs take free ports
             port = 0 if parent_address() else cfg.listen_port
             server = state.hub = Server(listen_host(), cfg.heartbeat_interval,

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any, Callable, DefaultDict, Dict, List, Option
 
 if TYPE_CHECKING:
     import mmap
+    import ssl
     import types
 
     from ..transport._resend import Orphans
     from ..transport.client import Client
+    from ..transport.credentials import Credentials
     from ..transport.local import OwnServer
     from ..transport.server import Server
 
@@ -81,6 +83,18 @@ class TransportState:
         self.anchors: Dict[str, Client] = {}
         #: (transport.client) Guards `anchors`, and an anchor's taking by a thread.
         self.anchor_lock = threading.Lock()
+
+        # -- transport.credentials --
+        #: (transport.credentials) Guards `tls_credentials` and `tls_contexts` (renewed in a
+        #: forked child).
+        self.tls_lock = threading.Lock()
+        #: (transport.credentials) This program's throwaway TLS credentials: inherited, or
+        #: made on first use (None until then); a forked child keeps them.
+        self.tls_credentials: Optional[Credentials] = None
+        #: (transport.credentials) (server side?, the site's files or None) -> the context
+        #: made of them (dropped in a forked child, emptied for tests).
+        self.tls_contexts: Dict[Tuple[bool, Optional[Tuple[str, str, str]]],
+                                ssl.SSLContext] = {}
 
         # -- transport.cpus --
         #: (transport.cpus) ``(pid, fd)`` of an open ``/proc/loadavg``; fd -1: there is none.

@@ -43,8 +43,8 @@ NO_EFFECT: Mapping[str, str] = MappingProxyType({
 #: ``FIBER_*`` variables that are not settings: set by fiber for its jobs, or read by
 #: fiber's own scripts (scripts/: the test clusters). Names ending in ``_`` are prefixes.
 NOT_SETTINGS = frozenset({
-    "FIBER_SECRET", "FIBER_JOB", "FIBER_JOB_HOST", "FIBER_PARENT", "FIBER_WORKER",
-    "FIBER_ANCHOR_FD", "FIBER_PROCESS_ID", "FIBER_OUTPUT", "FIBER_JOB_LOG",
+    "FIBER_SECRET", "FIBER_TLS_CREDENTIALS", "FIBER_JOB", "FIBER_JOB_HOST", "FIBER_PARENT",
+    "FIBER_WORKER", "FIBER_ANCHOR_FD", "FIBER_PROCESS_ID", "FIBER_OUTPUT", "FIBER_JOB_LOG",
     "FIBER_NETNS_HOSTS", "FIBER_EXTRAS", "FIBER_INSTALL", "FIBER_CONSTRAINTS",
     "FIBER_K8S_", "FIBER_TEST_",
 })

@@ -29,7 +29,7 @@ from .. import _log, config
 from .._core import _runtime
 from .._core._clients import adopt_anchor, ensure_anchor
 from .._process_state import here
-from ..transport import client, cpus
+from ..transport import client, cpus, credentials
 from ..transport.serialization import fetch_sources_with
 from . import _inspected, _launcher, _lineage, _output, _parent, _title
 from ._fd_handoff import adopt_authkey, load_spawned
@@ -172,8 +172,9 @@ def _take_anchor(parent: str) -> None:
 
 def main() -> None:
     # Until the program's config arrives (in the payload), the defaults: resolving this
-    # host's own (environment, .fiberconfig) would be work thrown away.
-    config.install(config.Config())
+    # host's own (environment, .fiberconfig) would be work thrown away. But its TLS mode
+    # and credentials (or a site's files) come with it: its first connections need them.
+    config.install(config.Config(**credentials.take_inherited()))
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:

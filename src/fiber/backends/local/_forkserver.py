@@ -35,7 +35,7 @@ START_TIMEOUT = 60.0
 #: Seconds the template may take to answer a fork request before it counts as stuck.
 FORK_TIMEOUT = 20.0
 
-_PRIVATE_ENV = ("FIBER_SECRET", "FIBER_JOB", "FIBER_PARENT")
+_PRIVATE_ENV = ("FIBER_SECRET", "FIBER_TLS_CREDENTIALS", "FIBER_JOB", "FIBER_PARENT")
 class ForkServerError(Exception):
     """The fork server cannot start this job: start it as a subprocess instead."""
 
