@@ -528,6 +528,30 @@ def test_no_secret_on_any_command_line_or_in_the_templates_environment(local):
     assert p.exitcode == 0
 
 
+def report_tls(q: Any) -> None:
+    from fiber.transport import credentials
+
+    q.put((fiber.config.get_config().tls, "FIBER_TLS_CREDENTIALS" in os.environ,
+           credentials.program_credentials().fingerprint()))
+
+
+def test_a_job_inherits_the_programs_tls_credentials(local):
+    """With tls on, a job, forked or started, has the program's credentials (not its
+    own) and the mode, and its environment no longer holds them."""
+    from fiber.transport import credentials
+
+    mine = credentials.program_credentials().fingerprint()
+    for fork_server in (True, False):
+        with fiber.config.override(tls="on", local_fork_server=fork_server):
+            q = local.SimpleQueue()
+            p = local.Process(target=report_tls, args=(q,))
+            p.start()
+            assert _forked(p) == fork_server
+            assert q.get() == ("on", False, mine)
+            p.join(60)
+        assert p.exitcode == 0
+
+
 def test_template_is_single_threaded_and_serves_nothing(local):
     p = local.Process(target=exit_with, args=(0,))
     p.start()
