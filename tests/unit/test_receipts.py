@@ -57,7 +57,7 @@ class _Dropping(_Slow):
 def server(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A server, reached over TCP only (as a process on another host reaches it: a Unix
     socket is never reset, and gets no receipts)."""
-    monkeypatch.setattr(client_module, "connect", lambda address, timeout:
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
                         socket.create_connection(split_address(address), timeout))
     srv = Server("127.0.0.1", name="fiber-test-receipts")
     yield srv

@@ -63,7 +63,7 @@ def _reset(sock: socket.socket) -> None:
 def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resend,
                                                                           monkeypatch):
     # TCP, as between hosts: a client on the server's host would take its Unix socket
-    monkeypatch.setattr(client_module, "connect", lambda address, timeout:
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
                         socket.create_connection(sockets.split_address(address), timeout))
     hub = _runtime.hub()
     name = b"resend-test-%d" % resend
@@ -102,7 +102,7 @@ def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resen
 def _tcp(monkeypatch) -> None:
     """Connections over TCP, as between hosts (a client on the server's host would
     take its Unix socket, which no link resets)."""
-    monkeypatch.setattr(client_module, "connect", lambda address, timeout:
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
                         socket.create_connection(sockets.split_address(address), timeout))
 
 

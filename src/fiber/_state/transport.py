@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..transport.credentials import Credentials
     from ..transport.local import OwnServer
     from ..transport.server import Server
+    from ..transport.tls import Policy
 
 __all__ = ["TransportState"]
 
@@ -66,6 +67,10 @@ class TransportState:
         #: (transport.auth) This program's secret: inherited, adopted or made on first use
         #: (None until then).
         self.secret: Optional[bytes] = None
+
+        # -- transport.tls --
+        #: (transport.tls) This process's TLS (mode and contexts); None: off.
+        self.tls: Optional[Policy] = None
 
         # -- transport.client --
         #: (transport.client) A random id of this process, unique across every host of the

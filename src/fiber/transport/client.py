@@ -19,7 +19,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, TypeVar
 
 from .._process_state import here
 from ..errors import AuthenticationError, TransportError
-from . import _resend, auth
+from . import _resend, auth, tls
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
 from .local import Channel, LateReply, LocalClient, Reply, local_server, spin_of
@@ -141,14 +141,27 @@ class Client:
         if adopted is not None:
             self.sock = adopted
         else:
+            secure = tls.policy()
             try:
-                self.sock = connect(address, timeout)
+                self.sock = connect(address, timeout,
+                                    unix=secure is None or secure.mode != "on")
             except OSError as e:
                 raise CannotConnect(f"cannot connect: {e}", address,
                                     isinstance(e, ConnectionRefusedError)) from None
+            try:
+                self.sock = tls.wrap_client(self.sock, address, timeout)
+            except OSError as e:
+                self.sock.close()
+                raise ConnectionLost(f"the connection ended in its TLS handshake: {e}",
+                                     address) from None
+            except BaseException:
+                self.sock.close()
+                raise
         self._unix = self.sock.family == socket.AF_UNIX
         self.may_reset = not self._unix  # (a Unix socket has no link to reset it)
-        self._reader = FrameReader(unix=self._unix)
+        #: Its socket is a `tls.TlsSocket`.
+        self._tls = isinstance(self.sock, tls.TlsSocket)
+        self._reader = FrameReader(unix=self._unix, tls=self._tls)
         #: What it writes, where a link may reset it (TCP: see `_resend`).
         self._log: Optional[_resend.SentLog] = None
         self.peer_id = 0  # its id at the server (told at the handshake)
@@ -157,6 +170,8 @@ class Client:
             self.retune()
             if adopted is None:
                 self._log = _resend.SentLog.for_socket(self.sock)
+                if self._log is not None and self._tls:  # the TLS handshake's bytes
+                    self._log.wrote(self.sock.take_written())  # type: ignore[attr-defined]
                 self._handshake(anchor, timeout)
             self.sock.settimeout(None)
             if self._log is not None:
@@ -287,6 +302,8 @@ class Client:
             raise ConnectionLost("connection lost", self.address)
         try:
             nbytes = send_frames(self.sock, frames, self._unix)
+            if self._tls:  # the bytes on the wire, which the kernel acknowledges
+                nbytes = self.sock.take_written()  # type: ignore[attr-defined]
         except OSError as e:
             self.mark_lost(e.errno or 0)
             raise ConnectionLost(f"send failed: {e}", self.address) from None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, TypedDict
 from .._process_state import here
 from ..errors import ConfigError
 from .settings import Settings
+from .tls import MODES, Policy, set_policy
 
 if TYPE_CHECKING:
     import ssl  # imported where a context is made: import fiber does not pay for it
@@ -30,8 +31,6 @@ __all__ = ["MODES", "CREDENTIALS_ENV", "Credentials", "Inherited", "mode", "site
            "program_credentials", "credentials_env", "take_inherited", "prepare",
            "server_context", "client_context", "make_credentials"]
 
-#: The values of config ``tls``.
-MODES = ("off", "auto", "on")
 #: The job's environment variable that hands it what it needs before its config arrives.
 CREDENTIALS_ENV = "FIBER_TLS_CREDENTIALS"
 #: Days the throwaway certificates are valid: longer than any run of a program.
@@ -233,13 +232,17 @@ def program_credentials() -> Credentials:
 
 def prepare(settings: Settings) -> None:
     """Make or take this process's credentials now, if ``settings`` use the throwaway
-    ones: before the main process hands out an address (a child it forks inherits them).
+    ones: before the main process hands out an address (a child it forks inherits them);
+    and take ``settings``' mode as this process's TLS (`fiber.transport.tls.policy`).
 
     Raises:
         ConfigError: ``settings`` are wrong (see `mode`, `site_files`).
     """
-    if mode(settings) != "off" and site_files(settings) is None:
+    current = mode(settings)
+    if current != "off" and site_files(settings) is None:
         program_credentials()
+    set_policy(None if current == "off" else Policy(
+        current, lambda: server_context(settings), lambda: client_context(settings)))
 
 
 def credentials_env(settings: Settings) -> Dict[str, str]:
@@ -292,7 +295,10 @@ def _context(settings: Settings, server: bool) -> ssl.SSLContext:
         return state.tls_contexts.setdefault(key, made)
 
 
-def _made_context(server: bool, files: Optional[Tuple[str, str, str]]) -> ssl.SSLContext:
+def _made_context(server: bool, files: Optional[Tuple[str, str, str]],
+                  creds: Optional[Credentials] = None) -> ssl.SSLContext:
+    """A context (see `client_context`) of ``files``, else of ``creds`` (default: this
+    program's)."""
     import ssl
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
@@ -302,7 +308,7 @@ def _made_context(server: bool, files: Optional[Tuple[str, str, str]]) -> ssl.SS
     if server:
         ctx.num_tickets = 0  # no session is resumed: no ticket after the handshake
     if files is None:
-        creds = program_credentials()
+        creds = creds or program_credentials()
         ctx.load_verify_locations(cadata=creds.ca_pem)
         _load_chain(ctx, creds)
         return ctx

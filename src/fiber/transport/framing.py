@@ -138,8 +138,11 @@ _Item = Union[memoryview, List[int]]
 class Outbox:
     """Messages waiting to be written on a non-blocking socket."""
 
-    def __init__(self, unix: bool = False) -> None:
+    def __init__(self, unix: bool = False, tls: bool = False) -> None:
         self.unix = unix
+        #: Its socket is a `fiber.transport.tls.TlsSocket`: bytes it took may wait
+        #: encrypted in it (its ``drain``) until it is writable.
+        self.tls = tls
         self.items: Deque[_Item] = collections.deque()  # buffers, and fd lists before them
         self.nbytes = 0  # written so far (what the socket took)
 
@@ -166,13 +169,15 @@ class Outbox:
             sent = 0
         self.nbytes += sent
         if sent == len(buf):
-            return True
+            return not self.tls or sock.drain()  # type: ignore[attr-defined]
         self.items.append(memoryview(buf)[sent:])
         return False
 
     def flush(self, sock: socket.socket) -> bool:
         """Write what the socket takes now; True when everything is written."""
         items = self.items
+        if self.tls:
+            return self._flush_tls(sock)
         while items:
             bufs: List[memoryview] = []
             fds: List[int] = []
@@ -200,6 +205,21 @@ class Outbox:
             _advance(items, sent)
         return True
 
+    def _flush_tls(self, sock: Any) -> bool:
+        """`flush` on a `fiber.transport.tls.TlsSocket`: a buffer a ``send`` (which
+        encrypts it), what it could not write yet written first (its ``drain``)."""
+        items = self.items
+        if not sock.drain():
+            return False
+        while items:
+            try:
+                sent = sock.send(items[0])
+            except (BlockingIOError, InterruptedError):
+                return False
+            self.nbytes += sent
+            _advance(items, sent)
+        return bool(sock.drain())
+
     def close(self) -> None:
         _close_all([fd for item in self.items if isinstance(item, list) for fd in item])
         self.items.clear()
@@ -220,12 +240,16 @@ class FrameReader:
     """Incremental parser of messages read from one socket."""
 
     def __init__(self, max_message: Optional[int] = None, unix: bool = False,
-                 scratch: Optional[Scratch] = None) -> None:
+                 scratch: Optional[Scratch] = None, tls: bool = False) -> None:
         """``scratch``: the buffer each read goes into before it is parsed, shared by
         readers that are never fed at the same time (a server's, under its lock): one
-        of its own is 256 KiB per connection."""
+        of its own is 256 KiB per connection. ``tls``: its socket is a
+        `fiber.transport.tls.TlsSocket`, whose reads may leave plain bytes in it: each
+        feed takes them all, since the descriptor no longer says they are there."""
         self.max_message = max_message  # a limit before the peer authenticated
         self.unix = unix
+        if tls:
+            self.feed_from = self._feed_tls  # type: ignore[method-assign]
         self._buf = bytearray()
         self._scratch = new_scratch() if scratch is None else scratch
         self._lengths: Optional[Sequence[int]] = None
@@ -285,6 +309,17 @@ class FrameReader:
         self._buf += view[:n]
         self._parse()
         return True
+
+    def _feed_tls(self, sock: Any, flags: int = 0) -> bool:
+        """`feed_from` a `fiber.transport.tls.TlsSocket`: one read, then what it left
+        in the socket's buffers."""
+        alive = FrameReader.feed_from(self, sock, flags)
+        while alive and sock.pending():
+            try:
+                alive = FrameReader.feed_from(self, sock, flags | socket.MSG_DONTWAIT)
+            except BlockingIOError:  # (part of a record: the rest comes on the socket)
+                break
+        return alive
 
     @property
     def preauth_bytes(self) -> int:

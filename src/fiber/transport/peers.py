@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from . import auth
 from .framing import FrameReader, Outbox, Scratch
 from .serialization import Frame
+from .tls import TlsSocket
 
 __all__ = ["Peer", "LocalPeer", "Connection", "traffic"]
 
@@ -88,13 +89,17 @@ class Connection:
     handshake, and its peer once authenticated."""
 
     __slots__ = ("sock", "reader", "outbox", "handshake", "peer", "since", "writing",
-                 "source", "broken", "__weakref__")
+                 "source", "broken", "tls", "__weakref__")
 
     def __init__(self, sock: socket.socket, scratch: Scratch) -> None:
         self.sock = sock
         unix = sock.family == socket.AF_UNIX
-        self.reader = FrameReader(max_message=PREAUTH_LIMIT, unix=unix, scratch=scratch)
-        self.outbox = Outbox(unix=unix)
+        #: Its socket is a `fiber.transport.tls.TlsSocket`, handshaken before anything
+        #: else is read (see `Server._read`).
+        self.tls = isinstance(sock, TlsSocket)
+        self.reader = FrameReader(max_message=PREAUTH_LIMIT, unix=unix, scratch=scratch,
+                                  tls=self.tls)
+        self.outbox = Outbox(unix=unix, tls=self.tls)
         self.handshake = auth.ServerHandshake()
         self.peer: Optional[Peer] = None
         self.since = time.monotonic()

@@ -18,7 +18,8 @@ import threading
 import traceback
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
-from ..errors import TransportError
+from ..errors import AuthenticationError, TransportError
+from . import tls
 from ._resend import RESEND_SERVICE, EndedPeers
 from .framing import ProtocolError, new_scratch
 from .operations import Service
@@ -447,6 +448,15 @@ class Server(StandIn):
                 return  # e.g. ECONNABORTED: the next connection comes with the next event
             sock.setblocking(False)
             tune(sock, *self._heartbeat)
+            secure = tls.policy()
+            if secure is not None and tls.wanted(sock, secure.mode):
+                try:
+                    sock = tls.TlsSocket(sock, secure.context(server_side=True),
+                                         server_side=True)  # type: ignore[assignment]
+                except OSError as e:  # ssl.SSLError too
+                    sock.close()
+                    sys.stderr.write(f"fiber: {self.address} cannot serve TLS: {e}\n")
+                    continue
             conn = Connection(sock, self._scratch)
             conn.source = source[0] if isinstance(source, tuple) else ""
             self._conns[sock.fileno()] = conn
@@ -495,6 +505,9 @@ class Server(StandIn):
             self._sel.modify(conn.sock, want, conn)
 
     def _read(self, conn: Connection) -> None:
+        if conn.tls and not conn.sock.handshaken:  # type: ignore[attr-defined]
+            if not self._tls_handshake(conn):
+                return
         try:
             alive = conn.reader.feed_from(conn.sock)
         except (BlockingIOError, InterruptedError):
@@ -528,6 +541,23 @@ class Server(StandIn):
                 return
         if not alive:
             self._close_conn(conn)
+
+    def _tls_handshake(self, conn: Connection) -> bool:
+        """A step of ``conn``'s TLS handshake with what came: True once it is done (what
+        came after it is read next). A peer without a certificate of this program is
+        refused here, before a byte of fiber's own handshake is read."""
+        sock: tls.TlsSocket = conn.sock  # type: ignore[assignment]
+        try:
+            done = sock.handshake_step()
+        except AuthenticationError as e:
+            self.door.refuse(conn, str(e))
+            return False
+        except OSError:
+            self.door.dropped += 1
+            self._close_conn(conn)
+            return False
+        self._flush(conn)  # what the handshake could not write yet
+        return done and conn.sock.fileno() >= 0
 
     def _handshake(self, conn: Connection, frames: Sequence[Frame]) -> bool:
         """Take the client's next handshake message; False: close the connection."""

@@ -125,17 +125,18 @@ def listen(host: str, port: int = 0) -> Tuple[List[socket.socket], str]:
     return socks, address
 
 
-def connect(address: str, timeout: float) -> socket.socket:
-    """A connection to ``address``: its Unix socket when reachable, else TCP."""
-    name = _unix_name(address)
+def connect(address: str, timeout: float, unix: bool = True) -> socket.socket:
+    """A connection to ``address``: its Unix socket when reachable (and ``unix``), else
+    TCP."""
+    name = _unix_name(address) if unix else None
     if name is not None:
-        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            unix.settimeout(timeout)
-            unix.connect("\0" + name)
-            return unix
+            local.settimeout(timeout)
+            local.connect("\0" + name)
+            return local
         except OSError:
-            unix.close()
+            local.close()
     host, port = split_address(address)
     # A route or neighbour entry can be missing for a while: a pod's network set up just
     # now, its IP reused from a pod deleted a moment ago, or a lossy link on which the

@@ -1,0 +1,263 @@
+"""TLS on a connection between hosts: a `TlsSocket` puts a TCP socket's bytes through an
+``ssl.SSLObject`` over memory buffers, and offers the part of a socket's API that the
+framing, `Client` and `Server` use, so that they serve it as they serve a plain socket
+(the same descriptor in their selectors, the same non-blocking flags). The design:
+docs/contributing/tls.md."""
+
+from __future__ import annotations
+
+import ipaddress
+import select
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from .._process_state import here
+from ..errors import AuthenticationError
+
+if TYPE_CHECKING:
+    import ssl  # imported by the first TLS connection: import fiber does not pay for it
+
+__all__ = ["TlsSocket", "Policy", "set_policy", "policy", "wanted", "wrap_client",
+           "MODES"]
+
+#: ``off``: no connection is TLS; ``auto``: those between hosts (TCP to an address that
+#: is not loopback); ``on``: every one (within one host too: TCP, not a Unix socket).
+MODES = ("off", "auto", "on")
+#: Bytes read from the socket at a time: what one TLS record holds at most, and more.
+_READ = 256 * 1024
+#: Plain bytes encrypted at a time by a non-blocking send (the rest on the next).
+_WRITE = 256 * 1024
+
+
+class Policy:
+    """This process's TLS: its mode, and how it gets its contexts (made once, when first
+    needed: see `fiber.transport.credentials`)."""
+
+    def __init__(self, mode: str, server: Callable[[], ssl.SSLContext],
+                 client: Callable[[], ssl.SSLContext]) -> None:
+        if mode not in MODES:
+            raise ValueError(f"tls must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self._server = server
+        self._client = client
+
+    def context(self, server_side: bool) -> ssl.SSLContext:
+        return self._server() if server_side else self._client()
+
+
+def set_policy(new: Optional[Policy]) -> None:
+    """Take ``new`` as this process's TLS (None: off): connections made from now on."""
+    here.transport.tls = new
+
+
+def policy() -> Optional[Policy]:
+    """This process's TLS, if it is not off."""
+    current: Optional[Policy] = here.transport.tls
+    return current if current is not None and current.mode != "off" else None
+
+
+def wanted(sock: socket.socket, mode: str) -> bool:
+    """Whether connection ``sock`` (connected) is TLS under ``mode``. Both of its ends
+    decide the same: a TCP connection is between loopback addresses at both ends or at
+    neither."""
+    if mode == "off" or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    if mode == "on":
+        return True
+    try:
+        host = sock.getpeername()[0]
+        return not ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except (OSError, ValueError):
+        return True
+
+
+def wrap_client(sock: socket.socket, address: str, timeout: float) -> socket.socket:
+    """``sock`` as this process's TLS has it: a `TlsSocket` whose handshake is done
+    (within ``timeout``), or ``sock`` itself (plain).
+
+    Raises:
+        AuthenticationError: the server is not one of this program's (its certificate),
+            or refused ours.
+    """
+    current = policy()
+    if current is None or not wanted(sock, current.mode):
+        return sock
+    tls = TlsSocket(sock, current.context(server_side=False), server_side=False)
+    tls.handshake(timeout, address)
+    return tls  # type: ignore[return-value]
+
+
+class TlsSocket:
+    """A TCP socket whose bytes are TLS records. Reads and writes take what the socket
+    holds and give back plain bytes, with the socket's own errors (``BlockingIOError``
+    on a non-blocking socket or with ``MSG_DONTWAIT``), so that callers need only two
+    more things: `pending` (plain bytes already read off the socket: a reader must take
+    them before it waits on the descriptor again) and `drain` (encrypted bytes a
+    non-blocking send left: a writer must see them written before it stops watching).
+
+    Reads and writes may come from two threads (a queue's lease reads while others
+    send): the ``SSLObject`` is only touched under a lock of its own, never while the
+    socket blocks."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_side: bool) -> None:
+        import ssl
+
+        self._ssl = ssl
+        self.sock = sock
+        self.family = sock.family
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._in, self._out, server_side=server_side)
+        self._lock = threading.Lock()
+        #: Encrypted bytes a non-blocking send could not write yet, in order.
+        self._backlog = bytearray()
+        #: Encrypted bytes written to the socket, not taken by `take_written` yet (what
+        #: the kernel's count of acknowledged bytes compares with: see `_resend`).
+        self._written = 0
+        self.handshaken = False
+
+    # -- the handshake --------------------------------------------------------------------
+
+    def handshake(self, timeout: float, address: str) -> None:
+        """The client's handshake, on a blocking socket, within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not self.handshake_step():
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise AuthenticationError(f"no TLS handshake from {address} within "
+                                          f"{timeout} s")
+
+    def handshake_step(self) -> bool:
+        """Take the peer's handshake bytes that have come and write ours: True once the
+        handshake is done, False while it waits for the peer.
+
+        Raises:
+            AuthenticationError: the peer is not of this program, or refused us.
+            ConnectionError: the peer closed the connection.
+        """
+        try:
+            with self._lock:
+                self._tls.do_handshake()
+            self.handshaken = True
+        except self._ssl.SSLWantReadError:
+            pass
+        except self._ssl.SSLError as e:
+            self._write_out()  # our alert, which tells the peer why
+            raise AuthenticationError(f"TLS handshake failed: {e.reason or e}") from None
+        self._write_out()
+        if self.handshaken:
+            return True
+        try:
+            data = self.sock.recv(_READ, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        if not data:
+            raise ConnectionResetError("the peer closed the connection in the TLS handshake")
+        self._in.write(data)
+        return self.handshake_step()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def recv_into(self, view: memoryview, nbytes: int = 0, flags: int = 0) -> int:
+        """As ``socket.recv_into``: plain bytes into ``view``; 0 at the end of stream."""
+        size = nbytes or len(view)
+        while True:
+            try:
+                with self._lock:
+                    return int(self._tls.read(size, view))  # type: ignore[arg-type]
+            except self._ssl.SSLWantReadError:
+                pass
+            except self._ssl.SSLZeroReturnError:  # the peer's close_notify
+                return 0
+            except self._ssl.SSLError as e:  # an altered record: nothing of it is given
+                raise ConnectionResetError(f"TLS: {e.reason or e}") from None
+            data = self.sock.recv(_READ, flags)
+            if not data:
+                return 0
+            self._in.write(data)
+
+    def pending(self) -> bool:
+        """Whether bytes read off the socket wait here (plain, or part of a record)."""
+        return bool(self._tls.pending() or self._in.pending)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _encrypt(self, data: Any) -> bytes:
+        with self._lock:
+            self._tls.write(data)
+            return self._out.read()
+
+    def sendall(self, data: Any) -> None:
+        """As ``socket.sendall`` (a blocking socket)."""
+        out = self._encrypt(data)
+        self._write_blocking(out)
+
+    def sendmsg(self, buffers: Sequence[Any], ancillary: Sequence[Any] = (), *_: Any) -> int:
+        """As ``socket.sendmsg`` on a blocking socket: every buffer is written (TLS
+        carries no descriptors: ``ancillary`` must be empty)."""
+        if ancillary:
+            raise ValueError("a TLS connection carries no descriptors")
+        total = 0
+        with self._lock:
+            for buf in buffers:
+                total += self._tls.write(buf)
+            out = self._out.read()
+        self._write_blocking(out)
+        return total
+
+    def _write_blocking(self, out: bytes) -> None:
+        if self._backlog:
+            out, self._backlog = bytes(self._backlog) + out, bytearray()
+        self.sock.sendall(out)
+        self._written += len(out)
+
+    def send(self, data: Any) -> int:
+        """As ``socket.send`` on a non-blocking socket: how many plain bytes were taken
+        (encrypted; written, or kept for `drain`). Raises ``BlockingIOError`` while
+        encrypted bytes of an earlier send wait."""
+        if self._backlog and not self.drain():
+            raise BlockingIOError("earlier records wait")
+        view = memoryview(data)[:_WRITE]
+        self._backlog += self._encrypt(view)
+        self.drain()
+        return len(view)
+
+    def drain(self) -> bool:
+        """Write what earlier sends left; True once nothing is left."""
+        if self._backlog:
+            try:
+                sent = self.sock.send(self._backlog)
+            except (BlockingIOError, InterruptedError):
+                return False
+            self._written += sent
+            del self._backlog[:sent]
+        return not self._backlog
+
+    def _write_out(self) -> None:
+        """Write what the TLS object made outside a send (handshake, alerts)."""
+        with self._lock:
+            self._backlog += self._out.read()
+        try:
+            self.drain()
+        except OSError:
+            pass  # the read that follows says the connection is gone
+
+    def take_written(self) -> int:
+        """The encrypted bytes written since the last call."""
+        written, self._written = self._written, 0
+        return written
+
+    # -- the rest is the socket's ------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # setsockopt, getsockopt, getpeername, settimeout, setblocking, shutdown, dup...:
+        # what is not about the bytes of the stream
+        return getattr(self.sock, name)

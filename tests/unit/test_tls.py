@@ -1,0 +1,109 @@
+"""TLS on fiber's own connections (`fiber.transport.tls`): a real server and real clients
+over TCP on 127.0.0.1 with ``tls = "on"``, the program's throwaway credentials
+(`fiber.transport.credentials`) and another program's."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Iterator, List, Optional
+
+import pytest
+
+from fiber.errors import AuthenticationError
+from fiber.transport import auth, credentials, tls
+from fiber.transport.client import Client, ConnectionLost
+from fiber.transport.server import Server, Service
+from fiber.transport.settings import DEFAULTS
+from fiber.transport.sockets import split_address
+
+
+class _Echo(Service):
+    def handle(self, server: Server, peer: Any, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        server.reply(peer, req_id, b"ok", [op, *payload])
+
+
+def _policy(server: credentials.Credentials,
+            client: Optional[credentials.Credentials] = None) -> tls.Policy:
+    """A policy ``on`` whose server shows ``server``, its clients ``client`` (default:
+    the same): this process's server and clients as processes of two programs."""
+    mine = client or server
+    return tls.Policy("on", lambda: credentials._made_context(True, None, server),
+                      lambda: credentials._made_context(False, None, mine))
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    tls.set_policy(_policy(credentials.program_credentials()))
+    srv = Server("127.0.0.1", name="fiber-test-tls")
+    srv.register(b"echo", _Echo())
+    try:
+        yield srv
+    finally:
+        srv.close()
+        tls.set_policy(None)
+
+
+def test_requests_of_every_size_cross_a_tls_connection_intact(server: Server) -> None:
+    client = Client(server.address)
+    try:
+        assert isinstance(client.sock, tls.TlsSocket) and client.sock.family == socket.AF_INET
+        for size in (0, 1, 100, 64 << 10, 300_000, 10 << 20):
+            data = os.urandom(size)
+            status, payload = client.request(b"echo", b"op", [data, b"tail"], timeout=30)
+            assert status == b"ok" and bytes(payload[1]) == data and payload[2] == b"tail"
+        for i in range(500):  # many small messages: records and reads interleave
+            _, payload = client.request(b"echo", b"op", [str(i).encode()], timeout=10)
+            assert bytes(payload[1]) == str(i).encode()
+    finally:
+        client.close()
+    with server.lock:
+        assert all(conn.tls for conn in server._conns.values() if conn.source)
+
+
+def test_another_programs_certificate_is_refused_before_anything_is_read(server: Server) -> None:
+    before = server.door.dropped
+    tls.set_policy(_policy(credentials.program_credentials(), credentials.make_credentials()))
+    with pytest.raises((AuthenticationError, ConnectionLost)):
+        Client(server.address)
+    assert server.door.dropped > before or any(
+        "TLS" in line for line in server.door.strangers.said)
+
+
+def test_a_peer_with_the_secret_but_no_tls_is_refused(server: Server) -> None:
+    """A process that proves the secret in the clear (fiber's handshake, no TLS) is
+    refused by TLS before its first byte is taken as fiber's."""
+    with socket.create_connection(split_address(server.address), timeout=10) as sock:
+        from fiber.transport.framing import send_frames
+        send_frames(sock, [auth.HELLO, auth.VERSION, auth.new_nonce(), b"x" * 16, b"-"])
+        sock.settimeout(10)
+        data = b""
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+    assert auth.CHAL not in data  # no challenge: fiber's handshake never began
+
+
+def test_a_tls_mode_decides_alike_at_both_ends() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+        with a, b:
+            assert not tls.wanted(a, "auto") and not tls.wanted(b, "auto")
+            assert tls.wanted(a, "on") and tls.wanted(b, "on")
+            assert not tls.wanted(a, "off")
+    left, right = socket.socketpair()
+    with left, right:
+        assert not tls.wanted(left, "on")  # a Unix socket never is
+    assert DEFAULTS.tls == "off"
+
+
+def test_a_wrong_mode_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="off, auto, on"):
+        tls.Policy("yes", lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
