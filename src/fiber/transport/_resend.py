@@ -10,17 +10,18 @@ import socket
 import struct
 import sys
 import threading
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
 
 from .._process_state import here
-from .operations import Service, handles
+from .operations import Service, handles, reply_of
 from .peers import Peer
 from .serialization import Frame
 
 __all__ = ["SentLog", "Orphans", "orphan", "forget_in_child", "ALWAYS", "has_orphans",
            "take_orphans", "send_orphans",
            "deliver_orphans",
-           "say_undelivered", "bytes_acked", "RESEND_SERVICE", "EndedPeers", "ResendOps"]
+           "say_undelivered", "bytes_acked", "RESEND_SERVICE", "EndedPeers", "ResendOps",
+           "CountOf", "Counted"]
 
 #: The service every server has for it (a name no registered service can take).
 RESEND_SERVICE = b"\x00resend"
@@ -31,6 +32,41 @@ class ResendOps:
 
     COUNT = b"count"  # [old peer id] -> ok [messages it brought] | unknown
     SYNC = b"sync"  # [] -> ok, once the messages before it on its connection were served
+
+
+class CountOf(NamedTuple):
+    """``count``: the ended connection (its peer id at the server, u64 little-endian)
+    whose messages the server is asked to count."""
+
+    peer_id: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> CountOf:
+        return cls(_u64(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.peer_id.to_bytes(8, "little")]
+
+
+class Counted(NamedTuple):
+    """The ``ok`` answer to a `CountOf`: how many messages that connection brought."""
+
+    messages: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Counted:
+        return cls(_u64(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.messages.to_bytes(8, "little")]
+
+
+def _u64(frame: Frame) -> int:
+    """A u64 little-endian frame (what ``to_bytes(8, "little")`` wrote)."""
+    if len(frame) != 8:
+        raise ValueError(f"a count of 8 bytes, not {len(frame)}")
+    return int.from_bytes(frame, "little")
+
 
 #: Orphans of one ended connection: its peer id at the server, and its messages as
 #: (index among the messages written on it after the handshake, service, op, frames).
@@ -171,10 +207,10 @@ def send_orphans(client: Any, address: str) -> None:
             sent = 0
             try:
                 status, payload = client.request(RESEND_SERVICE, ResendOps.COUNT,
-                                                 [old.to_bytes(8, "little")], timeout=30.0)
+                                                 CountOf(old).frames(), timeout=30.0)
                 got = ALWAYS
                 if status == b"ok":
-                    got = int.from_bytes(bytes(payload[0]), "little")
+                    got = reply_of(Counted, payload).messages
                 elif (counted := _counted(messages)):
                     say_undelivered(address, counted, "the server no longer knows how "
                                     "many of them it got")
@@ -264,18 +300,18 @@ class EndedPeers(Service):
         if len(self._counts) > _ENDED_KEPT:
             self._counts.popitem(last=False)
 
-    @handles(ResendOps.COUNT)
-    def count(self, server: Any, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        """``[old peer id]``: answered ``ok`` and how many messages that connection
-        brought, once it has ended; ``unknown`` if this server does not know (it
+    @handles(ResendOps.COUNT, CountOf)
+    def count(self, server: Any, peer: Peer, req_id: bytes, msg: CountOf) -> None:
+        """Answered ``ok`` and how many messages connection ``msg.peer_id`` brought
+        (`Counted`), once it has ended; ``unknown`` if this server does not know (it
         forgot, or it never served that connection)."""
-        old = int.from_bytes(bytes(payload[0]), "little")
+        old = msg.peer_id
         self._end_peer(old)
         count = self._counts.get(old)  # kept: a client may ask again (see send_orphans)
         if count is None:
             server.reply(peer, req_id, b"unknown")
         else:
-            server.reply(peer, req_id, b"ok", [count.to_bytes(8, "little")])
+            server.reply(peer, req_id, b"ok", Counted(count).frames())
 
     @handles(ResendOps.SYNC)
     def sync(self, server: Any, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:

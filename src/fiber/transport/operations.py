@@ -3,6 +3,7 @@ service class. The design: docs/contributing/transport.md, "Operations"."""
 
 from __future__ import annotations
 
+import struct
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -17,12 +18,14 @@ from typing import (
     TypeVar,
 )
 
+from .framing import ProtocolError
 from .serialization import Frame
 
 if TYPE_CHECKING:
     from .peers import Peer
 
-__all__ = ["handles", "Dispatcher", "Service", "Handler", "names", "Record"]
+__all__ = ["handles", "Dispatcher", "Service", "Handler", "names", "Record", "reply_of",
+           "MalformedReply"]
 
 #: A handler: ``(service, server, peer, req_id, payload) -> None``, ``payload`` the
 #: request's frames, or its `Record` where the operation names one.
@@ -34,9 +37,10 @@ _MARK = "fiber_operation"
 
 
 class Record(Protocol):
-    """A request's typed form, defined once beside its service: what its frames hold,
-    read by the service (`decode`, before its handler runs) and written by the client
-    (`frames`). A ``NamedTuple`` with these two methods is one."""
+    """A request's (or a reply's) typed form, defined once beside its service: what its
+    frames hold, read by the service (`decode`, before its handler runs) and written by
+    the client (`frames`); a reply's the other way round, read with `reply_of`. A
+    ``NamedTuple`` with these two methods is one."""
 
     @classmethod
     def decode(cls: Type[R], payload: Sequence[Frame]) -> R:
@@ -49,6 +53,24 @@ class Record(Protocol):
 
     def frames(self) -> List[Frame]:
         """The request's frames, as `decode` reads them."""
+
+
+class MalformedReply(ProtocolError):
+    """A reply whose frames are not what its record says its service answers."""
+
+
+def reply_of(record: Type[R], frames: Sequence[Frame]) -> R:
+    """A reply's frames as ``record`` (a reply's record, beside its service), or a
+    clear error: a malformed reply is a peer's fault, not the caller's.
+
+    Raises:
+        MalformedReply: the frames are not such a reply (naming the record).
+    """
+    try:
+        return record.decode(frames)
+    except (struct.error, IndexError, ValueError) as e:
+        raise MalformedReply(f"a malformed {record.__name__} reply "
+                             f"({len(frames)} frames): {e}") from e
 
 
 def handles(op: bytes, record: Optional[Type[Record]] = None) -> Callable[[F], F]:
