@@ -29,7 +29,7 @@ from ..transport.server import Server, Service
 from . import _runtime
 from ._clients import get_client
 
-__all__ = ["Handle", "encode_wait", "decode_wait", "wait_seconds", "pack_wait", "Wait",
+__all__ = ["Handle", "encode_wait", "decode_wait", "wait_seconds", "pack_wait", "Wait", "Count",
            "collecting_handoffs", "add_handoff",
            "probing"]
 
@@ -79,6 +79,23 @@ class Wait(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [pack_wait(self.seconds)]
+
+
+_COUNT = struct.Struct("<q")
+
+
+class Count(NamedTuple):
+    """A reply that is one number (an i64): a semaphore's value, a queue's size, the
+    recursion a lock's ``release_save`` let go of, a barrier's arrival index."""
+
+    n: int
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Count:
+        return cls(_COUNT.unpack(payload[0])[0])
+
+    def frames(self) -> List[Frame]:
+        return [_COUNT.pack(self.n)]
 
 
 #: A `Handle` pickled: its service's name and hub's address (and, for a child of

@@ -6,7 +6,6 @@ does: docs/contributing/resets.md."""
 from __future__ import annotations
 
 import queue as _queue
-import struct
 import threading
 import time
 import traceback
@@ -15,12 +14,13 @@ from multiprocessing.context import BaseContext
 from typing import Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from .._core._clients import get_client
-from .._core._served import Handle, decode_wait, wait_seconds
+from .._core._served import Count, Handle, wait_seconds
 from .._process_state import here
 from ..config import get_config
 from ..transport import receipts
 from ..transport.client import ConnectionLost, again_on_a_new_connection
 from ..transport.local import LateReply, local_server
+from ..transport.operations import reply_of
 from ..transport.serialization import Frame, loads
 from ..transport.unpicklable import dumps_explained
 from ._ends import QueueEnd
@@ -202,7 +202,7 @@ class Queue(Handle, Generic[_T]):
         of what this process took: a ``get`` then ``empty()`` says True, and a
         ``put_nowait`` into the room a ``get`` made finds it. (If that connection is
         gone, they go as other requests do.)"""
-        if op == QueueOps.SIZE or (op == QueueOps.PUT_WAIT and decode_wait(frames[0]) == 0):
+        if op == QueueOps.SIZE or (op == QueueOps.PUT_WAIT and PutWait.wait_of(frames) == 0):
             lease = self._lease(make=False)
             if lease is not None:
                 reply = lease.request(op, list(frames))
@@ -269,7 +269,7 @@ class Queue(Handle, Generic[_T]):
             fiber.errors.TransportError: the queue's creator process is gone or unreachable.
         """
         _, frames = self._request(QueueOps.SIZE, again=True)  # a count: safe to ask again
-        return int(struct.unpack("<q", frames[0])[0])
+        return reply_of(Count, frames).n
 
     def empty(self) -> bool:
         """Whether the queue holds no item now (``qsize() == 0``; as unreliable as in

@@ -5,10 +5,9 @@ picture, are in `fiber.queues._queue`)."""
 from __future__ import annotations
 
 import collections
-import struct
 from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .._core._served import decode_wait, pack_wait
+from .._core._served import Count, decode_wait, pack_wait
 from .._log import info
 from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
@@ -65,6 +64,12 @@ class PutWait(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [pack_wait(self.wait), self.ticket, *self.item]
+
+    @staticmethod
+    def wait_of(frames: Sequence[Frame]) -> Optional[float]:
+        """The wait of a ``put_wait``'s frames, the rest not decoded (its client asks
+        whether the put may wait)."""
+        return decode_wait(frames[0])
 
 
 class Get(NamedTuple):
@@ -198,8 +203,7 @@ class QueueService(Service):
 
     @handles(QueueOps.SIZE)
     def size(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        server.reply(peer, req_id, b"ok",
-                     [struct.pack("<q", len(self.items) + self.loans.count)])
+        server.reply(peer, req_id, b"ok", Count(len(self.items) + self.loans.count).frames())
 
     @handles(QueueOps.PULL, Pull)
     def pull(self, server: Server, peer: Peer, req_id: bytes, msg: Pull) -> None:

@@ -21,9 +21,9 @@ from multiprocessing.context import BaseContext
 from threading import BrokenBarrierError
 from typing import Callable, List, Optional, Tuple
 
-from .._core._parking import Parking, Q, Waiter
-from .._core._served import Handle, Wait
-from ..transport.operations import handles
+from .._core._parking import Parking, Waiter
+from .._core._served import Count, Handle, Wait
+from ..transport.operations import handles, reply_of
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
 
@@ -70,10 +70,10 @@ class BarrierService(Parking):
                 self.park(server, peer, req_id, msg.seconds, index)
             elif self.has_action:
                 self.runner = peer
-                server.reply(peer, req_id, b"action", [Q.pack(index)])
+                server.reply(peer, req_id, b"action", Count(index).frames())
             else:
                 self._pass(server)
-                server.reply(peer, req_id, b"ok", [Q.pack(index)])
+                server.reply(peer, req_id, b"ok", Count(index).frames())
 
     @handles(BarrierOps.ACTION_DONE)
     def action_done(self, server: Server, peer: Peer, req_id: bytes,
@@ -117,7 +117,7 @@ class BarrierService(Parking):
     def _pass(self, server: Server) -> None:
         for w in list(self.waiters):
             self.take(w)
-            server.reply(w.peer, w.req_id, b"ok", [Q.pack(w.data)])
+            server.reply(w.peer, w.req_id, b"ok", Count(w.data).frames())
         self.count = 0
 
     def _break(self, server: Server) -> None:
@@ -194,7 +194,7 @@ class Barrier(Handle):
                                        timeout=timeout)
         if status == b"broken":
             raise BrokenBarrierError
-        index = int(Q.unpack(frames[0])[0])
+        index = reply_of(Count, frames).n
         if status == b"action":
             assert self._action is not None
             try:

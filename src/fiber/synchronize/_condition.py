@@ -22,8 +22,8 @@ from multiprocessing.context import BaseContext
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar
 
 from .._core._parking import Parking, Q, Waiter
-from .._core._served import Handle, decode_wait, pack_wait, wait_seconds
-from ..transport.operations import handles
+from .._core._served import Count, Handle, decode_wait, pack_wait, wait_seconds
+from ..transport.operations import handles, reply_of
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from ._primitives import Lock, RLock
@@ -133,7 +133,7 @@ class ConditionService(Parking):
     @handles(ConditionOps.COUNT)
     def count(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
         """For repr: answered with the number of waiters not woken yet."""
-        server.reply(peer, req_id, b"ok", [Q.pack(len(self.tickets))])
+        server.reply(peer, req_id, b"ok", Count(len(self.tickets)).frames())
 
     @handles(ConditionOps.CANCEL, Ticket)
     def cancel(self, server: Server, peer: Peer, req_id: bytes, msg: Ticket) -> None:
@@ -299,7 +299,7 @@ class Condition(Handle):
     def __repr__(self) -> str:
         # as multiprocessing's: <Condition(<RLock(None, 0)>, 0)>, with the waiters' count
         try:
-            waiters: Any = Q.unpack(self._request(ConditionOps.COUNT, [b""])[1][0])[0]
+            waiters: Any = reply_of(Count, self._request(ConditionOps.COUNT, [b""])[1]).n
         except Exception:
             waiters = "unknown"
         return f"<{type(self).__name__}({self._lock!r}, {waiters})>"

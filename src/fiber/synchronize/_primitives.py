@@ -13,11 +13,11 @@ from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 
 from .._core._parking import Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
-from .._core._served import Handle, Wait, decode_wait, encode_wait
+from .._core._served import Count, Handle, Wait, decode_wait, encode_wait
 from .._process_state import here
 from ..errors import LockLostError
 from ..process import current_process
-from ..transport.operations import handles
+from ..transport.operations import handles, reply_of
 from ..transport.receipts import TICKET_BYTES
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
@@ -204,7 +204,7 @@ class LockService(Parking):
             raise AssertionError("must acquire() condition before using wait()")
         count = self.count
         self._free(server)
-        server.reply(peer, req_id, b"ok", [Q.pack(count)])
+        server.reply(peer, req_id, b"ok", Count(count).frames())
 
     @handles(LockOps.OWNED, Caller)
     def owned(self, server: Server, peer: Peer, req_id: bytes, msg: Caller) -> None:
@@ -365,7 +365,7 @@ class Lock(Handle):
         with _forgotten_if_lost(self._name):
             _, frames = self._request(LockOps.RELEASE_SAVE, Caller.pack(_tid()))
         _forget(self._name)
-        return int(Q.unpack(frames[0])[0])
+        return reply_of(Count, frames).n
 
     def _acquire_restore(self, count: int) -> None:
         tid = _tid()
@@ -478,7 +478,7 @@ class SemaphoreService(Parking):
 
     @handles(SemaphoreOps.VALUE)
     def get_value(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
-        server.reply(peer, req_id, b"ok", [Q.pack(self.value)])
+        server.reply(peer, req_id, b"ok", Count(self.value).frames())
 
 
 class Semaphore(Handle):
@@ -537,7 +537,7 @@ class Semaphore(Handle):
             fiber.errors.TransportError: the semaphore's creator process is gone or unreachable.
         """
         _, frames = self._request(SemaphoreOps.VALUE)
-        return int(Q.unpack(frames[0])[0])
+        return reply_of(Count, frames).n
 
     @property
     def _semlock(self) -> _SemLockView:
