@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 _Waiter = Tuple[Peer, bytes, bytes, Optional[Timer]]
 
 __all__ = ["Pipe", "Connection", "BufferTooShort", "PipeService", "PipeOps", "waited_end",
-           "Send", "Receive", "Handoff", "End"]
+           "Send", "Receive", "Handoff", "End", "Message"]
 
 
 class BufferTooShort(multiprocessing.BufferTooShort):
@@ -58,6 +58,36 @@ class BufferTooShort(multiprocessing.BufferTooShort):
 
 _PICKLED = b"p"
 _RAW = b"b"
+
+
+class Message:
+    """A pipe's message, as ``send`` writes it and ``recv`` is answered with: its kind,
+    then its data (``_PICKLED`` and an object's pickle frames, or ``_RAW`` and one frame
+    of bytes). Static, no object made: every message sent and received goes through it."""
+
+    @staticmethod
+    def pickled(frames: Sequence[Frame]) -> List[Frame]:
+        """The message of an object pickled to ``frames`` (``send``)."""
+        return [_PICKLED, *frames]
+
+    @staticmethod
+    def raw(data: bytes) -> List[Frame]:
+        """The message of bytes (``send_bytes``)."""
+        return [_RAW, data]
+
+    @staticmethod
+    def load(frames: Sequence[Frame]) -> Any:
+        """The object (or bytes, for a raw one) a message carries (``recv``)."""
+        if frames[0] == _RAW:
+            return pickle.loads(frames[1])
+        return loads(frames[1:])
+
+    @staticmethod
+    def as_bytes(frames: Sequence[Frame]) -> bytes:
+        """A message's bytes: a raw one's, or its object pickled (``recv_bytes``)."""
+        if frames[0] == _RAW:
+            return bytes(frames[1])
+        return pickle.dumps(loads(frames[1:]), protocol=5)
 
 
 class PipeOps:
@@ -364,7 +394,7 @@ class Connection(Handle):
         self._check_writable()
         self._check_not_broken()
         frames = dumps_explained(obj, "the object sent", "obj")
-        self._send(PipeOps.SEND, Send.pack(self._end, [_PICKLED, *frames]))
+        self._send(PipeOps.SEND, Send.pack(self._end, Message.pickled(frames)))
 
     def _check_not_broken(self) -> None:
         hub = _runtime.hub_if_started()
@@ -394,7 +424,7 @@ class Connection(Handle):
             raise ValueError("buffer length < offset + size")
         self._check_not_broken()
         self._send(PipeOps.SEND,
-                   Send.pack(self._end, [_RAW, bytes(view[offset:offset + size])]))
+                   Send.pack(self._end, Message.raw(bytes(view[offset:offset + size]))))
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -419,10 +449,7 @@ class Connection(Handle):
         Raises:
             EOFError: nothing is left and the other end is closed everywhere.
         """
-        frames = self._receive()
-        if frames[0] == _RAW:
-            return pickle.loads(frames[1])
-        return loads(frames[1:])
+        return Message.load(self._receive())
 
     def recv_bytes(self, maxlength: Optional[int] = None) -> bytes:
         """Receive one message as bytes.
@@ -433,7 +460,7 @@ class Connection(Handle):
         """
         if maxlength is not None and maxlength < 0:
             raise ValueError("negative maxlength")
-        data = self._as_bytes(self._receive())
+        data = Message.as_bytes(self._receive())
         if maxlength is not None and len(data) > maxlength:
             self.close()
             raise OSError("bad message length")
@@ -448,17 +475,11 @@ class Connection(Handle):
         view = memoryview(buf).cast("B")
         if offset < 0 or offset > len(view):
             raise ValueError("negative offset" if offset < 0 else "offset too large")
-        data = self._as_bytes(self._receive())
+        data = Message.as_bytes(self._receive())
         if len(data) > len(view) - offset:
             raise BufferTooShort(data)
         view[offset:offset + len(data)] = data
         return len(data)
-
-    @staticmethod
-    def _as_bytes(frames: Sequence[Frame]) -> bytes:
-        if frames[0] == _RAW:
-            return bytes(frames[1])
-        return pickle.dumps(loads(frames[1:]), protocol=5)
 
     def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""

@@ -14,10 +14,11 @@ from .._core._clients import get_client
 from .._core._served import wait_seconds
 from ..transport.client import Client, ConnectionLost
 from ..transport.local import Channel, LateReply
+from ..transport.operations import reply_of
 from ..transport.remote import unpack_exception
 from ..transport.serialization import Frame, loads
 from ._pipe import Connection, waited_end
-from ._watch import WAIT_SERVICE, Cancel, WaitAny, WaitOps, unpack_indices
+from ._watch import WAIT_SERVICE, Cancel, Ready, WaitAny, WaitOps
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
@@ -34,7 +35,7 @@ def _frames(conns: Sequence[Connection], timeout: Optional[float]) -> List[Frame
 def _indices(status: bytes, frames: Sequence[Frame]) -> List[int]:
     if status != b"ok":
         return []
-    return unpack_indices(bytes(frames[0]))
+    return reply_of(Ready, frames).indices
 
 
 def wait(object_list: Iterable[_Waitable], timeout: Optional[float] = None

@@ -19,7 +19,7 @@ from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Watched", "Watch", "WaitService", "WaitOps", "WAIT_SERVICE", "ensure_service",
-           "pack_indices", "unpack_indices", "WaitAny", "Cancel", "end_tag", "end_of",
+           "Ready", "WaitAny", "Cancel", "end_tag", "end_of",
            "END_TAGS"]
 
 #: The hub-wide service name (one per hub, registered with the hub's first pipe).
@@ -27,13 +27,18 @@ WAIT_SERVICE = b"~conn-wait"
 _INDEX = struct.Struct("<I")
 
 
-def pack_indices(indices: Sequence[int]) -> bytes:
-    """The ready ends of a request, by their index in it, as the reply carries them."""
-    return b"".join(_INDEX.pack(i) for i in indices)
+class Ready(NamedTuple):
+    """The ``ok`` answer to a `WaitAny`: its ready ends, by their index in it (one frame
+    of u32s)."""
 
+    indices: List[int]
 
-def unpack_indices(data: bytes) -> List[int]:
-    return [_INDEX.unpack_from(data, i)[0] for i in range(0, len(data), _INDEX.size)]
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Ready:
+        return cls([i for (i,) in _INDEX.iter_unpack(payload[0])])
+
+    def frames(self) -> List[Frame]:
+        return [b"".join(_INDEX.pack(i) for i in self.indices)]
 
 
 #: The frames that name a pipe's end 0 and end 1 in a request (`end_tag`).
@@ -190,7 +195,7 @@ class WaitService(Service):
     @staticmethod
     def _reply(watch: Watch, ready: List[int]) -> None:
         if ready:
-            watch.server.reply(watch.peer, watch.req_id, b"ok", [pack_indices(ready)])
+            watch.server.reply(watch.peer, watch.req_id, b"ok", Ready(ready).frames())
         else:
             watch.server.reply(watch.peer, watch.req_id, b"empty")
 
