@@ -25,17 +25,19 @@ from ..process._relay import FORWARDED_SIGNALS, die_with
 from ..transport import cpus
 from ..transport.client import Client, ConnectionLost
 from ..transport.framing import FrameReader, Outbox, ProtocolError, send_frames
+from ..transport.operations import reply_of
 from ..transport.serialization import Frame
 from ..transport.sockets import readable
 from . import _resume
 from ._protocol import (
+    Kept,
     PoolOps,
+    Replacement,
     WorkerEnded,
     pack_ids,
     pack_to,
     result_ids,
     task_ids,
-    unpack_ids,
     unpack_to,
 )
 from ._tagged import Stream, WorkerPipes
@@ -221,9 +223,9 @@ class _Group:
         except Exception:
             self.untold.append((worker_id, code))  # told if the connection comes back
             return
-        new = bytes(payload[0]) if status == b"ok" and payload else b""
-        if new:
-            self.fork(int.from_bytes(new, "little"))
+        new = reply_of(Replacement, payload).worker_id if status == b"ok" else None
+        if new is not None:
+            self.fork(new)
 
     def _from_master(self) -> None:
         """Hand every message the master sent to the workers it names."""
@@ -310,7 +312,7 @@ class _Group:
             again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB, frames)
         except Exception:  # refused, or not in time: the master is gone for this job
             return False
-        taken = set(unpack_ids(again[1][0])) if again is not None else set()
+        taken = set(reply_of(Kept, again[1]).worker_ids) if again is not None else set()
         if again is None or not taken:
             return False
         self.client = again[0]

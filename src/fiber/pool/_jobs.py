@@ -24,7 +24,7 @@ from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _losses
 from ._credit import FarWorkers, Link, round_trip
-from ._protocol import PoolOps, WorkerEnded, pack_to, unpack_to
+from ._protocol import PoolOps, Replacement, WorkerEnded, pack_to, unpack_to
 from ._state import PoolJob, WorkerState
 
 __all__ = ["JobsOfSeveral", "Heard"]
@@ -145,8 +145,8 @@ class JobsOfSeveral(Service):
         worker the job forks in its place, or b"" (none needed)."""
         ws = self._settle(msg.worker_id, msg.code)
         new = self.replace_in(ws) if ws is not None else None
-        server.reply(peer, req_id, b"ok", [new.worker_id.to_bytes(8, "little")
-                                           if new is not None else b""])
+        server.reply(peer, req_id, b"ok",
+                     Replacement(new.worker_id if new is not None else None).frames())
 
     def job_ended(self, job: PoolJob, code: Optional[int]) -> None:
         """``job``'s process ended with ``code``: every worker it held is lost now, each

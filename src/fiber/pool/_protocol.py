@@ -5,13 +5,14 @@ docs/contributing/pools.md, "The wire"."""
 from __future__ import annotations
 
 import struct
-from typing import Any, List, NamedTuple, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..transport.serialization import Frame
 
 __all__ = ["PoolOps", "pack_task", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
            "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
-           "unpack_ids", "WorkerHello", "InitFailed", "Retiring", "Resume", "WorkerEnded"]
+           "unpack_ids", "WorkerHello", "InitFailed", "Retiring", "Resume", "WorkerEnded",
+           "Replacement", "Kept"]
 
 
 class PoolOps:
@@ -111,6 +112,38 @@ class WorkerEnded(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [self.worker_id.to_bytes(8, "little"), str(self.code).encode()]
+
+
+class Replacement(NamedTuple):
+    """The ``ok`` answer to a `WorkerEnded`: the id of the worker the job forks in the
+    ended one's place, or None (an empty frame: none needed)."""
+
+    worker_id: Optional[int]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Replacement:
+        frame = payload[0] if payload else b""
+        if len(frame) not in (0, 8):
+            raise ValueError(f"a worker id of 8 bytes, not {len(frame)}")
+        return cls(_worker_id(frame) if frame else None)
+
+    def frames(self) -> List[Frame]:
+        wid = self.worker_id
+        return [b"" if wid is None else wid.to_bytes(8, "little")]
+
+
+class Kept(NamedTuple):
+    """The ``ok`` answer to a ``resume_job``: the ids of the job's workers the master
+    takes back (`pack_ids`)."""
+
+    worker_ids: List[int]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Kept:
+        return cls(unpack_ids(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [pack_ids(self.worker_ids)]
 
 
 _TASK = struct.Struct("<QIBH")

@@ -20,7 +20,7 @@ from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from . import _losses, _resume
 from ._jobs import JobsOfSeveral
-from ._protocol import PoolOps, Resume, pack_ids, unpack_ids, unpack_to
+from ._protocol import Kept, PoolOps, Resume, unpack_ids, unpack_to
 from ._state import Task, WorkerState
 
 __all__ = ["Reconnections"]
@@ -167,7 +167,7 @@ class Reconnections(JobsOfSeveral):
                  "workers; %s", back[0].process.name, _losses.where(back[0]), len(back),
                  f"{_losses.tasks_text(missing)} lost in flight, run again" if missing
                  else "nothing was lost")
-        server.reply(peer, req_id, b"ok", [pack_ids([ws.worker_id for ws in kept])])
+        server.reply(peer, req_id, b"ok", Kept([ws.worker_id for ws in kept]).frames())
         self.dispatch()
         for ws in back:
             self._maybe_stop(ws)
