@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from .._process_state import here
 from ..errors import TransportError
 from ..transport import memfd
-from ..transport.operations import handles
+from ..transport.operations import handles, reply_of
 from ..transport.remote import unpack_exception
 from ..transport.serialization import Frame, dumps, loads
 from ..transport.server import Peer, Server, Service
@@ -101,6 +101,20 @@ class Get(NamedTuple):
         return [self.key, self.host.encode(), self.offer.encode()]
 
 
+class Holder(NamedTuple):
+    """The ``holder`` answer to a `Get` (else ``ok`` and the data's frames): the hub
+    address of the process that holds the data for the asker's host."""
+
+    address: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Holder:
+        return cls(bytes(payload[0]).decode())
+
+    def frames(self) -> List[Frame]:
+        return [self.address.encode()]
+
+
 class SharedStore(Service):
     """Serves the shared objects of one process: its own, and mirrors it holds for its
     host. Runs under the hub's lock, as every service."""
@@ -126,7 +140,7 @@ class SharedStore(Service):
         if offer and host != self.host:
             holder = entry.holders.get(host)
             if holder is not None and holder[0] != peer.process_id:
-                server.reply(peer, req_id, b"holder", [holder[1].encode()])
+                server.reply(peer, req_id, b"holder", Holder(holder[1]).frames())
                 return
             entry.holders[host] = (peer.process_id, offer)
         entry.transfers["same_host" if host == self.host else "other_host"] += 1
@@ -324,7 +338,7 @@ def _fetch(address: str, key: bytes, host: str) -> List[Frame]:
             with hub.lock:
                 store.fail(hub, key, LookupError("held by another process of this host"))
             try:
-                return _request(bytes(frames[0]).decode(), key)[1]
+                return _request(reply_of(Holder, frames).address, key)[1]
             except (TransportError, LookupError):  # the holder failed: ask the publisher
                 return _request(address, key)[1]
         sealed = _seal(frames)

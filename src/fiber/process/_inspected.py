@@ -22,7 +22,7 @@ from ..transport.server import Peer, Server, Service
 from . import _launcher
 
 __all__ = ["InspectService", "serve_parent", "register", "stack_of", "stats", "Hello",
-           "Stats", "Stack"]
+           "Stats", "Stack", "AskStack", "Watching"]
 
 SERVICE = b"inspect"
 #: Seconds between a job's reports of its CPU time and memory, at least.
@@ -93,6 +93,35 @@ class Stack(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [self.token, self.request, self.stacks.encode(errors="replace")]
+
+
+# -- the parent's pushes to a job (after ``[b"", op]``): records too ------------------------
+
+class AskStack(NamedTuple):
+    """``stack`` pushed: answer with a `Stack` that names ``request``."""
+
+    request: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> AskStack:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.request]
+
+
+class Watching(NamedTuple):
+    """`WATCH` pushed: send `Stats` every ``interval`` s for the next ``seconds``."""
+
+    seconds: float
+    interval: float
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Watching:
+        return cls(float(bytes(payload[0])), float(bytes(payload[1])))
+
+    def frames(self) -> List[Frame]:
+        return [f"{self.seconds:g}".encode(), f"{self.interval:g}".encode()]
 
 
 # -- in the job ------------------------------------------------------------------------------
@@ -173,16 +202,17 @@ def _serve(parent: str, token: bytes) -> None:
             msg = client.next_push(wait)
             if msg is None or len(msg) < 3:
                 continue
-            op = bytes(msg[1])
+            op, body = bytes(msg[1]), msg[2:]  # (a push: b"", its op, its record's frames)
             if op == InspectOps.STACK:
-                client.send(SERVICE, InspectOps.STACK,
-                            Stack(token, bytes(msg[2]), _stacks()).frames())
-            elif op == WATCH and len(msg) > 3:
+                asked = AskStack.decode(body).request
+                client.send(SERVICE, InspectOps.STACK, Stack(token, asked, _stacks()).frames())
+            elif op == WATCH and len(body) > 1:
+                watch = Watching.decode(body)
                 now = time.monotonic()
                 if now >= watched_until:
                     next_stats = now  # report at once: the page shows it within its update
-                watched_until = now + float(bytes(msg[2]))
-                interval = float(bytes(msg[3]))
+                watched_until = now + watch.seconds
+                interval = watch.interval
     except (ConnectionLost, OSError, ValueError):
         return  # the parent is gone: the lifelines end this job
 
@@ -263,10 +293,10 @@ class InspectService(Service):
             if not job.pid:  # (the others are read here)
                 server.send(job.peer, message)
 
-    def _watch(self) -> List[bytes]:
+    def _watch(self) -> List[Frame]:
         reporting = sum(1 for job in self.jobs.values() if not job.pid)
         interval = max(STATS_S, reporting / REPORTS_PER_S)
-        return [b"", WATCH, f"{WATCH_S:g}".encode(), f"{interval:g}".encode()]
+        return [b"", WATCH, *Watching(WATCH_S, interval).frames()]
 
     @handles(InspectOps.STATS, Stats)
     def report(self, server: Server, peer: Peer, req_id: bytes, msg: Stats) -> None:
@@ -332,7 +362,7 @@ def stack_of(name: str, timeout: float = 5.0) -> str:
         if job is None:
             raise LookupError(f"no job named {name!r} answers (a dashboard's jobs only)")
         service.waiting[request] = (done, answer)
-        hub.send(job.peer, [b"", InspectOps.STACK, request])
+        hub.send(job.peer, [b"", InspectOps.STACK, *AskStack(request).frames()])
     if not done.wait(timeout):
         with hub.lock:
             service.waiting.pop(request, None)

@@ -22,7 +22,7 @@ from ..backends._job_command import JOB_HOST_ENV, bootstrap_command
 from ..config import Config, get_config
 from ..errors import ProcessError
 from ..transport import auth, credentials
-from ..transport.operations import handles
+from ..transport.operations import handles, reply_of
 from ..transport.serialization import Frame, dumps, loads
 from ..transport.server import Peer, Server, Service
 from ..transport.sockets import split_address
@@ -30,7 +30,7 @@ from ._captured import CapturedOutput
 from ._printer import OutputPrinter
 
 __all__ = ["LaunchService", "launcher", "Launch", "handing_anchors", "check_reachable",
-           "job_spec", "Fetch", "ExitReport", "JobToken", "Output", "Source"]
+           "job_spec", "Fetch", "ExitReport", "JobToken", "Output", "Source", "SourceText"]
 
 SERVICE = b"proc"
 _SOURCE_TIMEOUT_S = 5.0
@@ -121,6 +121,20 @@ class Source(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [self.filename.encode()]
+
+
+class SourceText(NamedTuple):
+    """The ``ok`` answer to a `Source`: the file's lines as the parent's `linecache` has
+    them (UTF-8; empty: it has none)."""
+
+    text: str
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> SourceText:
+        return cls(bytes(payload[0]).decode("utf-8", "replace") if payload else "")
+
+    def frames(self) -> List[Frame]:
+        return [self.text.encode("utf-8", "replace")]
 
 
 class Launch:
@@ -374,7 +388,7 @@ def _serve_source(server: Server, peer: Peer, req_id: bytes, filename: str) -> N
     def read() -> None:
         source = "".join(linecache.getlines(filename))
         with server.lock:
-            server.reply(peer, req_id, b"ok", [source.encode("utf-8", "replace")])
+            server.reply(peer, req_id, b"ok", SourceText(source).frames())
 
     threading.Thread(target=read, name="fiber-source", daemon=True).start()
 
@@ -389,7 +403,7 @@ def fetch_source(parent: str, filename: str) -> Optional[str]:
                                                     timeout=_SOURCE_TIMEOUT_S)
     except Exception:
         return None
-    text = bytes(frames[0]).decode("utf-8", "replace") if status == b"ok" and frames else ""
+    text = reply_of(SourceText, frames).text if status == b"ok" else ""
     return text or None
 
 
