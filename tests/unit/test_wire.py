@@ -8,6 +8,7 @@ the operations its protocol names, so that a name sent by a client is always han
 from __future__ import annotations
 
 import inspect
+import pickle
 import socket
 import struct
 import threading
@@ -15,12 +16,12 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from fiber._core._served import Wait, encode_wait
-from fiber._core._shared import Get, SharedOps, SharedStore
+from fiber._core._served import Count, Wait, encode_wait
+from fiber._core._shared import Get, Holder, SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
-from fiber.connection._pipe import End, Handoff, PipeOps, PipeService, Receive, Send
-from fiber.connection._watch import Cancel, WaitAny, WaitOps, WaitService
+from fiber.connection._pipe import End, Handoff, Message, PipeOps, PipeService, Receive, Send
+from fiber.connection._watch import Cancel, Ready, WaitAny, WaitOps, WaitService
 from fiber.managers._protocol import Call, Create, Created, ManagerOps, ObjectOps, ProxyHandoff
 from fiber.managers._server import ManagerService, ObjectService
 from fiber.pool._dispatch import Dispatching
@@ -28,7 +29,9 @@ from fiber.pool._jobs import JobsOfSeveral
 from fiber.pool._protocol import (
     FUNCTION_SLOTS,
     InitFailed,
+    Kept,
     PoolOps,
+    Replacement,
     Resume,
     Retiring,
     WorkerEnded,
@@ -41,7 +44,15 @@ from fiber.pool._protocol import (
 )
 from fiber.pool._reconnect import Reconnections
 from fiber.pool._service import PoolService
-from fiber.process._inspected import Hello, InspectOps, InspectService, Stack, Stats
+from fiber.process._inspected import (
+    AskStack,
+    Hello,
+    InspectOps,
+    InspectService,
+    Stack,
+    Stats,
+    Watching,
+)
 from fiber.process._launcher import (
     ExitReport,
     Fetch,
@@ -50,8 +61,9 @@ from fiber.process._launcher import (
     LaunchService,
     Output,
     Source,
+    SourceText,
 )
-from fiber.queues._lending import LeaseItems, LeaseKey, Pull
+from fiber.queues._lending import LeaseItems, LeaseKey, Pull, pack_loan, unpack_loan
 from fiber.queues._service import Get as QueueGet  # (the shared store has a Get too)
 from fiber.queues._service import PutWait, QueueOps, QueueService, TaskDone, Withdraw
 from fiber.sharedctypes import (
@@ -76,10 +88,10 @@ from fiber.synchronize._primitives import (
     SemaphoreService,
     ThreadingLockService,
 )
-from fiber.transport._resend import EndedPeers, ResendOps
+from fiber.transport._resend import Counted, CountOf, EndedPeers, ResendOps
 from fiber.transport.client import Client
 from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
-from fiber.transport.operations import Dispatcher, handles, names
+from fiber.transport.operations import Dispatcher, MalformedReply, handles, names, reply_of
 from fiber.transport.remote import unpack_exception
 from fiber.transport.serialization import dumps, loads
 from fiber.transport.server import Server, Service
@@ -397,6 +409,13 @@ RECORDS += [PutWait(None, b"ticket", [b"pickle", b"buffer"]), PutWait(0.0, b"tic
 RECORDS += [WorkerHello(10_000), InitFailed("Traceback ...\nValueError: x\n", 7),
             Retiring(3, 15, [1, 2, 99]), Retiring(3, 10, []), Resume(12, [5, 6]),
             Resume(12, []), WorkerEnded(4, -9), WorkerEnded(4, 0)]
+# the resends' request (fiber.transport._resend) and the parent's pushes to a job
+RECORDS += [CountOf(0), CountOf(2**63), AskStack(b"12345678"), Watching(60.0, 0.25)]
+#: The replies' records (read with `reply_of`), beside the services that answer them.
+REPLIES = [Counted(0), Counted(12345), Count(0), Count(7), Count(-1), Ready([]), Ready([0, 2, 9]),
+           Replacement(None), Replacement(2**40), Kept([]), Kept([3, 4, 5]), SourceText(""),
+           SourceText("def f():\n    return 1\n"), Holder("tcp://10.0.0.2:4000")]
+RECORDS += REPLIES
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -427,6 +446,20 @@ LAYOUTS = [
     (ProxyHandoff(b"tok"), [b"tok"]),
     (Create("list", (1,), {"k": 2}), dumps(("list", (1,), {"k": 2}))),
     (Created(b"cid", b"ok", [b"spec", b"buf"]), [b"cid", b"ok", b"spec", b"buf"]),
+    (CountOf(5), [(5).to_bytes(8, "little")]),
+    (AskStack(b"rq"), [b"rq"]),
+    (Watching(60.0, 0.5), [b"60", b"0.5"]),
+    # replies
+    (Counted(3), [(3).to_bytes(8, "little")]),
+    (Count(-1), [struct.pack("<q", -1)]),
+    (Count(2), [struct.pack("<q", 2)]),
+    (Ready([1, 3]), [struct.pack("<I", 1) + struct.pack("<I", 3)]),
+    (Ready([]), [b""]),
+    (Replacement(9), [(9).to_bytes(8, "little")]),
+    (Replacement(None), [b""]),
+    (Kept([1, 2]), [struct.pack("<2Q", 1, 2)]),
+    (SourceText("x = 1\n"), [b"x = 1\n"]),
+    (Holder("tcp://h:1"), [b"tcp://h:1"]),
 ]
 
 
@@ -495,3 +528,59 @@ def test_a_pipes_packed_requests_are_its_records_frames():
     assert Send.pack(1, [b"p", b"data"]) == Send(1, [b"p", b"data"]).frames()
     for wait in (None, 0.0, 2.5):
         assert Receive.pack(0, wait) == Receive(0, wait).frames()
+
+
+def test_a_pipes_message_is_its_kind_then_its_data():
+    """A pipe's message (`Message`): written by ``send``/``send_bytes``, read by ``recv``
+    (no object made: every message goes through it)."""
+    assert Message.raw(b"data") == [b"b", b"data"]
+    pickled = dumps({"k": [1, 2]})
+    assert Message.pickled(pickled) == [b"p", *pickled]
+    assert Message.load([bytearray(f) for f in Message.pickled(pickled)]) == {"k": [1, 2]}
+    assert Message.load(Message.raw(pickle.dumps(7))) == 7  # as multiprocessing's recv
+    assert Message.as_bytes(Message.raw(b"data")) == b"data"
+    assert pickle.loads(Message.as_bytes(Message.pickled(pickled))) == {"k": [1, 2]}
+
+
+def test_a_pull_answers_layout_and_round_trip():
+    items = [[b"pickle", b"buffer"], [], [b"x"]]
+    frames = pack_loan(40, items)
+    assert frames[0] == struct.pack("<QI3I", 40, 3, 2, 0, 1)
+    assert frames[1:] == [b"pickle", b"buffer", b"x"]
+    assert unpack_loan(frames) == [(40, items[0]), (41, []), (42, [b"x"])]
+
+
+@pytest.mark.parametrize("record", REPLIES, ids=lambda r: type(r).__name__)
+def test_reply_of_reads_a_replys_frames_as_its_record(record):
+    assert reply_of(type(record), [bytearray(f) for f in record.frames()]) == record
+
+
+@pytest.mark.parametrize("record, frames", [
+    (Counted, []), (Counted, [b"\x01"]), (Count, [b"1234"]), (Count, []),
+    (Ready, [b"\x00\x00\x00"]), (Replacement, [b"\x01\x02"]), (Kept, [b"1234567"]),
+    (Holder, [b"\xff"]), (Kept, []),
+])
+def test_a_malformed_reply_is_a_clear_error(record, frames):
+    """A reply whose frames are not its record's names the record (a peer's fault),
+    with the decoding error as its cause."""
+    with pytest.raises(MalformedReply, match=f"a malformed {record.__name__} reply") as e:
+        reply_of(record, frames)
+    assert isinstance(e.value, ProtocolError)
+    assert isinstance(e.value.__cause__, (struct.error, IndexError, ValueError))
+
+
+def test_a_malformed_reply_is_raised_to_the_caller_and_the_hub_serves_on(monkeypatch):
+    """End to end: a semaphore's hub that answers its value with bytes that are not a
+    count raises `MalformedReply` in the caller, not a bare struct.error."""
+    from fiber.synchronize._primitives import Semaphore
+
+    def short(service: Any, server: Any, peer: Any, req_id: bytes, payload: Any) -> None:
+        server.reply(peer, req_id, b"ok", [b"short"])
+
+    sem = Semaphore(2)
+    assert sem.get_value() == 2
+    monkeypatch.setitem(SemaphoreService.operations, SemaphoreOps.VALUE, short)
+    with pytest.raises(MalformedReply, match="a malformed Count reply"):
+        sem.get_value()
+    monkeypatch.undo()
+    assert sem.acquire(timeout=5) and sem.get_value() == 1
