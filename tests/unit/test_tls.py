@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Iterator, List, Optional
+import threading
+from typing import Any, Iterator, List, Optional, Tuple
 
 import pytest
 
 from fiber.errors import AuthenticationError
+from fiber.testing.conformance.support.waiting import wait_until
 from fiber.transport import auth, credentials, tls
+from fiber.transport import client as client_module
 from fiber.transport.client import Client, ConnectionLost
 from fiber.transport.server import Server, Service
 from fiber.transport.settings import DEFAULTS
@@ -67,8 +70,8 @@ def test_another_programs_certificate_is_refused_before_anything_is_read(server:
     tls.set_policy(_policy(credentials.program_credentials(), credentials.make_credentials()))
     with pytest.raises((AuthenticationError, ConnectionLost)):
         Client(server.address)
-    assert server.door.dropped > before or any(
-        "TLS" in line for line in server.door.strangers.said)
+    wait_until(lambda: server.door.dropped > before, 10, message="the refusal counted")
+    assert any("TLS handshake failed" in line for line in server.door.strangers.said)
 
 
 def test_a_peer_with_the_secret_but_no_tls_is_refused(server: Server) -> None:
@@ -107,3 +110,74 @@ def test_a_tls_mode_decides_alike_at_both_ends() -> None:
 def test_a_wrong_mode_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="off, auto, on"):
         tls.Policy("yes", lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
+
+
+class _FlippingRelay:
+    """A TCP relay on 127.0.0.1 to ``target`` that passes bytes as they are until
+    `flip` is set, then inverts one byte of the next chunk towards the target: an on-path
+    host that alters a stream after its handshakes."""
+
+    def __init__(self, target: Tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.flip = threading.Event()
+        self.flipped = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        client, _ = self.listener.accept()
+        server = socket.create_connection(self.target)
+        threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+        self._pipe(client, server, True)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, alter: bool) -> None:
+        try:
+            while True:
+                data = bytearray(src.recv(65536))
+                if not data:
+                    break
+                if alter and self.flip.is_set() and not self.flipped.is_set():
+                    data[len(data) // 2] ^= 0xFF
+                    self.flipped.set()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class _Counting(_Echo):
+    def __init__(self) -> None:
+        self.served: List[bytes] = []
+
+    def handle(self, server: Server, peer: Any, op: bytes, req_id: bytes,
+               payload: List[Any]) -> None:
+        self.served.append(bytes(payload[0]))
+        super().handle(server, peer, op, req_id, payload)
+
+
+def test_a_stream_altered_after_the_handshake_is_dropped_unread_and_said(
+        server: Server, capfd: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    counting = _Counting()
+    server.register(b"count", counting)
+    relay = _FlippingRelay(split_address(server.address))
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
+                        socket.create_connection(("127.0.0.1", relay.port), timeout))
+    client = Client(server.address)
+    try:
+        assert client.request(b"count", b"op", [b"before"], timeout=10)[0] == b"ok"
+        relay.flip.set()
+        with pytest.raises((ConnectionLost, TimeoutError)):
+            client.request(b"count", b"op", [b"altered"], timeout=10)
+        assert relay.flipped.is_set()
+    finally:
+        client.close()
+    assert counting.served == [b"before"]  # nothing of the altered record was served
+    wait_until(lambda: "the stream was altered" in capfd.readouterr().err, 10,
+               message="the server said why it closed the connection")

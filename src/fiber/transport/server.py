@@ -519,6 +519,8 @@ class Server(StandIn):
             alive = False
         except OSError as e:  # reset: how a killed process's connection ends
             alive = False
+            if isinstance(e, tls.Altered):
+                self._say_altered(conn, e)
             if conn.peer is None:
                 self.door.dropped += 1
             elif e.errno != errno.ETIMEDOUT:  # or a link's reset: the process may live
@@ -541,6 +543,17 @@ class Server(StandIn):
                 return
         if not alive:
             self._close_conn(conn)
+
+    def _say_altered(self, conn: Connection, error: OSError) -> None:
+        """A TLS record of ``conn`` failed its check: it is closed, and said (an on-path
+        host, or a broken link's corruption past TCP's checksum)."""
+        who = conn.peer.process_id.hex()[:8] if conn.peer is not None else "a stranger"
+        try:
+            sys.stderr.write(f"fiber: {self.address} closed the connection of process {who} "
+                             f"from {conn.source or 'this host'}: {error}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def _tls_handshake(self, conn: Connection) -> bool:
         """A step of ``conn``'s TLS handshake with what came: True once it is done (what

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import ssl  # imported by the first TLS connection: import fiber does not pay for it
 
 __all__ = ["TlsSocket", "Policy", "set_policy", "policy", "wanted", "wrap_client",
-           "MODES"]
+           "MODES", "Altered"]
 
 #: ``off``: no connection is TLS; ``auto``: those between hosts (TCP to an address that
 #: is not loopback); ``on``: every one (within one host too: TCP, not a Unix socket).
@@ -29,6 +29,11 @@ MODES = ("off", "auto", "on")
 _READ = 256 * 1024
 #: Plain bytes encrypted at a time by a non-blocking send (the rest on the next).
 _WRITE = 256 * 1024
+
+
+class Altered(ConnectionResetError):
+    """A record failed its integrity check: the stream was altered on its way (or the
+    peer is broken). Nothing of it was given to the reader; the connection is over."""
 
 
 class Policy:
@@ -87,6 +92,18 @@ def wrap_client(sock: socket.socket, address: str, timeout: float) -> socket.soc
     tls = TlsSocket(sock, current.context(server_side=False), server_side=False)
     tls.handshake(timeout, address)
     return tls  # type: ignore[return-value]
+
+
+_local = threading.local()
+
+
+def _scratch() -> memoryview:
+    """This thread's buffer for the encrypted bytes of one read (a connection's own would
+    cost `_READ` bytes a connection; a thread reads one at a time)."""
+    buf: Optional[memoryview] = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = memoryview(bytearray(_READ))
+    return buf
 
 
 class TlsSocket:
@@ -163,20 +180,26 @@ class TlsSocket:
     def recv_into(self, view: memoryview, nbytes: int = 0, flags: int = 0) -> int:
         """As ``socket.recv_into``: plain bytes into ``view``; 0 at the end of stream."""
         size = nbytes or len(view)
+        tls, incoming = self._tls, self._in
         while True:
-            try:
-                with self._lock:
-                    return int(self._tls.read(size, view))  # type: ignore[arg-type]
-            except self._ssl.SSLWantReadError:
-                pass
-            except self._ssl.SSLZeroReturnError:  # the peer's close_notify
+            # the object is asked only when it may have something: a want-read is an
+            # exception, which costs more than the read (the usual read starts empty)
+            if incoming.pending or tls.pending():
+                try:
+                    with self._lock:
+                        return int(tls.read(size, view))  # type: ignore[arg-type]
+                except self._ssl.SSLWantReadError:
+                    pass
+                except self._ssl.SSLZeroReturnError:  # the peer's close_notify
+                    return 0
+                except self._ssl.SSLError as e:  # an altered record: none of it is given
+                    raise Altered(f"a TLS record failed its check ({e.reason or e}): "
+                                  "the stream was altered") from None
+            scratch = _scratch()
+            n = self.sock.recv_into(scratch, _READ, flags)
+            if not n:
                 return 0
-            except self._ssl.SSLError as e:  # an altered record: nothing of it is given
-                raise ConnectionResetError(f"TLS: {e.reason or e}") from None
-            data = self.sock.recv(_READ, flags)
-            if not data:
-                return 0
-            self._in.write(data)
+            incoming.write(scratch[:n])
 
     def pending(self) -> bool:
         """Whether bytes read off the socket wait here (plain, or part of a record)."""
