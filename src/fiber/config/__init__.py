@@ -97,8 +97,8 @@ class Config:
     startup_timeout: float = 600.0
     #: Whether connections between hosts are encrypted and authenticated with TLS 1.3
     #: (each end proves, by a certificate, that it is a process of this program):
-    #: ``off``, ``auto`` or ``on``. Connections within one host stay plain. Being built:
-    #: no connection speaks TLS yet (see "Design: private links across hosts").
+    #: ``off`` (the network is trusted), ``auto`` (connections between hosts) or ``on``
+    #: (every TCP connection, loopback too). See "Private links across hosts (TLS)".
     tls: str = "off"
     #: A site's own certificate authority (a PEM file), with ``tls_cert_file`` and
     #: ``tls_key_file``: all three or none. Every job reads the same paths (the
