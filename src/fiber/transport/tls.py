@@ -29,6 +29,9 @@ MODES = ("off", "auto", "on")
 _READ = 256 * 1024
 #: Plain bytes encrypted at a time by a non-blocking send (the rest on the next).
 _WRITE = 256 * 1024
+#: Bytes a peer may send before its handshake is done: a TLS 1.3 client's two flights
+#: with a certificate chain take a few KB; a stranger costs this process no more.
+_HANDSHAKE_MAX = 32 * 1024
 
 
 class Altered(ConnectionResetError):
@@ -133,6 +136,7 @@ class TlsSocket:
         #: Encrypted bytes written to the socket, not taken by `take_written` yet (what
         #: the kernel's count of acknowledged bytes compares with: see `_resend`).
         self._written = 0
+        self._fed = 0  # bytes read before the handshake was done
         self.handshaken = False
 
     # -- the handshake --------------------------------------------------------------------
@@ -166,13 +170,18 @@ class TlsSocket:
         self._write_out()
         if self.handshaken:
             return True
+        scratch = _scratch()
         try:
-            data = self.sock.recv(_READ, socket.MSG_DONTWAIT)
+            n = self.sock.recv_into(scratch, _HANDSHAKE_MAX + 1 - self._fed,
+                                    socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
-        if not data:
+        if not n:
             raise ConnectionResetError("the peer closed the connection in the TLS handshake")
-        self._in.write(data)
+        self._fed += n
+        if self._fed > _HANDSHAKE_MAX:  # what a stranger sends costs at most this
+            raise AuthenticationError("TLS handshake failed: more than a handshake's bytes")
+        self._in.write(scratch[:n])
         return self.handshake_step()
 
     # -- reading --------------------------------------------------------------------------
