@@ -14,6 +14,7 @@ import collections
 import hmac
 import http.server
 import importlib.resources
+import ipaddress
 import json
 import secrets
 import sys
@@ -263,8 +264,21 @@ def start(source: Source, address: str, token: Optional[str] = None,
     """
     board = Dashboard(source, address, token, stacks)
     sys.stderr.write(f"fiber: dashboard at {board.url}\n")
+    host, port = parse_address(address)
+    if not _loopback(host):  # its page and token travel in the clear (see docs/tls.md)
+        sys.stderr.write(f"fiber: the dashboard's page is plain HTTP, its token in the clear "
+                         f"on the network; on a network you do not trust, serve it on "
+                         f"127.0.0.1 and reach it with ssh -L {port}:127.0.0.1:{port} "
+                         f"<this host>\n")
     sys.stderr.flush()
     return board
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _json(value: Any) -> str:

@@ -474,3 +474,17 @@ def test_a_wrong_address_is_a_clear_error() -> None:
         assert prog.returncode != 0 and "fiber config 'dashboard': cannot serve at" in err, err
     finally:
         taken.close()
+
+
+@pytest.mark.parametrize("address, said", [("127.0.0.1:0", False), ("0.0.0.0:0", True)])
+def test_a_dashboard_beyond_loopback_says_its_page_is_plain_http(
+        address: str, said: bool, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 48: the page is HTTP; served beyond loopback, the program says so once, and
+    how to reach it through ssh instead."""
+    b = start(_inspect.snapshot, address)
+    try:
+        err = capfd.readouterr().err
+        assert "fiber: dashboard at" in err
+        assert ("plain HTTP" in err and "ssh -L" in err) == said, err
+    finally:
+        b.close()
