@@ -29,7 +29,9 @@ from ..transport.operations import reply_of
 from ..transport.serialization import Frame
 from ..transport.sockets import readable
 from . import _resume
+from ._jobqueue import JobQueue
 from ._protocol import (
+    JOB_ID,
     Kept,
     PoolOps,
     Replacement,
@@ -96,7 +98,7 @@ class RelayedLink:
 class _Link:
     """The group's end of one worker's pair."""
 
-    __slots__ = ("worker_id", "sock", "reader", "outbox", "open")
+    __slots__ = ("worker_id", "sock", "reader", "outbox", "open", "stopping")
 
     def __init__(self, worker_id: int, sock: socket.socket) -> None:
         self.worker_id = worker_id
@@ -107,6 +109,7 @@ class _Link:
         #: may itself be sending the group a large result (both would wait for ever).
         self.outbox = Outbox()
         self.open = True
+        self.stopping = False  # told to stop: it takes no task of the job's queue
 
 
 class _Group:
@@ -127,7 +130,9 @@ class _Group:
         self.held: Dict[int, Dict[int, None]] = {}
         #: Workers' ends the master could not be told (the connection failed): told
         #: once it is back (`resume`), as (worker id, exit code).
-        self.untold: List[Tuple[int, int]] = []
+        self.untold: List[Tuple[int, int, List[int]]] = []
+        #: The tasks the master handed the job itself, not yet to a worker (see `_jobs`).
+        self.jobq = JobQueue()
         self.pid = here.pid
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
@@ -212,16 +217,18 @@ class _Group:
             _output.stop()
             os._exit(code)
 
-    def ended(self, worker_id: int, code: int) -> None:
-        """Tell the master that ``worker_id`` ended with ``code``; fork the worker it
-        names in its place, if any (never for one that did not start). A master that
-        cannot be told is ending: none. No time limit: a slow link's answer still names
-        a worker the master counts on; the connection's end is the failure."""
+    def ended(self, worker_id: int, code: int, held: Sequence[int] = ()) -> None:
+        """Tell the master that ``worker_id`` ended with ``code``, holding the tasks
+        ``held`` (their ids); fork the worker it names in its place, if any (never for
+        one that did not start). A master that cannot be told is ending: none. No time
+        limit: a slow link's answer still names a worker the master counts on; the
+        connection's end is the failure."""
         try:
             status, payload = self.client.request(
-                self.pool_name, PoolOps.WORKER_ENDED, WorkerEnded(worker_id, code).frames())
-        except Exception:
-            self.untold.append((worker_id, code))  # told if the connection comes back
+                self.pool_name, PoolOps.WORKER_ENDED,
+                WorkerEnded(worker_id, code, held).frames())
+        except Exception:  # told if the connection comes back
+            self.untold.append((worker_id, code, list(held)))
             return
         new = reply_of(Replacement, payload).worker_id if status == b"ok" else None
         if new is not None:
@@ -236,9 +243,24 @@ class _Group:
             if bytes(msg[1]) != PoolOps.TO:
                 continue
             for worker_id, frames in unpack_to(msg[2:]):
+                if worker_id == JOB_ID:
+                    self.jobq.received(frames)
+                    continue
                 held = self.held.get(worker_id)
                 if held is not None and bytes(frames[0]) == PoolOps.TASKS:
                     held.update(dict.fromkeys(task_ids(frames[1:])))
+                elif bytes(frames[0]) == PoolOps.STOP and worker_id in self.links:
+                    self.links[worker_id].stopping = True
+                self._send_to(worker_id, frames)
+            self._spread()
+
+    def _spread(self) -> None:
+        """Hand the tasks of the job's queue to its workers that may take them."""
+        if self.jobq.queue:
+            takers = {worker_id: self.held[worker_id]
+                      for worker_id, link in self.links.items()
+                      if link.open and not link.stopping}
+            for worker_id, frames in self.jobq.spread(takers):
                 self._send_to(worker_id, frames)
 
     def _send_to(self, worker_id: int, frames: Sequence[Frame]) -> None:
@@ -293,8 +315,11 @@ class _Group:
             for worker_id, msg in up:
                 held = self.held.get(worker_id)
                 if held is not None and bytes(msg[0]) == PoolOps.RESULTS:
-                    for task_id in result_ids(msg[1:]):
+                    ids = result_ids(msg[1:])
+                    for task_id in ids:
                         held.pop(task_id, None)
+                    self.jobq.answered(ids)
+            self._spread()
 
     def resume(self) -> bool:
         """The connection to the master failed: connect again and ask the master to take
@@ -306,8 +331,12 @@ class _Group:
         except (KeyError, ValueError, OSError):
             pass
         live = [worker_id for worker_id, link in self.links.items() if link.open]
+        # what the job holds as a whole (see `_jobs`): its queue, its workers' tasks,
+        # and those of the workers whose end the master was not told yet
+        whole = self.jobq.ids() + [task_id for held in self.held.values() for task_id in held]
+        whole += [task_id for _, _, held in self.untold for task_id in held]
         frames = pack_to([(worker_id, [pack_ids(list(self.held[worker_id]))])
-                          for worker_id in live])
+                          for worker_id in live] + [(JOB_ID, [pack_ids(whole)])])
         try:
             again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB, frames)
         except Exception:  # refused, or not in time: the master is gone for this job
@@ -316,13 +345,14 @@ class _Group:
         if again is None or not taken:
             return False
         self.client = again[0]
+        self.jobq.forget_functions()  # as the master forgot them
         self.selector.register(self.client.sock, selectors.EVENT_READ, None)
         for worker_id in live:
             if worker_id not in taken:
                 self._send_to(worker_id, [PoolOps.STOP])
         untold, self.untold = self.untold, []
-        for worker_id, code in untold:  # (each may name a worker to fork in its place)
-            self.ended(worker_id, code)
+        for worker_id, code, held in untold:  # (each may name a worker to fork in its place)
+            self.ended(worker_id, code, held)
         os.write(self.wake_w, b"x")  # a worker that ended meanwhile is reaped now
         return True
 
@@ -341,7 +371,6 @@ class _Group:
             if link is None:
                 continue
             del self.links[link.worker_id]
-            self.held.pop(link.worker_id, None)
             deadline = time.monotonic() + _LAST_WORDS_S  # what it sent goes first
             while link.open and readable([link.sock], deadline - time.monotonic()):
                 if not self._from_worker(link, 0):
@@ -357,7 +386,10 @@ class _Group:
                 self.selector.unregister(link.sock)
             link.outbox.close()
             link.sock.close()
-            self.ended(link.worker_id, os.waitstatus_to_exitcode(status))
+            held = list(self.held.pop(link.worker_id, {}))  # (what it answered relayed)
+            self.jobq.ended(link.worker_id)
+            self.jobq.answered(held)
+            self.ended(link.worker_id, os.waitstatus_to_exitcode(status), held)
         if lost:
             raise ConnectionLost("the connection to the master failed")
 

@@ -12,7 +12,7 @@ from ..transport.serialization import Frame
 __all__ = ["PoolOps", "pack_task", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
            "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
            "unpack_ids", "WorkerHello", "InitFailed", "Retiring", "Resume", "WorkerEnded",
-           "Replacement", "Kept"]
+           "Replacement", "Kept", "JOB_ID"]
 
 
 class PoolOps:
@@ -31,6 +31,16 @@ class PoolOps:
     FROM = b"from"  # job -> master: a worker's hello or results, relayed (_group)
     TO = b"to"  # master -> job: a worker's tasks or stop, to relay (_group)
     RESUME_JOB = b"resume_job"  # job -> master: its connection was reset; back (_group)
+    # master -> job, in a ``to`` message under `JOB_ID` (a job handed tasks as a whole):
+    # ``tasks`` for its own queue, ``alone`` tasks each to run alone on an idle worker,
+    # and ``credit``: how many tasks each of its workers may hold from now on
+    ALONE = b"alone"
+    CREDIT = b"credit"
+
+
+#: The id under which a ``to`` message carries tasks for the job itself, which hands them
+#: to its workers (no worker's id is 0).
+JOB_ID = 0
 
 
 # -- a worker's small requests, as records (see fiber.transport.operations) -------------------
@@ -101,17 +111,21 @@ class Resume(NamedTuple):
 
 
 class WorkerEnded(NamedTuple):
-    """``worker_ended``: a worker of a job of several ended with ``code`` (see `_group`)."""
+    """``worker_ended``: a worker of a job of several ended with ``code`` (see `_group`),
+    holding the tasks ``held`` (their ids: handed to it, not answered)."""
 
     worker_id: int
     code: int
+    held: Sequence[int] = ()
 
     @classmethod
     def decode(cls, payload: Sequence[Frame]) -> WorkerEnded:
-        return cls(_worker_id(payload[0]), int(bytes(payload[1])))
+        held = tuple(unpack_ids(payload[2])) if len(payload) > 2 else ()
+        return cls(_worker_id(payload[0]), int(bytes(payload[1])), held)
 
     def frames(self) -> List[Frame]:
-        return [self.worker_id.to_bytes(8, "little"), str(self.code).encode()]
+        return [self.worker_id.to_bytes(8, "little"), str(self.code).encode(),
+                pack_ids(list(self.held))]
 
 
 class Replacement(NamedTuple):
