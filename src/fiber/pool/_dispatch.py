@@ -47,14 +47,23 @@ class Dispatching(Reconnections):
     suspects: Dict[str, float]
 
     def _can_take(self, ws: WorkerState) -> bool:
+        if ws.whole:  # a job's record (see `_jobs`): while it has live workers
+            return (ws.width > 0 and ws.connected and not ws.lost
+                    and ws.job is not None and ws.job.alive)
+        if ws.holder is not ws:
+            return False  # its job takes its tasks
         if ws.pending and next(iter(ws.pending.values())).suspect:
             return False  # a suspect runs alone
         return (ws.connected and not ws.lost and not ws.retiring
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
 
     def _refresh(self, ws: WorkerState) -> None:
-        """Refile ``ws`` in `ready` after what it holds or its state changed."""
-        self.ready.put(ws, self._can_take(ws))
+        """Refile ``ws`` in `ready` after what it holds or its state changed (a worker
+        whose job takes its tasks: its job, whose live workers may have changed)."""
+        if ws.holder is not ws:
+            self._rewidth(ws.holder)
+        else:
+            self.ready.put(ws, self._can_take(ws))
 
     def dispatch(self) -> None:
         """Hand queued tasks out, each to the least-loaded worker that has credit for it,
@@ -69,14 +78,14 @@ class Dispatching(Reconnections):
             if ws is None:
                 break
             task = queue[0]
-            if task.suspect and ws.pending:
+            if task.suspect and ws.pending and not ws.whole:
                 ready.put(ws, True)
                 break  # only an idle worker takes a suspect, and none is idle
             credit = credits.get(task.fid)
             if credit is None:
                 credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
                                                             self.prefetch)
-            if len(ws.pending) >= credit:
+            if len(ws.pending) >= credit * ws.width:  # (a job's record: for its workers)
                 ready.put(ws, True)
                 break  # the least-loaded worker is full: so is every other on a fast link
             queue.popleft()
@@ -106,10 +115,10 @@ class Dispatching(Reconnections):
         queue = self.queue
         for ws in self.far.by_load():
             rtt = ws.link.rtt if ws.link is not None else 0.0
-            while queue and ws.load >= 0 and not queue[0].suspect:
+            while queue and ws.load >= 0 and (ws.whole or not queue[0].suspect):
                 task = queue[0]
-                if len(ws.pending) >= _credit.link_credit(self.task_seconds.get(task.fid),
-                                                          self.prefetch, rtt):
+                if len(ws.pending) >= ws.width * _credit.link_credit(
+                        self.task_seconds.get(task.fid), self.prefetch, rtt):
                     break
                 queue.popleft()
                 self.queued_items -= task.items
@@ -127,7 +136,8 @@ class Dispatching(Reconnections):
         # `_refresh` inlined (the cost is per task): ``ws`` could take a task, so only
         # this task (a suspect runs alone) or ``maxtasks`` can stop it now
         maxtasks = self.maxtasks
-        self.ready.put(ws, not task.suspect and (maxtasks is None or ws.assigned < maxtasks))
+        self.ready.put(ws, (not task.suspect or ws.whole)
+                       and (maxtasks is None or ws.assigned < maxtasks))
         batch = batches.get(ws)
         if batch is None:
             batches[ws] = [task]
@@ -140,6 +150,9 @@ class Dispatching(Reconnections):
         job's message: ``[op, *payload]`` a worker), for the caller to send."""
         functions = ws.functions
         body: List[Frame]
+        if ws.whole:
+            self._send_job(ws, tasks, relayed)
+            return
         if len(tasks) == 1 and tasks[0].fid in functions:  # the usual: one task, its
             task = tasks[0]  # function known (a round of one task a worker)
             functions.move_to_end(task.fid)
@@ -151,6 +164,25 @@ class Dispatching(Reconnections):
             relayed.setdefault(ws.peer, []).append((ws, body))
         elif not self._push(ws, [b"", *body]):
             self.worker_lost(ws)
+
+    def _send_job(self, holder: WorkerState, tasks: List[Task],
+                  relayed: Dict[Peer, List[Tuple[WorkerState, List[Any]]]]) -> None:
+        """``tasks`` for a job that spreads them (see `_jobqueue`): with the credit of a
+        worker, when it changed, and the suspects apart (each runs alone there)."""
+        assert holder.peer is not None
+        messages = relayed.setdefault(holder.peer, [])
+        credit = _credit.credit(self.task_seconds.get(tasks[0].fid), self.prefetch)
+        if credit != holder.credit:
+            holder.credit = credit
+            messages.append((holder, [PoolOps.CREDIT, b"%d" % credit]))
+        plain = [task for task in tasks if not task.suspect]
+        if plain:
+            messages.append((holder, [PoolOps.TASKS,
+                                      *pack_tasks(self._wire(holder.functions, plain))]))
+        if len(plain) < len(tasks):
+            alone = [task for task in tasks if task.suspect]
+            messages.append((holder, [PoolOps.ALONE,
+                                      *pack_tasks(self._wire(holder.functions, alone))]))
 
     def _wire(self, functions: collections.OrderedDict[int, None],
               tasks: List[Task]) -> List[WireTask]:
@@ -175,7 +207,8 @@ class Dispatching(Reconnections):
 
     def suspected_hosts(self) -> FrozenSet[str]:
         """Hosts to place no new worker on (see `_late.suspected`)."""
-        return _late.suspected(list(self.workers.values()), self.suspects, self.task_seconds,
+        return _late.suspected([*self.workers.values(), *self.holders.values()],
+                               self.suspects, self.task_seconds,
                                self.late_factor, time.monotonic())
 
     def _check_late(self) -> None:
@@ -188,13 +221,16 @@ class Dispatching(Reconnections):
         idle = self.ready.idle() if not self.queue else []
         if not idle:
             return
-        late = _late.late_tasks(list(self.workers.values()), self.task_seconds,
+        late = _late.late_tasks([*self.workers.values(), *self.holders.values()],
+                                self.task_seconds,
                                 self.late_factor, time.monotonic())
         batches: Dict[WorkerState, List[Task]] = {}
         for task, holder, ran in late:
             copy = _late.pick_idle(idle, holder)
             if copy is None:
                 break
+            if copy is holder:  # (a job's record with a free worker: not its own copy)
+                continue
             self._hand(copy, task, batches)
             self.copies += task.items
             _late.said(task, holder, ran, self.task_seconds.get(task.fid), copy)

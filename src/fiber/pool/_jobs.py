@@ -10,6 +10,18 @@ that ends: see `_reconnect`).
 A worker whose relay ended (its job saw it end and is about to say so) is *awaited*: it
 counts towards the pool's size until its job reports it, since the job replaces it in
 place; so the pool's maintainer starts no job of its own for it meanwhile.
+
+Tasks handed to a job as a whole (a pool without ``maxtasksperchild``): the job has one
+record, its *holder* (a `WorkerState` with ``whole`` set, wire id `JOB_ID`, in no table
+of workers), whose ``pending`` holds every task the job holds and whose ``width`` is its
+live workers: the dispatch hands it tasks as one worker of that many times the credit.
+Its workers hold nothing on the master's side: the job's queue (`_jobqueue`) hands them
+their tasks, and each result comes with the id of the worker that ran it (``from``), so
+that the worker's row, the task stream and its loss are told as before. A task is the
+job's until its result comes: a worker that ends in it gives back the tasks the job
+names (``worker_ended``), charged to it; the job's end gives back all it holds, charged
+to one of its workers (its warning names them); a reset, what ``resume_job`` does not
+name.
 """
 
 from __future__ import annotations
@@ -24,8 +36,8 @@ from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _losses
 from ._credit import FarWorkers, Link, round_trip
-from ._protocol import PoolOps, Replacement, WorkerEnded, pack_to, unpack_to
-from ._state import PoolJob, WorkerState
+from ._protocol import JOB_ID, PoolOps, Replacement, WorkerEnded, pack_to, unpack_to
+from ._state import PoolJob, ReadyWorkers, Task, WorkerState
 
 __all__ = ["JobsOfSeveral", "Heard"]
 
@@ -51,6 +63,8 @@ class JobsOfSeveral(Service):
     ``NotImplementedError`` are its)."""
 
     workers: Dict[int, WorkerState]
+    ready: ReadyWorkers
+    maxtasks: Optional[int]
     losses: _losses.Losses
     far: FarWorkers[WorkerState]
     on_worker_gone: Callable[[WorkerState, bool], None]
@@ -64,6 +78,8 @@ class JobsOfSeveral(Service):
         #: Makes the worker a job of several forks in place of one that ended in it, if
         #: the pool needs one (set by the pool; None: it does not).
         self.replace_in: Callable[[WorkerState], Optional[WorkerState]] = lambda ws: None
+        #: The holders of the jobs handed tasks as a whole, by their connection's id.
+        self.holders: Dict[int, WorkerState] = {}
 
     # -- what the pool's service does (PoolService) ------------------------------------------
 
@@ -76,8 +92,9 @@ class JobsOfSeveral(Service):
         raise NotImplementedError
 
     def _results(self, peer: Peer, ws: WorkerState, payload: Sequence[Frame], now: float,
-                 heard: Heard) -> None:
-        """A batch of ``ws``'s results, heard at ``now``, added to ``heard``."""
+                 heard: Heard, holder: WorkerState) -> None:
+        """A batch of ``ws``'s results, heard at ``now``, added to ``heard``; their tasks
+        were ``holder``'s (``ws``, or its job's record)."""
         raise NotImplementedError
 
     def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
@@ -97,6 +114,89 @@ class JobsOfSeveral(Service):
     def _maybe_stop(self, ws: WorkerState) -> None:
         """Stop ``ws`` if the pool is done with it."""
         raise NotImplementedError
+
+    def _refresh(self, ws: WorkerState) -> None:
+        """Refile ``ws`` among those that may take tasks."""
+        raise NotImplementedError
+
+    def _requeue(self, tasks: List[Task]) -> List[Task]:
+        """Tasks held go back to the front of the queue (those still to run: returned)."""
+        raise NotImplementedError
+
+    def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
+        """Count ``ws``'s death against ``tasks``."""
+        raise NotImplementedError
+
+    # -- jobs handed tasks as a whole ------------------------------------------------------
+
+    def _holder(self, peer: Peer, ws: WorkerState) -> WorkerState:
+        """The record of ``ws``'s job, which holds its tasks (made at its first
+        worker's hello, on the job's connection ``peer``)."""
+        job = ws.job
+        assert job is not None
+        holder = job.holder
+        if holder is None or holder.lost:
+            holder = job.holder = WorkerState(JOB_ID, job.process, job.process.name)
+            holder.job = job  # (not one of its workers)
+            holder.whole = holder.relayed = True
+            holder.width = 0
+        if holder.peer is not peer:
+            if holder.peer is not None:
+                self.holders.pop(holder.peer.peer_id, None)
+            holder.peer, holder.connected, holder.resume_by = peer, True, 0.0
+            holder.tcp = peer.may_reset
+            self.holders[peer.peer_id] = holder
+        return holder
+
+    def _rewidth(self, holder: WorkerState) -> None:
+        """Count ``holder``'s live workers (its width) and refile it."""
+        assert holder.job is not None
+        holder.width = sum(1 for ws in holder.job.workers
+                           if ws.connected and not ws.lost and not ws.retiring)
+        self.ready.put(holder, self._can_take(holder))
+
+    def _can_take(self, ws: WorkerState) -> bool:
+        """Whether ``ws`` may take a task now."""
+        raise NotImplementedError
+
+    def _drop_holder(self, holder: WorkerState) -> None:
+        """``holder``'s job is lost (its connection, its process, or its wait to connect
+        again ended): what it holds goes to one of its started workers not lost yet, lost
+        with them by the caller (charged, named in the job's warning); with none left,
+        back to the queue: each task that ran was named when its worker ended, so these
+        never ran."""
+        if holder.lost:
+            return
+        holder.lost = True
+        holder.connected = False
+        self.ready.put(holder, False)
+        self.far.forget(holder)
+        if holder.peer is not None and self.holders.get(holder.peer.peer_id) is holder:
+            del self.holders[holder.peer.peer_id]
+        tasks = list(holder.pending.values())
+        holder.pending.clear()
+        assert holder.job is not None
+        heir = next((ws for ws in holder.job.workers if ws.started and not ws.lost), None)
+        if heir is not None:
+            heir.pending.update((task.task_id, task) for task in tasks)
+        elif tasks:
+            self._requeue(tasks)
+            self.dispatch()
+
+    def _handed_back(self, ws: WorkerState, held: Sequence[int]) -> None:
+        """``ws``, a worker of a job handed tasks as a whole, ended holding the tasks
+        ``held`` (their ids, as its job counts them): they are its now, to lose."""
+        holder = ws.holder
+        tasks = [task for task in (holder.pending.pop(task_id, None) for task_id in held)
+                 if task is not None]
+        if not tasks:
+            return
+        if not ws.lost:
+            ws.pending.update((task.task_id, task) for task in tasks)
+        else:  # (lost already, while its job lived: charged now)
+            self._charge(ws, tasks)
+            self._requeue(tasks)
+        self._refresh(holder)
 
     # -- jobs of several ---------------------------------------------------------------------
 
@@ -121,20 +221,32 @@ class JobsOfSeveral(Service):
             if op == PoolOps.HELLO:
                 ws.relayed = True
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+                if ws.job is not None and ws.job.forks and self.maxtasks is None:
+                    ws.holder = self._holder(peer, ws)  # its job takes its tasks
+                    ws.since = now
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
-                self._results(peer, ws, frames[1:], now, heard)
+                self._results(peer, ws, frames[1:], now, heard, ws.holder)
                 answered.append(ws)
         if answered:
+            if answered[0].holder is not answered[0]:
+                self._refresh(answered[0].holder)
             self._tally(heard.fids, heard.items, heard.busy, now)
             job = answered[0].job
             if job is not None and heard.sample < math.inf:  # the job's link: the least
                 assert peer.conn is not None  # sample (taken over TCP only)
                 link = job.link = job.link if job.link is not None else Link()
-                self.far.observed(answered, link,
+                holder = answered[0].holder
+                self.far.observed(answered if holder is answered[0] else [holder], link,
                                   round_trip(heard.sample, tcp_rtt(peer.conn.sock)))
         if self.queue:
             self.dispatch()
+        if answered and answered[0].holder is not answered[0]:
+            holder = answered[0].holder
+            if not holder.pending and holder.job is not None:  # the job is done
+                answered = list(holder.job.workers)
+            else:
+                return
         for ws in answered:  # after the dispatch: those it gave nothing may be done
             self._maybe_stop(ws)
 
@@ -143,6 +255,10 @@ class JobsOfSeveral(Service):
         """A worker of a job of several ended (see `_group`). Lost, if it was not yet
         (with its exit code: its warning is said now); answered with the id of the
         worker the job forks in its place, or b"" (none needed)."""
+        ws = self.awaiting[msg.worker_id][0] if msg.worker_id in self.awaiting \
+            else self.workers.get(msg.worker_id)
+        if ws is not None and ws.holder is not ws:
+            self._handed_back(ws, msg.held)
         ws = self._settle(msg.worker_id, msg.code)
         new = self.replace_in(ws) if ws is not None else None
         server.reply(peer, req_id, b"ok",
@@ -152,6 +268,8 @@ class JobsOfSeveral(Service):
         """``job``'s process ended with ``code``: every worker it held is lost now, each
         with the job's code unless its own end was known. Not one is replaced in it."""
         job.alive = False
+        if job.holder is not None:
+            self._drop_holder(job.holder)
         for ws in job.workers:
             if ws.exitcode is None:
                 ws.exitcode = code

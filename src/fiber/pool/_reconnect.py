@@ -20,7 +20,7 @@ from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from . import _losses, _resume
 from ._jobs import JobsOfSeveral
-from ._protocol import Kept, PoolOps, Resume, unpack_ids, unpack_to
+from ._protocol import JOB_ID, Kept, PoolOps, Resume, unpack_ids, unpack_to
 from ._state import Task, WorkerState
 
 __all__ = ["Reconnections"]
@@ -104,13 +104,21 @@ class Reconnections(JobsOfSeveral):
         not replaced in the job (it cannot be asked any more). The workers it had seen
         end and not said yet are lost either way (it cannot say so any more)."""
         relayed = self.relays.pop(peer.peer_id, None)
+        holder = self.holders.pop(peer.peer_id, None)  # the job's, if handed tasks whole
         if relayed is None:
+            if holder is not None:
+                self._drop_holder(holder)
             return
         self._count_traffic(peer)
         for worker_id, (gone, _) in list(self.awaiting.items()):
             if gone.peer is peer:
                 self._settle(worker_id, gone.exitcode)
         waiting = [ws for ws in relayed.values() if self._may_resume(peer, ws)]
+        if holder is not None:  # (first: its wait ends first, its tasks to a worker's)
+            if waiting:
+                self._await_resume(server, holder)
+            else:
+                self._drop_holder(holder)
         if waiting:  # the job may come back: those it cannot bring back are lost
             for gone in relayed.values():
                 if gone not in waiting:
@@ -141,7 +149,11 @@ class Reconnections(JobsOfSeveral):
         kept: List[WorkerState] = []
         back: List[WorkerState] = []
         missing: List[Any] = []
+        whole: Optional[List[int]] = None  # what the job holds as a whole (see _jobs)
         for worker_id, frames in unpack_to(payload):
+            if worker_id == JOB_ID:
+                whole = unpack_ids(frames[0])
+                continue
             ws = self.workers.get(worker_id)
             if ws is not None and ws.peer is not None and ws.peer is not peer:
                 server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
@@ -154,6 +166,15 @@ class Reconnections(JobsOfSeveral):
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 back.append(ws)
         job = kept[0].job if kept else None
+        holder = job.holder if job is not None else None
+        if holder is not None and holder.resume_by and not holder.lost:
+            missing += self._resumed(peer, holder, whole or [])
+            holder.credit = 0  # (told again with its next tasks)
+            self.holders[peer.peer_id] = holder
+        elif holder is not None and holder.lost and back:  # (given up meanwhile) a new one
+            for ws in kept:
+                ws.holder = self._holder(peer, ws)
+            self._refresh(kept[0])
         for ws in list(job.workers) if job is not None else ():
             if ws.lost or ws in kept:
                 continue

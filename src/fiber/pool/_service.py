@@ -177,7 +177,7 @@ class PoolService(Dispatching):
         tasks = list(self.queue)
         self.queue.clear()
         self.queued_items = 0
-        for ws in self.workers.values():
+        for ws in [*self.workers.values(), *self.holders.values()]:
             tasks.extend(ws.pending.values())
             ws.pending.clear()
             self._refresh(ws)
@@ -219,7 +219,7 @@ class PoolService(Dispatching):
             return  # a worker already presumed dead: its results were reassigned
         now = time.monotonic()
         heard = Heard()
-        self._results(peer, ws, payload, now, heard)
+        self._results(peer, ws, payload, now, heard, ws)
         self._tally(heard.fids, heard.items, heard.busy, now)
         if heard.sample < math.inf:  # its own link's round trip (see _credit)
             assert peer.conn is not None
@@ -231,8 +231,9 @@ class PoolService(Dispatching):
         self._maybe_stop(ws)
 
     def _results(self, peer: Peer, ws: WorkerState, payload: Sequence[Frame], now: float,
-                 heard: Heard) -> None:
-        """``ws``'s batch of results, heard at ``now`` on ``peer``. Adds to ``heard``
+                 heard: Heard, holder: WorkerState) -> None:
+        """``ws``'s batch of results, heard at ``now`` on ``peer``, of tasks ``holder``
+        held (``ws``, or its job's record: see `_jobs`). Adds to ``heard``
         what the caller counts (`_tally`) and measures (its link's round trip, see
         `_credit`): once a message, for all the workers a job relays. The caller then
         hands out what is queued (`dispatch`: once a message too) and only then stops
@@ -243,8 +244,9 @@ class PoolService(Dispatching):
         outcome = "done"
         measuring = self.measuring
         waited = self.latency.add
+        pending = holder.pending
         for task_id, ok, frames in unpack_results(payload):
-            task = ws.pending.pop(task_id, None)
+            task = pending.pop(task_id, None)
             if task is None:
                 continue
             task.held_by -= 1
@@ -264,17 +266,18 @@ class PoolService(Dispatching):
             self._finish(task, ok, frames)
         ws.done += items
         self.stream.add(ws.name, ws.since, now, outcome, items)
-        ws.since = now
+        ws.since = holder.since = now
         if self.suspects:
             self.suspects.pop(ws.process.host, None)  # its host answers
-        self._refresh(ws)
+        if holder is ws:  # (a job's record: refiled once a message, by the caller)
+            self._refresh(ws)
         busy = results_busy(payload)
         heard.items += items
         heard.busy += busy
-        if ws.probe and peer.conn is not None:  # its first results since it was handed
-            # tasks idle (over TCP: see hello): a round trip
-            heard.sample = min(heard.sample, now - ws.probe - busy)
-            ws.probe = 0.0
+        if holder.probe and peer.conn is not None:  # its first results since it was
+            # handed tasks idle (over TCP: see hello): a round trip
+            heard.sample = min(heard.sample, now - holder.probe - busy)
+            holder.probe = 0.0
         if measuring and items:
             if items == 1:
                 self.durations.add(busy)
@@ -446,7 +449,12 @@ class PoolService(Dispatching):
         return True
 
     def _maybe_stop(self, ws: WorkerState) -> None:
+        """Stop ``ws`` if the pool is done with it: it retires and holds nothing (a
+        worker whose job holds its tasks: at once, its job hands it no more), or the pool
+        is closing and nothing is queued nor held (by it, or by its job)."""
         if not ws.connected or ws.lost or ws.pending:
+            return
+        if ws.holder is not ws and not ws.retiring and ws.holder.pending:
             return
         if ws.retiring or (self.closing and not self.queue):
             if self.server is not None and ws.peer is not None:
@@ -471,6 +479,9 @@ class PoolService(Dispatching):
         """A worker's connection closed or its job ended: reassign what it held, and
         warn (once its exit code is known, see `_losses`) unless it ended as
         asked."""
+        if ws.whole:  # a job's record: its job is lost
+            self._drop_holder(ws)
+            return
         if ws.lost:
             return
         ws.lost = True

@@ -104,7 +104,8 @@ class PoolJob:
     """A job of the pool's: one worker, or several (``forks``: ``workers_per_job`` > 1,
     see `_group`), which its process forks, and replaces when the pool asks it to."""
 
-    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed", "link")
+    __slots__ = ("process", "forks", "workers", "alive", "renew_at", "renewed", "link",
+                 "holder")
 
     def __init__(self, process: Process, forks: bool) -> None:
         self.process = process
@@ -121,6 +122,10 @@ class PoolJob:
         #: A job of several: the round trip of its connection, which its workers share
         #: (see `_credit.FarWorkers`), measured once a message (``from_workers``).
         self.link: Optional[_credit.Link] = None
+        #: A job of several handed tasks as a whole (see `_jobs`): its record of the
+        #: tasks it holds, made at its first worker's hello; None: its workers are each
+        #: handed theirs.
+        self.holder: Optional[WorkerState] = None
 
 
 class WorkerState:
@@ -128,7 +133,7 @@ class WorkerState:
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
                  "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp",
-                 "relayed")
+                 "relayed", "holder", "width", "whole", "credit")
 
     def __init__(self, worker_id: int, process: Process, name: Optional[str] = None,
                  job: Optional[PoolJob] = None) -> None:
@@ -185,6 +190,14 @@ class WorkerState:
         #: Its messages come and go through its job's connection (``peer``), each with
         #: its id (a job of several: see `_group`).
         self.relayed = False
+        #: What holds the tasks it runs: itself, or its job's record (a job handed tasks
+        #: as a whole, see `_jobs`), which then keeps ``pending`` for all its workers.
+        self.holder = self
+        #: A job's record (``whole``): it takes tasks for ``width`` workers (its live
+        #: ones; their credit each). A worker: 1.
+        self.width = 1
+        self.whole = False
+        self.credit = 0  # a job's record: the credit a worker it last told its job
 
     @property
     def started(self) -> bool:
@@ -219,7 +232,7 @@ class ReadyWorkers:
             del self._buckets[ws.load][ws]
             ws.load = -1
         if ready:
-            load = len(ws.pending)
+            load = len(ws.pending) // ws.width  # (a job's record: its tasks a worker)
             while len(self._buckets) <= load:
                 self._buckets.append({})
             self._buckets[load][ws] = None

@@ -224,7 +224,8 @@ def _state(ws: WorkerState) -> str:
     """A worker's `WorkerStatus.state` (under the hub's lock)."""
     if ws.retiring:
         return "retiring"
-    if ws.pending:
+    if ws.pending or (ws.holder is not ws and ws.holder.pending and ws.connected):
+        # (a worker whose job holds its tasks: running while its job holds any)
         return "reconnecting" if ws.resume_by else "running"
     return "idle" if ws.connected else "reconnecting" if ws.resume_by else "starting"
 
@@ -285,6 +286,10 @@ def status_dict(service: Any, state: str, size: int,
         workers = rows(service.workers.values(), now)
     if running is None:
         running = sum(w["held"] for w in workers)
+    # the tasks of jobs that hold them as a whole (see fiber.pool._jobs), not their workers
+    running += sum([t.items for h in getattr(service, "holders", {}).values()
+                    if not h.lost
+                    for t in h.pending.values()])
     return {"state": state.lower(), "size": size, "workers": workers,
             "pending": service.queued_items, "running": running,
             "done": service.done, "failed": service.failed, "retried": service.retried,
