@@ -69,6 +69,7 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
     service.cached_functions.add(1)
     worker_id = 0
     peers = {}  # a job a worker (``k`` 1): each worker's own connection
+    of_job: dict = {}  # a job's connection -> its workers' ids
     for first in range(0, n, k) if k > 1 else ():
         process = types.SimpleNamespace(name=f"PoolJob-{first}", host="", cancelled=False)
         job = PoolJob(process, True)  # type: ignore[arg-type]
@@ -78,8 +79,9 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
             service.add_worker(WorkerState(worker_id, process, f"PoolWorker-{worker_id}",
                                            job))  # type: ignore[arg-type]
             hellos.append((worker_id, [PoolOps.HELLO]))
-        service.from_workers(server, Peer(first + 1, b"job", False, None), b"",
-                             pack_to(hellos))  # type: ignore[arg-type]
+        peer = Peer(first + 1, b"job", False, None)
+        of_job[peer] = [wid for wid, _ in hellos]
+        service.from_workers(server, peer, b"", pack_to(hellos))  # type: ignore[arg-type]
     for worker_id in range(1, n + 1) if k == 1 else ():
         process = types.SimpleNamespace(name=f"PoolWorker-{worker_id}", host="",
                                         cancelled=False)
@@ -108,8 +110,18 @@ def measure(n: int, k: int, rounds: int) -> Tuple[float, float]:
             answers.append((peer, pack_results([(i, True, result) for i in ids], 1.0)))
         for peer, frames in server.sent if k > 1 else ():
             messages = []
+            ran: dict = {}  # worker id -> the ids of the tasks it ran
             for wid, body in unpack_to(frames[2:]):
+                if bytes(body[0]) not in (PoolOps.TASKS, b"alone"):
+                    continue  # (a job's credit, told to a version that hands jobs tasks)
                 ids = [t[0] for t in unpack_tasks(list(body[1:]))]
+                if wid == 0:  # the job's own tasks: its group spreads them, one a worker
+                    workers = of_job[peer]
+                    for j, i in enumerate(ids):
+                        ran.setdefault(workers[j % len(workers)], []).append(i)
+                else:
+                    ran.setdefault(wid, []).extend(ids)
+            for wid, ids in ran.items():
                 messages.append((wid, [PoolOps.RESULTS, *pack_results(
                     [(i, True, result) for i in ids], 1.0)]))
             answers.append((peer, pack_to(messages)))

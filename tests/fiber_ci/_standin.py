@@ -22,6 +22,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from fiber.pool._group import group_main
 from fiber.pool._protocol import (
+    JOB_ID,
     PoolOps,
     WorkerEnded,
     WorkerHello,
@@ -79,7 +80,7 @@ class Sim:
 
     __slots__ = ("job_id", "hub", "token", "sock", "reader", "outbox", "state", "cnonce",
                  "process_id", "pool", "workers", "group", "up", "asked", "refused",
-                 "writing")
+                 "writing", "queue")
 
     def __init__(self, job_id: str, hub: str, token: bytes) -> None:
         self.job_id, self.hub, self.token = job_id, hub, token
@@ -95,6 +96,9 @@ class Sim:
         self.asked = 0  # a group's worker_ended requests not answered yet
         self.refused: Dict[int, Optional[List[Frame]]] = {}  # function id -> error frames
         self.writing = False
+        #: Tasks handed to the job itself (``JOB_ID``), not yet to a worker: each goes to
+        #: the first of its workers to be free (see `fiber.pool._jobqueue`).
+        self.queue: Deque[Tuple[int, float, Any, Optional[List[Any]]]] = collections.deque()
 
 
 class StandIn:
@@ -239,6 +243,9 @@ class StandIn:
                     self.answered(sim, msg)
             elif sim.group and msg[1] == PoolOps.TO:
                 for wid, frames in unpack_to(msg[2:]):
+                    if wid == JOB_ID:
+                        self.job_tasks(sim, bytes(frames[0]), list(frames[1:]))
+                        continue
                     worker = sim.workers.get(wid)
                     if worker is not None:
                         self.pushed(sim, worker, bytes(frames[0]), list(frames[1:]))
@@ -334,14 +341,31 @@ class StandIn:
     # -- tasks -----------------------------------------------------------------------------
 
     def take_tasks(self, sim: Sim, worker: Worker, frames: Sequence[Frame]) -> None:
+        worker.held.extend(self.tasks_of(sim, frames))
+        if worker.running is None:
+            self.next_task(sim, worker)
+
+    def tasks_of(self, sim: Sim, frames: Sequence[Frame]
+                 ) -> List[Tuple[int, float, Any, Optional[List[Any]]]]:
+        out = []
         for task_id, fid, fn_frames, arg_frames in unpack_tasks(frames):
             if fn_frames is not None:
                 sim.refused[fid] = self.verdict(fn_frames)
             error = sim.refused[fid]
             seconds, value = (0.0, None) if error is not None else _length(*loads(arg_frames))
-            worker.held.append((task_id, seconds, value, error))
-        if worker.running is None:
-            self.next_task(sim, worker)
+            out.append((task_id, seconds, value, error))
+        return out
+
+    def job_tasks(self, sim: Sim, op: bytes, frames: Sequence[Frame]) -> None:
+        """Tasks for the job itself (its credit told aside): each worker free takes one."""
+        if op == PoolOps.CREDIT:
+            return
+        sim.queue.extend(self.tasks_of(sim, frames))
+        for worker in list(sim.workers.values()):
+            if not sim.queue:
+                break
+            if worker.running is None and not worker.held and not worker.stopping:
+                self.next_task(sim, worker)
 
     def verdict(self, fn_frames: Sequence[Frame]) -> Optional[List[Frame]]:
         """None for `standins.sleep_for`; else the error record its tasks return."""
@@ -359,6 +383,8 @@ class StandIn:
     def next_task(self, sim: Sim, worker: Worker) -> None:
         """Start the worker's next task held (a timer), as a worker runs its tasks in
         order; or, told to stop and holding none, send what is left and end it."""
+        if not worker.held and sim.queue and not worker.stopping:
+            worker.held.append(sim.queue.popleft())  # (its job's queue: see job_tasks)
         while worker.held:
             task_id, seconds, value, error = worker.held.popleft()
             if error is not None:  # refused at once, as a task that raised
