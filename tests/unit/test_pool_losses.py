@@ -305,7 +305,10 @@ def test_a_job_of_several_that_dies_is_one_warning_naming_its_workers_and_tasks(
 
 def _relayed_job(pool: _Pool, hub: _Hub, count: int, peer_id: int) -> Any:
     """A job of ``count`` workers that said hello through their job's connection (a new
-    peer, returned with the job and its workers)."""
+    peer, returned with the job and its workers). Its workers are each handed their own
+    tasks: the pool has a ``maxtasksperchild`` (never reached here), whose jobs keep that
+    path; a job handed tasks as a whole: ``test_pool_job_holder``."""
+    pool.service.maxtasks = 1_000_000
     process = _Process(100 + peer_id)
     job = PoolJob(process, forks=True)  # type: ignore[arg-type]
     workers = [WorkerState(300 + 10 * peer_id + i, process,  # type: ignore[arg-type]

@@ -107,11 +107,14 @@ def test_workers_past_maxtasksperchild_are_replaced_in_their_job(ctx):
 def test_after_close_a_job_forks_no_worker_that_would_be_stopped_at_once(ctx):
     """Closed, with one long task left and nothing queued, the idle workers stop: none
     is forked in their place (it would be stopped at once, and again, while the task
-    runs)."""
+    runs). (The task is held by the job as a whole, see fiber.pool._jobs: its workers
+    stop once it is done.)"""
     with ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
         pool.wait_until_workers_up(timeout=240)
         long = pool.apply_async(ph.sleep_return, ("done", 2.0))
-        wait_until(lambda: any(ws.pending for ws in pool._core.live_workers()), 60,
+        service = pool._core.service
+        wait_until(lambda: any(ws.pending for ws in [*pool._core.live_workers(),
+                                                     *service.holders.values()]), 60,
                    message="a worker runs the long task")
         pool.close()  # the other, idle, stops
         assert long.get(timeout=60) == "done"
@@ -262,3 +265,33 @@ def test_a_job_told_to_go_retires_its_workers_and_loses_no_task(ctx, caplog):
         said = [rec.getMessage() for rec in caplog.records if rec.name == "fiber"]
         assert sum("retires" in m for m in said) == 2, said
         assert not any("was lost" in m for m in said), said
+
+
+@pytest.mark.local_pids
+def test_a_worker_killed_while_its_job_queues_tasks_it_never_handed_out(ctx):
+    """Issue 45: a job is handed tasks as a whole and queues them itself (its workers
+    hold half the credit each: here 4 of 8 quick tasks, 8 more queued in the job). A
+    worker SIGKILLed then: the tasks it held come back to the master (its job names
+    them), those the job queued stay the job's and go to its other worker and to the
+    one forked in its place. Every result once, in its place; none lost."""
+    n = 4000
+    with fiber.config.override(pool_prefetch=7, pool_max_task_retries=50), \
+            ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=120)
+        (job,) = recorded_jobs(pool)
+        (holder,) = pool._core.service.holders.values()
+        result = pool.map_async(ph.tiny, range(n), 1)
+        killed = 0
+        for _ in range(3):
+            wait_until(lambda: len(holder.pending) > 2 * 4, 60,
+                       message="the job holds more tasks than its workers")
+            workers = _workers_of(job.pid)
+            if not workers:
+                break
+            os.kill(workers[0], signal.SIGKILL)
+            killed += 1
+            time.sleep(0.3)
+        assert result.get(timeout=240) == [x * 3 + 1 for x in range(n)]
+        assert killed >= 1
+        assert job.is_alive()  # replaced in the job, not a new one
+        assert pool.map(ph.square, range(20)) == [x * x for x in range(20)]

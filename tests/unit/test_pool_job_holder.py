@@ -1,0 +1,208 @@
+"""A job of several handed tasks as a whole (``fiber.pool._jobs``, issue 45), driven through
+the service's handlers with no hub: what the job is sent, how its results are told per
+worker, and that a task comes back exactly once when a worker in it ends, when the job is
+lost and when its connection is reset. The group's side: ``fiber.pool._jobqueue``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional, Sequence, Tuple
+
+import pytest
+
+from fiber.pool._jobqueue import JobQueue, depth_of
+from fiber.pool._protocol import (
+    JOB_ID,
+    PoolOps,
+    WorkerEnded,
+    pack_ids,
+    pack_results,
+    pack_tasks,
+    pack_to,
+    unpack_tasks,
+    unpack_to,
+)
+from fiber.pool._service import PoolService, Task, WorkerState
+from fiber.pool._state import PoolJob
+from fiber.transport.peers import Peer
+
+
+class _Process:
+    def __init__(self, n: int) -> None:
+        self.name = f"PoolJob-{n}"
+        self.job_id = f"1-{n}"
+        self.host = "here"
+        self.exit_reason = ""
+        self.cancelled = False
+        self.exitcode: Optional[int] = None
+
+
+class _Hub:
+    """What the service calls of its server: sends and timers kept."""
+
+    def __init__(self) -> None:
+        self.sent: List[Tuple[Any, List[Any]]] = []
+        self.timers: List[Any] = []
+        self.replies: List[Any] = []
+
+    def send(self, peer: Any, frames: List[Any]) -> bool:
+        self.sent.append((peer, frames))
+        return True
+
+    def call_later(self, delay: float, fn: Any) -> None:
+        self.timers.append((delay, fn))
+
+    def reply(self, peer: Any, req_id: bytes, status: bytes, payload: Any = ()) -> bool:
+        self.replies.append((status, list(payload)))
+        return True
+
+    def end_peer(self, peer_id: int) -> None:
+        raise AssertionError("no peer is ended here")
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.got: List[int] = []
+
+    def deliver(self, index: int, ok: bool, frames: Sequence[Any]) -> None:
+        self.got.append(index)
+
+
+@pytest.fixture
+def said(caplog: Any) -> Any:
+    caplog.set_level(logging.WARNING, logger="fiber")
+    return lambda: [r.getMessage() for r in caplog.records if r.name == "fiber"]
+
+
+def _job(workers: int = 2) -> Tuple[PoolService, _Hub, Peer, PoolJob, List[WorkerState]]:
+    service = PoolService(b"pool", 2, None, 3, lambda ws, expected: None)
+    hub = _Hub()
+    service.server = hub  # type: ignore[assignment]
+    service.functions[1] = [b"f"]
+    process = _Process(1)
+    job = PoolJob(process, forks=True)  # type: ignore[arg-type]
+    states = [WorkerState(10 + i, process, f"PoolWorker-{10 + i}", job)  # type: ignore[arg-type]
+              for i in range(workers)]
+    for ws in states:
+        service.add_worker(ws)
+    peer = Peer(7, b"p" * 16, False, None)
+    service.from_workers(hub, peer, b"",  # type: ignore[arg-type]
+                         pack_to([(ws.worker_id, [PoolOps.HELLO]) for ws in states]))
+    return service, hub, peer, job, states
+
+
+def _submit(service: PoolService, sink: _Sink, count: int) -> List[Task]:
+    tasks = [Task(i + 1, sink, i, 1, [b"x"], "map(f)") for i in range(count)]
+    service.submit(tasks)
+    return tasks
+
+
+def _handed(hub: _Hub) -> List[int]:
+    """The ids of the tasks the job was sent, as its own (``JOB_ID``)."""
+    ids = []
+    for _, frames in hub.sent:
+        for wid, body in unpack_to(frames[2:]):
+            if wid == JOB_ID and bytes(body[0]) in (PoolOps.TASKS, PoolOps.ALONE):
+                ids += [t[0] for t in unpack_tasks(list(body[1:]))]
+    hub.sent.clear()
+    return ids
+
+
+def _results(service: PoolService, hub: _Hub, peer: Peer, ran: List[Tuple[int, List[int]]]
+             ) -> None:
+    service.from_workers(hub, peer, b"", pack_to([  # type: ignore[arg-type]
+        (wid, [PoolOps.RESULTS, *pack_results([(i, True, [b"r"]) for i in ids], 0.001)])
+        for wid, ids in ran]))
+
+
+def test_a_job_is_handed_tasks_as_a_whole_and_says_which_worker_ran_each() -> None:
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None and holder.width == 2 and a.holder is holder
+    sink = _Sink()
+    _submit(service, sink, 5)
+    assert _handed(hub) == [1, 2]  # two workers, a credit of one each (not measured)
+    assert list(holder.pending) == [1, 2] and not a.pending and not b.pending
+    _results(service, hub, peer, [(a.worker_id, [1]), (b.worker_id, [2])])
+    assert sink.got == [0, 1] and a.done == 1 and b.done == 1
+    assert _handed(hub) == [3, 4, 5]  # quick tasks, measured: more credit
+    _results(service, hub, peer, [(b.worker_id, [3, 4])])
+    _results(service, hub, peer, [(a.worker_id, [5])])
+    assert sorted(sink.got) == [0, 1, 2, 3, 4] and b.done == 3 and not holder.pending
+    assert service.outstanding == 0
+
+
+def test_a_worker_that_ends_gives_back_what_it_held_and_the_job_keeps_its_queue(said) -> None:
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    _handed(hub)
+    holder.pending[99] = queued = Task(99, sink, 9, 1, [b"x"], "map(f)")  # queued in the job
+    queued.held_by = 1
+    service.outstanding += 1
+    service.worker_ended(hub, peer, b"r", WorkerEnded(a.worker_id, -9, (tasks[0].task_id,)))
+    # back to the queue, charged to it; the job, one worker left, is full meanwhile
+    assert a.lost and list(service.queue) == [tasks[0]] and tasks[0].attempts == (a,)
+    assert set(holder.pending) == {tasks[1].task_id, 99}  # still the job's
+    assert holder.width == 1
+    (line,) = said()
+    assert "PoolWorker-10" in line and "map(f) task 0" in line, line
+
+
+def test_a_job_lost_gives_back_all_it_holds_once_named_in_one_warning(said) -> None:
+    service, hub, peer, job, (a, b) = _job()
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    _handed(hub)
+    service.peer_gone(hub, peer)  # closed: not a reset
+    job.process.exitcode = -9
+    service.job_ended(job, -9)
+    assert a.lost and b.lost and job.holder is not None and job.holder.lost
+    assert sorted(t.task_id for t in service.queue) == [t.task_id for t in tasks]
+    (line,) = said()
+    assert "was lost with 2 workers" in line and "map(f) tasks 0, 1" in line, line
+
+
+def test_a_reset_job_names_what_it_holds_and_the_rest_runs_again() -> None:
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    _handed(hub)
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    assert holder.resume_by and not holder.lost and len(holder.pending) == 2
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"", pack_to([  # type: ignore[arg-type]
+        (a.worker_id, [pack_ids([])]), (b.worker_id, [pack_ids([])]),
+        (JOB_ID, [pack_ids([tasks[0].task_id])])]))
+    assert holder.connected and holder.peer is again
+    assert tasks[0].task_id in holder.pending
+    assert _handed(hub) == [tasks[1].task_id]  # lost in flight: handed out again
+    _results(service, hub, again, [(b.worker_id, [1, 2])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0
+
+
+def test_the_jobs_queue_hands_each_worker_up_to_its_depth_and_suspects_alone() -> None:
+    queue = JobQueue()
+    queue.received([PoolOps.CREDIT, b"8"])
+    assert queue.depth == depth_of(8) == 4
+    queue.received([PoolOps.TASKS, *pack_tasks(
+        [(i, 1, [b"f"] if i == 1 else None, [b"x"]) for i in range(1, 11)])])
+    queue.received([PoolOps.ALONE, *pack_tasks([(11, 1, None, [b"x"])])])
+    held = {1: {}, 2: {}}  # type: ignore[var-type]
+    given = dict(queue.spread(held))  # type: ignore[arg-type]
+    assert sorted(len(h) for h in held.values()) == [4, 4] and len(queue.queue) == 3
+    first = unpack_tasks(given[1][1:])
+    assert first[0][2] == [b"f"] and all(t[2] is None for t in first[1:])
+    held[1].clear()  # its four answered
+    queue.spread(held)  # type: ignore[arg-type]
+    assert len(held[1]) == 2 and [t[0] for t in queue.queue] == [11]  # waits: none idle
+    held[2].clear()
+    queue.spread(held)  # type: ignore[arg-type]
+    assert 11 in held[2] and len(held[2]) == 1 and queue.alone == {11}
+    queue.spread(held)  # type: ignore[arg-type]
+    assert len(held[2]) == 1  # nothing beside it
