@@ -63,6 +63,7 @@ class JobsOfSeveral(Service):
     ``NotImplementedError`` are its)."""
 
     workers: Dict[int, WorkerState]
+    closing: bool
     ready: ReadyWorkers
     maxtasks: Optional[int]
     losses: _losses.Losses
@@ -183,6 +184,13 @@ class JobsOfSeveral(Service):
             self._requeue(tasks)
             self.dispatch()
 
+    def _stop_if_done(self, holder: WorkerState) -> None:
+        """``holder``'s job holds nothing: stop its workers if the pool is done with them
+        (after ``close()``, nothing queued; a worker that retires is stopped at once)."""
+        if self.closing and not self.queue and not holder.pending and holder.job is not None:
+            for ws in list(holder.job.workers):
+                self._maybe_stop(ws)
+
     def _handed_back(self, ws: WorkerState, held: Sequence[int]) -> None:
         """``ws``, a worker of a job handed tasks as a whole, ended holding the tasks
         ``held`` (their ids, as its job counts them): they are its now, to lose."""
@@ -242,11 +250,8 @@ class JobsOfSeveral(Service):
         if self.queue:
             self.dispatch()
         if answered and answered[0].holder is not answered[0]:
-            holder = answered[0].holder
-            if not holder.pending and holder.job is not None:  # the job is done
-                answered = list(holder.job.workers)
-            else:
-                return
+            self._stop_if_done(answered[0].holder)  # (its workers: with their job)
+            return
         for ws in answered:  # after the dispatch: those it gave nothing may be done
             self._maybe_stop(ws)
 
@@ -257,10 +262,13 @@ class JobsOfSeveral(Service):
         worker the job forks in its place, or b"" (none needed)."""
         ws = self.awaiting[msg.worker_id][0] if msg.worker_id in self.awaiting \
             else self.workers.get(msg.worker_id)
-        if ws is not None and ws.holder is not ws:
+        holder = ws.holder if ws is not None and ws.holder is not ws else None
+        if ws is not None and holder is not None:
             self._handed_back(ws, msg.held)
         ws = self._settle(msg.worker_id, msg.code)
         new = self.replace_in(ws) if ws is not None else None
+        if holder is not None:
+            self._stop_if_done(holder)
         server.reply(peer, req_id, b"ok",
                      Replacement(new.worker_id if new is not None else None).frames())
 

@@ -192,3 +192,5 @@ class Reconnections(JobsOfSeveral):
         self.dispatch()
         for ws in back:
             self._maybe_stop(ws)
+        if holder is not None and not holder.lost:
+            self._stop_if_done(holder)
