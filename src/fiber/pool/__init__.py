@@ -15,10 +15,11 @@ states ``INIT``, ``RUN``, ``CLOSE`` and ``TERMINATE``.
 # _worker: the loop a worker runs; _protocol: what master and workers say to each other on
 # the wire. _status: Pool.status(); _losses: the lost-worker warnings. _api_extras:
 # Pool._pool, start_workers, wait_until_workers_up; _zpool: ZPool and ResilientZPool.
-# Jobs of several workers: _group (the job's process: forks and relays its workers), _jobs
-# (the service's side of them), _reconnect (workers and jobs whose connection was reset),
-# _sizing (how many workers a job holds when the pool does not say). _renew, _retire,
-# _late, _credit: renewals, retirement, late copies, credit.
+# Jobs of several workers: _group (the job's process: forks and relays its workers, and
+# _jobqueue: the tasks handed to the job as a whole, spread over them), _jobs (the
+# service's side of them, a job's record of its tasks), _reconnect (workers and jobs whose
+# connection was reset), _sizing (how many workers a job holds when the pool does not
+# say). _renew, _retire, _late, _credit: renewals, retirement, late copies, credit.
 
 from multiprocessing.pool import ThreadPool
 
