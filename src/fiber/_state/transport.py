@@ -71,6 +71,8 @@ class TransportState:
         # -- transport.tls --
         #: (transport.tls) This process's TLS (mode and contexts); None: off.
         self.tls: Optional[Policy] = None
+        #: (transport.tls) .buf: this thread's buffer for a read's encrypted bytes.
+        self.tls_scratch = threading.local()
 
         # -- transport.client --
         #: (transport.client) A random id of this process, unique across every host of the

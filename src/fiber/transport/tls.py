@@ -97,15 +97,13 @@ def wrap_client(sock: socket.socket, address: str, timeout: float) -> socket.soc
     return tls  # type: ignore[return-value]
 
 
-_local = threading.local()
-
-
 def _scratch() -> memoryview:
     """This thread's buffer for the encrypted bytes of one read (a connection's own would
     cost `_READ` bytes a connection; a thread reads one at a time)."""
-    buf: Optional[memoryview] = getattr(_local, "buf", None)
+    local = here.transport.tls_scratch
+    buf: Optional[memoryview] = getattr(local, "buf", None)
     if buf is None:
-        buf = _local.buf = memoryview(bytearray(_READ))
+        buf = local.buf = memoryview(bytearray(_READ))
     return buf
 
 
