@@ -1,27 +1,11 @@
 """The pool service's side of jobs of several workers (``workers_per_job``, see `_group`).
 
-A job of several forks its workers and relays their pool messages on its one connection;
-the master keeps its record of each worker (`WorkerState`) as for a worker of its own
-job, and this finds them by id in what the job relays (``from``), hears from the job how
-each ended (``worker_ended``) and names the one it forks in its place, and loses them
-all at once when the job's process ends, with one warning for the job (a connection
-that ends: see `_reconnect`).
-
-A worker whose relay ended (its job saw it end and is about to say so) is *awaited*: it
-counts towards the pool's size until its job reports it, since the job replaces it in
-place; so the pool's maintainer starts no job of its own for it meanwhile.
-
-Tasks handed to a job as a whole (a pool without ``maxtasksperchild``): the job has one
-record, its *holder* (a `WorkerState` with ``whole`` set, wire id `JOB_ID`, in no table
-of workers), whose ``pending`` holds every task the job holds and whose ``width`` is its
-live workers: the dispatch hands it tasks as one worker of that many times the credit.
-Its workers hold nothing on the master's side: the job's queue (`_jobqueue`) hands them
-their tasks, and each result comes with the id of the worker that ran it (``from``), so
-that the worker's row, the task stream and its loss are told as before. A task is the
-job's until its result comes: a worker that ends in it gives back the tasks the job
-names (``worker_ended``), charged to it; the job's end gives back all it holds, charged
-to one of its workers (its warning names them); a reset, what ``resume_job`` does not
-name.
+A job of several relays its workers' pool messages on its one connection: this finds
+them by id in what it relays (``from``), hears how each ended (``worker_ended``), names
+the one forked in its place, and loses them all at once, with one warning, when the job
+ends. A job handed tasks as a whole (no ``maxtasksperchild``) has one record, its
+*holder*, which holds every task of the job until its result comes. Design:
+docs/contributing/workers-per-job.md.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def test_a_job_told_to_go_retires_its_workers_and_loses_no_task(ctx, caplog):
 
 @pytest.mark.local_pids
 def test_a_worker_killed_while_its_job_queues_tasks_it_never_handed_out(ctx):
-    """Issue 45: a job is handed tasks as a whole and queues them itself (its workers
+    """A job is handed tasks as a whole and queues them itself (its workers
     hold half the credit each: here 4 of 8 quick tasks, 8 more queued in the job). A
     worker SIGKILLed then: the tasks it held come back to the master (its job names
     them), those the job queued stay the job's and go to its other worker and to the
