@@ -26,11 +26,11 @@ from .local import Channel, LateReply, LocalClient, Reply, local_server, spin_of
 from .serialization import Frame
 from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
-from .sockets import connect, readable, server_id, tune
+from .sockets import connect, ended_with, readable, server_id, tune
 
 __all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES", "SPENT_GRACE_CONNECT_S",
            "again_on_a_new_connection", "get_client",
-           "current_anchor", "ended_with",
+           "current_anchor",
            "own_client", "process_id", "connect_timeout",
            "close_all", "ensure_anchor", "adopt_anchor",
            "prune_closed", "Settings", "DEFAULTS", "renew_process_id"]
@@ -531,26 +531,6 @@ def adopt_anchor(address: str, sock: socket.socket, process_id: bytes, *,
         state.anchors[address] = anchor
         state.all_clients.add(anchor)
     return anchor
-
-
-def ended_with(sock: socket.socket) -> Optional[int]:
-    """None while the connection of ``sock`` is open; once it has ended, the errno that
-    ended it (0: its peer's end, or the socket closed here meanwhile).
-
-    Kept, not swallowed: reading a reset socket's error clears it, so its own reader
-    then finds a plain end (a queue's lease, which settles after a reset only)."""
-    try:
-        if not readable([sock], 0):
-            return None
-        # not blocking: a thread of the client's own (a queue's lease) may have read
-        # what made the socket readable in between
-        return 0 if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" else None
-    except BlockingIOError:
-        return None
-    except OSError as e:
-        return e.errno or 0
-    except ValueError:  # closed here
-        return 0
 
 
 def prune_closed() -> int:

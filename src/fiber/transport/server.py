@@ -18,9 +18,10 @@ import threading
 import traceback
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
-from ..errors import AuthenticationError, TransportError
+from ..errors import TransportError
 from . import tls
 from ._resend import RESEND_SERVICE, EndedPeers
+from .admission import LISTENER, Admission
 from .framing import ProtocolError, new_scratch
 from .operations import Service
 from .peers import Connection, LocalPeer, Peer
@@ -28,8 +29,8 @@ from .peers import traffic as peers_traffic
 from .receipts import REANCHOR_WAIT_S, SKIP, TICKET_BYTES, Receipts
 from .serialization import Frame, dumps
 from .serving import Events, Serving, StandIn
-from .sockets import listen, open_file_limits, readable, server_id, tune
-from .strangers import HANDSHAKE_TTL, Door
+from .sockets import listen, readable, server_id
+from .strangers import Door
 from .timers import Timer, Timers
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
@@ -37,9 +38,6 @@ __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
 _log = logging.getLogger("fiber.transport")
 
 S = TypeVar("S", bound=Service)
-
-#: Seconds a listener is not watched after accept() ran out of descriptors (see _accept).
-_ACCEPT_PAUSE_S = 0.5
 
 #: Seconds after its backend reported a job's end that the process's connections still
 #: open (their end lost: a host cut off, a pod's network gone first) are closed, and a
@@ -55,12 +53,11 @@ def _pipe() -> Tuple[int, int]:
     return r, w
 
 
-_LISTENER = object()
 _WAKE = object()
 _NUDGE = object()
 
 
-class Server(StandIn):
+class Server(StandIn, Admission):
     """A TCP listener on ``host`` (``port``, 0: a free one) served by one thread."""
 
     def __init__(self, host: str, heartbeat_s: float = 1.0, timeout_s: float = 30.0,
@@ -76,7 +73,7 @@ class Server(StandIn):
         self._sel = selectors.DefaultSelector()  # listeners and connections
         for listener in self._listeners:
             listener.setblocking(False)
-            self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
+            self._sel.register(listener, selectors.EVENT_READ, LISTENER)
         self._wake_r, self._wake_w = _pipe()
         self._nudge_r, self._nudge_w = _pipe()
         self._sel.register(self._nudge_r, selectors.EVENT_READ, _NUDGE)
@@ -408,7 +405,7 @@ class Server(StandIn):
             self._guarded(self._on_event, key, mask)
 
     def _on_event(self, key: selectors.SelectorKey, mask: int) -> None:
-        if key.data is _LISTENER:
+        if key.data is LISTENER:
             self._accept(key.fileobj)  # type: ignore[arg-type]
         elif key.data is _WAKE or key.data is _NUDGE:
             self._drain(key.fd)
@@ -435,53 +432,6 @@ class Server(StandIn):
         except Exception:
             sys.stderr.write("fiber: error in the server loop (it goes on):\n")
             traceback.print_exc()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                sock, source = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE):
-                    self._pause_accepting(listener, e)
-                return  # e.g. ECONNABORTED: the next connection comes with the next event
-            sock.setblocking(False)
-            tune(sock, *self._heartbeat)
-            secure = tls.policy()
-            if secure is not None and tls.wanted(sock, secure.mode):
-                try:
-                    sock = tls.TlsSocket(sock, secure.context(server_side=True),
-                                         server_side=True)  # type: ignore[assignment]
-                except OSError as e:  # ssl.SSLError too
-                    sock.close()
-                    sys.stderr.write(f"fiber: {self.address} cannot serve TLS: {e}\n")
-                    continue
-            conn = Connection(sock, self._scratch)
-            conn.source = source[0] if isinstance(source, tuple) else ""
-            self._conns[sock.fileno()] = conn
-            self._sel.register(sock, selectors.EVENT_READ, conn)
-            self.call_later(HANDSHAKE_TTL, self.door.arrived(conn))
-
-    def _pause_accepting(self, listener: socket.socket, error: OSError) -> None:
-        """Out of descriptors: the connection waits in the backlog, and its listener, which
-        stays readable, would make this thread spin; it is watched again in
-        ``_ACCEPT_PAUSE_S`` (connections closed meanwhile free some). Said once."""
-        try:
-            self._sel.unregister(listener)
-        except (KeyError, ValueError):
-            return
-        if not self._said_out_of_files:
-            self._said_out_of_files = True
-            sys.stderr.write(f"fiber: {self.address} cannot accept connections: "
-                             f"{error.strerror} ({open_file_limits()}); they wait until "
-                             "descriptors are freed\n")
-            sys.stderr.flush()
-        self.call_later(_ACCEPT_PAUSE_S, functools.partial(self._resume_accepting, listener))
-
-    def _resume_accepting(self, listener: socket.socket) -> None:
-        if not self._stopping and listener.fileno() >= 0:
-            self._sel.register(listener, selectors.EVENT_READ, _LISTENER)
 
     def _flush(self, conn: Connection, frames: Optional[Sequence[Frame]] = None) -> None:
         """Write what ``conn`` has waiting, after adding the message ``frames``; what the
@@ -543,57 +493,6 @@ class Server(StandIn):
                 return
         if not alive:
             self._close_conn(conn)
-
-    def _say_altered(self, conn: Connection, error: OSError) -> None:
-        """A TLS record of ``conn`` failed its check: it is closed, and said (an on-path
-        host, or a broken link's corruption past TCP's checksum)."""
-        who = conn.peer.process_id.hex()[:8] if conn.peer is not None else "a stranger"
-        try:
-            sys.stderr.write(f"fiber: {self.address} closed the connection of process {who} "
-                             f"from {conn.source or 'this host'}: {error}\n")
-            sys.stderr.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-
-    def _tls_handshake(self, conn: Connection) -> bool:
-        """A step of ``conn``'s TLS handshake with what came: True once it is done (what
-        came after it is read next). A peer without a certificate of this program is
-        refused here, before a byte of fiber's own handshake is read."""
-        sock: tls.TlsSocket = conn.sock  # type: ignore[assignment]
-        try:
-            done = sock.handshake_step()
-        except AuthenticationError as e:
-            self.door.refuse(conn, str(e))
-            return False
-        except OSError:
-            self.door.dropped += 1
-            self._close_conn(conn)
-            return False
-        self._flush(conn)  # what the handshake could not write yet
-        return done and conn.sock.fileno() >= 0
-
-    def _handshake(self, conn: Connection, frames: Sequence[Frame]) -> bool:
-        """Take the client's next handshake message; False: close the connection."""
-        handshake = conn.handshake
-        reply, keep = handshake.step(frames, self._id)
-        if keep and handshake.done:
-            self._admit(conn, handshake.process_id, handshake.anchor)
-            assert conn.peer is not None
-            reply = [*reply, conn.peer.peer_id.to_bytes(8, "little")]  # see _resend
-        if reply:
-            conn.outbox.add(reply)
-            self._flush(conn)
-        return keep
-
-    def _admit(self, conn: Connection, process_id: bytes, anchor: bool) -> None:
-        """``conn`` is a peer from now on (authenticated, or a socket pair's end)."""
-        conn.reader.max_message = None
-        conn.peer = Peer(next(self._peer_ids), process_id, anchor, conn)
-        self._open_of[process_id] += 1
-        self.door.left(conn)
-        if anchor:
-            self._anchors[process_id] += 1
-            self._gone.pop(process_id, None)
 
     def _close_conn(self, conn: Connection, notify: bool = True) -> None:
         sock = conn.sock

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
 __all__ = ["tune", "listen", "connect", "split_address", "readable", "open_file_limits",
-           "tcp_rtt"]
+           "tcp_rtt", "ended_with"]
 
 _TRANSIENT = (errno.EHOSTUNREACH, errno.ENETUNREACH)
 _RETRY_PAUSE_S = 0.1
@@ -188,3 +188,23 @@ def open_file_limits() -> str:
         return "the open-file limit"
     shown = ["unlimited" if v == resource.RLIM_INFINITY else str(v) for v in (soft, hard)]
     return f"open-file limit {shown[0]}, hard limit {shown[1]}"
+
+
+def ended_with(sock: socket.socket) -> Optional[int]:
+    """None while the connection of ``sock`` is open; once it has ended, the errno that
+    ended it (0: its peer's end, or the socket closed here meanwhile).
+
+    Kept, not swallowed: reading a reset socket's error clears it, so its own reader
+    then finds a plain end (a queue's lease, which settles after a reset only)."""
+    try:
+        if not readable([sock], 0):
+            return None
+        # not blocking: a thread of the client's own (a queue's lease) may have read
+        # what made the socket readable in between
+        return 0 if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" else None
+    except BlockingIOError:
+        return None
+    except OSError as e:
+        return e.errno or 0
+    except ValueError:  # closed here
+        return 0
