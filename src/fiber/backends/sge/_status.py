@@ -17,17 +17,20 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .._arrays import index_spans
 from .._base import JobState, JobStatus
-from .._common import signal_name
+from .._batch_status import cancelled_status as _cancelled_status
+from .._batch_status import cause_code, exit_status, shell_code
 
 __all__ = ["Row", "parse_qstat", "parse_tasks", "task_expressions", "split_id", "Acct",
            "parse_qacct", "acct_status", "live_status", "context_arg", "Listed",
            "parse_contexts", "cancelled_status", "error_reason", "PROGRAM_VAR", "NAME_VAR",
-           "smallest_host_cpus"]
+           "smallest_host_cpus", "DELETED"]
 
 #: Job context variables (``qsub -ac``) that mark a fiber job: its program's id and its
 #: name for people (``fiber ps``); job names are too restricted to hold either.
 PROGRAM_VAR = "fiber_program"
 NAME_VAR = "fiber_name"
+#: A job someone deleted (``qdel``: SIGKILL), as fiber reports it.
+DELETED = ("deleted (qdel)", -signal.SIGKILL)
 
 
 class Row(NamedTuple):
@@ -208,35 +211,22 @@ def acct_status(rec: Acct, cancelled: Optional[str] = None,
     own status); ``cancelled`` is ``"term"`` or ``"kill"`` when fiber deleted the job,
     ``deleted`` when someone else did (qstat showed it in state ``d``)."""
     if cancelled or deleted:
-        return _cancelled(cancelled)
-    code = rec.exit_status
-    if 128 < code <= 128 + 64:
-        code = -(code - 128)
+        return cancelled_status(cancelled)
+    code = shell_code(rec.exit_status)
     # failed 100 ("assumedly after job"): the job ran and a signal ended it; nothing of
     # Grid Engine's own failed
     if rec.failed in (0, 100) and (rec.failed == 0 or code != 0):
-        if code == 0:
-            return JobStatus(JobState.SUCCEEDED, 0)
-        what = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
-        return JobStatus(JobState.FAILED, code, what)
+        return exit_status(code)
     why = f"Grid Engine failed {rec.failed}" + (f": {rec.failed_text}" if rec.failed_text
                                                  else "")
-    if rec.failed == 37 and code == 0:  # qmaster enforced h_rt/h_cpu/h_vmem
-        code = -signal.SIGKILL
-    return JobStatus(JobState.FAILED, code or 1, why)
-
-
-def _cancelled(cancelled: Optional[str]) -> JobStatus:
-    if cancelled == "kill":
-        return JobStatus(JobState.CANCELLED, -signal.SIGKILL, "cancelled by fiber")
-    if cancelled == "term":
-        return JobStatus(JobState.CANCELLED, -signal.SIGTERM, "cancelled by fiber")
-    return JobStatus(JobState.CANCELLED, -signal.SIGKILL, "deleted (qdel)")
+    # failed 37: the qmaster enforced h_rt/h_cpu/h_vmem
+    return JobStatus(JobState.FAILED, cause_code(code, signal.SIGKILL if rec.failed == 37
+                                                 else None), why)
 
 
 def cancelled_status(cancelled: Optional[str]) -> JobStatus:
     """The status of a job gone from qstat after a ``qdel`` (fiber's: ``term``/``kill``)."""
-    return _cancelled(cancelled)
+    return _cancelled_status(cancelled, *DELETED)
 
 
 # -- names and context -------------------------------------------------------------------

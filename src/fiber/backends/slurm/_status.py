@@ -14,13 +14,13 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from ...errors import BackendError, SubmitError
 from .._arrays import index_spans
 from .._base import JobState, JobStatus
-from .._common import signal_name
+from .._batch_status import cancelled_status, cause_code, exit_status, exit_words, shell_code
 
 __all__ = ["parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct", "status_of",
            "controller_address", "controller_host", "step_status", "SQUEUE_FORMAT",
            "SqueueRow", "SacctRow",
            "PENDING_STATES", "LIST_FORMAT", "Listed", "job_comment", "parse_listing",
-           "stdout_path", "task_ranges", "squeue_commands", "ALONE"]
+           "stdout_path", "task_ranges", "squeue_commands", "ALONE", "SCANCELLED"]
 
 #: A job as ``squeue`` lists it: state, nodes, reason, exit code (`parse_squeue`).
 SqueueRow = Tuple[str, str, str, Optional[int]]
@@ -47,6 +47,11 @@ _LOST = MappingProxyType({"NODE_FAIL": "its node failed", "BOOT_FAIL": "its node
 _FAILED = MappingProxyType({"FAILED": "", "TIMEOUT": "time limit reached",
                             "OUT_OF_MEMORY": "out of memory",
                             "DEADLINE": "deadline reached", "SPECIAL_EXIT": "special exit"})
+#: A job someone cancelled (``scancel``: SIGTERM), as fiber reports it.
+SCANCELLED = ("cancelled (scancel)", -signal.SIGTERM)
+#: The signal a limit's state stands for, where the status word gives none.
+_KILLED_BY = MappingProxyType({"OUT_OF_MEMORY": signal.SIGKILL, "TIMEOUT": signal.SIGTERM,
+                               "DEADLINE": signal.SIGTERM})
 
 
 def parse_raw_exit(raw: str) -> Optional[int]:
@@ -129,19 +134,15 @@ def status_of(state: str, exitcode: Optional[int], reason: str = "", nodes: str 
     if state == "COMPLETED":
         return JobStatus(JobState.SUCCEEDED, 0)
     if state == "CANCELLED":
-        code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
-        who = "cancelled by fiber" if cancelled else "cancelled (scancel)"
-        return JobStatus(JobState.CANCELLED, code, who)
+        return cancelled_status(cancelled, *SCANCELLED)
     if state in _LOST:
         where = f" ({nodes})" if nodes and state in ("NODE_FAIL", "BOOT_FAIL") else ""
         why = f"Slurm {state}: {_LOST[state]}{where}" + (f", reason {reason}" if reason else "")
         return JobStatus(JobState.LOST, None, why)
     if state in _FAILED:
-        if not exitcode:  # no failure in the status word: say why from the state
-            exitcode = -signal.SIGKILL if state == "OUT_OF_MEMORY" else (
-                -signal.SIGTERM if state in ("TIMEOUT", "DEADLINE") else 1)
-        what = _FAILED[state] or (f"killed by {signal_name(-exitcode)}" if exitcode < 0
-                                  else f"exit code {exitcode}")
+        # no failure in the status word: say why from the state
+        exitcode = cause_code(exitcode, _KILLED_BY.get(state))
+        what = _FAILED[state] or exit_words(exitcode)
         if reason == "NonZeroExitCode" or (reason == "JobLaunchFailure" and exitcode < 0):
             # slurmctld gives any batch script that a signal ended the reason FAIL_LAUNCH
             # ("JobLaunchFailure"), though it ran: the signal is the reason
@@ -210,16 +211,11 @@ def step_status(rc: Optional[int], cancelled: Optional[str]) -> JobStatus:
     """A step's status from its ``srun``'s exit status (128 + n: the task got signal n)."""
     if rc is None:
         return JobStatus(JobState.RUNNING)
-    if rc == 0:
-        return JobStatus(JobState.SUCCEEDED, 0)
-    if cancelled:
-        code = -signal.SIGKILL if cancelled == "kill" else -signal.SIGTERM
-        return JobStatus(JobState.CANCELLED, code, "cancelled by fiber")
+    if rc and cancelled:
+        return cancelled_status(cancelled, "")
     if rc < 0:  # srun itself was killed
-        return JobStatus(JobState.FAILED, rc, f"srun killed by {signal_name(-rc)}")
-    if 128 < rc < 128 + 65:
-        return JobStatus(JobState.FAILED, -(rc - 128), f"killed by {signal_name(rc - 128)}")
-    return JobStatus(JobState.FAILED, rc, f"exit code {rc}")
+        return JobStatus(JobState.FAILED, rc, f"srun {exit_words(rc)}")
+    return exit_status(shell_code(rc))
 
 
 def job_comment(program: str, name: str) -> str:
