@@ -15,6 +15,7 @@ import abc
 import dataclasses
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ from ..config import get_config
 from ..errors import FiberError, SubmitError
 from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from ._batch import BatchBackend, cancel_listed, follow_job, parse_job_id, render_script, split_env
+from ._batch_status import cancelled_status
 from ._common import route_toward
 
 __all__ = ["ArrayBackend", "ArrayJob", "Submission", "safe_name", "array_name", "index_spans"]
@@ -84,6 +86,8 @@ class ArrayJob:
     submitted: float  # time.monotonic() of its submission
     seen: bool = False  # listed by the cluster at least once
     cancelled: Optional[str] = None  # "term" | "kill" once fiber cancelled it
+    deleted: bool = False  # the listing showed it cancelled, not by fiber
+    last_seen: float = 0.0  # time.monotonic() of the last poll that listed it
     final: Optional[JobStatus] = None  # its end, once known
     output: str = ""  # its output file (a job alone in its submission; arrays: "")
 
@@ -97,8 +101,8 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
     """A batch backend of job arrays, whose record of a job is an ``R`` (`ArrayJob` or a
     subclass), a listed job a ``W`` and an accounting record an ``A``. A scheduler says
     what its commands are and how to read them (the hooks below: `submission`,
-    `list_jobs`, `listed_status`, `gone_status`, `cancel_ids`, `find_jobs`...) and the
-    words of its messages (`cluster`, `lister`...); this base runs them."""
+    `list_jobs`, `listed_status`, `accounted_status`, `cancel_ids`, `find_jobs`...) and
+    the words of its messages (`cluster`, `lister`...); this base runs them."""
 
     #: The cluster manager's name in messages ("Slurm", "Grid Engine").
     cluster: ClassVar[str] = ""
@@ -122,6 +126,13 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
     queued_states: ClassVar[FrozenSet[str]] = frozenset({"pending"})
     #: What it means when a job's output file does not appear (`follow`).
     unshared_output: ClassVar[str] = ""
+    #: What a job cancelled by someone else is said to be, and its exit code (the signal
+    #: the engine's cancel command sends).
+    others_cancel: ClassVar[Tuple[str, int]] = ("cancelled", -signal.SIGTERM)
+    #: Seconds a job gone from the listing may go without an accounting record (which the
+    #: engine may write late) before it is LOST, and why it is LOST then.
+    acct_grace: ClassVar[float] = 0.0
+    unaccounted: ClassVar[str] = ""
     #: Shortest and longest interval between two status polls (each a command that asks
     #: the scheduler); normal exits do not wait for a poll (the child reports its exit).
     poll_min_interval = 0.25
@@ -193,9 +204,8 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
         return {}
 
     @abc.abstractmethod
-    def gone_status(self, rec: R, acct: Optional[A], now: float) -> JobStatus:
-        """The status of a job the listing did not show: from its accounting record
-        ``acct``, else from what its record says (`unseen_status` if never listed); with
+    def accounted_status(self, rec: R, acct: A) -> JobStatus:
+        """The status of a job the listing did not show, from its accounting record; with
         the records' lock held."""
 
     @abc.abstractmethod
@@ -333,7 +343,7 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
                 if row is None:
                     missing.append(rec)
                     continue
-                rec.seen = True
+                rec.seen, rec.last_seen = True, now
                 st, host = self.listed_status(rec, row, now)
                 if host:
                     h.host = rec.handle.host = host
@@ -360,6 +370,22 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
                     rec.final = st
                 out[rec.handle.job_id] = st
         return out
+
+    def gone_status(self, rec: R, acct: Optional[A], now: float) -> JobStatus:
+        """The status of a job the listing did not show: from its accounting record
+        ``acct``; else a cancellation if one was asked; else, for a job listed before, RUNNING
+        for `acct_grace` seconds (its record may come late), LOST then; `unseen_status` if
+        never listed. With the records' lock held."""
+        if acct is not None:
+            return self.accounted_status(rec, acct)
+        if rec.cancelled or rec.deleted:  # (a pending one at once, not a minute later)
+            return cancelled_status(rec.cancelled, *self.others_cancel)
+        if rec.seen and now - rec.last_seen < self.acct_grace:
+            return JobStatus(JobState.RUNNING, None, "ended; its accounting record is not "
+                             "written yet")
+        if rec.seen:
+            return JobStatus(JobState.LOST, None, self.unaccounted)
+        return self.unseen_status(rec, now)
 
     def unseen_status(self, rec: R, now: float) -> JobStatus:
         """A job never listed: PENDING for `unseen_grace` seconds after its submit (a

@@ -408,7 +408,7 @@ def test_a_job_gone_from_qstat_waits_for_its_accounting_record(fake_sge, monkeyp
     assert st.state == JobState.RUNNING and "accounting" in st.reason
     assert b.status([h])[h.job_id].state == JobState.RUNNING
     assert len((fake_sge / "qacct.log").read_text().splitlines()) == 1  # not again at once
-    monkeypatch.setattr(sge_backend, "_ACCT_GRACE", 0.0)
+    monkeypatch.setattr(sge_backend.SgeBackend, "acct_grace", 0.0)
     time.sleep(1.1)  # (qacct is asked again after 1 s, then 2, 4, 8, 16)
     st = b.status([h])[h.job_id]
     assert st.state == JobState.LOST and "no accounting record" in st.reason

@@ -22,10 +22,10 @@ from . import _jobs as _sge_jobs
 from ._jobs import program_dir, qstat_rows
 from ._settings import SgeSettings, own, time_limit_seconds
 from ._status import (
+    DELETED,
     Acct,
     Row,
     acct_status,
-    cancelled_status,
     context_arg,
     error_reason,
     live_status,
@@ -99,8 +99,6 @@ def _act_qmaster() -> Tuple[str, str]:
 
 @dataclasses.dataclass
 class _Job(ArrayJob):
-    last_seen: float = 0.0
-    deleted: bool = False  # qstat showed it being deleted, not by fiber
     acct_asked: float = 0.0  # when qacct was last asked of it (monotonic)
     acct_wait: float = 0.0  # seconds until it may be asked again (doubling: 1, 2, 4...)
 
@@ -122,6 +120,10 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
     stopped_states = frozenset({"deleting"})
     queued_states = frozenset({"pending", "held"})
     unshared_output = "sge_output_dir is not shared with the node"
+    others_cancel = DELETED
+    acct_grace = _ACCT_GRACE
+    unaccounted = (f"ended, and Grid Engine has no accounting record of it after "
+                   f"{_ACCT_GRACE:g} s (qacct)")
 
     def locate_controller(self) -> Tuple[str, str]:
         host, source = _act_qmaster()
@@ -197,7 +199,6 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
         return self._qstat()
 
     def listed_status(self, rec: _Job, row: Row, now: float) -> Tuple[JobStatus, str]:
-        rec.last_seen = now
         if "d" in row.state and not rec.cancelled:
             rec.deleted = True
         return live_status(row, rec.cancelled), row.queue.partition("@")[2]
@@ -271,20 +272,10 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
                 out[r.handle.job_id] = acct
         return out
 
-    def gone_status(self, rec: _Job, acct: Optional[Acct], now: float) -> JobStatus:
-        if rec.cancelled or rec.deleted:
-            return cancelled_status(rec.cancelled)
-        if acct is not None:
-            if acct.host and not rec.handle.host:
-                rec.handle.host = acct.host
-            return acct_status(acct)
-        if rec.seen and now - rec.last_seen < _ACCT_GRACE:
-            return JobStatus(JobState.RUNNING, None, "ended; its accounting record is not "
-                             "written yet")
-        if rec.seen:
-            return JobStatus(JobState.LOST, None, "ended, and Grid Engine has no accounting "
-                             f"record of it after {_ACCT_GRACE:g} s (qacct)")
-        return self.unseen_status(rec, now)
+    def accounted_status(self, rec: _Job, acct: Acct) -> JobStatus:
+        if acct.host and not rec.handle.host:
+            rec.handle.host = acct.host
+        return acct_status(acct, rec.cancelled, rec.deleted)
 
     # -- cancel --------------------------------------------------------------------------
 

@@ -16,13 +16,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..._process_state import here
 from ...errors import ConfigError, SubmitError
 from .._arrays import ArrayBackend, ArrayJob, Submission, safe_name
-from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
+from .._base import JobHandle, JobInfo, JobSpec, JobStatus
 from . import _jobs as _slurm_jobs
 from ._jobs import ENDING, output_dir
 from ._nodes import SINFO_FORMAT, node_list_command, smallest_node_cpus
 from ._settings import SlurmSettings, own
 from ._status import (
     PENDING_STATES,
+    SCANCELLED,
     SacctRow,
     SqueueRow,
     controller_address,
@@ -72,6 +73,8 @@ class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
     lister = "squeue"
     stopped_states = ENDING
     unshared_output = "slurm_output_dir is not shared with the node"
+    others_cancel = SCANCELLED
+    unaccounted = "finished, and Slurm no longer lists it (MinJobAge passed; no accounting to ask)"
 
     def __init__(self) -> None:
         super().__init__()
@@ -297,17 +300,9 @@ class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
         except SubmitError:
             return {}
 
-    def gone_status(self, rec: ArrayJob, acct: Optional[SacctRow], now: float) -> JobStatus:
-        if acct is not None:
-            state, code = acct
-            return status_of(state, code, "", rec.handle.host, rec.cancelled)
-        if rec.cancelled:  # ended as asked: a pending one at once (not a minute later, as
-            # unknown: a pool terminated as it started waited)
-            return status_of("CANCELLED", None, "", rec.handle.host, rec.cancelled)
-        if rec.seen:
-            return JobStatus(JobState.LOST, None, "finished, and Slurm no longer lists it "
-                             "(MinJobAge passed; no accounting to ask)")
-        return self.unseen_status(rec, now)
+    def accounted_status(self, rec: ArrayJob, acct: SacctRow) -> JobStatus:
+        state, code = acct
+        return status_of(state, code, "", rec.handle.host, rec.cancelled)
 
     def _query_steps(self, handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
         with self._lock:
