@@ -12,7 +12,7 @@ processes, pools and contexts.
 
 from __future__ import annotations
 
-from .backends._arrays import ArrayBackend
+from .backends._arrays import ArrayBackend, BatchSettings
 from .backends._base import Backend
 from .backends._batch import BatchBackend, BatchCommands
 from .backends._cli_backend import CommandLineBackend
@@ -30,7 +30,7 @@ from .transport.settings import Settings
 
 __all__ = [
     "Backend", "CommandLineBackend", "LabelledBackend", "BatchBackend", "ArrayBackend",
-    "BatchCommands",
+    "BatchCommands", "BatchSettings",
     "Service", "Dispatcher", "Record", "Channel", "OwnServer", "Servable", "Settings",
     "Startable", "ProcessContext", "BackendContext", "ResultSink", "PoolLink", "Linked",
     "Placed",

@@ -15,6 +15,7 @@ import abc
 import dataclasses
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -30,19 +31,21 @@ from typing import (
     List,
     NamedTuple,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
     TypeVar,
 )
 
-from ..config import get_config
-from ..errors import FiberError, SubmitError
+from ..config import get_config, settings
+from ..errors import ConfigError, FiberError, SubmitError
 from ._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus, JobWatcher
 from ._batch import BatchBackend, cancel_listed, follow_job, parse_job_id, render_script, split_env
 from ._batch_status import cancelled_status
 from ._common import route_toward
 
-__all__ = ["ArrayBackend", "ArrayJob", "Submission", "safe_name", "array_name", "index_spans"]
+__all__ = ["ArrayBackend", "ArrayJob", "Submission", "BatchSettings", "safe_name", "array_name",
+           "index_spans"]
 
 
 def safe_name(text: str) -> str:
@@ -74,8 +77,22 @@ class Submission(NamedTuple):
     """A submit command, as a backend's `ArrayBackend.submission` writes it."""
 
     argv: List[str]
-    where: str  # the partition, queue... it goes to, for messages ("" for the default)
+    #: Where it goes, for messages: ``(setting, value)`` pairs (``("partition", "gpu")``),
+    #: those with an empty value (the default) left out.
+    where: Sequence[Tuple[str, str]]
     output: Callable[[str], str]  # the output file of a job alone, given its job id
+
+
+class BatchSettings(Protocol):
+    """The settings every array backend has (each its dataclass, with its own words)."""
+
+    @property
+    def time_limit(self) -> str:
+        """Each job's time limit in the engine's format; empty: the queue's."""
+
+    @property
+    def extra_args(self) -> str:
+        """More submit arguments, split like a shell command line."""
 
 
 @dataclasses.dataclass
@@ -102,7 +119,8 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
     subclass), a listed job a ``W`` and an accounting record an ``A``. A scheduler says
     what its commands are and how to read them (the hooks below: `submission`,
     `list_jobs`, `listed_status`, `accounted_status`, `cancel_ids`, `find_jobs`...) and
-    the words of its messages (`cluster`, `lister`...); this base runs them."""
+    the words of its messages (`cluster`, `lister`...); this base runs them, and reads the
+    settings all of them have (`own`: the time limit, more submit arguments)."""
 
     #: The cluster manager's name in messages ("Slurm", "Grid Engine").
     cluster: ClassVar[str] = ""
@@ -133,6 +151,8 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
     #: engine may write late) before it is LOST, and why it is LOST then.
     acct_grace: ClassVar[float] = 0.0
     unaccounted: ClassVar[str] = ""
+    #: The formats of a time limit, for the error of a setting in none of them.
+    time_format: ClassVar[str] = ""
     #: Shortest and longest interval between two status polls (each a command that asks
     #: the scheduler); normal exits do not wait for a poll (the child reports its exit).
     poll_min_interval = 0.25
@@ -217,6 +237,10 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
         """
 
     @abc.abstractmethod
+    def limit_seconds(self, text: str) -> Optional[float]:
+        """The time limit setting's ``text`` in seconds, None if in no `time_format`."""
+
+    @abc.abstractmethod
     def locate_controller(self) -> Tuple[str, str]:
         """The host of the engine's `controller`, and where that was found (for messages).
 
@@ -233,6 +257,40 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
         host, source = self.locate_controller()
         return route_toward(host, f"the {self.cluster} {self.controller} {host!r}",
                             f"check {source}", "the nodes")
+
+    # -- settings --------------------------------------------------------------------------
+
+    def own(self) -> BatchSettings:
+        """This backend's settings in the config in force."""
+        return settings(self.settings, self.name)  # type: ignore[arg-type]
+
+    def job_time_limit(self) -> Optional[float]:
+        """``<name>_time_limit`` in seconds (None if unset): a pool renews its workers
+        before it (see fiber.pool._renew), and each job is asked to be warned ahead of it.
+
+        Raises:
+            ConfigError: it is in none of the engine's formats (`time_format`).
+        """
+        text = self.own().time_limit.strip()
+        if not text:
+            return None
+        seconds = self.limit_seconds(text)
+        if seconds is None:
+            raise ConfigError(f"{self.name}_time_limit", f"{text!r} is not {self.time_format}")
+        return seconds
+
+    def extra_args(self) -> List[str]:
+        """``<name>_extra_args`` split like a shell command line.
+
+        Raises:
+            ConfigError: it cannot be split so.
+        """
+        text = self.own().extra_args
+        try:
+            return shlex.split(text)
+        except ValueError as e:
+            raise ConfigError(f"{self.name}_extra_args", f"cannot split {text!r}: {e}"
+                              ) from None
 
     # -- submit ----------------------------------------------------------------------------
 
@@ -276,7 +334,8 @@ class ArrayBackend(BatchBackend, Generic[R, W, A]):
         n = len(specs)
         label = specs[0].name if n == 1 else array_name([s.name for s in specs])
         name = f"{self.job_name_prefix()}-{safe_name(label)}"
-        argv, where, output = self.submission(specs, name, label)
+        argv, pairs, output = self.submission(specs, name, label)
+        where = ", ".join(f"{k} {v!r}" for k, v in pairs if v)
         common, own = split_env([{**s.env, self.program_env: self.program} for s in specs])
         try:
             script = render_script(specs[0].command, common, own, index_var=self.index_var,

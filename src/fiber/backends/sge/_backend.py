@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shlex
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...errors import BackendError, ConfigError, SubmitError
+from ...errors import BackendError, SubmitError
 from .._arrays import ArrayBackend, ArrayJob, Submission
 from .._base import JobHandle, JobInfo, JobSpec, JobState, JobStatus
 from . import _jobs as _sge_jobs
@@ -124,6 +123,7 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
     acct_grace = _ACCT_GRACE
     unaccounted = (f"ended, and Grid Engine has no accounting record of it after "
                    f"{_ACCT_GRACE:g} s (qacct)")
+    time_format = "seconds or [[hours:]minutes:]seconds"  # (refused when resolved)
 
     def locate_controller(self) -> Tuple[str, str]:
         host, source = _act_qmaster()
@@ -146,12 +146,10 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
             return None
         return smallest_host_cpus(self.run_command(["qhost"], what="qhost").stdout)
 
-    def job_time_limit(self) -> Optional[float]:
-        """``sge_time_limit`` in seconds (None if unset): a pool renews its workers before
-        it (see fiber.pool._renew); jobs get SIGUSR2 at it (``-notify``), and a worker
-        that gets it retires (fiber.pool._retire) in the queue's ``notify`` time."""
-        text = own().time_limit.strip()
-        return time_limit_seconds(text) if text else None
+    def limit_seconds(self, text: str) -> Optional[float]:
+        """``h_rt``: jobs get SIGUSR2 at it (``-notify``), and a worker that gets it
+        retires (fiber.pool._retire) in the queue's ``notify`` time."""
+        return time_limit_seconds(text)
 
     def job_name_prefix(self) -> str:
         return own().job_name_prefix
@@ -174,13 +172,9 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
             argv += ["-notify", "-l", f"h_rt={cfg.time_limit.strip()}"]
         if len(specs) > 1:
             argv += ["-t", f"1-{len(specs)}"]
-        try:
-            argv += shlex.split(cfg.extra_args)
-        except ValueError as e:  # (refused when the config is resolved)
-            raise ConfigError("sge_extra_args", str(e)) from None
-        where = ", ".join(f"{k} {v!r}" for k, v in (("queue", cfg.queue),
-                                                     ("project", cfg.project)) if v)
-        return Submission(argv, where, lambda job: os.path.join(out_dir, f"{name}.o{job}"))
+        argv += self.extra_args()  # (refused when the config is resolved)
+        return Submission(argv, [("queue", cfg.queue), ("project", cfg.project)],
+                          lambda job: os.path.join(out_dir, f"{name}.o{job}"))
 
     # -- status --------------------------------------------------------------------------
 

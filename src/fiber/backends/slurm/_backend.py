@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import shlex
 import subprocess
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -75,6 +74,8 @@ class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
     unshared_output = "slurm_output_dir is not shared with the node"
     others_cancel = SCANCELLED
     unaccounted = "finished, and Slurm no longer lists it (MinJobAge passed; no accounting to ask)"
+    time_format = ("a Slurm time (minutes, minutes:seconds, hours:minutes:seconds, "
+                   "days-hours, ...)")
 
     def __init__(self) -> None:
         super().__init__()
@@ -164,21 +165,9 @@ class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
         cp = self.run_command(["sinfo", "-h", "-o", SINFO_FORMAT], what="sinfo")
         return smallest_node_cpus(cp.stdout, own().partition)
 
-    def job_time_limit(self) -> Optional[float]:
-        """``slurm_time_limit`` in seconds (None if unset): a pool renews its workers
-        before it (see fiber.pool._renew), and each job gets Slurm's notice ahead of it.
-
-        Raises:
-            ConfigError: it is not in a format of Slurm's ``--time``.
-        """
-        text = own().time_limit.strip()
-        if not text:
-            return None
-        seconds = time_limit_seconds(text)
-        if seconds is None:
-            raise ConfigError("slurm_time_limit", f"{text!r} is not a Slurm time (minutes, "
-                              "minutes:seconds, hours:minutes:seconds, days-hours, ...)")
-        return seconds
+    def limit_seconds(self, text: str) -> Optional[float]:
+        """Slurm's ``--time`` (each job gets Slurm's notice ahead of it: `notice_seconds`)."""
+        return time_limit_seconds(text)
 
     def job_name_prefix(self) -> str:
         return safe_name(own().job_name_prefix or "fiber")
@@ -201,13 +190,8 @@ class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
             argv.append(f"--signal=B:USR1@{notice_seconds(limit)}")
         if n > 1:
             argv.append(f"--array=0-{n - 1}")
-        try:
-            argv += shlex.split(cfg.extra_args)
-        except ValueError as e:
-            raise ConfigError("slurm_extra_args", f"cannot split {cfg.extra_args!r}: {e}"
-                              ) from None
-        where = ", ".join(f"{k} {v!r}" for k, v in (
-            ("partition", cfg.partition), ("account", cfg.account), ("qos", cfg.qos)) if v)
+        argv += self.extra_args()
+        where = [("partition", cfg.partition), ("account", cfg.account), ("qos", cfg.qos)]
         return Submission(argv, where,
                           lambda job: out.replace("%x", name).replace("%j", job))
 
