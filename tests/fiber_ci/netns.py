@@ -102,6 +102,7 @@ class NetnsBackend(LocalBackend):
     name = "netns"
     #: Its jobs stand for processes of other hosts: they reach this one over TCP only.
     passes_fds = False
+    jobs_share_network = False
 
     #: How many hosts `test_engine` starts.
     TEST_HOSTS = 3

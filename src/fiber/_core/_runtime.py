@@ -101,7 +101,8 @@ def hub() -> Server:
             # Made before any address is handed out: a child forked by multiprocessing
             # then inherits it, and can authenticate to this hub.
             auth.program_secret()
-            credentials.prepare(cfg)  # the same: made now when TLS is on, or taken
+            # the same: made now when TLS may be needed, or taken
+            credentials.prepare(cfg, not get_backend(cfg.backend).jobs_share_network)
             # listen_port is the main process's: its jobs' hubs take free ports
             port = 0 if parent_address() else cfg.listen_port
             server = state.hub = Server(listen_host(), cfg.heartbeat_interval,

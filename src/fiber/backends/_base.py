@@ -192,6 +192,12 @@ class Backend(abc.ABC):
     #: containers; the default, as a backend cannot know it of its cluster.
     jobs_share_host: ClassVar[bool] = False
 
+    #: True when every job reaches this process over this host's own network (loopback,
+    #: a Unix socket: ``local``): with ``tls = "auto"`` their connections stay plain, and
+    #: the program makes no TLS credentials for them. False: jobs on other hosts (or in
+    #: network namespaces of their own, as ``netns``'s), the default.
+    jobs_share_network: ClassVar[bool] = False
+
     #: True when the backend can hand its jobs descriptors of this process at their start
     #: (``JobSpec.inherit``): jobs that are this process's own children (``local``).
     passes_fds: ClassVar[bool] = False

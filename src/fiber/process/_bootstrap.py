@@ -175,7 +175,8 @@ def main() -> None:
     # host's own (environment, .fiberconfig) would be work thrown away. But its TLS mode
     # and credentials (or a site's files) come with it: its first connections need them.
     config.install(config.Config(**credentials.take_inherited()))
-    credentials.prepare(config.get_config())  # its TLS, before its first connection
+    # its TLS, before its first connection: what it inherited (it makes none of its own)
+    credentials.prepare(config.get_config(), remote_jobs=False)
     parent = os.environ.get(_runtime.PARENT_ENV, "")
     token_hex = os.environ.pop(_runtime.JOB_ENV, "")
     if not parent or not token_hex:

@@ -317,7 +317,8 @@ def job_spec(cfg: Config, token: bytes, asked: Resources, name: str,
     default = Resources(cpu=cfg.cpu_per_job, memory_mb=cfg.memory_per_job_mb or None,
                         gpu=cfg.gpu_per_job or None)
     env = {_runtime.PARENT_ENV: _runtime.hub().address, _runtime.JOB_ENV: token.hex(),
-           "FIBER_LISTEN_HOST": "", **auth.secret_env(), **credentials.credentials_env(cfg)}
+           "FIBER_LISTEN_HOST": "", **auth.secret_env(),
+           **credentials.credentials_env(cfg, not backend.jobs_share_network)}
     # what the job writes outlives it: this process drains the pipes of a job that is its
     # child, a relay process those of a job elsewhere (see _output)
     capture = cfg.forward_output and backend.jobs_are_children

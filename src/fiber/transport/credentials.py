@@ -47,8 +47,9 @@ class Inherited(TypedDict, total=False):
     tls_key_file: str
 
 
-_KEYS = "k"  # the variable's kinds: the throwaway credentials, or the site's file paths
+_KEYS = "k"  # the variable's kinds: the throwaway credentials, or the site's file paths,
 _FILES = "f"
+_NONE = "n"  # or nothing but the mode (a job on this host's network under auto)
 _SITE_KEYS = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 
 
@@ -190,8 +191,10 @@ def _take_env() -> Inherited:
         return {}
     try:
         tls, kind, rest = text.split(".", 2)
-        if tls not in MODES or kind not in (_KEYS, _FILES):
+        if tls not in MODES or kind not in (_KEYS, _FILES, _NONE):
             raise ValueError(text[:8])
+        if kind == _NONE:
+            return {"tls": tls}
         if kind == _KEYS:
             here.transport.tls_credentials = Credentials.decoded(rest)
             return {"tls": tls}
@@ -230,24 +233,28 @@ def program_credentials() -> Credentials:
         return state.tls_credentials
 
 
-def prepare(settings: Settings) -> None:
-    """Make or take this process's credentials now, if ``settings`` use the throwaway
-    ones: before the main process hands out an address (a child it forks inherits them);
-    and take ``settings``' mode as this process's TLS (`fiber.transport.tls.policy`).
+def prepare(settings: Settings, remote_jobs: bool = True) -> None:
+    """Take ``settings``' mode as this process's TLS (`fiber.transport.tls.policy`), and
+    make or take its throwaway credentials now if a connection of its may need them
+    (``on``; ``auto`` when ``remote_jobs``: its backend's jobs are on other hosts):
+    before the main process hands out an address, so that a child it forks inherits
+    them. Under ``auto`` with jobs on this host (the local backend) they are made only
+    if a connection ever needs them: making them costs a program's start ~0.1-0.3 s.
 
     Raises:
         ConfigError: ``settings`` are wrong (see `mode`, `site_files`).
     """
     current = mode(settings)
-    if current != "off" and site_files(settings) is None:
+    if (current == "on" or (current == "auto" and remote_jobs)) and site_files(settings) is None:
         program_credentials()
     set_policy(None if current == "off" else Policy(
         current, lambda: server_context(settings), lambda: client_context(settings)))
 
 
-def credentials_env(settings: Settings) -> Dict[str, str]:
+def credentials_env(settings: Settings, remote: bool = True) -> Dict[str, str]:
     """The environment entry that hands a child job its TLS mode and credentials (a
-    site's: only its file paths): {} when ``tls`` is off.
+    site's: only its file paths): {} when ``tls`` is off; the mode alone under ``auto``
+    for a job on this host's network (not ``remote``), whose connections stay plain.
 
     Raises:
         ConfigError: ``settings`` are wrong (see `mode`, `site_files`).
@@ -259,6 +266,8 @@ def credentials_env(settings: Settings) -> Dict[str, str]:
     if files is not None:
         body = ".".join(_b64(path.encode("utf-8")) for path in files)
         return {CREDENTIALS_ENV: f"{tls}.{_FILES}.{body}"}
+    if tls == "auto" and not remote:
+        return {CREDENTIALS_ENV: f"{tls}.{_NONE}."}
     return {CREDENTIALS_ENV: f"{tls}.{_KEYS}.{program_credentials().encoded()}"}
 
 

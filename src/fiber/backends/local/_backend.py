@@ -98,6 +98,7 @@ class LocalBackend(CommandLineBackend):
     name = "local"
     settings = LocalSettings
     jobs_share_host = True
+    jobs_share_network = True
     passes_fds = True
     files_per_job = 9  # + a pidfd, its stdout and stderr pipes, its end while handed over
     jobs_are_children = True
