@@ -97,9 +97,9 @@ class Config:
     startup_timeout: float = 600.0
     #: Whether connections between hosts are encrypted and authenticated with TLS 1.3
     #: (each end proves, by a certificate, that it is a process of this program):
-    #: ``off`` (the network is trusted), ``auto`` (connections between hosts) or ``on``
+    #: ``auto`` (connections between hosts), ``off`` (the network is trusted) or ``on``
     #: (every TCP connection, loopback too). See "Private links across hosts (TLS)".
-    tls: str = "off"
+    tls: str = "auto"
     #: A site's own certificate authority (a PEM file), with ``tls_cert_file`` and
     #: ``tls_key_file``: all three or none. Every job reads the same paths (the
     #: cluster's shared filesystem): no key travels in a job's environment. Unset: the
