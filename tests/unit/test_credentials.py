@@ -257,7 +257,7 @@ def test_a_job_learns_its_tls_settings_before_its_config_arrives(tmp_path):
 
 
 def test_nothing_is_handed_down_when_tls_is_off():
-    assert credentials.credentials_env(Config()) == {}
+    assert credentials.credentials_env(Config(tls="off")) == {}
     assert credentials.credentials_env(Config(tls="off", tls_ca_file="/x",
                                               tls_cert_file="/y", tls_key_file="/z")) == {}
 
@@ -341,11 +341,13 @@ def test_a_forked_child_keeps_the_credentials_and_makes_its_contexts_anew():
 
 
 def test_fiber_needs_no_cryptography_while_tls_is_off():
+    """Nor under the default, auto, for jobs on this host's network (see
+    tests/backends/local/test_tls_local.py)."""
     code = ("import sys\nsys.modules['cryptography'] = None  # importing it fails\n"
             "import fiber\nfrom fiber.config import Config\n"
             "from fiber.transport import credentials\n"
-            "credentials.prepare(Config())\n"
-            "assert credentials.credentials_env(Config()) == {}\n"
+            "credentials.prepare(Config(tls='off'))\n"
+            "assert credentials.credentials_env(Config(tls='off')) == {}\n"
             "print('ssl' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
