@@ -11,7 +11,8 @@
 #   container-engine.sh image      fiber-base:bookworm (debootstrap minbase + python3-venv, then
 #                                  `docker import`; skipped when the engine has it), then
 #                                  fiber-test:latest: this checkout, numpy, cloudpickle, psutil,
-#                                  pytest, docker, kubernetes, and gymnasium, box2d, pygame-ce
+#                                  cryptography, pytest, docker, kubernetes, and gymnasium,
+#                                  box2d, pygame-ce
 #                                  (examples/es_bipedal.py's workers; $PACKAGES, pinned by
 #                                  requirements/constraints.txt) in a venv at /opt/fiber, first on
 #                                  PATH (`python3` is that venv's). Built with --network none from
@@ -76,7 +77,10 @@ DOCKER=/usr/bin/docker
 # test_es_example.py: gymnasium, the box2d wheel, and pygame-ce (gymnasium's box2d package
 # imports it even without rendering).
 # Not torch (~700 MB): the torch tests are deselected on the container backends.
-PACKAGES="numpy cloudpickle psutil pytest docker kubernetes gymnasium box2d pygame-ce"
+# cryptography: a main program run in a container (fiber run -b docker) makes the
+# program's TLS authority (tls = auto, its jobs on other hosts), as pip install
+# fiber-cluster brings it.
+PACKAGES="numpy cloudpickle psutil pytest docker kubernetes gymnasium box2d pygame-ce cryptography"
 export DOCKER_HOST=unix://$SOCK DOCKER_BUILDKIT=0
 
 log() { echo "[container-engine] $*" >&2; }
@@ -261,7 +265,7 @@ COPY fiber/ /tmp/fiber/
 RUN /opt/fiber/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check \
       --no-deps /tmp/fiber/*.whl \
  && rm -rf /tmp/fiber \
- && /opt/fiber/bin/python -c "import fiber, numpy, cloudpickle, psutil"
+ && /opt/fiber/bin/python -c "import fiber, numpy, cloudpickle, psutil, cryptography"
 ENV PATH=/opt/fiber/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 EOF
   "$DOCKER" build -q --network none --build-arg PACKAGES="$PACKAGES" -t "$TEST_IMAGE" \
