@@ -253,15 +253,17 @@ def prepare(settings: Settings, remote_jobs: bool = True) -> None:
 
 def credentials_env(settings: Settings, remote: bool = True) -> Dict[str, str]:
     """The environment entry that hands a child job its TLS mode and credentials (a
-    site's: only its file paths): {} when ``tls`` is off; the mode alone under ``auto``
-    for a job on this host's network (not ``remote``), whose connections stay plain.
+    site's: only its file paths); the mode alone when ``tls`` is off, or under ``auto``
+    for a job on this host's network (not ``remote``), whose connections stay plain. A
+    job needs its mode before its config arrives: its default (``auto``) would speak TLS
+    to a master that does not.
 
     Raises:
         ConfigError: ``settings`` are wrong (see `mode`, `site_files`).
     """
     tls = mode(settings)
     if tls == "off":
-        return {}
+        return {CREDENTIALS_ENV: f"{tls}.{_NONE}."}
     files = site_files(settings)
     if files is not None:
         body = ".".join(_b64(path.encode("utf-8")) for path in files)

@@ -1,7 +1,7 @@
 """``tls = "auto"`` on the local backend: its jobs reach the master over this host's own
 network, so their connections stay plain and the program makes no TLS credentials
 (making them costs its start 0.1-0.3 s); with ``on`` it makes them and its jobs inherit
-them."""
+them; with ``off`` its jobs are told off (their own default, auto, would speak TLS)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ _PROGRAM = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode, made", [("auto", False), ("on", True)])
+@pytest.mark.parametrize("mode, made", [("auto", False), ("on", True), ("off", False)])
 def test_local_jobs_under_auto_take_no_credentials(tmp_path, mode: str, made: bool) -> None:
     script = tmp_path / "prog.py"
     script.write_text(_PROGRAM)

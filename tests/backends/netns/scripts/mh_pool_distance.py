@@ -33,10 +33,13 @@ def main():
         most = [0]
         stop = threading.Event()
 
-        def sample():  # the most tasks a worker held, as the master's table says
+        def sample():  # the most tasks a worker held, as the master's table says (a
+            # job handed tasks as a whole: its record's, a worker each)
             while not stop.wait(0.005):
                 with core.hub.lock:
                     held = [len(ws.pending) for ws in core.live_workers()]
+                    held += [len(h.pending) // max(1, h.width)
+                             for h in core.service.holders.values()]
                 most[0] = max([most[0], *held])
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -46,8 +49,9 @@ def main():
         seconds = time.monotonic() - t0
         stop.set()
         sampler.join()
-        rtts = sorted(round(ws.link.rtt * 1000, 1) for ws in core.live_workers()
-                      if ws.link is not None)
+        links = [ws.link or (ws.job.link if ws.job is not None else None)
+                 for ws in core.live_workers()]  # a relayed worker's: its job's
+        rtts = sorted(round(link.rtt * 1000, 1) for link in links if link is not None)
         relayed = sum(ws.relayed for ws in core.live_workers())
     _common.result(exact=got == [x * x for x in range(n)], rate=round(n / seconds, 1),
                    ideal=WORKERS / TASK_S, held_most=most[0], rtt_ms=rtts, relayed=relayed)
