@@ -7,10 +7,18 @@ worker holds two."""
 
 from __future__ import annotations
 
+import gc
 import types
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
-from fiber.pool._protocol import PoolOps, WorkerHello, pack_results, unpack_tasks
+from fiber.pool._protocol import (
+    FUNCTION_SLOTS,
+    PoolOps,
+    WorkerHello,
+    pack_results,
+    remember,
+    unpack_tasks,
+)
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.transport.peers import Peer
 
@@ -104,3 +112,27 @@ def test_the_next_task_goes_to_the_least_loaded_worker_not_the_last_one_heard():
     return_results(service, server, by_id[first], mine[:1])  # it holds 1, the other 2
     submit(service, range(5, 6))
     assert server.tasks_sent()[-1][0] == first
+
+
+def test_a_function_lru_keeps_the_newest_as_the_worker_does_and_is_not_tracked() -> None:
+    """The master's LRU of the functions a worker keeps must evict what the worker's
+    own evicts (else a task names a function the worker no longer has), and, a dict of
+    ints, stays out of the garbage collector's passes (10,000 of them at 10,000
+    workers)."""
+    lru: Dict[int, None] = {}
+    for fid in range(FUNCTION_SLOTS):
+        remember(lru, fid, None)
+    remember(lru, 0, None)  # used again: now the newest
+    remember(lru, FUNCTION_SLOTS, None)  # one more: the oldest (1) goes, not 0
+    assert list(lru) == [*range(2, FUNCTION_SLOTS), 0, FUNCTION_SLOTS]
+    assert not gc.is_tracked(lru)
+
+    service, server, peers = pool_of(1)
+    ws = next(iter(service.workers.values()))
+    for fid in range(2, FUNCTION_SLOTS + 8):  # more functions than a worker keeps
+        service.functions[fid] = [b"function %d" % fid]
+        task = Task(fid, Sink(), 0, fid, (b"arg",), "f")  # type: ignore[arg-type]
+        service.submit([task])
+        return_results(service, server, peers[0], [task.task_id])
+    assert list(ws.functions) == list(range(8, FUNCTION_SLOTS + 8))
+    assert not gc.is_tracked(ws.functions) and not gc.is_tracked(ws.given)

@@ -14,14 +14,13 @@
 
 from __future__ import annotations
 
-import collections
 import time
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ..transport.serialization import Frame
 from ..transport.server import Peer
 from . import _credit, _late
-from ._protocol import FUNCTION_SLOTS, PoolOps, WireTask, pack_task, pack_tasks, pack_to
+from ._protocol import PoolOps, WireTask, pack_task, pack_tasks, pack_to, remember
 from ._reconnect import Reconnections
 from ._state import ReadyWorkers, Task, WorkerState
 
@@ -155,7 +154,7 @@ class Dispatching(Reconnections):
             return
         if len(tasks) == 1 and tasks[0].fid in functions:  # the usual: one task, its
             task = tasks[0]  # function known (a round of one task a worker)
-            functions.move_to_end(task.fid)
+            remember(functions, task.fid, None)
             body = pack_task(task.task_id, task.fid, task.frames)
         else:
             body = [PoolOps.TASKS, *pack_tasks(self._wire(functions, tasks))]
@@ -184,21 +183,17 @@ class Dispatching(Reconnections):
             messages.append((holder, [PoolOps.ALONE,
                                       *pack_tasks(self._wire(holder.functions, alone))]))
 
-    def _wire(self, functions: collections.OrderedDict[int, None],
+    def _wire(self, functions: Dict[int, None],
               tasks: List[Task]) -> List[WireTask]:
         """``tasks`` as the wire carries them, each with its function's frames if the
         worker does not keep it (``functions``: its LRU of function ids, updated)."""
         wire: List[WireTask] = []
         for task in tasks:
             fid = task.fid
-            if fid in functions:
-                functions.move_to_end(fid)
-                wire.append((task.task_id, fid, None, task.frames))
-            else:
-                functions[fid] = None
-                while len(functions) > FUNCTION_SLOTS:
-                    functions.popitem(last=False)
-                wire.append((task.task_id, fid, self.functions[fid], task.frames))
+            known = fid in functions
+            remember(functions, fid, None)
+            wire.append((task.task_id, fid, None if known else self.functions[fid],
+                         task.frames))
         return wire
 
     def _schedule_late(self) -> None:

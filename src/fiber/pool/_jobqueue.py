@@ -14,10 +14,10 @@ frames with its first task of it, as the master does for a worker of its own.
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..transport.serialization import Frame
-from ._protocol import FUNCTION_SLOTS, PoolOps, WireTask, pack_tasks, unpack_tasks
+from ._protocol import PoolOps, WireTask, pack_tasks, remember, unpack_tasks
 
 __all__ = ["JobQueue", "depth_of"]
 
@@ -31,14 +31,6 @@ def depth_of(credit: int) -> int:
     return credit if credit <= 2 else max(2, (credit + 1) // 2)
 
 
-def _remember(lru: collections.OrderedDict[int, Any], fid: int, value: Any) -> None:
-    """Use (or add) ``fid`` in ``lru``, as a worker's `FunctionCache` does."""
-    lru[fid] = value
-    lru.move_to_end(fid)
-    while len(lru) > FUNCTION_SLOTS:
-        lru.popitem(last=False)
-
-
 class JobQueue:
     """The tasks a job holds and has not handed to a worker, and what it needs to."""
 
@@ -46,10 +38,9 @@ class JobQueue:
         self.queue: Deque[_Queued] = collections.deque()
         self.depth = 1
         #: The functions the master counts the job as keeping: id -> frames.
-        self._functions: collections.OrderedDict[int, Sequence[Frame]] = \
-            collections.OrderedDict()
+        self._functions: Dict[int, Sequence[Frame]] = {}
         #: Each worker's functions, as it keeps them: worker id -> its LRU.
-        self._known: Dict[int, collections.OrderedDict[int, None]] = {}
+        self._known: Dict[int, Dict[int, None]] = {}
         #: The tasks running alone (ids), each on a worker that takes nothing else.
         self.alone: Set[int] = set()
 
@@ -63,7 +54,7 @@ class JobQueue:
         for task_id, fid, fn_frames, arg_frames in unpack_tasks(frames[1:]):
             if fn_frames is None:
                 fn_frames = self._functions[fid]
-            _remember(self._functions, fid, fn_frames)
+            remember(self._functions, fid, fn_frames)
             self.queue.append((task_id, fid, fn_frames, arg_frames, alone))
 
     def forget_functions(self) -> None:
@@ -117,10 +108,10 @@ class JobQueue:
         """``tasks`` for worker ``worker_id``: a function's frames with its first."""
         known = self._known.get(worker_id)
         if known is None:
-            known = self._known[worker_id] = collections.OrderedDict()
+            known = self._known[worker_id] = {}
         wire: List[WireTask] = []
         for task_id, fid, fn_frames, arg_frames, _ in tasks:
             fn: Optional[Sequence[Frame]] = None if fid in known else fn_frames
-            _remember(known, fid, None)
+            remember(known, fid, None)
             wire.append((task_id, fid, fn, arg_frames))
         return wire

@@ -5,7 +5,7 @@ docs/contributing/pools.md, "The wire"."""
 from __future__ import annotations
 
 import struct
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from ..transport.serialization import Frame
 
@@ -164,6 +164,19 @@ _TASK = struct.Struct("<QIBH")
 
 #: Functions a worker keeps, least recently used first out (same on both sides).
 FUNCTION_SLOTS = 32
+_V = TypeVar("_V")
+
+
+def remember(lru: Dict[int, _V], fid: int, value: _V) -> None:
+    """Use (or add) function ``fid`` in ``lru``, a dict in use order (oldest first), and
+    drop the oldest past `FUNCTION_SLOTS`: the master, a job and a worker keep their
+    function LRUs so, alike. (A dict, not an OrderedDict: a dict of ints to None, the
+    master's a worker, is not tracked by the garbage collector.)"""
+    lru.pop(fid, None)
+    lru[fid] = value
+    while len(lru) > FUNCTION_SLOTS:
+        del lru[next(iter(lru))]
+
 _RESULT = struct.Struct("<QBH")
 _BUSY = struct.Struct("<d")
 _ONE_RESULT = _BUSY.size + _RESULT.size

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Deque, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .._core._clients import get_client, own_client
 from ..config import get_config
@@ -21,12 +21,12 @@ from ..transport.serialization import Frame, dumps, loads
 from ..transport.unpicklable import explained
 from . import _resume
 from ._protocol import (
-    FUNCTION_SLOTS,
     InitFailed,
     PoolOps,
     Resume,
     WorkerHello,
     pack_results,
+    remember,
     unpack_tasks,
 )
 from ._retire import Retirement
@@ -90,15 +90,11 @@ class FunctionCache:
     """The worker's side of the per-worker function LRU (see _pool_protocol)."""
 
     def __init__(self) -> None:
-        self._entries: collections.OrderedDict[int, _Function] = collections.OrderedDict()
+        self._entries: Dict[int, _Function] = {}
 
     def receive(self, fid: int, fn_frames: Optional[List[Frame]]) -> _Function:
-        if fn_frames is not None:
-            self._entries[fid] = _Function(fn_frames)
-        entry = self._entries[fid]
-        self._entries.move_to_end(fid)
-        while len(self._entries) > FUNCTION_SLOTS:
-            self._entries.popitem(last=False)
+        entry = self._entries[fid] if fn_frames is None else _Function(fn_frames)
+        remember(self._entries, fid, entry)
         return entry
 
 

@@ -64,6 +64,22 @@ def test_tasks_of_relayed_workers_use_the_masters_queues_and_locks(ctx):
     assert sorted(v % 1000 for v in out) == list(range(40))
 
 
+@pytest.mark.parametrize("per_job", [1, PER_JOB])
+def test_more_functions_than_a_worker_keeps(ctx, per_job):
+    """Forty functions (a worker keeps 32, the least recently used out): the master, the
+    job and the worker must drop the same one, or a task names a function its worker
+    no longer has. Each is called once, again in reverse, and again in order."""
+    functions = [functools.partial(ph.add, k) for k in range(40)]
+    with ctx.Pool(2, workers_per_job=per_job, cpu=CPU) as pool:
+        for order in (range(40), reversed(range(40)), range(40)):
+            for k in order:
+                assert pool.apply(functions[k], (1000,)) == 1000 + k
+        assert pool.map(functions[3], range(8), 1) == [3 + x for x in range(8)]
+        status = pool.status()  # (a worker missing a function would die: replaced, its
+        assert status.retried == 0  # task run again, the results still right)
+        assert sum(w.restarts for w in status.workers) == 0
+
+
 def test_a_worker_that_dies_in_its_job_is_replaced_in_it(ctx):
     with fiber.config.override(pool_max_task_retries=1), \
             ctx.Pool(4, workers_per_job=PER_JOB, cpu=CPU) as pool:
