@@ -188,12 +188,16 @@ class Dispatching(Reconnections):
         """``tasks`` as the wire carries them, each with its function's frames if the
         worker does not keep it (``functions``: its LRU of function ids, updated)."""
         wire: List[WireTask] = []
+        last = fn = None
         for task in tasks:
             fid = task.fid
-            known = fid in functions
-            remember(functions, fid, None)
-            wire.append((task.task_id, fid, None if known else self.functions[fid],
-                         task.frames))
+            if fid != last:  # (a batch's tasks mostly share their function: used once)
+                fn = None if fid in functions else self.functions[fid]
+                remember(functions, fid, None)
+                last = fid
+            elif fn is not None:  # its frames go with its first task only
+                fn = None
+            wire.append((task.task_id, fid, fn, task.frames))
         return wire
 
     def _schedule_late(self) -> None:
