@@ -206,3 +206,34 @@ def test_the_jobs_queue_hands_each_worker_up_to_its_depth_and_suspects_alone() -
     assert 11 in held[2] and len(held[2]) == 1 and queue.alone == {11}
     queue.spread(held)  # type: ignore[arg-type]
     assert len(held[2]) == 1  # nothing beside it
+
+
+def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) -> None:
+    """The order a reset makes: the job's connection is reset (its workers and its
+    record waited for), a worker dies meanwhile and its job cannot say so; the job
+    comes back without it (``resume_job``: the master loses it, holding nothing of its
+    own, the job's record keeps its task), then says how it ended, naming the task
+    (``worker_ended``). That task is counted in ``retried`` once, charged once, named in
+    the worker's warning, and its result delivered once."""
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    assert _handed(hub) == [1, 2]  # a runs task 1, b task 2 (the job's choice)
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"", pack_to([  # type: ignore[arg-type]
+        (b.worker_id, [pack_ids([2])]), (JOB_ID, [pack_ids([1, 2])])]))
+    assert a.lost and not a.pending and set(holder.pending) == {1, 2} and not said()
+    service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9, (1,)))
+    assert list(service.queue) == [tasks[0]] and set(holder.pending) == {2}
+    assert tasks[0].attempts == (a,) and service.retried == 1
+    (line,) = said()
+    assert "PoolWorker-10" in line and "resubmitted map(f) task 0" in line, line
+    _results(service, hub, again, [(b.worker_id, [2])])
+    assert _handed(hub) == [1]
+    _results(service, hub, again, [(b.worker_id, [1])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0
+    assert service.retried == 1 and tasks[0].attempts == (a,)

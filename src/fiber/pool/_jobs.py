@@ -108,8 +108,10 @@ class JobsOfSeveral(Service):
         """Tasks held go back to the front of the queue (those still to run: returned)."""
         raise NotImplementedError
 
-    def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
-        """Count ``ws``'s death against ``tasks``."""
+    def _give_back(self, ws: WorkerState, tasks: List[Task],
+                   now: float) -> Tuple[List[str], List[Task]]:
+        """Lost ``ws`` held ``tasks``: charged, requeued, counted as retried (the
+        notes of its warning, and the tasks requeued)."""
         raise NotImplementedError
 
     # -- jobs handed tasks as a whole ------------------------------------------------------
@@ -177,7 +179,10 @@ class JobsOfSeveral(Service):
 
     def _handed_back(self, ws: WorkerState, held: Sequence[int]) -> None:
         """``ws``, a worker of a job handed tasks as a whole, ended holding the tasks
-        ``held`` (their ids, as its job counts them): they are its now, to lose."""
+        ``held`` (their ids, as its job counts them): they are its now, to lose. Lost
+        already (its job came back from a reset without it, and tells its end only now):
+        lost now as they would have been with it, once (see `_give_back`), and named in
+        its warning if that is not said yet."""
         holder = ws.holder
         tasks = [task for task in (holder.pending.pop(task_id, None) for task_id in held)
                  if task is not None]
@@ -185,10 +190,13 @@ class JobsOfSeveral(Service):
             return
         if not ws.lost:
             ws.pending.update((task.task_id, task) for task in tasks)
-        else:  # (lost already, while its job lived: charged now)
-            self._charge(ws, tasks)
-            self._requeue(tasks)
+            self._refresh(holder)
+            return
+        notes, back = self._give_back(ws, tasks, time.monotonic())
+        if ws.loss is not None:
+            _losses.name_held(ws.loss, back, notes)
         self._refresh(holder)
+        self.dispatch()
 
     # -- jobs of several ---------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from ..process._process import exitcode_of
 from ._state import Given, Loss, Task, WorkerState
 
 __all__ = ["Loss", "Losses", "Given", "InitFailures", "exit_code", "describe_exit", "tasks_text",
-           "given_text", "where", "report", "report_job"]
+           "given_text", "given_of", "name_held", "where", "report", "report_job"]
 
 #: Seconds a lost worker's warning (and the WorkerLostError of a task that killed its
 #: workers) waits for its job's exit code. A normal end is reported in milliseconds
@@ -140,6 +140,22 @@ def given_text(given: Sequence[Given], held: Sequence[Placed]) -> str:
     named as resubmitted), as `tasks_text` names them."""
     ids = {task.task_id for task in held}
     return tasks_text([g for g in given if g.task_id not in ids])
+
+
+def given_of(tasks: Sequence[Task]) -> List[Given]:
+    """``tasks`` as a warning keeps them (`Given`: not the tasks, which hold their
+    call's results)."""
+    return [Given(task.task_id, task.call, task.first, task.items) for task in tasks]
+
+
+def name_held(loss: Loss, tasks: Sequence[Task], notes: Sequence[str]) -> None:
+    """A worker lost holding nothing of its own was then said, by its job, to have held
+    ``tasks`` (its end told after the master lost it): its warning, ``loss``, not said
+    yet, names them too, with the ``notes`` of their charge."""
+    if tasks:
+        loss.tasks = "; ".join(text for text in (loss.tasks, tasks_text(tasks)) if text)
+        loss.held = [*loss.held, *given_of(tasks)]
+    loss.notes.extend(notes)
 
 
 def where(ws: WorkerState) -> str:

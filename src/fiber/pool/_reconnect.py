@@ -90,7 +90,7 @@ class Reconnections(JobsOfSeveral):
         """``ws``, waited for since a reset, is back on ``peer`` with the tasks ``kept``
         (their ids): the others it held go back to the queue (returned)."""
         missing = self._take_back(ws, kept)
-        ws.given += tuple(_losses.Given(t.task_id, t.call, t.first, t.items) for t in missing)
+        ws.given += tuple(_losses.given_of(missing))
         ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
         ws.probe = 0.0  # its next results say how long the reset took, not its link
         ws.functions.clear()  # a function's frames may have been lost with the tasks

@@ -500,14 +500,7 @@ class PoolService(Dispatching):
         ws.pending.clear()
         expected = bool(ws.retired_why) or (not tasks and (ws.retiring or self.closing or (
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
-        # a worker its cluster retired charges no task: its grace ran out mid-task
-        notes = [] if ws.retired_why else self._charge(ws, tasks)
-        tasks = self._requeue(tasks)
-        items = sum(task.items for task in tasks)
-        if items:
-            self.stream.add(ws.name, ws.since, now, "lost", items)
-        if not ws.retired_why:
-            self.retried += items
+        notes, tasks = self._give_back(ws, tasks, now)
         if not ws.retiring:
             self.free_slots.append((ws.slot, ws.restarts + 1))
         # Its job (of several) says how it ended, and replaces it: until then it counts.
@@ -526,8 +519,7 @@ class PoolService(Dispatching):
             log("%s ended: its initializer raised", ws.name)
         else:
             log("%s lost, holding %d tasks", ws.name, len(tasks))
-            held = [_losses.Given(task.task_id, task.call, task.first, task.items)
-                    for task in tasks] if ws.job is not None and ws.job.forks else []
+            held = _losses.given_of(tasks) if ws.job is not None and ws.job.forks else []
             self.losses.add(ws, _losses.Loss(_losses.tasks_text(tasks), notes, ws.started,
                                              _losses.given_text(ws.given, tasks), held))
             if exit_code(ws) is not None and not (ws.job is not None and ws.job.forks):
@@ -538,6 +530,21 @@ class PoolService(Dispatching):
         if not awaited:
             self.on_worker_gone(ws, expected)
         self.dispatch()
+
+    def _give_back(self, ws: WorkerState, tasks: List[Task],
+                   now: float) -> Tuple[List[str], List[Task]]:
+        """Lost worker ``ws`` held ``tasks``: each is charged to it (not if its cluster
+        retired it: its grace ran out mid-task), goes back to the queue (but those done,
+        or whose copy runs elsewhere) and counts in ``retried``, once for this loss.
+        Returns the notes of its warning and the tasks queued again."""
+        notes = [] if ws.retired_why else self._charge(ws, tasks)
+        back = self._requeue(tasks)
+        items = sum(task.items for task in back)
+        if items:
+            self.stream.add(ws.name, ws.since, now, "lost", items)
+        if not ws.retired_why:
+            self.retried += items
+        return notes, back
 
     def _charge(self, ws: WorkerState, tasks: List[Task]) -> List[str]:
         """Count worker ``ws``'s death against the ``tasks`` it held (see

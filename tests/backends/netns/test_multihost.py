@@ -301,6 +301,28 @@ def test_a_job_of_several_whose_connection_is_reset_keeps_its_workers(
     assert not said_lost(stderr), stderr
 
 
+def test_a_pool_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(
+        hosts: netns.Hosts) -> None:
+    """A job of two, held (SIGSTOP) while one of its workers is SIGKILLed mid-task and
+    its connection aborted (``ss -K``), then let go: it connects again without the dead
+    worker, which the master loses then, and only after that says how the worker ended
+    and which task it held (``mh_reset_worker_ended.py``). That task runs again, counted
+    once in ``retried``, charged once (a retry limit of 1 is not exceeded), named in the
+    worker's warning; every result once, the job itself kept."""
+    r, stderr = _scenario(hosts, "mh_reset_worker_ended.py", timeout=SCRIPT_TIMEOUT + 60)
+    assert r["reset"] >= 1 and "error" not in r, (r, stderr[-4000:])
+    assert r["values"] == [0, 1, 2, 3] and r["done"] == 4, r
+    assert r["retried"] == 1, (r, stderr[-4000:])
+    resumed = [ln for ln in stderr.splitlines() if RESUMED in ln and "PoolJob-" in ln]
+    assert len(resumed) == 1 and "with 1 workers" in resumed[0], stderr
+    lost_lines = [ln for ln in stderr.splitlines() if " was lost: " in ln]
+    assert len(lost_lines) == 1, stderr
+    (lost,) = lost_lines
+    assert re.search(r"PoolWorker-\d+ \(.*\) was lost: killed by SIGKILL; resubmitted "
+                     r"map\(task\) task \d$", lost), lost
+    assert r["job_alive"] and r["killed"] not in r["pids"], r
+
+
 def test_a_consumer_whose_connections_are_reset_takes_each_item_once(
         hosts: netns.Hosts) -> None:
     """Issue 30: a Process on host 2 takes 6,000 items from a queue of the master's, most
