@@ -237,3 +237,31 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     _results(service, hub, again, [(b.worker_id, [1])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0
     assert service.retried == 1 and tasks[0].attempts == (a,)
+
+
+def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said) -> None:
+    """As above, but the job never tells the end it kept: back from the reset without
+    worker a (lost then, holding nothing of its own), its other worker ends too, then the
+    job itself. What its record holds ran on a worker whose end was never told, not
+    "never handed out": it is charged to that worker (the retry limit counts it),
+    counted in ``retried`` and named in the job's one warning."""
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    _handed(hub)
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"", pack_to([  # type: ignore[arg-type]
+        (b.worker_id, [pack_ids([2])]), (JOB_ID, [pack_ids([1, 2])])]))
+    service.worker_ended(hub, again, b"r", WorkerEnded(b.worker_id, -9, (2,)))
+    assert service.retried == 1 and tasks[1].attempts == (b,)
+    service.peer_gone(hub, again)  # closed: the job ended
+    job.process.exitcode = -9
+    service.job_ended(job, -9)
+    assert tasks[0].attempts == (a,) and service.retried == 2
+    assert sorted(t.task_id for t in service.queue) == [1, 2]
+    (line,) = said()  # (b's waited behind a's, said first: both in the job's)
+    assert "was lost with 2 workers" in line and "resubmitted map(f) tasks 0, 1" in line, line

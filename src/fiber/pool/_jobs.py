@@ -149,9 +149,10 @@ class JobsOfSeveral(Service):
     def _drop_holder(self, holder: WorkerState) -> None:
         """``holder``'s job is lost (its connection, its process, or its wait to connect
         again ended): what it holds goes to one of its started workers not lost yet, lost
-        with them by the caller (charged, named in the job's warning); with none left,
-        back to the queue: each task that ran was named when its worker ended, so these
-        never ran."""
+        with them by the caller (charged, named in the job's warning). With none left,
+        to one lost whose end the job never told (awaited: it may have run them), lost
+        now as it would have been with them; else back to the queue, uncharged: each
+        task that ran was named when its worker's end was told, so these never ran."""
         if holder.lost:
             return
         holder.lost = True
@@ -166,9 +167,17 @@ class JobsOfSeveral(Service):
         heir = next((ws for ws in holder.job.workers if ws.started and not ws.lost), None)
         if heir is not None:
             heir.pending.update((task.task_id, task) for task in tasks)
-        elif tasks:
+            return
+        if not tasks:
+            return
+        untold = next((ws for ws in holder.job.workers if ws.worker_id in self.awaiting), None)
+        if untold is not None:
+            notes, back = self._give_back(untold, tasks, time.monotonic())
+            if untold.loss is not None:
+                _losses.name_held(untold.loss, back, notes)
+        else:
             self._requeue(tasks)
-            self.dispatch()
+        self.dispatch()
 
     def _stop_if_done(self, holder: WorkerState) -> None:
         """``holder``'s job holds nothing: stop its workers if the pool is done with them
