@@ -7,7 +7,7 @@ requests and answers, headers and handshakes included. The pool's workers talk t
 master directly, not through it. Phases:
 
 - ``start``: ``Pool(N)`` until its map is done and every pod runs, and 5 s more (N pod
-  creations and their events);
+  creations and their events; ``ceil(N / K)`` with ``--per-job K``, jobs of K workers);
 - ``steady``: the pool idle for ``--seconds`` (the job watcher polls status every 2 s):
   reported per minute;
 - ``end``: the pool closed and joined, until no pod of it is left (N pods deleted).
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,7 +64,8 @@ def _proxied_kubeconfig(proxy_dir: str) -> Tuple[TcpProxy, str]:
     return proxy, path
 
 
-def measure(workers: int, seconds: float) -> Dict[str, Any]:
+def measure(workers: int, seconds: float, per_job: int = 1,
+            cpu: Optional[float] = None) -> Dict[str, Any]:
     """One run in this process: the phases' bytes (received, sent) and connections."""
     import fiber
 
@@ -91,10 +92,10 @@ def measure(workers: int, seconds: float) -> Dict[str, Any]:
 
         phases = _pods_seen_directly()
         try:
-            pool = fiber.Pool(workers)
+            pool = fiber.Pool(workers, workers_per_job=per_job, cpu=cpu)
             assert pool.map(square, range(workers * 4), chunksize=1) == [
                 x * x for x in range(workers * 4)]
-            phases(lambda pods: pods == ["Running"] * workers)
+            phases(lambda pods: pods == ["Running"] * -(-workers // per_job))
             time.sleep(5)  # the last events of the start reach the master
             phase("start")
             time.sleep(seconds)
@@ -132,11 +133,12 @@ def _pods_seen_directly() -> Callable[[Callable[[List[str]], bool]], None]:
     return wait
 
 
-def _run_tree(src: str, workers: int, seconds: float) -> Dict[str, Any]:
+def _run_tree(src: str, workers: int, seconds: float, layout: List[str]) -> Dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (src, os.environ.get("PYTHONPATH", "")) if p))
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--workers", str(workers),
-                        "--seconds", str(seconds), "--json"], env=env, capture_output=True,
+                        "--seconds", str(seconds), *layout, "--json"], env=env,
+                       capture_output=True,
                        text=True, timeout=seconds + 900)
     if r.returncode:
         raise SystemExit(f"the run of {src} failed:\n{r.stderr}")
@@ -157,24 +159,30 @@ def main() -> None:
     parser.add_argument("--before", default="", help="a git revision to measure too")
     parser.add_argument("--after", default="",
                         help="a git revision to measure instead of the working tree")
+    parser.add_argument("--per-job", type=int, default=1,
+                        help="workers a pod (Pool(workers_per_job=...)): ceil(N / K) pods")
+    parser.add_argument("--cpu", type=float, default=None,
+                        help="CPUs a worker asks for (a pod of K asks K times it)")
     parser.add_argument("--json", action="store_true", help="one run, as JSON (internal)")
     args = parser.parse_args()
     if args.json:
-        print(json.dumps(measure(args.workers, args.seconds)))
+        print(json.dumps(measure(args.workers, args.seconds, args.per_job, args.cpu)))
         return
+    layout = ["--per-job", str(args.per_job)] + (
+        ["--cpu", str(args.cpu)] if args.cpu is not None else [])
     runs: Dict[str, Dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.before:
             runs[f"before ({args.before})"] = _run_tree(_export(args.before, tmp),
-                                                        args.workers, args.seconds)
+                                                        args.workers, args.seconds, layout)
         if args.after:
             after = os.path.join(tmp, "after")
             os.mkdir(after)
             runs[f"after ({args.after})"] = _run_tree(_export(args.after, after),
-                                                      args.workers, args.seconds)
+                                                      args.workers, args.seconds, layout)
         else:
             runs["this tree"] = _run_tree(os.path.join(REPO, "src"), args.workers,
-                                          args.seconds)
+                                          args.seconds, layout)
     rows = []
     for name, run in runs.items():
         for ph in ("start", "steady", "end"):
@@ -183,7 +191,8 @@ def main() -> None:
             rows.append([name, ph + (" (a minute)" if ph == "steady" else ""),
                          f"{r['seconds']:.0f} s", round(r["received"] * scale),
                          round(r["sent"] * scale), round(r["connections"] * scale, 1)])
-    table(f"Pool({args.workers}) on kubernetes: bytes between the master and the API server",
+    jobs = f" in jobs of {args.per_job}" if args.per_job > 1 else ""
+    table(f"Pool({args.workers}){jobs} on kubernetes: bytes between the master and the API server",
           ["tree", "phase", "took", "received B", "sent B", "connections"], rows)
 
 

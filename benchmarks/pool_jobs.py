@@ -11,9 +11,10 @@ For each layout, in a fresh pool:
 - **rounds** of one task per worker (``map(sleep, [T] * n, chunksize=1)``): efficiency =
   T / the round's wall time;
 - **replacement**: a worker SIGKILLed (by the pid its task reported: the backends whose
-  hosts share this machine's pid namespace, local, netns, Slurm and Grid Engine here)
-  until the pool has all its workers connected again: a new cluster job for a job of
-  one, a fork in its job for a job of several;
+  hosts share this machine's pid namespace, local, netns, Slurm, Grid Engine and ssh here;
+  skipped, with the next two, on the others: a pod's pid is not this machine's) until the
+  pool has all its workers connected again: a new cluster job for a job of one, a fork in
+  its job for a job of several;
 - **a job killed**: a round's wall time when one job is SIGKILLed half-way through it
   (its workers' tasks run again elsewhere; every result arrives), and until the pool has
   all its workers again;
@@ -51,9 +52,14 @@ def sleep_ids(seconds: float) -> Tuple[int, int]:
     return os.getpid(), os.getppid()
 
 
+#: the backends whose workers' pids are this machine's (their hosts share its pid namespace)
+PIDS_HERE = ("local", "netns", "slurm", "sge", "ssh")
+
+
 def measure(n: int, per_job: int, rounds: int, task_s: float,
-            cpu: Optional[float]) -> Dict[str, float]:
-    out: Dict[str, float] = {}
+            cpu: Optional[float], pids_here: bool = True) -> Dict[str, float]:
+    out: Dict[str, float] = dict.fromkeys(
+        ("pss_mb", "replace_s", "job_kill_round_s", "job_back_s"), float("nan"))
     started = time.monotonic()
     pool = fiber.Pool(n, workers_per_job=per_job, cpu=cpu)
     try:
@@ -74,6 +80,8 @@ def measure(n: int, per_job: int, rounds: int, task_s: float,
             pids = pool.map(sleep_pid, [task_s] * n, 1)
             efficiency.append(task_s / (time.monotonic() - t))
         out["efficiency"] = statistics.mean(efficiency)
+        if not pids_here:
+            return out  # a pid the tasks report is not this machine's: nothing to kill
         known = []
         for pid in set(pids):
             try:
@@ -122,7 +130,9 @@ def main() -> None:
     ap.add_argument("--cpu", type=float, default=None,
                     help="CPUs a worker asks for (a job of K asks K times it)")
     ap.add_argument("--backend", default="local",
-                    help="local, slurm, ... or netns (with --hosts network-namespace hosts)")
+                    help="local, slurm, sge, ssh, kubernetes, ... or netns (with --hosts "
+                    "network-namespace hosts); the kills and memory only where workers' pids "
+                    "are this machine's: " + ", ".join(PIDS_HERE))
     ap.add_argument("--hosts", type=int, default=4, help="netns hosts (root)")
     ap.add_argument("--only-jobs", action="store_true",
                     help="measure jobs of --per-job alone (a job a worker does not fit)")
@@ -145,8 +155,9 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     layouts = [args.per_job] if args.only_jobs else [1, args.per_job]
-    results = {k: measure(args.workers, k, args.rounds, args.task_ms / 1000, args.cpu)
-               for k in layouts}
+    pids_here = args.backend in PIDS_HERE
+    results = {k: measure(args.workers, k, args.rounds, args.task_ms / 1000, args.cpu,
+                          pids_here) for k in layouts}
     many = results[args.per_job]
     one = results.get(1, {key: float("nan") for key in many})
     rows = []
