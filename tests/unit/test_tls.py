@@ -181,3 +181,41 @@ def test_a_stream_altered_after_the_handshake_is_dropped_unread_and_said(
     assert counting.served == [b"before"]  # nothing of the altered record was served
     wait_until(lambda: "the stream was altered" in capfd.readouterr().err, 10,
                message="the server said why it closed the connection")
+
+
+def _tls_pair() -> Tuple[tls.TlsSocket, tls.TlsSocket, socket.socket]:
+    """A client and a server `TlsSocket` over a socket pair, handshaken; and the client's
+    raw socket, to write records of its own making."""
+    policy = _policy(credentials.program_credentials())
+    left, right = socket.socketpair()
+    client = tls.TlsSocket(left, policy.context(server_side=False), server_side=False)
+    server = tls.TlsSocket(right, policy.context(server_side=True), server_side=True)
+    thread = threading.Thread(target=client.handshake, args=(10, "a pair"))
+    thread.start()
+    wait_until(server.handshake_step, 10, message="the server's handshake")
+    thread.join(10)
+    assert client.handshaken
+    return client, server, left
+
+
+def test_a_read_takes_every_whole_record_and_then_says_the_altered_one() -> None:
+    """Three records (16 KB, 16 KB, the rest) arrive at once, the third altered: one read
+    gives both whole records, and the next raises `tls.Altered` (the reader is told, by
+    `pending`, to read again at once: nothing more may come on the socket)."""
+    client, server, raw = _tls_pair()
+    try:
+        client.sendall(b"x" * 40000)
+        right = server.sock
+        records = bytearray()
+        while len(records) < 40000 + 3 * 22:  # each record: a header and a tag
+            records += right.recv(65536)
+        records[-20] ^= 0xFF
+        raw.sendall(records)
+        view = memoryview(bytearray(65536))
+        assert server.recv_into(view) == 32768 and bytes(view[:32768]) == b"x" * 32768
+        assert server.pending()
+        with pytest.raises(tls.Altered, match="the stream was altered"):
+            server.recv_into(view)
+    finally:
+        client.close()
+        server.close()

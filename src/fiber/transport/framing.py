@@ -38,6 +38,7 @@ _SHM_FLAG = 1 << 63
 _MAX_FDS = 64
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
 _MSG_CTRUNC = int(socket.MSG_CTRUNC)  # a plain int: enum arithmetic costs ~1 us a message
+_DONTWAIT = int(socket.MSG_DONTWAIT)
 
 
 class ProtocolError(Exception):
@@ -316,7 +317,7 @@ class FrameReader:
         alive = FrameReader.feed_from(self, sock, flags)
         while alive and sock.pending():
             try:
-                alive = FrameReader.feed_from(self, sock, flags | socket.MSG_DONTWAIT)
+                alive = FrameReader.feed_from(self, sock, flags | _DONTWAIT)
             except BlockingIOError:  # (part of a record: the rest comes on the socket)
                 break
         return alive

@@ -39,6 +39,11 @@ class Altered(ConnectionResetError):
     peer is broken). Nothing of it was given to the reader; the connection is over."""
 
 
+def _altered(e: Exception) -> Altered:
+    return Altered(f"a TLS record failed its check ({getattr(e, 'reason', None) or e}): "
+                   "the stream was altered")
+
+
 class Policy:
     """This process's TLS: its mode, and how it gets its contexts (made once, when first
     needed: see `fiber.transport.credentials`)."""
@@ -135,6 +140,9 @@ class TlsSocket:
         #: the kernel's count of acknowledged bytes compares with: see `_resend`).
         self._written = 0
         self._fed = 0  # bytes read before the handshake was done
+        #: The end or the altered record that a read met after some bytes, raised (or
+        #: returned as 0) at the next.
+        self._failed: Optional[Exception] = None
         self.handshaken = False
 
     # -- the handshake --------------------------------------------------------------------
@@ -191,26 +199,52 @@ class TlsSocket:
         while True:
             # the object is asked only when it may have something: a want-read is an
             # exception, which costs more than the read (the usual read starts empty)
-            if incoming.pending or tls.pending():
+            if incoming.pending or tls.pending() or self._failed is not None:
                 try:
                     with self._lock:
-                        return int(tls.read(size, view))  # type: ignore[arg-type]
+                        if self._failed is not None:
+                            raise self._failed
+                        got = int(tls.read(size, view))  # type: ignore[arg-type]
+                        if got < size and (incoming.pending or tls.pending()):
+                            got = self._more_records(view, got, size)
+                        return got
                 except self._ssl.SSLWantReadError:
                     pass
                 except self._ssl.SSLZeroReturnError:  # the peer's close_notify
                     return 0
                 except self._ssl.SSLError as e:  # an altered record: none of it is given
-                    raise Altered(f"a TLS record failed its check ({e.reason or e}): "
-                                  "the stream was altered") from None
+                    raise _altered(e) from None
             scratch = _scratch()
             n = self.sock.recv_into(scratch, _READ, flags)
             if not n:
                 return 0
             incoming.write(scratch[:n])
 
+    def _more_records(self, view: memoryview, got: int, size: int) -> int:
+        """(Under the lock, after a read gave ``got`` bytes.) The next whole records the
+        object holds, up to ``size`` bytes in all: one read gives one record (16 KB at
+        most), and a large frame is read here, not a call of the reader a record. An end
+        or an altered record met here is raised at the next read (`pending` says to
+        make it at once), so that the bytes before it are given as they were."""
+        tls, incoming = self._tls, self._in
+        try:
+            while got < size and (incoming.pending or tls.pending()):
+                n = int(tls.read(size - got, view[got:]))  # type: ignore[arg-type]
+                if not n:
+                    break
+                got += n
+        except self._ssl.SSLWantReadError:
+            pass
+        except self._ssl.SSLZeroReturnError as e:
+            self._failed = e
+        except self._ssl.SSLError as e:
+            self._failed = _altered(e)
+        return got
+
     def pending(self) -> bool:
-        """Whether bytes read off the socket wait here (plain, or part of a record)."""
-        return bool(self._tls.pending() or self._in.pending)
+        """Whether bytes read off the socket wait here (plain, or part of a record), or
+        an end met after some of them."""
+        return bool(self._tls.pending() or self._in.pending or self._failed is not None)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -221,21 +255,33 @@ class TlsSocket:
 
     def sendall(self, data: Any) -> None:
         """As ``socket.sendall`` (a blocking socket)."""
-        out = self._encrypt(data)
-        self._write_blocking(out)
+        if len(data) > _WRITE:
+            self.sendmsg((data,))
+        else:  # a small message (the usual): one lock, one write
+            self._write_blocking(self._encrypt(data))
 
     def sendmsg(self, buffers: Sequence[Any], ancillary: Sequence[Any] = (), *_: Any) -> int:
         """As ``socket.sendmsg`` on a blocking socket: every buffer is written (TLS
-        carries no descriptors: ``ancillary`` must be empty)."""
+        carries no descriptors: ``ancillary`` must be empty). Encrypted and written
+        `_WRITE` plain bytes at a time: a 10 MB frame's records are not gathered in
+        memory first (the object's buffer would grow by copies to hold them all)."""
         if ancillary:
             raise ValueError("a TLS connection carries no descriptors")
-        total = 0
-        with self._lock:
-            for buf in buffers:
-                total += self._tls.write(buf)
-            out = self._out.read()
-        self._write_blocking(out)
-        return total
+        total = batch = 0
+        for buf in buffers:
+            view = memoryview(buf).cast("B")
+            for start in range(0, len(view), _WRITE):
+                with self._lock:
+                    batch += self._tls.write(view[start:start + _WRITE])
+                    out = self._out.read() if batch >= _WRITE else None
+                if out is not None:
+                    self._write_blocking(out)
+                    total, batch = total + batch, 0
+        if batch:
+            with self._lock:
+                out = self._out.read()
+            self._write_blocking(out)
+        return total + batch
 
     def _write_blocking(self, out: bytes) -> None:
         if self._backlog:
@@ -250,8 +296,14 @@ class TlsSocket:
         if self._backlog and not self.drain():
             raise BlockingIOError("earlier records wait")
         view = memoryview(data)[:_WRITE]
-        self._backlog += self._encrypt(view)
-        self.drain()
+        out = self._encrypt(view)
+        try:
+            sent = self.sock.send(out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        self._written += sent
+        if sent < len(out):  # kept for `drain`: only what the socket did not take
+            self._backlog += memoryview(out)[sent:]
         return len(view)
 
     def drain(self) -> bool:
