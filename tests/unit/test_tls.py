@@ -114,11 +114,13 @@ def test_a_wrong_mode_is_a_clear_error() -> None:
 
 class _FlippingRelay:
     """A TCP relay on 127.0.0.1 to ``target`` that passes bytes as they are until
-    `flip` is set, then inverts one byte of the next chunk towards the target: an on-path
-    host that alters a stream after its handshakes."""
+    `flip` is set, then inverts one byte of the next chunk towards the target (or, with
+    ``towards_target`` False, from it): an on-path host that alters a stream after its
+    handshakes."""
 
-    def __init__(self, target: Tuple[str, int]) -> None:
+    def __init__(self, target: Tuple[str, int], towards_target: bool = True) -> None:
         self.target = target
+        self.towards_target = towards_target
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.flip = threading.Event()
@@ -128,8 +130,9 @@ class _FlippingRelay:
     def _run(self) -> None:
         client, _ = self.listener.accept()
         server = socket.create_connection(self.target)
-        threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
-        self._pipe(client, server, True)
+        threading.Thread(target=self._pipe, args=(server, client, not self.towards_target),
+                         daemon=True).start()
+        self._pipe(client, server, self.towards_target)
 
     def _pipe(self, src: socket.socket, dst: socket.socket, alter: bool) -> None:
         try:
@@ -219,3 +222,26 @@ def test_a_read_takes_every_whole_record_and_then_says_the_altered_one() -> None
     finally:
         client.close()
         server.close()
+
+
+def test_a_stream_altered_towards_a_client_ends_its_connection_and_is_said(
+        server: Server, capfd: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reply's record altered: the client, which read it, says so and counts its
+    connection lost (it connects again on its next call); nothing of it is returned."""
+    server.register(b"echo", _Echo())
+    relay = _FlippingRelay(split_address(server.address), towards_target=False)
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
+                        socket.create_connection(("127.0.0.1", relay.port), timeout))
+    client = Client(server.address)
+    try:
+        assert client.request(b"echo", b"op", [b"before"], timeout=10)[0] == b"ok"
+        relay.flip.set()
+        with pytest.raises(ConnectionLost, match="the stream was altered"):
+            client.request(b"echo", b"op", [b"x" * 1000], timeout=10)
+        assert relay.flipped.is_set() and client.lost
+    finally:
+        client.close()
+    err = capfd.readouterr().err
+    assert f"closed its connection to {server.address}: a TLS record failed its check" in err
+    assert err.count("the stream was altered") == 1, err

@@ -72,7 +72,7 @@ class Reconnections(JobsOfSeveral):
         holds. Answered ``stop`` when it was given up meanwhile."""
         ws = self.workers.get(msg.worker_id)
         if ws is not None and ws.peer is not None and ws.peer is not peer:
-            server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
+            server.end_peer(ws.peer.peer_id, abort=True)  # its reset has not reached us
         if ws is None or ws.lost or not ws.resume_by:
             server.reply(peer, req_id, b"stop")
             return
@@ -156,7 +156,7 @@ class Reconnections(JobsOfSeveral):
                 continue
             ws = self.workers.get(worker_id)
             if ws is not None and ws.peer is not None and ws.peer is not peer:
-                server.end_peer(ws.peer.peer_id)  # its reset has not reached us yet
+                server.end_peer(ws.peer.peer_id, abort=True)  # its reset has not reached us
             if ws is None or ws.lost or not (ws.resume_by or not ws.started):
                 continue
             kept.append(ws)

@@ -103,15 +103,10 @@ class Admission:
             self._sel.register(listener, selectors.EVENT_READ, LISTENER)
 
     def _say_altered(self, conn: Connection, error: OSError) -> None:
-        """A TLS record of ``conn`` failed its check: it is closed, and said (an on-path
-        host, or a broken link's corruption past TCP's checksum)."""
+        """A TLS record of ``conn`` failed its check: it is closed, and said."""
         who = conn.peer.process_id.hex()[:8] if conn.peer is not None else "a stranger"
-        try:
-            sys.stderr.write(f"fiber: {self.address} closed the connection of process {who} "
-                             f"from {conn.source or 'this host'}: {error}\n")
-            sys.stderr.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
+        tls.say_altered(f"{self.address} closed the connection of process {who} from "
+                        f"{conn.source or 'this host'}", error)
 
     def _tls_handshake(self, conn: Connection) -> bool:
         """A step of ``conn``'s TLS handshake with what came: True once it is done (what

@@ -376,6 +376,8 @@ class Client:
             return False
         except (OSError, ProtocolError) as e:
             self.mark_lost(getattr(e, "errno", 0) or 0)
+            if isinstance(e, tls.Altered):
+                tls.say_altered(f"process {here.pid} closed its connection to {self.address}", e)
             raise ConnectionLost(f"connection lost: {e}", self.address) from None
         if not alive:
             self.mark_lost()

@@ -13,6 +13,7 @@ import os
 import select
 import selectors
 import socket
+import struct
 import sys
 import threading
 import traceback
@@ -55,6 +56,16 @@ def _pipe() -> Tuple[int, int]:
 
 _WAKE = object()
 _NUDGE = object()
+
+
+def _abortive(conn: Connection) -> None:
+    """Make ``conn``'s close a reset (RST), not an end (FIN): its peer, which may live,
+    takes it as a link's reset (it connects again and resends; its lifeline is made
+    again) rather than as this process's end."""
+    try:
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
 
 
 class Server(StandIn, Admission):
@@ -109,7 +120,8 @@ class Server(StandIn, Admission):
         #: Connections not authenticated yet, and those closed for it (for tests, logs).
         self.door = Door(self.address, self._close_conn)
         #: How many messages each ended connection brought (see _resend).
-        self.ended_peers = EndedPeers(self.end_peer)
+        # the client that asks what an old connection brought lives: its end is a reset
+        self.ended_peers = EndedPeers(functools.partial(self.end_peer, abort=True))
         self._services[RESEND_SERVICE] = self.ended_peers
         #: The last request of each caller of an ``answers_again`` service (see receipts).
         self.receipts = Receipts()
@@ -338,13 +350,17 @@ class Server(StandIn, Admission):
             else:
                 traceback.print_exc()
 
-    def end_peer(self, peer_id: int) -> None:
+    def end_peer(self, peer_id: int, abort: bool = False) -> None:
         """End the connection of peer ``peer_id`` if it is still open, after reading
         what it has brought, as reset (services learn it as ``peer.reset``): its client
-        says, on a new connection, that it was reset (under the lock)."""
+        says, on a new connection, that it was reset (under the lock). ``abort``: with
+        a TCP reset (`_abortive`), for a process that lives (it connected again) and
+        may still watch that connection as its lifeline."""
         for conn in list(self._conns.values()):
             if conn.peer is not None and conn.peer.peer_id == peer_id:
                 conn.reset_peer()
+                if abort:
+                    _abortive(conn)
                 self._drain_close(conn)
                 return
 
@@ -471,6 +487,7 @@ class Server(StandIn, Admission):
             alive = False
             if isinstance(e, tls.Altered):
                 self._say_altered(conn, e)
+                _abortive(conn)
             if conn.peer is None:
                 self.door.dropped += 1
             elif e.errno != errno.ETIMEDOUT:  # or a link's reset: the process may live

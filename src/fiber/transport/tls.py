@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import select
 import socket
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     import ssl  # imported by the first TLS connection: import fiber does not pay for it
 
 __all__ = ["TlsSocket", "Policy", "set_policy", "policy", "wanted", "wrap_client",
-           "MODES", "Altered"]
+           "MODES", "Altered", "say_altered"]
 
 #: ``off``: no connection is TLS; ``auto``: those between hosts (TCP to an address that
 #: is not loopback); ``on``: every one (within one host too: TCP, not a Unix socket).
@@ -42,6 +43,16 @@ class Altered(ConnectionResetError):
 def _altered(e: Exception) -> Altered:
     return Altered(f"a TLS record failed its check ({getattr(e, 'reason', None) or e}): "
                    "the stream was altered")
+
+
+def say_altered(what: str, error: OSError) -> None:
+    """Say on stderr that ``what`` happened because of ``error`` (an `Altered` record):
+    an on-path host, or a broken link's corruption past TCP's checksum."""
+    try:
+        sys.stderr.write(f"fiber: {what}: {error}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class Policy:
