@@ -30,7 +30,7 @@ from ._namespaces import (
     subnet_in_use,
     try_claim,
 )
-from ._shaper import Shaper, relay, settings
+from ._shaper import Shaper, relay, settings, tampering
 
 __all__ = ["Hosts", "HostList", "HOSTS_ENV", "NETWORK"]
 
@@ -367,8 +367,24 @@ class Hosts:
         Raises:
             ValueError: a setting is out of range. RuntimeError: the relay cannot start.
         """
+        self._relay(i, settings(towards, loss, delay_ms))
+
+    def tamper(self, i: int, *, after: int, connections: int = 1, towards: str = "both",
+               peer: Optional[str] = None) -> None:
+        """Flip the byte at offset ``after`` of the TCP payload of each of the next
+        ``connections`` connections (0: no more) that start on host ``i``'s link,
+        travelling ``towards`` ``"host"``, ``"bridge"`` or ``"both"`` (each direction
+        counts its own), to or from ``peer`` if given: an on-path writer
+        (`fiber_ci._tamper`). Puts the relay on the link as `shape` does.
+
+        Raises:
+            ValueError: a setting is out of range. RuntimeError: the relay cannot start.
+        """
+        self._relay(i, tampering(towards, after, connections, peer))
+
+    def _relay(self, i: int, line: str) -> None:
+        """Send ``line`` to host ``i``'s relay, put on its link first if need be."""
         self._require_started()
-        line = settings(towards, loss, delay_ms)
         with self._mutex:
             if _check_host(i, self.n) not in self._shapers:
                 self._shapers[i] = relay(run, self.bridge, self.veth(i), f"{self.tag}s{i}",
@@ -379,7 +395,8 @@ class Hosts:
     def shaper_stats(self, i: int) -> Dict[str, Dict[str, int]]:
         """Host ``i``'s relay's counts per direction (``"host"``: frames towards it,
         ``"bridge"``): frames ``forwarded``, ``dropped`` (``loss``), ``failed`` (not sent:
-        the kernel's queue full, the host partitioned) and ``queued`` (delayed, not sent).
+        the kernel's queue full, the host partitioned), ``queued`` (delayed, not sent),
+        ``altered`` (`tamper`) and of those ``partial`` (their checksum made later).
 
         Raises:
             RuntimeError: host ``i`` is not shaped.

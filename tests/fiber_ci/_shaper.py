@@ -1,6 +1,7 @@
 """A userspace link shaper: loss and delay on one netns host's link (root only), for a
-kernel without ``sch_netem``. Run as ``python -m fiber_ci._shaper INNER OUTER``. Its
-place and its commands: docs/contributing/testing.md, "The link shaper"."""
+kernel without ``sch_netem``; and a byte of a TCP stream flipped (`fiber_ci._tamper`).
+Run as ``python -m fiber_ci._shaper INNER OUTER``. Its place and its commands:
+docs/contributing/testing.md, "The link shaper"."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Deque, Dict, Sequence, Tuple
+from typing import Callable, Deque, Dict, Optional, Sequence, Tuple
 
 from . import subprocess_env
+from ._tamper import Tamper
 
 SOL_PACKET = 263
 #: Frames carry a virtio-net header, so GSO super-frames and partial checksums (veth
@@ -36,11 +38,13 @@ TOWARDS = ("host", "bridge", "both")
 
 class _Direction:
     """One way through the relay: frames read on ``src`` are sent on ``dst``, each lost with
-    probability ``loss``, after ``delay`` s (constant, so the delay line is a FIFO)."""
+    probability ``loss``, after ``delay`` s (constant, so the delay line is a FIFO), and
+    altered by ``tamper`` if it is set."""
 
     def __init__(self, src: socket.socket, dst: socket.socket) -> None:
         self.src, self.dst = src, dst
         self.loss = self.delay = 0.0
+        self.tamper: Optional[Tamper] = None
         self.queue: Deque[Tuple[float, bytes]] = collections.deque()
         self.queued_bytes = 0
         self.forwarded = self.dropped = self.failed = 0
@@ -62,7 +66,10 @@ class _Direction:
                 continue
             if self.loss and random.random() < self.loss:
                 self.dropped += 1
-            elif self.delay <= 0 and not self.queue:
+                continue
+            if self.tamper is not None:  # only frames that go on: a lost one is sent again
+                self.tamper.alter(view[:n])
+            if self.delay <= 0 and not self.queue:
                 self._send(view[:n])
             elif self.queued_bytes + n > _QUEUE_MAX:
                 self.failed += 1
@@ -108,19 +115,30 @@ def _command(line: str, dirs: Dict[str, _Direction]) -> str:
     words = line.split()
     if words == ["stats"]:
         return json.dumps({name: {"forwarded": d.forwarded, "dropped": d.dropped,
-                                  "failed": d.failed, "queued": len(d.queue)}
+                                  "failed": d.failed, "queued": len(d.queue),
+                                  "altered": d.tamper.altered if d.tamper else 0,
+                                  "partial": d.tamper.partial if d.tamper else 0}
                            for name, d in dirs.items()})
     try:
         values = dict(word.split("=", 1) for word in words[2:])
-        loss, delay_ms = float(values.pop("loss")), float(values.pop("delay_ms"))
-        settings(words[1], loss, delay_ms)
-        if words[0] != "set" or values:
+        if words[0] == "set":
+            loss, delay_ms = float(values.pop("loss")), float(values.pop("delay_ms"))
+            settings(words[1], loss, delay_ms)
+        else:
+            after, connections = int(values.pop("after")), int(values.pop("connections"))
+            peer = values.pop("peer", None)
+            tampering(words[1], after, connections, peer)
+        if words[0] not in ("set", "tamper") or values:
             raise ValueError(values)
     except (ValueError, KeyError, IndexError):
-        return (f"ERROR {line.strip()!r}: expected `stats` or "
-                "`set host|bridge|both loss=<0..1> delay_ms=<ms>`")
+        return (f"ERROR {line.strip()!r}: expected `stats`, "
+                "`set host|bridge|both loss=<0..1> delay_ms=<ms>` or "
+                "`tamper host|bridge|both after=<bytes> connections=<n> [peer=<ipv4>]`")
     for name in (("host", "bridge") if words[1] == "both" else (words[1],)):
-        dirs[name].loss, dirs[name].delay = loss, delay_ms / 1e3
+        if words[0] == "set":
+            dirs[name].loss, dirs[name].delay = loss, delay_ms / 1e3
+        else:
+            dirs[name].tamper = Tamper(after, connections, peer)
     return "OK"
 
 
@@ -175,6 +193,21 @@ def settings(towards: str, loss: float, delay_ms: float) -> str:
         raise ValueError(f"expected towards in {TOWARDS}, 0 <= loss <= 1 and delay_ms >= 0, "
                          f"got {towards!r}, {loss!r}, {delay_ms!r}")
     return f"set {towards} loss={float(loss)!r} delay_ms={float(delay_ms)!r}"
+
+
+def tampering(towards: str, after: int, connections: int, peer: Optional[str] = None) -> str:
+    """The ``tamper`` line: flip the byte at offset ``after`` of the TCP payload of each
+    of the next ``connections`` connections (0: none more) that start ``towards`` a side,
+    to or from ``peer`` if given (see `fiber_ci._tamper.Tamper`).
+
+    Raises:
+        ValueError: ``towards`` is not one of `TOWARDS`, or a value is out of range.
+    """
+    if towards not in TOWARDS:
+        raise ValueError(f"expected towards in {TOWARDS}, got {towards!r}")
+    Tamper(after, connections, peer)  # its checks
+    return (f"tamper {towards} after={int(after)} connections={int(connections)}"
+            + (f" peer={peer}" if peer else ""))
 
 
 def relay(run_cmd: Callable[[Sequence[str]], object], bridge: str, host_end: str,
