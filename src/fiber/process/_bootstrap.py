@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .. import _log, config
 from .._core import _runtime
@@ -48,11 +48,11 @@ def _watched(address: str) -> socket.socket:
     return ensure_anchor(address).sock.dup()
 
 
-def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.socket]:
+def _again(address: str, ended: socket.socket, events: int) -> Tuple[Optional[socket.socket], str]:
     """The lifeline to ``address`` ended (``ended``, closed here): a new one if the end
     was a reset of a TCP connection (a link's, or a middlebox's: not its peer's end, nor a
     timeout, which is its host's silence past the heartbeat's grace) and the hub answers
-    a new connection; None if the peer is gone (refused: a killed hub's end too)."""
+    a new connection; else None, and why (the job's log says it as it ends)."""
     try:
         error = ended.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         tcp = ended.family in (socket.AF_INET, socket.AF_INET6)
@@ -61,14 +61,19 @@ def _again(address: str, ended: socket.socket, events: int) -> Optional[socket.s
     anchor = client.current_anchor(address)
     if anchor is not None and anchor.lost:  # its reader may have taken the error first
         error = error or anchor.error
-    if not tcp or not events & (select.POLLERR | select.POLLHUP) or error == errno.ETIMEDOUT:
-        return None
+    if not tcp:
+        return None, "its Unix socket ended"
+    if not events & (select.POLLERR | select.POLLHUP):
+        return None, "it ended its connection"
+    if error == errno.ETIMEDOUT:
+        return None, "its host was silent past the heartbeat's grace"
     if anchor is not None:
         anchor.found_ended()  # its thread may not know yet: the next call connects anew
     try:  # a link that resets connections may reset the new ones too
-        return client.again_on_a_new_connection(lambda: _watched(address))
-    except Exception:  # refused (gone), reset each time, or unreachable past the grace
-        return None
+        return client.again_on_a_new_connection(lambda: _watched(address)), ""
+    except Exception as e:  # refused (gone), reset each time, or unreachable past the grace
+        return None, f"its connection was reset ({os.strerror(error) if error else 'no error'}), " \
+                     f"and a new one failed: {e}"
 
 
 def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> None:
@@ -108,26 +113,27 @@ def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> No
             if events is None:
                 continue
             poller.unregister(sock)
-            again = _again(address, sock, events)
+            again, why = _again(address, sock, events)
             if again is not None:
                 lines[address] = again
                 poller.register(again, select.POLLRDHUP)
             elif address == master:
-                _end_with_program(master, master != parent)
+                _end_with_program(master, master != parent, why)
             else:  # the parent ended, the program goes on: so does this job
                 del lines[address]
                 _parent.parent_gone()
                 _output.parent_gone()  # nobody reads its forwarded output: to its log
 
 
-def _end_with_program(address: str, is_master: bool) -> None:
+def _end_with_program(address: str, is_master: bool, why: str) -> None:
     """The program's main process is gone: ``parent_process()`` turns dead (its waiters
     get ``SENTINEL_GRACE_S`` to react), this job's children are ended, then the job."""
     watched = _parent.parent_gone()
     _output.parent_gone()  # to the job's own log: nobody may read its pipes any more
     who = "the program's main process" if is_master else "parent"
     try:
-        sys.stderr.write(f"fiber: {who} at {address} is gone; job {here.pid} exits\n")
+        sys.stderr.write(f"fiber: {who} at {address} is gone ({why}); job {here.pid} "
+                         "exits\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass  # a stderr nobody reads must not keep the job from ending

@@ -165,7 +165,7 @@ def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
         wait_until(lambda: _gone(child), 30, message="the child to end with the program")
         assert out.read_text() == "gone alive=False"
         # what it said as it ended could not reach the killed master: its log has it
-        assert "is gone; job" in get_backend("local").read_logs(job_id)
+        assert "is gone (its Unix socket ended); job" in get_backend("local").read_logs(job_id)
     finally:
         if proc.poll() is None:
             proc.kill()

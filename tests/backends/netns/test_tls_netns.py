@@ -79,6 +79,8 @@ ALTERED_AT = 128 * 1024
 ALTERED = "the stream was altered"
 
 
+# fiber's machinery and OpenSSL's, not the interpreter's: on the main Python only
+@pytest.mark.one_python
 @pytest.mark.parametrize("towards", ["host", "bridge"], ids=["to the worker", "to the master"])
 @pytest.mark.parametrize("mode", ["off", "auto"])
 def test_a_byte_altered_on_the_link_is_taken_in_the_clear_and_dropped_with_tls(
