@@ -14,8 +14,8 @@ from fiber.pool._jobqueue import JobQueue, depth_of
 from fiber.pool._protocol import (
     JOB_ID,
     PoolOps,
+    ResumeJob,
     WorkerEnded,
-    pack_ids,
     pack_results,
     pack_tasks,
     pack_to,
@@ -176,9 +176,8 @@ def test_a_reset_job_names_what_it_holds_and_the_rest_runs_again() -> None:
     service.peer_gone(hub, peer)
     assert holder.resume_by and not holder.lost and len(holder.pending) == 2
     again = Peer(8, b"q" * 16, False, None)
-    service.resume_job(hub, again, b"", pack_to([  # type: ignore[arg-type]
-        (a.worker_id, [pack_ids([])]), (b.worker_id, [pack_ids([])]),
-        (JOB_ID, [pack_ids([tasks[0].task_id])])]))
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({a.worker_id: [], b.worker_id: []}, [tasks[0].task_id]))
     assert holder.connected and holder.peer is again
     assert tasks[0].task_id in holder.pending
     assert _handed(hub) == [tasks[1].task_id]  # lost in flight: handed out again

@@ -14,7 +14,15 @@ import pytest
 
 from fiber.errors import WorkerLostError
 from fiber.pool import _losses
-from fiber.pool._protocol import PoolOps, Resume, WorkerEnded, WorkerHello, pack_ids, pack_to
+from fiber.pool._protocol import (
+    PoolOps,
+    Resume,
+    ResumeJob,
+    WorkerEnded,
+    WorkerHello,
+    pack_ids,
+    pack_to,
+)
 from fiber.pool._resume import RESUME_WAIT_S
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.pool._state import PoolJob
@@ -346,9 +354,8 @@ def test_a_job_whose_connection_was_reset_comes_back_with_the_workers_it_names(s
     assert all(ws.resume_by and not ws.connected and not ws.lost for ws in (a, b, c))
     assert job.alive and pool.service.active() == 5 and not gone
     again = Peer(8, b"q" * 16, False, None)
-    pool.service.resume_job(hub, again, b"", pack_to([
-        (a.worker_id, [pack_ids([held.task_id])]), (b.worker_id, [pack_ids([])]),
-        (forked.worker_id, [pack_ids([])])]))
+    pool.service.resume_job(hub, again, b"", ResumeJob(
+        {a.worker_id: [held.task_id], b.worker_id: [], forked.worker_id: []}, []))
     assert hub.replies[-1] == (b"ok", [pack_ids([a.worker_id, b.worker_id, 400])])
     assert a.connected and b.connected and a.peer is again and not forked.lost
     assert list(a.pending) == [held.task_id] and list(b.pending) == [lost.task_id]  # again

@@ -33,6 +33,7 @@ from fiber.pool._protocol import (
     PoolOps,
     Replacement,
     Resume,
+    ResumeJob,
     Retiring,
     WorkerEnded,
     WorkerHello,
@@ -176,7 +177,6 @@ def test_end_of_stream(pair):
     a, b = pair
     a.close()
     assert FrameReader().feed_from(b) is False
-
 
 
 def _rss_kib() -> int:
@@ -408,7 +408,8 @@ RECORDS += [PutWait(None, b"ticket", [b"pickle", b"buffer"]), PutWait(0.0, b"tic
 # the pool's small requests (fiber.pool._protocol; its batches are packed layouts)
 RECORDS += [WorkerHello(10_000), InitFailed("Traceback ...\nValueError: x\n", 7),
             Retiring(3, 15, [1, 2, 99]), Retiring(3, 10, []), Resume(12, [5, 6]),
-            Resume(12, []), WorkerEnded(4, -9), WorkerEnded(4, 0)]
+            Resume(12, []), WorkerEnded(4, -9), WorkerEnded(4, 0), ResumeJob({}, []),
+            ResumeJob({3: [5, 6], 2**40: []}, [5, 6, 9])]
 # the resends' request (fiber.transport._resend) and the parent's pushes to a job
 RECORDS += [CountOf(0), CountOf(2**63), AskStack(b"12345678"), Watching(60.0, 0.25)]
 #: The replies' records (read with `reply_of`), beside the services that answer them.
@@ -449,6 +450,9 @@ LAYOUTS = [
     (CountOf(5), [(5).to_bytes(8, "little")]),
     (AskStack(b"rq"), [b"rq"]),
     (Watching(60.0, 0.5), [b"60", b"0.5"]),
+    (ResumeJob({3: [7], 4: []}, [7, 8]),  # a `to` layout: one frame a worker, the job's last
+     [struct.pack("<QIQIQI", 3, 1, 4, 1, 0, 1), struct.pack("<Q", 7), b"",
+      struct.pack("<2Q", 7, 8)]),
     # replies
     (Counted(3), [(3).to_bytes(8, "little")]),
     (Count(-1), [struct.pack("<q", -1)]),
@@ -474,6 +478,16 @@ def test_a_request_naming_no_pipe_end_is_not_decoded():
             End.decode([tag])
     with pytest.raises(ValueError):  # a service named without its end
         WaitAny.decode([encode_wait(True, None), b"p1"])
+
+
+@pytest.mark.parametrize("frames", [
+    [b"\x01" * 11],  # a header that is not whole entries
+    [struct.pack("<QI", 3, 1)], [struct.pack("<QI", 3, 0)],  # a worker's ids missing
+    [struct.pack("<QI", 3, 1), b"\x01" * 7],  # ids that are not u64s
+])
+def test_a_malformed_resume_job_is_not_decoded(frames):
+    with pytest.raises((struct.error, IndexError)):
+        ResumeJob.decode(frames)
 
 
 def test_a_managed_call_stays_pickled_until_it_runs():

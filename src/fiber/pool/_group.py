@@ -35,8 +35,8 @@ from ._protocol import (
     Kept,
     PoolOps,
     Replacement,
+    ResumeJob,
     WorkerEnded,
-    pack_ids,
     pack_to,
     result_ids,
     task_ids,
@@ -335,10 +335,10 @@ class _Group:
         # and those of the workers whose end the master was not told yet
         whole = self.jobq.ids() + [task_id for held in self.held.values() for task_id in held]
         whole += [task_id for _, _, held in self.untold for task_id in held]
-        frames = pack_to([(worker_id, [pack_ids(list(self.held[worker_id]))])
-                          for worker_id in live] + [(JOB_ID, [pack_ids(whole)])])
+        back = ResumeJob({worker_id: list(self.held[worker_id]) for worker_id in live}, whole)
         try:
-            again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB, frames)
+            again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB,
+                                      back.frames())
         except Exception:  # refused, or not in time: the master is gone for this job
             return False
         taken = set(reply_of(Kept, again[1]).worker_ids) if again is not None else set()

@@ -12,7 +12,7 @@ from ..transport.serialization import Frame
 __all__ = ["PoolOps", "pack_task", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
            "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
            "unpack_ids", "WorkerHello", "InitFailed", "Retiring", "Resume", "WorkerEnded",
-           "Replacement", "Kept", "JOB_ID"]
+           "Replacement", "ResumeJob", "Kept", "JOB_ID"]
 
 
 class PoolOps:
@@ -144,6 +144,26 @@ class Replacement(NamedTuple):
     def frames(self) -> List[Frame]:
         wid = self.worker_id
         return [b"" if wid is None else wid.to_bytes(8, "little")]
+
+
+class ResumeJob(NamedTuple):
+    """``resume_job``: a job of several whose connection was reset, naming each of its
+    live workers with the ids of the tasks handed to it and not answered (``held``),
+    and the ids of all the tasks the job holds as a whole (``whole``, see `_jobs`). A
+    ``to`` layout (`pack_to`): one frame of ids (`pack_ids`) a worker, then the
+    job's own under `JOB_ID`."""
+
+    held: Dict[int, List[int]]
+    whole: List[int]
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> ResumeJob:
+        held = {worker_id: unpack_ids(frames[0]) for worker_id, frames in unpack_to(payload)}
+        return cls(held, held.pop(JOB_ID, []))
+
+    def frames(self) -> List[Frame]:
+        return pack_to([(worker_id, [pack_ids(ids)]) for worker_id, ids in self.held.items()]
+                       + [(JOB_ID, [pack_ids(self.whole)])])
 
 
 class Kept(NamedTuple):

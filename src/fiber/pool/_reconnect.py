@@ -16,11 +16,10 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from .._log import info, log
 from ..transport.operations import handles
-from ..transport.serialization import Frame
 from ..transport.server import Peer, Server
 from . import _losses, _resume
 from ._jobs import JobsOfSeveral
-from ._protocol import JOB_ID, Kept, PoolOps, Resume, unpack_ids, unpack_to
+from ._protocol import Kept, PoolOps, Resume, ResumeJob
 from ._state import Task, WorkerState
 
 __all__ = ["Reconnections"]
@@ -134,9 +133,8 @@ class Reconnections(JobsOfSeveral):
             log("%s's connection was reset: waiting %.0f s for it to connect again",
                 waiting[0].process.name, _resume.RESUME_WAIT_S)
 
-    @handles(PoolOps.RESUME_JOB)
-    def resume_job(self, server: Server, peer: Peer, req_id: bytes,
-                   payload: List[Frame]) -> None:
+    @handles(PoolOps.RESUME_JOB, ResumeJob)
+    def resume_job(self, server: Server, peer: Peer, req_id: bytes, msg: ResumeJob) -> None:
         """A job of several whose connection was reset is back on ``peer``, naming its
         live workers, each with the ids of the tasks it holds (see `_group`). Those waited
         for are taken back, as `resume` takes a worker of its own job back (tasks lost in
@@ -149,11 +147,7 @@ class Reconnections(JobsOfSeveral):
         kept: List[WorkerState] = []
         back: List[WorkerState] = []
         missing: List[Any] = []
-        whole: Optional[List[int]] = None  # what the job holds as a whole (see _jobs)
-        for worker_id, frames in unpack_to(payload):
-            if worker_id == JOB_ID:
-                whole = unpack_ids(frames[0])
-                continue
+        for worker_id, held in msg.held.items():
             ws = self.workers.get(worker_id)
             if ws is not None and ws.peer is not None and ws.peer is not peer:
                 server.end_peer(ws.peer.peer_id, abort=True)  # its reset has not reached us
@@ -161,14 +155,14 @@ class Reconnections(JobsOfSeveral):
                 continue
             kept.append(ws)
             if ws.resume_by:
-                missing += self._resumed(peer, ws, unpack_ids(frames[0]))
+                missing += self._resumed(peer, ws, held)
                 ws.relayed = True
                 self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
                 back.append(ws)
         job = kept[0].job if kept else None
         holder = job.holder if job is not None else None
         if holder is not None and holder.resume_by and not holder.lost:
-            missing += self._resumed(peer, holder, whole or [])
+            missing += self._resumed(peer, holder, msg.whole)
             holder.credit = 0  # (told again with its next tasks)
             self.holders[peer.peer_id] = holder
         elif holder is not None and holder.lost and back:  # (given up meanwhile) a new one
