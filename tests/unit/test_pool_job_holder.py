@@ -6,7 +6,7 @@ lost and when its connection is reset. The group's side: ``fiber.pool._jobqueue`
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import pytest
 
@@ -97,6 +97,29 @@ def _submit(service: PoolService, sink: _Sink, count: int) -> List[Task]:
     return tasks
 
 
+class _Handed(NamedTuple):
+    """A job of two workers (`_job`) handed two tasks as a whole, its ``holder``'s."""
+
+    service: PoolService
+    hub: _Hub
+    peer: Peer
+    job: PoolJob
+    holder: WorkerState
+    workers: List[WorkerState]
+    sink: _Sink
+    tasks: List[Task]
+
+
+@pytest.fixture
+def handed() -> _Handed:
+    service, hub, peer, job, workers = _job()
+    assert job.holder is not None
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    assert _handed(hub) == [t.task_id for t in tasks]
+    return _Handed(service, hub, peer, job, job.holder, workers, sink, tasks)
+
+
 def _handed(hub: _Hub) -> List[int]:
     """The ids of the tasks the job was sent, as its own (``JOB_ID``)."""
     ids = []
@@ -132,13 +155,9 @@ def test_a_job_is_handed_tasks_as_a_whole_and_says_which_worker_ran_each() -> No
     assert service.outstanding == 0
 
 
-def test_a_worker_that_ends_gives_back_what_it_held_and_the_job_keeps_its_queue(said) -> None:
-    service, hub, peer, job, (a, b) = _job()
-    holder = job.holder
-    assert holder is not None
-    sink = _Sink()
-    tasks = _submit(service, sink, 2)
-    _handed(hub)
+def test_a_worker_that_ends_gives_back_what_it_held_and_the_job_keeps_its_queue(
+        said, handed) -> None:
+    service, hub, peer, _, holder, (a, _), sink, tasks = handed
     holder.pending[99] = queued = Task(99, sink, 9, 1, [b"x"], "map(f)")  # queued in the job
     queued.held_by = 1
     service.outstanding += 1
@@ -151,11 +170,8 @@ def test_a_worker_that_ends_gives_back_what_it_held_and_the_job_keeps_its_queue(
     assert "PoolWorker-10" in line and "map(f) task 0" in line, line
 
 
-def test_a_job_lost_gives_back_all_it_holds_once_named_in_one_warning(said) -> None:
-    service, hub, peer, job, (a, b) = _job()
-    sink = _Sink()
-    tasks = _submit(service, sink, 2)
-    _handed(hub)
+def test_a_job_lost_gives_back_all_it_holds_once_named_in_one_warning(said, handed) -> None:
+    service, hub, peer, job, _, (a, b), _, tasks = handed
     service.peer_gone(hub, peer)  # closed: not a reset
     job.process.exitcode = -9
     service.job_ended(job, -9)
@@ -165,13 +181,8 @@ def test_a_job_lost_gives_back_all_it_holds_once_named_in_one_warning(said) -> N
     assert "was lost with 2 workers" in line and "map(f) tasks 0, 1" in line, line
 
 
-def test_a_reset_job_names_what_it_holds_and_the_rest_runs_again() -> None:
-    service, hub, peer, job, (a, b) = _job()
-    holder = job.holder
-    assert holder is not None
-    sink = _Sink()
-    tasks = _submit(service, sink, 2)
-    _handed(hub)
+def test_a_reset_job_names_what_it_holds_and_the_rest_runs_again(handed) -> None:
+    service, hub, peer, _, holder, (a, b), sink, tasks = handed
     peer.reset = True
     service.peer_gone(hub, peer)
     assert holder.resume_by and not holder.lost and len(holder.pending) == 2
