@@ -13,7 +13,7 @@ import sys
 from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from ..errors import AuthenticationError
-from . import tls
+from . import auth, tls
 from .framing import Scratch
 from .peers import Connection, Peer
 from .serialization import Frame
@@ -132,7 +132,7 @@ class Admission:
         if keep and handshake.done:
             self._admit(conn, handshake.process_id, handshake.anchor)
             assert conn.peer is not None
-            reply = [*reply, conn.peer.peer_id.to_bytes(8, "little")]  # see _resend
+            reply = auth.Admitted(conn.peer.peer_id).frames()  # (its id: see _resend)
         if reply:
             conn.outbox.add(reply)
             self._flush(conn)

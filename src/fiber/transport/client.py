@@ -400,24 +400,26 @@ class Client:
 
     def _handshake(self, anchor: bool, timeout: float) -> None:
         cnonce = auth.new_nonce()
-        self.send_message([auth.HELLO, auth.VERSION, cnonce, here.transport.process_id,
-                           b"A" if anchor else b"-"])
-        msg = self._handshake_reply(timeout)
-        if len(msg) != 4 or msg[0] != auth.CHAL or len(msg[1]) != auth.NONCE_BYTES:
-            raise AuthenticationError(f"unexpected handshake reply from {self.address}")
-        snonce = bytes(msg[1])
-        if not auth.verify(auth.server_proof(cnonce, snonce), bytes(msg[2])):
+        self.send_message(auth.ClientHello(cnonce, here.transport.process_id, anchor).frames())
+        try:
+            chal = auth.Challenge.decode(self._handshake_reply(timeout))
+        except (ValueError, IndexError):
+            raise AuthenticationError(
+                f"unexpected handshake reply from {self.address}") from None
+        if not auth.verify(auth.server_proof(cnonce, chal.nonce), chal.proof):
             raise AuthenticationError(
                 f"the server at {self.address} does not hold this program's secret")
-        if bytes(msg[3]) != server_id(self.address).encode():
+        if chal.server_id != server_id(self.address).encode():
             raise ConnectionLost("this server has ended; another one of the program listens "
                                  "at its port now", self.address)
-        self.send_message([auth.AUTH, auth.client_proof(cnonce, snonce)])
-        msg = self._handshake_reply(timeout)
-        if msg[0] != auth.OK:
-            raise AuthenticationError(f"the server at {self.address} refused our credentials")
-        if len(msg) > 1:
-            self.peer_id = int.from_bytes(bytes(msg[1]), "little")
+        self.send_message(auth.ClientProof(auth.client_proof(cnonce, chal.nonce)).frames())
+        try:
+            admitted = auth.Admitted.decode(self._handshake_reply(timeout))
+        except (ValueError, IndexError):
+            raise AuthenticationError(
+                f"the server at {self.address} refused our credentials") from None
+        if admitted.peer_id is not None:
+            self.peer_id = admitted.peer_id
 
     def _handshake_reply(self, timeout: float) -> List[Frame]:
         try:
