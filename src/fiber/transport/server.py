@@ -501,7 +501,7 @@ class Server(StandIn, Admission):
             frames = messages.popleft()
             if conn.peer is not None:
                 conn.peer.received += 1
-                if len(frames) >= 3:
+                if len(frames) >= 3:  # the envelope, read inline: every message's path
                     self.dispatch(conn.peer, bytes(frames[0]), bytes(frames[1]),
                                   bytes(frames[2]), frames[3:])
             elif not self._handshake(conn, frames):
