@@ -220,7 +220,7 @@ class StandIn:
         sim.cnonce, sim.process_id = auth.new_nonce(), os.urandom(16)
         self.epoll.modify(sim.sock.fileno(), select.EPOLLIN)
         sim.state = HELLO_SENT
-        self.send(sim, [auth.HELLO, auth.VERSION, sim.cnonce, sim.process_id, b"A"])
+        self.send(sim, auth.ClientHello(sim.cnonce, sim.process_id, True).frames())
 
     def read(self, sim: Sim) -> None:
         assert sim.sock is not None and sim.reader is not None
@@ -254,7 +254,9 @@ class StandIn:
         elif sim.state == HELLO_SENT:
             self.challenged(sim, msg)
         elif sim.state == AUTH_SENT:
-            if msg[0] != auth.OK:
+            try:
+                auth.Admitted.decode(msg)
+            except ValueError:  # DENY
                 self.end(sim, 1)
                 return
             sim.state = FETCHING
@@ -275,14 +277,17 @@ class StandIn:
 
     def challenged(self, sim: Sim, msg: List[Frame]) -> None:
         """The server's challenge: check its proof and its id, prove ours."""
-        snonce = bytes(msg[1]) if len(msg) == 4 else b""
-        if (msg[0] != auth.CHAL or len(snonce) != auth.NONCE_BYTES
-                or not auth.verify(auth.server_proof(sim.cnonce, snonce), bytes(msg[2]))
-                or bytes(msg[3]) != server_id(sim.hub).encode()):
+        try:
+            chal = auth.Challenge.decode(msg)
+        except (ValueError, IndexError):
+            chal = None
+        if (chal is None or not auth.verify(auth.server_proof(sim.cnonce, chal.nonce),
+                                            chal.proof)
+                or chal.server_id != server_id(sim.hub).encode()):
             self.end(sim, 1)
             return
         sim.state = AUTH_SENT
-        self.send(sim, [auth.AUTH, auth.client_proof(sim.cnonce, snonce)])
+        self.send(sim, auth.ClientProof(auth.client_proof(sim.cnonce, chal.nonce)).frames())
 
     def fetched(self, sim: Sim, msg: List[Frame]) -> None:
         """Its launch payload: which pool, which workers, the program's heartbeat; then
