@@ -234,8 +234,8 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     peer.reset = True
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
-    service.resume_job(hub, again, b"", pack_to([  # type: ignore[arg-type]
-        (b.worker_id, [pack_ids([2])]), (JOB_ID, [pack_ids([1, 2])])]))
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({b.worker_id: [2]}, [1, 2]))
     assert a.lost and not a.pending and set(holder.pending) == {1, 2} and not said()
     service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9, (1,)))
     assert list(service.queue) == [tasks[0]] and set(holder.pending) == {2}
@@ -264,8 +264,8 @@ def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said
     peer.reset = True
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
-    service.resume_job(hub, again, b"", pack_to([  # type: ignore[arg-type]
-        (b.worker_id, [pack_ids([2])]), (JOB_ID, [pack_ids([1, 2])])]))
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({b.worker_id: [2]}, [1, 2]))
     service.worker_ended(hub, again, b"r", WorkerEnded(b.worker_id, -9, (2,)))
     assert service.retried == 1 and tasks[1].attempts == (b,)
     service.peer_gone(hub, again)  # closed: the job ended
