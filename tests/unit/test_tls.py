@@ -164,15 +164,21 @@ class _Counting(_Echo):
         super().handle(server, peer, op, req_id, payload)
 
 
+def _client_through_relay(server: Server, monkeypatch: pytest.MonkeyPatch,
+                          towards_target: bool = True) -> Tuple[_FlippingRelay, Client]:
+    """A client of ``server`` whose connections go through a `_FlippingRelay`."""
+    relay = _FlippingRelay(split_address(server.address), towards_target)
+    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
+                        socket.create_connection(("127.0.0.1", relay.port), timeout))
+    return relay, Client(server.address)
+
+
 def test_a_stream_altered_after_the_handshake_is_dropped_unread_and_said(
         server: Server, capfd: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     counting = _Counting()
     server.register(b"count", counting)
-    relay = _FlippingRelay(split_address(server.address))
-    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
-                        socket.create_connection(("127.0.0.1", relay.port), timeout))
-    client = Client(server.address)
+    relay, client = _client_through_relay(server, monkeypatch)
     try:
         assert client.request(b"count", b"op", [b"before"], timeout=10)[0] == b"ok"
         relay.flip.set()
@@ -230,10 +236,7 @@ def test_a_stream_altered_towards_a_client_ends_its_connection_and_is_said(
     """The reply's record altered: the client, which read it, says so and counts its
     connection lost (it connects again on its next call); nothing of it is returned."""
     server.register(b"echo", _Echo())
-    relay = _FlippingRelay(split_address(server.address), towards_target=False)
-    monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
-                        socket.create_connection(("127.0.0.1", relay.port), timeout))
-    client = Client(server.address)
+    relay, client = _client_through_relay(server, monkeypatch, towards_target=False)
     try:
         assert client.request(b"echo", b"op", [b"before"], timeout=10)[0] == b"ok"
         relay.flip.set()
