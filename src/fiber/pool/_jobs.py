@@ -172,12 +172,18 @@ class JobsOfSeveral(Service):
             return
         untold = next((ws for ws in holder.job.workers if ws.worker_id in self.awaiting), None)
         if untold is not None:
-            notes, back = self._give_back(untold, tasks, time.monotonic())
-            if untold.loss is not None:
-                _losses.name_held(untold.loss, back, notes)
+            self._give_back_late(untold, tasks)
         else:
             self._requeue(tasks)
         self.dispatch()
+
+    def _give_back_late(self, ws: WorkerState, tasks: List[Task]) -> None:
+        """Lost ``ws``'s job names ``tasks`` as its only after the master lost it: they
+        are lost now as they would have been with it (see `_give_back`), and named in its
+        warning if that is not said yet."""
+        notes, back = self._give_back(ws, tasks, time.monotonic())
+        if ws.loss is not None:
+            _losses.name_held(ws.loss, back, notes)
 
     def _stop_if_done(self, holder: WorkerState) -> None:
         """``holder``'s job holds nothing: stop its workers if the pool is done with them
@@ -201,9 +207,7 @@ class JobsOfSeveral(Service):
             ws.pending.update((task.task_id, task) for task in tasks)
             self._refresh(holder)
             return
-        notes, back = self._give_back(ws, tasks, time.monotonic())
-        if ws.loss is not None:
-            _losses.name_held(ws.loss, back, notes)
+        self._give_back_late(ws, tasks)
         self._refresh(holder)
         self.dispatch()
 
