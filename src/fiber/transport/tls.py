@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from .._process_state import here
 from ..errors import AuthenticationError
@@ -308,11 +308,7 @@ class TlsSocket:
             raise BlockingIOError("earlier records wait")
         view = memoryview(data)[:_WRITE]
         out = self._encrypt(view)
-        try:
-            sent = self.sock.send(out)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        self._written += sent
+        sent = self._send_some(out)
         if sent < len(out):  # kept for `drain`: only what the socket did not take
             self._backlog += memoryview(out)[sent:]
         return len(view)
@@ -320,13 +316,17 @@ class TlsSocket:
     def drain(self) -> bool:
         """Write what earlier sends left; True once nothing is left."""
         if self._backlog:
-            try:
-                sent = self.sock.send(self._backlog)
-            except (BlockingIOError, InterruptedError):
-                return False
-            self._written += sent
-            del self._backlog[:sent]
+            del self._backlog[:self._send_some(self._backlog)]
         return not self._backlog
+
+    def _send_some(self, out: Union[bytes, bytearray]) -> int:
+        """What a non-blocking send of encrypted ``out`` wrote now (counted), maybe 0."""
+        try:
+            sent = self.sock.send(out)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        self._written += sent
+        return sent
 
     def _write_out(self) -> None:
         """Write what the TLS object made outside a send (handshake, alerts)."""
