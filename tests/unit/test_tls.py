@@ -16,6 +16,7 @@ from fiber.testing.conformance.support.waiting import wait_until
 from fiber.transport import auth, credentials, tls
 from fiber.transport import client as client_module
 from fiber.transport.client import Client, ConnectionLost
+from fiber.transport.framing import encode
 from fiber.transport.server import Server, Service
 from fiber.transport.settings import DEFAULTS
 from fiber.transport.sockets import split_address
@@ -112,19 +113,25 @@ def test_a_wrong_mode_is_a_clear_error() -> None:
         tls.Policy("yes", lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
 
 
-class _FlippingRelay:
+class _AlteringRelay:
     """A TCP relay on 127.0.0.1 to ``target`` that passes bytes as they are until
-    `flip` is set, then inverts one byte of the next chunk towards the target (or, with
+    `alter` is set, then alters the next chunk towards the target (or, with
     ``towards_target`` False, from it): an on-path host that alters a stream after its
-    handshakes."""
+    handshakes. How (``how``): ``flip`` inverts one of its bytes; ``insert`` puts before
+    it a message of fiber's framing, in the clear (what an attacker of a plain link
+    would write); ``forge`` puts before it a TLS record of right framing and a made-up
+    body; ``replay`` sends the chunk before it (whole records of this connection) again."""
 
-    def __init__(self, target: Tuple[str, int], towards_target: bool = True) -> None:
-        self.target = target
-        self.towards_target = towards_target
+    HOW = ("flip", "insert", "forge", "replay")
+
+    def __init__(self, target: Tuple[str, int], towards_target: bool = True,
+                 how: str = "flip") -> None:
+        assert how in self.HOW
+        self.target, self.towards_target, self.how = target, towards_target, how
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.flip = threading.Event()
-        self.flipped = threading.Event()
+        self.alter = threading.Event()
+        self.altered = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
@@ -134,16 +141,29 @@ class _FlippingRelay:
                          daemon=True).start()
         self._pipe(client, server, self.towards_target)
 
+    def _altered(self, data: bytearray, last: bytes) -> bytes:
+        if self.how == "flip":
+            data[len(data) // 2] ^= 0xFF
+            return bytes(data)
+        if self.how == "insert":
+            return b"".join(encode([b"count", b"op", b"", b"inserted"])[0]) + data
+        if self.how == "forge":  # application data, TLS 1.2 on the wire, 64 bytes
+            return b"\x17\x03\x03\x00\x40" + os.urandom(64) + data
+        return last + data  # replay
+
     def _pipe(self, src: socket.socket, dst: socket.socket, alter: bool) -> None:
+        last = b""
         try:
             while True:
                 data = bytearray(src.recv(65536))
                 if not data:
                     break
-                if alter and self.flip.is_set() and not self.flipped.is_set():
-                    data[len(data) // 2] ^= 0xFF
-                    self.flipped.set()
-                dst.sendall(data)
+                if alter and self.alter.is_set() and not self.altered.is_set():
+                    out = self._altered(data, last)
+                    self.altered.set()
+                else:
+                    out = last = bytes(data)
+                dst.sendall(out)
         except OSError:
             pass
         finally:
@@ -165,31 +185,59 @@ class _Counting(_Echo):
 
 
 def _client_through_relay(server: Server, monkeypatch: pytest.MonkeyPatch,
-                          towards_target: bool = True) -> Tuple[_FlippingRelay, Client]:
-    """A client of ``server`` whose connections go through a `_FlippingRelay`."""
-    relay = _FlippingRelay(split_address(server.address), towards_target)
+                          towards_target: bool = True, how: str = "flip"
+                          ) -> Tuple[_AlteringRelay, Client]:
+    """A client of ``server`` whose connections go through an `_AlteringRelay`."""
+    relay = _AlteringRelay(split_address(server.address), towards_target, how)
     monkeypatch.setattr(client_module, "connect", lambda address, timeout, unix=True:
                         socket.create_connection(("127.0.0.1", relay.port), timeout))
     return relay, Client(server.address)
 
 
+@pytest.mark.parametrize("how", _AlteringRelay.HOW)
 def test_a_stream_altered_after_the_handshake_is_dropped_unread_and_said(
         server: Server, capfd: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Bytes flipped, a plain fiber message or a forged record inserted, or a record
+    replayed: the connection is dropped, nothing after the handshake's own is served
+    but what came before the alteration, and the server says why."""
     counting = _Counting()
     server.register(b"count", counting)
-    relay, client = _client_through_relay(server, monkeypatch)
+    relay, client = _client_through_relay(server, monkeypatch, how=how)
     try:
         assert client.request(b"count", b"op", [b"before"], timeout=10)[0] == b"ok"
-        relay.flip.set()
+        relay.alter.set()
         with pytest.raises((ConnectionLost, TimeoutError)):
             client.request(b"count", b"op", [b"altered"], timeout=10)
-        assert relay.flipped.is_set()
+        assert relay.altered.is_set()
     finally:
         client.close()
-    assert counting.served == [b"before"]  # nothing of the altered record was served
+    # nothing of the altered stream was served: not the message after it, not the one
+    # inserted, not the one replayed
+    assert counting.served == [b"before"]
     wait_until(lambda: "the stream was altered" in capfd.readouterr().err, 10,
                message="the server said why it closed the connection")
+
+
+def test_a_message_inserted_into_a_plain_stream_is_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control of the test above: without TLS (``tls = "off"``, trusting the
+    network), the same inserted message is served as the program's own. The relay's
+    insertion is a real attack; TLS is what stops it."""
+    tls.set_policy(None)
+    plain = Server("127.0.0.1", name="fiber-test-plain")
+    counting = _Counting()
+    plain.register(b"count", counting)
+    relay, client = _client_through_relay(plain, monkeypatch, how="insert")
+    try:
+        assert client.request(b"count", b"op", [b"before"], timeout=10)[0] == b"ok"
+        relay.alter.set()
+        assert client.request(b"count", b"op", [b"after"], timeout=10)[0] == b"ok"
+        assert relay.altered.is_set()
+    finally:
+        client.close()
+        plain.close()
+    assert counting.served == [b"before", b"inserted", b"after"]
 
 
 def _tls_pair() -> Tuple[tls.TlsSocket, tls.TlsSocket, socket.socket]:
@@ -239,10 +287,10 @@ def test_a_stream_altered_towards_a_client_ends_its_connection_and_is_said(
     relay, client = _client_through_relay(server, monkeypatch, towards_target=False)
     try:
         assert client.request(b"echo", b"op", [b"before"], timeout=10)[0] == b"ok"
-        relay.flip.set()
+        relay.alter.set()
         with pytest.raises(ConnectionLost, match="the stream was altered"):
             client.request(b"echo", b"op", [b"x" * 1000], timeout=10)
-        assert relay.flipped.is_set() and client.lost
+        assert relay.altered.is_set() and client.lost
     finally:
         client.close()
     err = capfd.readouterr().err
