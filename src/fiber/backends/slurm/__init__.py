@@ -6,10 +6,8 @@
 """
 
 from ..._exports import publish
-from ._backend import (
-    OWN_JOB_ENV,
-    PROGRAM_ENV,
-    SlurmBackend,
+from ._backend import OWN_JOB_ENV, PROGRAM_ENV, SlurmBackend
+from ._status import (
     controller_address,
     parse_exit_pair,
     parse_raw_exit,

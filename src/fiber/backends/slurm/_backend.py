@@ -25,11 +25,8 @@ from ._status import (
     SCANCELLED,
     SacctRow,
     SqueueRow,
-    controller_address,
     controller_host,
     job_comment,
-    parse_exit_pair,
-    parse_raw_exit,
     parse_sacct,
     parse_squeue,
     squeue_commands,
@@ -39,8 +36,7 @@ from ._status import (
 from ._steps import Step, cancel_steps, query_steps
 from ._time import notice_seconds, time_limit_seconds
 
-__all__ = ["SlurmBackend", "parse_squeue", "parse_raw_exit", "parse_exit_pair", "parse_sacct",
-           "status_of", "controller_address", "OWN_JOB_ENV", "PROGRAM_ENV"]
+__all__ = ["SlurmBackend", "OWN_JOB_ENV", "PROGRAM_ENV"]
 
 #: Set by fiber's job script to the job's own id: a process whose ``SLURM_JOB_ID`` is its
 #: own fiber job (not an allocation it was given) submits its children as jobs.

@@ -48,19 +48,24 @@ def step_rows(backend: BatchCommands) -> Dict[str, Tuple[str, str]]:
     return rows
 
 
+def _learn_ids(backend: BatchCommands, steps: List[Step]) -> None:
+    """Set the Slurm step id and node of each of ``steps`` that squeue lists (one call;
+    none if it cannot run)."""
+    try:
+        rows = step_rows(backend)
+    except SubmitError:
+        rows = {}
+    for s in steps:
+        if s.name in rows:
+            s.step_id, s.handle.host = rows[s.name]
+
+
 def query_steps(backend: BatchCommands, steps: List[Step],
                 handles: Sequence[JobHandle]) -> Dict[str, JobStatus]:
     """The status of ``steps`` (of ``handles``, in order); sets their hosts once known."""
     out: Dict[str, JobStatus] = {}
     if any(s.popen.poll() is None and not s.handle.host for s in steps):
-        try:
-            rows = step_rows(backend)
-        except SubmitError:
-            rows = {}
-        for s in steps:
-            if s.name in rows:
-                s.step_id, nodes = rows[s.name]
-                s.handle.host = nodes
+        _learn_ids(backend, steps)
     for s, h in zip(steps, handles):
         h.host = s.handle.host
         out[h.job_id] = step_status(s.popen.poll(), s.cancelled)
@@ -76,13 +81,7 @@ def cancel_steps(backend: BatchCommands, steps: List[Step], how: str) -> None:
     if not live:
         return
     if any(not s.step_id for s in live):
-        try:
-            rows = step_rows(backend)
-        except SubmitError:
-            rows = {}
-        for s in live:
-            if s.name in rows:
-                s.step_id = rows[s.name][0]
+        _learn_ids(backend, live)
     ids = [s.step_id for s in live if s.step_id]
     if ids:
         backend.cancel_ids(ids, how == "kill")
