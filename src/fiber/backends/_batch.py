@@ -184,10 +184,7 @@ class BatchBackend(CommandLineBackend):
         it fails."""
         if not avoid:
             return []
-        try:
-            listed = self.run_command(list_hosts, what=" ".join(list_hosts[:2])).stdout
-        except SubmitError:
-            return []
+        listed = self.output_of(list_hosts, what=" ".join(list_hosts[:2]))
         return hosts_to_avoid(avoid, listed.split())
 
     def query_node_cpus(self) -> Optional[int]:
@@ -237,6 +234,14 @@ class BatchBackend(CommandLineBackend):
             raise SubmitError(f"{label} failed", command=argv, returncode=cp.returncode,
                               stdout=cp.stdout, stderr=cp.stderr)
         return cp
+
+    def output_of(self, argv: Sequence[str], what: str, check: bool = True) -> str:
+        """The stdout of a cluster command whose failure only means that less is known
+        (`run_command`): "" if it could not run, timed out or, with ``check``, failed."""
+        try:
+            return self.run_command(argv, what=what, check=check).stdout
+        except SubmitError:
+            return ""
 
     # -- bookkeeping and cleanup -------------------------------------------------------
 

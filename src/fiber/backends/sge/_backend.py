@@ -225,11 +225,7 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
 
     def _error_reason(self, job_id: str) -> str:
         job, _ = split_id(job_id)
-        try:
-            cp = self.run_command(["qstat", "-j", job], what="qstat -j", check=False)
-        except SubmitError:
-            return ""
-        return error_reason(cp.stdout)
+        return error_reason(self.output_of(["qstat", "-j", job], "qstat -j", check=False))
 
     def _qacct(self, recs: List[_Job]) -> Dict[Tuple[str, Optional[int]], Acct]:
         """The accounting records of ``recs``' jobs: one ``qacct -j`` per job number (an
@@ -245,11 +241,8 @@ class SgeBackend(ArrayBackend[_Job, Row, Acct]):
                 r.acct_asked, r.acct_wait = now, min(max(1.0, 2 * r.acct_wait), 16.0)
         found: Dict[Tuple[str, Optional[int]], Acct] = {}
         for number in numbers:
-            try:
-                cp = self.run_command(["qacct", "-j", number], what="qacct", check=False)
-            except SubmitError:
-                continue
-            for rec in parse_qacct(cp.stdout):
+            for rec in parse_qacct(self.output_of(["qacct", "-j", number], "qacct",
+                                                  check=False)):
                 if rec.job == number:
                     found[(rec.job, rec.task)] = rec  # the last record of a task
         return found

@@ -275,10 +275,7 @@ class SlurmBackend(ArrayBackend[ArrayJob, SqueueRow, SacctRow]):
         argv = ["sacct", "--noheader", "--parsable2", "--allocations",
                 f"--jobs={','.join(r.handle.job_id for r in recs)}",
                 "--format=JobID,State,ExitCode"]
-        try:
-            return parse_sacct(self.run_command(argv, what="sacct").stdout)
-        except SubmitError:
-            return {}
+        return parse_sacct(self.output_of(argv, what="sacct"))
 
     def accounted_status(self, rec: ArrayJob, acct: SacctRow) -> JobStatus:
         state, code = acct
