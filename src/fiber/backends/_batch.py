@@ -20,6 +20,7 @@ from typing import (
     AbstractSet,
     Callable,
     Dict,
+    Iterable,
     Iterator,
     List,
     Mapping,
@@ -38,7 +39,7 @@ from ._common import hosts_to_avoid
 
 __all__ = ["BatchBackend", "BatchCommands", "parse_job_id", "render_script", "split_env",
            "format_command", "follow_job", "follow_file", "last_lines", "log_dir",
-           "read_output"]
+           "read_output", "by_submission"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -426,6 +427,12 @@ def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[Job
         if time.monotonic() >= deadline:
             return cancelled
         time.sleep(0.5)
+
+
+def by_submission(jobs: Iterable[JobInfo]) -> List[JobInfo]:
+    """``jobs`` oldest first (``fiber ps``); those submitted at once (an array's tasks)
+    in the order of the numbers in their ids."""
+    return sorted(jobs, key=lambda j: (j.created, [int(n) for n in re.findall(r"\d+", j.job_id)]))
 
 
 def read_output(path: str, job: str, tail: Optional[int] = None, hint: str = "") -> str:

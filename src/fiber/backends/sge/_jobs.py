@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence
 
 from ...errors import BackendError, SubmitError
 from .._base import JobInfo
-from .._batch import BatchCommands, last_lines, log_dir, read_output
+from .._batch import BatchCommands, by_submission, last_lines, log_dir, read_output
 from ._settings import own
 from ._status import Listed, Row, parse_contexts, parse_qstat, split_id
 
@@ -108,8 +108,7 @@ def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
         for job_id in ([f"{r.job}.{t}" for t in r.tasks] if r.tasks else [r.job]):
             out.append(JobInfo(job_id, ctx.program, ctx.name, state_word(r.state),
                                ctx.submitted, ended="E" in r.state))
-    out.sort(key=lambda j: (j.created, [int(x) for x in j.job_id.split(".")]))
-    return out
+    return by_submission(out)
 
 
 def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -> str:

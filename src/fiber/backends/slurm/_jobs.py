@@ -20,7 +20,7 @@ from typing import List, Optional
 
 from ...errors import BackendError
 from .._base import JobInfo
-from .._batch import BatchCommands, last_lines, log_dir, read_output
+from .._batch import BatchCommands, by_submission, last_lines, log_dir, read_output
 from ._settings import own
 from ._status import LIST_FORMAT, parse_listing, stdout_path
 
@@ -45,10 +45,9 @@ def find_jobs(backend: BatchCommands, program: str = "") -> List[JobInfo]:
     argv = ["squeue", "--noheader", "--array", "--states=all", f"--user={os.getuid()}",
             f"--Format={LIST_FORMAT}"]
     cp = backend.run_command(argv, timeout=backend.query_timeout, what="squeue")
-    rows = [r for r in parse_listing(cp.stdout) if not program or r.program == program]
-    rows.sort(key=lambda r: (r.submitted, [int(x) for x in r.job_id.split("_") if x.isdigit()]))
-    return [JobInfo(r.job_id, r.program, r.name, r.state, r.submitted,
-                    ended=r.state in ENDING and r.state != "completing") for r in rows]
+    return by_submission(JobInfo(r.job_id, r.program, r.name, r.state, r.submitted,
+                                 ended=r.state in ENDING and r.state != "completing")
+                         for r in parse_listing(cp.stdout) if not program or r.program == program)
 
 
 def read_logs(backend: BatchCommands, job_id: str, tail: Optional[int] = None) -> str:
