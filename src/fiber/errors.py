@@ -135,7 +135,7 @@ class TimeoutError(FiberError, multiprocessing.TimeoutError):
 class LockLostError(FiberError, RuntimeError):
     """A fiber ``Lock`` or ``RLock`` was taken from the thread that held it: the lock's
     hub counted that thread's process lost (its connection reset and it did not
-    connect again within 5 s, or its host was silent for ``heartbeat_timeout``) and
+    connect again within 15 s, or its host was silent for ``heartbeat_timeout``) and
     gave the lock to the next waiter. Raised by that thread's next ``release`` (or
     ``acquire``, or ``Condition.wait``) of the lock, in place of releasing it for
     whoever holds it since: two holders at once are an error the program sees, not a

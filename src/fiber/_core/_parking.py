@@ -31,7 +31,7 @@ class Made:
 
     The server's receipts answer a request asked again after a reset as it was
     answered, but forget the answers of a process counted gone (its connection reset
-    and it did not connect again within 5 s, or its host silent for the grace). If that
+    and it did not connect again within 15 s, or its host silent for the grace). If that
     process lived and asks again, the request would be made a second time: a release
     would free the lock of its next holder, or count a semaphore's unit twice. The
     service asks `again` first, and answers such a request ``ok`` without making it."""

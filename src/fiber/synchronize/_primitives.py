@@ -112,7 +112,7 @@ def _who(peer: Peer, tid: bytes) -> Owner:
 _REMEMBERED = 64
 _TAKEN = ("the lock was taken from this thread: its hub counted this process lost while "
           "it held the lock (its connection was reset and it did not connect again "
-          "within 5 s, or its host was silent for heartbeat_timeout), and another "
+          "within 15 s, or its host was silent for heartbeat_timeout), and another "
           "process may have held it since")
 
 

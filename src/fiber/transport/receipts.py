@@ -18,8 +18,11 @@ __all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHO
 _TICKET = struct.Struct("<8sQ")
 TICKET_BYTES = _TICKET.size
 #: Seconds a process whose connection was reset has to connect again before what it
-#: held is let go (its locks freed, its pipes' ends closed, its answers forgotten).
-REANCHOR_WAIT_S = 5.0
+#: held is let go (its locks freed, its pipes' ends closed, its answers forgotten). As
+#: long as a new connection may take on a lossy link: at 10% loss and a 100 ms round
+#: trip, on a loaded host, connecting again and the handshakes took 0.7 to 4.1 s (a lost
+#: SYN is sent again after 1 s, then 3 s), and 5 s was sometimes too short.
+REANCHOR_WAIT_S = 15.0
 # Each thread's tickets' key and count: ``here.transport.tickets`` (a thread-local).
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from test_multihost import hosts, run_scenario  # noqa: F401 - the module's fixture
 
 from fiber.transport.client import SPENT_GRACE_CONNECT_S
+from fiber.transport.receipts import REANCHOR_WAIT_S
 from fiber.transport.server import JOB_END_SETTLE_S
 
 from fiber_ci import netns
@@ -99,19 +100,21 @@ def test_async_manager_objects_on_hosts(hosts: netns.Hosts) -> None:  # noqa: F8
 def test_a_lock_holder_counted_gone_that_comes_back_is_told_and_frees_nothing(
         hosts: netns.Hosts) -> None:  # noqa: F811
     """Host 2 cut off and its connections to the master aborted while a process on it
-    holds the master's lock: the hub counts that process gone after 5 s and the master
-    takes the lock. Host 2 comes back, its process lives, and its release raises
+    holds the master's lock: the hub counts that process gone after ``REANCHOR_WAIT_S``
+    and the master takes the lock. Host 2 comes back, its process lives, and its release raises
     `LockLostError` and leaves the master's lock alone; before, it freed it (and the
     master's own release raised ``ValueError``). Its ``acquire`` of a second lock so
     taken raises `LockLostError` as well, and leaves it no longer counting that lock its
-    own (before, its repr still named it the owner)."""
+    own (before, its repr still named it the owner). The grace (``heartbeat_timeout``) is
+    60 s: the cut, longer than that wait, must not be taken for a silent host's."""
     try:
-        r = run_scenario(hosts, "mh_lock_taken.py", "--veth", hosts.veth(2))
+        r = run_scenario(hosts, "mh_lock_taken.py", "--veth", hosts.veth(2),
+                         env={"FIBER_HEARTBEAT_TIMEOUT": "60"})
     finally:
         hosts.partition(2, False)
     assert r["holder"] == "held" and r["holder_ip"] == r["host_ips"][1], r
     assert r["aborted"] >= 1, r
-    assert r["master_got"] and r["master_seconds"] < 15, r
+    assert r["master_got"] and r["master_seconds"] < REANCHOR_WAIT_S + 10, r
     assert r["told"][0] == "LockLostError" and "taken from this thread" in r["told"][1], r
     assert r["master_got_again"], r
     assert r["told_again"] == ["LockLostError", "<Lock(owner=SomeOtherProcess)>"], r

@@ -3,14 +3,15 @@
 A ``Process`` on host 2 takes a ``Lock`` the master serves and holds it for a while.
 Host 2 is cut off (its veth down) and the master's connections to it are aborted (``ss
 -K`` in the root namespace: its hub reads a reset); the holder cannot connect again
-within the hub's wait for a reset process (5 s), so the hub counts it gone and frees its
-lock, which the master takes. Host 2 is then reconnected: the holder's process lives and
-comes back. Its ``release`` must raise ``fiber.errors.LockLostError`` and leave the lock
-the master's (before: it released the master's lock, and the master's own release then
-raised ``ValueError``). It held a second lock the same way, which it asks to take again:
-that ``acquire`` raises ``LockLostError`` too, after which the holder's process must not
-count that lock its own any more (its repr names the master's as the owner: before, it
-named the holder's, whose table of held locks ``acquire`` left as it was).
+within the hub's wait for a reset process (``REANCHOR_WAIT_S``), so the hub counts it
+gone and frees its lock, which the master takes. Host 2 is then reconnected: the
+holder's process lives and comes back. Its ``release`` must raise
+``fiber.errors.LockLostError`` and leave the lock the master's (before: it released the
+master's lock, and the master's own release then raised ``ValueError``). It held a
+second lock the same way, which it asks to take again: that ``acquire`` raises
+``LockLostError`` too, after which the holder's process must not count that lock its own
+any more (its repr names the master's as the owner: before, it named the holder's, whose
+table of held locks ``acquire`` left as it was).
 
 ``--veth VETH`` (host 2's bridge-side link): brought down here, up again by the script
 (and by the test, whatever happens). Prints RESULT.
@@ -23,11 +24,12 @@ import time
 import _common
 
 import fiber
+from fiber.transport.receipts import REANCHOR_WAIT_S
 
 from fiber_ci import netns
 
-CUT_S = 8.0  # past the hub's wait for a reset process to connect again (5 s)
-HOLD_S = 25.0  # the holder's critical section: the cut, and its coming back, fall in it
+CUT_S = REANCHOR_WAIT_S + 3  # past the hub's wait for a reset process to connect again
+HOLD_S = 40.0  # the holder's critical section: the cut, and its coming back, fall in it
 
 
 def hold(lock, again, out):

@@ -52,7 +52,9 @@ def main():
     q = fiber.Queue()
     lock = fiber.Lock()
     with netns.on_host(2):
-        child = fiber.Process(target=producer, args=(q, PUTS, lock, 8.0), name="Producer")
+        # it holds the lock past the check below (the first reset + REANCHOR_WAIT_S + 1)
+        child = fiber.Process(target=producer, args=(q, PUTS, lock, REANCHOR_WAIT_S + 3),
+                              name="Producer")
         child.start()
     out = {"killed": []}
     with fiber.Pool(6, workers_per_job=per_job) as pool:
