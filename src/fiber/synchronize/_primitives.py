@@ -18,7 +18,7 @@ from .._process_state import here
 from ..errors import LockLostError
 from ..process import current_process
 from ..transport.operations import handles, reply_of
-from ..transport.receipts import TICKET_BYTES
+from ..transport.receipts import REANCHOR_WAIT_S, TICKET_BYTES
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
 
@@ -112,8 +112,8 @@ def _who(peer: Peer, tid: bytes) -> Owner:
 _REMEMBERED = 64
 _TAKEN = ("the lock was taken from this thread: its hub counted this process lost while "
           "it held the lock (its connection was reset and it did not connect again "
-          "within 15 s, or its host was silent for heartbeat_timeout), and another "
-          "process may have held it since")
+          f"within {REANCHOR_WAIT_S:g} s, or its host was silent for heartbeat_timeout), "
+          "and another process may have held it since")
 
 
 class LockService(Parking):
