@@ -27,7 +27,9 @@ from fiber.pool._protocol import (
     WorkerEnded,
     WorkerHello,
     pack_results,
+    pack_results_of,
     pack_to,
+    split_results,
     unpack_tasks,
     unpack_to,
 )
@@ -334,7 +336,11 @@ class StandIn:
         """A group's messages from its workers since the last: one message."""
         if sim.up and sim.sock is not None:
             up, sim.up = sim.up, []
-            self.send(sim, [sim.pool, PoolOps.FROM, b"", *pack_to(up)])
+            said, results = split_results(up)  # as fiber.pool._group relays them
+            if said:
+                self.send(sim, [sim.pool, PoolOps.FROM, b"", *pack_to(said)])
+            if results:
+                self.send(sim, [sim.pool, PoolOps.RESULTS_OF, b"", *pack_results_of(results)])
 
     def answered(self, sim: Sim, msg: List[Frame]) -> None:
         """The master's answer to a worker's end: the worker it names starts, or none."""

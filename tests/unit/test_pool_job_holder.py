@@ -17,6 +17,7 @@ from fiber.pool._protocol import (
     ResumeJob,
     WorkerEnded,
     pack_results,
+    pack_results_of,
     pack_tasks,
     pack_to,
     unpack_tasks,
@@ -133,7 +134,9 @@ def _handed(hub: _Hub) -> List[int]:
 
 def _results(service: PoolService, hub: _Hub, peer: Peer, ran: List[Tuple[int, List[int]]]
              ) -> None:
-    service.from_workers(hub, peer, b"", pack_to([  # type: ignore[arg-type]
+    """The job relays its workers' results as `fiber.pool._group` does: one
+    ``results_of`` message."""
+    service.results_of(hub, peer, b"", pack_results_of([  # type: ignore[arg-type]
         (wid, [PoolOps.RESULTS, *pack_results([(i, True, [b"r"]) for i in ids], 0.001)])
         for wid, ids in ran]))
 

@@ -38,9 +38,13 @@ from fiber.pool._protocol import (
     WorkerEnded,
     WorkerHello,
     pack_results,
+    pack_results_of,
     pack_tasks,
+    pack_to,
     results_busy,
+    split_results,
     unpack_results,
+    unpack_results_of,
     unpack_tasks,
 )
 from fiber.pool._reconnect import Reconnections
@@ -222,6 +226,31 @@ def test_results_batch_layout_and_round_trip():
     assert list(unpack_results(pack_results([], 0.0))) == []
 
 
+def test_a_jobs_relayed_results_are_one_header_and_their_frames():
+    """A job relays its workers' hellos in a ``from`` message and their batches of
+    results, as they sent them, in one ``results_of`` message: one header (each
+    worker's id, its batch's header) and the result frames, N + 1 frames for N results."""
+    one = [(5, True, [b"value"])]
+    several = [(6, False, [b"error", b"traceback"]), (8, True, []), (9, True, [b"x"])]
+    up = [(11, [PoolOps.HELLO]), (12, [PoolOps.RESULTS, *pack_results(one, 0.5)]),
+          (13, [PoolOps.RESULTS, *pack_results(several, 0.25)]), (14, [PoolOps.HELLO])]
+    said, results = split_results(up)
+    assert said == [up[0], up[3]] and results == [up[1], up[2]]
+    frames = pack_results_of(results)
+    assert frames[1:] == [b"value", b"error", b"traceback", b"x"]
+    assert struct.unpack_from("<QH", frames[0]) == (12, 8 + 11)
+    assert unpack_results_of(frames) == [(12, 0.5, one), (13, 0.25, several)]
+    assert unpack_results_of(pack_results_of([])) == []
+    # the header and the frames must match: a frame more or less is refused, not misread
+    for wrong in (frames[:-1] + [b"extra", b"more"], frames[:-2], frames + [b"one more"]):
+        with pytest.raises((ValueError, IndexError)):
+            unpack_results_of(wrong)
+    with pytest.raises(struct.error):
+        unpack_results_of([frames[0][:-3], *frames[1:]])
+    # the hellos go as they went before, in a ``to`` layout
+    assert pack_to(said)[1:] == [PoolOps.HELLO, PoolOps.HELLO]
+
+
 def test_the_pool_protocol_frames_survive_the_socket(pair):
     a, b = pair
     tasks = [(i, i % 3, [b"f%d" % i] if i < 3 else None, [b"a" * i]) for i in range(1, 40)]
@@ -255,7 +284,8 @@ def test_each_operation_a_protocol_names_has_one_handler(service, ops):
 
 def test_the_pool_service_handles_what_workers_and_their_jobs_send():
     worker_sends = {PoolOps.HELLO, PoolOps.INIT_FAILED, PoolOps.RESULTS, PoolOps.RETIRING,
-                    PoolOps.RESUME, PoolOps.WORKER_ENDED, PoolOps.FROM, PoolOps.RESUME_JOB}
+                    PoolOps.RESUME, PoolOps.WORKER_ENDED, PoolOps.FROM, PoolOps.RESULTS_OF,
+                    PoolOps.RESUME_JOB}
     assert set(PoolService.operations) == worker_sends
     assert {PoolOps.TASKS, PoolOps.STOP, PoolOps.TO}.isdisjoint(PoolService.operations)
 
@@ -263,7 +293,8 @@ def test_the_pool_service_handles_what_workers_and_their_jobs_send():
 def test_jobs_of_several_and_resets_are_served_by_the_pool_service():
     assert issubclass(PoolService, Dispatching) and issubclass(Dispatching, Reconnections)
     assert issubclass(Reconnections, JobsOfSeveral)
-    assert set(JobsOfSeveral.operations) == {PoolOps.FROM, PoolOps.WORKER_ENDED}
+    assert set(JobsOfSeveral.operations) == {PoolOps.FROM, PoolOps.RESULTS_OF,
+                                             PoolOps.WORKER_ENDED}
     assert set(Reconnections.operations) - set(JobsOfSeveral.operations) == {
         PoolOps.RESUME, PoolOps.RESUME_JOB}
     assert Dispatching.operations == Reconnections.operations  # it sends, handles nothing

@@ -37,8 +37,10 @@ from ._protocol import (
     Replacement,
     ResumeJob,
     WorkerEnded,
+    pack_results_of,
     pack_to,
     result_ids,
+    split_results,
     task_ids,
     unpack_to,
 )
@@ -303,14 +305,19 @@ class _Group:
         return alive
 
     def _relay(self) -> None:
-        """Send the master what the workers sent, in one message: the results of a
-        round's tasks that ended together are one message a job, not one a worker."""
+        """Send the master what the workers sent: their hellos in one message, then their
+        results in one (`pack_results_of`): the results of a round's tasks that ended
+        together are one message a job, not one a worker."""
         if self.up:
             if self.pipes is not None and self.pipes.wrote:  # its tasks' lines first
                 self.pipes.wrote = False
                 _output.sync()
             up = self.up
-            self.client.send(self.pool_name, PoolOps.FROM, pack_to(up))
+            said, results = split_results(up)
+            if said:
+                self.client.send(self.pool_name, PoolOps.FROM, pack_to(said))
+            if results:
+                self.client.send(self.pool_name, PoolOps.RESULTS_OF, pack_results_of(results))
             self.up = []  # (kept, to be sent again, if the connection failed)
             for worker_id, msg in up:
                 held = self.held.get(worker_id)

@@ -20,7 +20,17 @@ from ..transport.server import Peer, Server
 from ..transport.sockets import tcp_rtt
 from . import _losses
 from ._credit import FarWorkers, Link, round_trip
-from ._protocol import JOB_ID, PoolOps, Replacement, WorkerEnded, pack_to, unpack_to
+from ._protocol import (
+    JOB_ID,
+    PoolOps,
+    Replacement,
+    WorkerEnded,
+    pack_to,
+    results_busy,
+    unpack_results,
+    unpack_results_of,
+    unpack_to,
+)
 from ._state import PoolJob, ReadyWorkers, Task, WorkerState
 
 __all__ = ["JobsOfSeveral", "Heard"]
@@ -76,10 +86,12 @@ class JobsOfSeveral(Service):
         """``ws`` said hello on (or through) ``peer``: it takes tasks."""
         raise NotImplementedError
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: Sequence[Frame], now: float,
+    def _results(self, peer: Peer, ws: WorkerState,
+                 results: List[Tuple[int, bool, List[Frame]]], busy: float, now: float,
                  heard: Heard, holder: WorkerState) -> None:
-        """A batch of ``ws``'s results, heard at ``now``, added to ``heard``; their tasks
-        were ``holder``'s (``ws``, or its job's record)."""
+        """A batch of ``ws``'s results (it ran them for ``busy`` seconds), heard at
+        ``now``, added to ``heard``; their tasks were ``holder``'s (``ws``, or its job's
+        record)."""
         raise NotImplementedError
 
     def _tally(self, fids: List[int], items: int, busy: float, now: float) -> None:
@@ -216,10 +228,9 @@ class JobsOfSeveral(Service):
     @handles(PoolOps.FROM)
     def from_workers(self, server: Server, peer: Peer, req_id: bytes,
                      payload: List[Frame]) -> None:
-        """Workers' ``hello`` and ``results``, relayed by their job (a job of several, see
-        `_group`) on the job's connection, each with its worker's id (see `pack_to`).
-        What is queued is handed out once for the message, after all its results: one
-        ``to`` message for the job, not one a worker."""
+        """Workers' ``hello``, relayed by their job (a job of several, see `_group`) on
+        the job's connection, each with its worker's id (see `pack_to`). (Their results
+        come in ``results_of``; results in a ``from`` are taken as well.)"""
         now = time.monotonic()
         answered: List[WorkerState] = []
         heard = Heard()
@@ -239,8 +250,34 @@ class JobsOfSeveral(Service):
                     ws.since = now
                 self._hello(peer, ws)
             elif ws.connected and ws.peer is peer:
-                self._results(peer, ws, frames[1:], now, heard, ws.holder)
+                self._results(peer, ws, unpack_results(frames[1:]), results_busy(frames[1:]),
+                              now, heard, ws.holder)
                 answered.append(ws)
+        self._heard_from_job(peer, answered, heard, now)
+
+    @handles(PoolOps.RESULTS_OF)
+    def results_of(self, server: Server, peer: Peer, req_id: bytes,
+                   payload: List[Frame]) -> None:
+        """Workers' batches of results, relayed by their job in one message (see
+        `pack_results_of`). What is queued is handed out once for the message, after all
+        its results: one ``to`` message for the job, not one a worker."""
+        now = time.monotonic()
+        answered: List[WorkerState] = []
+        heard = Heard()
+        workers = self.workers
+        for worker_id, busy, results in unpack_results_of(payload):
+            ws = workers.get(worker_id)
+            # (a worker presumed dead: its tasks were reassigned)
+            if ws is not None and not ws.lost and ws.connected and ws.peer is peer:
+                self._results(peer, ws, results, busy, now, heard, ws.holder)
+                answered.append(ws)
+        self._heard_from_job(peer, answered, heard, now)
+
+    def _heard_from_job(self, peer: Peer, answered: List[WorkerState], heard: Heard,
+                        now: float) -> None:
+        """After a job's message: count what ``answered`` (its workers that sent
+        results) returned, measure the job's link, hand out what is queued, and stop the
+        workers the pool is done with."""
         if answered:
             if answered[0].holder is not answered[0]:
                 self._refresh(answered[0].holder)

@@ -10,7 +10,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeV
 from ..transport.serialization import Frame
 
 __all__ = ["PoolOps", "pack_task", "pack_tasks", "unpack_tasks", "task_ids", "pack_results",
-           "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to", "pack_ids",
+           "unpack_results", "result_ids", "results_busy", "pack_to", "unpack_to",
+           "split_results", "pack_results_of", "unpack_results_of", "pack_ids",
            "unpack_ids", "WorkerHello", "InitFailed", "Retiring", "Resume", "WorkerEnded",
            "Replacement", "ResumeJob", "Kept", "JOB_ID"]
 
@@ -28,7 +29,8 @@ class PoolOps:
     RETIRING = b"retiring"  # worker -> master: the cluster told it to go (see _retire)
     RESUME = b"resume"  # worker -> master: its connection was reset; it is back (_resume)
     WORKER_ENDED = b"worker_ended"  # job -> master: one of its workers ended (_group)
-    FROM = b"from"  # job -> master: a worker's hello or results, relayed (_group)
+    FROM = b"from"  # job -> master: workers' hellos, relayed (_group)
+    RESULTS_OF = b"results_of"  # job -> master: its workers' results, one header (_group)
     TO = b"to"  # master -> job: a worker's tasks or stop, to relay (_group)
     RESUME_JOB = b"resume_job"  # job -> master: its connection was reset; back (_group)
     # master -> job, in a ``to`` message under `JOB_ID` (a job handed tasks as a whole):
@@ -200,6 +202,7 @@ def remember(lru: Dict[int, _V], fid: int, value: _V) -> None:
 _RESULT = struct.Struct("<QBH")
 _BUSY = struct.Struct("<d")
 _ONE_RESULT = _BUSY.size + _RESULT.size
+_BUSY_RESULT = struct.Struct("<dQBH")  # the usual batch's header, read at once
 
 #: One task on the wire: (task_id, function_id, function frames or None, argument frames).
 WireTask = Tuple[int, int, Any, Sequence[Any]]
@@ -315,4 +318,75 @@ def unpack_to(frames: Sequence[Frame]) -> List[Tuple[int, Sequence[Frame]]]:
     for worker_id, n in _TO.iter_unpack(bytes(frames[0])):
         out.append((worker_id, frames[at:at + n]))
         at += n
+    return out
+
+
+# -- a job's relayed results: one header for all its workers' batches ---------------------------
+
+_OF = struct.Struct("<QH")  # a worker's id, the length of its batch's header
+
+#: A worker's relayed batch of results: (worker id, busy seconds, [(task id, ok, frames)]).
+RelayedResults = Tuple[int, float, List[Tuple[int, bool, List[Frame]]]]
+
+
+def split_results(messages: Sequence[Tuple[int, Sequence[Frame]]]
+                  ) -> Tuple[List[Tuple[int, Sequence[Frame]]], List[Tuple[int, Sequence[Frame]]]]:
+    """A job's messages from its workers, (worker id, ``[op, *payload]``) each, as those
+    it relays in a ``from`` message (hellos) and the batches of results it relays in a
+    ``results_of`` message, each kept in its order. The ``from`` message goes first: a
+    worker's hello comes before its results, and nothing a worker says follows them."""
+    said: List[Tuple[int, Sequence[Frame]]] = []
+    results: List[Tuple[int, Sequence[Frame]]] = []
+    for message in messages:
+        (results if message[1][0] == PoolOps.RESULTS else said).append(message)
+    return said, results
+
+
+def pack_results_of(batches: Sequence[Tuple[int, Sequence[Frame]]]) -> List[Frame]:
+    """The frames of a ``results_of`` message after its op: ``batches`` are (worker id,
+    ``[RESULTS, header, *result frames]``), as the job's workers sent them. One header
+    (each worker's id and its batch's header, as is) and every result frame: the master
+    reads N + 1 frames for N one-frame results, where ``from`` took 3N + 1."""
+    header = bytearray()
+    out: List[Frame] = [b""]
+    for worker_id, message in batches:
+        head = message[1]
+        header += _OF.pack(worker_id, len(head))
+        header += head
+        out.extend(message[2:])
+    out[0] = bytes(header)
+    return out
+
+
+def unpack_results_of(frames: Sequence[Frame]) -> List[RelayedResults]:
+    """What `pack_results_of` packed: each worker's batch, as `unpack_results` and
+    `results_busy` read it.
+
+    Raises:
+        ValueError, struct.error, IndexError: ``frames`` are not such a message.
+    """
+    header = frames[0]
+    end = len(header)
+    at, pos = 0, 1
+    out: List[RelayedResults] = []
+    while at < end:
+        worker_id, size = _OF.unpack_from(header, at)
+        at += _OF.size
+        if size == _ONE_RESULT:  # the usual batch: one result of one frame
+            busy, task_id, ok, n = _BUSY_RESULT.unpack_from(header, at)
+            out.append((worker_id, busy, [(task_id, ok == 1, [frames[pos]] if n == 1
+                                           else list(frames[pos:pos + n]))]))
+            pos += n
+        else:
+            (busy,) = _BUSY.unpack_from(header, at)
+            results = []
+            for offset in range(at + _BUSY.size, at + size, _RESULT.size):
+                task_id, ok, n = _RESULT.unpack_from(header, offset)
+                results.append((task_id, ok == 1, [frames[pos]] if n == 1
+                                else list(frames[pos:pos + n])))
+                pos += n
+            out.append((worker_id, busy, results))
+        at += size
+    if at != end or pos != len(frames):
+        raise ValueError("a results_of message whose header does not match its frames")
     return out

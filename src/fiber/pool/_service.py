@@ -219,7 +219,7 @@ class PoolService(Dispatching):
             return  # a worker already presumed dead: its results were reassigned
         now = time.monotonic()
         heard = Heard()
-        self._results(peer, ws, payload, now, heard, ws)
+        self._results(peer, ws, unpack_results(payload), results_busy(payload), now, heard, ws)
         self._tally(heard.fids, heard.items, heard.busy, now)
         if heard.sample < math.inf:  # its own link's round trip (see _credit)
             assert peer.conn is not None
@@ -230,9 +230,11 @@ class PoolService(Dispatching):
             self.dispatch()
         self._maybe_stop(ws)
 
-    def _results(self, peer: Peer, ws: WorkerState, payload: Sequence[Frame], now: float,
+    def _results(self, peer: Peer, ws: WorkerState,
+                 results: List[Tuple[int, bool, List[Frame]]], busy: float, now: float,
                  heard: Heard, holder: WorkerState) -> None:
-        """``ws``'s batch of results, heard at ``now`` on ``peer``, of tasks ``holder``
+        """``ws``'s batch of ``results`` (it ran them for ``busy`` seconds), heard at
+        ``now`` on ``peer``, of tasks ``holder``
         held (``ws``, or its job's record: see `_jobs`). Adds to ``heard``
         what the caller counts (`_tally`) and measures (its link's round trip, see
         `_credit`): once a message, for all the workers a job relays. The caller then
@@ -245,7 +247,7 @@ class PoolService(Dispatching):
         measuring = self.measuring
         waited = self.latency.add
         pending = holder.pending
-        for task_id, ok, frames in unpack_results(payload):
+        for task_id, ok, frames in results:
             task = pending.pop(task_id, None)
             if task is None:
                 continue
@@ -271,7 +273,6 @@ class PoolService(Dispatching):
             self.suspects.pop(ws.process.host, None)  # its host answers
         if holder is ws:  # (a job's record: refiled once a message, by the caller)
             self._refresh(ws)
-        busy = results_busy(payload)
         heard.items += items
         heard.busy += busy
         if holder.probe and peer.conn is not None:  # its first results since it was
