@@ -332,3 +332,31 @@ def test_a_main_functions_attribute_names_do_not_ship_globals_of_that_name():
                 return self.t22_model
     ''')
     assert loads(dumps(main["T22"]())).get() == 1
+
+
+
+def fiber_test_named_in_main() -> None:
+    """(Made a function of ``__main__`` by the test below.)"""
+
+
+def test_only_a_pickle_that_names_a_global_is_searched_for_main_and_connections():
+    """`dumps` keeps the C pickler's output unless it names ``__main__`` or a
+    ``multiprocessing`` connection; every global is pushed by the STACK_GLOBAL opcode,
+    so a pickle without it is kept unsearched (plain data: a task's usual arguments)."""
+    import datetime
+
+    from fiber.transport.serialization import _names_no_global
+
+    plain = pickle.dumps((1, (1.0, "__main__", b"multiprocessing.connection")), protocol=5)
+    assert pickle.STACK_GLOBAL[0] not in plain and _names_no_global(plain)
+    assert _names_no_global(pickle.dumps(datetime.date(2020, 1, 1), protocol=5))
+    main = sys.modules["__main__"]
+    fn = fiber_test_named_in_main
+    fn.__module__ = "__main__"
+    main.fiber_test_named_in_main = fn  # type: ignore[attr-defined]
+    try:
+        assert not _names_no_global(pickle.dumps((1, (fn,)), protocol=5))
+    finally:
+        fn.__module__ = __name__
+        del main.fiber_test_named_in_main  # type: ignore[attr-defined]
+    assert loads(dumps((1, ("__main__",)))) == (1, ("__main__",))

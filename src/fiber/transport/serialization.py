@@ -44,6 +44,19 @@ def _small_buffer(buf: pickle.PickleBuffer) -> bool:
 #: In a pickle made by plain ``pickle``: a ``multiprocessing`` Connection, whose descriptor
 #: only ``_Pickler`` hands over (plain pickle copies its number; a socket refuses).
 _CONNECTION_MARK = b"multiprocessing.connection"
+#: Protocol 5's STACK_GLOBAL opcode: every global a pickle names (a class, a function,
+#: the callable of a reduction, __main__'s among them) is pushed by it.
+_STACK_GLOBAL = pickle.STACK_GLOBAL[0]
+
+
+def _names_no_global(head: bytes) -> bool:
+    """Whether the C pickler's ``head`` refers to nothing of ``__main__`` and to no
+    ``multiprocessing`` connection: so where the opcode every global needs is absent
+    (one ``in`` of an int, ~10 ns: plain data, the usual task's arguments), and else
+    unless either's name is in it. (`find`, not `in`, for those: bytes' `in` first
+    tries a bytes needle as an int, and raises and clears a TypeError each time.)"""
+    return (_STACK_GLOBAL not in head
+            or (head.find(b"__main__") < 0 and head.find(_CONNECTION_MARK) < 0))
 
 
 def _as_multiprocessing_does(obj: object) -> Tuple[Callable[[bytes], object], Tuple[bytes]]:
@@ -109,9 +122,7 @@ def dumps(obj: object) -> List[Frame]:
     large = False
     try:
         head = pickle.dumps(obj, protocol=5, buffer_callback=_small_buffer)
-        # find, not `in`: bytes' `in` first tries the needle as an int, and raises and
-        # clears a TypeError each time (a fifth of a small task's pickling)
-        if head.find(b"__main__") < 0 and head.find(_CONNECTION_MARK) < 0:
+        if _names_no_global(head):
             return [head]
     except _LargeBuffer:
         large = True
@@ -129,7 +140,7 @@ def dumps(obj: object) -> List[Frame]:
     if large:  # again, large buffers out of band (the first try stopped at one)
         try:
             head = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-            if head.find(b"__main__") < 0 and head.find(_CONNECTION_MARK) < 0:
+            if _names_no_global(head):
                 return [head, *buffers]
         except (pickle.PicklingError, AttributeError, TypeError):
             pass
