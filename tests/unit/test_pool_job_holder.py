@@ -278,3 +278,34 @@ def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said
     assert sorted(t.task_id for t in service.queue) == [1, 2]
     (line,) = said()  # (b's waited behind a's, said first: both in the job's)
     assert "was lost with 2 workers" in line and "resubmitted map(f) tasks 0, 1" in line, line
+
+
+def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_more() -> None:
+    """`Dispatching._fill`: a job handed tasks as a whole takes, in one step, the tasks
+    one at a time would have given it (a task for each of its workers), in one message;
+    then the next job does; what their credit leaves stays queued."""
+    service = PoolService(b"pool", 4, None, 3, lambda ws, expected: None)
+    hub = _Hub()
+    service.server = hub  # type: ignore[assignment]
+    service.functions[1] = [b"f"]
+    holders = []
+    for n in (1, 2):
+        process = _Process(n)
+        job = PoolJob(process, forks=True)  # type: ignore[arg-type]
+        states = [WorkerState(10 * n + i, process, f"PoolWorker-{10 * n + i}",  # type: ignore[arg-type]
+                              job) for i in range(2)]
+        for ws in states:
+            service.add_worker(ws)
+        service.from_workers(hub, Peer(n, bytes([n]) * 16, False, None), b"",  # type: ignore[arg-type]
+                             pack_to([(ws.worker_id, [PoolOps.HELLO]) for ws in states]))
+        holders.append(job.holder)
+    hub.sent.clear()
+    _submit(service, _Sink(), 5)
+    sent = {peer.peer_id: [t[0] for wid, body in unpack_to(frames[2:])
+                           if wid == JOB_ID and bytes(body[0]) == PoolOps.TASKS
+                           for t in unpack_tasks(list(body[1:]))]
+            for peer, frames in hub.sent}
+    assert len(hub.sent) == 2  # one message a job
+    assert sorted(sent.values()) == [[1, 2], [3, 4]]  # in turn, a task a worker each
+    assert [sorted(h.pending) for h in holders] == [sent[1], sent[2]]
+    assert [t.task_id for t in service.queue] == [5]  # a credit of one a worker, used

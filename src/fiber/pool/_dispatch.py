@@ -89,6 +89,10 @@ class Dispatching(Reconnections):
                 break  # the least-loaded worker is full: so is every other on a fast link
             queue.popleft()
             self.queued_items -= task.items
+            if ws.whole:
+                if not self._fill(ws, task, credits, batches):
+                    break  # its credit is used: so is every other's on a fast link
+                continue
             self._hand(ws, task, batches)
         if queue and self.far:
             self._dispatch_far(batches)
@@ -123,8 +127,41 @@ class Dispatching(Reconnections):
                 self.queued_items -= task.items
                 self._hand(ws, task, batches)
 
-    def _hand(self, ws: WorkerState, task: Task, batches: Dict[WorkerState, List[Task]]) -> None:
-        """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
+    def _fill(self, holder: WorkerState, task: Task, credits: Dict[int, int],
+              batches: Dict[WorkerState, List[Task]]) -> bool:
+        """``task``, then the next queued ones, to ``holder`` (a job's record: the job
+        takes its tasks as a whole) while what it holds a worker stays the same: the
+        tasks `dispatch` would hand it one by one, since the record it refiles comes
+        first again (see `ReadyWorkers`), for one take and one refiling. False: its
+        credit for the next task is used."""
+        queue, pending, width = self.queue, holder.pending, holder.width
+        level = len(pending) // width
+        maxtasks = self.maxtasks
+        batch = batches.get(holder)
+        if batch is None:
+            batch = batches[holder] = []
+        room = True
+        while True:
+            self._held(holder, task)
+            batch.append(task)
+            if (not queue or len(pending) // width != level
+                    or (maxtasks is not None and holder.assigned >= maxtasks)):
+                break
+            task = queue[0]
+            credit = credits.get(task.fid)
+            if credit is None:
+                credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
+                                                            self.prefetch)
+            if len(pending) >= credit * width:
+                room = False
+                break
+            queue.popleft()
+            self.queued_items -= task.items
+        self.ready.put(holder, maxtasks is None or holder.assigned < maxtasks)
+        return room
+
+    def _held(self, ws: WorkerState, task: Task) -> None:
+        """``ws`` holds ``task`` from now."""
         task.held_by += 1
         if not ws.pending:
             ws.since = time.monotonic()
@@ -132,6 +169,10 @@ class Dispatching(Reconnections):
                 ws.probe = ws.since
         ws.pending[task.task_id] = task
         ws.assigned += 1
+
+    def _hand(self, ws: WorkerState, task: Task, batches: Dict[WorkerState, List[Task]]) -> None:
+        """``task`` goes to ``ws`` (in ``batches``, sent by the caller)."""
+        self._held(ws, task)
         # `_refresh` inlined (the cost is per task): ``ws`` could take a task, so only
         # this task (a suspect runs alone) or ``maxtasks`` can stop it now
         maxtasks = self.maxtasks
