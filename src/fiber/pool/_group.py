@@ -316,6 +316,7 @@ class _Group:
             said, results = split_results(up)
             if said:
                 self.client.send(self.pool_name, PoolOps.FROM, pack_to(said))
+                self.up = results  # (the hellos went: a reset now sends them again itself)
             if results:
                 self.client.send(self.pool_name, PoolOps.RESULTS_OF, pack_results_of(results))
             self.up = []  # (kept, to be sent again, if the connection failed)

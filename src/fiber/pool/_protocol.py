@@ -329,14 +329,16 @@ _OF = struct.Struct("<QH")  # a worker's id, the length of its batch's header
 RelayedResults = Tuple[int, float, List[Tuple[int, bool, List[Frame]]]]
 
 
-def split_results(messages: Sequence[Tuple[int, Sequence[Frame]]]
-                  ) -> Tuple[List[Tuple[int, Sequence[Frame]]], List[Tuple[int, Sequence[Frame]]]]:
+_Message = TypeVar("_Message", bound=Tuple[int, Sequence[Any]])
+
+
+def split_results(messages: Sequence[_Message]) -> Tuple[List[_Message], List[_Message]]:
     """A job's messages from its workers, (worker id, ``[op, *payload]``) each, as those
     it relays in a ``from`` message (hellos) and the batches of results it relays in a
     ``results_of`` message, each kept in its order. The ``from`` message goes first: a
     worker's hello comes before its results, and nothing a worker says follows them."""
-    said: List[Tuple[int, Sequence[Frame]]] = []
-    results: List[Tuple[int, Sequence[Frame]]] = []
+    said: List[_Message] = []
+    results: List[_Message] = []
     for message in messages:
         (results if message[1][0] == PoolOps.RESULTS else said).append(message)
     return said, results
