@@ -309,3 +309,34 @@ def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_mo
     assert sorted(sent.values()) == [[1, 2], [3, 4]]  # in turn, a task a worker each
     assert [sorted(h.pending) for h in holders] == [sent[1], sent[2]]
     assert [t.task_id for t in service.queue] == [5]  # a credit of one a worker, used
+
+
+def test_a_hello_sent_again_before_resume_job_leaves_the_jobs_tasks_to_its_resume() -> None:
+    """The order a reset makes when a worker's hello was lost with the connection: the
+    job connects again and its transport sends what was lost first (the ``from`` with
+    that hello), then asks ``resume_job``, naming what it holds. The tasks the master
+    had handed it and that were lost in flight go back to the queue and out again, as
+    without the hello; the record does not take the new connection before its resume."""
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None
+    c = WorkerState(12, job.process, "PoolWorker-12", job)  # type: ignore[arg-type]
+    service.add_worker(c)  # forked by the job; its hello was in flight
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    assert _handed(hub) == [1, 2] and set(holder.pending) == {1, 2}
+    peer.reset = True
+    service.peer_gone(hub, peer)  # the two tasks were lost in flight with the reset
+    assert holder.resume_by and not holder.connected
+    again = Peer(8, b"q" * 16, False, None)
+    service.from_workers(hub, again, b"",  # type: ignore[arg-type]
+                         pack_to([(c.worker_id, [PoolOps.HELLO])]))
+    assert holder.resume_by and holder.peer is None  # not taken back by a hello
+    assert _handed(hub) == []
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({a.worker_id: [], b.worker_id: []}, []))
+    assert not holder.resume_by and holder.peer is again
+    assert sorted(_handed(hub)) == [1, 2]  # lost in flight: handed out again
+    _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0
+    assert [t.task_id for t in tasks] == [1, 2]

@@ -139,7 +139,10 @@ class JobsOfSeveral(Service):
             holder.job = job  # (not one of its workers)
             holder.whole = holder.relayed = True
             holder.width = 0
-        if holder.peer is not peer:
+        if holder.peer is not peer and not holder.resume_by:
+            # (a job waited for since a reset is taken back by its `resume_job`, which
+            # says what it holds: a hello sent again before it, on the new connection,
+            # must not, or the tasks lost in flight would stay held, never to come)
             if holder.peer is not None:
                 self.holders.pop(holder.peer.peer_id, None)
             holder.peer, holder.connected, holder.resume_by = peer, True, 0.0
