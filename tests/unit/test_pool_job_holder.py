@@ -13,6 +13,7 @@ import pytest
 from fiber.pool._jobqueue import JobQueue, depth_of
 from fiber.pool._protocol import (
     JOB_ID,
+    Kept,
     PoolOps,
     ResumeJob,
     WorkerEnded,
@@ -334,7 +335,10 @@ def test_a_hello_sent_again_before_resume_job_leaves_the_jobs_tasks_to_its_resum
     assert holder.resume_by and holder.peer is None  # not taken back by a hello
     assert _handed(hub) == []
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
-                       ResumeJob({a.worker_id: [], b.worker_id: []}, []))
+                       ResumeJob({a.worker_id: [], b.worker_id: [], c.worker_id: []}, []))
+    status, payload = hub.replies[-1]
+    assert status == b"ok" and sorted(Kept.decode(payload).worker_ids) == [10, 11, 12]
+    assert c.connected and not c.lost  # kept, not stopped by its job
     assert not holder.resume_by and holder.peer is again
     assert sorted(_handed(hub)) == [1, 2]  # lost in flight: handed out again
     _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])

@@ -151,7 +151,9 @@ class Reconnections(JobsOfSeveral):
             ws = self.workers.get(worker_id)
             if ws is not None and ws.peer is not None and ws.peer is not peer:
                 server.end_peer(ws.peer.peer_id, abort=True)  # its reset has not reached us
-            if ws is None or ws.lost or not (ws.resume_by or not ws.started):
+            # (one connected here already said hello again, lost with the old connection
+            # and sent again before this: see `send_orphans`)
+            if ws is None or ws.lost or not (ws.resume_by or not ws.started or ws.peer is peer):
                 continue
             kept.append(ws)
             if ws.resume_by:
