@@ -344,3 +344,21 @@ def test_a_hello_sent_again_before_resume_job_leaves_the_jobs_tasks_to_its_resum
     _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0
     assert [t.task_id for t in tasks] == [1, 2]
+
+
+def test_a_from_message_takes_hellos_only_and_refuses_anything_else_loudly() -> None:
+    """Results come in ``results_of``: a ``from`` that carries them is a job's bug, refused
+    with an error the server prints, after its hellos are taken; its results are not
+    read as results (their task stays held, to come back with the job)."""
+    service, hub, peer, job, (a, b) = _job()
+    sink = _Sink()
+    tasks = _submit(service, sink, 2)
+    assert _handed(hub) == [t.task_id for t in tasks]
+    late = WorkerState(12, a.process, "PoolWorker-12", job)
+    service.add_worker(late)
+    mixed = pack_to([(a.worker_id, [PoolOps.RESULTS, *pack_results([(1, True, [b"r"])], 0.001)]),
+                     (late.worker_id, [PoolOps.HELLO])])
+    with pytest.raises(ValueError, match="hellos only"):
+        service.from_workers(hub, peer, b"", mixed)  # type: ignore[arg-type]
+    assert late.connected and late.holder is job.holder
+    assert sink.got == [] and list(job.holder.pending) == [1, 2]

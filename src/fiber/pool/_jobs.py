@@ -26,8 +26,6 @@ from ._protocol import (
     Replacement,
     WorkerEnded,
     pack_to,
-    results_busy,
-    unpack_results,
     unpack_results_of,
     unpack_to,
 )
@@ -232,31 +230,29 @@ class JobsOfSeveral(Service):
     def from_workers(self, server: Server, peer: Peer, req_id: bytes,
                      payload: List[Frame]) -> None:
         """Workers' ``hello``, relayed by their job (a job of several, see `_group`) on
-        the job's connection, each with its worker's id (see `pack_to`). (Their results
-        come in ``results_of``; results in a ``from`` are taken as well.)"""
-        now = time.monotonic()
-        answered: List[WorkerState] = []
-        heard = Heard()
+        the job's connection, each with its worker's id (see `pack_to`). Their results
+        come in ``results_of``; a job relays nothing else its workers say (a worker's
+        initializer failure goes on a connection of its own)."""
         workers = self.workers
+        odd = []
         for worker_id, frames in unpack_to(payload):
+            if frames[0] != PoolOps.HELLO:
+                odd.append(bytes(frames[0]))
+                continue
             ws = workers.get(worker_id)
-            op = frames[0]
-            if ws is None or ws.lost:
-                if op == PoolOps.HELLO:
-                    server.send(peer, [b"", PoolOps.TO, *pack_to([(worker_id, [PoolOps.STOP])])])
-                continue  # a worker presumed dead: its tasks were reassigned
-            if op == PoolOps.HELLO:
-                ws.relayed = True
-                self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
-                if ws.job is not None and ws.job.forks and self.maxtasks is None:
-                    ws.holder = self._holder(peer, ws)  # its job takes its tasks
-                    ws.since = now
-                self._hello(peer, ws)
-            elif ws.connected and ws.peer is peer:
-                self._results(peer, ws, unpack_results(frames[1:]), results_busy(frames[1:]),
-                              now, heard, ws.holder)
-                answered.append(ws)
-        self._heard_from_job(peer, answered, heard, now)
+            if ws is None or ws.lost:  # a worker presumed dead: its tasks were reassigned
+                server.send(peer, [b"", PoolOps.TO, *pack_to([(worker_id, [PoolOps.STOP])])])
+                continue
+            ws.relayed = True
+            self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+            if ws.job is not None and ws.job.forks and self.maxtasks is None:
+                ws.holder = self._holder(peer, ws)  # its job takes its tasks
+                ws.since = time.monotonic()
+            self._hello(peer, ws)
+        self._heard_from_job(peer, [], Heard(), time.monotonic())
+        if odd:  # (the server prints it: a bug of the job's, not of the pool's)
+            raise ValueError(f"a job relayed {sorted(set(odd))} in a 'from' message, "
+                             "which holds its workers' hellos only")
 
     @handles(PoolOps.RESULTS_OF)
     def results_of(self, server: Server, peer: Peer, req_id: bytes,
