@@ -27,6 +27,23 @@ from ._state import ReadyWorkers, Task, WorkerState
 __all__ = ["Dispatching"]
 
 
+class _Credits(Dict[int, int]):
+    """Each function's credit for one `Dispatching.dispatch` (`_credit.credit`: how many
+    of its tasks a worker may hold), by function id: worked out on first use, then a
+    dict's lookup (``__missing__``), once a task."""
+
+    __slots__ = ("task_seconds", "prefetch")
+
+    def __init__(self, task_seconds: Dict[int, float], prefetch: int) -> None:
+        super().__init__()
+        self.task_seconds = task_seconds
+        self.prefetch = prefetch
+
+    def __missing__(self, fid: int) -> int:
+        credit = self[fid] = _credit.credit(self.task_seconds.get(fid), self.prefetch)
+        return credit
+
+
 class Dispatching(Reconnections):
     """A pool's service, as far as handing tasks out goes: its subclass, `PoolService`,
     keeps the queue, the workers and what they hold."""
@@ -70,7 +87,7 @@ class Dispatching(Reconnections):
         any gets a second); then top up the workers on slow links (`_dispatch_far`). The
         cost is per task handed out, not per worker."""
         queue, ready = self.queue, self.ready
-        credits: Dict[int, int] = {}  # fid -> credit, for this call
+        credits = _Credits(self.task_seconds, self.prefetch)
         batches: Dict[WorkerState, List[Task]] = {}
         while queue:
             ws = ready.take()  # filed again by `_hand`, or put back where it was
@@ -80,11 +97,7 @@ class Dispatching(Reconnections):
             if task.suspect and ws.pending and not ws.whole:
                 ready.put(ws, True)
                 break  # only an idle worker takes a suspect, and none is idle
-            credit = credits.get(task.fid)
-            if credit is None:
-                credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
-                                                            self.prefetch)
-            if len(ws.pending) >= credit * ws.width:  # (a job's record: for its workers)
+            if len(ws.pending) >= credits[task.fid] * ws.width:  # (a job's record: for its workers)
                 ready.put(ws, True)
                 break  # the least-loaded worker is full: so is every other on a fast link
             queue.popleft()
@@ -127,7 +140,7 @@ class Dispatching(Reconnections):
                 self.queued_items -= task.items
                 self._hand(ws, task, batches)
 
-    def _fill(self, holder: WorkerState, task: Task, credits: Dict[int, int],
+    def _fill(self, holder: WorkerState, task: Task, credits: _Credits,
               batches: Dict[WorkerState, List[Task]]) -> bool:
         """``task``, then the next queued ones, to ``holder`` (a job's record: the job
         takes its tasks as a whole) while what it holds a worker stays the same: the
@@ -148,11 +161,7 @@ class Dispatching(Reconnections):
                     or (maxtasks is not None and holder.assigned >= maxtasks)):
                 break
             task = queue[0]
-            credit = credits.get(task.fid)
-            if credit is None:
-                credit = credits[task.fid] = _credit.credit(self.task_seconds.get(task.fid),
-                                                            self.prefetch)
-            if len(pending) >= credit * width:
+            if len(pending) >= credits[task.fid] * width:
                 room = False
                 break
             queue.popleft()
