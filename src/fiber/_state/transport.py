@@ -104,8 +104,9 @@ class TransportState:
                                 ssl.SSLContext] = {}
 
         # -- transport.cpus --
-        #: (transport.cpus) ``(pid, fd)`` of an open ``/proc/loadavg``; fd -1: there is none.
-        self.loadavg: Tuple[int, int] = (-1, -1)
+        #: (transport.cpus) This process's descriptor of ``/proc/loadavg``: None until
+        #: opened (and in a forked child, until it opens its own); -1: there is none.
+        self.loadavg: Optional[int] = None
         #: (transport.cpus) ``[seconds]``: wall time this process's threads spent in
         #: ``poll()`` after a miss.
         self.cpus_polled: List[float] = [0.0]

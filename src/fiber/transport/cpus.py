@@ -51,8 +51,16 @@ def usable_cpus() -> int:
 
 CPUS = usable_cpus()
 
-# The (pid, fd) of an open /proc/loadavg and the seconds spent polling: in
-# ``here.transport`` (``loadavg``, ``cpus_polled``).
+# The descriptor of /proc/loadavg and the seconds spent polling: in ``here.transport``
+# (``loadavg``, ``cpus_polled``).
+
+
+@here.after_fork_in_child
+def _forget_in_child() -> None:
+    """A forked child opens its own descriptor on first use: the parent's, inherited, may
+    be closed by the child (the local backend's fork server closes what it does not
+    pass on), and its number then taken by another file."""
+    here.transport.loadavg = None
 
 
 def polled_seconds() -> float:
@@ -73,24 +81,20 @@ def open_load() -> int:
     first use. A job opens it as it starts (see ``fiber.process._bootstrap``), so that its
     descriptors do not depend on whether it has polled yet, as a ``multiprocessing``
     child's do not."""
-    pid, fd = here.transport.loadavg
-    if pid != os.getpid():  # first use, or a forked child (whose fds may have been closed)
+    fd = here.transport.loadavg
+    if fd is None:
         try:
             fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             fd = -1
-        here.transport.loadavg = (os.getpid(), fd)
+        here.transport.loadavg = fd
     return fd
 
 
 def _runnable_now() -> int:
     """The tasks runnable on this host now; a huge number where the kernel does not say."""
-    pid, fd = here.transport.loadavg
-    # os.getpid(), not fiber._process_state's here.pid: its system call paces a polling
-    # loop's attempts (see `poll`), whose reads otherwise contend with the peer's writes on
-    # the socket: with here.pid a queue's round trip measured ~3 us slower (30 -> 33 us,
-    # benchmarks/compare.py --bench queue, 11 runs a version alternating)
-    if pid != os.getpid():
+    fd = here.transport.loadavg
+    if fd is None:
         fd = open_load()
     if fd < 0:
         return 1 << 30
@@ -132,12 +136,16 @@ def _poll_on(attempt: Callable[[], T], end: float) -> T:
             return attempt()
         if spare_cpu():
             contended = 0.0
-        else:
-            if not contended:
-                contended = now
-            elif now - contended > CONTENDED_S:
-                return attempt()
-            os.sched_yield()
+        elif not contended:
+            contended = now
+        elif now - contended > CONTENDED_S:
+            return attempt()
+        # The CPU is offered between attempts: to the tasks that want it while none is
+        # spare; while one is, the system call alone paces the attempts, whose reads
+        # otherwise contend with the peer's writes on the socket (without it, a queue's
+        # round trip measured ~3 us slower: 30 -> 33 us, benchmarks/compare.py --bench
+        # queue, 11 runs a version alternating).
+        os.sched_yield()
         got = attempt()
         if got:
             return got
