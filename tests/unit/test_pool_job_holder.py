@@ -227,8 +227,9 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     record waited for), a worker dies meanwhile and its job cannot say so; the job
     comes back without it (``resume_job``: the master loses it, holding nothing of its
     own, the job's record keeps its task), then says how it ended, naming the task
-    (``worker_ended``). That task is counted in ``retried`` once, charged once, named in
-    the worker's warning, and its result delivered once."""
+    (``resume_job`` names it as ended, holding that task), then says how it ended
+    (``worker_ended``, holding none). That task is counted in ``retried`` once, charged
+    once, named in the worker's warning, and its result delivered once."""
     service, hub, peer, job, (a, b) = _job()
     holder = job.holder
     assert holder is not None
@@ -239,11 +240,11 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
-                       ResumeJob({b.worker_id: [2]}, [1, 2]))
-    assert a.lost and not a.pending and set(holder.pending) == {1, 2} and not said()
-    service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9, (1,)))
-    assert list(service.queue) == [tasks[0]] and set(holder.pending) == {2}
+                       ResumeJob({b.worker_id: [2]}, [2], {a.worker_id: [1]}))
+    assert a.lost and not a.pending and set(holder.pending) == {2} and not said()
     assert tasks[0].attempts == (a,) and service.retried == 1
+    assert list(service.queue) == [tasks[0]]  # (back at once: it is known to be lost)
+    service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9))
     (line,) = said()
     assert "PoolWorker-10" in line and "resubmitted map(f) task 0" in line, line
     _results(service, hub, again, [(b.worker_id, [2])])
@@ -254,11 +255,11 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
 
 
 def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said) -> None:
-    """As above, but the job never tells the end it kept: back from the reset without
-    worker a (lost then, holding nothing of its own), its other worker ends too, then the
-    job itself. What its record holds ran on a worker whose end was never told, not
-    "never handed out": it is charged to that worker (the retry limit counts it),
-    counted in ``retried`` and named in the job's one warning."""
+    """As above, but the job never tells the end it named in ``resume_job``: its other
+    worker ends too, then the job itself. The task of the worker whose end was never
+    told was charged to it when the job named it (the retry limit counts it), not
+    "never handed out"; both are counted in ``retried`` and named in the job's one
+    warning."""
     service, hub, peer, job, (a, b) = _job()
     holder = job.holder
     assert holder is not None
@@ -269,9 +270,10 @@ def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
-                       ResumeJob({b.worker_id: [2]}, [1, 2]))
+                       ResumeJob({b.worker_id: [2]}, [2], {a.worker_id: [1]}))
+    assert service.retried == 1 and tasks[0].attempts == (a,)
     service.worker_ended(hub, again, b"r", WorkerEnded(b.worker_id, -9, (2,)))
-    assert service.retried == 1 and tasks[1].attempts == (b,)
+    assert service.retried == 2 and tasks[1].attempts == (b,)
     service.peer_gone(hub, again)  # closed: the job ended
     job.process.exitcode = -9
     service.job_ended(job, -9)
@@ -279,6 +281,50 @@ def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said
     assert sorted(t.task_id for t in service.queue) == [1, 2]
     (line,) = said()  # (b's waited behind a's, said first: both in the job's)
     assert "was lost with 2 workers" in line and "resubmitted map(f) tasks 0, 1" in line, line
+
+
+def test_a_workers_end_told_twice_as_its_answer_was_lost_leaves_no_task_behind(handed) -> None:
+    """The master was told a worker's end and took its task back, but the answer was
+    lost to a reset; the task, handed to the same job again, was lost in flight too. The
+    job comes back naming the worker as ended (holding that task: it cannot know it went
+    back) and the task apart from what it holds, then tells the end again: the task is
+    handed out again, not held for the job forever, and its result comes once."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = handed
+    service.worker_ended(hub, peer, b"r", WorkerEnded(a.worker_id, -9, (1,)))  # told...
+    assert hub.replies and a.lost and list(service.queue) == [tasks[0]]
+    _results(service, hub, peer, [(b.worker_id, [2])])
+    assert _handed(hub) == [1] and set(holder.pending) == {1}  # ...handed out again
+    peer.reset = True  # ...the answer and the task lost in flight
+    service.peer_gone(hub, peer)
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({b.worker_id: []}, [], {a.worker_id: [1]}))
+    service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9))
+    assert _handed(hub) == [1]  # not held for the job: out again
+    _results(service, hub, again, [(b.worker_id, [1])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
+
+
+def test_a_worker_the_job_names_and_the_master_did_not_keep_leaves_no_task_behind(handed) -> None:
+    """A job comes back from a reset naming a worker the master gave up meanwhile (here:
+    one it retired), holding a task: the job stops that worker, which says nothing more
+    of it, so the task goes back to the queue and out again, not held for the job
+    forever; its result comes once."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = handed
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    service.worker_lost(a)  # given up while the job was away
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({a.worker_id: [1], b.worker_id: [2]}, [1, 2]))
+    status, payload = hub.replies[-1]
+    assert status == b"ok" and Kept.decode(payload).worker_ids == [b.worker_id]
+    assert set(holder.pending) == {2} and [t.task_id for t in service.queue] == [1]
+    _results(service, hub, again, [(b.worker_id, [2])])
+    assert _handed(hub) == [1]
+    _results(service, hub, again, [(b.worker_id, [1])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
+    assert [t.task_id for t in tasks] == [1, 2]
 
 
 def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_more() -> None:

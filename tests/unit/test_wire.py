@@ -440,7 +440,8 @@ RECORDS += [PutWait(None, b"ticket", [b"pickle", b"buffer"]), PutWait(0.0, b"tic
 RECORDS += [WorkerHello(10_000), InitFailed("Traceback ...\nValueError: x\n", 7),
             Retiring(3, 15, [1, 2, 99]), Retiring(3, 10, []), Resume(12, [5, 6]),
             Resume(12, []), WorkerEnded(4, -9), WorkerEnded(4, 0), ResumeJob({}, []),
-            ResumeJob({3: [5, 6], 2**40: []}, [5, 6, 9])]
+            ResumeJob({3: [5, 6], 2**40: []}, [5, 6, 9]), ResumeJob({3: [5]}, [5], {4: [7]}),
+            ResumeJob({}, [], {4: []})]
 # the resends' request (fiber.transport._resend) and the parent's pushes to a job
 RECORDS += [CountOf(0), CountOf(2**63), AskStack(b"12345678"), Watching(60.0, 0.25)]
 #: The replies' records (read with `reply_of`), beside the services that answer them.
@@ -484,6 +485,9 @@ LAYOUTS = [
     (ResumeJob({3: [7], 4: []}, [7, 8]),  # a `to` layout: one frame a worker, the job's last
      [struct.pack("<QIQIQI", 3, 1, 4, 1, 0, 1), struct.pack("<Q", 7), b"",
       struct.pack("<2Q", 7, 8)]),
+    (ResumeJob({3: [7]}, [7], {5: [8]}),  # a worker that ended: a second frame says so
+     [struct.pack("<QIQIQI", 3, 1, 5, 2, 0, 1), struct.pack("<Q", 7), struct.pack("<Q", 8),
+      b"ended", struct.pack("<Q", 7)]),
     # replies
     (Counted(3), [(3).to_bytes(8, "little")]),
     (Count(-1), [struct.pack("<q", -1)]),

@@ -14,7 +14,7 @@ import time
 import traceback
 import warnings
 from types import FrameType
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .._core._clients import get_client
 from .._log import log
@@ -329,6 +329,12 @@ class _Group:
                     self.jobq.answered(ids)
             self._spread()
 
+    def _unsent(self) -> Set[int]:
+        """The ids of the tasks answered in results not sent to the master yet (kept
+        while the connection to it fails)."""
+        return {task_id for _, msg in self.up if bytes(msg[0]) == PoolOps.RESULTS
+                for task_id in result_ids(msg[1:])}
+
     def resume(self) -> bool:
         """The connection to the master failed: connect again and ask the master to take
         the live workers back, each with the tasks handed to it and not answered (see
@@ -339,11 +345,15 @@ class _Group:
         except (KeyError, ValueError, OSError):
             pass
         live = [worker_id for worker_id, link in self.links.items() if link.open]
-        # what the job holds as a whole (see `_jobs`): its queue, its workers' tasks,
-        # and those of the workers whose end the master was not told yet
-        whole = self.jobq.ids() + [task_id for held in self.held.values() for task_id in held]
-        whole += [task_id for _, _, held in self.untold for task_id in held]
-        back = ResumeJob({worker_id: list(self.held[worker_id]) for worker_id in live}, whole)
+        # what the job holds as a whole (see `_jobs`): its queue, its workers' tasks and
+        # those answered in results not sent yet; apart, the tasks of the workers whose
+        # end the master was not told (its answer may be what was lost: then it took
+        # them back already, and may have handed them out again)
+        whole = list(dict.fromkeys([*self.jobq.ids(), *self._unsent(),
+                                    *(task_id for held in self.held.values()
+                                      for task_id in held)]))
+        back = ResumeJob({worker_id: list(self.held[worker_id]) for worker_id in live}, whole,
+                         {worker_id: held for worker_id, _, held in self.untold})
         try:
             again = _resume.reconnect(self.address, self.pool_name, PoolOps.RESUME_JOB,
                                       back.frames())
@@ -359,8 +369,8 @@ class _Group:
             if worker_id not in taken:
                 self._send_to(worker_id, [PoolOps.STOP])
         untold, self.untold = self.untold, []
-        for worker_id, code, held in untold:  # (each may name a worker to fork in its place)
-            self.ended(worker_id, code, held)
+        for worker_id, code, _ in untold:  # (each may name a worker to fork in its place)
+            self.ended(worker_id, code)  # (what it held: named in `back`)
         os.write(self.wake_w, b"x")  # a worker that ended meanwhile is reaped now
         return True
 
@@ -397,7 +407,9 @@ class _Group:
             held = list(self.held.pop(link.worker_id, {}))  # (what it answered relayed)
             self.jobq.ended(link.worker_id)
             self.jobq.answered(held)
-            self.ended(link.worker_id, os.waitstatus_to_exitcode(status), held)
+            answered = self._unsent()  # (its results, if the connection failed: sent later)
+            self.ended(link.worker_id, os.waitstatus_to_exitcode(status),
+                       [task_id for task_id in held if task_id not in answered])
         if lost:
             raise ConnectionLost("the connection to the master failed")
 

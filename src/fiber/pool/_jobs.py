@@ -301,8 +301,7 @@ class JobsOfSeveral(Service):
         """A worker of a job of several ended (see `_group`). Lost, if it was not yet
         (with its exit code: its warning is said now); answered with the id of the
         worker the job forks in its place, or b"" (none needed)."""
-        ws = self.awaiting[msg.worker_id][0] if msg.worker_id in self.awaiting \
-            else self.workers.get(msg.worker_id)
+        ws = self._of_job(msg.worker_id)
         holder = ws.holder if ws is not None and ws.holder is not ws else None
         if ws is not None and holder is not None:
             self._handed_back(ws, msg.held)
@@ -312,6 +311,11 @@ class JobsOfSeveral(Service):
             self._stop_if_done(holder)
         server.reply(peer, req_id, b"ok",
                      Replacement(new.worker_id if new is not None else None).frames())
+
+    def _of_job(self, worker_id: int) -> Optional[WorkerState]:
+        """Worker ``worker_id`` of a job of several, if its end was not told yet."""
+        waited = self.awaiting.get(worker_id)
+        return waited[0] if waited is not None else self.workers.get(worker_id)
 
     def job_ended(self, job: PoolJob, code: Optional[int]) -> None:
         """``job``'s process ended with ``code``: every worker it held is lost now, each

@@ -5,7 +5,7 @@ docs/contributing/pools.md, "The wire"."""
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from ..transport.serialization import Frame
 
@@ -148,23 +148,38 @@ class Replacement(NamedTuple):
         return [b"" if wid is None else wid.to_bytes(8, "little")]
 
 
+_ENDED = b"ended"  # (`ResumeJob`) the second frame of a worker that ended
+
+
 class ResumeJob(NamedTuple):
     """``resume_job``: a job of several whose connection was reset, naming each of its
     live workers with the ids of the tasks handed to it and not answered (``held``),
-    and the ids of all the tasks the job holds as a whole (``whole``, see `_jobs`). A
-    ``to`` layout (`pack_to`): one frame of ids (`pack_ids`) a worker, then the
-    job's own under `JOB_ID`."""
+    the ids of all the tasks the job holds as a whole (``whole``, see `_jobs`), and each
+    worker that ended while the master could not be told, with the tasks it held
+    (``ended``: not in ``whole``; its end is told again, holding none). A ``to`` layout
+    (`pack_to`): one frame of ids (`pack_ids`) a worker, a second frame ``ended`` for one
+    that ended, then the job's own under `JOB_ID`."""
 
     held: Dict[int, List[int]]
     whole: List[int]
+    ended: Mapping[int, List[int]] = {}  # (read only: one dict for every default)
 
     @classmethod
     def decode(cls, payload: Sequence[Frame]) -> ResumeJob:
-        held = {worker_id: unpack_ids(frames[0]) for worker_id, frames in unpack_to(payload)}
-        return cls(held, held.pop(JOB_ID, []))
+        held: Dict[int, List[int]] = {}
+        ended: Dict[int, List[int]] = {}
+        for worker_id, frames in unpack_to(payload):
+            ids = unpack_ids(frames[0])
+            if len(frames) > 1 and bytes(frames[1]) == _ENDED:
+                ended[worker_id] = ids
+            else:
+                held[worker_id] = ids
+        return cls(held, held.pop(JOB_ID, []), ended)
 
     def frames(self) -> List[Frame]:
         return pack_to([(worker_id, [pack_ids(ids)]) for worker_id, ids in self.held.items()]
+                       + [(worker_id, [pack_ids(ids), _ENDED])
+                          for worker_id, ids in self.ended.items()]
                        + [(JOB_ID, [pack_ids(self.whole)])])
 
 

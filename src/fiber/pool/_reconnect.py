@@ -143,7 +143,16 @@ class Reconnections(JobsOfSeveral):
         job's workers it does not name: one waited for ended meanwhile (its job says how
         once it is back: ``worker_ended``, sent again); one not started was never forked
         (the job's answer naming it was lost): it leaves the pool quietly, replaced.
+        A worker the job names as ended (its end untold): the tasks it held are its, to
+        lose, before the rest of what the job held is taken back; already told (the
+        answer was lost): they went back then. Tasks of a worker named and not kept go
+        back to the queue, as those lost in flight (it is stopped, and says nothing).
         Replied: the ids of the workers kept."""
+        whole = set(msg.whole)
+        for worker_id, held in msg.ended.items():  # (its end is told again, holding none)
+            ws = self._of_job(worker_id)
+            if ws is not None and ws.holder is not None and ws.holder is not ws:
+                self._handed_back(ws, [task_id for task_id in held if task_id not in whole])
         kept: List[WorkerState] = []
         back: List[WorkerState] = []
         missing: List[Any] = []
@@ -164,7 +173,11 @@ class Reconnections(JobsOfSeveral):
         job = kept[0].job if kept else None
         holder = job.holder if job is not None else None
         if holder is not None and holder.resume_by and not holder.lost:
-            missing += self._resumed(peer, holder, msg.whole)
+            taken = {ws.worker_id for ws in kept}
+            for worker_id, held in msg.held.items():
+                if worker_id not in taken:
+                    whole.difference_update(held)
+            missing += self._resumed(peer, holder, whole)
             holder.credit = 0  # (told again with its next tasks)
             self.holders[peer.peer_id] = holder
         elif holder is not None and holder.lost and back:  # (given up meanwhile) a new one

@@ -304,9 +304,10 @@ def test_a_job_of_several_whose_connection_is_reset_keeps_its_workers(
 def test_a_pool_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(
         hosts: netns.Hosts) -> None:
     """A job of two, held (SIGSTOP) while one of its workers is SIGKILLed mid-task and
-    its connection aborted (``ss -K``), then let go: it connects again without the dead
-    worker, which the master loses then, and only after that says how the worker ended
-    and which task it held (``mh_reset_worker_ended.py``). That task runs again, counted
+    its connection aborted (``ss -K``), then let go: it connects again naming the dead
+    worker apart with the task it held, and the master loses it then; only after that
+    does the job say how the worker ended (``mh_reset_worker_ended.py``). That task runs
+    again, counted
     once in ``retried``, charged once (a retry limit of 1 is not exceeded), named in the
     worker's warning; every result once, the job itself kept."""
     r, stderr = _scenario(hosts, "mh_reset_worker_ended.py", timeout=SCRIPT_TIMEOUT + 60)

@@ -3,10 +3,9 @@ with real processes and signals: the job (its group process) is held (SIGSTOP) w
 its two workers run a task each; one worker is SIGKILLed; the job's connection is
 aborted (``ss -K`` in its host's namespace: the master gets a RST and waits for the
 job); the job goes on (SIGCONT). The job reaps its worker first and cannot tell the
-master (its connection is gone), connects again naming its live worker alone and, among
-what it holds, the dead worker's task (``resume_job``: the master loses the worker
-now, holding nothing of its own), then tells the worker's end with that task
-(``worker_ended``).
+master (its connection is gone), connects again naming its live worker and, apart, the
+dead one with its task (``resume_job``: the master loses the worker now, charged with
+that task), then tells how the worker ended (``worker_ended``).
 
 Expected: every result once; the task the dead worker ran is retried once (the pool's
 ``retried``), charged once (``pool_max_task_retries=1``: charged twice it would fail
