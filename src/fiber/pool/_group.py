@@ -294,7 +294,15 @@ class _Group:
             alive = link.reader.feed_from(link.sock, flags)
         except BlockingIOError:
             return True
-        except (OSError, ProtocolError):
+        except ProtocolError as e:  # a bug: the worker, whose tasks wait on it, is ended
+            sys.stderr.write(f"fiber: PoolWorker-{link.worker_id} sent its job a malformed "
+                             f"message ({e}): its link is closed, and it ends\n")
+            try:
+                link.sock.shutdown(socket.SHUT_RDWR)  # (what it reads or writes next fails)
+            except OSError:
+                pass
+            alive = False
+        except OSError:
             alive = False
         messages = link.reader.messages
         while messages:
