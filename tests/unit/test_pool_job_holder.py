@@ -305,6 +305,27 @@ def test_a_workers_end_told_twice_as_its_answer_was_lost_leaves_no_task_behind(h
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
 
 
+def test_a_result_sent_after_its_worker_was_lost_answers_what_the_job_holds(handed) -> None:
+    """A worker answers its task and ends while its job's connection is reset: the job
+    reaps it, and cannot send that result yet. It comes back naming the task under
+    ``JOB_ID`` (answered: not the worker's to lose), the worker as ended holding none,
+    then tells the end and sends the result. The worker is lost by then; the result
+    still answers the task the job's record holds, once, and nothing runs again."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = handed
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({b.worker_id: [2]}, [1, 2], {a.worker_id: []}))
+    assert set(holder.pending) == {1, 2} and not service.queue
+    service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, 0))
+    _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
+    assert service.retried == 0 and not service.queue and _handed(hub) == []
+    _results(service, hub, again, [(a.worker_id, [1])])  # (a second copy: dropped)
+    assert sorted(sink.got) == [0, 1]
+
+
 def test_a_worker_the_job_names_and_the_master_did_not_keep_leaves_no_task_behind(handed) -> None:
     """A job comes back from a reset naming a worker the master gave up meanwhile (here:
     one it retired), holding a task: the job stops that worker, which says nothing more

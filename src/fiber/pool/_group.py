@@ -374,7 +374,10 @@ class _Group:
         self.jobq.forget_functions()  # as the master forgot them
         self.selector.register(self.client.sock, selectors.EVENT_READ, None)
         for worker_id in live:
-            if worker_id not in taken:
+            if worker_id not in taken:  # its tasks went back to the master's queue
+                self.links[worker_id].stopping = True  # (it takes none of the job's)
+                self.jobq.answered(self.held[worker_id])
+                self.held[worker_id] = {}
                 self._send_to(worker_id, [PoolOps.STOP])
         untold, self.untold = self.untold, []
         for worker_id, code, _ in untold:  # (each may name a worker to fork in its place)

@@ -266,11 +266,22 @@ class JobsOfSeveral(Service):
         workers = self.workers
         for worker_id, busy, results in unpack_results_of(payload):
             ws = workers.get(worker_id)
-            # (a worker presumed dead: its tasks were reassigned)
             if ws is not None and not ws.lost and ws.connected and ws.peer is peer:
                 self._results(peer, ws, results, busy, now, heard, ws.holder)
                 answered.append(ws)
+            elif peer.peer_id in self.holders:
+                self._from_gone(peer, self.holders[peer.peer_id], results, busy, now)
         self._heard_from_job(peer, answered, heard, now)
+
+    def _from_gone(self, peer: Peer, holder: WorkerState,
+                   results: List[Tuple[int, bool, List[Frame]]], busy: float,
+                   now: float) -> None:
+        """Results of a worker lost meanwhile (its job came back from a reset without it,
+        and sends them now): those of the tasks its job's record still holds answer them,
+        once (the job holds them as a whole, whichever worker ran them: see `_group`);
+        those of tasks that went back to the queue are dropped, as a lost worker's are."""
+        self._results(peer, holder, results, busy, now, Heard(), holder)
+        self._stop_if_done(holder)
 
     def _heard_from_job(self, peer: Peer, answered: List[WorkerState], heard: Heard,
                         now: float) -> None:
