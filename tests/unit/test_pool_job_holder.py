@@ -348,6 +348,30 @@ def test_a_worker_the_job_names_and_the_master_did_not_keep_leaves_no_task_behin
     assert [t.task_id for t in tasks] == [1, 2]
 
 
+def test_a_job_whose_record_was_given_up_before_its_workers_answers_through_a_new_one(
+        handed) -> None:
+    """After a reset the job's record stops waiting before its workers do: what it held
+    goes to a worker, waited for still. The job comes back with both workers: a new
+    record holds what they hold, and their results answer it; nothing is held for ever."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = handed
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    (give_up,) = [fn for _, fn in hub.timers if fn.args[0] is holder]
+    give_up()  # the record's wait ends first
+    assert holder.lost and set(a.pending) == {1, 2} and not a.lost
+    again = Peer(8, b"q" * 16, False, None)
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({a.worker_id: [1], b.worker_id: [2]}, [1, 2]))
+    new = a.holder
+    assert new is not holder and b.holder is new and 1 in new.pending and not a.pending
+    _results(service, hub, again, [(a.worker_id, [1])])
+    for _ in range(3):  # task 2 went back with the first record (a's to lose): once more
+        for task_id in _handed(hub):
+            _results(service, hub, again, [(b.worker_id, [task_id])])
+    _results(service, hub, again, [(b.worker_id, [2])])  # b's first copy: dropped
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
+
+
 def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_more() -> None:
     """`Dispatching._fill`: a job handed tasks as a whole takes, in one step, the tasks
     one at a time would have given it (a task for each of its workers), in one message;

@@ -331,9 +331,9 @@ class _Group:
             for worker_id, msg in up:
                 held = self.held.get(worker_id)
                 if held is not None and bytes(msg[0]) == PoolOps.RESULTS:
-                    ids = result_ids(msg[1:])
-                    for task_id in ids:
-                        held.pop(task_id, None)
+                    ids = [task_id for task_id in result_ids(msg[1:]) if task_id in held]
+                    for task_id in ids:  # (a worker not taken back holds none any more)
+                        del held[task_id]
                     self.jobq.answered(ids)
             self._spread()
 

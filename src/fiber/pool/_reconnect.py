@@ -181,8 +181,12 @@ class Reconnections(JobsOfSeveral):
             holder.credit = 0  # (told again with its next tasks)
             self.holders[peer.peer_id] = holder
         elif holder is not None and holder.lost and back:  # (given up meanwhile) a new one
-            for ws in kept:
+            assert job is not None
+            job.alive = True  # (its record's wait said it was not: it is back)
+            for ws in kept:  # (which holds what they hold: their results are read there)
                 ws.holder = self._holder(peer, ws)
+                ws.holder.pending.update(ws.pending)
+                ws.pending.clear()
             self._refresh(kept[0])
         for ws in list(job.workers) if job is not None else ():
             if ws.lost or ws in kept:
