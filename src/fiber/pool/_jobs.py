@@ -280,8 +280,10 @@ class JobsOfSeveral(Service):
         and sends them now): those of the tasks its job's record still holds answer them,
         once (the job holds them as a whole, whichever worker ran them: see `_group`);
         those of tasks that went back to the queue are dropped, as a lost worker's are."""
-        self._results(peer, holder, results, busy, now, Heard(), holder)
-        self._stop_if_done(holder)
+        held = [result for result in results if result[0] in holder.pending]
+        if held:  # (else nothing to count, nor to draw on the dashboard's timeline)
+            self._results(peer, holder, held, busy, now, Heard(), holder)
+            self._stop_if_done(holder)
 
     def _heard_from_job(self, peer: Peer, answered: List[WorkerState], heard: Heard,
                         now: float) -> None:
