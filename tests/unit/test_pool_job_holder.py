@@ -372,6 +372,37 @@ def test_a_job_whose_record_was_given_up_before_its_workers_answers_through_a_ne
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
 
 
+def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind() -> None:
+    """As above, but a worker's hello lost with the old connection is sent again before
+    ``resume_job``: it makes the job's new record. ``resume_job`` still hands that
+    record what the workers it keeps hold."""
+    service, hub, peer, job, (a, b) = _job()
+    holder = job.holder
+    assert holder is not None
+    c = WorkerState(12, job.process, "PoolWorker-12", job)  # type: ignore[arg-type]
+    service.add_worker(c)  # forked by the job; its hello was in flight
+    sink = _Sink()
+    _submit(service, sink, 2)
+    assert _handed(hub) == [1, 2]
+    peer.reset = True
+    service.peer_gone(hub, peer)
+    (give_up,) = [fn for _, fn in hub.timers if fn.args[0] is holder]
+    give_up()
+    again = Peer(8, b"q" * 16, False, None)
+    service.from_workers(hub, again, b"",  # type: ignore[arg-type]
+                         pack_to([(c.worker_id, [PoolOps.HELLO])]))
+    new = job.holder
+    assert new is not None and new is not holder and new.peer is again
+    service.resume_job(hub, again, b"",  # type: ignore[arg-type]
+                       ResumeJob({a.worker_id: [1], b.worker_id: [2], c.worker_id: []}, [1, 2]))
+    assert a.holder is new and 1 in new.pending and not a.pending
+    _results(service, hub, again, [(a.worker_id, [1])])
+    for _ in range(3):
+        for task_id in _handed(hub):
+            _results(service, hub, again, [(c.worker_id, [task_id])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
+
+
 def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_more() -> None:
     """`Dispatching._fill`: a job handed tasks as a whole takes, in one step, the tasks
     one at a time would have given it (a task for each of its workers), in one message;

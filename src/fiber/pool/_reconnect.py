@@ -61,7 +61,7 @@ class Reconnections(JobsOfSeveral):
         """The wait that ended at ``resume_by`` is over: lost, unless it came back (or a
         later reset began a wait of its own)."""
         if ws.resume_by == resume_by and not ws.lost and not ws.connected:
-            if ws.relayed and ws.job is not None:
+            if ws.relayed and not ws.whole and ws.job is not None:  # (its workers' say it)
                 ws.job.alive = False  # its job did not come back: it cannot say any more
             self.worker_lost(ws)
 
@@ -180,10 +180,10 @@ class Reconnections(JobsOfSeveral):
             missing += self._resumed(peer, holder, whole)
             holder.credit = 0  # (told again with its next tasks)
             self.holders[peer.peer_id] = holder
-        elif holder is not None and holder.lost and back:  # (given up meanwhile) a new one
-            assert job is not None
-            job.alive = True  # (its record's wait said it was not: it is back)
-            for ws in kept:  # (which holds what they hold: their results are read there)
+        elif holder is not None and back and (holder.lost or holder.peer is peer):
+            # its record given up meanwhile: a new one (made here, or by a hello sent
+            # again), which holds what they hold: their results are read there
+            for ws in kept:
                 ws.holder = self._holder(peer, ws)
                 ws.holder.pending.update(ws.pending)
                 ws.pending.clear()
