@@ -6,6 +6,7 @@ class of the main script, and the resources of each worker's job."""
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import subprocess
@@ -316,9 +317,13 @@ def test_a_maintainer_that_fails_breaks_the_pool_loudly(monkeypatch, capfd):
 
     monkeypatch.setattr(_poolcore, "release_ended", failing)
     pool = fiber.Pool(2, maxtasksperchild=1)  # each worker ends after its task
+    # tasks of 0.3 s: the maintainer reaps the first ended job while the map still runs
+    # (quick tasks could all end, on replacements started as each worker's connection
+    # closed, before the maintainer reached its first job's end: seen on a loaded VM)
+    task = functools.partial(ph.sleep_return, seconds=0.3)
     try:
         with pytest.raises(BrokenPoolError, match="maintainer"):
-            pool.map_async(ph.square, range(8), 1).get(60)
+            pool.map_async(task, range(8), 1).get(60)
         with pytest.raises(BrokenPoolError):
             pool.apply(ph.square, (3,))
         pool.close()
