@@ -296,3 +296,47 @@ def test_a_stream_altered_towards_a_client_ends_its_connection_and_is_said(
     err = capfd.readouterr().err
     assert f"closed its connection to {server.address}: a TLS record failed its check" in err
     assert err.count("the stream was altered") == 1, err
+
+
+def test_a_handshake_the_link_ends_is_made_again_on_a_new_connection(server: Server) -> None:
+    """A link that ends a connection in its handshake (a lossy link's retransmissions
+    run out, a reset): the client makes a new connection and authenticates on it, rather
+    than failing the job that connects. Here a relay in front of the server ends the first
+    connection once the client's TLS hello has come, and relays the second."""
+    _, _, name = server.address.partition("/unix=")
+    host, port = split_address(server.address)
+    relay = socket.create_server(("127.0.0.1", 0))
+    accepted: List[int] = []
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        with src, dst:
+            while True:
+                try:
+                    data = src.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                dst.sendall(data)
+
+    def serve() -> None:
+        for n in range(2):
+            conn, _ = relay.accept()
+            accepted.append(n)
+            if n == 0:
+                conn.recv(1024)  # its TLS hello
+                conn.close()
+                continue
+            upstream = socket.create_connection((host, port))
+            threading.Thread(target=pipe, args=(conn, upstream), daemon=True).start()
+            threading.Thread(target=pipe, args=(upstream, conn), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = Client(f"tcp://127.0.0.1:{relay.getsockname()[1]}/unix={name}", timeout=10)
+    try:
+        status, payload = client.request(b"echo", b"op", [b"after a second try"], timeout=10)
+        assert status == b"ok" and bytes(payload[1]) == b"after a second try"
+        assert accepted == [0, 1]
+    finally:
+        client.close()
+        relay.close()

@@ -18,7 +18,7 @@ from .framing import Scratch
 from .peers import Connection, Peer
 from .serialization import Frame
 from .sockets import open_file_limits, tune
-from .strangers import HANDSHAKE_TTL, Door
+from .strangers import Door
 from .timers import Timer
 
 __all__ = ["Admission"]
@@ -80,7 +80,7 @@ class Admission:
             conn.source = source[0] if isinstance(source, tuple) else ""
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
-            self.call_later(HANDSHAKE_TTL, self.door.arrived(conn))
+            self.call_later(self.door.ttl, self.door.arrived(conn))
 
     def _pause_accepting(self, listener: socket.socket, error: OSError) -> None:
         """Out of descriptors: the connection waits in the backlog, and its listener, which

@@ -51,6 +51,13 @@ class CannotConnect(ConnectionLost):
         self.refused = refused
 
 
+class _Stalled(ConnectionLost):
+    """A connection's handshake got no answer in time, or the link ended it: tried again
+    on a new connection (see `Client._open`)."""
+
+
+#: Connections a client tries for its handshakes, at most.
+_HANDSHAKE_TRIES = 2
 #: Seconds to wait for a connection and its handshake when the call has no deadline, at
 #: least (see `connect_timeout`).
 CONNECT_TIMEOUT = 10.0
@@ -89,6 +96,16 @@ def again_on_a_new_connection(call: Callable[[], T]) -> T:
     return call()
 
 
+def _close_abortively(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset, not an end: a server that admitted it takes it as a
+    link's reset (the process lives), not as this process's end."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
 def connect_timeout(settings: SettingsSource = _defaults, address: str = "") -> float:
     """Seconds a connection (to ``address``) and its handshake may take when the call has
     no deadline: `CONNECT_TIMEOUT`, or the settings' ``heartbeat_timeout`` if longer. A
@@ -124,12 +141,11 @@ class Client:
     def __init__(self, address: str, *, anchor: bool = False, timeout: float = CONNECT_TIMEOUT,
                  settings: SettingsSource = _defaults,
                  adopted: Optional[socket.socket] = None) -> None:
-        """Connect to ``address`` and authenticate; or, with ``adopted``, take that socket,
-        this process's end of a pair whose other end the server serves already (see
-        `fiber.transport.server.Server.adopt`)."""
+        """Connect to ``address`` and authenticate (see `_open`); or, with ``adopted``,
+        take that socket, this process's end of a pair whose other end the server serves
+        already (see `fiber.transport.server.Server.adopt`)."""
         self.address = address
         self._settings = settings
-        self.lost = False
         #: An anchor is also the client of the first thread that asks for one (see
         #: `get_client`): a job's main thread makes no second connection.
         self.taken = False
@@ -139,40 +155,10 @@ class Client:
         #: while this client waited for a reply; `next_push` gives them first.
         self._pushes: Deque[List[Frame]] = collections.deque()
         if adopted is not None:
-            self.sock = adopted
+            self._take(adopted)
         else:
-            secure = tls.policy()
-            try:
-                self.sock = connect(address, timeout,
-                                    unix=secure is None or secure.mode != "on")
-            except OSError as e:
-                raise CannotConnect(f"cannot connect: {e}", address,
-                                    isinstance(e, ConnectionRefusedError)) from None
-            try:
-                self.sock = tls.wrap_client(self.sock, address, timeout)
-            except OSError as e:
-                self.sock.close()
-                raise ConnectionLost(f"the connection ended in its TLS handshake: {e}",
-                                     address) from None
-            except BaseException:
-                self.sock.close()
-                raise
-        self._unix = self.sock.family == socket.AF_UNIX
-        self.may_reset = not self._unix  # (a Unix socket has no link to reset it)
-        #: Its socket is a `tls.TlsSocket`.
-        self._tls = isinstance(self.sock, tls.TlsSocket)
-        self._reader = FrameReader(unix=self._unix, tls=self._tls)
-        #: What it writes, where a link may reset it (TCP: see `_resend`).
-        self._log: Optional[_resend.SentLog] = None
-        self.peer_id = 0  # its id at the server (told at the handshake)
-        self.error = 0  # the errno that ended it, if one did
+            self._open(anchor, timeout)
         try:
-            self.retune()
-            if adopted is None:
-                self._log = _resend.SentLog.for_socket(self.sock)
-                if self._log is not None and self._tls:  # the TLS handshake's bytes
-                    self._log.wrote(self.sock.take_written())  # type: ignore[attr-defined]
-                self._handshake(anchor, timeout)
             self.sock.settimeout(None)
             if self._log is not None:
                 self._log.counting = True
@@ -181,6 +167,73 @@ class Client:
         except BaseException:
             self.sock.close()
             raise
+
+    def _open(self, anchor: bool, timeout: float) -> None:
+        """Connect (within ``timeout``, its retries included), then the TLS and fiber
+        handshakes (within ``timeout`` together); once more, on a new connection, if the
+        handshakes stalled: no answer in time, or the link ended them.
+
+        A handshake over a lossy link can stall where an open connection would only be
+        reset: a segment lost four or five times in a row waits out TCP's doubling
+        retransmission timer for most of the grace, and a new connection starts that
+        timer afresh. The server waits longer than its client (`strangers.handshake_ttl`),
+        so a waiting peer is not closed as a stranger.
+
+        Raises:
+            CannotConnect: no connection could be made (refused: nothing listens there).
+            ConnectionLost: the handshake stalled twice, or the server has ended.
+            AuthenticationError: the server, or its certificate, is not the program's.
+        """
+        secure = tls.policy()
+        for tries_left in reversed(range(_HANDSHAKE_TRIES)):
+            try:
+                sock = connect(self.address, timeout,
+                               unix=secure is None or secure.mode != "on")
+            except OSError as e:
+                raise CannotConnect(f"cannot connect: {e}", self.address,
+                                    isinstance(e, ConnectionRefusedError)) from None
+            try:
+                self._authenticate(sock, anchor, timeout)
+                return
+            except _Stalled:
+                _close_abortively(sock)  # a reset: the server may have admitted us
+                if not tries_left:
+                    raise
+            except BaseException:
+                sock.close()
+                raise
+
+    def _take(self, sock: socket.socket) -> None:
+        """Make ``sock`` this client's connection (not yet authenticated, or adopted)."""
+        self.sock = sock
+        self.lost = False
+        self._unix = sock.family == socket.AF_UNIX
+        self.may_reset = not self._unix  # (a Unix socket has no link to reset it)
+        #: Its socket is a `tls.TlsSocket`.
+        self._tls = isinstance(sock, tls.TlsSocket)
+        self._reader = FrameReader(unix=self._unix, tls=self._tls)
+        #: What it writes, where a link may reset it (TCP: see `_resend`).
+        self._log: Optional[_resend.SentLog] = None
+        self.peer_id = 0  # its id at the server (told at the handshake)
+        self.error = 0  # the errno that ended it, if one did
+        self.retune()
+
+    def _authenticate(self, sock: socket.socket, anchor: bool, timeout: float) -> None:
+        """The TLS handshake (if this process's TLS wants one) and fiber's, on ``sock``,
+        within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        try:
+            secured = tls.wrap_client(sock, self.address, timeout)
+        except AuthenticationError:
+            raise
+        except OSError as e:
+            raise _Stalled(f"the connection ended in its TLS handshake: {e}",
+                           self.address) from None
+        self._take(secured)
+        self._log = _resend.SentLog.for_socket(self.sock)
+        if self._log is not None and self._tls:  # the TLS handshake's bytes
+            self._log.wrote(self.sock.take_written())  # type: ignore[attr-defined]
+        self._handshake(anchor, deadline, timeout)
 
     def retune(self) -> None:
         """Apply the settings' heartbeat to the connection: at its start, and again when
@@ -398,11 +451,12 @@ class Client:
                 return bytes(msg[1]), msg[2:]
             self._route(msg)
 
-    def _handshake(self, anchor: bool, timeout: float) -> None:
+    def _handshake(self, anchor: bool, deadline: float, timeout: float) -> None:
+        """fiber's handshake, done by ``deadline`` (``timeout`` s from the first)."""
         cnonce = auth.new_nonce()
-        self.send_message(auth.ClientHello(cnonce, here.transport.process_id, anchor).frames())
+        self._handshake_send(auth.ClientHello(cnonce, here.transport.process_id, anchor).frames())
         try:
-            chal = auth.Challenge.decode(self._handshake_reply(timeout))
+            chal = auth.Challenge.decode(self._handshake_reply(deadline, timeout))
         except (ValueError, IndexError):
             raise AuthenticationError(
                 f"unexpected handshake reply from {self.address}") from None
@@ -412,25 +466,32 @@ class Client:
         if chal.server_id != server_id(self.address).encode():
             raise ConnectionLost("this server has ended; another one of the program listens "
                                  "at its port now", self.address)
-        self.send_message(auth.ClientProof(auth.client_proof(cnonce, chal.nonce)).frames())
+        self._handshake_send(auth.ClientProof(auth.client_proof(cnonce, chal.nonce)).frames())
         try:
-            admitted = auth.Admitted.decode(self._handshake_reply(timeout))
+            admitted = auth.Admitted.decode(self._handshake_reply(deadline, timeout))
         except (ValueError, IndexError):
             raise AuthenticationError(
                 f"the server at {self.address} refused our credentials") from None
         if admitted.peer_id is not None:
             self.peer_id = admitted.peer_id
 
-    def _handshake_reply(self, timeout: float) -> List[Frame]:
+    def _handshake_send(self, frames: List[Frame]) -> None:
         try:
-            msg = self.receive(timeout)
+            self.send_message(frames)
+        except ConnectionLost as e:
+            raise _Stalled(f"the connection ended in its handshake: {e}",
+                           self.address) from None
+
+    def _handshake_reply(self, deadline: float, timeout: float) -> List[Frame]:
+        try:
+            msg = self.receive(max(0.0, deadline - time.monotonic()))
         except ConnectionLost:
             # A server ending (or shedding unauthenticated connections) closes without a
             # word; one that refuses our proof says so (DENY), and a stranger fails its own.
-            raise ConnectionLost("the server closed the connection during the handshake",
-                                 self.address) from None
+            raise _Stalled("the server closed the connection during the handshake",
+                           self.address) from None
         if msg is None:
-            raise TransportError(f"no handshake answer within {timeout} s", self.address)
+            raise _Stalled(f"no handshake answer within {timeout} s", self.address)
         return msg
 
 

@@ -31,7 +31,7 @@ from .receipts import REANCHOR_WAIT_S, SKIP, TICKET_BYTES, Receipts
 from .serialization import Frame, dumps
 from .serving import Events, Serving, StandIn
 from .sockets import listen, readable, server_id
-from .strangers import Door
+from .strangers import Door, handshake_ttl
 from .timers import Timer, Timers
 
 __all__ = ["Server", "Service", "Peer", "LocalPeer", "Timer", "Serving"]
@@ -118,7 +118,7 @@ class Server(StandIn, Admission):
         self._gone: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._local = threading.local()
         #: Connections not authenticated yet, and those closed for it (for tests, logs).
-        self.door = Door(self.address, self._close_conn)
+        self.door = Door(self.address, self._close_conn, handshake_ttl(timeout_s))
         #: How many messages each ended connection brought (see _resend).
         # the client that asks what an old connection brought lives: its end is a reset
         self.ended_peers = EndedPeers(functools.partial(self.end_peer, abort=True))

@@ -20,9 +20,9 @@ from typing import Callable, Dict, List, Tuple
 
 from .peers import Connection
 
-__all__ = ["Door", "Strangers", "WINDOW_S", "HANDSHAKE_TTL", "MAX_WAITING"]
+__all__ = ["Door", "Strangers", "WINDOW_S", "HANDSHAKE_TTL", "MAX_WAITING", "handshake_ttl"]
 
-#: Seconds a connection has to authenticate.
+#: Seconds a connection has to authenticate, at least (see `handshake_ttl`).
 HANDSHAKE_TTL = 30.0
 #: Connections kept before they authenticate; past it the oldest is closed (a stranger
 #: opening connections without end). Each worker of a pool opens one as it starts (and
@@ -33,6 +33,14 @@ MAX_WAITING = 8192
 WINDOW_S = 60.0
 #: Source hosts remembered at most (a flood from many addresses stays bounded).
 _MAX_SOURCES = 1024
+
+
+def handshake_ttl(heartbeat_timeout: float) -> float:
+    """Seconds an accepted connection has to authenticate: twice what its client gives its
+    handshakes (`fiber.transport.client.connect_timeout`: the grace, ``heartbeat_timeout``,
+    or 10 s if longer), `HANDSHAKE_TTL` at least. A peer on a slow link fails on its own
+    side, with its own error, and is never closed here as a stranger while it waits."""
+    return max(HANDSHAKE_TTL, 2.0 * heartbeat_timeout)
 
 
 class Strangers:
@@ -79,18 +87,20 @@ class Strangers:
 
 class Door:
     """The connections of one server that have not authenticated yet (under the server's
-    lock): at most `MAX_WAITING`, the oldest closed first, each for `HANDSHAKE_TTL`
-    seconds at most; every one closed is counted (``dropped``) and said (`Strangers`)."""
+    lock): at most `MAX_WAITING`, the oldest closed first, each for ``ttl`` seconds at
+    most; every one closed is counted (``dropped``) and said (`Strangers`)."""
 
-    def __init__(self, address: str, close: Callable[[Connection], None]) -> None:
-        """``close``: how the server closes a connection."""
+    def __init__(self, address: str, close: Callable[[Connection], None],
+                 ttl: float = HANDSHAKE_TTL) -> None:
+        """``close``: how the server closes a connection; ``ttl``: `handshake_ttl`."""
+        self.ttl = ttl
         self.waiting: collections.OrderedDict[int, Connection] = collections.OrderedDict()
         self.dropped = 0
         self.strangers = Strangers(address)
         self._close = close
 
     def arrived(self, conn: Connection) -> Callable[[], None]:
-        """``conn`` was accepted; returns what to call `HANDSHAKE_TTL` s later (it holds
+        """``conn`` was accepted; returns what to call ``ttl`` s later (it holds
         a weak reference: a connection closed before must not stay in memory till then)."""
         self.waiting[id(conn)] = conn
         while len(self.waiting) > MAX_WAITING:
@@ -101,7 +111,7 @@ class Door:
         def expire() -> None:
             late = ref()
             if late is not None and late.peer is None and late.sock.fileno() >= 0:
-                self.refuse(late, f"no handshake within {HANDSHAKE_TTL:.0f} s")
+                self.refuse(late, f"no handshake within {self.ttl:.0f} s")
         return expire
 
     def left(self, conn: Connection) -> None:

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from .._process_state import here
-from ..errors import AuthenticationError
+from ..errors import AuthenticationError, TransportError
 
 if TYPE_CHECKING:
     import ssl  # imported by the first TLS connection: import fiber does not pay for it
@@ -159,13 +159,18 @@ class TlsSocket:
     # -- the handshake --------------------------------------------------------------------
 
     def handshake(self, timeout: float, address: str) -> None:
-        """The client's handshake, on a blocking socket, within ``timeout``."""
+        """The client's handshake, on a blocking socket, within ``timeout``.
+
+        Raises:
+            AuthenticationError: the server is not of this program, or refused us.
+            TransportError: no answer within ``timeout`` (a slow or lossy link).
+            ConnectionError: the server closed the connection.
+        """
         deadline = time.monotonic() + timeout
         while not self.handshake_step():
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                raise AuthenticationError(f"no TLS handshake from {address} within "
-                                          f"{timeout} s")
+                raise TransportError(f"no TLS handshake answer within {timeout} s", address)
 
     def handshake_step(self) -> bool:
         """Take the peer's handshake bytes that have come and write ours: True once the
