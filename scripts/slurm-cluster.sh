@@ -62,6 +62,11 @@
 #   NODE_FAIL) after ~12 s; with Slurm's 10/10 it takes ~27 s. A restarted slurmd is idle again
 #   within ~0.1 s (ReturnToService=2), a reconnected node within ~1.5 s; on re-registering, the
 #   node kills leftover processes of jobs that were already marked NODE_FAIL.
+# - Priority: slurmctld and the slurmds run at nice -10, the jobs at the nice of the command
+#   that submitted them (PropagatePrioProcess=1), as on a cluster whose daemons the jobs do
+#   not starve. At nice 0, with a CI run's other lanes on the same 2 CPUs (load 20-30), the
+#   three nodes went "not responding" past SlurmdTimeout=5 while a pool of 128 one-CPU jobs
+#   started, and their jobs ended NODE_FAIL (2026-12-02).
 #
 # Environment: FIBER_SLURM_DIR (state, default /tmp/fiber-slurm), FIBER_SLURM_NET (first three
 # octets of a /24, default 10.201.0), FIBER_SLURM_CPUS (CPUs per node, default 2), FIBER_SLURM_MEM
@@ -79,6 +84,7 @@ MEM=${FIBER_SLURM_MEM:-}  # MB per node; default: physical memory / N (memory is
 SLURMD_TIMEOUT=${FIBER_SLURM_SLURMD_TIMEOUT:-5}
 MIN_JOB_AGE=${FIBER_SLURM_MIN_JOB_AGE:-300}
 MSG_TIMEOUT=${FIBER_SLURM_MSG_TIMEOUT:-3}
+DAEMON_NICE=-10  # slurmctld's and the slurmds' (see "Priority" above)
 START_TIMEOUT=${FIBER_SLURM_START_TIMEOUT:-60}
 OVERSUB=${FIBER_SLURM_OVERSUBSCRIBE:-64}
 WIDE=wide
@@ -194,6 +200,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=$SLURMD_TIMEOUT
+PropagatePrioProcess=1
 MessageTimeout=$MSG_TIMEOUT
 InactiveLimit=0
 MinJobAge=$MIN_JOB_AGE
@@ -261,7 +268,7 @@ start_slurmd() {  # start_slurmd I
   local i=$1
   alive "$(pidof_file $DIR/run/slurmd-node$i.pid)" slurmd && return
   mkdir -p $DIR/spool/node$i
-  in_ns "fbs-node$i" "node$i" slurmd -N "node$i" \
+  in_ns "fbs-node$i" "node$i" nice -n "$DAEMON_NICE" slurmd -N "node$i" \
     || die "slurmd node$i failed to start:"$'\n'"$(tail -5 $DIR/log/slurmd-node$i.log 2>/dev/null)"
 }
 
@@ -282,7 +289,7 @@ cmd_start() {
   setup_net "$n"
   if ! alive "$(pidof_file $DIR/run/slurmctld.pid)" slurmctld; then
     # -c: clean start, no job state from an earlier run
-    in_ns fbs-ctl ctl slurmctld -c \
+    in_ns fbs-ctl ctl nice -n "$DAEMON_NICE" slurmctld -c \
       || die "slurmctld failed to start:"$'\n'"$(tail -5 $DIR/log/slurmctld.log 2>/dev/null)"
   fi
   for i in $(seq 1 "$n"); do start_slurmd "$i"; done
