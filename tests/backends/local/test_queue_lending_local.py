@@ -330,6 +330,7 @@ def test_a_put_nowait_after_a_get_finds_the_room_it_made():
     assert q.qsize() == 20
 
 
+@pytest.mark.one_python  # fiber's lending, not the interpreter's: 100 rounds, ~2 min of 3 hogs
 def test_readers_that_stop_at_a_sentinel_leave_nothing_behind_on_a_loaded_machine():
     """Three writers, joined; then a ``None`` for each of three readers, which stop at
     it: every item is got (as with multiprocessing: what was put before the sentinels is

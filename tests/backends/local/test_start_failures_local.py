@@ -298,6 +298,7 @@ def _bootstrap(parent: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.one_python  # fiber's retry, not the interpreter's: a 30 s timeout waited out
 def test_a_job_whose_parent_cannot_be_reached_yet_tries_again():
     """A job may start before its network is up (a pod's): its first connection to its
     parent, whose host does not answer (here: a network namespace of its own, with no
