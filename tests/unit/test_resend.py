@@ -24,7 +24,7 @@ from fiber._core import _runtime
 from fiber._process_state import here
 from fiber.queues._lending import Lease
 from fiber.testing.conformance.support.waiting import unusable, wait_until
-from fiber.transport import _resend, sockets
+from fiber.transport import _resend, channels, sockets
 from fiber.transport import client as client_module
 from fiber.transport.client import Client, ConnectionLost
 from fiber.transport.operations import Service, handles
@@ -118,7 +118,7 @@ def test_a_reset_that_another_threads_check_finds_first_keeps_its_errno(monkeypa
     try:
         client.request(_resend.RESEND_SERVICE, _resend.ResendOps.SYNC, [], timeout=10)
         _reset(client.sock)
-        assert client_module.prune_closed() >= 1
+        assert channels.prune_closed() >= 1
         assert client.lost and client.error == errno.ECONNABORTED, client.error
     finally:
         client.close()

@@ -528,7 +528,8 @@ def test_a_handshake_gets_the_heartbeats_grace_not_only_ten_seconds():
     tried twice, on two connections (see `Client._open`), each for the grace."""
     import dataclasses
 
-    from fiber.transport.client import CONNECT_TIMEOUT, connect_timeout, own_client
+    from fiber.transport.channels import own_client
+    from fiber.transport.client import CONNECT_TIMEOUT, connect_timeout
     from fiber.transport.settings import DEFAULTS
 
     def grace(seconds: float):

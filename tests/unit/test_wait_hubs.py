@@ -16,6 +16,7 @@ import pytest
 
 from fiber._process_state import here
 from fiber.connection import _wait
+from fiber.transport import channels
 from fiber.transport import client as transport_client
 
 
@@ -38,7 +39,7 @@ def test_a_hub_whose_client_is_closed_under_the_wait_still_ends_it(monkeypatch, 
     def get_client(address: str, timeout: Any = None) -> Any:
         if address == "hub-a":
             return gone
-        transport_client.prune_closed()  # as a new connection does: closes A's socket
+        channels.prune_closed()  # as a new connection does: closes A's socket
         if not reused:  # something else takes A's number first
             kept.append(os.open(os.devnull, os.O_RDONLY))
         ours, server = socket.socketpair()

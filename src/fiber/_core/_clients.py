@@ -12,6 +12,7 @@ import socket
 from typing import Optional
 
 from ..config import get_config
+from ..transport import channels
 from ..transport import client as transport_client
 from ..transport.client import Client
 from ..transport.local import Channel
@@ -21,23 +22,23 @@ __all__ = ["get_client", "own_client", "plain_client", "ensure_anchor", "adopt_a
 
 def get_client(address: str, timeout: Optional[float] = None) -> Channel:
     """This thread's client for ``address`` (see
-    `fiber.transport.client.get_client`).
+    `fiber.transport.channels.get_client`).
 
     Raises:
         ConnectionLost, TransportError: the server cannot be reached.
         AuthenticationError: the server does not hold the program's secret.
     """
-    return transport_client.get_client(address, timeout, settings=get_config)
+    return channels.get_client(address, timeout, settings=get_config)
 
 
 def own_client(address: str, timeout: Optional[float] = None) -> Client:
     """A connection to ``address`` for the caller alone (see
-    `fiber.transport.client.own_client`).
+    `fiber.transport.channels.own_client`).
 
     Raises:
         ConnectionLost, TransportError, AuthenticationError: as `get_client`.
     """
-    return transport_client.own_client(address, timeout, settings=get_config)
+    return channels.own_client(address, timeout, settings=get_config)
 
 
 def plain_client(address: str, timeout: Optional[float] = None) -> Client:
@@ -54,11 +55,11 @@ def plain_client(address: str, timeout: Optional[float] = None) -> Client:
 
 def ensure_anchor(address: str, timeout: Optional[float] = None) -> Client:
     """The connection that tells the server at ``address`` this process is alive (see
-    `fiber.transport.client.ensure_anchor`)."""
-    return transport_client.ensure_anchor(address, timeout, settings=get_config)
+    `fiber.transport.channels.ensure_anchor`)."""
+    return channels.ensure_anchor(address, timeout, settings=get_config)
 
 
 def adopt_anchor(address: str, sock: socket.socket, process_id: bytes) -> Client:
     """This process's anchor to the server at ``address``: ``sock``, handed to it at its
-    start (see `fiber.transport.client.adopt_anchor`)."""
-    return transport_client.adopt_anchor(address, sock, process_id, settings=get_config)
+    start (see `fiber.transport.channels.adopt_anchor`)."""
+    return channels.adopt_anchor(address, sock, process_id, settings=get_config)

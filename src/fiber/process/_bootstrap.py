@@ -29,7 +29,7 @@ from .. import _log, config
 from .._core import _runtime
 from .._core._clients import adopt_anchor, ensure_anchor
 from .._process_state import here
-from ..transport import client, cpus, credentials
+from ..transport import channels, client, cpus, credentials
 from ..transport.serialization import fetch_sources_with
 from . import _inspected, _launcher, _lineage, _output, _parent, _title
 from ._fd_handoff import adopt_authkey, load_spawned
@@ -58,7 +58,7 @@ def _again(address: str, ended: socket.socket, events: int) -> Tuple[Optional[so
         tcp = ended.family in (socket.AF_INET, socket.AF_INET6)
     finally:
         ended.close()
-    anchor = client.current_anchor(address)
+    anchor = channels.current_anchor(address)
     if anchor is not None and anchor.lost:  # its reader may have taken the error first
         error = error or anchor.error
     if not tcp:
@@ -84,7 +84,7 @@ def _watch_lifelines(parent: str, master: str, parent_line: socket.socket) -> No
     timing; the master's, which may need a connection, is taken here.
 
     A lifeline is the anchor connection to a hub. The main thread makes its calls on it
-    (see ``transport.client.get_client``), so this thread never reads from it: it waits
+    (see ``transport.channels.get_client``), so this thread never reads from it: it waits
     for the peer's end of the stream (``POLLRDHUP``: the process ended or was killed) or
     an error (keepalive probes found its host unreachable). A TCP connection reset while
     the hub lives is made again, here or by the thread that uses it (`_again`).
@@ -254,7 +254,7 @@ def main() -> None:
         pass  # the parent is gone or busy; the backend still sees our exit code
     here.jobs.bootstrap_exiting.set()
     _runtime.shutdown_hub()
-    client.close_all()
+    channels.close_all()
     lifeline.join(timeout=5)
     os._exit(exitcode)
 

@@ -456,7 +456,7 @@ class Lease:
         one, which may come late.
 
         Whatever the end looked like: a reset that another thread's check read first
-        (`fiber.transport.client.prune_closed`) leaves this one a plain end, and the hub
+        (`fiber.transport.channels.prune_closed`) leaves this one a plain end, and the hub
         then held the items up to `Loans.SETTLE_WAIT_S`. Where the hub did close the
         connection (its process ended, or it put back what was lent), a settle finds
         nothing: the hub's end refuses the connection, or the account is gone."""

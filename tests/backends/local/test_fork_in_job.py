@@ -1,6 +1,6 @@
 """A process forked inside a fiber job (a pool's job forking its workers, a user's
 ``os.fork``) talks to the master on connections of its own: the parent's, inherited,
-are closed in the child (see ``fiber.transport.client._forget_in_child``)."""
+are closed in the child (see ``fiber.transport.channels._forget_in_child``)."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def _foreign_threads() -> Set[threading.Thread]:
 
 
 def _dead_connections() -> int:
-    from ...transport.client import prune_closed
+    from ...transport.channels import prune_closed
 
     prune_closed()
     return sum(1 for c in psutil.Process().net_connections(kind="tcp")
