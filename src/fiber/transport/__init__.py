@@ -5,8 +5,7 @@ and takes its settings as arguments (passed by `fiber._core._clients`).
 
 - `server`: one listening socket and one thread serving the *services* registered
   on it; `peers`: who sends it requests.
-- `client`: the client side, one connection; `channels`: which one each thread uses (one
-  per thread and server) and each process's *anchor* to a server.
+- `client`: one connection; `channels`: each thread's, and each process's *anchor*.
 - `auth`: the program secret and the handshake that proves it.
 - `framing`: frames on a byte stream; `memfd`: large frames within a host, without a
   copy; `sockets`: addresses, listening, keepalives.
