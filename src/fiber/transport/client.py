@@ -23,7 +23,7 @@ from .local import LateReply, Reply, spin_of
 from .serialization import Frame
 from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
-from .sockets import connect, ended_with, readable, server_id, tune
+from .sockets import connect, ended_with, readable, reset_on_close, server_id, tune
 
 __all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES", "SPENT_GRACE_CONNECT_S",
            "again_on_a_new_connection", "process_id", "connect_timeout", "Settings",
@@ -88,16 +88,6 @@ def again_on_a_new_connection(call: Callable[[], T]) -> T:
         except ConnectionLost:
             pass
     return call()
-
-
-def _close_abortively(sock: socket.socket) -> None:
-    """Close ``sock`` with a reset, not an end: a server that admitted it takes it as a
-    link's reset (the process lives), not as this process's end."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
-    sock.close()
 
 
 def connect_timeout(settings: SettingsSource = _defaults, address: str = "") -> float:
@@ -190,7 +180,8 @@ class Client:
                 self._authenticate(sock, anchor, timeout)
                 return
             except _Stalled:
-                _close_abortively(sock)  # a reset: the server may have admitted us
+                reset_on_close(sock)  # the server may have admitted it: the process lives
+                sock.close()
                 if not tries_left:
                     raise
             except BaseException:
@@ -218,9 +209,7 @@ class Client:
         deadline = time.monotonic() + timeout
         try:
             secured = tls.wrap_client(sock, self.address, timeout)
-        except AuthenticationError:
-            raise
-        except OSError as e:
+        except OSError as e:  # (an AuthenticationError is not one: it is raised)
             raise _Stalled(f"the connection ended in its TLS handshake: {e}",
                            self.address) from None
         self._take(secured)

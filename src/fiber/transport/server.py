@@ -13,7 +13,6 @@ import os
 import select
 import selectors
 import socket
-import struct
 import sys
 import threading
 import traceback
@@ -30,7 +29,7 @@ from .peers import traffic as peers_traffic
 from .receipts import REANCHOR_WAIT_S, SKIP, TICKET_BYTES, Receipts
 from .serialization import Frame, dumps
 from .serving import Events, Serving, StandIn
-from .sockets import listen, readable, server_id
+from .sockets import listen, readable, reset_on_close, server_id
 from .strangers import Door, handshake_ttl
 from .timers import Timer, Timers
 
@@ -59,13 +58,9 @@ _NUDGE = object()
 
 
 def _abortive(conn: Connection) -> None:
-    """Make ``conn``'s close a reset (RST), not an end (FIN): its peer, which may live,
-    takes it as a link's reset (it connects again and resends; its lifeline is made
-    again) rather than as this process's end."""
-    try:
-        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
+    """Make ``conn``'s close a reset (see `sockets.reset_on_close`): its peer's lifeline
+    is made again, not ended."""
+    reset_on_close(conn.sock)
 
 
 class Server(StandIn, Admission):

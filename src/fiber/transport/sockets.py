@@ -27,10 +27,20 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
 __all__ = ["tune", "listen", "connect", "split_address", "readable", "open_file_limits",
-           "tcp_rtt", "ended_with"]
+           "tcp_rtt", "ended_with", "reset_on_close"]
 
 _TRANSIENT = (errno.EHOSTUNREACH, errno.ENETUNREACH)
 _RETRY_PAUSE_S = 0.1
+
+
+def reset_on_close(sock: socket.socket) -> None:
+    """Make ``sock``'s close a reset (RST), not an end (FIN): its peer, which may live,
+    takes it as a link's reset (it connects again, resends, resumes) rather than as the
+    end of the process at this end."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
 
 
 def tune(sock: socket.socket, heartbeat_s: float, timeout_s: float) -> None:
