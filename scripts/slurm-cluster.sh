@@ -57,9 +57,9 @@
 #   KillWait=5 s later; state PREEMPTED). Nothing else submits to "urgent". Partition
 #   "requeue" preempts with PreemptMode=REQUEUE instead: a job submitted --no-requeue, as
 #   fiber's are, is then cancelled all the same.
-# - Node failure detection (crash, or partition): with SlurmdTimeout=5 + MessageTimeout=3 (the
-#   defaults here) sinfo shows "allocated*"/"idle*" after ~6 s and "down* Not responding" (jobs
-#   NODE_FAIL) after ~12 s; with Slurm's 10/10 it takes ~27 s. A restarted slurmd is idle again
+# - Node failure detection (crash, or partition): with SlurmdTimeout=5 + MessageTimeout=10 (the
+#   defaults here) sinfo shows "allocated*"/"idle*" after ~12 s and "down* Not responding" (jobs
+#   NODE_FAIL) after ~25 s (MessageTimeout=3: ~6 s and ~12 s). A restarted slurmd is idle again
 #   within ~0.1 s (ReturnToService=2), a reconnected node within ~1.5 s; on re-registering, the
 #   node kills leftover processes of jobs that were already marked NODE_FAIL.
 # - Priority: slurmctld and the slurmds run at nice -10, the jobs at the nice of the command
@@ -67,11 +67,16 @@
 #   not starve. At nice 0, with a CI run's other lanes on the same 2 CPUs (load 20-30), the
 #   three nodes went "not responding" past SlurmdTimeout=5 while a pool of 128 one-CPU jobs
 #   started, and their jobs ended NODE_FAIL (2026-12-02).
+# - MessageTimeout is Slurm's default, 10 s. At 3 s, a node that took longer than that to
+#   answer slurmctld's batch launch under load (128 array tasks starting at once beside 40
+#   busy processes) logged "Could not confirm batch launch for job N, aborting request" then
+#   "Could not launch job N and not able to requeue it, cancelling job": the task ended
+#   CANCELLED (or NODE_FAIL) before it ran: 2 tasks in 4 such starts; at 10 s, none in 3.
 #
 # Environment: FIBER_SLURM_DIR (state, default /tmp/fiber-slurm), FIBER_SLURM_NET (first three
 # octets of a /24, default 10.201.0), FIBER_SLURM_CPUS (CPUs per node, default 2), FIBER_SLURM_MEM
 # (MB per node, default RAM/N), FIBER_SLURM_SLURMD_TIMEOUT (default 5), FIBER_SLURM_MSG_TIMEOUT
-# (default 3), FIBER_SLURM_MIN_JOB_AGE (default 300), FIBER_SLURM_START_TIMEOUT (default 60 s),
+# (default 10), FIBER_SLURM_MIN_JOB_AGE (default 300), FIBER_SLURM_START_TIMEOUT (default 60 s),
 # FIBER_SLURM_OVERSUBSCRIBE (jobs a core in partition "wide", default 64).
 # Only processes this script started (pid files it owns, processes inside its namespaces) are
 # ever signalled.
@@ -83,7 +88,7 @@ CPUS=${FIBER_SLURM_CPUS:-2}
 MEM=${FIBER_SLURM_MEM:-}  # MB per node; default: physical memory / N (memory is not scheduled)
 SLURMD_TIMEOUT=${FIBER_SLURM_SLURMD_TIMEOUT:-5}
 MIN_JOB_AGE=${FIBER_SLURM_MIN_JOB_AGE:-300}
-MSG_TIMEOUT=${FIBER_SLURM_MSG_TIMEOUT:-3}
+MSG_TIMEOUT=${FIBER_SLURM_MSG_TIMEOUT:-10}
 DAEMON_NICE=-10  # slurmctld's and the slurmds' (see "Priority" above)
 START_TIMEOUT=${FIBER_SLURM_START_TIMEOUT:-60}
 OVERSUB=${FIBER_SLURM_OVERSUBSCRIBE:-64}

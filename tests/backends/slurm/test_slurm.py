@@ -704,6 +704,20 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _launch_failures() -> List[str]:
+    """The nodes' log lines of batch launches that Slurm gave up (a node slower to answer
+    than MessageTimeout: the task then ends CANCELLED or NODE_FAIL before it runs, and the
+    pool replaces it with a job of its own), to say why a test saw more sbatch calls."""
+    logs = os.path.join(os.environ.get("FIBER_SLURM_DIR", "/tmp/fiber-slurm"), "log")
+    lines = []
+    for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        if name.startswith("slurmd-"):
+            with open(os.path.join(logs, name), errors="replace") as f:
+                lines += [f"{name}: {line.strip()}" for line in f
+                          if "batch launch" in line or "Could not launch" in line]
+    return lines
+
+
 def _busy_worker(pool: Any) -> Any:
     """A connected worker holding a task, or None."""
     core = pool._core
@@ -746,7 +760,8 @@ def test_pool_of_128_is_one_job_array_and_every_result_comes_once_after_a_kill(
             _wait_for(lambda: _connected(pool) == n, 420, f"{n} workers connected")
             started = time.monotonic() - t0
             sbatch = [argv for argv, _ in calls if argv[0] == "sbatch"]
-            assert len(sbatch) == 1 and f"--array=0-{n - 1}" in sbatch[0], sbatch
+            assert len(sbatch) == 1 and f"--array=0-{n - 1}" in sbatch[0], (
+                _launch_failures(), sbatch)
             assert "--partition=wide" in sbatch[0]
             handles = _pool_handles(pool)
             array_id = handles[0].job_id.split("_")[0]
