@@ -9,6 +9,8 @@
   (`_standin`), so that a real master is measured at sizes this machine cannot hold as
   processes (``benchmarks/master_scale.py``).
 - `fiber_ci.cpython_suite`: CPython's own multiprocessing tests run on fiber.
+- `fiber_ci.pool_service`: the pool's master-side service driven through its handlers
+  with no hub, for the unit tests of the pool's protocol.
 
 Importable from the checkout's ``tests/`` (pytest's ``pythonpath``, and so a job's, whose
 ``sys.path`` is its master's); the processes these modules start themselves are given it

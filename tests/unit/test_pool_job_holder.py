@@ -6,7 +6,7 @@ lost and when its connection is reset. The group's side: ``fiber.pool._jobqueue`
 from __future__ import annotations
 
 import logging
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Tuple
 
 import pytest
 
@@ -28,46 +28,7 @@ from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.pool._state import PoolJob
 from fiber.transport.peers import Peer
 
-
-class _Process:
-    def __init__(self, n: int) -> None:
-        self.name = f"PoolJob-{n}"
-        self.job_id = f"1-{n}"
-        self.host = "here"
-        self.exit_reason = ""
-        self.cancelled = False
-        self.exitcode: Optional[int] = None
-
-
-class _Hub:
-    """What the service calls of its server: sends and timers kept."""
-
-    def __init__(self) -> None:
-        self.sent: List[Tuple[Any, List[Any]]] = []
-        self.timers: List[Any] = []
-        self.replies: List[Any] = []
-
-    def send(self, peer: Any, frames: List[Any]) -> bool:
-        self.sent.append((peer, frames))
-        return True
-
-    def call_later(self, delay: float, fn: Any) -> None:
-        self.timers.append((delay, fn))
-
-    def reply(self, peer: Any, req_id: bytes, status: bytes, payload: Any = ()) -> bool:
-        self.replies.append((status, list(payload)))
-        return True
-
-    def end_peer(self, peer_id: int) -> None:
-        raise AssertionError("no peer is ended here")
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.got: List[int] = []
-
-    def deliver(self, index: int, ok: bool, frames: Sequence[Any]) -> None:
-        self.got.append(index)
+from fiber_ci.pool_service import Hub, JobProcess, Sink, job_service, tasks_of
 
 
 @pytest.fixture
@@ -76,25 +37,16 @@ def said(caplog: Any) -> Any:
     return lambda: [r.getMessage() for r in caplog.records if r.name == "fiber"]
 
 
-def _job(workers: int = 2) -> Tuple[PoolService, _Hub, Peer, PoolJob, List[WorkerState]]:
-    service = PoolService(b"pool", 2, None, 3, lambda ws, expected: None)
-    hub = _Hub()
-    service.server = hub  # type: ignore[assignment]
-    service.functions[1] = [b"f"]
-    process = _Process(1)
-    job = PoolJob(process, forks=True)  # type: ignore[arg-type]
-    states = [WorkerState(10 + i, process, f"PoolWorker-{10 + i}", job)  # type: ignore[arg-type]
-              for i in range(workers)]
-    for ws in states:
-        service.add_worker(ws)
+def _job(workers: int = 2) -> Tuple[PoolService, Hub, Peer, PoolJob, List[WorkerState]]:
+    service, hub, job, states = job_service(workers)
     peer = Peer(7, b"p" * 16, False, None)
     service.from_workers(hub, peer, b"",  # type: ignore[arg-type]
                          pack_to([(ws.worker_id, [PoolOps.HELLO]) for ws in states]))
     return service, hub, peer, job, states
 
 
-def _submit(service: PoolService, sink: _Sink, count: int) -> List[Task]:
-    tasks = [Task(i + 1, sink, i, 1, [b"x"], "map(f)") for i in range(count)]
+def _submit(service: PoolService, sink: Sink, count: int) -> List[Task]:
+    tasks = tasks_of(sink, [b"x"] * count)
     service.submit(tasks)
     return tasks
 
@@ -103,12 +55,12 @@ class _Handed(NamedTuple):
     """A job of two workers (`_job`) handed two tasks as a whole, its ``holder``'s."""
 
     service: PoolService
-    hub: _Hub
+    hub: Hub
     peer: Peer
     job: PoolJob
     holder: WorkerState
     workers: List[WorkerState]
-    sink: _Sink
+    sink: Sink
     tasks: List[Task]
 
 
@@ -116,13 +68,13 @@ class _Handed(NamedTuple):
 def handed() -> _Handed:
     service, hub, peer, job, workers = _job()
     assert job.holder is not None
-    sink = _Sink()
+    sink = Sink()
     tasks = _submit(service, sink, 2)
     assert _handed(hub) == [t.task_id for t in tasks]
     return _Handed(service, hub, peer, job, job.holder, workers, sink, tasks)
 
 
-def _handed(hub: _Hub) -> List[int]:
+def _handed(hub: Hub) -> List[int]:
     """The ids of the tasks the job was sent, as its own (``JOB_ID``)."""
     ids = []
     for _, frames in hub.sent:
@@ -133,7 +85,7 @@ def _handed(hub: _Hub) -> List[int]:
     return ids
 
 
-def _results(service: PoolService, hub: _Hub, peer: Peer, ran: List[Tuple[int, List[int]]]
+def _results(service: PoolService, hub: Hub, peer: Peer, ran: List[Tuple[int, List[int]]]
              ) -> None:
     """The job relays its workers' results as `fiber.pool._group` does: one
     ``results_of`` message."""
@@ -146,7 +98,7 @@ def test_a_job_is_handed_tasks_as_a_whole_and_says_which_worker_ran_each() -> No
     service, hub, peer, job, (a, b) = _job()
     holder = job.holder
     assert holder is not None and holder.width == 2 and a.holder is holder
-    sink = _Sink()
+    sink = Sink()
     _submit(service, sink, 5)
     assert _handed(hub) == [1, 2]  # two workers, a credit of one each (not measured)
     assert list(holder.pending) == [1, 2] and not a.pending and not b.pending
@@ -233,7 +185,7 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     service, hub, peer, job, (a, b) = _job()
     holder = job.holder
     assert holder is not None
-    sink = _Sink()
+    sink = Sink()
     tasks = _submit(service, sink, 2)
     assert _handed(hub) == [1, 2]  # a runs task 1, b task 2 (the job's choice)
     peer.reset = True
@@ -263,7 +215,7 @@ def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said
     service, hub, peer, job, (a, b) = _job()
     holder = job.holder
     assert holder is not None
-    sink = _Sink()
+    sink = Sink()
     tasks = _submit(service, sink, 2)
     _handed(hub)
     peer.reset = True
@@ -381,7 +333,7 @@ def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind(
     assert holder is not None
     c = WorkerState(12, job.process, "PoolWorker-12", job)  # type: ignore[arg-type]
     service.add_worker(c)  # forked by the job; its hello was in flight
-    sink = _Sink()
+    sink = Sink()
     _submit(service, sink, 2)
     assert _handed(hub) == [1, 2]
     peer.reset = True
@@ -408,12 +360,12 @@ def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_mo
     one at a time would have given it (a task for each of its workers), in one message;
     then the next job does; what their credit leaves stays queued."""
     service = PoolService(b"pool", 4, None, 3, lambda ws, expected: None)
-    hub = _Hub()
+    hub = Hub()
     service.server = hub  # type: ignore[assignment]
     service.functions[1] = [b"f"]
     holders = []
     for n in (1, 2):
-        process = _Process(n)
+        process = JobProcess(n)
         job = PoolJob(process, forks=True)  # type: ignore[arg-type]
         states = [WorkerState(10 * n + i, process, f"PoolWorker-{10 * n + i}",  # type: ignore[arg-type]
                               job) for i in range(2)]
@@ -423,7 +375,7 @@ def test_jobs_taking_tasks_as_a_whole_each_take_one_a_worker_before_any_takes_mo
                              pack_to([(ws.worker_id, [PoolOps.HELLO]) for ws in states]))
         holders.append(job.holder)
     hub.sent.clear()
-    _submit(service, _Sink(), 5)
+    _submit(service, Sink(), 5)
     sent = {peer.peer_id: [t[0] for wid, body in unpack_to(frames[2:])
                            if wid == JOB_ID and bytes(body[0]) == PoolOps.TASKS
                            for t in unpack_tasks(list(body[1:]))]
@@ -445,7 +397,7 @@ def test_a_hello_sent_again_before_resume_job_leaves_the_jobs_tasks_to_its_resum
     assert holder is not None
     c = WorkerState(12, job.process, "PoolWorker-12", job)  # type: ignore[arg-type]
     service.add_worker(c)  # forked by the job; its hello was in flight
-    sink = _Sink()
+    sink = Sink()
     tasks = _submit(service, sink, 2)
     assert _handed(hub) == [1, 2] and set(holder.pending) == {1, 2}
     peer.reset = True
@@ -473,7 +425,7 @@ def test_a_from_message_takes_hellos_only_and_refuses_anything_else_loudly() -> 
     with an error the server prints, after its hellos are taken; its results are not
     read as results (their task stays held, to come back with the job)."""
     service, hub, peer, job, (a, b) = _job()
-    sink = _Sink()
+    sink = Sink()
     tasks = _submit(service, sink, 2)
     assert _handed(hub) == [t.task_id for t in tasks]
     late = WorkerState(12, a.process, "PoolWorker-12", job)

@@ -30,17 +30,7 @@ from fiber.transport.peers import Peer
 from fiber.transport.remote import unpack_exception
 from fiber.transport.serialization import loads
 
-
-class _Process:
-    """What the master reads of a worker's Process."""
-
-    def __init__(self, n: int) -> None:
-        self.name = f"PoolWorker-{n}"
-        self.job_id = f"1-{n}"
-        self.host = "here"
-        self.exit_reason = ""
-        self.cancelled = False
-        self.exitcode: Optional[int] = None
+from fiber_ci.pool_service import Hub, JobProcess
 
 
 class _Result:
@@ -61,7 +51,7 @@ class _Pool:
 
     def worker(self) -> WorkerState:
         self.count += 1
-        process = _Process(self.count)
+        process = JobProcess(self.count, "PoolWorker")
         ws = WorkerState(self.count, process,  # type: ignore[arg-type]
                          job=PoolJob(process, forks=False))  # type: ignore[arg-type]
         self.service.add_worker(ws)
@@ -165,34 +155,13 @@ def test_an_initializer_failure_is_said_once_then_counted(said):
     assert failures.last == ""
 
 
-class _Hub:
-    """What PoolService calls of its server here: timers are kept, never run."""
-
-    def __init__(self) -> None:
-        self.timers: List[Any] = []
-        self.replies: List[Any] = []
-
-    def call_later(self, delay: float, fn: Any) -> None:
-        self.timers.append((delay, fn))
-
-    def send(self, peer: Any, frames: Any) -> bool:
-        return True
-
-    def reply(self, peer: Any, req_id: bytes, status: bytes, payload: Any = ()) -> bool:
-        self.replies.append((status, list(payload)))
-        return True
-
-    def end_peer(self, peer_id: int) -> None:
-        raise AssertionError("no peer is ended here")
-
-
 def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
     """A worker that said hello, whose connection was then reset (a crashed node's
     kernel: the Slurm node-crash test in CI), and whose job then ended: it "was lost"
     (not "ended before it connected"), and it is not counted as a failed start."""
     from fiber.transport.peers import Peer
 
-    pool, hub = _Pool(max_retries=3), _Hub()
+    pool, hub = _Pool(max_retries=3), Hub()
     gone: List[Any] = []
     pool.service.on_worker_gone = lambda ws, expected: gone.append(ws.started)
     ws = pool.worker()
@@ -208,7 +177,7 @@ def test_a_worker_lost_while_its_reset_connection_is_waited_for_was_lost(said):
     assert "PoolWorker-1 (job 1-1 on here) was lost: killed by SIGKILL" in line, line
 
 
-def _connect(pool: _Pool, hub: _Hub, ws: WorkerState, peer_id: int) -> Any:
+def _connect(pool: _Pool, hub: Hub, ws: WorkerState, peer_id: int) -> Any:
     """``ws`` connects (hello) on a new peer, which is returned."""
     peer = Peer(peer_id, b"p" * 16, False, None)
     pool.service.hello(hub, peer, b"", WorkerHello(ws.worker_id))
@@ -221,7 +190,7 @@ def test_a_reset_worker_holds_its_tasks_until_lost_and_names_them(said):
     the loss becomes final: the wait ends (`_resume`), or its job's end is seen first
     (a crashed Slurm node: the kernel's reset, then NODE_FAIL)."""
     for how in ("the wait ended", "its job ended"):
-        pool, hub, result = _Pool(max_retries=3), _Hub(), _Result()
+        pool, hub, result = _Pool(max_retries=3), Hub(), _Result()
         ws = pool.worker()
         peer = _connect(pool, hub, ws, 7)
         pool.take(ws, _tasks(pool, result, 2))
@@ -250,7 +219,7 @@ def test_a_worker_lost_after_it_came_back_names_the_tasks_lost_in_flight(said):
     later, its warning names them too, once each: task 1, handed to it again and held
     at its loss, is named as resubmitted only. A worker that came back and is not lost
     says nothing."""
-    pool, hub, result = _Pool(max_retries=3), _Hub(), _Result()
+    pool, hub, result = _Pool(max_retries=3), Hub(), _Result()
     ws = pool.worker()
     peer = _connect(pool, hub, ws, 7)
     held, *lost = _tasks(pool, result, 3)
@@ -290,7 +259,7 @@ def test_a_job_of_several_that_dies_is_one_warning_naming_its_workers_and_tasks(
     none is replaced in the job (it has ended)."""
     pool, result = _Pool(max_retries=5), _Result()
     tasks = _tasks(pool, result, 12)
-    process = _Process(100)
+    process = JobProcess(100, "PoolWorker")
     job = PoolJob(process, forks=True)  # type: ignore[arg-type]
     workers = []
     for i, task in enumerate(tasks):
@@ -311,13 +280,13 @@ def test_a_job_of_several_that_dies_is_one_warning_naming_its_workers_and_tasks(
     assert pool.service.awaiting == {} and not job.alive
 
 
-def _relayed_job(pool: _Pool, hub: _Hub, count: int, peer_id: int) -> Any:
+def _relayed_job(pool: _Pool, hub: Hub, count: int, peer_id: int) -> Any:
     """A job of ``count`` workers that said hello through their job's connection (a new
     peer, returned with the job and its workers). Its workers are each handed their own
     tasks: the pool has a ``maxtasksperchild`` (never reached here), whose jobs keep that
     path; a job handed tasks as a whole: ``test_pool_job_holder``."""
     pool.service.maxtasks = 1_000_000
-    process = _Process(100 + peer_id)
+    process = JobProcess(100 + peer_id, "PoolWorker")
     job = PoolJob(process, forks=True)  # type: ignore[arg-type]
     workers = [WorkerState(300 + 10 * peer_id + i, process,  # type: ignore[arg-type]
                            f"PoolWorker-{300 + 10 * peer_id + i}", job) for i in range(count)]
@@ -337,7 +306,7 @@ def test_a_job_whose_connection_was_reset_comes_back_with_the_workers_it_names(s
     forked one is kept; the third is lost once the job, back, says how it ended (and is
     counted until then); a worker the master named for it to fork, which it does not
     name (its answer was lost in the reset), leaves quietly."""
-    pool, hub, result = _Pool(max_retries=3), _Hub(), _Result()
+    pool, hub, result = _Pool(max_retries=3), Hub(), _Result()
     gone: List[Any] = []
     pool.service.on_worker_gone = lambda ws, expected: gone.append((ws.name, expected))
     pool.service.server = hub  # type: ignore[assignment]  # (what the job is sent)
@@ -371,7 +340,7 @@ def test_a_job_whose_connection_was_reset_comes_back_with_the_workers_it_names(s
 def test_a_job_that_does_not_come_back_in_time_loses_its_workers(said):
     """The wait for a reset job's connection ends: its workers are lost, and not counted
     as awaited (their job cannot say how they ended any more): they are replaced."""
-    pool, hub = _Pool(max_retries=3), _Hub()
+    pool, hub = _Pool(max_retries=3), Hub()
     gone: List[Any] = []
     pool.service.on_worker_gone = lambda ws, expected: gone.append(ws.name)
     peer, job, workers = _relayed_job(pool, hub, 2, 7)
