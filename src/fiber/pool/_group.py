@@ -115,13 +115,14 @@ class _Link:
 
 
 class _Group:
+    """The job: its workers (``run`` each, forked), its connection to the master at
+    ``address`` (``client``), and what it holds for them while that connection fails."""
+
     def __init__(self, address: str, pool_name: bytes,
-                 run: Callable[[int, PoolLink], None]) -> None:
+                 run: Callable[[int, PoolLink], None], client: Client) -> None:
         self.address = address
         self.pool_name = pool_name
         self.run = run
-        client = get_client(address)
-        assert isinstance(client, Client)  # a job: the master's hub is elsewhere
         self.client = client
         self.children: Dict[int, _Link] = {}  # pid -> its link
         self.links: Dict[int, _Link] = {}  # worker id -> its link
@@ -483,4 +484,6 @@ def group_main(address: str, pool_name: bytes, worker_ids: List[int],
     def run(worker_id: int, link: PoolLink) -> None:
         worker_main(address, pool_name, worker_id, initializer, initargs, maxtasks, link)
 
-    _Group(address, pool_name, run).serve(worker_ids)
+    client = get_client(address)
+    assert isinstance(client, Client)  # a job: the master's hub is elsewhere
+    _Group(address, pool_name, run, client).serve(worker_ids)
