@@ -300,28 +300,63 @@ def test_a_worker_the_job_names_and_the_master_did_not_keep_leaves_no_task_behin
     assert [t.task_id for t in tasks] == [1, 2]
 
 
-def test_a_job_whose_record_was_given_up_before_its_workers_answers_through_a_new_one(
-        handed) -> None:
-    """After a reset the job's record stops waiting before its workers do: what it held
-    goes to a worker, waited for still. The job comes back with both workers: a new
-    record holds what they hold, and their results answer it; nothing is held for ever."""
-    service, hub, peer, _, holder, (a, b), sink, tasks = handed
+def _given_up_first() -> _Handed:
+    """A job of two handed two tasks (`handed`), its connection reset, and its record's
+    wait ended before its workers': worker 10, its heir, holds both tasks."""
+    service, hub, peer, job, workers = _job()
+    holder = job.holder
+    assert holder is not None
+    sink = Sink()
+    tasks = _submit(service, sink, 2)
+    assert _handed(hub) == [1, 2]
     peer.reset = True
     service.peer_gone(hub, peer)
     (give_up,) = [fn for _, fn in hub.timers if fn.args[0] is holder]
-    give_up()  # the record's wait ends first
-    assert holder.lost and set(a.pending) == {1, 2} and not a.lost
+    give_up()
+    assert holder.lost and set(workers[0].pending) == {1, 2}
+    return _Handed(service, hub, peer, job, holder, workers, sink, tasks)
+
+
+def test_a_job_whose_record_was_given_up_before_its_workers_answers_through_a_new_one(
+        ) -> None:
+    """After a reset the job's record stops waiting before its workers do: what it held
+    goes to a worker, waited for still. The job comes back with both workers: a new
+    record holds what they hold, and their results answer it; nothing is held for ever."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = _given_up_first()
+    assert not a.lost
     again = Peer(8, b"q" * 16, False, None)
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
                        ResumeJob({a.worker_id: [1], b.worker_id: [2]}, [1, 2]))
     new = a.holder
-    assert new is not holder and b.holder is new and 1 in new.pending and not a.pending
+    assert new is not holder and b.holder is new and not a.pending
+    # a holds what the record held (1 and 2); the job holds 2 in b: not lost, and not
+    # run again (its result, from b, answers it in the new record)
+    assert set(new.pending) == {1, 2} and _handed(hub) == []
     _results(service, hub, again, [(a.worker_id, [1])])
-    for _ in range(3):  # task 2 went back with the first record (a's to lose): once more
-        for task_id in _handed(hub):
-            _results(service, hub, again, [(b.worker_id, [task_id])])
-    _results(service, hub, again, [(b.worker_id, [2])])  # b's first copy: dropped
+    _results(service, hub, again, [(b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
+    assert service.retried == 0
+
+
+def test_an_untold_end_after_the_record_was_given_up_is_charged_to_its_worker(said) -> None:
+    """After a reset the job's record is given up first (its tasks to a worker, its
+    heir); a worker dies meanwhile holding a task, and the job comes back naming it as
+    ended: that task is charged to the dead worker (counted, named in its warning,
+    under the retry limit), taken from the heir, not run again as lost in flight."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = _given_up_first()
+    service.resume_job(hub, Peer(8, b"q" * 16, False, None), b"",  # type: ignore[arg-type]
+                       ResumeJob({a.worker_id: [1]}, [1], {b.worker_id: [2]}))
+    assert tasks[1].attempts == (b,) and service.retried == 1
+    assert 2 not in a.pending and set(a.holder.pending) == {1}
+    again = a.holder.peer
+    service.worker_ended(hub, again, b"r", WorkerEnded(b.worker_id, -9))
+    (line,) = said()
+    assert "PoolWorker-11" in line and "resubmitted map(f) task 1" in line, line
+    _results(service, hub, again, [(a.worker_id, [1])])
+    assert _handed(hub) == [2]  # (queued while a held task 1: its one credit)
+    _results(service, hub, again, [(a.worker_id, [2])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0
+    assert tasks[1].attempts == (b,) and service.retried == 1
 
 
 def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind() -> None:
@@ -347,11 +382,9 @@ def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind(
     assert new is not None and new is not holder and new.peer is again
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
                        ResumeJob({a.worker_id: [1], b.worker_id: [2], c.worker_id: []}, [1, 2]))
-    assert a.holder is new and 1 in new.pending and not a.pending
-    _results(service, hub, again, [(a.worker_id, [1])])
-    for _ in range(3):
-        for task_id in _handed(hub):
-            _results(service, hub, again, [(c.worker_id, [task_id])])
+    assert a.holder is new and set(new.pending) == {1, 2} and not a.pending
+    assert _handed(hub) == []  # b holds task 2: nothing runs again
+    _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
 
 

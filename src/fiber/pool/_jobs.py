@@ -210,10 +210,19 @@ class JobsOfSeveral(Service):
         ``held`` (their ids, as its job counts them): they are its now, to lose. Lost
         already (its job came back from a reset without it, and tells its end only now):
         lost now as they would have been with it, once (see `_give_back`), and named in
-        its warning if that is not said yet."""
+        its warning if that is not said yet. The job's record given up meanwhile: what it
+        held went to a worker of the job (its heir, see `_drop_holder`), taken from there."""
         holder = ws.holder
-        tasks = [task for task in (holder.pending.pop(task_id, None) for task_id in held)
-                 if task is not None]
+        owners = [holder]
+        if holder.lost and holder.job is not None:
+            owners += holder.job.workers
+        tasks = []
+        for task_id in held:
+            for owner in owners:
+                task = owner.pending.pop(task_id, None)
+                if task is not None:
+                    tasks.append(task)
+                    break
         if not tasks:
             return
         if not ws.lost:

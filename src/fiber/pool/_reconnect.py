@@ -156,7 +156,7 @@ class Reconnections(JobsOfSeveral):
         kept: List[WorkerState] = []
         back: List[WorkerState] = []
         missing: List[Any] = []
-        for worker_id, held in msg.held.items():
+        for worker_id in msg.held:
             ws = self.workers.get(worker_id)
             if ws is not None and ws.peer is not None and ws.peer is not peer:
                 server.end_peer(ws.peer.peer_id, abort=True)  # its reset has not reached us
@@ -165,18 +165,22 @@ class Reconnections(JobsOfSeveral):
             if ws is None or ws.lost or not (ws.resume_by or not ws.started or ws.peer is peer):
                 continue
             kept.append(ws)
+        taken = {ws.worker_id for ws in kept}
+        for worker_id, held in msg.held.items():
+            if worker_id not in taken:  # (the job forgets them: back to the queue)
+                whole.difference_update(held)
+        for ws in kept:
             if ws.resume_by:
-                missing += self._resumed(peer, ws, held)
+                # what the job holds anywhere is not lost: a worker may hold tasks its
+                # job's record held (its heir, the record given up first, see
+                # `_drop_holder`), which the job holds in its queue or another worker
+                missing += self._resumed(peer, ws, whole.union(msg.held[ws.worker_id]))
                 ws.relayed = True
-                self.relays.setdefault(peer.peer_id, {})[worker_id] = ws
+                self.relays.setdefault(peer.peer_id, {})[ws.worker_id] = ws
                 back.append(ws)
         job = kept[0].job if kept else None
         holder = job.holder if job is not None else None
         if holder is not None and holder.resume_by and not holder.lost:
-            taken = {ws.worker_id for ws in kept}
-            for worker_id, held in msg.held.items():
-                if worker_id not in taken:
-                    whole.difference_update(held)
             missing += self._resumed(peer, holder, whole)
             holder.credit = 0  # (told again with its next tasks)
             self.holders[peer.peer_id] = holder
