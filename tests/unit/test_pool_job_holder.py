@@ -359,6 +359,27 @@ def test_an_untold_end_after_the_record_was_given_up_is_charged_to_its_worker(sa
     assert tasks[1].attempts == (b,) and service.retried == 1
 
 
+def test_a_dead_heir_is_charged_its_own_task_and_the_job_keeps_the_rest(said) -> None:
+    """As above, but the worker that dies is the heir (it holds both tasks the record
+    left it): only the task the job names with its end is charged to it; the other, which
+    the job holds in its live worker, goes to the job's new record, not run again."""
+    service, hub, peer, _, holder, (a, b), sink, tasks = _given_up_first()
+    service.resume_job(hub, Peer(8, b"q" * 16, False, None), b"",  # type: ignore[arg-type]
+                       ResumeJob({b.worker_id: [2]}, [2], {a.worker_id: [1]}))
+    assert tasks[0].attempts == (a,) and tasks[1].attempts == () and service.retried == 1
+    new = b.holder
+    assert new is not holder and set(new.pending) == {2} and not a.pending
+    again = new.peer
+    service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9))
+    (line,) = said()
+    assert "PoolWorker-10" in line and "resubmitted map(f) task 0" in line, line
+    assert "task 1" not in line and "tasks" not in line, line
+    _results(service, hub, again, [(b.worker_id, [2])])
+    assert _handed(hub) == [1]
+    _results(service, hub, again, [(b.worker_id, [1])])
+    assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and service.retried == 1
+
+
 def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind() -> None:
     """As above, but a worker's hello lost with the old connection is sent again before
     ``resume_job``: it makes the job's new record. ``resume_job`` still hands that

@@ -180,6 +180,7 @@ class JobsOfSeveral(Service):
         heir = next((ws for ws in holder.job.workers if ws.started and not ws.lost), None)
         if heir is not None:
             heir.pending.update((task.task_id, task) for task in tasks)
+            heir.inherited = heir.inherited.union(task.task_id for task in tasks)
             return
         if not tasks:
             return

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
 
 from .._log import info, log
 from ..transport.operations import handles
@@ -20,7 +20,7 @@ from ..transport.server import Peer, Server
 from . import _losses, _resume
 from ._jobs import JobsOfSeveral
 from ._protocol import Kept, PoolOps, Resume, ResumeJob
-from ._state import Task, WorkerState
+from ._state import PoolJob, Task, WorkerState
 
 __all__ = ["Reconnections"]
 
@@ -96,6 +96,33 @@ class Reconnections(JobsOfSeveral):
         self._refresh(ws)
         return missing
 
+    def _bequeathed(self, job: PoolJob, kept: List[WorkerState], whole: Set[int],
+                    ended: Mapping[int, List[int]]) -> List[Task]:
+        """After `resume_job` kept ``kept``: the tasks the job's record, given up before
+        the job came back, left a worker not kept (its heir, see `_drop_holder`) go to
+        the job's new record if the job holds them (``whole``); those named with the
+        heir's own end (``ended``) stay its, to lose; the rest were lost in flight:
+        back to the queue (returned)."""
+        record = kept[0].holder if kept and kept[0].holder is not kept[0] else None
+        if record is not None and record.lost:
+            record = None
+        back: List[Task] = []
+        for ws in job.workers:
+            if ws.inherited and ws not in kept:
+                own = ended.get(ws.worker_id, ())
+                for task_id in ws.inherited:
+                    if task_id in own and task_id not in whole:
+                        continue
+                    task = ws.pending.pop(task_id, None)
+                    if task is not None and record is not None and task_id in whole:
+                        record.pending[task_id] = task
+                    elif task is not None:
+                        back.append(task)
+            ws.inherited = frozenset()
+        if record is not None:
+            self._refresh(record)
+        return self._requeue(back)
+
     def relay_gone(self, server: Server, peer: Peer) -> None:
         """``peer``, if it was a job's relay, ended. Reset while the job may live: its
         workers are waited for, as a worker of its own job is (see `_resume`), for the job
@@ -165,6 +192,7 @@ class Reconnections(JobsOfSeveral):
             if ws is None or ws.lost or not (ws.resume_by or not ws.started or ws.peer is peer):
                 continue
             kept.append(ws)
+        kept = [ws for ws in kept if not ws.lost]  # (a later end_peer may have lost one)
         taken = {ws.worker_id for ws in kept}
         for worker_id, held in msg.held.items():
             if worker_id not in taken:  # (the job forgets them: back to the queue)
@@ -192,6 +220,8 @@ class Reconnections(JobsOfSeveral):
                 ws.holder.pending.update(ws.pending)
                 ws.pending.clear()
             self._refresh(kept[0])
+        if job is not None:
+            missing += self._bequeathed(job, kept, whole, msg.ended)
         for ws in list(job.workers) if job is not None else ():
             if ws.lost or ws in kept:
                 continue

@@ -8,7 +8,7 @@ take a task in O(1). `PoolService` (`_service`) keeps them, under the hub's lock
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Protocol, Sequence, Tuple
 
 from ..process import Process
 from ..transport.serialization import Frame
@@ -132,7 +132,7 @@ class WorkerState:
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
                  "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp",
-                 "relayed", "holder", "width", "whole", "credit")
+                 "relayed", "holder", "width", "whole", "credit", "inherited")
 
     def __init__(self, worker_id: int, process: Process, name: Optional[str] = None,
                  job: Optional[PoolJob] = None) -> None:
@@ -199,6 +199,9 @@ class WorkerState:
         self.width = 1
         self.whole = False
         self.credit = 0  # a job's record: the credit a worker it last told its job
+        #: The ids of the tasks its job's record left it when given up (its heir, see
+        #: `_drop_holder`), until its job comes back (`resume_job`).
+        self.inherited: FrozenSet[int] = frozenset()
 
     @property
     def started(self) -> bool:
