@@ -131,13 +131,16 @@ class _Job:
         self.resumed: List[ResumeJob] = []
         monkeypatch.setattr(_resume, "reconnect", self._reconnect)
         self.group = _Group("", b"pool", _scripted, self.masters[0])  # type: ignore[arg-type]
+        self.sink = Sink()
+
+    def start(self) -> None:
+        """Fork the workers; wait until both are connected through the job."""
         for ws in self.states:
             self.group.fork(ws.worker_id)
         for ws in self.states:
             self.read(ws.worker_id)  # its hello
         self.group._relay()
         assert all(ws.connected for ws in self.states)
-        self.sink = Sink()
 
     def _reconnect(self, address: str, pool_name: bytes, op: bytes,
                    frames: Sequence[Any]) -> Optional[Tuple[_Master, List[Any]]]:
@@ -207,6 +210,8 @@ class _Job:
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+        for link in self.group.links.values():
+            link.sock.close()
         for master in self.masters:
             master.close()
         os.close(self.group.wake_r)
@@ -219,6 +224,7 @@ class _Job:
 def job(monkeypatch: Any) -> Iterator[_Job]:
     made = _Job(monkeypatch)
     try:
+        made.start()
         yield made
     finally:
         made.close()
@@ -289,6 +295,7 @@ def test_a_worker_the_master_did_not_keep_is_stopped_and_takes_none_of_the_jobs_
     master and comes to the job again. Its first result (sent late) answers it, the
     second run's is dropped: one result a task."""
     holds = job.submit(b"ok", b"ok")
+    assert sorted(holds.values()) == [10, 11]
     for worker_id in set(holds.values()):
         job.wait_sent(worker_id)
     job.masters[0].cut()
@@ -311,5 +318,7 @@ def test_a_worker_the_master_did_not_keep_is_stopped_and_takes_none_of_the_jobs_
     job.group._relay()
     assert sorted(job.sink.got) == [0, 1] and job.service.outstanding == 0
     job.wait_exit(given_up.worker_id)  # stopped: it ended of itself
-    _, status = os.waitpid(job.pid(given_up.worker_id), 0)
+    pid = job.pid(given_up.worker_id)
+    _, status = os.waitpid(pid, 0)
+    del job.group.children[pid]  # (reaped here: not the job's to reap, nor to kill)
     assert os.waitstatus_to_exitcode(status) == 0

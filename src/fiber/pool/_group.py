@@ -390,16 +390,8 @@ class _Group:
         """Each worker that ended: what it sent last is relayed, its end told (see
         `ended`). A connection that fails meanwhile is raised once all are reaped."""
         lost = False
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            link = self.children.pop(pid, None)
-            if link is None:
-                continue
+        for pid, status in self._ended():
+            link = self.children.pop(pid)
             del self.links[link.worker_id]
             deadline = time.monotonic() + _LAST_WORDS_S  # what it sent goes first
             while link.open and readable([link.sock], deadline - time.monotonic()):
@@ -424,6 +416,20 @@ class _Group:
                        [task_id for task_id in held if task_id not in answered])
         if lost:
             raise ConnectionLost("the connection to the master failed")
+
+    def _ended(self) -> List[Tuple[int, int]]:
+        """Its workers that ended, reaped: (pid, wait status) each. Its own children only,
+        each by its pid: a child that something else in the job started (a module it
+        preloaded) is that code's to wait for."""
+        ended = []
+        for pid in list(self.children):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: its status is lost
+                done, status = pid, 255 << 8
+            if done:
+                ended.append((pid, status))
+        return ended
 
     def serve(self, worker_ids: List[int]) -> None:
         signal.set_wakeup_fd(self.wake_w)
