@@ -367,6 +367,9 @@ PROGRAM = textwrap.dedent("""
         with fiber.Pool(2) as pool:
             pool.map(slow, [0.01] * 10)
             pool.map_async(sleepy_user_function, [60, 60], 1)
+            # its workers may run tasks before their start returns (each says hello at
+            # once): pool._pool waits for it, after which they are this program's jobs
+            assert len(pool._pool) == 2
             print("READY", flush=True)
             sys.stdin.readline()
             pool.terminate()
