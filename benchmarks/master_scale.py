@@ -29,7 +29,9 @@ Measured for each size, each in a fresh master process:
 - **rounds** of one task per worker (``pool.map(sleep_for, [T] * n, chunksize=1)``) for
   T = 1 s and 0.1 s: efficiency = T / the round's wall time, the master's CPU per round
   (the process's, and its hub thread's), the stand-ins' CPU per round and their timers'
-  mean and largest delay, and the machine's busy CPU over the round (of 2 CPUs).
+  mean and largest delay, the master's time in the garbage collector (young and full
+  collections: a round's mean, as a full one comes every few rounds), and the machine's
+  busy CPU over the round (of 2 CPUs).
 
 A last table draws straight lines through the sizes measured and reads them off at
 10,000, 20,000 and 50,000 workers: an EXTRAPOLATION, printed as one, for sizes whose
@@ -132,6 +134,30 @@ def machine_busy_s() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / TICK
 
 
+class GcClock:
+    """The master's time in the collector (all its threads), by generation: a round's
+    full collections (generation 2) are what set its worst rounds apart at 10,000
+    workers (each walks the whole heap)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: Dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+            self.counts[info["generation"]] += 1
+
+    def read(self) -> Tuple[float, float, int]:
+        """Seconds in young collections (generations 0 and 1), in full ones, and how many
+        full ones, so far."""
+        return self.seconds[0] + self.seconds[1], self.seconds[2], self.counts[2]
+
+
 def tcp_ext(*names: str) -> List[int]:
     """Counters of /proc/net/netstat's TcpExt lines (listen queue overflows, SYN
     retransmissions)."""
@@ -199,17 +225,18 @@ def standin_totals(backend: Any) -> Dict[str, float]:
             "last_end": max(s["last_end"] for s in stats)}
 
 
-def one_round(pool: Any, fn: Any, n: int, seconds: float, backend: Any) -> Dict[str, Any]:
+def one_round(pool: Any, fn: Any, n: int, seconds: float, backend: Any,
+              clock: GcClock) -> Dict[str, Any]:
     """One round of ``n`` tasks of ``seconds``, one a worker; what it cost whom, and
     where its time went: from the map's call until the last task started (the master
     hands ``n`` tasks out), and from the end of the last task until the map returned
     (its result's way back; stand-ins only: they say when their tasks ran)."""
     s0 = standin_totals(backend)["cpu_s"]  # (also resets the stand-ins' round counts)
-    m0, th0, b0 = cpu_s(), threads_cpu_s(), machine_busy_s()
+    m0, th0, b0, g0 = cpu_s(), threads_cpu_s(), machine_busy_s(), clock.read()
     t0 = time.monotonic()
     out = pool.map(fn, [seconds] * n, chunksize=1)
     t1 = time.monotonic()
-    m1, threads, b1 = cpu_s(), threads_delta(th0), machine_busy_s()
+    m1, threads, b1, g1 = cpu_s(), threads_delta(th0), machine_busy_s(), clock.read()
     if out != [seconds] * n:
         raise AssertionError("a round's results are wrong")
     s1 = standin_totals(backend)
@@ -220,13 +247,18 @@ def one_round(pool: Any, fn: Any, n: int, seconds: float, backend: Any) -> Dict[
             "last_start_s": s1["last_start"] - t0 if s1["last_start"] else 0.0,
             "tail_s": t1 - s1["last_end"] if s1["last_end"] else 0.0,
             "late_mean_ms": 1000 * s1["late_sum_s"] / max(1, s1["tasks"]),
-            "late_max_ms": 1000 * s1["late_max_s"]}
+            "late_max_ms": 1000 * s1["late_max_s"],
+            "gc_young_ms": 1000 * (g1[0] - g0[0]), "gc_full_ms": 1000 * (g1[1] - g0[1]),
+            "gc_full": g1[2] - g0[2]}
 
 
 def rounds(pool: Any, fn: Any, n: int, seconds: float, count: int,
-           backend: Any) -> Dict[str, Any]:
-    runs = [one_round(pool, fn, n, seconds, backend) for _ in range(count)]
+           backend: Any, clock: GcClock) -> Dict[str, Any]:
+    runs = [one_round(pool, fn, n, seconds, backend, clock) for _ in range(count)]
     out: Dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    # the collector's cost is lumpy (a full collection every few rounds): its mean
+    for k in ("gc_young_ms", "gc_full_ms", "gc_full"):
+        out[k] = statistics.mean(r[k] for r in runs)
     out["runs"] = runs
     out["efficiency_range"] = [min(r["efficiency"] for r in runs),
                                max(r["efficiency"] for r in runs)]
@@ -280,9 +312,10 @@ def child(kind: str, n: int, count: int, processes: int, connecting: int,
         c0, i0 = cpu_s(), time.monotonic()
         time.sleep(3)
         out["idle_cpu_per_s"] = (cpu_s() - c0) / (time.monotonic() - i0)
+        clock = GcClock()
         for seconds in (1.0, 0.1):
             out[f"rounds_{seconds:g}s"] = rounds(pool, standins.sleep_for, n, seconds,
-                                                 count, backend)
+                                                 count, backend, clock)
         gc.collect()
         out["rss_kb_per_worker_after_rounds"] = (rss_kb() - rss0) / n
     except Exception as e:  # the limit reached: say which and where
@@ -346,6 +379,8 @@ def _round_row(r: Dict[str, Any], key: str, base: Optional[Dict[str, Any]]) -> L
             f"{x['master_cpu_s']:.2f}{ratio}", f"{1e6 * x['master_cpu_s'] / n:.0f}",
             f"{x['hub_cpu_s']:.2f} / {x['main_cpu_s']:.2f}", f"{x['standins_cpu_s']:.2f}",
             f"{x['late_mean_ms']:.1f} / {x['late_max_ms']:.0f}",
+            f"{x.get('gc_young_ms', 0):.0f} / {x.get('gc_full_ms', 0):.0f} "
+            f"({x.get('gc_full', 0):.2f})",
             f"{x['machine_busy_s'] / x['wall_s']:.2f}"]
 
 
@@ -366,7 +401,8 @@ def report(results: List[Dict[str, Any]]) -> None:
               "a worker, medians",
               ["workers", "efficiency (range)", "round s", "last start / tail ms",
                "master CPU s (x first)", "us/task", "hub / main thread s", "stand-ins CPU s",
-               "timer delay ms mean / max", "busy CPUs (of 2)"],
+               "timer delay ms mean / max", "GC ms young / full (full a round)",
+               "busy CPUs (of 2)"],
               [_round_row(r, key, base) for r in ok if key in r])
     for r in results:
         if "failed" in r:
