@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from fiber.pool._protocol import (
+    JOB_ID,
+    PoolOps,
+    pack_results,
+    pack_results_of,
+    unpack_tasks,
+    unpack_to,
+)
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.pool._state import PoolJob
+from fiber.transport.peers import Peer
 
-__all__ = ["Hub", "JobProcess", "Sink", "job_service", "tasks_of"]
+__all__ = ["Hub", "JobProcess", "Sink", "handed_to_job", "job_service", "relay_results",
+           "tasks_of"]
 
 
 class JobProcess:
@@ -80,3 +90,23 @@ def job_service(workers: int) -> Tuple[PoolService, Hub, PoolJob, List[WorkerSta
 def tasks_of(sink: Sink, args: Sequence[bytes]) -> List[Task]:
     """A map's tasks of function 1, ids 1, 2, ..., one argument frame each."""
     return [Task(i + 1, sink, i, 1, [arg], "map(f)") for i, arg in enumerate(args)]
+
+
+def handed_to_job(hub: Hub) -> List[int]:
+    """The ids of the tasks the job was sent, as its own (``JOB_ID``), since last asked."""
+    ids = []
+    for _, frames in hub.sent:
+        for wid, body in unpack_to(frames[2:]):
+            if wid == JOB_ID and bytes(body[0]) in (PoolOps.TASKS, PoolOps.ALONE):
+                ids += [t[0] for t in unpack_tasks(list(body[1:]))]
+    hub.sent.clear()
+    return ids
+
+
+def relay_results(service: PoolService, hub: Hub, peer: Peer,
+                  ran: List[Tuple[int, List[int]]]) -> None:
+    """The job relays its workers' results (``ran``: worker id and the ids of the tasks
+    it answered) as `fiber.pool._group` does: one ``results_of`` message."""
+    service.results_of(hub, peer, b"", pack_results_of([  # type: ignore[arg-type]
+        (wid, [PoolOps.RESULTS, *pack_results([(i, True, [b"r"]) for i in ids], 0.001)])
+        for wid, ids in ran]))

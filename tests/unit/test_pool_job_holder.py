@@ -18,7 +18,6 @@ from fiber.pool._protocol import (
     ResumeJob,
     WorkerEnded,
     pack_results,
-    pack_results_of,
     pack_tasks,
     pack_to,
     unpack_tasks,
@@ -28,7 +27,15 @@ from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.pool._state import PoolJob
 from fiber.transport.peers import Peer
 
-from fiber_ci.pool_service import Hub, JobProcess, Sink, job_service, tasks_of
+from fiber_ci.pool_service import (
+    Hub,
+    JobProcess,
+    Sink,
+    handed_to_job,
+    job_service,
+    relay_results,
+    tasks_of,
+)
 
 
 @pytest.fixture
@@ -70,28 +77,8 @@ def handed() -> _Handed:
     assert job.holder is not None
     sink = Sink()
     tasks = _submit(service, sink, 2)
-    assert _handed(hub) == [t.task_id for t in tasks]
+    assert handed_to_job(hub) == [t.task_id for t in tasks]
     return _Handed(service, hub, peer, job, job.holder, workers, sink, tasks)
-
-
-def _handed(hub: Hub) -> List[int]:
-    """The ids of the tasks the job was sent, as its own (``JOB_ID``)."""
-    ids = []
-    for _, frames in hub.sent:
-        for wid, body in unpack_to(frames[2:]):
-            if wid == JOB_ID and bytes(body[0]) in (PoolOps.TASKS, PoolOps.ALONE):
-                ids += [t[0] for t in unpack_tasks(list(body[1:]))]
-    hub.sent.clear()
-    return ids
-
-
-def _results(service: PoolService, hub: Hub, peer: Peer, ran: List[Tuple[int, List[int]]]
-             ) -> None:
-    """The job relays its workers' results as `fiber.pool._group` does: one
-    ``results_of`` message."""
-    service.results_of(hub, peer, b"", pack_results_of([  # type: ignore[arg-type]
-        (wid, [PoolOps.RESULTS, *pack_results([(i, True, [b"r"]) for i in ids], 0.001)])
-        for wid, ids in ran]))
 
 
 def test_a_job_is_handed_tasks_as_a_whole_and_says_which_worker_ran_each() -> None:
@@ -100,13 +87,13 @@ def test_a_job_is_handed_tasks_as_a_whole_and_says_which_worker_ran_each() -> No
     assert holder is not None and holder.width == 2 and a.holder is holder
     sink = Sink()
     _submit(service, sink, 5)
-    assert _handed(hub) == [1, 2]  # two workers, a credit of one each (not measured)
+    assert handed_to_job(hub) == [1, 2]  # two workers, a credit of one each (not measured)
     assert list(holder.pending) == [1, 2] and not a.pending and not b.pending
-    _results(service, hub, peer, [(a.worker_id, [1]), (b.worker_id, [2])])
+    relay_results(service, hub, peer, [(a.worker_id, [1]), (b.worker_id, [2])])
     assert sink.got == [0, 1] and a.done == 1 and b.done == 1
-    assert _handed(hub) == [3, 4, 5]  # quick tasks, measured: more credit
-    _results(service, hub, peer, [(b.worker_id, [3, 4])])
-    _results(service, hub, peer, [(a.worker_id, [5])])
+    assert handed_to_job(hub) == [3, 4, 5]  # quick tasks, measured: more credit
+    relay_results(service, hub, peer, [(b.worker_id, [3, 4])])
+    relay_results(service, hub, peer, [(a.worker_id, [5])])
     assert sorted(sink.got) == [0, 1, 2, 3, 4] and b.done == 3 and not holder.pending
     assert service.outstanding == 0
 
@@ -147,8 +134,8 @@ def test_a_reset_job_names_what_it_holds_and_the_rest_runs_again(handed) -> None
                        ResumeJob({a.worker_id: [], b.worker_id: []}, [tasks[0].task_id]))
     assert holder.connected and holder.peer is again
     assert tasks[0].task_id in holder.pending
-    assert _handed(hub) == [tasks[1].task_id]  # lost in flight: handed out again
-    _results(service, hub, again, [(b.worker_id, [1, 2])])
+    assert handed_to_job(hub) == [tasks[1].task_id]  # lost in flight: handed out again
+    relay_results(service, hub, again, [(b.worker_id, [1, 2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0
 
 
@@ -187,7 +174,7 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     assert holder is not None
     sink = Sink()
     tasks = _submit(service, sink, 2)
-    assert _handed(hub) == [1, 2]  # a runs task 1, b task 2 (the job's choice)
+    assert handed_to_job(hub) == [1, 2]  # a runs task 1, b task 2 (the job's choice)
     peer.reset = True
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
@@ -199,9 +186,9 @@ def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) ->
     service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9))
     (line,) = said()
     assert "PoolWorker-10" in line and "resubmitted map(f) task 0" in line, line
-    _results(service, hub, again, [(b.worker_id, [2])])
-    assert _handed(hub) == [1]
-    _results(service, hub, again, [(b.worker_id, [1])])
+    relay_results(service, hub, again, [(b.worker_id, [2])])
+    assert handed_to_job(hub) == [1]
+    relay_results(service, hub, again, [(b.worker_id, [1])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0
     assert service.retried == 1 and tasks[0].attempts == (a,)
 
@@ -217,7 +204,7 @@ def test_a_job_lost_before_it_tells_a_workers_end_charges_that_workers_task(said
     assert holder is not None
     sink = Sink()
     tasks = _submit(service, sink, 2)
-    _handed(hub)
+    handed_to_job(hub)
     peer.reset = True
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
@@ -244,16 +231,16 @@ def test_a_workers_end_told_twice_as_its_answer_was_lost_leaves_no_task_behind(h
     service, hub, peer, _, holder, (a, b), sink, tasks = handed
     service.worker_ended(hub, peer, b"r", WorkerEnded(a.worker_id, -9, (1,)))  # told...
     assert hub.replies and a.lost and list(service.queue) == [tasks[0]]
-    _results(service, hub, peer, [(b.worker_id, [2])])
-    assert _handed(hub) == [1] and set(holder.pending) == {1}  # ...handed out again
+    relay_results(service, hub, peer, [(b.worker_id, [2])])
+    assert handed_to_job(hub) == [1] and set(holder.pending) == {1}  # ...handed out again
     peer.reset = True  # ...the answer and the task lost in flight
     service.peer_gone(hub, peer)
     again = Peer(8, b"q" * 16, False, None)
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
                        ResumeJob({b.worker_id: []}, [], {a.worker_id: [1]}))
     service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, -9))
-    assert _handed(hub) == [1]  # not held for the job: out again
-    _results(service, hub, again, [(b.worker_id, [1])])
+    assert handed_to_job(hub) == [1]  # not held for the job: out again
+    relay_results(service, hub, again, [(b.worker_id, [1])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
 
 
@@ -271,10 +258,10 @@ def test_a_result_sent_after_its_worker_was_lost_answers_what_the_job_holds(hand
                        ResumeJob({b.worker_id: [2]}, [1, 2], {a.worker_id: []}))
     assert set(holder.pending) == {1, 2} and not service.queue
     service.worker_ended(hub, again, b"r", WorkerEnded(a.worker_id, 0))
-    _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
+    relay_results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
-    assert service.retried == 0 and not service.queue and _handed(hub) == []
-    _results(service, hub, again, [(a.worker_id, [1])])  # (a second copy: dropped)
+    assert service.retried == 0 and not service.queue and handed_to_job(hub) == []
+    relay_results(service, hub, again, [(a.worker_id, [1])])  # (a second copy: dropped)
     assert sorted(sink.got) == [0, 1]
 
 
@@ -293,9 +280,9 @@ def test_a_worker_the_job_names_and_the_master_did_not_keep_leaves_no_task_behin
     status, payload = hub.replies[-1]
     assert status == b"ok" and Kept.decode(payload).worker_ids == [b.worker_id]
     assert set(holder.pending) == {2} and [t.task_id for t in service.queue] == [1]
-    _results(service, hub, again, [(b.worker_id, [2])])
-    assert _handed(hub) == [1]
-    _results(service, hub, again, [(b.worker_id, [1])])
+    relay_results(service, hub, again, [(b.worker_id, [2])])
+    assert handed_to_job(hub) == [1]
+    relay_results(service, hub, again, [(b.worker_id, [1])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not holder.pending
     assert [t.task_id for t in tasks] == [1, 2]
 
@@ -308,7 +295,7 @@ def _given_up_first() -> _Handed:
     assert holder is not None
     sink = Sink()
     tasks = _submit(service, sink, 2)
-    assert _handed(hub) == [1, 2]
+    assert handed_to_job(hub) == [1, 2]
     peer.reset = True
     service.peer_gone(hub, peer)
     (give_up,) = [fn for _, fn in hub.timers if fn.args[0] is holder]
@@ -331,9 +318,9 @@ def test_a_job_whose_record_was_given_up_before_its_workers_answers_through_a_ne
     assert new is not holder and b.holder is new and not a.pending
     # a holds what the record held (1 and 2); the job holds 2 in b: not lost, and not
     # run again (its result, from b, answers it in the new record)
-    assert set(new.pending) == {1, 2} and _handed(hub) == []
-    _results(service, hub, again, [(a.worker_id, [1])])
-    _results(service, hub, again, [(b.worker_id, [2])])
+    assert set(new.pending) == {1, 2} and handed_to_job(hub) == []
+    relay_results(service, hub, again, [(a.worker_id, [1])])
+    relay_results(service, hub, again, [(b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
     assert service.retried == 0
 
@@ -352,9 +339,9 @@ def test_an_untold_end_after_the_record_was_given_up_is_charged_to_its_worker(sa
     service.worker_ended(hub, again, b"r", WorkerEnded(b.worker_id, -9))
     (line,) = said()
     assert "PoolWorker-11" in line and "resubmitted map(f) task 1" in line, line
-    _results(service, hub, again, [(a.worker_id, [1])])
-    assert _handed(hub) == [2]  # (queued while a held task 1: its one credit)
-    _results(service, hub, again, [(a.worker_id, [2])])
+    relay_results(service, hub, again, [(a.worker_id, [1])])
+    assert handed_to_job(hub) == [2]  # (queued while a held task 1: its one credit)
+    relay_results(service, hub, again, [(a.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0
     assert tasks[1].attempts == (b,) and service.retried == 1
 
@@ -374,9 +361,9 @@ def test_a_dead_heir_is_charged_its_own_task_and_the_job_keeps_the_rest(said) ->
     (line,) = said()
     assert "PoolWorker-10" in line and "resubmitted map(f) task 0" in line, line
     assert "task 1" not in line and "tasks" not in line, line
-    _results(service, hub, again, [(b.worker_id, [2])])
-    assert _handed(hub) == [1]
-    _results(service, hub, again, [(b.worker_id, [1])])
+    relay_results(service, hub, again, [(b.worker_id, [2])])
+    assert handed_to_job(hub) == [1]
+    relay_results(service, hub, again, [(b.worker_id, [1])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and service.retried == 1
 
 
@@ -391,7 +378,7 @@ def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind(
     service.add_worker(c)  # forked by the job; its hello was in flight
     sink = Sink()
     _submit(service, sink, 2)
-    assert _handed(hub) == [1, 2]
+    assert handed_to_job(hub) == [1, 2]
     peer.reset = True
     service.peer_gone(hub, peer)
     (give_up,) = [fn for _, fn in hub.timers if fn.args[0] is holder]
@@ -404,8 +391,8 @@ def test_a_hello_sent_again_after_the_record_was_given_up_leaves_no_task_behind(
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
                        ResumeJob({a.worker_id: [1], b.worker_id: [2], c.worker_id: []}, [1, 2]))
     assert a.holder is new and set(new.pending) == {1, 2} and not a.pending
-    assert _handed(hub) == []  # b holds task 2: nothing runs again
-    _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
+    assert handed_to_job(hub) == []  # b holds task 2: nothing runs again
+    relay_results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0 and not new.pending
 
 
@@ -453,7 +440,7 @@ def test_a_hello_sent_again_before_resume_job_leaves_the_jobs_tasks_to_its_resum
     service.add_worker(c)  # forked by the job; its hello was in flight
     sink = Sink()
     tasks = _submit(service, sink, 2)
-    assert _handed(hub) == [1, 2] and set(holder.pending) == {1, 2}
+    assert handed_to_job(hub) == [1, 2] and set(holder.pending) == {1, 2}
     peer.reset = True
     service.peer_gone(hub, peer)  # the two tasks were lost in flight with the reset
     assert holder.resume_by and not holder.connected
@@ -461,15 +448,15 @@ def test_a_hello_sent_again_before_resume_job_leaves_the_jobs_tasks_to_its_resum
     service.from_workers(hub, again, b"",  # type: ignore[arg-type]
                          pack_to([(c.worker_id, [PoolOps.HELLO])]))
     assert holder.resume_by and holder.peer is None  # not taken back by a hello
-    assert _handed(hub) == []
+    assert handed_to_job(hub) == []
     service.resume_job(hub, again, b"",  # type: ignore[arg-type]
                        ResumeJob({a.worker_id: [], b.worker_id: [], c.worker_id: []}, []))
     status, payload = hub.replies[-1]
     assert status == b"ok" and sorted(Kept.decode(payload).worker_ids) == [10, 11, 12]
     assert c.connected and not c.lost  # kept, not stopped by its job
     assert not holder.resume_by and holder.peer is again
-    assert sorted(_handed(hub)) == [1, 2]  # lost in flight: handed out again
-    _results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
+    assert sorted(handed_to_job(hub)) == [1, 2]  # lost in flight: handed out again
+    relay_results(service, hub, again, [(a.worker_id, [1]), (b.worker_id, [2])])
     assert sorted(sink.got) == [0, 1] and service.outstanding == 0
     assert [t.task_id for t in tasks] == [1, 2]
 
@@ -481,7 +468,7 @@ def test_a_from_message_takes_hellos_only_and_refuses_anything_else_loudly() -> 
     service, hub, peer, job, (a, b) = _job()
     sink = Sink()
     tasks = _submit(service, sink, 2)
-    assert _handed(hub) == [t.task_id for t in tasks]
+    assert handed_to_job(hub) == [t.task_id for t in tasks]
     late = WorkerState(12, a.process, "PoolWorker-12", job)
     service.add_worker(late)
     mixed = pack_to([(a.worker_id, [PoolOps.RESULTS, *pack_results([(1, True, [b"r"])], 0.001)]),
