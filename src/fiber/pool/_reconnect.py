@@ -103,7 +103,7 @@ class Reconnections(JobsOfSeveral):
         the job's new record if the job holds them (``whole``); those named with the
         heir's own end (``ended``) stay its, to lose; the rest were lost in flight:
         back to the queue (returned)."""
-        record = kept[0].holder if kept and kept[0].holder is not kept[0] else None
+        record = job.holder if kept and job.holder is not None else None
         if record is not None and record.lost:
             record = None
         back: List[Task] = []
@@ -212,14 +212,19 @@ class Reconnections(JobsOfSeveral):
             missing += self._resumed(peer, holder, whole)
             holder.credit = 0  # (told again with its next tasks)
             self.holders[peer.peer_id] = holder
-        elif holder is not None and back and (holder.lost or holder.peer is peer):
+        elif holder is not None and kept and (holder.lost or holder.peer is peer):
             # its record given up meanwhile: a new one (made here, or by a hello sent
-            # again), which holds what they hold: their results are read there
+            # again), which holds what its workers hold: their results are read there
+            holder = self._holder(peer, kept[0])
             for ws in kept:
-                ws.holder = self._holder(peer, ws)
-                ws.holder.pending.update(ws.pending)
-                ws.pending.clear()
-            self._refresh(kept[0])
+                if ws.connected and ws not in back:  # (its hello, sent again, came
+                    # first): what it inherited and the job does not hold was lost
+                    missing += self._take_back(ws, whole.union(msg.held[ws.worker_id]))
+                if ws.connected:
+                    ws.holder = holder
+                    holder.pending.update(ws.pending)
+                    ws.pending.clear()
+            self._rewidth(holder)
         if job is not None:
             missing += self._bequeathed(job, kept, whole, msg.ended)
         for ws in list(job.workers) if job is not None else ():
