@@ -1,12 +1,12 @@
 """A job of several handed tasks as a whole comes back from a reset (`resume_job`) in an
 order its record did not wait for: a worker connected by a hello sent again, only a worker
-that never said hello kept. Driven through the service's handlers with no hub, as
-``test_pool_job_holder.py``; each test fails on the code before its fix (a map waiting
-for ever, a task run twice)."""
+that never said hello kept, the same `resume_job` asked twice. Driven through the
+service's handlers with no hub, as ``test_pool_job_holder.py``; each test fails on the
+code before its fix (a map waiting for ever, a task run twice, a death charged twice)."""
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from fiber.pool._protocol import PoolOps, ResumeJob, pack_to
 from fiber.pool._service import PoolService, WorkerState
@@ -83,3 +83,52 @@ def test_a_dead_heir_whose_job_keeps_only_a_worker_not_started_runs_nothing_twic
     assert handed_to_job(hub) == []  # the job holds it: not sent twice
     relay_results(service, hub, again, [(b.worker_id, [1])])
     assert sink.got == [0] and service.outstanding == 0
+
+
+class _EndingHub(Hub):
+    """A hub whose ``end_peer`` ends a connection as reset, as `Server.end_peer` does
+    (the service learns it through ``peer_gone``)."""
+
+    def __init__(self, service: PoolService) -> None:
+        super().__init__()
+        self.service = service
+        self.peers: Dict[int, Peer] = {}
+        self.ended: Set[int] = set()
+
+    def end_peer(self, peer_id: int, abort: bool = False) -> None:
+        peer = self.peers.get(peer_id)
+        if peer is not None and peer_id not in self.ended:
+            self.ended.add(peer_id)
+            peer.reset = True
+            self.service.peer_gone(self, peer)  # type: ignore[arg-type]
+
+
+def test_a_resume_job_asked_again_charges_a_dead_workers_task_once() -> None:
+    """A job of three holds tasks 1-3; its connection is reset and a dies holding task 1,
+    its end untold. `resume_job` names it: task 1 is charged to a and handed to the job
+    again, and that connection is reset before the answer comes. The job asks the same
+    `resume_job` on a third: a's one death is charged once (with
+    ``pool_max_task_retries=1`` a second charge failed the task)."""
+    service, _, job, (a, b, c) = job_service(3)
+    hub = _EndingHub(service)
+    service.server = hub  # type: ignore[assignment]
+    service.task_seconds[1] = 0.001  # quick tasks, measured: credit to spare
+    peers = [Peer(7 + k, bytes([112 + k]) * 16, False, None) for k in range(3)]
+    hub.peers.update((peer.peer_id, peer) for peer in peers)
+    service.from_workers(hub, peers[0], b"",  # type: ignore[arg-type]
+                         pack_to([(ws.worker_id, [PoolOps.HELLO]) for ws in (a, b, c)]))
+    sink = Sink()
+    tasks = tasks_of(sink, [b"x"] * 3)
+    service.submit(tasks)
+    assert sorted(handed_to_job(hub)) == [1, 2, 3]
+    peers[0].reset = True
+    service.peer_gone(hub, peers[0])  # type: ignore[arg-type]
+    asked = ResumeJob({b.worker_id: [2], c.worker_id: [3]}, [2, 3], {a.worker_id: [1]})
+    service.resume_job(hub, peers[1], b"", asked)  # type: ignore[arg-type]
+    assert tasks[0].attempts == (a,) and service.retried == 1
+    assert handed_to_job(hub) == [1]  # to the job again, lost with this connection
+    service.resume_job(hub, peers[2], b"", asked)  # type: ignore[arg-type]
+    assert tasks[0].attempts == (a,) and service.retried == 1
+    assert handed_to_job(hub) == [1]  # lost in flight: to the job once more, uncharged
+    relay_results(service, hub, peers[2], [(b.worker_id, [1, 2]), (c.worker_id, [3])])
+    assert sorted(sink.got) == [0, 1, 2] and service.outstanding == 0

@@ -212,13 +212,19 @@ class JobsOfSeveral(Service):
         already (its job came back from a reset without it, and tells its end only now):
         lost now as they would have been with it, once (see `_give_back`), and named in
         its warning if that is not said yet. The job's record given up meanwhile: what it
-        held went to a worker of the job (its heir, see `_drop_holder`), taken from there."""
+        held went to a worker of the job (its heir, see `_drop_holder`), taken from there.
+        A task named again (its job asked `resume_job` again, its answer lost) was its
+        already, and may have been handed to the job again since: it is left there."""
         holder = ws.holder
         owners = [holder]
         if holder.lost and holder.job is not None:
             owners += holder.job.workers
+        told = ws.ended_with
+        ws.ended_with = told.union(held)
         tasks = []
         for task_id in held:
+            if task_id in told:
+                continue
             for owner in owners:
                 task = owner.pending.pop(task_id, None)
                 if task is not None:

@@ -132,7 +132,7 @@ class WorkerState:
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
                  "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp",
-                 "relayed", "holder", "width", "whole", "credit", "inherited")
+                 "relayed", "holder", "width", "whole", "credit", "inherited", "ended_with")
 
     def __init__(self, worker_id: int, process: Process, name: Optional[str] = None,
                  job: Optional[PoolJob] = None) -> None:
@@ -202,6 +202,9 @@ class WorkerState:
         #: The ids of the tasks its job's record left it when given up (its heir, see
         #: `_drop_holder`), until its job comes back (`resume_job`).
         self.inherited: FrozenSet[int] = frozenset()
+        #: The ids of the tasks its job said it ended holding (see `_handed_back`): a
+        #: job that asks `resume_job` again says them again, and they are its once.
+        self.ended_with: FrozenSet[int] = frozenset()
 
     @property
     def started(self) -> bool:
