@@ -195,3 +195,57 @@ def test_an_idle_or_unmeasured_worker_is_never_silent():
     assert service.suspected_hosts() == frozenset()
     service.task_seconds[FID] = 0.01  # measured: handed its task just now, not silent
     assert service.suspected_hosts() == frozenset()
+
+
+def _late_copy(max_retries: int) -> Tuple[PoolService, TimedServer, CountingSink, Task,
+                                          WorkerState, WorkerState]:
+    """Task 1 late on worker A and copied to the idle worker B: both hold it."""
+    service, server, _ = pool_of(["node1", "node2"])
+    service.max_retries = max_retries
+    service.task_seconds[FID] = 0.02
+    sink = CountingSink()
+    task = Task(1, sink, 0, FID, [b"arg"], "apply(f)")
+    service.submit([task])
+    a = next(w for w in service.workers.values() if w.pending)
+    b = next(w for w in service.workers.values() if w is not a)
+    a.since -= 10
+    server.fire()
+    assert service.copies == 1 and list(b.pending) == [1] and task.held_by == 2
+    return service, server, sink, task, a, b
+
+
+def test_a_copys_worker_lost_is_not_charged_to_the_task_its_original_runs() -> None:
+    """pool_max_task_retries=0: the copy's worker dies (its host preempted) while the
+    original still runs the task: the task does not fail with WorkerLostError (it did),
+    and the original's result comes."""
+    service, server, sink, task, a, b = _late_copy(0)
+    b.exitcode, b.process.exit_reason = -9, ""
+    service.worker_lost(b)
+    server.fire()
+    assert sink.delivered == [] and task.attempts == ()
+    assert a.peer is not None
+    answer(service, server, a.peer, [1])
+    assert sink.delivered == [(0, True)]
+
+
+def test_the_originals_worker_lost_is_not_charged_to_the_task_its_copy_runs() -> None:
+    service, server, sink, task, a, b = _late_copy(0)
+    a.exitcode, a.process.exit_reason = -9, ""
+    service.worker_lost(a)  # the slow host is lost at last
+    server.fire()
+    assert sink.delivered == [] and task.attempts == ()
+    assert b.peer is not None
+    answer(service, server, b.peer, [1])
+    assert sink.delivered == [(0, True)]
+
+
+def test_a_worker_lost_holding_a_task_its_copy_answered_says_no_workerlosterror() -> None:
+    """The copy answered task 1; then its slow original's worker is lost holding it: its
+    warning said the task "fails with WorkerLostError", though its result had come."""
+    service, server, sink, task, a, b = _late_copy(0)
+    assert b.peer is not None
+    answer(service, server, b.peer, [1])
+    assert sink.delivered == [(0, True)]
+    service.worker_lost(a)
+    assert a.loss is not None and task.attempts == ()
+    assert not any("WorkerLostError" in note for note in a.loss.notes), a.loss.notes

@@ -223,9 +223,12 @@ def charge(ws: WorkerState, tasks: List[Task],
            max_retries: int) -> Tuple[List[str], Optional[Task]]:
     """Count worker ``ws``'s death against the ``tasks`` it held: the notes its warning
     carries, and the task that has now killed its worker too often, if one has (taken
-    out of ``tasks``, not resubmitted: it fails with WorkerLostError)."""
+    out of ``tasks``, not resubmitted: it fails with WorkerLostError). A task whose
+    result came, or that another worker holds too (a copy, see `_late`), did not die
+    with ``ws``: it is not charged."""
     for task in tasks:  # every death that held a task counts, once it is charged
-        task.attempts += (ws,)
+        if not lives_on(task):
+            task.attempts += (ws,)
     if len(tasks) != 1:
         # Any of them may have been running (results of quick tasks are sent in
         # batches): none is charged now; each runs alone until it completes.
@@ -235,6 +238,8 @@ def charge(ws: WorkerState, tasks: List[Task],
     # It held one task: that task was running when the worker died. It is charged with
     # every death that held it (one among prefetched tasks, before it ran alone).
     culprit = tasks[0]
+    if lives_on(culprit):
+        return [], None
     n = len(culprit.attempts)
     if n > max_retries:
         tasks.clear()
@@ -244,6 +249,12 @@ def charge(ws: WorkerState, tasks: List[Task],
         return [f"{culprit.label} has killed its worker {n} times (tried again up to "
                 f"pool_max_task_retries={max_retries})"], None
     return [], None
+
+
+def lives_on(task: Task) -> bool:
+    """Whether ``task``, held by a worker just lost, lives on without it: its result
+    came, or another worker holds it too (``held_by`` still counts the lost one)."""
+    return task.done or task.held_by > 1
 
 
 def lost_error(task: Task, max_retries: int) -> WorkerLostError:
