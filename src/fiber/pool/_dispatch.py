@@ -70,7 +70,7 @@ class Dispatching(Reconnections):
             return False  # its job takes its tasks
         if ws.pending and next(iter(ws.pending.values())).suspect:
             return False  # a suspect runs alone
-        return (ws.connected and not ws.lost and not ws.retiring
+        return (ws.connected and not ws.lost and not ws.retiring and not ws.stopped
                 and (self.maxtasks is None or ws.assigned < self.maxtasks))
 
     def _refresh(self, ws: WorkerState) -> None:

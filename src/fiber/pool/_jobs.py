@@ -152,7 +152,7 @@ class JobsOfSeveral(Service):
         """Count ``holder``'s live workers (its width) and refile it."""
         assert holder.job is not None
         holder.width = sum(1 for ws in holder.job.workers
-                           if ws.connected and not ws.lost and not ws.retiring)
+                           if ws.connected and not (ws.lost or ws.retiring or ws.stopped))
         self.ready.put(holder, self._can_take(holder))
 
     def _can_take(self, ws: WorkerState) -> bool:

@@ -87,8 +87,12 @@ class Reconnections(JobsOfSeveral):
 
     def _resumed(self, peer: Peer, ws: WorkerState, kept: Iterable[int]) -> List[Task]:
         """``ws``, waited for since a reset, is back on ``peer`` with the tasks ``kept``
-        (their ids): the others it held go back to the queue (returned)."""
+        (their ids): the others it held go back to the queue (returned). Those never
+        reached it: they do not count among the tasks handed to it (``maxtasksperchild``
+        counts what a worker ran; it would wait for ever for one the master counted)."""
+        held = len(ws.pending)
         missing = self._take_back(ws, kept)
+        ws.assigned -= held - len(ws.pending)
         ws.given += tuple(_losses.given_of(missing))
         ws.peer, ws.connected, ws.resume_by = peer, True, 0.0
         ws.probe = 0.0  # its next results say how long the reset took, not its link

@@ -177,7 +177,11 @@ class PoolService(Dispatching):
         tasks = list(self.queue)
         self.queue.clear()
         self.queued_items = 0
-        for ws in [*self.workers.values(), *self.holders.values()]:
+        owners = {id(ws): ws for ws in [*self.workers.values(), *self.holders.values()]}
+        for ws in [*self.workers.values(), *(gone for gone, _ in self.awaiting.values())]:
+            owners.setdefault(id(ws.holder), ws.holder)  # (a job's record may wait for
+            # its job to connect again: in no peer's table meanwhile)
+        for ws in owners.values():
             tasks.extend(ws.pending.values())
             ws.pending.clear()
             self._refresh(ws)
@@ -460,6 +464,8 @@ class PoolService(Dispatching):
         if ws.retiring or (self.closing and not self.queue):
             if self.server is not None and ws.peer is not None:
                 self._push(ws, [b"", PoolOps.STOP])
+                ws.stopped = True  # (it exits: a task requeued later waits for another)
+                self._refresh(ws)
 
     def traffic(self) -> Tuple[int, int]:
         """Bytes sent to the pool's workers and received from them, on their connections

@@ -132,7 +132,8 @@ class WorkerState:
                  "assigned", "retiring", "lost", "connected", "exitcode", "load",
                  "loss", "since", "done", "slot", "restarts", "init_failed", "retired_why",
                  "renew_at", "replaces", "resume_by", "given", "probe", "link", "tcp",
-                 "relayed", "holder", "width", "whole", "credit", "inherited", "ended_with")
+                 "relayed", "holder", "width", "whole", "credit", "inherited", "ended_with",
+                 "stopped")
 
     def __init__(self, worker_id: int, process: Process, name: Optional[str] = None,
                  job: Optional[PoolJob] = None) -> None:
@@ -205,6 +206,8 @@ class WorkerState:
         #: The ids of the tasks its job said it ended holding (see `_handed_back`): a
         #: job that asks `resume_job` again says them again, and they are its once.
         self.ended_with: FrozenSet[int] = frozenset()
+        #: Told to exit (`_maybe_stop`): it takes nothing more, not even a late copy.
+        self.stopped = False
 
     @property
     def started(self) -> bool:
