@@ -270,10 +270,9 @@ def test_a_workers_end_whose_answer_was_lost_is_told_again_and_its_task_runs_onc
     assert job.sink.got == [1]
     job.wait_exit(dier)
     job.masters[0].lose_answer = True
-    job.group._reap()  # (told, and its answer lost: the connection fails next)
+    with pytest.raises(ConnectionLost):  # told, and its answer lost with the connection
+        job.group._reap()
     assert job.group.untold == [(dier, DIE_CODE, [1])]
-    with pytest.raises(ConnectionLost):
-        job.group._from_master()
     assert job.group.resume()
     (back,) = job.resumed
     assert back.held == {other: []} and dict(back.ended) == {dier: [1]}
@@ -322,3 +321,26 @@ def test_a_worker_the_master_did_not_keep_is_stopped_and_takes_none_of_the_jobs_
     _, status = os.waitpid(pid, 0)
     del job.group.children[pid]  # (reaped here: not the job's to reap, nor to kill)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_job_whose_last_workers_die_while_its_connection_is_down_tells_their_ends(
+        job: _Job) -> None:
+    """Both workers die holding their tasks while the job's connection is reset, with no
+    result waiting to be relayed: the job used to keep their ends untold and, with no
+    worker left, exit without coming back. The master then gave the job's record to one
+    of them: both tasks charged to one worker, as suspects. It comes back, names each
+    worker's end with its own task, and ends (the master keeps none of its workers)."""
+    holds = job.submit(b"die", b"die")
+    assert sorted(holds.values()) == [10, 11]
+    for worker_id in (10, 11):
+        job.wait_exit(worker_id)
+    job.masters[0].cut()
+    with pytest.raises(ConnectionLost):
+        job.group._reap()
+    assert not job.group.children
+    assert not job.group.resume()  # (it ends: no worker of its own left)
+    (back,) = job.resumed
+    assert dict(back.ended) == {wid: [tid] for tid, wid in holds.items()}
+    assert {t.task_id: [ws.worker_id for ws in t.attempts] for t in job.tasks} == {
+        tid: [wid] for tid, wid in holds.items()}
+    assert not any(t.suspect for t in job.tasks) and job.service.retried == 2

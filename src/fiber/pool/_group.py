@@ -220,22 +220,24 @@ class _Group:
             _output.stop()
             os._exit(code)
 
-    def ended(self, worker_id: int, code: int, held: Sequence[int] = ()) -> None:
+    def ended(self, worker_id: int, code: int, held: Sequence[int] = ()) -> bool:
         """Tell the master that ``worker_id`` ended with ``code``, holding the tasks
         ``held`` (their ids); fork the worker it names in its place, if any (never for
         one that did not start). A master that cannot be told is ending: none. No time
         limit: a slow link's answer still names a worker the master counts on; the
-        connection's end is the failure."""
+        connection's end is the failure. False: not told (kept in ``untold``, told
+        when the connection comes back)."""
         try:
             status, payload = self.client.request(
                 self.pool_name, PoolOps.WORKER_ENDED,
                 WorkerEnded(worker_id, code, held).frames())
         except Exception:  # told if the connection comes back
             self.untold.append((worker_id, code, list(held)))
-            return
+            return False
         new = reply_of(Replacement, payload).worker_id if status == b"ok" else None
         if new is not None:
             self.fork(new)
+        return True
 
     def _from_master(self) -> None:
         """Hand every message the master sent to the workers it names."""
@@ -412,8 +414,9 @@ class _Group:
             self.jobq.ended(link.worker_id)
             self.jobq.answered(held)
             answered = self._unsent()  # (its results, if the connection failed: sent later)
-            self.ended(link.worker_id, os.waitstatus_to_exitcode(status),
-                       [task_id for task_id in held if task_id not in answered])
+            if not self.ended(link.worker_id, os.waitstatus_to_exitcode(status),
+                              [task_id for task_id in held if task_id not in answered]):
+                lost = True  # (the job comes back to tell it, even with no worker left)
         if lost:
             raise ConnectionLost("the connection to the master failed")
 

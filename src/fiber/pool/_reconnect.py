@@ -210,7 +210,9 @@ class Reconnections(JobsOfSeveral):
                 ws.relayed = True
                 self.relays.setdefault(peer.peer_id, {})[ws.worker_id] = ws
                 back.append(ws)
-        job = kept[0].job if kept else None
+        # (a job that keeps no worker, its last ones ended: settled now, as it ends)
+        named = [*kept, *(ws for ws in map(self._of_job, msg.ended) if ws is not None)]
+        job = named[0].job if named else None
         holder = job.holder if job is not None else None
         if holder is not None and holder.resume_by and not holder.lost:
             missing += self._resumed(peer, holder, whole)
