@@ -470,8 +470,10 @@ class PoolCore:
                     if self.state != RUN and not self.procs and need <= 0:
                         return
                     now = time.monotonic()
+                    # (taken only in a pass that starts no worker: taking marks them
+                    # renewed, and a pass that starts workers goes round again first)
                     renew = self.service.due_renewals(now) if (
-                        working and self.broken is None) else []
+                        working and self.broken is None and need <= 0) else []
                     at = self.service.next_renewal()
                 if need > 0:
                     self._start_workers(need)

@@ -329,7 +329,9 @@ class PoolService(Dispatching):
         self._refresh(ws)
         self.init_failures.started()
         old, ws.replaces = ws.replaces, None
-        if old is not None and not (old.lost or old.retiring):  # renewed: it retires
+        if old is not None and not (old.lost or old.retiring or ws.retiring):
+            # renewed: it retires (not if its replacement retires already: resize()
+            # chose it, before its hello, in place of another)
             old.retiring = True
             self.retiring += 1
             said = _renew.said(old, ws)
