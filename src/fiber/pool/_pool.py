@@ -334,11 +334,12 @@ class Pool(PoolExtras):
 
         def submit(index: int, chunk: Sequence[object]) -> None:
             core.submit(func, MAP, [(index, chunk)], holder[0], f"imap({label(func)})",
-                        chunksize=chunksize)
+                        chunksize=chunksize, accepted=True)  # (taken before any close())
 
         holder.append(cls.__new__(cls))
         cls.__init__(holder[0], submit, chunks, core.imap_window, core.hub,
                      core.service.spin_budget, owner=self)
+        core.imaps.add(holder[0])  # (fed to its end by close(), see `_draining`)
         return holder[0]
 
     def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],

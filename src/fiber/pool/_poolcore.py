@@ -24,6 +24,7 @@ import time
 import traceback
 import types
 import warnings
+import weakref
 from typing import (
     Any,
     Callable,
@@ -64,7 +65,7 @@ from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
 from ..transport.server import Serving
 from ..transport.unpicklable import explain, explained
-from . import _renew
+from . import _draining, _renew
 from ._group import group_main
 from ._results import (
     CallbackThread,
@@ -186,6 +187,9 @@ class PoolCore:
         #: costs one event, not a new wait on every sentinel of the pool.
         self._exits = selectors.DefaultSelector()
         self._exits.register(self._wake_r, selectors.EVENT_READ, None)
+        #: imap iterators (weakly: one dropped is not fed on), fed after close() by:
+        self.imaps: weakref.WeakSet[_draining.Feeding] = weakref.WeakSet()
+        self.drainer: Optional[threading.Thread] = None
         self.maintainer = threading.Thread(target=self._maintain, daemon=True,
                                            name=f"fiber-pool-{self.name.decode()[4:]}")
         self.maintainer.start()
@@ -237,8 +241,9 @@ class PoolCore:
         far = self.service.far_room() if self.service.far else 0
         return max(self.window, 2 * far)
 
-    def check_running(self) -> None:
-        if self.state != RUN:
+    def check_running(self, accepted: bool = False) -> None:
+        """Raise unless the pool takes tasks (``accepted``: an ``imap``'s, see `_draining`)."""
+        if self.state != RUN and not (accepted and self.state == CLOSE):
             raise ValueError("Pool not running")
         if self.broken is not None:
             raise BrokenPoolError(f"the pool is broken: {self.broken}") from self.broken
@@ -246,7 +251,7 @@ class PoolCore:
     def submit(self, fn: Callable[..., object], mode: int,
                items: Iterable[Tuple[int, Sequence[object]]],
                job: ResultSink, label: str, serving: Optional[Serving] = None,
-               chunksize: int = 1) -> List[Task]:
+               chunksize: int = 1, accepted: bool = False) -> List[Task]:
         """Queue one task per ``(index, data)``; a task that cannot be pickled fails alone.
         A map's ``data`` is the chunk of ``chunksize`` items whose first is item ``index *
         chunksize`` of the call (what ``pool.status()`` counts and names); a single call's
@@ -261,7 +266,7 @@ class PoolCore:
             ValueError, BrokenPoolError: the pool is not running (nothing was queued).
         """
         with self.hub.lock:
-            self.check_running()
+            self.check_running(accepted)
             try:
                 fid = self._fid(fn)
             except Exception as e:
@@ -294,9 +299,9 @@ class PoolCore:
                 if len(pending) >= (_SLICE if tasks else min(self.window, _SLICE)):
                     # the hub thread serves while later slices are pickled (this thread
                     # would read nothing then: heartbeats must not go unread)
-                    self._enqueue(pending, tasks, job, source, None)
+                    self._enqueue(pending, tasks, job, source, None, accepted)
                     pending = []
-            self._enqueue(pending, tasks, job, source, serving)
+            self._enqueue(pending, tasks, job, source, serving, accepted)
         finally:
             with self.hub.lock:
                 self.service.function_refs[fid] -= 1
@@ -304,14 +309,15 @@ class PoolCore:
         return tasks
 
     def _enqueue(self, pending: List[Task], tasks: List[Task], job: ResultSink,
-                 rest: Iterator[Tuple[int, Sequence[object]]], serving: Optional[Serving]) -> None:
+                 rest: Iterator[Tuple[int, Sequence[object]]], serving: Optional[Serving],
+                 accepted: bool = False) -> None:
         """Queue a slice of tasks; if the pool stopped after an earlier slice, the slice
         and the items not pickled yet fail with the reason (their result must come)."""
         if serving is not None:
             serving.start()
         with self.hub.lock:
             try:
-                self.check_running()
+                self.check_running(accepted)
             except Exception as e:
                 if not tasks:
                     raise
@@ -455,23 +461,20 @@ class PoolCore:
             while True:
                 with self.hub.lock:
                     active = self.service.active()
-                    # After close(), lost workers are still replaced while tasks wait in
-                    # the queue (a lost worker's go back there); not while the last tasks
-                    # run and the idle workers stop: each replacement would be stopped at
-                    # once, and replaced again (a job submitted every few ms, for as
-                    # long as the last task ran). Never once the program ends its
-                    # children at exit (they are ended, not lost: a replacement would be
-                    # waited for, for ever).
+                    # After close(), lost workers are replaced while tasks wait in the
+                    # queue; not while the last run and the idle ones stop (each would be
+                    # stopped at once, and replaced again). Never once the program ends
+                    # its children at exit (ended, not lost: waited for, for ever).
                     working = (self.state == RUN or (
                         self.state == CLOSE and bool(self.service.queue))
                     ) and not program_exiting()
                     need = self.size - active if (
                         working and self.broken is None) else 0
-                    if self.state != RUN and not self.procs and need <= 0:
+                    if self.state != RUN and not self.procs and need <= 0 and not (
+                            self.drainer is not None and self.drainer.is_alive()):
                         return
                     now = time.monotonic()
-                    # (taken only in a pass that starts no worker: taking marks them
-                    # renewed, and a pass that starts workers goes round again first)
+                    # (only in a pass that starts none: taken, they are marked renewed)
                     renew = self.service.due_renewals(now) if (
                         working and self.broken is None and need <= 0) else []
                     at = self.service.next_renewal()
@@ -533,9 +536,15 @@ class PoolCore:
         with self.hub.lock:
             if self.state == RUN:
                 self.state = CLOSE
-                self.service.closing = True
-                self.service.stop_idle_workers()
+                self.drainer = _draining.start(self.imaps, self._closed, self.hub.lock, self.wake)
+                if self.drainer is None:
+                    self._closed()
         self.wake()
+
+    def _closed(self) -> None:  # (under the hub's lock) all taken is queued: idle ones go
+        if self.state == CLOSE:
+            self.service.closing = True
+            self.service.stop_idle_workers()
 
     def terminate(self) -> None:
         with self.hub.lock:
@@ -550,6 +559,8 @@ class PoolCore:
         self.join()
 
     def join(self) -> None:
+        if self.drainer is not None:
+            self.drainer.join()
         if self.maintainer is not threading.current_thread():
             self.maintainer.join()
             # what the workers wrote is on the terminal when join returns

@@ -340,23 +340,48 @@ class IMapIterator(Generic[_T]):
         self._arrived: Dict[int, Tuple[bool, Sequence[Frame]]] = {}
         self._order: Deque[int] = collections.deque()
         self._buffer: Deque[_T] = collections.deque()
+        self._feeding = threading.Lock()  # held while the input is read and submitted
         self._top_up()
 
-    def _top_up(self) -> None:
-        window = self._window()
-        while not self._exhausted and self._submitted - self._consumed < window:
-            try:
-                chunk = next(self._chunks)
-            except StopIteration:
-                self._exhausted = True
-                return
-            except Exception as e:
-                self._exhausted = True
-                self._input_error = e
-                return
-            index = self._submitted
-            self._submitted += 1
-            self._submit(index, chunk)
+    @property
+    def exhausted(self) -> bool:
+        """Whether the input has been read to its end (or raised, or could not be
+        submitted any more)."""
+        return self._exhausted
+
+    def drain(self) -> None:
+        """Read the rest of the input and submit it (the pool's ``close()``: see
+        `_draining`); a consumer meanwhile takes what comes and reads nothing."""
+        self._top_up(drain=True)
+        with self._cond:  # (a consumer waiting for the end of the input: it came)
+            self._cond.notify_all()
+        if self._server is not None:
+            self._server.nudge()
+
+    def _top_up(self, drain: bool = False) -> None:
+        if not self._feeding.acquire(blocking=drain):
+            return  # the pool's close() reads it to its end (`drain`)
+        try:
+            window = self._window()
+            while not self._exhausted and (drain or self._submitted - self._consumed < window):
+                try:
+                    chunk = next(self._chunks)
+                except StopIteration:
+                    self._exhausted = True
+                    return
+                except Exception as e:
+                    self._exhausted = True
+                    self._input_error = e
+                    return
+                try:
+                    self._submit(self._submitted, chunk)
+                except Exception as e:  # the pool ended: what was submitted comes, then this
+                    self._exhausted = True
+                    self._input_error = e
+                    return
+                self._submitted += 1
+        finally:
+            self._feeding.release()
 
     def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """Take in chunk ``index``'s outcome, from the pool's hub (the pool's internal API);
@@ -374,7 +399,8 @@ class IMapIterator(Generic[_T]):
         with self._cond:
             return self._cond.wait_for(self._available, timeout)
 
-    def _take(self, timeout: Optional[float]) -> Tuple[bool, Sequence[Frame]]:
+    def _take(self, timeout: Optional[float]) -> Optional[Tuple[bool, Sequence[Frame]]]:
+        """The next outcome; None if the input ended meanwhile with none to come."""
         ready = (self._wait(timeout) if self._server is None
                  else self._server.wait_serving(self._available, timeout, self._wait,
                                                 self._spin))
@@ -382,15 +408,16 @@ class IMapIterator(Generic[_T]):
             raise TimeoutError(f"no result within {timeout} s")
         with self._cond:
             if self._ordered:
-                key = self._consumed
-            else:
-                key = self._order.popleft()
-            return self._arrived.pop(key)
+                return self._arrived.pop(self._consumed, None)
+            return self._arrived.pop(self._order.popleft()) if self._order else None
 
     def _available(self) -> bool:
         if self._ordered:
-            return self._consumed in self._arrived
-        return bool(self._order)
+            if self._consumed in self._arrived:
+                return True
+        elif self._order:
+            return True
+        return self._exhausted and self._consumed == self._submitted
 
     def next(self, timeout: Optional[float] = None) -> _T:
         """The next result; one thread at a time (others wait their turn, within their
@@ -419,8 +446,11 @@ class IMapIterator(Generic[_T]):
                 if error is not None:
                     raise error
                 raise StopIteration
-            ok, frames = self._take(
+            got = self._take(
                 None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if got is None:
+                continue  # the input ended (drained by close()): nothing more comes
+            ok, frames = got
             self._consumed += 1
             good, value = _value(ok, frames)
             if not good:

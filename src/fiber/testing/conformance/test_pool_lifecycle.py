@@ -69,6 +69,45 @@ def test_close_then_join_finishes_the_work(ctx):
     assert live(pool) == []
 
 
+@pytest.mark.parametrize("method,chunksize", [("imap", 1), ("imap_unordered", 3)])
+def test_close_and_join_before_an_imap_is_iterated_run_all_of_it(ctx, method, chunksize):
+    """As multiprocessing's: an imap taken before close() runs all its input by join(),
+    iterated or not (fiber read only a window of it ahead of its consumer: 16 of 200
+    tasks had run, and the iterator then raised "Pool not running")."""
+    def run(pool):
+        it = getattr(pool, method)(ph.square, range(200), chunksize)
+        first = next(it)  # (multiprocessing's imap_unordered of chunks: a generator)
+        pool.close()
+        pool.join()
+        return sorted([first, *it])
+
+    with ctx.Pool(2) as pool:
+        ours = run(pool)
+    with multiprocessing.get_context("spawn").Pool(2) as reference:  # (closed: its own)
+        theirs = run(reference)
+    assert ours == theirs == sorted(x * x for x in range(200))
+
+
+def test_an_imap_after_terminate_ends_and_never_waits_for_ever(ctx):
+    """Its tasks fail with PoolTerminatedError, the input it could not submit says so
+    once, and it ends (a consumer that took its errors and asked on waited for ever)."""
+    pool = ctx.Pool(2)
+    it = pool.imap(functools.partial(ph.sleep_return, seconds=0.05), range(200))
+    assert it.next(timeout=60) == 0
+    pool.terminate()
+    raised = []
+    while True:
+        try:
+            it.next(timeout=30)
+        except StopIteration:
+            break
+        except Exception as e:  # (a TimeoutError fails the test)
+            assert not isinstance(e, multiprocessing.TimeoutError)
+            raised.append(type(e).__name__)
+    assert set(raised[:-1]) == {"PoolTerminatedError"} and raised[-1] == "ValueError"
+    pool.join()
+
+
 def test_join_before_close_raises(ctx, mp_pool):
     with pytest.raises(ValueError):
         mp_pool.join()
