@@ -18,6 +18,7 @@ from .backends._batch import BatchBackend, BatchCommands
 from .backends._cli_backend import CommandLineBackend
 from .backends._labelled import LabelledBackend
 from .pool._credit import Linked
+from .pool._draining import Feeding
 from .pool._losses import Placed
 from .pool._state import ResultSink
 from .pool._worker import PoolLink
@@ -33,5 +34,5 @@ __all__ = [
     "BatchCommands", "BatchSettings",
     "Service", "Dispatcher", "Record", "Channel", "OwnServer", "Servable", "Settings",
     "Startable", "ProcessContext", "BackendContext", "ResultSink", "PoolLink", "Linked",
-    "Placed",
+    "Placed", "Feeding",
 ]
