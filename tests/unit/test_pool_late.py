@@ -9,7 +9,7 @@ again on an idle worker once clearly late; results stay exactly once."""
 from __future__ import annotations
 
 import types
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from test_pool_dispatch import RecordingServer
 
@@ -46,15 +46,23 @@ class CountingSink:
         self.delivered.append((index, ok))
 
 
-def pool_of(hosts: List[str]) -> Tuple[PoolService, TimedServer, List[Peer]]:
-    """A service with a worker on each of ``hosts`` (connected), copies on."""
-    service = PoolService(b"pool-test", prefetch=2, maxtasks=None, max_retries=3,
+def bare_service(maxtasks: Optional[int] = None) -> Tuple[PoolService, TimedServer]:
+    """A service with no worker yet and function ``FID`` known; its server keeps what is
+    sent and the timers set, and takes every reply."""
+    service = PoolService(b"pool-test", prefetch=2, maxtasks=maxtasks, max_retries=3,
                           on_worker_gone=lambda ws, expected: None)
-    service.late_factor = 4.0
     server = TimedServer()
+    server.reply = lambda *args, **kw: True  # type: ignore[method-assign]
     service.server = server  # type: ignore[assignment]
     service.functions[FID] = [b"function"]
     service.cached_functions.add(FID)
+    return service, server
+
+
+def pool_of(hosts: List[str]) -> Tuple[PoolService, TimedServer, List[Peer]]:
+    """A service with a worker on each of ``hosts`` (connected), copies on."""
+    service, server = bare_service()
+    service.late_factor = 4.0
     peers = []
     for worker_id, host in enumerate(hosts, 1):
         process = types.SimpleNamespace(name=f"PoolWorker-{worker_id}", host=host,

@@ -13,7 +13,7 @@ import threading
 import types
 from typing import Any, List, Optional, Tuple
 
-from test_pool_late import FID, TimedServer
+from test_pool_late import TimedServer, bare_service
 
 from fiber.pool._poolcore import CLOSE, RUN, PoolCore
 from fiber.pool._protocol import WorkerHello
@@ -27,13 +27,7 @@ def _process(wid: int) -> Any:
 
 
 def _service(lifetime: Optional[float] = 100.0) -> Tuple[PoolService, TimedServer]:
-    service = PoolService(b"pool-test", prefetch=2, maxtasks=None, max_retries=3,
-                          on_worker_gone=lambda ws, expected: None)
-    server = TimedServer()
-    server.reply = lambda *args, **kw: True  # type: ignore[method-assign]
-    service.server = server  # type: ignore[assignment]
-    service.functions[FID] = [b"function"]
-    service.cached_functions.add(FID)
+    service, server = bare_service()
     service.lifetime = lifetime
     return service, server
 

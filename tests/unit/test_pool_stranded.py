@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import types
 
-from test_pool_late import FID, CountingSink, TimedServer, answer, pool_of
+from test_pool_late import FID, CountingSink, TimedServer, answer, bare_service, pool_of
 
 from fiber.pool._protocol import PoolOps, Resume, WorkerHello, pack_to
-from fiber.pool._service import PoolService, Task, WorkerState
+from fiber.pool._service import Task, WorkerState
 from fiber.transport.peers import Peer
 
 from fiber_ci.pool_service import Sink, handed_to_job, job_service, tasks_of
@@ -84,13 +84,7 @@ def test_maxtasksperchild_counts_no_task_lost_in_flight_in_a_reset() -> None:
     first only (the second lost in flight). The master counted 2 and handed it no more,
     while the worker, having run 1, waited for a second: neither took a task nor
     exited, and the map waited for ever."""
-    service = PoolService(b"pool-test", prefetch=2, maxtasks=2, max_retries=3,
-                          on_worker_gone=lambda ws, expected: None)
-    server = TimedServer()
-    server.reply = lambda *args, **kw: True  # type: ignore[method-assign]
-    service.server = server  # type: ignore[assignment]
-    service.functions[FID] = [b"function"]
-    service.cached_functions.add(FID)
+    service, server = bare_service(maxtasks=2)
     service.task_seconds[FID] = 0.001  # quick: a credit of several
     process = types.SimpleNamespace(name="PoolWorker-1", host="node1", cancelled=False,
                                     exitcode=None, job_id="")
