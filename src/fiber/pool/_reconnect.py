@@ -223,13 +223,14 @@ class Reconnections(JobsOfSeveral):
             # again), which holds what its workers hold: their results are read there
             holder = self._holder(peer, kept[0])
             for ws in kept:
-                if ws.connected and ws not in back:  # (its hello, sent again, came
-                    # first): what it inherited and the job does not hold was lost
+                if not ws.connected:
+                    continue  # (not started: its hello takes the record)
+                if ws not in back:  # (its hello, sent again, came first): what it
+                    # inherited and the job does not hold was lost in flight
                     missing += self._take_back(ws, whole.union(msg.held[ws.worker_id]))
-                if ws.connected:
-                    ws.holder = holder
-                    holder.pending.update(ws.pending)
-                    ws.pending.clear()
+                ws.holder = holder
+                holder.pending.update(ws.pending)
+                ws.pending.clear()
             self._rewidth(holder)
         if job is not None:
             missing += self._bequeathed(job, kept, whole, msg.ended)
