@@ -47,13 +47,15 @@ def _hello(service: PoolService, server: TimedServer, ws: WorkerState) -> None:
 
 
 class _Selector:
-    """Stands for the maintainer's selector: the first wait ends the pool (CLOSE)."""
+    """Stands for the maintainer's selector: the first wait ends the pool (closed,
+    nothing to drain)."""
 
     def __init__(self, core: Any) -> None:
         self.core = core
 
     def select(self, timeout: Optional[float]) -> List[Any]:
         self.core.state = CLOSE
+        self.core.service.closing = True
         return []
 
     def close(self) -> None:

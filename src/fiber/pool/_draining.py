@@ -37,9 +37,11 @@ def start(imaps: Iterable[Feeding], then: Callable[[], None], lock: threading.RL
 
 def _drain(feeding: List[Feeding], then: Callable[[], None], lock: threading.RLock,
            wake: Callable[[], None]) -> None:
-    for it in feeding:
-        it.drain()
-    feeding.clear()  # (not kept from collection meanwhile)
-    with lock:
-        then()
-    wake()
+    try:
+        for it in feeding:
+            it.drain()
+    finally:  # (whatever it met: else the pool's workers would never be let go)
+        feeding.clear()  # (not kept from collection meanwhile)
+        with lock:
+            then()
+        wake()

@@ -468,10 +468,10 @@ class PoolCore:
                     working = (self.state == RUN or (
                         self.state == CLOSE and bool(self.service.queue))
                     ) and not program_exiting()
-                    need = self.size - active if (
-                        working and self.broken is None) else 0
-                    if self.state != RUN and not self.procs and need <= 0 and not (
-                            self.drainer is not None and self.drainer.is_alive()):
+                    need = self.size - active if working and self.broken is None else 0
+                    # (closing: any imap drained, see close(); not the drainer's life)
+                    if (self.state != RUN and self.service.closing and not self.procs
+                            and need <= 0):
                         return
                     now = time.monotonic()
                     # (only in a pass that starts none: taken, they are marked renewed)
