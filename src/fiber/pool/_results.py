@@ -256,6 +256,7 @@ class MapResult(ApplyResult[List[_T]]):
         self._length = length
         self._chunksize = chunksize or (-(-length // chunks) if chunks else 0)
         self._items_done = 0
+        self._failed = False  # a chunk failed: its exception is the map's outcome
         if chunks == 0:
             self._ok, self._result = True, (True, [])
             self._complete()
@@ -273,18 +274,21 @@ class MapResult(ApplyResult[List[_T]]):
     def deliver(self, index: int, ok: bool, frames: Sequence[Frame]) -> None:
         """Take in chunk ``index``'s outcome, from the pool's hub (the pool's internal API).
 
-        The map is ready once every chunk has come, or at the first failed one.
+        The map is ready once every chunk has come, as multiprocessing's: a failed
+        one's exception (the first to come) is its outcome then, and the other chunks
+        have all run (a program that catches it may count on their work being done).
         """
         if self._completed:
-            return  # an earlier chunk failed: the map has failed
-        if not ok:
-            super().deliver(index, ok, frames)
             return
-        self._chunks[index] = frames
+        if ok:
+            self._items_done += min(self._chunksize, self._length - index * self._chunksize)
+            if not self._failed:  # (else not needed)
+                self._chunks[index] = frames
+        elif not self._failed:
+            self._failed, self._frames, self._chunks = True, frames, []
         self._missing -= 1
-        self._items_done += min(self._chunksize, self._length - index * self._chunksize)
         if self._missing == 0:
-            self._ok = True
+            self._ok = not self._failed
             self._complete()
 
     def _outcome(self) -> Tuple[bool, Any]:

@@ -300,6 +300,25 @@ def test_map_exception_from_a_chunk_matches_multiprocessing(ctx, mp_pool):
         assert pool.map_async(ph.fail_on_5, range(5), 3).get(timeout=60) == [0, 10, 20, 30, 40]
 
 
+def test_a_failed_map_raises_once_every_chunk_has_run(ctx, mp_pool):
+    """As multiprocessing's: a map whose first chunk fails at once raises once its other
+    chunks have run (fiber raised at once: a program that caught the error found their
+    work not done, and ``with Pool()`` then ended them)."""
+    def run(pool):
+        start = time.monotonic()
+        r = pool.starmap_async(ph.fail_or_sleep, [(i, 0.5) for i in range(4)], 1)
+        with pytest.raises(ValueError, match="bad item 0"):
+            r.get(timeout=60)
+        return time.monotonic() - start, r
+
+    elapsed, _ = run(mp_pool)
+    assert elapsed >= 0.5
+    with ctx.Pool(2) as pool:
+        elapsed, r = run(pool)
+        assert elapsed >= 0.5 and r.completed == 3 and r.total == 4
+        assert not r.successful()
+
+
 # -- imap ------------------------------------------------------------------------------
 
 

@@ -109,6 +109,14 @@ def sleep_return(x: T, seconds: float) -> T:
     return x
 
 
+def fail_or_sleep(x: int, seconds: float) -> int:
+    """Raise at once for ``x`` 0, else return ``x`` after ``seconds``."""
+    if x == 0:
+        raise ValueError(f"bad item {x}")
+    time.sleep(seconds)
+    return x
+
+
 def sleep_until(x: T, deadline: float) -> T:
     """Return ``x`` at ``deadline`` (``time.time()``): tasks that end together."""
     time.sleep(max(0.0, deadline - time.time()))
