@@ -469,9 +469,9 @@ class PoolCore:
                         self.state == CLOSE and bool(self.service.queue))
                     ) and not program_exiting()
                     need = self.size - active if working and self.broken is None else 0
-                    # (closing: any imap drained, see close(); not the drainer's life)
+                    # (closing: imaps drained, see close(); giving_up: results owed)
                     if (self.state != RUN and self.service.closing and not self.procs
-                            and need <= 0):
+                            and need <= 0 and not self.service.giving_up):
                         return
                     now = time.monotonic()
                     # (only in a pass that starts none: taken, they are marked renewed)

@@ -86,6 +86,9 @@ class PoolService(Dispatching):
         self.init_failures = _losses.InitFailures()
         self.losses = _losses.Losses()  # warnings of lost workers not said yet, in order
         self.outstanding = 0  # tasks submitted and not yet finished
+        #: Tasks failing for killing their workers, their error waiting for the exit
+        #: codes it names (`_give_up`): in no queue nor worker, still owed a result.
+        self.giving_up: Dict[int, Task] = {}
         self.last_fid = 0  # the function of the tasks submitted last (see spin_budget)
         self.closing = False  # close() was called: workers exit once the queue is empty
         # What pool.status() shows (see ._status): places of workers, tasks counted.
@@ -174,9 +177,10 @@ class PoolService(Dispatching):
     def fail_all(self, exc: BaseException) -> None:
         """Fail every task not finished yet (pool terminated or broken)."""
         record = dumps(pack_local_exception(exc))
-        tasks = list(self.queue)
+        tasks = [*self.queue, *self.giving_up.values()]
         self.queue.clear()
         self.queued_items = 0
+        self.giving_up.clear()
         owners = {id(ws): ws for ws in [*self.workers.values(), *self.holders.values()]}
         for ws in [*self.workers.values(), *(gone for gone, _ in self.awaiting.values())]:
             owners.setdefault(id(ws.holder), ws.holder)  # (a job's record may wait for
@@ -560,6 +564,7 @@ class PoolService(Dispatching):
         `_losses.charge`); a task that has now killed its worker too often fails."""
         notes, culprit = _losses.charge(ws, tasks, self.max_retries)
         if culprit is not None:
+            self.giving_up[culprit.task_id] = culprit
             self._give_up(culprit, time.monotonic() + _losses.REPORT_WAIT_S)
         return notes
 
@@ -569,10 +574,13 @@ class PoolService(Dispatching):
         end (a pod's, seconds later), so this waits for those reports until
         ``deadline``, on the hub's timers (it holds the hub's lock: no blocking here)."""
         if task.done:
+            self.giving_up.pop(task.task_id, None)
             return
         if (self.server is not None and time.monotonic() < deadline
                 and any(exit_code(ws) is None for ws in task.attempts)):
             self.server.call_later(_EXIT_POLL, lambda: self._give_up(task, deadline))
             return
+        del self.giving_up[task.task_id]
         self._finish(task, False, dumps(pack_local_exception(
             _losses.lost_error(task, self.max_retries))))
+        self.wake()  # (a closed pool's maintainer waits for it: see PoolCore._maintain)

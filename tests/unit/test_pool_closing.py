@@ -1,0 +1,80 @@
+"""A closed pool's ``join()`` and the results it leaves: each test is a hang found on a
+real pool (the local backend) and provoked here by a delay or a step forced between two
+threads, the one stand-in of these tests (on a loaded machine the scheduler does the
+same: CI's ssh stage hung on the first). Each fails on the code before its fix."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import fiber
+from fiber.errors import WorkerLostError
+from fiber.pool import _draining, _service
+
+
+def _joins(pool: fiber.pool.Pool, within: float = 30) -> bool:
+    """Whether ``pool.join()`` returns within ``within`` seconds."""
+    joiner = threading.Thread(target=pool.join, daemon=True)
+    joiner.start()
+    joiner.join(within)
+    return not joiner.is_alive()
+
+
+def test_join_ends_when_the_drain_thread_outlives_the_last_job(monkeypatch) -> None:
+    """The maintainer took a live drain thread (``close()`` feeding an ``imap``) for a
+    drain still going, so it did not end when the last job ended after the drain's
+    wake-up, and waited for ever for a wake-up that was never coming."""
+    real = _draining._drain
+
+    def drain_then_linger(*args: object) -> None:
+        real(*args)  # queues the rest, lets the idle workers go, wakes the maintainer
+        time.sleep(3)  # ... which sees the workers' jobs end while this thread lives
+
+    monkeypatch.setattr(_draining, "_drain", drain_then_linger)
+    pool = fiber.Pool(2)
+    try:
+        it = pool.imap(abs, range(-200, 0))
+        first = next(it)
+        pool.close()
+        assert _joins(pool), "join() still waits 30 s after the pool closed"
+        assert sorted([first, *it]) == list(range(1, 201))
+    finally:
+        pool.terminate()
+
+
+def test_a_task_failing_for_killing_its_worker_is_owed_by_join(monkeypatch) -> None:
+    """A task that killed its worker too often fails once the exit codes it names are
+    known (``_give_up`` polls for them); meanwhile it was in no queue and no worker, so
+    ``join()`` returned and stopped the callback thread, and its ``error_callback``,
+    queued there later, never ran: ``get()`` waited for ever. ``terminate()`` missed it
+    too. ``join()`` now waits for it."""
+    real = _service.PoolService._give_up
+    waited = set()
+
+    def exit_codes_come_later(self: _service.PoolService, task: _service.Task,
+                              deadline: float) -> None:
+        if task.task_id not in waited:  # (as a cluster's report of a job's end, later)
+            waited.add(task.task_id)
+            assert self.server is not None
+            self.server.call_later(1.0, lambda: exit_codes_come_later(self, task, deadline))
+            return
+        real(self, task, deadline)
+
+    monkeypatch.setattr(_service.PoolService, "_give_up", exit_codes_come_later)
+    said = []
+    with fiber.config.override(pool_max_task_retries=0):
+        pool = fiber.Pool(1)
+        try:
+            assert pool.apply_async(abs, (-1,), callback=said.append).get(30) == 1
+            r = pool.apply_async(os._exit, (3,), error_callback=said.append)
+            pool.close()
+            assert _joins(pool)
+            with pytest.raises(WorkerLostError):
+                r.get(timeout=10)
+            assert said[0] == 1 and isinstance(said[1], WorkerLostError)
+        finally:
+            pool.terminate()
