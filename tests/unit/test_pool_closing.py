@@ -13,7 +13,7 @@ import pytest
 
 import fiber
 from fiber.errors import WorkerLostError
-from fiber.pool import _draining, _service
+from fiber.pool import _draining, _results, _service
 
 
 def _joins(pool: fiber.pool.Pool, within: float = 30) -> bool:
@@ -42,6 +42,31 @@ def test_join_ends_when_the_drain_thread_outlives_the_last_job(monkeypatch) -> N
         pool.close()
         assert _joins(pool), "join() still waits 30 s after the pool closed"
         assert sorted([first, *it]) == list(range(1, 201))
+    finally:
+        pool.terminate()
+
+
+def test_an_imap_that_a_close_in_another_thread_overtakes_is_refused(monkeypatch) -> None:
+    """``close()`` ran in another thread after ``imap()`` had checked the pool and
+    before it knew the iterator: nothing drained it, its first window ran, the workers
+    were let go, and ``next()`` then queued tasks no worker would take, for ever. It is
+    refused now, as an ``imap`` after ``close()``."""
+    pool = fiber.Pool(1)
+    real = _results.IMapIterator.__init__
+
+    def close_first(self: object, *args: object, **kwargs: object) -> None:
+        closer = threading.Thread(target=pool.close)
+        closer.start()
+        closer.join()
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_results.IMapIterator, "__init__", close_first)
+    try:
+        with pytest.raises(ValueError, match="Pool not running"):
+            it = pool.imap(abs, range(200))
+            time.sleep(3)  # (before the fix: its window ran, and the worker was let go)
+            assert len([it.next(timeout=10) for _ in range(200)]) == 200
+        assert _joins(pool)
     finally:
         pool.terminate()
 

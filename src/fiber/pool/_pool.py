@@ -339,7 +339,10 @@ class Pool(PoolExtras):
         holder.append(cls.__new__(cls))
         cls.__init__(holder[0], submit, chunks, core.imap_window, core.hub,
                      core.service.spin_budget, owner=self)
-        core.imaps.add(holder[0])  # (fed to its end by close(), see `_draining`)
+        with core.hub.lock:  # known to a close() from now on (fed to its end, see
+            core.check_running()  # `_draining`), or refused if one came first
+            core.imaps.add(holder[0])
+        holder[0].top_up()  # (its first window: outside the lock, it reads the input)
         return holder[0]
 
     def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],

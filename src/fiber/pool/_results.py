@@ -345,6 +345,10 @@ class IMapIterator(Generic[_T]):
         self._order: Deque[int] = collections.deque()
         self._buffer: Deque[_T] = collections.deque()
         self._feeding = threading.Lock()  # held while the input is read and submitted
+
+    def top_up(self) -> None:
+        """Submit the first window of the input (the pool, once a ``close()`` would
+        drain this iterator: see `_draining`)."""
         self._top_up()
 
     @property
