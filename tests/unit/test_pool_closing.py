@@ -16,6 +16,20 @@ from fiber.errors import WorkerLostError
 from fiber.pool import _draining, _results, _service
 
 
+def _second_worker_dies_starting() -> None:
+    """An initializer: PoolWorker-2 ends before its hello, once its sibling has said
+    its own and their job has been handed tasks (as a failing initializer would, or a
+    SIGKILL)."""
+    if fiber.current_process().name == "PoolWorker-2":
+        time.sleep(1.0)
+        os._exit(1)
+
+
+def _brief(x: int) -> int:
+    time.sleep(0.002)  # (quick: the job is given several tasks a worker)
+    return x
+
+
 def _joins(pool: fiber.pool.Pool, within: float = 30) -> bool:
     """Whether ``pool.join()`` returns within ``within`` seconds."""
     joiner = threading.Thread(target=pool.join, daemon=True)
@@ -101,5 +115,21 @@ def test_a_task_failing_for_killing_its_worker_is_owed_by_join(monkeypatch) -> N
             with pytest.raises(WorkerLostError):
                 r.get(timeout=10)
             assert said[0] == 1 and isinstance(said[1], WorkerLostError)
+        finally:
+            pool.terminate()
+
+
+def test_a_worker_of_a_job_that_ends_before_its_hello_leaves_no_task_held() -> None:
+    """A job of several spreads its tasks to every worker it forked, also to one still in
+    its initializer. That one ended before its hello: the master read the tasks its job
+    said it held as none (they are a worker's once it said hello), so the job's record
+    held them for ever: with no late copy the map never ended, and with one the job was
+    never let go, nor ``join()``. They go back to the queue now, charged to no one."""
+    with fiber.config.override(pool_late_factor=0.0):
+        pool = fiber.Pool(2, workers_per_job=2, initializer=_second_worker_dies_starting)
+        try:
+            assert pool.map_async(_brief, range(2000), 1).get(60) == list(range(2000))
+            pool.close()
+            assert _joins(pool)
         finally:
             pool.terminate()

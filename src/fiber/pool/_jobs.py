@@ -216,6 +216,32 @@ class JobsOfSeveral(Service):
         A task named again (its job asked `resume_job` again, its answer lost) was its
         already, and may have been handed to the job again since: it is left there."""
         holder = ws.holder
+        tasks = self._told_held(ws, holder, held)
+        if not tasks:
+            return
+        if not ws.lost:
+            ws.pending.update((task.task_id, task) for task in tasks)
+            self._refresh(holder)
+            return
+        self._give_back_late(ws, tasks)
+        self._refresh(holder)
+        self.dispatch()
+
+    def _never_ran(self, ws: WorkerState, holder: WorkerState, held: Sequence[int]) -> None:
+        """``ws`` ended before its hello holding ``held``: its job spreads what its record
+        ``holder`` holds to every worker it forked (see `_group`), and a worker runs tasks
+        only after its hello. They go back to the queue, charged to no one (else they
+        stayed held by the record for ever: no result, and the job never let go)."""
+        tasks = self._told_held(ws, holder, held)
+        if tasks:
+            self._requeue(tasks)
+            self._refresh(holder)
+
+    def _told_held(self, ws: WorkerState, holder: WorkerState,
+                   held: Sequence[int]) -> List[Task]:
+        """The tasks of ``held`` (ids) that ``ws``'s job says it ended holding, taken
+        from ``holder``, its job's record (or, that record given up, its heir); those
+        told before (a ``resume_job`` asked again) are left where they are."""
         owners = [holder]
         if holder.lost and holder.job is not None:
             owners += holder.job.workers
@@ -230,15 +256,7 @@ class JobsOfSeveral(Service):
                 if task is not None:
                     tasks.append(task)
                     break
-        if not tasks:
-            return
-        if not ws.lost:
-            ws.pending.update((task.task_id, task) for task in tasks)
-            self._refresh(holder)
-            return
-        self._give_back_late(ws, tasks)
-        self._refresh(holder)
-        self.dispatch()
+        return tasks
 
     # -- jobs of several ---------------------------------------------------------------------
 
@@ -334,6 +352,9 @@ class JobsOfSeveral(Service):
         holder = ws.holder if ws is not None and ws.holder is not ws else None
         if ws is not None and holder is not None:
             self._handed_back(ws, msg.held)
+        elif ws is not None and ws.job is not None and ws.job.holder is not None:
+            holder = ws.job.holder  # (it ended before its hello)
+            self._never_ran(ws, holder, msg.held)
         ws = self._settle(msg.worker_id, msg.code)
         new = self.replace_in(ws) if ws is not None else None
         if holder is not None:
