@@ -11,6 +11,7 @@ from typing import Any, List, NamedTuple, Tuple
 import pytest
 
 from fiber.pool._jobqueue import JobQueue, depth_of
+from fiber.pool._poolcore import RUN, PoolCore
 from fiber.pool._protocol import (
     JOB_ID,
     Kept,
@@ -477,3 +478,24 @@ def test_a_from_message_takes_hellos_only_and_refuses_anything_else_loudly() -> 
         service.from_workers(hub, peer, b"", mixed)  # type: ignore[arg-type]
     assert late.connected and late.holder is job.holder
     assert sink.got == [] and list(job.holder.pending) == [1, 2]
+
+
+def test_a_worker_waited_for_is_settled_by_its_job_after_a_sibling_is_replaced() -> None:
+    """The pool lost worker 10 of a live job (its end to be told by its job: it waits in
+    ``awaiting``, counted among the pool's workers). Worker 11's end was then told and a
+    worker was forked in its place (`PoolCore._replace_in`), which dropped the lost
+    workers with no warning pending from the job's list, 10 with them: when the job
+    ended, 10 was never settled, and the pool counted it for ever (one worker short)."""
+    service, hub, peer, job, states = _job(3)
+    service.closing = True  # (10 is lost as asked: no warning pending for it)
+    service.worker_lost(states[0])
+    assert 10 in service.awaiting
+    service.closing = False
+    core: Any = PoolCore.__new__(PoolCore)  # (the maintainer's part that forks in a job)
+    core.service, core.state, core.size, core.broken = service, RUN, 3, None
+    core._worker_ids = iter(range(20, 30))
+    service.replace_in = core._replace_in
+    service.worker_ended(hub, peer, b"", WorkerEnded(11, 1, []))  # type: ignore[arg-type]
+    assert [ws.worker_id for ws in job.workers] == [10, 12, 20]  # (11's end: said)
+    service.job_ended(job, 0)
+    assert service.awaiting == {} and service.active() == 0

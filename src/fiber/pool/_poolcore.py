@@ -205,8 +205,7 @@ class PoolCore:
         """The id of ``fn`` as pickled now (called under the hub lock).
 
         The function is pickled at every submission, so a callable's state is the one it
-        has when submitted; equal pickles share an id, so a worker receives each once.
-        """
+        has when submitted; equal pickles share an id, so a worker receives each once."""
         # A plain function is taken as it is (pickling one defined in __main__ by value
         # costs ~100 us): the same object keeps its id. Other callables (bound methods,
         # objects, partials) carry state, pickled at each submission.
@@ -378,8 +377,9 @@ class PoolCore:
                 or job.process.cancelled or ended.retiring or ended.retired_why
                 or not ended.started or self.service.active() >= self.size):
             return None
-        # the workers it lost and said: forgotten (a job replacing its workers for days)
-        job.workers = [ws for ws in job.workers if not ws.lost or ws.loss is not None]
+        # lost and said: forgotten (replaced for days), not those awaited (its end says)
+        job.workers = [ws for ws in job.workers if not ws.lost or ws.loss is not None
+                       or ws.worker_id in self.service.awaiting]
         wid = next(self._worker_ids)
         ws = WorkerState(wid, job.process, f"PoolWorker-{wid}", job)
         self.service.add_worker(ws)
