@@ -101,7 +101,8 @@ def test_a_worker_killed_mid_map_is_said_in_slurms_words(slurm, caplog, capfd): 
     assert len(lines) == 1, lines
     assert re.search(r"PoolWorker-\d+ \(job \d+_\d+ on node[123]\) was lost: "
                      r"Slurm FAILED: killed by SIGKILL; resubmitted map\(kill_own_worker_once\) "
-                     r"(task 2|tasks 2, 3)$", lines[0]), lines[0]  # 3: a link measured slow
+                     r"(task 2|tasks 2, \d+)$", lines[0]), lines[0]  # a second: prefetched
+    # on a link measured slow (3, or 4 when the other worker had taken 3: a loaded VM)
     _wait_nodes_idle()
 
 
