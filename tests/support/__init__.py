@@ -17,6 +17,7 @@ package's, importable wherever fiber is installed: ``fiber.testing.conformance.s
 """
 
 import os
+import threading
 
 #: The tests' directory (the one ``support`` is in): ``PYTHONPATH`` of a subprocess that
 #: imports ``support``.
@@ -31,3 +32,12 @@ def subprocess_env(**extra: str) -> dict:
     under test may come from it), and ``extra`` set."""
     path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def joins_within(pool: object, seconds: float) -> bool:
+    """Whether ``pool.join()`` returns within ``seconds`` (on a thread: a hung join must
+    fail the test, not hang it)."""
+    done = threading.Thread(target=pool.join, daemon=True)  # type: ignore[attr-defined]
+    done.start()
+    done.join(seconds)
+    return not done.is_alive()

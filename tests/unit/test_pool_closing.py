@@ -15,6 +15,8 @@ import fiber
 from fiber.errors import WorkerLostError
 from fiber.pool import _draining, _results, _service
 
+import support
+
 
 def _second_worker_dies_starting() -> None:
     """An initializer: PoolWorker-2 ends before its hello, once its sibling has said
@@ -28,14 +30,6 @@ def _second_worker_dies_starting() -> None:
 def _brief(x: int) -> int:
     time.sleep(0.002)  # (quick: the job is given several tasks a worker)
     return x
-
-
-def _joins(pool: fiber.pool.Pool, within: float = 30) -> bool:
-    """Whether ``pool.join()`` returns within ``within`` seconds."""
-    joiner = threading.Thread(target=pool.join, daemon=True)
-    joiner.start()
-    joiner.join(within)
-    return not joiner.is_alive()
 
 
 def test_join_ends_when_the_drain_thread_outlives_the_last_job(monkeypatch) -> None:
@@ -54,7 +48,7 @@ def test_join_ends_when_the_drain_thread_outlives_the_last_job(monkeypatch) -> N
         it = pool.imap(abs, range(-200, 0))
         first = next(it)
         pool.close()
-        assert _joins(pool), "join() still waits 30 s after the pool closed"
+        assert support.joins_within(pool, 30), "join() still waits 30 s after the pool closed"
         assert sorted([first, *it]) == list(range(1, 201))
     finally:
         pool.terminate()
@@ -80,7 +74,7 @@ def test_an_imap_that_a_close_in_another_thread_overtakes_is_refused(monkeypatch
             it = pool.imap(abs, range(200))
             time.sleep(3)  # (before the fix: its window ran, and the worker was let go)
             assert len([it.next(timeout=10) for _ in range(200)]) == 200
-        assert _joins(pool)
+        assert support.joins_within(pool, 30)
     finally:
         pool.terminate()
 
@@ -111,7 +105,7 @@ def test_a_task_failing_for_killing_its_worker_is_owed_by_join(monkeypatch) -> N
             assert pool.apply_async(abs, (-1,), callback=said.append).get(30) == 1
             r = pool.apply_async(os._exit, (3,), error_callback=said.append)
             pool.close()
-            assert _joins(pool)
+            assert support.joins_within(pool, 30)
             with pytest.raises(WorkerLostError):
                 r.get(timeout=10)
             assert said[0] == 1 and isinstance(said[1], WorkerLostError)
@@ -130,6 +124,6 @@ def test_a_worker_of_a_job_that_ends_before_its_hello_leaves_no_task_held() -> N
         try:
             assert pool.map_async(_brief, range(2000), 1).get(60) == list(range(2000))
             pool.close()
-            assert _joins(pool)
+            assert support.joins_within(pool, 30)
         finally:
             pool.terminate()

@@ -26,6 +26,8 @@ from fiber.testing.conformance.support import pool_helpers as ph
 from fiber.testing.conformance.support.waiting import recorded_jobs, wait_until
 from fiber.transport.server import Server
 
+import support
+
 
 def _empty_wait_polled(server: Server, budget: float) -> float:
     """Time spent polling in a 1 s wait on ``server`` that nothing ends, with a poll
@@ -294,7 +296,7 @@ def test_a_worker_closed_by_the_program_after_its_end_is_still_replaced():
         assert pool.map(ph.square, range(4)) == [0, 1, 4, 9]
         assert core.maintainer.is_alive()  # (it died of a KeyError: a new sentinel took
         pool.close()                       # the closed one's number, still registered)
-        assert _joins_within(pool, 60), "join() waited for a job that had ended"
+        assert support.joins_within(pool, 60), "join() waited for a job that had ended"
 
 
 def test_a_maintainer_that_fails_breaks_the_pool_loudly(monkeypatch, capfd):
@@ -327,7 +329,7 @@ def test_a_maintainer_that_fails_breaks_the_pool_loudly(monkeypatch, capfd):
         with pytest.raises(BrokenPoolError):
             pool.apply(ph.square, (3,))
         pool.close()
-        assert _joins_within(pool, 60)
+        assert support.joins_within(pool, 60)
     finally:
         pool.terminate()
     assert "the pool is broken" in capfd.readouterr().err
@@ -347,12 +349,3 @@ def test_a_callback_that_exits_leaves_the_callback_thread_running():
         later = pool.apply_async(ph.square, (2,), callback=seen.append)
         assert later.get(30) == 4
         assert seen == [4]
-
-
-def _joins_within(pool, seconds: float) -> bool:
-    """Whether ``pool.join()`` returns within ``seconds`` (on a thread: a hung join must
-    fail the test, not hang it)."""
-    done = threading.Thread(target=pool.join, daemon=True)
-    done.start()
-    done.join(seconds)
-    return not done.is_alive()
