@@ -131,9 +131,15 @@ class _FutureResult(ApplyResult[Any]):
             self._waiting += 1
         try:
             self._event.wait_serving(timeout)
-        finally:
+        except BaseException:  # KeyboardInterrupt: a reply it served goes on unsettled
             with self._hub.lock:
                 self._waiting -= 1
+                served = self._completed
+            if served:  # its delivery skipped the callback thread for this thread
+                self._callbacks().submit(self._settle)
+            raise
+        with self._hub.lock:
+            self._waiting -= 1
         self._settle()
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 

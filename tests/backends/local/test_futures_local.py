@@ -50,3 +50,33 @@ def test_the_interpreter_waits_for_pending_work_at_exit(tmp_path, kind, cancel_f
         assert written == 10, out.stderr
     elif kind == "fiber":  # the stdlib's cancels nothing once the executor was dropped
         assert 1 <= written < 10, out.stderr
+
+
+def test_a_result_interrupted_after_its_reply_came_still_settles_the_future(monkeypatch):
+    """A Ctrl-C that lands in ``result()`` just after the thread served its own reply (the
+    delivery then leaves settling to that thread): the future is still settled, so other
+    waiters and done-callbacks see it. The interrupt is raised by a stand-in for the
+    flag's wait, after the real wait returned."""
+    import concurrent.futures as cf
+
+    from fiber.pool._results import _Flag
+
+    real = _Flag.wait_serving
+    with Executor(1) as ex:
+        fut = ex.submit(square, 7)
+        flag = fut._source._event
+
+        def interrupted(self, timeout):
+            real(self, timeout)
+            if self is flag:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(_Flag, "wait_serving", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            fut.result(timeout=60)
+        monkeypatch.undo()
+        called = []
+        done, _ = cf.wait([fut], timeout=30)
+        fut.add_done_callback(called.append)
+        assert done == {fut} and called == [fut]
+        assert fut.result(timeout=0) == 49
