@@ -8,6 +8,7 @@ on fiber: the API reference's page of this module."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import itertools
 import threading
@@ -15,6 +16,7 @@ import time
 from typing import (
     Any,
     Callable,
+    Deque,
     Dict,
     Iterable,
     Iterator,
@@ -237,6 +239,8 @@ class Executor(cf.Executor):
         #: every future together with its task, as the stdlib's executors do.
         self._lock = threading.Lock()
         self._futures: Set[_Future] = set()  # not done yet
+        #: Done futures `_forget` could not take out of ``_futures`` at once (see there).
+        self._done: Deque[_Future] = collections.deque()
 
     def submit(self, fn: Callable[..., _T], /, *args: object, **kwargs: object
                ) -> cf.Future[_T]:
@@ -248,6 +252,7 @@ class Executor(cf.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            self._sweep()
             if not self._futures:
                 _PENDING.add(self)
             future = _Future(self._core)
@@ -262,10 +267,24 @@ class Executor(cf.Executor):
         return future
 
     def _forget(self, future: cf.Future[Any]) -> None:
-        with self._lock:
-            self._futures.discard(cast(_Future, future))
-            if not self._futures:
-                _PENDING.discard(self)
+        """A future is done. Never waits for ``_lock``: at interpreter exit a pool's
+        callbacks may run in the thread delivering results, under the hub's lock, which
+        a ``submit`` holding ``_lock`` waits for. The lock's holder takes it out then."""
+        self._done.append(cast(_Future, future))
+        if self._lock.acquire(blocking=False):
+            try:
+                self._sweep()
+            finally:
+                self._lock.release()
+
+    def _sweep(self) -> None:
+        """Take the done futures out of ``_futures`` (under ``_lock``)."""
+        if not self._done:
+            return
+        while self._done:
+            self._futures.discard(self._done.popleft())
+        if not self._futures:
+            _PENDING.discard(self)
 
     def map(self, fn: Callable[..., _T], *iterables: Iterable[object],
             timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[_T]:
@@ -291,6 +310,7 @@ class Executor(cf.Executor):
         Without ``wait``, they still finish before the interpreter exits."""
         with self._lock:
             self._shutdown = True
+            self._sweep()
             pending = list(self._futures)
         if cancel_futures:
             for future in pending:

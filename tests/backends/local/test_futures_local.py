@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -80,3 +81,32 @@ def test_a_result_interrupted_after_its_reply_came_still_settles_the_future(monk
         fut.add_done_callback(called.append)
         assert done == {fut} and called == [fut]
         assert fut.result(timeout=0) == 49
+
+
+def test_a_future_done_while_a_submit_waits_for_the_hub_does_not_deadlock(monkeypatch):
+    """At interpreter exit (Python 3.12+ refuse new threads then) a pool's callbacks run
+    in the thread delivering its results, under the hub's lock: the executor's own
+    done-callback must not wait there for the executor's lock, which a ``submit`` in
+    another thread holds while it waits for the hub's lock. The refused thread is a
+    stand-in (``Thread.start`` raises for the pool's callback thread, as at exit)."""
+    import threading
+
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("fiber-pool-callbacks-"):
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with Executor(1) as ex:
+        hub = ex._pool._core.hub
+        fut = ex.submit(square, 3)
+        with ex._lock:  # the result is delivered meanwhile, under the hub's lock
+            time.sleep(0.5)
+            assert hub.lock.acquire(timeout=20), "the hub's lock was not let go"
+            hub.lock.release()
+        assert fut.result(timeout=30) == 9
+        # the done future left to the lock's holder is taken out by the next call
+        assert ex.submit(square, 4).result(timeout=30) == 16
+        assert not ex._futures
