@@ -14,9 +14,11 @@ from typing import Any, Callable, List, Optional, Tuple
 from test_pool_dispatch import RecordingServer
 
 from fiber.pool import _late
-from fiber.pool._protocol import WorkerHello, pack_results
+from fiber.pool._protocol import PoolOps, WorkerHello, pack_results, pack_to
 from fiber.pool._service import PoolService, Task, WorkerState
 from fiber.transport.peers import Peer
+
+from fiber_ci.pool_service import job_service
 
 FID = 1
 
@@ -257,3 +259,61 @@ def test_a_worker_lost_holding_a_task_its_copy_answered_says_no_workerlosterror(
     service.worker_lost(a)
     assert a.loss is not None and task.attempts == ()
     assert not any("WorkerLostError" in note for note in a.loss.notes), a.loss.notes
+
+
+def test_the_tasks_of_a_job_waited_for_after_a_reset_are_copied_once_late() -> None:
+    """A job of two handed tasks as a whole, on node1, whose connection was reset: its
+    record waits for the job to connect again (up to ``RESUME_WAIT_S``, 15 s), out of
+    the pool's live records. Its tasks are as late as a silent host's: copied to the
+    idle worker on node2, each result delivered once, node1 suspected meanwhile."""
+    service, _hub, job, (a, b) = job_service(2)
+    server = TimedServer()
+    server.reply = lambda *args, **kw: True  # type: ignore[method-assign]
+    service.server = server  # type: ignore[assignment]
+    service.cached_functions.add(FID)
+    service.late_factor = 4.0
+    service.task_seconds[FID] = 0.01
+    job.process.host = "node1"  # type: ignore[misc]
+    relay = Peer(7, b"p" * 16, True, None)
+    service.from_workers(server, relay, b"", pack_to(  # type: ignore[arg-type]
+        [(a.worker_id, [PoolOps.HELLO]), (b.worker_id, [PoolOps.HELLO])]))
+    lone = WorkerState(20, types.SimpleNamespace(  # type: ignore[arg-type]
+        name="PoolWorker-20", host="node2", cancelled=False, exitcode=None, job_id=""))
+    service.add_worker(lone)
+    alone = Peer(8, b"q" * 16, True, None)
+    service.hello(server, alone, b"", WorkerHello(lone.worker_id))  # type: ignore[arg-type]
+    sink = CountingSink()
+    service.submit([Task(i, sink, i, FID, [b"arg"], "map(f)") for i in range(1, 9)])
+    record = job.holder
+    assert record is not None and record.pending
+    on_job = sorted(record.pending)
+    answer(service, server, alone, held(server, alone))  # node2's worker idles
+    relay.reset = True
+    service.peer_gone(server, relay)  # type: ignore[arg-type]
+    assert record.resume_by and not record.lost  # waited for, out of the live records
+    record.since -= _late.LATE_MIN_S + 0.5  # silent since
+    sent_before = len(held(server, alone))
+    checks = [fn for fn in server.timers if getattr(fn, "__name__", "") == "_check_late"]
+    server.timers = [fn for fn in server.timers if fn not in checks]  # the wait goes on
+    for fn in checks:
+        fn()
+    copied = held(server, alone)[sent_before:]
+    assert copied and set(copied) <= set(on_job), (copied, on_job)
+    assert service.copies == len(copied)
+    assert "node1" in service.suspected_hosts()
+    answer(service, server, alone, copied)
+    sent_before = len(held(server, alone))
+    for fn in list(server.timers):  # the wait ends: the job did not come back
+        if getattr(fn, "__name__", "") != "_check_late":
+            server.timers.remove(fn)
+            fn()
+    assert record.lost
+    rest: List[int] = []  # what no copy answered, queued again once, run on node2
+    while len(held(server, alone)) > sent_before:
+        batch = held(server, alone)[sent_before:]
+        sent_before += len(batch)
+        rest += batch
+        answer(service, server, alone, batch)
+    assert sorted(rest + copied) == on_job, (rest, copied, on_job)
+    assert sorted(index for index, _ in sink.delivered) == list(range(1, 9))
+    assert service.outstanding == 0

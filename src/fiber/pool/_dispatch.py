@@ -254,9 +254,20 @@ class Dispatching(Reconnections):
         if self.server is not None:
             self.late_timer = self.server.call_later(_late.CHECK_S, self._check_late)
 
+    def _holding(self) -> List[WorkerState]:
+        """What may hold tasks: the workers, and the records of jobs handed tasks whole,
+        also those a reset keeps waiting for their job (see `_reconnect`): not among
+        ``holders`` then, and as late as a silent host's once their wait is long."""
+        records = {id(h): h for h in self.holders.values()}
+        for ws in self.workers.values():
+            record = ws.holder
+            if record is not None and record is not ws and record.resume_by:
+                records[id(record)] = record
+        return [*self.workers.values(), *records.values()]
+
     def suspected_hosts(self) -> FrozenSet[str]:
         """Hosts to place no new worker on (see `_late.suspected`)."""
-        return _late.suspected([*self.workers.values(), *self.holders.values()],
+        return _late.suspected(self._holding(),
                                self.suspects, self.task_seconds,
                                self.late_factor, time.monotonic())
 
@@ -270,8 +281,7 @@ class Dispatching(Reconnections):
         idle = self.ready.idle() if not self.queue else []
         if not idle:
             return
-        late = _late.late_tasks([*self.workers.values(), *self.holders.values()],
-                                self.task_seconds,
+        late = _late.late_tasks(self._holding(), self.task_seconds,
                                 self.late_factor, time.monotonic())
         batches: Dict[WorkerState, List[Task]] = {}
         for task, holder, ran in late:
