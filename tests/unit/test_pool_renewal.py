@@ -127,3 +127,24 @@ def test_a_replacement_retired_by_resize_does_not_retire_the_worker_it_renews() 
     assert service.active() == 2
     _hello(service, server, a2)
     assert service.active() == 2 and not a.retiring  # A went on, A2 ends
+
+
+# -- 3. a worker renewed and lost before its heir's hello gives its place once ---------
+
+
+def test_a_renewed_worker_lost_before_its_heirs_hello_frees_its_place_once() -> None:
+    """A renewal gives the worker's place (slot) to its heir; if the worker is lost (or
+    its cluster retires it) before the heir's hello, its place is not freed again: two
+    workers started later would share one slot (its renewal time, its restarts)."""
+    service, server = _service()
+    old = _add(service, 1)
+    _hello(service, server, old)
+    old.renew_at = 1.0  # due
+    assert service.due_renewals(2.0) == [old]
+    heir = _add(service, 2)
+    heir.replaces = old
+    assert heir.slot == old.slot and not service.free_slots
+    service.worker_lost(old)  # before the heir's hello
+    assert not service.free_slots
+    later = _add(service, 3)
+    assert later.slot != heir.slot

@@ -8,11 +8,14 @@ from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 
 from ._state import WorkerState
 
-__all__ = ["lifetime", "renew_at", "job_renew_at", "due", "by_job", "next_at", "said"]
+__all__ = ["RENEWED", "lifetime", "renew_at", "job_renew_at", "due", "by_job", "next_at", "said"]
 
 #: The share of the lifetime over which renewals are spread.
 _SPREAD = 0.15
 _GOLDEN = 0.6180339887
+#: ``WorkerState.renew_at`` of a worker whose place went to another already (renewed,
+#: retiring or lost): it is not renewed, and frees no place again.
+RENEWED = -1.0
 
 
 def lifetime(worker_lifetime: float, time_limit: Optional[float],
@@ -77,7 +80,7 @@ def due(workers: List[WorkerState], now: float,
     found = [ws for ws in workers if 0 < ws.renew_at <= now
              and ws.connected and not (ws.retiring or ws.lost)]
     for ws in found:
-        ws.renew_at = 0.0
+        ws.renew_at = RENEWED  # (its end frees no place again: see `PoolService`)
         free_slots.appendleft((ws.slot, ws.restarts + 1))
     return found
 

@@ -134,6 +134,13 @@ class PoolService(Dispatching):
             ws.slot = self.slots
         self.workers[ws.worker_id] = ws
 
+    def _free_slot(self, ws: WorkerState) -> None:
+        """``ws``'s place (slot, and its restarts) goes to its replacement: once, not if
+        a renewal gave it already (`_renew.due`) and ``ws`` ends before its heir's hello."""
+        if ws.renew_at != _renew.RENEWED:
+            ws.renew_at = _renew.RENEWED
+            self.free_slots.append((ws.slot, ws.restarts + 1))
+
     def active(self) -> int:
         """Workers neither lost nor retiring: what counts towards the pool's size."""
         return len(self.workers) - self.retiring + len(self.awaiting)
@@ -375,7 +382,7 @@ class PoolService(Dispatching):
         if not ws.retiring:
             ws.retiring = True
             self.retiring += 1
-            self.free_slots.append((ws.slot, ws.restarts + 1))  # its replacement's place
+            self._free_slot(ws)
         info("%s (%s) retires: %s; %s", ws.name, _losses.where(ws), ws.retired_why,
              _retire.plan(ws, given))
         server.reply(peer, req_id, b"retire")
@@ -515,7 +522,7 @@ class PoolService(Dispatching):
             self.maxtasks is not None and ws.assigned >= self.maxtasks)))
         notes, tasks = self._give_back(ws, tasks, now)
         if not ws.retiring:
-            self.free_slots.append((ws.slot, ws.restarts + 1))
+            self._free_slot(ws)
         # Its job (of several) says how it ended, and replaces it: until then it counts.
         awaited = (ws.job is not None and ws.job.forks and ws.job.alive
                    and ws.exitcode is None)

@@ -173,7 +173,8 @@ class WorkerState:
         self.init_failed = False  # its initializer raised (it said so: see init_failed)
         #: Why its cluster told it to go (see _retire), or "": a retirement, not a loss.
         self.retired_why = ""
-        #: When it is renewed (monotonic; 0: never), and the worker it renews (see _renew).
+        #: When it is renewed (monotonic; 0: never; ``_renew.RENEWED``: its place went
+        #: to another already), and the worker it renews (see _renew).
         self.renew_at = 0.0
         self.replaces: Optional[WorkerState] = None
         #: Its connection was reset: when it is lost unless it has connected again
