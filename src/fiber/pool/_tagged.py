@@ -25,13 +25,14 @@ __all__ = ["Stream", "WorkerPipes"]
 class Stream:
     """One worker's stdout or stderr, as the group reads it."""
 
-    __slots__ = ("fd", "target", "tag", "partial")
+    __slots__ = ("fd", "target", "tag", "partial", "open")
 
     def __init__(self, fd: int, target: int, tag: bytes) -> None:
         self.fd = fd  # the pipe's read end
         self.target = target  # 1 or 2: where its lines go
         self.tag = tag  # b"(PoolWorker-3) "
         self.partial = b""
+        self.open = False  # a long line was written in part: its rest is not tagged
 
 
 class WorkerPipes:
@@ -104,10 +105,13 @@ class WorkerPipes:
                 self._write(stream, lines)
 
     def _write(self, stream: Stream, chunk: bytes) -> None:
-        if not chunk.endswith(b"\n"):
-            chunk += b"\n"
-        lines = chunk[:-1].split(b"\n")
-        text = b"".join(stream.tag + line + b"\n" for line in lines)
+        """Write ``chunk`` (whole lines, or a piece of a long line: see `whole_lines`),
+        each line tagged, but one going on with a piece written before."""
+        ends = chunk.endswith(b"\n")
+        lines = (chunk[:-1] if ends else chunk).split(b"\n")
+        text = (b"" if stream.open else stream.tag) + (b"\n" + stream.tag).join(lines) \
+            + (b"\n" if ends else b"")
+        stream.open = not ends
         view = memoryview(text)
         try:
             while view:
@@ -117,8 +121,8 @@ class WorkerPipes:
         self.wrote = True
 
     def _end(self, stream: Stream) -> None:
-        if stream.partial:
-            self._write(stream, stream.partial)
+        if stream.partial or stream.open:  # its last words end a line
+            self._write(stream, stream.partial + b"\n")
             stream.partial = b""
         self.selector.unregister(stream.fd)
         del self.streams[stream.fd]

@@ -22,12 +22,15 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 __all__ = ["OutputPrinter", "whole_lines"]
 
-#: A line longer than this (no end of line yet) is written as it is.
-_MAX_PARTIAL = 65536
+#: A line is written whole, in one write, up to this size (a long JSON record): two jobs'
+#: lines never mix then. A longer one is written in pieces of this size, each cut between
+#: two characters, the line going on with the next (see `whole_lines`); another writer's
+#: line may then come between them, as on a terminal that several processes share.
+_MAX_PARTIAL = 1 << 20
 #: Chunks of output (of whole lines) kept for the dashboard, and the text kept of each.
 _RECENT = 200
 _RECENT_CHARS = 500
@@ -43,7 +46,7 @@ class _JobOutput:
     may each name the process that wrote them (`_TAG`): they are prefixed with that
     name, at the job's host."""
 
-    __slots__ = ("name", "host", "prefix", "tagged", "partial", "closed", "ended")
+    __slots__ = ("name", "host", "prefix", "tagged", "partial", "open", "closed", "ended")
 
     def __init__(self, name: str, host: str, prefix: str, tagged: bool) -> None:
         self.name = name
@@ -51,6 +54,8 @@ class _JobOutput:
         self.prefix = prefix
         self.tagged = tagged
         self.partial: List[bytes] = [b"", b""]  # fd 1, fd 2
+        #: A long line was written in part (see `whole_lines`): its rest has no prefix.
+        self.open = [False, False]
         self.closed = threading.Event()
         self.ended = False  # the job has ended (its backend said so)
 
@@ -108,8 +113,8 @@ class OutputPrinter:
             return
         for fd in (1, 2):
             rest, job.partial[fd - 1] = job.partial[fd - 1], b""
-            if rest:
-                _emit(fd, job, rest)
+            if rest or job.open[fd - 1]:  # its last words end a line
+                _emit(fd, job, rest + b"\n")
                 self._keep(job, fd, rest)
         job.closed.set()
 
@@ -136,38 +141,54 @@ class OutputPrinter:
 
 
 def whole_lines(buffered: bytes) -> Tuple[bytes, bytes]:
-    """``buffered`` output as its whole lines and what follows them (a line not ended
-    yet); a line longer than `_MAX_PARTIAL` counts as whole as it is."""
+    """``buffered`` output as what may be written now and what waits for more: its whole
+    lines, and the line not ended yet; or, for a line longer than `_MAX_PARTIAL`, a piece
+    of it (no end of line) cut between two UTF-8 characters, which the caller writes as
+    is, the line going on with its next piece (no prefix, no newline added)."""
     end = buffered.rfind(b"\n") + 1
     if end == 0 and len(buffered) >= _MAX_PARTIAL:
-        end = len(buffered)
+        end = _utf8_cut(buffered)
     return buffered[:end], buffered[end:]
 
 
-def _tagged(job: _JobOutput, text: str) -> str:
-    """``text`` (whole lines) with each line's tag made its prefix (see `_JobOutput`)."""
-    lines = []
-    for line in text[:-1].split("\n"):
-        tag = _TAG.match(line)
-        if tag is None:
-            lines.append(job.prefix + line)
-        else:
-            prefix = f"({tag.group(1)}@{job.host}) " if job.prefix else ""
-            lines.append(prefix + line[tag.end():])
-    return "\n".join(lines) + "\n"
+def _utf8_cut(data: bytes) -> int:
+    """The length of ``data`` without a UTF-8 character its end cuts in two."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # a character's first byte: how many it takes
+            size = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) - back if size > back else len(data)
+    return len(data)  # not UTF-8 there: as it is
+
+
+def _lines(text: str, head: bool, prefixed: Callable[[str], str]) -> str:
+    """``text`` (whole lines, or a piece of a long line: no end of line) with each line
+    made ``prefixed(line)``, but its first if it goes on with one written in part
+    (``head``)."""
+    ends = text.endswith("\n")
+    lines = (text[:-1] if ends else text).split("\n")
+    out = [line if head and i == 0 else prefixed(line) for i, line in enumerate(lines)]
+    return "\n".join(out) + ("\n" if ends else "")
+
+
+def _tag_to_prefix(job: _JobOutput, line: str) -> str:
+    """A tagged job's line with its tag made its prefix (see `_JobOutput`)."""
+    tag = _TAG.match(line)
+    if tag is None:
+        return job.prefix + line
+    prefix = f"({tag.group(1)}@{job.host}) " if job.prefix else ""
+    return prefix + line[tag.end():]
 
 
 def _emit(fd: int, job: _JobOutput, data: bytes) -> None:
-    """Write whole lines (``data`` ends a line, or is a job's last words) with the job's
-    prefix."""
+    """Write whole lines (``data`` ends with a line's end), or a piece of a long line,
+    with the job's prefix."""
     text = data.decode("utf-8", "replace")
-    if not text.endswith("\n"):
-        text += "\n"
-    prefix = job.prefix
+    head, job.open[fd - 1] = job.open[fd - 1], not text.endswith("\n")
     if job.tagged:
-        text = _tagged(job, text)
-    elif prefix:
-        text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
+        text = _lines(text, head, lambda line: _tag_to_prefix(job, line))
+    elif job.prefix:
+        text = _lines(text, head, lambda line: job.prefix + line)
     stream: Optional[Any] = sys.stdout if fd == 1 else sys.stderr
     if stream is None:
         return

@@ -156,3 +156,22 @@ def test_a_relay_connects_only_when_its_job_writes(rctx, capfd):
     for p in (quiet, chatty):
         p.join(60)
         assert p.exitcode == 0
+
+
+@pytest.mark.parametrize("relayed", [False, True])
+def test_a_line_longer_than_64_kib_arrives_whole(rctx, capfd, relayed):
+    """A line of 150 KB (characters of three bytes) from a Process, and from two workers
+    of one job, is forwarded in pieces and printed as one line each, with one prefix,
+    every character whole, as a multiprocessing child's line is."""
+    ctx = rctx if relayed else fiber.get_context("local")
+    p = ctx.Process(target=oh.long_line, args=(7,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    with ctx.Pool(2, workers_per_job=2, cpu=0.5) as pool:
+        assert pool.map(oh.long_line, [1, 2], chunksize=1) == [1, 2]
+    out = capfd.readouterr().out
+    texts = [m.group("text") for m in map(PREFIX.match, out.splitlines())
+             if m is not None and m.group("text").startswith("long ")]
+    assert sorted(texts) == [oh.long_line_text(x) for x in (1, 2, 7)], \
+        [(t[:20], len(t), t[-10:]) for t in texts]

@@ -41,6 +41,18 @@ def chat(x: int) -> int:
     return x
 
 
+def long_line(x: int) -> int:
+    """Print one line of 150 KB and more (``long_line_text(x)``), of characters of
+    three bytes each: forwarded in pieces, it must arrive as one line, each character
+    whole."""
+    print(long_line_text(x), flush=True)
+    return x
+
+
+def long_line_text(x: int) -> str:
+    return f"long {x} " + "\u20ac" * 50000 + f" end {x}"
+
+
 def chat_named(x: int) -> Tuple[int, str]:
     """Say ``x`` on stdout (print, and on fd 1 itself, as native code does) and on
     stderr; return ``x`` and this worker's name."""
