@@ -147,10 +147,10 @@ def shutdown_hub() -> None:
 
 def on_process_end(hook: Callable[[], None]) -> None:
     """Call ``hook`` at this process's clean end, while its connections are still open:
-    a job's once its ``run()`` and its other threads are done (fiber.process calls
-    `run_end_hooks`: a job ends with ``os._exit``, which runs no ``atexit``), the main
-    program's at exit. For what must reach a hub before the connection closes (a
-    queue's lease settles what it took)."""
+    a job's once its ``run()``, its other threads and its ``atexit`` handlers are done
+    (fiber.process calls `run_end_hooks` and the handlers: a job ends with
+    ``os._exit``), the main program's at exit. For what must reach a hub before the
+    connection closes (a queue's lease settles what it took)."""
     end_hooks = here.transport.end_hooks
     if not end_hooks:
         atexit.register(run_end_hooks)

@@ -411,6 +411,12 @@ class Process(ProcessAttributes):
             shutdown = getattr(threading, "_shutdown", None)
             if shutdown is not None:
                 shutdown()
+            # As a spawn child's interpreter exit: the program's atexit handlers (logging's
+            # flush, coverage's data, a temporary file's removal) run before its output is
+            # passed on and it ends with os._exit (see fiber.process._bootstrap).
+            run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+            if run_exitfuncs is not None:
+                run_exitfuncs()
             _runtime.run_end_hooks()  # its threads are done; its connections still open
             for stream in (sys.stdout, sys.stderr):
                 try:

@@ -30,6 +30,21 @@ def test_start_join_exitcode_zero(ctx):
     assert "stopped exitcode=0" in repr(p)
 
 
+def test_a_jobs_atexit_handlers_run_at_its_end(ctx, capfd):
+    """As a spawn child of multiprocessing: what the program registered with ``atexit``
+    runs when the job's ``run()`` and threads are done (a handler that flushes a log,
+    saves coverage data), its output forwarded and its queue's item delivered."""
+    q = ctx.Queue()
+    p = ctx.Process(target=helpers.put_at_exit, args=(q,))
+    p.start()
+    assert q.get(timeout=60) == "put at exit"
+    p.join(60)
+    assert p.exitcode == 0
+    out: list = []
+    wait_until(lambda: out.append(capfd.readouterr().out) or "said at exit" in "".join(out),
+               timeout=30)
+
+
 @pytest.mark.parametrize("target,args,code", [
     (helpers.exit_with, (3,), 3),
     (helpers.hard_exit, (7,), 7),

@@ -30,6 +30,18 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def put_at_exit(q) -> None:  # type: ignore[no-untyped-def]
+    """Register an ``atexit`` handler that puts on ``q`` and prints: a job runs them at
+    its end, after its threads, as a spawn child of multiprocessing does."""
+    import atexit
+
+    def last_words() -> None:
+        print("said at exit", flush=True)
+        q.put("put at exit")
+
+    atexit.register(last_words)
+
+
 def kill_self(sig: int = signal.SIGKILL) -> None:
     os.kill(os.getpid(), sig)
 
