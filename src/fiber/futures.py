@@ -79,8 +79,18 @@ class _Future(cf.Future[Any]):
             self.set_running_or_notify_cancel()  # now CANCELLED_AND_NOTIFIED
             self._condition.notify_all()
         self._source.wake()  # a thread serving the hub in result() for it
-        self._invoke_callbacks()  # type: ignore[attr-defined]
+        super()._invoke_callbacks()  # type: ignore[misc]  # here, as the stdlib's cancel()
         return True
+
+    def _invoke_callbacks(self) -> None:
+        """The done-callbacks of a result run on the pool's callback thread, in order, as
+        the stdlib's run on its manager thread: never in a thread waiting in ``result()``,
+        which may hold a lock a callback takes, and must keep to its timeout."""
+        callbacks = self._core.callbacks()
+        if callbacks.is_current():
+            super()._invoke_callbacks()  # type: ignore[misc]
+        else:
+            callbacks.submit(super()._invoke_callbacks)  # type: ignore[misc]
 
     def _withdraw(self) -> bool:
         """Take the task out of the pool's queue; False once a worker holds it, or if
@@ -151,7 +161,13 @@ class _FutureResult(ApplyResult[Any]):
             if self._settled or not self._completed or self._future.cancelled():
                 return
             self._settled = True
-        ok, value = self._outcome()
+        try:
+            ok, value = self._outcome()
+        except BaseException:  # a Ctrl-C while it was unpickled: settled later, elsewhere
+            with self._settle_lock:
+                self._settled = False
+            self._callbacks().submit(self._settle)
+            raise
         self._future.mark_running()
         if ok:
             self._future.set_result(value)

@@ -49,8 +49,8 @@ def _value(ok: bool, frames: Sequence[Frame]) -> Tuple[bool, Any]:
     """Unpickle a delivered result: (True, value) or (False, exception to raise)."""
     try:
         obj = loads(frames)
-    except BaseException as e:  # e.g. a class the master cannot import
-        return False, e
+    except Exception as e:  # e.g. a class the master cannot import (a Ctrl-C meanwhile
+        return False, e  # is no outcome: it propagates, the frames kept for a next try)
     return (True, obj) if ok else (False, unpack_exception(obj))
 
 
@@ -70,6 +70,10 @@ class CallbackThread:
             self._thread.start()
         except RuntimeError:  # "can't create new thread at interpreter shutdown"
             self._inline = threading.Lock()
+
+    def is_current(self) -> bool:
+        """Whether the calling thread runs this one's callbacks now."""
+        return self._inline is not None or threading.current_thread() is self._thread
 
     def submit(self, fn: Callable[[], None]) -> None:
         if self._inline is None:
@@ -302,7 +306,7 @@ class MapResult(ApplyResult[List[_T]]):
                     try:
                         for frames in self._chunks:  # (as `_value`, a call less a chunk:
                             extend(loads(frames))  # this runs once a map's result came)
-                    except BaseException as e:  # e.g. a class the master cannot import
+                    except Exception as e:  # e.g. a class the master cannot import
                         self._result = (False, e)
                     else:
                         self._result = (True, values)
@@ -407,8 +411,10 @@ class IMapIterator(Generic[_T]):
         with self._cond:
             return self._cond.wait_for(self._available, timeout)
 
-    def _take(self, timeout: Optional[float]) -> Optional[Tuple[bool, Sequence[Frame]]]:
-        """The next outcome; None if the input ended meanwhile with none to come."""
+    def _take(self, timeout: Optional[float]
+              ) -> Optional[Tuple[int, Tuple[bool, Sequence[Frame]]]]:
+        """The next outcome and its index, kept until `_taken`; None if the input ended
+        meanwhile with none to come."""
         ready = (self._wait(timeout) if self._server is None
                  else self._server.wait_serving(self._available, timeout, self._wait,
                                                 self._spin))
@@ -416,8 +422,17 @@ class IMapIterator(Generic[_T]):
             raise TimeoutError(f"no result within {timeout} s")
         with self._cond:
             if self._ordered:
-                return self._arrived.pop(self._consumed, None)
-            return self._arrived.pop(self._order.popleft()) if self._order else None
+                got = self._arrived.get(self._consumed)
+                return None if got is None else (self._consumed, got)
+            return (self._order[0], self._arrived[self._order[0]]) if self._order else None
+
+    def _taken(self, index: int) -> None:
+        """The outcome of ``index`` was read (see `_take`)."""
+        with self._cond:
+            del self._arrived[index]
+            if not self._ordered:
+                self._order.popleft()
+        self._consumed += 1
 
     def _available(self) -> bool:
         if self._ordered:
@@ -458,9 +473,9 @@ class IMapIterator(Generic[_T]):
                 None if deadline is None else max(0.0, deadline - time.monotonic()))
             if got is None:
                 continue  # the input ended (drained by close()): nothing more comes
-            ok, frames = got
-            self._consumed += 1
-            good, value = _value(ok, frames)
+            index, (ok, frames) = got
+            good, value = _value(ok, frames)  # (a Ctrl-C here: it is read again next)
+            self._taken(index)
             if not good:
                 raise value
             self._buffer.extend(value)

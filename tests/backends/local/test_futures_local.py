@@ -13,6 +13,7 @@ import pytest
 
 import fiber
 from fiber.futures import Executor
+from fiber.testing.conformance.support.waiting import wait_until
 
 import support
 from support import futures_helpers
@@ -110,3 +111,90 @@ def test_a_future_done_while_a_submit_waits_for_the_hub_does_not_deadlock(monkey
         # the done future left to the lock's holder is taken out by the next call
         assert ex.submit(square, 4).result(timeout=30) == 16
         assert not ex._futures
+
+
+def test_done_callbacks_run_on_the_callback_thread_not_in_result(monkeypatch):
+    """As the stdlib's run them on its manager thread: a done-callback never runs in the
+    thread waiting in ``result()``, which may hold a lock the callback takes (it hung
+    there) and must keep to its timeout (a slow callback made it overrun)."""
+    import threading
+
+    lock = threading.Lock()
+    ran = []
+
+    def callback(fut):
+        with lock:
+            ran.append((fut.result(), threading.current_thread()))
+
+    with Executor(1) as ex:
+        fut = ex.submit(square, 5)
+        fut.add_done_callback(callback)
+        with lock:  # the caller holds what the callback takes
+            assert fut.result(timeout=30) == 25
+        slow = ex.submit(square, 6)
+        slow.add_done_callback(lambda f: time.sleep(3))
+        t0 = time.monotonic()
+        assert slow.result(timeout=30) == 36
+        assert time.monotonic() - t0 < 2.5
+        wait_until(lambda: bool(ran), 30)
+        assert ran[0][0] == 25 and ran[0][1] is not threading.current_thread()
+
+
+class _Loaded:
+    """A result whose unpickling in the master is interrupted (a Ctrl-C) the first time."""
+
+    interrupt = [True]
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def __reduce__(self):
+        return (_rebuild, (self.x,))
+
+
+def _rebuild(x: int) -> _Loaded:
+    if _Loaded.interrupt and _Loaded.interrupt.pop():
+        raise KeyboardInterrupt
+    return _Loaded(x)
+
+
+def _loaded(x: int) -> _Loaded:
+    return _Loaded(x)
+
+
+def _again(fn):
+    """``fn()`` after an interrupt: a second KeyboardInterrupt fails the test (it would
+    end pytest's session)."""
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C became the result's outcome")
+
+
+@pytest.mark.parametrize("how", ["future", "apply_async", "imap", "map_async"])
+def test_a_ctrl_c_while_a_result_is_unpickled_loses_nothing(how):
+    """A KeyboardInterrupt raised while a result is unpickled is raised there, once: it is
+    not the result's outcome for ever after, nor does an imap lose that item."""
+    _Loaded.interrupt[:] = [True]
+    with Executor(1) as ex:
+        pool = ex._pool
+        if how == "future":
+            fut = ex.submit(_loaded, 3)
+            with pytest.raises(KeyboardInterrupt):
+                fut.result(timeout=30)
+            assert _again(lambda: fut.result(timeout=30)).x == 3
+            return
+        if how == "imap":
+            it = pool.imap(_loaded, [1, 2, 3])
+            with pytest.raises(KeyboardInterrupt):
+                it.next(timeout=30)
+            assert _again(lambda: [v.x for v in it]) == [1, 2, 3]
+            return
+        res = (pool.apply_async(_loaded, (4,)) if how == "apply_async"
+               else pool.map_async(_loaded, [4, 5]))
+        res.wait(30)
+        with pytest.raises(KeyboardInterrupt):
+            res.get(timeout=30)
+        got = _again(lambda: res.get(timeout=30))
+        assert (got.x if how == "apply_async" else [v.x for v in got]) == \
+            (4 if how == "apply_async" else [4, 5])
