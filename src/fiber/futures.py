@@ -247,6 +247,11 @@ class Executor(cf.Executor):
                  *, max_tasks_per_child: Optional[int] = None, **resources: Any) -> None:
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
+        if max_tasks_per_child is not None:  # (as the stdlib's, types and words)
+            if type(max_tasks_per_child) is not int:
+                raise TypeError("max_tasks_per_child must be an integer")
+            if max_tasks_per_child <= 0:
+                raise ValueError("max_tasks_per_child must be >= 1")
         self._pool = Pool(max_workers, initializer, initargs, max_tasks_per_child,
                           context=mp_context, **resources)
         self._core = core_of(self._pool)

@@ -106,7 +106,10 @@ class Pool(PoolExtras):
         if maxtasksperchild is not None and (
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
-        process_class = Process if context is None else context.Process
+        process_class = Process if context is None else getattr(context, "Process", None)
+        if not (isinstance(process_class, type) and issubclass(process_class, Process)):
+            raise TypeError(f"context must be a fiber context (fiber.get_context()), not "
+                            f"{context!r}: its processes would not be fiber jobs")
         resources = Resources(cpu=cpu, memory_mb=memory, gpu=gpu)
         workers_per_job = _sizing.workers_per_job(
             workers_per_job, processes, resources, lambda: node_cpus(process_class))

@@ -28,6 +28,29 @@ def test_bad_max_workers():
         Executor(0)
 
 
+@pytest.mark.parametrize("value,error", [("2", TypeError), (2.0, TypeError), (0, ValueError)])
+def test_bad_max_tasks_per_child_as_the_stdlib(value, error):
+    import concurrent.futures as cf
+
+    with pytest.raises(error) as ours:
+        Executor(1, max_tasks_per_child=value)
+    with pytest.raises(error) as theirs:
+        cf.ProcessPoolExecutor(1, mp_context=__import__("multiprocessing").get_context(
+            "spawn"), max_tasks_per_child=value)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_a_multiprocessing_context_is_refused_clearly():
+    """A stdlib context would start no fiber job: a TypeError naming fiber.get_context(),
+    not an AttributeError from inside the pool."""
+    import multiprocessing
+
+    with pytest.raises(TypeError, match=r"fiber\.get_context"):
+        Executor(1, mp_context=multiprocessing.get_context("spawn"))
+    with pytest.raises(TypeError, match=r"fiber\.get_context"):
+        fiber.Pool(1, context=multiprocessing.get_context("spawn"))
+
+
 def test_fiber_module_is_a_drop_in_for_pool_users():
     import fiber as multiprocessing
 
