@@ -145,8 +145,16 @@ class _Group:
         #: The workers' own stdout and stderr, where the job's output is forwarded: each
         #: line tagged with its worker's name (see `_tagged`), by worker id.
         self.pipes = WorkerPipes(self.selector) if _output.forwarded() else None
+        #: The signals the job got and passed on to its workers (see `forward`).
+        self.signalled: List[int] = []
 
     def forward(self, signum: int, frame: Optional[FrameType]) -> None:
+        """Pass a signal the job got on to its workers; those forked later get it too
+        (`fork`): a terminate() or a walltime notice that comes while the job still
+        forks its workers must reach every one (the last ones hung in their
+        initializer)."""
+        if signum not in self.signalled:
+            self.signalled.append(signum)
         for pid in list(self.children):
             try:
                 os.kill(pid, signum)
@@ -189,6 +197,8 @@ class _Group:
         self.links[worker_id] = link
         self.held[worker_id] = {}
         self.selector.register(ours, selectors.EVENT_READ, link)
+        for signum in self.signalled:  # the job's already: pending in it till it starts
+            os.kill(pid, signum)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _become_worker(self, worker_id: int, sock: socket.socket, other: socket.socket,

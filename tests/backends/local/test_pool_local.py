@@ -349,3 +349,22 @@ def test_a_callback_that_exits_leaves_the_callback_thread_running():
         later = pool.apply_async(ph.square, (2,), callback=seen.append)
         assert later.get(30) == 4
         assert seen == [4]
+
+
+def _init_marks_then_sleeps(folder: str) -> None:
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    time.sleep(1000)
+
+
+def test_terminate_while_a_job_still_forks_its_workers_returns(tmp_path):
+    """A job of 8 workers terminated as its first worker starts (the others not forked
+    yet): the signal the job passes on reaches the workers it forks after it too. They
+    used to sit in their initializer, and terminate() waited for the job for ever."""
+    pool = fiber.Pool(8, workers_per_job=8, initializer=_init_marks_then_sleeps,
+                      initargs=(str(tmp_path),))
+    wait_until(lambda: os.listdir(tmp_path), 60, interval=0.0005,
+               message="a worker in its initializer")
+    done = threading.Thread(target=pool.terminate, daemon=True)
+    done.start()
+    done.join(30)
+    assert not done.is_alive(), "terminate() hung"
