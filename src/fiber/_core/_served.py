@@ -154,22 +154,25 @@ class Handle:
 
     def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
-                 timeout: Optional[float] = None,
                  again: Optional[bool] = None) -> Tuple[bytes, List[Frame]]:
         """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
 
-        ``timeout`` bounds the time to connect, when this is the first call to the server.
+        A first call to the server connects within the connect timeout, not within the
+        call's own timeout (which its frames carry, and the server keeps): a server paused
+        for a moment (its process stopped, or in a long call that holds the GIL) answers
+        late, it is not gone.
+
         With ``again`` (for a service that ``answers_again``), the request carries a
         ticket, and is asked again on a new connection if its connection fails under it:
         it is served once, and answered even if its first answer was lost in a reset.
         None: the kind's own rule (`_asks_again`).
         """
         try:
-            client = get_client(self._address, timeout)
+            client = get_client(self._address)
             if client.may_reset and (self._asks_again if again is None else again):
                 asked = receipts.ticket()
                 status, payload = again_on_a_new_connection(
-                    lambda: get_client(self._address, timeout).request(
+                    lambda: get_client(self._address).request(
                         self._name, op, frames, on_late=on_late, ticket=asked))
             else:  # (this process's own hub, or a Unix socket: no reset to outlive)
                 status, payload = client.request(self._name, op, frames, on_late=on_late)

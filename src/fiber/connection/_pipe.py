@@ -485,8 +485,7 @@ class Connection(Handle):
         """Whether ``recv`` would not block, waiting up to ``timeout`` s (None: forever)."""
         self._check_readable()
         status, _ = self._request(PipeOps.POLL,
-                                  Receive.pack(self._end, wait_seconds(True, timeout)),
-                                  timeout=timeout)
+                                  Receive.pack(self._end, wait_seconds(True, timeout)))
         return status == b"ok"
 
     def close(self) -> None:

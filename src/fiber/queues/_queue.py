@@ -166,7 +166,7 @@ class Queue(Handle, Generic[_T]):
         can cut the request off (the creator's own hub, a Unix socket) it is asked once,
         with no ticket: the round trip of every ``get`` on one host pays for nothing."""
         try:
-            client = get_client(self._address, timeout)
+            client = get_client(self._address)  # (within the connect timeout: see _request)
             if not client.may_reset:
                 status, frames = client.request(self._name, QueueOps.GET,
                                                 Get(wait_seconds(block, timeout)).frames(),
@@ -189,13 +189,12 @@ class Queue(Handle, Generic[_T]):
 
         def ask() -> Tuple[bytes, List[Frame]]:
             left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            return self._request(op, frames(left), on_late=on_late, timeout=left)
+            return self._request(op, frames(left), on_late=on_late)
 
         return again_on_a_new_connection(ask)
 
     def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
-                 timeout: Optional[float] = None,
                  again: Optional[bool] = None) -> Tuple[bytes, List[Frame]]:
         """As `Handle._request`; in a process that holds items lent ahead, a count and a
         put that may not wait go on the lease's connection, after the acknowledgements
@@ -208,7 +207,7 @@ class Queue(Handle, Generic[_T]):
                 reply = lease.request(op, list(frames))
                 if reply is not None:
                     return self._checked(*reply)
-        return super()._request(op, frames, on_late, timeout, again)
+        return super()._request(op, frames, on_late, again)
 
     def _lease(self, make: bool) -> Optional[Lease]:
         """This handle's lease of items lent ahead, if it has one; with ``make``, made at

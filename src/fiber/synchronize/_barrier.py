@@ -190,8 +190,7 @@ class Barrier(Handle):
         """
         if timeout is None:
             timeout = self._timeout
-        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames(),
-                                       timeout=timeout)
+        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames())
         if status == b"broken":
             raise BrokenBarrierError
         index = reply_of(Count, frames).n

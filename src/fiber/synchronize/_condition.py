@@ -245,8 +245,7 @@ class Condition(Handle):
             raise
         try:
             status, _ = self._request(ConditionOps.SLEEP,
-                                      Sleep(ticket, wait_seconds(True, timeout)).frames(),
-                                      timeout=timeout)
+                                      Sleep(ticket, wait_seconds(True, timeout)).frames())
         except BaseException:
             try:
                 self._send(ConditionOps.CANCEL, Ticket(ticket).frames())

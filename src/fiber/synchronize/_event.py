@@ -93,8 +93,7 @@ class Event(Handle):
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until the flag is set or ``timeout`` s pass; returns the flag."""
-        status, _ = self._request(EventOps.WAIT, Wait.of(True, timeout).frames(),
-                                  timeout=timeout)
+        status, _ = self._request(EventOps.WAIT, Wait.of(True, timeout).frames())
         return status == b"ok"
 
     def __repr__(self) -> str:

@@ -333,8 +333,7 @@ class Lock(Handle):
         with _forgotten_if_lost(self._name):
             status, _ = self._request(LockOps.ACQUIRE,
                                       Acquire.pack(tid, block, timeout),
-                                      on_late=lambda s, f: self._abandoned(s, tid),
-                                      timeout=timeout)
+                                      on_late=lambda s, f: self._abandoned(s, tid))
         if status != b"ok":
             return False
         _note(self._name, 1)
@@ -516,7 +515,7 @@ class Semaphore(Handle):
             fiber.errors.TransportError: the semaphore's creator process is gone or unreachable.
         """
         status, _ = self._request(SemaphoreOps.ACQUIRE, Wait.of(block, timeout).frames(),
-                                  on_late=self._abandoned, timeout=timeout)
+                                  on_late=self._abandoned)
         return status == b"ok"
 
     def _abandoned(self, status: bytes, frames: Sequence[Frame]) -> None:

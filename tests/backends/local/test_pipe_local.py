@@ -1,10 +1,14 @@
 """Pipes and ``connection.wait`` in this process and its local jobs: EOF as multiprocessing's,
 waits answered by the message that makes an end ready, several waiting threads, timeouts
-that leave nothing on the hub, and the CPU a waiting thread spends polling."""
+that leave nothing on the hub, the CPU a waiting thread spends polling, and a first call
+from a new thread while the job that owns the pipe (or queue) is paused."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import queue
+import signal
 import threading
 import time
 
@@ -101,3 +105,50 @@ def test_a_wait_polls_only_while_a_cpu_is_spare(monkeypatch):
         off = _recv_polled(0.5)
     assert 0.15 < spun < 0.7, spun
     assert busy < 0.05 and off < 0.01, (busy, off)
+
+
+def own_a_pipe_and_a_queue(back):
+    q, (_a, b) = fiber.Queue(), fiber.Pipe()
+    back.put((q, b))
+    time.sleep(60)  # (holds ``_a``: the pipe lives)
+
+
+def _in_a_new_thread(call):
+    """What ``call()`` returns or raises, in a thread of its own (no connection yet)."""
+    box = []
+
+    def run():
+        try:
+            box.append(call())
+        except BaseException as e:
+            box.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return box[0] if box else "still blocked"
+
+
+def test_a_first_call_from_a_thread_outlasts_a_short_pause_of_the_owner():
+    """A thread's first call connects to the owner's hub within the connect timeout, not
+    within the call's own timeout: an owner paused for half a second (stopped, or in a
+    long call that holds the GIL) is not gone, and a poll or get that waited for it gives
+    its timeout's answer, not EOF or a connection error."""
+    back = fiber.Queue()
+    p = fiber.Process(target=own_a_pipe_and_a_queue, args=(back,))
+    p.start()
+    try:
+        q, b = back.get(timeout=30)
+        b.poll()
+        q.qsize()  # (this thread's connection: each call below makes its own)
+        for call in (b.poll, lambda: b.poll(0.05), lambda: q.get(timeout=0.05)):
+            os.kill(p.pid, signal.SIGSTOP)
+            resume = threading.Timer(0.5, os.kill, (p.pid, signal.SIGCONT))
+            resume.start()
+            got = _in_a_new_thread(call)
+            resume.join()
+            assert got is False or isinstance(got, queue.Empty), got
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+        p.kill()
+        p.join(30)
