@@ -145,9 +145,15 @@ class QueueService(Service):
     def handle(self, server: Server, peer: Peer, op: bytes, req_id: bytes,
                payload: List[Frame]) -> None:
         super().handle(server, peer, op, req_id, payload)
-        if self.signal is not None:  # the creator may be waiting on its _reader
-            self.signal.show(bool(self.items))
+        self._show()
+        if self.signal is not None:
             self._recall(server)
+
+    def _show(self) -> None:
+        """Make the creator's ``_reader`` readable while an item waits (it may be waiting
+        on it): after each request, and after items came back without one."""
+        if self.signal is not None:
+            self.signal.show(bool(self.items))
 
     @handles(QueueOps.PUT)
     def put(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
@@ -264,6 +270,7 @@ class QueueService(Service):
         after it: see fiber.queues._items)."""
         self.items.give_back(items)
         self._serve(server)
+        self._show()  # (from a consumer's end, or a timer: not only from a request)
 
     @handles(QueueOps.TASK_DONE, TaskDone)
     def task_done(self, server: Server, peer: Peer, req_id: bytes, msg: TaskDone) -> None:

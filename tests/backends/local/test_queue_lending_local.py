@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from multiprocessing.connection import wait
 from typing import Any, List
 
 import pytest
@@ -115,6 +116,28 @@ def test_items_lent_to_a_consumer_killed_with_sigkill_go_back_to_the_queue():
     assert rest == list(range(2, N))  # back at the front, in queue order
     with pytest.raises(queue.Empty):
         q.get(timeout=0.2)
+
+
+def test_items_back_from_a_killed_consumer_make_the_queues_reader_readable():
+    """Items that come back with no request (a consumer's end, not a get) show on the
+    creator's ``q._reader``, which ``multiprocessing.connection.wait`` watches (as
+    ``concurrent.futures`` does)."""
+    q, out, release = fiber.Queue(), fiber.Queue(), fiber.Event()
+    _fill(q)
+    reader = q._reader
+    p = fiber.Process(target=take_two_and_hold, args=(q, out, release))
+    p.start()
+    first, pid, held = out.get(timeout=60)
+    assert first == [0, 1] and held >= 10, held
+    os.kill(pid, signal.SIGSTOP)  # it answers no recall: its items come back at its end
+    try:
+        while wait([reader], timeout=0.5):
+            reader.recv()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    p.join(30)
+    assert wait([reader], timeout=10) == [reader]
+    assert reader.recv() == 2  # back at the front
 
 
 def test_a_consumer_that_closes_the_queue_gives_its_items_back():
