@@ -63,9 +63,10 @@ class Dispatching(Reconnections):
     suspects: Dict[str, float]
 
     def _can_take(self, ws: WorkerState) -> bool:
-        if ws.whole:  # a job's record (see `_jobs`): while it has live workers
-            return (ws.width > 0 and ws.connected and not ws.lost
-                    and ws.job is not None and ws.job.alive)
+        if ws.whole:  # a job's record (see `_jobs`): while it has live workers, also
+            # in a job nothing is forked in any more (``alive``): one of its workers
+            # told to go (a signal to it, not to the job) leaves its siblings working
+            return ws.width > 0 and ws.connected and not ws.lost
         if ws.holder is not ws:
             return False  # its job takes its tasks
         if ws.pending and next(iter(ws.pending.values())).suspect:

@@ -136,3 +136,31 @@ def test_a_job_of_several_is_renewed_as_a_whole(tmp_path, caplog):
     assert len(workers) >= 2 * len(jobs) - 2, (workers, jobs)
     assert status.retried == 0
     assert not [r for r in caplog.records if r.name == "fiber" and r.levelname == "WARNING"]
+
+
+def _where(x: int) -> tuple:
+    time.sleep(0.05)
+    return x, os.getpid()
+
+
+def test_one_worker_of_a_job_told_to_go_leaves_its_siblings_working():
+    """SIGTERM to one worker of a job of two (not to the job): it retires and is
+    replaced, and its sibling keeps taking tasks. The job used to be marked as ending
+    as a whole: the sibling, still counted in the pool's size, idled for good."""
+    with fiber.Pool(2, workers_per_job=2) as pool:
+        pids = sorted({pid for _, pid in pool.map(_where, range(20), chunksize=1)})
+        assert len(pids) == 2
+        told, sibling = pids
+        os.kill(told, signal.SIGTERM)
+        wait_until(lambda: not _alive(told), 60, message="the told worker's exit")
+        later = {pid for _, pid in pool.map(_where, range(60), chunksize=1)}
+        assert sibling in later and told not in later, (pids, later)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
