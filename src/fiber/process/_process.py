@@ -20,6 +20,7 @@ import os
 import secrets
 import sys
 import threading
+import time
 import weakref
 from typing import (
     Any,
@@ -248,11 +249,14 @@ class Process(ProcessAttributes):
             raise ProcessError("can only join a child process")
         if self._job is None:
             raise ProcessError("can only join a started process")
+        deadline = None if timeout is None else time.monotonic() + timeout
         if self._job.wait(timeout):
             here.jobs.children.discard(self)
             # what it wrote is on this process's terminal when join returns (a killed
-            # job's last output may still be on its way)
-            _launcher.launcher().wait_output(self._job.token, _OUTPUT_WAIT_S)
+            # job's last output may still be on its way), within timeout (a grandchild
+            # may hold that output open)
+            left = _OUTPUT_WAIT_S if deadline is None else deadline - time.monotonic()
+            _launcher.launcher().wait_output(self._job.token, max(0.0, min(_OUTPUT_WAIT_S, left)))
 
     def is_alive(self) -> bool:
         """Whether the process has started and its job has not ended yet.

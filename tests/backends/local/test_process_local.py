@@ -233,6 +233,25 @@ def test_daemon_children_end_with_parent_and_others_are_joined(backend_name):
     wait_until(lambda: _gone(d) and _gone(n), 10, message="children to exit")
 
 
+def test_join_keeps_its_timeout_when_a_grandchild_holds_the_output_open():
+    """Once the job has ended, join waits for its last output, but no longer than the
+    caller's timeout: a grandchild that keeps the job's output open made every join(0)
+    or join(0.2) of that ended job take 2 s."""
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=helpers.leave_a_grandchild_on_my_output, args=(q,))
+    p.start()
+    grandchild = q.get()
+    try:
+        wait_until(lambda: not p.is_alive(), 60, message="the child to end")
+        for timeout in (0, 0.2):
+            t = time.monotonic()
+            p.join(timeout)
+            assert time.monotonic() - t < 1.0, timeout
+        assert p.exitcode == 0
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
+
+
 def test_job_that_never_connects_is_cancelled_after_startup_timeout(capfd):
     register_backend("never-starts", NeverStarts)
     with fiber.config.override(startup_timeout=1.0):

@@ -110,6 +110,16 @@ def spawn_child_and_report(q, daemon: bool) -> None:  # type: ignore[no-untyped-
     time.sleep(120)
 
 
+def leave_a_grandchild_on_my_output(q) -> None:  # type: ignore[no-untyped-def]
+    """Start a plain subprocess that inherits this job's output and outlives it (it
+    sleeps a minute), print a line, and put the subprocess's pid on ``q``."""
+    import subprocess
+
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    print("started a grandchild", flush=True)
+    q.put(grandchild.pid)
+
+
 def timed_recv(conn, spare: bool) -> None:  # type: ignore[no-untyped-def]
     """Say ``ready``, then receive one item, with ``fiber.transport.cpus.spare_cpu`` answering
     ``spare``; send back the item and the time this process spent polling for it."""
