@@ -309,6 +309,8 @@ class Process(ProcessAttributes):
         """
         if self._closed:
             return
+        if self._job is not None and not self._job.finished and self._parent_pid == here.pid:
+            self.is_alive()  # as multiprocessing polls it: exited, it has ended
         if not release_ended(self):
             raise ValueError("Cannot close a process while it is still running. "
                              "You should first call join() or terminate().")

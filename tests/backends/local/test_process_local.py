@@ -341,6 +341,39 @@ def test_a_failed_status_query_does_not_end_the_watch_of_local_jobs(monkeypatch)
     assert failed
 
 
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_close_of_a_child_that_exited_before_its_end_was_seen(monkeypatch, fork_server):
+    """As multiprocessing's close polls the process, fiber's asks the backend: a child
+    that has exited is closed even if the job watcher has not seen its end yet, nor the
+    fork server reported it (close said "still running" about 1 time in 5 just after
+    the child's exit). Here the watcher is held, and the fork server's report late."""
+    import threading
+
+    from fiber.backends.local._forkserver import ForkedJob
+
+    real_status, real_end, go_on = LocalBackend.status, ForkedJob.end, threading.Event()
+
+    def held(self, handles):
+        if threading.current_thread().name.startswith("fiber-watch"):
+            go_on.wait(30)
+        return real_status(self, handles)
+
+    def late(self, *args, **kwargs):
+        time.sleep(0.3)
+        return real_end(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalBackend, "status", held)
+    monkeypatch.setattr(ForkedJob, "end", late)
+    with fiber.config.override(local_fork_server=fork_server):
+        p = fiber.get_context("local").Process(target=helpers.noop)
+        p.start()
+    try:
+        wait_until(lambda: _gone(p.pid), 60, message="the child to exit")
+        p.close()
+    finally:
+        go_on.set()
+
+
 def test_a_subprocess_reaped_before_its_pidfd_is_opened_is_still_seen_ending(monkeypatch):
     """A subprocess job that ended and was reaped (another thread's ``is_alive`` polls
     it) before the watcher opened its pidfd: its end is read in the next round. (The

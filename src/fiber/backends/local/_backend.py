@@ -78,6 +78,7 @@ def _open_job_log(job_id: str, name: str) -> Tuple[int, str]:
 
 def _current_status(proc: _Proc) -> JobStatus:
     if isinstance(proc, ForkedJob):
+        proc.await_report(_forkserver.REPORT_TIMEOUT)
         if proc.lost_reason:
             return JobStatus(JobState.LOST, None, proc.lost_reason)
         return _status_of(proc.returncode)

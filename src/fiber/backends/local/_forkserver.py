@@ -34,6 +34,8 @@ __all__ = ["ForkServer", "ForkServerError", "ForkedJob", "get_server", "server_p
 START_TIMEOUT = 60.0
 #: Seconds the template may take to answer a fork request before it counts as stuck.
 FORK_TIMEOUT = 20.0
+#: Seconds the template may take to report the end of a job whose process has exited.
+REPORT_TIMEOUT = 1.0
 
 _PRIVATE_ENV = ("FIBER_SECRET", "FIBER_TLS_CREDENTIALS", "FIBER_JOB", "FIBER_PARENT")
 class ForkServerError(Exception):
@@ -89,6 +91,15 @@ class ForkedJob:
         """Whether the job finished within ``timeout`` seconds."""
         with self._cond:
             return self._cond.wait_for(lambda: self.finished, timeout)
+
+    def await_report(self, timeout: float) -> None:
+        """If its process has exited (its pidfd is readable) but the template's report of
+        how has not come yet, wait up to ``timeout`` seconds for it: who saw the process
+        gone finds it ended, as multiprocessing's ``poll`` reaps an exited child."""
+        with self._cond:
+            pidfd = None if self.finished else self._pidfd
+            if pidfd is not None and readable([pidfd], 0):
+                self._cond.wait_for(lambda: self.finished, timeout)
 
     def dup_pidfd(self) -> Optional[int]:
         """A duplicate of its pidfd (to watch it once its template is gone), if any."""
