@@ -382,8 +382,9 @@ class Process(ProcessAttributes):
         if self is here.jobs.current_process:
             return f"<{type(self).__name__} name={self._name!r} pid={here.pid} started>"
         code = None if self._closed or self._job is None else self.exitcode
+        ident = None if self._closed else self.ident  # a closed one's raises ValueError
         return _describe.process_repr(type(self).__name__, self._name, self._job, code,
-                                      self._parent_pid, self.ident, self._closed, self.daemon)
+                                      self._parent_pid, ident, self._closed, self.daemon)
 
     def __getstate__(self) -> Dict[str, object]:
         state = self.__dict__.copy()

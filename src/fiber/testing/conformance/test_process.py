@@ -175,6 +175,8 @@ def test_start_twice_close_and_state_errors(ctx):
     p.close()
     with pytest.raises(ValueError, match="closed"):
         p.is_alive()
+    # as multiprocessing's repr of a closed process (no pid, no exit code)
+    assert repr(p) == f"<{type(p).__name__} name={p.name!r} parent={os.getpid()} closed>"
     p.close()  # idempotent
 
 
