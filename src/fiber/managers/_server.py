@@ -304,7 +304,7 @@ class ObjectService(Service):
         pickled (pickling a proxy is a call, which the hub thread must not wait for)."""
         try:
             status, result = self._call(peer, msg, pickle=False)
-        except Exception as e:
+        except BaseException as e:  # as _reply: a sort key's SystemExit is the caller's
             server.reply_error(peer, req_id, e)
             return
         if status != b"ok":
@@ -315,7 +315,7 @@ class ObjectService(Service):
         except NeedsThread:
             self.owner.workers.submit(peer, lambda: _reply(
                 server, peer, req_id, lambda: (b"ok", dumps(result))))
-        except Exception as e:
+        except BaseException as e:
             server.reply_error(peer, req_id, e)
         else:
             server.reply(peer, req_id, b"ok", frames)

@@ -57,6 +57,17 @@ def test_containers_match_multiprocessing(manager):
     assert scenario(manager) == expected
 
 
+def test_a_systemexit_in_a_containers_call_goes_to_the_caller(manager):
+    """A SystemExit raised by the caller's code in a managed list's method (its sort
+    key) goes back to the caller, as a registered type's does (it ended the manager's
+    hub: every proxy then lost its connection); the manager goes on serving."""
+    lst, d = manager.list([2, 1]), manager.dict(a=1)
+    with pytest.raises(SystemExit):
+        lst.sort(key=mh.exit_key)
+    assert lst[:] == [2, 1] and d["a"] == 1
+    assert manager.dict(b=2)["b"] == 2
+
+
 def test_proxies_work_in_children(ctx, manager):
     d, lst, ns = manager.dict(), manager.list(), manager.Namespace()
     procs = [ctx.Process(target=mh.managed_work, args=(d, lst, ns, f"k{i}")) for i in range(3)]

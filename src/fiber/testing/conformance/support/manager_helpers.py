@@ -16,6 +16,11 @@ import fiber.managers
 # -- synchronization primitives --------------------------------------------------------
 
 
+def exit_key(item: Any) -> Any:
+    """A sort key that raises SystemExit (no ``Exception``)."""
+    raise SystemExit(3)
+
+
 def add_under_lock(lock: Any, value: Any, n: int) -> None:
     for _ in range(n):
         with lock:
