@@ -47,6 +47,10 @@ __all__ = ["Entry", "Spec", "ObjectServer", "ManagerService", "manager_main",
 
 MANAGER_SERVICE = b"mgr"
 
+#: The types of a dict's keys(), values() and items(), which a call answers with lists,
+#: as multiprocessing's manager does (``d.keys() == ['a']``, ``d.keys()[0]``).
+_DICT_VIEWS: Tuple[type, ...] = (type({}.keys()), type({}.values()), type({}.items()))
+
 
 class Entry(NamedTuple):
     """A registered type, as the server needs it."""
@@ -293,6 +297,8 @@ class ObjectService(Service):
                 f"method {method!r} of {type(self.obj)!r} object is not in "
                 f"exposed={tuple(sorted(self.exposed))!r}"))
         result = getattr(self.obj, method)(*args, **kwds)
+        if type(result) in _DICT_VIEWS:  # multiprocessing sends them as lists
+            result = list(result)
         typeid = self.method_to_typeid.get(method)
         if typeid:
             return b"proxy", dumps(self.owner.serve(result, typeid, peer.process_id))

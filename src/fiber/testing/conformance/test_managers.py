@@ -42,8 +42,8 @@ def test_containers_match_multiprocessing(manager):
         v.value += 1
         a[0] = 9
         out = [sorted(d.items()), d.get("zz", "default"), len(d), "a" in d, sorted(d),
-               lst[:], lst[1], len(lst), (ns.x, ns.y), v.value, v.get(), list(a[:]),
-               len(a), d.copy(), d.pop("a"), str(lst)]
+               d.keys(), d.values(), d.items(), d.keys()[0], lst[:], lst[1], len(lst),
+               (ns.x, ns.y), v.value, v.get(), list(a[:]), len(a), d.copy(), d.pop("a"), str(lst)]
         with pytest.raises(KeyError):
             d["missing"]
         with pytest.raises(AttributeError):
