@@ -356,10 +356,55 @@ def _managed_queue(maxsize: int = 0) -> queues.JoinableQueue[object]:
     return queues.JoinableQueue(maxsize)
 
 
+class ManagedRLock(synchronize.RLock):
+    """A ``SyncManager``'s ``RLock``: its errors are ``threading.RLock``'s, as the
+    standard library's manager serves a ``threading.RLock`` (fiber's own raises
+    ``AssertionError``, as ``multiprocessing.RLock``)."""
+
+    def release(self) -> None:
+        """Release the lock once (see `fiber.synchronize.Lock.release`).
+
+        Raises:
+            RuntimeError: the calling thread does not hold it (``threading.RLock``'s error).
+        """
+        try:
+            super().release()
+        except AssertionError:
+            raise RuntimeError("cannot release un-acquired lock") from None
+
+
+class ManagedCondition(synchronize.Condition):
+    """A ``SyncManager``'s ``Condition``: waiting, notifying or releasing without its
+    lock raises ``threading.Condition``'s ``RuntimeError``, as the standard library's
+    manager serves a ``threading.Condition`` (fiber's own raises ``AssertionError``)."""
+
+    def release(self) -> None:
+        try:
+            super().release()
+        except AssertionError:
+            raise RuntimeError("cannot release un-acquired lock") from None
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        self._check_owned("wait on")
+        return super().wait(timeout)
+
+    def notify(self, n: int = 1) -> None:
+        self._check_owned("notify on")
+        super().notify(n)
+
+    def notify_all(self) -> None:
+        self._check_owned("notify on")
+        super().notify_all()
+
+    def _check_owned(self, doing: str) -> None:
+        if not self._lock._is_mine():  # noqa: SLF001 - the stdlib's lock protocol
+            raise RuntimeError(f"cannot {doing} un-acquired lock")
+
+
 def _managed_condition(lock: Any = None) -> synchronize.Condition:
     if isinstance(lock, BaseProxy):
         lock = direct_object(lock)
-    return synchronize.Condition(lock)
+    return ManagedCondition(ManagedRLock() if lock is None else lock)
 
 
 def _managed_pool(*args: Any, **kwds: Any) -> Any:
@@ -381,7 +426,7 @@ for _typeid, _callable, _proxy in (
         ("JoinableQueue", _managed_queue, QueueProxy),
         ("Event", synchronize.Event, EventProxy),
         ("Lock", ManagedLock, AcquirerProxy),
-        ("RLock", synchronize.RLock, AcquirerProxy),
+        ("RLock", ManagedRLock, AcquirerProxy),
         ("Semaphore", synchronize.Semaphore, AcquirerProxy),
         ("BoundedSemaphore", synchronize.BoundedSemaphore, AcquirerProxy),
         ("Condition", _managed_condition, ConditionProxy),
@@ -415,14 +460,16 @@ _CREATED = MappingProxyType({
     "Lock": "A lock served by the manager's hub (`AcquirerProxy`), with the semantics of\n"
             "``threading.Lock``, as multiprocessing's: it stays held when the process\n"
             "that acquired it ends, and releasing it when free raises ``RuntimeError``.",
-    "RLock": "A fiber ``RLock`` served by the manager's hub (`AcquirerProxy`).",
+    "RLock": "A fiber ``RLock`` served by the manager's hub (`AcquirerProxy`); releasing\n"
+             "it unacquired raises ``RuntimeError``, as ``threading.RLock``.",
     "Semaphore": "A fiber ``Semaphore(value)`` served by the manager's hub "
                  "(`AcquirerProxy`).",
     "BoundedSemaphore": "A fiber ``BoundedSemaphore(value)`` served by the manager's hub "
                         "(`AcquirerProxy`).",
     "Condition": "A fiber ``Condition`` over ``lock`` (a manager's lock proxy or a fiber "
                  "lock;\nNone: a new RLock), served by the manager's hub "
-                 "(`ConditionProxy`).",
+                 "(`ConditionProxy`);\nused without its lock it raises ``RuntimeError``, "
+                 "as ``threading.Condition``.",
     "Barrier": "A fiber ``Barrier(parties, action, timeout)`` served by the manager's hub\n"
                "(`BarrierProxy`).",
     "Pool": "A `fiber.Pool` made in the manager process, whose workers are jobs it\n"

@@ -1,9 +1,11 @@
 """Managers as multiprocessing programs use them: a manager's ``Pool`` as a
 context manager, registered types exposing their public methods only, a manager ``Lock``
-acquired in one process and released in another (also after that one has ended)."""
+acquired in one process and released in another (also after that one has ended), the
+errors of a manager ``RLock`` and ``Condition`` used without their lock."""
 
 from __future__ import annotations
 
+import multiprocessing
 import multiprocessing.managers
 import pickle
 
@@ -104,6 +106,28 @@ def test_a_manager_lock_stays_held_when_its_holder_ends(ctx):
             lock.release()
         assert lock.acquire(timeout=10)
         lock.release()
+
+
+def _unacquired_errors(manager) -> list:
+    rlock, cond = manager.RLock(), manager.Condition()
+    errors = []
+    for use in (rlock.release, lambda: cond.wait(0.1), cond.notify, cond.notify_all,
+                cond.release):
+        with pytest.raises(RuntimeError) as info:
+            use()
+        errors.append(str(info.value))
+    return errors
+
+
+def test_a_manager_rlock_and_condition_used_unacquired_raise_runtime_error(ctx):
+    # multiprocessing's manager serves threading's RLock and Condition: releasing the
+    # RLock, or waiting on, notifying or releasing the Condition, without holding the
+    # lock raises threading's RuntimeError (fiber's own raise AssertionError, as
+    # multiprocessing.RLock and Condition do)
+    with multiprocessing.Manager() as reference:
+        expected = _unacquired_errors(reference)
+    with ctx.Manager() as manager:
+        assert _unacquired_errors(manager) == expected
 
 
 def test_errors_multiprocessing_reports_as_remote_error_are_both(ctx):
