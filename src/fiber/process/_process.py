@@ -252,9 +252,8 @@ class Process(ProcessAttributes):
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._job.wait(timeout):
             here.jobs.children.discard(self)
-            # what it wrote is on this process's terminal when join returns (a killed
-            # job's last output may still be on its way), within timeout (a grandchild
-            # may hold that output open)
+            # what it wrote is on this terminal when join returns (a killed job's last
+            # output may still be coming), within timeout (a grandchild may hold it open)
             left = _OUTPUT_WAIT_S if deadline is None else deadline - time.monotonic()
             _launcher.launcher().wait_output(self._job.token, max(0.0, min(_OUTPUT_WAIT_S, left)))
 
@@ -414,16 +413,10 @@ class Process(ProcessAttributes):
             exitcode = 1
         finally:
             _exit_function()
-            # As multiprocessing: the process ends when its non-daemon threads have.
-            shutdown = getattr(threading, "_shutdown", None)
-            if shutdown is not None:
-                shutdown()
-            # As a spawn child's interpreter exit: the program's atexit handlers (logging's
-            # flush, coverage's data, a temporary file's removal) run before its output is
-            # passed on and it ends with os._exit (see fiber.process._bootstrap).
-            run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-            if run_exitfuncs is not None:
-                run_exitfuncs()
+            # As a spawn child of multiprocessing's: the process ends when its non-daemon
+            # threads have, then runs its atexit handlers (before _bootstrap's os._exit).
+            getattr(threading, "_shutdown", lambda: None)()
+            getattr(atexit, "_run_exitfuncs", lambda: None)()
             _runtime.run_end_hooks()  # its threads are done; its connections still open
             for stream in (sys.stdout, sys.stderr):
                 try:
