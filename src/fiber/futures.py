@@ -25,7 +25,6 @@ from typing import (
     Set,
     Tuple,
     TypeVar,
-    cast,
 )
 
 from ._process_state import here
@@ -52,9 +51,12 @@ class _Future(cf.Future[Any]):
     ``as_completed()`` (without it they would never count the future as done).
     """
 
-    def __init__(self, core: PoolCore) -> None:
+    def __init__(self, core: PoolCore, on_done: Callable[[_Future], None]) -> None:
+        """``on_done``: the executor's own bookkeeping once it is done, which never waits
+        (run where it is settled: no thread hop for it, see `_invoke_callbacks`)."""
         super().__init__()
         self._core = core
+        self._on_done = on_done
         self._tasks: List[Task] = []  # set by submit(), under the executor's lock
         self._source = _FutureResult(core, self)
 
@@ -79,6 +81,7 @@ class _Future(cf.Future[Any]):
             self.set_running_or_notify_cancel()  # now CANCELLED_AND_NOTIFIED
             self._condition.notify_all()
         self._source.wake()  # a thread serving the hub in result() for it
+        self._on_done(self)
         super()._invoke_callbacks()  # type: ignore[misc]  # here, as the stdlib's cancel()
         return True
 
@@ -86,6 +89,9 @@ class _Future(cf.Future[Any]):
         """The done-callbacks of a result run on the pool's callback thread, in order, as
         the stdlib's run on its manager thread: never in a thread waiting in ``result()``,
         which may hold a lock a callback takes, and must keep to its timeout."""
+        self._on_done(self)
+        if not self._done_callbacks:  # type: ignore[attr-defined]  # the usual: no hop
+            return
         callbacks = self._core.callbacks()
         if callbacks.is_current():
             super()._invoke_callbacks()  # type: ignore[misc]
@@ -276,8 +282,7 @@ class Executor(cf.Executor):
             self._sweep()
             if not self._futures:
                 _PENDING.add(self)
-            future = _Future(self._core)
-            future.add_done_callback(self._forget)  # runs on another thread: not done yet
+            future = _Future(self._core, self._forget)
             try:
                 future.submit(fn, args, kwargs)
             except BaseException:
@@ -287,11 +292,11 @@ class Executor(cf.Executor):
             self._futures.add(future)
         return future
 
-    def _forget(self, future: cf.Future[Any]) -> None:
+    def _forget(self, future: _Future) -> None:
         """A future is done. Never waits for ``_lock``: at interpreter exit a pool's
         callbacks may run in the thread delivering results, under the hub's lock, which
         a ``submit`` holding ``_lock`` waits for. The lock's holder takes it out then."""
-        self._done.append(cast(_Future, future))
+        self._done.append(future)
         if self._lock.acquire(blocking=False):
             try:
                 self._sweep()
