@@ -154,8 +154,10 @@ class Handle:
 
     def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
-                 again: Optional[bool] = None) -> Tuple[bytes, List[Frame]]:
+                 again: Optional[bool] = None,
+                 withdraw: bytes = b"") -> Tuple[bytes, List[Frame]]:
         """Send ``op`` and return ``(status, frames)``; ``err`` replies are raised here.
+        ``on_late`` and ``withdraw``: as `fiber.transport.client.Client.request`'s.
 
         A first call to the server connects within the connect timeout, not within the
         call's own timeout (which its frames carry, and the server keeps): a server paused
@@ -173,9 +175,11 @@ class Handle:
                 asked = receipts.ticket()
                 status, payload = again_on_a_new_connection(
                     lambda: get_client(self._address).request(
-                        self._name, op, frames, on_late=on_late, ticket=asked))
+                        self._name, op, frames, on_late=on_late, ticket=asked,
+                        withdraw=withdraw))
             else:  # (this process's own hub, or a Unix socket: no reset to outlive)
-                status, payload = client.request(self._name, op, frames, on_late=on_late)
+                status, payload = client.request(self._name, op, frames, on_late=on_late,
+                                                 withdraw=withdraw)
         except ConnectionLost as e:
             raise self._lost(e) from e
         return self._checked(status, payload)

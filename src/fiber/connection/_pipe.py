@@ -95,6 +95,7 @@ class PipeOps:
 
     SEND = b"send"
     RECV = b"recv"
+    CANCEL = b"cancel"
     POLL = b"poll"
     HANDOFF = b"handoff"
     ATTACH = b"attach"
@@ -226,6 +227,20 @@ class PipeService(_watch.Watched):
             timer = None if wait is None else server.call_later(
                 wait, lambda: self._timeout(server, end, entry))
             self.waiters[end].append((peer, req_id, op, timer))
+
+    @handles(PipeOps.CANCEL)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+        """A recv its caller gave up on (its request id the frame: see
+        `fiber.transport.client.Client.request`'s ``withdraw``) is dropped if it still
+        waits. Answered in any case: a message handed to it before was sent first, on
+        the same connection, and its caller sends it again before it takes this
+        answer."""
+        abandoned = bytes(payload[0])
+        for end in (0, 1):
+            for w in [w for w in self.waiters[end] if w[0] is peer and w[1] == abandoned]:
+                self._drop_waiter(end, w)
+                server.receipts.forget(abandoned)  # (a ticket, asked on TCP)
+        server.reply(peer, req_id, b"ok")
 
     @handles(PipeOps.HANDOFF, Handoff)
     def handoff(self, server: Server, peer: Peer, req_id: bytes, msg: Handoff) -> None:
@@ -431,7 +446,7 @@ class Connection(Handle):
     def _receive(self) -> List[Frame]:
         self._check_readable()
         status, frames = self._request(PipeOps.RECV, Receive.pack(self._end, None),
-                                       on_late=self._give_back)
+                                       on_late=self._give_back, withdraw=PipeOps.CANCEL)
         watch = self._fileno_watch
         if watch is not None:
             watch.consumed()

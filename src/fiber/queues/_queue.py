@@ -130,6 +130,10 @@ class Queue(Handle, Generic[_T]):
     def get(self, block: bool = True, timeout: Optional[float] = None) -> _T:
         """Remove and return an item.
 
+        A blocking get that its caller abandons (KeyboardInterrupt, an exception raised
+        by a signal handler, which propagates as it was raised) is withdrawn: an item
+        the hub had handed it already goes back to the front of the queue.
+
         Raises:
             queue.Empty: nothing arrived in time (``block``/``timeout``).
             ValueError: the queue was closed in this process.
@@ -170,32 +174,35 @@ class Queue(Handle, Generic[_T]):
             if not client.may_reset:
                 status, frames = client.request(self._name, QueueOps.GET,
                                                 Get(wait_seconds(block, timeout)).frames(),
-                                                on_late=self._give_back)
+                                                on_late=self._give_back,
+                                                withdraw=QueueOps.CANCEL)
                 return (status, frames) if status != b"err" else self._checked(status, frames)
         except ConnectionLost as e:
             raise self._lost(e) from e
         asked = receipts.ticket()
         return self._ask_again(
             QueueOps.GET, lambda left: Get(wait_seconds(block, left), asked).frames(),
-            self._give_back, timeout)
+            self._give_back, timeout, QueueOps.CANCEL)
 
     def _ask_again(self, op: bytes, frames: Callable[[Optional[float]], List[Frame]],
-                   on_late: LateReply, timeout: Optional[float]
+                   on_late: LateReply, timeout: Optional[float], withdraw: bytes = b""
                    ) -> Tuple[bytes, List[Frame]]:
         """``op`` with ``frames(left)`` (``left``: what remains of ``timeout``), asked
         again on a new connection while its connection fails under it: its frames
-        carry its ticket, so the hub answers it once."""
+        carry its ticket, so the hub answers it once. ``on_late``, ``withdraw``: as
+        `fiber.transport.client.Client.request`'s."""
         start = time.monotonic()
 
         def ask() -> Tuple[bytes, List[Frame]]:
             left = timeout if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            return self._request(op, frames(left), on_late=on_late)
+            return self._request(op, frames(left), on_late=on_late, withdraw=withdraw)
 
         return again_on_a_new_connection(ask)
 
     def _request(self, op: bytes, frames: Sequence[Frame] = (),
                  on_late: Optional[LateReply] = None,
-                 again: Optional[bool] = None) -> Tuple[bytes, List[Frame]]:
+                 again: Optional[bool] = None,
+                 withdraw: bytes = b"") -> Tuple[bytes, List[Frame]]:
         """As `Handle._request`; in a process that holds items lent ahead, a count and a
         put that may not wait go on the lease's connection, after the acknowledgements
         of what this process took: a ``get`` then ``empty()`` says True, and a
@@ -207,7 +214,7 @@ class Queue(Handle, Generic[_T]):
                 reply = lease.request(op, list(frames))
                 if reply is not None:
                     return self._checked(*reply)
-        return super()._request(op, frames, on_late, again)
+        return super()._request(op, frames, on_late, again, withdraw)
 
     def _lease(self, make: bool) -> Optional[Lease]:
         """This handle's lease of items lent ahead, if it has one; with ``make``, made at

@@ -18,7 +18,7 @@ from ._items import Item, QueueItems
 from ._lending import LEND_BYTES, RECALL, LeaseItems, LeaseKey, LendOps, Loans, Pull, pack_loan
 from ._reader import ReadySignal
 
-__all__ = ["QueueOps", "QueueService", "PutWait", "Get", "Withdraw", "TaskDone"]
+__all__ = ["QueueOps", "QueueService", "PutWait", "Get", "Withdraw", "Cancel", "TaskDone"]
 
 #: a waiting get: its connection, request id, timer and ticket (see fiber.transport.receipts)
 _Waiter = Tuple[Peer, bytes, Optional[Timer], bytes]
@@ -33,6 +33,7 @@ class QueueOps:
     PUT_WAIT = b"put_wait"
     WITHDRAW = b"withdraw"
     GET = b"get"
+    CANCEL = b"cancel"
     UNGET = b"unget"
     SIZE = b"size"
     TASK_DONE = b"task_done"
@@ -101,6 +102,20 @@ class Withdraw(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [self.ticket]
+
+
+class Cancel(NamedTuple):
+    """``cancel``: the request id of the get its caller gave up on, on the same
+    connection (see `fiber.transport.client.Client.request`'s ``withdraw``)."""
+
+    req_id: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Cancel:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.req_id]
 
 
 class TaskDone(NamedTuple):
@@ -200,6 +215,19 @@ class QueueService(Service):
                 wait, lambda: self._expire(server, self.getters, getter, b"empty"))
             self.getters.append((peer, req_id, timer, asked))
             self._serve(server)  # recalls what is lent, if anything is
+
+    @handles(QueueOps.CANCEL, Cancel)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, msg: Cancel) -> None:
+        """A get its caller gave up on is dropped if it still waits. Answered in any
+        case: an item handed to it before was sent first, on the same connection, and
+        its caller gives it back (``unget``) before it takes this answer."""
+        for i, (gpeer, greq, timer, _) in enumerate(self.getters):
+            if gpeer is peer and greq == msg.req_id:
+                del self.getters[i]
+                if timer is not None:
+                    timer.cancel()
+                break
+        server.reply(peer, req_id, b"ok")
 
     @handles(QueueOps.UNGET)
     def unget(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:

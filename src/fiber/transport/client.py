@@ -66,6 +66,10 @@ RESET_RETRIES = 10
 #: Kubernetes pod deleted with its network waited 30 s for the silence, then 30 s more
 #: to connect to an address nobody held).
 SPENT_GRACE_CONNECT_S = 3.0
+#: Seconds a request its caller gave up on waits for the server to drop it (see
+#: `Client.request`'s ``withdraw``), at most: then its late reply is handed over at this
+#: client's next read, as it would be without a withdraw.
+WITHDRAW_WAIT_S = 5.0
 
 T = TypeVar("T")
 
@@ -115,6 +119,17 @@ def renew_process_id() -> None:
     """Give this process a new id: a process forked from another that had one (the
     local backend's fork server forks its jobs from a template), before it connects."""
     here.transport.process_id = secrets.token_bytes(16)
+
+
+def _raised_by_a_handler(e: BaseException, sock: socket.socket) -> bool:
+    """Whether ``e``, met by a read of ``sock``, was raised by a signal handler (``raise
+    TimeoutError`` at an alarm), which interrupted the read before it took any byte,
+    not by the socket: an ``OSError`` that no call of a connected socket raises. Its
+    errors carry an errno; those of `fiber.transport.tls` without one are
+    each a ``ConnectionError``; and a timeout is raised only by a socket that has one (a
+    connection's handshake)."""
+    return (isinstance(e, OSError) and e.errno is None and not isinstance(e, ConnectionError)
+            and sock.gettimeout() is None)
 
 
 class Client:
@@ -226,13 +241,17 @@ class Client:
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
-                ticket: bytes = b"") -> Reply:
+                ticket: bytes = b"", withdraw: bytes = b"") -> Reply:
         """Send a request and wait for its reply: ``(status, payload_frames)``.
 
         ``on_late`` receives a reply that arrives after this call gave up (timeout,
-        KeyboardInterrupt), so that what the server handed out is not lost. ``ticket``
-        (`fiber.transport.receipts.ticket`) is the request's id: asked again with the same
-        ticket on a new connection, a service that ``answers_again`` answers it again.
+        KeyboardInterrupt, an exception raised by a signal handler), so that what the
+        server handed out is not lost. ``withdraw``, an op of ``service`` that drops a
+        waiting request (its id the frame), is then asked at once (see `_withdraw`): the
+        reply goes to ``on_late`` before this call raises, not at this client's next read,
+        which may never come. ``ticket`` (`fiber.transport.receipts.ticket`) is the
+        request's id: asked again with the same ticket on a new connection, a service
+        that ``answers_again`` answers it again.
 
         Raises:
             ConnectionLost: the server is gone.
@@ -245,7 +264,22 @@ class Client:
         except BaseException:
             if on_late is not None and not self.lost:
                 self._late[req_id] = on_late
+                if withdraw:
+                    self._withdraw(service, withdraw, req_id)
             raise
+
+    def _withdraw(self, service: bytes, op: bytes, req_id: bytes) -> None:
+        """Ask ``service`` to drop request ``req_id``, which its caller gave up on, with
+        ``op``, and wait for the answer: replies on a connection come in the order the
+        server sent them, so a reply it had sent to ``req_id`` comes first and goes to
+        that request's ``on_late`` now (a queue's item is given back while a child that
+        never reads this connection again lives on). Best effort: if the connection
+        fails, or the answer is slow, the late reply is left to the next read."""
+        try:
+            self.request(service, op, [req_id], timeout=WITHDRAW_WAIT_S)
+        except Exception:
+            return  # (the caller's own exception is what its caller sees)
+        self._late.pop(req_id, None)  # answered before, or dropped: no reply will come
 
     def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         """Send a message that gets no reply (kept until acknowledged: see `_resend`)."""
@@ -411,6 +445,8 @@ class Client:
         except BlockingIOError:
             return False
         except (OSError, ProtocolError) as e:
+            if _raised_by_a_handler(e, self.sock):
+                raise  # the connection is as it was: the caller's exception, unchanged
             self.mark_lost(getattr(e, "errno", 0) or 0)
             if isinstance(e, tls.Altered):
                 tls.say_altered(f"process {here.pid} closed its connection to {self.address}", e)

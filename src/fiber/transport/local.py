@@ -35,9 +35,11 @@ class Channel(Protocol):
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
                 timeout: Optional[float] = None,
-                on_late: Optional[LateReply] = None, ticket: bytes = b"") -> Reply:
+                on_late: Optional[LateReply] = None, ticket: bytes = b"",
+                withdraw: bytes = b"") -> Reply:
         """Ask ``op`` of ``service`` and wait for its reply, ``(status, frames)``, at most
-        ``timeout`` seconds. ``on_late`` gets a reply that comes after the wait gave up;
+        ``timeout`` seconds. ``on_late`` gets a reply that comes after the wait gave up,
+        and ``withdraw`` (an op of ``service``) then drops the request if it still waits;
         ``ticket`` (see `fiber.transport.receipts`) makes a request asked again after a
         reset be answered as it was, not served twice.
 
@@ -96,9 +98,10 @@ class LocalClient:
 
     def request(self, service: bytes, op: bytes, frames: Sequence[Frame] = (),
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
-                ticket: bytes = b"") -> Reply:
+                ticket: bytes = b"", withdraw: bytes = b"") -> Reply:
         """As `fiber.transport.client.Client.request` (``ticket`` unused: a call in
-        memory is never cut off)."""
+        memory is never cut off; ``withdraw`` too: a late reply goes to ``on_late`` on
+        the thread that answers, as soon as it is sent, not at a read of this thread)."""
         server = self._server
         peer = server.local_peer()
         req_id = struct.pack("<Q", next(self._ids))
