@@ -37,30 +37,30 @@ def _alarm(kind: str, first: Optional[Callable[[], None]]) -> None:
     signal.setitimer(signal.ITIMER_REAL, 0.5)
 
 
-def get_until_alarm(q: Any, out: Any, kind: str, put_first: bool) -> None:
-    q.qsize()  # connected before the alarm is set
-    _alarm(kind, (lambda: q.put("item")) if put_first else None)
+def _until_alarm(block: Any, first: Any, out: Any, kind: str, got: str) -> None:
+    """Block in ``block()`` until the alarm's handler (which calls ``first`` first, if
+    any) raises; report what the job saw on ``out``, then live on without reading."""
+    _alarm(kind, first)
     try:
-        q.get()
-        out.put("got an item")
+        block()
+        out.put(got)
     except _RAISED[kind]:
         out.put("caught")
     except BaseException as e:  # noqa: BLE001 (reported to the test)
         out.put(repr(e))
-    time.sleep(120)  # alive, and not reading its connection to the queue's hub
+    time.sleep(120)  # alive, and not reading its connection to the hub
+
+
+def get_until_alarm(q: Any, out: Any, kind: str, put_first: bool) -> None:
+    q.qsize()  # connected before the alarm is set
+    _until_alarm(q.get, (lambda: q.put("item")) if put_first else None, out, kind,
+                 "got an item")
 
 
 def recv_until_alarm(conn: Any, other: Any, out: Any, kind: str, send_first: bool) -> None:
     conn.poll()  # connected before the alarm is set
-    _alarm(kind, (lambda: other.send("msg")) if send_first else None)
-    try:
-        conn.recv()
-        out.put("got a message")
-    except _RAISED[kind]:
-        out.put("caught")
-    except BaseException as e:  # noqa: BLE001 (reported to the test)
-        out.put(repr(e))
-    time.sleep(120)
+    _until_alarm(conn.recv, (lambda: other.send("msg")) if send_first else None, out, kind,
+                 "got a message")
 
 
 @pytest.mark.parametrize("kind", ["TimeoutError", "GaveUp"])
