@@ -5,8 +5,16 @@ the CI run where a replacement escaped (the Slurm stage runs the real case)."""
 
 from typing import List
 
+import pytest
+
+from fiber.backends import _batch
 from fiber.backends._base import JobInfo
 from fiber.backends._batch import cancel_listed
+
+
+@pytest.fixture(autouse=True)
+def _short_settle(monkeypatch):
+    monkeypatch.setattr(_batch, "SETTLE_S", 1.0)  # (5 s in fiber stop)
 
 
 def _job(job_id: str, state: str) -> JobInfo:
@@ -63,3 +71,19 @@ def test_no_timeout_is_one_listing_and_a_stuck_job_ends_the_wait_at_the_timeout(
     stuck = Cluster([_job("1", "running")], [_job("1", "completing")])
     got = cancel_listed(stuck.listing, _stoppable, stuck.cancel, timeout=1.2, until_ended=True)
     assert got == ["1"] and stuck.calls == [["1"]]
+
+
+def test_a_submission_that_outlives_the_masters_job_is_cancelled_too():
+    """The master's last sbatch, in flight when it was killed, outlives its job (the test
+    cluster tracks processes by their parent, proctrack/linuxproc: an orphan escapes):
+    its job shows once every job cancelled has ended. The stop lists again for
+    ``SETTLE_S`` then, and cancels it (in CI it escaped, started, and failed)."""
+    cluster = Cluster(
+        [_job("1", "running"), _job("2", "running")],
+        [_job("1", "cancelled"), _job("2", "cancelled")],
+        [_job("1", "cancelled"), _job("2", "cancelled")],
+        [_job("1", "cancelled"), _job("2", "cancelled"), _job("3", "pending")],
+        [_job("1", "cancelled"), _job("2", "cancelled"), _job("3", "cancelled")])
+    got = cancel_listed(cluster.listing, _stoppable, cluster.cancel, timeout=30,
+                        until_ended=True)
+    assert got == ["1", "2", "3"] and cluster.calls == [["1", "2"], ["3"]]

@@ -402,6 +402,11 @@ def follow_job(backend: BatchCommands, handle: JobHandle, path: str, since: floa
     return follow_file(path, ended, missing, since)
 
 
+#: Seconds ``fiber stop`` lists again after every job it cancelled has ended (see
+#: `cancel_listed`): a master's last submission, in flight when it was killed, shows then.
+SETTLE_S = 5.0
+
+
 def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[JobInfo], bool],
                   cancel: Callable[[List[str]], None], *, timeout: float = 0.0,
                   until_ended: bool = False) -> List[str]:
@@ -410,20 +415,30 @@ def cancel_listed(listing: Callable[[], List[JobInfo]], stoppable: Callable[[Job
     With a ``timeout``, list again every 0.5 s while that finds more to cancel (for that
     long at most): a program's pool replaces a worker the cluster ends, until the program's
     own job has ended. With ``until_ended`` (``fiber stop``), also until every job cancelled
-    has ended: a replacement submitted at the master's last moment would otherwise escape
-    the stop, wait in the queue, and fail when it starts without its master. Without a
+    has ended, and `SETTLE_S` more: a replacement submitted at the master's last moment
+    would otherwise escape the stop, wait in the queue, and fail when it starts without
+    its master (its submission command, in flight when the master was killed, may
+    outlive the master's job where the cluster tracks no process group). Without a
     timeout, one listing (``until_ended`` then changes nothing).
     """
     cancelled: List[str] = []
     deadline = time.monotonic() + timeout
+    ended_at: Optional[float] = None  # when every job cancelled was seen ended
     while True:
         jobs = listing()
         live = [j.job_id for j in jobs if stoppable(j) and j.job_id not in cancelled]
         if live:
             cancel(live)
             cancelled += live
-        elif not until_ended or all(j.ended for j in jobs if j.job_id in cancelled):
+            ended_at = None
+        elif not until_ended:
             return cancelled
+        elif all(j.ended for j in jobs if j.job_id in cancelled):
+            ended_at = time.monotonic() if ended_at is None else ended_at
+            if time.monotonic() - ended_at >= SETTLE_S:
+                return cancelled
+        else:
+            ended_at = None
         if time.monotonic() >= deadline:
             return cancelled
         time.sleep(0.5)
