@@ -21,7 +21,7 @@ from fiber._core._shared import Get, Holder, SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
 from fiber.backends.local._forkserver_protocol import ForkOps
 from fiber.connection._pipe import End, Handoff, Message, PipeOps, PipeService, Receive, Send
-from fiber.connection._watch import Cancel, Ready, WaitAny, WaitOps, WaitService
+from fiber.connection._watch import Ready, WaitAny, WaitOps, WaitService
 from fiber.managers._protocol import Call, Create, Created, ManagerOps, ObjectOps, ProxyHandoff
 from fiber.managers._server import ManagerService, ObjectService
 from fiber.pool._dispatch import Dispatching
@@ -94,7 +94,7 @@ from fiber.synchronize._primitives import (
     ThreadingLockService,
 )
 from fiber.transport._resend import Counted, CountOf, EndedPeers, ResendOps
-from fiber.transport.client import Client
+from fiber.transport.client import Cancel, Client
 from fiber.transport.framing import MAX_FRAMES, FrameReader, ProtocolError, send_frames
 from fiber.transport.operations import Dispatcher, MalformedReply, handles, names, reply_of
 from fiber.transport.remote import unpack_exception

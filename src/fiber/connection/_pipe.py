@@ -32,7 +32,7 @@ from .._core._served import (
     wait_seconds,
 )
 from .._process_state import here
-from ..transport.client import ConnectionLost, process_id
+from ..transport.client import Cancel, ConnectionLost, process_id
 from ..transport.operations import handles
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server, Timer
@@ -228,14 +228,14 @@ class PipeService(_watch.Watched):
                 wait, lambda: self._timeout(server, end, entry))
             self.waiters[end].append((peer, req_id, op, timer))
 
-    @handles(PipeOps.CANCEL)
-    def cancel(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
+    @handles(PipeOps.CANCEL, Cancel)
+    def cancel(self, server: Server, peer: Peer, req_id: bytes, msg: Cancel) -> None:
         """A recv its caller gave up on (its request id the frame: see
         `fiber.transport.client.Client.request`'s ``withdraw``) is dropped if it still
         waits. Answered in any case: a message handed to it before was sent first, on
         the same connection, and its caller sends it again before it takes this
         answer."""
-        abandoned = bytes(payload[0])
+        abandoned = msg.req_id
         for end in (0, 1):
             for w in [w for w in self.waiters[end] if w[0] is peer and w[1] == abandoned]:
                 self._drop_waiter(end, w)

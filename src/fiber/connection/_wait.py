@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set,
 
 from .._core._clients import get_client
 from .._core._served import wait_seconds
-from ..transport.client import Client, ConnectionLost
+from ..transport.client import Cancel, Client, ConnectionLost
 from ..transport.local import Channel, LateReply
 from ..transport.operations import reply_of
 from ..transport.remote import unpack_exception
 from ..transport.serialization import Frame, loads
 from ._pipe import Connection, waited_end
-from ._watch import WAIT_SERVICE, Cancel, Ready, WaitAny, WaitOps
+from ._watch import WAIT_SERVICE, Ready, WaitAny, WaitOps
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike

@@ -14,12 +14,13 @@ import struct
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from .._core._served import decode_wait, pack_wait
+from ..transport.client import Cancel
 from ..transport.operations import handles
 from ..transport.serialization import Frame
 from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Watched", "Watch", "WaitService", "WaitOps", "WAIT_SERVICE", "ensure_service",
-           "Ready", "WaitAny", "Cancel", "end_tag", "end_of",
+           "Ready", "WaitAny", "end_tag", "end_of",
            "END_TAGS"]
 
 #: The hub-wide service name (one per hub, registered with the hub's first pipe).
@@ -106,7 +107,7 @@ class WaitOps:
     """The wait protocol's operations (requests to a hub's `WaitService`)."""
 
     ANY = b"any"  # `WaitAny`: answered when one of its ends is ready
-    CANCEL = b"cancel"  # `Cancel`: the ANY request the caller no longer waits for
+    CANCEL = b"cancel"  # `Cancel` (transport.client): the ANY request given up
 
 
 class WaitAny(NamedTuple):
@@ -131,19 +132,6 @@ class WaitAny(NamedTuple):
         for name, end in self.ends:
             frames += (name, end_tag(end))
         return frames
-
-
-class Cancel(NamedTuple):
-    """``cancel``: the request id of the ``any`` request given up."""
-
-    req_id: bytes
-
-    @classmethod
-    def decode(cls, payload: Sequence[Frame]) -> Cancel:
-        return cls(bytes(payload[0]))
-
-    def frames(self) -> List[Frame]:
-        return [self.req_id]
 
 
 class WaitService(Service):

@@ -9,6 +9,7 @@ from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .._core._served import Count, decode_wait, pack_wait
 from .._log import info
+from ..transport.client import Cancel
 from ..transport.framing import frames_nbytes
 from ..transport.operations import handles
 from ..transport.receipts import REANCHOR_WAIT_S, SKIP, Receipts
@@ -18,7 +19,7 @@ from ._items import Item, QueueItems
 from ._lending import LEND_BYTES, RECALL, LeaseItems, LeaseKey, LendOps, Loans, Pull, pack_loan
 from ._reader import ReadySignal
 
-__all__ = ["QueueOps", "QueueService", "PutWait", "Get", "Withdraw", "Cancel", "TaskDone"]
+__all__ = ["QueueOps", "QueueService", "PutWait", "Get", "Withdraw", "TaskDone"]
 
 #: a waiting get: its connection, request id, timer and ticket (see fiber.transport.receipts)
 _Waiter = Tuple[Peer, bytes, Optional[Timer], bytes]
@@ -102,20 +103,6 @@ class Withdraw(NamedTuple):
 
     def frames(self) -> List[Frame]:
         return [self.ticket]
-
-
-class Cancel(NamedTuple):
-    """``cancel``: the request id of the get its caller gave up on, on the same
-    connection (see `fiber.transport.client.Client.request`'s ``withdraw``)."""
-
-    req_id: bytes
-
-    @classmethod
-    def decode(cls, payload: Sequence[Frame]) -> Cancel:
-        return cls(bytes(payload[0]))
-
-    def frames(self) -> List[Frame]:
-        return [self.req_id]
 
 
 class TaskDone(NamedTuple):

@@ -12,7 +12,7 @@ import secrets
 import socket
 import struct
 import time
-from typing import Callable, Deque, Dict, List, Optional, Sequence, TypeVar
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, TypeVar
 
 from .._process_state import here
 from ..errors import AuthenticationError, TransportError
@@ -25,9 +25,9 @@ from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
 from .sockets import connect, ended_with, readable, reset_on_close, server_id, tune
 
-__all__ = ["Client", "ConnectionLost", "CannotConnect", "RESET_RETRIES", "SPENT_GRACE_CONNECT_S",
-           "again_on_a_new_connection", "process_id", "connect_timeout", "Settings",
-           "DEFAULTS", "renew_process_id"]
+__all__ = ["Client", "Cancel", "ConnectionLost", "CannotConnect", "RESET_RETRIES",
+           "SPENT_GRACE_CONNECT_S", "again_on_a_new_connection", "process_id",
+           "connect_timeout", "Settings", "DEFAULTS", "renew_process_id"]
 
 
 
@@ -119,6 +119,21 @@ def renew_process_id() -> None:
     """Give this process a new id: a process forked from another that had one (the
     local backend's fork server forks its jobs from a template), before it connects."""
     here.transport.process_id = secrets.token_bytes(16)
+
+
+class Cancel(NamedTuple):
+    """A service's cancel op (a ``withdraw``, see `Client.request`): the id of the
+    request on the same connection that its caller gave up on, dropped if it still
+    waits (a pipe set's ``any`` wait, a queue's get, a pipe's recv)."""
+
+    req_id: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Cancel:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.req_id]
 
 
 def _raised_by_a_handler(e: BaseException, sock: socket.socket) -> bool:
@@ -276,7 +291,7 @@ class Client:
         never reads this connection again lives on). Best effort: if the connection
         fails, or the answer is slow, the late reply is left to the next read."""
         try:
-            self.request(service, op, [req_id], timeout=WITHDRAW_WAIT_S)
+            self.request(service, op, Cancel(req_id).frames(), timeout=WITHDRAW_WAIT_S)
         except Exception:
             return  # (the caller's own exception is what its caller sees)
         self._late.pop(req_id, None)  # answered before, or dropped: no reply will come
