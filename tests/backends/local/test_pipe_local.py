@@ -16,6 +16,7 @@ import pytest
 
 import fiber
 from fiber.connection import wait
+from fiber.testing.conformance.support.waiting import hold
 from fiber.transport import cpus as _cpus
 
 
@@ -142,7 +143,7 @@ def test_a_first_call_from_a_thread_outlasts_a_short_pause_of_the_owner():
         b.poll()
         q.qsize()  # (this thread's connection: each call below makes its own)
         for call in (b.poll, lambda: b.poll(0.05), lambda: q.get(timeout=0.05)):
-            os.kill(p.pid, signal.SIGSTOP)
+            hold(p.pid)
             resume = threading.Timer(0.5, os.kill, (p.pid, signal.SIGCONT))
             resume.start()
             got = _in_a_new_thread(call)

@@ -22,7 +22,7 @@ from typing import Any, List
 import pytest
 
 import fiber
-from fiber.testing.conformance.support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import hold, wait_until
 
 N = 100
 
@@ -129,7 +129,7 @@ def test_items_back_from_a_killed_consumer_make_the_queues_reader_readable():
     p.start()
     first, pid, held = out.get(timeout=60)
     assert first == [0, 1] and held >= 10, held
-    os.kill(pid, signal.SIGSTOP)  # it answers no recall: its items come back at its end
+    hold(pid)  # it answers no recall: its items come back at its end
     try:
         while wait([reader], timeout=0.5):
             reader.recv()

@@ -22,7 +22,7 @@ import fiber
 from fiber.errors import BrokenPoolError, ConfigError, WorkerLostError
 
 from .support import pool_helpers as ph
-from .support.waiting import recorded_jobs, wait_until
+from .support.waiting import hold, recorded_jobs, wait_until
 from .test_pool_chaos import INTERVAL, Chaos
 
 pytestmark = pytest.mark.timeout(300)
@@ -257,7 +257,7 @@ def test_a_closed_pool_stops_the_workers_of_a_job_the_last_task_skips(ctx):
                                         chunksize=1)
             pool.close()
             time.sleep(0.3)  # the two tasks handed out, the third queued
-            os.kill(job.pid, signal.SIGSTOP)
+            hold(job.pid)
             time.sleep(max(0.0, end - time.time()) + 0.3)  # both results wait for it
             os.kill(job.pid, signal.SIGCONT)
             joined = threading.Thread(target=pool.join, daemon=True)

@@ -22,7 +22,7 @@ import time
 import _common
 
 import fiber
-from fiber.testing.conformance.support.waiting import recorded_jobs, wait_until
+from fiber.testing.conformance.support.waiting import hold, recorded_jobs, wait_until
 
 TASK_S = 4.0  # each task: the stop, kill, reset and resume happen within one
 
@@ -48,7 +48,7 @@ def main():
         time.sleep(0.5)  # both run theirs; the job waits for their results
         with open(f"/proc/{job.pid}/task/{job.pid}/children") as f:
             workers = [int(pid) for pid in f.read().split()]
-        os.kill(job.pid, signal.SIGSTOP)
+        hold(job.pid)
         try:
             os.kill(workers[0], signal.SIGKILL)
             out["reset"] = _common.reset_host(hosts, host)

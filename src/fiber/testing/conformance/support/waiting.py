@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable, List, NoReturn
 
@@ -45,6 +46,28 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,
             faulthandler.dump_traceback(all_threads=True)
             pytest.fail(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+def hold(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP ``pid`` (a process of this host) and wait until every thread of it is
+    stopped. ``kill()`` returns before that: the stop starts only once one of its
+    threads runs and takes the signal, and until then, on a loaded machine, another of
+    its threads may go on for milliseconds (a queue's lease answered a recall 3 ms after
+    ``kill()`` returned)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+            states = []
+            for tid in tasks:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rpartition(")")[2].split()[0])
+        except FileNotFoundError:
+            return True  # (it ended: nothing of it runs)
+        return all(state in "TtZX" for state in states)  # (Z, X: it ended)
+
+    wait_until(stopped, timeout, 0.001, f"process {pid} stopped by SIGSTOP")
 
 
 def recorded_jobs(pool: fiber.Pool[Any]) -> List[fiber.Process]:
