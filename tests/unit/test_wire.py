@@ -16,6 +16,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
+from fiber._core._parking import Parking
 from fiber._core._served import Count, Wait, encode_wait
 from fiber._core._shared import Get, Holder, SharedOps, SharedStore
 from fiber.backends.local._forkserver import ForkServer
@@ -310,9 +311,9 @@ def test_every_service_class_is_checked():
     with_ops = {cls for cls in subclasses(Service) if cls.operations
                 and cls.__module__.startswith("fiber.")}
     # the pool's: its service, and its parts that serve jobs of several workers and resets
-    # and that hand tasks out
+    # and that hand tasks out; the base of the sync services (its op: `abandon`)
     assert with_ops == {s for s, _ in PROTOCOLS} | {PoolService, JobsOfSeveral, Reconnections,
-                                                   Dispatching}
+                                                   Dispatching, Parking}
 
 
 class _Recorder(Dispatcher):

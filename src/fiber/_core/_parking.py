@@ -11,10 +11,16 @@ import struct
 import threading
 from typing import Any, List, Optional, Tuple
 
+from ..transport.client import Cancel
+from ..transport.operations import handles
 from ..transport.receipts import TICKET_BYTES
 from ..transport.server import Peer, Server, Service, Timer
 
-__all__ = ["Parking", "Waiter", "Made", "Owner", "Q", "tid"]
+__all__ = ["Parking", "Waiter", "Made", "Owner", "Q", "tid", "ABANDON"]
+
+#: Every parking service's op that drops a wait its caller gave up on (a ``withdraw``:
+#: see `fiber.transport.client.Client.request`); not ``cancel``, a Condition's own op.
+ABANDON = b"abandon"
 
 Q = struct.Struct("<q")
 Owner = Tuple[bytes, bytes]  # (process id, thread id)
@@ -91,6 +97,19 @@ class Parking(Service):
         else:
             self.park(server, peer, req_id, wait)
         return ready
+
+    @handles(ABANDON, Cancel)
+    def abandon(self, server: Server, peer: Peer, req_id: bytes, msg: Cancel) -> None:
+        """A wait its caller gave up on (an exception raised by a signal handler,
+        KeyboardInterrupt) is dropped if it is still parked, as if its connection had
+        closed (`dropped`). Answered in any case: what was granted to it before (a lock,
+        a semaphore's unit) was answered first, on the same connection, and its caller
+        gives it back (its ``on_late``) before it takes this answer, so nothing stays
+        held by a request nobody waits for."""
+        for w in [w for w in self.waiters if w.peer is peer and w.req_id == msg.req_id]:
+            server.receipts.forget(w.req_id)  # (a ticket, asked on TCP)
+            self._drop(server, w)
+        server.reply(peer, req_id, b"ok")
 
     def take(self, w: Waiter) -> Waiter:
         self.waiters.remove(w)

@@ -21,7 +21,7 @@ from multiprocessing.context import BaseContext
 from threading import BrokenBarrierError
 from typing import Callable, List, Optional, Tuple
 
-from .._core._parking import Parking, Waiter
+from .._core._parking import ABANDON, Parking, Waiter
 from .._core._served import Count, Handle, Wait
 from ..transport.operations import handles, reply_of
 from ..transport.serialization import Frame, loads
@@ -33,6 +33,7 @@ __all__ = ["Barrier", "BarrierService", "BarrierOps", "BrokenBarrierError"]
 class BarrierOps:
     """The barrier protocol's operations."""
 
+    ABANDON = ABANDON  # (every parking service's: see fiber._core._parking)
     WAIT = b"wait"
     ACTION_DONE = b"action_done"
     ACTION_FAILED = b"action_failed"

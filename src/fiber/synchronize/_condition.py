@@ -21,7 +21,7 @@ import time
 from multiprocessing.context import BaseContext
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar
 
-from .._core._parking import Parking, Q, Waiter
+from .._core._parking import ABANDON, Parking, Q, Waiter
 from .._core._served import Count, Handle, decode_wait, pack_wait, wait_seconds
 from ..transport.operations import handles, reply_of
 from ..transport.serialization import Frame
@@ -37,6 +37,7 @@ _T = TypeVar("_T")
 class ConditionOps:
     """The condition protocol's operations."""
 
+    ABANDON = ABANDON  # (every parking service's: see fiber._core._parking)
     NOTIFY = b"notify"
     ENQUEUE = b"enqueue"
     SLEEP = b"sleep"

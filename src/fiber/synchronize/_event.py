@@ -12,7 +12,7 @@ from __future__ import annotations
 from multiprocessing.context import BaseContext
 from typing import List, Optional
 
-from .._core._parking import Parking
+from .._core._parking import ABANDON, Parking
 from .._core._served import Handle, Wait
 from ..transport.operations import handles
 from ..transport.serialization import Frame
@@ -24,6 +24,7 @@ __all__ = ["Event", "EventService", "EventOps"]
 class EventOps:
     """The event protocol's operations."""
 
+    ABANDON = ABANDON  # (every parking service's: see fiber._core._parking)
     WAIT = b"wait"
     SET = b"set"
     CLEAR = b"clear"

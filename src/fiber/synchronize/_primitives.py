@@ -11,7 +11,7 @@ import threading
 from multiprocessing.context import BaseContext
 from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from .._core._parking import Made, Owner, Parking, Q
+from .._core._parking import ABANDON, Made, Owner, Parking, Q
 from .._core._parking import tid as _tid
 from .._core._served import Count, Handle, Wait, decode_wait, encode_wait
 from .._process_state import here
@@ -31,6 +31,7 @@ __all__ = ["Lock", "ManagedLock", "RLock", "Semaphore", "BoundedSemaphore",
 class LockOps:
     """The lock protocol's operations; each request starts with the caller's thread id."""
 
+    ABANDON = ABANDON  # (every parking service's: see fiber._core._parking)
     ACQUIRE = b"acquire"
     ACQUIRE_RESTORE = b"acquire_restore"
     RELEASE = b"release"
@@ -42,6 +43,7 @@ class LockOps:
 class SemaphoreOps:
     """The semaphore protocol's operations."""
 
+    ABANDON = ABANDON  # (every parking service's: see fiber._core._parking)
     ACQUIRE = b"acquire"
     RELEASE = b"release"
     VALUE = b"value"
@@ -333,14 +335,18 @@ class Lock(Handle):
         with _forgotten_if_lost(self._name):
             status, _ = self._request(LockOps.ACQUIRE,
                                       Acquire.pack(tid, block, timeout),
-                                      on_late=lambda s, f: self._abandoned(s, tid))
+                                      on_late=lambda s, f: self._abandoned(s, tid),
+                                      withdraw=ABANDON)
         if status != b"ok":
             return False
         _note(self._name, 1)
         return True
 
     def _abandoned(self, status: bytes, tid: bytes) -> None:
-        if status == b"ok":  # granted after the caller gave up (KeyboardInterrupt)
+        """An acquire its caller gave up on (KeyboardInterrupt, a signal handler's
+        exception) is withdrawn (`ABANDON`); one granted before is released again, so
+        that the lock is not held by nobody for ever."""
+        if status == b"ok":
             self._send(LockOps.RELEASE, Caller.pack(tid))
 
     def release(self) -> None:
@@ -369,7 +375,7 @@ class Lock(Handle):
     def _acquire_restore(self, count: int) -> None:
         tid = _tid()
         self._request(LockOps.ACQUIRE_RESTORE, AcquireRestore(tid, count).frames(),
-                      on_late=lambda s, f: self._abandoned(s, tid))
+                      on_late=lambda s, f: self._abandoned(s, tid), withdraw=ABANDON)
         _note(self._name, count)
 
     def __enter__(self) -> bool:
@@ -515,10 +521,11 @@ class Semaphore(Handle):
             fiber.errors.TransportError: the semaphore's creator process is gone or unreachable.
         """
         status, _ = self._request(SemaphoreOps.ACQUIRE, Wait.of(block, timeout).frames(),
-                                  on_late=self._abandoned)
+                                  on_late=self._abandoned, withdraw=ABANDON)
         return status == b"ok"
 
     def _abandoned(self, status: bytes, frames: Sequence[Frame]) -> None:
+        """As `Lock._abandoned`: a unit granted to an abandoned acquire is given back."""
         if status == b"ok":
             self._send(SemaphoreOps.RELEASE)
 
