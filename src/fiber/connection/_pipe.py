@@ -96,6 +96,7 @@ class PipeOps:
     SEND = b"send"
     RECV = b"recv"
     CANCEL = b"cancel"
+    UNRECV = b"unrecv"
     POLL = b"poll"
     HANDOFF = b"handoff"
     ATTACH = b"attach"
@@ -241,6 +242,14 @@ class PipeService(_watch.Watched):
                 self._drop_waiter(end, w)
                 server.receipts.forget(abandoned)  # (a ticket, asked on TCP)
         server.reply(peer, req_id, b"ok")
+
+    @handles(PipeOps.UNRECV, Send)
+    def unrecv(self, server: Server, peer: Peer, req_id: bytes, msg: Send) -> None:
+        """A message handed to a recv its caller gave up on (``msg.end``: the end that
+        read it) goes back to the front of its channel, read before those sent after
+        it (a pipe is FIFO), even if the other end closed since."""
+        self.channels[msg.end].appendleft(msg.message)
+        self._serve(server, msg.end)
 
     @handles(PipeOps.HANDOFF, Handoff)
     def handoff(self, server: Server, peer: Peer, req_id: bytes, msg: Handoff) -> None:
@@ -455,8 +464,8 @@ class Connection(Handle):
         return frames
 
     def _give_back(self, status: bytes, frames: Sequence[Frame]) -> None:
-        if status == b"ok":  # abandoned recv: deliver the message to this end again
-            self._send(PipeOps.SEND, Send.pack(1 - self._end, frames))
+        if status == b"ok":  # abandoned recv: the message goes back to the front
+            self._send(PipeOps.UNRECV, Send.pack(self._end, frames))
 
     def recv(self) -> Any:
         """Receive an object sent with ``send`` (or bytes sent with ``send_bytes``).

@@ -98,3 +98,34 @@ def test_a_recv_abandoned_by_a_signal_handler_loses_no_message(kind, handed_firs
         p.terminate()
         p.join(30)
     assert not b.poll(0.5)
+
+
+def recv_until_alarm_two_sent(conn: Any, other: Any, out: Any, kind: str) -> None:
+    """As `recv_until_alarm`, the handler sending two messages: the first is handed to
+    the waiting recv (given back when it is abandoned), the second is queued behind."""
+    conn.poll()
+    _alarm(kind, lambda: (other.send("m1"), other.send("m2")))
+    try:
+        conn.recv()
+        out.put("got a message")
+    except _RAISED[kind]:
+        out.put("caught")
+    except BaseException as e:  # noqa: BLE001 (reported to the test)
+        out.put(repr(e))
+    time.sleep(120)
+
+
+@pytest.mark.parametrize("kind", ["TimeoutError", "GaveUp"])
+def test_a_message_given_back_is_received_first(kind):
+    a, b = fiber.Pipe()
+    out = fiber.Queue()
+    p = fiber.Process(target=recv_until_alarm_two_sent, args=(b, a, out, kind))
+    p.start()
+    try:
+        assert out.get(timeout=60) == "caught"
+        got = [b.recv() for _ in range(2) if b.poll(10)]
+        assert got == ["m1", "m2"]  # in the order sent, as multiprocessing's Pipe
+        assert not b.poll(0)
+    finally:
+        p.terminate()
+        p.join(30)
