@@ -262,8 +262,10 @@ class MapResult(ApplyResult[List[_T]]):
         self._items_done = 0
         self._failed = False  # a chunk failed: its exception is the map's outcome
         if chunks == 0:
-            self._ok, self._result = True, (True, [])
-            self._complete()
+            # As multiprocessing's MapResult: an empty map is ready at once and its
+            # callback is never called (get() still returns []).
+            self._ok, self._result, self._completed = True, (True, []), True
+            self._event.set()
 
     @property
     def completed(self) -> int:

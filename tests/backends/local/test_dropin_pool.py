@@ -185,3 +185,25 @@ def test_wait_until_workers_up_fails_when_they_never_will_be(ctx):
             pool.wait_until_workers_up(timeout=120)
     finally:
         pool.terminate()
+
+
+@pytest.mark.parametrize("method", ["map_async", "starmap_async"])
+def test_an_empty_map_async_never_calls_its_callback_as_the_stdlibs(ctx, method):
+    """multiprocessing's MapResult of an empty iterable is ready at once and never calls
+    ``callback``; fiber's called it with ``[]``, which code counting callbacks would see."""
+    import multiprocessing
+
+    def outcome(pool):
+        called = []
+        result = getattr(pool, method)(dh.triple, [], callback=called.append,
+                                       error_callback=called.append)
+        assert result.ready()
+        value = result.get(timeout=30)
+        pool.close()
+        pool.join()
+        return value, result.successful(), called
+
+    with multiprocessing.Pool(1) as pool:
+        expected = outcome(pool)
+    with ctx.Pool(1) as pool:
+        assert outcome(pool) == expected == ([], True, [])
