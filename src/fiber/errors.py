@@ -26,6 +26,7 @@ __all__ = [
     "TransportError",
     "AuthenticationError",
     "ProcessError",
+    "ProcessStateError",
     "ResourceLimitError",
     "TimeoutError",
     "LockLostError",
@@ -122,6 +123,16 @@ class AuthenticationError(FiberError, multiprocessing.AuthenticationError):
 
 class ProcessError(FiberError, multiprocessing.ProcessError):
     """A fiber process could not be started or managed."""
+
+
+class ProcessStateError(ProcessError, AssertionError):
+    """A process object used in a state multiprocessing asserts against (started twice,
+    joined before it started, or by a process other than its parent).
+
+    multiprocessing raises a bare ``AssertionError`` there, which programs catch; this is
+    also one, and a `ProcessError` as every process error of fiber's. (It is raised
+    explicitly, so it holds under ``python -O`` too, where the stdlib's asserts vanish.)
+    """
 
 
 class ResourceLimitError(ProcessError):

@@ -12,6 +12,9 @@ from fiber.transport.remote import pack_exception, unpack_exception
 
 def test_public_errors_subclass_multiprocessing_ones():
     assert issubclass(errors.ProcessError, multiprocessing.ProcessError)
+    # where multiprocessing asserts (start twice, join unstarted): code catches AssertionError
+    assert issubclass(errors.ProcessStateError, AssertionError)
+    assert issubclass(errors.ProcessStateError, errors.ProcessError)
     assert issubclass(errors.TimeoutError, multiprocessing.TimeoutError)
     assert issubclass(errors.AuthenticationError, multiprocessing.AuthenticationError)
     assert issubclass(errors.ConfigError, ValueError)

@@ -48,8 +48,8 @@ PUBLIC = {
     "fiber.context": "FiberContext get_context DefaultContext",
     "fiber.errors": (
         "FiberError ConfigError BackendError UnknownBackendError SubmitError TransportError "
-        "AuthenticationError ProcessError ResourceLimitError TimeoutError RemoteError "
-        "RemoteTraceback WorkerLostError BrokenPoolError PoolTerminatedError"
+        "AuthenticationError ProcessError ProcessStateError ResourceLimitError TimeoutError "
+        "RemoteError RemoteTraceback WorkerLostError BrokenPoolError PoolTerminatedError"
     ),
     "fiber.futures": "Executor ProcessPoolExecutor",
     "fiber.managers": (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from ..errors import ProcessError
+from ..errors import ProcessStateError
 from ..transport import auth
 from ._job import Job
 
@@ -46,14 +46,15 @@ class ProcessAttributes:
         joins the others, as multiprocessing does.
 
         Raises:
-            fiber.errors.ProcessError: (assignment) the process has already started.
+            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's):
+                (assignment) the process has already started.
         """
         return bool(self._config.get("daemon", False))
 
     @daemon.setter
     def daemon(self, daemonic: bool) -> None:
         if self._job is not None:
-            raise ProcessError("process has already started")
+            raise ProcessStateError("process has already started")
         self._config["daemon"] = bool(daemonic)
 
     @property

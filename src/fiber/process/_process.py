@@ -42,7 +42,7 @@ from .._log import log, name_process, program_level
 from .._process_state import here
 from ..backends import JobHandle, JobSpec, JobState, JobStatus, Resources
 from ..config import get_config
-from ..errors import ProcessError
+from ..errors import ProcessStateError
 from ..meta import resources_of
 from ..transport.remote import format_user_exception
 from ..transport.serialization import dumps
@@ -101,9 +101,9 @@ class Process(ProcessAttributes):
         if daemon is not None:
             self.daemon = daemon
             """Whether the process is daemonic: terminated when its parent exits, and unable
-            to start children of its own. Set it before ``start`` (a ``ProcessError``
-            after); at exit a parent cancels its daemonic children's jobs and joins the
-            others, as multiprocessing does."""
+            to start children of its own. Set it before ``start`` (a
+            ``ProcessStateError`` after); at exit a parent cancels its daemonic children's
+            jobs and joins the others, as multiprocessing does."""
 
     # -- what runs in the child -----------------------------------------------------------
 
@@ -123,6 +123,10 @@ class Process(ProcessAttributes):
             BackendError: the backend could not create the job.
             ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
                 and the backend's jobs do not share this host.
+            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's): it
+                was started before, by another process than its creator, or in a daemonic
+                process.
+            ValueError: the process object was closed.
             ConfigError: ``log_file`` cannot be written (nothing is submitted).
         """
         start_all([self])
@@ -140,11 +144,11 @@ class Process(ProcessAttributes):
         """Check, pickle and register this process for launch; nothing is submitted."""
         self._check_closed()
         if self._job is not None:
-            raise ProcessError("cannot start a process twice")
+            raise ProcessStateError("cannot start a process twice")
         if self._parent_pid != here.pid:
-            raise ProcessError("can only start a process object created by current process")
+            raise ProcessStateError("can only start a process object created by current process")
         if here.jobs.current_process._config.get("daemon"):  # noqa: SLF001
-            raise ProcessError("daemonic processes are not allowed to have children")
+            raise ProcessStateError("daemonic processes are not allowed to have children")
         cfg = get_config()
         backend = backend_of(type(self))
         _launcher.check_reachable(backend)
@@ -241,14 +245,15 @@ class Process(ProcessAttributes):
         Returns None either way, as multiprocessing's: ``exitcode`` tells which.
 
         Raises:
-            fiber.errors.ProcessError: not started, or not a child of this process.
+            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's): not
+                started, or not a child of this process.
             ValueError: the process object was closed.
         """
         self._check_closed()
         if self._parent_pid != here.pid:
-            raise ProcessError("can only join a child process")
+            raise ProcessStateError("can only join a child process")
         if self._job is None:
-            raise ProcessError("can only join a started process")
+            raise ProcessStateError("can only join a started process")
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._job.wait(timeout):
             here.jobs.children.discard(self)
@@ -265,15 +270,15 @@ class Process(ProcessAttributes):
         A process found ended leaves `fiber.active_children`.
 
         Raises:
-            fiber.errors.ProcessError: called from a process other than the parent (as
-                multiprocessing's ``AssertionError``, with a clearer class).
+            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's):
+                called from a process other than the parent.
             ValueError: the process object was closed.
         """
         self._check_closed()
         if self is here.jobs.current_process:
             return True
         if self._parent_pid != here.pid:
-            raise ProcessError("can only test a child process")
+            raise ProcessStateError("can only test a child process")
         job = self._job
         if job is None:
             return False

@@ -287,3 +287,48 @@ def test_a_child_inherits_the_level_the_program_gave_the_logger(ctx):
     finally:
         logger.setLevel(before[0])
         root.setLevel(before[1])
+
+
+def _misuses(mp, Process):
+    """What each misuse of a process object that multiprocessing checks raises: the
+    exception's type as ``except`` clauses see it (AssertionError? ValueError?) and its
+    message."""
+    def outcome(call):
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - the exception is what is compared
+            return (isinstance(e, AssertionError), isinstance(e, ValueError), str(e))
+        return None
+
+    seen = {}
+    unstarted = Process(target=time.sleep, args=(0,))
+    seen["join unstarted"] = outcome(unstarted.join)
+    seen["join current"] = outcome(mp.current_process().join)
+    running = Process(target=time.sleep, args=(30,))
+    running.start()
+    try:
+        seen["close running"] = outcome(running.close)
+        seen["start running"] = outcome(running.start)
+        seen["daemon running"] = outcome(lambda: setattr(running, "daemon", True))
+    finally:
+        running.kill()
+        running.join(30)
+    seen["start ended"] = outcome(running.start)
+    running.close()
+    seen["start closed"] = outcome(running.start)
+    seen["join closed"] = outcome(running.join)
+    return seen
+
+
+def test_process_misuse_raises_what_multiprocessing_raises(ctx):
+    """multiprocessing asserts on misuse (start twice, join unstarted or not a child, set
+    daemon once started):
+    code catching AssertionError keeps working with fiber, whose exception is also a
+    fiber.ProcessError; a closed or running process raises ValueError in both."""
+    import multiprocessing
+
+    expected = _misuses(multiprocessing, multiprocessing.Process)
+    assert expected["start ended"] == (True, False, "cannot start a process twice")
+    assert _misuses(fiber, ctx.Process) == expected
+    with pytest.raises(fiber.ProcessError):
+        ctx.Process(target=time.sleep, args=(0,)).join()
