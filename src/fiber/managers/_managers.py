@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import queues, synchronize
 from .._core import _served
@@ -80,20 +80,43 @@ class _Root(_served.Handle):
         return self._request(op, frames)
 
 
+#: What ``address=`` takes: a fiber address, or multiprocessing's ``(host, port)``.
+Address = Union[str, Tuple[str, int]]
+
+
+def _listen_address(address: Optional[Address], call: str) -> None:
+    """Check that ``call`` (``start()``, ``get_server()``) may serve at ``address``.
+
+    A manager's server listens where its job runs, on a port fiber chooses: a
+    ``(host, 0)`` tuple asks for any port, which is what it gets; a fixed port cannot be
+    honoured, and rather than serve elsewhere silently this says what to do instead.
+
+    Raises:
+        NotImplementedError: a ``(host, port)`` tuple with a port other than 0.
+    """
+    if isinstance(address, tuple) and (len(address) != 2 or address[1] != 0):
+        raise NotImplementedError(
+            f"{call}: a fiber manager cannot listen at {address!r}: its server listens "
+            "where its job runs, on a port fiber chooses. Pass no address (or port 0), "
+            "then give the started manager's .address (a fiber address, 'tcp://...') to "
+            "BaseManager(address=...).connect() in the program's other processes")
+
+
 class BaseManager:
     """A server process for shared objects, with the API of ``multiprocessing.managers``.
 
     ``address`` is a fiber address (``tcp://host:port...``, the ``address`` of a started
-    manager) for `connect`. Connections authenticate with the program's secret
-    (``FIBER_SECRET``), so ``authkey`` may only repeat it; ``serializer`` must be
-    ``"pickle"``.
+    manager) for `connect`; multiprocessing's ``(host, 0)`` is taken by `start` and
+    `get_server` (any port); a tuple with a fixed port raises ``NotImplementedError``.
+    Connections authenticate with the program's secret (``FIBER_SECRET``), so ``authkey``
+    may only repeat it; ``serializer`` must be ``"pickle"``.
     """
 
     _registry: ClassVar[Dict[str, Entry]] = {}
     _separate_jobs: ClassVar[bool] = False
     _auto_proxy: ClassVar[type] = AutoProxy
 
-    def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None,
+    def __init__(self, address: Optional[Address] = None, authkey: Optional[bytes] = None,
                  serializer: str = "pickle", ctx: Optional[BackendContext] = None, *,
                  shutdown_timeout: float = 1.0) -> None:
         if authkey is not None and bytes(authkey) != auth.program_secret():
@@ -101,7 +124,10 @@ class BaseManager:
                              "(FIBER_SECRET): a manager cannot use another authkey")
         if serializer != "pickle":
             raise ValueError(f"fiber managers use pickle, not {serializer!r}")
-        self._address = address
+        if address is not None and not isinstance(address, (str, tuple)):
+            raise TypeError(f"address must be a fiber address or a (host, port) tuple, "
+                            f"not {type(address).__name__}")
+        self._address: Optional[Address] = address
         self._ctx = ctx
         self._state = INITIAL
         self._process: Any = None
@@ -110,9 +136,10 @@ class BaseManager:
         self._pid = here.pid
 
     @property
-    def address(self) -> Optional[str]:
+    def address(self) -> Optional[Address]:
         """The manager's fiber address (``tcp://host:port...``): None until started,
-        unless given; another ``BaseManager(address).connect()`` of this program uses it."""
+        unless given (then what was given, as multiprocessing's); another
+        ``BaseManager(address).connect()`` of this program uses it."""
         return self._address
 
     def start(self, initializer: Optional[Callable[..., object]] = None,
@@ -126,10 +153,13 @@ class BaseManager:
             fiber.errors.ProcessError: started already, shut down, or the server
                 process did not start.
             TypeError: ``initializer`` is not callable.
+            NotImplementedError: ``address`` is a ``(host, port)`` tuple with a port
+                other than 0 (a fiber manager's server listens on a port fiber chooses).
         """
         if self._state != INITIAL:
             raise ProcessError("Already started server" if self._state == STARTED
                                else "Manager has shut down")
+        _listen_address(self._address, "start()")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         backend = None if self._ctx is None else self._ctx.backend
@@ -144,7 +174,7 @@ class BaseManager:
         deadline = time.monotonic() + get_config().startup_timeout
         while True:
             try:
-                self._address = report.get(timeout=0.2)
+                address: str = report.get(timeout=0.2)
                 break
             except _queue.Empty:
                 if not proc.is_alive() or time.monotonic() > deadline:
@@ -155,8 +185,8 @@ class BaseManager:
         # Ended like a daemon when this process exits (multiprocessing shuts managers
         # down at exit too), though inside it is not one: it may start object jobs.
         mark_daemonic(proc)
-        self._process = proc
-        self._server = _Server(proc, self._address, self._shutdown_timeout)
+        self._process, self._address = proc, address
+        self._server = _Server(proc, address, self._shutdown_timeout)
         # As multiprocessing's: the server stops when this object is collected (the
         # proxies made here hold it) or when the program exits, whichever comes first.
         weakref.finalize(self, _stop_later, self._server).atexit = False  # type: ignore[misc, unused-ignore]
@@ -167,19 +197,32 @@ class BaseManager:
 
         Raises:
             ValueError: no ``address`` was given.
+            NotImplementedError: ``address`` is a ``(host, port)`` tuple: a fiber manager
+                is reached at its fiber address, not at a host and port.
             fiber.errors.TransportError: no manager answers at ``address``.
         """
         if self._address is None:
             raise ValueError("connect() needs the address of a running manager")
+        if not isinstance(self._address, str):
+            raise NotImplementedError(
+                f"connect(): a fiber manager is not reached at {self._address!r}: pass "
+                "the started manager's .address (a fiber address, 'tcp://...'); a "
+                "manager serves the processes of its own program only")
         _Root(self._address).call(ManagerOps.PING)
         self._state = STARTED
 
     def get_server(self) -> _LocalServer:
-        """A server for this manager's types in this process (``serve_forever``)."""
+        """A server for this manager's types in this process (``serve_forever``).
+
+        Raises:
+            NotImplementedError: ``address`` is a ``(host, port)`` tuple with a port other
+                than 0 (the server is this process's, at its fiber address).
+        """
+        _listen_address(self._address, "get_server()")
         return _LocalServer(dict(self._registry), self._ctx)
 
     def _root(self) -> _Root:
-        if self._state != STARTED or self._address is None:
+        if self._state != STARTED or not isinstance(self._address, str):
             raise ProcessError("Manager has not been started" if self._state == INITIAL
                                else "Manager has shut down")
         return _Root(self._address)

@@ -37,3 +37,37 @@ def test_managers_left_to_exit_end_quietly(mode):
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.splitlines() == ["[1, 2, 3]", "[('a', 1)]"]
     assert cp.stderr == ""
+
+
+def _tuple_address_uses(managers, authkey):
+    """multiprocessing's common uses of a ``(host, 0)`` address: the address before
+    start, a started manager's objects, and connect() at the started one's address."""
+    mgr = managers.SyncManager(address=("127.0.0.1", 0), authkey=authkey)
+    before = mgr.address
+    mgr.start()
+    try:
+        other = managers.SyncManager(address=mgr.address, authkey=authkey)
+        other.connect()
+        return before, mgr.dict(a=1).copy(), other.list([2]).__len__()
+    finally:
+        mgr.shutdown()
+
+
+def test_a_tuple_address_with_port_0_works_as_multiprocessings():
+    expected = _tuple_address_uses(multiprocessing.managers, b"x")
+    assert _tuple_address_uses(fiber.managers, None) == expected == \
+        (("127.0.0.1", 0), {"a": 1}, 1)
+
+
+def test_a_tuple_address_fiber_cannot_serve_at_says_what_to_pass():
+    """A fixed port cannot be honoured (the server listens where its job runs, on a port
+    fiber chooses), nor a (host, port) reached by connect(): each says to pass the
+    started manager's .address, instead of serving elsewhere silently or raising
+    AttributeError ('tuple' object has no attribute 'partition')."""
+    fixed = BaseManager(address=("127.0.0.1", 50000))
+    for call in (fixed.start, fixed.get_server, fixed.connect,
+                 BaseManager(address=("127.0.0.1", 0)).connect):
+        with pytest.raises(NotImplementedError, match=r"\.address \(a fiber address"):
+            call()
+    with pytest.raises(TypeError, match="address must be"):
+        BaseManager(address=50000)  # type: ignore[arg-type]
