@@ -56,9 +56,14 @@ def _run_script(body: str, timeout: float = 120) -> subprocess.Popen:
 
 
 def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited, as a parent's ``waitpid`` would see: a zombie whose
+    threads have all ended (its first thread is a zombie as soon as it ends, while the
+    others may still be ending, and the process is not waitable until they have), or
+    reaped."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        proc = psutil.Process(pid)
+        return proc.status() == psutil.STATUS_ZOMBIE and len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (psutil.NoSuchProcess, FileNotFoundError):
         return True
 
 
