@@ -82,7 +82,27 @@ def _current_status(proc: _Proc) -> JobStatus:
         if proc.lost_reason:
             return JobStatus(JobState.LOST, None, proc.lost_reason)
         return _status_of(proc.returncode)
-    return _status_of(proc.poll())
+    code = proc.poll()
+    if code is None and _exited(proc.pid):
+        # Another thread's poll() is reaping it (Popen lets one thread at a time, and the
+        # other's poll() says None): its code is set in a moment. multiprocessing's poll
+        # finds an exited child ended, and close() right after an exit must too.
+        try:
+            code = proc.wait(_forkserver.REPORT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+    return _status_of(code)
+
+
+def _exited(pid: int) -> bool:
+    """Whether this process's child ``pid`` has exited: a zombie not reaped yet, or
+    reaped already (not a child any more)."""
+    if not hasattr(os, "waitid"):
+        return False
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _note_once(message: str) -> None:
