@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from multiprocessing.context import BaseContext
 from threading import BrokenBarrierError
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .._core._parking import ABANDON, Parking, Waiter
 from .._core._served import Count, Handle, Wait
@@ -155,11 +155,6 @@ class BarrierService(Parking):
             self._break(server)
 
 
-def _passed_anyway(status: bytes, frames: Sequence[Frame]) -> None:
-    """The late answer to an abandoned wait: the barrier passed (or broke) before the
-    withdraw came; nothing is held, so nothing is given back."""
-
-
 class Barrier(Handle):
     """``parties`` processes wait until all have arrived; the API of ``multiprocessing.Barrier``.
 
@@ -191,17 +186,12 @@ class Barrier(Handle):
     def wait(self, timeout: Optional[float] = None) -> int:
         """Wait for the other parties; returns this arrival's index in 0..parties-1.
 
-        A wait its caller abandons (KeyboardInterrupt, an exception raised by a signal
-        handler) breaks the barrier, as ``threading.Barrier``'s: withdrawn at the hub, it
-        is not counted as a party that arrived.
-
         Raises:
             threading.BrokenBarrierError: the barrier is or became broken.
         """
         if timeout is None:
             timeout = self._timeout
-        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames(),
-                                       on_late=_passed_anyway, withdraw=BarrierOps.ABANDON)
+        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames())
         if status == b"broken":
             raise BrokenBarrierError
         index = reply_of(Count, frames).n

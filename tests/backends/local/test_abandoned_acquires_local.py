@@ -3,12 +3,10 @@ an exception its SIGALRM handler raises (the alarm idiom): the job sees its own
 exception, and the lock (or the semaphore's unit) that its holder frees afterwards, or
 freed just before (granted to the abandoned request), is not kept by that request for
 ever: the main process takes it at once. The job lives on meanwhile without reading its
-connection again, as in test_abandoned_gets_local. A ``Barrier.wait`` abandoned so breaks
-the barrier, as ``threading.Barrier``'s. Real jobs of the local backend."""
+connection again, as in test_abandoned_gets_local. Real jobs of the local backend."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -67,31 +65,3 @@ def test_an_acquire_abandoned_by_a_signal_handler_keeps_nothing(kind, released_f
         for p in started:
             p.terminate()
             p.join(30)
-
-
-def barrier_wait_until_alarm(barrier: Any, out: Any) -> None:
-    """A party that waits at ``barrier`` until its alarm handler raises TimeoutError."""
-    out.qsize()  # connected to the hub (which serves the barrier too) before the alarm
-    _alarm("TimeoutError", None)
-    try:
-        barrier.wait()
-        out.put("passed")
-    except TimeoutError:
-        out.put("caught")
-    except BaseException as e:  # noqa: BLE001 (reported to the test)
-        out.put(repr(e))
-    time.sleep(120)
-
-
-def test_a_barrier_wait_abandoned_by_a_signal_handler_breaks_the_barrier():
-    """As ``threading.Barrier``'s: the party that gave up is not counted as arrived."""
-    barrier, out = fiber.Barrier(2), fiber.Queue()
-    p = fiber.Process(target=barrier_wait_until_alarm, args=(barrier, out))
-    p.start()
-    try:
-        assert out.get(timeout=60) == "caught"
-        with pytest.raises(threading.BrokenBarrierError):
-            barrier.wait(timeout=10)
-    finally:
-        p.terminate()
-        p.join(30)
