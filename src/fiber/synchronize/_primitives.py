@@ -335,19 +335,21 @@ class Lock(Handle):
         with _forgotten_if_lost(self._name):
             status, _ = self._request(LockOps.ACQUIRE,
                                       Acquire.pack(tid, block, timeout),
-                                      on_late=lambda s, f: self._abandoned(s, tid),
+                                      on_late=lambda s, f: self._abandoned(s, tid, 1),
                                       withdraw=ABANDON)
         if status != b"ok":
             return False
         _note(self._name, 1)
         return True
 
-    def _abandoned(self, status: bytes, tid: bytes) -> None:
+    def _abandoned(self, status: bytes, tid: bytes, count: int) -> None:
         """An acquire its caller gave up on (KeyboardInterrupt, a signal handler's
-        exception) is withdrawn (`ABANDON`); one granted before is released again, so
-        that the lock is not held by nobody for ever."""
+        exception) is withdrawn (`ABANDON`); one granted before is released again, each
+        of its ``count`` levels (a Condition's wait takes an RLock back at the depth it
+        had), so that the lock is not held by nobody for ever."""
         if status == b"ok":
-            self._send(LockOps.RELEASE, Caller.pack(tid))
+            for _ in range(count):
+                self._send(LockOps.RELEASE, Caller.pack(tid))
 
     def release(self) -> None:
         """Release the lock.
@@ -375,7 +377,7 @@ class Lock(Handle):
     def _acquire_restore(self, count: int) -> None:
         tid = _tid()
         self._request(LockOps.ACQUIRE_RESTORE, AcquireRestore(tid, count).frames(),
-                      on_late=lambda s, f: self._abandoned(s, tid), withdraw=ABANDON)
+                      on_late=lambda s, f: self._abandoned(s, tid, count), withdraw=ABANDON)
         _note(self._name, count)
 
     def __enter__(self) -> bool:
