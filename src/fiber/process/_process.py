@@ -123,10 +123,8 @@ class Process(ProcessAttributes):
             BackendError: the backend could not create the job.
             ProcessError: it holds objects of ``multiprocessing`` itself (a pipe, a queue)
                 and the backend's jobs do not share this host.
-            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's): it
-                was started before, by another process than its creator, or in a daemonic
-                process.
-            ValueError: the process object was closed.
+            fiber.errors.ProcessStateError (an AssertionError): started before, by a
+                process other than its creator, or in a daemonic one. ValueError: closed.
             ConfigError: ``log_file`` cannot be written (nothing is submitted).
         """
         start_all([self])
@@ -245,8 +243,7 @@ class Process(ProcessAttributes):
         Returns None either way, as multiprocessing's: ``exitcode`` tells which.
 
         Raises:
-            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's): not
-                started, or not a child of this process.
+            fiber.errors.ProcessStateError (an AssertionError): not started, or not ours.
             ValueError: the process object was closed.
         """
         self._check_closed()
@@ -270,8 +267,7 @@ class Process(ProcessAttributes):
         A process found ended leaves `fiber.active_children`.
 
         Raises:
-            fiber.errors.ProcessStateError (an AssertionError, as multiprocessing's):
-                called from a process other than the parent.
+            fiber.errors.ProcessStateError (an AssertionError): not called by the parent.
             ValueError: the process object was closed.
         """
         self._check_closed()
