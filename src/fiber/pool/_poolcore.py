@@ -63,7 +63,7 @@ from ..process._process import (
 from ..process._starting import backend_of, files_per_job
 from ..transport.remote import pack_local_exception
 from ..transport.serialization import dumps
-from ..transport.server import Serving
+from ..transport.serving import Serving, held_here
 from ..transport.unpicklable import explain, explained
 from . import _draining, _renew
 from ._group import group_main
@@ -576,11 +576,10 @@ class PoolCore:
 
 def terminate_collected(core: PoolCore) -> None:
     """A pool dropped by its user (or left at exit): terminate it. Garbage collection may
-    run this in any thread at any moment, also inside a lock that terminating needs: the
-    hub's, held by a thread that the hub's thread waits to see started (a pool's callback
-    thread), or the runtime's, held while it starts the hub (a pool collected there would
-    wait for that lock for ever). Then it is done on a thread of its own; otherwise
-    here, so that a collected pool has ended when the collection returns.
+    run this in any thread, inside a lock terminating needs: the hub's, held here (its
+    joins wait for threads that wait for it) or by a thread the hub waits to see started,
+    or the runtime's, held while it starts the hub. Then it is done on a thread of its
+    own; otherwise here, so that a collected pool has ended when the collection returns.
 
     A pool still running then is said in a ``ResourceWarning`` (shown with ``-W default``
     or ``-X dev``), in ``multiprocessing.Pool``'s words, so that filters written for it
@@ -589,8 +588,9 @@ def terminate_collected(core: PoolCore) -> None:
         warnings.warn(f"unclosed running multiprocessing pool (a fiber Pool of {core.size} "
                       "workers): terminated as it was collected", ResourceWarning,
                       stacklevel=2)
-    if not _runtime.starting_hub() and core.hub.lock.acquire(blocking=False):
-        core.hub.lock.release()  # free (or ours): terminate here
+    lock = core.hub.lock
+    if not _runtime.starting_hub() and not held_here(lock) and lock.acquire(blocking=False):
+        lock.release()  # free: terminate here
         core.terminate()
         return
     try:

@@ -8,11 +8,11 @@ import select
 import selectors
 import threading
 import time
-from typing import Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 from . import cpus as _cpus
 
-__all__ = ["Serving", "StandIn", "Events"]
+__all__ = ["Serving", "StandIn", "Events", "held_here"]
 
 Events = List[Tuple[selectors.SelectorKey, int]]
 
@@ -107,7 +107,7 @@ class StandIn:
         """Take the connections' selector from the server thread, which sleeps on;
         whether this thread did (for `Serving`, which gives it back)."""
         if (self._outer is None or self._stopping
-                or self.lock._is_owned()  # type: ignore[attr-defined]  # noqa: SLF001 - RLock has no public test
+                or held_here(self.lock)
                 or threading.current_thread() is self._thread
                 or not self._serving.acquire(blocking=False)):
             return False
@@ -178,3 +178,11 @@ class Serving:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def held_here(lock: Any) -> bool:
+    """Whether this thread holds the RLock ``lock`` (whose ``acquire`` succeeds again in
+    the thread that holds it, so it cannot tell). CPython's RLock has no public test of
+    it: its ``_is_owned``, which every version we support has (False without it)."""
+    owned = getattr(lock, "_is_owned", None)  # noqa: SLF001 - RLock has no public test
+    return bool(owned()) if callable(owned) else False

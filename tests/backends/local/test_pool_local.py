@@ -368,3 +368,28 @@ def test_terminate_while_a_job_still_forks_its_workers_returns(tmp_path):
     done.start()
     done.join(30)
     assert not done.is_alive(), "terminate() hung"
+
+
+def test_a_pool_collected_in_a_thread_that_holds_the_hub_lock_is_ended_elsewhere():
+    """Garbage collection may end a dropped pool in a thread that holds the hub's lock
+    (a collection starts at any allocation). Terminating there joined the pool's
+    maintainer, which waited for that lock: the thread hung for ever (CI's 3.9 stage
+    saw every pool's maintainer stuck so). It is ended on a thread of its own now."""
+    import gc
+
+    pools = [fiber.Pool(1)]
+    assert pools[0].map(ph.square, [3]) == [9]
+    hub, ref = core_of(pools[0]).hub, weakref.ref(pools[0])
+    collected = threading.Event()
+
+    def drop_it_holding_the_lock() -> None:
+        with hub.lock:
+            pools.clear()
+            gc.collect()
+        collected.set()
+
+    threading.Thread(target=drop_it_holding_the_lock, daemon=True).start()
+    assert collected.wait(30), "a pool collected under the hub's lock hung its thread"
+    assert ref() is None
+    with fiber.Pool(1) as pool:  # the hub serves on
+        assert pool.map(ph.square, [4]) == [16]
