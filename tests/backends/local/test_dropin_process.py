@@ -22,22 +22,14 @@ import time
 import warnings
 from typing import Tuple
 
-import psutil
 import pytest
 
 import fiber
 from fiber.backends import get_backend
 from fiber.testing.conformance.support import dropin_helpers as dh
-from fiber.testing.conformance.support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import gone, wait_until
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_a_grandchild_outlives_its_terminated_parent_and_sees_it(ctx):
@@ -97,11 +89,11 @@ def test_the_whole_program_ends_with_its_main_process():
         exitcode, grandchild = map(int, proc.stdout.readline().split())
         assert exitcode == -signal.SIGTERM
         time.sleep(1.0)  # longer than a grandchild ended with its parent would have lived
-        assert not _gone(grandchild)
+        assert not gone(grandchild)
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.wait(60) == 0
-        wait_until(lambda: _gone(grandchild), 30, message="the grandchild to end with the program")
+        wait_until(lambda: gone(grandchild), 30, message="the grandchild to end with the program")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -162,7 +154,7 @@ def test_a_child_sees_the_program_end_before_it_ends(tmp_path):
         job_id, child = _job_and_child(proc)
         proc.kill()
         proc.wait(30)
-        wait_until(lambda: _gone(child), 30, message="the child to end with the program")
+        wait_until(lambda: gone(child), 30, message="the child to end with the program")
         assert out.read_text() == "gone alive=False"
         # what it said as it ended could not reach the killed master: its log has it
         assert "is gone (its Unix socket ended); job" in get_backend("local").read_logs(job_id)

@@ -24,7 +24,7 @@ from fiber.backends import JobState, register_backend
 from fiber.backends.local import LocalBackend, _forkserver
 from fiber.backends.local._forkserver import ForkedJob
 from fiber.testing.conformance.support.programs import run_program
-from fiber.testing.conformance.support.waiting import require, unusable
+from fiber.testing.conformance.support.waiting import gone, require, unusable
 
 import support
 
@@ -86,20 +86,13 @@ def _forked(p: fiber.Process) -> bool:
     return isinstance(_backend_proc(p), ForkedJob)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _gone(pid):
+        if gone(pid):
             return True
         time.sleep(0.02)
-    return _gone(pid)
+    return gone(pid)
 
 
 def _template_pid() -> Optional[int]:

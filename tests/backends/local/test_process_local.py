@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 
-import psutil
 import pytest
 
 import fiber
@@ -21,7 +20,7 @@ from fiber.backends import JobSpec, register_backend
 from fiber.backends.local import LocalBackend
 from fiber.errors import ProcessError
 from fiber.testing.conformance.support import helpers
-from fiber.testing.conformance.support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import gone, wait_until
 
 import support
 
@@ -53,18 +52,6 @@ def _run_script(body: str, timeout: float = 120) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)],
                             stdout=subprocess.PIPE, text=True,
                             env=support.subprocess_env())
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has exited, as a parent's ``waitpid`` would see: a zombie whose
-    threads have all ended (its first thread is a zombie as soon as it ends, while the
-    others may still be ending, and the process is not waitable until they have), or
-    reaped."""
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() == psutil.STATUS_ZOMBIE and len(os.listdir(f"/proc/{pid}/task")) <= 1
-    except (psutil.NoSuchProcess, FileNotFoundError):
-        return True
 
 
 class NeverStarts(LocalBackend):
@@ -216,7 +203,7 @@ def test_no_orphans_when_parent_is_sigkilled(backend_name):
     parent.kill()
     parent.wait(30)
     t = time.monotonic()
-    wait_until(lambda: _gone(child) and _gone(grandchild), 30, message="orphans to exit")
+    wait_until(lambda: gone(child) and gone(grandchild), 30, message="orphans to exit")
     assert time.monotonic() - t < 5.0
 
 
@@ -235,7 +222,7 @@ def test_daemon_children_end_with_parent_and_others_are_joined(backend_name):
     t = time.monotonic()
     assert parent.wait(60) == 0
     assert time.monotonic() - t >= 1.0  # the non-daemonic child was joined
-    wait_until(lambda: _gone(d) and _gone(n), 10, message="children to exit")
+    wait_until(lambda: gone(d) and gone(n), 10, message="children to exit")
 
 
 def test_join_keeps_its_timeout_when_a_grandchild_holds_the_output_open():
@@ -373,7 +360,7 @@ def test_close_of_a_child_that_exited_before_its_end_was_seen(monkeypatch, fork_
         p = fiber.get_context("local").Process(target=helpers.noop)
         p.start()
     try:
-        wait_until(lambda: _gone(p.pid), 60, message="the child to exit")
+        wait_until(lambda: gone(p.pid), 60, message="the child to exit")
         p.close()
     finally:
         go_on.set()

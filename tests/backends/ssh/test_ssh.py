@@ -42,7 +42,7 @@ from fiber.backends.ssh._session import (
     ssh_base,
 )
 from fiber.errors import ConfigError, SubmitError
-from fiber.testing.conformance.support.waiting import unusable, wait_until
+from fiber.testing.conformance.support.waiting import gone, unusable, wait_until
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 if SCRIPTS not in sys.path:
@@ -233,13 +233,6 @@ def keeper() -> Iterator[Any]:
         k.close()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_the_keeper_hands_the_values_in_a_pipe_not_the_environment(keeper):
     k = keeper([sys.executable, "-c", _STUB_PROBE], {"FIBER_SECRET": "cafe" * 16})
     secret, in_startup, pid, child = k.line().split()
@@ -250,7 +243,7 @@ def test_the_keeper_hands_the_values_in_a_pipe_not_the_environment(keeper):
         assert b"cafe" * 16 not in f.read()
     k.send(b"TERM\n")
     assert k.wait() == 128 + signal.SIGTERM  # the job died of SIGTERM
-    wait_until(lambda: _gone(int(child)), 10, message="the job's own child to end with it")
+    wait_until(lambda: gone(int(child)), 10, message="the job's own child to end with it")
 
 
 def test_the_keeper_passes_kill_and_exit_codes_on(keeper):
@@ -273,11 +266,11 @@ def test_the_keeper_outlives_the_end_of_its_stdin_but_not_its_session(keeper):
     _, _, pid, child = k.line().split()
     k.proc.stdin.close()  # type: ignore[union-attr]
     time.sleep(0.5)
-    assert k.proc.poll() is None and not _gone(int(pid))
+    assert k.proc.poll() is None and not gone(int(pid))
     k.proc.stdout.close()  # type: ignore[union-attr]
     k.proc.stderr.close()  # type: ignore[union-attr]
     assert k.proc.wait(30) == 128 + signal.SIGKILL
-    wait_until(lambda: _gone(int(pid)) and _gone(int(child)), 10,
+    wait_until(lambda: gone(int(pid)) and gone(int(child)), 10,
                message="the job and its child to end with the session")
 
 
@@ -617,7 +610,7 @@ def test_no_job_is_left_on_any_host_after_the_masters_sigkill(hosts):
         t = time.monotonic()
         wait_until(lambda: not any(_fiber_processes(node) for node in NODES), 30, 0.2,
                    "every host without fiber's processes")
-        wait_until(lambda: all(_gone(pid) for pid in r["clients"]), 30, 0.2,
+        wait_until(lambda: all(gone(pid) for pid in r["clients"]), 30, 0.2,
                    "the master's ssh clients gone")
         print(f"every job and ssh client gone {time.monotonic() - t:.1f} s after the "
               "master's SIGKILL")

@@ -9,7 +9,6 @@ import multiprocessing
 import threading
 import time
 
-import psutil
 import pytest
 
 import fiber
@@ -36,13 +35,6 @@ def connected(pool) -> int:
 
 def worker_pids(pool):
     return [process.pid for process in recorded_jobs(pool)]
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def take(it, n: int, timeout: float = 60):

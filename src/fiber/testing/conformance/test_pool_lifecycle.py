@@ -19,8 +19,8 @@ import pytest
 from fiber.errors import PoolTerminatedError, RemoteTraceback
 
 from .support import pool_helpers as ph
-from .support.waiting import wait_until
-from .test_pool import connected, drain, gone, live, worker_pids
+from .support.waiting import gone, wait_until
+from .test_pool import connected, drain, live, worker_pids
 
 # map(), apply(), starmap() and join() have no timeout of their own: bound every test
 pytestmark = pytest.mark.timeout(120)

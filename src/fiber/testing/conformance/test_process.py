@@ -18,7 +18,7 @@ from fiber.backends import get_backend
 from fiber.errors import ProcessError
 
 from .support import helpers
-from .support.waiting import wait_until
+from .support.waiting import gone, wait_until
 
 
 def test_start_join_exitcode_zero(ctx):
@@ -243,13 +243,6 @@ def test_active_children(ctx):
     assert p not in fiber.active_children()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_parent_sentinel_is_not_ready_while_the_parent_lives(ctx):
     q = ctx.Queue()
     p = ctx.Process(target=helpers.report_parent_sentinel, args=(q,))
@@ -274,4 +267,4 @@ def test_parent_sentinel_is_ready_once_the_parent_is_killed(ctx):
     assert child.exitcode == -signal.SIGKILL
     assert q.get(timeout=30) == ("gone", True, False)
     if get_backend(ctx.get_start_method()).jobs_share_host:  # its pid is of this machine
-        wait_until(lambda: _gone(pid), 30, message="the grandchild to end")
+        wait_until(lambda: gone(pid), 30, message="the grandchild to end")

@@ -70,6 +70,28 @@ def hold(pid: int, timeout: float = 30.0) -> None:
     wait_until(stopped, timeout, 0.001, f"process {pid} stopped by SIGSTOP")
 
 
+def gone(pid: int) -> bool:
+    """Whether the process ``pid`` of this host has ended, as its parent's ``waitpid``
+    would see it: reaped, or a zombie whose threads have all ended.
+
+    A zombie first thread is not enough: a process's first thread turns zombie as soon
+    as it ends, while its other threads may still be ending, and ``waitpid`` sees the
+    process only once they all have (a test that took the first for the second saw
+    close() rightly say "still running"). So a zombie counts only once
+    ``/proc/PID/task`` holds its first thread alone. (``os.kill(pid, 0)`` answers
+    another question: whether the pid is still taken, as a zombie's is until its parent,
+    or init for an orphan, reaps it.)
+
+    Only for a pid of this machine (its /proc): not a job's on another host, nor one in
+    a container with a PID namespace of its own."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]  # (the name may hold spaces)
+        return state in ("Z", "X") and len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (FileNotFoundError, ProcessLookupError):  # reaped (meanwhile)
+        return True
+
+
 def recorded_jobs(pool: fiber.Pool[Any]) -> List[fiber.Process]:
     """The pool's job processes, once every live worker's job is recorded (the pool
     records a job once it has started: a quick worker may have connected, even ended a
