@@ -11,17 +11,9 @@ import signal
 import sys
 import time
 
-from fiber.testing.conformance.support.waiting import wait_until
+from fiber.testing.conformance.support.waiting import gone, wait_until
 
 from support.cli_helpers import MAIN, fiber_cli, fiber_popen, started_job, tagged
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_run_follows_a_program_with_a_pool_and_ends_with_its_exit_code():
@@ -58,7 +50,7 @@ def test_ctrl_c_stops_the_program_and_its_workers():
         proc.wait(60)
         assert proc.returncode == 128 + signal.SIGTERM  # the program got SIGTERM
         assert "stopping" in proc.stderr.read()
-        wait_until(lambda: all(_gone(p) for p in pids), 30,
+        wait_until(lambda: all(gone(p) for p in pids), 30,
                    message="the program and its workers end")
     finally:
         proc.kill()
