@@ -255,8 +255,13 @@ def _rebuild_remote_error(cls: Type[BaseException], args: Tuple[object, ...],
     return err
 
 
-class WorkerLostError(ProcessError):
-    """A task killed its worker more times than allowed; names each attempt's exit."""
+class WorkerLostError(ProcessError, BrokenProcessPool):
+    """A task killed its worker more times than allowed; names each attempt's exit.
+
+    Also a ``concurrent.futures.process.BrokenProcessPool``, what a
+    ``ProcessPoolExecutor``'s future raises when its worker dies: ``except
+    BrokenProcessPool`` catches it after a move to ``fiber.futures.Executor``. Unlike the
+    stdlib's, the pool is not broken by it: other tasks go on, and it takes new ones."""
 
 
 class BrokenPoolError(ProcessError, BrokenProcessPool):

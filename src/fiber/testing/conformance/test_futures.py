@@ -6,10 +6,12 @@ import concurrent.futures as cf
 import multiprocessing
 import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-from fiber.errors import RemoteTraceback
+import fiber
+from fiber.errors import RemoteTraceback, WorkerLostError
 from fiber.futures import Executor
 
 from .support import helpers, pool_helpers
@@ -47,6 +49,22 @@ def test_future_fails_with_remote_traceback(ctx):
         assert isinstance(err.value.__cause__, RemoteTraceback)
         assert "raise_value_error" in str(err.value.__cause__)
         assert isinstance(f.exception(1), ValueError)
+
+
+def test_a_task_that_kills_its_worker_fails_with_what_the_stdlibs_raises(ctx):
+    """As a ``ProcessPoolExecutor``'s future whose worker died: a ``BrokenProcessPool``
+    (fiber's is a `WorkerLostError`, once ``pool_max_task_retries`` more tries died
+    too). Unlike the stdlib's, the executor is not broken: it takes new work."""
+    with _stdlib_executor(1) as ref:
+        with pytest.raises(BrokenProcessPool):
+            ref.submit(helpers.hard_exit, 3).result(60)
+    with fiber.config.override(pool_max_task_retries=0), \
+            Executor(1, mp_context=ctx) as ex:
+        with pytest.raises(BrokenProcessPool) as info:
+            ex.submit(helpers.hard_exit, 3).result(60)
+        assert isinstance(info.value, WorkerLostError), repr(info.value)
+        assert "exit code 3" in str(info.value), str(info.value)
+        assert ex.submit(square, 7).result(60) == 49
 
 
 def test_as_completed_and_wait(ctx):
