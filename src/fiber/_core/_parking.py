@@ -13,7 +13,7 @@ from typing import Any, List, Optional, Tuple
 
 from ..transport.client import Cancel
 from ..transport.operations import handles
-from ..transport.receipts import TICKET_BYTES
+from ..transport.receipts import TICKET_BYTES, names_wait
 from ..transport.server import Peer, Server, Service, Timer
 
 __all__ = ["Parking", "Waiter", "Made", "Owner", "Q", "tid", "ABANDON"]
@@ -105,8 +105,9 @@ class Parking(Service):
         closed (`dropped`). Answered in any case: what was granted to it before (a lock,
         a semaphore's unit) was answered first, on the same connection, and its caller
         gives it back (its ``on_late``) before it takes this answer, so nothing stays
-        held by a request nobody waits for."""
-        for w in [w for w in self.waiters if w.peer is peer and w.req_id == msg.req_id]:
+        held by a request nobody waits for. A wait asked again on a new connection after
+        a reset is found from there too (`names_wait`), where its answer goes."""
+        for w in [w for w in self.waiters if names_wait(w.peer, w.req_id, peer, msg.req_id)]:
             server.receipts.forget(w.req_id)  # (a ticket, asked on TCP)
             self._drop(server, w)
         server.reply(peer, req_id, b"ok")

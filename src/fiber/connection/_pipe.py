@@ -34,6 +34,7 @@ from .._core._served import (
 from .._process_state import here
 from ..transport.client import Cancel, ConnectionLost, process_id
 from ..transport.operations import handles
+from ..transport.receipts import names_wait
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server, Timer
 from ..transport.unpicklable import dumps_explained
@@ -235,10 +236,11 @@ class PipeService(_watch.Watched):
         `fiber.transport.client.Client.request`'s ``withdraw``) is dropped if it still
         waits. Answered in any case: a message handed to it before was sent first, on
         the same connection, and its caller sends it again before it takes this
-        answer."""
+        answer. A recv asked again on a new connection after a reset is found from there
+        too (`names_wait`), where its answer goes."""
         abandoned = msg.req_id
         for end in (0, 1):
-            for w in [w for w in self.waiters[end] if w[0] is peer and w[1] == abandoned]:
+            for w in [w for w in self.waiters[end] if names_wait(w[0], w[1], peer, abandoned)]:
                 self._drop_waiter(end, w)
                 server.receipts.forget(abandoned)  # (a ticket, asked on TCP)
         server.reply(peer, req_id, b"ok")

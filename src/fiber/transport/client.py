@@ -123,8 +123,9 @@ def renew_process_id() -> None:
 
 class Cancel(NamedTuple):
     """A service's cancel op (a ``withdraw``, see `Client.request`): the id of the
-    request on the same connection that its caller gave up on, dropped if it still
-    waits (a pipe set's ``any`` wait, a queue's get, a pipe's recv)."""
+    request that its caller gave up on, dropped if it still waits (a pipe set's ``any``
+    wait, a queue's get, a pipe's recv): asked on the same connection, or, with its
+    ticket, asked first on one that a reset ended (`fiber.transport.receipts.names_wait`)."""
 
     req_id: bytes
 

@@ -13,7 +13,8 @@ from .._process_state import here
 from .peers import Peer
 from .serialization import Frame
 
-__all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S"]
+__all__ = ["TICKET_BYTES", "ticket", "make_ticket", "Receipts", "SKIP", "REANCHOR_WAIT_S",
+           "names_wait"]
 
 _TICKET = struct.Struct("<8sQ")
 TICKET_BYTES = _TICKET.size
@@ -48,6 +49,20 @@ def make_ticket(key: bytes, count: int) -> bytes:
     """The ``count``-th ticket of the caller ``key`` (8 bytes: a caller that makes one
     call at a time; see `ticket`)."""
     return _TICKET.pack(key, count)
+
+
+def names_wait(waiting: Peer, asked: bytes, peer: Peer, named: bytes) -> bool:
+    """Whether a withdraw of request ``named`` (`fiber.transport.client.Cancel`) that
+    came from ``peer`` names the request ``asked`` that waits at a service for
+    ``waiting``: the same request on the same connection; or, for a ticket, from the
+    same process on any connection. A wait whose connection was reset stays with that
+    connection's peer while its caller asks again on a new one (`Receipts.again` sends
+    the answer there), and the caller's withdraw comes on the new one too; a request
+    id without a ticket is a count of one connection's requests only."""
+    if asked != named:
+        return False
+    return waiting is peer or (len(asked) == TICKET_BYTES
+                               and waiting.process_id == peer.process_id)
 
 
 Answer = Tuple[bytes, Sequence[Frame]]
