@@ -1,5 +1,6 @@
-"""A blocking ``acquire`` of a ``Lock``, ``RLock`` or ``Semaphore`` in a job, abandoned by
-an exception its SIGALRM handler raises (the alarm idiom): the job sees its own
+"""A blocking ``acquire`` of a ``Lock``, ``RLock``, ``Semaphore``, ``BoundedSemaphore``
+or a manager's ``Lock`` in a job, abandoned by an exception its SIGALRM handler raises
+(the alarm idiom): the job sees its own
 exception, and the lock (or the semaphore's unit) that its holder frees afterwards, or
 freed just before (granted to the abandoned request), is not kept by that request for
 ever: the main process takes it at once. The job lives on meanwhile without reading its
@@ -20,7 +21,8 @@ from test_abandoned_gets_local import _alarm
 import fiber
 from fiber.testing.conformance.support.waiting import wait_until
 
-_MAKE = {"Lock": fiber.Lock, "RLock": fiber.RLock, "Semaphore": lambda: fiber.Semaphore(0)}
+_MAKE = {"Lock": fiber.Lock, "RLock": fiber.RLock, "Semaphore": lambda: fiber.Semaphore(0),
+         "BoundedSemaphore": lambda: fiber.BoundedSemaphore(1)}
 
 
 def release_when_told(prim: Any, out: Any, go: Any, hold: bool) -> None:
@@ -70,6 +72,31 @@ def test_an_acquire_abandoned_by_a_signal_handler_keeps_nothing(kind, released_f
         for p in started:
             p.terminate()
             p.join(30)
+
+
+@pytest.mark.parametrize("released_first", [False, True],
+                         ids=["release-after", "release-in-handler"])
+def test_a_managed_locks_acquire_abandoned_by_a_signal_handler_keeps_nothing(released_first):
+    """The same with a ``SyncManager``'s ``Lock`` (its proxy's calls)."""
+    with fiber.Manager() as manager:
+        prim, out, go = manager.Lock(), fiber.Queue(), fiber.Queue()
+        holder = fiber.Process(target=release_when_told, args=(prim, out, go, True))
+        waiter = fiber.Process(target=acquire_until_alarm, args=(prim, out, go, released_first))
+        started = [holder]
+        holder.start()
+        try:
+            assert out.get(timeout=60) == "held"
+            started.append(waiter)
+            waiter.start()
+            assert out.get(timeout=60) == "caught"
+            if not released_first:
+                go.put("release")
+            assert prim.acquire(timeout=10)  # not held by the abandoned acquire
+            prim.release()
+        finally:
+            for p in started:
+                p.terminate()
+                p.join(30)
 
 
 def wait_until_signalled(cond: Any, out: Any, go: Any) -> None:
