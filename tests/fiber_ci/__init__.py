@@ -11,6 +11,8 @@
 - `fiber_ci.cpython_suite`: CPython's own multiprocessing tests run on fiber.
 - `fiber_ci.pool_service`: the pool's master-side service driven through its handlers
   with no hub, for the unit tests of the pool's protocol.
+- `fiber_ci.failure_log`: a pytest plugin of scripts/test that writes each failed test's
+  message down as it fails (a run stopped at its time limit writes no report).
 
 Importable from the checkout's ``tests/`` (pytest's ``pythonpath``, and so a job's, whose
 ``sys.path`` is its master's); the processes these modules start themselves are given it
