@@ -344,3 +344,24 @@ def test_a_job_whose_last_workers_die_while_its_connection_is_down_tells_their_e
     assert {t.task_id: [ws.worker_id for ws in t.attempts] for t in job.tasks} == {
         tid: [wid] for tid, wid in holds.items()}
     assert not any(t.suspect for t in job.tasks) and job.service.retried == 2
+
+
+def test_a_task_the_job_hands_a_worker_dead_but_not_reaped_yet_goes_to_another_uncharged(
+        job: _Job) -> None:
+    """An idle worker is SIGKILLed; before the job has seen its end (its pair's EOF, its
+    SIGCHLD), the master hands the job a task, which the job gives its least loaded
+    worker: the dead one. The send fails (its end of the pair is closed): the task goes
+    to the other worker, and the dead one's end names none. It used to name the task,
+    which the master charged to that end: a task that never ran failed
+    (`pool_max_task_retries=0`) or became a suspect."""
+    dead, other = (ws.worker_id for ws in job.states)
+    os.kill(job.pid(dead), signal.SIGKILL)
+    job.wait_exit(dead)
+    assert job.submit(b"ok") == {1: other}
+    assert job.group.links[dead].open  # (its end not seen yet)
+    job.group._reap()
+    assert dead not in job.group.links
+    job.read(other)
+    job.group._relay()
+    assert job.sink.got == [0] and job.service.outstanding == 0
+    assert job.service.retried == 0 and not job.tasks[0].attempts

@@ -6,7 +6,7 @@ lost and when its connection is reset. The group's side: ``fiber.pool._jobqueue`
 from __future__ import annotations
 
 import logging
-from typing import Any, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 import pytest
 
@@ -148,7 +148,7 @@ def test_the_jobs_queue_hands_each_worker_up_to_its_depth_and_suspects_alone() -
         [(i, 1, [b"f"] if i == 1 else None, [b"x"]) for i in range(1, 11)])])
     queue.received([PoolOps.ALONE, *pack_tasks([(11, 1, None, [b"x"])])])
     held = {1: {}, 2: {}}  # type: ignore[var-type]
-    given = dict(queue.spread(held))  # type: ignore[arg-type]
+    given = {wid: frames for wid, frames, _ in queue.spread(held)}  # type: ignore[arg-type]
     assert sorted(len(h) for h in held.values()) == [4, 4] and len(queue.queue) == 3
     first = unpack_tasks(given[1][1:])
     assert first[0][2] == [b"f"] and all(t[2] is None for t in first[1:])
@@ -160,6 +160,25 @@ def test_the_jobs_queue_hands_each_worker_up_to_its_depth_and_suspects_alone() -
     assert 11 in held[2] and len(held[2]) == 1 and queue.alone == {11}
     queue.spread(held)  # type: ignore[arg-type]
     assert len(held[2]) == 1  # nothing beside it
+
+
+def test_tasks_a_dead_worker_was_handed_go_back_to_the_head_of_its_jobs_queue() -> None:
+    """`JobQueue.take_back`: what `spread` handed a worker whose send failed (it died,
+    not reaped yet) is queued again first, in order, out of its held tasks; a suspect
+    among them runs alone again on the next worker holding nothing."""
+    queue = JobQueue()
+    queue.received([PoolOps.CREDIT, b"2"])
+    queue.received([PoolOps.ALONE, *pack_tasks([(1, 1, [b"f"], [b"x"])])])
+    queue.received([PoolOps.TASKS, *pack_tasks([(i, 1, None, [b"x"]) for i in (2, 3, 4)])])
+    held: Dict[int, Dict[int, None]] = {7: {}, 8: {}}
+    given = {wid: tasks for wid, _, tasks in queue.spread(held)}
+    assert held == {7: {1: None}, 8: {2: None, 3: None}} and queue.alone == {1}
+    queue.take_back(7, given[7], held[7])  # 7 had died: the send failed
+    assert held[7] == {} and queue.alone == set() and queue.ids() == [1, 4]
+    del held[7]  # (reaped)
+    held[8].clear()  # its two answered
+    queue.spread(held)
+    assert held[8] == {1: None} and queue.alone == {1} and queue.ids() == [4]
 
 
 def test_a_worker_whose_end_its_job_tells_after_a_reset_is_retried_once(said) -> None:

@@ -270,26 +270,37 @@ class _Group:
             self._spread()
 
     def _spread(self) -> None:
-        """Hand the tasks of the job's queue to its workers that may take them."""
-        if self.jobq.queue:
+        """Hand the tasks of the job's queue to its workers that may take them. A worker
+        that died and is not reaped yet (its end of the pair closed: the send fails) is
+        handed none: what it was given goes back to the queue, for the others, and is
+        not named with its end (the master would charge it to that end: it never ran)."""
+        while self.jobq.queue:
             takers = {worker_id: self.held[worker_id]
                       for worker_id, link in self.links.items()
                       if link.open and not link.stopping}
-            for worker_id, frames in self.jobq.spread(takers):
-                self._send_to(worker_id, frames)
+            dead = False
+            for worker_id, frames, given in self.jobq.spread(takers):
+                if not self._send_to(worker_id, frames):
+                    self.links[worker_id].stopping = True  # (it takes none of the job's)
+                    self.jobq.take_back(worker_id, given, self.held[worker_id])
+                    dead = True
+            if not dead:
+                return
 
-    def _send_to(self, worker_id: int, frames: Sequence[Frame]) -> None:
-        """Send worker ``worker_id`` ``[op, *payload]`` (the rest when it reads)."""
+    def _send_to(self, worker_id: int, frames: Sequence[Frame]) -> bool:
+        """Send worker ``worker_id`` ``[op, *payload]`` (the rest when it reads). False:
+        it has ended (its end is reaped, or will be), and the message is not sent."""
         link = self.links.get(worker_id)
         if link is None or not link.open:
-            return  # it has ended: its end is reaped
+            return False
         waiting = bool(link.outbox.items)
         try:
             done = link.outbox.write(link.sock, [b"", *frames])
         except OSError:
-            return  # it has ended: its end is reaped
+            return False
         if not done and not waiting:  # the rest when the worker reads
             self.selector.modify(link.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, link)
+        return True
 
     def _to_worker(self, link: _Link) -> None:
         """Write on what waits for worker ``link``, now that it reads."""

@@ -76,10 +76,10 @@ class JobQueue:
             self.alone.difference_update(task_ids)
 
     def spread(self, takers: Dict[int, Dict[int, None]]
-               ) -> List[Tuple[int, List[Frame]]]:
+               ) -> List[Tuple[int, List[Frame], List[_Queued]]]:
         """Hand what is queued to ``takers`` (worker id -> the tasks it holds, updated):
         each task to the least loaded, up to `depth` a worker. Returns each worker's
-        ``[tasks, *payload]``."""
+        ``[tasks, *payload]``, with what it was handed (for `take_back`)."""
         queue = self.queue
         if not queue or not takers:
             return []
@@ -101,8 +101,18 @@ class JobQueue:
             given.setdefault(wid, []).append(task)
             if task[4]:
                 del free[wid]
-        return [(wid, [PoolOps.TASKS, *pack_tasks(self._wire(wid, tasks))])
+        return [(wid, [PoolOps.TASKS, *pack_tasks(self._wire(wid, tasks))], tasks)
                 for wid, tasks in given.items()]
+
+    def take_back(self, worker_id: int, tasks: List[_Queued], held: Dict[int, None]) -> None:
+        """``tasks``, which `spread` handed worker ``worker_id``, never reached it (it
+        has died, not reaped yet): back at the queue's head, in order, and out of
+        ``held``, its tasks."""
+        for task in reversed(tasks):
+            self.queue.appendleft(task)
+            held.pop(task[0], None)
+            self.alone.discard(task[0])
+        self._known.pop(worker_id, None)  # (it kept none of their functions)
 
     def _wire(self, worker_id: int, tasks: List[_Queued]) -> List[WireTask]:
         """``tasks`` for worker ``worker_id``: a function's frames with its first."""

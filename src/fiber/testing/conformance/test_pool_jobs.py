@@ -22,7 +22,7 @@ import fiber
 from fiber.errors import BrokenPoolError, ConfigError, WorkerLostError
 
 from .support import pool_helpers as ph
-from .support.waiting import hold, recorded_jobs, wait_until
+from .support.waiting import gone, hold, recorded_jobs, wait_until
 from .test_pool_chaos import INTERVAL, Chaos
 
 pytestmark = pytest.mark.timeout(300)
@@ -310,4 +310,29 @@ def test_a_worker_killed_while_its_job_queues_tasks_it_never_handed_out(ctx):
         assert result.get(timeout=240) == [x * 3 + 1 for x in range(n)]
         assert killed >= 1
         assert job.is_alive()  # replaced in the job, not a new one
+        assert pool.map(ph.square, range(20)) == [x * x for x in range(20)]
+
+
+@pytest.mark.local_pids
+def test_a_task_handed_to_a_worker_dead_but_not_reaped_yet_runs_uncharged(ctx):
+    """One worker of a job is SIGKILLed; while the master holds the job's answer (the
+    hub's lock held here), the other worker is SIGKILLed too, idle, and a task comes:
+    the job reads it before it sees that worker's end, and gives it the task (it holds
+    none). The task never reached it: it runs on the worker forked in the first one's
+    place, charged to no one. It used to be named with the dead worker's end: with
+    ``pool_max_task_retries=0``, a task that never ran failed with WorkerLostError."""
+    with fiber.config.override(pool_max_task_retries=0), \
+            ctx.Pool(2, workers_per_job=PER_JOB, cpu=CPU) as pool:
+        pool.wait_until_workers_up(timeout=120)
+        (job,) = recorded_jobs(pool)
+        first, second = _workers_of(job.pid)
+        with pool._core.hub.lock:  # the job's worker_ended waits for its answer
+            os.kill(first, signal.SIGKILL)
+            wait_until(lambda: not os.path.exists(f"/proc/{first}"), 30,
+                       message="the job reaped its first worker")
+            os.kill(second, signal.SIGKILL)
+            wait_until(lambda: gone(second), 30, message="the second worker ended")
+            result = pool.apply_async(ph.square, (7,))  # sent before the answer
+        assert result.get(timeout=60) == 49
+        assert pool.status().retried == 0
         assert pool.map(ph.square, range(20)) == [x * x for x in range(20)]
