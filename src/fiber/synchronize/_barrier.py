@@ -6,12 +6,15 @@
                                              arrival < parties: parked (t passes: broken)
     last party ◀── action ────────────────── (if an action: the last arrival runs it)
               ── [action_done | failed] ───▶ everyone answered with its index | broken
+    (gave up) [abandon, wait's id] ────────▶ its party withdrawn (count - 1), if not passed
     abort() / reset() / a party vanishes ──▶ broken: BrokenBarrierError in every waiter
 
 As ``threading.Barrier`` (which ``multiprocessing.Barrier`` is): ``wait`` returns the
 arrival index in 0..parties-1; a wait that times out, an abort, a failing action break the
-barrier until ``reset``. Here a waiting process that vanishes (its connection closes)
-breaks it too, rather than leaving the others waiting forever.
+barrier until ``reset``; a wait its caller abandons (an exception raised by a signal
+handler) withdraws its party, as threading's ``count -= 1`` in a ``finally``. Here a
+waiting process that vanishes (its connection closes) breaks it, rather than leaving the
+others waiting forever.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from typing import Callable, List, Optional, Tuple
 
 from .._core._parking import ABANDON, Parking, Waiter
 from .._core._served import Count, Handle, Wait
+from ..transport.client import Cancel
 from ..transport.operations import handles, reply_of
+from ..transport.receipts import names_wait
 from ..transport.serialization import Frame, loads
 from ..transport.server import Peer, Server
 
@@ -54,6 +59,7 @@ class BarrierService(Parking):
         self.count = 0
         self.broken = False
         self.runner: Optional[Peer] = None  # the peer running the action
+        self.runner_req = b""  # the wait it was answered ``action`` to
         self.later: List[Tuple[Peer, bytes, Wait]] = []  # arrivals during the action
 
     @handles(BarrierOps.WAIT, Wait)
@@ -70,7 +76,7 @@ class BarrierService(Parking):
             if self.count < self.parties:
                 self.park(server, peer, req_id, msg.seconds, index)
             elif self.has_action:
-                self.runner = peer
+                self.runner, self.runner_req = peer, req_id
                 server.reply(peer, req_id, b"action", Count(index).frames())
             else:
                 self._pass(server)
@@ -94,9 +100,36 @@ class BarrierService(Parking):
         else:
             self._break(server)
             server.reply(peer, req_id, b"broken")
+        self._arrive_later(server)
+
+    def _arrive_later(self, server: Server) -> None:
+        """The arrivals that came while the action ran arrive now."""
         later, self.later = self.later, []
         for args in later:
             self.wait(server, args[0], args[1], args[2])
+
+    @handles(ABANDON, Cancel)
+    def abandon(self, server: Server, peer: Peer, req_id: bytes, msg: Cancel) -> None:
+        """A wait its caller gave up on (an exception raised by a signal handler,
+        KeyboardInterrupt) withdraws its party, as ``threading.Barrier.wait``'s
+        ``count -= 1`` in a ``finally``: the barrier is not broken, and the others wait
+        for one more arrival. So does the last arrival, if it gave up before it took its
+        ``action`` answer (it runs no action); a wait answered before (the barrier passed
+        or broke) withdraws nothing. Answered in any case. A wait asked again on a new
+        connection after a reset is found from there too (`names_wait`)."""
+        gave_up = msg.req_id
+        for w in [w for w in self.waiters if names_wait(w.peer, w.req_id, peer, gave_up)]:
+            server.receipts.forget(gave_up)
+            self.take(w)
+            self.count -= 1
+        for entry in [x for x in self.later if names_wait(x[0], x[1], peer, gave_up)]:
+            self._drop_later(entry)  # not counted yet
+            server.receipts.forget(gave_up)
+        if self.runner is not None and names_wait(self.runner, self.runner_req, peer, gave_up):
+            self.count = max(0, self.count - 1)  # (0 if broken or reset meanwhile)
+            self.runner = None
+            self._arrive_later(server)
+        server.reply(peer, req_id, b"ok")
 
     @handles(BarrierOps.ABORT)
     def abort(self, server: Server, peer: Peer, req_id: bytes, payload: List[Frame]) -> None:
@@ -155,6 +188,12 @@ class BarrierService(Parking):
             self._break(server)
 
 
+def _withdrawn(status: bytes, frames: List[Frame]) -> None:
+    """The late answer to an abandoned wait: the barrier passed (this party was released)
+    or broke before the withdraw came, and nothing is held; an ``action`` answer is undone
+    by the withdraw itself (see `BarrierService.abandon`)."""
+
+
 class Barrier(Handle):
     """``parties`` processes wait until all have arrived; the API of ``multiprocessing.Barrier``.
 
@@ -186,12 +225,18 @@ class Barrier(Handle):
     def wait(self, timeout: Optional[float] = None) -> int:
         """Wait for the other parties; returns this arrival's index in 0..parties-1.
 
+        A wait its caller abandons (KeyboardInterrupt, an exception raised by a signal
+        handler) withdraws its party, as ``threading.Barrier``'s: the barrier is not
+        broken, and passes once ``parties`` waits that were not abandoned have come. One
+        answered before the withdraw came (passed or broken) leaves the others as they are.
+
         Raises:
             threading.BrokenBarrierError: the barrier is or became broken.
         """
         if timeout is None:
             timeout = self._timeout
-        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames())
+        status, frames = self._request(BarrierOps.WAIT, Wait.of(True, timeout).frames(),
+                                       on_late=_withdrawn, withdraw=ABANDON)
         if status == b"broken":
             raise BrokenBarrierError
         index = reply_of(Count, frames).n

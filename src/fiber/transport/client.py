@@ -12,14 +12,14 @@ import secrets
 import socket
 import struct
 import time
-from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, TypeVar
+from typing import Callable, Deque, Dict, List, Optional, Sequence, TypeVar
 
 from .._process_state import here
 from ..errors import AuthenticationError, TransportError
 from . import _resend, auth, tls
 from . import cpus as _cpus
 from .framing import FrameReader, ProtocolError, send_frames
-from .local import LateReply, Reply, spin_of
+from .local import Cancel, LateReply, Reply, spin_of
 from .serialization import Frame
 from .settings import DEFAULTS, Settings, SettingsSource
 from .settings import defaults as _defaults
@@ -119,22 +119,6 @@ def renew_process_id() -> None:
     """Give this process a new id: a process forked from another that had one (the
     local backend's fork server forks its jobs from a template), before it connects."""
     here.transport.process_id = secrets.token_bytes(16)
-
-
-class Cancel(NamedTuple):
-    """A service's cancel op (a ``withdraw``, see `Client.request`): the id of the
-    request that its caller gave up on, dropped if it still waits (a pipe set's ``any``
-    wait, a queue's get, a pipe's recv): asked on the same connection, or, with its
-    ticket, asked first on one that a reset ended (`fiber.transport.receipts.names_wait`)."""
-
-    req_id: bytes
-
-    @classmethod
-    def decode(cls, payload: Sequence[Frame]) -> Cancel:
-        return cls(bytes(payload[0]))
-
-    def frames(self) -> List[Frame]:
-        return [self.req_id]
 
 
 def _raised_by_a_handler(e: BaseException, sock: socket.socket) -> bool:

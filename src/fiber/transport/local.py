@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
-from typing import Callable, List, Optional, Protocol, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from .._process_state import here
 from .peers import LocalPeer, Peer
@@ -17,11 +17,28 @@ from .serialization import Frame
 from .settings import SettingsSource
 from .settings import defaults as _defaults
 
-__all__ = ["Channel", "OwnServer", "LocalClient", "Reply", "LateReply", "spin_of",
+__all__ = ["Channel", "OwnServer", "LocalClient", "Reply", "LateReply", "Cancel", "spin_of",
            "register_local_server", "unregister_local_server", "local_server"]
 
 Reply = Tuple[bytes, List[Frame]]
 LateReply = Callable[[bytes, List[Frame]], None]
+
+
+class Cancel(NamedTuple):
+    """A service's cancel op (a ``withdraw``, see `Channel.request`): the id of the
+    request that its caller gave up on, dropped if it still waits (a pipe set's ``any``
+    wait, a queue's get, a pipe's recv, a lock's acquire, a barrier's wait): asked on the
+    same connection (or thread of the server's process), or, with its ticket, asked first
+    on one that a reset ended (`fiber.transport.receipts.names_wait`)."""
+
+    req_id: bytes
+
+    @classmethod
+    def decode(cls, payload: Sequence[Frame]) -> Cancel:
+        return cls(bytes(payload[0]))
+
+    def frames(self) -> List[Frame]:
+        return [self.req_id]
 
 
 class Channel(Protocol):
@@ -100,8 +117,9 @@ class LocalClient:
                 timeout: Optional[float] = None, on_late: Optional[LateReply] = None,
                 ticket: bytes = b"", withdraw: bytes = b"") -> Reply:
         """As `fiber.transport.client.Client.request` (``ticket`` unused: a call in
-        memory is never cut off; ``withdraw`` too: a late reply goes to ``on_late`` on
-        the thread that answers, as soon as it is sent, not at a read of this thread)."""
+        memory is never cut off). A late reply goes to ``on_late`` on the thread that
+        answers, as soon as it is sent; ``withdraw`` is asked, as a connection's client
+        asks it, when this call gives up (see `_withdraw`)."""
         server = self._server
         peer = server.local_peer()
         req_id = struct.pack("<Q", next(self._ids))
@@ -124,8 +142,26 @@ class LocalClient:
                     peer.late[req_id] = on_late
                 elif got is not None and on_late is not None:
                     on_late(*got)  # answered just as we gave up: hand it back
+                if withdraw and on_late is not None:
+                    self._withdraw(peer, service, withdraw, req_id)
             raise
         return replies.pop(req_id)
+
+    def _withdraw(self, peer: LocalPeer, service: bytes, op: bytes, req_id: bytes) -> None:
+        """Ask ``service`` to drop request ``req_id``, which its caller gave up on, with
+        ``op`` (under the server's lock, which the caller holds): as on a connection, it
+        is asked whether or not the request was answered (a service may have counted an
+        answered one: a barrier's last arrival, answered ``action``). Served at once, in
+        memory: a request it did not drop was answered before, so no reply will come."""
+        ask = struct.pack("<Q", next(self._ids))
+        peer.late[ask] = _ignored  # its answer (``ok``) is taken here, not kept
+        try:
+            self._server.dispatch(peer, service, op, ask, Cancel(req_id).frames())
+        except Exception:
+            pass  # (best effort, as a connection's: the caller's exception is what it sees)
+        finally:
+            peer.late.pop(ask, None)
+        peer.late.pop(req_id, None)
 
     def send(self, service: bytes, op: bytes, frames: Sequence[Frame] = ()) -> None:
         server = self._server
@@ -145,6 +181,10 @@ class LocalClient:
             peer.late[req_id] = on_reply
             server.dispatch(peer, service, op, req_id, payload)
         return req_id
+
+
+def _ignored(status: bytes, frames: List[Frame]) -> None:
+    """The answer to a withdraw (see `LocalClient._withdraw`)."""
 
 
 def spin_of(settings: SettingsSource) -> float:
