@@ -9,12 +9,9 @@
     (gave up) [abandon, wait's id] ────────▶ its party withdrawn (count - 1), if not passed
     abort() / reset() / a party vanishes ──▶ broken: BrokenBarrierError in every waiter
 
-As ``threading.Barrier`` (which ``multiprocessing.Barrier`` is): ``wait`` returns the
-arrival index in 0..parties-1; a wait that times out, an abort, a failing action break the
-barrier until ``reset``; a wait its caller abandons (an exception raised by a signal
-handler) withdraws its party, as threading's ``count -= 1`` in a ``finally``. Here a
-waiting process that vanishes (its connection closes) breaks it, rather than leaving the
-others waiting forever.
+As ``threading.Barrier``: a timeout, an abort, a failing action break it until ``reset``; an
+abandoned wait (a signal handler's exception) withdraws its party. A waiting process that
+vanishes (its connection closes) breaks it, rather than leaving the others waiting forever.
 """
 
 from __future__ import annotations
