@@ -15,7 +15,7 @@ import pytest
 from fiber._core._served import encode_wait
 from fiber._process_state import here
 from fiber.errors import LockLostError
-from fiber.queues._service import QueueOps, QueueService
+from fiber.queues._service import Get, QueueOps, QueueService
 from fiber.synchronize._primitives import LockOps, LockService, SemaphoreOps, SemaphoreService
 from fiber.transport import client as client_module
 from fiber.transport import receipts
@@ -253,6 +253,32 @@ def test_a_bounded_put_asked_again_after_a_reset_is_put_once(server):
     assert len(service.items) == 1
     again.close()
 
+
+
+@pytest.mark.parametrize("old_copy_last", [False, True], ids=["in-order", "old-copy-last"])
+def test_a_get_asked_again_while_its_first_copy_waits_gets_the_item(server, old_copy_last):
+    """A queue's ``get`` parked at the hub, whose connection failed on the caller's side
+    only (the hub sees it open: here, it is simply no longer read), is asked again with
+    its ticket on a new connection: the item put next goes to the new one. It went to the
+    first copy, first in line, into a connection nobody read, and the caller waited. The
+    first copy may also be read after the second (``old_copy_last``): it is dropped."""
+    service = QueueService(maxsize=0, joinable=False)
+    server.register(b"q", service)
+    asked = receipts.ticket()
+    get = [b"q", QueueOps.GET, struct.pack("<Q", 1), *Get(None, asked).frames()]
+    first = Client(server.address, timeout=10)
+    again = Client(server.address, timeout=10)  # (a newer connection)
+    for c in ((again, first) if old_copy_last else (first, again)):
+        c.send_message(get)
+        time.sleep(0.1)  # it reached the hub
+    assert len(service.getters) == 1
+    putter = Client(server.address, timeout=10)
+    putter.send_message([b"q", QueueOps.PUT, b"", b"item"])
+    reply = again.receive(5)
+    assert reply is not None and bytes(reply[-1]) == b"item", reply
+    assert not service.getters and not service.items
+    for c in (first, again, putter):
+        c.close()
 
 
 def _of_process(srv: Server, process: bytes, monkeypatch: pytest.MonkeyPatch) -> Client:

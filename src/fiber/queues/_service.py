@@ -5,7 +5,7 @@ picture, are in `fiber.queues._queue`)."""
 from __future__ import annotations
 
 import collections
-from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .._core._served import Count, decode_wait, pack_wait
 from .._log import info
@@ -129,6 +129,9 @@ class QueueService(Service):
         #: In put order, also those a consumer gave back (see fiber.queues._items).
         self.items = QueueItems()
         self.getters: Deque[_Waiter] = collections.deque()
+        #: The connection of each parked get that has a ticket, by ticket (and some that
+        #: left, until `_older_copy` sweeps them): found at once when one is asked again.
+        self.asked: Dict[bytes, Peer] = {}
         self.putters: Deque[_Putter] = collections.deque()
         self.joiners: List[Tuple[Peer, bytes]] = []
         self.unfinished = 0
@@ -197,11 +200,36 @@ class QueueService(Service):
             server.reply(peer, req_id, b"empty")
             self._recall(server)  # a get that polls must not starve either
         else:
+            if asked and self._older_copy(peer, asked):
+                return
             getter: _Waiter = (peer, req_id, None, asked)
             timer = None if wait is None else server.call_later(
                 wait, lambda: self._expire(server, self.getters, getter, b"empty"))
             self.getters.append((peer, req_id, timer, asked))
             self._serve(server)  # recalls what is lent, if anything is
+
+    def _older_copy(self, peer: Peer, asked: bytes) -> bool:
+        """Whether this get is an older connection's copy of one asked again with its
+        ticket, to be dropped (its connection is not read). A copy waiting here from an
+        older connection (it failed on its caller's side only: a timeout, the hub sees it
+        open) is dropped instead: an item handed to it would go into a connection nobody
+        reads, while its caller waits on the new one for ever. (A parked get is not
+        recorded in `receipts`, which sees to a copy that was answered.) Connections are
+        numbered as they come (``peer_id``), as `receipts` tells their copies apart."""
+        waiting = self.asked.get(asked)
+        if waiting is not None and waiting is not peer:
+            if peer.peer_id < waiting.peer_id:
+                return True
+            for i, (_, _, timer, ticket) in enumerate(self.getters):
+                if ticket == asked:
+                    del self.getters[i]
+                    if timer is not None:
+                        timer.cancel()
+                    break
+        if len(self.asked) > 2 * len(self.getters) + 64:  # (gets cancelled, expired, gone)
+            self.asked = {g[3]: g[0] for g in self.getters if g[3]}
+        self.asked[asked] = peer
+        return False
 
     @handles(QueueOps.CANCEL, Cancel)
     def cancel(self, server: Server, peer: Peer, req_id: bytes, msg: Cancel) -> None:
@@ -382,6 +410,8 @@ class QueueService(Service):
             gpid, greq, timer, asked = self.getters.popleft()
             if timer is not None:
                 timer.cancel()
+            if asked:
+                self.asked.pop(asked, None)
             self._hand_out(server, gpid, greq, asked)
         if self.getters and self.loans.count:
             self._recall(server)
