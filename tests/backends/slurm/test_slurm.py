@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -652,13 +652,15 @@ def test_a_pool_of_an_array_and_a_replacement_polls_one_job_a_call(slurm, monkey
     (REQUEST_JOB_INFO_SINGLE, the job or the array's tasks), never as a load of every
     job in the cluster (REQUEST_JOB_INFO: what squeue asks given several ids)."""
     backend = get_backend("slurm")
-    asked: List[List[str]] = []
+    asked: List[Tuple[float, List[str]]] = []  # (when it was called, its argv)
     run = backend.run_command
 
     def recording(argv, **kw):  # type: ignore[no-untyped-def]
-        if argv[0] == "squeue":
-            asked.append(list(argv))
-        return run(argv, **kw)
+        called = time.monotonic()
+        out = run(argv, **kw)
+        if argv[0] == "squeue":  # once answered: its RPCs are counted (a CI run read the
+            asked.append((called, list(argv)))  # counts while a listed squeue ran)
+        return out
 
     monkeypatch.setattr(backend, "run_command", recording)
     with slurm.Pool(3) as pool:
@@ -673,10 +675,13 @@ def test_a_pool_of_an_array_and_a_replacement_polls_one_job_a_call(slurm, monkey
         _wait_for(lambda: _connected(pool) == 3, 120, "the replacement connected")
         ids = sorted({h.job_id.split("_")[0] for h in _pool_handles(pool)})
         assert len(ids) == 2, ids  # the array, and the replacement's own job
-        before, n0 = _rpc_counts(), len(asked)
+        before = _rpc_counts()
+        since = time.monotonic()  # (the squeues called after `before`, answered before
         results = pool.map(slurm_targets.square_where, range(30), chunksize=1)
-        _wait_for(lambda: len(asked) - n0 >= 6, 30, "3 polls of the watcher")
-        after, window = _rpc_counts(), asked[n0:]
+        _wait_for(lambda: sum(t > since for t, _ in asked) >= 6, 30,
+                  "3 polls of the watcher")
+        window = [argv for t, argv in asked if t > since]
+        after = _rpc_counts()  # `after`: their RPCs are all in the counts' growth)
     assert victim.exitcode == -9
     assert [y for _, y, _, _ in results] == [x * x for x in range(30)]
     grew = {k: after.get(k, 0) - before.get(k, 0) for k in after}
