@@ -259,6 +259,34 @@ def test_memfd_whose_size_is_not_sealed_is_copied_on_arrival():
     os.close(fd)
 
 
+def test_seals_a_busy_memfd_refuses_for_a_moment_are_added_when_it_is_free():
+    """The kernel refuses a memfd's F_SEAL_WRITE (EBUSY) while a page of it has another
+    reference; a loaded host can leave one for a moment after the write, and a Slurm job
+    in CI then failed to unpickle a `fiber.shared` array ("Device or resource busy").
+    `memfd.add_seals` tries again: here a writable shared mapping holds the pages (EBUSY
+    at once, every time) until a thread drops it, 50 ms later."""
+    import errno
+    import fcntl
+    import mmap
+    import os
+    import time
+
+    from fiber.transport import memfd
+
+    fd = os.memfd_create("test-frame", os.MFD_ALLOW_SEALING)
+    os.write(fd, b"x" * mmap.PAGESIZE)
+    held = mmap.mmap(fd, mmap.PAGESIZE, flags=mmap.MAP_SHARED)
+    with pytest.raises(OSError) as busy:  # what the kernel says while it is held
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+    assert busy.value.errno == errno.EBUSY
+    threading.Timer(0.05, held.close).start()
+    t = time.monotonic()
+    memfd.add_seals(fd)
+    assert 0.04 < time.monotonic() - t < 5
+    assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_WRITE
+    os.close(fd)
+
+
 def test_descriptors_before_auth_are_refused_and_closed():
     import os
 

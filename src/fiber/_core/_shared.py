@@ -58,12 +58,18 @@ class _Entry:
 
 
 def _seal(frames: Sequence[Frame]) -> List[Frame]:
-    """The frames as a store keeps them: a copy, large buffers in sealed memfds."""
+    """The frames as a store keeps them: a copy, large buffers in sealed memfds (or, if
+    the host refuses one, as bytes: sent on as a copy, not shared)."""
     kept: List[Any] = [bytes(frames[0])]
     for frame in frames[1:]:
         size = memoryview(frame).nbytes
-        kept.append(memfd.sealed(frame) if memfd.AVAILABLE and size >= SHARE_MIN_BYTES
-                    else bytes(frame))
+        if memfd.AVAILABLE and size >= SHARE_MIN_BYTES:
+            try:
+                kept.append(memfd.sealed(frame))
+                continue
+            except OSError:
+                pass
+        kept.append(bytes(frame))
     return kept
 
 

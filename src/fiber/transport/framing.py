@@ -72,11 +72,14 @@ def encode(frames: Sequence[Frame], unix: bool = False) -> Encoded:
         total = 0
         for i, (frame, size) in enumerate(zip(frames, lengths)):
             if size >= _SHM_MIN and len(fds) < _MAX_FDS:
-                fds.append(memfd.to_memfd(frame, size))
-                lengths[i] = size | _SHM_FLAG
-            else:
-                body.append(frame)
-                total += size
+                try:
+                    fds.append(memfd.to_memfd(frame, size))
+                    lengths[i] = size | _SHM_FLAG
+                    continue
+                except OSError:  # (no memory for it, or its seals refused): in the body
+                    pass
+            body.append(frame)
+            total += size
     header = _header(len(lengths)).pack(len(lengths), *lengths)
     if total <= _SMALL:
         return [header + b"".join(body)], fds

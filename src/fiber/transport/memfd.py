@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import array
 import ctypes
+import errno
 import fcntl
 import mmap
 import os
+import time
 import weakref
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -17,7 +19,7 @@ from .._process_state import here
 if TYPE_CHECKING:
     from .serialization import Frame
 
-__all__ = ["AVAILABLE", "to_memfd", "receive", "sealed"]
+__all__ = ["AVAILABLE", "to_memfd", "receive", "sealed", "add_seals"]
 
 _SEALS = (getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
           | getattr(fcntl, "F_SEAL_WRITE", 0))
@@ -25,6 +27,11 @@ AVAILABLE = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and _S
 
 #: Received memfds remembered for sending on (each keeps a descriptor open).
 _MAX_KEPT = 64
+#: Tries of a new memfd's seals: the kernel refuses F_SEAL_WRITE (EBUSY) while a page of
+#: it has a reference besides the page cache's, which a loaded host can leave for a moment
+#: after the write (its LRU batching, compaction; a Slurm job in CI met it). It waits
+#: 1 ms, then twice as long each time: about 0.5 s in all.
+_SEAL_TRIES = 10
 _PAGE = mmap.PAGESIZE
 # The mappings kept and sealed, and their (reentrant) lock: in ``here.transport``
 # (``memfd_kept``, ``memfd_sealed``, ``memfd_lock``).
@@ -50,11 +57,28 @@ def _new_memfd(frame: Frame, size: int) -> int:
         written = 0
         while written < size:
             written += os.write(fd, view[written:])
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)
+        add_seals(fd)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def add_seals(fd: int) -> None:
+    """Seal memfd ``fd`` for good, trying again while the kernel says it is busy (see
+    `_SEAL_TRIES`).
+
+    Raises:
+        OSError: the seals were refused (EBUSY after the last try, or another error).
+    """
+    for i in range(_SEAL_TRIES):
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or i == _SEAL_TRIES - 1:
+                raise
+        time.sleep(0.001 * 2 ** i)
 
 
 def sealed(frame: Frame) -> mmap.mmap:
