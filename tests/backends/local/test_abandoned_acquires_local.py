@@ -50,12 +50,12 @@ def acquire_until_alarm(prim: Any, out: Any, go: Any, released_first: bool) -> N
     time.sleep(120)  # alive, and not reading its connection to the hub
 
 
-@pytest.mark.parametrize("kind", sorted(_MAKE))
-@pytest.mark.parametrize("released_first", [False, True],
-                         ids=["release-after", "release-in-handler"])
-def test_an_acquire_abandoned_by_a_signal_handler_keeps_nothing(kind, released_first):
-    prim, out, go = _MAKE[kind](), fiber.Queue(), fiber.Queue()
-    holder = fiber.Process(target=release_when_told, args=(prim, out, go, kind != "Semaphore"))
+def _abandon_then_take(prim: Any, hold: bool, released_first: bool) -> None:
+    """A job holds ``prim`` (a lock: ``hold``), another's acquire of it is abandoned by
+    its alarm handler (the holder releasing before the raise, with ``released_first``);
+    then this process takes it at once: the abandoned acquire kept nothing."""
+    out, go = fiber.Queue(), fiber.Queue()
+    holder = fiber.Process(target=release_when_told, args=(prim, out, go, hold))
     waiter = fiber.Process(target=acquire_until_alarm, args=(prim, out, go, released_first))
     started = [holder]
     holder.start()
@@ -74,29 +74,19 @@ def test_an_acquire_abandoned_by_a_signal_handler_keeps_nothing(kind, released_f
             p.join(30)
 
 
+@pytest.mark.parametrize("kind", sorted(_MAKE))
+@pytest.mark.parametrize("released_first", [False, True],
+                         ids=["release-after", "release-in-handler"])
+def test_an_acquire_abandoned_by_a_signal_handler_keeps_nothing(kind, released_first):
+    _abandon_then_take(_MAKE[kind](), kind != "Semaphore", released_first)
+
+
 @pytest.mark.parametrize("released_first", [False, True],
                          ids=["release-after", "release-in-handler"])
 def test_a_managed_locks_acquire_abandoned_by_a_signal_handler_keeps_nothing(released_first):
     """The same with a ``SyncManager``'s ``Lock`` (its proxy's calls)."""
     with fiber.Manager() as manager:
-        prim, out, go = manager.Lock(), fiber.Queue(), fiber.Queue()
-        holder = fiber.Process(target=release_when_told, args=(prim, out, go, True))
-        waiter = fiber.Process(target=acquire_until_alarm, args=(prim, out, go, released_first))
-        started = [holder]
-        holder.start()
-        try:
-            assert out.get(timeout=60) == "held"
-            started.append(waiter)
-            waiter.start()
-            assert out.get(timeout=60) == "caught"
-            if not released_first:
-                go.put("release")
-            assert prim.acquire(timeout=10)  # not held by the abandoned acquire
-            prim.release()
-        finally:
-            for p in started:
-                p.terminate()
-                p.join(30)
+        _abandon_then_take(manager.Lock(), True, released_first)
 
 
 def wait_until_signalled(cond: Any, out: Any, go: Any) -> None:
