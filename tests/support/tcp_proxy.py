@@ -3,17 +3,31 @@
 Put between a client and its server (a Kubernetes API server: its certificate names
 127.0.0.1 on the test node), it measures what the client's requests cost on the wire,
 TLS included, and cuts the client off (every connection closed; new ones refused until
-allowed again) as a lost network would. One thread, closed by `TcpProxy.close`.
+allowed again) as a lost network would. One thread, closed by `TcpProxy.close`. And
+`abort`: one connection of this process reset, as a middlebox's reset would.
 """
 
 from __future__ import annotations
 
 import selectors
 import socket
+import subprocess
 import threading
 from typing import Dict, Tuple
 
+from fiber.testing.conformance.support.waiting import unusable
+
 _CHUNK = 65536
+
+
+def abort(sock: socket.socket) -> None:
+    """Abort ``sock``'s TCP connection as a middlebox's reset would (``ss -K``: root, else
+    the test is `unusable`)."""
+    host, port = sock.getsockname()[:2]
+    cp = subprocess.run(["ss", "-K", "src", host, "sport", "=", str(port)],
+                        capture_output=True, text=True, timeout=30)
+    if cp.returncode != 0 or "ESTAB" not in cp.stdout:
+        unusable("ss -K (root)", f"cannot reset a connection: {cp.stderr or cp.stdout}")
 
 
 class TcpProxy:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import queue
 import socket
-import subprocess
 import time
 from typing import Any, List
 
@@ -23,12 +22,14 @@ import fiber
 from fiber._core import _runtime
 from fiber._process_state import here
 from fiber.queues._lending import Lease
-from fiber.testing.conformance.support.waiting import unusable, wait_until
+from fiber.testing.conformance.support.waiting import wait_until
 from fiber.transport import _resend, channels, sockets
 from fiber.transport import client as client_module
 from fiber.transport.client import Client, ConnectionLost
 from fiber.transport.operations import Service, handles
 from fiber.transport.serialization import loads
+
+from support.tcp_proxy import abort
 
 N = 2000
 PAYLOAD = b"x" * 1000
@@ -50,14 +51,6 @@ class _Recorder(Service):
         self.got.append(int(bytes(payload[0])))
 
 
-def _reset(sock: socket.socket) -> None:
-    """Abort ``sock``'s TCP connection as a middlebox's reset would (``ss -K``)."""
-    host, port = sock.getsockname()[:2]
-    cp = subprocess.run(["ss", "-K", "src", host, "sport", "=", str(port)],
-                        capture_output=True, text=True, timeout=30)
-    if cp.returncode != 0 or "ESTAB" not in cp.stdout:
-        unusable("ss -K (root)", f"cannot reset a connection: {cp.stderr or cp.stdout}")
-
 
 @pytest.mark.parametrize("resend", [True, False], ids=["resent", "without"])
 def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resend,
@@ -78,7 +71,7 @@ def test_messages_a_reset_lost_arrive_once_in_order_on_the_next_connection(resen
         for i in range(N):
             client.send(name, b"one", [b"%d" % i, PAYLOAD])
         acked = _resend.bytes_acked(client.sock)
-        _reset(client.sock)
+        abort(client.sock)
         with pytest.raises(ConnectionLost):
             client.send(name, b"one", [b"-1", PAYLOAD])  # finds the reset: not sent
         if not resend:  # what the client would do without _resend: nothing
@@ -117,7 +110,7 @@ def test_a_reset_that_another_threads_check_finds_first_keeps_its_errno(monkeypa
     here.transport.all_clients.add(client)
     try:
         client.request(_resend.RESEND_SERVICE, _resend.ResendOps.SYNC, [], timeout=10)
-        _reset(client.sock)
+        abort(client.sock)
         assert channels.prune_closed() >= 1
         assert client.lost and client.error == errno.ECONNABORTED, client.error
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 import threading
 import time
 from typing import Any, Callable, List
@@ -22,10 +21,12 @@ import pytest
 import fiber
 from fiber._core._clients import get_client
 from fiber._process_state import here
-from fiber.testing.conformance.support.waiting import unusable, wait_until
+from fiber.testing.conformance.support.waiting import wait_until
 from fiber.transport import client as client_module
 from fiber.transport import sockets
 from fiber.transport.client import Client
+
+from support.tcp_proxy import abort
 
 #: The signal whose handler abandons the wait (not SIGALRM: pytest-timeout's).
 _SIGNAL = signal.SIGUSR1
@@ -55,14 +56,6 @@ def serve(kind: str, out: Any, go: Any) -> None:
     time.sleep(120)
 
 
-def _reset(sock: socket.socket) -> None:
-    """Abort ``sock``'s TCP connection as a link's reset would (``ss -K``)."""
-    host, port = sock.getsockname()[:2]
-    cp = subprocess.run(["ss", "-K", "src", host, "sport", "=", str(port)],
-                        capture_output=True, text=True, timeout=30)
-    if cp.returncode != 0 or "ESTAB" not in cp.stdout:
-        unusable("ss -K (root)", f"cannot reset a connection: {cp.stderr or cp.stdout}")
-
 
 def _replaced(first: Client) -> bool:
     """Whether ``first`` failed and this process has a new connection to its server."""
@@ -75,7 +68,7 @@ def _reset_then_give_up(first: Client, errors: List[BaseException]) -> None:
     new connection, then interrupt it with `_SIGNAL` (its handler raises `GaveUp`)."""
     try:
         time.sleep(0.5)  # the wait is parked at the hub
-        _reset(first.sock)
+        abort(first.sock)
         wait_until(lambda: _replaced(first), 10, 0.01, "the wait asked again")
         time.sleep(0.5)  # parked again, from the new connection
     except BaseException as e:  # noqa: BLE001 (raised by the test)
