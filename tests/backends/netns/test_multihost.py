@@ -426,7 +426,7 @@ def test_pool_of_256_over_four_hosts_delivers_each_result_once_after_a_kill() ->
     assert sorted(r["workers_per_host"]) == host_ips, r
     assert sorted(r["workers_per_host"].values()) == [64] * 4, r
     assert r["first_ok"] and r["first_ips"] == host_ips, r
-    # the kill: a worker holding a task, once a quarter of the results were in
+    # the kill: a worker holding a task, once the pool had finished a quarter of the map
     assert r["killed_at"] is not None and r["victim_held"], r
     assert r["deliveries"] == 256 * 8 and r["indices_ok"] and r["values_ok"], r
     assert r["delivered_twice"] == [] and r["outstanding_after"] == 0, r
@@ -434,7 +434,8 @@ def test_pool_of_256_over_four_hosts_delivers_each_result_once_after_a_kill() ->
     assert r["victim_exitcode_seen"] and r["victim_exitcode"] == -9, r
     assert r["replaced"] and r["third_ok"] and not r["third_has_victim"], r
     print(f"Pool(256) on 4 hosts: connected in {r['start_seconds']} s, map with a kill "
-          f"{r['map_seconds']} s, master {r['master_with_pool']}")
+          f"{r['map_seconds']} s (killed at {r['killed_at']} tasks done, {r['read_at_kill']} "
+          f"read), master {r['master_with_pool']}")
 
 
 def test_connect_retries_a_missing_route_until_its_timeout_only() -> None:
