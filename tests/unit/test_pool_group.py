@@ -365,3 +365,31 @@ def test_a_task_the_job_hands_a_worker_dead_but_not_reaped_yet_goes_to_another_u
     job.group._relay()
     assert job.sink.got == [0] and job.service.outstanding == 0
     assert job.service.retried == 0 and not job.tasks[0].attempts
+
+
+def test_a_task_whose_message_the_job_had_not_written_whole_when_its_worker_died_is_not_charged(
+        job: _Job) -> None:
+    """A task too large for the socket pair's buffer is written to its worker in part;
+    the rest waits in the job's outbox until the worker reads. The worker is SIGKILLed
+    before it read the whole message: it never ran the task, which goes to the other
+    worker when the job reaps it, and its end names none. It used to name the task,
+    which the master charged to that end (`pool_max_task_retries=0`: a task that never
+    ran failed; else a suspect, run alone)."""
+    first, other = (ws.worker_id for ws in job.states)
+    big = b"x" * (8 << 20)  # (far more than a socket pair's send buffer)
+    assert job.submit(big) == {1: first}  # (both idle: the first in order)
+    assert job.group.links[first].outbox.items  # written in part
+    os.kill(job.pid(first), signal.SIGKILL)
+    job.wait_exit(first)
+    job.group._reap()
+    assert first not in job.group.links and 1 in job.group.held[other]
+    link = job.group.links[other]
+    deadline = time.monotonic() + 10
+    while link.outbox.items:  # (what the job's select loop does as the worker reads)
+        assert time.monotonic() < deadline, "the other worker did not read its task"
+        job.group._to_worker(link)
+        time.sleep(0.01)
+    job.read(other)
+    job.group._relay()
+    assert job.sink.got == [0] and job.service.outstanding == 0
+    assert job.service.retried == 0 and not job.tasks[0].attempts

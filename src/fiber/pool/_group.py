@@ -29,7 +29,7 @@ from ..transport.operations import reply_of
 from ..transport.serialization import Frame
 from ..transport.sockets import readable
 from . import _resume
-from ._jobqueue import JobQueue
+from ._jobqueue import JobQueue, Queued
 from ._protocol import (
     JOB_ID,
     Kept,
@@ -100,7 +100,7 @@ class RelayedLink:
 class _Link:
     """The group's end of one worker's pair."""
 
-    __slots__ = ("worker_id", "sock", "reader", "outbox", "open", "stopping")
+    __slots__ = ("worker_id", "sock", "reader", "outbox", "open", "stopping", "unwritten")
 
     def __init__(self, worker_id: int, sock: socket.socket) -> None:
         self.worker_id = worker_id
@@ -112,6 +112,10 @@ class _Link:
         self.outbox = Outbox()
         self.open = True
         self.stopping = False  # told to stop: it takes no task of the job's queue
+        #: The job's tasks it was handed in messages not written whole when handed, each
+        #: with the outbox's count of bytes written once that message is: those still
+        #: short of it when the worker dies never reached it (see `_reap`).
+        self.unwritten: List[Tuple[int, List[Queued]]] = []
 
 
 class _Group:
@@ -280,10 +284,13 @@ class _Group:
                       if link.open and not link.stopping}
             dead = False
             for worker_id, frames, given in self.jobq.spread(takers):
+                link = self.links[worker_id]
                 if not self._send_to(worker_id, frames):
-                    self.links[worker_id].stopping = True  # (it takes none of the job's)
+                    link.stopping = True  # (it takes none of the job's)
                     self.jobq.take_back(worker_id, given, self.held[worker_id])
                     dead = True
+                elif link.outbox.items:  # (written whole once the outbox has written all)
+                    link.unwritten.append((link.outbox.nbytes + link.outbox.queued(), given))
             if not dead:
                 return
 
@@ -307,7 +314,10 @@ class _Group:
         try:
             done = link.outbox.flush(link.sock)
         except OSError:
-            done = True  # it has ended: its end is reaped
+            done = True  # it has ended: its end is reaped (what was not written, too)
+        else:
+            if done:
+                link.unwritten.clear()
         if done and link.open:
             self.selector.modify(link.sock, selectors.EVENT_READ, link)
 
@@ -413,7 +423,8 @@ class _Group:
         """Each worker that ended: what it sent last is relayed, its end told (see
         `ended`). A connection that fails meanwhile is raised once all are reaped."""
         lost = False
-        for pid, status in self._ended():
+        ended = self._ended()
+        for pid, status in ended:
             link = self.children.pop(pid)
             del self.links[link.worker_id]
             deadline = time.monotonic() + _LAST_WORDS_S  # what it sent goes first
@@ -429,6 +440,13 @@ class _Group:
             if link.open:
                 link.open = False
                 self.selector.unregister(link.sock)
+            # a message not written whole never reached it: its tasks still its (not
+            # given back to the master meanwhile, see `resume`) go to the others
+            mine = self.held.get(link.worker_id, {})
+            short = [task for end, given in link.unwritten if end > link.outbox.nbytes
+                     for task in given if task[0] in mine]
+            if short:
+                self.jobq.take_back(link.worker_id, short, mine)
             link.outbox.close()
             link.sock.close()
             held = list(self.held.pop(link.worker_id, {}))  # (what it answered relayed)
@@ -438,6 +456,8 @@ class _Group:
             if not self.ended(link.worker_id, os.waitstatus_to_exitcode(status),
                               [task_id for task_id in held if task_id not in answered]):
                 lost = True  # (the job comes back to tell it, even with no worker left)
+        if ended:
+            self._spread()  # (what was taken back, to the others and those forked)
         if lost:
             raise ConnectionLost("the connection to the master failed")
 

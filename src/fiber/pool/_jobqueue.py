@@ -19,10 +19,10 @@ from typing import Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from ..transport.serialization import Frame
 from ._protocol import PoolOps, WireTask, pack_tasks, remember, unpack_tasks
 
-__all__ = ["JobQueue", "depth_of"]
+__all__ = ["JobQueue", "Queued", "depth_of"]
 
 #: A queued task: (task id, function id, the function's frames, argument frames, alone).
-_Queued = Tuple[int, int, Sequence[Frame], Sequence[Frame], bool]
+Queued = Tuple[int, int, Sequence[Frame], Sequence[Frame], bool]
 
 
 def depth_of(credit: int) -> int:
@@ -35,7 +35,7 @@ class JobQueue:
     """The tasks a job holds and has not handed to a worker, and what it needs to."""
 
     def __init__(self) -> None:
-        self.queue: Deque[_Queued] = collections.deque()
+        self.queue: Deque[Queued] = collections.deque()
         self.depth = 1
         #: The functions the master counts the job as keeping: id -> frames.
         self._functions: Dict[int, Sequence[Frame]] = {}
@@ -76,7 +76,7 @@ class JobQueue:
             self.alone.difference_update(task_ids)
 
     def spread(self, takers: Dict[int, Dict[int, None]]
-               ) -> List[Tuple[int, List[Frame], List[_Queued]]]:
+               ) -> List[Tuple[int, List[Frame], List[Queued]]]:
         """Hand what is queued to ``takers`` (worker id -> the tasks it holds, updated):
         each task to the least loaded, up to `depth` a worker. Returns each worker's
         ``[tasks, *payload]``, with what it was handed (for `take_back`)."""
@@ -85,7 +85,7 @@ class JobQueue:
             return []
         free = {wid: held for wid, held in takers.items() if not (self.alone and
                                                                    self.alone.intersection(held))}
-        given: Dict[int, List[_Queued]] = {}
+        given: Dict[int, List[Queued]] = {}
         while queue and free:
             wid = min(free, key=lambda w: len(free[w]))
             held = free[wid]
@@ -104,7 +104,7 @@ class JobQueue:
         return [(wid, [PoolOps.TASKS, *pack_tasks(self._wire(wid, tasks))], tasks)
                 for wid, tasks in given.items()]
 
-    def take_back(self, worker_id: int, tasks: List[_Queued], held: Dict[int, None]) -> None:
+    def take_back(self, worker_id: int, tasks: List[Queued], held: Dict[int, None]) -> None:
         """``tasks``, which `spread` handed worker ``worker_id``, never reached it (it
         has died, not reaped yet): back at the queue's head, in order, and out of
         ``held``, its tasks."""
@@ -114,7 +114,7 @@ class JobQueue:
             self.alone.discard(task[0])
         self._known.pop(worker_id, None)  # (it kept none of their functions)
 
-    def _wire(self, worker_id: int, tasks: List[_Queued]) -> List[WireTask]:
+    def _wire(self, worker_id: int, tasks: List[Queued]) -> List[WireTask]:
         """``tasks`` for worker ``worker_id``: a function's frames with its first."""
         known = self._known.get(worker_id)
         if known is None:

@@ -224,6 +224,10 @@ class Outbox:
             _advance(items, sent)
         return bool(sock.drain())
 
+    def queued(self) -> int:
+        """The bytes waiting to be written (``nbytes`` once they are)."""
+        return sum(item.nbytes for item in self.items if not isinstance(item, list))
+
     def close(self) -> None:
         _close_all([fd for item in self.items if isinstance(item, list) for fd in item])
         self.items.clear()
