@@ -317,3 +317,28 @@ def test_the_tasks_of_a_job_waited_for_after_a_reset_are_copied_once_late() -> N
     assert sorted(rest + copied) == on_job, (rest, copied, on_job)
     assert sorted(index for index, _ in sink.delivered) == list(range(1, 9))
     assert service.outstanding == 0
+
+
+def test_a_copy_that_raises_while_its_original_runs_leaves_the_task_to_it() -> None:
+    """With ``error_handling`` (a task that raised runs again), a copy that raises while
+    the original still runs is that run again: the task is not queued (it was, and so
+    was held twice at once: handed again to its original's holder, a loss then left it
+    neither queued nor answered, and the map waited for ever), nor is a retry charged.
+    The original's result is the task's, once."""
+    service, server, (a, b) = pool_of(["node1", "node2"])
+    service.retry_raised = True
+    service.task_seconds[FID] = 0.02
+    sink = CountingSink()
+    service.submit([Task(1, sink, 0, FID, [b"arg"], "apply(f)")])
+    holder = next(w for w in service.workers.values() if w.pending)
+    other = next(w for w in service.workers.values() if w is not holder)
+    holder.since -= 10
+    server.fire()
+    assert service.copies == 1 and list(other.pending) == [1]
+    copy_peer = b if other is service.by_peer[b.peer_id] else a
+    service.results(server, copy_peer, b"",  # type: ignore[arg-type]
+                    pack_results([(1, False, [b"error"])], 0.02))
+    assert not service.queue and service.retried == 0
+    assert list(holder.pending) == [1] and sink.delivered == []
+    answer(service, server, a if copy_peer is b else b, [1])  # the original: its result
+    assert sink.delivered == [(0, True)] and service.outstanding == 0

@@ -455,9 +455,14 @@ class PoolService(Dispatching):
     def _raised(self, task: Task) -> bool:
         """Whether ``task``, which raised, goes back to the queue to run again (on any
         worker): with ``retry_raised``, ``max_retries`` times; after that its exception
-        is its result."""
+        is its result. A copy that raised while another holder still runs the task (see
+        `_late`) leaves it to that run, which is its run again: neither queued (held
+        twice at once, it could be handed to that holder again, and then lost without a
+        result) nor charged a retry."""
         if not self.retry_raised or task.raised >= self.max_retries:
             return False
+        if task.held_by > 0:
+            return True
         task.raised += 1
         self.queue.append(task)
         self.queued_items += task.items
