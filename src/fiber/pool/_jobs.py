@@ -382,6 +382,21 @@ class JobsOfSeveral(Service):
         for ws in job.workers:
             self.losses.ready(ws)
 
+    def wait_over(self, ws: WorkerState) -> None:
+        """``_losses.REPORT_WAIT_S`` after ``ws`` was lost, its end not told: its warning is
+        said now. One of a job of several lost with its job after it connected (its
+        connection ended: ``alive`` false), whose end is not reported yet (a job on a
+        host cut off may end only once the cut heals, past this wait): the job's one
+        warning, for all its workers lost and not said, as `job_ended` would say it;
+        not one a worker, each as its own wait ends."""
+        job = ws.job
+        if (ws.loss is not None and ws.loss.connected and job is not None and job.forks
+                and not job.alive):
+            _losses.report_job(job.process.name, [w for w in job.workers if w.loss])
+            for other in job.workers:
+                self.losses.ready(other)
+        self.losses.ready(ws)
+
     def _settle(self, worker_id: int, code: Optional[int],
                 say: bool = True) -> Optional[WorkerState]:
         """Worker ``worker_id`` ended with ``code``: lost if it was not yet, its warning

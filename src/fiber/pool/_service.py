@@ -551,7 +551,7 @@ class PoolService(Dispatching):
                 # (a job of several says how its worker ended, or the job did: _settle)
                 self.losses.ready(ws)
             elif self.server is not None:
-                self.server.call_later(_losses.REPORT_WAIT_S, lambda: self.losses.ready(ws))
+                self.server.call_later(_losses.REPORT_WAIT_S, lambda: self.wait_over(ws))
         if not awaited:
             self.on_worker_gone(ws, expected)
         self.dispatch()
