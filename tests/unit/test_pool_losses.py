@@ -21,6 +21,7 @@ from fiber.pool._protocol import (
     WorkerEnded,
     WorkerHello,
     pack_ids,
+    pack_results,
     pack_to,
 )
 from fiber.pool._resume import RESUME_WAIT_S
@@ -351,3 +352,30 @@ def test_a_job_that_does_not_come_back_in_time_loses_its_workers(said):
         not_resumed()
     assert not job.alive and all(ws.lost for ws in workers)
     assert pool.service.awaiting == {} and gone == [ws.name for ws in workers]
+
+
+def test_a_worker_reset_while_the_pool_closes_is_waited_for_while_it_holds_tasks(said):
+    """``close()`` called, a worker still running its task: its connection reset (a
+    middlebox, a lossy link) is waited for as before the close, not taken for its death.
+    It was lost at once: its task charged (``pool_max_task_retries=0``: failed with
+    `WorkerLostError` while the worker still ran it) and run again. It comes back and
+    its result is the task's; an idle worker reset meanwhile is let go (nothing to wait
+    for), as any worker of a closing pool."""
+    pool, hub, result = _Pool(max_retries=0), Hub(), _Result()
+    busy, idle = pool.worker(), pool.worker()
+    peer = _connect(pool, hub, busy, 7)
+    other = _connect(pool, hub, idle, 9)
+    (task,) = _tasks(pool, result, 1)
+    pool.take(busy, [task])
+    pool.service.closing = True
+    peer.reset = other.reset = True
+    pool.service.peer_gone(hub, peer)
+    pool.service.peer_gone(hub, other)
+    assert not busy.lost and idle.lost and not said()
+    assert list(busy.pending) == [task.task_id] and not pool.service.queue
+    again = Peer(8, b"q" * 16, False, None)
+    pool.service.resume(hub, again, b"", Resume(busy.worker_id, [task.task_id]))
+    assert busy.connected and not task.attempts and result.outcome == []
+    pool.service.results(hub, again, b"", pack_results([(task.task_id, True, [b"r"])], 0.1))
+    assert [(i, ok) for i, ok, _ in result.outcome] == [(0, True)]
+    assert pool.service.outstanding == 0 and pool.service.retried == 0 and not said()

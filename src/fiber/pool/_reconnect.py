@@ -44,9 +44,12 @@ class Reconnections(JobsOfSeveral):
 
     def _may_resume(self, peer: Peer, ws: WorkerState) -> bool:
         """Whether ``ws``, whose connection (or its job's) ``peer`` ended, is waited for
-        to connect again (see `_resume`), rather than lost now."""
-        return peer.reset and not (self.closing or ws.retiring or ws.lost
-                                   or ws.init_failed or ws.process.cancelled)
+        to connect again (see `_resume`), rather than lost now. In a closing pool, or
+        retiring, only while it (or its job's record) holds tasks: lost now, they were
+        charged to a worker still running them."""
+        if not peer.reset or ws.lost or ws.init_failed or ws.process.cancelled:
+            return False
+        return not (self.closing or ws.retiring) or bool(ws.pending or ws.holder.pending)
 
     def _await_resume(self, server: Server, ws: WorkerState) -> None:
         """Hold ``ws``'s tasks for it until it connects again, up to ``RESUME_WAIT_S``."""
