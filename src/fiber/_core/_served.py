@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 
 from .._process_state import here
 from ..transport import auth, receipts
-from ..transport.client import ConnectionLost, again_on_a_new_connection
-from ..transport.local import LateReply
+from ..transport.client import Client, ConnectionLost, again_on_a_new_connection
+from ..transport.local import Channel, LateReply
 from ..transport.remote import unpack_exception
 from ..transport.serialization import Frame, loads
 from ..transport.server import Server, Service
@@ -195,16 +195,25 @@ class Handle:
     def _send(self, op: bytes, frames: Sequence[Frame] = ()) -> None:
         """Send ``op``, which gets no reply (a put, a pipe's send). A connection that
         fails under it did not deliver it whole: it goes on a new connection, after what
-        the failed one lost (see `fiber.transport._resend`)."""
+        the failed one lost (see `fiber.transport._resend`). The connection is noted as
+        one whose server has yet to serve it: a job's end waits for that (see
+        `fiber.transport.client.sync_unanswered`)."""
         try:
             client = get_client(self._address)
             if client.may_reset:
-                again_on_a_new_connection(
-                    lambda: get_client(self._address).send(self._name, op, frames))
+                client = again_on_a_new_connection(lambda: self._send_on(op, frames))
             else:  # (this process's own hub, or a Unix socket: no reset to outlive)
                 client.send(self._name, op, frames)
         except ConnectionLost as e:
             raise self._lost(e) from e
+        if isinstance(client, Client):  # (not this process's own hub: served at once)
+            client.sent_unanswered()
+
+    def _send_on(self, op: bytes, frames: Sequence[Frame]) -> Channel:
+        """Send ``op`` on this thread's connection to the server; that connection."""
+        client = get_client(self._address)
+        client.send(self._name, op, frames)
+        return client
 
     def _lost(self, e: ConnectionLost) -> BaseException:
         """The error a lost server means for this kind of object (overridden by Pipe)."""

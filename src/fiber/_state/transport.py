@@ -86,6 +86,12 @@ class TransportState:
         #: (transport.client) Every connection made here and not collected (pruned once its
         #: server is gone).
         self.all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+        #: (transport.client) Each connection that carried a message without a reply (a
+        #: put) and no reply since, with the thread that sent it: kept open until a reply
+        #: (or `Client.sync_unanswered`) shows its server served them.
+        self.unanswered: Dict[Client, threading.Thread] = {}
+        #: (transport.client) Guards `unanswered`.
+        self.unanswered_lock = threading.Lock()
         #: (transport.client) Address -> this process's anchor to that server.
         self.anchors: Dict[str, Client] = {}
         #: (transport.client) Guards `anchors`, and an anchor's taking by a thread.

@@ -143,6 +143,12 @@ def _end_with_program(address: str, is_master: bool, why: str) -> None:
     os._exit(1)
 
 
+#: Seconds a job's end waits, at most, for the servers to serve the messages without a
+#: reply it sent (its puts: see `fiber.transport.client.sync_unanswered`): a server that
+#: does not answer cannot hold the job's exit for longer.
+EXIT_SYNC_S = 10.0
+
+
 #: Seconds a job tries to make its first connection to its parent: a job may start
 #: before its network is up (a pod's, while its node sets it up).
 FIRST_CONNECT_S = 60.0
@@ -247,6 +253,10 @@ def main() -> None:
         # ps and top show "fiber: PoolWorker-3 of es.py", not the bootstrap's command
         _title.set_title(_title.title_of(proc.name, sys.argv), proc.name)
         exitcode = run_in_job(proc)
+    # what it put (its threads too) is served before its exit can be seen: a parent that
+    # joins it, then its queue, finds the items there (see sync_unanswered)
+    channels.deliver_orphans_now()
+    client.sync_unanswered(EXIT_SYNC_S)
     _output.stop()  # what it wrote reaches the parent before its exit report
     try:
         _launcher.report_exit(parent, token, exitcode, _output.relayed())

@@ -19,7 +19,7 @@ from .local import Channel, LocalClient, local_server
 from .settings import SettingsSource
 
 __all__ = ["get_client", "own_client", "ensure_anchor", "current_anchor", "adopt_anchor",
-           "prune_closed", "close_all"]
+           "prune_closed", "close_all", "deliver_orphans_now"]
 
 # This thread's channels, every connection, the anchors and their lock, the addresses
 # that timed out: in ``here.transport`` (``fiber._state.transport``).
@@ -139,10 +139,16 @@ def prune_closed() -> int:
     return closed
 
 
+def deliver_orphans_now() -> None:
+    """A last try to deliver what a reset connection lost (see `_resend`): at the
+    process's exit, each server that has some gets a new connection, which sends them."""
+    _resend.deliver_orphans(lambda address: Client(address, timeout=5.0))
+
+
 def close_all() -> None:
     """Close this thread's clients and every anchor (at process exit), after a last try
-    to deliver what a reset connection lost (see `_resend`)."""
-    _resend.deliver_orphans(lambda address: Client(address, timeout=5.0))
+    to deliver what a reset connection lost (`deliver_orphans_now`)."""
+    deliver_orphans_now()
     state = here.transport
     cache = getattr(state.thread_clients, "clients", None) or {}
     for client in cache.values():
@@ -180,6 +186,8 @@ def _forget_in_child() -> None:
     state.anchors.clear()
     state.anchor_lock = threading.Lock()
     state.all_clients = weakref.WeakSet()
+    state.unanswered = {}
+    state.unanswered_lock = threading.Lock()
     _resend.forget_in_child()
     renew_process_id()
 

@@ -11,6 +11,7 @@ import itertools
 import secrets
 import socket
 import struct
+import threading
 import time
 from typing import Callable, Deque, Dict, List, Optional, Sequence, TypeVar
 
@@ -27,7 +28,8 @@ from .sockets import connect, ended_with, readable, reset_on_close, server_id, t
 
 __all__ = ["Client", "Cancel", "ConnectionLost", "CannotConnect", "RESET_RETRIES",
            "SPENT_GRACE_CONNECT_S", "again_on_a_new_connection", "process_id",
-           "connect_timeout", "Settings", "DEFAULTS", "renew_process_id"]
+           "connect_timeout", "Settings", "DEFAULTS", "renew_process_id",
+           "sync_unanswered"]
 
 
 
@@ -70,6 +72,11 @@ SPENT_GRACE_CONNECT_S = 3.0
 #: `Client.request`'s ``withdraw``), at most: then its late reply is handed over at this
 #: client's next read, as it would be without a withdraw.
 WITHDRAW_WAIT_S = 5.0
+#: Connections with messages not known to be served (see `Client.sent_unanswered`) past
+#: which those of ended threads are synchronized, at a send, and let go.
+UNANSWERED_SWEEP = 64
+#: Seconds that sweep may take, at most (it is a put's, or a send's).
+UNANSWERED_SWEEP_S = 1.0
 
 T = TypeVar("T")
 
@@ -121,6 +128,35 @@ def renew_process_id() -> None:
     here.transport.process_id = secrets.token_bytes(16)
 
 
+def sync_unanswered(seconds: float, ended_threads_only: bool = False) -> None:
+    """Wait, ``seconds`` at most in all, until each server has served the messages
+    without a reply (puts, sends, releases) that this thread, or a thread that has
+    ended, sent on a connection with no reply since (`Client.sent_unanswered`): one
+    ``sync`` round trip a connection, each answered once what came before it on its
+    connection was served. A job calls it at its end, before it reports its exit: once
+    its exit is seen, what it put is in the queue, as with ``multiprocessing`` (whose
+    child flushes its queues' feeder threads as it exits). With ``ended_threads_only``,
+    only those of ended threads (a sweep). The connections of threads that still run
+    are left to them (one thread uses a connection); one lost is left to its resend.
+    Best effort: a server that does not answer in time is given up."""
+    state = here.transport
+    me = threading.current_thread()
+    with state.unanswered_lock:
+        taken = [c for c, t in state.unanswered.items()
+                 if not t.is_alive() or (t is me and not ended_threads_only)]
+        for c in taken:
+            del state.unanswered[c]
+    deadline = time.monotonic() + seconds
+    for c in taken:
+        left = deadline - time.monotonic()
+        if c.lost or left <= 0:
+            continue
+        try:
+            c.request(_resend.RESEND_SERVICE, _resend.ResendOps.SYNC, [], timeout=left)
+        except Exception:
+            pass  # gone, or slow: its messages are what its server makes of them
+
+
 def _raised_by_a_handler(e: BaseException, sock: socket.socket) -> bool:
     """Whether ``e``, met by a read of ``sock``, was raised by a signal handler (``raise
     TimeoutError`` at an alarm), which interrupted the read before it took any byte,
@@ -136,6 +172,10 @@ class Client:
     """An authenticated connection to one server, used by one thread at a time; or read
     by one thread while others send on it under a lock of their own (a queue's lease:
     see fiber.queues._lending): a read and a send share no state but ``lost``."""
+
+    #: Whether a message without a reply was sent on it since its last reply (see
+    #: `sent_unanswered`).
+    unanswered = False
 
     def __init__(self, address: str, *, anchor: bool = False, timeout: float = CONNECT_TIMEOUT,
                  settings: SettingsSource = _defaults,
@@ -260,13 +300,19 @@ class Client:
         req_id = ticket or struct.pack("<Q", next(self._ids))
         self.send_message([service, op, req_id, *frames])
         try:
-            return self._wait(req_id, timeout)
+            reply = self._wait(req_id, timeout)
         except BaseException:
             if on_late is not None and not self.lost:
                 self._late[req_id] = on_late
                 if withdraw:
                     self._withdraw(service, withdraw, req_id)
             raise
+        if self.unanswered:  # served in order: what was sent before it was served too
+            self.unanswered = False
+            state = here.transport
+            with state.unanswered_lock:
+                state.unanswered.pop(self, None)
+        return reply
 
     def _withdraw(self, service: bytes, op: bytes, req_id: bytes) -> None:
         """Ask ``service`` to drop request ``req_id``, which its caller gave up on, with
@@ -286,6 +332,22 @@ class Client:
         nbytes = self.send_message([service, op, b"", *frames])
         if self._log is not None:
             self._log.keep(nbytes, self.sock, service, op, frames)
+
+    def sent_unanswered(self) -> None:
+        """Its thread sent a message without a reply on it (a put: see
+        ``fiber._core._served.Handle._send``): the connection is kept (open, even once
+        its thread ends) until a reply on it, or `sync_unanswered`, shows that its server
+        served it. Past `UNANSWERED_SWEEP` such connections, those of ended threads are
+        synchronized and let go (a program that starts many threads that each put)."""
+        if self.unanswered:
+            return
+        self.unanswered = True
+        state = here.transport
+        with state.unanswered_lock:
+            state.unanswered[self] = threading.current_thread()
+            sweep = len(state.unanswered) > UNANSWERED_SWEEP
+        if sweep:
+            sync_unanswered(UNANSWERED_SWEEP_S, ended_threads_only=True)
 
     def start(self, service: bytes, op: bytes, frames: Sequence[Frame],
               on_reply: LateReply) -> bytes:
