@@ -9,7 +9,7 @@ again on an idle worker once clearly late; results stay exactly once."""
 from __future__ import annotations
 
 import types
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from test_pool_dispatch import RecordingServer
 
@@ -145,8 +145,12 @@ def test_nothing_is_copied_while_tasks_are_queued_or_the_function_is_not_measure
     assert service.copies == 1
 
 
-def test_a_task_whose_copy_lives_is_not_queued_again_when_its_holder_dies():
-    service, server, (a, b) = pool_of(["node1", "node2"])
+def one_task_copied(retry_raised: bool = False) -> Tuple[
+        PoolService, TimedServer, CountingSink, WorkerState, WorkerState, Dict[int, Peer]]:
+    """Two workers on two hosts, one task late on one (its ``holder``) and copied to the
+    ``other``; last, each worker's peer by its worker id."""
+    service, server, peers = pool_of(["node1", "node2"])
+    service.retry_raised = retry_raised
     service.task_seconds[FID] = 0.02
     sink = CountingSink()
     service.submit([Task(1, sink, 0, FID, [b"arg"], "apply(f)")])
@@ -155,6 +159,12 @@ def test_a_task_whose_copy_lives_is_not_queued_again_when_its_holder_dies():
     holder.since -= 10
     server.fire()
     assert service.copies == 1 and list(other.pending) == [1]
+    return service, server, sink, holder, other, {
+        service.by_peer[p.peer_id].worker_id: p for p in peers}
+
+
+def test_a_task_whose_copy_lives_is_not_queued_again_when_its_holder_dies():
+    service, _, _, holder, other, _ = one_task_copied()
     service.worker_lost(holder)
     assert not service.queue  # its copy runs on the other worker
     service.worker_lost(other)
@@ -325,20 +335,10 @@ def test_a_copy_that_raises_while_its_original_runs_leaves_the_task_to_it() -> N
     was held twice at once: handed again to its original's holder, a loss then left it
     neither queued nor answered, and the map waited for ever), nor is a retry charged.
     The original's result is the task's, once."""
-    service, server, (a, b) = pool_of(["node1", "node2"])
-    service.retry_raised = True
-    service.task_seconds[FID] = 0.02
-    sink = CountingSink()
-    service.submit([Task(1, sink, 0, FID, [b"arg"], "apply(f)")])
-    holder = next(w for w in service.workers.values() if w.pending)
-    other = next(w for w in service.workers.values() if w is not holder)
-    holder.since -= 10
-    server.fire()
-    assert service.copies == 1 and list(other.pending) == [1]
-    copy_peer = b if other is service.by_peer[b.peer_id] else a
-    service.results(server, copy_peer, b"",  # type: ignore[arg-type]
+    service, server, sink, holder, other, peer_of = one_task_copied(retry_raised=True)
+    service.results(server, peer_of[other.worker_id], b"",  # type: ignore[arg-type]
                     pack_results([(1, False, [b"error"])], 0.02))
     assert not service.queue and service.retried == 0
     assert list(holder.pending) == [1] and sink.delivered == []
-    answer(service, server, a if copy_peer is b else b, [1])  # the original: its result
+    answer(service, server, peer_of[holder.worker_id], [1])  # the original: its result
     assert sink.delivered == [(0, True)] and service.outstanding == 0
