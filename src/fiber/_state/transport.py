@@ -87,8 +87,8 @@ class TransportState:
         #: server is gone).
         self.all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
         #: (transport.client) Each connection that carried a message without a reply (a
-        #: put) and no reply since, with the thread that sent it: kept open until a reply
-        #: (or `Client.sync_unanswered`) shows its server served them.
+        #: put), with the thread that sent it: kept open until `sync_unanswered` (its
+        #: ``unanswered``: no reply on it since, which that asks for) lets it go.
         self.unanswered: Dict[Client, threading.Thread] = {}
         #: (transport.client) Guards `unanswered`.
         self.unanswered_lock = threading.Lock()

@@ -96,3 +96,40 @@ def test_a_put_of_an_exited_process_is_in_the_queue_once_its_exit_is_seen(
         assert joined.is_set()
     finally:
         del hub.dispatch  # the class's again
+
+
+def put_from_many_threads(q: Any, n: int) -> None:
+    """``n`` threads put one item each and end, one after the other; then the number of
+    connections the process still notes (`Client.sent_unanswered`) is put last."""
+    from fiber._process_state import here
+
+    for i in range(n):
+        t = threading.Thread(target=q.put, args=(i,))
+        t.start()
+        t.join()
+    q.put(("noted", len(here.transport.unanswered)))
+
+
+def test_the_puts_of_many_ended_threads_are_all_in_the_queue_and_their_connections_go(
+        ) -> None:
+    """Each thread puts on a connection of its own, kept (open) for the job's end past
+    its thread's: past `UNANSWERED_SWEEP` of them, those of ended threads are synced and
+    let go. Every item is there once the producer's exit is seen, and the producer held
+    no more than the sweep's bound of connections."""
+    from fiber.transport.client import UNANSWERED_SWEEP
+
+    n = UNANSWERED_SWEEP + 16
+    q: Any = fiber.Queue()
+    p = fiber.Process(target=put_from_many_threads, args=(q, n))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    got = []
+    try:
+        while True:
+            got.append(q.get_nowait())
+    except queue.Empty:
+        pass
+    assert sorted(x for x in got if isinstance(x, int)) == list(range(n)), got
+    (noted,) = [x[1] for x in got if isinstance(x, tuple)]
+    assert noted <= UNANSWERED_SWEEP + 1, noted
