@@ -354,20 +354,25 @@ def test_a_job_that_does_not_come_back_in_time_loses_its_workers(said):
     assert pool.service.awaiting == {} and gone == [ws.name for ws in workers]
 
 
-def test_a_worker_reset_while_the_pool_closes_is_waited_for_while_it_holds_tasks(said):
-    """``close()`` called, a worker still running its task: its connection reset (a
-    middlebox, a lossy link) is waited for as before the close, not taken for its death.
-    It was lost at once: its task charged (``pool_max_task_retries=0``: failed with
-    `WorkerLostError` while the worker still ran it) and run again. It comes back and
-    its result is the task's; an idle worker reset meanwhile is let go (nothing to wait
-    for), as any worker of a closing pool."""
+@pytest.mark.parametrize("how", ["close", "shrink"])
+def test_a_worker_reset_while_the_pool_closes_is_waited_for_while_it_holds_tasks(
+        said, how):
+    """``close()`` called (or the pool shrunk: both workers retiring), a worker still
+    running its task: its connection reset (a middlebox, a lossy link) is waited for as
+    before, not taken for its death. It was lost at once: its task charged
+    (``pool_max_task_retries=0``: failed with `WorkerLostError` while the worker still
+    ran it) and run again. It comes back and its result is the task's; an idle worker
+    reset meanwhile is let go (nothing to wait for), as any worker that is to exit."""
     pool, hub, result = _Pool(max_retries=0), Hub(), _Result()
     busy, idle = pool.worker(), pool.worker()
     peer = _connect(pool, hub, busy, 7)
     other = _connect(pool, hub, idle, 9)
     (task,) = _tasks(pool, result, 1)
     pool.take(busy, [task])
-    pool.service.closing = True
+    if how == "close":
+        pool.service.closing = True
+    else:
+        assert sorted(ws.worker_id for ws in pool.service.retire(2)) == [1, 2]
     peer.reset = other.reset = True
     pool.service.peer_gone(hub, peer)
     pool.service.peer_gone(hub, other)
