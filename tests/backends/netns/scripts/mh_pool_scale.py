@@ -104,7 +104,6 @@ def pick_victim(core, box):
         victim = busy[len(busy) // 2]
         box["victim"] = victim
         box["held"] = sorted(t.index for t in victim.pending.values())
-        box["done_at_kill"] = core.service.done
         return True
 
 
